@@ -1,0 +1,91 @@
+/* ops.h — the differentiable operations a GPT needs, each with its backward rule.
+ *
+ * Conventions for every function here:
+ *  - Shapes are outermost-first. "x is (B, T, C)" means x->shape = {B, T, C}.
+ *  - Inputs are borrowed; the result is a new reference the caller releases; NULL on error with
+ *    the reason in fg_last_error() (shape, dtype or device mismatch, out of memory).
+ *  - float32 and float64 are both supported on the CPU; all tensor inputs of one call share one
+ *    dtype and one device. Inputs may be non-contiguous views unless a note says otherwise.
+ *  - When grad mode is on and an input requires grad, the op records a node (autograd/autograd.h)
+ *    and its backward rule adds into the inputs' gradients. Forward and backward of a family live
+ *    in one file, ops/<family>.c, mirrored by cuda/<family>.cu.
+ */
+#ifndef FG_OPS_H
+#define FG_OPS_H
+
+#include <stdint.h>
+
+#include "autograd/autograd.h"
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- matmul.c ---- */
+/* a (..., M, K) @ b (..., K, N) -> (..., M, N). Batch dims of a and b must be equal, or b is 2-D
+ * (K, N) and is shared by every batch. Operands that are transposed views (of the last two dims)
+ * go to BLAS as transposed, without a copy. */
+fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b);
+/* x (..., K) @ w^T + bias: w is (N, K) like torch.nn.Linear, bias (N) or NULL -> (..., N). */
+fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias);
+
+/* ---- elementwise.c (NumPy broadcasting: shapes align at the right; size 1 stretches) ---- */
+fg_tensor *fg_add(fg_tensor *a, fg_tensor *b);
+fg_tensor *fg_sub(fg_tensor *a, fg_tensor *b);
+fg_tensor *fg_mul(fg_tensor *a, fg_tensor *b);
+fg_tensor *fg_div(fg_tensor *a, fg_tensor *b);
+fg_tensor *fg_add_scalar(fg_tensor *a, double s);  /* a + s */
+fg_tensor *fg_mul_scalar(fg_tensor *a, double s);  /* a * s */
+
+/* ---- reduce.c ---- */
+/* Sum / mean over one axis (negative counts from the end); keepdim keeps it as size 1. */
+fg_tensor *fg_sum(fg_tensor *t, int axis, int keepdim);
+fg_tensor *fg_mean(fg_tensor *t, int axis, int keepdim);
+/* Sum / mean of all elements -> a tensor of shape (1). */
+fg_tensor *fg_sum_all(fg_tensor *t);
+fg_tensor *fg_mean_all(fg_tensor *t);
+
+/* ---- shape.c (differentiable views; the gradient flows back through the inverse view) ---- */
+/* A view when t is contiguous, else a contiguous copy. One size may be -1. */
+fg_tensor *fg_reshape(fg_tensor *t, int ndim, const int64_t *shape);
+fg_tensor *fg_permute(fg_tensor *t, const int *perm);       /* view */
+fg_tensor *fg_transpose(fg_tensor *t, int d0, int d1);      /* view */
+fg_tensor *fg_slice(fg_tensor *t, int axis, int64_t start, int64_t end); /* view */
+fg_tensor *fg_make_contiguous(fg_tensor *t);                /* copy (or t retained) */
+
+/* ---- embedding.c ---- */
+/* weight (V, C), idx: n int32 token ids laid out as `shape` (ndim dims) -> (shape..., C).
+ * An id outside [0, V) is an FG_ERR_ARG error. Backward scatter-adds rows into dweight. */
+fg_tensor *fg_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const int64_t *shape);
+
+/* ---- layernorm.c ---- */
+/* x (..., C), weight (C), bias (C) -> (..., C); normalizes over the last dim with eps. Saves the
+ * per-row mean and 1/std for the backward. weight/bias may be NULL (then 1 and 0). */
+fg_tensor *fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias, double eps);
+
+/* ---- gelu.c ---- */
+/* GELU, the tanh form GPT-2 uses: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+fg_tensor *fg_gelu(fg_tensor *x);
+
+/* ---- softmax.c ---- */
+/* Softmax over the last dim (max-subtracted). */
+fg_tensor *fg_softmax(fg_tensor *x);
+
+/* ---- cross_entropy.c ---- */
+/* Fused softmax + negative log-likelihood. logits (..., V); targets: one int32 per row (numel/V
+ * rows); a target of -1 is ignored. Returns the mean over non-ignored rows, shape (1). The
+ * backward is (softmax - onehot) / count, computed from saved per-row logsumexp. A target outside
+ * [-1, V) is an FG_ERR_ARG error. */
+fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets);
+
+/* ---- dropout.c ---- */
+/* Zeroes each element with probability p and scales the rest by 1/(1-p). Element k (C order) is
+ * kept iff fg_philox_u32(seed, stream, k) >= fg_dropout_threshold(p): the mask is never stored;
+ * the backward regenerates it. p == 0 returns x unchanged (retained). 0 <= p < 1. */
+fg_tensor *fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_OPS_H */

@@ -1,0 +1,39 @@
+/* error.c — the per-thread last-error buffer behind fg_last_error(). */
+#include "tensor/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static _Thread_local char g_msg[1024];
+static _Thread_local fg_status g_status = FG_OK;
+
+const char *fg_last_error(void) { return g_msg; }
+fg_status fg_last_status(void) { return g_status; }
+
+void fg_clear_error(void) {
+    g_msg[0] = '\0';
+    g_status = FG_OK;
+}
+
+fg_status fg_error(fg_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_end(ap);
+    g_status = st;
+    return st;
+}
+
+const char *fg_status_name(fg_status st) {
+    static const char *names[FG_STATUS_COUNT] = {
+        "ok", "bad argument", "shape mismatch", "dtype mismatch", "device mismatch",
+        "out of memory", "i/o error", "bad file format", "bad state", "non-finite value",
+    };
+    return (st >= 0 && st < FG_STATUS_COUNT) ? names[st] : "unknown status";
+}
+
+void fg_assert_fail(const char *expr, const char *file, int line, const char *hint) {
+    fprintf(stderr, "flashgrad internal error at %s:%d: %s (%s)\n", file, line, expr, hint ? hint : "");
+    abort();
+}

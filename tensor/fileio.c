@@ -1,0 +1,358 @@
+/* fileio.c — atomic whole-file writes, bounded whole-file reads, XXH64.
+ *
+ * Atomic write, step by step (POSIX rename(2) replaces the target in one step):
+ *   1. mkstemp("<path>.tmp.XXXXXX") in the target's own folder (rename cannot cross filesystems);
+ *   2. fchmod to the mode the file should have (mkstemp makes it 0600);
+ *   3. write every part, fsync, close (close can report a delayed write error, so it is checked);
+ *   4. rename over the target;
+ *   5. fsync the folder, so the rename itself survives a power cut.
+ * Any failure before 4 unlinks the temporary file and leaves the target as it was.
+ */
+#include "tensor/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "flashgrad's file formats assume a little-endian host"
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * atomic write
+ * ------------------------------------------------------------------------------------------- */
+
+/* The process umask without changing it (umask(2) can only read by writing): Linux reports it in
+ * /proc/self/status since 4.7; otherwise assume the common 022. */
+static mode_t current_umask(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    mode_t m = 022;
+    if (!f) return m;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        unsigned v;
+        if (sscanf(line, "Umask: %o", &v) == 1) {
+            m = (mode_t)(v & 0777);
+            break;
+        }
+    }
+    fclose(f);
+    return m;
+}
+
+/* write(2) until all n bytes are out; retries on EINTR and short writes. 0 or errno. */
+static int write_all(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (w == 0) return EIO;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
+                               int nparts) {
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "write: empty file path");
+    if (nparts < 0 || (nparts > 0 && (!parts || !sizes)))
+        return fg_error(FG_ERR_ARG, "write '%s': bad part list (nparts %d)", path, nparts);
+    for (int i = 0; i < nparts; i++)
+        if (sizes[i] > 0 && !parts[i])
+            return fg_error(FG_ERR_ARG, "write '%s': part %d has %zu bytes but no data", path, i,
+                            sizes[i]);
+
+    /* The new file keeps the mode of the one it replaces (a checkpoint someone made group-readable
+     * stays so); a new file gets the usual 0666 & ~umask. */
+    mode_t mode;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return fg_error(FG_ERR_IO, "cannot write '%s': it is a directory", path);
+        mode = st.st_mode & 07777;
+    } else {
+        mode = 0666 & ~current_umask();
+    }
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    char *dir = malloc(plen + 2);
+    if (!tmp || !dir) {
+        free(tmp);
+        free(dir);
+        return fg_error(FG_ERR_OOM, "write '%s': out of memory for the file name", path);
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
+    /* The folder to fsync after the rename: everything before the last '/'. */
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        strcpy(dir, ".");
+    } else if (slash == path) {
+        strcpy(dir, "/");
+    } else {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+    }
+
+    fg_status rc = FG_OK;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot create a temporary file in '%s': %s",
+                      path, dir, strerror(errno));
+        goto done;
+    }
+    int err = 0;
+    const char *what = "";
+    if (fchmod(fd, mode) != 0) {
+        err = errno;
+        what = "set the mode of";
+    }
+    for (int i = 0; !err && i < nparts; i++) {
+        err = write_all(fd, parts[i], sizes[i]);
+        what = "write";
+    }
+    if (!err && fsync(fd) != 0) {
+        err = errno;
+        what = "fsync";
+    }
+    if (close(fd) != 0 && !err) {
+        err = errno;
+        what = "close";
+    }
+    if (!err && rename(tmp, path) != 0) {
+        err = errno;
+        what = "rename into place";
+    }
+    if (err) {
+        unlink(tmp);
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': %s of temporary file '%s' failed: %s", path,
+                      what, tmp, strerror(err));
+        goto done;
+    }
+    /* The data is in place; make the rename durable. Some filesystems cannot fsync a directory
+     * (EINVAL): nothing more can be done there, so that is not an error. */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
+            rc = fg_error(FG_ERR_IO, "wrote '%s' but could not fsync its folder '%s': %s", path,
+                          dir, strerror(errno));
+        close(dfd);
+    }
+done:
+    free(tmp);
+    free(dir);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * whole-file read
+ * ------------------------------------------------------------------------------------------- */
+
+fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n) {
+    if (!buf || !n) return fg_error(FG_ERR_ARG, "read: NULL output pointer");
+    *buf = NULL;
+    *n = 0;
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "read: empty file path");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fg_error(FG_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return fg_error(FG_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return fg_error(FG_ERR_IO, "cannot read '%s': it is a directory", path);
+    }
+    if (max_bytes == 0 || max_bytes > SIZE_MAX / 4) max_bytes = SIZE_MAX / 4; /* keeps cap math in range */
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max_bytes) {
+        close(fd);
+        return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (%lld bytes, limit %zu)", path,
+                        (long long)st.st_size, max_bytes);
+    }
+    /* Regular files: allocate their size (+1 to detect growth, +1 for the '\0'). Pipes and other
+     * streams: grow as data comes. */
+    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 65536;
+    unsigned char *p = malloc(cap);
+    if (!p) {
+        close(fd);
+        return fg_error(FG_ERR_OOM, "cannot read '%s': out of memory for %zu bytes", path, cap);
+    }
+    size_t len = 0;
+    for (;;) {
+        if (len + 1 >= cap) {
+            size_t ncap = cap * 2;
+            if (ncap > max_bytes + 2) ncap = max_bytes + 2;
+            unsigned char *q = ncap > cap ? realloc(p, ncap) : NULL;
+            if (!q) {
+                free(p);
+                close(fd);
+                if (ncap <= cap)
+                    return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (limit %zu bytes)",
+                                    path, max_bytes);
+                return fg_error(FG_ERR_OOM, "cannot read '%s': out of memory for %zu bytes", path,
+                                ncap);
+            }
+            p = q;
+            cap = ncap;
+        }
+        size_t want = cap - 1 - len;
+        if (want > ((size_t)1 << 30)) want = (size_t)1 << 30;
+        ssize_t r = read(fd, p + len, want);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(p);
+            close(fd);
+            return fg_error(FG_ERR_IO, "error reading '%s': %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        len += (size_t)r;
+        if (len > max_bytes) {
+            free(p);
+            close(fd);
+            return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (more than %zu bytes)",
+                            path, max_bytes);
+        }
+    }
+    close(fd);
+    p[len] = '\0';
+    *buf = p;
+    *n = len;
+    return FG_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * XXH64
+ *
+ * Four 64-bit lanes each absorb every 4th 8-byte word of 32-byte stripes:
+ *     lane = rotl(lane + word * P2, 31) * P1
+ * then the lanes are folded together, the tail (< 32 bytes) is mixed in 8, 4 and 1 byte at a time,
+ * and a final avalanche (xor-shift / multiply) spreads every input bit over the result.
+ * ------------------------------------------------------------------------------------------- */
+
+#define P1 0x9E3779B185EBCA87ULL
+#define P2 0xC2B2AE3D27D4EB4FULL
+#define P3 0x165667B19E3779F9ULL
+#define P4 0x85EBCA77C2B2AE63ULL
+#define P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t rd64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline uint32_t rd32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t xxh_round(uint64_t acc, uint64_t w) {
+    acc += w * P2;
+    acc = rotl64(acc, 31);
+    return acc * P1;
+}
+static inline uint64_t xxh_merge(uint64_t h, uint64_t lane) {
+    h ^= xxh_round(0, lane);
+    return h * P1 + P4;
+}
+
+void fg_xxh64_init(fg_xxh64_state *s, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->seed = seed;
+    s->v[0] = seed + P1 + P2;
+    s->v[1] = seed + P2;
+    s->v[2] = seed;
+    s->v[3] = seed - P1;
+}
+
+static inline void xxh_stripe(uint64_t v[4], const unsigned char *p) {
+    v[0] = xxh_round(v[0], rd64(p));
+    v[1] = xxh_round(v[1], rd64(p + 8));
+    v[2] = xxh_round(v[2], rd64(p + 16));
+    v[3] = xxh_round(v[3], rd64(p + 24));
+}
+
+void fg_xxh64_update(fg_xxh64_state *s, const void *data, size_t n) {
+    const unsigned char *p = data;
+    if (n == 0) return;
+    s->total += n;
+    if (s->buffered) { /* top up the partial stripe first */
+        size_t take = 32 - s->buffered;
+        if (take > n) take = n;
+        memcpy(s->buf + s->buffered, p, take);
+        s->buffered += (unsigned)take;
+        p += take;
+        n -= take;
+        if (s->buffered < 32) return;
+        xxh_stripe(s->v, s->buf);
+        s->buffered = 0;
+    }
+    uint64_t v[4] = {s->v[0], s->v[1], s->v[2], s->v[3]};
+    while (n >= 32) {
+        xxh_stripe(v, p);
+        p += 32;
+        n -= 32;
+    }
+    memcpy(s->v, v, sizeof v);
+    if (n) {
+        memcpy(s->buf, p, n);
+        s->buffered = (unsigned)n;
+    }
+}
+
+uint64_t fg_xxh64_digest(const fg_xxh64_state *s) {
+    uint64_t h;
+    if (s->total >= 32) {
+        h = rotl64(s->v[0], 1) + rotl64(s->v[1], 7) + rotl64(s->v[2], 12) + rotl64(s->v[3], 18);
+        for (int i = 0; i < 4; i++) h = xxh_merge(h, s->v[i]);
+    } else {
+        h = s->seed + P5;
+    }
+    h += s->total;
+    const unsigned char *p = s->buf;
+    size_t n = s->buffered;
+    while (n >= 8) {
+        h ^= xxh_round(0, rd64(p));
+        h = rotl64(h, 27) * P1 + P4;
+        p += 8;
+        n -= 8;
+    }
+    if (n >= 4) {
+        h ^= (uint64_t)rd32(p) * P1;
+        h = rotl64(h, 23) * P2 + P3;
+        p += 4;
+        n -= 4;
+    }
+    while (n > 0) {
+        h ^= (uint64_t)(*p) * P5;
+        h = rotl64(h, 11) * P1;
+        p++;
+        n--;
+    }
+    /* avalanche */
+    h ^= h >> 33;
+    h *= P2;
+    h ^= h >> 29;
+    h *= P3;
+    h ^= h >> 32;
+    return h;
+}
+
+uint64_t fg_xxh64(const void *data, size_t n, uint64_t seed) {
+    fg_xxh64_state s;
+    fg_xxh64_init(&s, seed);
+    fg_xxh64_update(&s, data, n);
+    return fg_xxh64_digest(&s);
+}

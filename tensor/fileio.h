@@ -1,0 +1,61 @@
+/* fileio.h — whole-file reads, crash-safe whole-file writes, and the XXH64 checksum.
+ *
+ * Every file flashgrad writes (.npy, .safetensors checkpoints, logs that must not be half-written)
+ * goes through fg_write_file_atomic: the bytes go to a temporary file in the target's folder, are
+ * fsync'ed, and the temporary file is renamed over the target, then the folder is fsync'ed. A crash
+ * or a full disk at any moment leaves either the old file or the new one, never a mixture, and a
+ * failed write removes its temporary file. Readers take a whole file into memory with a size limit
+ * (fg_read_file), so parsers work on a bounded buffer and never on a stream.
+ *
+ * The checksum is XXH64 (Yann Collet's xxHash, 64-bit variant, written here from the published
+ * algorithm description): fast (several GB/s), 64 bits, and checkable with any xxHash tool
+ * (`xxhsum -H1`, Python's `xxhash.xxh64`). Its values equal libxxhash's XXH64(data, n, seed).
+ */
+#ifndef FG_FILEIO_H
+#define FG_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes the concatenation of parts[0..nparts) (sizes[i] bytes each; a part with size 0 may be
+ * NULL) to `path`, atomically as described above. The new file gets the mode of the file it
+ * replaces, or 0666 minus the umask when there is none. On failure returns FG_ERR_IO (FG_ERR_ARG for
+ * bad arguments) with the path and the system's reason; the old target, if any, is untouched and no
+ * temporary file is left. Symlinks at `path` are replaced, not followed. */
+fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
+                               int nparts);
+
+/* Reads the whole of `path` into a new malloc'ed buffer: *buf (caller frees with free()) holds *n
+ * bytes followed by one extra '\0' (so text can be used as a C string). Fails with FG_ERR_IO when
+ * the file is missing, unreadable, a directory, or larger than max_bytes (0 = no limit); *buf is
+ * then NULL and *n is 0. */
+fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n);
+
+/* ---- XXH64 checksum ---- */
+
+/* XXH64 of n bytes with a seed (use 0 unless you need separate hash families). */
+uint64_t fg_xxh64(const void *data, size_t n, uint64_t seed);
+
+/* Streaming form: the digest of several updates equals fg_xxh64 of their concatenation. */
+typedef struct {
+    uint64_t total;       /* bytes seen so far */
+    uint64_t v[4];        /* the four lane accumulators */
+    uint64_t seed;
+    unsigned char buf[32]; /* a partial 32-byte stripe */
+    unsigned buffered;     /* bytes in buf */
+} fg_xxh64_state;
+
+void fg_xxh64_init(fg_xxh64_state *s, uint64_t seed);
+void fg_xxh64_update(fg_xxh64_state *s, const void *data, size_t n);
+uint64_t fg_xxh64_digest(const fg_xxh64_state *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_FILEIO_H */

@@ -1,0 +1,16 @@
+/* commands.h — the subcommands of the flashgrad program, one file each (train/cmd_<name>.c).
+ *
+ * Each takes the arguments after its name (argv[0] is the subcommand name) and returns the process
+ * exit status: 0 success, 1 runtime error (bad file, non-finite loss, failed check), 2 usage error
+ * (unknown flag, bad value). Each prints one clear line on stderr for an error.
+ */
+#ifndef FG_COMMANDS_H
+#define FG_COMMANDS_H
+
+int fg_cmd_train(int argc, char **argv);
+int fg_cmd_sample(int argc, char **argv);
+int fg_cmd_attention(int argc, char **argv);
+int fg_cmd_gradcheck(int argc, char **argv);
+int fg_cmd_bench(int argc, char **argv);
+
+#endif /* FG_COMMANDS_H */

@@ -1,0 +1,40 @@
+/* main.c — the flashgrad command-line program: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "train/commands.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"train", fg_cmd_train, "train a small GPT (synthetic task or a text file)"},
+    {"sample", fg_cmd_sample, "generate text from a checkpoint"},
+    {"attention", fg_cmd_attention, "run attention on .npy inputs, write O, lse and gradients"},
+    {"gradcheck", fg_cmd_gradcheck, "gradient-check attention (naive vs finite differences, flash vs naive)"},
+    {"bench", fg_cmd_bench, "benchmarks: attention, train"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: flashgrad <command> [options]   (flashgrad <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "flashgrad: unknown command '%s' (flashgrad --help lists them)\n", argv[1]);
+    return 2;
+}
