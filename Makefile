@@ -79,3 +79,100 @@ clean:
 	rm -rf build build-san build-cuda
 
 -include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/train/main.d
+
+# ---- fuzzing (libFuzzer, clang): make fuzz FUZZ_SECONDS=600 ----
+# Each target starts from its committed seed corpus (tests/fuzz/corpus/<name>/); new inputs go to
+# build-fuzz/corpus-<name>/, crashes to build-fuzz/crash-*. Turn a crash into a file under
+# tests/fuzz/regressions/ (make test replays them).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := npy safetensors dataset
+FUZZ_CC      ?= clang
+FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_SRC := $(wildcard tensor/*.c) $(wildcard datasets/*.c)
+
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRC)
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lm -pthread
+
+fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p build-fuzz/corpus-$$t; \
+	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	        -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus-$$t tests/fuzz/corpus/$$t 2>&1 \
+	        | grep -E 'stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Done' || exit 1; \
+	    [ -z "$$(ls build-fuzz/$$t-crash-* build-fuzz/$$t-leak-* build-fuzz/$$t-oom-* 2>/dev/null)" ] || { echo "fuzz $$t: crash saved in build-fuzz/"; exit 1; }; \
+	done
+
+# =================================================================================================
+# CUDA — make cuda, make gpu-check            (this section only; the CPU rules above are untouched)
+# =================================================================================================
+# `make cuda` builds, with nvcc, into $(CUDA_BUILD)/:
+#   libflashgrad.a   every library .c file (compiled with -DFG_WITH_CUDA) + cuda/*.cu
+#   flashgrad        the CLI (--device cuda works)
+#   fg_cuda_tests    the GPU test runner (tests/cuda/): every op's GPU result against the CPU's
+#   fg_cuda_bench    the GPU attention benchmark (bench/fg_cuda_bench.cu), CSV on stdout
+# `make gpu-check` runs bench/gpu_check.sh (build, tests, GPU-vs-CPU training, benchmark vs PyTorch,
+# one report in $OUT or bench/results/). Plain `make` never needs nvcc.
+#   NVCC=/path/to/nvcc    CUDA_ARCH=90 (sm_90, H100/H200)    CUDA_BUILD=build-cuda
+#   FG_CBLAS=fallback     use cuda/compat's C GEMM instead of the system CBLAS (automatic when no
+#                         cblas.h is installed, as on the GPU machines)
+NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_ARCH  ?= 90
+CUDA_BUILD ?= build-cuda
+NVCC_OPT   ?= -O3
+NVCCFLAGS  ?= -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVCC_OPT) -lineinfo -I. -DFG_WITH_CUDA \
+              -Xcompiler -Wall,-Wextra,-pthread
+CUDA_SYS_CBLAS := $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h \
+                    /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h)
+ifeq ($(if $(filter fallback,$(FG_CBLAS)),,$(CUDA_SYS_CBLAS)),)
+  CUDA_BLAS_KIND   := fallback (cuda/compat)
+  CUDA_BLAS_CFLAGS := -Icuda/compat
+  CUDA_BLAS_SRC    := cuda/compat/cblas_fallback.c
+  CUDA_BLAS_LIBS   :=
+else
+  CUDA_BLAS_KIND   := system OpenBLAS
+  CUDA_BLAS_CFLAGS := $(BLAS_CFLAGS)
+  CUDA_BLAS_SRC    :=
+  CUDA_BLAS_LIBS   := $(BLAS_LIBS)
+endif
+CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread -DFG_WITH_CUDA $(CUDA_BLAS_CFLAGS)
+CUDA_LDLIBS    := -lcublas -lcurand $(CUDA_BLAS_LIBS) -lm -lpthread
+CUDA_CU_SRC    := $(wildcard cuda/*.cu)
+CUDA_LIB_OBJ   := $(LIB_SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BLAS_SRC:%.c=$(CUDA_BUILD)/%.o) \
+                  $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)
+CUDA_TEST_SRC  := $(wildcard tests/cuda/*.c tests/cuda/*.cu)
+CUDA_TEST_OBJ  := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_TEST_SRC)))
+CUDA_BENCH_OBJ := $(CUDA_BUILD)/bench/fg_cuda_bench.o
+
+cuda:
+	@if [ -z "$(NVCC)" ]; then echo "make cuda: nvcc not found (install the CUDA toolkit or pass NVCC=/path/to/nvcc)" >&2; exit 1; fi
+	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), CBLAS: $(CUDA_BLAS_KIND)"
+	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
+	    $(CUDA_BUILD)/fg_cuda_bench
+
+gpu-check:
+	bash bench/gpu_check.sh
+
+$(CUDA_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+
+$(CUDA_BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(CUDA_BUILD)/libflashgrad.a: $(CUDA_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CUDA_BUILD)/flashgrad: $(CUDA_BUILD)/train/main.o $(CUDA_BUILD)/libflashgrad.a
+	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
+
+$(CUDA_BUILD)/fg_cuda_tests: $(CUDA_TEST_OBJ) $(CUDA_BUILD)/libflashgrad.a
+	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
+
+$(CUDA_BUILD)/fg_cuda_bench: $(CUDA_BENCH_OBJ) $(CUDA_BUILD)/libflashgrad.a
+	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
+
+-include $(CUDA_LIB_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d) $(CUDA_BENCH_OBJ:.o=.d) $(CUDA_BUILD)/train/main.d

@@ -102,18 +102,24 @@ fg_status fg_attn_naive_backward_f64(double *dq, double *dk, double *dv, const d
                                      const double *k, const double *v, const double *p,
                                      const fg_attn_problem *pr);
 
-/* flash forward: o and lse out (lse is what the backward needs; it is not optional). */
-fg_status fg_attn_flash_forward_f32(float *o, float *lse, const float *q, const float *k, const float *v,
-                                    const fg_attn_problem *pr);
-fg_status fg_attn_flash_forward_f64(double *o, double *lse, const double *q, const double *k,
+/* flash forward: o and lse out (lse is what the backward needs; it is not optional).
+ * lse_lo (B, H, Nq), optional (NULL: not wanted), receives the part of L = m + log l that rounding L
+ * to the dtype lost: L ≈ lse + lse_lo. In float32 with large scores (|L| ~ 100 and up) one ulp of L
+ * is a relative error of ~|L|·6e-8 in every recomputed weight P = exp(S − L); with lse_lo the
+ * backward computes exp((S − lse) − lse_lo), exact to float32 near the row max, as precise as the
+ * naive kernel's stored P. fg_attention keeps it for float32 (B·H·Nq more floats, O(N)). */
+fg_status fg_attn_flash_forward_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
+                                    const float *v, const fg_attn_problem *pr);
+fg_status fg_attn_flash_forward_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
                                     const double *v, const fg_attn_problem *pr);
-/* flash backward: recomputes P tile by tile from q, k and lse; o is the forward's output. */
+/* flash backward: recomputes P tile by tile from q, k and lse (+ lse_lo if not NULL); o is the
+ * forward's output. */
 fg_status fg_attn_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                      const float *k, const float *v, const float *o, const float *lse,
-                                     const fg_attn_problem *pr);
+                                     const float *lse_lo, const fg_attn_problem *pr);
 fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout,
                                      const double *q, const double *k, const double *v, const double *o,
-                                     const double *lse, const fg_attn_problem *pr);
+                                     const double *lse, const double *lse_lo, const fg_attn_problem *pr);
 
 /* ---- the online-softmax step ----
  * One query row meets one block of n scores s (masked scores are -inf). With m the running max
@@ -127,16 +133,26 @@ fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const d
 float fg_attn_online_update_f32(float *m, float *l, float *s, int64_t n);
 double fg_attn_online_update_f64(double *m, double *l, double *s, int64_t n);
 
+/* ---- dropout ----
+ * x[j] *= Z(b, h, i, j0 + j) for j in [0, n): Z = inv_keep where
+ * fg_attn_keep(seed, threshold, b, h, i, j0 + j), else 0. One Philox call serves four keys; the
+ * result equals fg_attn_keep element by element. threshold = fg_dropout_threshold(p) (0: no-op). */
+void fg_attn_dropout_scale_f32(float *x, int64_t n, uint64_t seed, uint32_t threshold, float inv_keep,
+                               int64_t b, int64_t h, int64_t i, int64_t j0);
+void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t threshold, double inv_keep,
+                               int64_t b, int64_t h, int64_t i, int64_t j0);
+
 /* ---- another device ----
  * A non-CPU device (cuda/) registers its kernels; fg_attention then calls them for tensors on
- * that device with device pointers, the same contract as the CPU kernels above (p is the naive
- * P buffer; the flash entries ignore it). Any entry may be NULL (that impl is unsupported). */
+ * that device with device pointers, the same contract as the CPU kernels above: `aux` is the naive
+ * P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for FG_ATTN_FLASH.
+ * Either entry may be NULL (then that direction is unsupported on the device). */
 typedef struct {
-    fg_status (*forward)(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *p, const void *q,
+    fg_status (*forward)(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
                          const void *k, const void *v, const fg_attn_problem *pr);
     fg_status (*backward)(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                           const void *q, const void *k, const void *v, const void *o, const void *lse,
-                          const void *p, const fg_attn_problem *pr);
+                          const void *aux, const fg_attn_problem *pr);
 } fg_attn_backend;
 void fg_register_attention_backend(fg_device dev, const fg_attn_backend *be);
 

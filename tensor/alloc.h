@@ -45,6 +45,7 @@ typedef struct {
     void (*copy_to_host)(void *dst_host, const void *src_dev, size_t nbytes);
     void (*copy_from_host)(void *dst_dev, const void *src_host, size_t nbytes);
     void (*copy_dev)(void *dst_dev, const void *src_dev, size_t nbytes);
+    void (*synchronize)(void);     /* wait for all queued work (for timing); may be NULL */
 } fg_device_backend;
 
 /* Register the backend of a non-CPU device (called by cuda/ at init). */

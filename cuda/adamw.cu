@@ -1,0 +1,88 @@
+/* adamw.cu — AdamW's update, the gradient norm and gradient scaling on device arrays.
+ *
+ * CPU reference: train/adamw.c (ADAMW_RANGE, fg_grad_norm, fg_grad_scale): the same arithmetic
+ * in the same types, element by element. The norm's sum is float64 in a fixed two-stage order
+ * (the CPU sums in array order, so the two may differ in the last bits).
+ *
+ * Legend: p, g, m, v are (n) arrays of one dtype: parameters, gradients, AdamW's moments.
+ */
+#include "cuda/cuda_common.cuh"
+#include "cuda/cuda_ops.h"
+
+/* ============================================================================================
+ * kernels
+ * ============================================================================================ */
+
+/* m = b1 m + (1 − b1) g;  v = b2 v + (1 − b2) g²;  p = p · df − step · m / (sqrt(v) / bc2_sqrt + eps) */
+template <typename T>
+__global__ void adamw_kernel(T *p, const T *g, T *m, T *v, int64_t n, double df, double b1, double b2, double step,
+                             double bc2_sqrt, double eps) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        T gi = g[i];
+        T mi = m[i] = (T)b1 * m[i] + (T)(1.0 - b1) * gi;
+        T vi = v[i] = (T)b2 * v[i] + (T)(1.0 - b2) * gi * gi;
+        T denom = (T)sqrt((double)vi) / (T)bc2_sqrt + (T)eps;
+        p[i] = p[i] * (T)df - (T)step * mi / denom;
+    }
+}
+
+template <typename T>
+__global__ void scale_kernel(T *x, int64_t n, T s) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+template <typename T>
+struct square_term {
+    const T *x;
+    __device__ double operator()(int64_t k) const { return (double)x[k] * (double)x[k]; }
+};
+
+/* ============================================================================================
+ * host side
+ * ============================================================================================ */
+
+template <typename T>
+static fg_status adamw_t(void *p, const void *g, void *m, void *v, int64_t n, double df, double b1, double b2,
+                         double step, double bc2_sqrt, double eps) {
+    if (n <= 0) return FG_OK;
+    adamw_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)p, (const T *)g, (T *)m, (T *)v, n, df,
+                                                                          b1, b2, step, bc2_sqrt, eps);
+    FG_CU_LAUNCHED();
+    return FG_OK;
+}
+
+extern "C" fg_status fg_cuda_adamw_range(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n,
+                                         double decay_factor, double b1, double b2, double step_size, double bc2_sqrt,
+                                         double eps) {
+    FG_TRY(fg_cu_require("adamw"));
+    return FG_CU_DISPATCH(dt, adamw_t, p, g, m, v, n, decay_factor, b1, b2, step_size, bc2_sqrt, eps);
+}
+
+template <typename T>
+static fg_status sum_squares_t(const void *x, int64_t n, double *out) {
+    fg_cu_scratch total;
+    FG_TRY(total.get(sizeof(double), "sum_squares"));
+    FG_TRY(fg_cu_sum(total.as<double>(), n, square_term<T>{(const T *)x}, "sum_squares"));
+    FG_CU(cudaMemcpyAsync(out, total.p, sizeof(double), cudaMemcpyDeviceToHost, fg_cu_stream()));
+    FG_CU(cudaStreamSynchronize(fg_cu_stream()));
+    return FG_OK;
+}
+
+extern "C" fg_status fg_cuda_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
+    FG_TRY(fg_cu_require("sum_squares"));
+    return FG_CU_DISPATCH(dt, sum_squares_t, x, n, out);
+}
+
+template <typename T>
+static fg_status scale_t(void *x, int64_t n, double s) {
+    if (n <= 0) return FG_OK;
+    scale_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)x, n, (T)s);
+    FG_CU_LAUNCHED();
+    return FG_OK;
+}
+
+extern "C" fg_status fg_cuda_scale(fg_dtype dt, void *x, int64_t n, double s) {
+    FG_TRY(fg_cu_require("scale"));
+    return FG_CU_DISPATCH(dt, scale_t, x, n, s);
+}

@@ -1,0 +1,258 @@
+/* runtime.cu — the CUDA device: init, the one stream, cuBLAS and cuRAND handles, error reporting,
+ * and the memory and tensor backends that tensor/ calls for FG_CUDA tensors (see cuda/cuda.h).
+ *
+ * CPU reference of the kernels here: tensor/tensor.c (cpu_copy, fg_fill, fg_axpy) — the GPU
+ * versions walk the same C-order index with the same strides and dtype conversions.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+#include "cuda/cuda_ops.h"
+#include "ops/attention.h"
+
+/* ============================================================================================
+ * kernels
+ * ============================================================================================ */
+
+/* t[k] = v for every element k of a strided view */
+template <typename T>
+__global__ void fill_kernel(T *t, fg_cu_layout L, int64_t n, T v) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
+        t[fg_cu_offset(k, L.ndim, L.shape, L.stride)] = v;
+}
+
+/* y[k] += alpha * x[k] (float32 scales by (float)alpha, as tensor.c's fg_axpy does) */
+template <typename T>
+__global__ void axpy_kernel(T *y, fg_cu_layout Ly, const T *x, fg_cu_layout Lx, int64_t n, T alpha) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+        int64_t oy = fg_cu_offset(k, Ly.ndim, Ly.shape, Ly.stride);
+        int64_t ox = fg_cu_offset(k, Lx.ndim, Lx.shape, Lx.stride);
+        y[oy] += alpha * x[ox];
+    }
+}
+
+/* dst[k] = (TD) src[k], any strides on both */
+template <typename TD, typename TS>
+__global__ void copy_kernel(TD *dst, fg_cu_layout Ld, const TS *src, fg_cu_layout Ls, int64_t n) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
+        dst[fg_cu_offset(k, Ld.ndim, Ld.shape, Ld.stride)] = (TD)src[fg_cu_offset(k, Ls.ndim, Ls.shape, Ls.stride)];
+}
+
+/* ============================================================================================
+ * state and error reporting
+ * ============================================================================================ */
+
+static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_ready;
+static int g_device;
+static int g_sms = 1;
+static int g_arch;
+static cudaStream_t g_stream;
+static cublasHandle_t g_blas;
+static curandGenerator_t g_rand;
+static char g_devstr[1024] = "CUDA not initialized (call fg_cuda_init)";
+
+fg_status fg_cu_fail(cudaError_t e, const char *call, const char *file, int line) {
+    return fg_error(FG_ERR_DEVICE, "CUDA error at %s:%d: %s: %s (%s)", file, line, call, cudaGetErrorString(e),
+                    cudaGetErrorName(e));
+}
+fg_status fg_cublas_fail(cublasStatus_t s, const char *call, const char *file, int line) {
+    return fg_error(FG_ERR_DEVICE, "cuBLAS error at %s:%d: %s: %s (%s)", file, line, call, cublasGetStatusString(s),
+                    cublasGetStatusName(s));
+}
+fg_status fg_curand_fail(curandStatus_t s, const char *call, const char *file, int line) {
+    return fg_error(FG_ERR_DEVICE, "cuRAND error at %s:%d: %s: status %d", file, line, call, (int)s);
+}
+void fg_cu_report(cudaError_t e, const char *call, const char *file, int line) {
+    fg_cu_fail(e, call, file, line);
+    fprintf(stderr, "flashgrad: %s\n", fg_last_error());
+}
+
+cudaStream_t fg_cu_stream(void) { return g_stream; }
+cublasHandle_t fg_cu_blas(void) { return g_blas; }
+int fg_cu_sm_count(void) { return g_sms; }
+fg_status fg_cu_require(const char *op) {
+    if (g_ready) return FG_OK;
+    return fg_error(FG_ERR_DEVICE, "%s: the CUDA device is not initialized (call fg_cuda_init first)", op);
+}
+
+/* ============================================================================================
+ * the memory backend (tensor/alloc.h): raw cudaMalloc'd blocks under the caching allocator
+ * ============================================================================================ */
+
+static void *be_alloc(size_t nbytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, nbytes);
+    if (e != cudaSuccess) {
+        /* out of memory is not sticky: clear it so the allocator can empty its cache and retry */
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void be_free(void *p) {
+    cudaError_t e = cudaFree(p);
+    /* at process exit the allocator's destructor may run after the CUDA runtime has shut down */
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading && e != cudaErrorContextIsDestroyed)
+        fg_cu_report(e, "cudaFree(p)", __FILE__, __LINE__);
+}
+
+static void be_memset0(void *p, size_t n) { FG_CU_REPORT(cudaMemsetAsync(p, 0, n, g_stream)); }
+
+static void be_to_host(void *dst, const void *src, size_t n) {
+    FG_CU_REPORT(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, g_stream));
+    FG_CU_REPORT(cudaStreamSynchronize(g_stream));
+}
+
+static void be_from_host(void *dst, const void *src, size_t n) {
+    /* the caller may free or reuse `src` as soon as we return: wait for the copy */
+    FG_CU_REPORT(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream));
+    FG_CU_REPORT(cudaStreamSynchronize(g_stream));
+}
+
+static void be_dev(void *dst, const void *src, size_t n) {
+    FG_CU_REPORT(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, g_stream));
+}
+
+static void be_sync(void) { FG_CU_REPORT(cudaStreamSynchronize(g_stream)); }
+
+static const fg_device_backend g_mem_backend = {
+    be_alloc, be_free, be_memset0, be_to_host, be_from_host, be_dev, be_sync,
+};
+
+/* ============================================================================================
+ * the tensor backend (tensor/tensor.h): fill, axpy, copy on the device
+ * ============================================================================================ */
+
+static fg_cu_layout layout_of(const fg_tensor *t) {
+    fg_cu_layout L;
+    memset(&L, 0, sizeof L);
+    L.ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) {
+        L.shape[d] = t->shape[d];
+        L.stride[d] = t->strides[d];
+    }
+    return L;
+}
+
+template <typename T>
+static fg_status launch_fill(fg_tensor *t, double value) {
+    int64_t n = fg_numel(t);
+    if (n == 0) return FG_OK;
+    if (value == 0.0 && fg_is_contiguous(t)) {
+        FG_CU(cudaMemsetAsync(fg_data(t), 0, fg_nbytes(t), g_stream));
+        return FG_OK;
+    }
+    fill_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, g_stream>>>((T *)fg_data(t), layout_of(t), n, (T)value);
+    FG_CU_LAUNCHED();
+    return FG_OK;
+}
+static fg_status tb_fill(fg_tensor *t, double value) { return FG_CU_DISPATCH(t->dtype, launch_fill, t, value); }
+
+template <typename T>
+static fg_status launch_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
+    int64_t n = fg_numel(y);
+    if (n == 0) return FG_OK;
+    axpy_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, g_stream>>>((T *)fg_data(y), layout_of(y),
+                                                                     (const T *)fg_data(x), layout_of(x), n, (T)alpha);
+    FG_CU_LAUNCHED();
+    return FG_OK;
+}
+static fg_status tb_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
+    return FG_CU_DISPATCH(y->dtype, launch_axpy, y, alpha, x);
+}
+
+static fg_status tb_copy(fg_tensor *dst, const fg_tensor *src) {
+    int64_t n = fg_numel(dst);
+    if (n == 0) return FG_OK;
+    if (dst->dtype == src->dtype && fg_is_contiguous(dst) && fg_is_contiguous(src)) {
+        FG_CU(cudaMemcpyAsync(fg_data(dst), fg_data(src), fg_nbytes(dst), cudaMemcpyDeviceToDevice, g_stream));
+        return FG_OK;
+    }
+    fg_cu_layout Ld = layout_of(dst), Ls = layout_of(src);
+    unsigned nb = fg_cu_blocks(n);
+    void *d = fg_data(dst);
+    const void *s = fg_data(src);
+    if (dst->dtype == FG_F32 && src->dtype == FG_F32)
+        copy_kernel<float, float><<<nb, FG_CU_THREADS, 0, g_stream>>>((float *)d, Ld, (const float *)s, Ls, n);
+    else if (dst->dtype == FG_F32)
+        copy_kernel<float, double><<<nb, FG_CU_THREADS, 0, g_stream>>>((float *)d, Ld, (const double *)s, Ls, n);
+    else if (src->dtype == FG_F32)
+        copy_kernel<double, float><<<nb, FG_CU_THREADS, 0, g_stream>>>((double *)d, Ld, (const float *)s, Ls, n);
+    else
+        copy_kernel<double, double><<<nb, FG_CU_THREADS, 0, g_stream>>>((double *)d, Ld, (const double *)s, Ls, n);
+    FG_CU_LAUNCHED();
+    return FG_OK;
+}
+
+static const fg_tensor_backend g_tensor_backend = {tb_fill, tb_axpy, tb_copy};
+
+static const fg_attn_backend g_attn_backend = {fg_cuda_attention_forward, fg_cuda_attention_backward};
+
+/* ============================================================================================
+ * init
+ * ============================================================================================ */
+
+static fg_status init_locked(void) {
+    int count = 0;
+    FG_CU(cudaGetDeviceCount(&count));
+    if (count < 1) return fg_error(FG_ERR_DEVICE, "CUDA: no CUDA-capable device is visible");
+    const char *env = getenv("FG_CUDA_DEVICE");
+    g_device = env && *env ? atoi(env) : 0;
+    if (g_device < 0 || g_device >= count)
+        return fg_error(FG_ERR_DEVICE, "CUDA: FG_CUDA_DEVICE=%s but %d device(s) are visible", env, count);
+    FG_CU(cudaSetDevice(g_device));
+    FG_CU(cudaFree(0)); /* create the context now, so the first kernel's time is the kernel's */
+    cudaDeviceProp prop;
+    FG_CU(cudaGetDeviceProperties(&prop, g_device));
+    g_sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    g_arch = prop.major * 10 + prop.minor;
+    int drv = 0, rt = 0;
+    FG_CU(cudaDriverGetVersion(&drv));
+    FG_CU(cudaRuntimeGetVersion(&rt));
+    FG_CU(cudaStreamCreate(&g_stream));
+    FG_CUBLAS(cublasCreate(&g_blas));
+    FG_CUBLAS(cublasSetStream(g_blas, g_stream));
+    /* plain float32 arithmetic (no TF32): results are compared with the CPU's */
+    FG_CUBLAS(cublasSetMathMode(g_blas, CUBLAS_DEFAULT_MATH));
+    FG_CURAND(curandCreateGenerator(&g_rand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    FG_CURAND(curandSetStream(g_rand, g_stream));
+    snprintf(g_devstr, sizeof g_devstr, "%.256s (sm_%d, %d SMs, %.1f GiB, %d KiB smem/block opt-in, driver %d.%d, runtime %d.%d)",
+             prop.name, g_arch, g_sms, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             (int)(prop.sharedMemPerBlockOptin / 1024), drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+    fg_register_backend(FG_CUDA, &g_mem_backend);
+    fg_register_tensor_backend(FG_CUDA, &g_tensor_backend);
+    fg_register_attention_backend(FG_CUDA, &g_attn_backend);
+    g_ready = 1;
+    return FG_OK;
+}
+
+extern "C" fg_status fg_cuda_init(void) {
+    pthread_mutex_lock(&g_init_mu);
+    fg_status st = g_ready ? FG_OK : init_locked();
+    if (st != FG_OK) {
+        snprintf(g_devstr, sizeof g_devstr, "no usable CUDA device: %.900s", fg_last_error());
+        /* a partial init keeps its handles; the next call starts over from the device query */
+    }
+    pthread_mutex_unlock(&g_init_mu);
+    return st;
+}
+
+extern "C" int fg_cuda_ready(void) { return g_ready; }
+
+extern "C" fg_status fg_cuda_synchronize(void) {
+    FG_TRY(fg_cu_require("synchronize"));
+    FG_CU(cudaStreamSynchronize(g_stream));
+    FG_CU(cudaGetLastError());
+    return FG_OK;
+}
+
+extern "C" const char *fg_cuda_device_string(void) { return g_devstr; }
+extern "C" int fg_cuda_arch(void) { return g_ready ? g_arch : 0; }
+extern "C" void *fg_cuda_stream(void) { return g_ready ? (void *)g_stream : NULL; }
+extern "C" void *fg_cuda_cublas(void) { return g_ready ? (void *)g_blas : NULL; }
+extern "C" void *fg_cuda_curand(void) { return g_ready ? (void *)g_rand : NULL; }

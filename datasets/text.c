@@ -1,0 +1,273 @@
+/* text.c — a text file as a tokenized, split dataset with deterministic Philox batches.
+ *
+ * B = batch rows, T = time steps per row (the model's block size).
+ */
+#include "datasets/text.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tensor/philox.h"
+
+struct fg_text_dataset {
+    fg_tokenizer *tok;
+    int32_t *tokens;     /* the whole file, n tokens */
+    size_t n;
+    size_t split_len[FG_SPLIT_COUNT];
+    size_t split_off[FG_SPLIT_COUNT];
+};
+
+const char *fg_split_name(fg_split s) {
+    return s == FG_SPLIT_TRAIN ? "train" : s == FG_SPLIT_VAL ? "val" : "unknown split";
+}
+
+fg_text_options fg_text_default_options(int block_size) {
+    fg_text_options o;
+    o.kind = FG_TOK_CHAR;
+    o.tokenizer = NULL;
+    o.val_fraction = 0.1;
+    o.block_size = block_size;
+    return o;
+}
+
+/* ---- "is this text?" for char-level datasets ---- */
+
+/* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 if it is not valid: a stray
+ * continuation byte, a truncated sequence, an overlong form, a surrogate, or > U+10FFFF
+ * (RFC 3629, section 4). */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) { len = 3; lo = 0xA0; }
+    else if (c == 0xED) { len = 3; hi = 0x9F; }            /* no surrogates D800..DFFF */
+    else if (c >= 0xE1 && c <= 0xEF) len = 3;
+    else if (c == 0xF0) { len = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) { len = 4; hi = 0x8F; }            /* <= U+10FFFF */
+    else return 0;                                         /* 0x80..0xC1, 0xF5..0xFF */
+    if (n < len) return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return len;
+}
+
+/* A control byte that does not belong in text: C0 controls except \t \n \v \f \r, and DEL. */
+static int is_bad_control(unsigned char c) {
+    return (c < 0x20 && !(c >= '\t' && c <= '\r')) || c == 0x7F;
+}
+
+/* FG_OK when data[0..n) looks like text to a char-level model (rule in text.h). */
+static fg_status check_text(const unsigned char *p, size_t n, const char *name) {
+    const void *nul = memchr(p, 0, n);
+    if (nul)
+        return fg_error(FG_ERR_FORMAT, "%s: looks binary: NUL byte at offset %zu (use the byte-level "
+                        "tokenizer for binary data)", name, (size_t)((const unsigned char *)nul - p));
+    size_t ctrl = 0, first_ctrl = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_len(p + i, n - i);
+        if (l == 0)
+            return fg_error(FG_ERR_FORMAT, "%s: not valid UTF-8 at offset %zu (byte 0x%02x); use the "
+                            "byte-level tokenizer for non-UTF-8 data", name, i, p[i]);
+        if (l == 1 && is_bad_control(p[i]) && ctrl++ == 0) first_ctrl = i;
+        i += l;
+    }
+    if (ctrl > n / 100)
+        return fg_error(FG_ERR_FORMAT, "%s: looks binary: %zu control bytes in %zu (more than 1%%), "
+                        "the first at offset %zu (byte 0x%02x)", name, ctrl, n, first_ctrl, p[first_ctrl]);
+    return FG_OK;
+}
+
+/* ---- loading ---- */
+
+void fg_text_free(fg_text_dataset *ds) {
+    if (!ds) return;
+    fg_tokenizer_free(ds->tok);
+    free(ds->tokens);
+    free(ds);
+}
+
+static fg_status check_options(const fg_text_options *opt) {
+    if (!opt) return fg_error(FG_ERR_ARG, "text dataset: options are NULL");
+    if (opt->block_size < 1)
+        return fg_error(FG_ERR_ARG, "text dataset: block_size must be >= 1, got %d", opt->block_size);
+    if (!(opt->val_fraction >= 0.0 && opt->val_fraction <= 0.5))
+        return fg_error(FG_ERR_ARG, "text dataset: val_fraction must be in [0, 0.5], got %g",
+                        opt->val_fraction);
+    if (!opt->tokenizer && opt->kind != FG_TOK_CHAR && opt->kind != FG_TOK_BYTE)
+        return fg_error(FG_ERR_ARG, "text dataset: unknown tokenizer kind %d", (int)opt->kind);
+    return FG_OK;
+}
+
+fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *name,
+                                     const fg_text_options *opt) {
+    if (!name) name = "<memory>";
+    if (check_options(opt) != FG_OK) return NULL;
+    if (n == 0 || !data) {
+        fg_error(FG_ERR_FORMAT, "%s: the file is empty", name);
+        return NULL;
+    }
+    const unsigned char *p = data;
+    fg_tok_kind kind = opt->tokenizer ? fg_tokenizer_kind(opt->tokenizer) : opt->kind;
+    if (kind == FG_TOK_CHAR && check_text(p, n, name) != FG_OK) return NULL;
+
+    /* Split sizes before any allocation: val is the floor of the fraction, train the rest. */
+    size_t n_val = (size_t)((double)n * opt->val_fraction);
+    size_t n_train = n - n_val;
+    size_t need = (size_t)opt->block_size + 1;
+    if (n_train < need || (opt->val_fraction > 0 && n_val < need)) {
+        if (opt->val_fraction > 0)
+            fg_error(FG_ERR_FORMAT, "%s: too short: %zu tokens (train %zu, val %zu) but block_size %d "
+                     "needs at least %zu tokens in each split; use a longer text or a smaller block size",
+                     name, n, n_train, n_val, opt->block_size, need);
+        else
+            fg_error(FG_ERR_FORMAT, "%s: too short: %zu tokens but block_size %d needs at least %zu; use "
+                     "a longer text or a smaller block size", name, n, opt->block_size, need);
+        return NULL;
+    }
+
+    fg_text_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) goto oom;
+    ds->tok = opt->tokenizer ? fg_tokenizer_clone(opt->tokenizer)
+              : kind == FG_TOK_BYTE ? fg_tokenizer_byte() : fg_tokenizer_char_from_text(p, n);
+    if (!ds->tok) {
+        fg_text_free(ds);
+        return NULL;
+    }
+    ds->tokens = malloc(n * sizeof *ds->tokens);
+    if (!ds->tokens) goto oom;
+    if (fg_tokenizer_encode(ds->tok, p, n, ds->tokens) != FG_OK) {
+        /* Only possible with a given tokenizer: the text has a byte the checkpoint never saw. */
+        char why[512]; /* copy: fg_error must not read the buffer it writes */
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        fg_error(FG_ERR_FORMAT, "%s: %s (the tokenizer came from elsewhere, e.g. a checkpoint)", name, why);
+        fg_text_free(ds);
+        return NULL;
+    }
+    ds->n = n;
+    ds->split_off[FG_SPLIT_TRAIN] = 0;
+    ds->split_len[FG_SPLIT_TRAIN] = n_train;
+    ds->split_off[FG_SPLIT_VAL] = n_train;
+    ds->split_len[FG_SPLIT_VAL] = n_val;
+    return ds;
+oom:
+    fg_text_free(ds);
+    fg_error(FG_ERR_OOM, "%s: out of memory for %zu tokens", name, n);
+    return NULL;
+}
+
+fg_text_dataset *fg_text_load(const char *path, const fg_text_options *opt) {
+    if (!path) {
+        fg_error(FG_ERR_ARG, "text dataset: path is NULL");
+        return NULL;
+    }
+    if (check_options(opt) != FG_OK) return NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fg_error(FG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    int fst = fstat(fd, &st);
+    if (fst != 0 || S_ISDIR(st.st_mode)) {
+        fg_error(FG_ERR_IO, "%s: cannot read: %s", path, fst != 0 ? strerror(errno) : "is a directory");
+        close(fd);
+        return NULL;
+    }
+    /* Read to EOF with a growing buffer (works for pipes and files whose size changes). */
+    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 65536, len = 0;
+    unsigned char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        fg_error(FG_ERR_OOM, "%s: out of memory reading the file", path);
+        return NULL;
+    }
+    for (;;) {
+        if (len == cap) {
+            unsigned char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                close(fd);
+                fg_error(FG_ERR_OOM, "%s: out of memory reading the file", path);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r == 0) break;
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            fg_error(FG_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+            free(buf);
+            close(fd);
+            return NULL;
+        }
+        len += (size_t)r;
+    }
+    close(fd);
+    fg_text_dataset *ds = fg_text_from_memory(buf, len, path, opt);
+    free(buf);
+    return ds;
+}
+
+/* ---- accessors ---- */
+
+const fg_tokenizer *fg_text_tokenizer(const fg_text_dataset *ds) { return ds->tok; }
+int fg_text_vocab_size(const fg_text_dataset *ds) { return fg_tokenizer_vocab_size(ds->tok); }
+size_t fg_text_num_tokens(const fg_text_dataset *ds) { return ds->n; }
+
+size_t fg_text_split_tokens(const fg_text_dataset *ds, fg_split s) {
+    return (s >= 0 && s < FG_SPLIT_COUNT) ? ds->split_len[s] : 0;
+}
+
+const int32_t *fg_text_split_data(const fg_text_dataset *ds, fg_split s) {
+    if (s < 0 || s >= FG_SPLIT_COUNT || ds->split_len[s] == 0) return NULL;
+    return ds->tokens + ds->split_off[s];
+}
+
+/* ---- batches ---- */
+
+/* A uniform integer in [0, range) for row `row` (= step * B + r), drawn as described in text.h:
+ * 64-bit draws from Philox, rejecting the top 2^64 mod range values so every result is equally
+ * likely. range >= 1. */
+static uint64_t draw_offset(uint64_t seed, uint64_t stream, uint64_t row, uint64_t range) {
+    /* 2^64 mod range values would make the low results likelier; accept x <= max_ok only. */
+    uint64_t max_ok = UINT64_MAX - (0 - range) % range;
+    for (uint64_t k = 0;; k++) {
+        uint32_t w[4];
+        fg_philox_block(seed, stream, row + (k << 48), w);
+        uint64_t x0 = ((uint64_t)w[0] << 32) | w[1], x1 = ((uint64_t)w[2] << 32) | w[3];
+        if (x0 <= max_ok) return x0 % range;
+        if (x1 <= max_ok) return x1 % range;
+    }
+}
+
+fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uint64_t seed,
+                        uint64_t step, int32_t *x, int32_t *y) {
+    if (!ds || !x || !y) return fg_error(FG_ERR_ARG, "text batch: NULL dataset or output buffer");
+    if (s < 0 || s >= FG_SPLIT_COUNT) return fg_error(FG_ERR_ARG, "text batch: unknown split %d", (int)s);
+    if (B < 1 || T < 1) return fg_error(FG_ERR_ARG, "text batch: need B >= 1 and T >= 1, got B=%d T=%d", B, T);
+    size_t len = ds->split_len[s];
+    if (len < (size_t)T + 1)
+        return fg_error(FG_ERR_ARG, "text batch: the %s split has %zu tokens, fewer than T + 1 = %d%s",
+                        fg_split_name(s), len, T + 1,
+                        len == 0 ? " (it is empty: val_fraction was 0)" : "");
+    /* x is (B, T), y is (B, T): row r is the window at offset o, y shifted one to the right. */
+    const int32_t *tok = ds->tokens + ds->split_off[s];
+    uint64_t range = (uint64_t)(len - (size_t)T); /* offsets 0 .. len-T-1 */
+    for (int r = 0; r < B; r++) {
+        uint64_t o = draw_offset(seed, FG_TEXT_STREAM(s), step * (uint64_t)B + (uint64_t)r, range);
+        memcpy(x + (size_t)r * T, tok + o, (size_t)T * sizeof *x);
+        memcpy(y + (size_t)r * T, tok + o + 1, (size_t)T * sizeof *y);
+    }
+    return FG_OK;
+}

@@ -1,0 +1,178 @@
+/* attention_naive.c — textbook attention: the whole score matrix of a head at once. The reference
+ * that flash attention is checked against, and the baseline its memory is compared with.
+ *
+ * Legend: B batch, H heads, Nq queries, Nk keys, d head dim.
+ *   q (B, H, Nq, d); k, v (B, H, Nk, d); o (B, H, Nq, d); lse (B, H, Nq)
+ *   p (B, H, Nq, Nk): the softmax before dropout, saved for backward
+ *   off = Nk − Nq: with the causal mask, query i sees key j iff j <= i + off (bottom-right).
+ *
+ * Forward, per (b, h):
+ *     S = scale · Q Kᵀ (masked entries -inf);  P = softmax(S) row by row (max-subtracted)
+ *     O = (P∘Z) V,  Z = dropout mask / (1 − p);  lse = rowmax S + log rowsum exp(S − rowmax S)
+ * Backward, per (b, h), from the saved P:
+ *     dV = (P∘Z)ᵀ dO;  dP = (dO Vᵀ)∘Z;  dS = P∘(dP − rowsum(dP∘P));  dQ = scale dS K;  dK = scale dSᵀ Q
+ * A row that sees no key has P = 0, O = 0, lse = -inf and zero gradients.
+ *
+ * The file is a template: it includes itself twice, once per dtype (T = float, then double).
+ */
+#ifndef FG_ATTN_NAIVE_TEMPLATE
+
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/attention.h"
+#include "tensor/alloc.h"
+#include "tensor/philox.h"
+
+#define FG_ATTN_NAIVE_TEMPLATE 1
+
+#define T float
+#define SFX(name) name##_f32
+#define GEMM cblas_sgemm
+#define EXP expf
+#include "ops/attention_naive.c"
+#undef T
+#undef SFX
+#undef GEMM
+#undef EXP
+
+#define T double
+#define SFX(name) name##_f64
+#define GEMM cblas_dgemm
+#define EXP exp
+#include "ops/attention_naive.c"
+#undef T
+#undef SFX
+#undef GEMM
+#undef EXP
+
+#undef FG_ATTN_NAIVE_TEMPLATE
+
+#else /* ---- the per-dtype template ---- */
+
+/* C (m × n) = alpha · op(A) op(B) + beta · C; a no-op on empty sizes. */
+static void SFX(naive_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t kk, T alpha, const T *A,
+                            int64_t lda, const T *Bm, int64_t ldb, T beta, T *C, int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    if (kk == 0) {
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < n; c++) C[r * ldc + c] = beta == 0 ? 0 : beta * C[r * ldc + c];
+        return;
+    }
+    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+         (int)kk, alpha, A, (int)(lda > 0 ? lda : 1), Bm, (int)(ldb > 0 ? ldb : 1), beta, C,
+         (int)(ldc > 0 ? ldc : 1));
+}
+
+fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k, const T *v,
+                                     const fg_attn_problem *pr) {
+    const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, off = Nk - Nq;
+    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
+    const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
+    const size_t nn = (size_t)(Nq * Nk);
+    /* scratch: P when the caller does not keep it, P∘Z with dropout */
+    size_t n_scratch = (p ? 0 : (nn ? nn : 1)) + (thr ? nn : 0);
+    T *scratch = NULL;
+    if (n_scratch) {
+        scratch = fg_alloc(FG_CPU, n_scratch * sizeof(T));
+        if (!scratch) return fg_error(FG_ERR_OOM, "naive attention: cannot allocate %zu bytes for the %lldx%lld score matrix",
+                                      n_scratch * sizeof(T), (long long)Nq, (long long)Nk);
+    }
+    T *PZ = thr ? scratch + (p ? 0 : (nn ? nn : 1)) : NULL;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t bh = b * H + h;
+            const T *Q = q + bh * Nq * d, *K = k + bh * Nk * d, *V = v + bh * Nk * d;
+            T *O = o + bh * Nq * d, *L = lse + bh * Nq;
+            T *P = p ? p + (size_t)bh * nn : scratch;
+            /* S = scale · Q Kᵀ  (Nq × Nk), into P's buffer */
+            SFX(naive_gemm)(0, 1, Nq, Nk, d, (T)pr->scale, Q, d, K, d, 0, P, Nk);
+            for (int64_t i = 0; i < Nq; i++) {
+                T *row = P + i * Nk;
+                int64_t nvis = Nk;
+                if (pr->causal) { /* query i sees keys j <= i + off */
+                    nvis = i + off + 1;
+                    nvis = nvis < 0 ? 0 : (nvis < Nk ? nvis : Nk);
+                }
+                T mx = -INFINITY;
+                for (int64_t j = 0; j < nvis; j++)
+                    if (row[j] > mx) mx = row[j];
+                if (mx == -INFINITY) { /* no visible key (or every score -inf): P = 0, lse = -inf */
+                    for (int64_t j = 0; j < Nk; j++) row[j] = 0;
+                    L[i] = -INFINITY;
+                    continue;
+                }
+                T sum = 0;
+                for (int64_t j = 0; j < nvis; j++) {
+                    row[j] = EXP(row[j] - mx);
+                    sum += row[j];
+                }
+                for (int64_t j = nvis; j < Nk; j++) row[j] = 0;
+                T inv = 1 / sum;
+                for (int64_t j = 0; j < nvis; j++) row[j] *= inv;
+                L[i] = (T)((double)mx + log((double)sum)); /* one rounding for float32 */
+            }
+            const T *W = P; /* the weights that multiply V */
+            if (thr) {
+                memcpy(PZ, P, nn * sizeof(T));
+                for (int64_t i = 0; i < Nq; i++)
+                    SFX(fg_attn_dropout_scale)(PZ + i * Nk, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
+                W = PZ;
+            }
+            /* O = W V */
+            SFX(naive_gemm)(0, 0, Nq, d, Nk, 1, W, Nk, V, d, 0, O, d);
+        }
+    if (scratch) fg_free(FG_CPU, scratch);
+    return FG_OK;
+}
+
+fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k,
+                                      const T *v, const T *p, const fg_attn_problem *pr) {
+    const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
+    if (!dq && !dk && !dv) return FG_OK;
+    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
+    const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
+    const T scale = (T)pr->scale;
+    const size_t nn = (size_t)(Nq * Nk);
+    /* scratch: dP/dS (Nq × Nk), P∘Z with dropout */
+    size_t n_scratch = (nn ? nn : 1) + (thr ? nn : 0);
+    T *scratch = fg_alloc(FG_CPU, n_scratch * sizeof(T));
+    if (!scratch) return fg_error(FG_ERR_OOM, "naive attention backward: cannot allocate %zu bytes",
+                                  n_scratch * sizeof(T));
+    T *dS = scratch, *PZ = thr ? scratch + nn : NULL;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t bh = b * H + h;
+            const T *Q = q + bh * Nq * d, *K = k + bh * Nk * d, *V = v + bh * Nk * d;
+            const T *dO = dout + bh * Nq * d, *P = p + (size_t)bh * nn;
+            const T *W = P;
+            if (thr) {
+                memcpy(PZ, P, nn * sizeof(T));
+                for (int64_t i = 0; i < Nq; i++)
+                    SFX(fg_attn_dropout_scale)(PZ + i * Nk, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
+                W = PZ;
+            }
+            /* the forward's O = (P∘Z) V:  dV += (P∘Z)ᵀ dO,  d(P∘Z) = dO Vᵀ */
+            if (dv) SFX(naive_gemm)(1, 0, Nk, d, Nq, 1, W, Nk, dO, d, 1, dv + bh * Nk * d, d);
+            if (!dq && !dk) continue;
+            SFX(naive_gemm)(0, 1, Nq, Nk, d, 1, dO, d, V, d, 0, dS, Nk);
+            /* dP = d(P∘Z) ∘ Z;  the forward's P = softmax(S): dS = P∘(dP − rowsum(dP∘P)) */
+            for (int64_t i = 0; i < Nq; i++) {
+                T *row = dS + i * Nk;
+                const T *prow = P + i * Nk;
+                if (thr) SFX(fg_attn_dropout_scale)(row, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
+                T r = 0;
+                for (int64_t j = 0; j < Nk; j++) r += row[j] * prow[j];
+                for (int64_t j = 0; j < Nk; j++) row[j] = prow[j] * (row[j] - r);
+            }
+            /* the forward's S = scale · Q Kᵀ:  dQ += scale dS K,  dK += scale dSᵀ Q */
+            if (dq) SFX(naive_gemm)(0, 0, Nq, d, Nk, scale, dS, Nk, K, d, 1, dq + bh * Nq * d, d);
+            if (dk) SFX(naive_gemm)(1, 0, Nk, d, Nq, scale, dS, Nk, Q, d, 1, dk + bh * Nk * d, d);
+        }
+    fg_free(FG_CPU, scratch);
+    return FG_OK;
+}
+
+#endif /* FG_ATTN_NAIVE_TEMPLATE */

@@ -1,0 +1,239 @@
+/* elementwise.c — add, sub, mul, div with NumPy broadcasting; add_scalar, mul_scalar.
+ *
+ * Legend: a and b are any two shapes that broadcast (aligned at the right; a size-1 or missing dim
+ * stretches), out has the broadcast shape, e.g. a (B, T, C) + b (C) -> out (B, T, C).
+ *
+ * Forward reads a and b through broadcast strides (0 along stretched dims), so neither is copied
+ * or expanded. Backward is the forward's derivative summed over every output element that read
+ * a given input element: an input's gradient buffer is walked with the same broadcast strides, so
+ * the += of all those elements lands on the one element they came from (a reduction over the
+ * broadcast dims, in output order).
+ *
+ * Every kernel is the row iterator (ops_internal.h) plus an inner loop with fast cases for the
+ * contiguous and "one side is one value per row" layouts.
+ */
+#include <string.h>
+
+#include "ops/ops_internal.h"
+
+/* ---- kernels ---- */
+
+/* out = EXPR(x, y), x from a and y from b, over the iterator (operands: out, a, b). */
+#define BINARY_FWD(T, SFX, NAME, EXPR)                                                                 \
+    static void NAME##_fwd_##SFX(T *out, const T *a, const T *b, fg_iter *it) {                        \
+        while (fg_iter_next(it)) {                                                                     \
+            T *o = out + it->off[0];                                                                   \
+            const T *pa = a + it->off[1], *pb = b + it->off[2];                                        \
+            int64_t so = it->inner[0], sa = it->inner[1], sb = it->inner[2], n = it->n;                \
+            if (so == 1 && sa == 1 && sb == 1) {                                                       \
+                for (int64_t i = 0; i < n; i++) { T x = pa[i], y = pb[i]; o[i] = (EXPR); }             \
+            } else if (so == 1 && sa == 1 && sb == 0) {                                                \
+                T y = pb[0];                                                                           \
+                for (int64_t i = 0; i < n; i++) { T x = pa[i]; o[i] = (EXPR); }                        \
+            } else if (so == 1 && sa == 0 && sb == 1) {                                                \
+                T x = pa[0];                                                                           \
+                for (int64_t i = 0; i < n; i++) { T y = pb[i]; o[i] = (EXPR); }                        \
+            } else {                                                                                   \
+                for (int64_t i = 0; i < n; i++) { T x = pa[i * sa], y = pb[i * sb]; o[i * so] = (EXPR); } \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* g += EXPR(d, p, q) over the iterator (operands: g, dy, p, q). g may have stride 0 along the row
+ * (its input was broadcast there): then the row is summed first and added once. */
+#define BINARY_BWD(T, SFX, NAME, EXPR)                                                                 \
+    static void NAME##_bwd_##SFX(T *g, const T *dy, const T *P, const T *Q, fg_iter *it) {             \
+        while (fg_iter_next(it)) {                                                                     \
+            T *pg = g + it->off[0];                                                                    \
+            const T *pd = dy + it->off[1], *pp = P + it->off[2], *pq = Q + it->off[3];                 \
+            int64_t sg = it->inner[0], sd = it->inner[1], sp = it->inner[2], sq = it->inner[3], n = it->n; \
+            if (sg == 1 && sd == 1 && sp == 1 && sq == 1) {                                            \
+                for (int64_t i = 0; i < n; i++) {                                                      \
+                    T d = pd[i], p = pp[i], q = pq[i];                                                 \
+                    (void)p, (void)q;                                                                  \
+                    pg[i] += (EXPR);                                                                   \
+                }                                                                                      \
+            } else if (sg == 0) {                                                                      \
+                T acc = 0;                                                                             \
+                for (int64_t i = 0; i < n; i++) {                                                      \
+                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                  \
+                    (void)p, (void)q;                                                                  \
+                    acc += (EXPR);                                                                     \
+                }                                                                                      \
+                pg[0] += acc;                                                                          \
+            } else {                                                                                   \
+                for (int64_t i = 0; i < n; i++) {                                                      \
+                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                  \
+                    (void)p, (void)q;                                                                  \
+                    pg[i * sg] += (EXPR);                                                              \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* out = EXPR(x, s) with a scalar s (operands: out, a). */
+#define SCALAR_FWD(T, SFX, NAME, EXPR)                                                                 \
+    static void NAME##_fwd_##SFX(T *out, const T *a, double s_, fg_iter *it) {                         \
+        T s = (T)s_;                                                                                   \
+        while (fg_iter_next(it)) {                                                                     \
+            T *o = out + it->off[0];                                                                   \
+            const T *pa = a + it->off[1];                                                              \
+            int64_t so = it->inner[0], sa = it->inner[1], n = it->n;                                   \
+            if (so == 1 && sa == 1)                                                                    \
+                for (int64_t i = 0; i < n; i++) { T x = pa[i]; o[i] = (EXPR); }                        \
+            else                                                                                       \
+                for (int64_t i = 0; i < n; i++) { T x = pa[i * sa]; o[i * so] = (EXPR); }              \
+        }                                                                                              \
+    }
+
+#define ELEMENTWISE_KERNELS(T, SFX)                                                                    \
+    BINARY_FWD(T, SFX, add, x + y)                                                                     \
+    BINARY_FWD(T, SFX, sub, x - y)                                                                     \
+    BINARY_FWD(T, SFX, mul, x * y)                                                                     \
+    BINARY_FWD(T, SFX, div, x / y)                                                                     \
+    BINARY_BWD(T, SFX, plus, d)                      /* add (a and b), sub (a) */                      \
+    BINARY_BWD(T, SFX, minus, -d)                    /* sub (b) */                                     \
+    BINARY_BWD(T, SFX, times, d * p)                 /* mul: p is the other input */                   \
+    BINARY_BWD(T, SFX, over, d / p)                  /* div (a): p = b */                              \
+    BINARY_BWD(T, SFX, quot, -d * q / (p * p))       /* div (b): p = b, q = a */                       \
+    SCALAR_FWD(T, SFX, adds, x + s)                                                                    \
+    SCALAR_FWD(T, SFX, muls, x * s)
+ELEMENTWISE_KERNELS(float, f32)
+ELEMENTWISE_KERNELS(double, f64)
+
+/* ============================================================================================
+ * binary ops: out = a ∘ b with broadcasting
+ * ============================================================================================ */
+
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV };
+static const char *const op_names[] = {"add", "sub", "mul", "div"};
+
+/* Backward rules, from the forward lines
+ *   add: out = a + b   ->  da += dout,            db += dout
+ *   sub: out = a - b   ->  da += dout,            db -= dout
+ *   mul: out = a * b   ->  da += dout * b,        db += dout * a
+ *   div: out = a / b   ->  da += dout / b,        db -= dout * a / b²
+ * each summed over the broadcast dims of its input. */
+static fg_status binary_backward(fg_node *n, int kind) {
+    fg_tensor *a = n->inputs[0], *b = n->inputs[1];
+    fg_tensor *ga = fg_grad_buffer(a), *gb = fg_grad_buffer(b);
+    if (!ga && !gb) return FG_OK;
+    fg_tensor *dy = fg_op_grad_out(n);
+    if (!dy) return fg_last_status();
+    int nd = dy->ndim;
+    const int64_t *shape = dy->shape;
+    int64_t st[4][FG_MAX_DIMS], gs[FG_MAX_DIMS];
+    for (int side = 0; side < 2; side++) {
+        fg_tensor *g = side ? gb : ga, *self = side ? b : a, *other = side ? a : b;
+        if (!g) continue;
+        /* g is contiguous with self's shape; read it with self's broadcast into out's shape */
+        fg_contig_strides(g->ndim, g->shape, gs);
+        fg_broadcast_strides(g->ndim, g->shape, gs, nd, shape, st[0]);
+        fg_contig_strides(nd, shape, st[1]);
+        fg_broadcast_strides(other->ndim, other->shape, other->strides, nd, shape, st[2]); /* p = other */
+        fg_broadcast_strides(self->ndim, self->shape, self->strides, nd, shape, st[3]);    /* q = self */
+        /* the div rule of b wants p = b (self) and q = a (other): swap */
+        const void *P = fg_data(other), *Q = fg_data(self);
+        if (kind == OP_DIV && side == 1) {
+            int64_t tmp[FG_MAX_DIMS];
+            memcpy(tmp, st[2], sizeof tmp);
+            memcpy(st[2], st[3], sizeof tmp);
+            memcpy(st[3], tmp, sizeof tmp);
+            P = fg_data(self);
+            Q = fg_data(other);
+        }
+        fg_iter it;
+        fg_iter_init(&it, nd, shape, 4, st);
+        void *G = fg_data(g);
+        const void *D = fg_data(dy);
+        fg_dtype dt = dy->dtype;
+        switch (kind) {
+        case OP_ADD: FG_DISPATCH(dt, plus_bwd, G, D, P, Q, &it); break;
+        case OP_SUB: if (side) FG_DISPATCH(dt, minus_bwd, G, D, P, Q, &it); else FG_DISPATCH(dt, plus_bwd, G, D, P, Q, &it); break;
+        case OP_MUL: FG_DISPATCH(dt, times_bwd, G, D, P, Q, &it); break;
+        default: if (side) FG_DISPATCH(dt, quot_bwd, G, D, P, Q, &it); else FG_DISPATCH(dt, over_bwd, G, D, P, Q, &it); break;
+        }
+    }
+    fg_release(dy);
+    return FG_OK;
+}
+static fg_status add_backward(fg_node *n) { return binary_backward(n, OP_ADD); }
+static fg_status sub_backward(fg_node *n) { return binary_backward(n, OP_SUB); }
+static fg_status mul_backward(fg_node *n) { return binary_backward(n, OP_MUL); }
+static fg_status div_backward(fg_node *n) { return binary_backward(n, OP_DIV); }
+
+static fg_tensor *binary(int kind, fg_tensor *a, fg_tensor *b) {
+    const char *op = op_names[kind];
+    if (fg_op_check(op, "a", a) != FG_OK || fg_op_check_like(op, "b", b, "a", a) != FG_OK) return NULL;
+    int nd;
+    int64_t shape[FG_MAX_DIMS];
+    if (fg_broadcast_shape(op, a, b, &nd, shape) != FG_OK) return NULL;
+    if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+
+    fg_tensor *out = fg_empty(a->dtype, FG_CPU, nd, shape);
+    if (!out) return NULL;
+    int64_t st[3][FG_MAX_DIMS];
+    fg_contig_strides(nd, shape, st[0]);
+    fg_broadcast_strides(a->ndim, a->shape, a->strides, nd, shape, st[1]);
+    fg_broadcast_strides(b->ndim, b->shape, b->strides, nd, shape, st[2]);
+    fg_iter it;
+    fg_iter_init(&it, nd, shape, 3, st);
+    void *O = fg_data(out);
+    const void *A = fg_data(a), *B = fg_data(b);
+    static const fg_backward_fn rules[] = {add_backward, sub_backward, mul_backward, div_backward};
+    switch (kind) {
+    case OP_ADD: FG_DISPATCH(a->dtype, add_fwd, O, A, B, &it); break;
+    case OP_SUB: FG_DISPATCH(a->dtype, sub_fwd, O, A, B, &it); break;
+    case OP_MUL: FG_DISPATCH(a->dtype, mul_fwd, O, A, B, &it); break;
+    default: FG_DISPATCH(a->dtype, div_fwd, O, A, B, &it); break;
+    }
+    fg_record(out, op, rules[kind], 2, (fg_tensor *[]){a, b}); /* a and b are the node's inputs */
+    return out;
+}
+
+fg_tensor *fg_add(fg_tensor *a, fg_tensor *b) { return binary(OP_ADD, a, b); }
+fg_tensor *fg_sub(fg_tensor *a, fg_tensor *b) { return binary(OP_SUB, a, b); }
+fg_tensor *fg_mul(fg_tensor *a, fg_tensor *b) { return binary(OP_MUL, a, b); }
+fg_tensor *fg_div(fg_tensor *a, fg_tensor *b) { return binary(OP_DIV, a, b); }
+
+/* ============================================================================================
+ * scalar ops: out = a + s, out = a * s          (fargs[0] = s)
+ * ============================================================================================ */
+
+/* forward: out = a + s  ->  da += dout */
+static fg_status add_scalar_backward(fg_node *n) {
+    fg_tensor *ga = fg_grad_buffer(n->inputs[0]);
+    fg_tensor *dy = ga ? fg_op_grad_out(n) : NULL;
+    fg_status st = ga ? (dy ? fg_op_add_into(ga, dy, 1.0) : fg_last_status()) : FG_OK;
+    fg_release(dy);
+    return st;
+}
+
+/* forward: out = a * s  ->  da += s * dout */
+static fg_status mul_scalar_backward(fg_node *n) {
+    fg_tensor *ga = fg_grad_buffer(n->inputs[0]);
+    fg_tensor *dy = ga ? fg_op_grad_out(n) : NULL;
+    fg_status st = ga ? (dy ? fg_op_add_into(ga, dy, n->fargs[0]) : fg_last_status()) : FG_OK;
+    fg_release(dy);
+    return st;
+}
+
+static fg_tensor *scalar(const char *op, int is_mul, fg_tensor *a, double s) {
+    if (fg_op_check(op, "a", a) != FG_OK) return NULL;
+    if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    fg_tensor *out = fg_empty(a->dtype, FG_CPU, a->ndim, a->shape);
+    if (!out) return NULL;
+    int64_t st[2][FG_MAX_DIMS];
+    fg_contig_strides(a->ndim, a->shape, st[0]);
+    memcpy(st[1], a->strides, sizeof st[1]);
+    fg_iter it;
+    fg_iter_init(&it, a->ndim, a->shape, 2, st);
+    if (is_mul) FG_DISPATCH(a->dtype, muls_fwd, fg_data(out), fg_data(a), s, &it);
+    else FG_DISPATCH(a->dtype, adds_fwd, fg_data(out), fg_data(a), s, &it);
+    fg_node *node = fg_record(out, op, is_mul ? mul_scalar_backward : add_scalar_backward, 1, (fg_tensor *[]){a});
+    if (node) node->fargs[0] = s;
+    return out;
+}
+
+fg_tensor *fg_add_scalar(fg_tensor *a, double s) { return scalar("add_scalar", 0, a, s); }
+fg_tensor *fg_mul_scalar(fg_tensor *a, double s) { return scalar("mul_scalar", 1, a, s); }

@@ -1,0 +1,99 @@
+/* embedding.c — token (or position) embedding lookup.
+ *
+ * Legend: weight is (V, C): V rows (vocabulary), C channels. idx holds n int32 ids laid out as
+ * `shape` (e.g. (B, T)); out is (shape..., C) with out[r, :] = weight[idx[r], :].
+ * saved for backward: a copy of idx (node ctx), since the caller may reuse its buffer.
+ *
+ * Backward scatter-adds dout's rows into dweight in position order r = 0, 1, ..., so a token that
+ * appears several times gets its gradients summed in a fixed, repeatable order.
+ */
+#include <string.h>
+
+#include "ops/ops_internal.h"
+
+#define EMBEDDING_KERNELS(T, SFX)                                                                      \
+    /* out[r, :] = weight[idx[r], :]; weight rows are ws elements apart */                            \
+    static void embedding_fwd_##SFX(T *out, const T *weight, const int32_t *idx, int64_t n, int64_t C,  \
+                                    int64_t ws) {                                                      \
+        for (int64_t r = 0; r < n; r++) memcpy(out + r * C, weight + (int64_t)idx[r] * ws, (size_t)C * sizeof(T)); \
+    }                                                                                                  \
+    /* forward: out[r, :] = weight[idx[r], :]  ->  dweight[idx[r], :] += dout[r, :] */                \
+    static void embedding_bwd_##SFX(T *dweight, const T *dout, const int32_t *idx, int64_t n, int64_t C) { \
+        for (int64_t r = 0; r < n; r++) {                                                              \
+            T *dw = dweight + (int64_t)idx[r] * C;                                                     \
+            const T *d = dout + r * C;                                                                 \
+            for (int64_t c = 0; c < C; c++) dw[c] += d[c];                                             \
+        }                                                                                              \
+    }
+EMBEDDING_KERNELS(float, f32)
+EMBEDDING_KERNELS(double, f64)
+
+/* iargs[0] = n (number of ids); ctx = the ids */
+static fg_status embedding_backward(fg_node *n) {
+    fg_tensor *dw = fg_grad_buffer(n->inputs[0]);
+    if (!dw) return FG_OK;
+    fg_tensor *dout = fg_op_grad_out(n);
+    if (!dout) return fg_last_status();
+    FG_DISPATCH(dw->dtype, embedding_bwd, fg_data(dw), fg_data(dout), (const int32_t *)n->ctx, n->iargs[0],
+                dw->shape[1]);
+    fg_release(dout);
+    return FG_OK;
+}
+
+fg_tensor *fg_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const int64_t *shape) {
+    static const char op[] = "embedding";
+    char b[FG_SHAPE_BUF];
+    if (fg_op_check(op, "weight", weight) != FG_OK) return NULL;
+    if (weight->ndim != 2) {
+        fg_error(FG_ERR_SHAPE, "%s: weight %s must be (V, C)", op, FG_SHP(weight, b));
+        return NULL;
+    }
+    if (ndim < 0 || ndim > FG_MAX_DIMS - 1 || (ndim > 0 && !shape)) {
+        fg_error(FG_ERR_ARG, "%s: index rank %d is invalid (0..%d with a shape) for weight %s", op, ndim,
+                 FG_MAX_DIMS - 1, FG_SHP(weight, b));
+        return NULL;
+    }
+    int64_t n = 1, V = weight->shape[0], C = weight->shape[1];
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            fg_error(FG_ERR_ARG, "%s: index shape has negative size %lld in dim %d", op, (long long)shape[d], d);
+            return NULL;
+        }
+        n *= shape[d];
+    }
+    if (n > 0 && !idx) {
+        fg_error(FG_ERR_ARG, "%s: idx is NULL for %lld ids (weight %s)", op, (long long)n, FG_SHP(weight, b));
+        return NULL;
+    }
+    for (int64_t r = 0; r < n; r++)
+        if (idx[r] < 0 || idx[r] >= V) {
+            fg_error(FG_ERR_ARG, "%s: id %d at position %lld is outside [0, %lld) for weight %s", op, (int)idx[r],
+                     (long long)r, (long long)V, FG_SHP(weight, b));
+            return NULL;
+        }
+    if (weight->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+
+    int64_t oshape[FG_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) oshape[d] = shape[d];
+    oshape[ndim] = C;
+    /* rows of weight need unit stride along C; any row stride is fine */
+    fg_tensor *W = (C <= 1 || weight->strides[1] == 1) ? fg_retain(weight) : fg_op_contiguous(weight);
+    fg_tensor *out = W ? fg_empty(weight->dtype, FG_CPU, ndim + 1, oshape) : NULL;
+    if (out) {
+        FG_DISPATCH(weight->dtype, embedding_fwd, fg_data(out), fg_data(W), idx, n, C, W->strides[0]);
+        fg_node *node = fg_record(out, op, embedding_backward, 1, (fg_tensor *[]){weight});
+        if (node) {
+            node->ctx = fg_op_ctx_alloc(op, (size_t)n * sizeof(int32_t));
+            if (!node->ctx) { /* releasing out frees the node */
+                fg_release(out);
+                out = NULL;
+            } else {
+                if (n) memcpy(node->ctx, idx, (size_t)n * sizeof(int32_t));
+                node->ctx_free = fg_op_ctx_free;
+                node->iargs[0] = n;
+            }
+        }
+    }
+    fg_release(W);
+    return out;
+}

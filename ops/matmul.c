@@ -1,0 +1,370 @@
+/* matmul.c — matrix products through OpenBLAS: fg_matmul (batched) and fg_linear (x @ wᵀ + b).
+ *
+ * Legend (outermost first):
+ *   matmul: a is (..., M, K), b is (..., K, N) or (K, N) shared by every batch, out is (..., M, N)
+ *   linear: x is (..., K), seen as R = prod(...) rows of K; w is (N, K) like torch.nn.Linear;
+ *           bias is (N) or NULL; out is (..., N)
+ *
+ * How operands reach BLAS without copies. BLAS (row-major) takes a matrix as a pointer, a leading
+ * dimension and a transpose flag. A (rows, cols) view with unit column stride is NoTrans with
+ * ld = row stride; a view with unit row stride (a transposed view of a contiguous matrix, e.g.
+ * fg_transpose(k, -2, -1)) is Trans with ld = column stride. Batch dims may have any strides; we
+ * step through them with the row iterator and call GEMM once per batch. Only views that fit
+ * neither layout (a sliced column, a broadcast stride of 0) are copied (fg_op_contiguous).
+ *
+ * Batches are folded into one big GEMM when the layout allows it: with a shared (K, N) b, the
+ * (..., M, K) rows of a are one (prod(...) * M, K) matrix when their strides chain (always, for a
+ * contiguous a), which is what makes fg_linear a single GEMM over all B*T rows.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "ops/ops_internal.h"
+
+/* ---- BLAS operands ---- */
+
+/* A (rows, cols) strided matrix as BLAS sees it. */
+typedef struct {
+    char *p;                        /* element (0, 0) of batch 0 */
+    CBLAS_TRANSPOSE tr;
+    int64_t ld;
+    int64_t bstride[FG_MAX_DIMS];   /* elements from one batch to the next, per batch dim; 0 = shared */
+} blas_mat;
+
+/* Can a (rows, cols) matrix with strides (s_r, s_c) go to BLAS directly? Sets the flag and ld.
+ * The stride of a size-1 dim never matters, so such dims accept any stride. */
+static int blas_layout(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, CBLAS_TRANSPOSE *tr, int64_t *ld) {
+    int64_t need_n = cols > 1 ? cols : 1, need_t = rows > 1 ? rows : 1;
+    if (rows == 0 || cols == 0) { /* nothing is read */
+        *tr = CblasNoTrans;
+        *ld = need_n;
+        return 1;
+    }
+    /* NoTrans: element (i, j) at i*ld + j */
+    int64_t ld_n = rows > 1 ? s_r : need_n;
+    if ((cols <= 1 || s_c == 1) && ld_n >= need_n) {
+        *tr = CblasNoTrans;
+        *ld = ld_n;
+        return 1;
+    }
+    /* Trans: element (i, j) at j*ld + i */
+    int64_t ld_t = cols > 1 ? s_c : need_t;
+    if ((rows <= 1 || s_r == 1) && ld_t >= need_t) {
+        *tr = CblasTrans;
+        *ld = ld_t;
+        return 1;
+    }
+    return 0;
+}
+
+static int last2_ok(const fg_tensor *t) {
+    CBLAS_TRANSPOSE tr;
+    int64_t ld;
+    int nd = t->ndim;
+    return blas_layout(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1], &tr, &ld);
+}
+
+/* t itself (retained) if its last two dims go to BLAS as they are, else a contiguous copy. */
+static fg_tensor *blas_ready(fg_tensor *t) { return last2_ok(t) ? fg_retain(t) : fg_op_contiguous(t); }
+
+/* Can t (..., K) be seen as one (rows, K) matrix, NoTrans with row stride *rs? True when the last
+ * dim has unit stride and the leading dims chain into one stride (always for a contiguous t). */
+static int fold_rows(const fg_tensor *t, int64_t *rows, int64_t *rs) {
+    int nd = t->ndim;
+    int64_t K = nd ? t->shape[nd - 1] : 1, need = K > 1 ? K : 1;
+    int64_t r = 1;
+    for (int d = 0; d < nd - 1; d++) r *= t->shape[d];
+    *rows = r;
+    *rs = need;
+    if (r == 0 || K == 0) return 1; /* nothing is read */
+    if (K > 1 && t->strides[nd - 1] != 1) return 0;
+    /* the leading dims of size > 1, innermost first, must step as one dim of stride `stride` */
+    int64_t stride = -1, span = 1;
+    for (int d = nd - 2; d >= 0; d--) {
+        if (t->shape[d] == 1) continue;
+        if (stride < 0) stride = t->strides[d];
+        else if (t->strides[d] != stride * span) return 0;
+        span *= t->shape[d];
+    }
+    if (stride < 0) return 1; /* a single row */
+    if (stride < need) return 0;  /* rows overlap (e.g. a broadcast stride of 0) */
+    *rs = stride;
+    return 1;
+}
+
+/* The blas_mat of the last two dims of t (which must satisfy last2_ok); its batch dims are the
+ * first nb dims of t, or shared (stride 0) when t has no batch dims. */
+static blas_mat mat_of(const fg_tensor *t, int nb) {
+    blas_mat m;
+    memset(&m, 0, sizeof m);
+    int nd = t->ndim;
+    int ok = blas_layout(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1], &m.tr, &m.ld);
+    FG_ASSERT(ok, "matmul operand was not made BLAS-ready");
+    m.p = fg_data(t);
+    for (int d = 0; d < nb; d++) m.bstride[d] = (nd - 2 == nb) ? t->strides[d] : 0;
+    return m;
+}
+
+/* The same memory read as the transposed matrix. */
+static blas_mat mat_t(blas_mat m) {
+    m.tr = m.tr == CblasNoTrans ? CblasTrans : CblasNoTrans;
+    return m;
+}
+
+/* A plain contiguous (rows, cols) matrix, e.g. a gradient buffer or the output. */
+static blas_mat mat_contig(void *p, int64_t cols) {
+    blas_mat m;
+    memset(&m, 0, sizeof m);
+    m.p = p;
+    m.tr = CblasNoTrans;
+    m.ld = cols > 1 ? cols : 1;
+    return m;
+}
+
+/* C (M, N), row stride ldc  =  A' (M, K) @ B' (K, N)  +  beta * C, where A' and B' are A and B
+ * with their transpose flags applied. beta is 0 (overwrite) or 1 (accumulate). */
+static void gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *A, CBLAS_TRANSPOSE ta, int64_t lda,
+                 const char *B, CBLAS_TRANSPOSE tb, int64_t ldb, double beta, char *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) { /* an empty sum: C = beta * C */
+        if (beta == 0.0)
+            for (int64_t i = 0; i < M; i++) memset(C + (size_t)(i * ldc) * fg_dtype_size(dt), 0, (size_t)N * fg_dtype_size(dt));
+        return;
+    }
+    if (dt == FG_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)A, (int)lda,
+                    (const float *)B, (int)ldb, (float)beta, (float *)C, (int)ldc);
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, (const double *)A, (int)lda,
+                    (const double *)B, (int)ldb, beta, (double *)C, (int)ldc);
+}
+
+/* For every batch index of bshape (nb dims):  C[b] (M, N) = A[b] @ B[b] + beta * C[b].
+ * C's batch strides are cbs; with cbs all 0 and beta = 1, the batches sum into one C (in batch
+ * order, so the result is repeatable). */
+static void gemm_batched(fg_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
+                         const blas_mat *A, const blas_mat *B, double beta, const blas_mat *C) {
+    size_t esz = fg_dtype_size(dt);
+    int64_t strides[3][FG_MAX_DIMS];
+    memcpy(strides[0], A->bstride, sizeof strides[0]);
+    memcpy(strides[1], B->bstride, sizeof strides[1]);
+    memcpy(strides[2], C->bstride, sizeof strides[2]);
+    fg_iter it;
+    fg_iter_init(&it, nb, bshape, 3, strides);
+    while (fg_iter_next(&it))
+        for (int64_t i = 0; i < it.n; i++)
+            gemm(dt, M, N, K, A->p + (size_t)(it.off[0] + i * it.inner[0]) * esz, A->tr, A->ld,
+                 B->p + (size_t)(it.off[1] + i * it.inner[1]) * esz, B->tr, B->ld, beta,
+                 C->p + (size_t)(it.off[2] + i * it.inner[2]) * esz, C->ld);
+}
+
+/* BLAS takes int sizes and leading dimensions. */
+static fg_status check_blas_int(const char *op, const fg_tensor *t) {
+    char b[FG_SHAPE_BUF];
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] > INT_MAX || t->strides[d] > INT_MAX)
+            return fg_error(FG_ERR_ARG, "%s: %s is too large for BLAS (sizes and strides must fit in int)", op,
+                            FG_SHP(t, b));
+    return FG_OK;
+}
+
+/* ============================================================================================
+ * matmul: out (..., M, N) = a (..., M, K) @ b (..., K, N)
+ * saved for backward: A, B = a, b as BLAS saw them (the inputs themselves unless a copy was needed)
+ * ============================================================================================ */
+
+static void matmul_forward(fg_tensor *out, const fg_tensor *A, const fg_tensor *B) {
+    int nb = out->ndim - 2;
+    int64_t M = A->shape[A->ndim - 2], K = A->shape[A->ndim - 1], N = B->shape[B->ndim - 1];
+    blas_mat mb = mat_of(B, nb), mo = mat_contig(fg_data(out), N);
+    int64_t rows, rs;
+    if (B->ndim == 2 && fold_rows(A, &rows, &rs)) {
+        /* shared b: all batches of a are one (rows, K) matrix */
+        gemm(out->dtype, rows, N, K, fg_data(A), CblasNoTrans, rs, mb.p, mb.tr, mb.ld, 0.0, mo.p, mo.ld);
+        return;
+    }
+    blas_mat ma = mat_of(A, nb);
+    fg_contig_strides(nb, out->shape, mo.bstride);
+    for (int d = 0; d < nb; d++) mo.bstride[d] *= M * N;
+    gemm_batched(out->dtype, nb, out->shape, M, N, K, &ma, &mb, 0.0, &mo);
+}
+
+static fg_status matmul_backward(fg_node *n) {
+    fg_tensor *A = n->saved[0], *B = n->saved[1];
+    fg_tensor *dA = fg_grad_buffer(n->inputs[0]), *dB = fg_grad_buffer(n->inputs[1]);
+    fg_tensor *dC = fg_op_grad_out(n);
+    if (!dC) return fg_last_status();
+    fg_dtype dt = dC->dtype;
+    int nb = dC->ndim - 2;
+    int64_t M = A->shape[A->ndim - 2], K = A->shape[A->ndim - 1], N = B->shape[B->ndim - 1];
+    int64_t bn = 1; /* number of batches */
+    for (int d = 0; d < nb; d++) bn *= dC->shape[d];
+    int shared_b = B->ndim == 2;
+    blas_mat mdc = mat_contig(fg_data(dC), N);
+    fg_contig_strides(nb, dC->shape, mdc.bstride);
+    for (int d = 0; d < nb; d++) mdc.bstride[d] *= M * N;
+
+    /* forward: C = A @ B  ->  dA (.., M, K) += dC (.., M, N) @ Bᵀ (.., N, K) */
+    if (dA) {
+        blas_mat mbt = mat_t(mat_of(B, nb));
+        if (shared_b) { /* dA and dC are contiguous: all batches are one GEMM of bn*M rows */
+            gemm(dt, bn * M, K, N, mdc.p, CblasNoTrans, mdc.ld, mbt.p, mbt.tr, mbt.ld, 1.0, fg_data(dA), K > 1 ? K : 1);
+        } else {
+            blas_mat mda = mat_contig(fg_data(dA), K);
+            fg_contig_strides(nb, dC->shape, mda.bstride);
+            for (int d = 0; d < nb; d++) mda.bstride[d] *= M * K;
+            gemm_batched(dt, nb, dC->shape, M, K, N, &mdc, &mbt, 1.0, &mda);
+        }
+    }
+    /* forward: C = A @ B  ->  dB (.., K, N) += Aᵀ (.., K, M) @ dC (.., M, N) */
+    if (dB) {
+        blas_mat mdb = mat_contig(fg_data(dB), N);
+        int64_t rows, rs;
+        if (shared_b && fold_rows(A, &rows, &rs)) {
+            /* shared b sums over every batch: dB (K, N) += A_flatᵀ (K, rows) @ dC_flat (rows, N) */
+            gemm(dt, K, N, rows, fg_data(A), CblasTrans, rs, mdc.p, CblasNoTrans, mdc.ld, 1.0, mdb.p, mdb.ld);
+        } else {
+            blas_mat mat = mat_t(mat_of(A, nb));
+            if (!shared_b) {
+                fg_contig_strides(nb, dC->shape, mdb.bstride);
+                for (int d = 0; d < nb; d++) mdb.bstride[d] *= K * N;
+            } /* else: bstride 0, the batches accumulate into the one dB */
+            gemm_batched(dt, nb, dC->shape, K, N, M, &mat, &mdc, 1.0, &mdb);
+        }
+    }
+    fg_release(dC);
+    return FG_OK;
+}
+
+fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b) {
+    static const char op[] = "matmul";
+    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
+    if (fg_op_check(op, "a", a) != FG_OK || fg_op_check_like(op, "b", b, "a", a) != FG_OK) return NULL;
+    if (a->ndim < 2 || b->ndim < 2) {
+        fg_error(FG_ERR_SHAPE, "%s: a %s and b %s need at least 2 dims", op, FG_SHP(a, b1), FG_SHP(b, b2));
+        return NULL;
+    }
+    int nb = a->ndim - 2;
+    int64_t M = a->shape[nb], K = a->shape[nb + 1], N = b->shape[b->ndim - 1];
+    if (b->shape[b->ndim - 2] != K) {
+        fg_error(FG_ERR_SHAPE, "%s: inner dims differ: a %s, b %s", op, FG_SHP(a, b1), FG_SHP(b, b2));
+        return NULL;
+    }
+    int batch_ok = b->ndim == 2 || b->ndim == a->ndim;
+    for (int d = 0; batch_ok && b->ndim != 2 && d < nb; d++) batch_ok = a->shape[d] == b->shape[d];
+    if (!batch_ok) {
+        fg_error(FG_ERR_SHAPE, "%s: batch dims of a %s and b %s must be equal, or b must be 2-D", op, FG_SHP(a, b1),
+                 FG_SHP(b, b2));
+        return NULL;
+    }
+    if (check_blas_int(op, a) != FG_OK || check_blas_int(op, b) != FG_OK) return NULL;
+    if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+
+    int64_t shape[FG_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[nb] = M;
+    shape[nb + 1] = N;
+    fg_tensor *A = blas_ready(a), *B = A ? blas_ready(b) : NULL;
+    fg_tensor *out = B ? fg_empty(a->dtype, FG_CPU, a->ndim, shape) : NULL;
+    if (out) {
+        matmul_forward(out, A, B);
+        fg_node *node = fg_record(out, op, matmul_backward, 2, (fg_tensor *[]){a, b});
+        if (node) {
+            fg_node_save(node, A);
+            fg_node_save(node, B);
+        }
+    }
+    fg_release(A);
+    fg_release(B);
+    return out;
+}
+
+/* ============================================================================================
+ * linear: out (R, N) = x (R, K) @ wᵀ (K, N) + bias (N)        (R = all leading dims of x)
+ * saved for backward: X, W = x, w as BLAS saw them
+ * ============================================================================================ */
+
+#define LINEAR_KERNELS(T, SFX)                                                                         \
+    /* every row of out starts as bias; the GEMM then adds x @ wᵀ on top (beta = 1) */                \
+    static void fill_rows_##SFX(T *out, const T *bias, int64_t R, int64_t N) {                         \
+        for (int64_t r = 0; r < R; r++) memcpy(out + r * N, bias, (size_t)N * sizeof(T));              \
+    }                                                                                                 \
+    /* dbias (N) += column sums of dout (R, N), rows in order */                                      \
+    static void col_sums_##SFX(T *dbias, const T *dout, int64_t R, int64_t N) {                        \
+        for (int64_t r = 0; r < R; r++) {                                                             \
+            const T *row = dout + r * N;                                                              \
+            for (int64_t j = 0; j < N; j++) dbias[j] += row[j];                                       \
+        }                                                                                             \
+    }
+LINEAR_KERNELS(float, f32)
+LINEAR_KERNELS(double, f64)
+
+static fg_status linear_backward(fg_node *n) {
+    fg_tensor *X = n->saved[0], *W = n->saved[1];
+    fg_tensor *dx = fg_grad_buffer(n->inputs[0]), *dw = fg_grad_buffer(n->inputs[1]);
+    fg_tensor *db = fg_grad_buffer(n->inputs[2]);
+    fg_tensor *dout = fg_op_grad_out(n);
+    if (!dout) return fg_last_status();
+    fg_dtype dt = dout->dtype;
+    int64_t N = W->shape[0], K = W->shape[1], R, rs;
+    int ok = fold_rows(X, &R, &rs);
+    FG_ASSERT(ok, "linear saved an x that is not a row matrix");
+    blas_mat mw = mat_of(W, 0);
+    int64_t ldo = N > 1 ? N : 1;
+
+    /* forward: out = x @ wᵀ + bias  ->  dx (R, K) += dout (R, N) @ w (N, K) */
+    if (dx) gemm(dt, R, K, N, fg_data(dout), CblasNoTrans, ldo, mw.p, mw.tr, mw.ld, 1.0, fg_data(dx), K > 1 ? K : 1);
+    /* forward: out = x @ wᵀ + bias  ->  dw (N, K) += doutᵀ (N, R) @ x (R, K), one GEMM over all rows */
+    if (dw) gemm(dt, N, K, R, fg_data(dout), CblasTrans, ldo, fg_data(X), CblasNoTrans, rs, 1.0, fg_data(dw), K > 1 ? K : 1);
+    /* forward: out = x @ wᵀ + bias  ->  dbias (N) += sum over rows of dout */
+    if (db) FG_DISPATCH(dt, col_sums, fg_data(db), fg_data(dout), R, N);
+    fg_release(dout);
+    return FG_OK;
+}
+
+fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias) {
+    static const char op[] = "linear";
+    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF], b3[FG_SHAPE_BUF];
+    if (fg_op_check(op, "x", x) != FG_OK || fg_op_check_like(op, "w", w, "x", x) != FG_OK) return NULL;
+    if (bias && fg_op_check_like(op, "bias", bias, "x", x) != FG_OK) return NULL;
+    if (x->ndim < 1 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1]) {
+        fg_error(FG_ERR_SHAPE, "%s: x %s and w %s do not fit: need x (..., K) and w (N, K)", op, FG_SHP(x, b1),
+                 FG_SHP(w, b2));
+        return NULL;
+    }
+    int64_t N = w->shape[0], K = w->shape[1];
+    if (bias && (bias->ndim != 1 || bias->shape[0] != N)) {
+        fg_error(FG_ERR_SHAPE, "%s: bias %s does not fit w %s: need (%lld)", op, FG_SHP(bias, b3), FG_SHP(w, b2),
+                 (long long)N);
+        return NULL;
+    }
+    if (check_blas_int(op, x) != FG_OK || check_blas_int(op, w) != FG_OK) return NULL;
+    if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+
+    int64_t R, rs;
+    fg_tensor *X = fold_rows(x, &R, &rs) ? fg_retain(x) : fg_op_contiguous(x);
+    fg_tensor *W = X ? blas_ready(w) : NULL;
+    fg_tensor *Bc = (W && bias) ? fg_op_contiguous(bias) : NULL;
+    int64_t shape[FG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = N;
+    fg_tensor *out = (W && (Bc || !bias)) ? fg_empty(x->dtype, FG_CPU, x->ndim, shape) : NULL;
+    if (out) {
+        int ok = fold_rows(X, &R, &rs);
+        FG_ASSERT(ok, "a contiguous x must fold into rows");
+        blas_mat mwt = mat_t(mat_of(W, 0));
+        if (Bc) FG_DISPATCH(x->dtype, fill_rows, fg_data(out), fg_data(Bc), R, N);
+        gemm(x->dtype, R, N, K, fg_data(X), CblasNoTrans, rs, mwt.p, mwt.tr, mwt.ld, Bc ? 1.0 : 0.0, fg_data(out),
+             N > 1 ? N : 1);
+        fg_node *node = fg_record(out, op, linear_backward, 3, (fg_tensor *[]){x, w, bias});
+        if (node) {
+            fg_node_save(node, X);
+            fg_node_save(node, W);
+        }
+    }
+    fg_release(X);
+    fg_release(W);
+    fg_release(Bc);
+    return out;
+}

@@ -1,0 +1,211 @@
+/* ops_common.c — argument checks, the strided row iterator and backward helpers shared by ops/.
+ * See ops_internal.h for what each does. */
+#include "ops/ops_internal.h"
+
+#include <string.h>
+
+/* ---- argument checks ---- */
+fg_status fg_op_check(const char *op, const char *what, const fg_tensor *t) {
+    if (!t) return fg_error(FG_ERR_ARG, "%s: %s is NULL", op, what);
+    if (t->dtype != FG_F32 && t->dtype != FG_F64)
+        return fg_error(FG_ERR_DTYPE, "%s: %s has unsupported dtype %d", op, what, (int)t->dtype);
+    return FG_OK;
+}
+
+fg_status fg_op_check_like(const char *op, const char *what, const fg_tensor *t, const char *ref_what,
+                           const fg_tensor *ref) {
+    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
+    fg_status st = fg_op_check(op, what, t);
+    if (st != FG_OK) return st;
+    if (t->dtype != ref->dtype)
+        return fg_error(FG_ERR_DTYPE, "%s: dtype mismatch: %s is %s %s, %s is %s %s", op, ref_what,
+                        fg_dtype_name(ref->dtype), FG_SHP(ref, b1), what, fg_dtype_name(t->dtype), FG_SHP(t, b2));
+    if (t->device != ref->device)
+        return fg_error(FG_ERR_DEVICE, "%s: device mismatch: %s is on %s %s, %s on %s %s", op, ref_what,
+                        fg_device_name(ref->device), FG_SHP(ref, b1), what, fg_device_name(t->device),
+                        FG_SHP(t, b2));
+    return FG_OK;
+}
+
+fg_tensor *fg_op_no_cuda(const char *op) {
+    fg_error(FG_ERR_DEVICE, "op %s: cuda tensors need the CUDA build", op);
+    return NULL;
+}
+
+int fg_op_axis(const char *op, const fg_tensor *t, int axis) {
+    char b[FG_SHAPE_BUF];
+    int a = axis < 0 ? axis + t->ndim : axis;
+    if (a < 0 || a >= t->ndim) {
+        fg_error(FG_ERR_ARG, "%s: axis %d is out of range for a tensor of shape %s", op, axis, FG_SHP(t, b));
+        return -1;
+    }
+    return a;
+}
+
+/* ---- shapes and strides ---- */
+void fg_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i];
+    }
+}
+
+fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor *b, int *ndim, int64_t *shape) {
+    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int i = 0; i < nd; i++) {
+        /* align at the right: dim i of the result is dim i - (nd - ndim) of each input */
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return fg_error(FG_ERR_SHAPE, "%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)", op,
+                            FG_SHP(a, b1), FG_SHP(b, b2), i, (long long)sa, (long long)sb);
+        shape[i] = sa == 1 ? sb : sa;
+    }
+    *ndim = nd;
+    return FG_OK;
+}
+
+void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim,
+                          const int64_t *shape, int64_t *out) {
+    for (int i = 0; i < ndim; i++) {
+        int it = i - (ndim - t_ndim);
+        out[i] = (it >= 0 && t_shape[it] == shape[i]) ? t_strides[it] : 0;
+    }
+}
+
+/* ---- the row iterator ---- */
+void fg_iter_init(fg_iter *it, int ndim, const int64_t *shape, int nops, int64_t (*strides)[FG_MAX_DIMS]) {
+    FG_ASSERT(nops >= 1 && nops <= FG_ITER_MAX_OPS && ndim >= 0 && ndim <= FG_MAX_DIMS, "fg_iter_init arguments");
+    memset(it, 0, sizeof *it);
+    it->nops = nops;
+    int64_t total = 1;
+    for (int d = 0; d < ndim; d++) total *= shape[d];
+    /* Drop size-1 dims (their strides never matter), then merge dim d into the dim before it when
+     * every operand steps over the pair as one: stride[prev] == stride[d] * shape[d]. */
+    int nd = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1) continue;
+        if (nd > 0) {
+            int mergeable = 1;
+            for (int k = 0; k < nops; k++)
+                if (it->strides[k][nd - 1] != strides[k][d] * shape[d]) mergeable = 0;
+            if (mergeable) {
+                it->shape[nd - 1] *= shape[d];
+                for (int k = 0; k < nops; k++) it->strides[k][nd - 1] = strides[k][d];
+                continue;
+            }
+        }
+        it->shape[nd] = shape[d];
+        for (int k = 0; k < nops; k++) it->strides[k][nd] = strides[k][d];
+        nd++;
+    }
+    if (nd == 0) { /* a single element */
+        it->shape[0] = 1;
+        for (int k = 0; k < nops; k++) it->strides[k][0] = 0;
+        nd = 1;
+    }
+    it->ndim = nd;
+    it->n = it->shape[nd - 1];
+    for (int k = 0; k < nops; k++) it->inner[k] = it->strides[k][nd - 1];
+    it->rows_left = total == 0 ? 0 : total / it->n;
+}
+
+int fg_iter_next(fg_iter *it) {
+    if (it->rows_left <= 0) return 0;
+    it->rows_left--;
+    if (!it->started) {
+        it->started = 1;
+        return 1;
+    }
+    /* odometer over the outer dims 0 .. ndim-2 */
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        it->idx[d]++;
+        for (int k = 0; k < it->nops; k++) it->off[k] += it->strides[k][d];
+        if (it->idx[d] < it->shape[d]) break;
+        for (int k = 0; k < it->nops; k++) it->off[k] -= it->strides[k][d] * it->shape[d];
+        it->idx[d] = 0;
+    }
+    return 1;
+}
+
+/* ---- backward helpers ---- */
+#define ADD_INTO(T, SFX)                                                                              \
+    static void add_into_##SFX(T *dst, const T *src, double alpha, fg_iter *it) {                     \
+        T a = (T)alpha;                                                                               \
+        while (fg_iter_next(it)) {                                                                    \
+            T *d = dst + it->off[0];                                                                  \
+            const T *s = src + it->off[1];                                                            \
+            int64_t sd = it->inner[0], ss = it->inner[1], n = it->n;                                  \
+            if (sd == 1 && ss == 1)                                                                   \
+                for (int64_t i = 0; i < n; i++) d[i] += a * s[i];                                     \
+            else                                                                                      \
+                for (int64_t i = 0; i < n; i++) d[i * sd] += a * s[i * ss];                           \
+        }                                                                                             \
+    }
+ADD_INTO(float, f32)
+ADD_INTO(double, f64)
+
+#define COPY_ROWS(T, SFX)                                                                             \
+    static void copy_rows_##SFX(T *dst, const T *src, fg_iter *it) {                                  \
+        while (fg_iter_next(it)) {                                                                    \
+            T *d = dst + it->off[0];                                                                  \
+            const T *s = src + it->off[1];                                                            \
+            int64_t ss = it->inner[1], n = it->n;                                                     \
+            if (ss == 1)                                                                              \
+                memcpy(d, s, (size_t)n * sizeof(T));                                                  \
+            else                                                                                      \
+                for (int64_t i = 0; i < n; i++) d[i] = s[i * ss];                                     \
+        }                                                                                             \
+    }
+COPY_ROWS(float, f32)
+COPY_ROWS(double, f64)
+
+fg_tensor *fg_op_contiguous(fg_tensor *t) {
+    if (fg_is_contiguous(t)) return fg_retain(t);
+    if (t->device != FG_CPU) return fg_contiguous(t);
+    fg_tensor *c = fg_empty(t->dtype, FG_CPU, t->ndim, t->shape);
+    if (!c) return NULL;
+    int64_t strides[2][FG_MAX_DIMS];
+    fg_contig_strides(t->ndim, t->shape, strides[0]);
+    memcpy(strides[1], t->strides, sizeof strides[1]);
+    fg_iter it;
+    fg_iter_init(&it, t->ndim, t->shape, 2, strides);
+    FG_DISPATCH(t->dtype, copy_rows, fg_data(c), fg_data(t), &it);
+    return c;
+}
+
+fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {
+    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
+    if (!fg_same_shape(dst, src) || dst->dtype != src->dtype)
+        return fg_error(FG_ERR_SHAPE, "internal: accumulate %s %s into %s %s", fg_dtype_name(src->dtype),
+                        FG_SHP(src, b1), fg_dtype_name(dst->dtype), FG_SHP(dst, b2));
+    if (dst->device != FG_CPU || src->device != FG_CPU) {
+        fg_op_no_cuda("accumulate");
+        return FG_ERR_DEVICE;
+    }
+    int64_t strides[2][FG_MAX_DIMS];
+    memcpy(strides[0], dst->strides, sizeof strides[0]);
+    memcpy(strides[1], src->strides, sizeof strides[1]);
+    fg_iter it;
+    fg_iter_init(&it, dst->ndim, dst->shape, 2, strides);
+    FG_DISPATCH(dst->dtype, add_into, fg_data(dst), fg_data(src), alpha, &it);
+    return FG_OK;
+}
+
+fg_tensor *fg_op_grad_out(fg_node *n) {
+    if (!n->grad_out) {
+        fg_error(FG_ERR_STATE, "%s backward: no output gradient", n->op);
+        return NULL;
+    }
+    return fg_op_contiguous(n->grad_out);
+}
+
+void *fg_op_ctx_alloc(const char *op, size_t nbytes) {
+    void *p = fg_alloc(FG_CPU, nbytes ? nbytes : 1);
+    if (!p) fg_error(FG_ERR_OOM, "%s: out of memory for %zu bytes of saved indices", op, nbytes);
+    return p;
+}
+
+void fg_op_ctx_free(void *ctx) { fg_free(FG_CPU, ctx); }

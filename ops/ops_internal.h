@@ -1,0 +1,104 @@
+/* ops_internal.h — what the op families in ops/ share: argument checks with readable messages,
+ * dtype dispatch, type-generic math, a strided (broadcasting) row iterator, and small backward
+ * helpers. Not part of the public API; only the files in ops/ include it.
+ *
+ * The iterator is the "general strided path" of every elementwise op. It walks an n-d index space
+ * one ROW at a time (the innermost dim after merging), so a kernel's inner loop is a plain strided
+ * loop over it.n elements, with no call per element:
+ *
+ *     fg_iter it;
+ *     fg_iter_init(&it, ndim, shape, 2, strides);   // strides[k][d]: operand k, dim d (0 = broadcast)
+ *     while (fg_iter_next(&it))
+ *         for (int64_t i = 0; i < it.n; i++)
+ *             out[it.off[0] + i * it.inner[0]] = f(in[it.off[1] + i * it.inner[1]]);
+ *
+ * Dims of size 1 are dropped and dims that are contiguous with each other for every operand are
+ * merged, so a contiguous tensor is one row and (B, T, C) + (C) is B*T rows of C.
+ */
+#ifndef FG_OPS_INTERNAL_H
+#define FG_OPS_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "autograd/autograd.h"
+#include "ops/ops.h"
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A buffer big enough for fg_shape_str of any tensor (FG_MAX_DIMS sizes of up to 20 digits). */
+#define FG_SHAPE_BUF 160
+/* fg_shape_str into a caller's buffer: `char b[FG_SHAPE_BUF]; FG_SHP(t, b)`. */
+#define FG_SHP(t, buf) fg_shape_str((t), (buf), sizeof(buf))
+
+/* ---- argument checks: FG_OK, or the error status with a message that names the op ---- */
+/* t must be non-NULL and of a known dtype. `what` names the argument ("a", "weight", ...). */
+fg_status fg_op_check(const char *op, const char *what, const fg_tensor *t);
+/* As fg_op_check, and t has ref's dtype and device. */
+fg_status fg_op_check_like(const char *op, const char *what, const fg_tensor *t, const char *ref_what,
+                           const fg_tensor *ref);
+/* The CUDA dispatch point of every op lands here until cuda/ provides the kernels: sets
+ * FG_ERR_DEVICE "op X: cuda tensors need the CUDA build" and returns NULL. */
+fg_tensor *fg_op_no_cuda(const char *op);
+/* Normalize a possibly negative axis of a rank-`ndim` tensor; -1 (with a message) if out of range. */
+int fg_op_axis(const char *op, const fg_tensor *t, int axis);
+
+/* ---- dtype dispatch: kernels come in pairs name_f32 / name_f64 (void functions) ---- */
+#define FG_DISPATCH(dt, fn, ...) ((dt) == FG_F32 ? fn##_f32(__VA_ARGS__) : fn##_f64(__VA_ARGS__))
+
+/* Type-generic math for kernels written once for float and double. */
+#define FG_EXP(x) _Generic((x), float: expf, default: exp)(x)
+#define FG_LOG(x) _Generic((x), float: logf, default: log)(x)
+#define FG_TANH(x) _Generic((x), float: tanhf, default: tanh)(x)
+#define FG_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
+
+/* ---- the strided row iterator (see the top of this file) ---- */
+#define FG_ITER_MAX_OPS 4
+typedef struct {
+    int nops, ndim;                               /* after merging; ndim >= 1 */
+    int64_t shape[FG_MAX_DIMS];
+    int64_t strides[FG_ITER_MAX_OPS][FG_MAX_DIMS];
+    int64_t n;                                    /* row length = shape[ndim-1] */
+    int64_t inner[FG_ITER_MAX_OPS];               /* each operand's stride along the row */
+    int64_t off[FG_ITER_MAX_OPS];                 /* each operand's offset of the current row */
+    int64_t idx[FG_MAX_DIMS];
+    int64_t rows_left;
+    int started;
+} fg_iter;
+
+/* strides[k] are operand k's strides (elements) for the common `shape`; 0 means broadcast. */
+void fg_iter_init(fg_iter *it, int ndim, const int64_t *shape, int nops, int64_t (*strides)[FG_MAX_DIMS]);
+/* Advance to the next row (the first on the first call); 0 when there are no more. */
+int fg_iter_next(fg_iter *it);
+
+/* Contiguous (C-order) strides of a shape. */
+void fg_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* NumPy broadcast of a's and b's shapes into (*ndim, shape); FG_ERR_SHAPE naming `op` if they clash. */
+fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor *b, int *ndim, int64_t *shape);
+/* Strides that read a tensor of shape (t_ndim, t_shape) with strides t_strides as if it had the
+ * broadcast shape (ndim, shape): dims aligned at the right; missing or stretched dims get 0. */
+void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim,
+                          const int64_t *shape, int64_t *out);
+
+/* ---- backward helpers ---- */
+/* dst += alpha * src: same shape and dtype, CPU, any strides on either (dst must not overlap
+ * itself). Fast path when both are contiguous. */
+fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha);
+/* fg_contiguous with the row iterator's copy loop (memcpy per contiguous row): t retained when
+ * already contiguous, else a new contiguous copy. */
+fg_tensor *fg_op_contiguous(fg_tensor *t);
+/* node->grad_out as a contiguous tensor (new reference; normally just retained). NULL on OOM. */
+fg_tensor *fg_op_grad_out(fg_node *n);
+
+/* Host scratch memory for a node's ctx (copied token ids, targets), from the caching allocator.
+ * fg_op_ctx_free matches fg_node.ctx_free. */
+void *fg_op_ctx_alloc(const char *op, size_t nbytes);
+void fg_op_ctx_free(void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_OPS_INTERNAL_H */

@@ -1,0 +1,144 @@
+/* safetensors.h — checkpoints in the safetensors format, with a checksum.
+ *
+ * The format (huggingface/safetensors, "Format" in its README):
+ *   8 bytes      N, the header length, unsigned little-endian
+ *   N bytes      a JSON object, padded at the end with spaces:
+ *                  {"__metadata__": {"key": "value", ...},
+ *                   "wte": {"dtype": "F32", "shape": [64, 32], "data_offsets": [0, 8192]}, ...}
+ *   the rest     the data buffer; each tensor's bytes (C order, little-endian) are
+ *                [begin, end) of it; together they cover it exactly, with no overlap and no gap.
+ *
+ * flashgrad's writer pads the header so the data starts at a multiple of 8, lays the tensors out by
+ * falling element size (so every tensor is aligned to its element size), lists the header in name
+ * order, and stores "fg_checksum": "xxh64:<16 hex digits>" in the metadata: XXH64 (seed 0, see
+ * fileio.h) of the whole data buffer. Files are written atomically (fileio.h). Python's
+ * `safetensors` library reads them; flashgrad reads files from other writers too (the checksum is
+ * checked only when present).
+ *
+ * The reader loads the whole file and validates it before anything is returned: header length
+ * within the file, strict JSON (a small parser for just what this format uses: objects, arrays,
+ * strings with escapes, non-negative integers; bounded nesting, no recursion), known dtypes, shape
+ * products that match the byte ranges, ranges that tile the data buffer, and the checksum. Every
+ * error message starts with the file name and says what is wrong. Arrays of any of the format's
+ * dtypes can be stored and read as raw bytes (optimizer moments, step counters, RNG state); F32 and
+ * F64 ones also convert to and from fg_tensor.
+ */
+#ifndef FG_SAFETENSORS_H
+#define FG_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The format's dtypes (its names: "F32", "I64", ...). Only grows at the end. */
+typedef enum {
+    FG_ST_F32 = 0,
+    FG_ST_F64,
+    FG_ST_I32,
+    FG_ST_I64,
+    FG_ST_U8,
+    FG_ST_I8,
+    FG_ST_I16,
+    FG_ST_U16,
+    FG_ST_U32,
+    FG_ST_U64,
+    FG_ST_F16,
+    FG_ST_BF16,
+    FG_ST_BOOL,
+    FG_ST_F8_E4M3,
+    FG_ST_F8_E5M2,
+    FG_ST_DTYPE_COUNT
+} fg_st_dtype;
+
+/* "F32", "I64", ... ; "?" for an out-of-range value. */
+const char *fg_st_dtype_name(fg_st_dtype dt);
+/* Bytes per element; 0 for an out-of-range value. */
+size_t fg_st_dtype_size(fg_st_dtype dt);
+/* FG_F32 -> FG_ST_F32, FG_F64 -> FG_ST_F64. */
+fg_st_dtype fg_st_from_dtype(fg_dtype dt);
+
+#define FG_ST_MAX_DIMS 8
+
+/* One stored array. In a reader's table, name and data point into the reader (valid until
+ * fg_st_close); data is aligned to the element size in files written by flashgrad, but may not be
+ * in files from other writers — read it with memcpy, or use fg_st_read / fg_st_tensor. */
+typedef struct {
+    const char *name;
+    fg_st_dtype dtype;
+    int ndim;                         /* 0 .. FG_ST_MAX_DIMS */
+    int64_t shape[FG_ST_MAX_DIMS];    /* outermost first */
+    const void *data;
+    size_t nbytes;                    /* numel * dtype size */
+} fg_st_array;
+
+/* ---- writing ---- */
+
+typedef struct fg_st_writer fg_st_writer;
+
+/* A new, empty writer (caller frees with fg_st_writer_free), or NULL on out-of-memory. */
+fg_st_writer *fg_st_writer_new(void);
+void fg_st_writer_free(fg_st_writer *w); /* NULL is fine */
+
+/* Adds an array of `dt` elements in C order. BORROWS `data`: it is read during
+ * fg_st_writer_write, so it must stay valid and unchanged until then. Names must be non-empty,
+ * valid UTF-8, unique, and not "__metadata__". */
+fg_status fg_st_writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim,
+                           const int64_t *shape, const void *data);
+/* The same, but copies the bytes now (for small state that lives on the stack: RNG, counters). */
+fg_status fg_st_writer_add_copy(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim,
+                                const int64_t *shape, const void *data);
+/* Adds a tensor (any device, any strides). A contiguous CPU tensor is BORROWED like
+ * fg_st_writer_add (keep it alive and unchanged until the write); others are copied to the host
+ * now. Rank at most FG_MAX_DIMS. */
+fg_status fg_st_writer_add_tensor(fg_st_writer *w, const char *name, const fg_tensor *t);
+/* Sets a metadata string (copied; a second call with the same key replaces the value). Keys and
+ * values must be valid UTF-8 without NUL; "fg_checksum" is reserved for the writer. */
+fg_status fg_st_writer_set_metadata(fg_st_writer *w, const char *key, const char *value);
+/* Writes the file atomically, with the checksum. The writer stays usable (write again, add more). */
+fg_status fg_st_writer_write(fg_st_writer *w, const char *path);
+
+/* ---- reading ---- */
+
+typedef struct fg_st_file fg_st_file;
+
+/* Reads and validates a whole file; NULL with fg_last_error() (FG_ERR_IO: cannot read;
+ * FG_ERR_FORMAT: malformed, truncated, corrupted). Caller closes with fg_st_close. */
+fg_st_file *fg_st_load(const char *path);
+/* The same from bytes in memory (copied; `label` names them in messages, NULL = "safetensors").
+ * Used by the loader's tests and the fuzzer. */
+fg_st_file *fg_st_parse(const void *buf, size_t n, const char *label);
+void fg_st_close(fg_st_file *f); /* NULL is fine */
+
+/* The arrays, in name order: i in [0, fg_st_count). Owned by f. */
+int fg_st_count(const fg_st_file *f);
+const fg_st_array *fg_st_at(const fg_st_file *f, int i);
+/* The array called `name`, or NULL when there is none (no error is recorded: absence may be
+ * fine, e.g. optional state). */
+const fg_st_array *fg_st_find(const fg_st_file *f, const char *name);
+
+/* Copies array `name` into host memory dst (nbytes of it), after checking that it exists and has
+ * exactly dtype dt and shape (ndim, shape): FG_ERR_ARG (missing), FG_ERR_DTYPE or FG_ERR_SHAPE
+ * with a message that gives both. */
+fg_status fg_st_read(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim,
+                     const int64_t *shape, void *dst);
+/* A new contiguous CPU tensor holding F32/F64 array `name` (caller releases), or NULL. */
+fg_tensor *fg_st_tensor(const fg_st_file *f, const char *name);
+/* Copies F32/F64 array `name` into an existing tensor of the same shape and dtype (any device,
+ * any strides), e.g. a model parameter. */
+fg_status fg_st_read_into(const fg_st_file *f, const char *name, fg_tensor *dst);
+
+/* Metadata value for `key`, or NULL when absent. Owned by f. */
+const char *fg_st_metadata(const fg_st_file *f, const char *key);
+/* All metadata, in key order: i in [0, fg_st_metadata_count). */
+int fg_st_metadata_count(const fg_st_file *f);
+void fg_st_metadata_at(const fg_st_file *f, int i, const char **key, const char **value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_SAFETENSORS_H */

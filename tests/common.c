@@ -1,0 +1,131 @@
+/* common.c — shared test helpers (see common.h). */
+#include "tests/common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int env_on(const char *name) {
+    const char *s = getenv(name);
+    return s && *s && strcmp(s, "0") != 0;
+}
+int fgt_sanitize(void) { return env_on("FG_SANITIZE"); }
+int fgt_verbose(void) { return env_on("FG_TEST_VERBOSE"); }
+
+fg_tensor *fgt_ok(fg_tensor *t, const char *what) {
+    cr_assert(t != NULL, "%s returned NULL: %s", what, fg_last_error());
+    return t;
+}
+
+fg_tensor *fgt_uniform(fg_dtype dt, int ndim, const int64_t *shape, double lo, double hi, uint64_t seed) {
+    return fgt_ok(fg_rand_uniform(dt, FG_CPU, ndim, shape, lo, hi, seed, 0), "fg_rand_uniform");
+}
+
+fg_tensor *fgt_rand(fg_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
+    return fgt_uniform(dt, ndim, shape, -1.0, 1.0, seed);
+}
+
+fg_tensor *fgt_leaf(fg_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
+    fg_tensor *t = fgt_rand(dt, ndim, shape, seed);
+    cr_assert_eq(fg_set_requires_grad(t, 1), FG_OK, "requires_grad: %s", fg_last_error());
+    return t;
+}
+
+fg_tensor *fgt_from(fg_dtype dt, int ndim, const int64_t *shape, const double *values) {
+    fg_tensor *t = fgt_ok(fg_empty(dt, FG_CPU, ndim, shape), "fg_empty");
+    for (int64_t k = 0; k < fg_numel(t); k++) fg_set(t, k, values[k]);
+    return t;
+}
+
+double *fgt_values(const fg_tensor *t) {
+    int64_t n = fg_numel(t);
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    cr_assert(v != NULL, "out of memory");
+    for (int64_t k = 0; k < n; k++) v[k] = fg_get(t, k);
+    return v;
+}
+
+/* ---- comparison ---- */
+static void cmp_one(fgt_cmp *c, int64_t k, double a, double e, double atol, double rtol) {
+    int bad;
+    if (isnan(a) || isnan(e)) {
+        bad = !(isnan(a) && isnan(e));
+    } else if (isinf(a) || isinf(e)) {
+        bad = a != e;
+    } else {
+        double err = fabs(a - e);
+        if (err > c->max_abs) c->max_abs = err;
+        if (e != 0 && err / fabs(e) > c->max_rel) c->max_rel = err / fabs(e);
+        bad = !(err <= atol + rtol * fabs(e));
+    }
+    if (bad) {
+        if (c->first_bad < 0) {
+            c->first_bad = k;
+            c->bad_actual = a;
+            c->bad_expected = e;
+        }
+        c->n_bad++;
+    }
+    c->n++;
+}
+
+fgt_cmp fgt_compare_buf(const fg_tensor *actual, const double *expected, int64_t n, double atol, double rtol) {
+    fgt_cmp c = {.first_bad = -1};
+    cr_assert_eq(fg_numel(actual), n, "compare: %lld elements against %lld expected", (long long)fg_numel(actual),
+                 (long long)n);
+    for (int64_t k = 0; k < n; k++) cmp_one(&c, k, fg_get(actual, k), expected[k], atol, rtol);
+    return c;
+}
+
+fgt_cmp fgt_compare(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol) {
+    fgt_cmp c = {.first_bad = -1};
+    cr_assert_eq(fg_numel(actual), fg_numel(expected), "compare: %lld elements against %lld expected",
+                 (long long)fg_numel(actual), (long long)fg_numel(expected));
+    for (int64_t k = 0; k < fg_numel(actual); k++)
+        cmp_one(&c, k, fg_get(actual, k), fg_get(expected, k), atol, rtol);
+    return c;
+}
+
+static void assert_cmp(const fgt_cmp *c, double atol, double rtol, const char *what, const char *file, int line) {
+    cr_assert(c->n_bad == 0,
+              "%s:%d: %s: %lld of %lld elements differ (atol %g, rtol %g); max abs err %.3e, max rel err %.3e; "
+              "first bad index %lld: actual %.17g, expected %.17g",
+              file, line, what, (long long)c->n_bad, (long long)c->n, atol, rtol, c->max_abs, c->max_rel,
+              (long long)c->first_bad, c->bad_actual, c->bad_expected);
+}
+
+void fgt_assert_close_at(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol,
+                         const char *what, const char *file, int line) {
+    cr_assert(actual != NULL && expected != NULL, "%s:%d: %s: NULL tensor (%s)", file, line, what, fg_last_error());
+    fgt_cmp c = fgt_compare(actual, expected, atol, rtol);
+    assert_cmp(&c, atol, rtol, what, file, line);
+}
+
+void fgt_assert_close_buf_at(const fg_tensor *actual, const double *expected, int64_t n, double atol, double rtol,
+                             const char *what, const char *file, int line) {
+    cr_assert(actual != NULL, "%s:%d: %s: NULL tensor (%s)", file, line, what, fg_last_error());
+    fgt_cmp c = fgt_compare_buf(actual, expected, n, atol, rtol);
+    assert_cmp(&c, atol, rtol, what, file, line);
+}
+
+/* ---- gradcheck ---- */
+fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_tensor *const *inputs, int n,
+                                     void *user, double atol, double rtol, const char *file, int line) {
+    fg_gradcheck_opts opts = {.atol = atol, .rtol = rtol, .seed = 7};
+    fg_gradcheck_report rep;
+    fg_status st = fg_gradcheck(fn, inputs, n, user, &opts, &rep);
+    cr_assert_eq(st, FG_OK, "%s:%d: gradcheck %s did not run: %s", file, line, what, fg_last_error());
+    if (fgt_verbose())
+        fprintf(stderr, "gradcheck %s: max_abs %.3e max_rel %.3e checked %lld\n", what, rep.max_abs_err,
+                rep.max_rel_err, (long long)rep.checked);
+    cr_assert(rep.passed,
+              "%s:%d: gradcheck %s failed: worst element is input %d index %lld: analytic %.12g, numeric %.12g; "
+              "max abs err %.3e, max rel err %.3e over %lld elements",
+              file, line, what, rep.worst_input, (long long)rep.worst_index, rep.analytic, rep.numeric,
+              rep.max_abs_err, rep.max_rel_err, (long long)rep.checked);
+    cr_assert(rep.checked > 0, "%s:%d: gradcheck %s checked nothing", file, line, what);
+    return rep;
+}
+
+size_t fgt_alloc_current(void) { return fg_alloc_get_stats(FG_CPU).current; }

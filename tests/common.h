@@ -1,0 +1,91 @@
+/* common.h — helpers shared by the Criterion tests: random tensors, one comparison helper that
+ * reports the largest absolute and relative error and the first bad element, and a gradcheck
+ * wrapper that asserts and prints the report.
+ *
+ * Everything here asserts with Criterion (cr_assert) on failure, so a test reads as a list of
+ * steps. Names start with fgt_ (flashgrad test) to stay clear of the library's fg_ and of the
+ * static helpers inside individual test files.
+ *
+ * Set FG_TEST_VERBOSE=1 to have fgt_gradcheck print one line per check ("gradcheck <what>:
+ * max_abs ... max_rel ..."), e.g. to collect the largest errors per op.
+ */
+#ifndef FG_TESTS_COMMON_H
+#define FG_TESTS_COMMON_H
+
+#include <criterion/criterion.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autograd/autograd.h"
+#include "autograd/gradcheck.h"
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* `ndim, shape` for the fg_ creation functions: fg_zeros(FG_F64, FG_CPU, FGT_DIMS(2, 3)). */
+#define FGT_DIMS(...) \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), ((const int64_t[]){__VA_ARGS__})
+
+/* 1 when FG_SANITIZE is set (make sanitize): tests shrink their largest cases. */
+int fgt_sanitize(void);
+/* 1 when FG_TEST_VERBOSE is set. */
+int fgt_verbose(void);
+
+/* Assert t is not NULL (printing fg_last_error() otherwise) and return it. */
+fg_tensor *fgt_ok(fg_tensor *t, const char *what);
+
+/* Uniform in (lo, hi] from Philox (seed, stream 0); asserts success. CPU. */
+fg_tensor *fgt_uniform(fg_dtype dt, int ndim, const int64_t *shape, double lo, double hi, uint64_t seed);
+/* Uniform in (-1, 1]. */
+fg_tensor *fgt_rand(fg_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
+/* fgt_rand with requires_grad set (a leaf). */
+fg_tensor *fgt_leaf(fg_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
+/* A CPU tensor with the given values (C order, n = numel). */
+fg_tensor *fgt_from(fg_dtype dt, int ndim, const int64_t *shape, const double *values);
+/* The elements of t in C order as a malloc'd double array (caller frees). */
+double *fgt_values(const fg_tensor *t);
+
+/* ---- comparison ---- */
+typedef struct {
+    int64_t n;            /* elements compared */
+    double max_abs;       /* max |actual - expected| */
+    double max_rel;       /* max |actual - expected| / |expected| over |expected| > 0 */
+    int64_t n_bad;        /* elements outside atol + rtol * |expected| (NaN vs number is bad) */
+    int64_t first_bad;    /* flat C-order index of the first bad element, -1 if none */
+    double bad_actual, bad_expected;
+} fgt_cmp;
+
+/* Compare actual (any strides) with expected values (C order, n of them). Equal infinities and
+ * two NaNs count as equal. */
+fgt_cmp fgt_compare_buf(const fg_tensor *actual, const double *expected, int64_t n, double atol, double rtol);
+/* Compare two tensors of the same numel (any dtypes and strides). */
+fgt_cmp fgt_compare(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol);
+
+/* Assert closeness; the message names `what`, the call site, the errors and the first bad index. */
+void fgt_assert_close_at(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol,
+                         const char *what, const char *file, int line);
+void fgt_assert_close_buf_at(const fg_tensor *actual, const double *expected, int64_t n, double atol, double rtol,
+                             const char *what, const char *file, int line);
+#define FGT_ASSERT_CLOSE(actual, expected, atol, rtol, what) \
+    fgt_assert_close_at((actual), (expected), (atol), (rtol), (what), __FILE__, __LINE__)
+#define FGT_ASSERT_CLOSE_BUF(actual, expected, n, atol, rtol, what) \
+    fgt_assert_close_buf_at((actual), (expected), (n), (atol), (rtol), (what), __FILE__, __LINE__)
+
+/* ---- gradcheck ---- */
+/* Run fg_gradcheck (atol, rtol 0 = its defaults) and assert that it ran and passed; on failure
+ * print the whole report. Returns the report so callers can track the largest error. */
+fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_tensor *const *inputs, int n,
+                                     void *user, double atol, double rtol, const char *file, int line);
+#define FGT_GRADCHECK(what, fn, inputs, n, user) \
+    fgt_gradcheck_at((what), (fn), (inputs), (n), (user), 0.0, 0.0, __FILE__, __LINE__)
+
+/* ---- leak checks ---- */
+/* Bytes the CPU allocator has handed out and not taken back (fg_alloc_get_stats(FG_CPU).current). */
+size_t fgt_alloc_current(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_TESTS_COMMON_H */

@@ -1,0 +1,589 @@
+/* test_train.c — training: the schedule, AdamW and clipping against hand computations, bit-exact
+ * determinism and resume, checkpoints (round trip, tokenizer in the metadata, refusal of bad
+ * files), no system allocation after warm-up, non-finite losses, and the `flashgrad train` /
+ * `flashgrad sample` command lines (exit codes, messages, log.csv, no partial output). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tensor/alloc.h"
+#include "tensor/fileio.h"
+#include "tensor/safetensors.h"
+#include "tests/common.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+/* ---- helpers ---- */
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fg_train_test_XXXXXX");
+    cr_assert(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
+}
+static void remove_tmpdir(void) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) {}
+}
+
+static const char *path_in(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", tmpdir, name);
+    return buf;
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* A small text: a few repeated lines, enough for block 8 in both splits. */
+static const char *some_text(void) {
+    return "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
+           "First Citizen:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n";
+}
+
+static fg_train_config tiny_train_config(const fg_source *src, int T) {
+    fg_train_config c = {0};
+    c.model = fg_gpt_default_config();
+    c.model.n_layer = 2;
+    c.model.n_head = 2;
+    c.model.n_embd = 16;
+    c.model.block_size = T;
+    c.model.vocab_size = fg_source_vocab_size(src);
+    c.model.dropout = 0.1; /* so resume must reproduce the masks too */
+    c.batch_size = 4;
+    c.grad_accum = 2;
+    c.steps = 12;
+    c.eval_every = 0;
+    c.eval_iters = 2;
+    c.seed = 77;
+    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = 3, .decay_steps = 12, .beta1 = 0.9, .beta2 = 0.99,
+                              .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    return c;
+}
+
+static fg_source *addition_source(int digits) {
+    fg_addition_config ac = fg_addition_default_config();
+    ac.n_digits = digits;
+    fg_source *s = fg_source_addition(&ac);
+    cr_assert(s, "%s", fg_last_error());
+    return s;
+}
+
+static fg_trainer *trainer(const fg_train_config *c, const fg_source *s) {
+    fg_trainer *tr = fg_trainer_create(c, s);
+    cr_assert(tr, "fg_trainer_create: %s", fg_last_error());
+    return tr;
+}
+
+static void steps(fg_trainer *tr, int n, double *losses) {
+    for (int i = 0; i < n; i++) {
+        fg_step_stats s;
+        cr_assert_eq(fg_trainer_step(tr, &s), FG_OK, "step %lld: %s", (long long)tr->step + 1, fg_last_error());
+        if (losses) losses[i] = s.loss;
+    }
+}
+
+/* ---- schedule, clipping, AdamW ---- */
+
+Test(train, lr_schedule_is_warmup_then_cosine_to_min_lr) {
+    fg_adamw_config c = {.lr = 1e-3, .min_lr = 1e-4, .warmup = 100, .decay_steps = 2000};
+    cr_expect_float_eq(fg_lr_at(&c, 0), 1e-3 * 1 / 101, 1e-15, "step 0: %g", fg_lr_at(&c, 0));
+    cr_expect_float_eq(fg_lr_at(&c, 99), 1e-3 * 100 / 101, 1e-15);
+    cr_expect_float_eq(fg_lr_at(&c, 100), 1e-3, 1e-15, "first step after warm-up: %g", fg_lr_at(&c, 100));
+    cr_expect_float_eq(fg_lr_at(&c, 1050), 1e-4 + 0.5 * (1e-3 - 1e-4), 1e-15, "half-way: %g", fg_lr_at(&c, 1050));
+    cr_expect_float_eq(fg_lr_at(&c, 2000), 1e-4, 1e-15);
+    cr_expect_float_eq(fg_lr_at(&c, 5000), 1e-4, 1e-15);
+    for (int s = 101; s < 2000; s++) cr_assert(fg_lr_at(&c, s) <= fg_lr_at(&c, s - 1), "not decreasing at %d", s);
+}
+
+Test(train, clipping_scales_to_the_clip_norm_and_leaves_small_gradients) {
+    double v[4] = {3, 4, 0, 0};
+    fg_tensor *g = fgt_from(FG_F32, FGT_DIMS(4), v);
+    double n = fg_clip_grad_norm(g, 1.0);
+    cr_expect_float_eq(n, 5.0, 1e-12, "norm before clipping: %g", n);
+    cr_expect_float_eq(fg_grad_norm(g), 1.0 * 5 / (5 + 1e-6), 1e-6, "after: %g", fg_grad_norm(g));
+    n = fg_clip_grad_norm(g, 10.0);
+    cr_expect_float_eq(fg_get(g, 0), 3.0 / (5 + 1e-6), 1e-6, "a gradient under the clip changed: %g", fg_get(g, 0));
+    fg_release(g);
+}
+
+Test(train, adamw_matches_a_hand_computed_step_and_decays_only_2d_tensors) {
+    fg_gpt_config mc = fg_gpt_default_config();
+    mc.n_layer = 1;
+    mc.n_head = 1;
+    mc.n_embd = 2;
+    mc.block_size = 2;
+    mc.vocab_size = 3;
+    mc.dtype = FG_F64;
+    fg_gpt *g = fg_gpt_create(&mc, 1);
+    cr_assert(g, "%s", fg_last_error());
+    fg_adamw_config oc = {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.5};
+    fg_adamw o;
+    cr_assert_eq(fg_adamw_init(&o, &oc, FG_F64, FG_CPU, g->num_elements), FG_OK);
+    const int64_t P = g->num_elements;
+    double *p0 = malloc(P * sizeof *p0), *gr = malloc(P * sizeof *gr);
+    memcpy(p0, fg_data(g->params_flat), P * sizeof *p0);
+    for (int64_t i = 0; i < P; i++) gr[i] = sin(1.0 + i);
+    memcpy(fg_data(g->grads_flat), gr, P * sizeof *gr);
+    fg_adamw_update(&o, g, 0.1);
+    memcpy(fg_data(g->grads_flat), gr, P * sizeof *gr);
+    fg_adamw_update(&o, g, 0.05);
+    /* two steps of PyTorch's AdamW by hand, per element */
+    const double *p = fg_data(g->params_flat);
+    for (int j = 0; j < g->n_params; j++) {
+        const fg_gpt_param *e = &g->params[j];
+        for (int64_t k = e->offset; k < e->offset + e->numel; k++) {
+            double x = p0[k], m = 0, v = 0, lrs[2] = {0.1, 0.05};
+            for (int t = 1; t <= 2; t++) {
+                double lr = lrs[t - 1];
+                if (e->decay) x *= 1 - lr * 0.5;
+                m = 0.9 * m + 0.1 * gr[k];
+                v = 0.99 * v + 0.01 * gr[k] * gr[k];
+                double mh = m / (1 - pow(0.9, t)), vh = v / (1 - pow(0.99, t));
+                x -= lr * mh / (sqrt(vh) + 1e-8);
+            }
+            cr_expect(fabs(p[k] - x) <= 1e-12 * (1 + fabs(x)), "%s[%lld]: %.17g, expected %.17g", e->name,
+                      (long long)(k - e->offset), p[k], x);
+        }
+    }
+    free(p0);
+    free(gr);
+    fg_adamw_free(&o);
+    fg_gpt_free(g);
+}
+
+/* ---- determinism and resume ---- */
+
+Test(train, same_seed_gives_the_same_losses_bit_for_bit) {
+    fg_source *s = addition_source(2);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_trainer *a = trainer(&c, s), *b = trainer(&c, s);
+    double la[6], lb[6];
+    steps(a, 6, la);
+    steps(b, 6, lb);
+    for (int i = 0; i < 6; i++) cr_expect(la[i] == lb[i], "step %d: %.17g vs %.17g", i + 1, la[i], lb[i]);
+    cr_expect(!memcmp(fg_data(a->model->params_flat), fg_data(b->model->params_flat), fg_nbytes(a->model->params_flat)),
+              "parameters differ after 6 steps");
+    c.seed = 78;
+    fg_trainer *d = trainer(&c, s);
+    double ld[6];
+    steps(d, 6, ld);
+    cr_expect(ld[0] != la[0], "another seed gave the same first loss");
+    fg_trainer_free(a);
+    fg_trainer_free(b);
+    fg_trainer_free(d);
+    fg_source_free(s);
+}
+
+Test(train, resume_reproduces_the_uninterrupted_run_bit_for_bit, .init = make_tmpdir, .fini = remove_tmpdir) {
+    fg_source *s = addition_source(2);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    const int N = 5;
+    /* uninterrupted: 2N steps */
+    fg_trainer *full = trainer(&c, s);
+    double lf[2 * N];
+    steps(full, 2 * N, lf);
+    /* interrupted: N steps, checkpoint, a fresh process would start here */
+    fg_trainer *first = trainer(&c, s);
+    double l1[N];
+    steps(first, N, l1);
+    cr_assert_eq(fg_ckpt_save(tmpdir, first), FG_OK, "%s", fg_last_error());
+    fg_trainer_free(first);
+    fg_ckpt *ck = fg_ckpt_open(tmpdir, 1);
+    cr_assert(ck, "%s", fg_last_error());
+    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+    cr_expect_eq(in->step, N);
+    cr_expect(in->train.opt.lr == c.opt.lr && in->train.seed == c.seed && in->train.grad_accum == c.grad_accum &&
+                  in->train.model.dropout == c.model.dropout,
+              "the training configuration did not survive the checkpoint");
+    fg_trainer *second = trainer(&in->train, s);
+    cr_assert_eq(fg_ckpt_restore(ck, second), FG_OK, "%s", fg_last_error());
+    fg_ckpt_close(ck);
+    double l2[N];
+    steps(second, N, l2);
+    for (int i = 0; i < N; i++) cr_expect(l1[i] == lf[i], "step %d before the checkpoint: %.17g vs %.17g", i + 1, l1[i], lf[i]);
+    for (int i = 0; i < N; i++)
+        cr_expect(l2[i] == lf[N + i], "step %d after resuming: %.17g, uninterrupted %.17g", N + i + 1, l2[i], lf[N + i]);
+    cr_expect(!memcmp(fg_data(second->model->params_flat), fg_data(full->model->params_flat),
+                      fg_nbytes(full->model->params_flat)), "final parameters differ");
+    cr_expect(!memcmp(fg_data(second->opt.v), fg_data(full->opt.v), fg_nbytes(full->opt.v)), "final AdamW moments differ");
+    fg_trainer_free(full);
+    fg_trainer_free(second);
+    fg_source_free(s);
+}
+
+Test(train, a_step_after_warmup_takes_nothing_from_the_system) {
+    fg_source *s = addition_source(2);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_trainer *tr = trainer(&c, s);
+    steps(tr, 2, NULL);
+    fg_alloc_stats before = fg_alloc_get_stats(FG_CPU);
+    steps(tr, 4, NULL);
+    double l;
+    cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &l), FG_OK); /* evaluation too, after its first call */
+    fg_alloc_stats mid = fg_alloc_get_stats(FG_CPU);
+    steps(tr, 2, NULL);
+    cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &l), FG_OK);
+    fg_alloc_stats after = fg_alloc_get_stats(FG_CPU);
+    cr_expect_eq(after.system_allocs, mid.system_allocs, "system allocations grew from %llu to %llu in 2 steps + eval",
+                 (unsigned long long)mid.system_allocs, (unsigned long long)after.system_allocs);
+    cr_expect(mid.system_allocs - before.system_allocs <= 16, "warm steps 3-6 took %llu blocks from the system",
+              (unsigned long long)(mid.system_allocs - before.system_allocs));
+    cr_expect_eq(after.current, mid.current, "live bytes between steps changed: %zu -> %zu", mid.current, after.current);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+}
+
+Test(train, a_non_finite_loss_stops_with_the_step_and_keeps_the_parameters) {
+    fg_source *s = addition_source(2);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_trainer *tr = trainer(&c, s);
+    steps(tr, 2, NULL);
+    fg_set(fg_gpt_weight(tr->model, FG_GPT_LNF_W, 0), 0, NAN);
+    size_t nb = fg_nbytes(tr->model->params_flat);
+    void *snap = malloc(nb);
+    memcpy(snap, fg_data(tr->model->params_flat), nb);
+    fg_step_stats st;
+    cr_expect_eq(fg_trainer_step(tr, &st), FG_ERR_NUMERIC);
+    cr_expect(strstr(fg_last_error(), "step 3"), "message should name step 3: %s", fg_last_error());
+    cr_expect_eq(tr->step, 2, "the step counter moved");
+    cr_expect(!memcmp(snap, fg_data(tr->model->params_flat), nb), "parameters changed on a failed step");
+    free(snap);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+}
+
+Test(train, addition_model_learns_something_quickly, .timeout = 300) {
+    /* a short run on 1-digit addition: the loss must move well towards the optimum */
+    fg_source *s = addition_source(1);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    c.model.dropout = 0;
+    c.model.n_embd = 32;
+    c.grad_accum = 1;
+    c.batch_size = 32;
+    c.steps = fgt_sanitize() ? 150 : 300;
+    c.opt.decay_steps = c.steps;
+    c.opt.warmup = 20;
+    c.opt.lr = 1e-2;
+    fg_trainer *tr = trainer(&c, s);
+    double l0, l1;
+    cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &l0), FG_OK);
+    steps(tr, (int)c.steps, NULL);
+    cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &l1), FG_OK);
+    double opt = fg_source_optimal_loss(s);
+    cr_expect(l1 - opt < 0.5 * (l0 - opt), "val loss %g -> %g (optimum %g): less than half the gap closed", l0, l1, opt);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+}
+
+/* ---- checkpoints ---- */
+
+Test(checkpoint, save_then_load_gives_identical_logits_and_the_tokenizer, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char p[512];
+    write_file(path_in(p, sizeof p, "text.txt"), some_text(), strlen(some_text()));
+    fg_text_options to = fg_text_default_options(8);
+    fg_source *s = fg_source_text(p, &to);
+    cr_assert(s, "%s", fg_last_error());
+    fg_train_config c = tiny_train_config(s, 8);
+    fg_trainer *tr = trainer(&c, s);
+    steps(tr, 3, NULL);
+    cr_assert_eq(fg_ckpt_save(tmpdir, tr), FG_OK, "%s", fg_last_error());
+
+    fg_ckpt *ck = fg_ckpt_open(tmpdir, 0);
+    cr_assert(ck, "%s", fg_last_error());
+    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+    fg_gpt *g = fg_ckpt_load_model(ck);
+    cr_assert(g, "%s", fg_last_error());
+    cr_expect(in->source == FG_SOURCE_TEXT && !strcmp(in->data_path, p) && in->data_hash == s->file_hash,
+              "the data description did not survive: %s", in->data_path);
+    /* the tokenizer, through the metadata: same vocabulary, same encoding, text round trip */
+    const fg_tokenizer *a = fg_source_tokenizer(s), *b = in->tokenizer;
+    cr_assert_eq(fg_tokenizer_vocab_size(a), fg_tokenizer_vocab_size(b));
+    const char *msg = "Speak, speak.\n";
+    size_t n = strlen(msg);
+    int32_t ta[64], tb[64];
+    char back[64];
+    cr_assert_eq(fg_tokenizer_encode(a, msg, n, ta), FG_OK);
+    cr_assert_eq(fg_tokenizer_encode(b, msg, n, tb), FG_OK, "%s", fg_last_error());
+    cr_expect(!memcmp(ta, tb, n * sizeof *ta), "the loaded tokenizer encodes differently");
+    cr_assert_eq(fg_tokenizer_decode(b, tb, n, back), FG_OK);
+    cr_expect(!memcmp(back, msg, n), "round trip gave '%.*s'", (int)n, back);
+
+    int32_t x[2 * 8];
+    for (int i = 0; i < 16; i++) x[i] = (i * 5) % c.model.vocab_size;
+    fg_tensor *l1 = fg_gpt_forward(tr->model, x, 2, 8, NULL), *l2 = fg_gpt_forward(g, x, 2, 8, NULL);
+    cr_assert(l1 && l2, "%s", fg_last_error());
+    cr_expect(!memcmp(fg_data(l1), fg_data(l2), fg_nbytes(l1)), "logits differ after save -> load");
+    fg_release(l1);
+    fg_release(l2);
+    fg_gpt_free(g);
+    fg_ckpt_close(ck);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+}
+
+/* A good checkpoint in tmpdir, then the bytes of its model file. */
+static void good_checkpoint(void **buf, size_t *n) {
+    fg_source *s = addition_source(1);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_trainer *tr = trainer(&c, s);
+    steps(tr, 1, NULL);
+    cr_assert_eq(fg_ckpt_save(tmpdir, tr), FG_OK, "%s", fg_last_error());
+    fg_trainer_free(tr);
+    fg_source_free(s);
+    char p[512];
+    cr_assert_eq(fg_read_file(path_in(p, sizeof p, FG_CKPT_MODEL_FILE), 0, buf, n), FG_OK);
+}
+
+static void expect_refused(int with_optim, const char *phrase, const char *what) {
+    fg_ckpt *ck = fg_ckpt_open(tmpdir, with_optim);
+    if (ck) fg_ckpt_close(ck);
+    cr_expect(ck == NULL, "%s: accepted", what);
+    cr_expect(strstr(fg_last_error(), phrase) != NULL, "%s: message '%s' does not mention '%s'", what, fg_last_error(),
+              phrase);
+}
+
+Test(checkpoint, truncated_corrupted_and_foreign_files_are_refused_by_name, .init = make_tmpdir, .fini = remove_tmpdir) {
+    void *buf;
+    size_t n;
+    good_checkpoint(&buf, &n);
+    char mp[512];
+    path_in(mp, sizeof mp, FG_CKPT_MODEL_FILE);
+    fg_ckpt *ok = fg_ckpt_open(tmpdir, 1);
+    cr_assert(ok, "the good checkpoint was refused: %s", fg_last_error());
+    fg_ckpt_close(ok);
+
+    write_file(mp, buf, n / 2);
+    expect_refused(0, FG_CKPT_MODEL_FILE, "truncated to half");
+    write_file(mp, buf, 5);
+    expect_refused(0, FG_CKPT_MODEL_FILE, "truncated to 5 bytes");
+    unsigned char *bad = malloc(n);
+    memcpy(bad, buf, n);
+    bad[n - 3] ^= 0x40; /* a weight's byte: only the checksum can tell */
+    write_file(mp, bad, n);
+    expect_refused(0, "checksum", "a flipped data byte");
+    free(bad);
+
+    /* a foreign safetensors file: valid format, no flashgrad metadata */
+    fg_st_writer *w = fg_st_writer_new();
+    float data[4] = {1, 2, 3, 4};
+    fg_st_writer_add(w, "wte", FG_ST_F32, 2, (int64_t[]){2, 2}, data);
+    cr_assert_eq(fg_st_writer_write(w, mp), FG_OK, "%s", fg_last_error());
+    fg_st_writer_free(w);
+    expect_refused(0, "not a flashgrad checkpoint", "a foreign safetensors file");
+
+    /* the optimizer file given as the model */
+    char op[512];
+    path_in(op, sizeof op, FG_CKPT_OPTIM_FILE);
+    fg_ckpt *c2 = fg_ckpt_open(op, 0);
+    cr_expect(c2 == NULL && strstr(fg_last_error(), "optimizer state"), "optimizer file as model: %s", fg_last_error());
+    if (c2) fg_ckpt_close(c2);
+
+    /* a model whose metadata promises more layers than the file holds */
+    fg_st_file *f = fg_st_parse(buf, n, "model");
+    cr_assert(f, "%s", fg_last_error());
+    w = fg_st_writer_new();
+    for (int i = 0; i < fg_st_count(f); i++) {
+        const fg_st_array *a = fg_st_at(f, i);
+        fg_st_writer_add(w, a->name, a->dtype, a->ndim, a->shape, a->data);
+    }
+    for (int i = 0; i < fg_st_metadata_count(f); i++) {
+        const char *k, *v;
+        fg_st_metadata_at(f, i, &k, &v);
+        if (strcmp(k, "fg_checksum")) fg_st_writer_set_metadata(w, k, v);
+    }
+    fg_st_writer_set_metadata(w, "n_layer", "7");
+    cr_assert_eq(fg_st_writer_write(w, mp), FG_OK, "%s", fg_last_error());
+    expect_refused(0, "7-layer", "n_layer that does not match the tensors");
+    /* a bad configuration value */
+    fg_st_writer_set_metadata(w, "n_layer", "two");
+    fg_st_writer_write(w, mp);
+    expect_refused(0, "n_layer", "a non-numeric n_layer");
+    fg_st_writer_set_metadata(w, "n_layer", "2");
+    fg_st_writer_set_metadata(w, "tokenizer", "char-v1:zz");
+    fg_st_writer_write(w, mp);
+    expect_refused(0, "tokenizer", "a malformed tokenizer");
+    fg_st_writer_free(w);
+    fg_st_close(f);
+
+    /* a model from another step beside the optimizer file: the pair is refused for resuming */
+    write_file(mp, buf, n);
+    fg_source *s = addition_source(1);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_trainer *tr = trainer(&c, s);
+    steps(tr, 2, NULL);
+    char other[512];
+    path_in(other, sizeof other, "other");
+    mkdir(other, 0777);
+    cr_assert_eq(fg_ckpt_save(other, tr), FG_OK, "%s", fg_last_error());
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s/%s' '%s'", other, FG_CKPT_OPTIM_FILE, op);
+    cr_assert_eq(system(cmd), 0);
+    expect_refused(1, "does not match", "model of step 1 with optimizer state of step 2");
+    fg_ckpt *only_model = fg_ckpt_open(tmpdir, 0);
+    cr_expect(only_model != NULL, "the model alone is still usable: %s", fg_last_error());
+    fg_ckpt_close(only_model);
+    unlink(op);
+    expect_refused(1, FG_CKPT_OPTIM_FILE, "a missing optimizer file");
+    fg_trainer_free(tr);
+    fg_source_free(s);
+    free(buf);
+}
+
+/* ---- the command line ---- */
+static const char *fg_bin(void) {
+    const char *b = getenv("FG_BIN");
+    return b && *b ? b : "build/flashgrad";
+}
+
+static int run_cmd(const char *cmd, char *out, size_t n) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t k = fread(out, 1, n - 1, p);
+    out[k] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void need_bin(void) {
+    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+}
+
+/* Runs `flashgrad <args>` with stderr captured; expects exit `code` and `phrase` in the output,
+ * and a single line of output when it is an error. */
+static void expect_cli(const char *args, int code, const char *phrase) {
+    char cmd[2048], log[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", tmpdir, fg_bin(), args);
+    int st = run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, code, "`flashgrad %s` exited %d, expected %d:\n%s", args, st, code, log);
+    cr_expect(strstr(log, phrase) != NULL, "`flashgrad %s`: output does not mention '%s':\n%s", args, phrase, log);
+    if (code != 0) {
+        int lines = 0;
+        for (const char *c = log; *c; c++) lines += *c == '\n';
+        cr_expect_eq(lines, 1, "`flashgrad %s`: an error should be one line, got %d:\n%s", args, lines, log);
+    }
+}
+
+static int exists(const char *rel) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, rel);
+    return access(p, F_OK) == 0;
+}
+
+Test(cli, train_rejects_bad_flags_and_bad_data_with_one_line, .init = make_tmpdir, .fini = remove_tmpdir) {
+    need_bin();
+    char p[512];
+    write_file(path_in(p, sizeof p, "empty.txt"), "", 0);
+    write_file(path_in(p, sizeof p, "short.txt"), "hello\n", 6);
+    unsigned char bin[256];
+    for (int i = 0; i < 256; i++) bin[i] = (unsigned char)i;
+    write_file(path_in(p, sizeof p, "binary.dat"), bin, sizeof bin);
+    write_file(path_in(p, sizeof p, "text.txt"), some_text(), strlen(some_text()));
+
+    expect_cli("train --steps -5 --out o", 2, "--steps");
+    expect_cli("train --steps 0 --out o", 2, "--steps");
+    expect_cli("train --lr abc --out o", 2, "--lr");
+    expect_cli("train --lr 0 --out o", 2, "--lr");
+    expect_cli("train --n-layer", 2, "needs a value");
+    expect_cli("train --bogus 3", 2, "unknown flag");
+    expect_cli("train --dropout 1.5 --out o", 2, "--dropout");
+    expect_cli("train --n-embd 30 --n-head 4 --out o", 2, "multiple");
+    expect_cli("train --task subtraction --out o", 2, "unknown task");
+    expect_cli("train --attn fast --out o", 2, "--attn");
+    expect_cli("train --device cuda --out o", 2, "CUDA");
+    expect_cli("train --data missing.txt --out o", 1, "missing.txt");
+    expect_cli("train --data empty.txt --out o", 1, "empty");
+    expect_cli("train --data binary.dat --out o", 1, "binary.dat");
+    expect_cli("train --data short.txt --block-size 64 --out o", 1, "short.txt");
+    expect_cli("train --resume --out nowhere", 1, "no checkpoint");
+    expect_cli("train --data text.txt --block-size 8 --out text.txt/sub --steps 1", 1, "--out");
+    cr_expect(!exists("o"), "a failed run left its output folder behind");
+    expect_cli("sample --ckpt nowhere", 1, "nowhere");
+    expect_cli("sample", 2, "--ckpt");
+    expect_cli("sample --ckpt x --temperature -1", 2, "--temperature");
+    expect_cli("bench attention", 2, "not built yet");
+}
+
+/* Reads column `col` (0-based) of log.csv rows into out; returns rows. */
+static int read_log_column(const char *dir, int col, char rows[][32], int cap, char *header, size_t hn) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s/log.csv", tmpdir, dir);
+    FILE *f = fopen(p, "r");
+    cr_assert(f, "no %s", p);
+    char line[512];
+    int n = 0;
+    if (fgets(line, sizeof line, f)) snprintf(header, hn, "%s", line);
+    while (fgets(line, sizeof line, f) && n < cap) {
+        char *s = line;
+        for (int c = 0; c < col && s; c++) {
+            s = strchr(s, ',');
+            if (s) s++;
+        }
+        cr_assert(s, "short row: %s", line);
+        size_t len = strcspn(s, ",\n");
+        snprintf(rows[n++], 32, "%.*s", (int)len, s);
+    }
+    fclose(f);
+    return n;
+}
+
+Test(cli, train_writes_log_checkpoint_and_resumes_to_the_same_curve, .init = make_tmpdir, .fini = remove_tmpdir,
+     .timeout = 300) {
+    need_bin();
+    const char *model = "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --dropout 0.1 "
+                        "--eval-every 4 --eval-iters 2 --eval-problems 20 --samples 2 --threads 1";
+    char args[1024];
+    snprintf(args, sizeof args, "train %s --steps 10 --out full", model);
+    expect_cli(args, 0, "final:");
+    char header[256], full[16][32], part[16][32], val[16][32];
+    int n = read_log_column("full", 1, full, 16, header, sizeof header);
+    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss\n");
+    cr_expect_eq(n, 10, "log.csv has %d rows", n);
+    read_log_column("full", 5, val, 16, header, sizeof header);
+    cr_expect(val[3][0] && !val[2][0] && val[9][0], "val_loss should be at steps 4, 8, 10 only: '%s' '%s' '%s'", val[2],
+              val[3], val[9]);
+    cr_expect(exists("full/model.safetensors") && exists("full/optimizer.safetensors"), "checkpoint files missing");
+
+    /* 6 steps of a 10-step schedule, then resume to 10 */
+    snprintf(args, sizeof args, "train %s --steps 6 --lr-decay-steps 10 --out part", model);
+    expect_cli(args, 0, "final:");
+    snprintf(args, sizeof args, "train --resume --steps 10 --out part --threads 1 --eval-problems 20 --samples 0");
+    expect_cli(args, 0, "resuming from step 6");
+    int m = read_log_column("part", 1, part, 16, header, sizeof header);
+    cr_expect_eq(m, 10, "resumed log.csv has %d rows", m);
+    for (int i = 0; i < 10 && i < m; i++)
+        cr_expect_str_eq(part[i], full[i], "loss at step %d: resumed %s, uninterrupted %s", i + 1, part[i], full[i]);
+    expect_cli("train --resume --out part --lr 0.5", 2, "differs from the checkpoint");
+    expect_cli("train --resume --out part --steps 10", 2, "larger --steps");
+
+    /* sampling from it: deterministic for a seed, prompt must be in the vocabulary */
+    char cmd[1200], o1[512], o2[512];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' sample --ckpt full --prompt '1+2=' --tokens 8 --seed 5 2>&1", tmpdir, fg_bin());
+    cr_expect_eq(run_cmd(cmd, o1, sizeof o1), 0, "sample: %s", o1);
+    cr_expect_eq(run_cmd(cmd, o2, sizeof o2), 0);
+    cr_expect_str_eq(o1, o2, "the same seed sampled differently");
+    cr_expect(!strncmp(o1, "1+2=", 4) && strlen(o1) == 4 + 8 + 1, "sample output: '%s'", o1);
+    expect_cli("sample --ckpt full --prompt 'abc'", 1, "--prompt");
+    expect_cli("sample --ckpt full/model.safetensors --tokens 3 --temperature 0", 0, "");
+}
+
+Test(cli, train_on_a_text_file_prints_progress_and_samples, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 300) {
+    need_bin();
+    char p[512];
+    write_file(path_in(p, sizeof p, "text.txt"), some_text(), strlen(some_text()));
+    expect_cli("train --data text.txt --block-size 16 --n-layer 1 --n-embd 16 --n-head 2 --batch-size 4 --steps 8 "
+               "--eval-every 0 --eval-iters 1 --log-every 4 --out runs/t --samples 1 --threads 1",
+               0, "step 8/8");
+    cr_expect(exists("runs/t/log.csv") && exists("runs/t/model.safetensors"), "outputs missing in a created folder");
+    cr_expect(!exists("runs/t/log.csv.tmp"), "temporary file left behind");
+}

@@ -1,0 +1,324 @@
+/* bench_attention.c — `flashgrad bench attention`: time and memory of naive against flash.
+ *
+ * For each N (and, in sweep mode, each block size pair) and each implementation, one child
+ * process (fork) runs the measurement, so the process's peak resident memory (ru_maxrss) belongs
+ * to that configuration alone. Inside the child:
+ *   forward : fg_attention with Q, K, V requiring grad; the allocator's peak minus its baseline is
+ *             the op's peak bytes (O, lse and what the op keeps for backward, plus scratch);
+ *   backward: fg_backward from O with a random dO; peak bytes again.
+ * Times are medians over --repeat runs after one warm-up run. FLOPs follow the FlashAttention
+ * papers: forward 4·Nq·Nk·d per head, backward 2.5× forward, both halved when causal.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ops/attention.h"
+#include "train/cli_util.h"
+
+typedef struct {
+    int64_t b, h, nq, nk, d;
+    int causal;
+    double dropout;
+    int repeat;
+    fg_device device;
+} attn_cfg;
+
+typedef struct {
+    double fwd_ms, bwd_ms;
+    double fwd_peak, bwd_peak; /* bytes above the baseline */
+    double rss_kb;
+    int ok;
+    char err[200];
+} attn_result;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_result *r) {
+    int64_t qs[4] = {c->b, c->h, c->nq, c->d}, ks[4] = {c->b, c->h, c->nk, c->d};
+    fg_tensor *q = fg_rand_normal(FG_F32, c->device, 4, qs, 0, 1, 1, 0);
+    fg_tensor *k = fg_rand_normal(FG_F32, c->device, 4, ks, 0, 1, 1, 1);
+    fg_tensor *v = fg_rand_normal(FG_F32, c->device, 4, ks, 0, 1, 1, 2);
+    fg_tensor *dout = fg_rand_normal(FG_F32, c->device, 4, qs, 0, 1, 1, 3);
+    if (!q || !k || !v || !dout) {
+        snprintf(r->err, sizeof r->err, "%s", fg_last_error());
+        goto done;
+    }
+    fg_set_requires_grad(q, 1);
+    fg_set_requires_grad(k, 1);
+    fg_set_requires_grad(v, 1);
+    fg_attn_opts o = fg_attn_defaults();
+    o.impl = impl;
+    o.causal = c->causal;
+    o.dropout_p = c->dropout;
+    o.seed = 7;
+    o.block_q = bq;
+    o.block_k = bk;
+    int reps = c->repeat < 1 ? 1 : c->repeat;
+    double *tf = calloc((size_t)reps, sizeof *tf), *tb = calloc((size_t)reps, sizeof *tb);
+    for (int it = -1; it < reps; it++) { /* it = -1: warm-up (fills the allocator cache) */
+        fg_zero_grad(q);
+        fg_zero_grad(k);
+        fg_zero_grad(v);
+        size_t base = fg_alloc_get_stats(c->device).current;
+        fg_alloc_reset_peak(c->device);
+        double t0 = fg_now();
+        fg_tensor *out = fg_attention(q, k, v, &o, NULL);
+        fg_device_sync(c->device);
+        double t1 = fg_now();
+        if (!out) {
+            snprintf(r->err, sizeof r->err, "%s", fg_last_error());
+            break;
+        }
+        double fpeak = (double)(fg_alloc_get_stats(c->device).peak - base);
+        size_t base2 = fg_alloc_get_stats(c->device).current;
+        fg_alloc_reset_peak(c->device);
+        double t2 = fg_now();
+        fg_status st = fg_backward(out, dout);
+        fg_device_sync(c->device);
+        double t3 = fg_now();
+        double bpeak = (double)(fg_alloc_get_stats(c->device).peak - base2);
+        fg_release(out);
+        if (st != FG_OK) {
+            snprintf(r->err, sizeof r->err, "%s", fg_last_error());
+            break;
+        }
+        if (it >= 0) {
+            tf[it] = (t1 - t0) * 1e3;
+            tb[it] = (t3 - t2) * 1e3;
+            r->fwd_peak = fpeak;
+            r->bwd_peak = bpeak;
+        }
+        if (it == reps - 1) r->ok = 1;
+    }
+    if (r->ok) {
+        qsort(tf, (size_t)reps, sizeof *tf, cmp_double);
+        qsort(tb, (size_t)reps, sizeof *tb, cmp_double);
+        r->fwd_ms = tf[reps / 2];
+        r->bwd_ms = tb[reps / 2];
+    }
+    free(tf);
+    free(tb);
+done:
+    fg_release(q);
+    fg_release(k);
+    fg_release(v);
+    fg_release(dout);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    r->rss_kb = (double)ru.ru_maxrss;
+}
+
+/* Run one measurement in a child process; the result comes back through a pipe. */
+static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_result *r) {
+    memset(r, 0, sizeof *r);
+    int fd[2];
+    if (pipe(fd) != 0) {
+        snprintf(r->err, sizeof r->err, "pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(r->err, sizeof r->err, "fork: %s", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        attn_result cr;
+        memset(&cr, 0, sizeof cr);
+        measure(c, impl, bq, bk, &cr);
+        ssize_t w = write(fd[1], &cr, sizeof cr);
+        _exit(w == (ssize_t)sizeof cr ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t got = read(fd[0], r, sizeof *r);
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != (ssize_t)sizeof *r) {
+        memset(r, 0, sizeof *r);
+        if (WIFSIGNALED(status))
+            snprintf(r->err, sizeof r->err, "measurement process died (signal %d; out of memory?)", WTERMSIG(status));
+        else
+            snprintf(r->err, sizeof r->err, "measurement process failed");
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: flashgrad bench attention [--n N1,N2,...] [--nk M] [--d D] [--b B] [--h H] [--causal]\n"
+            "         [--dropout P] [--device cpu|cuda] [--repeat R] [--block-q N] [--block-k N]\n"
+            "         [--sweep-blocks S1,S2,...] [--impl naive|flash|both] [--max-naive-gib G] [--csv FILE]\n"
+            "  times forward and backward of naive and flash attention (float32), median of R repeats;\n"
+            "  GFLOP/s: forward 4*Nq*Nk*d per head, backward 2.5x, halved when causal;\n"
+            "  peak bytes from flashgrad's allocation counter; peak RSS of a process per configuration.\n"
+            "  --nk defaults to N. --sweep-blocks times flash for every (block_q, block_k) pair of the list.\n"
+            "  Naive is skipped when its score matrices would exceed --max-naive-gib (default 6).\n");
+}
+
+int fg_bench_attention(int argc, char **argv) {
+    attn_cfg c = {.b = 1, .h = 1, .d = 64, .repeat = 3, .device = FG_CPU};
+    int64_t ns[64];
+    int nn = 0, nsweep = 0, sweep[16], bq = 0, bk = 0, want_naive = 1, want_flash = 1;
+    int64_t nk_fixed = 0;
+    double max_naive_gib = 6.0;
+    const char *csv = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--causal")) {
+            c.causal = 1;
+            continue;
+        }
+        if (!val) {
+            fprintf(stderr, "bench attention: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--n")) {
+            if (fg_parse_int_list(val, ns, 64, &nn, 1, 1 << 20) != 0) {
+                fprintf(stderr, "bench attention: --n wants a comma-separated list of positive integers, got '%s'\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--sweep-blocks")) {
+            int64_t tmp[16];
+            if (fg_parse_int_list(val, tmp, 16, &nsweep, 1, 4096) != 0) {
+                fprintf(stderr, "bench attention: --sweep-blocks wants a list of positive integers, got '%s'\n", val);
+                return 2;
+            }
+            for (int s = 0; s < nsweep; s++) sweep[s] = (int)tmp[s];
+        } else if (!strcmp(a, "--impl")) {
+            if (!strcmp(val, "naive")) want_flash = 0;
+            else if (!strcmp(val, "flash")) want_naive = 0;
+            else if (strcmp(val, "both")) {
+                fprintf(stderr, "bench attention: --impl must be naive, flash or both, got '%s'\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--device")) {
+            if (!strcmp(val, "cpu")) c.device = FG_CPU;
+            else if (!strcmp(val, "cuda")) c.device = FG_CUDA;
+            else {
+                fprintf(stderr, "bench attention: --device must be cpu or cuda, got '%s'\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--csv")) {
+            csv = val;
+        } else if (!strcmp(a, "--dropout")) {
+            if (fg_parse_double(val, &c.dropout) || c.dropout < 0 || c.dropout >= 1) {
+                fprintf(stderr, "bench attention: --dropout must be in [0, 1), got '%s'\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-naive-gib")) {
+            if (fg_parse_double(val, &max_naive_gib) || max_naive_gib <= 0) {
+                fprintf(stderr, "bench attention: --max-naive-gib must be positive, got '%s'\n", val);
+                return 2;
+            }
+        } else {
+            int64_t x;
+            int64_t *dst = NULL;
+            int ix = 0;
+            if (!strcmp(a, "--d")) dst = &c.d;
+            else if (!strcmp(a, "--b")) dst = &c.b;
+            else if (!strcmp(a, "--h")) dst = &c.h;
+            else if (!strcmp(a, "--nk")) dst = &nk_fixed;
+            else if (!strcmp(a, "--repeat")) ix = 1;
+            else if (!strcmp(a, "--block-q")) ix = 2;
+            else if (!strcmp(a, "--block-k")) ix = 3;
+            else {
+                fprintf(stderr, "bench attention: unknown option '%s' (see --help)\n", a);
+                return 2;
+            }
+            if (fg_parse_int(val, &x) || x < 1 || x > (1 << 24)) {
+                fprintf(stderr, "bench attention: %s must be a positive integer, got '%s'\n", a, val);
+                return 2;
+            }
+            if (dst) *dst = x;
+            else if (ix == 1) c.repeat = (int)x;
+            else if (ix == 2) bq = (int)x;
+            else bk = (int)x;
+        }
+    }
+    if (nn == 0) {
+        static const int64_t def[] = {256, 512, 1024, 2048, 4096};
+        nn = 5;
+        memcpy(ns, def, sizeof def);
+    }
+    if (c.device == FG_CUDA && fg_device_available(FG_CUDA) != FG_OK) {
+        fprintf(stderr, "bench attention: %s\n", fg_last_error());
+        return 1;
+    }
+    FILE *out = NULL;
+    if (csv) {
+        out = fg_csv_open_atomic(csv);
+        if (!out) {
+            fprintf(stderr, "bench attention: cannot write %s: %s\n", csv, strerror(errno));
+            return 1;
+        }
+        fprintf(out, "impl,b,h,nq,nk,d,causal,dropout,block_q,block_k,fwd_ms,bwd_ms,fwd_gflops,bwd_gflops,"
+                     "fwd_peak_bytes,bwd_peak_bytes,peak_rss_kb,device\n");
+    }
+    fg_print_machine_line(stdout);
+    printf("%-6s %6s %6s %4s %4s %4s | %9s %9s | %8s %8s | %12s %12s | %10s\n", "impl", "Nq", "Nk", "d", "bq", "bk",
+           "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "fwd peak B", "bwd peak B", "peak RSS");
+    int n_pairs = nsweep ? nsweep * nsweep : 1;
+    for (int in = 0; in < nn; in++) {
+        c.nq = ns[in];
+        c.nk = nk_fixed ? nk_fixed : ns[in];
+        double flops = 4.0 * (double)c.nq * (double)c.nk * (double)c.d * (double)(c.b * c.h);
+        if (c.causal) flops /= 2;
+        for (int impl = 0; impl < 2; impl++) {
+            if ((impl == FG_ATTN_NAIVE && !want_naive) || (impl == FG_ATTN_FLASH && !want_flash)) continue;
+            for (int pi = 0; pi < (impl == FG_ATTN_FLASH ? n_pairs : 1); pi++) {
+                int ibq = nsweep ? sweep[pi / nsweep] : bq, ibk = nsweep ? sweep[pi % nsweep] : bk;
+                attn_result r;
+                double naive_bytes = 3.0 * (double)c.nq * (double)c.nk * 4.0 * (double)(c.b * c.h);
+                if (impl == FG_ATTN_NAIVE && naive_bytes > max_naive_gib * 1073741824.0) {
+                    printf("%-6s %6lld %6lld %4lld %4s %4s | skipped: its score matrices need ~%.1f GiB (--max-naive-gib)\n",
+                           "naive", (long long)c.nq, (long long)c.nk, (long long)c.d, "-", "-", naive_bytes / 1073741824.0);
+                    continue;
+                }
+                measure_isolated(&c, (fg_attn_impl)impl, ibq, ibk, &r);
+                const char *name = impl == FG_ATTN_NAIVE ? "naive" : "flash";
+                if (!r.ok) {
+                    printf("%-6s %6lld %6lld %4lld | failed: %s\n", name, (long long)c.nq, (long long)c.nk, (long long)c.d,
+                           r.err);
+                    continue;
+                }
+                double gf = flops / (r.fwd_ms * 1e-3) / 1e9, gb = 2.5 * flops / (r.bwd_ms * 1e-3) / 1e9;
+                char sbq[16], sbk[16];
+                snprintf(sbq, sizeof sbq, "%d", impl == FG_ATTN_FLASH ? ibq : 0);
+                snprintf(sbk, sizeof sbk, "%d", impl == FG_ATTN_FLASH ? ibk : 0);
+                printf("%-6s %6lld %6lld %4lld %4s %4s | %9.3f %9.3f | %8.1f %8.1f | %12.0f %12.0f | %7.0f MiB\n", name,
+                       (long long)c.nq, (long long)c.nk, (long long)c.d, impl == FG_ATTN_FLASH ? (ibq ? sbq : "def") : "-",
+                       impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-", r.fwd_ms, r.bwd_ms, gf, gb, r.fwd_peak,
+                       r.bwd_peak, r.rss_kb / 1024);
+                fflush(stdout);
+                if (out)
+                    fprintf(out, "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s\n", name,
+                            (long long)c.b, (long long)c.h, (long long)c.nq, (long long)c.nk, (long long)c.d, c.causal,
+                            c.dropout, impl == FG_ATTN_FLASH ? ibq : 0, impl == FG_ATTN_FLASH ? ibk : 0, r.fwd_ms, r.bwd_ms,
+                            gf, gb, r.fwd_peak, r.bwd_peak, r.rss_kb, fg_device_name(c.device));
+            }
+        }
+    }
+    if (out && fg_csv_commit(out, csv) != 0) {
+        fprintf(stderr, "bench attention: could not finish writing %s: %s\n", csv, strerror(errno));
+        return 1;
+    }
+    return 0;
+}

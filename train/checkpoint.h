@@ -1,0 +1,81 @@
+/* checkpoint.h — a run saved as two safetensors files, and read back.
+ *
+ * DIR/model.safetensors      the weights, named as nanoGPT names them (train/gpt.h), so PyTorch
+ *                            and Hugging Face tools load them; __metadata__ holds the model
+ *                            configuration, the tokenizer (datasets/tokenizer.h's string), what
+ *                            data the run trained on, the step and "params_xxh64" (see below).
+ * DIR/optimizer.safetensors  what a resumed run needs beyond the weights: AdamW's moments
+ *                            "exp_avg" and "exp_avg_sq" (P) in the parameters' flat order,
+ *                            "step" (I64, 1), "rng" (U64, 2: the run seed and the step — every
+ *                            random draw is a pure function of those, so this is the whole RNG
+ *                            state), and the training configuration in its metadata.
+ *
+ * Pairing. Both files are written atomically (fileio.h), model first. Both record the step and
+ * params_xxh64, the XXH64 of the flat parameter buffer, and a resume checks that they agree. A
+ * crash between the two writes leaves a new model beside an old optimizer file: the model is
+ * usable (sampling), and --resume refuses the pair with a message instead of continuing from
+ * mismatched state.
+ *
+ * Reading validates everything before allocating the model: the format (fileio/safetensors do the
+ * bytes: truncation, corruption via the checksum), flashgrad's kind and version tags (a foreign
+ * safetensors file is refused by name), every configuration value's range, the tokenizer, and
+ * that every expected tensor is present with the expected shape and dtype and nothing else is.
+ * Each error message names the file and the problem.
+ */
+#ifndef FG_CHECKPOINT_H
+#define FG_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "datasets/tokenizer.h"
+#include "train/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FG_CKPT_MODEL_FILE "model.safetensors"
+#define FG_CKPT_OPTIM_FILE "optimizer.safetensors"
+
+/* What a checkpoint says about itself. */
+typedef struct {
+    fg_gpt_config model;
+    int64_t step;
+    fg_source_kind source;        /* what it trained on */
+    fg_addition_config addition;  /* the task's settings (addition) */
+    char data_path[1024];         /* the text file as given to train (text) */
+    uint64_t data_hash;           /* its XXH64 (text) */
+    double val_fraction;          /* text split */
+    const fg_tokenizer *tokenizer;/* owned by the checkpoint */
+    uint64_t params_hash;
+    int has_train;                /* the optimizer file was read: train and moments are valid */
+    fg_train_config train;        /* the run's configuration (model part = `model`) */
+} fg_ckpt_info;
+
+typedef struct fg_ckpt fg_ckpt;
+
+/* Opens `path`: a folder holding model.safetensors (and optimizer.safetensors when
+ * with_optimizer), or a model .safetensors file itself (then the optimizer file is looked for in
+ * the same folder). Validates as described at the top. NULL + fg_last_error() (FG_ERR_IO when a
+ * file is missing or unreadable, FG_ERR_FORMAT when one is malformed, foreign or mismatched). */
+fg_ckpt *fg_ckpt_open(const char *path, int with_optimizer);
+void fg_ckpt_close(fg_ckpt *c); /* NULL is fine */
+const fg_ckpt_info *fg_ckpt_get_info(const fg_ckpt *c);
+
+/* A new model (on the CPU, the file's dtype) holding the stored weights. Caller frees. */
+fg_gpt *fg_ckpt_load_model(const fg_ckpt *c);
+/* Into a trainer made from the checkpoint's configuration: weights, moments, AdamW's t and the
+ * step. Needs with_optimizer. */
+fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr);
+
+/* Writes DIR/model.safetensors then DIR/optimizer.safetensors for the trainer's current state.
+ * DIR must exist. */
+fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr);
+
+/* XXH64 of a model's flat parameter buffer (the pairing check). */
+uint64_t fg_ckpt_params_hash(const fg_gpt *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_CHECKPOINT_H */

@@ -1,0 +1,132 @@
+/* cli_util.c — see cli_util.h. */
+#include "train/cli_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef FG_WITH_CUDA
+#include "cuda/cuda.h"
+#endif
+
+int fg_parse_int(const char *s, int64_t *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s) return -1;
+    *out = v;
+    return 0;
+}
+
+int fg_parse_double(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int fg_parse_int_list(const char *s, int64_t *out, int cap, int *n, int64_t lo, int64_t hi) {
+    *n = 0;
+    if (!s || !*s) return -1;
+    const char *p = s;
+    while (*p) {
+        char buf[32];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof buf || *n >= cap) return -1;
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        int64_t v;
+        if (fg_parse_int(buf, &v) || v < lo || v > hi) return -1;
+        out[(*n)++] = v;
+        p += len;
+        if (*p == ',') {
+            p++;
+            if (!*p) return -1;
+        }
+    }
+    return 0;
+}
+
+double fg_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void fg_device_sync(fg_device d) {
+    const fg_device_backend *be = fg_backend(d);
+    if (be && be->synchronize) be->synchronize();
+}
+
+fg_status fg_device_available(fg_device d) {
+    if (d == FG_CPU) return FG_OK;
+#ifdef FG_WITH_CUDA
+    if (d == FG_CUDA) return fg_cuda_init();
+#endif
+    return fg_error(FG_ERR_DEVICE, "flashgrad was built without CUDA (build with `make cuda` and use build-cuda/flashgrad)");
+}
+
+/* OpenBLAS reports its kernel and thread count; declared here to avoid depending on its headers. */
+extern char *openblas_get_corename(void);
+extern int openblas_get_num_threads(void);
+
+void fg_print_machine_line(FILE *f) {
+    char model[256] = "unknown cpu";
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    if (ci) {
+        char line[512];
+        while (fgets(line, sizeof line, ci)) {
+            if (!strncmp(line, "model name", 10)) {
+                char *c = strchr(line, ':');
+                if (c) {
+                    c++;
+                    while (*c == ' ') c++;
+                    snprintf(model, sizeof model, "%s", c);
+                    model[strcspn(model, "\n")] = '\0';
+                }
+                break;
+            }
+        }
+        fclose(ci);
+    }
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    fprintf(f, "machine: %s, %ld cpus; OpenBLAS kernel %s with %d threads (OPENBLAS_CORETYPE=%s)\n", model,
+            sysconf(_SC_NPROCESSORS_ONLN), openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "unset");
+}
+
+FILE *fg_csv_open_atomic(const char *path) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    return fopen(tmp, "w");
+}
+
+int fg_csv_commit(FILE *f, const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int e = errno;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad && rename(tmp, path) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}

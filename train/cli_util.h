@@ -1,0 +1,33 @@
+/* cli_util.h — small helpers shared by the subcommands: strict number parsing, clocks, device
+ * checks, the machine line benchmarks print, and CSV files written atomically. */
+#ifndef FG_CLI_UTIL_H
+#define FG_CLI_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tensor/tensor.h"
+
+/* 0 on success; -1 if s is not entirely a number (no trailing junk, no overflow). */
+int fg_parse_int(const char *s, int64_t *out);
+int fg_parse_double(const char *s, double *out);
+/* "256,512,1024" -> out[0..*n); each in [lo, hi]. -1 on junk, range or more than cap items. */
+int fg_parse_int_list(const char *s, int64_t *out, int cap, int *n, int64_t lo, int64_t hi);
+
+/* Monotonic seconds. */
+double fg_now(void);
+/* Wait for the device's queued work (no-op on the CPU). */
+void fg_device_sync(fg_device d);
+/* FG_OK when tensors can be made on d (initializes the CUDA backend in a CUDA build);
+ * otherwise an error with a message such as "flashgrad was built without CUDA". */
+fg_status fg_device_available(fg_device d);
+
+/* "machine: <cpu model>, <n> cpus; OpenBLAS <core> with <t> threads" (and the GPU in a CUDA build). */
+void fg_print_machine_line(FILE *f);
+
+/* A CSV (or any text) file written atomically: fg_csv_open_atomic writes to "<path>.tmp.<pid>",
+ * fg_csv_commit flushes, fsyncs, closes and renames it over `path` (0 on success, -1 with errno). */
+FILE *fg_csv_open_atomic(const char *path);
+int fg_csv_commit(FILE *f, const char *path);
+
+#endif /* FG_CLI_UTIL_H */

@@ -1,0 +1,186 @@
+/* cmd_attention.c — `flashgrad attention`: attention on .npy inputs, written back as .npy.
+ *
+ *   flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]
+ *                       [--dropout P --seed S] [--scale X] [--block-q N --block-k N] --out DIR
+ *
+ * Q is (B, H, Nq, d), K and V (B, H, Nk, d), float32 or float64 (all three alike). Writes DIR/o.npy
+ * (B, H, Nq, d) and DIR/lse.npy (B, H, Nq); with --do (dO, shaped like O) also dq.npy, dk.npy and
+ * dv.npy. Outputs have the inputs' dtype. DIR is created if missing. Every output is computed before
+ * the first is written, and each file is written atomically, so a failed run leaves no partial file.
+ * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write), 2 usage error.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "autograd/autograd.h"
+#include "ops/attention.h"
+#include "tensor/npy.h"
+#include "train/cli_util.h"
+#include "train/commands.h"
+
+static const char attention_usage[] =
+    "usage: flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]\n"
+    "                           [--dropout P --seed S] [--scale X] [--block-q N --block-k N] --out DIR\n"
+    "\n"
+    "  Q (B,H,Nq,d), K and V (B,H,Nk,d): float32 or float64 .npy files of one dtype.\n"
+    "  Writes DIR/o.npy (B,H,Nq,d) and DIR/lse.npy (B,H,Nq); with --do dO.npy (shaped like O) also\n"
+    "  dq.npy, dk.npy, dv.npy. Outputs have the inputs' dtype.\n"
+    "\n"
+    "  --impl naive|flash   implementation (default flash)\n"
+    "  --causal             causal mask aligned to the bottom-right: query i sees key j iff j <= i + Nk - Nq\n"
+    "  --dropout P          dropout on the attention weights, 0 <= P < 1 (default 0)\n"
+    "  --seed S             dropout seed, an integer >= 0 (default 0)\n"
+    "  --scale X            score scale, finite and nonzero (default 1/sqrt(d))\n"
+    "  --block-q N          flash query tile rows, 1..65536 (default 64)\n"
+    "  --block-k N          flash key tile rows, 1..65536 (default 64)\n";
+
+#define CMD "flashgrad attention"
+
+static int usage_error(const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, CMD ": ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (flashgrad attention --help)\n");
+    return 2;
+}
+
+/* mkdir -p: 0 on success, -1 with errno. */
+static int make_dirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char c = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+            buf[i] = c;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+int fg_cmd_attention(int argc, char **argv) {
+    const char *qp = NULL, *kp = NULL, *vp = NULL, *dop = NULL, *out = NULL;
+    fg_attn_opts opts = fg_attn_defaults();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(attention_usage, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--causal")) {
+            opts.causal = 1;
+            continue;
+        }
+        static const char *valued[] = {"--q", "--k", "--v", "--do", "--out", "--impl", "--dropout", "--seed",
+                                       "--scale", "--block-q", "--block-k"};
+        int known = 0;
+        for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= !strcmp(a, valued[j]);
+        if (!known) return usage_error("unknown option '%s'%s", a, "");
+        if (i + 1 >= argc) return usage_error("%s needs a value%s", a, "");
+        const char *val = argv[++i];
+        int64_t iv;
+        double dv;
+        if (!strcmp(a, "--q")) qp = val;
+        else if (!strcmp(a, "--k")) kp = val;
+        else if (!strcmp(a, "--v")) vp = val;
+        else if (!strcmp(a, "--do")) dop = val;
+        else if (!strcmp(a, "--out")) out = val;
+        else if (!strcmp(a, "--impl")) {
+            if (!strcmp(val, "naive")) opts.impl = FG_ATTN_NAIVE;
+            else if (!strcmp(val, "flash")) opts.impl = FG_ATTN_FLASH;
+            else return usage_error("--impl must be naive or flash, got '%s'%s", val, "");
+        } else if (!strcmp(a, "--dropout")) {
+            if (fg_parse_double(val, &dv) || !(dv >= 0 && dv < 1))
+                return usage_error("--dropout must be a number in [0, 1), got '%s'%s", val, "");
+            opts.dropout_p = dv;
+        } else if (!strcmp(a, "--seed")) {
+            if (fg_parse_int(val, &iv) || iv < 0) return usage_error("--seed must be an integer >= 0, got '%s'%s", val, "");
+            opts.seed = (uint64_t)iv;
+        } else if (!strcmp(a, "--scale")) {
+            if (fg_parse_double(val, &dv) || dv == 0)
+                return usage_error("--scale must be a finite nonzero number, got '%s'%s", val, "");
+            opts.scale = dv;
+        } else { /* --block-q / --block-k */
+            if (fg_parse_int(val, &iv) || iv < 1 || iv > FG_ATTN_MAX_BLOCK)
+                return usage_error("%s must be an integer in [1, 65536], got '%s'", a, val);
+            if (!strcmp(a, "--block-q")) opts.block_q = (int)iv;
+            else opts.block_k = (int)iv;
+        }
+    }
+    if (!qp || !kp || !vp) return usage_error("--q, --k and --v are required%s%s", "", "");
+    if (!out) return usage_error("--out DIR is required%s%s", "", "");
+
+    int rc = 1;
+    fg_tensor *q = NULL, *k = NULL, *v = NULL, *dout = NULL, *o = NULL, *lse = NULL;
+    const char *what = NULL;
+    if (!(q = fg_npy_load(qp))) what = qp;
+    else if (!(k = fg_npy_load(kp))) what = kp;
+    else if (!(v = fg_npy_load(vp))) what = vp;
+    else if (dop && !(dout = fg_npy_load(dop))) what = dop;
+    if (what) {
+        fprintf(stderr, CMD ": %s: %s\n", what, fg_last_error());
+        goto done;
+    }
+    if (dout) {
+        fg_set_requires_grad(q, 1);
+        fg_set_requires_grad(k, 1);
+        fg_set_requires_grad(v, 1);
+    }
+    o = fg_attention(q, k, v, &opts, &lse);
+    if (!o) {
+        fprintf(stderr, CMD ": %s\n", fg_last_error());
+        goto done;
+    }
+    if (dout) {
+        char b1[96], b2[96];
+        if (dout->dtype != o->dtype || !fg_same_shape(dout, o)) {
+            fprintf(stderr, CMD ": --do %s is %s %s, but O is %s %s\n", dop, fg_dtype_name(dout->dtype),
+                    fg_shape_str(dout, b1, sizeof b1), fg_dtype_name(o->dtype), fg_shape_str(o, b2, sizeof b2));
+            goto done;
+        }
+        if (fg_backward(o, dout) != FG_OK) {
+            fprintf(stderr, CMD ": backward: %s\n", fg_last_error());
+            goto done;
+        }
+    }
+    if (make_dirs(out) != 0) {
+        fprintf(stderr, CMD ": cannot create the output folder %s: %s\n", out, strerror(errno));
+        goto done;
+    }
+    const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
+    const fg_tensor *ts[5] = {o, lse, dout ? q->grad : NULL, dout ? k->grad : NULL, dout ? v->grad : NULL};
+    for (int i = 0; i < 5; i++) {
+        if (!ts[i]) continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s.npy", out, names[i]);
+        if (fg_npy_save(path, ts[i]) != FG_OK) {
+            fprintf(stderr, CMD ": %s\n", fg_last_error());
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    fg_release(o);
+    fg_release(lse);
+    fg_release(q);
+    fg_release(k);
+    fg_release(v);
+    fg_release(dout);
+    return rc;
+}

@@ -1,0 +1,205 @@
+/* cmd_bench.c — `flashgrad bench <what>`: benchmarks.
+ *
+ * bench train: the steady-state cost of one optimizer step (forward, backward, clipping, AdamW)
+ *   for a configuration given with train's flags. It runs --warmup-steps steps first (they fill
+ *   the caching allocator and BLAS's buffers), then times --steps steps one by one and reports the
+ *   median step time, tokens/s at the median, and the allocator's counters: live and peak bytes,
+ *   and system allocations after warm-up against at the end — a training step after warm-up
+ *   should take nothing new from the system, so the two numbers should be equal.
+ * bench attention: naive against flash attention (being replaced by the lead's version).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/alloc.h"
+#include "train/cli_util.h"
+#include "train/commands.h"
+#include "train/flags.h"
+#include "train/train_defaults.h"
+#include "train/trainer.h"
+
+extern void openblas_set_num_threads(int n);
+
+enum {
+    B_DATA, B_BYTE, B_DIGITS, B_N_LAYER, B_N_HEAD, B_N_EMBD, B_BLOCK, B_BATCH, B_ACCUM, B_DROPOUT, B_ATTN,
+    B_STEPS, B_WARM, B_THREADS, B_SEED, B_DEVICE, B_COUNT
+};
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
+    f[B_DIGITS].i = d->digits;
+    f[B_N_LAYER].i = d->n_layer;
+    f[B_N_HEAD].i = d->n_head;
+    f[B_N_EMBD].i = d->n_embd;
+    f[B_BLOCK].i = d->block_size;
+    f[B_BATCH].i = d->batch_size;
+    f[B_ACCUM].i = d->grad_accum;
+    f[B_DROPOUT].d = d->dropout;
+}
+
+static int bench_train(int argc, char **argv) {
+    fg_flag f[B_COUNT] = {
+        [B_DATA] = {"--data", FG_FLAG_STR, "FILE", "text file (default: the addition task)"},
+        [B_BYTE] = {"--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer for --data"},
+        [B_DIGITS] = {"--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS},
+        [B_N_LAYER] = {"--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024},
+        [B_N_HEAD] = {"--n-head", FG_FLAG_INT, "N", "attention heads", 1, 65536},
+        [B_N_EMBD] = {"--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536},
+        [B_BLOCK] = {"--block-size", FG_FLAG_INT, "N", "context length (text)", 1, 1 << 20},
+        [B_BATCH] = {"--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24},
+        [B_ACCUM] = {"--grad-accum", FG_FLAG_INT, "N", "micro-batches per step", 1, 1 << 20},
+        [B_DROPOUT] = {"--dropout", FG_FLAG_F64, "P", "dropout probability", 0, 0.99},
+        [B_ATTN] = {"--attn", FG_FLAG_STR, "IMPL", "naive or flash", .s = "flash"},
+        [B_STEPS] = {"--steps", FG_FLAG_INT, "N", "timed steps", 1, 1e6, 0, .i = 20},
+        [B_WARM] = {"--warmup-steps", FG_FLAG_INT, "N", "untimed steps first", 1, 1e6, 0, .i = 3},
+        [B_THREADS] = {"--threads", FG_FLAG_INT, "N", "OpenBLAS threads (default: OPENBLAS_NUM_THREADS or all cores)", 1, 1024},
+        [B_SEED] = {"--seed", FG_FLAG_U64, "N", "seed", .u = 1337},
+        [B_DEVICE] = {"--device", FG_FLAG_STR, "DEV", "cpu or cuda", .s = "cpu"},
+    };
+    set_bench_defaults(f, &fg_defaults_addition);
+    int rc = fg_flags_parse("bench train", f, B_COUNT, argc, argv);
+    if (rc == -1) {
+        fg_flags_help(stdout, "bench train", "[--data FILE] [model flags] [--steps N] [--warmup-steps N]", f, B_COUNT);
+        printf("\nDefaults are the addition task's training defaults; with --data, the text defaults.\n");
+        return 0;
+    }
+    if (rc) return rc;
+    if (f[B_DATA].given) {
+        fg_flag g[B_COUNT];
+        memcpy(g, f, sizeof g);
+        set_bench_defaults(f, &fg_defaults_text);
+        for (int k = 0; k < B_COUNT; k++)
+            if (g[k].given) f[k] = g[k];
+    }
+    if (strcmp(f[B_DEVICE].s, "cpu")) {
+        if (!strcmp(f[B_DEVICE].s, "cuda")) {
+            if (fg_device_available(FG_CUDA) != FG_OK) {
+                fprintf(stderr, "flashgrad bench train: --device cuda: %s\n", fg_last_error());
+                return 2;
+            }
+            fprintf(stderr, "flashgrad bench train: --device cuda: training on the GPU is not supported by this build yet\n");
+            return 2;
+        }
+        fprintf(stderr, "flashgrad bench train: --device: unknown device '%s' (cpu or cuda)\n", f[B_DEVICE].s);
+        return 2;
+    }
+    fg_attn_impl attn;
+    if (!strcmp(f[B_ATTN].s, "flash")) attn = FG_ATTN_FLASH;
+    else if (!strcmp(f[B_ATTN].s, "naive")) attn = FG_ATTN_NAIVE;
+    else {
+        fprintf(stderr, "flashgrad bench train: --attn: unknown implementation '%s' (naive or flash)\n", f[B_ATTN].s);
+        return 2;
+    }
+    if (f[B_N_EMBD].i % f[B_N_HEAD].i) {
+        fprintf(stderr, "flashgrad bench train: --n-embd %lld is not a multiple of --n-head %lld\n", (long long)f[B_N_EMBD].i,
+                (long long)f[B_N_HEAD].i);
+        return 2;
+    }
+    if (f[B_THREADS].given) openblas_set_num_threads((int)f[B_THREADS].i);
+
+    fg_source *src;
+    if (f[B_DATA].given) {
+        fg_text_options to = fg_text_default_options((int)f[B_BLOCK].i);
+        to.kind = f[B_BYTE].given ? FG_TOK_BYTE : FG_TOK_CHAR;
+        src = fg_source_text(f[B_DATA].s, &to);
+    } else {
+        fg_addition_config ac = fg_addition_default_config();
+        ac.n_digits = (int)f[B_DIGITS].i;
+        src = fg_source_addition(&ac);
+    }
+    if (!src) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+        return 1;
+    }
+    const int W = (int)f[B_WARM].i, N = (int)f[B_STEPS].i;
+    fg_train_config cfg = {0};
+    cfg.model = fg_gpt_default_config();
+    cfg.model.n_layer = (int)f[B_N_LAYER].i;
+    cfg.model.n_head = (int)f[B_N_HEAD].i;
+    cfg.model.n_embd = (int)f[B_N_EMBD].i;
+    cfg.model.block_size = fg_source_fixed_block(src) ? fg_source_fixed_block(src) : (int)f[B_BLOCK].i;
+    cfg.model.vocab_size = fg_source_vocab_size(src);
+    cfg.model.dropout = f[B_DROPOUT].d;
+    cfg.model.attn = attn;
+    cfg.batch_size = (int)f[B_BATCH].i;
+    cfg.grad_accum = (int)f[B_ACCUM].i;
+    cfg.steps = W + N;
+    cfg.eval_iters = 1;
+    cfg.seed = f[B_SEED].u;
+    cfg.opt = (fg_adamw_config){.lr = 1e-3, .min_lr = 1e-4, .warmup = 0, .decay_steps = W + N, .beta1 = 0.9,
+                                .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    fg_trainer *tr = fg_trainer_create(&cfg, src);
+    if (!tr) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+        fg_source_free(src);
+        return 1;
+    }
+    fg_print_machine_line(stdout);
+    const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
+    printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g\n",
+           src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
+           cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(attn), cfg.model.dropout);
+    printf("step: %d x %d tokens x %d micro-batches = %lld tokens; %d warm-up steps, %d timed\n", cfg.batch_size, tr->T,
+           cfg.grad_accum, (long long)tokens, W, N);
+
+    int code = 0;
+    double *t = malloc((size_t)N * sizeof *t);
+    fg_alloc_stats warm = {0};
+    for (int i = 0; i < W + N && t; i++) {
+        if (i == W) {
+            warm = fg_alloc_get_stats(FG_CPU);
+            fg_alloc_reset_peak(FG_CPU);
+        }
+        double t0 = fg_now();
+        fg_step_stats s;
+        if (fg_trainer_step(tr, &s) != FG_OK) {
+            fprintf(stderr, "flashgrad bench train: step %d: %s\n", i + 1, fg_last_error());
+            code = 1;
+            break;
+        }
+        if (i >= W) t[i - W] = fg_now() - t0;
+    }
+    if (!t) code = 1;
+    if (code == 0) {
+        fg_alloc_stats end = fg_alloc_get_stats(FG_CPU);
+        double sum = 0;
+        for (int i = 0; i < N; i++) sum += t[i];
+        qsort(t, (size_t)N, sizeof *t, cmp_double);
+        double med = N % 2 ? t[N / 2] : 0.5 * (t[N / 2 - 1] + t[N / 2]);
+        printf("step time: median %.2f ms (min %.2f, max %.2f, mean %.2f)\n", med * 1e3, t[0] * 1e3, t[N - 1] * 1e3,
+               sum / N * 1e3);
+        printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
+        printf("memory: live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
+               end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
+        printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
+               end.system_allocs,
+               end.system_allocs == warm.system_allocs ? "none during the timed steps" : "GREW during the timed steps");
+    }
+    free(t);
+    fg_trainer_free(tr);
+    fg_source_free(src);
+    return code;
+}
+
+int fg_cmd_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        FILE *o = argc < 2 ? stderr : stdout;
+        fprintf(o, "usage: flashgrad bench <train|attention> [options]   (flashgrad bench <what> --help)\n"
+                   "  train      steady-state training step time, tokens/s and allocator counters\n"
+                   "  attention  naive against flash attention\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "attention")) {
+        fprintf(stderr, "bench attention: not built yet\n");
+        return 2;
+    }
+    fprintf(stderr, "flashgrad bench: unknown benchmark '%s' (train or attention)\n", argv[1]);
+    return 2;
+}

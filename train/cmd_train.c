@@ -1,0 +1,601 @@
+/* cmd_train.c — `flashgrad train`: train a GPT on the addition task or a text file.
+ *
+ * The run: parse and check every flag (a bad value is one line and exit 2, before anything is
+ * written), load the data (a bad file is one line and exit 1), create or resume the trainer
+ * (train/trainer.h), then loop over optimizer steps:
+ *   - progress: on a terminal (isatty(stderr)) one \r-updated line on stderr: step/total, loss,
+ *     tokens/s, elapsed, ETA; otherwise a plain line on stdout every --log-every steps;
+ *   - every --eval-every steps and at the end: train and validation loss on fixed batches (and,
+ *     for the addition task, exact-match accuracy on held-out problems by greedy decoding);
+ *   - checkpoints (train/checkpoint.h) at every evaluation (or every --ckpt-every steps) and at the
+ *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss) rewritten atomically with
+ *     each checkpoint, so it always describes the steps the checkpoint has seen;
+ *   - at the end, a few samples from the model.
+ * Exit: 0 done; 1 runtime error (bad data, unwritable folder, non-finite loss — the last good
+ * checkpoint is kept); 2 usage error; 130 after Ctrl-C: the step in flight finishes, a checkpoint
+ * is written, and `--resume` continues from it (a second Ctrl-C aborts at once).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tensor/fileio.h"
+#include "train/checkpoint.h"
+#include "train/cli_util.h"
+#include "train/commands.h"
+#include "train/flags.h"
+#include "train/train_defaults.h"
+
+extern void openblas_set_num_threads(int n);
+
+/* ---- flags ---- */
+/* X(id, name, type, meta, help, lo, hi, lo_open) — defaults are set in set_defaults(). */
+#define TRAIN_FLAGS(X)                                                                                         \
+    X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer)", 0, 0, 0)         \
+    X(TASK, "--task", FG_FLAG_STR, "NAME", "synthetic task: addition (default when --data is absent)", 0, 0, 0) \
+    X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)          \
+    X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)           \
+    X(STEPS, "--steps", FG_FLAG_INT, "N", "optimizer steps", 0, 1e12, 1)                                      \
+    X(OUT, "--out", FG_FLAG_STR, "DIR", "output folder: checkpoint, log.csv (created if missing)", 0, 0, 0)    \
+    X(RESUME, "--resume", FG_FLAG_BOOL, NULL, "continue the run saved in --out", 0, 0, 0)                     \
+    X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                \
+    X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)            \
+    X(N_EMBD, "--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536, 0)                                    \
+    X(BLOCK, "--block-size", FG_FLAG_INT, "N", "context length (addition: fixed by --digits)", 1, 1 << 20, 0) \
+    X(BATCH, "--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24, 0)                     \
+    X(ACCUM, "--grad-accum", FG_FLAG_INT, "N", "micro-batches per optimizer step", 1, 1 << 20, 0)              \
+    X(LR, "--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 10, 1)                                            \
+    X(MIN_LR, "--min-lr", FG_FLAG_F64, "X", "learning rate at the end of the cosine decay", 0, 10, 0)         \
+    X(WARMUP, "--warmup", FG_FLAG_INT, "N", "linear warm-up steps", 0, 1e12, 0)                               \
+    X(DECAY, "--lr-decay-steps", FG_FLAG_INT, "N", "step where the cosine reaches --min-lr (default --steps)", 0, 1e12, 1) \
+    X(WD, "--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e6, 0)             \
+    X(BETA1, "--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999999, 0)                                    \
+    X(BETA2, "--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999999, 0)                                    \
+    X(CLIP, "--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0)            \
+    X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability (embeddings, attention, residuals)", 0, 0.99, 0) \
+    X(EVAL_EVERY, "--eval-every", FG_FLAG_INT, "N", "evaluate and checkpoint every N steps (0: at the end)", 0, 1e12, 0) \
+    X(EVAL_ITERS, "--eval-iters", FG_FLAG_INT, "N", "batches per evaluation", 1, 1e6, 0)                      \
+    X(EVAL_PROBLEMS, "--eval-problems", FG_FLAG_INT, "N", "addition: held-out problems for the accuracy", 1, 1e7, 0) \
+    X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)           \
+    X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)               \
+    X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                          \
+    X(CKPT_EVERY, "--ckpt-every", FG_FLAG_INT, "N", "checkpoint every N steps (default: at each evaluation)", 0, 1e12, 0) \
+    X(THREADS, "--threads", FG_FLAG_INT, "N", "OpenBLAS threads (default: OPENBLAS_NUM_THREADS or all cores)", 1, 1024, 0) \
+    X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0, 1e12, 0) \
+    X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)
+
+enum {
+#define TF_ENUM(id, name, type, meta, help, lo, hi, lo_open) F_##id,
+    TRAIN_FLAGS(TF_ENUM)
+#undef TF_ENUM
+    F_COUNT
+};
+
+static void init_flags(fg_flag *f) {
+    static const fg_flag table[F_COUNT] = {
+#define TF_INIT(id, nm, ty, me, he, l, h, lop) {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
+        TRAIN_FLAGS(TF_INIT)
+#undef TF_INIT
+    };
+    memcpy(f, table, sizeof table);
+}
+
+/* Defaults: a task's own (train_defaults.h), shown in --help as "text / addition". */
+static void set_defaults(fg_flag *f, const fg_train_defaults *d) {
+    f[F_TASK].s = "addition";
+    f[F_OUT].s = "out";
+    f[F_DIGITS].i = d->digits;
+    f[F_STEPS].i = d->steps;
+    f[F_N_LAYER].i = d->n_layer;
+    f[F_N_HEAD].i = d->n_head;
+    f[F_N_EMBD].i = d->n_embd;
+    f[F_BLOCK].i = d->block_size;
+    f[F_BATCH].i = d->batch_size;
+    f[F_ACCUM].i = d->grad_accum;
+    f[F_LR].d = d->lr;
+    f[F_MIN_LR].d = d->min_lr;
+    f[F_WARMUP].i = d->warmup;
+    f[F_DECAY].i = 0;
+    f[F_WD].d = d->weight_decay;
+    f[F_BETA1].d = d->beta1;
+    f[F_BETA2].d = d->beta2;
+    f[F_CLIP].d = d->grad_clip;
+    f[F_DROPOUT].d = d->dropout;
+    f[F_EVAL_EVERY].i = d->eval_every;
+    f[F_EVAL_ITERS].i = d->eval_iters;
+    f[F_EVAL_PROBLEMS].i = d->eval_problems;
+    f[F_SEED].u = 1337;
+    f[F_ATTN].s = "flash";
+    f[F_DEVICE].s = "cpu";
+    f[F_CKPT_EVERY].i = 0;
+    f[F_LOG_EVERY].i = 0;
+    f[F_SAMPLES].i = d->samples;
+}
+
+static void help(void) {
+    fg_flag f[F_COUNT];
+    init_flags(f);
+    set_defaults(f, &fg_defaults_text);
+    printf("Train a GPT-2 style model. Defaults are for text files (nanoGPT's Shakespeare CPU settings);\n"
+           "the addition task's own defaults follow the list.\n\n");
+    fg_flags_help(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]", f,
+                  F_COUNT);
+    const fg_train_defaults *a = &fg_defaults_addition;
+    printf("\naddition task defaults: --digits %d --steps %d --n-layer %d --n-head %d --n-embd %d --batch-size %d\n"
+           "  --lr %g --min-lr %g --warmup %d --weight-decay %g --beta2 %g --dropout %g --eval-every %d\n",
+           a->digits, a->steps, a->n_layer, a->n_head, a->n_embd, a->batch_size, a->lr, a->min_lr, a->warmup,
+           a->weight_decay, a->beta2, a->dropout, a->eval_every);
+    printf("\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
+           "Exit status: 0 done, 1 runtime error, 2 usage error, 130 interrupted (checkpoint written).\n");
+}
+
+/* ---- SIGINT: finish the step, checkpoint, exit 130 ---- */
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    stop_requested = 1;
+    static const char msg[] = "\nflashgrad train: stopping after this step (Ctrl-C again to abort now)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    signal(SIGINT, SIG_DFL);
+}
+
+/* ---- the CSV log: rows kept in memory, the file rewritten atomically ---- */
+typedef struct {
+    char **rows;
+    int64_t n, cap;
+} csv_log;
+
+static int csv_add(csv_log *l, const char *row) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 1024;
+        char **r = realloc(l->rows, (size_t)cap * sizeof *r);
+        if (!r) return -1;
+        l->rows = r;
+        l->cap = cap;
+    }
+    l->rows[l->n] = strdup(row);
+    return l->rows[l->n++] ? 0 : -1;
+}
+
+static void csv_free(csv_log *l) {
+    for (int64_t i = 0; i < l->n; i++) free(l->rows[i]);
+    free(l->rows);
+}
+
+#define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss"
+
+static int csv_write(const csv_log *l, const char *path) {
+    FILE *f = fg_csv_open_atomic(path);
+    if (!f) return -1;
+    fprintf(f, "%s\n", CSV_HEADER);
+    for (int64_t i = 0; i < l->n; i++) fprintf(f, "%s\n", l->rows[i]);
+    return fg_csv_commit(f, path);
+}
+
+/* On resume: keep the rows of steps <= step from an existing log. */
+static void csv_load(csv_log *l, const char *path, int64_t step) {
+    void *buf = NULL;
+    size_t n = 0;
+    if (fg_read_file(path, (size_t)1 << 30, &buf, &n) != FG_OK) {
+        fg_clear_error();
+        return;
+    }
+    char *s = buf, *save = NULL;
+    int first = 1;
+    for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (first) {
+            first = 0;
+            if (strcmp(line, CSV_HEADER)) break; /* not our log: start over */
+            continue;
+        }
+        char *end;
+        long long st = strtoll(line, &end, 10);
+        if (end == line || *end != ',' || st < 1 || st > step) continue;
+        if (csv_add(l, line)) break;
+    }
+    free(buf);
+}
+
+/* ---- printing ---- */
+static int on_tty;
+
+static void fmt_time(char *buf, size_t n, double s) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void fmt_rate(char *buf, size_t n, double r) {
+    if (r >= 1e6) snprintf(buf, n, "%.2fM", r / 1e6);
+    else if (r >= 1e3) snprintf(buf, n, "%.1fk", r / 1e3);
+    else snprintf(buf, n, "%.0f", r);
+}
+
+/* A full line on stdout, clearing the progress line first. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    if (on_tty) fputs("\r\033[K", stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die(int code, const char *fmt, ...) {
+    if (on_tty) fputs("\r\033[K", stderr);
+    fflush(stdout);
+    fputs("flashgrad train: ", stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(code);
+}
+
+/* ---- samples at the end ---- */
+static void show_addition_samples(fg_trainer *tr, int n) {
+    const fg_addition *task = tr->data->add;
+    const fg_tokenizer *tok = fg_addition_tokenizer(task);
+    const int pl = fg_addition_prompt_len(task), al = fg_addition_answer_len(task), nd = fg_addition_get_config(task)->n_digits;
+    int32_t seq[64], ans[64];
+    say("samples (held-out problems, greedy; the model writes the sum's digits least significant first):\n");
+    for (int i = 0; i < n; i++) {
+        uint64_t a, b;
+        /* problems far from the ones the accuracy used */
+        if (fg_addition_problem(task, FG_SPLIT_VAL, 1000000u + (uint64_t)i, seq, ans, &a, &b) != FG_OK) return;
+        if (fg_gpt_greedy_batch(tr->model, seq, 1, pl, al) != FG_OK) return;
+        char text[64];
+        fg_tokenizer_decode(tok, seq, (size_t)(pl + al), text);
+        /* the model's digits, un-reversed */
+        char sum[16];
+        int ok = 1, k = 0;
+        for (int j = al - 2; j >= 0; j--) {
+            int by = fg_tokenizer_byte_of(tok, seq[pl + j]);
+            sum[k++] = (by >= '0' && by <= '9') ? (char)by : '?';
+        }
+        sum[k] = '\0';
+        for (int j = 0; j < al; j++) ok &= seq[pl + j] == ans[j];
+        text[pl + al - 1] = '\0'; /* drop the '\n' */
+        say("  %0*" PRIu64 " + %0*" PRIu64 " = %-*s  model: %s  (wrote \"%s\")  %s\n", nd, a, nd, b, nd + 1, "", sum,
+            text + pl, ok ? "correct" : "WRONG");
+    }
+}
+
+static void show_text_samples(fg_trainer *tr, int n, uint64_t seed) {
+    const fg_tokenizer *tok = fg_source_tokenizer(tr->data);
+    const int len = 200;
+    int32_t *t = malloc((len + 1) * sizeof *t);
+    char *s = malloc(len + 2);
+    if (!t || !s) goto out;
+    int32_t start = fg_tokenizer_token_of(tok, '\n');
+    if (start < 0) start = 0;
+    for (int i = 0; i < n; i++) {
+        t[0] = start;
+        fg_sample_opts o = {.temperature = 0.8, .top_k = 0, .seed = seed + (uint64_t)i};
+        if (fg_gpt_generate(tr->model, t, 1, len, &o) != FG_OK) break;
+        fg_tokenizer_decode(tok, t + 1, (size_t)len, s);
+        s[len] = '\0';
+        say("---- sample %d (temperature 0.8) ----\n%s\n", i + 1, s);
+    }
+out:
+    free(t);
+    free(s);
+}
+
+/* ---- the command ---- */
+static int same_d(double a, double b) { return a == b; }
+
+int fg_cmd_train(int argc, char **argv) {
+    on_tty = isatty(STDERR_FILENO);
+    fg_flag f[F_COUNT];
+    init_flags(f);
+    /* Two passes: the first finds --data/--task so the second starts from that task's defaults. */
+    set_defaults(f, &fg_defaults_text);
+    int rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
+    if (rc == -1) {
+        help();
+        return 0;
+    }
+    if (rc) return rc;
+    int is_text = f[F_DATA].given;
+    if (is_text && f[F_TASK].given) die(2, "give either --data FILE or --task NAME, not both");
+    if (!is_text && strcmp(f[F_TASK].s, "addition")) die(2, "--task: unknown task '%s' (available: addition)", f[F_TASK].s);
+    if (!is_text && f[F_BYTE].given) die(2, "--byte applies to --data files only");
+    init_flags(f);
+    set_defaults(f, is_text ? &fg_defaults_text : &fg_defaults_addition);
+    rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
+    if (rc) return rc;
+
+    /* device, attention, threads */
+    fg_device dev;
+    if (!strcmp(f[F_DEVICE].s, "cpu")) dev = FG_CPU;
+    else if (!strcmp(f[F_DEVICE].s, "cuda")) dev = FG_CUDA;
+    else die(2, "--device: unknown device '%s' (cpu or cuda)", f[F_DEVICE].s);
+    if (dev == FG_CUDA) {
+        if (fg_device_available(FG_CUDA) != FG_OK) die(2, "--device cuda: %s", fg_last_error());
+        die(2, "--device cuda: training on the GPU is not supported by this build yet");
+    }
+    fg_attn_impl attn;
+    if (!strcmp(f[F_ATTN].s, "flash")) attn = FG_ATTN_FLASH;
+    else if (!strcmp(f[F_ATTN].s, "naive")) attn = FG_ATTN_NAIVE;
+    else die(2, "--attn: unknown implementation '%s' (naive or flash)", f[F_ATTN].s);
+    if (f[F_THREADS].given) openblas_set_num_threads((int)f[F_THREADS].i);
+    if (f[F_N_EMBD].i % f[F_N_HEAD].i)
+        die(2, "--n-embd %lld is not a multiple of --n-head %lld", (long long)f[F_N_EMBD].i, (long long)f[F_N_HEAD].i);
+    if (f[F_MIN_LR].d > f[F_LR].d) die(2, "--min-lr %g is larger than --lr %g", f[F_MIN_LR].d, f[F_LR].d);
+
+    /* the output folder: created if missing (with parents), and it must be writable */
+    const char *out = f[F_OUT].s;
+    char model_path[4096], log_path[4096];
+    if (snprintf(model_path, sizeof model_path, "%s/%s", out, FG_CKPT_MODEL_FILE) >= (int)sizeof model_path ||
+        snprintf(log_path, sizeof log_path, "%s/log.csv", out) >= (int)sizeof log_path)
+        die(2, "--out: the path is too long");
+
+    /* ---- configuration: fresh, or from the checkpoint ---- */
+    fg_train_config cfg = {0};
+    fg_ckpt *ck = NULL;
+    fg_source *src = NULL;
+    if (f[F_RESUME].given) {
+        struct stat sb;
+        if (stat(model_path, &sb) != 0) die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, model_path, strerror(errno));
+        ck = fg_ckpt_open(out, 1);
+        if (!ck) die(1, "--resume: %s", fg_last_error());
+        const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+        cfg = in->train;
+        /* Settings that shape the run must match the checkpoint's, or the resumed curve would not
+         * be the uninterrupted one. */
+#define KEEP_I(id, val)                                                                                     \
+    if (f[F_##id].given && f[F_##id].i != (int64_t)(val))                                                   \
+        die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", f[F_##id].name, \
+            (long long)f[F_##id].i, (long long)(val));
+#define KEEP_D(id, val)                                                                                            \
+    if (f[F_##id].given && !same_d(f[F_##id].d, (val)))                                                            \
+        die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", f[F_##id].name, f[F_##id].d, \
+            (double)(val));
+        KEEP_I(N_LAYER, cfg.model.n_layer) KEEP_I(N_HEAD, cfg.model.n_head) KEEP_I(N_EMBD, cfg.model.n_embd)
+        KEEP_I(BLOCK, cfg.model.block_size) KEEP_I(BATCH, cfg.batch_size) KEEP_I(ACCUM, cfg.grad_accum)
+        KEEP_I(WARMUP, cfg.opt.warmup) KEEP_D(LR, cfg.opt.lr) KEEP_D(MIN_LR, cfg.opt.min_lr) KEEP_D(WD, cfg.opt.weight_decay)
+        KEEP_D(BETA1, cfg.opt.beta1) KEEP_D(BETA2, cfg.opt.beta2) KEEP_D(CLIP, cfg.opt.grad_clip)
+        KEEP_D(DROPOUT, cfg.model.dropout)
+        if (f[F_SEED].given && f[F_SEED].u != cfg.seed) die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
+        if (f[F_BYTE].given && fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE)
+            die(2, "--byte: the checkpoint uses a character-level tokenizer");
+        if (in->source == FG_SOURCE_ADDITION) {
+            if (is_text) die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
+            KEEP_I(DIGITS, in->addition.n_digits)
+            src = fg_source_addition(&in->addition);
+        } else {
+            if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
+            const char *path = is_text ? f[F_DATA].s : in->data_path;
+            fg_text_options to = fg_text_default_options(cfg.model.block_size);
+            to.tokenizer = in->tokenizer;
+            to.val_fraction = in->val_fraction;
+            src = fg_source_text(path, &to);
+            if (src && src->file_hash != in->data_hash)
+                die(1, "--resume: '%s' is not the file the checkpoint trained on (its contents changed)", path);
+        }
+        if (!src) die(1, "%s", fg_last_error());
+        /* what may change on resume */
+        if (f[F_STEPS].given) cfg.steps = f[F_STEPS].i;
+        if (f[F_DECAY].given) cfg.opt.decay_steps = f[F_DECAY].i;
+        if (f[F_EVAL_EVERY].given) cfg.eval_every = (int)f[F_EVAL_EVERY].i;
+        if (f[F_EVAL_ITERS].given) cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
+        cfg.model.attn = f[F_ATTN].given ? attn : in->model.attn;
+        if (in->step >= cfg.steps)
+            die(2, "--resume: the checkpoint is at step %lld of %lld already; pass a larger --steps to continue",
+                (long long)in->step, (long long)cfg.steps);
+    } else {
+        if (is_text) {
+            fg_text_options to = fg_text_default_options((int)f[F_BLOCK].i);
+            to.kind = f[F_BYTE].given ? FG_TOK_BYTE : FG_TOK_CHAR;
+            src = fg_source_text(f[F_DATA].s, &to);
+        } else {
+            fg_addition_config ac = fg_addition_default_config();
+            ac.n_digits = (int)f[F_DIGITS].i;
+            src = fg_source_addition(&ac);
+        }
+        if (!src) die(1, "%s", fg_last_error());
+        int T = fg_source_fixed_block(src);
+        if (T) {
+            if (f[F_BLOCK].given && f[F_BLOCK].i < T)
+                die(2, "--block-size %lld is shorter than the addition task's sequences (%d)", (long long)f[F_BLOCK].i, T);
+            if (!f[F_BLOCK].given) f[F_BLOCK].i = T;
+        }
+        cfg.model = fg_gpt_default_config();
+        cfg.model.n_layer = (int)f[F_N_LAYER].i;
+        cfg.model.n_head = (int)f[F_N_HEAD].i;
+        cfg.model.n_embd = (int)f[F_N_EMBD].i;
+        cfg.model.block_size = (int)f[F_BLOCK].i;
+        cfg.model.vocab_size = fg_source_vocab_size(src);
+        cfg.model.dropout = f[F_DROPOUT].d;
+        cfg.model.attn = attn;
+        cfg.model.device = dev;
+        cfg.batch_size = (int)f[F_BATCH].i;
+        cfg.grad_accum = (int)f[F_ACCUM].i;
+        cfg.steps = f[F_STEPS].i;
+        cfg.eval_every = (int)f[F_EVAL_EVERY].i;
+        cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
+        cfg.seed = f[F_SEED].u;
+        cfg.opt = (fg_adamw_config){.lr = f[F_LR].d, .min_lr = f[F_MIN_LR].d, .warmup = f[F_WARMUP].i,
+                                    .decay_steps = f[F_DECAY].given ? f[F_DECAY].i : f[F_STEPS].i,
+                                    .beta1 = f[F_BETA1].d, .beta2 = f[F_BETA2].d, .eps = 1e-8,
+                                    .weight_decay = f[F_WD].d, .grad_clip = f[F_CLIP].d};
+        if (fg_train_config_check(&cfg) != FG_OK) die(2, "%s", fg_last_error());
+    }
+
+    /* the folder: after the data loaded, so a bad dataset leaves nothing behind */
+    {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s", out);
+        for (char *p = tmp + 1; *p; p++) {
+            if (*p != '/') continue;
+            *p = '\0';
+            if (mkdir(tmp, 0777) != 0 && errno != EEXIST) die(1, "--out: cannot create '%s': %s", tmp, strerror(errno));
+            *p = '/';
+        }
+        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) die(1, "--out: cannot create '%s': %s", tmp, strerror(errno));
+        struct stat sb;
+        if (stat(tmp, &sb) != 0 || !S_ISDIR(sb.st_mode)) die(1, "--out: '%s' is not a folder", out);
+        if (access(tmp, W_OK) != 0) die(1, "--out: cannot write to '%s': %s", out, strerror(errno));
+    }
+
+    fg_trainer *tr = fg_trainer_create(&cfg, src);
+    if (!tr) die(1, "%s", fg_last_error());
+    csv_log logrows = {0};
+    if (ck) {
+        if (fg_ckpt_restore(ck, tr) != FG_OK) die(1, "--resume: %s", fg_last_error());
+        fg_ckpt_close(ck);
+        ck = NULL;
+        csv_load(&logrows, log_path, tr->step);
+    }
+    const int is_add = src->kind == FG_SOURCE_ADDITION;
+    const int eval_problems = (int)f[F_EVAL_PROBLEMS].i;
+    const int ckpt_every = (int)f[F_CKPT_EVERY].i;
+    int64_t log_every = f[F_LOG_EVERY].i;
+    if (log_every == 0) log_every = cfg.steps / 40 > 0 ? cfg.steps / 40 : 1;
+
+    /* ---- header ---- */
+    const fg_gpt_config *mc = &tr->model->cfg;
+    char data_desc[1200];
+    if (is_add) {
+        const fg_addition_config *ac = fg_addition_get_config(src->add);
+        snprintf(data_desc, sizeof data_desc, "addition task, %d-digit operands (%.0f%% of pairs held out; loss optimum %.4f)",
+                 ac->n_digits, 100 * ac->val_fraction, fg_source_optimal_loss(src));
+    } else {
+        snprintf(data_desc, sizeof data_desc, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", src->path,
+                 fg_text_num_tokens(src->text), fg_text_split_tokens(src->text, FG_SPLIT_TRAIN),
+                 fg_text_split_tokens(src->text, FG_SPLIT_VAL),
+                 fg_tokenizer_kind(fg_source_tokenizer(src)) == FG_TOK_BYTE ? "byte-level" : "character-level");
+    }
+    say("data: %s, vocabulary %d\n", data_desc, mc->vocab_size);
+    say("model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, %s attention, dropout %g\n", mc->n_layer,
+        mc->n_head, mc->n_embd, mc->block_size, tr->model->num_elements / 1e6, fg_attn_impl_name(mc->attn), mc->dropout);
+    say("training: %lld steps of %d x %d x %d tokens, lr %g -> %g (warmup %lld, cosine to step %lld), AdamW "
+        "betas (%g, %g) wd %g, clip %g, seed %" PRIu64 "\n",
+        (long long)cfg.steps, cfg.batch_size, tr->T, cfg.grad_accum, cfg.opt.lr, cfg.opt.min_lr,
+        (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps, cfg.opt.beta1, cfg.opt.beta2,
+        cfg.opt.weight_decay, cfg.opt.grad_clip, cfg.seed);
+    if (on_tty) fg_print_machine_line(stderr);
+    else fg_print_machine_line(stdout);
+    if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, out);
+    say("output: %s/{model,optimizer}.safetensors, %s\n", out, log_path);
+
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+
+    /* ---- the loop ---- */
+    const double t_start = fg_now();
+    double step_time = 0, last_draw = 0;
+    int64_t tokens_done = 0, steps_timed = 0, last_ckpt = tr->step > 0 ? tr->step : -1;
+    double last_val = NAN, last_train = NAN, last_acc = NAN;
+    int code = 0;
+    while (tr->step < cfg.steps) {
+        fg_step_stats s;
+        double t0 = fg_now();
+        fg_status st = fg_trainer_step(tr, &s);
+        double dt = fg_now() - t0;
+        if (st != FG_OK) {
+            csv_write(&logrows, log_path);
+            if (last_ckpt >= 0)
+                die(1, "%s; stopped. The last good checkpoint is in %s (step %lld).", fg_last_error(), out, (long long)last_ckpt);
+            die(1, "%s; stopped before any checkpoint was written.", fg_last_error());
+        }
+        step_time += dt;
+        tokens_done += s.tokens;
+        steps_timed++;
+        const int64_t step = tr->step; /* 1-based: steps done */
+        const int last = step == cfg.steps;
+        const int do_eval = last || (cfg.eval_every > 0 && step % cfg.eval_every == 0);
+        const int do_ckpt = last || stop_requested || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
+
+        char row[256], val[48] = "";
+        if (do_eval) {
+            double tl = NAN, vl = NAN;
+            if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK)
+                die(1, "evaluation at step %lld: %s", (long long)step, fg_last_error());
+            last_train = tl;
+            last_val = vl;
+            snprintf(val, sizeof val, "%.6f", vl);
+            if (is_add) {
+                if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &last_acc) != FG_OK)
+                    die(1, "accuracy at step %lld: %s", (long long)step, fg_last_error());
+                say("step %lld: train loss %.4f, val loss %.4f (optimum %.4f), held-out exact match %.1f%% (%d problems)\n",
+                    (long long)step, tl, vl, fg_source_optimal_loss(src), 100 * last_acc, eval_problems);
+            } else {
+                say("step %lld: train loss %.4f, val loss %.4f\n", (long long)step, tl, vl);
+            }
+        }
+        snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s", (long long)step, s.loss, s.lr, s.grad_norm,
+                 dt > 0 ? s.tokens / dt : 0.0, val);
+        if (csv_add(&logrows, row)) die(1, "out of memory for the log");
+
+        /* progress */
+        double now = fg_now(), rate = step_time > 0 ? tokens_done / step_time : 0;
+        double eta = steps_timed ? (step_time / steps_timed) * (double)(cfg.steps - step) : 0;
+        char el[32], et[32], rt[32];
+        fmt_time(el, sizeof el, now - t_start);
+        fmt_time(et, sizeof et, eta);
+        fmt_rate(rt, sizeof rt, rate);
+        if (on_tty) {
+            if (now - last_draw > 0.1 || last || do_eval) {
+                fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %.4f | lr %.2e | %s tok/s | %s elapsed | ETA %s",
+                        (long long)step, (long long)cfg.steps, s.loss, s.lr, rt, el, et);
+                fflush(stderr);
+                last_draw = now;
+            }
+        } else if (step % log_every == 0 || last) {
+            printf("step %lld/%lld loss %.4f lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s\n", (long long)step,
+                   (long long)cfg.steps, s.loss, s.lr, s.grad_norm, rt, el, et);
+            fflush(stdout);
+        }
+
+        if (do_ckpt) {
+            if (fg_ckpt_save(out, tr) != FG_OK) die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
+            if (csv_write(&logrows, log_path)) die(1, "cannot write %s: %s", log_path, strerror(errno));
+            last_ckpt = step;
+        }
+        if (stop_requested) {
+            say("interrupted at step %lld: checkpoint written to %s; continue with --resume\n", (long long)step, out);
+            code = 130;
+            break;
+        }
+    }
+    if (on_tty) fputs("\r\033[K", stderr);
+
+    if (code == 0) {
+        double wall = fg_now() - t_start;
+        char el[32], rt[32];
+        fmt_time(el, sizeof el, wall);
+        fmt_rate(rt, sizeof rt, step_time > 0 ? tokens_done / step_time : 0);
+        say("done: %lld steps in %s (%.1f s), %s tokens/s during training steps\n", (long long)cfg.steps, el, wall, rt);
+        if (is_add) {
+            double opt = fg_source_optimal_loss(src);
+            say("final: train loss %.4f, val loss %.4f (optimum %.4f, gap %+.4f), held-out exact match %.1f%% of %d problems\n",
+                last_train, last_val, opt, last_val - opt, 100 * last_acc, eval_problems);
+            if (f[F_SAMPLES].i > 0) show_addition_samples(tr, (int)f[F_SAMPLES].i);
+        } else {
+            say("final: train loss %.4f, val loss %.4f\n", last_train, last_val);
+            if (f[F_SAMPLES].i > 0) show_text_samples(tr, (int)f[F_SAMPLES].i, cfg.seed);
+        }
+        say("checkpoint: %s  (flashgrad sample --ckpt %s)\n", out, out);
+    }
+    csv_free(&logrows);
+    fg_trainer_free(tr);
+    fg_source_free(src);
+    return code;
+}

@@ -1,0 +1,434 @@
+/* gpt.c — the GPT-2 style model of gpt.h: parameter table, forward graph, generation.
+ *
+ * Shapes: B batch, T time, C channels (n_embd), H heads, hd = C / H head size, V vocabulary,
+ * L layers. The backward is autograd's: every step of the forward below is an op from ops/ that
+ * records its own rule, so this file has no backward of its own.
+ */
+#include "train/gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "ops/ops.h"
+#include "tensor/philox.h"
+
+fg_gpt_config fg_gpt_default_config(void) {
+    return (fg_gpt_config){.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 0,
+                           .dropout = 0.0, .attn = FG_ATTN_FLASH, .dtype = FG_F32, .device = FG_CPU};
+}
+
+fg_status fg_gpt_config_check(const fg_gpt_config *c) {
+    if (!c) return fg_error(FG_ERR_ARG, "gpt: config is NULL");
+    if (c->n_layer < 1 || c->n_layer > 1024) return fg_error(FG_ERR_ARG, "gpt: n_layer %d is outside 1..1024", c->n_layer);
+    if (c->n_head < 1) return fg_error(FG_ERR_ARG, "gpt: n_head %d must be at least 1", c->n_head);
+    if (c->n_embd < 1 || c->n_embd > (1 << 16)) return fg_error(FG_ERR_ARG, "gpt: n_embd %d is outside 1..65536", c->n_embd);
+    if (c->n_embd % c->n_head)
+        return fg_error(FG_ERR_ARG, "gpt: n_embd %d is not a multiple of n_head %d", c->n_embd, c->n_head);
+    if (c->block_size < 1 || c->block_size > (1 << 20))
+        return fg_error(FG_ERR_ARG, "gpt: block_size %d is outside 1..1048576", c->block_size);
+    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
+        return fg_error(FG_ERR_ARG, "gpt: vocab_size %d is outside 1..16777216", c->vocab_size);
+    if (!(c->dropout >= 0.0 && c->dropout < 1.0)) return fg_error(FG_ERR_ARG, "gpt: dropout %g is outside [0, 1)", c->dropout);
+    if (c->attn < 0 || c->attn >= FG_ATTN_IMPL_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown attention implementation %d", (int)c->attn);
+    if (c->dtype != FG_F32 && c->dtype != FG_F64) return fg_error(FG_ERR_DTYPE, "gpt: dtype must be float32 or float64");
+    if (c->device < 0 || c->device >= FG_DEVICE_COUNT) return fg_error(FG_ERR_DEVICE, "gpt: unknown device %d", (int)c->device);
+    return FG_OK;
+}
+
+/* ---- the parameter table, generated from FG_GPT_PARAMS ---- */
+
+typedef struct {
+    int where;        /* 0 before the blocks, 1 per block, 2 after */
+    const char *name; /* printf format, %d = block */
+    int ndim;
+    int decay;
+    fg_gpt_init init;
+} kind_info;
+
+static const kind_info kinds[FG_GPT_KIND_COUNT] = {
+#define FG_GPT_KIND_INFO(id, where, name, nd, r, c, decay, init) {where, name, nd, decay, init},
+    FG_GPT_PARAMS(FG_GPT_KIND_INFO)
+#undef FG_GPT_KIND_INFO
+};
+
+/* The shape of one kind under config c: the list's rows/cols with V, T, C, C3, C4 bound here. */
+static void kind_shape(const fg_gpt_config *cfg, fg_gpt_kind k, int64_t shape[2]) {
+    const int64_t V = cfg->vocab_size, T = cfg->block_size, C = cfg->n_embd, C3 = 3 * C, C4 = 4 * C;
+    (void)V; (void)T; (void)C3; (void)C4;
+    switch (k) {
+#define FG_GPT_KIND_SHAPE(id, where, name, nd, r, c, decay, init) \
+    case FG_GPT_##id: shape[0] = (r); shape[1] = (c); break;
+        FG_GPT_PARAMS(FG_GPT_KIND_SHAPE)
+#undef FG_GPT_KIND_SHAPE
+    default: shape[0] = shape[1] = 0;
+    }
+}
+
+static int table_size(const fg_gpt_config *c) {
+    int n = 0;
+    for (int k = 0; k < FG_GPT_KIND_COUNT; k++) n += kinds[k].where == 1 ? c->n_layer : 1;
+    return n;
+}
+
+static void add_entry(fg_gpt *g, int *i, fg_gpt_kind k, int layer, int64_t *offset) {
+    fg_gpt_param *p = &g->params[(*i)++];
+    p->kind = k;
+    p->layer = layer;
+    p->ndim = kinds[k].ndim;
+    kind_shape(&g->cfg, k, p->shape);
+    p->numel = p->ndim == 2 ? p->shape[0] * p->shape[1] : p->shape[0];
+    if (p->ndim == 1) p->shape[1] = 1;
+    p->offset = *offset;
+    *offset += p->numel;
+    p->decay = kinds[k].decay;
+    p->init = kinds[k].init;
+    if (kinds[k].where == 1) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+        snprintf(p->name, sizeof p->name, kinds[k].name, layer);
+#pragma GCC diagnostic pop
+    } else {
+        snprintf(p->name, sizeof p->name, "%s", kinds[k].name);
+    }
+}
+
+/* A contiguous view of flat[offset .. offset + numel) with the entry's shape. */
+static fg_tensor *flat_view(fg_tensor *flat, const fg_gpt_param *p) {
+    fg_tensor *s = fg_view_slice(flat, 0, p->offset, p->offset + p->numel);
+    if (!s) return NULL;
+    int64_t shape[2] = {p->shape[0], p->shape[1]};
+    fg_tensor *v = fg_view_reshape(s, p->ndim, shape);
+    fg_release(s);
+    return v;
+}
+
+fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
+    if (fg_gpt_config_check(cfg) != FG_OK) return NULL;
+    fg_autograd_init();
+    fg_gpt *g = calloc(1, sizeof *g);
+    if (!g) {
+        fg_error(FG_ERR_OOM, "gpt: out of memory");
+        return NULL;
+    }
+    g->cfg = *cfg;
+    g->n_params = table_size(cfg);
+    g->params = calloc((size_t)g->n_params, sizeof *g->params);
+    g->by_kind = calloc((size_t)FG_GPT_KIND_COUNT * (size_t)(cfg->n_layer + 1), sizeof *g->by_kind);
+    if (!g->params || !g->by_kind) {
+        fg_error(FG_ERR_OOM, "gpt: out of memory");
+        fg_gpt_free(g);
+        return NULL;
+    }
+    /* Table order: the "before" kinds, then each block's kinds, then the "after" kinds. */
+    int i = 0;
+    int64_t off = 0;
+    for (int k = 0; k < FG_GPT_KIND_COUNT; k++)
+        if (kinds[k].where == 0) add_entry(g, &i, (fg_gpt_kind)k, -1, &off);
+    for (int l = 0; l < cfg->n_layer; l++)
+        for (int k = 0; k < FG_GPT_KIND_COUNT; k++)
+            if (kinds[k].where == 1) add_entry(g, &i, (fg_gpt_kind)k, l, &off);
+    for (int k = 0; k < FG_GPT_KIND_COUNT; k++)
+        if (kinds[k].where == 2) add_entry(g, &i, (fg_gpt_kind)k, -1, &off);
+    g->num_elements = off;
+
+    int64_t n = off;
+    g->params_flat = fg_zeros(cfg->dtype, cfg->device, 1, &n);
+    g->grads_flat = g->params_flat ? fg_zeros(cfg->dtype, cfg->device, 1, &n) : NULL;
+    if (!g->grads_flat) {
+        fg_gpt_free(g);
+        return NULL;
+    }
+    for (int j = 0; j < g->n_params; j++) {
+        fg_gpt_param *p = &g->params[j];
+        p->w = flat_view(g->params_flat, p);
+        fg_tensor *gv = p->w ? flat_view(g->grads_flat, p) : NULL;
+        if (!gv || fg_set_requires_grad(p->w, 1) != FG_OK) {
+            fg_release(gv);
+            fg_gpt_free(g);
+            return NULL;
+        }
+        /* The gradient lives in grads_flat: autograd's fg_grad_buffer adds into an existing grad. */
+        p->w->grad = gv;
+        p->w->name = p->name;
+        g->by_kind[p->kind * (cfg->n_layer + 1) + (p->layer < 0 ? 0 : p->layer)] = p->w;
+    }
+    return g;
+}
+
+fg_gpt *fg_gpt_create(const fg_gpt_config *cfg, uint64_t seed) {
+    fg_gpt *g = fg_gpt_create_empty(cfg);
+    if (!g) return NULL;
+    const double std = 0.02, resid_std = 0.02 / sqrt(2.0 * cfg->n_layer);
+    for (int j = 0; j < g->n_params; j++) {
+        fg_gpt_param *p = &g->params[j];
+        fg_status st = FG_OK;
+        if (p->init == FG_INIT_ONES) {
+            st = fg_fill(p->w, 1.0);
+        } else if (p->init == FG_INIT_NORMAL || p->init == FG_INIT_RESID) {
+            /* Drawn in float64 and converted, so float32 and float64 models start alike. */
+            fg_tensor *r = fg_rand_normal(FG_F64, FG_CPU, p->w->ndim, p->w->shape, 0.0,
+                                          p->init == FG_INIT_RESID ? resid_std : std, seed,
+                                          FG_GPT_INIT_STREAM + (uint64_t)j);
+            st = r ? fg_copy_into(p->w, r) : fg_last_status();
+            fg_release(r);
+        }
+        if (st != FG_OK) {
+            fg_gpt_free(g);
+            return NULL;
+        }
+    }
+    return g;
+}
+
+void fg_gpt_free(fg_gpt *g) {
+    if (!g) return;
+    if (g->params)
+        for (int j = 0; j < g->n_params; j++) fg_release(g->params[j].w);
+    fg_release(g->params_flat);
+    fg_release(g->grads_flat);
+    free(g->params);
+    free(g->by_kind);
+    free(g);
+}
+
+fg_tensor *fg_gpt_weight(const fg_gpt *g, fg_gpt_kind kind, int layer) {
+    if (kinds[kind].where != 1) layer = 0;
+    return g->by_kind[kind * (g->cfg.n_layer + 1) + layer];
+}
+
+const fg_gpt_param *fg_gpt_find(const fg_gpt *g, const char *name) {
+    for (int j = 0; j < g->n_params; j++)
+        if (!strcmp(g->params[j].name, name)) return &g->params[j];
+    return NULL;
+}
+
+void fg_gpt_zero_grad(fg_gpt *g) { fg_fill(g->grads_flat, 0.0); }
+
+/* ---- dropout seeds ---- */
+
+uint64_t fg_gpt_dropout_seed(const fg_gpt_train_ctx *ctx, int layer, fg_gpt_drop_site site) {
+    /* One Philox block per (step, micro) on a stream per (layer, site): distinct sites can never
+     * share a mask, and the seed depends on nothing but these numbers. */
+    uint64_t stream = FG_GPT_DROPOUT_STREAM | ((uint64_t)(uint32_t)(layer + 1) << 8) | (uint64_t)site;
+    uint32_t w[4];
+    fg_philox_block(ctx->seed, stream, (ctx->step << 20) | (uint64_t)(ctx->micro & 0xFFFFF), w);
+    return ((uint64_t)w[1] << 32) | w[0];
+}
+
+/* ---- forward ---- */
+
+/* Take ownership of an op's result; on NULL jump to the failure path. */
+#define TAKE(var, expr)                 \
+    do {                                \
+        fg_tensor *tmp_ = (expr);       \
+        if (!tmp_) goto fail;           \
+        fg_release(var);                \
+        (var) = tmp_;                   \
+    } while (0)
+
+static fg_tensor *maybe_dropout(fg_gpt *g, fg_tensor *x, const fg_gpt_train_ctx *train, int layer,
+                                fg_gpt_drop_site site) {
+    if (!train || g->cfg.dropout == 0.0) return fg_retain(x);
+    return fg_dropout(x, g->cfg.dropout, fg_gpt_dropout_seed(train, layer, site), 0);
+}
+
+/* One block's attention branch. x is (B, T, C); returns c_proj(attn(...)) (B, T, C). */
+static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, int B, int T,
+                                   const fg_gpt_train_ctx *train) {
+    const int64_t C = g->cfg.n_embd, H = g->cfg.n_head, hd = C / H;
+    fg_tensor *h = NULL, *qkv = NULL, *q = NULL, *k = NULL, *v = NULL, *y = NULL, *tmp = NULL;
+    TAKE(h, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l), 1e-5));
+    TAKE(qkv, fg_linear(h, fg_gpt_weight(g, FG_GPT_ATTN_W, l), fg_gpt_weight(g, FG_GPT_ATTN_B, l))); /* (B,T,3C) */
+    /* (B, T, 3C) -> (B, T, 3H, hd): a view. q = heads [0, H), k = [H, 2H), v = [2H, 3H), each
+     * permuted to (B, H, T, hd) — still views; fg_attention makes them contiguous. */
+    TAKE(qkv, fg_reshape(qkv, 4, (int64_t[]){B, T, 3 * H, hd}));
+    fg_tensor **dst[3] = {&q, &k, &v};
+    for (int s = 0; s < 3; s++) {
+        TAKE(tmp, fg_slice(qkv, 2, s * H, (s + 1) * H));
+        TAKE(*dst[s], fg_permute(tmp, (int[]){0, 2, 1, 3}));
+    }
+    fg_attn_opts o = fg_attn_defaults();
+    o.impl = g->cfg.attn;
+    o.causal = 1;
+    if (train && g->cfg.dropout > 0) {
+        o.dropout_p = g->cfg.dropout;
+        o.seed = fg_gpt_dropout_seed(train, l, FG_DROP_ATTN);
+    }
+    TAKE(y, fg_attention(q, k, v, &o, NULL));                      /* (B, H, T, hd) */
+    TAKE(y, fg_permute(y, (int[]){0, 2, 1, 3}));                   /* (B, T, H, hd) view */
+    TAKE(y, fg_reshape(y, 3, (int64_t[]){B, T, C}));               /* copy: heads side by side */
+    TAKE(y, fg_linear(y, fg_gpt_weight(g, FG_GPT_APROJ_W, l), fg_gpt_weight(g, FG_GPT_APROJ_B, l)));
+    TAKE(y, maybe_dropout(g, y, train, l, FG_DROP_ATTN_RESID));
+    fg_release(h); fg_release(qkv); fg_release(q); fg_release(k); fg_release(v); fg_release(tmp);
+    return y;
+fail:
+    fg_release(h); fg_release(qkv); fg_release(q); fg_release(k); fg_release(v); fg_release(y); fg_release(tmp);
+    return NULL;
+}
+
+/* One block's MLP branch. x is (B, T, C); returns mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))) (B, T, C). */
+static fg_tensor *mlp_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
+    fg_tensor *h = NULL;
+    TAKE(h, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LN2_W, l), fg_gpt_weight(g, FG_GPT_LN2_B, l), 1e-5));
+    TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_FC_W, l), fg_gpt_weight(g, FG_GPT_FC_B, l)));     /* (B,T,4C) */
+    TAKE(h, fg_gelu(h));
+    TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_MPROJ_W, l), fg_gpt_weight(g, FG_GPT_MPROJ_B, l))); /* (B,T,C) */
+    TAKE(h, maybe_dropout(g, h, train, l, FG_DROP_MLP_RESID));
+    return h;
+fail:
+    fg_release(h);
+    return NULL;
+}
+
+fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
+    if (B < 1 || T < 1 || T > g->cfg.block_size) {
+        fg_error(FG_ERR_ARG, "gpt: batch (%d, %d) needs B >= 1 and 1 <= T <= block_size %d", B, T, g->cfg.block_size);
+        return NULL;
+    }
+    fg_tensor *x = NULL, *pos = NULL, *br = NULL;
+    TAKE(x, fg_embedding(fg_gpt_weight(g, FG_GPT_WTE, 0), idx, 2, (int64_t[]){B, T})); /* (B,T,C) */
+    TAKE(pos, fg_slice(fg_gpt_weight(g, FG_GPT_WPE, 0), 0, 0, T));                     /* (T,C) view */
+    TAKE(x, fg_add(x, pos));                                                           /* broadcast over B */
+    TAKE(x, maybe_dropout(g, x, train, -1, FG_DROP_EMB));
+    for (int l = 0; l < g->cfg.n_layer; l++) {
+        TAKE(br, attention_branch(g, x, l, B, T, train));
+        TAKE(x, fg_add(x, br));
+        TAKE(br, mlp_branch(g, x, l, train));
+        TAKE(x, fg_add(x, br));
+    }
+    TAKE(x, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0), 1e-5));
+    TAKE(x, fg_linear(x, fg_gpt_weight(g, FG_GPT_WTE, 0), NULL)); /* (B,T,V): the tied LM head */
+    fg_release(pos);
+    fg_release(br);
+    return x;
+fail:
+    fg_release(x);
+    fg_release(pos);
+    fg_release(br);
+    return NULL;
+}
+
+fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, int B, int T,
+                       const fg_gpt_train_ctx *train) {
+    fg_tensor *logits = fg_gpt_forward(g, idx, B, T, train);
+    if (!logits) return NULL;
+    fg_tensor *loss = fg_cross_entropy(logits, targets);
+    fg_release(logits);
+    return loss;
+}
+
+/* ---- generation ---- */
+
+/* Row `row` of the last time step of logits (B, T, V), as doubles. */
+static void last_logits(const fg_tensor *logits, int row, double *out) {
+    const int64_t T = logits->shape[1], V = logits->shape[2];
+    int64_t base = ((int64_t)row * T + (T - 1)) * V;
+    if (logits->dtype == FG_F32) {
+        const float *p = (const float *)fg_data(logits) + base;
+        for (int64_t v = 0; v < V; v++) out[v] = p[v];
+    } else {
+        const double *p = (const double *)fg_data(logits) + base;
+        for (int64_t v = 0; v < V; v++) out[v] = p[v];
+    }
+}
+
+static int argmax(const double *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Sample from softmax(x / temperature) restricted to the top_k largest, with uniform u in (0, 1]. */
+static int sample_token(double *x, int n, double temperature, int top_k, double u) {
+    if (temperature <= 0) return argmax(x, n);
+    double mx = x[argmax(x, n)];
+    double kth = -INFINITY; /* keep x >= kth */
+    if (top_k > 0 && top_k < n) {
+        /* the k-th largest value: partial selection by repeated scans (V is small here) */
+        double *tmp = malloc((size_t)n * sizeof *tmp);
+        if (tmp) {
+            memcpy(tmp, x, (size_t)n * sizeof *tmp);
+            for (int r = 0; r < top_k; r++) {
+                int b = argmax(tmp, n);
+                kth = tmp[b];
+                tmp[b] = -INFINITY;
+            }
+            free(tmp);
+        }
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = x[i] >= kth ? exp((x[i] - mx) / temperature) : 0.0;
+        total += x[i];
+    }
+    double target = u * total, acc = 0;
+    int last = 0;
+    for (int i = 0; i < n; i++) {
+        if (x[i] == 0) continue;
+        acc += x[i];
+        last = i;
+        if (acc >= target) return i;
+    }
+    return last;
+}
+
+fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, const fg_sample_opts *o) {
+    if (n_prompt < 1) return fg_error(FG_ERR_ARG, "generate: the prompt needs at least one token");
+    if (n_new < 0) return fg_error(FG_ERR_ARG, "generate: n_new %d is negative", n_new);
+    const int V = g->cfg.vocab_size;
+    double *row = malloc((size_t)V * sizeof *row);
+    if (!row) return fg_error(FG_ERR_OOM, "generate: out of memory");
+    fg_status st = FG_OK;
+    fg_no_grad_enter();
+    for (int j = 0; j < n_new; j++) {
+        int len = n_prompt + j;
+        int t = len < g->cfg.block_size ? len : g->cfg.block_size;
+        fg_tensor *logits = fg_gpt_forward(g, tokens + (len - t), 1, t, NULL);
+        if (!logits) {
+            st = fg_last_status();
+            break;
+        }
+        last_logits(logits, 0, row);
+        fg_release(logits);
+        double u = fg_u32_to_uniform_f64(fg_philox_u32(o->seed, FG_GPT_SAMPLE_STREAM, (uint64_t)j));
+        tokens[len] = sample_token(row, V, o->temperature, o->top_k, u);
+    }
+    fg_no_grad_exit();
+    free(row);
+    return st;
+}
+
+fg_status fg_gpt_greedy_batch(fg_gpt *g, int32_t *tokens, int B, int t0, int n_new) {
+    const int W = t0 + n_new, V = g->cfg.vocab_size;
+    if (t0 < 1 || n_new < 0 || (n_new > 0 && t0 + n_new - 1 > g->cfg.block_size))
+        return fg_error(FG_ERR_ARG, "greedy: prompt %d + %d new tokens do not fit block_size %d", t0, n_new,
+                        g->cfg.block_size);
+    int32_t *ctx = malloc((size_t)B * (size_t)W * sizeof *ctx);
+    double *row = malloc((size_t)V * sizeof *row);
+    fg_status st = FG_OK;
+    if (!ctx || !row) st = fg_error(FG_ERR_OOM, "greedy: out of memory");
+    fg_no_grad_enter();
+    for (int j = 0; j < n_new && st == FG_OK; j++) {
+        int t = t0 + j;
+        /* the first t tokens of each row, packed as (B, t) */
+        for (int b = 0; b < B; b++) memcpy(ctx + (size_t)b * t, tokens + (size_t)b * W, (size_t)t * sizeof *ctx);
+        fg_tensor *logits = fg_gpt_forward(g, ctx, B, t, NULL);
+        if (!logits) {
+            st = fg_last_status();
+            break;
+        }
+        for (int b = 0; b < B; b++) {
+            last_logits(logits, b, row);
+            tokens[(size_t)b * W + t] = argmax(row, V);
+        }
+        fg_release(logits);
+    }
+    fg_no_grad_exit();
+    free(ctx);
+    free(row);
+    return st;
+}

@@ -1,0 +1,177 @@
+/* gpt.h — a GPT-2 style decoder whose parameters live in one flat buffer.
+ *
+ * The model, shape letters: B batch, T time (<= block_size), C = n_embd, H = n_head, hd = C / H,
+ * V = vocab_size, L = n_layer.
+ *
+ *     x = wte[idx] + wpe[0..T)                                   (B, T, C), then dropout
+ *     for each of the L blocks:
+ *         x = x + dropout(c_proj(attention(split_heads(c_attn(ln_1(x))))))   causal, attn dropout
+ *         x = x + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))                 4C hidden
+ *     logits = ln_f(x) @ wteᵀ                                     (B, T, V), LM head tied to wte
+ *
+ * Attention goes through fg_attention (ops/attention.h) with the implementation in cfg.attn
+ * (naive or flash), causal masking and attention dropout. Dropout sites follow nanoGPT: after the
+ * embeddings, on the attention weights, and after each residual branch's output projection.
+ *
+ * Parameters. Every parameter is a named view into ONE contiguous buffer (params_flat), and each
+ * view's gradient (tensor->grad) is the matching view into one flat gradient buffer (grads_flat),
+ * set before the first backward, so zeroing, clipping and AdamW are single loops over an array.
+ * The table of views is generated from one X-macro list, FG_GPT_PARAMS below: name, shape, whether
+ * AdamW decays it, and how it is initialized. Names and layouts are nanoGPT's (PyTorch
+ * nn.Linear: a weight is (out, in)), so `model.load_state_dict(safetensors.torch.load_file(...))`
+ * works for nanoGPT's GPT with bias=True; the tied lm_head.weight is not stored (as in HF's GPT-2
+ * files). The buffer holds them in table order: wte, wpe, then block 0's twelve tensors, block 1's,
+ * ..., then ln_f.
+ *
+ * Initialization is GPT-2's: weights normal(0, 0.02), the two residual output projections
+ * normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gains 1. Parameter i of the table draws from
+ * Philox stream (seed, FG_GPT_INIT_STREAM + i), so a model does not depend on thread count, and a
+ * float64 model starts from the same values as a float32 one (up to rounding).
+ *
+ * Float64 models exist for gradient checks; training uses float32.
+ */
+#ifndef FG_GPT_H
+#define FG_GPT_H
+
+#include <stdint.h>
+
+#include "ops/attention.h"
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int n_layer;         /* L, >= 1 */
+    int n_head;          /* H, divides n_embd */
+    int n_embd;          /* C */
+    int block_size;      /* longest sequence (rows of wpe) */
+    int vocab_size;      /* V, 1..2^24 */
+    double dropout;      /* every dropout site; 0 <= p < 1 */
+    fg_attn_impl attn;   /* naive or flash */
+    fg_dtype dtype;      /* FG_F32 for training, FG_F64 for gradient checks */
+    fg_device device;
+} fg_gpt_config;
+
+/* L 4, H 4, C 128, block 64, vocab 0 (must be set), dropout 0, flash, float32, CPU. */
+fg_gpt_config fg_gpt_default_config(void);
+/* FG_OK, or FG_ERR_ARG with a message naming the bad field. */
+fg_status fg_gpt_config_check(const fg_gpt_config *c);
+
+/* How a parameter starts. */
+typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } fg_gpt_init;
+
+/* The parameter list. X(id, where, name, ndim, rows, cols, decay, init):
+ *   where  0 = before the blocks, 1 = once per block (name has a %d for the block), 2 = after;
+ *   rows, cols  the shape in terms of V, T (block size), C, C3 = 3C, C4 = 4C (cols 1 for 1-d);
+ *   decay  1 if AdamW's weight decay applies (nanoGPT: every 2-d tensor, i.e. the matmul weights
+ *          and the two embeddings; never biases or LayerNorm parameters). */
+#define FG_GPT_PARAMS(X)                                                                     \
+    X(WTE,    0, "transformer.wte.weight",             2, V,  C,  1, FG_INIT_NORMAL)         \
+    X(WPE,    0, "transformer.wpe.weight",             2, T,  C,  1, FG_INIT_NORMAL)         \
+    X(LN1_W,  1, "transformer.h.%d.ln_1.weight",       1, C,  1,  0, FG_INIT_ONES)           \
+    X(LN1_B,  1, "transformer.h.%d.ln_1.bias",         1, C,  1,  0, FG_INIT_ZEROS)          \
+    X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", 2, C3, C, 1, FG_INIT_NORMAL)         \
+    X(ATTN_B, 1, "transformer.h.%d.attn.c_attn.bias",  1, C3, 1,  0, FG_INIT_ZEROS)          \
+    X(APROJ_W,1, "transformer.h.%d.attn.c_proj.weight", 2, C, C,  1, FG_INIT_RESID)          \
+    X(APROJ_B,1, "transformer.h.%d.attn.c_proj.bias",  1, C,  1,  0, FG_INIT_ZEROS)          \
+    X(LN2_W,  1, "transformer.h.%d.ln_2.weight",       1, C,  1,  0, FG_INIT_ONES)           \
+    X(LN2_B,  1, "transformer.h.%d.ln_2.bias",         1, C,  1,  0, FG_INIT_ZEROS)          \
+    X(FC_W,   1, "transformer.h.%d.mlp.c_fc.weight",   2, C4, C,  1, FG_INIT_NORMAL)         \
+    X(FC_B,   1, "transformer.h.%d.mlp.c_fc.bias",     1, C4, 1,  0, FG_INIT_ZEROS)          \
+    X(MPROJ_W,1, "transformer.h.%d.mlp.c_proj.weight", 2, C,  C4, 1, FG_INIT_RESID)          \
+    X(MPROJ_B,1, "transformer.h.%d.mlp.c_proj.bias",   1, C,  1,  0, FG_INIT_ZEROS)          \
+    X(LNF_W,  2, "transformer.ln_f.weight",            1, C,  1,  0, FG_INIT_ONES)           \
+    X(LNF_B,  2, "transformer.ln_f.bias",              1, C,  1,  0, FG_INIT_ZEROS)
+
+typedef enum {
+#define FG_GPT_KIND_ENUM(id, where, name, nd, r, c, decay, init) FG_GPT_##id,
+    FG_GPT_PARAMS(FG_GPT_KIND_ENUM)
+#undef FG_GPT_KIND_ENUM
+    FG_GPT_KIND_COUNT
+} fg_gpt_kind;
+
+#define FG_GPT_NAME_MAX 64
+
+/* One entry of the table: a named view into params_flat. */
+typedef struct {
+    char name[FG_GPT_NAME_MAX]; /* "transformer.h.0.attn.c_attn.weight" */
+    fg_gpt_kind kind;
+    int layer;                  /* block index, or -1 */
+    int ndim;                   /* 1 or 2 */
+    int64_t shape[2];
+    int64_t offset, numel;      /* elements, into params_flat / grads_flat */
+    int decay;
+    fg_gpt_init init;
+    fg_tensor *w;               /* the leaf (requires grad); w->grad is the view into grads_flat */
+} fg_gpt_param;
+
+typedef struct fg_gpt {
+    fg_gpt_config cfg;
+    int n_params;               /* entries in the table */
+    fg_gpt_param *params;
+    int64_t num_elements;       /* total parameter count */
+    fg_tensor *params_flat;     /* (num_elements) */
+    fg_tensor *grads_flat;      /* (num_elements) */
+    fg_tensor **by_kind;        /* [kind * (L + 1) + (layer or 0)]: borrowed from the table */
+} fg_gpt;
+
+/* A model with GPT-2 initialization from `seed` (see the top). Caller frees with fg_gpt_free.
+ * NULL with fg_last_error() on a bad config or out of memory. */
+fg_gpt *fg_gpt_create(const fg_gpt_config *cfg, uint64_t seed);
+/* The same table and buffers, all parameters zero (for loading a checkpoint). */
+fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg);
+void fg_gpt_free(fg_gpt *g); /* NULL is fine */
+
+/* The leaf of parameter `kind` in block `layer` (layer ignored for the global ones). Borrowed. */
+fg_tensor *fg_gpt_weight(const fg_gpt *g, fg_gpt_kind kind, int layer);
+/* The table entry called `name`, or NULL. */
+const fg_gpt_param *fg_gpt_find(const fg_gpt *g, const char *name);
+/* grads_flat := 0. */
+void fg_gpt_zero_grad(fg_gpt *g);
+
+/* Dropout during training: masks are pure functions of (seed, step, micro, layer, site), so a
+ * resumed run draws exactly the masks the uninterrupted one would have. */
+typedef struct {
+    uint64_t seed;   /* the run's seed */
+    uint64_t step;   /* optimizer step */
+    uint32_t micro;  /* micro-step within it (gradient accumulation) */
+} fg_gpt_train_ctx;
+
+typedef enum { FG_DROP_EMB = 0, FG_DROP_ATTN, FG_DROP_ATTN_RESID, FG_DROP_MLP_RESID } fg_gpt_drop_site;
+
+/* The 64-bit seed of one dropout site (layer -1 for the embedding dropout). */
+uint64_t fg_gpt_dropout_seed(const fg_gpt_train_ctx *ctx, int layer, fg_gpt_drop_site site);
+
+/* Logits (B, T, V) for tokens idx (B, T) int32 row-major, T <= block_size, ids in [0, V).
+ * train NULL: no dropout (evaluation); otherwise dropout cfg.dropout with masks from *train.
+ * Records the graph when grad mode is on. New reference; NULL on error. */
+fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train);
+/* Mean cross-entropy (shape (1)) of the logits against targets (B, T) (-1 = ignored). */
+fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, int B, int T,
+                       const fg_gpt_train_ctx *train);
+
+/* Sampling. temperature 0 is greedy (argmax, first index on ties); top_k 0 keeps all V tokens.
+ * Draw j of a generation uses fg_philox_u32(seed, FG_GPT_SAMPLE_STREAM, j). */
+typedef struct {
+    double temperature;
+    int top_k;
+    uint64_t seed;
+} fg_sample_opts;
+
+#define FG_GPT_INIT_STREAM 0x494e4954000000ull   /* "INIT" */
+#define FG_GPT_DROPOUT_STREAM 0x44524f50000000ull /* "DROP" */
+#define FG_GPT_SAMPLE_STREAM 0x53414d50000000ull  /* "SAMP" */
+
+/* tokens[0 .. n_prompt) is the prompt (n_prompt >= 1); writes n_new tokens after it, so tokens
+ * must hold n_prompt + n_new. The context is the last block_size tokens. No grad is recorded. */
+fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, const fg_sample_opts *o);
+/* Greedy decoding of B prompts at once: tokens is (B, t0 + n_new) row-major, each row's first t0
+ * tokens the prompt; fills the rest. t0 + n_new - 1 <= block_size. */
+fg_status fg_gpt_greedy_batch(fg_gpt *g, int32_t *tokens, int B, int t0, int n_new);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_GPT_H */

@@ -1,0 +1,120 @@
+/* trainer.h — one training run: data source, configuration, the optimizer step, evaluation.
+ *
+ * `flashgrad train`, `flashgrad bench train` and the tests all drive a model through this one
+ * interface, so what the tests check (bit-exact resume, no allocation after warm-up) is what the
+ * program does.
+ *
+ * A step (fg_trainer_step) is:
+ *     zero grads_flat
+ *     for micro in 0 .. grad_accum-1:
+ *         (x, y) = train batch number step·grad_accum + micro          (pure function of the seed)
+ *         loss = model(x, y) with dropout masks of (seed, step, micro)   (train/gpt.h)
+ *         backward(loss) with d loss = 1 / grad_accum                   (so grads are the mean)
+ *     clip the global gradient norm; AdamW at lr = schedule(step)
+ * Everything random is a pure function of (seed, step, micro), so the state of a run is its
+ * parameters, AdamW's moments and `step`: a run resumed from those continues bit for bit. Given
+ * the same thread count, a run is reproducible bit for bit (sums are in a fixed order).
+ *
+ * Evaluation (fg_trainer_eval_loss) averages the loss over eval_iters FIXED batches of a split —
+ * the same batches at every evaluation, drawn with a seed derived from the run's — without dropout
+ * and without recording a graph.
+ */
+#ifndef FG_TRAINER_H
+#define FG_TRAINER_H
+
+#include <stdint.h>
+
+#include "datasets/addition.h"
+#include "datasets/text.h"
+#include "train/adamw.h"
+#include "train/gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- data ---- */
+typedef enum { FG_SOURCE_ADDITION = 0, FG_SOURCE_TEXT = 1 } fg_source_kind;
+
+typedef struct {
+    fg_source_kind kind;
+    fg_addition *add;              /* owned (addition) */
+    fg_text_dataset *text;         /* owned (text) */
+    char path[1024];               /* the text file ("" for addition) */
+    uint64_t file_hash;            /* XXH64 of the text file's bytes (0 for addition) */
+    double val_fraction;           /* text: the validation share it was split with */
+} fg_source;
+
+/* The addition task. Caller frees with fg_source_free. NULL + fg_last_error() on a bad config. */
+fg_source *fg_source_addition(const fg_addition_config *c);
+/* A text file (tokenized with opt's tokenizer kind or given tokenizer). NULL + fg_last_error(). */
+fg_source *fg_source_text(const char *path, const fg_text_options *opt);
+void fg_source_free(fg_source *d);
+
+const fg_tokenizer *fg_source_tokenizer(const fg_source *d);
+int fg_source_vocab_size(const fg_source *d);
+/* The sequence length T the source needs: the task's for addition, 0 (any) for text. */
+int fg_source_fixed_block(const fg_source *d);
+/* Batch `index` of split s: x, y (B, T) int32. */
+fg_status fg_source_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index,
+                        int32_t *x, int32_t *y);
+/* The best achievable loss if known (addition), else NAN. */
+double fg_source_optimal_loss(const fg_source *d);
+
+/* ---- configuration ---- */
+typedef struct {
+    fg_gpt_config model;
+    fg_adamw_config opt;
+    int batch_size;        /* B, rows per micro-batch */
+    int grad_accum;        /* micro-batches per optimizer step */
+    int64_t steps;         /* optimizer steps of the run */
+    int eval_every;        /* evaluate every k steps (0: only at the end) */
+    int eval_iters;        /* batches per evaluation */
+    uint64_t seed;
+} fg_train_config;
+
+/* FG_OK or FG_ERR_ARG naming the bad value (the model part via fg_gpt_config_check). */
+fg_status fg_train_config_check(const fg_train_config *c);
+
+/* ---- the run ---- */
+typedef struct {
+    fg_train_config cfg;
+    fg_gpt *model;         /* owned */
+    fg_adamw opt;          /* owned */
+    const fg_source *data;   /* borrowed */
+    int64_t step;          /* optimizer steps done */
+    int T;                 /* sequence length of the batches */
+    int32_t *x, *y;        /* (B, T) batch buffers */
+    fg_tensor *grad_seed;  /* (1) = 1 / grad_accum, the loss gradient of each micro-batch */
+} fg_trainer;
+
+/* A fresh run: model initialized from cfg->seed, zero moments, step 0. cfg->model.vocab_size must
+ * equal the data's; for the addition task block_size must be at least the task's T. Caller frees. */
+fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data);
+void fg_trainer_free(fg_trainer *tr);
+
+typedef struct {
+    double loss;           /* mean over the micro-batches */
+    double lr;
+    double grad_norm;      /* before clipping */
+    int64_t tokens;        /* tokens processed: B · T · grad_accum */
+} fg_step_stats;
+
+/* One optimizer step (see the top). A non-finite loss or gradient norm returns FG_ERR_NUMERIC
+ * naming the step, and leaves the parameters, moments and step untouched. */
+fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *st);
+
+/* Mean loss over eval_iters fixed batches of split s (no dropout, no graph). */
+fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss);
+
+/* Addition task only: exact-match accuracy over the first K evaluation problems of split s,
+ * decoded greedily in batches. */
+fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc);
+
+/* The seed of the fixed evaluation batches (derived from the run seed). */
+uint64_t fg_trainer_eval_seed(uint64_t run_seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_TRAINER_H */
