@@ -98,7 +98,8 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build-fuzz/corpus-$$t; \
 	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
-	    build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	    dict=; [ -f tests/fuzz/dict/$$t.dict ] && dict=-dict=tests/fuzz/dict/$$t.dict; \
+	    build-fuzz/fuzz_$$t $$dict -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
 	        -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus-$$t tests/fuzz/corpus/$$t 2>&1 \
 	        | grep -E 'stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Done' || exit 1; \
 	    [ -z "$$(ls build-fuzz/$$t-crash-* build-fuzz/$$t-leak-* build-fuzz/$$t-oom-* 2>/dev/null)" ] || { echo "fuzz $$t: crash saved in build-fuzz/"; exit 1; }; \

@@ -136,8 +136,8 @@ static fg_status run_forward(const fg_attn_problem *pr, fg_attn_impl impl, fg_de
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, aux, q, k, v, pr)
                             : fg_attn_naive_forward_f64(o, lse, aux, q, k, v, pr);
-    return dt == FG_F32 ? fg_attn_flash_forward_f32(o, lse, aux, q, k, v, pr)
-                        : fg_attn_flash_forward_f64(o, lse, aux, q, k, v, pr);
+    return dt == FG_F32 ? fg_attn_flash_forward_lo_f32(o, lse, aux, q, k, v, pr)
+                        : fg_attn_flash_forward_lo_f64(o, lse, aux, q, k, v, pr);
 }
 
 static fg_status run_backward(const fg_attn_problem *pr, fg_attn_impl impl, fg_device dev, fg_dtype dt,
@@ -152,8 +152,8 @@ static fg_status run_backward(const fg_attn_problem *pr, fg_attn_impl impl, fg_d
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_backward_f32(dq, dk, dv, dout, q, k, v, aux, pr)
                             : fg_attn_naive_backward_f64(dq, dk, dv, dout, q, k, v, aux, pr);
-    return dt == FG_F32 ? fg_attn_flash_backward_f32(dq, dk, dv, dout, q, k, v, o, lse, aux, pr)
-                        : fg_attn_flash_backward_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
+    return dt == FG_F32 ? fg_attn_flash_backward_lo_f32(dq, dk, dv, dout, q, k, v, o, lse, aux, pr)
+                        : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
 }
 
 /* ---- backward rule ---- */

@@ -102,24 +102,34 @@ fg_status fg_attn_naive_backward_f64(double *dq, double *dk, double *dv, const d
                                      const double *k, const double *v, const double *p,
                                      const fg_attn_problem *pr);
 
-/* flash forward: o and lse out (lse is what the backward needs; it is not optional).
- * lse_lo (B, H, Nq), optional (NULL: not wanted), receives the part of L = m + log l that rounding L
- * to the dtype lost: L ≈ lse + lse_lo. In float32 with large scores (|L| ~ 100 and up) one ulp of L
- * is a relative error of ~|L|·6e-8 in every recomputed weight P = exp(S − L); with lse_lo the
- * backward computes exp((S − lse) − lse_lo), exact to float32 near the row max, as precise as the
- * naive kernel's stored P. fg_attention keeps it for float32 (B·H·Nq more floats, O(N)). */
-fg_status fg_attn_flash_forward_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
-                                    const float *v, const fg_attn_problem *pr);
-fg_status fg_attn_flash_forward_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
+/* flash forward: o and lse out (lse is what the backward needs; it is not optional). */
+fg_status fg_attn_flash_forward_f32(float *o, float *lse, const float *q, const float *k, const float *v,
+                                    const fg_attn_problem *pr);
+fg_status fg_attn_flash_forward_f64(double *o, double *lse, const double *q, const double *k,
                                     const double *v, const fg_attn_problem *pr);
-/* flash backward: recomputes P tile by tile from q, k and lse (+ lse_lo if not NULL); o is the
- * forward's output. */
+/* flash backward: recomputes P tile by tile from q, k and lse; o is the forward's output. */
 fg_status fg_attn_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                      const float *k, const float *v, const float *o, const float *lse,
-                                     const float *lse_lo, const fg_attn_problem *pr);
+                                     const fg_attn_problem *pr);
 fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout,
                                      const double *q, const double *k, const double *v, const double *o,
-                                     const double *lse, const double *lse_lo, const fg_attn_problem *pr);
+                                     const double *lse, const fg_attn_problem *pr);
+/* The same with lse_lo (B, H, Nq), the part of L = m + log l that rounding L to the dtype lost
+ * (L ≈ lse + lse_lo); NULL in either call means "none" (the forms above pass NULL). In float32 with
+ * large scores (|L| ~ 100 and up) one ulp of L is a relative error of ~|L|·6e-8 in every recomputed
+ * weight P = exp(S − L); with lse_lo the backward computes exp((S − lse) − lse_lo), exact to float32
+ * near the row max, as precise as the naive kernel's stored P. fg_attention uses these for float32
+ * (B·H·Nq more floats saved, O(N)). */
+fg_status fg_attn_flash_forward_lo_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
+                                       const float *v, const fg_attn_problem *pr);
+fg_status fg_attn_flash_forward_lo_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
+                                       const double *v, const fg_attn_problem *pr);
+fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                        const float *k, const float *v, const float *o, const float *lse,
+                                        const float *lse_lo, const fg_attn_problem *pr);
+fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout,
+                                        const double *q, const double *k, const double *v, const double *o,
+                                        const double *lse, const double *lse_lo, const fg_attn_problem *pr);
 
 /* ---- the online-softmax step ----
  * One query row meets one block of n scores s (masked scores are -inf). With m the running max

@@ -162,7 +162,7 @@ static void SFX(flash_forward_block)(T *oh, T *lseh, T *loh, const T *qh, const 
     }
 }
 
-fg_status SFX(fg_attn_flash_forward)(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
+fg_status SFX(fg_attn_flash_forward_lo)(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
                                      const fg_attn_problem *pr) {
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
     const int64_t bq = pr->block_q < Nq ? pr->block_q : (Nq > 0 ? Nq : 1);
@@ -267,7 +267,7 @@ static void SFX(flash_backward_head)(T *dqh, T *dkh, T *dvh, const T *doh, const
     }
 }
 
-fg_status SFX(fg_attn_flash_backward)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k,
+fg_status SFX(fg_attn_flash_backward_lo)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k,
                                       const T *v, const T *o, const T *lse, const T *lse_lo,
                                       const fg_attn_problem *pr) {
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
@@ -293,6 +293,15 @@ fg_status SFX(fg_attn_flash_backward)(T *dq, T *dk, T *dv, const T *dout, const 
         }
     fg_free(FG_CPU, scratch);
     return FG_OK;
+}
+
+fg_status SFX(fg_attn_flash_forward)(T *o, T *lse, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {
+    return SFX(fg_attn_flash_forward_lo)(o, lse, NULL, q, k, v, pr);
+}
+
+fg_status SFX(fg_attn_flash_backward)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
+                                      const T *o, const T *lse, const fg_attn_problem *pr) {
+    return SFX(fg_attn_flash_backward_lo)(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr);
 }
 
 #endif /* FG_ATTN_FLASH_TEMPLATE */

@@ -2,7 +2,8 @@
  *
  * Legend: t is seen as (O, N, I) around the reduced axis: O = product of the dims before it,
  * N = its size, I = product of the dims after it. out is (O, I), reshaped to t's shape without
- * the axis (keepdim = 0) or with it as size 1 (keepdim = 1). sum_all / mean_all give out (1).
+ * the axis (keepdim = 0) or with it as size 1 (keepdim = 1); a 1-D t without keepdim gives a
+ * 0-d tensor (one element, ndim 0). sum_all / mean_all give out (1).
  *
  * Sums accumulate in double for both dtypes (the rounding of a float32 sum then does not grow with
  * N). A non-contiguous t is copied first (fg_op_contiguous): the reduction itself wants rows.

@@ -839,10 +839,10 @@ Test(attention, flash_kernels_take_only_tile_scratch) {
     for (int64_t i = 0; i < N * d; i++) dout[i] = (float)cos((double)i);
     fg_alloc_reset_peak(FG_CPU);
     size_t before = fg_alloc_get_stats(FG_CPU).current;
-    cr_assert_eq(fg_attn_flash_forward_f32(out, lse, NULL, q, k, v, &pr), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_attn_flash_forward_f32(out, lse, q, k, v, &pr), FG_OK, "%s", fg_last_error());
     size_t fwd = fg_alloc_get_stats(FG_CPU).peak - before;
     fg_alloc_reset_peak(FG_CPU);
-    cr_assert_eq(fg_attn_flash_backward_f32(dq, dk, NULL, dout, q, k, v, out, lse, NULL, &pr), FG_OK, "%s",
+    cr_assert_eq(fg_attn_flash_backward_f32(dq, dk, NULL, dout, q, k, v, out, lse, &pr), FG_OK, "%s",
                  fg_last_error());
     size_t bwd = fg_alloc_get_stats(FG_CPU).peak - before;
     size_t tile = (size_t)pr.block_q * pr.block_k * sizeof(float);

@@ -152,19 +152,18 @@ Test(matmul, matmul_forward_matches_naive_loops_for_every_layout) {
 }
 
 Test(matmul, matmul_backward_matches_numeric_for_every_layout) {
-    double worst = 0;
     for (size_t c = 0; c < N_MM_CASES; c++) {
         const mm_case *mc = &mm_cases[c];
         fg_tensor *in[2] = {make_operand(FG_F64, mc->nda, mc->a, mc->la, 10 + c),
                             make_operand(FG_F64, mc->ndb, mc->b, mc->lb, 50 + c)};
         fg_set_requires_grad(in[0], 1);
         fg_set_requires_grad(in[1], 1);
-        fg_gradcheck_report r = FGT_GRADCHECK(mc->name, matmul_fn, in, 2, NULL);
-        if (r.max_abs_err > worst) worst = r.max_abs_err;
+        char what[64];
+        snprintf(what, sizeof what, "matmul %s", mc->name);
+        FGT_GRADCHECK(what, matmul_fn, in, 2, NULL);
         fg_release(in[0]);
         fg_release(in[1]);
     }
-    if (fgt_verbose()) fprintf(stderr, "matmul: largest gradcheck abs error %.3e\n", worst);
 }
 
 Test(matmul, matmul_gradient_of_only_one_operand) {
@@ -260,7 +259,9 @@ Test(matmul, linear_backward_matches_numeric) {
         lin_inputs(lc, FG_F64, 100 + 3 * c, in);
         for (int i = 0; i < 3; i++)
             if (in[i]) fg_set_requires_grad(in[i], 1);
-        FGT_GRADCHECK(lc->name, linear_fn, in, lc->has_bias ? 3 : 2, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "linear %s", lc->name);
+        FGT_GRADCHECK(what, linear_fn, in, lc->has_bias ? 3 : 2, NULL);
         for (int i = 0; i < 3; i++) fg_release(in[i]);
     }
 }

@@ -167,7 +167,9 @@ Test(layernorm, backward_matches_numeric) {
         fg_set_requires_grad(in[0], 1);
         if (lc->arg.has_w) fg_set_requires_grad(in[1], 1);
         if (lc->arg.has_b) fg_set_requires_grad(in[2], 1);
-        FGT_GRADCHECK(lc->name, layernorm_fn, in, 3, (void *)&lc->arg);
+        char what[64];
+        snprintf(what, sizeof what, "layernorm %s", lc->name);
+        FGT_GRADCHECK(what, layernorm_fn, in, 3, (void *)&lc->arg);
         for (int i = 0; i < 3; i++) fg_release(in[i]);
     }
 }

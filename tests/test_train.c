@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -446,10 +447,27 @@ static const char *fg_bin(void) {
     return b && *b ? b : "build/flashgrad";
 }
 
+/* Runs cmd; out gets the LAST n-1 bytes of its output (all of it is read, so the child never
+ * dies of SIGPIPE). Returns the exit status, -1 if it did not exit normally. */
 static int run_cmd(const char *cmd, char *out, size_t n) {
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
-    size_t k = fread(out, 1, n - 1, p);
+    size_t k = 0, r;
+    char chunk[4096];
+    while ((r = fread(chunk, 1, sizeof chunk, p)) > 0) {
+        if (r >= n - 1) {
+            memcpy(out, chunk + r - (n - 1), n - 1);
+            k = n - 1;
+        } else {
+            if (k + r > n - 1) {
+                size_t drop = k + r - (n - 1);
+                memmove(out, out + drop, k - drop);
+                k -= drop;
+            }
+            memcpy(out + k, chunk, r);
+            k += r;
+        }
+    }
     out[k] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -511,7 +529,7 @@ Test(cli, train_rejects_bad_flags_and_bad_data_with_one_line, .init = make_tmpdi
     expect_cli("sample --ckpt nowhere", 1, "nowhere");
     expect_cli("sample", 2, "--ckpt");
     expect_cli("sample --ckpt x --temperature -1", 2, "--temperature");
-    expect_cli("bench attention", 2, "not built yet");
+    expect_cli("bench nothing", 2, "unknown benchmark");
 }
 
 /* Reads column `col` (0-based) of log.csv rows into out; returns rows. */
@@ -520,9 +538,9 @@ static int read_log_column(const char *dir, int col, char rows[][32], int cap, c
     snprintf(p, sizeof p, "%s/%s/log.csv", tmpdir, dir);
     FILE *f = fopen(p, "r");
     cr_assert(f, "no %s", p);
-    char line[512];
+    char line[256];
     int n = 0;
-    if (fgets(line, sizeof line, f)) snprintf(header, hn, "%s", line);
+    if (fgets(line, sizeof line, f)) snprintf(header, hn, "%.200s", line);
     while (fgets(line, sizeof line, f) && n < cap) {
         char *s = line;
         for (int c = 0; c < col && s; c++) {
@@ -586,4 +604,62 @@ Test(cli, train_on_a_text_file_prints_progress_and_samples, .init = make_tmpdir,
                0, "step 8/8");
     cr_expect(exists("runs/t/log.csv") && exists("runs/t/model.safetensors"), "outputs missing in a created folder");
     cr_expect(!exists("runs/t/log.csv.tmp"), "temporary file left behind");
+}
+
+Test(cli, ctrl_c_checkpoints_exits_130_and_resume_finishes_the_same_curve, .init = make_tmpdir, .fini = remove_tmpdir,
+     .timeout = 300) {
+    need_bin();
+    const char *model = "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --eval-every 0 "
+                        "--eval-iters 1 --eval-problems 10 --samples 0 --threads 1 --log-every 100";
+    const int steps = fgt_sanitize() ? 300 : 1500;
+    char args[1024], logp[600];
+    snprintf(args, sizeof args, "train %s --steps %d --out full", model, steps);
+    expect_cli(args, 0, "final:");
+    /* the same run, interrupted once it has logged step 20 */
+    snprintf(logp, sizeof logp, "%s/run.log", tmpdir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork");
+    if (pid == 0) {
+        if (chdir(tmpdir) != 0) _exit(99);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        char st[32];
+        snprintf(st, sizeof st, "%d", steps);
+        execl(fg_bin(), fg_bin(), "train", "--task", "addition", "--digits", "1", "--n-layer", "1", "--n-head", "2",
+              "--n-embd", "16", "--batch-size", "8", "--eval-every", "0", "--eval-iters", "1", "--eval-problems", "10",
+              "--samples", "0", "--threads", "1", "--log-every", "1", "--steps", st, "--out", "part", (char *)NULL);
+        _exit(98);
+    }
+    int seen = 0;
+    for (int i = 0; i < 6000 && !seen; i++) {
+        usleep(10000);
+        void *buf = NULL;
+        size_t n = 0;
+        if (fg_read_file(logp, 0, &buf, &n) == FG_OK) {
+            seen = strstr(buf, "step 20/") != NULL;
+            free(buf);
+        }
+    }
+    cr_assert(seen, "the run never logged step 20");
+    kill(pid, SIGINT);
+    int status;
+    waitpid(pid, &status, 0);
+    void *buf = NULL;
+    size_t n = 0;
+    fg_read_file(logp, 0, &buf, &n);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "after Ctrl-C the exit status is %d:\n%s",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1, (char *)buf);
+    cr_expect(strstr(buf, "interrupted at step") != NULL, "no interruption message:\n%s", (char *)buf);
+    free(buf);
+    if (!exists("part/model.safetensors")) return; /* finished before the signal: nothing to resume */
+    expect_cli("train --resume --out part --threads 1 --samples 0 --eval-problems 10", 0, "resuming from step");
+    char header[256];
+    static char full[4000][32], part[4000][32];
+    int a = read_log_column("full", 1, full, 4000, header, sizeof header);
+    int b = read_log_column("part", 1, part, 4000, header, sizeof header);
+    cr_expect_eq(a, steps);
+    cr_expect_eq(b, steps, "interrupted + resumed log has %d rows", b);
+    for (int i = 0; i < a && i < b; i++)
+        cr_assert_str_eq(part[i], full[i], "loss at step %d: interrupted+resumed %s, uninterrupted %s", i + 1, part[i], full[i]);
 }

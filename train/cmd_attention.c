@@ -134,7 +134,9 @@ int fg_cmd_attention(int argc, char **argv) {
     else if (!(v = fg_npy_load(vp))) what = vp;
     else if (dop && !(dout = fg_npy_load(dop))) what = dop;
     if (what) {
-        fprintf(stderr, CMD ": %s: %s\n", what, fg_last_error());
+        const char *msg = fg_last_error();
+        if (strstr(msg, what)) fprintf(stderr, CMD ": %s\n", msg); /* the message names the file already */
+        else fprintf(stderr, CMD ": %s: %s\n", what, msg);
         goto done;
     }
     if (dout) {

@@ -6,7 +6,7 @@
  *   median step time, tokens/s at the median, and the allocator's counters: live and peak bytes,
  *   and system allocations after warm-up against at the end — a training step after warm-up
  *   should take nothing new from the system, so the two numbers should be equal.
- * bench attention: naive against flash attention (being replaced by the lead's version).
+ * bench attention: naive against flash attention (train/bench_attention.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -196,10 +196,7 @@ int fg_cmd_bench(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "attention")) {
-        fprintf(stderr, "bench attention: not built yet\n");
-        return 2;
-    }
+    if (!strcmp(argv[1], "attention")) return fg_bench_attention(argc - 1, argv + 1);
     fprintf(stderr, "flashgrad bench: unknown benchmark '%s' (train or attention)\n", argv[1]);
     return 2;
 }

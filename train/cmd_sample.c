@@ -65,8 +65,7 @@ int fg_cmd_sample(int argc, char **argv) {
     int np;
     if (plen > 0) {
         if (fg_tokenizer_encode(tok, prompt, plen, t) != FG_OK) {
-            fprintf(stderr, "flashgrad sample: --prompt: %s (the checkpoint's vocabulary has %d tokens)\n", fg_last_error(),
-                    fg_tokenizer_vocab_size(tok));
+            fprintf(stderr, "flashgrad sample: --prompt: %s\n", fg_last_error());
             code = 1;
             goto out;
         }

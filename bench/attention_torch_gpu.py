@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""attention_torch_gpu.py — PyTorch's scaled_dot_product_attention on the GPU, timed on the same
+shapes and precision as flashgrad's fg_cuda_bench (bench/fg_cuda_bench.cu), CSV on stdout:
+
+    impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops
+
+Shapes: batch · N = --tokens (16k), heads · d = --hidden (2048). FLOPs as in fg_cuda_bench
+(forward 4·B·H·N²·d, halved when causal; backward 2.5× that). Timing: CUDA events, one warm-up,
+median of repeats within --budget-ms. TF32 is switched off so float32 means float32; the impl
+column names the SDPA backend PyTorch ran (its choice for that dtype), as far as it can be told.
+
+    python3 bench/attention_torch_gpu.py [--n 1024,4096,16384] [--d 64,128] [--dtype float32]
+"""
+import argparse
+import statistics
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", default="1024,4096,16384")
+    ap.add_argument("--d", default="64,128")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--budget-ms", type=float, default=1500.0)
+    a = ap.parse_args()
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        print("attention_torch_gpu.py: PyTorch is not installed", file=sys.stderr)
+        return 3
+    if not torch.cuda.is_available():
+        print("attention_torch_gpu.py: no CUDA device visible to PyTorch", file=sys.stderr)
+        return 3
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dtype = getattr(torch, a.dtype)
+    dev = torch.device("cuda")
+    print(f"attention_torch_gpu.py: torch {torch.__version__} on {torch.cuda.get_device_name(0)}", file=sys.stderr)
+
+    # Try the memory-efficient kernel first (the fused one that supports float32), then let PyTorch choose.
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        candidates = [("sdpa-efficient", [SDPBackend.EFFICIENT_ATTENTION]), ("sdpa-default", None)]
+    except ImportError:  # older PyTorch
+        sdpa_kernel = None
+        candidates = [("sdpa-default", None)]
+
+    def timed(fn, budget):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        while len(ts) < 3 or (sum(ts) < budget and len(ts) < 20):
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e))
+            if len(ts) >= 3 and sum(ts) > 4 * budget:
+                break
+        return statistics.median(ts)
+
+    print("impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops")
+    for N in [int(x) for x in a.n.split(",")]:
+        for d in [int(x) for x in a.d.split(",")]:
+            for causal in (0, 1):
+                B, H = max(1, a.tokens // N), max(1, a.hidden // d)
+                q, k, v, do = (torch.randn(B, H, N, d, device=dev, dtype=dtype, requires_grad=i < 3) for i in range(4))
+                row = None
+                for name, backends in candidates:
+                    try:
+                        def fwd():
+                            with torch.no_grad():
+                                return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+
+                        def run(f):
+                            if backends is None:
+                                return f()
+                            with sdpa_kernel(backends):
+                                return f()
+
+                        run(fwd)
+                        tf = timed(lambda: run(fwd), a.budget_ms)
+                        out = run(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)))
+
+                        def bwd():
+                            torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+                        tb = timed(bwd, a.budget_ms)
+                        fl = 4.0 * B * H * N * N * d * (0.5 if causal else 1.0)
+                        row = f"{name},{a.dtype},{B},{H},{N},{d},{causal},{tf:.3f},{tb:.3f},{fl / (tf * 1e9):.2f},{2.5 * fl / (tb * 1e9):.2f}"
+                        del out
+                        break
+                    except RuntimeError as ex:  # backend refused these inputs (or out of memory): next one
+                        print(f"attention_torch_gpu.py: {name} N={N} d={d} causal={causal}: {str(ex).splitlines()[0]}",
+                              file=sys.stderr)
+                        torch.cuda.empty_cache()
+                if row is None:
+                    row = f"none,{a.dtype},{B},{H},{N},{d},{causal},nan,nan,nan,nan"
+                print(row, flush=True)
+                del q, k, v, do
+                torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+/* fg_cuda_bench.cu — flashgrad's GPU attention, timed: forward and backward milliseconds and
+ * TFLOP/s of the flash kernels (cuda/attention.cu) over sequence lengths and head dims, causal and
+ * not. CSV on stdout, one row per configuration; bench/gpu_check.sh sets it beside PyTorch's
+ * scaled_dot_product_attention (bench/attention_torch_gpu.py, same shapes and precision).
+ *
+ *   fg_cuda_bench [--n 1024,4096,16384] [--d 64,128] [--dtype f32|f64] [--tokens 16384]
+ *                 [--hidden 2048] [--budget-ms 1500] [--impl flash|naive]
+ *
+ * Shapes follow the FlashAttention papers' benchmark: batch · N = tokens (16k), heads · d = hidden
+ * (2048). FLOPs: forward 4·B·H·Nq·Nk·d (halved when causal), backward 2.5× the forward (the
+ * papers' convention: 5 matrix products against 2). Inputs are standard normals from the cuRAND
+ * generator. Each timing is the median of repeated runs after one warm-up, measured with CUDA
+ * events; repeats stop at --budget-ms per measurement (at least 3 runs).
+ */
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "cuda/cuda_common.cuh"
+#include "cuda/cuda_ops.h"
+
+static int parse_list(const char *s, std::vector<long> &out) {
+    out.clear();
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0) return -1;
+        out.push_back(v);
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return out.empty() ? -1 : 0;
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define CHECK(x)                                                                                      \
+    do {                                                                                              \
+        if ((x) != FG_OK) {                                                                           \
+            fprintf(stderr, "fg_cuda_bench: %s\n", fg_last_error());                                  \
+            exit(1);                                                                                  \
+        }                                                                                             \
+    } while (0)
+#define CUCHECK(x)                                                                                    \
+    do {                                                                                              \
+        cudaError_t e_ = (x);                                                                         \
+        if (e_ != cudaSuccess) {                                                                      \
+            fprintf(stderr, "fg_cuda_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                                  \
+        }                                                                                             \
+    } while (0)
+
+/* time `fn` (enqueues work on the stream) with events: median ms of at least 3 runs within budget */
+template <typename F> static double time_ms(F fn, double budget_ms) {
+    cudaStream_t s = fg_cu_stream();
+    cudaEvent_t a, b;
+    CUCHECK(cudaEventCreate(&a));
+    CUCHECK(cudaEventCreate(&b));
+    fn(); /* warm-up */
+    CUCHECK(cudaStreamSynchronize(s));
+    std::vector<double> t;
+    double total = 0;
+    while (t.size() < 3 || (total < budget_ms && t.size() < 20)) {
+        CUCHECK(cudaEventRecord(a, s));
+        fn();
+        CUCHECK(cudaEventRecord(b, s));
+        CUCHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        CUCHECK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+        total += ms;
+        if (t.size() >= 3 && total > 4 * budget_ms) break;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return median(t);
+}
+
+int main(int argc, char **argv) {
+    std::vector<long> ns = {1024, 4096, 16384}, ds = {64, 128};
+    long tokens = 16384, hidden = 2048;
+    double budget = 1500;
+    fg_dtype dt = FG_F32;
+    fg_attn_impl impl = FG_ATTN_FLASH;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: fg_cuda_bench [--n LIST] [--d LIST] [--dtype f32|f64] [--tokens N] [--hidden N] "
+                   "[--budget-ms MS] [--impl flash|naive]\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "fg_cuda_bench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--n") && parse_list(v, ns) == 0) continue;
+        if (!strcmp(a, "--d") && parse_list(v, ds) == 0) continue;
+        if (!strcmp(a, "--tokens") && (tokens = atol(v)) > 0) continue;
+        if (!strcmp(a, "--hidden") && (hidden = atol(v)) > 0) continue;
+        if (!strcmp(a, "--budget-ms") && (budget = atof(v)) > 0) continue;
+        if (!strcmp(a, "--dtype") && (!strcmp(v, "f32") || !strcmp(v, "f64"))) {
+            dt = !strcmp(v, "f64") ? FG_F64 : FG_F32;
+            continue;
+        }
+        if (!strcmp(a, "--impl") && (!strcmp(v, "flash") || !strcmp(v, "naive"))) {
+            impl = !strcmp(v, "naive") ? FG_ATTN_NAIVE : FG_ATTN_FLASH;
+            continue;
+        }
+        fprintf(stderr, "fg_cuda_bench: bad option %s %s\n", a, v);
+        return 2;
+    }
+    CHECK(fg_cuda_init());
+    fprintf(stderr, "fg_cuda_bench on %s\n", fg_cuda_device_string());
+    printf("impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops\n");
+    curandGenerator_t gen = (curandGenerator_t)fg_cuda_curand();
+    const size_t es = fg_dtype_size(dt);
+    for (long N : ns)
+        for (long d : ds)
+            for (int causal = 0; causal < 2; causal++) {
+                const long B = std::max(1L, tokens / N), H = std::max(1L, hidden / d);
+                fg_attn_opts op = fg_attn_defaults();
+                op.impl = impl;
+                op.causal = causal;
+                fg_attn_problem pr;
+                CHECK(fg_attn_problem_init(&pr, B, H, N, N, d, &op));
+                const size_t n = (size_t)B * H * N * d, nl = (size_t)B * H * N;
+                const size_t np = impl == FG_ATTN_NAIVE ? (size_t)B * H * N * N : 1;
+                void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv, *p;
+                void **bufs[8] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
+                for (void **b : bufs) CUCHECK(cudaMalloc(b, n * es));
+                CUCHECK(cudaMalloc(&lse, nl * es));
+                CUCHECK(cudaMalloc(&p, np * es));
+                void *rnd[4] = {q, k, v, dout};
+                for (void *r : rnd) {
+                    curandStatus_t st = dt == FG_F64 ? curandGenerateNormalDouble(gen, (double *)r, n, 0.0, 1.0)
+                                                     : curandGenerateNormal(gen, (float *)r, n, 0.0f, 1.0f);
+                    if (st != CURAND_STATUS_SUCCESS) {
+                        fprintf(stderr, "fg_cuda_bench: cuRAND status %d\n", (int)st);
+                        return 1;
+                    }
+                }
+                CHECK(fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, &pr));
+                double fwd = time_ms([&] { CHECK(fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, &pr)); }, budget);
+                double bwd = time_ms([&] {
+                    CHECK(fg_cuda_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr));
+                }, budget);
+                const double flops = 4.0 * B * H * (double)N * N * d * (causal ? 0.5 : 1.0);
+                printf("%s,%s,%ld,%ld,%ld,%ld,%d,%.3f,%.3f,%.2f,%.2f\n", fg_attn_impl_name(impl), dt == FG_F64 ? "float64" : "float32",
+                       B, H, N, d, causal, fwd, bwd, flops / (fwd * 1e9), 2.5 * flops / (bwd * 1e9));
+                fflush(stdout);
+                for (void **b : bufs) cudaFree(*b);
+                cudaFree(lse);
+                cudaFree(p);
+            }
+    CHECK(fg_cuda_synchronize());
+    return 0;
+}

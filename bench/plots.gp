@@ -1,0 +1,52 @@
+# plots.gp — the recomputation study's figures, from the benchmark CSV files (make plots).
+#   attention_memory.png : peak bytes of forward and backward against N, naive and flash (log-log)
+#   attention_time.png   : forward and backward time against N, naive and flash (log-log)
+#   train_recompute.png  : training peak memory and step time per --recompute setting
+# Inputs: bench/results/attention_cpu.csv (flashgrad bench attention --csv) and
+#         bench/results/train_recompute.csv (bench/recompute.sh).
+set datafile separator ","
+set terminal pngcairo size 900,560 noenhanced font ",11"
+set key top left
+set grid
+set logscale xy 2
+set xlabel "sequence length N (Nq = Nk)"
+
+att = "bench/results/attention_cpu.csv"
+sel(impl, col) = (strcol(1) eq impl) ? column(col) : NaN
+
+set output "bench/results/attention_memory.png"
+set title "Attention: peak bytes allocated by the op (allocation counter), float32, d=64"
+set ylabel "peak bytes"
+set logscale y 10
+plot att using (sel("naive", 4)):(sel("naive", 15)) with linespoints lw 2 pt 7 title "naive forward (stores P)", \
+     att using (sel("naive", 4)):(sel("naive", 16)) with linespoints lw 2 pt 5 title "naive backward", \
+     att using (sel("flash", 4)):(sel("flash", 15)) with linespoints lw 2 pt 7 title "flash forward (stores O, L)", \
+     att using (sel("flash", 4)):(sel("flash", 16)) with linespoints lw 2 pt 5 title "flash backward (recomputes P)"
+
+set output "bench/results/attention_time.png"
+set title "Attention: median time, float32, d=64"
+set ylabel "milliseconds"
+plot att using (sel("naive", 4)):(sel("naive", 11)) with linespoints lw 2 pt 7 title "naive forward", \
+     att using (sel("naive", 4)):(sel("naive", 12)) with linespoints lw 2 pt 5 title "naive backward (reads stored P)", \
+     att using (sel("flash", 4)):(sel("flash", 11)) with linespoints lw 2 pt 7 title "flash forward", \
+     att using (sel("flash", 4)):(sel("flash", 12)) with linespoints lw 2 pt 5 title "flash backward (recomputes P)"
+
+tr = "bench/results/train_recompute.csv"
+if (system("test -f " . tr . " && echo yes") eq "yes") {
+    unset logscale
+    set xlabel "--recompute setting"
+    set output "bench/results/train_recompute.png"
+    set title "GPT training step (Tiny Shakespeare config): peak memory and step time"
+    set style data histograms
+    set style histogram cluster gap 1
+    set style fill solid 0.8 border -1
+    set boxwidth 0.9
+    set ylabel "peak MiB (allocation counter)"
+    set y2label "step time, ms"
+    set ytics nomirror
+    set y2tics
+    set yrange [0:*]
+    set y2range [0:*]
+    plot tr using ($2/1048576):xtic(1) title "peak memory (MiB)" axes x1y1, \
+         tr using 3 title "step time (ms)" axes x1y2
+}

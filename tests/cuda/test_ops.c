@@ -1,0 +1,430 @@
+/* test_ops.c — every op of ops/ops.h on the GPU against the CPU, forward and backward.
+ *
+ * Each case builds random inputs on the host, runs the op and its backward (with a random output
+ * gradient R) on the CPU through the public API, copies the same inputs to the GPU and runs the
+ * GPU version, then compares the output and every input gradient. Two variants per case:
+ *   <op>_gpu_matches_cpu            calls the cuda/ entry point (fg_cuda_<op>) directly
+ *   dispatch_<op>_reaches_the_gpu   calls the public fg_<op> on cuda tensors: passes only once the
+ *                                   dispatch line in ops/<family>.c is in (FG_WITH_CUDA builds)
+ * Both dtypes; after each case the device's live bytes and the autograd nodes must be back where
+ * they started (no leak through the caching allocator's counter).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "cuda/cuda_ops.h"
+#include "ops/ops.h"
+#include "tests/cuda/cuda_test.h"
+
+typedef struct op_case op_case;
+/* Run the op on `in`; direct = 1: the cuda/ entry point, 0: the public API. */
+typedef fg_tensor *(*op_fn)(const op_case *c, fg_tensor **in, int direct);
+
+struct op_case {
+    const char *name;
+    op_fn fn;
+    int n_in;
+    int ndim[4];
+    int64_t shape[4][FG_MAX_DIMS];
+    double lo[4], hi[4];          /* input ranges; both 0 means (-1, 1] */
+    int no_grad[4];               /* 1: this input does not require grad */
+    void (*prep)(fg_tensor **in); /* edits the host inputs before they are copied (optional) */
+    double tol32;                 /* float32 tolerance (0: fgt_tol) */
+};
+
+/* ---- the ops ---- */
+static fg_tensor *op_matmul(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_matmul(in[0], in[1]) : fg_matmul(in[0], in[1]);
+}
+static fg_tensor *op_linear(const op_case *c, fg_tensor **in, int direct) {
+    fg_tensor *b = c->n_in > 2 ? in[2] : NULL;
+    return direct ? fg_cuda_linear(in[0], in[1], b) : fg_linear(in[0], in[1], b);
+}
+#define BINARY_OP(NAME, KIND)                                                                         \
+    static fg_tensor *op_##NAME(const op_case *c, fg_tensor **in, int direct) {                        \
+        (void)c;                                                                                      \
+        return direct ? fg_cuda_binary(KIND, in[0], in[1]) : fg_##NAME(in[0], in[1]);                 \
+    }
+BINARY_OP(add, FG_CUDA_ADD)
+BINARY_OP(sub, FG_CUDA_SUB)
+BINARY_OP(mul, FG_CUDA_MUL)
+BINARY_OP(div, FG_CUDA_DIV)
+static fg_tensor *op_add_scalar(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_add_scalar(in[0], 0.75) : fg_add_scalar(in[0], 0.75);
+}
+static fg_tensor *op_mul_scalar(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_mul_scalar(in[0], -1.5) : fg_mul_scalar(in[0], -1.5);
+}
+static fg_tensor *op_sum1(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_reduce_axis(in[0], 1, 0, 0) : fg_sum(in[0], 1, 0);
+}
+static fg_tensor *op_sum0k(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_reduce_axis(in[0], 0, 1, 0) : fg_sum(in[0], 0, 1);
+}
+static fg_tensor *op_mean_last(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_reduce_axis(in[0], -1, 1, 1) : fg_mean(in[0], -1, 1);
+}
+static fg_tensor *op_sum_all(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_reduce_all(in[0], 0) : fg_sum_all(in[0]);
+}
+static fg_tensor *op_mean_all(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_reduce_all(in[0], 1) : fg_mean_all(in[0]);
+}
+static const int32_t emb_idx[15] = {3, 0, 10, 3, 3, 7, 1, 0, 9, 10, 2, 3, 5, 5, 0};
+static fg_tensor *op_embedding(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    const int64_t sh[2] = {3, 5};
+    return direct ? fg_cuda_embedding(in[0], emb_idx, 2, sh) : fg_embedding(in[0], emb_idx, 2, sh);
+}
+static fg_tensor *op_layernorm(const op_case *c, fg_tensor **in, int direct) {
+    fg_tensor *w = c->n_in > 1 ? in[1] : NULL, *b = c->n_in > 2 ? in[2] : NULL;
+    return direct ? fg_cuda_layernorm(in[0], w, b, 1e-5) : fg_layernorm(in[0], w, b, 1e-5);
+}
+static fg_tensor *op_gelu(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_gelu(in[0]) : fg_gelu(in[0]);
+}
+static fg_tensor *op_softmax(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_softmax(in[0]) : fg_softmax(in[0]);
+}
+/* 12 rows of logits: targets with ignored rows and the extreme classes */
+static const int32_t ce_targets[12] = {0, 8, -1, 3, 3, 7, -1, 1, 2, 8, 5, 4};
+static fg_tensor *op_cross_entropy(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_cross_entropy(in[0], ce_targets) : fg_cross_entropy(in[0], ce_targets);
+}
+static const int32_t ce_none[4] = {-1, -1, -1, -1};
+static fg_tensor *op_cross_entropy_none(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_cross_entropy(in[0], ce_none) : fg_cross_entropy(in[0], ce_none);
+}
+static fg_tensor *op_dropout(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    return direct ? fg_cuda_dropout(in[0], 0.3, 0x5eedULL, 3) : fg_dropout(in[0], 0.3, 0x5eedULL, 3);
+}
+/* views: only through the public API (they share the CPU code; their backward needs add_into) */
+static fg_tensor *op_views(const op_case *c, fg_tensor **in, int direct) {
+    (void)c;
+    (void)direct;
+    /* x (4, 6, 5): transpose -> (5, 6, 4), slice rows 1..5 of dim 1, reshape-copy, permute back */
+    fg_tensor *t = fg_transpose(in[0], 0, 2);
+    fg_tensor *s = t ? fg_slice(t, 1, 1, 5) : NULL;
+    const int64_t sh[2] = {5, 16};
+    fg_tensor *r = s ? fg_reshape(s, 2, sh) : NULL;
+    const int perm[2] = {1, 0};
+    fg_tensor *p = r ? fg_permute(r, perm) : NULL;
+    fg_tensor *m = p ? fg_make_contiguous(p) : NULL;
+    fg_release(t);
+    fg_release(s);
+    fg_release(r);
+    fg_release(p);
+    return m;
+}
+
+/* softmax: one row entirely masked, one with a single masked entry */
+static void prep_softmax(fg_tensor **in) {
+    int64_t C = in[0]->shape[1];
+    for (int64_t j = 0; j < C; j++) fg_set(in[0], 2 * C + j, -INFINITY);
+    fg_set(in[0], 4 * C + 3, -INFINITY);
+}
+
+#define S(...) {__VA_ARGS__}
+static const op_case cases[] = {
+    {"matmul_batched", op_matmul, 2, {4, 4}, {S(2, 3, 4, 5), S(2, 3, 5, 6)}, {0}, {0}, {0}, NULL, 0},
+    {"matmul_shared_b", op_matmul, 2, {3, 2}, {S(3, 4, 5), S(5, 7)}, {0}, {0}, {0}, NULL, 0},
+    {"linear_bias", op_linear, 3, {3, 2, 1}, {S(2, 3, 8), S(5, 8), S(5)}, {0}, {0}, {0}, NULL, 0},
+    {"linear_no_bias", op_linear, 2, {2, 2}, {S(70, 33), S(17, 33)}, {0}, {0}, {0}, NULL, 0},
+    {"add_broadcast", op_add, 2, {3, 2}, {S(4, 3, 5), S(3, 1)}, {0}, {0}, {0}, NULL, 0},
+    {"sub_broadcast_both", op_sub, 2, {3, 2}, {S(4, 1, 5), S(3, 1)}, {0}, {0}, {0}, NULL, 0},
+    {"mul_same_shape", op_mul, 2, {2, 2}, {S(2, 3), S(2, 3)}, {0}, {0}, {0}, NULL, 0},
+    {"div_broadcast", op_div, 2, {3, 1}, {S(4, 3, 5), S(5)}, {0, 0.5}, {0, 2.0}, {0}, NULL, 0},
+    {"add_scalar", op_add_scalar, 1, {3}, {S(2, 3, 7)}, {0}, {0}, {0}, NULL, 0},
+    {"mul_scalar", op_mul_scalar, 1, {2}, {S(9, 4)}, {0}, {0}, {0}, NULL, 0},
+    {"sum_axis", op_sum1, 1, {3}, {S(4, 5, 6)}, {0}, {0}, {0}, NULL, 0},
+    {"sum_axis0_keepdim", op_sum0k, 1, {2}, {S(300, 7)}, {0}, {0}, {0}, NULL, 0},
+    {"mean_last_axis", op_mean_last, 1, {3}, {S(3, 4, 100)}, {0}, {0}, {0}, NULL, 0},
+    {"sum_all", op_sum_all, 1, {3}, {S(7, 11, 13)}, {0}, {0}, {0}, NULL, 0},
+    {"mean_all", op_mean_all, 1, {1}, {S(100003)}, {0}, {0}, {0}, NULL, 0},
+    {"embedding", op_embedding, 1, {2}, {S(11, 7)}, {0}, {0}, {0}, NULL, 0},
+    {"layernorm", op_layernorm, 3, {3, 1, 1}, {S(4, 6, 33), S(33), S(33)}, {0}, {0}, {0}, NULL, 0},
+    {"layernorm_no_affine", op_layernorm, 1, {2}, {S(5, 70)}, {0}, {0}, {0}, NULL, 0},
+    {"gelu", op_gelu, 1, {2}, {S(7, 33)}, {-4}, {4}, {0}, NULL, 0},
+    {"softmax_with_masked_rows", op_softmax, 1, {2}, {S(6, 20)}, {-3}, {3}, {0}, prep_softmax, 0},
+    {"cross_entropy", op_cross_entropy, 1, {3}, {S(3, 4, 9)}, {-3}, {3}, {0}, NULL, 0},
+    {"cross_entropy_all_ignored", op_cross_entropy_none, 1, {2}, {S(4, 5)}, {0}, {0}, {0}, NULL, 0},
+    {"dropout", op_dropout, 1, {2}, {S(5, 37)}, {0}, {0}, {0}, NULL, 0},
+    {NULL, NULL, 0, {0}, {{0}}, {0}, {0}, {0}, NULL, 0},
+};
+static const op_case views_case = {"views", op_views, 1, {3}, {S(4, 6, 5)}, {0}, {0}, {0}, NULL, 0};
+
+static const op_case *find_case(const char *name) {
+    for (const op_case *c = cases; c->name; c++)
+        if (!strcmp(c->name, name)) return c;
+    return NULL;
+}
+
+static int run_case_dt(const op_case *c, fg_dtype dt, int direct) {
+    size_t live0 = fgt_live_bytes();
+    int64_t nodes0 = fg_nodes_alive();
+    fg_tensor *hin[4] = {0}, *din[4] = {0}, *hy = NULL, *dy = NULL, *R = NULL, *Rd = NULL;
+    int rc = FGT_FAIL;
+    char what[160];
+    const double tol = dt == FG_F64 ? fgt_tol(FG_F64) : (c->tol32 > 0 ? c->tol32 : fgt_tol(FG_F32));
+    for (int i = 0; i < c->n_in; i++) {
+        double lo = c->lo[i], hi = c->hi[i];
+        if (lo == 0 && hi == 0) lo = -1, hi = 1;
+        hin[i] = fgt_rand(dt, FG_CPU, c->ndim[i], c->shape[i], lo, hi, 1000 + 17 * (uint64_t)i);
+        if (!hin[i]) goto done;
+    }
+    if (c->prep) c->prep(hin);
+    for (int i = 0; i < c->n_in; i++) {
+        din[i] = fgt_to(hin[i], FGT_DEV);
+        if (!din[i]) goto done;
+        if (!c->no_grad[i]) {
+            fg_set_requires_grad(hin[i], 1);
+            fg_set_requires_grad(din[i], 1);
+        }
+    }
+    hy = c->fn(c, hin, 0);
+    if (!hy) {
+        printf("    %s (%s): the CPU op failed: %s\n", c->name, fg_dtype_name(dt), fg_last_error());
+        goto done;
+    }
+    dy = c->fn(c, din, direct);
+    if (!dy) {
+        printf("    %s (%s): the %s op failed: %s\n", c->name, fg_dtype_name(dt), direct ? "cuda/" : "dispatched",
+               fg_last_error());
+        goto done;
+    }
+    if (dy->device != FGT_DEV) {
+        printf("    %s: the result is on %s, expected %s\n", c->name, fg_device_name(dy->device), fg_device_name(FGT_DEV));
+        goto done;
+    }
+    snprintf(what, sizeof what, "%s %s forward", c->name, fg_dtype_name(dt));
+    if (fgt_compare_tensors(what, dy, hy, tol) != FGT_PASS) goto done;
+    R = fgt_rand(dt, FG_CPU, hy->ndim, hy->shape, -1, 1, 7);
+    Rd = R ? fgt_to(R, FGT_DEV) : NULL;
+    if (!Rd) goto done;
+    if (fg_backward(hy, R) != FG_OK) {
+        printf("    %s: CPU backward failed: %s\n", c->name, fg_last_error());
+        goto done;
+    }
+    if (fg_backward(dy, Rd) != FG_OK) {
+        printf("    %s: GPU backward failed: %s\n", c->name, fg_last_error());
+        goto done;
+    }
+    for (int i = 0; i < c->n_in; i++) {
+        if (c->no_grad[i]) continue;
+        snprintf(what, sizeof what, "%s %s gradient of input %d", c->name, fg_dtype_name(dt), i);
+        if (!hin[i]->grad) { /* the CPU op passes no gradient here: then the GPU must not either */
+            if (din[i]->grad) {
+                double *g = fgt_host_f64(din[i]->grad);
+                double mx = 0;
+                for (int64_t k = 0; g && k < fg_numel(din[i]->grad); k++) mx = fmax(mx, fabs(g[k]));
+                free(g);
+                if (mx != 0) {
+                    printf("    %s: GPU made a non-zero gradient (max %g) where the CPU made none\n", what, mx);
+                    goto done;
+                }
+            }
+            continue;
+        }
+        if (fgt_compare_tensors(what, din[i]->grad, hin[i]->grad, tol) != FGT_PASS) goto done;
+    }
+    rc = FGT_PASS;
+done:
+    fg_release(hy);
+    fg_release(dy);
+    fg_release(R);
+    fg_release(Rd);
+    for (int i = 0; i < 4; i++) {
+        fg_release(hin[i]);
+        fg_release(din[i]);
+    }
+    if (rc == FGT_PASS && fgt_live_bytes() != live0) {
+        printf("    %s: %zu device bytes live before, %zu after releasing everything (a leak)\n", c->name, live0,
+               fgt_live_bytes());
+        rc = FGT_FAIL;
+    }
+    if (rc == FGT_PASS && fg_nodes_alive() != nodes0) {
+        printf("    %s: %lld autograd nodes alive before, %lld after\n", c->name, (long long)nodes0,
+               (long long)fg_nodes_alive());
+        rc = FGT_FAIL;
+    }
+    return rc;
+}
+
+static int run_op(const char *name, int direct) {
+    const op_case *c = !strcmp(name, "views") ? &views_case : find_case(name);
+    if (!c) {
+        printf("    no case named %s\n", name);
+        return FGT_FAIL;
+    }
+    /* in self-test mode both sides are the CPU's public API */
+    int d = FGT_DEV == FG_CUDA ? direct : 0;
+    if (run_case_dt(c, FG_F32, d) != FGT_PASS) return FGT_FAIL;
+    return run_case_dt(c, FG_F64, d);
+}
+
+#define OP_TESTS(id)                                                                                  \
+    static int direct_##id(void) { return run_op(#id, 1); }                                           \
+    static int dispatch_##id(void) { return run_op(#id, 0); }
+OP_TESTS(matmul_batched)
+OP_TESTS(matmul_shared_b)
+OP_TESTS(linear_bias)
+OP_TESTS(linear_no_bias)
+OP_TESTS(add_broadcast)
+OP_TESTS(sub_broadcast_both)
+OP_TESTS(mul_same_shape)
+OP_TESTS(div_broadcast)
+OP_TESTS(add_scalar)
+OP_TESTS(mul_scalar)
+OP_TESTS(sum_axis)
+OP_TESTS(sum_axis0_keepdim)
+OP_TESTS(mean_last_axis)
+OP_TESTS(sum_all)
+OP_TESTS(mean_all)
+OP_TESTS(embedding)
+OP_TESTS(layernorm)
+OP_TESTS(layernorm_no_affine)
+OP_TESTS(gelu)
+OP_TESTS(softmax_with_masked_rows)
+OP_TESTS(cross_entropy)
+OP_TESTS(cross_entropy_all_ignored)
+OP_TESTS(dropout)
+static int dispatch_views(void) { return run_op("views", 0); }
+
+/* The dropout mask on the GPU is the CPU's, element for element: the zeros sit in the same places. */
+static int dropout_mask_is_the_cpus(void) {
+    const int64_t sh[1] = {4099};
+    fg_tensor *x = fgt_rand(FG_F32, FG_CPU, 1, sh, 0.5, 1.5, 5);
+    fg_tensor *xd = x ? fgt_to(x, FGT_DEV) : NULL;
+    FGT_NOTNULL(xd);
+    fg_tensor *y = fg_dropout(x, 0.5, 77, 9);
+    fg_tensor *yd = FGT_DEV == FG_CUDA ? fg_cuda_dropout(xd, 0.5, 77, 9) : fg_dropout(xd, 0.5, 77, 9);
+    FGT_NOTNULL(y);
+    FGT_NOTNULL(yd);
+    double *a = fgt_host_f64(yd), *b = fgt_host_f64(y);
+    int bad = -1, zeros = 0;
+    for (int64_t k = 0; k < sh[0]; k++) {
+        if ((a[k] == 0) != (b[k] == 0) && bad < 0) bad = (int)k;
+        zeros += b[k] == 0;
+    }
+    free(a);
+    free(b);
+    fg_release(x);
+    fg_release(xd);
+    fg_release(y);
+    fg_release(yd);
+    FGT_CHECK(bad < 0, "the GPU dropped a different set of elements: first difference at %d", bad);
+    FGT_CHECK(zeros > 1800 && zeros < 2300, "p = 0.5 dropped %d of 4099", zeros);
+    return FGT_PASS;
+}
+
+/* Reductions without atomics: two GPU backward passes give bit-identical gradients. */
+static int backward_reductions_are_bitwise_repeatable(void) {
+    if (FGT_DEV != FG_CUDA) return FGT_SKIP;
+    const int64_t xs[2] = {512, 96}, ws[1] = {96}, es[2] = {50, 96};
+    static int32_t ids[512];
+    for (int i = 0; i < 512; i++) ids[i] = (i * 7) % 50;
+    double *g[2][4] = {{0}};
+    for (int run = 0; run < 2; run++) {
+        fg_tensor *x = fgt_rand(FG_F32, FG_CUDA, 2, xs, -1, 1, 11), *w = fgt_rand(FG_F32, FG_CUDA, 1, ws, 0.5, 1.5, 12);
+        fg_tensor *b = fgt_rand(FG_F32, FG_CUDA, 1, ws, -1, 1, 13), *e = fgt_rand(FG_F32, FG_CUDA, 2, es, -1, 1, 14);
+        FGT_NOTNULL(x);
+        FGT_NOTNULL(w);
+        FGT_NOTNULL(b);
+        FGT_NOTNULL(e);
+        fg_set_requires_grad(w, 1);
+        fg_set_requires_grad(b, 1);
+        fg_set_requires_grad(e, 1);
+        const int64_t is[1] = {512};
+        fg_tensor *emb = fg_cuda_embedding(e, ids, 1, is);
+        fg_tensor *h = emb ? fg_cuda_binary(FG_CUDA_ADD, emb, x) : NULL;
+        fg_tensor *y = h ? fg_cuda_layernorm(h, w, b, 1e-5) : NULL;
+        fg_tensor *l = y ? fg_cuda_reduce_all(y, 0) : NULL;
+        FGT_NOTNULL(l);
+        FGT_OK(fg_backward(l, NULL));
+        g[run][0] = fgt_host_f64(w->grad);
+        g[run][1] = fgt_host_f64(b->grad);
+        g[run][2] = fgt_host_f64(e->grad);
+        fg_release(x), fg_release(w), fg_release(b), fg_release(e);
+        fg_release(emb), fg_release(h), fg_release(y), fg_release(l);
+    }
+    const int64_t n[3] = {96, 96, 50 * 96};
+    const char *nm[3] = {"layernorm weight", "layernorm bias", "embedding"};
+    int rc = FGT_PASS;
+    for (int k = 0; k < 3; k++) {
+        if (!g[0][k] || !g[1][k] || memcmp(g[0][k], g[1][k], (size_t)n[k] * sizeof(double))) {
+            printf("    %s gradient differs between two identical runs\n", nm[k]);
+            rc = FGT_FAIL;
+        }
+        free(g[0][k]);
+        free(g[1][k]);
+    }
+    return rc;
+}
+
+const fgt_case fgt_ops_cases[] = {
+    {"matmul_batched_gpu_matches_cpu", direct_matmul_batched},
+    {"matmul_shared_b_gpu_matches_cpu", direct_matmul_shared_b},
+    {"linear_bias_gpu_matches_cpu", direct_linear_bias},
+    {"linear_no_bias_gpu_matches_cpu", direct_linear_no_bias},
+    {"add_broadcast_gpu_matches_cpu", direct_add_broadcast},
+    {"sub_broadcast_both_gpu_matches_cpu", direct_sub_broadcast_both},
+    {"mul_same_shape_gpu_matches_cpu", direct_mul_same_shape},
+    {"div_broadcast_gpu_matches_cpu", direct_div_broadcast},
+    {"add_scalar_gpu_matches_cpu", direct_add_scalar},
+    {"mul_scalar_gpu_matches_cpu", direct_mul_scalar},
+    {"sum_axis_gpu_matches_cpu", direct_sum_axis},
+    {"sum_axis0_keepdim_gpu_matches_cpu", direct_sum_axis0_keepdim},
+    {"mean_last_axis_gpu_matches_cpu", direct_mean_last_axis},
+    {"sum_all_gpu_matches_cpu", direct_sum_all},
+    {"mean_all_gpu_matches_cpu", direct_mean_all},
+    {"embedding_gpu_matches_cpu", direct_embedding},
+    {"layernorm_gpu_matches_cpu", direct_layernorm},
+    {"layernorm_no_affine_gpu_matches_cpu", direct_layernorm_no_affine},
+    {"gelu_gpu_matches_cpu", direct_gelu},
+    {"softmax_with_masked_rows_gpu_matches_cpu", direct_softmax_with_masked_rows},
+    {"cross_entropy_gpu_matches_cpu", direct_cross_entropy},
+    {"cross_entropy_all_ignored_gpu_matches_cpu", direct_cross_entropy_all_ignored},
+    {"dropout_gpu_matches_cpu", direct_dropout},
+    {"dropout_mask_is_the_cpus", dropout_mask_is_the_cpus},
+    {"backward_reductions_are_bitwise_repeatable", backward_reductions_are_bitwise_repeatable},
+    {"dispatch_matmul_reaches_the_gpu", dispatch_matmul_batched},
+    {"dispatch_matmul_shared_b_reaches_the_gpu", dispatch_matmul_shared_b},
+    {"dispatch_linear_reaches_the_gpu", dispatch_linear_bias},
+    {"dispatch_linear_no_bias_reaches_the_gpu", dispatch_linear_no_bias},
+    {"dispatch_add_reaches_the_gpu", dispatch_add_broadcast},
+    {"dispatch_sub_reaches_the_gpu", dispatch_sub_broadcast_both},
+    {"dispatch_mul_reaches_the_gpu", dispatch_mul_same_shape},
+    {"dispatch_div_reaches_the_gpu", dispatch_div_broadcast},
+    {"dispatch_add_scalar_reaches_the_gpu", dispatch_add_scalar},
+    {"dispatch_mul_scalar_reaches_the_gpu", dispatch_mul_scalar},
+    {"dispatch_sum_reaches_the_gpu", dispatch_sum_axis},
+    {"dispatch_sum_keepdim_reaches_the_gpu", dispatch_sum_axis0_keepdim},
+    {"dispatch_mean_reaches_the_gpu", dispatch_mean_last_axis},
+    {"dispatch_sum_all_reaches_the_gpu", dispatch_sum_all},
+    {"dispatch_mean_all_reaches_the_gpu", dispatch_mean_all},
+    {"dispatch_embedding_reaches_the_gpu", dispatch_embedding},
+    {"dispatch_layernorm_reaches_the_gpu", dispatch_layernorm},
+    {"dispatch_layernorm_no_affine_reaches_the_gpu", dispatch_layernorm_no_affine},
+    {"dispatch_gelu_reaches_the_gpu", dispatch_gelu},
+    {"dispatch_softmax_reaches_the_gpu", dispatch_softmax_with_masked_rows},
+    {"dispatch_cross_entropy_reaches_the_gpu", dispatch_cross_entropy},
+    {"dispatch_cross_entropy_all_ignored_reaches_the_gpu", dispatch_cross_entropy_all_ignored},
+    {"dispatch_dropout_reaches_the_gpu", dispatch_dropout},
+    {"dispatch_views_reach_the_gpu", dispatch_views},
+    {NULL, NULL},
+};
