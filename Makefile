@@ -66,6 +66,15 @@ sanitize: deps-test
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    FG_SANITIZE=1 FG_BIN=$(abspath build-san)/flashgrad build-san/test_runner --jobs 1 $(TEST_ARGS)
 
+# valgrind memcheck over the whole suite (sizes shrunk as under the sanitizers); any error or
+# definite leak fails it.
+valgrind: deps-test
+	@command -v valgrind >/dev/null 2>&1 || sh tests/deps.sh valgrind
+	@$(MAKE) --no-print-directory BUILD=build-vg OPT="-O1 -g" build-vg/test_runner build-vg/flashgrad
+	FG_SANITIZE=1 FG_VALGRIND=1 FG_BIN=$(abspath build-vg)/flashgrad valgrind -q --trace-children=yes \
+	    --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1 \
+	    build-vg/test_runner --jobs 1 $(TEST_ARGS)
+
 train: all
 	$(BUILD)/flashgrad train --task addition --out runs/addition
 
@@ -76,7 +85,7 @@ train-shakespeare: all
 	    --lr 1e-3 --min-lr 1e-4 --warmup 100 --dropout 0 --weight-decay 0.1 --beta2 0.99 --grad-clip 1.0
 
 clean:
-	rm -rf build build-san build-cuda
+	rm -rf build build-san build-cuda build-vg build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/train/main.d
 
@@ -137,8 +146,26 @@ else
   CUDA_BLAS_SRC    :=
   CUDA_BLAS_LIBS   := $(BLAS_LIBS)
 endif
+# cuBLAS and cuRAND: the toolkit's, else (an image with nvcc but only PyTorch's pip wheels of the
+# libraries) the nvidia-cublas / nvidia-curand packages python3 can import; rpath'd either way, so
+# the binaries run without LD_LIBRARY_PATH.
+CUDA_HOME      ?= $(abspath $(dir $(NVCC))..)
+CUDA_TK_LIBDIR := $(firstword $(foreach d,lib64 lib targets/x86_64-linux/lib,$(if $(wildcard $(CUDA_HOME)/$(d)/libcublas.so*),$(CUDA_HOME)/$(d))))
+ifneq ($(CUDA_TK_LIBDIR),)
+  CUDA_LIBS_KIND := toolkit ($(CUDA_TK_LIBDIR))
+  CUDA_INC_FLAGS :=
+  CUDA_LIB_FLAGS := -L$(CUDA_TK_LIBDIR) -Xlinker -rpath=$(CUDA_TK_LIBDIR) -lcublas -lcurand
+else
+  CUDA_PIP       := $(if $(NVCC),$(shell python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null))
+  CUDA_PIP_LIBS  := $(wildcard $(addsuffix /cublas/lib,$(CUDA_PIP)) $(addsuffix /curand/lib,$(CUDA_PIP)))
+  CUDA_LIBS_KIND := $(if $(CUDA_PIP_LIBS),pip wheels ($(CUDA_PIP_LIBS)),not found)
+  CUDA_INC_FLAGS := $(addprefix -I,$(wildcard $(addsuffix /cublas/include,$(CUDA_PIP)) $(addsuffix /curand/include,$(CUDA_PIP))))
+  CUDA_LIB_FLAGS := $(addprefix -L,$(CUDA_PIP_LIBS)) $(addprefix -Xlinker -rpath=,$(CUDA_PIP_LIBS)) \
+                    -l:libcublas.so.13 -l:libcurand.so.10
+endif
+NVCCFLAGS      += $(CUDA_INC_FLAGS)
 CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread -DFG_WITH_CUDA $(CUDA_BLAS_CFLAGS)
-CUDA_LDLIBS    := -lcublas -lcurand $(CUDA_BLAS_LIBS) -lm -lpthread
+CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
 CUDA_CU_SRC    := $(wildcard cuda/*.cu)
 CUDA_LIB_OBJ   := $(LIB_SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BLAS_SRC:%.c=$(CUDA_BUILD)/%.o) \
                   $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)
@@ -148,7 +175,7 @@ CUDA_BENCH_OBJ := $(CUDA_BUILD)/bench/fg_cuda_bench.o
 
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "make cuda: nvcc not found (install the CUDA toolkit or pass NVCC=/path/to/nvcc)" >&2; exit 1; fi
-	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), CBLAS: $(CUDA_BLAS_KIND)"
+	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND)"
 	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
 	    $(CUDA_BUILD)/fg_cuda_bench
 
@@ -177,3 +204,45 @@ $(CUDA_BUILD)/fg_cuda_bench: $(CUDA_BENCH_OBJ) $(CUDA_BUILD)/libflashgrad.a
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
 
 -include $(CUDA_LIB_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d) $(CUDA_BENCH_OBJ:.o=.d) $(CUDA_BUILD)/train/main.d
+
+# ---- cuda-emu: the CUDA code on the CPU, without a GPU or nvcc (tests/cuda/emu/) ----
+# Every cuda/*.cu is copied with its <<<...>>> launches rewritten, compiled by g++ against a small
+# CPU emulator (threads as fibers, barriers and warp shuffles modelled) and fake CUDA runtime /
+# cuBLAS / cuRAND headers; then the flash kernels are checked against the CPU reference
+# (fg_flash_emu) and the whole GPU test suite runs on the emulated device (fg_cuda_tests_emu,
+# without the device-only suite). Slow, but it runs the real kernel and host source.
+CUDA_EMU_BUILD ?= $(CUDA_BUILD)/emu
+EMU_CXX        ?= g++
+EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread -DFG_WITH_CUDA \
+                  -include tests/cuda/emu/cuda_emu.h -Itests/cuda/emu/include -I$(CUDA_EMU_BUILD) -I. $(CUDA_BLAS_CFLAGS)
+EMU_CU_OBJ     := $(CUDA_CU_SRC:%.cu=$(CUDA_EMU_BUILD)/%.o)
+EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
+EMU_LIB_OBJ    := $(LIB_SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BLAS_SRC:%.c=$(CUDA_BUILD)/%.o) $(EMU_CU_OBJ)
+EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o
+
+.PHONY: cuda-emu
+cuda-emu: $(CUDA_EMU_BUILD)/fg_flash_emu $(CUDA_EMU_BUILD)/fg_cuda_tests_emu
+	$(CUDA_EMU_BUILD)/fg_flash_emu
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
+
+$(CUDA_EMU_BUILD)/cuda/%.cpp: cuda/%.cu tests/cuda/emu/rewrite_launches.py
+	@mkdir -p $(dir $@)
+	python3 tests/cuda/emu/rewrite_launches.py $< $@
+$(CUDA_EMU_BUILD)/cuda/%.cuh: cuda/%.cuh tests/cuda/emu/rewrite_launches.py
+	@mkdir -p $(dir $@)
+	python3 tests/cuda/emu/rewrite_launches.py $< $@
+$(CUDA_EMU_BUILD)/cuda/%.o: $(CUDA_EMU_BUILD)/cuda/%.cpp $(EMU_CUH_GEN) $(wildcard tests/cuda/emu/*.h tests/cuda/emu/include/*.h)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+$(CUDA_EMU_BUILD)/device_cases_stub.o: tests/cuda/emu/device_cases_stub.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -c $< -o $@
+$(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a
+	$(EMU_CXX) -o $@ $^ $(CUDA_BLAS_LIBS) -lm -lpthread
+$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(wildcard cuda/*.cuh cuda/*.h tests/cuda/emu/*.h)
+	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -o $@ $< $(CUDA_EMU_BUILD)/libflashgrad.a \
+	    $(CUDA_BLAS_LIBS) -lm -lpthread
+
+-include $(EMU_CU_OBJ:.o=.d)

@@ -132,8 +132,9 @@ fg_tensor *fg_grad_buffer(fg_tensor *t) {
 
 fg_status fg_accumulate_grad(fg_tensor *t, const fg_tensor *g) {
     if (!t || !t->requires_grad) return FG_OK;
+    if (t->grad_fn && t->grad_fn->freed) return FG_OK; /* that part of the graph is gone */
     fg_tensor *buf = fg_grad_buffer(t);
-    if (!buf) return fg_last_status() != FG_OK ? fg_last_status() : FG_OK;
+    if (!buf) return fg_last_status(); /* the zeros could not be allocated */
     return fg_axpy(buf, 1.0, g);
 }
 

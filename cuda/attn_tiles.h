@@ -83,9 +83,10 @@ FG_HD int64_t fg_attn_qt_begin(int64_t kt, int64_t Nq, int64_t Nk, int64_t bq, i
     return i_first / bq;
 }
 
-/* Classify tile (qt, kt). Rows past Nq (padding of the last query tile) are ignored: the kernels
+/* Classify tile (qt, kt) under the causal mask alone (ops/attention_variant.h adds windows and
+ * masks on top). Rows past Nq (padding of the last query tile) are ignored: the kernels
  * give them zero weight on their own; key padding past Nk makes a tile PARTIAL. */
-FG_HD fg_tile_kind fg_attn_tile_kind(int64_t qt, int64_t kt, int64_t Nq, int64_t Nk, int64_t bq, int64_t bk,
+FG_HD fg_tile_kind fg_attn_causal_tile_kind(int64_t qt, int64_t kt, int64_t Nq, int64_t Nk, int64_t bq, int64_t bk,
                                      int causal) {
     int64_t i0 = qt * bq, j0 = kt * bk;
     if (i0 >= Nq || j0 >= Nk || i0 < 0 || j0 < 0) return FG_TILE_MASKED;

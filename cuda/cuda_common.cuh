@@ -8,7 +8,7 @@
  *    Functions that cannot return a status (the allocator's void hooks) use FG_CU_REPORT, which
  *    records and prints the same line on stderr.
  *  - The stream and handles (cuda/runtime.cu owns them).
- *  - Type-generic device math for kernels written once for float and double.
+ *  - (cuda/device_math.cuh) type-generic device math and warp reductions.
  *  - Launch-size helpers, device scratch from the caching allocator, and a strided-layout
  *    descriptor passed to kernels by value.
  */
@@ -23,6 +23,7 @@
 
 #include "autograd/autograd.h"
 #include "cuda/cuda.h"
+#include "cuda/device_math.cuh"
 #include "tensor/alloc.h"
 #include "tensor/error.h"
 #include "tensor/tensor.h"
@@ -79,17 +80,6 @@ static inline unsigned fg_cu_blocks(int64_t n, int threads = FG_CU_THREADS) {
     return b < 1 ? 1u : (unsigned)b;
 }
 
-/* ---- type-generic math (device and host) ---- */
-__host__ __device__ __forceinline__ float fg_exp(float x) { return expf(x); }
-__host__ __device__ __forceinline__ double fg_exp(double x) { return exp(x); }
-__host__ __device__ __forceinline__ float fg_log(float x) { return logf(x); }
-__host__ __device__ __forceinline__ double fg_log(double x) { return log(x); }
-__host__ __device__ __forceinline__ float fg_tanh(float x) { return tanhf(x); }
-__host__ __device__ __forceinline__ double fg_tanh(double x) { return tanh(x); }
-__host__ __device__ __forceinline__ float fg_sqrt(float x) { return sqrtf(x); }
-__host__ __device__ __forceinline__ double fg_sqrt(double x) { return sqrt(x); }
-template <typename T> __host__ __device__ __forceinline__ T fg_neg_inf() { return (T)-INFINITY; }
-
 /* The C type of an fg_dtype, for dispatching a templated launcher:
  *     FG_CU_DISPATCH(dt, launch_thing, args...)  calls launch_thing<float> or launch_thing<double>. */
 #define FG_CU_DISPATCH(dt, fn, ...) ((dt) == FG_F64 ? fn<double>(__VA_ARGS__) : fn<float>(__VA_ARGS__))
@@ -140,19 +130,6 @@ static inline fg_tensor *fg_cu_grad_out(fg_node *n) {
         return NULL;
     }
     return fg_contiguous(n->grad_out);
-}
-
-/* ---- warp reductions (butterfly: every lane ends with the same value, in a fixed order) ---- */
-template <typename T> __device__ __forceinline__ T fg_warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-template <typename T> __device__ __forceinline__ T fg_warp_max(T v) {
-    for (int o = 16; o > 0; o >>= 1) {
-        T w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = w > v ? w : v;
-    }
-    return v;
 }
 
 /* ---- deterministic reductions without atomics ----

@@ -5,11 +5,14 @@
  * Legend: B batch, H heads, Nq queries, Nk keys, d head dim.
  *   q (B, H, Nq, d); k, v (B, H, Nk, d) -> o (B, H, Nq, d), lse (B, H, Nq)
  *
+ *   (K and V have H_kv heads; see ops/attention.h.)
+ *
  * Saved for backward (node->saved): Q, K, V (contiguous), O (an alias of the output), then
  *   flash: L = lse (B, H, Nq), and for float32 also lse_lo (B, H, Nq), the bits of L that rounding
  *          it to float32 lost (see fg_attn_flash_forward_f32)
  *   naive: P = softmax(S) (B, H, Nq, Nk)
- * fargs: [0] scale, [1] dropout p;  iargs: [0] impl, [1] causal, [2] seed, [3] block_q, [4] block_k.
+ * node->ctx: the resolved problem (attn_ctx), with its own copy of the ALiBi slopes and a reference
+ * to the block mask.
  */
 #include "ops/attention.h"
 
@@ -29,7 +32,15 @@ const char *fg_attn_impl_name(fg_attn_impl impl) {
 
 fg_attn_opts fg_attn_defaults(void) {
     return (fg_attn_opts){.impl = FG_ATTN_FLASH, .scale = 0, .causal = 0, .dropout_p = 0, .seed = 0,
-                          .block_q = 0, .block_k = 0};
+                          .block_q = 0, .block_k = 0, .variant = {0}, .custom = {0}};
+}
+
+int fg_attn_has_variant(const fg_attn_opts *o) {
+    if (!o) return 0;
+    const fg_attn_variant *v = &o->variant;
+    const fg_attn_custom *c = &o->custom;
+    return v->n_kv_heads != 0 || v->window || v->alibi || v->softcap != 0 || c->score_mod || c->score_mod_grad ||
+           c->mask || c->block_mask;
 }
 
 /* ---- dropout: Z(b, h, i, j) = keep ? 1/(1-p) : 0, regenerated wherever it is needed ---- */
@@ -82,6 +93,44 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
     if (o.block_q < 0 || o.block_q > FG_ATTN_MAX_BLOCK || o.block_k < 0 || o.block_k > FG_ATTN_MAX_BLOCK)
         return fg_error(FG_ERR_ARG, "attention: block sizes must be in [1, %d] (0 = default), got block_q=%d block_k=%d",
                         FG_ATTN_MAX_BLOCK, o.block_q, o.block_k);
+    /* ---- variants ---- */
+    fg_attn_variant var = o.variant;
+    if (var.n_kv_heads == 0) var.n_kv_heads = H;
+    if (var.n_kv_heads < 0 || var.n_kv_heads > lim || (H > 0 && (var.n_kv_heads < 1 || H % var.n_kv_heads != 0)) ||
+        (H == 0 && var.n_kv_heads != 0))
+        return fg_error(FG_ERR_SHAPE, "attention: H = %lld query heads must be a multiple of the %lld K/V heads",
+                        (long long)H, (long long)var.n_kv_heads);
+    var.window = var.window ? 1 : 0;
+    var.alibi = var.alibi ? 1 : 0;
+    if (!(isfinite(var.softcap) && var.softcap >= 0))
+        return fg_error(FG_ERR_ARG, "attention: softcap must be finite and >= 0 (0 = off), got %g", var.softcap);
+    if (var.alibi && var.alibi_slopes)
+        for (int64_t h = 0; h < H; h++)
+            if (!isfinite(var.alibi_slopes[h]))
+                return fg_error(FG_ERR_ARG, "attention: ALiBi slope of head %lld is %g, not finite", (long long)h,
+                                var.alibi_slopes[h]);
+    if (!var.alibi) var.alibi_slopes = NULL;
+    const fg_attn_custom *c = &o.custom;
+    if ((c->score_mod == NULL) != (c->score_mod_grad == NULL))
+        return fg_error(FG_ERR_ARG, "attention: a score_mod needs its derivative score_mod_grad, and the reverse (got %s "
+                                    "without %s)", c->score_mod ? "score_mod" : "score_mod_grad",
+                        c->score_mod ? "score_mod_grad" : "score_mod");
+    if (c->block_mask) {
+        int64_t bB, bH, bNq, bNk;
+        int bbq, bbk;
+        fg_attn_block_mask_dims(c->block_mask, &bB, &bH, &bNq, &bNk, &bbq, &bbk);
+        if (!c->mask)
+            return fg_error(FG_ERR_ARG, "attention: a block mask needs the mask callback it was built from");
+        if (bNq != Nq || bNk != Nk || (bB != 1 && bB != B) || (bH != 1 && bH != H))
+            return fg_error(FG_ERR_SHAPE, "attention: the block mask was built for B=%lld H=%lld Nq=%lld Nk=%lld, the "
+                                          "inputs are B=%lld H=%lld Nq=%lld Nk=%lld", (long long)bB, (long long)bH,
+                            (long long)bNq, (long long)bNk, (long long)B, (long long)H, (long long)Nq, (long long)Nk);
+        if (o.block_q == 0) o.block_q = bbq;
+        if (o.block_k == 0) o.block_k = bbk;
+        if (o.block_q != bbq || o.block_k != bbk)
+            return fg_error(FG_ERR_ARG, "attention: the block mask has %dx%d tiles but the flash blocks are %dx%d",
+                            bbq, bbk, o.block_q, o.block_k);
+    }
     *pr = (fg_attn_problem){
         .B = B, .H = H, .Nq = Nq, .Nk = Nk, .d = d,
         .scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d),
@@ -90,6 +139,8 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
         .seed = o.seed,
         .block_q = o.block_q ? o.block_q : FG_ATTN_DEFAULT_BLOCK_Q,
         .block_k = o.block_k ? o.block_k : FG_ATTN_DEFAULT_BLOCK_K,
+        .var = var,
+        .custom = *c,
     };
     return FG_OK;
 }
@@ -114,12 +165,32 @@ static fg_status check_qkv(const fg_tensor *q, const fg_tensor *k, const fg_tens
             return fg_error(FG_ERR_DEVICE, "attention: %s is on %s but q is on %s", nm[i],
                             fg_device_name(t[i]->device), fg_device_name(q->device));
     }
-    if (q->shape[0] != k->shape[0] || q->shape[0] != v->shape[0] || q->shape[1] != k->shape[1] ||
-        q->shape[1] != v->shape[1] || q->shape[3] != k->shape[3] || q->shape[3] != v->shape[3] ||
+    /* K and V share their H_kv heads; H_kv divides H (grouped-query attention) */
+    const int64_t H = q->shape[1], Hkv = k->shape[1];
+    if (q->shape[0] != k->shape[0] || q->shape[0] != v->shape[0] || v->shape[1] != Hkv ||
+        (Hkv == 0 ? H != 0 : H % Hkv != 0) || q->shape[3] != k->shape[3] || q->shape[3] != v->shape[3] ||
         k->shape[2] != v->shape[2])
         return fg_error(FG_ERR_SHAPE,
-                        "attention: q %s, k %s, v %s do not fit: need q (B, H, Nq, d), k and v (B, H, Nk, d)",
+                        "attention: q %s, k %s, v %s do not fit: need q (B, H, Nq, d), k and v (B, H_kv, Nk, d) with "
+                        "H a multiple of H_kv",
                         fg_shape_str(q, b1, sizeof b1), fg_shape_str(k, b2, sizeof b2), fg_shape_str(v, b3, sizeof b3));
+    return FG_OK;
+}
+
+/* A device backend runs only the variants it lists in caps, and never user callbacks. */
+static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev) {
+    if (dev == FG_CPU) return FG_OK;
+    const fg_attn_backend *be = attn_backends[dev];
+    const unsigned caps = be ? be->caps : 0;
+    const char *what = NULL;
+    if (pr->custom.score_mod || pr->custom.mask) what = "user callbacks (score_mod, mask), which run on the CPU only";
+    else if (pr->var.n_kv_heads != pr->H && !(caps & FG_ATTN_CAP_GQA)) what = "grouped-query attention";
+    else if (pr->var.window && !(caps & FG_ATTN_CAP_WINDOW)) what = "sliding windows";
+    else if (pr->var.alibi && !(caps & FG_ATTN_CAP_ALIBI)) what = "ALiBi";
+    else if (pr->var.softcap > 0 && !(caps & FG_ATTN_CAP_SOFTCAP)) what = "softcapping";
+    if (what)
+        return fg_error(FG_ERR_DEVICE, "attention on %s: this build's kernels do not support %s", fg_device_name(dev),
+                        what);
     return FG_OK;
 }
 
@@ -156,18 +227,51 @@ static fg_status run_backward(const fg_attn_problem *pr, fg_attn_impl impl, fg_d
                         : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
 }
 
+/* ---- the node's context: the resolved problem, owning what it points at ---- */
+typedef struct {
+    fg_attn_problem pr;
+    fg_attn_impl impl;
+    double *slopes; /* pr.var.alibi_slopes points here (H of them), or NULL */
+} attn_ctx;
+
+static void attn_ctx_free(void *p) {
+    attn_ctx *c = p;
+    if (!c) return;
+    fg_attn_block_mask_release(c->pr.custom.block_mask);
+    if (c->slopes) fg_free(FG_CPU, c->slopes);
+    fg_free(FG_CPU, c);
+}
+
+/* A copy of *pr that owns its slopes and holds a reference to the block mask; NULL on OOM. */
+static attn_ctx *attn_ctx_new(const fg_attn_problem *pr, fg_attn_impl impl) {
+    attn_ctx *c = fg_alloc(FG_CPU, sizeof *c);
+    if (!c) {
+        fg_error(FG_ERR_OOM, "attention: cannot allocate the backward's context");
+        return NULL;
+    }
+    *c = (attn_ctx){.pr = *pr, .impl = impl, .slopes = NULL};
+    if (pr->var.alibi_slopes && pr->H > 0) {
+        c->slopes = fg_alloc(FG_CPU, (size_t)pr->H * sizeof(double));
+        if (!c->slopes) {
+            fg_free(FG_CPU, c);
+            fg_error(FG_ERR_OOM, "attention: cannot allocate the ALiBi slopes' copy");
+            return NULL;
+        }
+        memcpy(c->slopes, pr->var.alibi_slopes, (size_t)pr->H * sizeof(double));
+        c->pr.var.alibi_slopes = c->slopes;
+    }
+    fg_attn_block_mask_retain(pr->custom.block_mask);
+    return c;
+}
+
 /* ---- backward rule ---- */
 /* Reverses  o = attention(q, k, v): adds dQ, dK, dV into the inputs' gradient buffers. */
 static fg_status attention_backward(fg_node *n) {
     fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3];
     fg_tensor *lse_or_p = n->saved[4], *lo = n->n_saved > 5 ? n->saved[5] : NULL;
-    fg_attn_problem pr = {
-        .B = q->shape[0], .H = q->shape[1], .Nq = q->shape[2], .Nk = k->shape[2], .d = q->shape[3],
-        .scale = n->fargs[0], .dropout_p = n->fargs[1],
-        .causal = (int)n->iargs[1], .seed = (uint64_t)n->iargs[2],
-        .block_q = (int)n->iargs[3], .block_k = (int)n->iargs[4],
-    };
-    fg_attn_impl impl = (fg_attn_impl)n->iargs[0];
+    const attn_ctx *cx = n->ctx;
+    const fg_attn_problem pr = cx->pr;
+    const fg_attn_impl impl = cx->impl;
     fg_tensor *g[3];
     for (int i = 0; i < 3; i++) {
         fg_clear_error();
@@ -198,11 +302,26 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
     if (lse_out) *lse_out = NULL;
     if (check_qkv(q, k, v) != FG_OK) return NULL;
     fg_attn_opts op = opts ? *opts : fg_attn_defaults();
+    if (op.variant.n_kv_heads != 0 && op.variant.n_kv_heads != k->shape[1]) {
+        fg_error(FG_ERR_SHAPE, "attention: opts ask for %lld K/V heads but k and v have %lld",
+                 (long long)op.variant.n_kv_heads, (long long)k->shape[1]);
+        return NULL;
+    }
+    op.variant.n_kv_heads = k->shape[1];
     fg_attn_problem pr;
     if (fg_attn_problem_init(&pr, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], &op) != FG_OK)
         return NULL;
     const fg_dtype dt = q->dtype;
     const fg_device dev = q->device;
+    if (check_device_variant(&pr, dev) != FG_OK) return NULL;
+    /* a mask without a block mask: flash builds one for this call (and its backward) */
+    fg_attn_block_mask *own_bm = NULL;
+    if (op.impl == FG_ATTN_FLASH && pr.custom.mask && !pr.custom.block_mask && pr.B > 0 && pr.H > 0) {
+        own_bm = fg_attn_block_mask_create(pr.custom.mask, pr.custom.user, pr.B, pr.H, pr.Nq, pr.Nk, pr.block_q,
+                                           pr.block_k);
+        if (!own_bm) return NULL;
+        pr.custom.block_mask = own_bm;
+    }
     const int wants_grad = fg_grad_enabled() && (q->requires_grad || k->requires_grad || v->requires_grad);
 
     fg_tensor *qc = fg_contiguous(q), *kc = qc ? fg_contiguous(k) : NULL, *vc = kc ? fg_contiguous(v) : NULL;
@@ -232,9 +351,13 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
         fg_node *n = fg_record(o, "attention", attention_backward, 3, inputs);
         if (n) {
             fg_tensor *oa = fg_alias(o);
-            if (!oa) {
+            attn_ctx *cx = oa ? attn_ctx_new(&pr, op.impl) : NULL;
+            if (!oa || !cx) {
                 st = fg_last_status();
+                fg_release(oa);
             } else {
+                n->ctx = cx;
+                n->ctx_free = attn_ctx_free;
                 fg_node_save(n, qc);
                 fg_node_save(n, kc);
                 fg_node_save(n, vc);
@@ -246,13 +369,6 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
                     fg_node_save(n, aux);          /* P */
                 }
                 fg_release(oa);
-                n->fargs[0] = pr.scale;
-                n->fargs[1] = pr.dropout_p;
-                n->iargs[0] = op.impl;
-                n->iargs[1] = pr.causal;
-                n->iargs[2] = (int64_t)pr.seed;
-                n->iargs[3] = pr.block_q;
-                n->iargs[4] = pr.block_k;
             }
         }
     }
@@ -260,6 +376,7 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
     fg_release(kc);
     fg_release(vc);
     fg_release(aux);
+    fg_attn_block_mask_release(own_bm); /* the node's context holds its own reference */
     if (st != FG_OK) {
         fg_release(o);
         fg_release(lse);

@@ -1,25 +1,59 @@
-/* attention.h — scaled dot-product attention, naive and flash, with autograd.
+/* attention.h — scaled dot-product attention, naive and flash, with autograd, and its variants.
  *
- *   O = softmax(Q·Kᵀ·scale + mask) · V        for each batch b and head h
+ *   O = softmax(mask(mod(Q·Kᵀ·scale))) · V        for each batch b and head h
  *
- * Q is (B, H, Nq, d), K and V are (B, H, Nk, d), O is (B, H, Nq, d); row-major, float32 or float64.
- * lse, the per-row logsumexp of the (masked, scaled) scores, is (B, H, Nq).
+ * Q is (B, H, Nq, d), K and V are (B, H_kv, Nk, d), O is (B, H, Nq, d); row-major, float32 or
+ * float64. H_kv divides H (H_kv = H: multi-head; 1 < H_kv < H: grouped-query; H_kv = 1:
+ * multi-query). lse, the per-row logsumexp of the final (modified, masked) scores, is (B, H, Nq).
  *
  * naive: materializes S and P = softmax(S) per (b, h) and saves P for the backward.
  * flash: tiles Q into block_q rows and K, V into block_k rows with an online softmax (running max
  *        m, running sum l); saves only O and L = m + log l; the backward recomputes S and
- *        P = exp(S − L) tile by tile. Nothing of size Nq×Nk is ever allocated.
+ *        P = exp(S − L) tile by tile. Nothing of size Nq×Nk is ever allocated. Tiles that no
+ *        element of is visible (causal, window, block mask) are skipped.
  *
- * Causal masking is aligned to the bottom-right: query i sees key j iff j <= i + Nk − Nq. A row
- * that sees no key outputs zeros, has lse = −inf, and gets zero gradients.
- * Dropout p drops P's element (b, h, i, j) iff !fg_attn_keep(seed, threshold, b, h, i, j)
- * (tensor/philox.h) and scales kept ones by 1/(1−p); the mask is regenerated, never stored.
+ * ---- the score of (b, h, i, j), exactly; naive and flash, CPU and any device follow this ----
+ * With off = Nk − Nq and i' = i + off (query i in key coordinates, bottom-right alignment):
+ *   1. s = scale · Σ_c q[b, h, i, c] · k[b, h / G, j, c]        G = H / H_kv (GQA: K/V head h / G)
+ *   2. softcap c > 0:  s = c · tanh(s / c)                        (FlashAttention's order: on the
+ *                                                                 scaled score, before bias/mask)
+ *   3. ALiBi:          s = s − slope_h · |i' − j|                 slope_h: user's alibi_slopes[h] or
+ *                                                                 fg_attn_alibi_slope(h, H)
+ *   4. score_mod:      s = score_mod(s, b, h, i, j, user)         user callback, CPU only
+ *   5. visible(i, j) = (!causal or j <= i')
+ *                    ∧ (!window or ((L < 0 or j >= i' − L) ∧ (R < 0 or j <= i' + R)))
+ *                    ∧ (!mask or mask(b, h, i, j, user))          user callback, CPU only
+ *      s = −inf where not visible.
+ *   6. P = softmax_j(s); lse_i = logsumexp_j(s); dropout on P; O = P · V (V head h / G).
+ * Notes:
+ *   - b, h, i, j given to callbacks are raw indices: 0 <= i < Nq, 0 <= j < Nk, h a query head.
+ *     Callbacks are called only where steps 1–5 left the score visible, in no fixed order and
+ *     possibly more than once per element (the backward recomputes).
+ *   - ALiBi's bias is −slope·|i' − j| with and without the causal mask. FlashAttention adds
+ *     +slope·j under its causal mask instead; that differs by slope·i' per row, which the softmax
+ *     cancels: O and every gradient are the same, only lse differs (ours is lower by slope·i').
+ *   - The backward chains through steps 2–4: dS_1 = dS_4 · score_mod'(s_3) · (1 − tanh²(s_1 / c));
+ *     ALiBi's derivative is 1. score_mod_grad must return ∂score_mod/∂s at the given s.
+ *   - A row that sees no key (or whose visible scores are all −inf) outputs zeros, has lse = −inf,
+ *     and gets zero gradients, with every variant.
+ *   - Dropout p drops P's element (b, h, i, j) — h the query head — iff
+ *     !fg_attn_keep(seed, threshold, b, h, i, j) (tensor/philox.h) and scales kept ones by
+ *     1/(1−p); the mask is regenerated, never stored. It combines with every variant.
+ *   - Under GQA, dK and dV of K/V head g are the sums over the query heads h with h / G == g.
+ * The built-in variants (GQA, window, ALiBi, softcap) live in fg_attn_variant
+ * (ops/attention_variant.h), a plain struct with pure helper functions that device code can share.
+ * User variants (score_mod, mask, block mask) live in fg_attn_custom and run on the CPU only.
+ * fg_attn_score_tile applies steps 2–5 to a tile of scores: both kernels call it, so a variant's
+ * semantics are written once.
  *
- * The file is in three layers:
+ * The file is in these layers:
  *   fg_attention            tensors + autograd (ops/attention.c)
  *   fg_attn_{naive,flash}_* raw-pointer CPU kernels, float32 and float64, for benchmarks, tests and
  *                           as the reference the CUDA mirror (cuda/attention.cu) is checked against
  *                           (ops/attention_naive.c, ops/attention_flash.c)
+ *   fg_attn_score_tile_*    steps 2–5 on one tile (ops/attention_variant.c)
+ *   fg_attn_block_mask      per-tile summary of a mask callback (ops/attention_variant.c)
+ *   fg_attn_gradcheck       the checks of `flashgrad gradcheck attention` (ops/attention_check.c)
  *   fg_attn_online_update_* the online-softmax step of one query row over one block of keys
  */
 #ifndef FG_ATTENTION_H
@@ -28,6 +62,7 @@
 #include <stdint.h>
 
 #include "autograd/autograd.h"
+#include "ops/attention_variant.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
@@ -46,24 +81,57 @@ const char *fg_attn_impl_name(fg_attn_impl impl);
 /* Largest block size accepted (a tile is block_q × block_k elements). */
 #define FG_ATTN_MAX_BLOCK 65536
 
+/* ---- user-defined variants (CPU only) ----
+ * score_mod: the new score from the score s after steps 1–3 (see the top), for batch b, query head
+ *            h, query i, key j. Must be finite or −inf (−inf masks the element).
+ * score_mod_grad: ∂score_mod/∂s at the same arguments (required with score_mod).
+ * mask:      nonzero when query i may see key j (ANDed with causal and window). */
+typedef double (*fg_attn_score_mod_fn)(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *user);
+typedef int (*fg_attn_mask_fn)(int64_t b, int64_t h, int64_t i, int64_t j, void *user);
+
+/* A mask callback summarized per flash tile: for each (b, h, query tile, key tile) whether no
+ * element, some or every element is visible (fg_tile_kind). Flash skips MASKED tiles, and calls
+ * the mask per element only in PARTIAL ones. Opaque, reference-counted. */
+typedef struct fg_attn_block_mask fg_attn_block_mask;
+
+typedef struct {
+    fg_attn_score_mod_fn score_mod;       /* NULL: none */
+    fg_attn_score_mod_fn score_mod_grad;  /* with score_mod */
+    fg_attn_mask_fn mask;                 /* NULL: every key (that causal and window allow) */
+    void *user;                           /* passed to the three callbacks */
+    /* optional, flash only: fg_attn_block_mask_create(mask, user, ...) for these sizes and
+     * blocks. Without one, fg_attention builds one per call (B·H·Nq·Nk mask calls); build it once
+     * and pass it to reuse it across calls and layers. */
+    const fg_attn_block_mask *block_mask;
+} fg_attn_custom;
+
 typedef struct {
     fg_attn_impl impl;
     double scale;        /* 0 means 1/sqrt(d) */
     int causal;
     double dropout_p;    /* 0 <= p < 1 */
     uint64_t seed;       /* dropout seed */
-    int block_q, block_k;/* flash tile sizes; 0 means the default */
+    int block_q, block_k;/* flash tile sizes; 0 means the default (or the block mask's) */
+    fg_attn_variant variant; /* built-in variants; all zero = none. n_kv_heads 0: from K's shape */
+    fg_attn_custom custom;   /* user variants; all zero = none */
 } fg_attn_opts;
 
-/* Default options: flash, scale 1/sqrt(d), no mask, no dropout, default blocks. */
+/* Default options: flash, scale 1/sqrt(d), no mask, no dropout, default blocks, no variant. */
 fg_attn_opts fg_attn_defaults(void);
+/* 1 when opts asks for any built-in or user variant (anything beyond causal and dropout). */
+int fg_attn_has_variant(const fg_attn_opts *opts);
 
 /* O (new reference). If lse_out is not NULL, *lse_out receives the logsumexp (new reference; it
  * carries no gradient). Records an autograd node when Q, K or V requires grad (and grad mode is
  * on); its backward adds dQ, dK, dV into their gradient buffers. Inputs may be non-contiguous
- * views (they are made contiguous first). NULL on error: Q/K/V not rank 4, B, H or d that differ,
- * Nk of K and V that differ, dtypes or devices that differ, p outside [0, 1), a scale that is not
- * finite, a block size outside [0, FG_ATTN_MAX_BLOCK]. */
+ * views (they are made contiguous first). H_kv is K's head count (opts->variant.n_kv_heads, when
+ * not 0, must equal it). The node keeps copies of the ALiBi slopes and a reference to the block
+ * mask; the custom callbacks' `user` data must stay valid until the backward has run.
+ * NULL on error: Q/K/V not rank 4; B or d that differ; K and V heads or Nk that differ; H not a
+ * multiple of K's heads; dtypes or devices that differ; p outside [0, 1); a scale that is not
+ * finite; a block size outside [0, FG_ATTN_MAX_BLOCK]; a softcap < 0 or not finite; non-finite
+ * ALiBi slopes; score_mod without score_mod_grad (or the reverse); a block mask without a mask or
+ * for other sizes or blocks; user callbacks or unsupported variants on a non-CPU device. */
 fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_opts *opts,
                         fg_tensor **lse_out);
 
@@ -81,10 +149,13 @@ typedef struct {
     double dropout_p;
     uint64_t seed;
     int block_q, block_k;/* resolved (>= 1) */
+    fg_attn_variant var; /* resolved: var.n_kv_heads >= 1 divides H */
+    fg_attn_custom custom;
 } fg_attn_problem;
 
-/* Validates the sizes and options and fills *pr, resolving the defaults (scale 0, blocks 0).
- * FG_ERR_ARG / FG_ERR_SHAPE with a message on bad values. */
+/* Validates the sizes and options and fills *pr, resolving the defaults (scale 0, blocks 0 — to the
+ * block mask's when there is one —, n_kv_heads 0 = H). FG_ERR_ARG / FG_ERR_SHAPE with a message on
+ * bad values (the list of fg_attention). k and v of the kernels below are (B, H_kv, Nk, d). */
 fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
                                int64_t d, const fg_attn_opts *opts);
 
@@ -131,6 +202,104 @@ fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, cons
                                         const double *q, const double *k, const double *v, const double *o,
                                         const double *lse, const double *lse_lo, const fg_attn_problem *pr);
 
+/* ---- variants on a tile (ops/attention_variant.c) ----
+ * S is the tile of scaled scores (step 1) of rows [i0, i0 + nq) and keys [j0, j0 + nk) of head
+ * (b, h), row stride ld. Applies steps 2–5 in place: softcap and ALiBi on every element; then, when
+ * kind is FG_TILE_PARTIAL, −inf outside causal ∧ window (window_partial) and where the mask
+ * callback says no (mask_partial); then score_mod on the elements still visible. With G not NULL,
+ * G (same layout) receives ∂s_final/∂s_1 (1 where no variant changes the score, 0 where s_final is
+ * −inf). FG_TILE_FULL: no element is masked, nothing is tested. Never called with MASKED. */
+void fg_attn_score_tile_f32(float *S, float *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                            int64_t j0, int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
+                            const fg_attn_problem *pr);
+void fg_attn_score_tile_f64(double *S, double *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                            int64_t j0, int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
+                            const fg_attn_problem *pr);
+/* 1 when steps 2–4 change any score (softcap, ALiBi or score_mod); 0 for the plain path. */
+int fg_attn_modifies_scores(const fg_attn_problem *pr);
+/* 1 when ∂s_final/∂s_1 is not identically 1 (softcap or score_mod): the backward needs G. */
+int fg_attn_needs_score_grad(const fg_attn_problem *pr);
+
+/* The kind of the tile rows [i0, i0 + nq) × keys [j0, j0 + nk) of (b, h) under causal ∧ window ∧
+ * mask, and which parts need per-element tests (*window_partial, *mask_partial; either may be NULL).
+ * With a mask but no block mask, the mask part counts as PARTIAL (flash then tests every element);
+ * with a block mask, (i0, j0) must be the start of one of its tiles. */
+fg_tile_kind fg_attn_tile_kind(const fg_attn_problem *pr, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+                               int64_t nk, int *window_partial, int *mask_partial);
+
+/* ---- block masks ----
+ * Evaluates mask(b, h, i, j, user) for every b < B, h < H, i < Nq, j < Nk once, and records per
+ * (b, h, tile) whether it is MASKED, PARTIAL or FULL, for tiles of block_q × block_k (0 = the
+ * defaults). B = 1 or H = 1 broadcasts: the mask must then not depend on b (h), and is evaluated
+ * with b = 0 (h = 0). New reference (release with fg_attn_block_mask_release); NULL on error. */
+fg_attn_block_mask *fg_attn_block_mask_create(fg_attn_mask_fn mask, void *user, int64_t B, int64_t H, int64_t Nq,
+                                              int64_t Nk, int block_q, int block_k);
+fg_attn_block_mask *fg_attn_block_mask_retain(const fg_attn_block_mask *bm); /* returns bm */
+void fg_attn_block_mask_release(const fg_attn_block_mask *bm);               /* NULL is fine */
+/* The kind of tile (qt, kt) of (b, h) (b, h taken modulo a broadcast dimension). */
+fg_tile_kind fg_attn_block_mask_kind(const fg_attn_block_mask *bm, int64_t b, int64_t h, int64_t qt, int64_t kt);
+/* How many tiles (over all stored b, h) are of the given kind. */
+int64_t fg_attn_block_mask_count(const fg_attn_block_mask *bm, fg_tile_kind kind);
+/* The sizes the block mask was built for (any pointer may be NULL). */
+void fg_attn_block_mask_dims(const fg_attn_block_mask *bm, int64_t *B, int64_t *H, int64_t *Nq, int64_t *Nk,
+                             int *block_q, int *block_k);
+
+/* ---- named variants ----
+ * A registry of user variants by name, so that a program can hand its own variant to the
+ * `flashgrad gradcheck attention --custom NAME` and `flashgrad attention --custom NAME` commands
+ * (fg_cmd_gradcheck, fg_cmd_attention). The library registers two examples: "softcap-cb" (softcap 5
+ * written as a score_mod) and "doc-mask" (documents of 5 tokens: i / 5 == j / 5, with causal it is
+ * per-document causal attention). Registering a taken name replaces it. *c is copied; its `user`
+ * data must outlive its use. FG_ERR_ARG for a NULL or empty name, FG_ERR_OOM when the table (32
+ * entries) is full. Not thread-safe: register at start-up. */
+fg_status fg_attn_register_custom(const char *name, const char *help, const fg_attn_custom *c);
+/* The registered variant of that name, or NULL. */
+const fg_attn_custom *fg_attn_find_custom(const char *name);
+/* The i-th registered name and its help line (NULL past the end), for listings. */
+const char *fg_attn_custom_name(int i, const char **help);
+
+/* ---- gradient-checking a variant (ops/attention_check.c) ----
+ * fg_attn_gradcheck runs, on random normal inputs of the given sizes, the checks every variant
+ * must pass:
+ *   1. naive float64 against central finite differences, dQ, dK and dV one input at a time: an
+ *      element passes when |analytic − numeric| <= 1e-7 + 1e-5 |numeric| (eps 1e-6);
+ *   2. flash float64 against naive float64: O, dQ, dK, dV to 1e-12 relative (max|a − b| / max|b|);
+ *   3. flash float32 against naive float64 on the same float32-rounded inputs, FlashAttention's
+ *      rule: the flash error is at most twice the naive float32 error + 2^-20 max(1, max|ref|);
+ *      where naive float32 is exact (error 0: e.g. one visible key per row, true dQ = 0), flash is
+ *      held to 2^-19 · max(1, qk_std) · the largest reference value of O, dQ, dK and dV instead.
+ * opts gives everything but the implementation (both are run) and K's heads come from
+ * opts->variant.n_kv_heads (0 = H). Block sizes 0 become 4 and 3 so that tiles do not divide N
+ * (unless opts has a block mask). */
+typedef struct {
+    int64_t B, H, Nq, Nk, d;
+    uint64_t seed;       /* inputs; the finite-difference weights use seed + 17 */
+    double qk_std;       /* std of Q and K entries; 0 = 1 */
+} fg_attn_check_shape;
+
+#define FG_ATTN_CHECK_MAX_ROWS 16
+typedef struct {
+    const char *check;   /* "naive f64 vs finite diff", "flash f64 vs naive f64", ... */
+    const char *tensor;  /* "O", "dQ", "dK", "dV" */
+    double max_abs, max_rel;
+    double limit;        /* the bound max_abs (1, 3) or max_rel (2) was held to; 0 for info rows */
+    int passed;          /* -1 for rows that only inform (naive f32 error) */
+} fg_attn_check_row;
+
+typedef struct {
+    int passed;
+    int n_rows;
+    fg_attn_check_row rows[FG_ATTN_CHECK_MAX_ROWS];
+    /* the worst finite-difference element, when check 1 failed */
+    const char *fd_worst_tensor;
+    int64_t fd_worst_index;
+    double fd_analytic, fd_numeric;
+} fg_attn_check_report;
+
+/* FG_OK when the checks ran (rep->passed says whether they passed); an error status (and message)
+ * when they could not run: bad sizes or options. */
+fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape *shape, fg_attn_check_report *rep);
+
 /* ---- the online-softmax step ----
  * One query row meets one block of n scores s (masked scores are -inf). With m the running max
  * and l the running sum of exp(score − m) over the blocks before:
@@ -156,13 +325,24 @@ void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t thr
  * A non-CPU device (cuda/) registers its kernels; fg_attention then calls them for tensors on
  * that device with device pointers, the same contract as the CPU kernels above: `aux` is the naive
  * P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for FG_ATTN_FLASH.
- * Either entry may be NULL (then that direction is unsupported on the device). */
+ * Either entry may be NULL (then that direction is unsupported on the device).
+ * `caps` lists the built-in variants the kernels implement (FG_ATTN_CAP_*; 0 = none);
+ * fg_attention refuses the others on that device (FG_ERR_DEVICE), and always refuses user
+ * callbacks there. A backend with FG_ATTN_CAP_ALIBI receives pr->var.alibi_slopes as a HOST
+ * pointer (H doubles) or NULL (standard slopes). */
+enum {
+    FG_ATTN_CAP_GQA = 1,     /* var.n_kv_heads != H */
+    FG_ATTN_CAP_WINDOW = 2,  /* var.window */
+    FG_ATTN_CAP_ALIBI = 4,   /* var.alibi */
+    FG_ATTN_CAP_SOFTCAP = 8  /* var.softcap > 0 */
+};
 typedef struct {
     fg_status (*forward)(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
                          const void *k, const void *v, const fg_attn_problem *pr);
     fg_status (*backward)(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                           const void *q, const void *k, const void *v, const void *o, const void *lse,
                           const void *aux, const fg_attn_problem *pr);
+    unsigned caps;
 } fg_attn_backend;
 void fg_register_attention_backend(fg_device dev, const fg_attn_backend *be);
 

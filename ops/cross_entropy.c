@@ -84,6 +84,9 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
         }
         count += targets[r] >= 0;
     }
+#ifdef FG_WITH_CUDA
+    if (logits->device == FG_CUDA) return fg_cuda_cross_entropy(logits, targets); /* cuda/cross_entropy.cu */
+#endif
     if (logits->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
 
     int64_t one = 1;

@@ -74,6 +74,9 @@ fg_tensor *fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream) {
         fg_error(FG_ERR_ARG, "%s: p = %g is outside [0, 1) (x %s)", op, p, FG_SHP(x, b));
         return NULL;
     }
+#ifdef FG_WITH_CUDA
+    if (x->device == FG_CUDA) return fg_cuda_dropout(x, p, seed, stream); /* cuda/dropout.cu */
+#endif
     if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
     if (p == 0.0) return fg_retain(x);
     fg_tensor *out = fg_empty(x->dtype, FG_CPU, x->ndim, x->shape);

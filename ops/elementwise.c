@@ -168,6 +168,9 @@ static fg_tensor *binary(int kind, fg_tensor *a, fg_tensor *b) {
     int nd;
     int64_t shape[FG_MAX_DIMS];
     if (fg_broadcast_shape(op, a, b, &nd, shape) != FG_OK) return NULL;
+#ifdef FG_WITH_CUDA
+    if (a->device == FG_CUDA) return fg_cuda_binary(kind, a, b); /* cuda/elementwise.cu */
+#endif
     if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
 
     fg_tensor *out = fg_empty(a->dtype, FG_CPU, nd, shape);
@@ -220,6 +223,9 @@ static fg_status mul_scalar_backward(fg_node *n) {
 
 static fg_tensor *scalar(const char *op, int is_mul, fg_tensor *a, double s) {
     if (fg_op_check(op, "a", a) != FG_OK) return NULL;
+#ifdef FG_WITH_CUDA
+    if (a->device == FG_CUDA) return is_mul ? fg_cuda_mul_scalar(a, s) : fg_cuda_add_scalar(a, s);
+#endif
     if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
     fg_tensor *out = fg_empty(a->dtype, FG_CPU, a->ndim, a->shape);
     if (!out) return NULL;

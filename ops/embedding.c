@@ -71,6 +71,9 @@ fg_tensor *fg_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const i
                      (long long)r, (long long)V, FG_SHP(weight, b));
             return NULL;
         }
+#ifdef FG_WITH_CUDA
+    if (weight->device == FG_CUDA) return fg_cuda_embedding(weight, idx, ndim, shape); /* cuda/embedding.cu */
+#endif
     if (weight->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
 
     int64_t oshape[FG_MAX_DIMS];

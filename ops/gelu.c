@@ -77,6 +77,9 @@ static fg_status gelu_backward(fg_node *n) {
 fg_tensor *fg_gelu(fg_tensor *x) {
     static const char op[] = "gelu";
     if (fg_op_check(op, "x", x) != FG_OK) return NULL;
+#ifdef FG_WITH_CUDA
+    if (x->device == FG_CUDA) return fg_cuda_gelu(x); /* cuda/gelu.cu */
+#endif
     if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
     fg_tensor *out = fg_empty(x->dtype, FG_CPU, x->ndim, x->shape);
     if (!out) return NULL;

@@ -107,6 +107,9 @@ fg_tensor *fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias, double
         fg_error(FG_ERR_ARG, "%s: eps = %g must be finite and >= 0 (x %s)", op, eps, FG_SHP(x, b1));
         return NULL;
     }
+#ifdef FG_WITH_CUDA
+    if (x->device == FG_CUDA) return fg_cuda_layernorm(x, weight, bias, eps); /* cuda/layernorm.cu */
+#endif
     if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
 
     fg_tensor *X = fg_op_contiguous(x);

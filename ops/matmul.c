@@ -259,6 +259,9 @@ fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b) {
         return NULL;
     }
     if (check_blas_int(op, a) != FG_OK || check_blas_int(op, b) != FG_OK) return NULL;
+#ifdef FG_WITH_CUDA
+    if (a->device == FG_CUDA) return fg_cuda_matmul(a, b); /* cuda/matmul.cu */
+#endif
     if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
 
     int64_t shape[FG_MAX_DIMS];
@@ -340,6 +343,9 @@ fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias) {
         return NULL;
     }
     if (check_blas_int(op, x) != FG_OK || check_blas_int(op, w) != FG_OK) return NULL;
+#ifdef FG_WITH_CUDA
+    if (x->device == FG_CUDA) return fg_cuda_linear(x, w, bias);
+#endif
     if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
 
     int64_t R, rs;

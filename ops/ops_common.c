@@ -182,6 +182,9 @@ fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {
         return fg_error(FG_ERR_SHAPE, "internal: accumulate %s %s into %s %s", fg_dtype_name(src->dtype),
                         FG_SHP(src, b1), fg_dtype_name(dst->dtype), FG_SHP(dst, b2));
     if (dst->device != FG_CPU || src->device != FG_CPU) {
+#ifdef FG_WITH_CUDA
+        if (dst->device == FG_CUDA && src->device == FG_CUDA) return fg_cuda_add_into(dst, src, alpha);
+#endif
         fg_op_no_cuda("accumulate");
         return FG_ERR_DEVICE;
     }

@@ -24,6 +24,9 @@
 #include "autograd/autograd.h"
 #include "ops/ops.h"
 #include "tensor/tensor.h"
+#ifdef FG_WITH_CUDA
+#include "cuda/cuda_ops.h" /* the GPU twins of the ops (make cuda builds with -DFG_WITH_CUDA) */
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,11 +52,8 @@ int fg_op_axis(const char *op, const fg_tensor *t, int axis);
 /* ---- dtype dispatch: kernels come in pairs name_f32 / name_f64 (void functions) ---- */
 #define FG_DISPATCH(dt, fn, ...) ((dt) == FG_F32 ? fn##_f32(__VA_ARGS__) : fn##_f64(__VA_ARGS__))
 
-/* Type-generic math for kernels written once for float and double. */
+/* Type-generic exp for kernels written once for float and double (expf for float). */
 #define FG_EXP(x) _Generic((x), float: expf, default: exp)(x)
-#define FG_LOG(x) _Generic((x), float: logf, default: log)(x)
-#define FG_TANH(x) _Generic((x), float: tanhf, default: tanh)(x)
-#define FG_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
 
 /* ---- the strided row iterator (see the top of this file) ---- */
 #define FG_ITER_MAX_OPS 4

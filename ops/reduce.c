@@ -95,6 +95,9 @@ static fg_tensor *reduce_axis(const char *op, int is_mean, fg_tensor *t, int axi
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
     int a = fg_op_axis(op, t, axis);
     if (a < 0) return NULL;
+#ifdef FG_WITH_CUDA
+    if (t->device == FG_CUDA) return fg_cuda_reduce_axis(t, a, keepdim, is_mean); /* cuda/reduce.cu */
+#endif
     if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
 
     int64_t O, N, I, shape[FG_MAX_DIMS];
@@ -140,6 +143,9 @@ static fg_status sum_all_backward(fg_node *n) {
 
 static fg_tensor *reduce_all(const char *op, int is_mean, fg_tensor *t) {
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
+#ifdef FG_WITH_CUDA
+    if (t->device == FG_CUDA) return fg_cuda_reduce_all(t, is_mean);
+#endif
     if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
     int64_t one = 1, n = fg_numel(t);
     double scale = is_mean ? 1.0 / (double)n : 1.0, sum;

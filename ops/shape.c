@@ -36,7 +36,9 @@ fg_tensor *fg_reshape(fg_tensor *t, int ndim, const int64_t *shape) {
                  FG_SHP(t, b));
         return NULL;
     }
+#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
     if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+#endif
     fg_tensor *src = fg_op_contiguous(t); /* t itself when contiguous: then out is a view */
     fg_tensor *out = src ? fg_view_reshape(src, ndim, shape) : NULL;
     fg_release(src);
@@ -88,7 +90,9 @@ fg_tensor *fg_permute(fg_tensor *t, const int *perm) {
         }
         seen[perm[i]] = 1;
     }
+#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
     if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+#endif
     return permute_impl(op, t, perm);
 }
 
@@ -97,7 +101,9 @@ fg_tensor *fg_transpose(fg_tensor *t, int d0, int d1) {
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
     int a = fg_op_axis(op, t, d0), b = a < 0 ? -1 : fg_op_axis(op, t, d1);
     if (a < 0 || b < 0) return NULL;
+#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
     if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+#endif
     int perm[FG_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) perm[i] = i;
     perm[a] = b;
@@ -132,7 +138,9 @@ fg_tensor *fg_slice(fg_tensor *t, int axis, int64_t start, int64_t end) {
                  (long long)start, (long long)end, (long long)t->shape[a], axis, FG_SHP(t, b));
         return NULL;
     }
+#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
     if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+#endif
     fg_tensor *out = fg_view_slice(t, a, start, end);
     if (!out) return NULL;
     fg_node *node = fg_record(out, op, slice_backward, 1, (fg_tensor *[]){t});
@@ -161,7 +169,9 @@ static fg_status copy_backward(fg_node *n) {
 fg_tensor *fg_make_contiguous(fg_tensor *t) {
     static const char op[] = "make_contiguous";
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
+#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
     if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+#endif
     if (fg_is_contiguous(t)) return fg_retain(t);
     fg_tensor *out = fg_op_contiguous(t); /* a copy: t is not contiguous */
     if (out) fg_record(out, op, copy_backward, 1, (fg_tensor *[]){t});

@@ -64,6 +64,9 @@ fg_tensor *fg_softmax(fg_tensor *x) {
         fg_error(FG_ERR_SHAPE, "%s: x %s needs at least one dim", op, FG_SHP(x, b));
         return NULL;
     }
+#ifdef FG_WITH_CUDA
+    if (x->device == FG_CUDA) return fg_cuda_softmax(x); /* cuda/softmax.cu */
+#endif
     if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
     int64_t C = x->shape[x->ndim - 1], R = C ? fg_numel(x) / C : 0;
     fg_tensor *X = fg_op_contiguous(x);

@@ -142,7 +142,7 @@ static fg_status parse_shape(npy_cursor *c, int *ndim, int64_t *shape) {
     int n = 0, trailing_comma = 0;
     skip_ws(c);
     while (c->p < c->end && *c->p != ')') {
-        int64_t d;
+        int64_t d = 0;
         fg_status st = parse_pyint(c, &d);
         if (st) return st;
         if (n < FG_MAX_DIMS) shape[n] = d;

@@ -382,23 +382,23 @@ fg_tensor *fg_view_slice(fg_tensor *t, int axis, int64_t start, int64_t end) {
 }
 
 /* ---- copies ---- */
-/* CPU strided copy with dtype conversion: walk dst in C order with an index counter. */
-static void cpu_copy(fg_tensor *dst, const fg_tensor *src) {
-    int64_t n = fg_numel(dst);
-    if (n == 0) return;
-    if (fg_is_contiguous(dst) && fg_is_contiguous(src) && dst->dtype == src->dtype) {
-        memcpy(fg_data(dst), fg_data(src), (size_t)n * fg_dtype_size(dst->dtype));
+/* Visit a strided view row by row: for every index of the leading dims, call
+ * fn(ctx, dst_off, src_off, n) for the innermost dim. dst and src have the same shape; offsets
+ * are in elements. The inner loops in the callers are then plain strided loops. */
+typedef void (*row_fn)(void *ctx, int64_t doff, int64_t soff, int64_t n, int64_t dstride, int64_t sstride);
+static void for_each_row(const fg_tensor *dst, const fg_tensor *src, row_fn fn, void *ctx) {
+    int nd = dst->ndim;
+    if (fg_numel(dst) == 0) return;
+    if (nd == 0) {
+        fn(ctx, dst->offset, src->offset, 1, 1, 1);
         return;
     }
-    int nd = dst->ndim;
+    int64_t inner = dst->shape[nd - 1], rows = fg_numel(dst) / inner;
     int64_t idx[FG_MAX_DIMS] = {0};
     int64_t so = src->offset, dof = dst->offset;
-    char *sb = src->storage->data, *db = dst->storage->data;
-    for (int64_t k = 0; k < n; k++) {
-        double v = src->dtype == FG_F64 ? ((double *)sb)[so] : ((float *)sb)[so];
-        if (dst->dtype == FG_F64) ((double *)db)[dof] = v;
-        else ((float *)db)[dof] = (float)v;
-        for (int i = nd - 1; i >= 0; i--) { /* odometer increment */
+    for (int64_t r = 0; r < rows; r++) {
+        fn(ctx, dof, so, inner, dst->strides[nd - 1], src->strides[nd - 1]);
+        for (int i = nd - 2; i >= 0; i--) { /* odometer over the leading dims */
             idx[i]++;
             so += src->strides[i];
             dof += dst->strides[i];
@@ -408,6 +408,46 @@ static void cpu_copy(fg_tensor *dst, const fg_tensor *src) {
             idx[i] = 0;
         }
     }
+}
+
+typedef struct { void *d; const void *s; double alpha; } row_ctx;
+
+#define COPY_ROW(NAME, TD, TS)                                                                       \
+    static void NAME(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {      \
+        row_ctx *x = c;                                                                              \
+        TD *d = (TD *)x->d + doff;                                                                   \
+        const TS *s = (const TS *)x->s + soff;                                                       \
+        for (int64_t k = 0; k < n; k++) d[k * ds] = (TD)s[k * ss];                                   \
+    }
+COPY_ROW(copy_ff, float, float)
+COPY_ROW(copy_fd, float, double)
+COPY_ROW(copy_df, double, float)
+COPY_ROW(copy_dd, double, double)
+
+static void cpu_copy(fg_tensor *dst, const fg_tensor *src) {
+    int64_t n = fg_numel(dst);
+    if (n == 0) return;
+    if (fg_is_contiguous(dst) && fg_is_contiguous(src) && dst->dtype == src->dtype) {
+        memcpy(fg_data(dst), fg_data(src), (size_t)n * fg_dtype_size(dst->dtype));
+        return;
+    }
+    row_ctx c = {dst->storage->data, src->storage->data, 0};
+    row_fn fn = dst->dtype == FG_F64 ? (src->dtype == FG_F64 ? copy_dd : copy_df)
+                                     : (src->dtype == FG_F64 ? copy_fd : copy_ff);
+    for_each_row(dst, src, fn, &c);
+}
+
+static void axpy_row_f(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {
+    row_ctx *x = c;
+    float *d = (float *)x->d + doff, a = (float)x->alpha;
+    const float *s = (const float *)x->s + soff;
+    for (int64_t k = 0; k < n; k++) d[k * ds] += a * s[k * ss];
+}
+static void axpy_row_d(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {
+    row_ctx *x = c;
+    double *d = (double *)x->d + doff;
+    const double *s = (const double *)x->s + soff;
+    for (int64_t k = 0; k < n; k++) d[k * ds] += x->alpha * s[k * ss];
 }
 
 fg_status fg_copy_into(fg_tensor *dst, const fg_tensor *src) {
@@ -544,6 +584,7 @@ fg_status fg_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
         }
         return FG_OK;
     }
-    for (int64_t k = 0; k < n; k++) fg_set(y, k, fg_get(y, k) + alpha * fg_get(x, k));
+    row_ctx c = {y->storage->data, x->storage->data, alpha};
+    for_each_row(y, x, y->dtype == FG_F64 ? axpy_row_d : axpy_row_f, &c);
     return FG_OK;
 }

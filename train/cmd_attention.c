@@ -1,9 +1,11 @@
 /* cmd_attention.c — `flashgrad attention`: attention on .npy inputs, written back as .npy.
  *
  *   flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]
- *                       [--dropout P --seed S] [--scale X] [--block-q N --block-k N] --out DIR
+ *                       [--dropout P --seed S] [--scale X] [--block-q N --block-k N]
+ *                       [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME] --out DIR
  *
- * Q is (B, H, Nq, d), K and V (B, H, Nk, d), float32 or float64 (all three alike). Writes DIR/o.npy
+ * Q is (B, H, Nq, d), K and V (B, H_kv, Nk, d) with H a multiple of H_kv (--gqa HKV, when given,
+ * must equal K's heads), float32 or float64 (all three alike). Writes DIR/o.npy
  * (B, H, Nq, d) and DIR/lse.npy (B, H, Nq); with --do (dO, shaped like O) also dq.npy, dk.npy and
  * dv.npy. Outputs have the inputs' dtype. DIR is created if missing. Every output is computed before
  * the first is written, and each file is written atomically, so a failed run leaves no partial file.
@@ -20,14 +22,16 @@
 #include "autograd/autograd.h"
 #include "ops/attention.h"
 #include "tensor/npy.h"
+#include "train/attn_flags.h"
 #include "train/cli_util.h"
 #include "train/commands.h"
 
 static const char attention_usage[] =
     "usage: flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]\n"
-    "                           [--dropout P --seed S] [--scale X] [--block-q N --block-k N] --out DIR\n"
+    "                           [--dropout P --seed S] [--scale X] [--block-q N --block-k N]\n"
+    "                           [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME] --out DIR\n"
     "\n"
-    "  Q (B,H,Nq,d), K and V (B,H,Nk,d): float32 or float64 .npy files of one dtype.\n"
+    "  Q (B,H,Nq,d), K and V (B,H_kv,Nk,d), H a multiple of H_kv: float32 or float64 .npy files of one dtype.\n"
     "  Writes DIR/o.npy (B,H,Nq,d) and DIR/lse.npy (B,H,Nq); with --do dO.npy (shaped like O) also\n"
     "  dq.npy, dk.npy, dv.npy. Outputs have the inputs' dtype.\n"
     "\n"
@@ -37,7 +41,8 @@ static const char attention_usage[] =
     "  --seed S             dropout seed, an integer >= 0 (default 0)\n"
     "  --scale X            score scale, finite and nonzero (default 1/sqrt(d))\n"
     "  --block-q N          flash query tile rows, 1..65536 (default 64)\n"
-    "  --block-k N          flash key tile rows, 1..65536 (default 64)\n";
+    "  --block-k N          flash key tile rows, 1..65536 (default 64)\n"
+    "variants (any combination; see ops/attention.h for the exact semantics):\n";
 
 #define CMD "flashgrad attention"
 
@@ -81,12 +86,17 @@ int fg_cmd_attention(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(attention_usage, stdout);
+            fputs(fg_attn_variant_flags_help, stdout);
             return 0;
         }
         if (!strcmp(a, "--causal")) {
             opts.causal = 1;
             continue;
         }
+        int vf = fg_attn_variant_flag(CMD, argc, argv, &i, &opts);
+        if (vf == 2) return 2;
+        if (vf == 3) return 0;
+        if (vf == 1) continue;
         static const char *valued[] = {"--q", "--k", "--v", "--do", "--out", "--impl", "--dropout", "--seed",
                                        "--scale", "--block-q", "--block-k"};
         int known = 0;

@@ -48,7 +48,7 @@ extern void openblas_set_num_threads(int n);
     X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                \
     X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)            \
     X(N_EMBD, "--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536, 0)                                    \
-    X(BLOCK, "--block-size", FG_FLAG_INT, "N", "context length (addition: fixed by --digits)", 1, 1 << 20, 0) \
+    X(BLOCK, "--block-size", FG_FLAG_INT, "N", "context length (default 64 for text; the addition task fixes it at 3 x digits + 3)", 1, 1 << 20, 0) \
     X(BATCH, "--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24, 0)                     \
     X(ACCUM, "--grad-accum", FG_FLAG_INT, "N", "micro-batches per optimizer step", 1, 1 << 20, 0)              \
     X(LR, "--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 10, 1)                                            \
@@ -120,20 +120,17 @@ static void set_defaults(fg_flag *f, const fg_train_defaults *d) {
 }
 
 static void help(void) {
-    fg_flag f[F_COUNT];
-    init_flags(f);
-    set_defaults(f, &fg_defaults_text);
-    printf("Train a GPT-2 style model. Defaults are for text files (nanoGPT's Shakespeare CPU settings);\n"
-           "the addition task's own defaults follow the list.\n\n");
-    fg_flags_help(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]", f,
-                  F_COUNT);
-    const fg_train_defaults *a = &fg_defaults_addition;
-    printf("\naddition task defaults: --digits %d --steps %d --n-layer %d --n-head %d --n-embd %d --batch-size %d\n"
-           "  --lr %g --min-lr %g --warmup %d --weight-decay %g --beta2 %g --dropout %g --eval-every %d\n",
-           a->digits, a->steps, a->n_layer, a->n_head, a->n_embd, a->batch_size, a->lr, a->min_lr, a->warmup,
-           a->weight_decay, a->beta2, a->dropout, a->eval_every);
+    fg_flag a[F_COUNT], t[F_COUNT];
+    init_flags(a);
+    set_defaults(a, &fg_defaults_addition);
+    init_flags(t);
+    set_defaults(t, &fg_defaults_text);
+    printf("Train a GPT-2 style model on the addition task (the default) or a text file (--data).\n"
+           "Where a default differs for text files it is shown after 'text'.\n\n");
+    fg_flags_help_alt(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]", a,
+                      t, "text", F_COUNT);
     printf("\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
-           "Exit status: 0 done, 1 runtime error, 2 usage error, 130 interrupted (checkpoint written).\n");
+           "Exit status: 0 done, 1 runtime error, 2 usage error, 130 interrupted (checkpoint written; use --resume).\n");
 }
 
 /* ---- SIGINT: finish the step, checkpoint, exit 130 ---- */

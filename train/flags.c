@@ -103,24 +103,38 @@ int fg_flags_parse(const char *cmd, fg_flag *flags, int n, int argc, char **argv
     return 0;
 }
 
-void fg_flags_help(FILE *out, const char *cmd, const char *synopsis, const fg_flag *flags, int n) {
+/* The default of f as text into buf ("" for a bool or an unset string). */
+static void value_str(const fg_flag *f, char *buf, size_t n) {
+    buf[0] = '\0';
+    switch (f->type) {
+    case FG_FLAG_INT: snprintf(buf, n, "%" PRId64, f->i); break;
+    case FG_FLAG_F64: snprintf(buf, n, "%g", f->d); break;
+    case FG_FLAG_U64: snprintf(buf, n, "%" PRIu64, f->u); break;
+    case FG_FLAG_STR: if (f->s) snprintf(buf, n, "%s", f->s); break;
+    case FG_FLAG_BOOL: break;
+    }
+}
+
+void fg_flags_help_alt(FILE *out, const char *cmd, const char *synopsis, const fg_flag *flags, const fg_flag *alt,
+                       const char *alt_label, int n) {
     fprintf(out, "usage: flashgrad %s %s\n\noptions:\n", cmd, synopsis);
     for (int k = 0; k < n; k++) {
         const fg_flag *f = &flags[k];
-        char left[64];
+        char left[64], v[64], va[64];
         snprintf(left, sizeof left, "%s%s%s", f->name, f->type == FG_FLAG_BOOL ? "" : " ",
                  f->type == FG_FLAG_BOOL ? "" : (f->meta ? f->meta : "VALUE"));
         fprintf(out, "  %-22s %s", left, f->help ? f->help : "");
         if (!f->help || !strstr(f->help, "(default")) {
-            switch (f->type) {
-            case FG_FLAG_INT: fprintf(out, " (default %" PRId64 ")", f->i); break;
-            case FG_FLAG_F64: fprintf(out, " (default %g)", f->d); break;
-            case FG_FLAG_U64: fprintf(out, " (default %" PRIu64 ")", f->u); break;
-            case FG_FLAG_STR: if (f->s) fprintf(out, " (default %s)", f->s); break;
-            case FG_FLAG_BOOL: break;
-            }
+            value_str(f, v, sizeof v);
+            if (alt) value_str(&alt[k], va, sizeof va);
+            if (alt && strcmp(v, va)) fprintf(out, " (default %s; %s %s)", v, alt_label, va);
+            else if (v[0]) fprintf(out, " (default %s)", v);
         }
         fputc('\n', out);
     }
     fprintf(out, "  %-22s %s\n", "--help", "show this help");
+}
+
+void fg_flags_help(FILE *out, const char *cmd, const char *synopsis, const fg_flag *flags, int n) {
+    fg_flags_help_alt(out, cmd, synopsis, flags, NULL, NULL, n);
 }

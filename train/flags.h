@@ -40,5 +40,9 @@ int fg_flags_parse(const char *cmd, fg_flag *flags, int n, int argc, char **argv
 fg_flag *fg_flags_find(fg_flag *flags, int n, const char *name);
 /* "usage: flashgrad <cmd> <synopsis>" then one line per flag with its default. */
 void fg_flags_help(FILE *f, const char *cmd, const char *synopsis, const fg_flag *flags, int n);
+/* The same, with a second table of defaults for another mode: where alt's default differs, the line
+ * reads "(default X; <alt_label> Y)". */
+void fg_flags_help_alt(FILE *f, const char *cmd, const char *synopsis, const fg_flag *flags, const fg_flag *alt,
+                       const char *alt_label, int n);
 
 #endif /* FG_FLAGS_H */

@@ -3,7 +3,8 @@
  * For each shape (odd sizes, Nq ≠ Nk both ways, rows that see no key, Nk = 0, head dims from 8
  * to 256), causal and not, with and without dropout, float32 and float64:
  *   reference  = the CPU naive kernel in float64 on the same (dtype-rounded) inputs
- *   GPU flash, GPU naive and the CPU flash kernel (in the test dtype) must all match it:
+ *   GPU flash, GPU naive and the CPU flash kernel (in the test dtype) must all match it (flash in
+ *   float32 with the lse_lo buffer, as fg_attention runs it; in float64 without):
  *   O and lse after the forward (outputs poisoned with NaN first, so an unwritten element fails),
  *   dQ, dK, dV after the backward (gradient buffers pre-filled with random values, so the test
  *   also checks that the backward ADDS).
@@ -63,7 +64,9 @@ static fg_status dev_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse,
     if (FGT_DEV == FG_CUDA) return fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, pr);
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, p, q, k, v, pr) : fg_attn_naive_forward_f64(o, lse, p, q, k, v, pr);
-    return dt == FG_F32 ? fg_attn_flash_forward_f32(o, lse, q, k, v, pr) : fg_attn_flash_forward_f64(o, lse, q, k, v, pr);
+    /* flash: p is lse_lo (or NULL) */
+    return dt == FG_F32 ? fg_attn_flash_forward_lo_f32(o, lse, p, q, k, v, pr)
+                        : fg_attn_flash_forward_lo_f64(o, lse, p, q, k, v, pr);
 }
 static fg_status dev_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                               const void *q, const void *k, const void *v, const void *o, const void *lse,
@@ -72,8 +75,8 @@ static fg_status dev_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_backward_f32(dq, dk, dv, dout, q, k, v, p, pr)
                             : fg_attn_naive_backward_f64(dq, dk, dv, dout, q, k, v, p, pr);
-    return dt == FG_F32 ? fg_attn_flash_backward_f32(dq, dk, dv, dout, q, k, v, o, lse, pr)
-                        : fg_attn_flash_backward_f64(dq, dk, dv, dout, q, k, v, o, lse, pr);
+    return dt == FG_F32 ? fg_attn_flash_backward_lo_f32(dq, dk, dv, dout, q, k, v, o, lse, p, pr)
+                        : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, p, pr);
 }
 /* the CPU kernels in dt */
 static fg_status cpu_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *p, const void *q, const void *k,
@@ -167,9 +170,10 @@ static int check_impl(const ref_case *r, fg_attn_impl impl, fg_dtype dt, fg_devi
     fg_tensor *dq = dev_tensor(dt, dev, 4, r->qs, r->g0q), *dk = dev_tensor(dt, dev, 4, r->ks, r->g0k);
     fg_tensor *dv = dev_tensor(dt, dev, 4, r->ks, r->g0v);
     fg_tensor *o = nan_tensor(dt, dev, 4, r->qs), *lse = nan_tensor(dt, dev, 3, r->ls);
-    fg_tensor *p = impl == FG_ATTN_NAIVE ? nan_tensor(dt, dev, 4, r->ps) : NULL;
+    /* aux: naive's P; for flash in float32 the lse_lo buffer fg_attention passes (poisoned too) */
+    fg_tensor *p = impl == FG_ATTN_NAIVE ? nan_tensor(dt, dev, 4, r->ps) : dt == FG_F32 ? nan_tensor(dt, dev, 3, r->ls) : NULL;
     double *ho = NULL, *hl = NULL, *hq = NULL, *hk = NULL, *hv = NULL;
-    if (!q || !k || !v || !dout || !dq || !dk || !dv || !o || !lse || (impl == FG_ATTN_NAIVE && !p)) {
+    if (!q || !k || !v || !dout || !dq || !dk || !dv || !o || !lse || ((impl == FG_ATTN_NAIVE || dt == FG_F32) && !p)) {
         printf("    %s: allocation failed: %s\n", label, fg_last_error());
         goto done;
     }

@@ -1,0 +1,551 @@
+/* attention_kernels.cuh — the attention kernels of cuda/attention.cu (the algorithm is described
+ * there), with the small host helpers that size and parameterize them. Internal to cuda/ (C++).
+ *
+ * Kept apart from the host code so the very same kernel source also runs on the CPU: the emulator
+ * in tests/cuda/emu/ defines FG_CUDA_EMU and the CUDA built-ins (threads as fibers, __syncthreads
+ * and warp shuffles as barriers) and checks these kernels against the CPU reference on a machine
+ * without a GPU (`make cuda-emu`). So this file uses nothing from the CUDA runtime: only
+ * cuda/device_math.cuh, cuda/attn_tiles.h, tensor/philox.h and FG_DYN_SMEM below.
+ */
+#ifndef FG_ATTENTION_KERNELS_CUH
+#define FG_ATTENTION_KERNELS_CUH
+
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda/attn_tiles.h"
+#include "cuda/device_math.cuh"
+#include "ops/attention.h"
+#include "tensor/philox.h"
+
+/* The block's dynamic shared memory as `unsigned char name[]`. */
+#ifndef FG_CUDA_EMU
+#define FG_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+/* Kernel arguments (one struct for all kernels; unused pointers are NULL). */
+template <typename T>
+struct fa_args {
+    const T *q, *k, *v, *o, *dout, *lse, *lse_lo, *Drow;
+    T *o_out, *lse_out, *lse_lo_out, *dq, *dk, *dv;
+    int64_t B, H, Nq, Nk;
+    int d;
+    T scale;
+    int causal;
+    uint64_t seed;
+    uint32_t thr; /* fg_dropout_threshold(p); 0 = no dropout */
+    T inv_keep;   /* 1 / (1 − p) */
+};
+
+/* Tile sizes: BQ query rows × BK keys per block, for the forward (F) and backward (B) kernels.
+ * Shared-memory rows are padded: Q/K/V/dO rows to D + 1 elements (conflict-free column reads),
+ * score rows to BK + SPAD. */
+template <typename T, int D> struct flash_cfg;
+template <int D> struct flash_cfg<float, D> {
+    static constexpr int FBQ = 64, FBK = 64;
+    static constexpr int BBQ = D <= 128 ? 64 : 32, BBK = D <= 128 ? 64 : 32;
+    static constexpr int SPAD = 16;
+};
+template <int D> struct flash_cfg<double, D> {
+    static constexpr int FBQ = 32, FBK = 32;
+    static constexpr int BBQ = D <= 128 ? 32 : 16, BBK = D <= 128 ? 32 : 16;
+    static constexpr int SPAD = 1;
+};
+
+/* ============================================================================================
+ * flash kernels
+ * ============================================================================================ */
+
+/* rows [r0, r0 + ROWS) of a (nrows, d) matrix into a (ROWS, LD) shared tile; zeros past nrows
+ * and past d */
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void load_tile(T *S, const T *g, int64_t r0, int64_t nrows, int d) {
+    constexpr int LD = D + 1;
+    for (int e = threadIdx.x; e < ROWS * D; e += blockDim.x) {
+        int r = e / D, c = e % D;
+        int64_t gr = r0 + r;
+        S[r * LD + c] = (gr < nrows && c < d) ? g[gr * d + c] : (T)0;
+    }
+}
+
+/* max / sum over the 16 lanes that share ty (one half of a warp) */
+template <typename T> __device__ __forceinline__ T half_warp_max(T v) {
+    for (int o = 8; o > 0; o >>= 1) {
+        T w = __shfl_xor_sync(0xffffffffu, v, o, 16);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+template <typename T> __device__ __forceinline__ T half_warp_sum(T v) {
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o, 16);
+    return v;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) flash_fwd_kernel(fa_args<T> a) {
+    using C = flash_cfg<T, D>;
+    constexpr int BQ = C::FBQ, BK = C::FBK, RQ = BQ / 16, RK = BK / 16, RD = D / 16;
+    constexpr int LD = D + 1, LDS = BK + C::SPAD;
+    FG_DYN_SMEM(smem_raw);
+    T *Qs = (T *)smem_raw, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ps = Vs + BK * LD;
+
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
+    const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+    const int64_t Nq = a.Nq, Nk = a.Nk, i0 = qt * BQ;
+    const int d = a.d;
+    const T *q = a.q + bh * Nq * d, *k = a.k + bh * Nk * d, *v = a.v + bh * Nk * d;
+
+    load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
+    T m[RQ], l[RQ], acc[RQ][RD];
+#pragma unroll
+    for (int r = 0; r < RQ; r++) {
+        m[r] = fg_neg_inf<T>();
+        l[r] = 0;
+#pragma unroll
+        for (int c = 0; c < RD; c++) acc[r][c] = 0;
+    }
+
+    const int64_t kt_end = fg_attn_kt_end(qt, Nq, Nk, BQ, BK, a.causal);
+    for (int64_t kt = 0; kt < kt_end; kt++) {
+        const int64_t j0 = kt * BK;
+        __syncthreads(); /* the previous tile's Ks, Vs, Ps are no longer read */
+        load_tile<T, D, BK>(Ks, k, j0, Nk, d);
+        load_tile<T, D, BK>(Vs, v, j0, Nk, d);
+        __syncthreads();
+        const fg_tile_kind kind = fg_attn_causal_tile_kind(qt, kt, Nq, Nk, BQ, BK, a.causal);
+
+        /* S = Q Kᵀ for this thread's RQ × RK elements */
+        T s[RQ][RK];
+#pragma unroll
+        for (int r = 0; r < RQ; r++)
+#pragma unroll
+            for (int c = 0; c < RK; c++) s[r][c] = 0;
+#pragma unroll 8
+        for (int e = 0; e < D; e++) {
+            T qv[RQ], kv[RK];
+#pragma unroll
+            for (int r = 0; r < RQ; r++) qv[r] = Qs[(ty + 16 * r) * LD + e];
+#pragma unroll
+            for (int c = 0; c < RK; c++) kv[c] = Ks[(tx + 16 * c) * LD + e];
+#pragma unroll
+            for (int r = 0; r < RQ; r++)
+#pragma unroll
+                for (int c = 0; c < RK; c++) s[r][c] += qv[r] * kv[c];
+        }
+
+        /* scale, mask, online softmax, dropout; P -> shared memory */
+#pragma unroll
+        for (int r = 0; r < RQ; r++) {
+            const int64_t i = i0 + ty + 16 * r;
+            T rmax = fg_neg_inf<T>();
+#pragma unroll
+            for (int c = 0; c < RK; c++) {
+                const int64_t j = j0 + tx + 16 * c;
+                T x = s[r][c] * a.scale;
+                if (kind != FG_TILE_FULL && !fg_attn_visible(i, j, Nq, Nk, a.causal)) x = fg_neg_inf<T>();
+                s[r][c] = x;
+                rmax = x > rmax ? x : rmax;
+            }
+            rmax = half_warp_max(rmax);
+            const T mnew = m[r] > rmax ? m[r] : rmax;
+            T alpha = 1, rsum = 0;
+            if (mnew == fg_neg_inf<T>()) { /* nothing seen yet: every weight is 0 */
+#pragma unroll
+                for (int c = 0; c < RK; c++) s[r][c] = 0;
+            } else { /* exp(-inf − m') = 0: the first block gets alpha = 0 */
+                alpha = fg_exp(m[r] - mnew);
+#pragma unroll
+                for (int c = 0; c < RK; c++) {
+                    s[r][c] = fg_exp(s[r][c] - mnew);
+                    rsum += s[r][c];
+                }
+            }
+            rsum = half_warp_sum(rsum);
+            l[r] = alpha * l[r] + rsum; /* l keeps the full sum; dropout acts on the weights only */
+            m[r] = mnew;
+#pragma unroll
+            for (int c = 0; c < RD; c++) acc[r][c] *= alpha;
+#pragma unroll
+            for (int c = 0; c < RK; c++) {
+                T p = s[r][c];
+                if (a.thr && p != (T)0) {
+                    const int64_t j = j0 + tx + 16 * c;
+                    p = fg_attn_keep(a.seed, a.thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? p * a.inv_keep
+                                                                                                       : (T)0;
+                }
+                Ps[(ty + 16 * r) * LDS + tx + 16 * c] = p;
+            }
+        }
+        __syncthreads();
+
+        /* O += P V */
+#pragma unroll 4
+        for (int jj = 0; jj < BK; jj++) {
+            T pv[RQ], vv[RD];
+#pragma unroll
+            for (int r = 0; r < RQ; r++) pv[r] = Ps[(ty + 16 * r) * LDS + jj];
+#pragma unroll
+            for (int c = 0; c < RD; c++) vv[c] = Vs[jj * LD + tx + 16 * c];
+#pragma unroll
+            for (int r = 0; r < RQ; r++)
+#pragma unroll
+                for (int c = 0; c < RD; c++) acc[r][c] += pv[r] * vv[c];
+        }
+    }
+
+    /* O /= l; L = m + log l, evaluated in float64 and rounded once, lse_lo keeping what the rounding
+     * lost (as ops/attention_flash.c does); a row that saw no key: O = 0, lse = -inf, lse_lo = 0 */
+    T *o = a.o_out + bh * Nq * d, *lse = a.lse_out + bh * Nq;
+    T *lo = a.lse_lo_out ? a.lse_lo_out + bh * Nq : nullptr;
+#pragma unroll
+    for (int r = 0; r < RQ; r++) {
+        const int64_t i = i0 + ty + 16 * r;
+        if (i >= Nq) continue;
+        const int seen = l[r] > (T)0;
+        const T inv = seen ? (T)1 / l[r] : (T)0;
+#pragma unroll
+        for (int c = 0; c < RD; c++) {
+            const int col = tx + 16 * c;
+            if (col < d) o[i * d + col] = seen ? acc[r][c] * inv : (T)0;
+        }
+        if (tx == 0) {
+            const double Ld = seen ? (double)m[r] + log((double)l[r]) : 0.0;
+            lse[i] = seen ? (T)Ld : fg_neg_inf<T>();
+            if (lo) lo[i] = seen ? (T)(Ld - (double)(T)Ld) : (T)0;
+        }
+    }
+}
+
+/* kernel 1 of the backward: D[row] = Σ_c dout[row, c] · o[row, c], one warp per row, summed in
+ * float64 (dS = P ∘ (dP − D) cancels for a peaked row, so D's rounding matters; as on the CPU) */
+template <typename T>
+__global__ void flash_bwd_rowdot_kernel(T *Drow, const T *dout, const T *o, int64_t rows, int d) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+        double s = 0;
+        for (int c = lane; c < d; c += 32) s += (double)dout[r * d + c] * (double)o[r * d + c];
+        s = fg_warp_sum(s);
+        if (lane == 0) Drow[r] = (T)s;
+    }
+}
+
+/* The shared step of kernels 2 and 3: for the (BQ × BK) tile (qt, kt) whose Q, dO, K, V tiles and
+ * per-row L, D are in shared memory, recompute P and dS for this thread's elements (rows
+ * ty + 16r, keys tx + 16c) and store P∘Z (if Ps) and dS in shared memory. */
+template <typename T, int D, int BQ, int BK, int LDS>
+__device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, int64_t h, int64_t qt, int64_t kt,
+                                               const T *Qs, const T *dOs, const T *Ks, const T *Vs, const T *Ls,
+                                               const T *Los, const T *Ds, T *Ps, T *dSs) {
+    constexpr int RQ = BQ / 16, RK = BK / 16, LD = D + 1;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int64_t i0 = qt * BQ, j0 = kt * BK;
+    T s[RQ][RK], dp[RQ][RK];
+#pragma unroll
+    for (int r = 0; r < RQ; r++)
+#pragma unroll
+        for (int c = 0; c < RK; c++) s[r][c] = dp[r][c] = 0;
+    /* S = Q Kᵀ and dP = dO Vᵀ in one pass over the head dim */
+#pragma unroll 8
+    for (int e = 0; e < D; e++) {
+        T qv[RQ], dov[RQ], kv[RK], vv[RK];
+#pragma unroll
+        for (int r = 0; r < RQ; r++) {
+            qv[r] = Qs[(ty + 16 * r) * LD + e];
+            dov[r] = dOs[(ty + 16 * r) * LD + e];
+        }
+#pragma unroll
+        for (int c = 0; c < RK; c++) {
+            kv[c] = Ks[(tx + 16 * c) * LD + e];
+            vv[c] = Vs[(tx + 16 * c) * LD + e];
+        }
+#pragma unroll
+        for (int r = 0; r < RQ; r++)
+#pragma unroll
+            for (int c = 0; c < RK; c++) {
+                s[r][c] += qv[r] * kv[c];
+                dp[r][c] += dov[r] * vv[c];
+            }
+    }
+    const fg_tile_kind kind = fg_attn_causal_tile_kind(qt, kt, a.Nq, a.Nk, BQ, BK, a.causal);
+#pragma unroll
+    for (int r = 0; r < RQ; r++) {
+        const int ii = ty + 16 * r;
+        const int64_t i = i0 + ii;
+        const T L = Ls[ii], Llo = Los[ii], Di = Ds[ii];
+#pragma unroll
+        for (int c = 0; c < RK; c++) {
+            const int jj = tx + 16 * c;
+            const int64_t j = j0 + jj;
+            /* rows past Nq and rows that see no key have L = -inf: P = 0 */
+            const int vis = L != fg_neg_inf<T>() &&
+                            (kind == FG_TILE_FULL || fg_attn_visible(i, j, a.Nq, a.Nk, a.causal));
+            /* recompute P = exp((S − L) − lse_lo) (the naive kernel stored it) */
+            const T P = vis ? fg_exp((s[r][c] * a.scale - L) - Llo) : (T)0;
+            T Z = 1;
+            if (a.thr && P != (T)0)
+                Z = fg_attn_keep(a.seed, a.thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? a.inv_keep : (T)0;
+            if (Ps) Ps[ii * LDS + jj] = P * Z;
+            /* dP = (dO Vᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
+            dSs[ii * LDS + jj] = P * (dp[r][c] * Z - Di);
+        }
+    }
+}
+
+/* rows [r0, r0 + ROWS) of lse, lse_lo (0 without) and D into shared memory (-inf, 0, 0 past Nq) */
+template <typename T, int ROWS>
+__device__ __forceinline__ void load_rows(T *Ls, T *Los, T *Ds, const T *lse, const T *lse_lo, const T *Drow,
+                                          int64_t r0, int64_t Nq) {
+    for (int r = threadIdx.x; r < ROWS; r += blockDim.x) {
+        const int64_t i = r0 + r;
+        Ls[r] = i < Nq ? lse[i] : fg_neg_inf<T>();
+        Los[r] = (i < Nq && lse_lo) ? lse_lo[i] : (T)0;
+        Ds[r] = i < Nq ? Drow[i] : (T)0;
+    }
+}
+
+/* kernel 2: dK, dV of one key tile */
+template <typename T, int D>
+__global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
+    using C = flash_cfg<T, D>;
+    constexpr int BQ = C::BBQ, BK = C::BBK, RK = BK / 16, RD = D / 16;
+    constexpr int LD = D + 1, LDS = BK + C::SPAD;
+    FG_DYN_SMEM(smem_raw);
+    T *Ks = (T *)smem_raw, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
+    T *Ps = dOs + BQ * LD, *dSs = Ps + BQ * LDS, *Ls = dSs + BQ * LDS, *Los = Ls + BQ, *Ds = Los + BQ;
+
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int64_t kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+    const int64_t Nq = a.Nq, Nk = a.Nk, j0 = kt * BK;
+    const int d = a.d;
+    const T *q = a.q + bh * Nq * d, *dout = a.dout + bh * Nq * d;
+    const T *lse = a.lse + bh * Nq, *lse_lo = a.lse_lo ? a.lse_lo + bh * Nq : nullptr, *Drow = a.Drow + bh * Nq;
+
+    load_tile<T, D, BK>(Ks, a.k + bh * Nk * d, j0, Nk, d);
+    load_tile<T, D, BK>(Vs, a.v + bh * Nk * d, j0, Nk, d);
+    T dk[RK][RD], dv[RK][RD]; /* rows j0 + ty + 16r, columns tx + 16c */
+#pragma unroll
+    for (int r = 0; r < RK; r++)
+#pragma unroll
+        for (int c = 0; c < RD; c++) dk[r][c] = dv[r][c] = 0;
+
+    const int64_t nqt = fg_attn_ntiles(Nq, BQ);
+    for (int64_t qt = fg_attn_qt_begin(kt, Nq, Nk, BQ, BK, a.causal); qt < nqt; qt++) {
+        const int64_t i0 = qt * BQ;
+        __syncthreads(); /* the previous query tile is no longer read */
+        load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
+        load_tile<T, D, BQ>(dOs, dout, i0, Nq, d);
+        load_rows<T, BQ>(Ls, Los, Ds, lse, lse_lo, Drow, i0, Nq);
+        __syncthreads();
+        recompute_tile<T, D, BQ, BK, LDS>(a, b, h, qt, kt, Qs, dOs, Ks, Vs, Ls, Los, Ds, Ps, dSs);
+        __syncthreads();
+        /* dV += (P∘Z)ᵀ dO — the forward's O += dropout(P) V;  dK += dSᵀ Q — the forward's S = Q Kᵀ */
+#pragma unroll 4
+        for (int ii = 0; ii < BQ; ii++) {
+            T pz[RK], ds[RK], dov[RD], qv[RD];
+#pragma unroll
+            for (int r = 0; r < RK; r++) {
+                pz[r] = Ps[ii * LDS + ty + 16 * r];
+                ds[r] = dSs[ii * LDS + ty + 16 * r];
+            }
+#pragma unroll
+            for (int c = 0; c < RD; c++) {
+                dov[c] = dOs[ii * LD + tx + 16 * c];
+                qv[c] = Qs[ii * LD + tx + 16 * c];
+            }
+#pragma unroll
+            for (int r = 0; r < RK; r++)
+#pragma unroll
+                for (int c = 0; c < RD; c++) {
+                    dv[r][c] += pz[r] * dov[c];
+                    dk[r][c] += ds[r] * qv[c];
+                }
+        }
+    }
+    /* the only writer of these rows of dk and dv: add (the backward accumulates) */
+    T *dkh = a.dk ? a.dk + bh * Nk * d : nullptr, *dvh = a.dv ? a.dv + bh * Nk * d : nullptr;
+#pragma unroll
+    for (int r = 0; r < RK; r++) {
+        const int64_t j = j0 + ty + 16 * r;
+        if (j >= Nk) continue;
+#pragma unroll
+        for (int c = 0; c < RD; c++) {
+            const int col = tx + 16 * c;
+            if (col >= d) continue;
+            if (dkh) dkh[j * d + col] += a.scale * dk[r][c];
+            if (dvh) dvh[j * d + col] += dv[r][c];
+        }
+    }
+}
+
+/* kernel 3: dQ of one query tile, looping over key tiles (no atomics) */
+template <typename T, int D>
+__global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
+    using C = flash_cfg<T, D>;
+    constexpr int BQ = C::BBQ, BK = C::BBK, RQ = BQ / 16, RD = D / 16;
+    constexpr int LD = D + 1, LDS = BK + C::SPAD;
+    FG_DYN_SMEM(smem_raw);
+    T *Qs = (T *)smem_raw, *dOs = Qs + BQ * LD, *Ks = dOs + BQ * LD, *Vs = Ks + BK * LD;
+    T *dSs = Vs + BK * LD, *Ls = dSs + BQ * LDS, *Los = Ls + BQ, *Ds = Los + BQ;
+
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
+    const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+    const int64_t Nq = a.Nq, Nk = a.Nk, i0 = qt * BQ;
+    const int d = a.d;
+    const T *k = a.k + bh * Nk * d, *v = a.v + bh * Nk * d;
+
+    load_tile<T, D, BQ>(Qs, a.q + bh * Nq * d, i0, Nq, d);
+    load_tile<T, D, BQ>(dOs, a.dout + bh * Nq * d, i0, Nq, d);
+    load_rows<T, BQ>(Ls, Los, Ds, a.lse + bh * Nq, a.lse_lo ? a.lse_lo + bh * Nq : nullptr, a.Drow + bh * Nq, i0, Nq);
+    T dq[RQ][RD]; /* rows i0 + ty + 16r, columns tx + 16c */
+#pragma unroll
+    for (int r = 0; r < RQ; r++)
+#pragma unroll
+        for (int c = 0; c < RD; c++) dq[r][c] = 0;
+
+    const int64_t kt_end = fg_attn_kt_end(qt, Nq, Nk, BQ, BK, a.causal);
+    for (int64_t kt = 0; kt < kt_end; kt++) {
+        __syncthreads(); /* the previous key tile is no longer read */
+        load_tile<T, D, BK>(Ks, k, kt * BK, Nk, d);
+        load_tile<T, D, BK>(Vs, v, kt * BK, Nk, d);
+        __syncthreads();
+        recompute_tile<T, D, BQ, BK, LDS>(a, b, h, qt, kt, Qs, dOs, Ks, Vs, Ls, Los, Ds, nullptr, dSs);
+        __syncthreads();
+        /* dQ += dS K — the forward's S = Q Kᵀ (scale applied at the end) */
+#pragma unroll 4
+        for (int jj = 0; jj < BK; jj++) {
+            T ds[RQ], kv[RD];
+#pragma unroll
+            for (int r = 0; r < RQ; r++) ds[r] = dSs[(ty + 16 * r) * LDS + jj];
+#pragma unroll
+            for (int c = 0; c < RD; c++) kv[c] = Ks[jj * LD + tx + 16 * c];
+#pragma unroll
+            for (int r = 0; r < RQ; r++)
+#pragma unroll
+                for (int c = 0; c < RD; c++) dq[r][c] += ds[r] * kv[c];
+        }
+    }
+    T *dqh = a.dq + bh * Nq * d;
+#pragma unroll
+    for (int r = 0; r < RQ; r++) {
+        const int64_t i = i0 + ty + 16 * r;
+        if (i >= Nq) continue;
+#pragma unroll
+        for (int c = 0; c < RD; c++) {
+            const int col = tx + 16 * c;
+            if (col < d) dqh[i * d + col] += a.scale * dq[r][c];
+        }
+    }
+}
+
+/* ============================================================================================
+ * naive kernels
+ * ============================================================================================ */
+
+/* One warp per row of S (rows = B·H·Nq): mask, softmax in place (P), lse — ops/attention_naive.c's
+ * row loop: the max and the sum over the visible prefix in T, masked entries 0. */
+template <typename T>
+__global__ void naive_softmax_kernel(T *P, T *lse, int64_t rows, int64_t Nq, int64_t Nk, int causal) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+        const int64_t i = row % Nq, nvis = fg_attn_row_end(i, Nq, Nk, causal);
+        T *p = P + row * Nk;
+        T mx = fg_neg_inf<T>();
+        for (int64_t j = lane; j < nvis; j += 32) mx = p[j] > mx ? p[j] : mx;
+        mx = fg_warp_max(mx);
+        if (mx == fg_neg_inf<T>()) { /* no visible key: P = 0, lse = -inf */
+            for (int64_t j = lane; j < Nk; j += 32) p[j] = 0;
+            if (lane == 0) lse[row] = fg_neg_inf<T>();
+            continue;
+        }
+        T sum = 0;
+        for (int64_t j = lane; j < nvis; j += 32) {
+            T e = fg_exp(p[j] - mx);
+            p[j] = e;
+            sum += e;
+        }
+        sum = fg_warp_sum(sum);
+        for (int64_t j = nvis + lane; j < Nk; j += 32) p[j] = 0;
+        const T inv = (T)1 / sum;
+        for (int64_t j = lane; j < nvis; j += 32) p[j] *= inv;
+        if (lane == 0) lse[row] = mx + fg_log(sum);
+    }
+}
+
+/* W = P ∘ Z over all (B, H, Nq, Nk) elements (dropout on the weights) */
+template <typename T>
+__global__ void naive_dropout_kernel(T *W, const T *P, int64_t total, int64_t H, int64_t Nq, int64_t Nk, uint64_t seed,
+                                     uint32_t thr, T inv_keep) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t j = e % Nk, i = (e / Nk) % Nq, h = (e / (Nk * Nq)) % H, b = e / (Nk * Nq * H);
+        W[e] = fg_attn_keep(seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? P[e] * inv_keep : (T)0;
+    }
+}
+
+/* One warp per row: dP∘Z (in place in dS), r = Σ_j (dP∘Z)_j P_j, dS = P ∘ (dP∘Z − r) */
+template <typename T>
+__global__ void naive_dsoftmax_kernel(T *dS, const T *P, int64_t rows, int64_t H, int64_t Nq, int64_t Nk,
+                                      uint64_t seed, uint32_t thr, T inv_keep) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+        const int64_t i = row % Nq, h = (row / Nq) % H, b = row / (Nq * H);
+        T *ds = dS + row * Nk;
+        const T *p = P + row * Nk;
+        T r = 0;
+        for (int64_t j = lane; j < Nk; j += 32) {
+            T x = ds[j];
+            if (thr) x = fg_attn_keep(seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? x * inv_keep : (T)0;
+            ds[j] = x;
+            r += x * p[j];
+        }
+        r = fg_warp_sum(r);
+        for (int64_t j = lane; j < Nk; j += 32) ds[j] = p[j] * (ds[j] - r);
+    }
+}
+
+/* ============================================================================================
+ * host helpers: shared-memory sizes, kernel arguments, the head-dim width
+ * ============================================================================================ */
+
+template <typename T, int D> static size_t fwd_smem() {
+    using C = flash_cfg<T, D>;
+    return sizeof(T) * ((size_t)(C::FBQ + 2 * C::FBK) * (D + 1) + (size_t)C::FBQ * (C::FBK + C::SPAD));
+}
+template <typename T, int D> static size_t dkdv_smem() {
+    using C = flash_cfg<T, D>;
+    return sizeof(T) * ((size_t)(2 * C::BBK + 2 * C::BBQ) * (D + 1) + 2 * (size_t)C::BBQ * (C::BBK + C::SPAD) +
+                        3 * (size_t)C::BBQ);
+}
+template <typename T, int D> static size_t dq_smem() {
+    using C = flash_cfg<T, D>;
+    return sizeof(T) * ((size_t)(2 * C::BBQ + 2 * C::BBK) * (D + 1) + (size_t)C::BBQ * (C::BBK + C::SPAD) +
+                        3 * (size_t)C::BBQ);
+}
+
+template <typename T>
+static fa_args<T> make_args(const fg_attn_problem *pr) {
+    fa_args<T> a;
+    memset(&a, 0, sizeof a);
+    a.B = pr->B;
+    a.H = pr->H;
+    a.Nq = pr->Nq;
+    a.Nk = pr->Nk;
+    a.d = (int)pr->d;
+    a.scale = (T)pr->scale;
+    a.causal = pr->causal;
+    a.seed = pr->seed;
+    a.thr = fg_dropout_threshold(pr->dropout_p);
+    a.inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
+    return a;
+}
+
+/* The compile-time width D for head dim d; 0 if unsupported. */
+static inline int flash_width(int64_t d) {
+    return d <= 32 ? 32 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
+}
+
+#endif /* FG_ATTENTION_KERNELS_CUH */

@@ -1,0 +1,78 @@
+/* cublas_v2.h (emulator) — the cuBLAS calls flashgrad makes, as plain column-major loops that
+ * follow the BLAS definition literally (op(A) is m × k, op(B) k × n, C m × n, leading dimensions
+ * checked as cuBLAS checks them). They do not reuse the row-major CBLAS path, so the emulator
+ * tests cuda/matmul.cu's row-major-to-column-major mapping independently. */
+#ifndef FG_EMU_CUBLAS_V2_H
+#define FG_EMU_CUBLAS_V2_H
+
+#include "cuda_runtime.h"
+
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0 } cublasMath_t;
+typedef struct fg_emu_blas_s *cublasHandle_t;
+
+inline const char *cublasGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "invalid value"; }
+inline const char *cublasGetStatusName(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
+}
+inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    *h = (cublasHandle_t)malloc(1);
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+
+template <typename T>
+cublasStatus_t fg_emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const T *alpha, const T *A,
+                           int lda, long long sA, const T *B, int ldb, long long sB, const T *beta, T *C, int ldc,
+                           long long sC, int batch) {
+    const int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
+        ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (int b = 0; b < batch; b++) {
+        const T *Ab = A + b * sA, *Bb = B + b * sB;
+        T *Cb = C + b * sC;
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                T acc = 0;
+                for (int p = 0; p < k; p++) {
+                    T a = ta == CUBLAS_OP_N ? Ab[i + (long long)p * lda] : Ab[p + (long long)i * lda];
+                    T bb = tb == CUBLAS_OP_N ? Bb[p + (long long)j * ldb] : Bb[j + (long long)p * ldb];
+                    acc += a * bb;
+                }
+                T *c = &Cb[i + (long long)j * ldc];
+                *c = *beta == (T)0 ? *alpha * acc : *alpha * acc + *beta * *c;
+            }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const float *al, const float *A, int lda, const float *B, int ldb, const float *be,
+                                  float *C, int ldc) {
+    return fg_emu_gemm<float>(ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
+}
+inline cublasStatus_t cublasDgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const double *al, const double *A, int lda, const double *B, int ldb, const double *be,
+                                  double *C, int ldc) {
+    return fg_emu_gemm<double>(ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
+}
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                                int k, const float *al, const float *A, int lda, long long sA,
+                                                const float *B, int ldb, long long sB, const float *be, float *C, int ldc,
+                                                long long sC, int batch) {
+    return fg_emu_gemm<float>(ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC, batch);
+}
+inline cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                                int k, const double *al, const double *A, int lda, long long sA,
+                                                const double *B, int ldb, long long sB, const double *be, double *C,
+                                                int ldc, long long sC, int batch) {
+    return fg_emu_gemm<double>(ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC, batch);
+}
+
+#endif /* FG_EMU_CUBLAS_V2_H */
