@@ -137,11 +137,14 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
 
 /* ---- raw-pointer kernels (CPU) ----
  * Every array is contiguous, row-major, of the kernel's dtype:
- *   q (B, H, Nq, d); k, v (B, H, Nk, d); o, dout, dq (B, H, Nq, d); dk, dv (B, H, Nk, d);
+ *   q (B, H, Nq, d); k, v (B, H_kv, Nk, d); o, dout, dq (B, H, Nq, d); dk, dv (B, H_kv, Nk, d);
  *   lse (B, H, Nq); p (B, H, Nq, Nk) — naive only.
  * Backward kernels ADD into dq, dk, dv; any of the three may be NULL (not wanted).
- * Scratch comes from fg_alloc once per call: naive takes O(Nq·Nk) per (b, h), flash
- * O(block_q·block_k + Nq). They return FG_OK, or FG_ERR_OOM when scratch cannot be had. */
+ * Scratch comes from fg_alloc once per call: naive takes O(Nq·Nk) per (b, h) (two more Nq×Nk in
+ * the backward with softcap or score_mod, which recomputes ∂S/∂S1), flash O(block_q·block_k + Nq)
+ * (one more tile in the backward with softcap or score_mod). They return FG_OK, or FG_ERR_OOM when
+ * scratch cannot be had. Under GQA several query heads add into the same dk, dv rows: flash's
+ * backward therefore takes one (b, K/V head) — all its query heads — per work item. */
 typedef struct {
     int64_t B, H, Nq, Nk, d;
     double scale;        /* resolved (never 0) */
