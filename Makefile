@@ -246,3 +246,37 @@ $(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/l
 	    $(CUDA_BLAS_LIBS) -lm -lpthread
 
 -include $(EMU_CU_OBJ:.o=.d)
+
+# =================================================================================================
+# bench — CPU attention speed (issue 7)                       (this section only; appended)
+# =================================================================================================
+# `make bench` times float32 flash attention, forward + backward through autograd, B=4 H=4 d=64,
+# N = $(BENCH_N), with and without the causal mask, on $(BENCH_THREADS) threads:
+#   - against OpenBLAS sgemm on the same-shaped products (N x 64 by 64 x N, one per head), timed in
+#     the same run by `flashgrad bench attention`, which prints flash's GFLOP/s as a % of sgemm's;
+#   - when $(BENCH_PYTHON) has torch, against PyTorch's CPU attention (textbook formula with
+#     autograd; scaled_dot_product_attention where the installed torch has it), side by side in
+#     alternating runs by bench/attention_torch_cpu.py, which prints the speed-ups and a table.
+# OPENBLAS_CORETYPE is used as the environment has it (the machine line names OpenBLAS's kernel).
+# Reference figures: bench/results/attention_cpu.md. Timings on shared machines are noisy: compare
+# the ratios of one run; BENCH_ROUNDS=3 alternates the two sides three times and takes medians.
+BENCH_N            ?= 1024,2048,4096
+BENCH_THREADS      ?= 2
+BENCH_REPEAT       ?= 5
+BENCH_TORCH_REPEAT ?= 3
+BENCH_ROUNDS       ?= 1
+BENCH_PYTHON       ?= /usr/bin/python3
+bench: all
+	@if $(BENCH_PYTHON) -c 'import torch' >/dev/null 2>&1; then \
+	    $(BENCH_PYTHON) bench/attention_torch_cpu.py --flashgrad $(BUILD)/flashgrad --n $(BENCH_N) --b 4 --h 4 --d 64 \
+	        --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) --torch-repeat $(BENCH_TORCH_REPEAT) \
+	        --rounds $(BENCH_ROUNDS); \
+	else \
+	    echo "bench: $(BENCH_PYTHON) has no torch: flashgrad against sgemm only"; \
+	    $(BUILD)/flashgrad bench attention --impl flash --b 4 --h 4 --d 64 --n $(BENCH_N) \
+	        --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) && \
+	    $(BUILD)/flashgrad bench attention --impl flash --b 4 --h 4 --d 64 --n $(BENCH_N) \
+	        --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) --causal; \
+	fi
+	@# ---- HOOK: the `flashgrad bench train` comparison (training-speed work) replaces the next line ----
+	@: bench-train-hook

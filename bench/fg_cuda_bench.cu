@@ -5,6 +5,12 @@
  *
  *   fg_cuda_bench [--n 1024,4096,16384] [--d 64,128] [--dtype f32|f64] [--tokens 16384]
  *                 [--hidden 2048] [--budget-ms 1500] [--impl flash|naive]
+ *                 [--gqa HKV_DIVISOR] [--window L,R] [--alibi] [--softcap C]
+ *
+ * Variants (ops/attention.h): --gqa G gives K and V H/G heads (G query heads share one), --window,
+ * --alibi (standard slopes) and --softcap as in `flashgrad attention`; the last column names them.
+ * With a window the FLOPs count the visible (i, j) pairs exactly (Σ_i of the row's key range), so
+ * TFLOP/s measure useful work and the skipped tiles show up as time saved.
  *
  * Shapes follow the FlashAttention papers' benchmark: batch · N = tokens (16k), heads · d = hidden
  * (2048). FLOPs: forward 4·B·H·Nq·Nk·d (halved when causal), backward 2.5× the forward (the
@@ -89,12 +95,18 @@ int main(int argc, char **argv) {
     double budget = 1500;
     fg_dtype dt = FG_F32;
     fg_attn_impl impl = FG_ATTN_FLASH;
+    fg_attn_variant var{}; /* no variant */
+    long gqa = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: fg_cuda_bench [--n LIST] [--d LIST] [--dtype f32|f64] [--tokens N] [--hidden N] "
-                   "[--budget-ms MS] [--impl flash|naive]\n");
+                   "[--budget-ms MS] [--impl flash|naive] [--gqa G] [--window L,R] [--alibi] [--softcap C]\n");
             return 0;
+        }
+        if (!strcmp(a, "--alibi")) {
+            var.alibi = 1;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "fg_cuda_bench: %s needs a value\n", a);
@@ -110,6 +122,15 @@ int main(int argc, char **argv) {
             dt = !strcmp(v, "f64") ? FG_F64 : FG_F32;
             continue;
         }
+        if (!strcmp(a, "--gqa") && (gqa = atol(v)) > 0) continue;
+        if (!strcmp(a, "--softcap") && (var.softcap = atof(v)) > 0) continue;
+        long wl, wr;
+        if (!strcmp(a, "--window") && sscanf(v, "%ld,%ld", &wl, &wr) == 2 && wl >= -1 && wr >= -1) {
+            var.window = 1;
+            var.window_left = wl;
+            var.window_right = wr;
+            continue;
+        }
         if (!strcmp(a, "--impl") && (!strcmp(v, "flash") || !strcmp(v, "naive"))) {
             impl = !strcmp(v, "naive") ? FG_ATTN_NAIVE : FG_ATTN_FLASH;
             continue;
@@ -119,7 +140,16 @@ int main(int argc, char **argv) {
     }
     CHECK(fg_cuda_init());
     fprintf(stderr, "fg_cuda_bench on %s\n", fg_cuda_device_string());
-    printf("impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops\n");
+    char vname[96] = "";
+    if (gqa > 1) snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "gqa%ld ", gqa);
+    if (var.window)
+        snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "window%ld:%ld ", (long)var.window_left,
+                 (long)var.window_right);
+    if (var.alibi) snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "alibi ");
+    if (var.softcap > 0) snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "softcap%g ", var.softcap);
+    if (!*vname) snprintf(vname, sizeof vname, "none");
+    else vname[strlen(vname) - 1] = '\0';
+    printf("impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops,variant\n");
     curandGenerator_t gen = (curandGenerator_t)fg_cuda_curand();
     const size_t es = fg_dtype_size(dt);
     for (long N : ns)
@@ -129,6 +159,14 @@ int main(int argc, char **argv) {
                 fg_attn_opts op = fg_attn_defaults();
                 op.impl = impl;
                 op.causal = causal;
+                op.variant = var;
+                if (gqa > 1) {
+                    if (H % gqa) {
+                        fprintf(stderr, "fg_cuda_bench: --gqa %ld does not divide H = %ld (d = %ld)\n", gqa, H, d);
+                        return 2;
+                    }
+                    op.variant.n_kv_heads = H / gqa;
+                }
                 fg_attn_problem pr;
                 CHECK(fg_attn_problem_init(&pr, B, H, N, N, d, &op));
                 const size_t n = (size_t)B * H * N * d, nl = (size_t)B * H * N;
@@ -152,9 +190,19 @@ int main(int argc, char **argv) {
                 double bwd = time_ms([&] {
                     CHECK(fg_cuda_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr));
                 }, budget);
-                const double flops = 4.0 * B * H * (double)N * N * d * (causal ? 0.5 : 1.0);
-                printf("%s,%s,%ld,%ld,%ld,%ld,%d,%.3f,%.3f,%.2f,%.2f\n", fg_attn_impl_name(impl), dt == FG_F64 ? "float64" : "float32",
-                       B, H, N, d, causal, fwd, bwd, flops / (fwd * 1e9), 2.5 * flops / (bwd * 1e9));
+                double pairs = (double)N * N * (causal ? 0.5 : 1.0); /* the papers' convention */
+                if (var.window) { /* exactly the visible pairs */
+                    pairs = 0;
+                    for (long i = 0; i < N; i++) {
+                        int64_t lo, hi;
+                        fg_attn_row_range(i, N, N, causal, 1, var.window_left, var.window_right, &lo, &hi);
+                        pairs += hi > lo ? (double)(hi - lo) : 0.0;
+                    }
+                }
+                const double flops = 4.0 * B * H * pairs * d;
+                printf("%s,%s,%ld,%ld,%ld,%ld,%d,%.3f,%.3f,%.2f,%.2f,%s\n", fg_attn_impl_name(impl),
+                       dt == FG_F64 ? "float64" : "float32", B, H, N, d, causal, fwd, bwd, flops / (fwd * 1e9),
+                       2.5 * flops / (bwd * 1e9), vname);
                 fflush(stdout);
                 for (void **b : bufs) cudaFree(*b);
                 cudaFree(lse);

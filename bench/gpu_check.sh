@@ -4,13 +4,20 @@
 #   1. build        make cuda (nvcc, -arch=sm_$CUDA_ARCH), all cores
 #   2. tests        build-cuda/fg_cuda_tests: every op on the GPU against the CPU, attention flash
 #                   vs naive vs CPU (causal or not, dropout or not, float32 and float64, odd sizes,
-#                   Nq != Nk), determinism of the backward, the GPU's Philox and cuRAND, errors
+#                   Nq != Nk) plain and with each variant (GQA, window, ALiBi, softcap, all at
+#                   once), determinism of the backward (also under GQA), the GPU's Philox and
+#                   cuRAND, the attention commands with --device cuda, errors
+#   2b. variants    `flashgrad gradcheck attention --device cuda` for the variants, at sizes that
+#                   span several GPU tiles: GPU naive vs finite differences, GPU flash and naive vs
+#                   the CPU in float64, GPU flash float32 vs twice GPU naive float32's error
 #   3. training     a short GPT run on the GPU and on the CPU with the same seed; losses compared
 #                   step by step (reported "not available" when the build cannot train on cuda)
 #   4. benchmark    flash attention forward/backward ms and TFLOP/s at N = 1k, 4k, 16k, d = 64,
 #                   128, causal and not (build-cuda/fg_cuda_bench), beside PyTorch's
 #                   scaled_dot_product_attention on the same GPU in the same precision
-#                   (bench/attention_torch_gpu.py)
+#                   (bench/attention_torch_gpu.py); then flashgrad alone with variants (GQA 4:1
+#                   with a causal 512-key window, ALiBi + softcap) at N = 4k, 16k, d = 128 — skipped
+#                   when the check has already used 300 s
 # It writes one report, gpu_check_report.md, to $OUT when set, else to bench/results/, and prints
 # its summary. Exit status: 0 when the build and the test suite pass, 1 otherwise. Every step has
 # its own time limit and a step that runs out of time is reported as such, with what it printed.
@@ -18,7 +25,7 @@
 #   GPU_CHECK_QUICK=1   smaller benchmark (N = 1k, 4k) and the quick test sizes
 #   CUDA_ARCH=90        passed to make cuda
 set -u -o pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 OUTDIR="${OUT:-bench/results}"
 mkdir -p "$OUTDIR"
@@ -106,6 +113,34 @@ if [ $OK_BUILD -eq 1 ]; then
     code_tail "$TMP/tests.log" 150
 else
     note "tests: SKIPPED (no build)"
+fi
+
+# ---- 2b. attention variants: gradcheck on the GPU ----
+section "2b. Attention variants on the GPU: flashgrad gradcheck attention --device cuda"
+if [ $OK_BUILD -eq 1 ]; then
+    # B=1 H=2 Nq=70 Nk=90 d=8: two GPU query tiles and two key tiles, ~5k GPU forwards for the
+    # finite differences of each line
+    gsz=(--b 1 --h 2 --nq 70 --nk 90 --d 8 --seed 7)
+    vpass=0
+    vfail=0
+    : >"$TMP/variants.log"
+    for v in "--causal --dropout 0.1" "--gqa 1 --window 16,4 --causal" "--alibi --softcap 3 --dropout 0.2" \
+        "--gqa 1 --window 10,-1 --alibi --softcap 2 --causal --dropout 0.1"; do
+        # shellcheck disable=SC2086
+        run 40 "$TMP/variant_one.log" build-cuda/flashgrad gradcheck attention --device cuda "${gsz[@]}" $v
+        { echo "\$ flashgrad gradcheck attention --device cuda ${gsz[*]} $v   (rc $RC)"; cat "$TMP/variant_one.log"; echo; } \
+            >>"$TMP/variants.log"
+        if [ $RC -eq 0 ]; then vpass=$((vpass + 1)); else vfail=$((vfail + 1)); fi
+    done
+    if [ $vfail -eq 0 ]; then
+        note "variants gradcheck: PASS ($vpass of 4) [$(elapsed) s]"
+    else
+        note "variants gradcheck: FAIL ($vfail of 4 failed or ran out of time) [$(elapsed) s]"
+        OK_TESTS=0
+    fi
+    code "$TMP/variants.log"
+else
+    note "variants gradcheck: SKIPPED (no build)"
 fi
 
 # ---- 3. training, GPU against CPU ----
@@ -197,6 +232,25 @@ EOF
     code "$TMP/fg.csv"
     echo "PyTorch (bench/attention_torch_gpu.py):" >>"$TMP/body.md"
     code "$TMP/torch.csv"
+    # variants: flashgrad alone (PyTorch's SDPA has no window or softcap); window FLOPs count the
+    # visible pairs only
+    if [ "$(elapsed)" -lt 300 ]; then
+        vns="4096,16384"
+        [ "$QUICK" = 1 ] && vns="4096"
+        : >"$TMP/fg_var.csv"
+        run 30 "$TMP/fg_var1.csv" build-cuda/fg_cuda_bench --n "$vns" --d 128 --budget-ms 150 --gqa 4 --window 512,-1
+        rc_v1=$RC
+        run 30 "$TMP/fg_var2.csv" build-cuda/fg_cuda_bench --n "$vns" --d 128 --budget-ms 150 --alibi --softcap 30
+        rc_v2=$RC
+        cat "$TMP/fg_var1.csv" "$TMP/fg_var2.csv" >"$TMP/fg_var.csv"
+        nvar=$(grep -c '^flash,' "$TMP/fg_var.csv" || true)
+        note "benchmark, variants: rc $rc_v1/$rc_v2 ($nvar rows) [$(elapsed) s]"
+        echo "" >>"$TMP/body.md"
+        echo "flashgrad with variants (causal 0/1; GQA 4:1 + window 512,-1, then ALiBi + softcap 30):" >>"$TMP/body.md"
+        code "$TMP/fg_var.csv"
+    else
+        note "benchmark, variants: SKIPPED (the check has used $(elapsed) s)"
+    fi
 else
     note "benchmark: SKIPPED (no build)"
 fi

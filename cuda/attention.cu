@@ -5,19 +5,25 @@
  * CPU reference: ops/attention_flash.c and ops/attention_naive.c (same math, same masking, same
  * dropout function); tests/cuda/ checks flash against naive against the CPU.
  *
- * Legend: B batch, H heads, Nq queries, Nk keys, d head dim (D = d rounded up to 32/64/128/256,
- * the kernel's compile-time width; columns d..D-1 are zero in shared memory and never stored).
- *   q (B, H, Nq, d); k, v (B, H, Nk, d); o, dout, dq (B, H, Nq, d); dk, dv (B, H, Nk, d);
+ * Legend: B batch, H heads, H_kv K/V heads (G = H / H_kv), Nq queries, Nk keys, d head dim
+ * (D = d rounded up to 32/64/128/256, the kernel's compile-time width; columns d..D-1 are zero in
+ * shared memory and never stored).
+ *   q (B, H, Nq, d); k, v (B, H_kv, Nk, d); o, dout, dq (B, H, Nq, d); dk, dv (B, H_kv, Nk, d);
  *   lse (B, H, Nq); p (B, H, Nq, Nk) — naive only.
- *   Causal mask, bottom-right aligned: query i sees key j iff j <= i + Nk − Nq (cuda/attn_tiles.h).
+ *   The score of (b, h, i, j) is ops/attention.h's, steps 1–6, with the CPU's helpers
+ *   (ops/attention_variant.h): s = scale · q·k with K/V head h / G; softcap; ALiBi; −inf outside
+ *   causal ∧ window (bottom-right aligned, i' = i + Nk − Nq). User callbacks (score_mod, mask)
+ *   run on the CPU only and are refused here.
  *   Dropout: element (b, h, i, j) of P is kept iff fg_attn_keep(seed, threshold, b, h, i, j)
- *   (tensor/philox.h, the same function the CPU calls) and then scaled by 1/(1 − p).
+ *   (tensor/philox.h, the same function the CPU calls; h the query head) and then scaled by 1/(1 − p).
+ *   ALiBi slopes: the user's (a host array) are copied to the device for each call; the standard
+ *   ones are computed in the kernels by fg_attn_alibi_slope, the CPU's function.
  *
  * ---- flash forward: one thread block per (q tile of BQ rows, h, b), 256 threads ----
- *   Q tile in shared memory for the whole block; for each key tile kt < kt_end(qt) (tiles past the
- *   causal horizon are skipped entirely):
- *     K, V tiles -> shared memory
- *     S  = scale · Q Kᵀ                      (BQ × BK, registers; masked only in PARTIAL tiles)
+ *   Q tile in shared memory for the whole block; for each key tile in the range the tile's rows can
+ *   see (causal ∧ window, fa_key_tiles), skipping the MASKED ones entirely (no load, no math):
+ *     K, V tiles -> shared memory           (K/V head h / G)
+ *     S  = variants(scale · Q Kᵀ)            (BQ × BK, registers; masked only in PARTIAL tiles)
  *     m' = max(m, rowmax S);  P = exp(S − m');  l = exp(m − m') l + rowsum P
  *     O  = exp(m − m') O + dropout(P) V      (O accumulates in registers)
  *   then O /= l and lse = m + log l (in float64, rounded once; with the `aux` buffer, lse_lo gets
@@ -28,13 +34,16 @@
  *
  * ---- flash backward (deterministic: no floating-point atomics) ----
  *   kernel 1: Dᵢ = rowsum(dOᵢ ∘ Oᵢ)   (= Σ_j P_ij dP_ij with dropout; summed in float64, as on the CPU)
- *   kernel 2: one block per (key tile, h, b). K, V tiles stay in shared memory; dK and dV
- *             accumulate in registers over the query tiles qt >= qt_begin(kt) that see the tile:
- *               recompute S = scale · Q Kᵀ, P = exp((S − L) − lse_lo) ("recompute": naive stored P)
- *               dP = (dO Vᵀ) ∘ Z;  dS = P ∘ (dP − D)
+ *   kernel 2: one block per (key tile, K/V head g, b). K, V tiles stay in shared memory; dK and dV
+ *             accumulate in registers over the G query heads of the group (in order) and, for
+ *             each, the query tiles whose rows see the tile (fa_query_tiles; MASKED ones skipped):
+ *               recompute S = variants(scale · Q Kᵀ), P = exp((S − L) − lse_lo) ("recompute":
+ *               naive stored P)
+ *               dP = (dO Vᵀ) ∘ Z;  dS = P ∘ (dP − D) ∘ (1 − tanh²) [softcap]
  *               dV += (P∘Z)ᵀ dO;   dK += scale · dSᵀ Q
- *             then adds them into dk, dv. Each element of dk, dv has exactly one writer.
- *   kernel 3: one block per (query tile, h, b): loops over key tiles kt < kt_end(qt), recomputes
+ *             then adds them into dk, dv. Each element of dk, dv has exactly one writer, so GQA's
+ *             sum over the group is deterministic too.
+ *   kernel 3: one block per (query tile, h, b): loops over the key tiles its rows see, recomputes
  *             P and dS the same way and accumulates dQ += scale · dS K in registers; one writer per
  *             element of dq. (dS is computed twice — by kernels 2 and 3 — which is the price of
  *             dropping the atomics; both use identical arithmetic.)
@@ -47,10 +56,15 @@
  * The kernels live in cuda/attention_kernels.cuh (so the CPU emulator of tests/cuda/emu/ can run
  * the same source); this file holds the host side: launches, scratch, the backend entry points.
  *
- * ---- naive: S = scale · Q Kᵀ by strided-batched cuBLAS over all (b, h); a row kernel masks,
- *   normalizes and writes P and lse; O = (P∘Z) V by cuBLAS. Backward from P, as the CPU's.
+ * ---- naive: S = scale · Q Kᵀ by strided-batched cuBLAS, one batch per (b, K/V head g) whose
+ *   rows are the G·Nq query rows of the group's heads (contiguous in Q, O and P), so GQA needs no
+ *   copy of K or V; a row kernel applies the variants, masks, normalizes and writes P and lse;
+ *   O = (P∘Z) V by cuBLAS. Backward from P, as the CPU's; dK and dV come out of GEMMs whose inner
+ *   dimension runs over the group's G·Nq rows (the GQA sum). With softcap the backward recomputes
+ *   S1 = scale · Q Kᵀ for the chain rule, as the CPU does.
  */
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 
 #include "cuda/attention_kernels.cuh"
@@ -73,52 +87,90 @@ static fg_status allow_smem(const void *kernel, size_t bytes, const char *what) 
     return FG_OK;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool MODS>
 static fg_status flash_fwd_launch(const fa_args<T> &a) {
     using C = flash_cfg<T, D>;
     const size_t smem = fwd_smem<T, D>();
-    FG_TRY(allow_smem((const void *)flash_fwd_kernel<T, D>, smem, "forward"));
+    FG_TRY(allow_smem((const void *)flash_fwd_kernel<T, D, MODS>, smem, "forward"));
     dim3 grid((unsigned)fg_attn_ntiles(a.Nq, C::FBQ), (unsigned)a.H, (unsigned)a.B);
-    flash_fwd_kernel<T, D><<<grid, 256, smem, fg_cu_stream()>>>(a);
+    flash_fwd_kernel<T, D, MODS><<<grid, 256, smem, fg_cu_stream()>>>(a);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool MODS>
 static fg_status flash_bwd_launch(const fa_args<T> &a) {
     using C = flash_cfg<T, D>;
     if (a.dk || a.dv) {
         const size_t smem = dkdv_smem<T, D>();
-        FG_TRY(allow_smem((const void *)flash_bwd_dkdv_kernel<T, D>, smem, "backward (dK, dV)"));
-        dim3 grid((unsigned)fg_attn_ntiles(a.Nk, C::BBK), (unsigned)a.H, (unsigned)a.B);
+        FG_TRY(allow_smem((const void *)flash_bwd_dkdv_kernel<T, D, MODS>, smem, "backward (dK, dV)"));
+        dim3 grid((unsigned)fg_attn_ntiles(a.Nk, C::BBK), (unsigned)a.Hkv, (unsigned)a.B); /* per K/V head */
         if (grid.x > 0) {
-            flash_bwd_dkdv_kernel<T, D><<<grid, 256, smem, fg_cu_stream()>>>(a);
+            flash_bwd_dkdv_kernel<T, D, MODS><<<grid, 256, smem, fg_cu_stream()>>>(a);
             FG_CU_LAUNCHED();
         }
     }
     if (a.dq) {
         const size_t smem = dq_smem<T, D>();
-        FG_TRY(allow_smem((const void *)flash_bwd_dq_kernel<T, D>, smem, "backward (dQ)"));
+        FG_TRY(allow_smem((const void *)flash_bwd_dq_kernel<T, D, MODS>, smem, "backward (dQ)"));
         dim3 grid((unsigned)fg_attn_ntiles(a.Nq, C::BBQ), (unsigned)a.H, (unsigned)a.B);
-        flash_bwd_dq_kernel<T, D><<<grid, 256, smem, fg_cu_stream()>>>(a);
+        flash_bwd_dq_kernel<T, D, MODS><<<grid, 256, smem, fg_cu_stream()>>>(a);
         FG_CU_LAUNCHED();
     }
     return FG_OK;
 }
 
-/* Sizes the grids can hold, and no variant beyond causal + dropout: this backend registers no
- * FG_ATTN_CAP_* capability, so fg_attention refuses variants on cuda before calling us; direct
- * callers get the same answer here. */
+/* The instance for (D, MODS): the kernels' head-dim width and whether softcap / ALiBi are on. */
+template <typename T, bool MODS>
+static fg_status flash_launch_d(int D, const fa_args<T> &a, bool backward) {
+    switch (D) {
+    case 32: return backward ? flash_bwd_launch<T, 32, MODS>(a) : flash_fwd_launch<T, 32, MODS>(a);
+    case 64: return backward ? flash_bwd_launch<T, 64, MODS>(a) : flash_fwd_launch<T, 64, MODS>(a);
+    case 128: return backward ? flash_bwd_launch<T, 128, MODS>(a) : flash_fwd_launch<T, 128, MODS>(a);
+    default: return backward ? flash_bwd_launch<T, 256, MODS>(a) : flash_fwd_launch<T, 256, MODS>(a);
+    }
+}
+template <typename T>
+static fg_status flash_launch(int D, const fa_args<T> &a, bool backward) {
+    return fa_mods(a) ? flash_launch_d<T, true>(D, a, backward) : flash_launch_d<T, false>(D, a, backward);
+}
+
+/* Sizes the grids can hold and the variants the kernels implement: GQA, window, ALiBi and softcap
+ * (FG_ATTN_CAP_*), causal and dropout; user callbacks run on the CPU only (fg_attention refuses
+ * them on cuda before calling us; direct callers get the same answer here). */
 static fg_status check_problem(const fg_attn_problem *pr, const char *what) {
-    if ((pr->var.n_kv_heads != 0 && pr->var.n_kv_heads != pr->H) || pr->var.window || pr->var.alibi ||
-        pr->var.softcap != 0 || pr->custom.score_mod || pr->custom.mask)
-        return fg_error(FG_ERR_DEVICE, "%s: attention variants (GQA, window, ALiBi, softcap, callbacks) are not "
-                        "implemented on cuda; only causal masking and dropout are", what);
+    if (pr->custom.score_mod || pr->custom.score_mod_grad || pr->custom.mask || pr->custom.block_mask)
+        return fg_error(FG_ERR_DEVICE, "%s on cuda: user callbacks (score_mod, mask, block mask) run on the CPU only; "
+                        "move the tensors to the CPU, or use the built-in variants (GQA, window, ALiBi, softcap)", what);
+    const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
+    if (pr->H > 0 && (Hkv < 1 || pr->H % Hkv != 0))
+        return fg_error(FG_ERR_SHAPE, "%s: H = %lld query heads is not a multiple of H_kv = %lld", what, (long long)pr->H,
+                        (long long)Hkv);
+    if (pr->var.softcap < 0 || !isfinite(pr->var.softcap))
+        return fg_error(FG_ERR_ARG, "%s: softcap must be finite and >= 0, got %g", what, pr->var.softcap);
     if (pr->B > 65535 || pr->H > 65535)
         return fg_error(FG_ERR_ARG, "%s: B = %lld and H = %lld must each be at most 65535 on the GPU", what,
                         (long long)pr->B, (long long)pr->H);
     if (pr->Nq > INT32_MAX || pr->Nk > INT32_MAX || pr->d > 256 * 1024)
         return fg_error(FG_ERR_ARG, "%s: sizes too large", what);
+    return FG_OK;
+}
+
+/* The ALiBi slopes the kernels read: NULL (no ALiBi, or the standard slopes, which the kernels
+ * compute with fg_attn_alibi_slope) or a device copy of the user's H host slopes, in `buf`. The
+ * copy waits for the upload, so the caller's array may change once we return. */
+static fg_status device_slopes(const fg_attn_problem *pr, fg_cu_scratch &buf, const double **out) {
+    *out = nullptr;
+    if (!pr->var.alibi || !pr->var.alibi_slopes || pr->H == 0) return FG_OK;
+    for (int64_t h = 0; h < pr->H; h++)
+        if (!isfinite(pr->var.alibi_slopes[h]))
+            return fg_error(FG_ERR_ARG, "attention: ALiBi slope of head %lld is %g, not finite", (long long)h,
+                            pr->var.alibi_slopes[h]);
+    const size_t n = (size_t)pr->H * sizeof(double);
+    FG_TRY(buf.get(n, "attention (ALiBi slopes)"));
+    FG_CU(cudaMemcpyAsync(buf.p, pr->var.alibi_slopes, n, cudaMemcpyHostToDevice, fg_cu_stream()));
+    FG_CU(cudaStreamSynchronize(fg_cu_stream()));
+    *out = buf.as<double>();
     return FG_OK;
 }
 
@@ -131,18 +183,15 @@ static fg_status flash_forward(T *o, T *lse, T *lse_lo, const T *q, const T *k, 
                         (long long)pr->d);
     if (pr->B * pr->H * pr->Nq == 0) return FG_OK;
     fa_args<T> a = make_args<T>(pr);
+    fg_cu_scratch slopes;
+    FG_TRY(device_slopes(pr, slopes, &a.slopes));
     a.q = q;
     a.k = k;
     a.v = v;
     a.o_out = o;
     a.lse_out = lse;
     a.lse_lo_out = lse_lo;
-    switch (D) {
-    case 32: return flash_fwd_launch<T, 32>(a);
-    case 64: return flash_fwd_launch<T, 64>(a);
-    case 128: return flash_fwd_launch<T, 128>(a);
-    default: return flash_fwd_launch<T, 256>(a);
-    }
+    return flash_launch<T>(D, a, false);
 }
 
 template <typename T>
@@ -161,6 +210,8 @@ static fg_status flash_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
                                                                                             rows, (int)pr->d);
     FG_CU_LAUNCHED();
     fa_args<T> a = make_args<T>(pr);
+    fg_cu_scratch slopes;
+    FG_TRY(device_slopes(pr, slopes, &a.slopes));
     a.q = q;
     a.k = k;
     a.v = v;
@@ -172,78 +223,105 @@ static fg_status flash_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
     a.dq = dq;
     a.dk = dk;
     a.dv = dv;
-    switch (D) { /* kernels 2 and 3 */
-    case 32: return flash_bwd_launch<T, 32>(a);
-    case 64: return flash_bwd_launch<T, 64>(a);
-    case 128: return flash_bwd_launch<T, 128>(a);
-    default: return flash_bwd_launch<T, 256>(a);
-    }
+    return flash_launch<T>(D, a, true); /* kernels 2 and 3 */
 }
 
 /* ============================================================================================
  * host side: naive
  * ============================================================================================ */
 
+/* Sizes of the group-batched GEMMs: batch (b, g) over B·H_kv, M = G·Nq query rows per batch. */
+struct naive_dims {
+    int64_t batch, GNq, Nq, Nk, d, ldn;
+    naive_dims(const fg_attn_problem *pr) {
+        const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
+        batch = pr->B * Hkv;
+        GNq = (Hkv > 0 ? pr->H / Hkv : 1) * pr->Nq;
+        Nq = pr->Nq;
+        Nk = pr->Nk;
+        d = pr->d;
+        ldn = Nk > 1 ? Nk : 1;
+    }
+};
+
 template <typename T>
 static fg_status naive_forward(T *o, T *lse, T *p, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {
-    const int64_t BH = pr->B * pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, nn = Nq * Nk;
-    if (BH * Nq == 0) return FG_OK;
+    const int64_t BH = pr->B * pr->H, nn = pr->Nq * pr->Nk;
+    if (BH * pr->Nq == 0) return FG_OK;
+    const naive_dims n(pr);
     const fg_dtype dt = sizeof(T) == 8 ? FG_F64 : FG_F32;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
-    fg_cu_scratch sP, sW;
+    fa_args<T> a = make_args<T>(pr);
+    fg_cu_scratch sP, sW, slopes;
+    FG_TRY(device_slopes(pr, slopes, &a.slopes));
     T *P = p;
     if (!P) {
         FG_TRY(sP.get((size_t)(BH * nn) * sizeof(T), "naive attention (score matrix)"));
         P = sP.as<T>();
     }
-    /* S = scale · Q Kᵀ  (Nq × Nk per (b, h)) into P's buffer */
-    FG_TRY(fg_cuda_gemm(dt, 0, 1, Nq, Nk, d, pr->scale, q, d, Nq * d, k, d, Nk * d, 0.0, P, Nk > 1 ? Nk : 1, nn, BH));
-    naive_softmax_kernel<T><<<fg_cu_blocks(BH * Nq * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(P, lse, BH * Nq, Nq, Nk,
-                                                                                            pr->causal);
+    /* S1 = scale · Q Kᵀ  (G·Nq × Nk per (b, g)) into P's buffer */
+    FG_TRY(fg_cuda_gemm(dt, 0, 1, n.GNq, n.Nk, n.d, pr->scale, q, n.d, n.GNq * n.d, k, n.d, n.Nk * n.d, 0.0, P, n.ldn,
+                        n.GNq * n.Nk, n.batch));
+    /* S = variants(S1), masked; P = softmax(S); lse */
+    naive_softmax_kernel<T><<<fg_cu_blocks(BH * n.Nq * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(P, lse, BH * n.Nq, a);
     FG_CU_LAUNCHED();
     const T *W = P; /* the weights that multiply V */
     if (thr && BH * nn > 0) {
         FG_TRY(sW.get((size_t)(BH * nn) * sizeof(T), "naive attention (dropout weights)"));
         naive_dropout_kernel<T><<<fg_cu_blocks(BH * nn), FG_CU_THREADS, 0, fg_cu_stream()>>>(
-            sW.as<T>(), P, BH * nn, pr->H, Nq, Nk, pr->seed, thr, (T)(1.0 / (1.0 - pr->dropout_p)));
+            sW.as<T>(), P, BH * nn, pr->H, n.Nq, n.Nk, pr->seed, thr, (T)(1.0 / (1.0 - pr->dropout_p)));
         FG_CU_LAUNCHED();
         W = sW.as<T>();
     }
-    /* O = W V */
-    return fg_cuda_gemm(dt, 0, 0, Nq, d, Nk, 1.0, W, Nk > 1 ? Nk : 1, nn, v, d, Nk * d, 0.0, o, d, Nq * d, BH);
+    /* O = W V  (V of K/V head g for all G·Nq rows of the group) */
+    return fg_cuda_gemm(dt, 0, 0, n.GNq, n.d, n.Nk, 1.0, W, n.ldn, n.GNq * n.Nk, v, n.d, n.Nk * n.d, 0.0, o, n.d,
+                        n.GNq * n.d, n.batch);
 }
 
 template <typename T>
 static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *p,
                                 const fg_attn_problem *pr) {
-    const int64_t BH = pr->B * pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, nn = Nq * Nk, ldn = Nk > 1 ? Nk : 1;
+    const int64_t BH = pr->B * pr->H, nn = pr->Nq * pr->Nk;
     if ((!dq && !dk && !dv) || BH * nn == 0) return FG_OK;
     if (!p) return fg_error(FG_ERR_ARG, "naive attention backward: the saved P is NULL");
+    const naive_dims n(pr);
+    const int64_t sS = n.GNq * n.Nk, sQ = n.GNq * n.d, sK = n.Nk * n.d; /* batch strides */
     const fg_dtype dt = sizeof(T) == 8 ? FG_F64 : FG_F32;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
     const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
-    fg_cu_scratch sW, sdS;
+    fg_cu_scratch sW, sdS, sS1;
     const T *W = p;
     if (thr) {
         FG_TRY(sW.get((size_t)(BH * nn) * sizeof(T), "naive attention backward"));
         naive_dropout_kernel<T><<<fg_cu_blocks(BH * nn), FG_CU_THREADS, 0, fg_cu_stream()>>>(sW.as<T>(), p, BH * nn, pr->H,
-                                                                                           Nq, Nk, pr->seed, thr, inv_keep);
+                                                                                           n.Nq, n.Nk, pr->seed, thr, inv_keep);
         FG_CU_LAUNCHED();
         W = sW.as<T>();
     }
-    /* the forward's O = (P∘Z) V:  dV += (P∘Z)ᵀ dO */
-    if (dv) FG_TRY(fg_cuda_gemm(dt, 1, 0, Nk, d, Nq, 1.0, W, ldn, nn, dout, d, Nq * d, 1.0, dv, d, Nk * d, BH));
+    /* the forward's O = (P∘Z) V:  dV += (P∘Z)ᵀ dO  (the inner dimension runs over the group's G·Nq rows) */
+    if (dv) FG_TRY(fg_cuda_gemm(dt, 1, 0, n.Nk, n.d, n.GNq, 1.0, W, n.ldn, sS, dout, n.d, sQ, 1.0, dv, n.d, sK, n.batch));
     if (!dq && !dk) return FG_OK;
     /* d(P∘Z) = dO Vᵀ;  dP = d(P∘Z) ∘ Z;  the forward's P = softmax(S): dS = P ∘ (dP − rowsum(dP ∘ P)) */
     FG_TRY(sdS.get((size_t)(BH * nn) * sizeof(T), "naive attention backward"));
     T *dS = sdS.as<T>();
-    FG_TRY(fg_cuda_gemm(dt, 0, 1, Nq, Nk, d, 1.0, dout, d, Nq * d, v, d, Nk * d, 0.0, dS, ldn, nn, BH));
-    naive_dsoftmax_kernel<T><<<fg_cu_blocks(BH * Nq * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(dS, p, BH * Nq, pr->H, Nq,
-                                                                                              Nk, pr->seed, thr, inv_keep);
+    FG_TRY(fg_cuda_gemm(dt, 0, 1, n.GNq, n.Nk, n.d, 1.0, dout, n.d, sQ, v, n.d, sK, 0.0, dS, n.ldn, sS, n.batch));
+    /* the forward's S = variants(S1): with softcap, dS1 = dS ∘ (1 − tanh²(S1/c)) from S1 = scale · Q Kᵀ
+     * recomputed (ALiBi's derivative is 1) */
+    const T *S1 = nullptr;
+    T inv_c = 0;
+    if (pr->var.softcap > 0) {
+        FG_TRY(sS1.get((size_t)(BH * nn) * sizeof(T), "naive attention backward (softcap)"));
+        FG_TRY(fg_cuda_gemm(dt, 0, 1, n.GNq, n.Nk, n.d, pr->scale, q, n.d, sQ, k, n.d, sK, 0.0, sS1.as<T>(), n.ldn, sS,
+                            n.batch));
+        S1 = sS1.as<T>();
+        inv_c = (T)(1.0 / pr->var.softcap);
+    }
+    naive_dsoftmax_kernel<T><<<fg_cu_blocks(BH * n.Nq * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(
+        dS, p, S1, inv_c, BH * n.Nq, pr->H, n.Nq, n.Nk, pr->seed, thr, inv_keep);
     FG_CU_LAUNCHED();
-    /* the forward's S = scale · Q Kᵀ:  dQ += scale dS K,  dK += scale dSᵀ Q */
-    if (dq) FG_TRY(fg_cuda_gemm(dt, 0, 0, Nq, d, Nk, pr->scale, dS, ldn, nn, k, d, Nk * d, 1.0, dq, d, Nq * d, BH));
-    if (dk) FG_TRY(fg_cuda_gemm(dt, 1, 0, Nk, d, Nq, pr->scale, dS, ldn, nn, q, d, Nq * d, 1.0, dk, d, Nk * d, BH));
+    /* the forward's S1 = scale · Q Kᵀ:  dQ += scale dS K,  dK += scale dSᵀ Q (summed over the group) */
+    if (dq) FG_TRY(fg_cuda_gemm(dt, 0, 0, n.GNq, n.d, n.Nk, pr->scale, dS, n.ldn, sS, k, n.d, sK, 1.0, dq, n.d, sQ, n.batch));
+    if (dk) FG_TRY(fg_cuda_gemm(dt, 1, 0, n.Nk, n.d, n.GNq, pr->scale, dS, n.ldn, sS, q, n.d, sQ, 1.0, dk, n.d, sK, n.batch));
     return FG_OK;
 }
 

@@ -5,7 +5,18 @@
  * in tests/cuda/emu/ defines FG_CUDA_EMU and the CUDA built-ins (threads as fibers, __syncthreads
  * and warp shuffles as barriers) and checks these kernels against the CPU reference on a machine
  * without a GPU (`make cuda-emu`). So this file uses nothing from the CUDA runtime: only
- * cuda/device_math.cuh, cuda/attn_tiles.h, tensor/philox.h and FG_DYN_SMEM below.
+ * cuda/device_math.cuh, cuda/attn_tiles.h, ops/attention_variant.h, tensor/philox.h and
+ * FG_DYN_SMEM below.
+ *
+ * The variants (ops/attention.h, steps 1–6) are written with the CPU's own pure helpers of
+ * ops/attention_variant.h (fg_attn_row_range, fg_attn_alibi_slope; fa_tile_kind below is
+ * fg_attn_tile_kind_window's O(1) decision, tested equal to it), so the GPU and the CPU agree on
+ * which element is visible and which tile is skipped:
+ *   s = scale · q_i · k_j  (K/V head h / G)  ->  softcap c·tanh(s/c)  ->  ALiBi −slope_h·|i' − j|
+ *     ->  −inf outside causal ∧ window  ->  softmax, dropout (query head h), · V
+ * GQA and the window change only which tiles and elements are visited (runtime values). Softcap
+ * and ALiBi change every score, so the three flash kernels have a second instance (MODS = true)
+ * that applies them; the plain instance (MODS = false) has no per-score code beyond the mask test.
  */
 #ifndef FG_ATTENTION_KERNELS_CUH
 #define FG_ATTENTION_KERNELS_CUH
@@ -15,7 +26,7 @@
 
 #include "cuda/attn_tiles.h"
 #include "cuda/device_math.cuh"
-#include "ops/attention.h"
+#include "ops/attention.h" /* and ops/attention_variant.h */
 #include "tensor/philox.h"
 
 /* The block's dynamic shared memory as `unsigned char name[]`. */
@@ -23,19 +34,131 @@
 #define FG_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
-/* Kernel arguments (one struct for all kernels; unused pointers are NULL). */
+/* Kernel arguments (one struct for all kernels; unused pointers are NULL).
+ * q, o, dout, dq (B, H, Nq, d); k, v, dk, dv (B, Hkv, Nk, d); lse, lse_lo, Drow (B, H, Nq). */
 template <typename T>
 struct fa_args {
     const T *q, *k, *v, *o, *dout, *lse, *lse_lo, *Drow;
     T *o_out, *lse_out, *lse_lo_out, *dq, *dk, *dv;
     int64_t B, H, Nq, Nk;
+    int64_t Hkv, G;        /* K/V heads; query head h reads K/V head h / G, G = H / Hkv */
     int d;
     T scale;
     int causal;
     uint64_t seed;
-    uint32_t thr; /* fg_dropout_threshold(p); 0 = no dropout */
-    T inv_keep;   /* 1 / (1 − p) */
+    uint32_t thr;          /* fg_dropout_threshold(p); 0 = no dropout */
+    T inv_keep;            /* 1 / (1 − p) */
+    int window;            /* 1: keys i' − wl .. i' + wr only (a negative side is unbounded) */
+    int64_t wl, wr;
+    int alibi;             /* 1: s −= slope_h · |i' − j| */
+    const double *slopes;  /* device memory, H slopes; NULL: fg_attn_alibi_slope(h, H) */
+    T softcap, inv_softcap;/* softcap c > 0: s = c · tanh(s · (1/c)); 0 = off */
 };
+
+/* ---- the variants, per element and per tile ---- */
+
+/* The ALiBi slope of query head h (0 without ALiBi): the user's, or the standard one. */
+template <typename T> __device__ __forceinline__ double fa_slope(const fa_args<T> &a, int64_t h) {
+    if (!a.alibi) return 0.0;
+    return a.slopes ? a.slopes[h] : fg_attn_alibi_slope(h, a.H);
+}
+
+/* Does the problem need the MODS = true kernels (softcap or ALiBi)? */
+template <typename T> static inline bool fa_mods(const fa_args<T> &a) { return a.softcap > (T)0 || a.alibi; }
+
+/* Steps 2–3 on the scaled score x of row i' = i + Nk − Nq (ip) and key j, in the CPU's order and
+ * arithmetic (ops/attention_variant.c): softcap x = c·tanh(x·(1/c)), then ALiBi
+ * x −= (T)(slope·|i' − j|) (the product in float64). With g, *g = ∂x_out/∂x_in = 1 − tanh². */
+template <typename T>
+__device__ __forceinline__ T fa_modify(const fa_args<T> &a, T x, double slope, int64_t ip, int64_t j, T *g) {
+    if (a.softcap > (T)0) {
+        const T t = fg_tanh(x * a.inv_softcap);
+        x = a.softcap * t;
+        if (g) *g = (T)1 - t * t;
+    }
+    if (a.alibi) {
+        const int64_t dist = ip - j;
+        x -= (T)(slope * (double)(dist < 0 ? -dist : dist));
+    }
+    return x;
+}
+
+/* The keys [*lo, *hi) query i sees under causal ∧ window (rows past Nq: whatever the formula says;
+ * the kernels never store them). */
+template <typename T> __device__ __forceinline__ void fa_row_range(const fa_args<T> &a, int64_t i, int64_t *lo, int64_t *hi) {
+    fg_attn_row_range(i, a.Nq, a.Nk, a.causal, a.window, a.wl, a.wr, lo, hi);
+}
+
+/* The kind of the tile rows [i0, i0 + BQ) × keys [j0, j0 + BK) under causal ∧ window, from its
+ * first and last rows in range, exactly as fg_attn_tile_kind_window decides in O(1): both ends of
+ * a row's key range grow with i, so MASKED when the last row ends before j0 or the first row starts
+ * past the tile, FULL when the last row starts and the first row ends around it. Where the ends do
+ * not decide, fg_attn_tile_kind_window scans the rows for one that sees a key of the tile; that
+ * scan can only find MASKED when consecutive rows' ranges jump over the whole tile, which causal
+ * and window ranges never do (they move by one key per row), so the kernels skip it and call the
+ * tile PARTIAL — correct in any case, since a PARTIAL tile masks element by element — and keep its
+ * registers (tests/cuda/emu/flash_emu.cpp checks that both give the same kind, and that no tile with
+ * a visible element is left out of fa_key_tiles / fa_query_tiles, on ~3000 configurations).
+ * Key padding past Nk makes a FULL tile PARTIAL. Rows past Nq are ignored (the forward never
+ * stores them; the backward gives them L = −inf). */
+template <typename T, int BQ, int BK>
+__host__ __device__ __forceinline__ fg_tile_kind fa_tile_kind(const fa_args<T> &a, int64_t i0, int64_t j0) {
+    const int64_t nq = a.Nq - i0 < BQ ? a.Nq - i0 : BQ, nk = a.Nk - j0 < BK ? a.Nk - j0 : BK;
+    if (nq <= 0 || nk <= 0) return FG_TILE_MASKED;
+    int64_t lo0, hi0, lo1, hi1;
+    fg_attn_row_range(i0, a.Nq, a.Nk, a.causal, a.window, a.wl, a.wr, &lo0, &hi0);
+    fg_attn_row_range(i0 + nq - 1, a.Nq, a.Nk, a.causal, a.window, a.wl, a.wr, &lo1, &hi1);
+    if (hi1 <= j0 || lo0 >= j0 + nk) return FG_TILE_MASKED;
+    if (lo1 <= j0 && hi0 >= j0 + nk && nk == BK) return FG_TILE_FULL;
+    return FG_TILE_PARTIAL;
+}
+
+/* Key tiles [*kt0, *kt1) hold every key that a row of the query tile starting at i0 sees: the first
+ * row has the smallest lo, the last the largest hi (both ends grow with i), so no tile outside is
+ * visited. Inside, the FULL tiles are [*kf0, *kf1): keys [j0, j0 + BK) all in range, at or past the
+ * last row's lo and before the first row's hi; the others are PARTIAL (none is MASKED: the first
+ * tile ends past the first row's lo and the last starts before the last row's hi). This is
+ * fa_tile_kind for every tile of the range, in two integer compares per tile (tests/cuda/emu
+ * checks that it is). */
+template <typename T, int BQ, int BK>
+__device__ __forceinline__ void fa_key_tiles(const fa_args<T> &a, int64_t i0, int64_t *kt0, int64_t *kt1, int64_t *kf0,
+                                             int64_t *kf1) {
+    const int64_t i_last = (i0 + BQ < a.Nq ? i0 + BQ : a.Nq) - 1;
+    int64_t lo0, hi0, lo1, hi1;
+    fa_row_range(a, i0, &lo0, &hi0);
+    fa_row_range(a, i_last, &lo1, &hi1);
+    *kt0 = lo0 / BK;
+    *kt1 = hi1 > lo0 ? fg_attn_ntiles(hi1, BK) : *kt0;
+    *kf0 = (lo1 + BK - 1) / BK; /* j0 >= lo1 */
+    *kf1 = hi0 / BK;            /* j0 + BK <= hi0 (<= Nk) */
+}
+
+/* Query tiles [*qt0, *qt1) hold every row that sees a key of the key tile starting at j0: rows
+ * i_first (the first with hi > j0) to i_end (the first with lo >= j1) − 1, found by bisection —
+ * lo and hi are nondecreasing in i. */
+template <typename T, int BQ, int BK>
+__device__ __forceinline__ void fa_query_tiles(const fa_args<T> &a, int64_t j0, int64_t *qt0, int64_t *qt1) {
+    const int64_t j1 = j0 + BK < a.Nk ? j0 + BK : a.Nk;
+    int64_t x = 0, y = a.Nq; /* the first row with hi > j0 is in [x, y] */
+    while (x < y) {
+        const int64_t mid = x + (y - x) / 2;
+        int64_t lo, hi;
+        fa_row_range(a, mid, &lo, &hi);
+        if (hi > j0) y = mid;
+        else x = mid + 1;
+    }
+    const int64_t i_first = x;
+    y = a.Nq; /* the first row with lo >= j1 is in [x, y] */
+    while (x < y) {
+        const int64_t mid = x + (y - x) / 2;
+        int64_t lo, hi;
+        fa_row_range(a, mid, &lo, &hi);
+        if (lo >= j1) y = mid;
+        else x = mid + 1;
+    }
+    *qt0 = i_first / BQ;
+    *qt1 = x > i_first ? fg_attn_ntiles(x, BQ) : *qt0;
+}
 
 /* Tile sizes: BQ query rows × BK keys per block, for the forward (F) and backward (B) kernels.
  * Shared-memory rows are padded: Q/K/V/dO rows to D + 1 elements (conflict-free column reads),
@@ -81,7 +204,7 @@ template <typename T> __device__ __forceinline__ T half_warp_sum(T v) {
     return v;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool MODS>
 __global__ void __launch_bounds__(256) flash_fwd_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
     constexpr int BQ = C::FBQ, BK = C::FBK, RQ = BQ / 16, RK = BK / 16, RD = D / 16;
@@ -91,10 +214,11 @@ __global__ void __launch_bounds__(256) flash_fwd_kernel(fa_args<T> a) {
 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
-    const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
-    const int64_t Nq = a.Nq, Nk = a.Nk, i0 = qt * BQ;
+    const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h, bg = b * a.Hkv + h / a.G;
+    const int64_t Nq = a.Nq, Nk = a.Nk, i0 = qt * BQ, off = Nk - Nq;
     const int d = a.d;
-    const T *q = a.q + bh * Nq * d, *k = a.k + bh * Nk * d, *v = a.v + bh * Nk * d;
+    const T *q = a.q + bh * Nq * d, *k = a.k + bg * Nk * d, *v = a.v + bg * Nk * d;
+    const double slope = MODS ? fa_slope(a, h) : 0.0;
 
     load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
     T m[RQ], l[RQ], acc[RQ][RD];
@@ -106,14 +230,15 @@ __global__ void __launch_bounds__(256) flash_fwd_kernel(fa_args<T> a) {
         for (int c = 0; c < RD; c++) acc[r][c] = 0;
     }
 
-    const int64_t kt_end = fg_attn_kt_end(qt, Nq, Nk, BQ, BK, a.causal);
-    for (int64_t kt = 0; kt < kt_end; kt++) {
+    int64_t kt0, kt1, kf0, kf1;
+    fa_key_tiles<T, BQ, BK>(a, i0, &kt0, &kt1, &kf0, &kf1);
+    for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
         const int64_t j0 = kt * BK;
+        const fg_tile_kind kind = kt >= kf0 && kt < kf1 ? FG_TILE_FULL : FG_TILE_PARTIAL;
         __syncthreads(); /* the previous tile's Ks, Vs, Ps are no longer read */
         load_tile<T, D, BK>(Ks, k, j0, Nk, d);
         load_tile<T, D, BK>(Vs, v, j0, Nk, d);
         __syncthreads();
-        const fg_tile_kind kind = fg_attn_causal_tile_kind(qt, kt, Nq, Nk, BQ, BK, a.causal);
 
         /* S = Q Kᵀ for this thread's RQ × RK elements */
         T s[RQ][RK];
@@ -134,16 +259,19 @@ __global__ void __launch_bounds__(256) flash_fwd_kernel(fa_args<T> a) {
                 for (int c = 0; c < RK; c++) s[r][c] += qv[r] * kv[c];
         }
 
-        /* scale, mask, online softmax, dropout; P -> shared memory */
+        /* scale, variants, mask, online softmax, dropout; P -> shared memory */
 #pragma unroll
         for (int r = 0; r < RQ; r++) {
             const int64_t i = i0 + ty + 16 * r;
+            int64_t lo = 0, hi = Nk;
+            if (kind != FG_TILE_FULL) fa_row_range(a, i, &lo, &hi);
             T rmax = fg_neg_inf<T>();
 #pragma unroll
             for (int c = 0; c < RK; c++) {
                 const int64_t j = j0 + tx + 16 * c;
                 T x = s[r][c] * a.scale;
-                if (kind != FG_TILE_FULL && !fg_attn_visible(i, j, Nq, Nk, a.causal)) x = fg_neg_inf<T>();
+                if (MODS) x = fa_modify(a, x, slope, i + off, j, (T *)nullptr);
+                if (kind != FG_TILE_FULL && !(j >= lo && j < hi)) x = fg_neg_inf<T>();
                 s[r][c] = x;
                 rmax = x > rmax ? x : rmax;
             }
@@ -231,16 +359,18 @@ __global__ void flash_bwd_rowdot_kernel(T *Drow, const T *dout, const T *o, int6
     }
 }
 
-/* The shared step of kernels 2 and 3: for the (BQ × BK) tile (qt, kt) whose Q, dO, K, V tiles and
- * per-row L, D are in shared memory, recompute P and dS for this thread's elements (rows
- * ty + 16r, keys tx + 16c) and store P∘Z (if Ps) and dS in shared memory. */
-template <typename T, int D, int BQ, int BK, int LDS>
-__device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, int64_t h, int64_t qt, int64_t kt,
-                                               const T *Qs, const T *dOs, const T *Ks, const T *Vs, const T *Ls,
-                                               const T *Los, const T *Ds, T *Ps, T *dSs) {
+/* The shared step of kernels 2 and 3: for the (BQ × BK) tile of rows [i0, i0 + BQ) of query head
+ * (b, h) and keys [j0, j0 + BK), whose Q, dO, K, V tiles and per-row L, D are in shared memory,
+ * recompute P and dS for this thread's elements (rows ty + 16r, keys tx + 16c) and store P∘Z (if
+ * Ps) and dS in shared memory. `kind` is the tile's fa_tile_kind (never MASKED here). */
+template <typename T, int D, int BQ, int BK, int LDS, bool MODS>
+__device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, int64_t h, int64_t i0, int64_t j0,
+                                               fg_tile_kind kind, const T *Qs, const T *dOs, const T *Ks, const T *Vs,
+                                               const T *Ls, const T *Los, const T *Ds, T *Ps, T *dSs) {
     constexpr int RQ = BQ / 16, RK = BK / 16, LD = D + 1;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int64_t i0 = qt * BQ, j0 = kt * BK;
+    const int64_t off = a.Nk - a.Nq;
+    const double slope = MODS ? fa_slope(a, h) : 0.0;
     T s[RQ][RK], dp[RQ][RK];
 #pragma unroll
     for (int r = 0; r < RQ; r++)
@@ -268,27 +398,33 @@ __device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, i
                 dp[r][c] += dov[r] * vv[c];
             }
     }
-    const fg_tile_kind kind = fg_attn_causal_tile_kind(qt, kt, a.Nq, a.Nk, BQ, BK, a.causal);
 #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const int ii = ty + 16 * r;
         const int64_t i = i0 + ii;
         const T L = Ls[ii], Llo = Los[ii], Di = Ds[ii];
+        int64_t lo = 0, hi = a.Nk;
+        if (kind != FG_TILE_FULL) fa_row_range(a, i, &lo, &hi);
 #pragma unroll
         for (int c = 0; c < RK; c++) {
             const int jj = tx + 16 * c;
             const int64_t j = j0 + jj;
             /* rows past Nq and rows that see no key have L = -inf: P = 0 */
-            const int vis = L != fg_neg_inf<T>() &&
-                            (kind == FG_TILE_FULL || fg_attn_visible(i, j, a.Nq, a.Nk, a.causal));
-            /* recompute P = exp((S − L) − lse_lo) (the naive kernel stored it) */
-            const T P = vis ? fg_exp((s[r][c] * a.scale - L) - Llo) : (T)0;
+            const int vis = L != fg_neg_inf<T>() && (kind == FG_TILE_FULL || (j >= lo && j < hi));
+            /* recompute S = variants(scale · q·k) and g = ∂S/∂(scale · q·k), then
+             * P = exp((S − L) − lse_lo) (the naive kernel stored P) */
+            T x = s[r][c] * a.scale, g = 1;
+            if (MODS) x = fa_modify(a, x, slope, i + off, j, &g);
+            const T P = vis ? fg_exp((x - L) - Llo) : (T)0;
             T Z = 1;
             if (a.thr && P != (T)0)
                 Z = fg_attn_keep(a.seed, a.thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? a.inv_keep : (T)0;
             if (Ps) Ps[ii * LDS + jj] = P * Z;
-            /* dP = (dO Vᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
-            dSs[ii * LDS + jj] = P * (dp[r][c] * Z - Di);
+            /* dP = (dO Vᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S);
+             * then through the softcap: dS1 = dS ∘ (1 − tanh²) (ALiBi's derivative is 1) */
+            T ds = P * (dp[r][c] * Z - Di);
+            if (MODS && ds != (T)0) ds *= g; /* g = 1 without softcap */
+            dSs[ii * LDS + jj] = ds;
         }
     }
 }
@@ -305,8 +441,10 @@ __device__ __forceinline__ void load_rows(T *Ls, T *Los, T *Ds, const T *lse, co
     }
 }
 
-/* kernel 2: dK, dV of one key tile */
-template <typename T, int D>
+/* kernel 2: dK, dV of one key tile of K/V head (b, g), summed over the G query heads of the group
+ * (g·G, ..., g·G + G − 1, in that order) and their query tiles: one block owns these rows of dk
+ * and dv, so grouped-query attention needs no atomics either. */
+template <typename T, int D, bool MODS>
 __global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
     constexpr int BQ = C::BBQ, BK = C::BBK, RK = BK / 16, RD = D / 16;
@@ -316,55 +454,61 @@ __global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
     T *Ps = dOs + BQ * LD, *dSs = Ps + BQ * LDS, *Ls = dSs + BQ * LDS, *Los = Ls + BQ, *Ds = Los + BQ;
 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int64_t kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+    const int64_t kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, bg = b * a.Hkv + g;
     const int64_t Nq = a.Nq, Nk = a.Nk, j0 = kt * BK;
     const int d = a.d;
-    const T *q = a.q + bh * Nq * d, *dout = a.dout + bh * Nq * d;
-    const T *lse = a.lse + bh * Nq, *lse_lo = a.lse_lo ? a.lse_lo + bh * Nq : nullptr, *Drow = a.Drow + bh * Nq;
 
-    load_tile<T, D, BK>(Ks, a.k + bh * Nk * d, j0, Nk, d);
-    load_tile<T, D, BK>(Vs, a.v + bh * Nk * d, j0, Nk, d);
+    load_tile<T, D, BK>(Ks, a.k + bg * Nk * d, j0, Nk, d);
+    load_tile<T, D, BK>(Vs, a.v + bg * Nk * d, j0, Nk, d);
     T dk[RK][RD], dv[RK][RD]; /* rows j0 + ty + 16r, columns tx + 16c */
 #pragma unroll
     for (int r = 0; r < RK; r++)
 #pragma unroll
         for (int c = 0; c < RD; c++) dk[r][c] = dv[r][c] = 0;
 
-    const int64_t nqt = fg_attn_ntiles(Nq, BQ);
-    for (int64_t qt = fg_attn_qt_begin(kt, Nq, Nk, BQ, BK, a.causal); qt < nqt; qt++) {
-        const int64_t i0 = qt * BQ;
-        __syncthreads(); /* the previous query tile is no longer read */
-        load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
-        load_tile<T, D, BQ>(dOs, dout, i0, Nq, d);
-        load_rows<T, BQ>(Ls, Los, Ds, lse, lse_lo, Drow, i0, Nq);
-        __syncthreads();
-        recompute_tile<T, D, BQ, BK, LDS>(a, b, h, qt, kt, Qs, dOs, Ks, Vs, Ls, Los, Ds, Ps, dSs);
-        __syncthreads();
-        /* dV += (P∘Z)ᵀ dO — the forward's O += dropout(P) V;  dK += dSᵀ Q — the forward's S = Q Kᵀ */
+    int64_t qt0, qt1;
+    fa_query_tiles<T, BQ, BK>(a, j0, &qt0, &qt1);
+    for (int64_t h = g * a.G; h < (g + 1) * a.G; h++) {
+        const int64_t bh = b * a.H + h;
+        const T *q = a.q + bh * Nq * d, *dout = a.dout + bh * Nq * d;
+        const T *lse = a.lse + bh * Nq, *lse_lo = a.lse_lo ? a.lse_lo + bh * Nq : nullptr, *Drow = a.Drow + bh * Nq;
+        for (int64_t qt = qt0; qt < qt1; qt++) {
+            const int64_t i0 = qt * BQ;
+            const fg_tile_kind kind = fa_tile_kind<T, BQ, BK>(a, i0, j0);
+            if (kind == FG_TILE_MASKED) continue; /* uniform over the block */
+            __syncthreads(); /* the previous query tile is no longer read */
+            load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
+            load_tile<T, D, BQ>(dOs, dout, i0, Nq, d);
+            load_rows<T, BQ>(Ls, Los, Ds, lse, lse_lo, Drow, i0, Nq);
+            __syncthreads();
+            recompute_tile<T, D, BQ, BK, LDS, MODS>(a, b, h, i0, j0, kind, Qs, dOs, Ks, Vs, Ls, Los, Ds, Ps, dSs);
+            __syncthreads();
+            /* dV += (P∘Z)ᵀ dO — the forward's O += dropout(P) V;  dK += dSᵀ Q — the forward's S = Q Kᵀ */
 #pragma unroll 4
-        for (int ii = 0; ii < BQ; ii++) {
-            T pz[RK], ds[RK], dov[RD], qv[RD];
+            for (int ii = 0; ii < BQ; ii++) {
+                T pz[RK], ds[RK], dov[RD], qv[RD];
 #pragma unroll
-            for (int r = 0; r < RK; r++) {
-                pz[r] = Ps[ii * LDS + ty + 16 * r];
-                ds[r] = dSs[ii * LDS + ty + 16 * r];
-            }
-#pragma unroll
-            for (int c = 0; c < RD; c++) {
-                dov[c] = dOs[ii * LD + tx + 16 * c];
-                qv[c] = Qs[ii * LD + tx + 16 * c];
-            }
-#pragma unroll
-            for (int r = 0; r < RK; r++)
+                for (int r = 0; r < RK; r++) {
+                    pz[r] = Ps[ii * LDS + ty + 16 * r];
+                    ds[r] = dSs[ii * LDS + ty + 16 * r];
+                }
 #pragma unroll
                 for (int c = 0; c < RD; c++) {
-                    dv[r][c] += pz[r] * dov[c];
-                    dk[r][c] += ds[r] * qv[c];
+                    dov[c] = dOs[ii * LD + tx + 16 * c];
+                    qv[c] = Qs[ii * LD + tx + 16 * c];
                 }
+#pragma unroll
+                for (int r = 0; r < RK; r++)
+#pragma unroll
+                    for (int c = 0; c < RD; c++) {
+                        dv[r][c] += pz[r] * dov[c];
+                        dk[r][c] += ds[r] * qv[c];
+                    }
+            }
         }
     }
     /* the only writer of these rows of dk and dv: add (the backward accumulates) */
-    T *dkh = a.dk ? a.dk + bh * Nk * d : nullptr, *dvh = a.dv ? a.dv + bh * Nk * d : nullptr;
+    T *dkh = a.dk ? a.dk + bg * Nk * d : nullptr, *dvh = a.dv ? a.dv + bg * Nk * d : nullptr;
 #pragma unroll
     for (int r = 0; r < RK; r++) {
         const int64_t j = j0 + ty + 16 * r;
@@ -379,8 +523,9 @@ __global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
     }
 }
 
-/* kernel 3: dQ of one query tile, looping over key tiles (no atomics) */
-template <typename T, int D>
+/* kernel 3: dQ of one query tile of head (b, h), looping over the key tiles its rows see (no
+ * atomics) */
+template <typename T, int D, bool MODS>
 __global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
     constexpr int BQ = C::BBQ, BK = C::BBK, RQ = BQ / 16, RD = D / 16;
@@ -391,10 +536,10 @@ __global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
-    const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
+    const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h, bg = b * a.Hkv + h / a.G;
     const int64_t Nq = a.Nq, Nk = a.Nk, i0 = qt * BQ;
     const int d = a.d;
-    const T *k = a.k + bh * Nk * d, *v = a.v + bh * Nk * d;
+    const T *k = a.k + bg * Nk * d, *v = a.v + bg * Nk * d;
 
     load_tile<T, D, BQ>(Qs, a.q + bh * Nq * d, i0, Nq, d);
     load_tile<T, D, BQ>(dOs, a.dout + bh * Nq * d, i0, Nq, d);
@@ -405,13 +550,15 @@ __global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
 #pragma unroll
         for (int c = 0; c < RD; c++) dq[r][c] = 0;
 
-    const int64_t kt_end = fg_attn_kt_end(qt, Nq, Nk, BQ, BK, a.causal);
-    for (int64_t kt = 0; kt < kt_end; kt++) {
+    int64_t kt0, kt1, kf0, kf1;
+    fa_key_tiles<T, BQ, BK>(a, i0, &kt0, &kt1, &kf0, &kf1);
+    for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
+        const fg_tile_kind kind = kt >= kf0 && kt < kf1 ? FG_TILE_FULL : FG_TILE_PARTIAL;
         __syncthreads(); /* the previous key tile is no longer read */
         load_tile<T, D, BK>(Ks, k, kt * BK, Nk, d);
         load_tile<T, D, BK>(Vs, v, kt * BK, Nk, d);
         __syncthreads();
-        recompute_tile<T, D, BQ, BK, LDS>(a, b, h, qt, kt, Qs, dOs, Ks, Vs, Ls, Los, Ds, nullptr, dSs);
+        recompute_tile<T, D, BQ, BK, LDS, MODS>(a, b, h, i0, kt * BK, kind, Qs, dOs, Ks, Vs, Ls, Los, Ds, nullptr, dSs);
         __syncthreads();
         /* dQ += dS K — the forward's S = Q Kᵀ (scale applied at the end) */
 #pragma unroll 4
@@ -444,17 +591,27 @@ __global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
  * naive kernels
  * ============================================================================================ */
 
-/* One warp per row of S (rows = B·H·Nq): mask, softmax in place (P), lse — ops/attention_naive.c's
- * row loop: the max and the sum over the visible prefix in T, masked entries 0. */
+/* One warp per row of S (rows = B·H·Nq, S already scaled): variants, mask, softmax in place (P),
+ * lse — ops/attention_naive.c's row loop: softcap and ALiBi on the visible keys [lo, hi) of the row
+ * (fa_modify), the max and the sum over them in T, masked entries 0, L = max + log(sum) in float64
+ * rounded once. Only a's sizes and variant fields are read. */
 template <typename T>
-__global__ void naive_softmax_kernel(T *P, T *lse, int64_t rows, int64_t Nq, int64_t Nk, int causal) {
+__global__ void naive_softmax_kernel(T *P, T *lse, int64_t rows, fa_args<T> a) {
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32), Nq = a.Nq, Nk = a.Nk;
+    const bool mods = a.softcap > (T)0 || a.alibi;
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
-        const int64_t i = row % Nq, nvis = fg_attn_row_end(i, Nq, Nk, causal);
+        const int64_t i = row % Nq, h = (row / Nq) % a.H;
+        int64_t lo, hi;
+        fa_row_range(a, i, &lo, &hi);
+        const double slope = fa_slope(a, h);
         T *p = P + row * Nk;
         T mx = fg_neg_inf<T>();
-        for (int64_t j = lane; j < nvis; j += 32) mx = p[j] > mx ? p[j] : mx;
+        for (int64_t j = lo + lane; j < hi; j += 32) {
+            T x = p[j];
+            if (mods) p[j] = x = fa_modify(a, x, slope, i + (Nk - Nq), j, (T *)nullptr);
+            mx = x > mx ? x : mx;
+        }
         mx = fg_warp_max(mx);
         if (mx == fg_neg_inf<T>()) { /* no visible key: P = 0, lse = -inf */
             for (int64_t j = lane; j < Nk; j += 32) p[j] = 0;
@@ -462,16 +619,17 @@ __global__ void naive_softmax_kernel(T *P, T *lse, int64_t rows, int64_t Nq, int
             continue;
         }
         T sum = 0;
-        for (int64_t j = lane; j < nvis; j += 32) {
+        for (int64_t j = lo + lane; j < hi; j += 32) {
             T e = fg_exp(p[j] - mx);
             p[j] = e;
             sum += e;
         }
         sum = fg_warp_sum(sum);
-        for (int64_t j = nvis + lane; j < Nk; j += 32) p[j] = 0;
+        for (int64_t j = lane; j < Nk; j += 32)
+            if (j < lo || j >= hi) p[j] = 0;
         const T inv = (T)1 / sum;
-        for (int64_t j = lane; j < nvis; j += 32) p[j] *= inv;
-        if (lane == 0) lse[row] = mx + fg_log(sum);
+        for (int64_t j = lo + lane; j < hi; j += 32) p[j] *= inv;
+        if (lane == 0) lse[row] = (T)((double)mx + log((double)sum));
     }
 }
 
@@ -485,10 +643,12 @@ __global__ void naive_dropout_kernel(T *W, const T *P, int64_t total, int64_t H,
     }
 }
 
-/* One warp per row: dP∘Z (in place in dS), r = Σ_j (dP∘Z)_j P_j, dS = P ∘ (dP∘Z − r) */
+/* One warp per row: dP∘Z (in place in dS), r = Σ_j (dP∘Z)_j P_j, dS = P ∘ (dP∘Z − r); with S1 (the
+ * scaled scores before the variants, recomputed) also through the softcap: dS1 = dS ∘ (1 − tanh²(S1/c))
+ * where dS ≠ 0 — ops/attention_naive.c's backward. */
 template <typename T>
-__global__ void naive_dsoftmax_kernel(T *dS, const T *P, int64_t rows, int64_t H, int64_t Nq, int64_t Nk,
-                                      uint64_t seed, uint32_t thr, T inv_keep) {
+__global__ void naive_dsoftmax_kernel(T *dS, const T *P, const T *S1, T inv_softcap, int64_t rows, int64_t H, int64_t Nq,
+                                      int64_t Nk, uint64_t seed, uint32_t thr, T inv_keep) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
@@ -503,7 +663,14 @@ __global__ void naive_dsoftmax_kernel(T *dS, const T *P, int64_t rows, int64_t H
             r += x * p[j];
         }
         r = fg_warp_sum(r);
-        for (int64_t j = lane; j < Nk; j += 32) ds[j] = p[j] * (ds[j] - r);
+        for (int64_t j = lane; j < Nk; j += 32) {
+            T x = p[j] * (ds[j] - r);
+            if (S1 && x != (T)0) {
+                const T t = fg_tanh(S1[row * Nk + j] * inv_softcap);
+                x *= (T)1 - t * t;
+            }
+            ds[j] = x;
+        }
     }
 }
 
@@ -540,6 +707,15 @@ static fa_args<T> make_args(const fg_attn_problem *pr) {
     a.seed = pr->seed;
     a.thr = fg_dropout_threshold(pr->dropout_p);
     a.inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
+    a.Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
+    a.G = a.Hkv > 0 ? pr->H / a.Hkv : 1;
+    a.window = pr->var.window ? 1 : 0;
+    a.wl = pr->var.window_left;
+    a.wr = pr->var.window_right;
+    a.alibi = pr->var.alibi ? 1 : 0;
+    a.slopes = nullptr; /* the caller sets a device copy of pr->var.alibi_slopes */
+    a.softcap = pr->var.softcap > 0 ? (T)pr->var.softcap : (T)0;
+    a.inv_softcap = pr->var.softcap > 0 ? (T)(1.0 / pr->var.softcap) : (T)0;
     return a;
 }
 

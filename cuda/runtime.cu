@@ -191,8 +191,11 @@ static fg_status tb_copy(fg_tensor *dst, const fg_tensor *src) {
 
 static const fg_tensor_backend g_tensor_backend = {tb_fill, tb_axpy, tb_copy};
 
-/* caps 0: causal masking and dropout only; fg_attention refuses the other variants on cuda */
-static const fg_attn_backend g_attn_backend = {fg_cuda_attention_forward, fg_cuda_attention_backward, 0};
+/* the built-in variants the kernels implement (cuda/attention.cu); fg_attention still refuses user
+ * callbacks on cuda */
+static const fg_attn_backend g_attn_backend = {fg_cuda_attention_forward, fg_cuda_attention_backward,
+                                               FG_ATTN_CAP_GQA | FG_ATTN_CAP_WINDOW | FG_ATTN_CAP_ALIBI |
+                                                   FG_ATTN_CAP_SOFTCAP};
 
 /* ============================================================================================
  * init

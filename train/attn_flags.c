@@ -78,3 +78,35 @@ const char *fg_attn_variant_str(const fg_attn_opts *o, const char *custom_name, 
 #undef ADD
     return buf;
 }
+
+int fg_attn_device_flag(const char *cmd, int argc, char **argv, int *i, fg_device *dev) {
+    if (strcmp(argv[*i], "--device")) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: --device needs a value (cpu or cuda)\n", cmd);
+        return 2;
+    }
+    const char *val = argv[++*i];
+    if (!strcmp(val, "cpu")) *dev = FG_CPU;
+    else if (!strcmp(val, "cuda")) *dev = FG_CUDA;
+    else return bad(cmd, "--device", val, "must be cpu or cuda");
+    return 1;
+}
+
+int fg_attn_device_ready(const char *cmd, fg_device dev, const fg_attn_opts *o) {
+    if (dev == FG_CPU) return 0;
+    if (o && (o->custom.score_mod || o->custom.mask)) {
+        fprintf(stderr, "%s: --device %s: --custom variants are user callbacks, which run on the CPU only (use "
+                        "--device cpu, or the built-in --gqa, --window, --alibi, --softcap)\n",
+                cmd, fg_device_name(dev));
+        return 2;
+    }
+    if (fg_device_available(dev) != FG_OK) {
+        fprintf(stderr, "%s: --device %s: %s\n", cmd, fg_device_name(dev), fg_last_error());
+#ifdef FG_WITH_CUDA
+        return 1; /* built with CUDA, but no usable GPU here */
+#else
+        return 2; /* this binary has no CUDA at all */
+#endif
+    }
+    return 0;
+}

@@ -8,6 +8,13 @@
  *   backward: fg_backward from O with a random dO; peak bytes again.
  * Times are medians over --repeat runs after one warm-up run. FLOPs follow the FlashAttention
  * papers: forward 4·Nq·Nk·d per head, backward 2.5× forward, both halved when causal.
+ *
+ * The CPU reference (issue 7): for each N, another child process times OpenBLAS's sgemm on the
+ * products flash attention is made of, Nq×d by d×Nk (one per head, B·H of them, C written), in the
+ * same run and environment, with the same thread count; the table then gives flash's forward +
+ * backward GFLOP/s as a percentage of sgemm's. The machine line says which kernel OpenBLAS chose
+ * (OPENBLAS_CORETYPE). --threads N sets both flashgrad's pool and OpenBLAS to N threads in the
+ * measuring processes (default: each library's own default).
  */
 #include <errno.h>
 #include <math.h>
@@ -19,7 +26,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cblas.h>
+
 #include "ops/attention.h"
+#include "ops/simd.h"
+#include "ops/threadpool.h"
+#include "tensor/alloc.h"
 #include "train/cli_util.h"
 
 typedef struct {
@@ -27,6 +39,7 @@ typedef struct {
     int causal;
     double dropout;
     int repeat;
+    int threads; /* 0: the libraries' defaults */
     fg_device device;
 } attn_cfg;
 
@@ -34,9 +47,21 @@ typedef struct {
     double fwd_ms, bwd_ms;
     double fwd_peak, bwd_peak; /* bytes above the baseline */
     double rss_kb;
+    double sgemm_ms; /* the sgemm reference: B·H products Nq×d by d×Nk */
+    int pool_threads, blas_threads;
     int ok;
     char err[200];
 } attn_result;
+
+/* the measuring process's threads: --threads N for both libraries, else their defaults */
+static void set_threads(const attn_cfg *c, attn_result *r) {
+    if (c->threads > 0) {
+        fg_pool_set_threads(c->threads);
+        openblas_set_num_threads(c->threads);
+    }
+    r->pool_threads = fg_pool_threads();
+    r->blas_threads = openblas_get_num_threads();
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -44,6 +69,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_result *r) {
+    set_threads(c, r);
     int64_t qs[4] = {c->b, c->h, c->nq, c->d}, ks[4] = {c->b, c->h, c->nk, c->d};
     fg_tensor *q = fg_rand_normal(FG_F32, c->device, 4, qs, 0, 1, 1, 0);
     fg_tensor *k = fg_rand_normal(FG_F32, c->device, 4, ks, 0, 1, 1, 1);
@@ -118,7 +144,42 @@ done:
     r->rss_kb = (double)ru.ru_maxrss;
 }
 
-/* Run one measurement in a child process; the result comes back through a pipe. */
+/* The sgemm reference: C (Nq × Nk) = A (Nq × d) · Bm (d × Nk), B·H times per repetition (one
+ * product per head, as attention does), after one untimed repetition that touches every page;
+ * median over --repeat. Inputs uniform in [-1, 1). */
+static void measure_sgemm(const attn_cfg *c, attn_result *r) {
+    set_threads(c, r);
+    const size_t na = (size_t)(c->nq * c->d), nb = (size_t)(c->d * c->nk), nc = (size_t)(c->nq * c->nk);
+    float *A = fg_alloc(FG_CPU, na * sizeof(float)), *Bm = fg_alloc(FG_CPU, nb * sizeof(float));
+    float *C = fg_alloc(FG_CPU, nc * sizeof(float));
+    const int reps = c->repeat < 1 ? 1 : c->repeat;
+    double *t = calloc((size_t)reps, sizeof *t);
+    if (!A || !Bm || !C || !t) {
+        snprintf(r->err, sizeof r->err, "sgemm reference: out of memory");
+        goto done;
+    }
+    uint64_t s = 1;
+    for (size_t i = 0; i < na; i++) A[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
+    for (size_t i = 0; i < nb; i++) Bm[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
+    for (int it = -1; it < reps; it++) {
+        const double t0 = fg_now();
+        for (int64_t p = 0; p < c->b * c->h; p++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->nq, (int)c->nk, (int)c->d, 1.0f, A,
+                        (int)c->d, Bm, (int)c->nk, 0.0f, C, (int)c->nk);
+        if (it >= 0) t[it] = (fg_now() - t0) * 1e3;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    r->sgemm_ms = t[reps / 2];
+    r->ok = 1;
+done:
+    free(t);
+    if (A) fg_free(FG_CPU, A);
+    if (Bm) fg_free(FG_CPU, Bm);
+    if (C) fg_free(FG_CPU, C);
+}
+
+/* Run one measurement in a child process; the result comes back through a pipe. impl < 0: the
+ * sgemm reference. */
 static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_result *r) {
     memset(r, 0, sizeof *r);
     int fd[2];
@@ -138,7 +199,8 @@ static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int b
         close(fd[0]);
         attn_result cr;
         memset(&cr, 0, sizeof cr);
-        measure(c, impl, bq, bk, &cr);
+        if ((int)impl < 0) measure_sgemm(c, &cr);
+        else measure(c, impl, bq, bk, &cr);
         ssize_t w = write(fd[1], &cr, sizeof cr);
         _exit(w == (ssize_t)sizeof cr ? 0 : 1);
     }
@@ -161,17 +223,21 @@ static void usage(FILE *f) {
             "usage: flashgrad bench attention [--n N1,N2,...] [--nk M] [--d D] [--b B] [--h H] [--causal]\n"
             "         [--dropout P] [--device cpu|cuda] [--repeat R] [--block-q N] [--block-k N]\n"
             "         [--sweep-blocks S1,S2,...] [--impl naive|flash|both] [--max-naive-gib G] [--csv FILE]\n"
+            "         [--threads T] [--no-sgemm]\n"
             "  times forward and backward of naive and flash attention (float32), median of R repeats;\n"
             "  GFLOP/s: forward 4*Nq*Nk*d per head, backward 2.5x, halved when causal;\n"
             "  peak bytes from flashgrad's allocation counter; peak RSS of a process per configuration.\n"
             "  --nk defaults to N. --sweep-blocks times flash for every (block_q, block_k) pair of the list.\n"
-            "  Naive is skipped when its score matrices would exceed --max-naive-gib (default 6).\n");
+            "  Naive is skipped when its score matrices would exceed --max-naive-gib (default 6).\n"
+            "  CPU: also times OpenBLAS sgemm on the same-shaped products (Nq x d by d x Nk, B*H of them)\n"
+            "  in the same run (--no-sgemm: don't) and prints flash's forward+backward GFLOP/s against it.\n"
+            "  --threads T: T threads for flashgrad's pool and for OpenBLAS (default: their defaults).\n");
 }
 
 int fg_bench_attention(int argc, char **argv) {
     attn_cfg c = {.b = 1, .h = 1, .d = 64, .repeat = 3, .device = FG_CPU};
     int64_t ns[64];
-    int nn = 0, nsweep = 0, sweep[16], bq = 0, bk = 0, want_naive = 1, want_flash = 1;
+    int nn = 0, nsweep = 0, sweep[16], bq = 0, bk = 0, want_naive = 1, want_flash = 1, want_sgemm = 1;
     int64_t nk_fixed = 0;
     double max_naive_gib = 6.0;
     const char *csv = NULL;
@@ -183,6 +249,9 @@ int fg_bench_attention(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--causal")) {
             c.causal = 1;
+            continue;
+        } else if (!strcmp(a, "--no-sgemm")) {
+            want_sgemm = 0;
             continue;
         }
         if (!val) {
@@ -239,6 +308,7 @@ int fg_bench_attention(int argc, char **argv) {
             else if (!strcmp(a, "--repeat")) ix = 1;
             else if (!strcmp(a, "--block-q")) ix = 2;
             else if (!strcmp(a, "--block-k")) ix = 3;
+            else if (!strcmp(a, "--threads")) ix = 4;
             else {
                 fprintf(stderr, "bench attention: unknown option '%s' (see --help)\n", a);
                 return 2;
@@ -250,7 +320,13 @@ int fg_bench_attention(int argc, char **argv) {
             if (dst) *dst = x;
             else if (ix == 1) c.repeat = (int)x;
             else if (ix == 2) bq = (int)x;
-            else bk = (int)x;
+            else if (ix == 4) {
+                if (x > FG_POOL_MAX_THREADS) {
+                    fprintf(stderr, "bench attention: --threads must be at most %d, got '%s'\n", FG_POOL_MAX_THREADS, val);
+                    return 2;
+                }
+                c.threads = (int)x;
+            } else bk = (int)x;
         }
     }
     if (nn == 0) {
@@ -270,17 +346,28 @@ int fg_bench_attention(int argc, char **argv) {
             return 1;
         }
         fprintf(out, "impl,b,h,nq,nk,d,causal,dropout,block_q,block_k,fwd_ms,bwd_ms,fwd_gflops,bwd_gflops,"
-                     "fwd_peak_bytes,bwd_peak_bytes,peak_rss_kb,device\n");
+                     "fwd_peak_bytes,bwd_peak_bytes,peak_rss_kb,device,fwdbwd_gflops,sgemm_gflops,threads,simd\n");
     }
+    if (c.device != FG_CPU) want_sgemm = 0;
     fg_print_machine_line(stdout);
-    printf("%-6s %6s %6s %4s %4s %4s | %9s %9s | %8s %8s | %12s %12s | %10s\n", "impl", "Nq", "Nk", "d", "bq", "bk",
-           "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "fwd peak B", "bwd peak B", "peak RSS");
+    printf("flashgrad: float32 flash tiles use %s (FG_SIMD to cap); %d threads (pool) and %d OpenBLAS threads in the "
+           "measuring processes%s\n", fg_simd_name(fg_simd_active()), c.threads > 0 ? c.threads : fg_pool_threads(),
+           c.threads > 0 ? c.threads : openblas_get_num_threads(), c.threads > 0 ? " (--threads)" : "");
+    printf("%-6s %6s %6s %4s %4s %4s | %9s %9s | %8s %8s %8s | %12s %12s | %10s\n", "impl", "Nq", "Nk", "d", "bq",
+           "bk", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "f+b GF/s", "fwd peak B", "bwd peak B", "peak RSS");
     int n_pairs = nsweep ? nsweep * nsweep : 1;
     for (int in = 0; in < nn; in++) {
         c.nq = ns[in];
         c.nk = nk_fixed ? nk_fixed : ns[in];
         double flops = 4.0 * (double)c.nq * (double)c.nk * (double)c.d * (double)(c.b * c.h);
         if (c.causal) flops /= 2;
+        double sgemm_gf = 0, flash_gf = 0;
+        if (want_sgemm) {
+            attn_result r;
+            measure_isolated(&c, (fg_attn_impl)-1, 0, 0, &r);
+            if (r.ok) sgemm_gf = 2.0 * (double)c.nq * (double)c.nk * (double)c.d * (double)(c.b * c.h) / (r.sgemm_ms * 1e-3) / 1e9;
+            else printf("sgemm  %6lld %6lld %4lld | failed: %s\n", (long long)c.nq, (long long)c.nk, (long long)c.d, r.err);
+        }
         for (int impl = 0; impl < 2; impl++) {
             if ((impl == FG_ATTN_NAIVE && !want_naive) || (impl == FG_ATTN_FLASH && !want_flash)) continue;
             for (int pi = 0; pi < (impl == FG_ATTN_FLASH ? n_pairs : 1); pi++) {
@@ -300,20 +387,31 @@ int fg_bench_attention(int argc, char **argv) {
                     continue;
                 }
                 double gf = flops / (r.fwd_ms * 1e-3) / 1e9, gb = 2.5 * flops / (r.bwd_ms * 1e-3) / 1e9;
+                double gfb = 3.5 * flops / ((r.fwd_ms + r.bwd_ms) * 1e-3) / 1e9;
+                if (impl == FG_ATTN_FLASH && pi == 0) flash_gf = gfb;
                 char sbq[16], sbk[16];
                 snprintf(sbq, sizeof sbq, "%d", impl == FG_ATTN_FLASH ? ibq : 0);
                 snprintf(sbk, sizeof sbk, "%d", impl == FG_ATTN_FLASH ? ibk : 0);
-                printf("%-6s %6lld %6lld %4lld %4s %4s | %9.3f %9.3f | %8.1f %8.1f | %12.0f %12.0f | %7.0f MiB\n", name,
-                       (long long)c.nq, (long long)c.nk, (long long)c.d, impl == FG_ATTN_FLASH ? (ibq ? sbq : "def") : "-",
-                       impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-", r.fwd_ms, r.bwd_ms, gf, gb, r.fwd_peak,
-                       r.bwd_peak, r.rss_kb / 1024);
+                printf("%-6s %6lld %6lld %4lld %4s %4s | %9.3f %9.3f | %8.1f %8.1f %8.1f | %12.0f %12.0f | %7.0f MiB\n",
+                       name, (long long)c.nq, (long long)c.nk, (long long)c.d,
+                       impl == FG_ATTN_FLASH ? (ibq ? sbq : "def") : "-", impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-",
+                       r.fwd_ms, r.bwd_ms, gf, gb, gfb, r.fwd_peak, r.bwd_peak, r.rss_kb / 1024);
                 fflush(stdout);
                 if (out)
-                    fprintf(out, "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s\n", name,
-                            (long long)c.b, (long long)c.h, (long long)c.nq, (long long)c.nk, (long long)c.d, c.causal,
-                            c.dropout, impl == FG_ATTN_FLASH ? ibq : 0, impl == FG_ATTN_FLASH ? ibk : 0, r.fwd_ms, r.bwd_ms,
-                            gf, gb, r.fwd_peak, r.bwd_peak, r.rss_kb, fg_device_name(c.device));
+                    fprintf(out, "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,%.2f,%.2f,%d,%s\n",
+                            name, (long long)c.b, (long long)c.h, (long long)c.nq, (long long)c.nk, (long long)c.d,
+                            c.causal, c.dropout, impl == FG_ATTN_FLASH ? ibq : 0, impl == FG_ATTN_FLASH ? ibk : 0, r.fwd_ms,
+                            r.bwd_ms, gf, gb, r.fwd_peak, r.bwd_peak, r.rss_kb, fg_device_name(c.device), gfb, sgemm_gf,
+                            r.pool_threads, c.device == FG_CPU ? fg_simd_name(fg_simd_active()) : "-");
             }
+        }
+        if (sgemm_gf > 0) {
+            printf("sgemm  %6lld %6lld %4lld | OpenBLAS %s, %lld products %lldx%lld by %lldx%lld: %.1f GFLOP/s", (long long)c.nq,
+                   (long long)c.nk, (long long)c.d, openblas_get_corename(), (long long)(c.b * c.h), (long long)c.nq,
+                   (long long)c.d, (long long)c.d, (long long)c.nk, sgemm_gf);
+            if (flash_gf > 0) printf("; flash fwd+bwd%s = %.0f%% of it", c.causal ? " (causal)" : "", 100.0 * flash_gf / sgemm_gf);
+            printf("\n");
+            fflush(stdout);
         }
     }
     if (out && fg_csv_commit(out, csv) != 0) {

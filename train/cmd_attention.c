@@ -2,14 +2,19 @@
  *
  *   flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]
  *                       [--dropout P --seed S] [--scale X] [--block-q N --block-k N]
- *                       [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME] --out DIR
+ *                       [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME]
+ *                       [--device cpu|cuda] --out DIR
  *
  * Q is (B, H, Nq, d), K and V (B, H_kv, Nk, d) with H a multiple of H_kv (--gqa HKV, when given,
  * must equal K's heads), float32 or float64 (all three alike). Writes DIR/o.npy
  * (B, H, Nq, d) and DIR/lse.npy (B, H, Nq); with --do (dO, shaped like O) also dq.npy, dk.npy and
  * dv.npy. Outputs have the inputs' dtype. DIR is created if missing. Every output is computed before
  * the first is written, and each file is written atomically, so a failed run leaves no partial file.
- * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write), 2 usage error.
+ * --device cuda reads the files on the host, moves the tensors to the GPU (fg_to), runs the same
+ * fg_attention there and writes the results back as .npy (fg_npy_save copies them to the host).
+ * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write, no usable
+ * GPU in a CUDA build), 2 usage error (also --device cuda in a build without CUDA, and --custom
+ * with --device cuda: see fg_attn_device_ready in train/attn_flags.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -29,7 +34,8 @@
 static const char attention_usage[] =
     "usage: flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]\n"
     "                           [--dropout P --seed S] [--scale X] [--block-q N --block-k N]\n"
-    "                           [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME] --out DIR\n"
+    "                           [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME]\n"
+    "                           [--device cpu|cuda] --out DIR\n"
     "\n"
     "  Q (B,H,Nq,d), K and V (B,H_kv,Nk,d), H a multiple of H_kv: float32 or float64 .npy files of one dtype.\n"
     "  Writes DIR/o.npy (B,H,Nq,d) and DIR/lse.npy (B,H,Nq); with --do dO.npy (shaped like O) also\n"
@@ -42,6 +48,9 @@ static const char attention_usage[] =
     "  --scale X            score scale, finite and nonzero (default 1/sqrt(d))\n"
     "  --block-q N          flash query tile rows, 1..65536 (default 64)\n"
     "  --block-k N          flash key tile rows, 1..65536 (default 64)\n"
+    "  --device cpu|cuda    where to compute (default cpu). cuda needs a CUDA build (build-cuda/flashgrad);\n"
+    "                       the GPU picks its own flash tiles (--block-q/--block-k are for the CPU) and\n"
+    "                       --custom is refused there (callbacks run on the CPU only)\n"
     "variants (any combination; see ops/attention.h for the exact semantics):\n";
 
 #define CMD "flashgrad attention"
@@ -82,6 +91,7 @@ static int make_dirs(const char *path) {
 int fg_cmd_attention(int argc, char **argv) {
     const char *qp = NULL, *kp = NULL, *vp = NULL, *dop = NULL, *out = NULL;
     fg_attn_opts opts = fg_attn_defaults();
+    fg_device dev = FG_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -96,6 +106,9 @@ int fg_cmd_attention(int argc, char **argv) {
         int vf = fg_attn_variant_flag(CMD, argc, argv, &i, &opts);
         if (vf == 2) return 2;
         if (vf == 3) return 0;
+        if (vf == 1) continue;
+        vf = fg_attn_device_flag(CMD, argc, argv, &i, &dev);
+        if (vf == 2) return 2;
         if (vf == 1) continue;
         static const char *valued[] = {"--q", "--k", "--v", "--do", "--out", "--impl", "--dropout", "--seed",
                                        "--scale", "--block-q", "--block-k"};
@@ -135,6 +148,8 @@ int fg_cmd_attention(int argc, char **argv) {
     }
     if (!qp || !kp || !vp) return usage_error("--q, --k and --v are required%s%s", "", "");
     if (!out) return usage_error("--out DIR is required%s%s", "", "");
+    int drc = fg_attn_device_ready(CMD, dev, &opts);
+    if (drc) return drc;
 
     int rc = 1;
     fg_tensor *q = NULL, *k = NULL, *v = NULL, *dout = NULL, *o = NULL, *lse = NULL;
@@ -148,6 +163,19 @@ int fg_cmd_attention(int argc, char **argv) {
         if (strstr(msg, what)) fprintf(stderr, CMD ": %s\n", msg); /* the message names the file already */
         else fprintf(stderr, CMD ": %s: %s\n", what, msg);
         goto done;
+    }
+    if (dev != FG_CPU) { /* the same tensors on the device, in their own dtype */
+        fg_tensor **ts[4] = {&q, &k, &v, &dout};
+        for (int t = 0; t < 4; t++) {
+            if (!*ts[t]) continue;
+            fg_tensor *moved = fg_to(*ts[t], dev, (*ts[t])->dtype);
+            if (!moved) {
+                fprintf(stderr, CMD ": cannot move the inputs to %s: %s\n", fg_device_name(dev), fg_last_error());
+                goto done;
+            }
+            fg_release(*ts[t]);
+            *ts[t] = moved;
+        }
     }
     if (dout) {
         fg_set_requires_grad(q, 1);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "tensor/alloc.h"
+#include "ops/threadpool.h"
 #include "train/cli_util.h"
 #include "train/commands.h"
 #include "train/flags.h"
@@ -58,7 +59,7 @@ static int bench_train(int argc, char **argv) {
         [B_ATTN] = {"--attn", FG_FLAG_STR, "IMPL", "naive or flash", .s = "flash"},
         [B_STEPS] = {"--steps", FG_FLAG_INT, "N", "timed steps", 1, 1e6, 0, .i = 20},
         [B_WARM] = {"--warmup-steps", FG_FLAG_INT, "N", "untimed steps first", 1, 1e6, 0, .i = 3},
-        [B_THREADS] = {"--threads", FG_FLAG_INT, "N", "OpenBLAS threads (default: OPENBLAS_NUM_THREADS or all cores)", 1, 1024},
+        [B_THREADS] = {"--threads", FG_FLAG_INT, "N", "threads of flashgrad's pool and of OpenBLAS (default: all cores)", 1, 1024},
         [B_SEED] = {"--seed", FG_FLAG_U64, "N", "seed", .u = 1337},
         [B_DEVICE] = {"--device", FG_FLAG_STR, "DEV", "cpu or cuda", .s = "cpu"},
     };
@@ -101,7 +102,10 @@ static int bench_train(int argc, char **argv) {
                 (long long)f[B_N_HEAD].i);
         return 2;
     }
-    if (f[B_THREADS].given) openblas_set_num_threads((int)f[B_THREADS].i);
+    if (f[B_THREADS].given) {
+        openblas_set_num_threads((int)f[B_THREADS].i);
+        fg_pool_set_threads((int)f[B_THREADS].i);
+    }
 
     fg_source *src;
     if (f[B_DATA].given) {
@@ -141,6 +145,7 @@ static int bench_train(int argc, char **argv) {
         return 1;
     }
     fg_print_machine_line(stdout);
+    printf("threads: %d (flashgrad pool)\n", fg_pool_threads());
     const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
     printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g\n",
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,

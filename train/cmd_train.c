@@ -28,6 +28,7 @@
 
 #include "tensor/fileio.h"
 #include "train/checkpoint.h"
+#include "ops/threadpool.h"
 #include "train/cli_util.h"
 #include "train/commands.h"
 #include "train/flags.h"
@@ -42,6 +43,7 @@ extern void openblas_set_num_threads(int n);
     X(TASK, "--task", FG_FLAG_STR, "NAME", "synthetic task: addition (default when --data is absent)", 0, 0, 0) \
     X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)          \
     X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)           \
+    X(ANSWER_ONLY, "--answer-only", FG_FLAG_BOOL, NULL, "addition: train on the answer tokens only (optimum loss 0)", 0, 0, 0) \
     X(STEPS, "--steps", FG_FLAG_INT, "N", "optimizer steps", 0, 1e12, 1)                                      \
     X(OUT, "--out", FG_FLAG_STR, "DIR", "output folder: checkpoint, log.csv (created if missing)", 0, 0, 0)    \
     X(RESUME, "--resume", FG_FLAG_BOOL, NULL, "continue the run saved in --out", 0, 0, 0)                     \
@@ -67,7 +69,7 @@ extern void openblas_set_num_threads(int n);
     X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)               \
     X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                          \
     X(CKPT_EVERY, "--ckpt-every", FG_FLAG_INT, "N", "checkpoint every N steps (default: at each evaluation)", 0, 1e12, 0) \
-    X(THREADS, "--threads", FG_FLAG_INT, "N", "OpenBLAS threads (default: OPENBLAS_NUM_THREADS or all cores)", 1, 1024, 0) \
+    X(THREADS, "--threads", FG_FLAG_INT, "N", "threads of flashgrad's pool and of OpenBLAS (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or all cores)", 1, 1024, 0) \
     X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0, 1e12, 0) \
     X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)
 
@@ -308,6 +310,7 @@ int fg_cmd_train(int argc, char **argv) {
     if (is_text && f[F_TASK].given) die(2, "give either --data FILE or --task NAME, not both");
     if (!is_text && strcmp(f[F_TASK].s, "addition")) die(2, "--task: unknown task '%s' (available: addition)", f[F_TASK].s);
     if (!is_text && f[F_BYTE].given) die(2, "--byte applies to --data files only");
+    if (is_text && f[F_ANSWER_ONLY].given) die(2, "--answer-only applies to the addition task only");
     init_flags(f);
     set_defaults(f, is_text ? &fg_defaults_text : &fg_defaults_addition);
     rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
@@ -326,7 +329,10 @@ int fg_cmd_train(int argc, char **argv) {
     if (!strcmp(f[F_ATTN].s, "flash")) attn = FG_ATTN_FLASH;
     else if (!strcmp(f[F_ATTN].s, "naive")) attn = FG_ATTN_NAIVE;
     else die(2, "--attn: unknown implementation '%s' (naive or flash)", f[F_ATTN].s);
-    if (f[F_THREADS].given) openblas_set_num_threads((int)f[F_THREADS].i);
+    if (f[F_THREADS].given) {
+        openblas_set_num_threads((int)f[F_THREADS].i);
+        fg_pool_set_threads((int)f[F_THREADS].i);
+    }
     if (f[F_N_EMBD].i % f[F_N_HEAD].i)
         die(2, "--n-embd %lld is not a multiple of --n-head %lld", (long long)f[F_N_EMBD].i, (long long)f[F_N_HEAD].i);
     if (f[F_MIN_LR].d > f[F_LR].d) die(2, "--min-lr %g is larger than --lr %g", f[F_MIN_LR].d, f[F_LR].d);
@@ -370,6 +376,8 @@ int fg_cmd_train(int argc, char **argv) {
         if (in->source == FG_SOURCE_ADDITION) {
             if (is_text) die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
             KEEP_I(DIGITS, in->addition.n_digits)
+            if (f[F_ANSWER_ONLY].given && !in->addition.answer_only)
+                die(2, "--answer-only differs from the checkpoint's run; a resumed run keeps its settings");
             src = fg_source_addition(&in->addition);
         } else {
             if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
@@ -399,6 +407,7 @@ int fg_cmd_train(int argc, char **argv) {
         } else {
             fg_addition_config ac = fg_addition_default_config();
             ac.n_digits = (int)f[F_DIGITS].i;
+            ac.answer_only = (int)f[F_ANSWER_ONLY].i;
             src = fg_source_addition(&ac);
         }
         if (!src) die(1, "%s", fg_last_error());
@@ -466,8 +475,9 @@ int fg_cmd_train(int argc, char **argv) {
     char data_desc[1200];
     if (is_add) {
         const fg_addition_config *ac = fg_addition_get_config(src->add);
-        snprintf(data_desc, sizeof data_desc, "addition task, %d-digit operands (%.0f%% of pairs held out; loss optimum %.4f)",
-                 ac->n_digits, 100 * ac->val_fraction, fg_source_optimal_loss(src));
+        snprintf(data_desc, sizeof data_desc, "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)",
+                 ac->n_digits, 100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
+                 fg_source_optimal_loss(src));
     } else {
         snprintf(data_desc, sizeof data_desc, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", src->path,
                  fg_text_num_tokens(src->text), fg_text_split_tokens(src->text, FG_SPLIT_TRAIN),
@@ -482,8 +492,10 @@ int fg_cmd_train(int argc, char **argv) {
         (long long)cfg.steps, cfg.batch_size, tr->T, cfg.grad_accum, cfg.opt.lr, cfg.opt.min_lr,
         (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps, cfg.opt.beta1, cfg.opt.beta2,
         cfg.opt.weight_decay, cfg.opt.grad_clip, cfg.seed);
-    if (on_tty) fg_print_machine_line(stderr);
-    else fg_print_machine_line(stdout);
+    if (on_tty) fputs("\r\033[K", stderr);
+    fg_print_machine_line(stdout);
+    say("threads: %d (flashgrad pool); runs are bit-for-bit reproducible for a given seed and thread count\n",
+        fg_pool_threads());
     if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, out);
     say("output: %s/{model,optimizer}.safetensors, %s\n", out, log_path);
 

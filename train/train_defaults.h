@@ -4,7 +4,12 @@
  *           batch 12, 2000 steps, lr 1e-3 -> 1e-4 with 100 warm-up steps, beta2 0.99, wd 0.1,
  *           clip 1.0, dropout 0).
  * addition: sized so that `make train` finishes in a few minutes on 2 CPU cores and solves
- *           held-out 3-digit additions (see the README for measured numbers).
+ *           held-out 3-digit additions. The run has two plateaus (near loss 1.54: routing
+ *           attention to the right digits; near 1.15: the carry) whose length is counted in
+ *           optimizer STEPS, not examples — batch 256 did not shorten them — so the default
+ *           takes many cheap steps (batch 32) at a high learning rate (3e-3). Seeds 2, 3, 4 and
+ *           1337 all reached >= 99.8% held-out exact match within 6000 steps in tuning runs,
+ *           but seeds 3 and 4 only after step 4000; 10000 steps leave a margin.
  */
 #ifndef FG_TRAIN_DEFAULTS_H
 #define FG_TRAIN_DEFAULTS_H
@@ -29,10 +34,10 @@ static const fg_train_defaults fg_defaults_text = {
 };
 
 static const fg_train_defaults fg_defaults_addition = {
-    .digits = 3, .steps = 3000, .n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = 12,
-    .batch_size = 64, .grad_accum = 1, .lr = 1e-3, .min_lr = 1e-4, .warmup = 100,
+    .digits = 3, .steps = 10000, .n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = 12,
+    .batch_size = 32, .grad_accum = 1, .lr = 3e-3, .min_lr = 1e-4, .warmup = 100,
     .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.99, .grad_clip = 1.0, .dropout = 0.0,
-    .eval_every = 500, .eval_iters = 10, .eval_problems = 1000, .samples = 5,
+    .eval_every = 1000, .eval_iters = 10, .eval_problems = 1000, .samples = 5,
 };
 
 #endif /* FG_TRAIN_DEFAULTS_H */

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""attention_torch_cpu.py — flashgrad's flash attention against PyTorch's CPU attention, side by side.
+
+For each N and with and without the causal mask, in alternating rounds in one run:
+  flashgrad: `flashgrad bench attention --impl flash ...` (float32 forward + backward through
+             autograd, median of --repeat; it also times OpenBLAS sgemm on the same-shaped products
+             and reports flash's GFLOP/s against it);
+  PyTorch:   the textbook formula with autograd, as nanoGPT writes it on the CPU
+                 att = (q @ k^T) * scale;  att = att.masked_fill(causal_mask, -inf)
+                 y = softmax(att) @ v;     y.backward(dout)
+             and, where the installed torch has it, F.scaled_dot_product_attention; the faster of
+             the two is the one compared. Each configuration runs in a forked child process, so its
+             peak RSS is its own (PyTorch's is quadratic in N, flashgrad's linear).
+The speed-up is PyTorch's (forward + backward) median time over flashgrad's, per round, then the
+median over rounds. Targets (issue 7): >= 1.5x without the mask, >= 2.5x with it.
+
+Run with Debian's python3 (the one with torch):
+    /usr/bin/python3 bench/attention_torch_cpu.py --flashgrad build/flashgrad
+        [--n 1024,2048,4096] [--b 4] [--h 4] [--d 64] [--threads 2] [--repeat 3] [--torch-repeat R]
+        [--rounds 1]
+        [--causal both|0|1] [--md FILE]
+Exits 0 whether or not the targets are met (it is a measurement); 2 on usage errors, 1 when a run
+fails. Without torch it says so and exits 0 after the flashgrad runs.
+"""
+import argparse
+import csv
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def parse_list(s):
+    try:
+        v = [int(x) for x in s.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("want a comma-separated list of integers, got %r" % s)
+    if not v or min(v) < 1:
+        raise argparse.ArgumentTypeError("want positive integers, got %r" % s)
+    return v
+
+
+def run_flashgrad(binary, b, h, n, d, causal, threads, repeat):
+    """One `flashgrad bench attention` run; returns the flash row of its CSV as a dict."""
+    fd, path = tempfile.mkstemp(suffix=".csv", prefix="fg_attn_")
+    os.close(fd)
+    cmd = [binary, "bench", "attention", "--impl", "flash", "--b", str(b), "--h", str(h), "--n", str(n),
+           "--d", str(d), "--threads", str(threads), "--repeat", str(repeat), "--csv", path]
+    if causal:
+        cmd.append("--causal")
+    print("$ " + " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in p.stdout.splitlines():
+            print("  | " + line)
+        if p.returncode != 0:
+            raise RuntimeError("flashgrad bench attention exited with %d" % p.returncode)
+        with open(path) as f:
+            rows = [r for r in csv.DictReader(f) if r["impl"] == "flash"]
+        if not rows:
+            raise RuntimeError("flashgrad bench attention wrote no flash row")
+        machine = next((l for l in p.stdout.splitlines() if l.startswith("machine:")), "")
+        return rows[0], machine
+    finally:
+        os.unlink(path)
+
+
+def torch_child(b, h, n, d, causal, threads, repeat, wfd):
+    """In a forked child: time the PyTorch forms, write 'form fwd_ms bwd_ms rss_kib' lines to wfd."""
+    import resource
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    q = torch.randn(b, h, n, d, requires_grad=True)
+    k = torch.randn(b, h, n, d, requires_grad=True)
+    v = torch.randn(b, h, n, d, requires_grad=True)
+    dout = torch.randn(b, h, n, d)
+    scale = 1.0 / math.sqrt(d)
+    mask = torch.ones(n, n, dtype=torch.bool).triu(1) if causal else None
+
+    def textbook():
+        att = (q @ k.transpose(-2, -1)) * scale
+        if causal:
+            att = att.masked_fill(mask, float("-inf"))
+        return torch.softmax(att, dim=-1) @ v
+
+    forms = [("textbook", textbook)]
+    if hasattr(F, "scaled_dot_product_attention"):
+        forms.append(("sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))))
+    out = []
+    for name, fn in forms:
+        tf, tb = [], []
+        for it in range(repeat + 1):  # it = 0: warm-up
+            q.grad = k.grad = v.grad = None
+            t0 = time.perf_counter()
+            y = fn()
+            t1 = time.perf_counter()
+            y.backward(dout)
+            t2 = time.perf_counter()
+            del y
+            if it > 0:
+                tf.append((t1 - t0) * 1e3)
+                tb.append((t2 - t1) * 1e3)
+        out.append("%s %.4f %.4f" % (name, statistics.median(tf), statistics.median(tb)))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    os.write(wfd, ("\n".join(l + " %d" % rss for l in out) + "\n").encode())
+
+
+def run_torch(b, h, n, d, causal, threads, repeat):
+    """Fork a child for one configuration; returns {form: (fwd_ms, bwd_ms, rss_kib)}."""
+    r, w = os.pipe()
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            torch_child(b, h, n, d, causal, threads, repeat, w)
+        except BaseException as e:  # report and leave without running the parent's cleanup
+            os.write(w, ("error %r\n" % (e,)).encode())
+            code = 1
+        os._exit(code)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    res = {}
+    for line in data.decode().splitlines():
+        parts = line.split()
+        if parts and parts[0] == "error":
+            raise RuntimeError("PyTorch run failed: " + line)
+        res[parts[0]] = (float(parts[1]), float(parts[2]), int(parts[3]))
+    if not res:
+        raise RuntimeError("PyTorch child died (status %d; out of memory?)" % status)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--flashgrad", default="build/flashgrad", help="the flashgrad binary")
+    ap.add_argument("--n", type=parse_list, default=[1024, 2048, 4096])
+    ap.add_argument("--b", type=int, default=4)
+    ap.add_argument("--h", type=int, default=4)
+    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="flashgrad's repeats per run")
+    ap.add_argument("--torch-repeat", type=int, default=0, help="PyTorch's repeats per run (0: as --repeat, at most 3)")
+    ap.add_argument("--rounds", type=int, default=1, help="alternating flashgrad/PyTorch rounds per configuration")
+    ap.add_argument("--causal", choices=["both", "0", "1"], default="both")
+    ap.add_argument("--md", help="also write the summary as a Markdown table to this file")
+    a = ap.parse_args()
+    if min(a.b, a.h, a.d, a.threads, a.repeat, a.rounds) < 1 or a.torch_repeat < 0:
+        ap.error("--b, --h, --d, --threads, --repeat and --rounds must be positive")
+    torch_repeat = a.torch_repeat or min(a.repeat, 3)
+    if not os.access(a.flashgrad, os.X_OK):
+        ap.error("no flashgrad binary at %s (run make first)" % a.flashgrad)
+    try:
+        import torch  # noqa: F401
+        have_torch = True
+        torch_version = torch.__version__
+    except ImportError:
+        have_torch = False
+        torch_version = None
+        print("attention_torch_cpu: this python (%s) has no torch; flashgrad only" % sys.executable)
+    causals = [0, 1] if a.causal == "both" else [int(a.causal)]
+    rows = []
+    machine = ""
+    for n in a.n:
+        for causal in causals:
+            speedups, fg_runs, th_runs = [], [], []
+            for rnd in range(a.rounds):
+                fg, machine = run_flashgrad(a.flashgrad, a.b, a.h, n, a.d, causal, a.threads, a.repeat)
+                fg_ms = float(fg["fwd_ms"]) + float(fg["bwd_ms"])
+                fg_runs.append(fg)
+                if not have_torch:
+                    continue
+                th = run_torch(a.b, a.h, n, a.d, causal, a.threads, torch_repeat)
+                form = min(th, key=lambda f: th[f][0] + th[f][1])
+                th_ms = th[form][0] + th[form][1]
+                th_runs.append((form, th[form]))
+                speedups.append(th_ms / fg_ms)
+                print("  round %d: flashgrad %.1f ms, PyTorch %s %.1f ms (fwd %.1f + bwd %.1f, peak RSS %.0f MiB): %.2fx"
+                      % (rnd + 1, fg_ms, form, th_ms, th[form][0], th[form][1], th[form][2] / 1024, th_ms / fg_ms),
+                      flush=True)
+            fg = fg_runs[len(fg_runs) // 2]
+            row = {
+                "n": n, "causal": causal,
+                "fg_ms": statistics.median(float(r["fwd_ms"]) + float(r["bwd_ms"]) for r in fg_runs),
+                "fg_gf": statistics.median(float(r["fwdbwd_gflops"]) for r in fg_runs),
+                "sgemm_gf": statistics.median(float(r["sgemm_gflops"]) for r in fg_runs),
+                "fg_rss": max(float(r["peak_rss_kb"]) for r in fg_runs) / 1024,
+            }
+            if speedups:
+                row["speedup"] = statistics.median(speedups)
+                row["th_ms"] = statistics.median(t[1][0] + t[1][1] for t in th_runs)
+                row["th_form"] = th_runs[0][0]
+                row["th_rss"] = max(t[1][2] for t in th_runs) / 1024
+            rows.append(row)
+
+    lines = []
+    lines.append(machine)
+    lines.append("flashgrad float32 flash attention, forward + backward, B=%d H=%d d=%d, %d threads; PyTorch %s, %d threads"
+                 % (a.b, a.h, a.d, a.threads, torch_version or "(absent)", a.threads))
+    lines.append("")
+    lines.append("| N | causal | flash f+b ms | flash GFLOP/s | sgemm GFLOP/s | flash/sgemm (>= 50%) | PyTorch f+b ms | "
+                 "speed-up vs PyTorch (target) | flash peak RSS | PyTorch peak RSS |")
+    lines.append("|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        pct = 100.0 * r["fg_gf"] / r["sgemm_gf"] if r["sgemm_gf"] > 0 else float("nan")
+        target = 2.5 if r["causal"] else 1.5
+        if "speedup" in r:
+            sp = "%.2fx (%.1fx %s)" % (r["speedup"], target, "met" if r["speedup"] >= target else "NOT met")
+            th = "%.0f (%s)" % (r["th_ms"], r["th_form"])
+            th_rss = "%.0f MiB" % r["th_rss"]
+        else:
+            sp, th, th_rss = "-", "-", "-"
+        lines.append("| %d | %s | %.0f | %.1f | %.1f | %.0f%% %s | %s | %s | %.0f MiB | %s |"
+                     % (r["n"], "yes" if r["causal"] else "no", r["fg_ms"], r["fg_gf"], r["sgemm_gf"], pct,
+                        "met" if pct >= 50 else "NOT met", th, sp, r["fg_rss"], th_rss))
+    print()
+    print("\n".join(lines))
+    if a.md:
+        with open(a.md + ".tmp", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(a.md + ".tmp", a.md)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except RuntimeError as e:
+        print("attention_torch_cpu: %s" % e, file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,46 @@
+/* simd.h — which vector instructions the CPU kernels use, chosen once at run time.
+ *
+ * The library is compiled for a baseline x86-64 (the Makefile's -march=x86-64-v2: SSE4.2, no AVX),
+ * so that one binary runs everywhere. Hot kernels (ops/vexp.h, ops/smallgemm.h) carry extra
+ * copies compiled for AVX2+FMA and for AVX-512F through GCC/Clang target attributes; which copy
+ * runs is decided here, from __builtin_cpu_supports, the first time a kernel asks:
+ *
+ *   FG_SIMD_AVX512   AVX-512F (16 float lanes, 32 registers, masked loads and stores)
+ *   FG_SIMD_AVX2     AVX2 + FMA (8 float lanes, 16 registers)
+ *   FG_SIMD_SCALAR   plain C; also what non-x86 builds and compilers without target attributes get
+ *
+ * The environment variable FG_SIMD=scalar|avx2|avx512 caps the choice (it never raises it above
+ * what the CPU has), and fg_simd_set() does the same from a program; tests use them to check that
+ * every level computes the same bits (see ops/vexp.h and ops/smallgemm.h for why they do).
+ */
+#ifndef FG_SIMD_H
+#define FG_SIMD_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define FG_SIMD_X86 1
+#else
+#define FG_SIMD_X86 0
+#endif
+
+typedef enum { FG_SIMD_SCALAR = 0, FG_SIMD_AVX2 = 1, FG_SIMD_AVX512 = 2, FG_SIMD_LEVEL_COUNT } fg_simd_level;
+
+/* "scalar", "avx2", "avx512". */
+const char *fg_simd_name(fg_simd_level level);
+/* The best level this CPU and this build support (ignores FG_SIMD and fg_simd_set). */
+fg_simd_level fg_simd_detect(void);
+/* The level the kernels use now: fg_simd_detect() capped by FG_SIMD (read once) or by the last
+ * fg_simd_set(). Cheap after the first call. */
+fg_simd_level fg_simd_active(void);
+/* Cap the level (a request above what the CPU has gives the CPU's best); returns the level that
+ * was active before. For tests and benchmarks: not to be called while kernels run in other
+ * threads. */
+fg_simd_level fg_simd_set(fg_simd_level level);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_SIMD_H */

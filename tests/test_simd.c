@@ -1,0 +1,458 @@
+/* test_simd.c — the CPU speed machinery: the vectorized exp (ops/vexp.h), the tile products
+ * (ops/smallgemm.h), the thread pool (ops/threadpool.h), and what flash attention promises on top
+ * of them: the same bits for any thread count and any instruction set.
+ *
+ * References: exp in double (libm) for vexp; a double-precision triple loop for the products; the
+ * scalar forms (fg_expf_ref, the plain C product) for the claim that every level computes the same
+ * bits; a serial run for the pool. Every level the CPU has is tried (fg_simd_set), so on an
+ * AVX-512 machine all three paths are covered. Sizes shrink under FG_SANITIZE=1.
+ */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ops/attention.h"
+#include "ops/simd.h"
+#include "ops/smallgemm.h"
+#include "ops/threadpool.h"
+#include "ops/vexp.h"
+#include "tensor/alloc.h"
+#include "tests/common.h"
+
+TestSuite(simd, .timeout = 300);
+
+/* ---------------------------------------------------------------------------------------------
+ * vexp
+ * ------------------------------------------------------------------------------------------- */
+
+/* |y − exp(x)| in units of the float32 spacing at exp(x) (x >= FG_VEXP_LO: a normal result). */
+static double ulp_error(float x, float y) {
+    const double t = exp((double)x);
+    const float tf = (float)t;
+    const double ulp = (double)nextafterf(tf, INFINITY) - (double)tf;
+    return fabs((double)y - t) / ulp;
+}
+
+Test(simd, vexp_is_within_one_ulp_of_exp_on_every_level) {
+    const uint32_t stride = fgt_sanitize() ? 9973 : 97; /* every stride-th float32 of [−104, 89] */
+    enum { CH = 4096 };
+    float *x = malloc(CH * sizeof(float)), *y = malloc(CH * sizeof(float));
+    const fg_simd_level best = fg_simd_detect();
+    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+        fg_simd_set((fg_simd_level)lv);
+        double worst = 0;
+        float worst_x = 0, nonzero_below = 0;
+        int64_t n = 0, differ = 0, n_nonzero_below = 0;
+        float first_differ = 0;
+        for (int neg = 0; neg < 2; neg++) {
+            const float lim = neg ? 104.0f : 89.0f;
+            uint32_t top;
+            memcpy(&top, &lim, sizeof top);
+            for (uint32_t u = 0; u <= top;) {
+                int c = 0;
+                for (; c < CH && u <= top; c++, u += stride) {
+                    const uint32_t bits = u | (neg ? 0x80000000u : 0);
+                    memcpy(&x[c], &bits, sizeof bits);
+                }
+                fg_vexp_f32(y, x, c);
+                for (int i = 0; i < c; i++) {
+                    const float r = fg_expf_ref(x[i]);
+                    if (memcmp(&r, &y[i], sizeof r) != 0 && differ++ == 0) first_differ = x[i];
+                    if (isinf(y[i]) || isinf((float)exp((double)x[i]))) {
+                        cr_expect(isinf(y[i]) && isinf((float)exp((double)x[i])), "exp(%a): %a, libm %a", x[i], y[i],
+                                  exp((double)x[i]));
+                        continue;
+                    }
+                    if (x[i] < FG_VEXP_LO) { /* flushed to 0: exp(x) < 1.3e-38 */
+                        if (y[i] != 0 && n_nonzero_below++ == 0) nonzero_below = x[i];
+                        continue;
+                    }
+                    const double e = ulp_error(x[i], y[i]);
+                    if (e > worst) {
+                        worst = e;
+                        worst_x = x[i];
+                    }
+                    n++;
+                }
+            }
+        }
+        cr_expect(worst <= 1.0, "%s: exp error %.3f ulp at x = %.9g (bound 1 ulp)", fg_simd_name(lv), worst, worst_x);
+        cr_expect_eq(n_nonzero_below, 0, "%s: %lld results below the cut are not 0, the first at x = %a",
+                     fg_simd_name(lv), (long long)n_nonzero_below, nonzero_below);
+        cr_expect_eq(differ, 0, "%s: %lld results differ from fg_expf_ref, the first at x = %a", fg_simd_name(lv),
+                     (long long)differ, first_differ);
+        fprintf(stderr, "[simd] vexp %s: %lld inputs >= %g, worst %.3f ulp (at %.7g)\n", fg_simd_name(lv),
+                (long long)n, (double)FG_VEXP_LO, worst, worst_x);
+    }
+    free(x);
+    free(y);
+}
+
+Test(simd, vexp_special_values_and_tails) {
+    const float in[] = {-INFINITY, INFINITY, NAN, 0.0f, -0.0f, 1.0f, -1.0f, 88.72283f, 88.7229f, 89.0f, 1e30f,
+                        -87.33655f, -87.3f, -87.29999f, -103.9f, -103.98f, -104.0f, -1e30f, 0x1p-30f, -0x1p-30f, 0.5f * 0.6931472f};
+    const int n = (int)(sizeof in / sizeof in[0]);
+    const fg_simd_level best = fg_simd_detect();
+    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+        fg_simd_set((fg_simd_level)lv);
+        /* every length 0..n: the vector body, the masked / scalar tail, and in-place use */
+        for (int len = 0; len <= n; len++) {
+            float y[32], guard = 12345.0f;
+            for (int i = 0; i < 32; i++) y[i] = guard;
+            memcpy(y, in, (size_t)len * sizeof(float));
+            fg_vexp_f32(y, y, len);
+            for (int i = len; i < 32; i++) cr_assert_eq(y[i], guard, "%s len %d: wrote past the end at %d", fg_simd_name(lv), len, i);
+            for (int i = 0; i < len; i++) {
+                const double t = exp((double)in[i]);
+                if (isnan(in[i])) cr_expect(isnan(y[i]), "%s: exp(NaN) = %a", fg_simd_name(lv), y[i]);
+                else if (isinf((float)t)) cr_expect(isinf(y[i]) && y[i] > 0, "%s: exp(%a) = %a, want +inf", fg_simd_name(lv), in[i], y[i]);
+                else if (in[i] < FG_VEXP_LO) cr_expect(y[i] == 0, "%s: exp(%a) = %a, want 0 (flushed)", fg_simd_name(lv), in[i], y[i]);
+                else cr_expect(ulp_error(in[i], y[i]) <= 1.0, "%s: exp(%a) = %a, libm %a", fg_simd_name(lv), in[i], y[i], t);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * smallgemm
+ * ------------------------------------------------------------------------------------------- */
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+static float frand(uint64_t *s) { return (float)((double)lcg(s) / 2147483648.0 * 2.0 - 1.0); }
+
+Test(simd, smallgemm_matches_a_double_reference_and_every_level_gives_the_same_bits) {
+    uint64_t seed = 12345;
+    const int n_cases = fgt_sanitize() ? 40 : 300;
+    const fg_simd_level best = fg_simd_detect();
+    for (int cs = 0; cs < n_cases; cs++) {
+        const int64_t m = (int64_t)(lcg(&seed) % 71), n = (int64_t)(lcg(&seed) % 140) + (cs % 7 == 0 ? 64 : 0),
+                      k = (int64_t)(lcg(&seed) % 70);
+        const int transA = (int)(lcg(&seed) & 1), mode = (int)(lcg(&seed) % 3); /* 0: =, 1: +=, 2: rowscale */
+        const float alpha = cs % 3 == 0 ? 1.0f : 0.37f;
+        const int64_t lda = (transA ? m : k) + 3, ldb = n + 5, ldc = n + 7; /* padding that must stay untouched */
+        const int64_t rsa = transA ? 1 : lda, csa = transA ? lda : 1;
+        const size_t na = (size_t)((transA ? k : m) * lda + 1), nb = (size_t)(k * ldb + 1), nc = (size_t)(m * ldc + 1);
+        float *A = malloc(na * sizeof(float)), *Bm = malloc(nb * sizeof(float)), *C0 = malloc(nc * sizeof(float));
+        float *C = malloc(nc * sizeof(float)), *Cref = malloc(nc * sizeof(float)), *rs = malloc((size_t)(m + 1) * sizeof(float));
+        for (size_t i = 0; i < na; i++) A[i] = frand(&seed);
+        for (size_t i = 0; i < nb; i++) Bm[i] = frand(&seed);
+        for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
+        for (int64_t r = 0; r <= m; r++) rs[r] = frand(&seed);
+        /* the plain C level is the bit-exact reference for the others */
+        fg_simd_set(FG_SIMD_SCALAR);
+        memcpy(Cref, C0, nc * sizeof(float));
+        fg_sgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, Cref, ldc, mode == 2 ? rs : NULL, mode != 0);
+        /* ... and a double-precision triple loop checks the scalar level */
+        double worst = 0;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < ldc; c++) {
+                const float got = Cref[r * ldc + c];
+                if (c >= n) {
+                    cr_assert_eq(got, C0[r * ldc + c], "case %d: column %lld of row %lld (past n = %lld) was written",
+                                 cs, (long long)c, (long long)r, (long long)n);
+                    continue;
+                }
+                double t = 0, mag = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    t += (double)A[r * rsa + p * csa] * Bm[p * ldb + c];
+                    mag += fabs((double)A[r * rsa + p * csa] * Bm[p * ldb + c]);
+                }
+                const double old = C0[r * ldc + c];
+                const double want = mode == 0 ? alpha * t : mode == 1 ? old + alpha * t : rs[r] * old + alpha * t;
+                const double bound = (double)(k + 3) * FLT_EPSILON * (fabs(alpha) * mag + fabs(old) + 1e-30);
+                const double e = fabs(got - want);
+                cr_assert(e <= bound, "case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.9g, want %.9g "
+                          "(bound %.3g)", cs, (long long)m, (long long)n, (long long)k, transA, mode, (long long)r,
+                          (long long)c, got, want, bound);
+                if (e / (bound + 1e-300) > worst) worst = e / bound;
+            }
+        for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++) {
+            fg_simd_set((fg_simd_level)lv);
+            memcpy(C, C0, nc * sizeof(float));
+            fg_sgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, C, ldc, mode == 2 ? rs : NULL, mode != 0);
+            for (size_t i = 0; i < nc; i++)
+                cr_assert(memcmp(&C[i], &Cref[i], sizeof(float)) == 0,
+                          "case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu (row %lld col "
+                          "%lld): %a vs %a", cs, (long long)m, (long long)n, (long long)k, transA, mode, fg_simd_name(lv), i,
+                          (long long)(i / (size_t)ldc), (long long)(i % (size_t)ldc), C[i], Cref[i]);
+        }
+        free(A);
+        free(Bm);
+        free(C0);
+        free(C);
+        free(Cref);
+        free(rs);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the pool
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    atomic_int *hits;
+    atomic_int bad_worker;
+    atomic_int max_worker;
+    int threads;
+    atomic_int nested_calls;
+} pool_probe;
+
+static void probe_item(void *ctx, int64_t item, int worker) {
+    pool_probe *p = ctx;
+    atomic_fetch_add(&p->hits[item], 1);
+    if (worker < 0 || worker >= p->threads) atomic_store(&p->bad_worker, 1);
+    int mw = atomic_load(&p->max_worker);
+    while (worker > mw && !atomic_compare_exchange_weak(&p->max_worker, &mw, worker)) {}
+    for (volatile int spin = 0; spin < 2000; spin++) {} /* long enough for the threads to share items */
+}
+
+static void nested_inner(void *ctx, int64_t item, int worker) {
+    pool_probe *p = ctx;
+    (void)item;
+    if (worker != 0) atomic_store(&p->bad_worker, 1); /* a nested run is serial, on worker 0 */
+    atomic_fetch_add(&p->nested_calls, 1);
+}
+static void nested_outer(void *ctx, int64_t item, int worker) {
+    pool_probe *p = ctx;
+    (void)worker;
+    atomic_fetch_add(&p->hits[item], 1);
+    cr_assert(fg_pool_in_run(), "fg_pool_in_run() is 0 inside an item");
+    fg_pool_run(3, nested_inner, p, 0);
+}
+
+Test(simd, pool_runs_every_item_once_for_any_thread_count) {
+    const int64_t n = 1000;
+    atomic_int *hits = malloc((size_t)n * sizeof(atomic_int));
+    for (int threads = 1; threads <= 4; threads++) {
+        fg_pool_set_threads(threads);
+        cr_assert_eq(fg_pool_threads(), threads, "fg_pool_threads %d after setting %d", fg_pool_threads(), threads);
+        for (int rep = 0; rep < 5; rep++) {
+            for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+            pool_probe p = {.hits = hits, .threads = threads};
+            fg_pool_run(n, probe_item, &p, 0);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert_eq(atomic_load(&hits[i]), 1, "threads %d: item %lld ran %d times", threads, (long long)i,
+                             atomic_load(&hits[i]));
+            cr_assert_eq(atomic_load(&p.bad_worker), 0, "threads %d: a worker id outside [0, %d)", threads, threads);
+        }
+        /* nested runs are serial and complete */
+        for (int64_t i = 0; i < 10; i++) atomic_store(&hits[i], 0);
+        pool_probe p = {.hits = hits, .threads = threads};
+        fg_pool_run(10, nested_outer, &p, FG_POOL_BLAS_SERIAL);
+        for (int64_t i = 0; i < 10; i++) cr_assert_eq(atomic_load(&hits[i]), 1, "nested: outer item %lld", (long long)i);
+        cr_assert_eq(atomic_load(&p.nested_calls), 30, "nested: %d inner calls, want 30", atomic_load(&p.nested_calls));
+        cr_assert_eq(atomic_load(&p.bad_worker), 0, "nested: an inner call ran on a worker other than 0");
+        cr_assert(!fg_pool_in_run(), "fg_pool_in_run() is 1 after the run");
+    }
+    fg_pool_run(0, probe_item, NULL, 0); /* nothing to do: fn is never called (ctx NULL would crash) */
+    fg_pool_set_threads(0);
+    free(hits);
+}
+
+Test(simd, pool_works_in_a_forked_child) {
+    const int64_t n = 200;
+    atomic_int *hits = malloc((size_t)n * sizeof(atomic_int));
+    fg_pool_set_threads(2);
+    pool_probe p = {.hits = hits, .threads = 2};
+    for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+    fg_pool_run(n, probe_item, &p, 0); /* the parent's workers exist now */
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork failed");
+    if (pid == 0) {
+        for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+        fg_pool_run(n, probe_item, &p, 0); /* would hang if the child waited for the parent's workers */
+        int ok = 1;
+        for (int64_t i = 0; i < n; i++) ok &= atomic_load(&hits[i]) == 1;
+        _exit(ok ? 0 : 3);
+    }
+    int status = 0, done = 0;
+    for (int t = 0; t < 600 && !done; t++) {
+        done = waitpid(pid, &status, WNOHANG) == pid;
+        if (!done) usleep(50000);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        cr_assert_fail("the forked child's pool run did not finish in 30 s");
+    }
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    fg_pool_set_threads(0);
+    free(hits);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * flash attention: the same bits for any thread count and any instruction set
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    float *o, *lse, *lo, *dq, *dk, *dv;
+} flash_out;
+
+static void flash_run_once(const fg_attn_problem *pr, const float *q, const float *k, const float *v,
+                           const float *dout, flash_out *r) {
+    const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d), nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
+    const size_t nl = (size_t)(pr->B * pr->H * pr->Nq);
+    r->o = malloc(nq * sizeof(float));
+    r->lse = malloc(nl * sizeof(float));
+    r->lo = malloc(nl * sizeof(float));
+    r->dq = calloc(nq, sizeof(float));
+    r->dk = calloc(nk, sizeof(float));
+    r->dv = calloc(nk, sizeof(float));
+    cr_assert_eq(fg_attn_flash_forward_lo_f32(r->o, r->lse, r->lo, q, k, v, pr), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_attn_flash_backward_lo_f32(r->dq, r->dk, r->dv, dout, q, k, v, r->o, r->lse, r->lo, pr), FG_OK, "%s",
+                 fg_last_error());
+}
+static void flash_out_free(flash_out *r) {
+    free(r->o);
+    free(r->lse);
+    free(r->lo);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+}
+static int64_t first_diff(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return (int64_t)i;
+    return -1;
+}
+
+static double softcap_mod(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *u) {
+    (void)b, (void)h, (void)i, (void)j, (void)u;
+    return 4.0 * tanh(s / 4.0);
+}
+static double softcap_mod_grad(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *u) {
+    (void)b, (void)h, (void)i, (void)j, (void)u;
+    const double t = tanh(s / 4.0);
+    return 1 - t * t;
+}
+
+Test(simd, flash_is_bit_identical_for_any_thread_count_and_instruction_set) {
+    typedef struct {
+        const char *name;
+        int64_t B, H, Hkv, Nq, Nk, d;
+        int causal, window, alibi;
+        double p, softcap;
+        int bq, bk;
+    } fcase;
+    const int small = fgt_sanitize();
+    const fcase cases[] = {
+        {"plain", 2, 4, 4, small ? 70 : 200, small ? 70 : 200, 64, 0, 0, 0, 0, 0, 0, 0},
+        {"causal, ragged blocks", 2, 2, 2, small ? 45 : 133, small ? 60 : 150, 24, 1, 0, 0, 0, 0, 32, 48},
+        {"gqa window alibi dropout", 1, 4, 2, small ? 40 : 97, small ? 40 : 97, 16, 1, 1, 1, 0.2, 0, 16, 16},
+        {"softcap, d not a multiple of 8", 2, 3, 3, 37, 41, 13, 0, 0, 0, 0, 3.0, 8, 16},
+    };
+    const fg_simd_level best = fg_simd_detect();
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const fcase *c = &cases[ci];
+        fg_attn_opts o = fg_attn_defaults();
+        o.causal = c->causal;
+        o.dropout_p = c->p;
+        o.seed = 99;
+        o.block_q = c->bq;
+        o.block_k = c->bk;
+        o.variant.n_kv_heads = c->Hkv;
+        o.variant.window = c->window;
+        o.variant.window_left = 20;
+        o.variant.window_right = 3;
+        o.variant.alibi = c->alibi;
+        o.variant.softcap = c->softcap;
+        fg_attn_problem pr;
+        cr_assert_eq(fg_attn_problem_init(&pr, c->B, c->H, c->Nq, c->Nk, c->d, &o), FG_OK, "%s", fg_last_error());
+        const size_t nq = (size_t)(c->B * c->H * c->Nq * c->d), nk = (size_t)(c->B * c->Hkv * c->Nk * c->d);
+        float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float)),
+              *dout = malloc(nq * sizeof(float));
+        uint64_t seed = 777 + ci;
+        for (size_t i = 0; i < nq; i++) q[i] = 2 * frand(&seed);
+        for (size_t i = 0; i < nk; i++) k[i] = 2 * frand(&seed);
+        for (size_t i = 0; i < nk; i++) v[i] = frand(&seed);
+        for (size_t i = 0; i < nq; i++) dout[i] = frand(&seed);
+        /* the reference: one thread, plain C */
+        fg_simd_set(FG_SIMD_SCALAR);
+        fg_pool_set_threads(1);
+        flash_out ref;
+        flash_run_once(&pr, q, k, v, dout, &ref);
+        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++)
+            for (int threads = 1; threads <= 3; threads++) {
+                if (lv == FG_SIMD_SCALAR && threads == 1) continue;
+                fg_simd_set((fg_simd_level)lv);
+                fg_pool_set_threads(threads);
+                flash_out r;
+                flash_run_once(&pr, q, k, v, dout, &r);
+                const float *a[6] = {r.o, r.lse, r.lo, r.dq, r.dk, r.dv}, *b[6] = {ref.o, ref.lse, ref.lo, ref.dq, ref.dk, ref.dv};
+                const size_t len[6] = {nq, nq / (size_t)c->d, nq / (size_t)c->d, nq, nk, nk};
+                const char *nm[6] = {"O", "lse", "lse_lo", "dQ", "dK", "dV"};
+                for (int t = 0; t < 6; t++) {
+                    const int64_t at = first_diff(a[t], b[t], len[t]);
+                    cr_expect(at < 0, "%s, %s, %d threads: %s differs from the 1-thread scalar run at %lld (%a vs %a)",
+                              c->name, fg_simd_name(lv), threads, nm[t], (long long)at, at < 0 ? 0.0 : a[t][at],
+                              at < 0 ? 0.0 : b[t][at]);
+                }
+                flash_out_free(&r);
+            }
+        flash_out_free(&ref);
+        free(q);
+        free(k);
+        free(v);
+        free(dout);
+    }
+    fg_pool_set_threads(0);
+}
+
+/* User callbacks need not be thread-safe: flash calls them on the calling thread only. */
+static pthread_t caller_thread;
+static atomic_int foreign_calls, total_calls;
+static double thread_checked_mod(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *u) {
+    atomic_fetch_add(&total_calls, 1);
+    if (!pthread_equal(pthread_self(), caller_thread)) atomic_fetch_add(&foreign_calls, 1);
+    return softcap_mod(s, b, h, i, j, u);
+}
+static double thread_checked_grad(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *u) {
+    if (!pthread_equal(pthread_self(), caller_thread)) atomic_fetch_add(&foreign_calls, 1);
+    return softcap_mod_grad(s, b, h, i, j, u);
+}
+
+Test(simd, flash_calls_user_callbacks_on_the_calling_thread_only) {
+    fg_pool_set_threads(2);
+    caller_thread = pthread_self();
+    atomic_store(&foreign_calls, 0);
+    atomic_store(&total_calls, 0);
+    fg_attn_opts o = fg_attn_defaults();
+    o.custom.score_mod = thread_checked_mod;
+    o.custom.score_mod_grad = thread_checked_grad;
+    o.block_q = o.block_k = 16;
+    fg_attn_problem pr;
+    const int64_t B = 2, H = 2, N = 64, d = 8;
+    cr_assert_eq(fg_attn_problem_init(&pr, B, H, N, N, d, &o), FG_OK, "%s", fg_last_error());
+    const size_t n = (size_t)(B * H * N * d);
+    float *q = malloc(n * sizeof(float)), *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float)),
+          *dout = malloc(n * sizeof(float));
+    uint64_t seed = 5;
+    for (size_t i = 0; i < n; i++) {
+        q[i] = frand(&seed);
+        k[i] = frand(&seed);
+        v[i] = frand(&seed);
+        dout[i] = frand(&seed);
+    }
+    flash_out r;
+    flash_run_once(&pr, q, k, v, dout, &r);
+    cr_expect_gt(atomic_load(&total_calls), 0, "score_mod was never called");
+    cr_expect_eq(atomic_load(&foreign_calls), 0, "%d callback calls came from a pool thread", atomic_load(&foreign_calls));
+    flash_out_free(&r);
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    fg_pool_set_threads(0);
+}
