@@ -37,6 +37,7 @@ JOBS="$(nproc 2>/dev/null || echo 4)"
 declare -a SUMMARY=()
 OK_BUILD=0
 OK_TESTS=0
+NO_GPU=0
 
 note() { SUMMARY+=("$1"); echo "gpu_check: $1"; }
 elapsed() { echo $((SECONDS - T0)); }
@@ -100,6 +101,7 @@ if [ $OK_BUILD -eq 1 ]; then
     elif [ $RC -eq 124 ] || [ $RC -eq 137 ]; then
         note "tests: OUT OF TIME after 150 s — ${line:-no summary} [$(elapsed) s]"
     elif [ $RC -eq 77 ]; then
+        NO_GPU=1
         note "tests: NO GPU — $(head -1 "$TMP/tests.log") [$(elapsed) s]"
     else
         note "tests: FAIL (rc $RC) — ${line:-no summary; crashed?} [$(elapsed) s]"
@@ -117,7 +119,9 @@ fi
 
 # ---- 2b. attention variants: gradcheck on the GPU ----
 section "2b. Attention variants on the GPU: flashgrad gradcheck attention --device cuda"
-if [ $OK_BUILD -eq 1 ]; then
+if [ $OK_BUILD -eq 1 ] && [ $NO_GPU -eq 1 ]; then
+    note "variants gradcheck: SKIPPED (no GPU)"
+elif [ $OK_BUILD -eq 1 ]; then
     # B=1 H=2 Nq=70 Nk=90 d=8: two GPU query tiles and two key tiles, ~5k GPU forwards for the
     # finite differences of each line
     gsz=(--b 1 --h 2 --nq 70 --nk 90 --d 8 --seed 7)
@@ -234,7 +238,9 @@ EOF
     code "$TMP/torch.csv"
     # variants: flashgrad alone (PyTorch's SDPA has no window or softcap); window FLOPs count the
     # visible pairs only
-    if [ "$(elapsed)" -lt 300 ]; then
+    if [ $NO_GPU -eq 1 ]; then
+        note "benchmark, variants: SKIPPED (no GPU)"
+    elif [ "$(elapsed)" -lt 300 ]; then
         vns="4096,16384"
         [ "$QUICK" = 1 ] && vns="4096"
         : >"$TMP/fg_var.csv"

@@ -166,11 +166,18 @@ __device__ __forceinline__ void fa_query_tiles(const fa_args<T> &a, int64_t j0, 
 template <typename T, int D> struct flash_cfg;
 template <int D> struct flash_cfg<float, D> {
     static constexpr int FBQ = 64, FBK = 64;
+    /* forward blocks per SM the registers must leave room for (__launch_bounds__): shared memory
+     * (70 KB a block) allows 3 up to D = 64, which caps ptxas at 80 registers — what the kernel
+     * used before the variants; left alone, ptxas now picks 128 and only 2 blocks fit. (It spills
+     * 16 bytes of loop-invariant values in the plain D = 64 instance.) Wider D: shared memory
+     * allows 1. */
+    static constexpr int FWD_MIN_BLOCKS = D <= 64 ? 3 : 1;
     static constexpr int BBQ = D <= 128 ? 64 : 32, BBK = D <= 128 ? 64 : 32;
     static constexpr int SPAD = 16;
 };
 template <int D> struct flash_cfg<double, D> {
     static constexpr int FBQ = 32, FBK = 32;
+    static constexpr int FWD_MIN_BLOCKS = 1;
     static constexpr int BBQ = D <= 128 ? 32 : 16, BBK = D <= 128 ? 32 : 16;
     static constexpr int SPAD = 1;
 };
@@ -205,7 +212,7 @@ template <typename T> __device__ __forceinline__ T half_warp_sum(T v) {
 }
 
 template <typename T, int D, bool MODS>
-__global__ void __launch_bounds__(256) flash_fwd_kernel(fa_args<T> a) {
+__global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fwd_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
     constexpr int BQ = C::FBQ, BK = C::FBK, RQ = BQ / 16, RK = BK / 16, RD = D / 16;
     constexpr int LD = D + 1, LDS = BK + C::SPAD;

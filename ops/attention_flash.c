@@ -30,24 +30,30 @@
  * dV rows and the dQ rows of its G query heads). The library's pool (ops/threadpool.h) hands them
  * to its threads, costly ones first (causal: the last query blocks). Each item computes its outputs
  * in a fixed order — key blocks in increasing order, and inside a product every sum in index order
- * — so the results are bit-identical for any thread count and any schedule (tests/test_simd.c,
- * flash_is_bit_identical_for_any_thread_count). Scratch is per thread, taken from fg_alloc by a
+ * — so the results are bit-identical for any thread count and any schedule (float32 tile kernels:
+ * tests/test_simd.c, flash_is_bit_identical_for_any_thread_count_and_instruction_set; the BLAS
+ * path as far as BLAS is deterministic for one thread). Scratch is per thread, taken from fg_alloc by a
  * thread when it gets its first item (so peak scratch is threads × one item's tiles). User
  * callbacks (score_mod, mask) are called from the calling thread only: a problem that has them
- * runs its items serially, in order, since a callback need not be thread-safe.
+ * runs its items serially, in order, since a callback need not be thread-safe. The backward has
+ * B·H_kv items: with fewer than there are threads (multi-query attention at batch 1) threads idle;
+ * splitting an item's key blocks would need dQ partials per chunk summed in a fixed order (not done:
+ * the shapes here have B·H_kv >= 8).
  *
  * Two inner kernels:
  *   float32 (the default): register-blocked tile products (ops/smallgemm.h) and a vectorized exp
  *     (ops/vexp.h), AVX-512 or AVX2 chosen at run time, the same bits on either (and on the plain
- *     C path). The forward computes the transposed tile Sᵀ = Kj (scale·Qiᵀ)… precisely
- *     Sᵀ = scale · Kj Qiᵀ with Qiᵀ packed once per item, so that the online softmax runs down the
+ *     C path). The forward computes the transposed tile Sᵀ = scale · Kj Qiᵀ, with Qiᵀ packed once
+ *     per item, so that the online softmax runs down the
  *     columns of Sᵀ — every query row in its own vector lane: no horizontal max or sum, and each
  *     row's sum is taken key by key in order whatever the lane count. P·V then reads Pᵀ with
  *     swapped strides. The backward keeps the row-major tile (S = scale · Qi Kjᵀ, with Kjᵀ and
  *     Vjᵀ packed once per key block) so the variants code (fg_attn_score_tile) applies as is;
  *     the forward hands a tile to it (and to dropout) transposed when a variant or dropout is on.
- *   float64, and float32 when FG_ATTN_GEMM=blas is set in the environment (for comparing): each
- *     tile product is one BLAS call, BLAS set to one thread while the pool runs.
+ *   float64, and float32 when FG_ATTN_GEMM=blas is set in the environment (for comparing) or the
+ *     CPU has no AVX2+FMA: each tile product is one BLAS call, BLAS set to one thread while the
+ *     pool runs. (Measured on the 2-core Xeon here, per core: 27 / 45 GFLOP/s forward / backward
+ *     through BLAS tiles, 110-120 / 130-140 through the AVX-512 tile kernels.)
  *
  * Precision in float32. Two quantities are kept better than float32 because their errors do not
  * average out: L is evaluated in double and its rounding remainder kept as lse_lo (one more float
@@ -115,7 +121,10 @@ static void flash_fwd_item(int64_t item, int64_t BH, int64_t nqb, int64_t *bh, i
     *bh = item % BH;
 }
 
-/* FG_ATTN_GEMM=blas: float32 through the BLAS path too (read once). */
+/* float32 through the BLAS path: with FG_ATTN_GEMM=blas in the environment (read once), and on a
+ * CPU without AVX2+FMA (or not x86), where the plain C tile kernels would compute every
+ * multiply-add with a call to fmaf — they stay the bit-exact reference that tests force with
+ * fg_simd_set(FG_SIMD_SCALAR) on vector hardware. */
 static int flash_f32_uses_blas(void) {
     static atomic_int v = -1;
     int x = atomic_load_explicit(&v, memory_order_relaxed);
@@ -124,7 +133,7 @@ static int flash_f32_uses_blas(void) {
         x = e && !strcmp(e, "blas");
         atomic_store_explicit(&v, x, memory_order_relaxed);
     }
-    return x;
+    return x || fg_simd_detect() == FG_SIMD_SCALAR;
 }
 
 #define FG_ATTN_FLASH_TEMPLATE 1

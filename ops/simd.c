@@ -14,7 +14,7 @@ const char *fg_simd_name(fg_simd_level level) {
     }
 }
 
-fg_simd_level fg_simd_detect(void) {
+static fg_simd_level detect_once(void) {
 #if FG_SIMD_X86
     __builtin_cpu_init();
     /* libgcc's and compiler-rt's tables also check (XGETBV) that the OS saves the wide registers */
@@ -22,6 +22,16 @@ fg_simd_level fg_simd_detect(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return FG_SIMD_AVX2;
 #endif
     return FG_SIMD_SCALAR;
+}
+
+fg_simd_level fg_simd_detect(void) {
+    static atomic_int hw = -1;
+    int l = atomic_load_explicit(&hw, memory_order_relaxed);
+    if (l < 0) {
+        l = (int)detect_once();
+        atomic_store_explicit(&hw, l, memory_order_relaxed);
+    }
+    return (fg_simd_level)l;
 }
 
 /* -1 until the first call; then the active level */

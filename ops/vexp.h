@@ -29,6 +29,9 @@
  * float32) and on the special values, for every level the CPU has. (glibc's expf is correctly
  * rounded, < 0.5 ulp, and returns subnormals.)
  *
+ * Speed (L1-resident array, per core): ~8 cycles per 16 values with AVX-512, ~19 per 8 with AVX2.
+ * The scalar form is slow where fmaf is not an instruction (x86 without FMA): use expf there.
+ *
  *   fg_vexp_f32(y, x, n)      y[i] = exp(x[i]) for an array (y may be x), dispatched on
  *                             fg_simd_active()
  *   fg_expf_ref(x)            the scalar form (also the dispatcher's fallback)

@@ -519,6 +519,7 @@ Test(cli, train_rejects_bad_flags_and_bad_data_with_one_line, .init = make_tmpdi
     expect_cli("train --task subtraction --out o", 2, "unknown task");
     expect_cli("train --attn fast --out o", 2, "--attn");
     expect_cli("train --device cuda --out o", 2, "CUDA");
+    expect_cli("train --data text.txt --answer-only 1 --out o", 2, "--answer-only");
     expect_cli("train --data missing.txt --out o", 1, "missing.txt");
     expect_cli("train --data empty.txt --out o", 1, "empty");
     expect_cli("train --data binary.dat --out o", 1, "binary.dat");

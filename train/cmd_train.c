@@ -43,7 +43,7 @@ extern void openblas_set_num_threads(int n);
     X(TASK, "--task", FG_FLAG_STR, "NAME", "synthetic task: addition (default when --data is absent)", 0, 0, 0) \
     X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)          \
     X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)           \
-    X(ANSWER_ONLY, "--answer-only", FG_FLAG_BOOL, NULL, "addition: train on the answer tokens only (optimum loss 0)", 0, 0, 0) \
+    X(ANSWER_ONLY, "--answer-only", FG_FLAG_INT, "0|1", "addition: 1 = loss on the answer tokens only (optimum 0), 0 = on every token", 0, 1, 0) \
     X(STEPS, "--steps", FG_FLAG_INT, "N", "optimizer steps", 0, 1e12, 1)                                      \
     X(OUT, "--out", FG_FLAG_STR, "DIR", "output folder: checkpoint, log.csv (created if missing)", 0, 0, 0)    \
     X(RESUME, "--resume", FG_FLAG_BOOL, NULL, "continue the run saved in --out", 0, 0, 0)                     \
@@ -94,6 +94,7 @@ static void set_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[F_TASK].s = "addition";
     f[F_OUT].s = "out";
     f[F_DIGITS].i = d->digits;
+    f[F_ANSWER_ONLY].i = d->answer_only;
     f[F_STEPS].i = d->steps;
     f[F_N_LAYER].i = d->n_layer;
     f[F_N_HEAD].i = d->n_head;
@@ -213,6 +214,14 @@ static void fmt_time(char *buf, size_t n, double s) {
     if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
     else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
+
+/* A loss: 4 decimals, or 3 significant digits once it is below 0.001 (answer-only runs reach 1e-5). */
+static const char *fmt_loss(char *buf, size_t n, double x) {
+    if (x != 0 && fabs(x) < 1e-3) snprintf(buf, n, "%.2e", x);
+    else snprintf(buf, n, "%.4f", x);
+    return buf;
+}
+#define LOSS(x) fmt_loss((char[24]){0}, 24, (x))
 
 static void fmt_rate(char *buf, size_t n, double r) {
     if (r >= 1e6) snprintf(buf, n, "%.2fM", r / 1e6);
@@ -376,8 +385,7 @@ int fg_cmd_train(int argc, char **argv) {
         if (in->source == FG_SOURCE_ADDITION) {
             if (is_text) die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
             KEEP_I(DIGITS, in->addition.n_digits)
-            if (f[F_ANSWER_ONLY].given && !in->addition.answer_only)
-                die(2, "--answer-only differs from the checkpoint's run; a resumed run keeps its settings");
+            KEEP_I(ANSWER_ONLY, in->addition.answer_only)
             src = fg_source_addition(&in->addition);
         } else {
             if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
@@ -540,10 +548,10 @@ int fg_cmd_train(int argc, char **argv) {
             if (is_add) {
                 if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &last_acc) != FG_OK)
                     die(1, "accuracy at step %lld: %s", (long long)step, fg_last_error());
-                say("step %lld: train loss %.4f, val loss %.4f (optimum %.4f), held-out exact match %.1f%% (%d problems)\n",
-                    (long long)step, tl, vl, fg_source_optimal_loss(src), 100 * last_acc, eval_problems);
+                say("step %lld: train loss %s, val loss %s (optimum %.4f), held-out exact match %.1f%% (%d problems)\n",
+                    (long long)step, LOSS(tl), LOSS(vl), fg_source_optimal_loss(src), 100 * last_acc, eval_problems);
             } else {
-                say("step %lld: train loss %.4f, val loss %.4f\n", (long long)step, tl, vl);
+                say("step %lld: train loss %s, val loss %s\n", (long long)step, LOSS(tl), LOSS(vl));
             }
         }
         snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s", (long long)step, s.loss, s.lr, s.grad_norm,
@@ -559,14 +567,14 @@ int fg_cmd_train(int argc, char **argv) {
         fmt_rate(rt, sizeof rt, rate);
         if (on_tty) {
             if (now - last_draw > 0.1 || last || do_eval) {
-                fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %.4f | lr %.2e | %s tok/s | %s elapsed | ETA %s",
-                        (long long)step, (long long)cfg.steps, s.loss, s.lr, rt, el, et);
+                fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %s | lr %.2e | %s tok/s | %s elapsed | ETA %s",
+                        (long long)step, (long long)cfg.steps, LOSS(s.loss), s.lr, rt, el, et);
                 fflush(stderr);
                 last_draw = now;
             }
         } else if (step % log_every == 0 || last) {
-            printf("step %lld/%lld loss %.4f lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s\n", (long long)step,
-                   (long long)cfg.steps, s.loss, s.lr, s.grad_norm, rt, el, et);
+            printf("step %lld/%lld loss %s lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s\n", (long long)step,
+                   (long long)cfg.steps, LOSS(s.loss), s.lr, s.grad_norm, rt, el, et);
             fflush(stdout);
         }
 
@@ -591,11 +599,11 @@ int fg_cmd_train(int argc, char **argv) {
         say("done: %lld steps in %s (%.1f s), %s tokens/s during training steps\n", (long long)cfg.steps, el, wall, rt);
         if (is_add) {
             double opt = fg_source_optimal_loss(src);
-            say("final: train loss %.4f, val loss %.4f (optimum %.4f, gap %+.4f), held-out exact match %.1f%% of %d problems\n",
-                last_train, last_val, opt, last_val - opt, 100 * last_acc, eval_problems);
+            say("final: train loss %s, val loss %s (optimum %.4f, gap %s%s), held-out exact match %.1f%% of %d problems\n",
+                LOSS(last_train), LOSS(last_val), opt, last_val - opt >= 0 ? "+" : "", LOSS(last_val - opt), 100 * last_acc, eval_problems);
             if (f[F_SAMPLES].i > 0) show_addition_samples(tr, (int)f[F_SAMPLES].i);
         } else {
-            say("final: train loss %.4f, val loss %.4f\n", last_train, last_val);
+            say("final: train loss %s, val loss %s\n", LOSS(last_train), LOSS(last_val));
             if (f[F_SAMPLES].i > 0) show_text_samples(tr, (int)f[F_SAMPLES].i, cfg.seed);
         }
         say("checkpoint: %s  (flashgrad sample --ckpt %s)\n", out, out);
