@@ -47,7 +47,8 @@ typedef struct {
     double fwd_ms, bwd_ms;
     double fwd_peak, bwd_peak; /* bytes above the baseline */
     double rss_kb;
-    double sgemm_ms; /* the sgemm reference: B·H products Nq×d by d×Nk */
+    double fwd_cpu_ms, bwd_cpu_ms; /* CPU time of the process (all its threads), same runs as the medians */
+    double sgemm_ms, sgemm_cpu_ms; /* the sgemm reference: B·H products Nq×d by d×Nk */
     int pool_threads, blas_threads;
     int ok;
     char err[200];
@@ -66,6 +67,34 @@ static void set_threads(const attn_cfg *c, attn_result *r) {
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* CPU seconds used by this process so far, all threads: user + system. Unlike wall time it does not
+ * count the time other processes hold the cores, so flops per CPU-second is a per-core speed that
+ * a shared machine disturbs less (a thread that spins waiting still counts). */
+static double cpu_now(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* the median of t[0..n) and the c[] of the same run */
+static void median_pair(double *t, double *c, int n, double *tm, double *cm) {
+    int best = 0;
+    double *sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted) {
+        *tm = t[0];
+        *cm = c[0];
+        return;
+    }
+    memcpy(sorted, t, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    *tm = sorted[n / 2];
+    for (int i = 0; i < n; i++)
+        if (t[i] == *tm) best = i;
+    *cm = c[best];
+    free(sorted);
 }
 
 static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_result *r) {
@@ -91,16 +120,21 @@ static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_r
     o.block_k = bk;
     int reps = c->repeat < 1 ? 1 : c->repeat;
     double *tf = calloc((size_t)reps, sizeof *tf), *tb = calloc((size_t)reps, sizeof *tb);
+    double *cf = calloc((size_t)reps, sizeof *cf), *cb = calloc((size_t)reps, sizeof *cb);
+    if (!tf || !tb || !cf || !cb) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        reps = 0;
+    }
     for (int it = -1; it < reps; it++) { /* it = -1: warm-up (fills the allocator cache) */
         fg_zero_grad(q);
         fg_zero_grad(k);
         fg_zero_grad(v);
         size_t base = fg_alloc_get_stats(c->device).current;
         fg_alloc_reset_peak(c->device);
-        double t0 = fg_now();
+        double c0 = cpu_now(), t0 = fg_now();
         fg_tensor *out = fg_attention(q, k, v, &o, NULL);
         fg_device_sync(c->device);
-        double t1 = fg_now();
+        double t1 = fg_now(), c1 = cpu_now();
         if (!out) {
             snprintf(r->err, sizeof r->err, "%s", fg_last_error());
             break;
@@ -108,10 +142,10 @@ static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_r
         double fpeak = (double)(fg_alloc_get_stats(c->device).peak - base);
         size_t base2 = fg_alloc_get_stats(c->device).current;
         fg_alloc_reset_peak(c->device);
-        double t2 = fg_now();
+        double c2 = cpu_now(), t2 = fg_now();
         fg_status st = fg_backward(out, dout);
         fg_device_sync(c->device);
-        double t3 = fg_now();
+        double t3 = fg_now(), c3 = cpu_now();
         double bpeak = (double)(fg_alloc_get_stats(c->device).peak - base2);
         fg_release(out);
         if (st != FG_OK) {
@@ -121,19 +155,21 @@ static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_r
         if (it >= 0) {
             tf[it] = (t1 - t0) * 1e3;
             tb[it] = (t3 - t2) * 1e3;
+            cf[it] = (c1 - c0) * 1e3;
+            cb[it] = (c3 - c2) * 1e3;
             r->fwd_peak = fpeak;
             r->bwd_peak = bpeak;
         }
         if (it == reps - 1) r->ok = 1;
     }
     if (r->ok) {
-        qsort(tf, (size_t)reps, sizeof *tf, cmp_double);
-        qsort(tb, (size_t)reps, sizeof *tb, cmp_double);
-        r->fwd_ms = tf[reps / 2];
-        r->bwd_ms = tb[reps / 2];
+        median_pair(tf, cf, reps, &r->fwd_ms, &r->fwd_cpu_ms);
+        median_pair(tb, cb, reps, &r->bwd_ms, &r->bwd_cpu_ms);
     }
     free(tf);
     free(tb);
+    free(cf);
+    free(cb);
 done:
     fg_release(q);
     fg_release(k);
@@ -153,8 +189,8 @@ static void measure_sgemm(const attn_cfg *c, attn_result *r) {
     float *A = fg_alloc(FG_CPU, na * sizeof(float)), *Bm = fg_alloc(FG_CPU, nb * sizeof(float));
     float *C = fg_alloc(FG_CPU, nc * sizeof(float));
     const int reps = c->repeat < 1 ? 1 : c->repeat;
-    double *t = calloc((size_t)reps, sizeof *t);
-    if (!A || !Bm || !C || !t) {
+    double *t = calloc((size_t)reps, sizeof *t), *cp = calloc((size_t)reps, sizeof *cp);
+    if (!A || !Bm || !C || !t || !cp) {
         snprintf(r->err, sizeof r->err, "sgemm reference: out of memory");
         goto done;
     }
@@ -162,17 +198,20 @@ static void measure_sgemm(const attn_cfg *c, attn_result *r) {
     for (size_t i = 0; i < na; i++) A[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
     for (size_t i = 0; i < nb; i++) Bm[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
     for (int it = -1; it < reps; it++) {
-        const double t0 = fg_now();
+        const double c0 = cpu_now(), t0 = fg_now();
         for (int64_t p = 0; p < c->b * c->h; p++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->nq, (int)c->nk, (int)c->d, 1.0f, A,
                         (int)c->d, Bm, (int)c->nk, 0.0f, C, (int)c->nk);
-        if (it >= 0) t[it] = (fg_now() - t0) * 1e3;
+        if (it >= 0) {
+            t[it] = (fg_now() - t0) * 1e3;
+            cp[it] = (cpu_now() - c0) * 1e3;
+        }
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    r->sgemm_ms = t[reps / 2];
+    median_pair(t, cp, reps, &r->sgemm_ms, &r->sgemm_cpu_ms);
     r->ok = 1;
 done:
     free(t);
+    free(cp);
     if (A) fg_free(FG_CPU, A);
     if (Bm) fg_free(FG_CPU, Bm);
     if (C) fg_free(FG_CPU, C);
@@ -346,7 +385,8 @@ int fg_bench_attention(int argc, char **argv) {
             return 1;
         }
         fprintf(out, "impl,b,h,nq,nk,d,causal,dropout,block_q,block_k,fwd_ms,bwd_ms,fwd_gflops,bwd_gflops,"
-                     "fwd_peak_bytes,bwd_peak_bytes,peak_rss_kb,device,fwdbwd_gflops,sgemm_gflops,threads,simd\n");
+                     "fwd_peak_bytes,bwd_peak_bytes,peak_rss_kb,device,fwdbwd_gflops,sgemm_gflops,threads,simd,"
+                     "fwdbwd_gflops_per_cpu_s,sgemm_gflops_per_cpu_s\n");
     }
     if (c.device != FG_CPU) want_sgemm = 0;
     fg_print_machine_line(stdout);
@@ -361,11 +401,15 @@ int fg_bench_attention(int argc, char **argv) {
         c.nk = nk_fixed ? nk_fixed : ns[in];
         double flops = 4.0 * (double)c.nq * (double)c.nk * (double)c.d * (double)(c.b * c.h);
         if (c.causal) flops /= 2;
-        double sgemm_gf = 0, flash_gf = 0;
+        double sgemm_gf = 0, flash_gf = 0, sgemm_cgf = 0, flash_cgf = 0; /* wall, per CPU-second */
         if (want_sgemm) {
             attn_result r;
             measure_isolated(&c, (fg_attn_impl)-1, 0, 0, &r);
-            if (r.ok) sgemm_gf = 2.0 * (double)c.nq * (double)c.nk * (double)c.d * (double)(c.b * c.h) / (r.sgemm_ms * 1e-3) / 1e9;
+            const double sf = 2.0 * (double)c.nq * (double)c.nk * (double)c.d * (double)(c.b * c.h);
+            if (r.ok) {
+                sgemm_gf = sf / (r.sgemm_ms * 1e-3) / 1e9;
+                sgemm_cgf = r.sgemm_cpu_ms > 0 ? sf / (r.sgemm_cpu_ms * 1e-3) / 1e9 : 0;
+            }
             else printf("sgemm  %6lld %6lld %4lld | failed: %s\n", (long long)c.nq, (long long)c.nk, (long long)c.d, r.err);
         }
         for (int impl = 0; impl < 2; impl++) {
@@ -388,7 +432,11 @@ int fg_bench_attention(int argc, char **argv) {
                 }
                 double gf = flops / (r.fwd_ms * 1e-3) / 1e9, gb = 2.5 * flops / (r.bwd_ms * 1e-3) / 1e9;
                 double gfb = 3.5 * flops / ((r.fwd_ms + r.bwd_ms) * 1e-3) / 1e9;
-                if (impl == FG_ATTN_FLASH && pi == 0) flash_gf = gfb;
+                double cgfb = r.fwd_cpu_ms + r.bwd_cpu_ms > 0 ? 3.5 * flops / ((r.fwd_cpu_ms + r.bwd_cpu_ms) * 1e-3) / 1e9 : 0;
+                if (impl == FG_ATTN_FLASH && pi == 0) {
+                    flash_gf = gfb;
+                    flash_cgf = cgfb;
+                }
                 char sbq[16], sbk[16];
                 snprintf(sbq, sizeof sbq, "%d", impl == FG_ATTN_FLASH ? ibq : 0);
                 snprintf(sbk, sizeof sbk, "%d", impl == FG_ATTN_FLASH ? ibk : 0);
@@ -398,11 +446,12 @@ int fg_bench_attention(int argc, char **argv) {
                        r.fwd_ms, r.bwd_ms, gf, gb, gfb, r.fwd_peak, r.bwd_peak, r.rss_kb / 1024);
                 fflush(stdout);
                 if (out)
-                    fprintf(out, "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,%.2f,%.2f,%d,%s\n",
+                    fprintf(out, "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,%.2f,%.2f,%d,%s,"
+                                 "%.2f,%.2f\n",
                             name, (long long)c.b, (long long)c.h, (long long)c.nq, (long long)c.nk, (long long)c.d,
                             c.causal, c.dropout, impl == FG_ATTN_FLASH ? ibq : 0, impl == FG_ATTN_FLASH ? ibk : 0, r.fwd_ms,
                             r.bwd_ms, gf, gb, r.fwd_peak, r.bwd_peak, r.rss_kb, fg_device_name(c.device), gfb, sgemm_gf,
-                            r.pool_threads, c.device == FG_CPU ? fg_simd_name(fg_simd_active()) : "-");
+                            r.pool_threads, c.device == FG_CPU ? fg_simd_name(fg_simd_active()) : "-", cgfb, sgemm_cgf);
             }
         }
         if (sgemm_gf > 0) {
@@ -411,6 +460,9 @@ int fg_bench_attention(int argc, char **argv) {
                    (long long)c.d, (long long)c.d, (long long)c.nk, sgemm_gf);
             if (flash_gf > 0) printf("; flash fwd+bwd%s = %.0f%% of it", c.causal ? " (causal)" : "", 100.0 * flash_gf / sgemm_gf);
             printf("\n");
+            if (flash_cgf > 0 && sgemm_cgf > 0)
+                printf("per CPU-second (what other processes on the machine disturb less): flash fwd+bwd %.1f, sgemm "
+                       "%.1f GFLOP/s: %.0f%%\n", flash_cgf, sgemm_cgf, 100.0 * flash_cgf / sgemm_cgf);
             fflush(stdout);
         }
     }
