@@ -32,7 +32,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps deps-test test sanitize train train-shakespeare clean cuda gpu-check bench plots fuzz valgrind
+.PHONY: all deps deps-test test sanitize kill-test train train-shakespeare clean cuda gpu-check bench plots fuzz valgrind
 all: deps
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.a $(BUILD)/flashgrad
 
@@ -74,6 +74,11 @@ valgrind: deps-test
 	FG_SANITIZE=1 FG_VALGRIND=1 FG_BIN=$(abspath build-vg)/flashgrad valgrind -q --trace-children=yes \
 	    --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1 \
 	    build-vg/test_runner --jobs 1 $(TEST_ARGS)
+
+# Interrupted writes: SIGKILL a training run with a checkpoint every step at 20 random moments;
+# the last checkpoint must always load and the resumed losses equal an uninterrupted run's.
+kill-test: all
+	FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 20
 
 train: all
 	$(BUILD)/flashgrad train --task addition --out runs/addition

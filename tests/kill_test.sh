@@ -8,7 +8,7 @@
 set -u
 BIN=${FG_BIN:-build/flashgrad}
 KILLS=${1:-20}
-STEPS=${KILL_TEST_STEPS:-400}
+STEPS=${KILL_TEST_STEPS:-1500}
 work=$(mktemp -d /tmp/fg_kill.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 args=(--task addition --digits 2 --n-layer 1 --n-head 2 --n-embd 32 --batch-size 16 --steps "$STEPS"
@@ -39,8 +39,6 @@ for k in $(seq 1 "$KILLS"); do
     else
         echo "kill $k: killed before the first checkpoint"
     fi
-    leftovers=$(find "$work/run" -name '*.tmp*' -o -name '.*tmp*' 2>/dev/null | wc -l)
-    [ "$leftovers" -gt 0 ] && echo "kill $k: note: $leftovers temporary file(s) left by the killed writer"
 done
 
 # finish the run and compare the losses with the uninterrupted one
@@ -52,6 +50,11 @@ if [ "${last:-0}" -ge "$STEPS" ] && [ -n "${resume[*]}" ]; then
 elif ! "$BIN" train "${args[@]}" --out "$work/run" "${resume[@]}" >/dev/null 2>"$work/err"; then
     echo "kill test: the final resume failed: $(head -1 "$work/err")"
     exit 1
+fi
+leftovers=$(find "$work/run" -name '*.tmp.*' | wc -l)
+if [ "$leftovers" -gt 0 ]; then
+    echo "kill test: $leftovers temporary file(s) left after the final run"
+    fails=$((fails + 1))
 fi
 if cmp -s <(cut -d, -f1,2,3,4,6 "$work/ref/log.csv") <(cut -d, -f1,2,3,4,6 "$work/run/log.csv"); then
     echo "kill test: $KILLS kills, resumed run's losses equal the uninterrupted run's at all $STEPS steps"

@@ -4,6 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef FG_WITH_CUDA
+#include "cuda/cuda_ops.h"
+#endif
+
 double fg_lr_at(const fg_adamw_config *c, int64_t s) {
     if (s < c->warmup) return c->lr * (double)(s + 1) / (double)(c->warmup + 1);
     if (s >= c->decay_steps) return c->min_lr;
@@ -15,7 +19,11 @@ double fg_lr_at(const fg_adamw_config *c, int64_t s) {
 fg_status fg_adamw_init(fg_adamw *o, const fg_adamw_config *c, fg_dtype dt, fg_device dev, int64_t P) {
     memset(o, 0, sizeof *o);
     if (P < 1) return fg_error(FG_ERR_ARG, "adamw: %lld parameters", (long long)P);
-    if (dev != FG_CPU) return fg_error(FG_ERR_DEVICE, "adamw: only the CPU is supported so far");
+#ifdef FG_WITH_CUDA
+    if (dev != FG_CPU && dev != FG_CUDA) return fg_error(FG_ERR_DEVICE, "adamw: unsupported device %d", (int)dev);
+#else
+    if (dev != FG_CPU) return fg_error(FG_ERR_DEVICE, "adamw: only the CPU is supported in this build");
+#endif
     o->cfg = *c;
     o->n = P;
     o->m = fg_zeros(dt, dev, 1, &P);
@@ -36,6 +44,11 @@ void fg_adamw_free(fg_adamw *o) {
 double fg_grad_norm(const fg_tensor *grads) {
     int64_t n = fg_numel(grads);
     double s = 0;
+#ifdef FG_WITH_CUDA
+    /* the device sums in float64 too, in a fixed (tree) order; an error reads as a NaN norm */
+    if (grads->device == FG_CUDA)
+        return fg_cuda_sum_squares(grads->dtype, fg_data(grads), n, &s) == FG_OK ? sqrt(s) : NAN;
+#endif
     if (grads->dtype == FG_F32) {
         const float *g = fg_data(grads);
         for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
@@ -48,6 +61,12 @@ double fg_grad_norm(const fg_tensor *grads) {
 
 void fg_grad_scale(fg_tensor *grads, double s) {
     int64_t n = fg_numel(grads);
+#ifdef FG_WITH_CUDA
+    if (grads->device == FG_CUDA) {
+        (void)fg_cuda_scale(grads->dtype, fg_data(grads), n, s); /* a failure surfaces at the next checked call */
+        return;
+    }
+#endif
     if (grads->dtype == FG_F32) {
         float *g = fg_data(grads), sf = (float)s;
         for (int64_t i = 0; i < n; i++) g[i] *= sf;
@@ -87,6 +106,18 @@ fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr) {
         const fg_gpt_param *pp = &g->params[j];
         const double df = pp->decay ? 1.0 - lr * c->weight_decay : 1.0;
         const int64_t off = pp->offset, n = pp->numel;
+#ifdef FG_WITH_CUDA
+        if (g->params_flat->device == FG_CUDA) {
+            /* the same range update on device pointers (cuda/adamw.cu mirrors ADAMW_RANGE) */
+            const size_t es = fg_dtype_size(g->cfg.dtype), b = (size_t)off * es;
+            fg_status st = fg_cuda_adamw_range(g->cfg.dtype, (char *)fg_data(g->params_flat) + b,
+                                               (const char *)fg_data(g->grads_flat) + b, (char *)fg_data(o->m) + b,
+                                               (char *)fg_data(o->v) + b, n, df, c->beta1, c->beta2, step_size,
+                                               bc2_sqrt, c->eps);
+            if (st != FG_OK) return st;
+            continue;
+        }
+#endif
         if (g->cfg.dtype == FG_F32) {
             float *p = (float *)fg_data(g->params_flat) + off, *gr = (float *)fg_data(g->grads_flat) + off;
             float *m = (float *)fg_data(o->m) + off, *v = (float *)fg_data(o->v) + off;

@@ -24,7 +24,12 @@ struct fg_ckpt {
 };
 
 uint64_t fg_ckpt_params_hash(const fg_gpt *g) {
-    return fg_xxh64(fg_data(g->params_flat), (size_t)fg_nbytes(g->params_flat), 0);
+    if (g->params_flat->device == FG_CPU) return fg_xxh64(fg_data(g->params_flat), (size_t)fg_nbytes(g->params_flat), 0);
+    /* a device model hashes a host copy of its buffer (same bytes, same hash); 0 if the copy fails */
+    fg_tensor *h = fg_to(g->params_flat, FG_CPU, g->params_flat->dtype);
+    uint64_t x = h ? fg_xxh64(fg_data(h), (size_t)fg_nbytes(h), 0) : 0;
+    fg_release(h);
+    return x;
 }
 
 /* ---- writing ---- */
@@ -67,12 +72,24 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     const fg_gpt_config *mc = &g->cfg;
     const fg_train_config *tc = &tr->cfg;
     const fg_source *src = tr->data;
-    if (mc->device != FG_CPU) return fg_error(FG_ERR_DEVICE, "checkpoint: only CPU models can be saved so far");
     char mpath[4096], opath[4096];
     fg_status st = join(mpath, sizeof mpath, dir, FG_CKPT_MODEL_FILE);
     if (st == FG_OK) st = join(opath, sizeof opath, dir, FG_CKPT_OPTIM_FILE);
     if (st != FG_OK) return st;
-    const uint64_t phash = fg_ckpt_params_hash(g);
+    /* Device buffers (cuda) are written from host copies, one bulk copy each. */
+    fg_tensor *hp = NULL, *hm = NULL, *hv = NULL;
+    if (mc->device != FG_CPU) {
+        hp = fg_to(g->params_flat, FG_CPU, mc->dtype);
+        hm = hp ? fg_to(tr->opt.m, FG_CPU, mc->dtype) : NULL;
+        hv = hm ? fg_to(tr->opt.v, FG_CPU, mc->dtype) : NULL;
+        if (!hv) {
+            st = fg_last_status();
+            fg_release(hp);
+            fg_release(hm);
+            return st;
+        }
+    }
+    const uint64_t phash = hp ? fg_xxh64(fg_data(hp), (size_t)fg_nbytes(hp), 0) : fg_ckpt_params_hash(g);
     const fg_st_dtype dt = fg_st_from_dtype(mc->dtype);
     char *tokstr = fg_tokenizer_serialize(fg_source_tokenizer(src));
     fg_st_writer *mw = fg_st_writer_new(), *ow = fg_st_writer_new();
@@ -84,7 +101,8 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     /* the model */
     for (int j = 0; j < g->n_params; j++) {
         const fg_gpt_param *p = &g->params[j];
-        CHECK(fg_st_writer_add(mw, p->name, dt, p->w->ndim, p->w->shape, fg_data(p->w)));
+        const void *pd = hp ? (const char *)fg_data(hp) + (size_t)p->offset * fg_dtype_size(mc->dtype) : fg_data(p->w);
+        CHECK(fg_st_writer_add(mw, p->name, dt, p->w->ndim, p->w->shape, pd));
     }
     CHECK(fg_st_writer_set_metadata(mw, "format", "pt")); /* what HF's loaders look for */
     CHECK(fg_st_writer_set_metadata(mw, "fg_kind", KIND_MODEL));
@@ -119,8 +137,8 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     int64_t P = g->num_elements, one = 1, two = 2;
     int64_t step = tr->step;
     uint64_t rng[2] = {tc->seed, (uint64_t)tr->step};
-    CHECK(fg_st_writer_add(ow, "exp_avg", dt, 1, &P, fg_data(tr->opt.m)));
-    CHECK(fg_st_writer_add(ow, "exp_avg_sq", dt, 1, &P, fg_data(tr->opt.v)));
+    CHECK(fg_st_writer_add(ow, "exp_avg", dt, 1, &P, fg_data(hm ? hm : tr->opt.m)));
+    CHECK(fg_st_writer_add(ow, "exp_avg_sq", dt, 1, &P, fg_data(hv ? hv : tr->opt.v)));
     CHECK(fg_st_writer_add_copy(ow, "step", FG_ST_I64, 1, &one, &step));
     CHECK(fg_st_writer_add_copy(ow, "rng", FG_ST_U64, 1, &two, rng));
     CHECK(fg_st_writer_set_metadata(ow, "fg_kind", KIND_OPTIM));
@@ -144,13 +162,32 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     CHECK(meta_i64(ow, "eval_iters", tc->eval_iters));
     CHECK(meta_u64(ow, "seed", tc->seed));
 
-    /* Model first: a crash between the two writes leaves a usable model and a pair that
-     * fg_ckpt_open(..., 1) refuses (the steps and hashes differ). */
-    CHECK(fg_st_writer_write(mw, mpath));
+    /* Crash-consistent order. The model file says which state is current; the optimizer state of
+     * the model that is on disk must exist at every moment:
+     *   1. optimizer.safetensors -> optimizer.prev.safetensors (rename: the old pair stays whole)
+     *   2. write the new optimizer.safetensors              (old model + prev still pair up)
+     *   3. write the new model.safetensors                  (new model + new optimizer pair up)
+     * A kill anywhere leaves a model whose optimizer state is one of the two files, and
+     * fg_ckpt_open picks the one whose step and parameter hash match the model. */
+    {
+        char ppath[4096];
+        CHECK(join(ppath, sizeof ppath, dir, FG_CKPT_OPTIM_PREV_FILE));
+        struct stat sb;
+        if (stat(opath, &sb) == 0 && stat(mpath, &sb) == 0) {
+            if (rename(opath, ppath) != 0) {
+                st = fg_error(FG_ERR_IO, "checkpoint: cannot rename %s to %s: %s", opath, ppath, strerror(errno));
+                goto out;
+            }
+        }
+    }
     CHECK(fg_st_writer_write(ow, opath));
+    CHECK(fg_st_writer_write(mw, mpath));
 out:
     fg_st_writer_free(mw);
     fg_st_writer_free(ow);
+    fg_release(hp);
+    fg_release(hm);
+    fg_release(hv);
     free(tokstr);
     return st;
 }
@@ -392,6 +429,29 @@ fg_ckpt *fg_ckpt_open(const char *path, int with_optimizer) {
     if (st == FG_OK && with_optimizer) {
         if (!(c->optim = fg_st_load(c->optim_path))) st = fg_last_status();
         if (st == FG_OK) st = read_optim_meta(c);
+        if (st != FG_OK) {
+            /* A save killed between its optimizer and model writes leaves the model's own state in
+             * optimizer.prev.safetensors (see fg_ckpt_save): use it when it pairs with the model. */
+            char prev[sizeof c->optim_path], first_error[1024];
+            snprintf(first_error, sizeof first_error, "%s", fg_last_error());
+            fg_status first_status = st;
+            const char *slash = strrchr(c->optim_path, '/');
+            int dirlen = slash ? (int)(slash - c->optim_path) : 1;
+            snprintf(prev, sizeof prev, "%.*s/%s", dirlen, slash ? c->optim_path : ".", FG_CKPT_OPTIM_PREV_FILE);
+            struct stat pb;
+            if (stat(prev, &pb) == 0) {
+                fg_st_close(c->optim);
+                c->optim = NULL;
+                char saved[sizeof c->optim_path];
+                memcpy(saved, c->optim_path, sizeof saved);
+                memcpy(c->optim_path, prev, sizeof prev);
+                st = (c->optim = fg_st_load(c->optim_path)) ? read_optim_meta(c) : fg_last_status();
+                if (st != FG_OK) { /* report the newer file's problem, not the fallback's */
+                    memcpy(c->optim_path, saved, sizeof saved);
+                    st = fg_error(first_status, "%s", first_error);
+                }
+            }
+        }
     }
     if (st != FG_OK) {
         fg_ckpt_close(c);

@@ -10,11 +10,12 @@
  *                            random draw is a pure function of those, so this is the whole RNG
  *                            state), and the training configuration in its metadata.
  *
- * Pairing. Both files are written atomically (fileio.h), model first. Both record the step and
- * params_xxh64, the XXH64 of the flat parameter buffer, and a resume checks that they agree. A
- * crash between the two writes leaves a new model beside an old optimizer file: the model is
- * usable (sampling), and --resume refuses the pair with a message instead of continuing from
- * mismatched state.
+ * Pairing. Both files are written atomically (fileio.h). Both record the step and params_xxh64,
+ * the XXH64 of the flat parameter buffer, and a resume checks that they agree. A save first renames
+ * the old optimizer file to optimizer.prev.safetensors, then writes the new optimizer file, then the
+ * new model: a kill at any moment leaves a model whose own optimizer state is on disk (the new file
+ * or the .prev one), and a resume picks the one that pairs with the model. A pair that still does
+ * not match (files copied from elsewhere) is refused with a message naming both steps.
  *
  * Reading validates everything before allocating the model: the format (fileio/safetensors do the
  * bytes: truncation, corruption via the checksum), flashgrad's kind and version tags (a foreign
@@ -36,6 +37,8 @@ extern "C" {
 
 #define FG_CKPT_MODEL_FILE "model.safetensors"
 #define FG_CKPT_OPTIM_FILE "optimizer.safetensors"
+/* The optimizer state of the previous save, kept until the next model file is in place. */
+#define FG_CKPT_OPTIM_PREV_FILE "optimizer.prev.safetensors"
 
 /* What a checkpoint says about itself. */
 typedef struct {
@@ -68,7 +71,8 @@ fg_gpt *fg_ckpt_load_model(const fg_ckpt *c);
  * step. Needs with_optimizer. */
 fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr);
 
-/* Writes DIR/model.safetensors then DIR/optimizer.safetensors for the trainer's current state.
+/* Writes DIR/optimizer.safetensors then DIR/model.safetensors (keeping the previous optimizer file as
+ * optimizer.prev.safetensors until the model is in place; see the top) for the current state.
  * DIR must exist. */
 fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr);
 

@@ -25,7 +25,7 @@ extern void openblas_set_num_threads(int n);
 
 enum {
     B_DATA, B_BYTE, B_DIGITS, B_N_LAYER, B_N_HEAD, B_N_EMBD, B_BLOCK, B_BATCH, B_ACCUM, B_DROPOUT, B_ATTN,
-    B_STEPS, B_WARM, B_THREADS, B_SEED, B_DEVICE, B_COUNT
+    B_STEPS, B_WARM, B_THREADS, B_SEED, B_DEVICE, B_RECOMPUTE, B_COUNT
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -62,6 +62,7 @@ static int bench_train(int argc, char **argv) {
         [B_THREADS] = {"--threads", FG_FLAG_INT, "N", "threads of flashgrad's pool and of OpenBLAS (default: all cores)", 1, 1024},
         [B_SEED] = {"--seed", FG_FLAG_U64, "N", "seed", .u = 1337},
         [B_DEVICE] = {"--device", FG_FLAG_STR, "DEV", "cpu or cuda", .s = "cpu"},
+        [B_RECOMPUTE] = {"--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", .s = "none"},
     };
     set_bench_defaults(f, &fg_defaults_addition);
     int rc = fg_flags_parse("bench train", f, B_COUNT, argc, argv);
@@ -84,17 +85,22 @@ static int bench_train(int argc, char **argv) {
                 fprintf(stderr, "flashgrad bench train: --device cuda: %s\n", fg_last_error());
                 return 2;
             }
-            fprintf(stderr, "flashgrad bench train: --device cuda: training on the GPU is not supported by this build yet\n");
+        } else {
+            fprintf(stderr, "flashgrad bench train: --device: unknown device '%s' (cpu or cuda)\n", f[B_DEVICE].s);
             return 2;
         }
-        fprintf(stderr, "flashgrad bench train: --device: unknown device '%s' (cpu or cuda)\n", f[B_DEVICE].s);
-        return 2;
     }
+    const fg_device dev = strcmp(f[B_DEVICE].s, "cuda") ? FG_CPU : FG_CUDA;
     fg_attn_impl attn;
     if (!strcmp(f[B_ATTN].s, "flash")) attn = FG_ATTN_FLASH;
     else if (!strcmp(f[B_ATTN].s, "naive")) attn = FG_ATTN_NAIVE;
     else {
         fprintf(stderr, "flashgrad bench train: --attn: unknown implementation '%s' (naive or flash)\n", f[B_ATTN].s);
+        return 2;
+    }
+    int recompute = fg_gpt_recompute_parse(f[B_RECOMPUTE].s);
+    if (recompute < 0) {
+        fprintf(stderr, "flashgrad bench train: --recompute: unknown setting '%s' (none, attn or block)\n", f[B_RECOMPUTE].s);
         return 2;
     }
     if (f[B_N_EMBD].i % f[B_N_HEAD].i) {
@@ -131,6 +137,8 @@ static int bench_train(int argc, char **argv) {
     cfg.model.vocab_size = fg_source_vocab_size(src);
     cfg.model.dropout = f[B_DROPOUT].d;
     cfg.model.attn = attn;
+    cfg.model.recompute = (fg_gpt_recompute)recompute;
+    cfg.model.device = dev;
     cfg.batch_size = (int)f[B_BATCH].i;
     cfg.grad_accum = (int)f[B_ACCUM].i;
     cfg.steps = W + N;
@@ -147,9 +155,10 @@ static int bench_train(int argc, char **argv) {
     fg_print_machine_line(stdout);
     printf("threads: %d (flashgrad pool)\n", fg_pool_threads());
     const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
-    printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g\n",
+    printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g, recompute %s\n",
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
-           cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(attn), cfg.model.dropout);
+           cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(attn), cfg.model.dropout,
+           fg_gpt_recompute_name(cfg.model.recompute));
     printf("step: %d x %d tokens x %d micro-batches = %lld tokens; %d warm-up steps, %d timed\n", cfg.batch_size, tr->T,
            cfg.grad_accum, (long long)tokens, W, N);
 
@@ -158,8 +167,9 @@ static int bench_train(int argc, char **argv) {
     fg_alloc_stats warm = {0};
     for (int i = 0; i < W + N && t; i++) {
         if (i == W) {
-            warm = fg_alloc_get_stats(FG_CPU);
-            fg_alloc_reset_peak(FG_CPU);
+            fg_device_sync(dev);
+            warm = fg_alloc_get_stats(dev);
+            fg_alloc_reset_peak(dev);
         }
         double t0 = fg_now();
         fg_step_stats s;
@@ -168,11 +178,14 @@ static int bench_train(int argc, char **argv) {
             code = 1;
             break;
         }
+        fg_device_sync(dev); /* a GPU step is timed to its end */
         if (i >= W) t[i - W] = fg_now() - t0;
+        /* every step's loss, exactly (hex float): bench/recompute.sh compares them across settings */
+        printf("%s%a%s", i == 0 ? "losses: " : " ", s.loss, i == W + N - 1 ? "\n" : "");
     }
     if (!t) code = 1;
     if (code == 0) {
-        fg_alloc_stats end = fg_alloc_get_stats(FG_CPU);
+        fg_alloc_stats end = fg_alloc_get_stats(dev);
         double sum = 0;
         for (int i = 0; i < N; i++) sum += t[i];
         qsort(t, (size_t)N, sizeof *t, cmp_double);
@@ -180,7 +193,8 @@ static int bench_train(int argc, char **argv) {
         printf("step time: median %.2f ms (min %.2f, max %.2f, mean %.2f)\n", med * 1e3, t[0] * 1e3, t[N - 1] * 1e3,
                sum / N * 1e3);
         printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
-        printf("memory: live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
+        printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
+               fg_device_name(dev),
                end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
         printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
                end.system_allocs,

@@ -15,6 +15,7 @@
  * checkpoint is kept); 2 usage error; 130 after Ctrl-C: the step in flight finishes, a checkpoint
  * is written, and `--resume` continues from it (a second Ctrl-C aborts at once).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -68,6 +69,7 @@ extern void openblas_set_num_threads(int n);
     X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)           \
     X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)               \
     X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                          \
+    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)  \
     X(CKPT_EVERY, "--ckpt-every", FG_FLAG_INT, "N", "checkpoint every N steps (default: at each evaluation)", 0, 1e12, 0) \
     X(THREADS, "--threads", FG_FLAG_INT, "N", "threads of flashgrad's pool and of OpenBLAS (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or all cores)", 1, 1024, 0) \
     X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0, 1e12, 0) \
@@ -117,6 +119,7 @@ static void set_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[F_SEED].u = 1337;
     f[F_ATTN].s = "flash";
     f[F_DEVICE].s = "cpu";
+    f[F_RECOMPUTE].s = "none";
     f[F_CKPT_EVERY].i = 0;
     f[F_LOG_EVERY].i = 0;
     f[F_SAMPLES].i = d->samples;
@@ -179,6 +182,25 @@ static int csv_write(const csv_log *l, const char *path) {
     fprintf(f, "%s\n", CSV_HEADER);
     for (int64_t i = 0; i < l->n; i++) fprintf(f, "%s\n", l->rows[i]);
     return fg_csv_commit(f, path);
+}
+
+/* A writer killed mid-write (SIGKILL, power loss) leaves its temporary file beside the target
+ * (fileio.h: "<file>.tmp.XXXXXX"; log.csv: "log.csv.tmp.<pid>"). The targets themselves are
+ * always whole. Remove such leftovers of this run's own files when a run starts in the folder. */
+static void remove_stale_temporaries(const char *out) {
+    static const char *const ours[] = {FG_CKPT_MODEL_FILE ".tmp.", FG_CKPT_OPTIM_FILE ".tmp.",
+                                       FG_CKPT_OPTIM_PREV_FILE ".tmp.", "log.csv.tmp."};
+    DIR *d = opendir(out);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
+            if (strncmp(e->d_name, ours[i], strlen(ours[i]))) continue;
+            char path[4096];
+            if (snprintf(path, sizeof path, "%s/%s", out, e->d_name) < (int)sizeof path) unlink(path);
+        }
+    }
+    closedir(d);
 }
 
 /* On resume: keep the rows of steps <= step from an existing log. */
@@ -330,14 +352,14 @@ int fg_cmd_train(int argc, char **argv) {
     if (!strcmp(f[F_DEVICE].s, "cpu")) dev = FG_CPU;
     else if (!strcmp(f[F_DEVICE].s, "cuda")) dev = FG_CUDA;
     else die(2, "--device: unknown device '%s' (cpu or cuda)", f[F_DEVICE].s);
-    if (dev == FG_CUDA) {
-        if (fg_device_available(FG_CUDA) != FG_OK) die(2, "--device cuda: %s", fg_last_error());
-        die(2, "--device cuda: training on the GPU is not supported by this build yet");
-    }
+    /* a CPU build says "built without CUDA" here (exit 2); a CUDA build starts the device */
+    if (dev == FG_CUDA && fg_device_available(FG_CUDA) != FG_OK) die(2, "--device cuda: %s", fg_last_error());
     fg_attn_impl attn;
     if (!strcmp(f[F_ATTN].s, "flash")) attn = FG_ATTN_FLASH;
     else if (!strcmp(f[F_ATTN].s, "naive")) attn = FG_ATTN_NAIVE;
     else die(2, "--attn: unknown implementation '%s' (naive or flash)", f[F_ATTN].s);
+    int recompute = fg_gpt_recompute_parse(f[F_RECOMPUTE].s);
+    if (recompute < 0) die(2, "--recompute: unknown setting '%s' (none, attn or block)", f[F_RECOMPUTE].s);
     if (f[F_THREADS].given) {
         openblas_set_num_threads((int)f[F_THREADS].i);
         fg_pool_set_threads((int)f[F_THREADS].i);
@@ -404,6 +426,8 @@ int fg_cmd_train(int argc, char **argv) {
         if (f[F_EVAL_EVERY].given) cfg.eval_every = (int)f[F_EVAL_EVERY].i;
         if (f[F_EVAL_ITERS].given) cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
         cfg.model.attn = f[F_ATTN].given ? attn : in->model.attn;
+        cfg.model.recompute = (fg_gpt_recompute)recompute; /* changes no number: free on resume */
+        cfg.model.device = dev; /* checkpoints are device-neutral: resume on either */
         if (in->step >= cfg.steps)
             die(2, "--resume: the checkpoint is at step %lld of %lld already; pass a larger --steps to continue",
                 (long long)in->step, (long long)cfg.steps);
@@ -433,6 +457,7 @@ int fg_cmd_train(int argc, char **argv) {
         cfg.model.vocab_size = fg_source_vocab_size(src);
         cfg.model.dropout = f[F_DROPOUT].d;
         cfg.model.attn = attn;
+        cfg.model.recompute = (fg_gpt_recompute)recompute;
         cfg.model.device = dev;
         cfg.batch_size = (int)f[F_BATCH].i;
         cfg.grad_accum = (int)f[F_ACCUM].i;
@@ -461,6 +486,7 @@ int fg_cmd_train(int argc, char **argv) {
         struct stat sb;
         if (stat(tmp, &sb) != 0 || !S_ISDIR(sb.st_mode)) die(1, "--out: '%s' is not a folder", out);
         if (access(tmp, W_OK) != 0) die(1, "--out: cannot write to '%s': %s", out, strerror(errno));
+        remove_stale_temporaries(out);
     }
 
     fg_trainer *tr = fg_trainer_create(&cfg, src);
@@ -579,8 +605,10 @@ int fg_cmd_train(int argc, char **argv) {
         }
 
         if (do_ckpt) {
-            if (fg_ckpt_save(out, tr) != FG_OK) die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
+            /* The log first: a checkpoint at step s must never be on disk without the log's rows up
+             * to s (a resume keeps the rows up to its checkpoint's step and drops later ones). */
             if (csv_write(&logrows, log_path)) die(1, "cannot write %s: %s", log_path, strerror(errno));
+            if (fg_ckpt_save(out, tr) != FG_OK) die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
             last_ckpt = step;
         }
         if (stop_requested) {

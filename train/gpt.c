@@ -13,6 +13,7 @@
 
 #include "autograd/autograd.h"
 #include "ops/ops.h"
+#include "ops/recompute.h"
 #include "tensor/philox.h"
 
 fg_gpt_config fg_gpt_default_config(void) {
@@ -35,7 +36,21 @@ fg_status fg_gpt_config_check(const fg_gpt_config *c) {
     if (c->attn < 0 || c->attn >= FG_ATTN_IMPL_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown attention implementation %d", (int)c->attn);
     if (c->dtype != FG_F32 && c->dtype != FG_F64) return fg_error(FG_ERR_DTYPE, "gpt: dtype must be float32 or float64");
     if (c->device < 0 || c->device >= FG_DEVICE_COUNT) return fg_error(FG_ERR_DEVICE, "gpt: unknown device %d", (int)c->device);
+    if (c->recompute < 0 || c->recompute >= FG_RECOMPUTE_COUNT)
+        return fg_error(FG_ERR_ARG, "gpt: unknown recompute setting %d", (int)c->recompute);
     return FG_OK;
+}
+
+static const char *const recompute_names[FG_RECOMPUTE_COUNT] = {"none", "attn", "block"};
+
+const char *fg_gpt_recompute_name(fg_gpt_recompute r) {
+    return r >= 0 && r < FG_RECOMPUTE_COUNT ? recompute_names[r] : "?";
+}
+
+int fg_gpt_recompute_parse(const char *s) {
+    for (int r = 0; s && r < FG_RECOMPUTE_COUNT; r++)
+        if (!strcmp(s, recompute_names[r])) return r;
+    return -1;
 }
 
 /* ---- the parameter table, generated from FG_GPT_PARAMS ---- */
@@ -172,7 +187,11 @@ fg_gpt *fg_gpt_create(const fg_gpt_config *cfg, uint64_t seed) {
             fg_tensor *r = fg_rand_normal(FG_F64, FG_CPU, p->w->ndim, p->w->shape, 0.0,
                                           p->init == FG_INIT_RESID ? resid_std : std, seed,
                                           FG_GPT_INIT_STREAM + (uint64_t)j);
-            st = r ? fg_copy_into(p->w, r) : fg_last_status();
+            /* on a device: the same host numbers, copied over (fg_to), so a cuda model starts
+             * bit-identical to a CPU one */
+            fg_tensor *d = r && p->w->device != FG_CPU ? fg_to(r, p->w->device, p->w->dtype) : fg_retain(r);
+            st = d ? fg_copy_into(p->w, d) : fg_last_status();
+            fg_release(d);
             fg_release(r);
         }
         if (st != FG_OK) {
@@ -283,6 +302,48 @@ fail:
     return NULL;
 }
 
+/* ---- activation checkpointing (cfg.recompute; ops/recompute.h) ----
+ * The checkpointed functions get everything they depend on by value in ckpt_args: the dropout
+ * seeds are pure functions of (train, layer, site), so the recomputation draws the same masks. */
+typedef struct {
+    fg_gpt *g;
+    int l, B, T;
+    int has_train;
+    fg_gpt_train_ctx train;
+} ckpt_args;
+
+/* x (B, T, C) -> attention_branch(x) (B, T, C) */
+static fg_tensor *ckpt_attention(void *ctx, fg_tensor *const *in) {
+    const ckpt_args *a = ctx;
+    return attention_branch(a->g, in[0], a->l, a->B, a->T, a->has_train ? &a->train : NULL);
+}
+
+/* One block, x (B, T, C) -> x + attn(x), then + mlp(...) (B, T, C) */
+static fg_tensor *block_forward(fg_gpt *g, fg_tensor *x_in, int l, int B, int T, const fg_gpt_train_ctx *train) {
+    fg_tensor *x = fg_retain(x_in), *br = NULL;
+    if (g->cfg.recompute == FG_RECOMPUTE_ATTN) {
+        ckpt_args a = {.g = g, .l = l, .B = B, .T = T, .has_train = train != NULL};
+        if (train) a.train = *train;
+        TAKE(br, fg_checkpoint(ckpt_attention, &a, sizeof a, 1, &x));
+    } else {
+        TAKE(br, attention_branch(g, x, l, B, T, train));
+    }
+    TAKE(x, fg_add(x, br));
+    TAKE(br, mlp_branch(g, x, l, train));
+    TAKE(x, fg_add(x, br));
+    fg_release(br);
+    return x;
+fail:
+    fg_release(x);
+    fg_release(br);
+    return NULL;
+}
+
+static fg_tensor *ckpt_block(void *ctx, fg_tensor *const *in) {
+    const ckpt_args *a = ctx;
+    return block_forward(a->g, in[0], a->l, a->B, a->T, a->has_train ? &a->train : NULL);
+}
+
 fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
     if (B < 1 || T < 1 || T > g->cfg.block_size) {
         fg_error(FG_ERR_ARG, "gpt: batch (%d, %d) needs B >= 1 and 1 <= T <= block_size %d", B, T, g->cfg.block_size);
@@ -294,10 +355,13 @@ fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_
     TAKE(x, fg_add(x, pos));                                                           /* broadcast over B */
     TAKE(x, maybe_dropout(g, x, train, -1, FG_DROP_EMB));
     for (int l = 0; l < g->cfg.n_layer; l++) {
-        TAKE(br, attention_branch(g, x, l, B, T, train));
-        TAKE(x, fg_add(x, br));
-        TAKE(br, mlp_branch(g, x, l, train));
-        TAKE(x, fg_add(x, br));
+        if (g->cfg.recompute == FG_RECOMPUTE_BLOCK) {
+            ckpt_args a = {.g = g, .l = l, .B = B, .T = T, .has_train = train != NULL};
+            if (train) a.train = *train;
+            TAKE(x, fg_checkpoint(ckpt_block, &a, sizeof a, 1, &x));
+        } else {
+            TAKE(x, block_forward(g, x, l, B, T, train));
+        }
     }
     TAKE(x, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0), 1e-5));
     TAKE(x, fg_linear(x, fg_gpt_weight(g, FG_GPT_WTE, 0), NULL)); /* (B,T,V): the tied LM head */
@@ -323,8 +387,24 @@ fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, in
 /* ---- generation ---- */
 
 /* Row `row` of the last time step of logits (B, T, V), as doubles. */
-static void last_logits(const fg_tensor *logits, int row, double *out) {
+static fg_status last_logits(fg_tensor *logits, int row, double *out) {
     const int64_t T = logits->shape[1], V = logits->shape[2];
+    if (logits->device != FG_CPU) {
+        /* the (1, 1, V) view, read back with fg_to_host into out's memory, then widened in place
+         * from the top down (element v's float32 is read before slot v's double is written) */
+        fg_tensor *r = fg_view_slice(logits, 0, row, row + 1);
+        fg_tensor *last = r ? fg_view_slice(r, 1, T - 1, T) : NULL;
+        fg_status st = last ? fg_to_host(last, out) : fg_last_status();
+        fg_release(last);
+        fg_release(r);
+        if (st == FG_OK && logits->dtype == FG_F32)
+            for (int64_t v = V - 1; v >= 0; v--) {
+                float f;
+                memcpy(&f, (const char *)out + (size_t)v * sizeof f, sizeof f); /* no aliasing */
+                out[v] = f;
+            }
+        return st;
+    }
     int64_t base = ((int64_t)row * T + (T - 1)) * V;
     if (logits->dtype == FG_F32) {
         const float *p = (const float *)fg_data(logits) + base;
@@ -333,6 +413,7 @@ static void last_logits(const fg_tensor *logits, int row, double *out) {
         const double *p = (const double *)fg_data(logits) + base;
         for (int64_t v = 0; v < V; v++) out[v] = p[v];
     }
+    return FG_OK;
 }
 
 static int argmax(const double *x, int n) {
@@ -392,8 +473,9 @@ fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, c
             st = fg_last_status();
             break;
         }
-        last_logits(logits, 0, row);
+        st = last_logits(logits, 0, row);
         fg_release(logits);
+        if (st != FG_OK) break;
         double u = fg_u32_to_uniform_f64(fg_philox_u32(o->seed, FG_GPT_SAMPLE_STREAM, (uint64_t)j));
         tokens[len] = sample_token(row, V, o->temperature, o->top_k, u);
     }
@@ -421,8 +503,8 @@ fg_status fg_gpt_greedy_batch(fg_gpt *g, int32_t *tokens, int B, int t0, int n_n
             st = fg_last_status();
             break;
         }
-        for (int b = 0; b < B; b++) {
-            last_logits(logits, b, row);
+        for (int b = 0; b < B && st == FG_OK; b++) {
+            st = last_logits(logits, b, row);
             tokens[(size_t)b * W + t] = argmax(row, V);
         }
         fg_release(logits);

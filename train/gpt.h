@@ -42,6 +42,20 @@
 extern "C" {
 #endif
 
+/* Activation checkpointing (ops/recompute.h), a memory/time trade that never changes a number:
+ *   NONE   every op keeps what its backward needs (the whole graph lives until the backward);
+ *   ATTN   each block's attention sublayer — ln_1, c_attn, the heads' attention, c_proj and its
+ *          dropout — is one checkpoint: the forward keeps only the sublayer's input (the block
+ *          input x) and its output; the backward recomputes ln_1(x), qkv, attention (and flash's
+ *          logsumexp, or naive's P) before backpropagating through them. The MLP keeps its graph.
+ *   BLOCK  each whole block is one checkpoint: only the block inputs survive the forward; the
+ *          backward re-runs one block at a time (attention and MLP) before its backward.
+ * Losses and gradients are bit-for-bit the same in all three (tests/test_recompute.c). */
+typedef enum { FG_RECOMPUTE_NONE = 0, FG_RECOMPUTE_ATTN, FG_RECOMPUTE_BLOCK, FG_RECOMPUTE_COUNT } fg_gpt_recompute;
+/* "none", "attn", "block"; parse returns -1 on an unknown name. */
+const char *fg_gpt_recompute_name(fg_gpt_recompute r);
+int fg_gpt_recompute_parse(const char *s);
+
 typedef struct {
     int n_layer;         /* L, >= 1 */
     int n_head;          /* H, divides n_embd */
@@ -52,6 +66,7 @@ typedef struct {
     fg_attn_impl attn;   /* naive or flash */
     fg_dtype dtype;      /* FG_F32 for training, FG_F64 for gradient checks */
     fg_device device;
+    fg_gpt_recompute recompute; /* activation checkpointing (see above); 0 = none */
 } fg_gpt_config;
 
 /* L 4, H 4, C 128, block 64, vocab 0 (must be set), dropout 0, flash, float32, CPU. */

@@ -109,6 +109,15 @@ fg_status fg_train_config_check(const fg_train_config *c) {
 
 /* ---- the run ---- */
 
+/* The value of a (1) loss on any device (a device copy waits for the step's queued work). */
+static double scalar_value(const fg_tensor *t) {
+    if (t->device == FG_CPU) return fg_get(t, 0);
+    double d = NAN;
+    float f = NAN;
+    if (fg_to_host(t, t->dtype == FG_F64 ? (void *)&d : (void *)&f) != FG_OK) return NAN;
+    return t->dtype == FG_F64 ? d : (double)f;
+}
+
 fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data) {
     if (fg_train_config_check(cfg) != FG_OK) return NULL;
     int V = fg_source_vocab_size(data);
@@ -176,7 +185,7 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
         fg_gpt_train_ctx ctx = {.seed = c->seed, .step = (uint64_t)tr->step, .micro = (uint32_t)micro};
         fg_tensor *loss = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, &ctx);
         if (!loss) return fg_last_status();
-        double lv = fg_get(loss, 0);
+        double lv = scalar_value(loss);
         if (!isfinite(lv)) {
             fg_release(loss);
             fg_gpt_zero_grad(tr->model);
@@ -225,7 +234,7 @@ fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss) {
             st = fg_last_status();
             break;
         }
-        sum += fg_get(l, 0);
+        sum += scalar_value(l);
         fg_release(l);
     }
     fg_no_grad_exit();
