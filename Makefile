@@ -285,3 +285,17 @@ bench: all
 	fi
 	@# ---- HOOK: the `flashgrad bench train` comparison (training-speed work) replaces the next line ----
 	@: bench-train-hook
+
+# ---- the recomputation study (issue 8; bench/results/recompute.md) ----
+# make recompute-bench : the CSV files (attention naive vs flash over N, and --recompute per setting)
+# make plots           : bench/results/{attention_memory,attention_time,train_recompute}.png from them
+RECOMPUTE_N ?= 256,512,1024,2048,4096,8192,16384
+.PHONY: recompute-bench
+recompute-bench: all
+	$(BUILD)/flashgrad bench attention --n $(RECOMPUTE_N) --d 64 --repeat 3 --csv bench/results/attention_cpu.csv
+	$(BUILD)/flashgrad bench attention --n $(RECOMPUTE_N) --d 64 --repeat 3 --causal --csv bench/results/attention_cpu_causal.csv
+	sh bench/recompute.sh --bin $(BUILD)/flashgrad
+plots:
+	@command -v gnuplot >/dev/null 2>&1 || sh tests/deps.sh gnuplot-nox
+	gnuplot bench/plots.gp
+	@ls -1 bench/results/*.png

@@ -10,8 +10,12 @@
 #   2b. variants    `flashgrad gradcheck attention --device cuda` for the variants, at sizes that
 #                   span several GPU tiles: GPU naive vs finite differences, GPU flash and naive vs
 #                   the CPU in float64, GPU flash float32 vs twice GPU naive float32's error
-#   3. training     a short GPT run on the GPU and on the CPU with the same seed; losses compared
-#                   step by step (reported "not available" when the build cannot train on cuda)
+#   3. training     the trainer's GPU tests (fg_cuda_tests train/, run in step 2: a tiny GPT trained
+#                   on the GPU and the CPU from the same seed, losses / grad norms / parameters /
+#                   AdamW moments compared step by step; device checkpoints restored bit for bit),
+#                   then the same through the CLI: `flashgrad train --device cuda` against
+#                   `--device cpu` (losses step by step), `flashgrad sample` of the GPU run's
+#                   checkpoint, and `flashgrad bench train --device cuda`
 #   4. benchmark    flash attention forward/backward ms and TFLOP/s at N = 1k, 4k, 16k, d = 64,
 #                   128, causal and not (build-cuda/fg_cuda_bench), beside PyTorch's
 #                   scaled_dot_product_attention on the same GPU in the same precision
@@ -150,6 +154,14 @@ fi
 # ---- 3. training, GPU against CPU ----
 section "3. Training: GPU against CPU, same seed"
 if [ $OK_BUILD -eq 1 ]; then
+    # the trainer's own GPU-vs-CPU tests ran with the suite in step 2; report them here
+    grep -E '^(PASS|FAIL|SKIP) train/' "$TMP/tests.log" >"$TMP/train_tests.txt" 2>/dev/null || true
+    if [ -s "$TMP/train_tests.txt" ]; then
+        tfail=$(grep -c '^FAIL' "$TMP/train_tests.txt" || true)
+        note "training tests (fg_cuda_tests train/): $([ "$tfail" = 0 ] && echo PASS || echo "FAIL ($tfail)") — $(grep -c '^PASS' "$TMP/train_tests.txt" || true) passed"
+        grep -E '^(PASS|FAIL|SKIP) train/|^    step [0-9]+: ' "$TMP/tests.log" | head -60 >"$TMP/train_tests_full.txt" || true
+        code "$TMP/train_tests_full.txt"
+    fi
     targs=(train --task addition --steps 30 --seed 1234 --eval-every 0 --samples 0 --log-every 1)
     run 90 "$TMP/train_gpu.log" build-cuda/flashgrad "${targs[@]}" --device cuda --out "$TMP/run_gpu"
     rc_gpu=$RC
@@ -187,6 +199,16 @@ EOF
             res="$(grep '^RESULT' "$TMP/train_cmp.txt" || echo 'RESULT FAIL (could not compare the logs)')"
             note "training: ${res#RESULT } [$(elapsed) s]"
             code "$TMP/train_cmp.txt"
+            run 30 "$TMP/sample_gpu.log" build-cuda/flashgrad sample --ckpt "$TMP/run_gpu" --tokens 40 --temperature 0
+            note "sample of the GPU checkpoint: $([ $RC -eq 0 ] && echo OK || echo "FAIL (rc $RC)") [$(elapsed) s]"
+            code_tail "$TMP/sample_gpu.log" 10
+            run 60 "$TMP/bench_train.log" build-cuda/flashgrad bench train --device cuda --steps 20
+            if [ $RC -eq 0 ]; then
+                note "bench train --device cuda: $(grep -m1 '^throughput' "$TMP/bench_train.log" || echo '?') [$(elapsed) s]"
+            else
+                note "bench train --device cuda: FAIL (rc $RC) [$(elapsed) s]"
+            fi
+            code_tail "$TMP/bench_train.log" 12
         fi
     fi
 else

@@ -12,24 +12,25 @@ set logscale xy 2
 set xlabel "sequence length N (Nq = Nk)"
 
 att = "bench/results/attention_cpu.csv"
-sel(impl, col) = (strcol(1) eq impl) ? column(col) : NaN
+# one implementation's rows (a filtered stream, so its points join into one line)
+rows(impl) = "< grep '^" . impl . ",' " . att
 
 set output "bench/results/attention_memory.png"
 set title "Attention: peak bytes allocated by the op (allocation counter), float32, d=64"
 set ylabel "peak bytes"
 set logscale y 10
-plot att using (sel("naive", 4)):(sel("naive", 15)) with linespoints lw 2 pt 7 title "naive forward (stores P)", \
-     att using (sel("naive", 4)):(sel("naive", 16)) with linespoints lw 2 pt 5 title "naive backward", \
-     att using (sel("flash", 4)):(sel("flash", 15)) with linespoints lw 2 pt 7 title "flash forward (stores O, L)", \
-     att using (sel("flash", 4)):(sel("flash", 16)) with linespoints lw 2 pt 5 title "flash backward (recomputes P)"
+plot rows("naive") using 4:15 with linespoints lw 2 pt 7 title "naive forward (stores P)", \
+     rows("naive") using 4:16 with linespoints lw 2 pt 5 title "naive backward", \
+     rows("flash") using 4:15 with linespoints lw 2 pt 7 title "flash forward (stores O, L)", \
+     rows("flash") using 4:16 with linespoints lw 2 pt 5 title "flash backward (recomputes P)"
 
 set output "bench/results/attention_time.png"
 set title "Attention: median time, float32, d=64"
 set ylabel "milliseconds"
-plot att using (sel("naive", 4)):(sel("naive", 11)) with linespoints lw 2 pt 7 title "naive forward", \
-     att using (sel("naive", 4)):(sel("naive", 12)) with linespoints lw 2 pt 5 title "naive backward (reads stored P)", \
-     att using (sel("flash", 4)):(sel("flash", 11)) with linespoints lw 2 pt 7 title "flash forward", \
-     att using (sel("flash", 4)):(sel("flash", 12)) with linespoints lw 2 pt 5 title "flash backward (recomputes P)"
+plot rows("naive") using 4:11 with linespoints lw 2 pt 7 title "naive forward", \
+     rows("naive") using 4:12 with linespoints lw 2 pt 5 title "naive backward (reads stored P)", \
+     rows("flash") using 4:11 with linespoints lw 2 pt 7 title "flash forward", \
+     rows("flash") using 4:12 with linespoints lw 2 pt 5 title "flash backward (recomputes P)"
 
 tr = "bench/results/train_recompute.csv"
 if (system("test -f " . tr . " && echo yes") eq "yes") {
@@ -47,6 +48,7 @@ if (system("test -f " . tr . " && echo yes") eq "yes") {
     set y2tics
     set yrange [0:*]
     set y2range [0:*]
-    plot tr using ($2/1048576):xtic(1) title "peak memory (MiB)" axes x1y1, \
-         tr using 3 title "step time (ms)" axes x1y2
+    # columns: setting,attn,peak_bytes,peak_mib,step_ms,... (row 0 is the header)
+    plot tr every ::1 using ($3/1048576):xtic(1) title "peak memory (MiB)" axes x1y1, \
+         tr every ::1 using 5 title "step time (ms)" axes x1y2
 }

@@ -390,6 +390,7 @@ int fg_bench_attention(int argc, char **argv) {
     }
     if (c.device != FG_CPU) want_sgemm = 0;
     fg_print_machine_line(stdout);
+    fg_blas_hint(stdout);
     printf("flashgrad: float32 flash tiles use %s (FG_SIMD to cap); %d threads (pool) and %d OpenBLAS threads in the "
            "measuring processes%s\n", fg_simd_name(fg_simd_active()), c.threads > 0 ? c.threads : fg_pool_threads(),
            c.threads > 0 ? c.threads : openblas_get_num_threads(), c.threads > 0 ? " (--threads)" : "");

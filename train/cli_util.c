@@ -130,3 +130,13 @@ int fg_csv_commit(FILE *f, const char *path) {
     }
     return 0;
 }
+
+void fg_blas_hint(FILE *f) {
+    const char *core = openblas_get_corename();
+    /* OpenBLAS 0.3.21 (Debian 12) falls back to its generic Prescott kernels on CPUs it does not
+     * recognize, such as virtual machines that hide the CPU model; its AVX2 kernels are ~3x faster. */
+    if (core && !strcmp(core, "Prescott") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        !getenv("OPENBLAS_CORETYPE"))
+        fprintf(f, "note: OpenBLAS chose its generic Prescott kernels on a CPU with AVX2; "
+                   "OPENBLAS_CORETYPE=Haswell makes its matmuls about 3x faster here\n");
+}

@@ -25,6 +25,10 @@ fg_status fg_device_available(fg_device d);
 /* "machine: <cpu model>, <n> cpus; OpenBLAS <core> with <t> threads" (and the GPU in a CUDA build). */
 void fg_print_machine_line(FILE *f);
 
+/* Prints one line to f when OpenBLAS runs its slow generic kernels on a CPU that has AVX2 (and
+ * OPENBLAS_CORETYPE is unset): the product never changes that variable itself. */
+void fg_blas_hint(FILE *f);
+
 /* A CSV (or any text) file written atomically: fg_csv_open_atomic writes to "<path>.tmp.<pid>",
  * fg_csv_commit flushes, fsyncs, closes and renames it over `path` (0 on success, -1 with errno). */
 FILE *fg_csv_open_atomic(const char *path);

@@ -153,6 +153,7 @@ static int bench_train(int argc, char **argv) {
         return 1;
     }
     fg_print_machine_line(stdout);
+    fg_blas_hint(stdout);
     printf("threads: %d (flashgrad pool)\n", fg_pool_threads());
     const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
     printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g, recompute %s\n",
@@ -196,6 +197,7 @@ static int bench_train(int argc, char **argv) {
         printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
                fg_device_name(dev),
                end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
+        printf("peak bytes: %zu (allocation counter, during a timed step)\n", (size_t)end.peak);
         printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
                end.system_allocs,
                end.system_allocs == warm.system_allocs ? "none during the timed steps" : "GREW during the timed steps");

@@ -528,6 +528,7 @@ int fg_cmd_train(int argc, char **argv) {
         cfg.opt.weight_decay, cfg.opt.grad_clip, cfg.seed);
     if (on_tty) fputs("\r\033[K", stderr);
     fg_print_machine_line(stdout);
+    fg_blas_hint(stdout);
     say("threads: %d (flashgrad pool); runs are bit-for-bit reproducible for a given seed and thread count\n",
         fg_pool_threads());
     if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, out);

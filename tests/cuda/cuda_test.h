@@ -83,6 +83,7 @@ extern const fgt_case fgt_runtime_cases[];
 extern const fgt_case fgt_ops_cases[];
 extern const fgt_case fgt_attention_cases[];
 extern const fgt_case fgt_device_cases[];
+extern const fgt_case fgt_train_cases[];   /* tests/cuda/test_train.c */
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,328 @@
+/* test_recompute.c — the recomputation study (issue 8):
+ *   - fg_checkpoint (ops/recompute.h) gives the same gradients, bit for bit, as the graph it
+ *     replaces, frees its nodes, and records nothing under no-grad;
+ *   - GPT training with --recompute none / attn / block: identical losses and parameters, bit for
+ *     bit, with dropout on, for naive and flash attention; and less peak memory when recomputing;
+ *   - `flashgrad bench attention --csv`: the expected columns, and peak bytes that grow linearly
+ *     in N for flash (O and the logsumexp) but quadratically for naive (the stored P);
+ *   - `flashgrad bench train --recompute`: the same losses for every setting. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ops/ops.h"
+#include "ops/recompute.h"
+#include "tensor/alloc.h"
+#include "tests/common.h"
+#include "train/trainer.h"
+
+/* ---- fg_checkpoint on a small function ---- */
+
+/* f(x, y; w) = sum over rows of gelu(x @ w + y) * x — x used twice, a leaf w read directly. */
+typedef struct {
+    fg_tensor *w;
+} fn_ctx;
+
+static fg_tensor *small_fn(void *ctx, fg_tensor *const *in) {
+    const fn_ctx *c = ctx;
+    fg_tensor *h = fg_matmul(in[0], c->w);
+    fg_tensor *h2 = h ? fg_add(h, in[1]) : NULL;
+    fg_tensor *g = h2 ? fg_gelu(h2) : NULL;
+    fg_tensor *o = g ? fg_mul(g, in[0]) : NULL;
+    fg_release(h);
+    fg_release(h2);
+    fg_release(g);
+    return o;
+}
+
+/* grads of x, y, w after backward of sum(f * r) (r fixed), with or without the checkpoint */
+static void small_grads(int checkpoint, double **gx, double **gy, double **gw) {
+    fg_tensor *x = fgt_leaf(FG_F64, FGT_DIMS(5, 4), 1), *y = fgt_leaf(FG_F64, FGT_DIMS(5, 4), 2),
+              *w = fgt_leaf(FG_F64, FGT_DIMS(4, 4), 3), *r = fgt_rand(FG_F64, FGT_DIMS(5, 4), 4);
+    fn_ctx c = {w};
+    fg_tensor *in[2] = {x, y};
+    int64_t before = fg_nodes_alive();
+    fg_tensor *f = fgt_ok(checkpoint ? fg_checkpoint(small_fn, &c, sizeof c, 2, in) : small_fn(&c, in), "f");
+    if (checkpoint)
+        cr_assert(f->grad_fn && !strcmp(f->grad_fn->op, "checkpoint") && fg_nodes_alive() == before + 1,
+                  "a checkpoint records exactly one node (got %lld new)", (long long)(fg_nodes_alive() - before));
+    fg_tensor *fr = fgt_ok(fg_mul(f, r), "f*r"), *s = fgt_ok(fg_sum_all(fr), "sum");
+    cr_assert_eq(fg_backward(s, NULL), FG_OK, "backward: %s", fg_last_error());
+    fg_release(s);
+    fg_release(fr);
+    fg_release(f);
+    cr_assert_eq(fg_nodes_alive(), before, "nodes leaked: %lld alive, %lld before", (long long)fg_nodes_alive(),
+                 (long long)before);
+    *gx = fgt_values(x->grad);
+    *gy = fgt_values(y->grad);
+    *gw = fgt_values(w->grad);
+    fg_release(x);
+    fg_release(y);
+    fg_release(w);
+    fg_release(r);
+}
+
+Test(recompute, checkpoint_gradients_equal_the_full_graph_bit_for_bit) {
+    double *a[3], *b[3];
+    small_grads(0, &a[0], &a[1], &a[2]);
+    small_grads(1, &b[0], &b[1], &b[2]);
+    const char *names[3] = {"dx", "dy", "dw"};
+    const int n[3] = {20, 20, 16};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < n[k]; i++)
+            cr_assert(a[k][i] == b[k][i] && a[k][i] != 0, "%s[%d]: full graph %.17g, checkpoint %.17g", names[k], i,
+                      a[k][i], b[k][i]);
+        free(a[k]);
+        free(b[k]);
+    }
+}
+
+Test(recompute, checkpoint_records_nothing_under_no_grad_and_rejects_bad_arguments) {
+    fg_tensor *x = fgt_leaf(FG_F64, FGT_DIMS(5, 4), 1), *y = fgt_leaf(FG_F64, FGT_DIMS(5, 4), 2),
+              *w = fgt_leaf(FG_F64, FGT_DIMS(4, 4), 3);
+    fn_ctx c = {w};
+    fg_tensor *in[2] = {x, y};
+    fg_no_grad_enter();
+    fg_tensor *f = fgt_ok(fg_checkpoint(small_fn, &c, sizeof c, 2, in), "f");
+    fg_no_grad_exit();
+    cr_expect(f->grad_fn == NULL && !f->requires_grad, "no-grad checkpoint recorded a node");
+    fg_tensor *ref = fgt_ok(small_fn(&c, in), "ref");
+    FGT_ASSERT_CLOSE(f, ref, 0, 0, "no-grad checkpoint value");
+    cr_expect(fg_checkpoint(small_fn, &c, sizeof c, 0, in) == NULL, "0 inputs accepted");
+    cr_expect(fg_checkpoint(NULL, &c, sizeof c, 2, in) == NULL, "NULL function accepted");
+    fg_release(f);
+    fg_release(ref);
+    fg_release(x);
+    fg_release(y);
+    fg_release(w);
+}
+
+/* ---- the GPT trainer ---- */
+
+static fg_source *addition_source(void) {
+    fg_addition_config ac = fg_addition_default_config();
+    ac.n_digits = 2;
+    fg_source *s = fg_source_addition(&ac);
+    cr_assert(s, "%s", fg_last_error());
+    return s;
+}
+
+static fg_train_config tiny_config(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc) {
+    fg_train_config c = {0};
+    c.model = fg_gpt_default_config();
+    c.model.n_layer = 2;
+    c.model.n_head = 2;
+    c.model.n_embd = 16;
+    c.model.block_size = fg_source_fixed_block(src);
+    c.model.vocab_size = fg_source_vocab_size(src);
+    c.model.dropout = 0.1; /* the recomputation must redraw the same masks */
+    c.model.attn = attn;
+    c.model.recompute = rc;
+    c.batch_size = 4;
+    c.grad_accum = 2;
+    c.steps = 4;
+    c.eval_iters = 1;
+    c.seed = 5;
+    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = 1, .decay_steps = 4, .beta1 = 0.9, .beta2 = 0.99,
+                              .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    return c;
+}
+
+/* run 3 steps; losses[3], the final parameters (malloc'd float32 copy), and the largest per-step peak */
+static float *run3(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc, double *losses, size_t *peak) {
+    fg_train_config c = tiny_config(src, attn, rc);
+    fg_trainer *tr = fg_trainer_create(&c, src);
+    cr_assert(tr, "fg_trainer_create: %s", fg_last_error());
+    *peak = 0;
+    for (int i = 0; i < 3; i++) {
+        fg_alloc_reset_peak(FG_CPU);
+        fg_step_stats s;
+        cr_assert_eq(fg_trainer_step(tr, &s), FG_OK, "recompute %s step %d: %s", fg_gpt_recompute_name(rc), i + 1,
+                     fg_last_error());
+        losses[i] = s.loss;
+        size_t p = fg_alloc_get_stats(FG_CPU).peak;
+        if (p > *peak) *peak = p;
+    }
+    size_t n = (size_t)tr->model->num_elements;
+    float *w = malloc(n * sizeof *w);
+    cr_assert(w);
+    memcpy(w, fg_data(tr->model->params_flat), n * sizeof *w);
+    fg_trainer_free(tr);
+    return w;
+}
+
+static void same_training(fg_attn_impl attn) {
+    fg_source *src = addition_source();
+    double loss[FG_RECOMPUTE_COUNT][3];
+    size_t peak[FG_RECOMPUTE_COUNT];
+    float *w[FG_RECOMPUTE_COUNT];
+    for (int r = 0; r < FG_RECOMPUTE_COUNT; r++) w[r] = run3(src, attn, (fg_gpt_recompute)r, loss[r], &peak[r]);
+    fg_train_config c = tiny_config(src, attn, FG_RECOMPUTE_NONE);
+    fg_trainer *tr = fg_trainer_create(&c, src);
+    const size_t n = (size_t)tr->model->num_elements;
+    fg_trainer_free(tr);
+    for (int r = 1; r < FG_RECOMPUTE_COUNT; r++) {
+        for (int i = 0; i < 3; i++)
+            cr_assert(loss[r][i] == loss[0][i], "%s attention, recompute %s, step %d: loss %a, without recompute %a",
+                      fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), i + 1, loss[r][i],
+                      loss[0][i]);
+        for (size_t k = 0; k < n; k++)
+            cr_assert(memcmp(&w[r][k], &w[0][k], sizeof(float)) == 0,
+                      "%s attention, recompute %s: parameter %zu after 3 steps %.9g, without recompute %.9g",
+                      fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), k, w[r][k], w[0][k]);
+        cr_expect(peak[r] < peak[0], "%s attention, recompute %s: peak %zu bytes, not below none's %zu",
+                  fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), peak[r], peak[0]);
+    }
+    /* (block below attn holds at the Shakespeare size — bench/results/train_recompute.csv — but not
+     * necessarily at this toy size, where one block's recomputed graph is most of the saving) */
+    for (int r = 0; r < FG_RECOMPUTE_COUNT; r++) free(w[r]);
+    fg_source_free(src);
+}
+
+Test(recompute, gpt_training_is_bit_identical_across_settings_flash) { same_training(FG_ATTN_FLASH); }
+Test(recompute, gpt_training_is_bit_identical_across_settings_naive) { same_training(FG_ATTN_NAIVE); }
+
+Test(recompute, setting_names_round_trip) {
+    for (int r = 0; r < FG_RECOMPUTE_COUNT; r++)
+        cr_expect_eq(fg_gpt_recompute_parse(fg_gpt_recompute_name((fg_gpt_recompute)r)), r, "setting %d", r);
+    cr_expect_eq(fg_gpt_recompute_parse("full"), -1);
+    fg_gpt_config c = fg_gpt_default_config();
+    c.vocab_size = 10;
+    cr_expect_eq(c.recompute, FG_RECOMPUTE_NONE, "the default is none");
+    c.recompute = FG_RECOMPUTE_COUNT;
+    cr_expect_eq(fg_gpt_config_check(&c), FG_ERR_ARG, "an unknown setting passed the check");
+}
+
+/* ---- the command line ---- */
+
+static const char *fg_bin(void) {
+    const char *b = getenv("FG_BIN");
+    return (b && *b) ? b : "build/flashgrad";
+}
+
+/* Runs cmd; its stdout+stderr (first logn-1 bytes) into log; returns the exit status or -1. */
+static int run_cmd(const char *cmd, char *log, size_t logn) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t used = 0, got;
+    char buf[512];
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+        size_t take = got < logn - 1 - used ? got : logn - 1 - used;
+        memcpy(log + used, buf, take);
+        used += take;
+    }
+    log[used] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* least-squares slope of log(y) against log(x) */
+static double loglog_slope(const double *x, const double *y, int n) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) {
+        double lx = log(x[i]), ly = log(y[i]);
+        sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly;
+    }
+    return (n * sxy - sx * sy) / (n * sxx - sx * sx);
+}
+
+Test(recompute, bench_attention_csv_has_the_columns_and_flash_memory_is_linear_naive_quadratic, .timeout = 300) {
+    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    char csv[] = "/tmp/fg_recompute_csv_XXXXXX";
+    int fd = mkstemp(csv);
+    cr_assert(fd >= 0);
+    close(fd);
+    char cmd[1024], log[8192];
+    snprintf(cmd, sizeof cmd, "%s bench attention --n 128,256,512,1024 --d 64 --repeat 1 --no-sgemm --csv %s 2>&1",
+             fg_bin(), csv);
+    int st = run_cmd(cmd, log, sizeof log);
+    cr_assert_eq(st, 0, "bench attention exited %d: %s", st, log);
+    FILE *f = fopen(csv, "r");
+    cr_assert(f, "no CSV at %s", csv);
+    char line[2048];
+    cr_assert(fgets(line, sizeof line, f), "empty CSV");
+    /* the columns plots.gp and the study read, at the positions it reads them */
+    const char *want[] = {"impl", "b", "h", "nq", "nk", "d", "causal", "dropout", "block_q", "block_k", "fwd_ms",
+                          "bwd_ms", "fwd_gflops", "bwd_gflops", "fwd_peak_bytes", "bwd_peak_bytes", "peak_rss_kb"};
+    {
+        char hdr[2048];
+        snprintf(hdr, sizeof hdr, "%s", line);
+        char *save = NULL, *tok = strtok_r(hdr, ",\n", &save);
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            cr_assert(tok && !strcmp(tok, want[i]), "CSV column %zu is '%s', want '%s' (header: %s)", i + 1,
+                      tok ? tok : "(none)", want[i], line);
+            tok = strtok_r(NULL, ",\n", &save);
+        }
+    }
+    double n_[2][4], fwd[2][4], bwd[2][4];
+    int cnt[2] = {0, 0};
+    while (fgets(line, sizeof line, f)) {
+        char impl[16];
+        double v[17];
+        char *p = line;
+        cr_assert(sscanf(p, "%15[^,]", impl) == 1, "bad row: %s", line);
+        p = strchr(p, ',');
+        for (int i = 1; i < 17 && p; i++) {
+            v[i] = strtod(p + 1, NULL);
+            p = strchr(p + 1, ',');
+        }
+        int k = !strcmp(impl, "flash") ? 1 : !strcmp(impl, "naive") ? 0 : -1;
+        cr_assert(k >= 0 && cnt[k] < 4, "unexpected row: %s", line);
+        n_[k][cnt[k]] = v[3];
+        fwd[k][cnt[k]] = v[14];
+        bwd[k][cnt[k]] = v[15];
+        cr_assert(v[14] > 0 && v[15] > 0 && v[10] > 0 && v[11] > 0, "zero time or peak in: %s", line);
+        cnt[k]++;
+    }
+    fclose(f);
+    unlink(csv);
+    cr_assert(cnt[0] == 4 && cnt[1] == 4, "rows: %d naive, %d flash, want 4 each", cnt[0], cnt[1]);
+    /* Naive stores the (N, N) probabilities: slope ~2 on log-log, 4x per doubling at the top.
+     * Flash stores O (N, d) and L (N) plus fixed-size tiles: slope <= 1, at most ~2x per doubling. */
+    const char *what[2] = {"forward", "backward"};
+    for (int pass = 0; pass < 2; pass++) {
+        double(*pk)[4] = pass ? bwd : fwd;
+        double sn = loglog_slope(n_[0], pk[0], 4), sf = loglog_slope(n_[1], pk[1], 4);
+        double rn = pk[0][3] / pk[0][2], rf = pk[1][3] / pk[1][2];
+        cr_expect(sn > 1.6 && rn > 3.3, "naive %s peak bytes should grow ~N^2: log-log slope %.2f, 512->1024 x%.2f (%g .. %g)",
+                  what[pass], sn, rn, pk[0][0], pk[0][3]);
+        cr_expect(sf < 1.15 && rf < 2.3, "flash %s peak bytes should grow ~N: log-log slope %.2f, 512->1024 x%.2f (%g .. %g)",
+                  what[pass], sf, rf, pk[1][0], pk[1][3]);
+        cr_expect(pk[1][3] < pk[0][3] / 4, "at N=1024 flash %s peak %g is not well below naive's %g", what[pass],
+                  pk[1][3], pk[0][3]);
+    }
+}
+
+/* the hex-float losses line of `flashgrad bench train` */
+static void bench_losses(const char *rc, char *out, size_t n) {
+    char cmd[1024], log[16384];
+    snprintf(cmd, sizeof cmd,
+             "%s bench train --n-layer 2 --n-head 2 --n-embd 16 --batch-size 4 --dropout 0.1 --steps 2 "
+             "--warmup-steps 1 --recompute %s 2>&1",
+             fg_bin(), rc);
+    int st = run_cmd(cmd, log, sizeof log);
+    cr_assert_eq(st, 0, "bench train --recompute %s exited %d: %s", rc, st, log);
+    char *p = strstr(log, "losses: ");
+    cr_assert(p, "no 'losses:' line in: %s", log);
+    char *e = strchr(p, '\n');
+    cr_assert(e);
+    snprintf(out, n, "%.*s", (int)(e - p), p);
+}
+
+Test(recompute, bench_train_losses_are_identical_across_settings, .timeout = 300) {
+    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    char none[512], attn[512], block[512], log[4096];
+    bench_losses("none", none, sizeof none);
+    bench_losses("attn", attn, sizeof attn);
+    bench_losses("block", block, sizeof block);
+    cr_expect_str_eq(attn, none, "attn: '%s', none: '%s'", attn, none);
+    cr_expect_str_eq(block, none, "block: '%s', none: '%s'", block, none);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s bench train --recompute full --steps 1 --warmup-steps 1 2>&1", fg_bin());
+    int st = run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 2, "--recompute full exited %d: %s", st, log);
+}
