@@ -146,13 +146,14 @@ void fg_zero_grad(fg_tensor *t) {
 static _Atomic uint64_t visit_epoch;
 
 /* Reverse topological order of the nodes reachable from `root`: iterative post-order DFS.
- * Returns a malloc'd array (caller frees) of *count nodes, inputs before the nodes that use them. */
+ * Returns a malloc'd array (caller frees) of *count nodes, inputs before the nodes that use them,
+ * or NULL (with fg_error) when out of memory. */
 static fg_node **topo_order(fg_node *root, size_t *count) {
     uint64_t epoch = atomic_fetch_add(&visit_epoch, 1) + 1;
     size_t cap = 64, n = 0, scap = 64, sn = 0;
     fg_node **order = malloc(cap * sizeof *order);
     struct frame { fg_node *node; int next; } *stack = malloc(scap * sizeof *stack);
-    FG_ASSERT(order && stack, "out of memory while ordering the graph");
+    if (!order || !stack) goto oom;
     root->visit = epoch;
     stack[sn++] = (struct frame){root, 0};
     while (sn) {
@@ -163,17 +164,19 @@ static fg_node **topo_order(fg_node *root, size_t *count) {
             if (child && child->visit != epoch && !child->freed) {
                 child->visit = epoch;
                 if (sn == scap) {
+                    void *ns = realloc(stack, 2 * scap * sizeof *stack);
+                    if (!ns) goto oom;
+                    stack = ns;
                     scap *= 2;
-                    stack = realloc(stack, scap * sizeof *stack);
-                    FG_ASSERT(stack, "out of memory while ordering the graph");
                 }
                 stack[sn++] = (struct frame){child, 0};
             }
         } else {
             if (n == cap) {
+                void *no = realloc(order, 2 * cap * sizeof *order);
+                if (!no) goto oom;
+                order = no;
                 cap *= 2;
-                order = realloc(order, cap * sizeof *order);
-                FG_ASSERT(order, "out of memory while ordering the graph");
             }
             order[n++] = f->node;
             sn--;
@@ -182,6 +185,11 @@ static fg_node **topo_order(fg_node *root, size_t *count) {
     free(stack);
     *count = n;
     return order;
+oom:
+    free(stack);
+    free(order);
+    fg_error(FG_ERR_OOM, "backward: out of memory while ordering the graph");
+    return NULL;
 }
 
 fg_status fg_backward(fg_tensor *root, const fg_tensor *grad_root) {
@@ -208,6 +216,7 @@ fg_status fg_backward(fg_tensor *root, const fg_tensor *grad_root) {
 
     size_t count;
     fg_node **order = topo_order(root->grad_fn, &count);
+    if (!order) return fg_last_status();
     /* Keep every node alive while we walk, even if a rule's release would drop the last ref. */
     for (size_t i = 0; i < count; i++) fg_node_retain(order[i]);
     for (size_t i = count; i-- > 0 && st == FG_OK;) {

@@ -84,15 +84,36 @@ static int64_t flat_to_offset(const fg_tensor *t, int64_t k) {
 }
 
 double fg_get(const fg_tensor *t, int64_t k) {
-    FG_ASSERT(t->device == FG_CPU, "fg_get reads host memory only");
     int64_t off = flat_to_offset(t, k);
-    return t->dtype == FG_F64 ? ((double *)t->storage->data)[off] : ((float *)t->storage->data)[off];
+    size_t es = fg_dtype_size(t->dtype);
+    union { float f; double d; } v = {0};
+    if (t->device == FG_CPU) {
+        memcpy(&v, (char *)t->storage->data + (size_t)off * es, es);
+    } else {
+        const fg_device_backend *be = fg_backend(t->device);
+        if (!be) {
+            fg_error(FG_ERR_DEVICE, "get: device %s is not available", fg_device_name(t->device));
+            return NAN;
+        }
+        be->copy_to_host(&v, (char *)t->storage->data + (size_t)off * es, es); /* one element: slow, for tests */
+    }
+    return t->dtype == FG_F64 ? v.d : v.f;
 }
-void fg_set(fg_tensor *t, int64_t k, double v) {
-    FG_ASSERT(t->device == FG_CPU, "fg_set writes host memory only");
+
+fg_status fg_set(fg_tensor *t, int64_t k, double x) {
     int64_t off = flat_to_offset(t, k);
-    if (t->dtype == FG_F64) ((double *)t->storage->data)[off] = v;
-    else ((float *)t->storage->data)[off] = (float)v;
+    size_t es = fg_dtype_size(t->dtype);
+    union { float f; double d; } v;
+    if (t->dtype == FG_F64) v.d = x;
+    else v.f = (float)x;
+    if (t->device == FG_CPU) {
+        memcpy((char *)t->storage->data + (size_t)off * es, &v, es);
+        return FG_OK;
+    }
+    const fg_device_backend *be = fg_backend(t->device);
+    if (!be) return fg_error(FG_ERR_DEVICE, "set: device %s is not available", fg_device_name(t->device));
+    be->copy_from_host((char *)t->storage->data + (size_t)off * es, &v, es);
+    return FG_OK;
 }
 
 /* ---- creation ---- */

@@ -94,9 +94,10 @@ int fg_same_shape(const fg_tensor *a, const fg_tensor *b);
 void *fg_data(const fg_tensor *t);
 /* Writes "(2, 3, 4)" into buf; returns buf. */
 const char *fg_shape_str(const fg_tensor *t, char *buf, size_t n);
-/* Element at a flat C-order index of the view, as double (CPU only; for tests and messages). */
+/* Element at a flat C-order index of the view, as double. Any device (a device element is copied
+ * one at a time: for tests and messages, not loops). NaN with FG_ERR_DEVICE if the device is gone. */
 double fg_get(const fg_tensor *t, int64_t flat_index);
-void fg_set(fg_tensor *t, int64_t flat_index, double v);
+fg_status fg_set(fg_tensor *t, int64_t flat_index, double v);
 
 /* ---- views (no copy; new tensor over the same storage; no autograd — see ops/ for that) ---- */
 /* Same data, new shape. Needs a contiguous tensor; -1 in one place infers that size. */
