@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <unistd.h>
 
 static int env_on(const char *name) {
     const char *s = getenv(name);
@@ -129,3 +132,55 @@ fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_te
 }
 
 size_t fgt_alloc_current(void) { return fg_alloc_get_stats(FG_CPU).current; }
+
+/* ---- attention ---- */
+fgt_attn_run fgt_run_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_tensor *dout, const fg_attn_opts *opts) {
+    fgt_attn_run r = {0};
+    fg_tensor *lq = fg_clone(q), *lk = fg_clone(k), *lv = fg_clone(v);
+    cr_assert(lq && lk && lv, "%s", fg_last_error());
+    fg_set_requires_grad(lq, dout != NULL);
+    fg_set_requires_grad(lk, dout != NULL);
+    fg_set_requires_grad(lv, dout != NULL);
+    r.o = fg_attention(lq, lk, lv, opts, &r.lse);
+    cr_assert(r.o, "fg_attention(%s): %s", fg_attn_impl_name(opts->impl), fg_last_error());
+    if (dout) {
+        cr_assert_eq(fg_backward(r.o, dout), FG_OK, "backward(%s): %s", fg_attn_impl_name(opts->impl), fg_last_error());
+        r.dq = fg_retain(lq->grad);
+        r.dk = fg_retain(lk->grad);
+        r.dv = fg_retain(lv->grad);
+    }
+    fg_release(lq);
+    fg_release(lk);
+    fg_release(lv);
+    return r;
+}
+
+void fgt_attn_run_free(fgt_attn_run *r) {
+    fg_release(r->o);
+    fg_release(r->lse);
+    fg_release(r->dq);
+    fg_release(r->dk);
+    fg_release(r->dv);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- temporary directories ---- */
+void fgt_make_tmpdir(char *dir, size_t n, const char *tmpl) {
+    snprintf(dir, n, "%s", tmpl);
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+}
+
+void fgt_remove_tmpdir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[512];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}

@@ -18,6 +18,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
+#include "ops/attention.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
@@ -84,6 +85,24 @@ fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_te
 /* ---- leak checks ---- */
 /* Bytes the CPU allocator has handed out and not taken back (fg_alloc_get_stats(FG_CPU).current). */
 size_t fgt_alloc_current(void);
+
+/* ---- attention ---- */
+/* O, lse and the three gradients of one fgt_run_attention (NULL where not computed). */
+typedef struct {
+    fg_tensor *o, *lse, *dq, *dk, *dv;
+} fgt_attn_run;
+
+/* One forward (and backward with dout) on leaf copies of q, k, v; asserts success. */
+fgt_attn_run fgt_run_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_tensor *dout, const fg_attn_opts *opts);
+/* Release every tensor of r and zero it. */
+void fgt_attn_run_free(fgt_attn_run *r);
+
+/* ---- temporary directories ---- */
+/* Create a fresh directory from the mkdtemp template tmpl (ending in XXXXXX) into dir (size n);
+ * asserts success. */
+void fgt_make_tmpdir(char *dir, size_t n, const char *tmpl);
+/* Unlink the plain files directly in dir, then remove dir. */
+void fgt_remove_tmpdir(const char *dir);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
 #include "ops/attention.h"
+#include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "ops/threadpool.h"
@@ -98,39 +99,6 @@ static int all_finite(const fg_tensor *t, int allow_neg_inf, int64_t *bad) {
     return 1;
 }
 
-/* One forward and backward on leaf copies of q, k, v: O, lse and the three gradients. */
-typedef struct {
-    fg_tensor *o, *lse, *dq, *dk, *dv;
-} attn_run;
-
-static attn_run run_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_tensor *dout, const fg_attn_opts *opts) {
-    attn_run r = {0};
-    fg_tensor *lq = fg_clone(q), *lk = fg_clone(k), *lv = fg_clone(v);
-    cr_assert(lq && lk && lv, "%s", fg_last_error());
-    fg_set_requires_grad(lq, dout != NULL);
-    fg_set_requires_grad(lk, dout != NULL);
-    fg_set_requires_grad(lv, dout != NULL);
-    r.o = fg_attention(lq, lk, lv, opts, &r.lse);
-    cr_assert(r.o, "fg_attention(%s): %s", fg_attn_impl_name(opts->impl), fg_last_error());
-    if (dout) {
-        cr_assert_eq(fg_backward(r.o, dout), FG_OK, "backward(%s): %s", fg_attn_impl_name(opts->impl), fg_last_error());
-        r.dq = fg_retain(lq->grad);
-        r.dk = fg_retain(lk->grad);
-        r.dv = fg_retain(lv->grad);
-    }
-    fg_release(lq);
-    fg_release(lk);
-    fg_release(lv);
-    return r;
-}
-static void run_free(attn_run *r) {
-    fg_release(r->o);
-    fg_release(r->lse);
-    fg_release(r->dq);
-    fg_release(r->dk);
-    fg_release(r->dv);
-    memset(r, 0, sizeof *r);
-}
 
 static fg_tensor *to_f64(const fg_tensor *t) {
     fg_tensor *r = fg_to(t, FG_CPU, FG_F64);
@@ -328,14 +296,14 @@ Test(attention, naive_and_flash_forward_match_scalar_reference_f64) {
         reference_forward(q, k, v, &o, o_ref, l_ref);
         for (int impl = 0; impl < 2; impl++) {
             o = case_opts(c, (fg_attn_impl)impl);
-            attn_run r = run_attention(q, k, v, NULL, &o);
+            fgt_attn_run r = fgt_run_attention(q, k, v, NULL, &o);
             cmp_result eo = compare(r.o, o_ref), el = compare(r.lse, l_ref);
             cr_expect(!eo.nonfinite && rel_of(eo) < 1e-12,
                       "case %d %s: O rel err %.3g at %lld (%.17g vs ref %.17g)", ci, fg_attn_impl_name(o.impl),
                       rel_of(eo), (long long)eo.where, eo.a, eo.b);
             cr_expect(!el.nonfinite && rel_of(el) < 1e-12, "case %d %s: lse rel err %.3g at %lld (%.17g vs ref %.17g)",
                       ci, fg_attn_impl_name(o.impl), rel_of(el), (long long)el.where, el.a, el.b);
-            run_free(&r);
+            fgt_attn_run_free(&r);
         }
         fg_release(o_ref);
         fg_release(l_ref);
@@ -352,7 +320,7 @@ Test(attention, flash_matches_naive_f64_to_1e_12) {
         fg_tensor *q, *k, *v, *dout;
         case_inputs(c, FG_F64, 200 + ci, &q, &k, &v, &dout);
         fg_attn_opts on = case_opts(c, FG_ATTN_NAIVE), of = case_opts(c, FG_ATTN_FLASH);
-        attn_run n = run_attention(q, k, v, dout, &on), f = run_attention(q, k, v, dout, &of);
+        fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
         const fg_tensor *fa[5] = {f.o, f.lse, f.dq, f.dk, f.dv}, *na[5] = {n.o, n.lse, n.dq, n.dk, n.dv};
         const char *names[5] = {"O", "lse", "dQ", "dK", "dV"};
         for (int t = 0; t < 5; t++) {
@@ -363,8 +331,8 @@ Test(attention, flash_matches_naive_f64_to_1e_12) {
                       ci, (long long)c->B, (long long)c->H, (long long)c->Nq, (long long)c->Nk, (long long)c->d,
                       c->causal, c->p, c->bq, c->bk, names[t], rel_of(e), (long long)e.where, e.a, e.b);
         }
-        run_free(&n);
-        run_free(&f);
+        fgt_attn_run_free(&n);
+        fgt_attn_run_free(&f);
         fg_release(q);
         fg_release(k);
         fg_release(v);
@@ -395,8 +363,8 @@ Test(attention, flash_f32_error_at_most_twice_naive_f32_error) {
         case_inputs_std(c, FG_F32, 300 + ci + 50 * pass, qk_std, &q, &k, &v, &dout);
         fg_tensor *q64 = to_f64(q), *k64 = to_f64(k), *v64 = to_f64(v), *d64 = to_f64(dout);
         fg_attn_opts on = case_opts(c, FG_ATTN_NAIVE), of = case_opts(c, FG_ATTN_FLASH);
-        attn_run ref = run_attention(q64, k64, v64, d64, &on);
-        attn_run n = run_attention(q, k, v, dout, &on), f = run_attention(q, k, v, dout, &of);
+        fgt_attn_run ref = fgt_run_attention(q64, k64, v64, d64, &on);
+        fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
         const fg_tensor *fa[4] = {f.o, f.dq, f.dk, f.dv}, *na[4] = {n.o, n.dq, n.dk, n.dv},
                         *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
         const char *names[4] = {"O", "dQ", "dK", "dV"};
@@ -419,9 +387,9 @@ Test(attention, flash_f32_error_at_most_twice_naive_f32_error) {
                       ci, qk_std, (long long)c->Nq, (long long)c->Nk, (long long)c->d, c->causal, c->p, c->bq, c->bk, names[t],
                       ef.max_abs, (long long)ef.where, factor, en.max_abs, floor, ef.a, ef.b);
         }
-        run_free(&ref);
-        run_free(&n);
-        run_free(&f);
+        fgt_attn_run_free(&ref);
+        fgt_attn_run_free(&n);
+        fgt_attn_run_free(&f);
         fg_release(q64);
         fg_release(k64);
         fg_release(v64);
@@ -443,12 +411,12 @@ Test(attention, flash_backward_is_deterministic) {
     fg_tensor *q, *k, *v, *dout;
     case_inputs(&c, FG_F32, 7, &q, &k, &v, &dout);
     fg_attn_opts of = case_opts(&c, FG_ATTN_FLASH);
-    attn_run a = run_attention(q, k, v, dout, &of), b = run_attention(q, k, v, dout, &of);
+    fgt_attn_run a = fgt_run_attention(q, k, v, dout, &of), b = fgt_run_attention(q, k, v, dout, &of);
     const fg_tensor *x[5] = {a.o, a.lse, a.dq, a.dk, a.dv}, *y[5] = {b.o, b.lse, b.dq, b.dk, b.dv};
     for (int t = 0; t < 5; t++)
         cr_expect(memcmp(fg_data(x[t]), fg_data(y[t]), fg_nbytes(x[t])) == 0, "output %d differs between two runs", t);
-    run_free(&a);
-    run_free(&b);
+    fgt_attn_run_free(&a);
+    fgt_attn_run_free(&b);
     fg_release(q);
     fg_release(k);
     fg_release(v);
@@ -539,13 +507,13 @@ Test(attention, dropout_zero_equals_no_dropout_exactly) {
         a.seed = 1;
         b.seed = 987654321;
         b.dropout_p = 0.0;
-        attn_run ra = run_attention(q, k, v, dout, &a), rb = run_attention(q, k, v, dout, &b);
+        fgt_attn_run ra = fgt_run_attention(q, k, v, dout, &a), rb = fgt_run_attention(q, k, v, dout, &b);
         const fg_tensor *x[5] = {ra.o, ra.lse, ra.dq, ra.dk, ra.dv}, *y[5] = {rb.o, rb.lse, rb.dq, rb.dk, rb.dv};
         for (int t = 0; t < 5; t++)
             cr_expect(memcmp(fg_data(x[t]), fg_data(y[t]), fg_nbytes(x[t])) == 0, "%s: output %d differs",
                       fg_attn_impl_name(a.impl), t);
-        run_free(&ra);
-        run_free(&rb);
+        fgt_attn_run_free(&ra);
+        fgt_attn_run_free(&rb);
         fg_release(q);
         fg_release(k);
         fg_release(v);
@@ -560,16 +528,16 @@ Test(attention, dropout_changes_the_output_and_depends_on_the_seed) {
     fg_attn_opts a = case_opts(&c, FG_ATTN_FLASH), b = a, z = a;
     b.seed = a.seed + 1;
     z.dropout_p = 0;
-    attn_run ra = run_attention(q, k, v, NULL, &a), rb = run_attention(q, k, v, NULL, &b),
-             rz = run_attention(q, k, v, NULL, &z);
+    fgt_attn_run ra = fgt_run_attention(q, k, v, NULL, &a), rb = fgt_run_attention(q, k, v, NULL, &b),
+             rz = fgt_run_attention(q, k, v, NULL, &z);
     cmp_result e1 = compare(ra.o, rb.o), e2 = compare(ra.o, rz.o);
     cr_expect(e1.max_abs > 1e-3 && e2.max_abs > 1e-3, "dropout had no effect: %g %g", e1.max_abs, e2.max_abs);
     /* lse is the logsumexp of the scores: dropout does not touch it */
     cmp_result el = compare(ra.lse, rz.lse);
     cr_expect(el.max_abs == 0, "lse changed with dropout: %g", el.max_abs);
-    run_free(&ra);
-    run_free(&rb);
-    run_free(&rz);
+    fgt_attn_run_free(&ra);
+    fgt_attn_run_free(&rb);
+    fgt_attn_run_free(&rz);
     fg_release(q);
     fg_release(k);
     fg_release(v);
@@ -590,7 +558,7 @@ Test(attention, rows_that_see_no_key_are_zero_with_zero_gradients) {
                 case_inputs(&c, (fg_dtype)dt, 13, &q, &k, &v, &dout);
                 fg_attn_opts o = case_opts(&c, (fg_attn_impl)impl);
                 o.dropout_p = drop ? 0.4 : 0;
-                attn_run r = run_attention(q, k, v, dout, &o);
+                fgt_attn_run r = fgt_run_attention(q, k, v, dout, &o);
                 int64_t bad = -1;
                 cr_expect(all_finite(r.o, 0, &bad) && all_finite(r.dq, 0, &bad) && all_finite(r.dk, 0, &bad) &&
                               all_finite(r.dv, 0, &bad) && all_finite(r.lse, 1, &bad),
@@ -608,7 +576,7 @@ Test(attention, rows_that_see_no_key_are_zero_with_zero_gradients) {
                                           fg_get(r.o, at), fg_get(r.dq, at));
                         }
                     }
-                run_free(&r);
+                fgt_attn_run_free(&r);
                 fg_release(q);
                 fg_release(k);
                 fg_release(v);
@@ -622,12 +590,12 @@ Test(attention, no_keys_at_all_gives_zeros) {
     for (int impl = 0; impl < 2; impl++) {
         fg_attn_opts o = fg_attn_defaults();
         o.impl = (fg_attn_impl)impl;
-        attn_run r = run_attention(q, k, v, dout, &o);
+        fgt_attn_run r = fgt_run_attention(q, k, v, dout, &o);
         for (int64_t i = 0; i < fg_numel(r.o); i++)
             cr_expect(fg_get(r.o, i) == 0 && fg_get(r.dq, i) == 0, "%s: O[%lld] = %g", fg_attn_impl_name(o.impl),
                       (long long)i, fg_get(r.o, i));
         for (int64_t i = 0; i < fg_numel(r.lse); i++) cr_expect(fg_get(r.lse, i) == -INFINITY);
-        run_free(&r);
+        fgt_attn_run_free(&r);
     }
     fg_release(q);
     fg_release(k);
@@ -655,10 +623,10 @@ Test(attention, huge_scores_stay_finite_in_float32) {
             o.scale = 1;
             o.causal = causal;
             o.dropout_p = drop ? 0.2 : 0;
-            attn_run ref = run_attention(q64, k64, v64, d64, &o);
+            fgt_attn_run ref = fgt_run_attention(q64, k64, v64, d64, &o);
             for (int impl = 0; impl < 2; impl++) {
                 o.impl = (fg_attn_impl)impl;
-                attn_run r = run_attention(q, k, v, dout, &o);
+                fgt_attn_run r = fgt_run_attention(q, k, v, dout, &o);
                 const fg_tensor *x[5] = {r.o, r.lse, r.dq, r.dk, r.dv};
                 for (int t = 0; t < 5; t++) {
                     int64_t bad = -1;
@@ -669,9 +637,9 @@ Test(attention, huge_scores_stay_finite_in_float32) {
                 /* with softmax this peaked, O is close to the V row of each row's top key */
                 cmp_result e = compare(r.o, ref.o);
                 cr_expect(rel_of(e) < 1e-2, "%s: O rel err %g against float64", fg_attn_impl_name(o.impl), rel_of(e));
-                run_free(&r);
+                fgt_attn_run_free(&r);
             }
-            run_free(&ref);
+            fgt_attn_run_free(&ref);
             fg_release(q64);
             fg_release(k64);
             fg_release(v64);
@@ -720,7 +688,7 @@ Test(attention, one_tensor_as_q_k_and_v_accumulates_all_three_gradients) {
         o.impl = (fg_attn_impl)impl;
         o.causal = 1;
         o.block_q = o.block_k = 3;
-        attn_run sep = run_attention(x, x, x, dout, &o);
+        fgt_attn_run sep = fgt_run_attention(x, x, x, dout, &o);
         fg_tensor *lx = fg_clone(x);
         fg_set_requires_grad(lx, 1);
         fg_tensor *out = fg_attention(lx, lx, lx, &o, NULL);
@@ -741,7 +709,7 @@ Test(attention, one_tensor_as_q_k_and_v_accumulates_all_three_gradients) {
         fg_release(out2);
         fg_release(sum);
         fg_release(lx);
-        run_free(&sep);
+        fgt_attn_run_free(&sep);
     }
     fg_release(x);
     fg_release(dout);
@@ -751,7 +719,7 @@ Test(attention, only_the_inputs_that_want_a_gradient_get_one) {
     fg_tensor *q = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 1), *k = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 2),
               *v = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 3), *dout = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 4);
     fg_attn_opts o = fg_attn_defaults();
-    attn_run full = run_attention(q, k, v, dout, &o);
+    fgt_attn_run full = fgt_run_attention(q, k, v, dout, &o);
     fg_tensor *lv = fg_clone(v);
     fg_set_requires_grad(lv, 1);
     fg_tensor *out = fg_attention(q, k, lv, &o, NULL);
@@ -766,7 +734,7 @@ Test(attention, only_the_inputs_that_want_a_gradient_get_one) {
     fg_tensor *o2 = fg_attention(q, k, v, &o, NULL);
     cr_expect(o2 && o2->grad_fn == NULL && !o2->requires_grad);
     fg_release(o2);
-    run_free(&full);
+    fgt_attn_run_free(&full);
     fg_release(q);
     fg_release(k);
     fg_release(v);

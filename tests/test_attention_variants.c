@@ -27,6 +27,7 @@
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
 #include "ops/attention.h"
+#include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "train/commands.h"
@@ -98,39 +99,6 @@ static fg_tensor *to_dt(const fg_tensor *t, fg_dtype dt) {
     return r;
 }
 
-typedef struct {
-    fg_tensor *o, *lse, *dq, *dk, *dv;
-} attn_run;
-
-/* One forward (and backward with dout) on leaf copies of q, k, v. */
-static attn_run run_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_tensor *dout, const fg_attn_opts *opts) {
-    attn_run r = {0};
-    fg_tensor *lq = fg_clone(q), *lk = fg_clone(k), *lv = fg_clone(v);
-    cr_assert(lq && lk && lv, "%s", fg_last_error());
-    fg_set_requires_grad(lq, dout != NULL);
-    fg_set_requires_grad(lk, dout != NULL);
-    fg_set_requires_grad(lv, dout != NULL);
-    r.o = fg_attention(lq, lk, lv, opts, &r.lse);
-    cr_assert(r.o, "fg_attention(%s): %s", fg_attn_impl_name(opts->impl), fg_last_error());
-    if (dout) {
-        cr_assert_eq(fg_backward(r.o, dout), FG_OK, "backward(%s): %s", fg_attn_impl_name(opts->impl), fg_last_error());
-        r.dq = fg_retain(lq->grad);
-        r.dk = fg_retain(lk->grad);
-        r.dv = fg_retain(lv->grad);
-    }
-    fg_release(lq);
-    fg_release(lk);
-    fg_release(lv);
-    return r;
-}
-static void run_free(attn_run *r) {
-    fg_release(r->o);
-    fg_release(r->lse);
-    fg_release(r->dq);
-    fg_release(r->dk);
-    fg_release(r->dv);
-    memset(r, 0, sizeof *r);
-}
 
 /* ---------------------------------------------------------------------------------------------
  * user variants used by the cases
@@ -383,7 +351,7 @@ Test(attention_variants, forward_matches_scalar_reference_f64) {
                 reference_forward(q, k, v, &o, o_ref, l_ref);
                 for (int impl = 0; impl < 2; impl++) {
                     o.impl = (fg_attn_impl)impl;
-                    attn_run r = run_attention(q, k, v, NULL, &o);
+                    fgt_attn_run r = fgt_run_attention(q, k, v, NULL, &o);
                     cmp_result eo = compare(r.o, o_ref), el = compare(r.lse, l_ref);
                     cr_expect(!eo.nonfinite && rel_of(eo) < 1e-12 && !el.nonfinite && rel_of(el) < 1e-12,
                               "%s, shape %d, causal %d, p %g, %s: O rel err %.3g at %lld (%.17g vs %.17g), lse rel err "
@@ -394,7 +362,7 @@ Test(attention_variants, forward_matches_scalar_reference_f64) {
                         worst = rel_of(eo);
                         worst_at = c->name;
                     }
-                    run_free(&r);
+                    fgt_attn_run_free(&r);
                 }
                 fg_attn_block_mask_release(bm);
                 fg_release(o_ref);
@@ -425,7 +393,7 @@ Test(attention_variants, flash_matches_naive_f64_to_1e_12) {
                 fg_attn_block_mask *bm;
                 fg_attn_opts on = vcase_opts(c, s, FG_ATTN_NAIVE, causal, p, &bm), of = on;
                 of.impl = FG_ATTN_FLASH;
-                attn_run n = run_attention(q, k, v, dout, &on), f = run_attention(q, k, v, dout, &of);
+                fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
                 const fg_tensor *fa[5] = {f.o, f.lse, f.dq, f.dk, f.dv}, *na[5] = {n.o, n.lse, n.dq, n.dk, n.dv};
                 for (int t = 0; t < 5; t++) {
                     cmp_result e = compare(fa[t], na[t]);
@@ -434,8 +402,8 @@ Test(attention_variants, flash_matches_naive_f64_to_1e_12) {
                               "%s, shape %d, causal %d, p %g: %s rel err %.3g at %lld: flash %.17g naive %.17g", c->name,
                               si, causal, p, names[t], rel_of(e), (long long)e.where, e.a, e.b);
                 }
-                run_free(&n);
-                run_free(&f);
+                fgt_attn_run_free(&n);
+                fgt_attn_run_free(&f);
                 fg_attn_block_mask_release(bm);
                 fg_release(q);
                 fg_release(k);
@@ -478,8 +446,8 @@ Test(attention_variants, flash_f32_error_at_most_twice_naive_f32_error) {
                 fg_attn_block_mask *bm;
                 fg_attn_opts on = vcase_opts(c, s, FG_ATTN_NAIVE, causal, p, &bm), of = on;
                 of.impl = FG_ATTN_FLASH;
-                attn_run ref = run_attention(q64, k64, v64, d64, &on);
-                attn_run n = run_attention(q, k, v, dout, &on), f = run_attention(q, k, v, dout, &of);
+                fgt_attn_run ref = fgt_run_attention(q64, k64, v64, d64, &on);
+                fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
                 const fg_tensor *fa[4] = {f.o, f.dq, f.dk, f.dv}, *na[4] = {n.o, n.dq, n.dk, n.dv},
                                 *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
                 double gscale = 1;
@@ -501,9 +469,9 @@ Test(attention_variants, flash_f32_error_at_most_twice_naive_f32_error) {
                               c->name, si, causal, p, pass ? 3 : 1, names[t], ef.max_abs, (long long)ef.where, factor,
                               en.max_abs, floor, ef.a, ef.b);
                 }
-                run_free(&ref);
-                run_free(&n);
-                run_free(&f);
+                fgt_attn_run_free(&ref);
+                fgt_attn_run_free(&n);
+                fgt_attn_run_free(&f);
                 fg_attn_block_mask_release(bm);
                 fg_tensor *all[] = {q64, k64, v64, d64, q, k, v, dout};
                 for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fg_release(all[i]);
@@ -603,7 +571,7 @@ Test(attention_variants, gqa_equals_multi_head_on_repeated_kv_and_sums_dk_dv_per
                 o.seed = 5;
                 o.block_q = 8;
                 o.block_k = 5;
-                attn_run g = run_attention(q, k, v, dout, &o), m = run_attention(q, kr, vr, dout, &o);
+                fgt_attn_run g = fgt_run_attention(q, k, v, dout, &o), m = fgt_run_attention(q, kr, vr, dout, &o);
                 fg_tensor *dk = sum_groups(m.dk, G), *dv = sum_groups(m.dv, G);
                 const fg_tensor *ga[5] = {g.o, g.lse, g.dq, g.dk, g.dv}, *ma[5] = {m.o, m.lse, m.dq, dk, dv};
                 const char *names[5] = {"O", "lse", "dQ", "dK", "dV"};
@@ -613,8 +581,8 @@ Test(attention_variants, gqa_equals_multi_head_on_repeated_kv_and_sums_dk_dv_per
                               (long long)Hkv, fg_attn_impl_name(o.impl), o.causal, o.dropout_p, names[x], rel_of(e),
                               (long long)e.where);
                 }
-                run_free(&g);
-                run_free(&m);
+                fgt_attn_run_free(&g);
+                fgt_attn_run_free(&m);
                 fg_tensor *all[] = {q, k, v, dout, kr, vr, dk, dv};
                 for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fg_release(all[i]);
             }
@@ -685,15 +653,15 @@ Test(attention_variants, builtin_variants_equal_their_callback_form) {
                 a.variant.window_right = 1;
                 b.custom.mask = cb_window_2_1;
             }
-            attn_run ra = run_attention(q, k, v, dout, &a), rb = run_attention(q, k, v, dout, &b);
+            fgt_attn_run ra = fgt_run_attention(q, k, v, dout, &a), rb = fgt_run_attention(q, k, v, dout, &b);
             const fg_tensor *x[5] = {ra.o, ra.lse, ra.dq, ra.dk, ra.dv}, *y[5] = {rb.o, rb.lse, rb.dq, rb.dk, rb.dv};
             for (int t = 0; t < 5; t++) {
                 cmp_result e = compare(x[t], y[t]);
                 cr_expect(!e.nonfinite && rel_of(e) <= 1e-14, "%s %s: output %d built-in vs callback rel err %.3g at %lld",
                           what, fg_attn_impl_name(a.impl), t, rel_of(e), (long long)e.where);
             }
-            run_free(&ra);
-            run_free(&rb);
+            fgt_attn_run_free(&ra);
+            fgt_attn_run_free(&rb);
         }
     fg_release(q);
     fg_release(k);
@@ -815,7 +783,7 @@ Test(attention_variants, flash_tests_the_mask_only_in_partial_tiles) {
     o.custom.mask = mask_docs_counted;
     o.custom.user = &cm;
     o.custom.block_mask = bm; /* block sizes 0: taken from the block mask */
-    attn_run r = run_attention(q, k, v, dout, &o);
+    fgt_attn_run r = fgt_run_attention(q, k, v, dout, &o);
     cr_expect_eq(cm.outside_partial, 0, "%lld of %lld mask calls were for tiles the block mask calls MASKED or FULL",
                  (long long)cm.outside_partial, (long long)cm.calls);
     const int64_t partial = fg_attn_block_mask_count(bm, FG_TILE_PARTIAL);
@@ -829,14 +797,14 @@ Test(attention_variants, flash_tests_the_mask_only_in_partial_tiles) {
     /* and the result is the one naive gets, which calls the mask everywhere */
     fg_attn_opts on = o;
     on.impl = FG_ATTN_NAIVE;
-    attn_run n = run_attention(q, k, v, dout, &on);
+    fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on);
     const fg_tensor *x[5] = {r.o, r.lse, r.dq, r.dk, r.dv}, *y[5] = {n.o, n.lse, n.dq, n.dk, n.dv};
     for (int t = 0; t < 5; t++) {
         cmp_result e = compare(x[t], y[t]);
         cr_expect(!e.nonfinite && rel_of(e) <= 1e-12, "output %d: flash vs naive rel err %.3g", t, rel_of(e));
     }
-    run_free(&r);
-    run_free(&n);
+    fgt_attn_run_free(&r);
+    fgt_attn_run_free(&n);
     fg_attn_block_mask_release(bm);
     fg_release(q);
     fg_release(k);
@@ -972,7 +940,7 @@ Test(attention_variants, rows_that_see_no_key_are_zero_with_zero_gradients) {
                     } else {
                         o.custom.mask = mask_rows_3_to_6_see_nothing;
                     }
-                    attn_run r = run_attention(q, k, v, dout, &o);
+                    fgt_attn_run r = fgt_run_attention(q, k, v, dout, &o);
                     for (int64_t h = 0; h < H; h++)
                         for (int64_t i = 0; i < Nq; i++) {
                             const int blind = which == 0 ? i < 5 : (i >= 3 && i <= 6);
@@ -990,7 +958,7 @@ Test(attention_variants, rows_that_see_no_key_are_zero_with_zero_gradients) {
                         }
                     for (int64_t e = 0; e < fg_numel(r.dk); e++)
                         cr_expect(isfinite(fg_get(r.dk, e)) && isfinite(fg_get(r.dv, e)), "dK/dV[%lld] not finite", (long long)e);
-                    run_free(&r);
+                    fgt_attn_run_free(&r);
                     fg_release(q);
                     fg_release(k);
                     fg_release(v);
@@ -1268,7 +1236,7 @@ Test(attention_variants, attention_command_applies_the_variants) {
         o.custom = *fg_attn_find_custom("doc-mask");
         o.block_q = 4;
         o.block_k = 5;
-        attn_run r = run_attention(t[0], t[1], t[2], t[3], &o);
+        fgt_attn_run r = fgt_run_attention(t[0], t[1], t[2], t[3], &o);
         const fg_tensor *want[5] = {r.o, r.lse, r.dq, r.dk, r.dv};
         const char *outs[5] = {"o", "lse", "dq", "dk", "dv"};
         for (int x = 0; x < 5; x++) {
@@ -1281,7 +1249,7 @@ Test(attention_variants, attention_command_applies_the_variants) {
             cr_expect(e.max_abs == 0, "%s: CLI and library differ by %g", p, e.max_abs);
             fg_release(got);
         }
-        run_free(&r);
+        fgt_attn_run_free(&r);
     }
     /* --gqa must agree with K's heads; bad values are usage errors */
     snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --gqa 1 2>&1", fg_bin(), path[0], path[1],

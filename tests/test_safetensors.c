@@ -1,7 +1,6 @@
 /* test_safetensors.c — the safetensors writer and reader (tensor/safetensors.h), cross-checked
  * with Python's json module (and the `safetensors` package when /usr/bin/python3 has it). */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,27 +11,12 @@
 
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
+#include "tests/common.h"
 
 static char g_dir[64];
 
-static void make_dir(void) {
-    strcpy(g_dir, "/tmp/fg_st_XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
-}
-static void remove_dir(void) {
-    DIR *d = opendir(g_dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(g_dir);
-}
+static void make_dir(void) { fgt_make_tmpdir(g_dir, sizeof g_dir, "/tmp/fg_st_XXXXXX"); }
+static void remove_dir(void) { fgt_remove_tmpdir(g_dir); }
 
 TestSuite(safetensors, .init = make_dir, .fini = remove_dir, .timeout = 60);
 
