@@ -7,6 +7,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <errno.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int env_on(const char *name) {
@@ -183,4 +184,27 @@ void fgt_remove_tmpdir(const char *dir) {
         closedir(d);
     }
     rmdir(dir);
+}
+
+const char *fgt_bin(void) {
+    const char *b = getenv("FG_BIN");
+    return (b && *b) ? b : "build/flashgrad";
+}
+
+int fgt_run_cmd(const char *cmd, char *log, size_t logn) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t used = 0;
+    char buf[512];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+        if (log && used + 1 < logn) {
+            size_t take = got < logn - 1 - used ? got : logn - 1 - used;
+            memcpy(log + used, buf, take);
+            used += take;
+        }
+    }
+    if (log) log[used] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -104,6 +104,12 @@ void fgt_make_tmpdir(char *dir, size_t n, const char *tmpl);
 /* Unlink the plain files directly in dir, then remove dir. */
 void fgt_remove_tmpdir(const char *dir);
 
+/* The flashgrad program under test: $FG_BIN (set by make test), else build/flashgrad. */
+const char *fgt_bin(void);
+/* Runs a shell command; returns its exit status (-1 if it could not run or died by a signal).
+ * Its stdout (append 2>&1 for stderr) goes into log[0..logn) when log is not NULL. */
+int fgt_run_cmd(const char *cmd, char *log, size_t logn);
+
 #ifdef __cplusplus
 }
 #endif

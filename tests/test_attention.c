@@ -877,29 +877,6 @@ Test(attention, bad_arguments_give_null_and_a_message) {
  * the command line and PyTorch
  * ------------------------------------------------------------------------------------------- */
 
-static const char *fg_bin(void) {
-    const char *b = getenv("FG_BIN");
-    return (b && *b) ? b : "build/flashgrad";
-}
-
-/* Runs a shell command; returns its exit status (or -1). stdout+stderr go to `log` if not NULL. */
-static int run_cmd(const char *cmd, char *log, size_t logn) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t used = 0;
-    char buf[512];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
-        if (log && used + 1 < logn) {
-            size_t take = got < logn - 1 - used ? got : logn - 1 - used;
-            memcpy(log + used, buf, take);
-            used += take;
-        }
-    }
-    if (log) log[used] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static int file_exists(const char *path) {
     struct stat s;
@@ -907,7 +884,7 @@ static int file_exists(const char *path) {
 }
 
 Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
-    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
     char dir[] = "/tmp/fg_attn_cli_XXXXXX";
     cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
     char qp[256], kp[256], vp[256], kbad[256], out[256], cmd[2048], log[4096];
@@ -941,8 +918,8 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char args[1024];
         snprintf(args, sizeof args, rows[i].args, dir);
-        snprintf(cmd, sizeof cmd, "%s attention %s 2>&1", fg_bin(), args);
-        int st = run_cmd(cmd, log, sizeof log);
+        snprintf(cmd, sizeof cmd, "%s attention %s 2>&1", fgt_bin(), args);
+        int st = fgt_run_cmd(cmd, log, sizeof log);
         cr_expect_eq(st, rows[i].want, "'%s' exited %d, want %d; output: %s", args, st, rows[i].want, log);
         int lines = 0;
         for (char *c = log; *c; c++) lines += *c == '\n';
@@ -953,9 +930,9 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
         cr_expect(!file_exists(o_path), "'%s' left %s behind", args, o_path);
     }
     /* and a good run writes all five files */
-    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --do %s --out %s --impl naive --causal 2>&1", fg_bin(),
+    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --do %s --out %s --impl naive --causal 2>&1", fgt_bin(),
              qp, kp, vp, qp, out);
-    int st = run_cmd(cmd, log, sizeof log);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
     cr_expect_eq(st, 0, "good run exited %d: %s", st, log);
     const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++) {
@@ -967,7 +944,7 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
         fg_release(t);
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    run_cmd(cmd, NULL, 0);
+    fgt_run_cmd(cmd, NULL, 0);
     fg_release(q);
     fg_release(k);
     fg_release(v);
@@ -975,27 +952,27 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
 }
 
 Test(attention, gradcheck_command_passes_and_prints_a_table) {
-    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
     char cmd[1024], log[8192];
     snprintf(cmd, sizeof cmd, "%s gradcheck attention --b 1 --h 2 --nq 6 --nk 9 --d 4 --causal --dropout 0.2 --seed 3 "
-                              "--block-q 4 --block-k 3 2>&1", fg_bin());
-    int st = run_cmd(cmd, log, sizeof log);
+                              "--block-q 4 --block-k 3 2>&1", fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
     cr_expect_eq(st, 0, "gradcheck exited %d:\n%s", st, log);
     cr_expect(strstr(log, "dQ") && strstr(log, "dK") && strstr(log, "dV") && strstr(log, "PASS"), "table:\n%s", log);
-    snprintf(cmd, sizeof cmd, "%s gradcheck attention --nq 0x 2>&1", fg_bin());
-    cr_expect_eq(run_cmd(cmd, log, sizeof log), 2, "bad flag value: %s", log);
-    snprintf(cmd, sizeof cmd, "%s gradcheck softmax 2>&1", fg_bin());
-    cr_expect_eq(run_cmd(cmd, log, sizeof log), 2, "unknown target: %s", log);
+    snprintf(cmd, sizeof cmd, "%s gradcheck attention --nq 0x 2>&1", fgt_bin());
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 2, "bad flag value: %s", log);
+    snprintf(cmd, sizeof cmd, "%s gradcheck softmax 2>&1", fgt_bin());
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 2, "unknown target: %s", log);
 }
 
 Test(attention, matches_pytorch_autograd_through_the_cli, .timeout = 600) {
     if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no /usr/bin/python3");
-    if (access(fg_bin(), X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no flashgrad binary at %s", fg_bin());
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no flashgrad binary at %s", fgt_bin());
     const char *script = "tests/attention_torch_check.py";
     if (access(script, R_OK) != 0) cr_skip_test("PyTorch cross-check skipped: %s not found (run from the repo root)", script);
     char cmd[1024], log[16384];
-    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fg_bin(), script, sanitizing() ? "--quick" : "");
-    int st = run_cmd(cmd, log, sizeof log);
+    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, sanitizing() ? "--quick" : "");
+    int st = fgt_run_cmd(cmd, log, sizeof log);
     if (st == 77) {
         fprintf(stderr, "[attention] %s", log);
         cr_skip_test("PyTorch cross-check skipped: %s", log);

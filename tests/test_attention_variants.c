@@ -1156,31 +1156,9 @@ Test(attention_variants, has_variant_sees_every_field) {
  * the command line
  * ------------------------------------------------------------------------------------------- */
 
-static const char *fg_bin(void) {
-    const char *b = getenv("FG_BIN");
-    return (b && *b) ? b : "build/flashgrad";
-}
-
-static int run_cmd(const char *cmd, char *log, size_t logn) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t used = 0;
-    char buf[512];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
-        if (log && used + 1 < logn) {
-            size_t take = got < logn - 1 - used ? got : logn - 1 - used;
-            memcpy(log + used, buf, take);
-            used += take;
-        }
-    }
-    if (log) log[used] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 Test(attention_variants, gradcheck_command_takes_the_variant_flags) {
-    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
     char cmd[1024], log[8192];
     const char *good[] = {
         "--h 4 --gqa 2 --window 3,1 --alibi --softcap 5 --causal --dropout 0.2",
@@ -1189,27 +1167,27 @@ Test(attention_variants, gradcheck_command_takes_the_variant_flags) {
         "--custom softcap-cb --alibi --window -1,2",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s gradcheck attention %s 2>&1", fg_bin(), good[i]);
-        int st = run_cmd(cmd, log, sizeof log);
+        snprintf(cmd, sizeof cmd, "%s gradcheck attention %s 2>&1", fgt_bin(), good[i]);
+        int st = fgt_run_cmd(cmd, log, sizeof log);
         cr_expect_eq(st, 0, "'%s' exited %d:\n%s", good[i], st, log);
         cr_expect(strstr(log, "variant: ") && strstr(log, "gradcheck attention: PASS"), "'%s':\n%s", good[i], log);
     }
     const char *bad[] = {"--gqa 0", "--gqa x", "--h 4 --gqa 3", "--window 3", "--window 1,2,3", "--window -2,1",
                          "--softcap 0", "--softcap -1", "--softcap nan", "--custom nope", "--window"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s gradcheck attention %s 2>&1", fg_bin(), bad[i]);
-        int st = run_cmd(cmd, log, sizeof log);
+        snprintf(cmd, sizeof cmd, "%s gradcheck attention %s 2>&1", fgt_bin(), bad[i]);
+        int st = fgt_run_cmd(cmd, log, sizeof log);
         cr_expect_eq(st, 2, "'%s' exited %d, want 2:\n%s", bad[i], st, log);
         cr_expect(strncmp(log, "flashgrad", 9) == 0 && strchr(log, '\n') == log + strlen(log) - 1,
                   "'%s': want one line starting 'flashgrad', got: %s", bad[i], log);
     }
-    snprintf(cmd, sizeof cmd, "%s gradcheck attention --custom list 2>&1", fg_bin());
-    cr_expect_eq(run_cmd(cmd, log, sizeof log), 0, "--custom list: %s", log);
+    snprintf(cmd, sizeof cmd, "%s gradcheck attention --custom list 2>&1", fgt_bin());
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "--custom list: %s", log);
     cr_expect(strstr(log, "doc-mask") && strstr(log, "softcap-cb"), "--custom list:\n%s", log);
 }
 
 Test(attention_variants, attention_command_applies_the_variants) {
-    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
     char dir[] = "/tmp/fg_attn_var_cli_XXXXXX";
     cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
     char path[4][300], cmd[2048], log[4096];
@@ -1224,8 +1202,8 @@ Test(attention_variants, attention_command_applies_the_variants) {
         snprintf(cmd, sizeof cmd,
                  "%s attention --q %s --k %s --v %s --do %s --out %s/out%d --impl %s --causal --gqa 2 --window 4,1 --alibi "
                  "--softcap 3 --custom doc-mask --block-q 4 --block-k 5 2>&1",
-                 fg_bin(), path[0], path[1], path[2], path[3], dir, impl, impl ? "flash" : "naive");
-        int st = run_cmd(cmd, log, sizeof log);
+                 fgt_bin(), path[0], path[1], path[2], path[3], dir, impl, impl ? "flash" : "naive");
+        int st = fgt_run_cmd(cmd, log, sizeof log);
         cr_expect_eq(st, 0, "exited %d: %s", st, log);
         /* the same through the library */
         fg_attn_opts o = fg_attn_defaults();
@@ -1252,26 +1230,26 @@ Test(attention_variants, attention_command_applies_the_variants) {
         fgt_attn_run_free(&r);
     }
     /* --gqa must agree with K's heads; bad values are usage errors */
-    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --gqa 1 2>&1", fg_bin(), path[0], path[1],
+    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --gqa 1 2>&1", fgt_bin(), path[0], path[1],
              path[2], dir);
-    cr_expect_eq(run_cmd(cmd, log, sizeof log), 1, "--gqa 1 with 2 K heads: %s", log);
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 1, "--gqa 1 with 2 K heads: %s", log);
     cr_expect(strstr(log, "K/V heads") != NULL, "message: %s", log);
-    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --window 1 2>&1", fg_bin(), path[0], path[1],
+    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --window 1 2>&1", fgt_bin(), path[0], path[1],
              path[2], dir);
-    cr_expect_eq(run_cmd(cmd, log, sizeof log), 2, "--window 1: %s", log);
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 2, "--window 1: %s", log);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    run_cmd(cmd, NULL, 0);
+    fgt_run_cmd(cmd, NULL, 0);
     for (int i = 0; i < 4; i++) fg_release(t[i]);
 }
 
 Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600) {
     if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no /usr/bin/python3");
-    if (access(fg_bin(), X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no flashgrad binary at %s", fg_bin());
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no flashgrad binary at %s", fgt_bin());
     const char *script = "tests/attention_variants_torch_check.py";
     if (access(script, R_OK) != 0) cr_skip_test("PyTorch cross-check skipped: %s not found (run from the repo root)", script);
     char cmd[1024], log[16384];
-    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fg_bin(), script, sanitizing() ? "--quick" : "");
-    int st = run_cmd(cmd, log, sizeof log);
+    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, sanitizing() ? "--quick" : "");
+    int st = fgt_run_cmd(cmd, log, sizeof log);
     if (st == 77) {
         fprintf(stderr, "[attention_variants] %s", log);
         cr_skip_test("PyTorch cross-check skipped: %s", log);
