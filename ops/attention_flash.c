@@ -32,8 +32,8 @@
  * in a fixed order — key blocks in increasing order, and inside a product every sum in index order
  * — so the results are bit-identical for any thread count and any schedule (float32 tile kernels:
  * tests/test_simd.c, flash_is_bit_identical_for_any_thread_count_and_instruction_set; the BLAS
- * path as far as BLAS is deterministic for one thread). Scratch is per thread, taken from fg_alloc by a
- * thread when it gets its first item (so peak scratch is threads × one item's tiles). User
+ * path as far as BLAS is deterministic for one thread). Scratch is per thread, one item's tiles for each thread
+ * that can take part, taken from fg_alloc before the items start (peak scratch: threads × tiles). User
  * callbacks (score_mod, mask) are called from the calling thread only: a problem that has them
  * runs its items serially, in order, since a callback need not be thread-safe. The backward has
  * B·H_kv items: with fewer than there are threads (multi-query attention at batch 1) threads idle;
@@ -82,35 +82,39 @@
 #include "tensor/alloc.h"
 #include "tensor/philox.h"
 
-/* Run a kernel's items: on the pool, or in order on this thread when user callbacks are present. */
-static void flash_run(int64_t n, fg_pool_fn fn, void *ctx, const fg_attn_problem *pr, unsigned flags) {
-    if (pr->custom.score_mod || pr->custom.mask) {
-        for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
-        return;
-    }
-    fg_pool_run(n, fn, ctx, flags);
-}
-
-/* Per-thread scratch of one kernel call: taken by a thread at its first item, freed by the caller. */
+/* Per-thread scratch of one kernel call: one buffer per thread that can take part, allocated by
+ * flash_run before the items start (not lazily by whichever thread gets an item first: which
+ * threads get items depends on the schedule, and a lazily taken buffer would make the caching
+ * allocator's traffic — and whether a warm step asks the system for memory — depend on it too). */
 typedef struct {
     void *buf[FG_POOL_MAX_THREADS];
     size_t bytes;
-    atomic_int oom;
 } flash_scratch;
 
-static void *flash_scratch_get(flash_scratch *s, int worker) {
-    if (!s->buf[worker]) {
-        s->buf[worker] = fg_alloc(FG_CPU, s->bytes);
-        if (!s->buf[worker]) atomic_store(&s->oom, 1);
-    }
-    return s->buf[worker];
-}
-
-static fg_status flash_scratch_release(flash_scratch *s, const char *what) {
+static void flash_scratch_free(flash_scratch *s) {
     for (int w = 0; w < FG_POOL_MAX_THREADS; w++)
         if (s->buf[w]) fg_free(FG_CPU, s->buf[w]);
-    if (atomic_load(&s->oom))
-        return fg_error(FG_ERR_OOM, "flash attention %s: cannot allocate %zu bytes of scratch", what, s->bytes);
+}
+
+/* Run a kernel's n items with s->bytes of scratch per thread: on the pool, or in order on this
+ * thread when user callbacks are present. Frees the scratch after. */
+static fg_status flash_run(int64_t n, fg_pool_fn fn, void *ctx, flash_scratch *s, const fg_attn_problem *pr,
+                           unsigned flags, const char *what) {
+    const int serial = pr->custom.score_mod || pr->custom.mask;
+    int64_t nbuf = serial ? 1 : fg_pool_threads(); /* workers are numbered below min(threads, n) */
+    if (nbuf > n) nbuf = n;
+    for (int64_t w = 0; w < nbuf; w++) {
+        s->buf[w] = fg_alloc(FG_CPU, s->bytes);
+        if (!s->buf[w]) {
+            flash_scratch_free(s);
+            return fg_error(FG_ERR_OOM, "flash attention %s: cannot allocate %zu bytes of scratch", what, s->bytes);
+        }
+    }
+    if (serial)
+        for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
+    else
+        fg_pool_run(n, fn, ctx, flags);
+    flash_scratch_free(s);
     return FG_OK;
 }
 
@@ -515,8 +519,7 @@ static void fwd32_item(void *ctx, int64_t item, int worker) {
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k;
     const int64_t ld = (int64_t)J->ld;
-    float *scr = flash_scratch_get(&J->scratch, worker);
-    if (!scr) return;
+    float *scr = J->scratch.buf[worker];
     float *QT = scr, *ST = QT + d * ld, *m = ST + bk * ld, *l = m + ld, *alpha = l + ld, *R = alpha + ld;
     int64_t bh, qb;
     flash_fwd_item(item, pr->B * H, J->nqb, &bh, &qb);
@@ -601,8 +604,7 @@ static fg_status flash_forward_tiles_f32(float *o, float *lse, float *lse_lo, co
     J.ld = (size_t)((bq + 15) / 16 * 16);
     const int need_r = J.general || fg_dropout_threshold(p2->dropout_p) != 0;
     J.scratch.bytes = ((size_t)(d + bk + 3) * J.ld + (need_r ? (size_t)(bq * bk) : 0)) * sizeof(float);
-    flash_run(p2->B * H * J.nqb, fwd32_item, &J, p2, 0);
-    return flash_scratch_release(&J.scratch, "forward");
+    return flash_run(p2->B * H * J.nqb, fwd32_item, &J, &J.scratch, p2, 0, "forward");
 }
 
 /* ---- backward ---- */
@@ -621,8 +623,7 @@ static void bwd32_item(void *ctx, int64_t item, int worker) {
     bwd32_job *J = ctx;
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k, G = J->G;
-    float *scr = flash_scratch_get(&J->scratch, worker);
-    if (!scr) return;
+    float *scr = J->scratch.buf[worker];
     const int64_t tile = bq * bk;
     float *KT = scr, *VT = KT + d * bk, *P = VT + d * bk, *dS = P + tile, *D = dS + tile;
     float *Z = J->dropout ? D + G * Nq : NULL, *Gt = J->chain ? D + G * Nq + (J->dropout ? tile : 0) : NULL;
@@ -726,8 +727,7 @@ static fg_status flash_backward_tiles_f32(float *dq, float *dk, float *dv, const
     const size_t tile = (size_t)(bq * bk);
     J.scratch.bytes = ((size_t)(2 * d * bk) + (2 + (size_t)J.dropout + (size_t)J.chain) * tile +
                        (size_t)(J.G * (p2->Nq > 0 ? p2->Nq : 1))) * sizeof(float);
-    flash_run(p2->B * J.Hkv, bwd32_item, &J, p2, 0);
-    return flash_scratch_release(&J.scratch, "backward");
+    return flash_run(p2->B * J.Hkv, bwd32_item, &J, &J.scratch, p2, 0, "backward");
 }
 
 /* ---- the float32 entry points: tile kernels, or the BLAS path with FG_ATTN_GEMM=blas ---- */
@@ -883,8 +883,7 @@ static void SFX(fwd_blas_item)(void *ctx, int64_t item, int worker) {
     SFX(fwd_blas_job) *J = ctx;
     const fg_attn_problem *pr = J->pr;
     const int64_t H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, bq = pr->block_q, bk = pr->block_k;
-    T *S = flash_scratch_get(&J->scratch, worker);
-    if (!S) return;
+    T *S = J->scratch.buf[worker];
     T *m = S + bq * bk, *l = m + bq;
     int64_t bh, qb;
     flash_fwd_item(item, pr->B * H, J->nqb, &bh, &qb);
@@ -907,8 +906,7 @@ static fg_status SFX(flash_forward_blas)(T *o, T *lse, T *lse_lo, const T *q, co
     J.Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.scratch.bytes = (size_t)(bq * bk + 2 * bq) * sizeof(T);
-    flash_run(B * H * J.nqb, SFX(fwd_blas_item), &J, &p2, FG_POOL_BLAS_SERIAL);
-    return flash_scratch_release(&J.scratch, "forward");
+    return flash_run(B * H * J.nqb, SFX(fwd_blas_item), &J, &J.scratch, &p2, FG_POOL_BLAS_SERIAL, "forward");
 }
 
 /* The backward of one query head h of a work item: its gradients add into dkh, dvh, which the
@@ -1009,8 +1007,7 @@ static void SFX(bwd_blas_item)(void *ctx, int64_t item, int worker) {
     SFX(bwd_blas_job) *J = ctx;
     const fg_attn_problem *pr = J->pr;
     const int64_t H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, G = J->G;
-    T *P = flash_scratch_get(&J->scratch, worker);
-    if (!P) return;
+    T *P = J->scratch.buf[worker];
     const int64_t tile = (int64_t)pr->block_q * pr->block_k, nd = Nq > 0 ? Nq : 1;
     T *dS = P + tile, *D = dS + tile, *Z = J->dropout ? D + nd : NULL;
     T *Gt = J->chain ? D + nd + (J->dropout ? tile : 0) : NULL;
@@ -1040,8 +1037,7 @@ static fg_status SFX(flash_backward_blas)(T *dq, T *dk, T *dv, const T *dout, co
     J.chain = fg_attn_needs_score_grad(pr);
     const size_t tile = (size_t)(bq * bk);
     J.scratch.bytes = ((2 + (size_t)J.dropout + (size_t)J.chain) * tile + (size_t)(Nq > 0 ? Nq : 1)) * sizeof(T);
-    flash_run(B * J.Hkv, SFX(bwd_blas_item), &J, &p2, FG_POOL_BLAS_SERIAL);
-    return flash_scratch_release(&J.scratch, "backward");
+    return flash_run(B * J.Hkv, SFX(bwd_blas_item), &J, &J.scratch, &p2, FG_POOL_BLAS_SERIAL, "backward");
 }
 
 fg_status SFX(fg_attn_flash_forward)(T *o, T *lse, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {

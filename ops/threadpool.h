@@ -10,8 +10,10 @@
  *   - fn(ctx, item, worker) is called exactly once for every item in [0, n), items handed out in
  *     increasing order to whichever thread is free (dynamic scheduling: put the costly items first).
  *   - worker is in [0, fg_pool_threads()) and no two calls running at the same time share it: use
- *     it to index per-thread scratch (allocate it lazily inside fn; only workers that got an item
- *     pay for it). The caller's thread is worker 0.
+ *     it to index per-thread scratch. Allocate that scratch before the run, one buffer for each of
+ *     the first min(fg_pool_threads(), n) workers (the only ones that take part): which workers get
+ *     items depends on the schedule, so scratch taken lazily inside fn makes the allocator's traffic
+ *     schedule-dependent too. The caller's thread is worker 0.
  *   - fg_pool_run returns when every call has returned. It has no error channel: record failures in
  *     ctx (fg_error's message is per thread; set it on the calling thread after the run).
  *   - Determinism is the op's job: a loop whose items write disjoint outputs, each computed in a
