@@ -1,16 +1,19 @@
-/* matmul.c — matrix products through OpenBLAS: fg_matmul (batched) and fg_linear (x @ wᵀ + b).
+/* matmul.c — matrix products: fg_matmul (batched) and fg_linear (x @ wᵀ + b), on the library's
+ * thread pool, through OpenBLAS or a register-blocked float32 kernel (see "the GEMM" below).
  *
  * Legend (outermost first):
  *   matmul: a is (..., M, K), b is (..., K, N) or (K, N) shared by every batch, out is (..., M, N)
  *   linear: x is (..., K), seen as R = prod(...) rows of K; w is (N, K) like torch.nn.Linear;
  *           bias is (N) or NULL; out is (..., N)
  *
- * How operands reach BLAS without copies. BLAS (row-major) takes a matrix as a pointer, a leading
- * dimension and a transpose flag. A (rows, cols) view with unit column stride is NoTrans with
- * ld = row stride; a view with unit row stride (a transposed view of a contiguous matrix, e.g.
+ * How operands reach the GEMM without copies. BLAS (row-major) takes a matrix as a pointer, a
+ * leading dimension and a transpose flag. A (rows, cols) view with unit column stride is NoTrans
+ * with ld = row stride; a view with unit row stride (a transposed view of a contiguous matrix, e.g.
  * fg_transpose(k, -2, -1)) is Trans with ld = column stride. Batch dims may have any strides; we
- * step through them with the row iterator and call GEMM once per batch. Only views that fit
- * neither layout (a sliced column, a broadcast stride of 0) are copied (fg_op_contiguous).
+ * step through them with the row iterator and call the GEMM once per batch. Only views that fit
+ * neither layout (a sliced column, a broadcast stride of 0) are copied (fg_op_contiguous). (The
+ * float32 tile kernel reads a transposed right operand B through a transient transposed copy, K×N,
+ * taken and given back inside the call.)
  *
  * Batches are folded into one big GEMM when the layout allows it: with a shared (K, N) b, the
  * (..., M, K) rows of a are one (prod(...) * M, K) matrix when their strides chain (always, for a
@@ -18,9 +21,15 @@
  */
 #include <cblas.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ops/ops_internal.h"
+#include "ops/simd.h"
+#include "ops/smallgemm.h"
+#include "ops/threadpool.h"
+#include "tensor/alloc.h"
 
 /* ---- BLAS operands ---- */
 
@@ -122,22 +131,146 @@ static blas_mat mat_contig(void *p, int64_t cols) {
     return m;
 }
 
-/* C (M, N), row stride ldc  =  A' (M, K) @ B' (K, N)  +  beta * C, where A' and B' are A and B
- * with their transpose flags applied. beta is 0 (overwrite) or 1 (accumulate). */
-static void gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *A, CBLAS_TRANSPOSE ta, int64_t lda,
-                 const char *B, CBLAS_TRANSPOSE tb, int64_t ldb, double beta, char *C, int64_t ldc) {
+/* ---- the GEMM, on the library's thread pool ----
+ *
+ * Every product is split over row blocks of C, one pool item per block (ops/threadpool.h); BLAS
+ * runs single-threaded inside an item, so flashgrad's threads are the only ones (BLAS's own
+ * threads, spinning between calls, would fight the pool's on a 2-core machine: measured, ~30% of a
+ * training step went to sched_yield). Each block is computed by one of two kernels:
+ *
+ *   tile: float32 when the CPU has AVX2+FMA or AVX-512 (ops/simd.h) and B' fits in the L2 cache
+ *         (B' at most 3/4 of a core's L2): ops/smallgemm.h's register-blocked kernel, which reads B'
+ *         row-major straight from L2 without repacking it per call. A transposed B (linear's
+ *         forward: x @ wᵀ) is first transposed once into scratch. Each element of C is one sum in
+ *         index order (smallgemm.h), so the result does not depend on the block split, the thread
+ *         count, the SIMD level, or the BLAS build.
+ *   blas: everything else (float64, big B', a CPU without AVX2, FG_MATMUL=blas in the environment).
+ *
+ * Why not BLAS everywhere: on the 2-core AVX-512 Xeon here, for the GPT's shapes (768 rows, B' of
+ * 64-400 KiB) the tile kernel ran at ~290 GFLOP/s on 2 threads against ~160 for OpenBLAS 0.3.21's
+ * Haswell kernels (the OPENBLAS_CORETYPE these machines set) and ~300 for its SkylakeX kernels; for
+ * B' past the L2 cache OpenBLAS, which packs and blocks, is faster (bench: `flashgrad bench matmul`). */
+
+#define GEMM_TILE_ROWS 48          /* rows of C per pool item in the tile kernel (8 register tiles) */
+#define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
+#define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
+
+/* Bytes of B' up to which the tile kernel runs: three quarters of a core's L2 cache (sysconf;
+ * 1.5 MiB when unknown). Measured here (2 MiB L2 per core, 2 threads): B' of 1.5 MiB (the MLP's
+ * dW, 128 x 512 x 768) ran at ~200 GFLOP/s against OpenBLAS Haswell's ~160; B' of 2.4 MiB ran at
+ * ~120 against ~170. */
+static double gemm_tile_max_b(void) {
+    static double v = 0;
+    if (v == 0) {
+        long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        v = l2 > 0 ? 0.75 * (double)l2 : (double)(3 << 19);
+    }
+    return v;
+}
+
+/* FG_MATMUL=blas forces the BLAS kernel (read once): for comparisons and benchmarks. */
+static int gemm_force_blas(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("FG_MATMUL");
+        v = e && !strcmp(e, "blas");
+    }
+    return v;
+}
+
+typedef struct {
+    fg_dtype dt;
+    int64_t M, N, K;
+    const char *A;
+    CBLAS_TRANSPOSE ta;
+    int64_t lda;
+    const char *B; /* the BLAS kernel: B with tb; the tile kernel: B' row-major (K, N), row stride ldb */
+    CBLAS_TRANSPOSE tb;
+    int64_t ldb;
+    double beta;
+    const char *bias; /* (N) or NULL: with beta = 0, every row of C starts as bias */
+    char *C;
+    int64_t ldc;
+    int tile;
+    int64_t rows; /* rows of C per item */
+} gemm_job;
+
+/* Item i: rows [i·rows, (i+1)·rows) of C. */
+static void gemm_item(void *ctx, int64_t item, int worker) {
+    (void)worker;
+    const gemm_job *J = ctx;
+    const size_t esz = fg_dtype_size(J->dt);
+    const int64_t r0 = item * J->rows, m = J->M - r0 < J->rows ? J->M - r0 : J->rows;
+    const char *A = J->A + (size_t)(J->ta == CblasNoTrans ? r0 * J->lda : r0) * esz;
+    char *C = J->C + (size_t)(r0 * J->ldc) * esz;
+    double beta = J->beta;
+    if (J->bias) { /* out = bias + A'B' */
+        for (int64_t r = 0; r < m; r++) memcpy(C + (size_t)(r * J->ldc) * esz, J->bias, (size_t)J->N * esz);
+        beta = 1.0;
+    }
+    if (J->tile) {
+        const int nt = J->ta == CblasNoTrans;
+        fg_sgemm_small(m, J->N, J->K, 1.0f, (const float *)A, nt ? J->lda : 1, nt ? 1 : J->lda, (const float *)J->B,
+                       J->ldb, (float *)C, J->ldc, NULL, beta != 0.0);
+    } else if (J->dt == FG_F32) {
+        cblas_sgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, 1.0f, (const float *)A, (int)J->lda,
+                    (const float *)J->B, (int)J->ldb, (float)beta, (float *)C, (int)J->ldc);
+    } else {
+        cblas_dgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, 1.0, (const double *)A, (int)J->lda,
+                    (const double *)J->B, (int)J->ldb, beta, (double *)C, (int)J->ldc);
+    }
+}
+
+/* dst (K, N) row-major = the transpose of src (N, K) with row stride ld, in 16 × 16 blocks. */
+static void transpose_f32(float *dst, const float *src, int64_t N, int64_t K, int64_t ld) {
+    for (int64_t c0 = 0; c0 < N; c0 += 16)
+        for (int64_t p0 = 0; p0 < K; p0 += 16)
+            for (int64_t c = c0; c < N && c < c0 + 16; c++)
+                for (int64_t p = p0; p < K && p < p0 + 16; p++) dst[p * N + c] = src[c * ld + p];
+}
+
+/* C (M, N), row stride ldc  =  A' (M, K) @ B' (K, N)  +  beta * C    (bias NULL)
+ *                           =  A' (M, K) @ B' (K, N)  +  bias (N)   (bias given; beta must be 0)
+ * where A' and B' are A and B with their transpose flags applied; beta is 0 or 1 (accumulate). */
+static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *A, CBLAS_TRANSPOSE ta, int64_t lda,
+                      const char *B, CBLAS_TRANSPOSE tb, int64_t ldb, double beta, const char *bias, char *C,
+                      int64_t ldc) {
+    const size_t esz = fg_dtype_size(dt);
     if (M == 0 || N == 0) return;
-    if (K == 0) { /* an empty sum: C = beta * C */
-        if (beta == 0.0)
-            for (int64_t i = 0; i < M; i++) memset(C + (size_t)(i * ldc) * fg_dtype_size(dt), 0, (size_t)N * fg_dtype_size(dt));
+    if (K == 0) { /* an empty sum: C = beta * C, or bias */
+        for (int64_t i = 0; i < M && (bias || beta == 0.0); i++) {
+            if (bias) memcpy(C + (size_t)(i * ldc) * esz, bias, (size_t)N * esz);
+            else memset(C + (size_t)(i * ldc) * esz, 0, (size_t)N * esz);
+        }
         return;
     }
-    if (dt == FG_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)A, (int)lda,
-                    (const float *)B, (int)ldb, (float)beta, (float *)C, (int)ldc);
-    else
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, (const double *)A, (int)lda,
-                    (const double *)B, (int)ldb, beta, (double *)C, (int)ldc);
+    gemm_job J = {.dt = dt, .M = M, .N = N, .K = K, .A = A, .ta = ta, .lda = lda, .B = B, .tb = tb, .ldb = ldb,
+                  .beta = beta, .bias = bias, .C = C, .ldc = ldc};
+    float *packed = NULL;
+    J.tile = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (double)K * (double)N * 4 <= gemm_tile_max_b() &&
+             !gemm_force_blas();
+    if (J.tile && tb == CblasTrans) {
+        packed = fg_alloc(FG_CPU, (size_t)(K * N) * sizeof(float));
+        if (packed) { /* B' (K, N) = the transpose of B (N, K) */
+            transpose_f32(packed, (const float *)B, N, K, ldb);
+            J.B = (const char *)packed;
+            J.ldb = N;
+        } else {
+            J.tile = 0; /* no memory for the copy: BLAS reads B transposed as it is */
+        }
+    }
+    /* Row blocks of a fixed size, whatever the thread count: BLAS's results can depend on how the
+     * rows are split (its kernels for a block's tail rows may sum differently), so a split that
+     * follows the thread count would make results follow it too. */
+    if (2.0 * (double)M * (double)N * (double)K < GEMM_MIN_PARALLEL) J.rows = M;
+    else J.rows = J.tile ? GEMM_TILE_ROWS : GEMM_BLAS_ROWS;
+    fg_pool_run((M + J.rows - 1) / J.rows, gemm_item, &J, J.tile ? 0 : FG_POOL_BLAS_SERIAL);
+    if (packed) fg_free(FG_CPU, packed);
+}
+
+static void gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *A, CBLAS_TRANSPOSE ta, int64_t lda,
+                 const char *B, CBLAS_TRANSPOSE tb, int64_t ldb, double beta, char *C, int64_t ldc) {
+    gemm_bias(dt, M, N, K, A, ta, lda, B, tb, ldb, beta, NULL, C, ldc);
 }
 
 /* For every batch index of bshape (nb dims):  C[b] (M, N) = A[b] @ B[b] + beta * C[b].
@@ -288,20 +421,48 @@ fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b) {
  * saved for backward: X, W = x, w as BLAS saw them
  * ============================================================================================ */
 
-#define LINEAR_KERNELS(T, SFX)                                                                         \
-    /* every row of out starts as bias; the GEMM then adds x @ wᵀ on top (beta = 1) */                \
-    static void fill_rows_##SFX(T *out, const T *bias, int64_t R, int64_t N) {                         \
-        for (int64_t r = 0; r < R; r++) memcpy(out + r * N, bias, (size_t)N * sizeof(T));              \
-    }                                                                                                 \
-    /* dbias (N) += column sums of dout (R, N), rows in order */                                      \
-    static void col_sums_##SFX(T *dbias, const T *dout, int64_t R, int64_t N) {                        \
+/* dbias (N) += column sums of dout (R, N). Items are blocks of COLSUM_COLS columns; each column
+ * is summed over the rows in order, so the result does not depend on the thread count. */
+#define COLSUM_COLS 64
+typedef struct {
+    fg_dtype dt;
+    char *dbias;
+    const char *dout;
+    int64_t R, N;
+} colsum_job;
+
+#define COLSUM_KERNELS(T, SFX)                                                                        \
+    static void col_sums_##SFX(T *dbias, const T *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) { \
+        T acc[COLSUM_COLS];                                                                           \
+        const int64_t w = c1 - c0;                                                                    \
+        for (int64_t j = 0; j < w; j++) acc[j] = dbias[c0 + j];                                       \
         for (int64_t r = 0; r < R; r++) {                                                             \
-            const T *row = dout + r * N;                                                              \
-            for (int64_t j = 0; j < N; j++) dbias[j] += row[j];                                       \
+            const T *row = dout + r * N + c0;                                                         \
+            if (w == COLSUM_COLS) /* the common case, a fixed trip count the compiler vectorizes */   \
+                for (int j = 0; j < COLSUM_COLS; j++) acc[j] += row[j];                               \
+            else                                                                                      \
+                for (int64_t j = 0; j < w; j++) acc[j] += row[j];                                     \
         }                                                                                             \
+        for (int64_t j = 0; j < w; j++) dbias[c0 + j] = acc[j];                                       \
     }
-LINEAR_KERNELS(float, f32)
-LINEAR_KERNELS(double, f64)
+COLSUM_KERNELS(float, f32)
+COLSUM_KERNELS(double, f64)
+
+static void colsum_item(void *ctx, int64_t item, int worker) {
+    (void)worker;
+    const colsum_job *J = ctx;
+    int64_t c0 = item * COLSUM_COLS, c1 = c0 + COLSUM_COLS < J->N ? c0 + COLSUM_COLS : J->N;
+    FG_DISPATCH(J->dt, col_sums, (void *)J->dbias, (const void *)J->dout, J->R, J->N, c0, c1);
+}
+
+static void col_sums(fg_dtype dt, void *dbias, const void *dout, int64_t R, int64_t N) {
+    colsum_job J = {.dt = dt, .dbias = dbias, .dout = dout, .R = R, .N = N};
+    int64_t items = (N + COLSUM_COLS - 1) / COLSUM_COLS;
+    if ((double)R * (double)N < GEMM_MIN_PARALLEL / 2) /* too small to pay for a pool run */
+        for (int64_t i = 0; i < items; i++) colsum_item(&J, i, 0);
+    else
+        fg_pool_run(items, colsum_item, &J, 0);
+}
 
 static fg_status linear_backward(fg_node *n) {
     fg_tensor *X = n->saved[0], *W = n->saved[1];
@@ -321,7 +482,7 @@ static fg_status linear_backward(fg_node *n) {
     /* forward: out = x @ wᵀ + bias  ->  dw (N, K) += doutᵀ (N, R) @ x (R, K), one GEMM over all rows */
     if (dw) gemm(dt, N, K, R, fg_data(dout), CblasTrans, ldo, fg_data(X), CblasNoTrans, rs, 1.0, fg_data(dw), K > 1 ? K : 1);
     /* forward: out = x @ wᵀ + bias  ->  dbias (N) += sum over rows of dout */
-    if (db) FG_DISPATCH(dt, col_sums, fg_data(db), fg_data(dout), R, N);
+    if (db) col_sums(dt, fg_data(db), fg_data(dout), R, N);
     fg_release(dout);
     return FG_OK;
 }
@@ -360,9 +521,8 @@ fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias) {
         int ok = fold_rows(X, &R, &rs);
         FG_ASSERT(ok, "a contiguous x must fold into rows");
         blas_mat mwt = mat_t(mat_of(W, 0));
-        if (Bc) FG_DISPATCH(x->dtype, fill_rows, fg_data(out), fg_data(Bc), R, N);
-        gemm(x->dtype, R, N, K, fg_data(X), CblasNoTrans, rs, mwt.p, mwt.tr, mwt.ld, Bc ? 1.0 : 0.0, fg_data(out),
-             N > 1 ? N : 1);
+        gemm_bias(x->dtype, R, N, K, fg_data(X), CblasNoTrans, rs, mwt.p, mwt.tr, mwt.ld, 0.0,
+                  Bc ? fg_data(Bc) : NULL, fg_data(out), N > 1 ? N : 1);
         fg_node *node = fg_record(out, op, linear_backward, 3, (fg_tensor *[]){x, w, bias});
         if (node) {
             fg_node_save(node, X);

@@ -317,3 +317,81 @@ Test(matmul, transposed_operands_are_not_copied) {
     free(ref);
     fg_release(out), fg_release(a), fg_release(b), fg_release(at), fg_release(bt);
 }
+
+/* ---- the float32 GEMM on the pool (ops/matmul.c: tile kernel or BLAS per row block) ---- */
+
+#include <string.h>
+
+#include "ops/simd.h"
+#include "ops/threadpool.h"
+
+/* Forward and backward of linear at one shape in dtype dt, from float32 random values (so that
+ * float32 and float64 runs see the same numbers): out, dx, dw, db (new tensors). */
+static fg_tensor *rand_as(fg_dtype dt, fg_tensor *t32) {
+    fg_tensor *t = fgt_ok(fg_to(t32, FG_CPU, dt), "to");
+    fg_release(t32);
+    return t;
+}
+
+static fg_tensor *leaf_as(fg_dtype dt, fg_tensor *t32) {
+    fg_tensor *t = rand_as(dt, t32);
+    fg_set_requires_grad(t, 1);
+    return t;
+}
+
+static void linear_run(fg_dtype dt, int64_t R, int64_t K, int64_t N, int w_transposed, fg_tensor **res) {
+    fg_tensor *x = leaf_as(dt, fgt_rand(FG_F32, FGT_DIMS(R, K), 7));
+    fg_tensor *b = leaf_as(dt, fgt_rand(FG_F32, FGT_DIMS(N), 9));
+    fg_tensor *w;
+    if (w_transposed) { /* w (N, K) as a transposed view of a (K, N) leaf */
+        fg_tensor *wt = rand_as(dt, fgt_rand(FG_F32, FGT_DIMS(K, N), 8));
+        w = fgt_ok(fg_view_transpose(wt, 0, 1), "transpose");
+        fg_set_requires_grad(w, 1);
+        fg_release(wt);
+    } else {
+        w = leaf_as(dt, fgt_rand(FG_F32, FGT_DIMS(N, K), 8));
+    }
+    fg_tensor *dy = rand_as(dt, fgt_rand(FG_F32, FGT_DIMS(R, N), 10));
+    res[0] = fgt_ok(fg_linear(x, w, b), "linear");
+    cr_assert_eq(fg_backward(res[0], dy), FG_OK, "%s", fg_last_error());
+    res[1] = fg_clone(x->grad), res[2] = fg_clone(w->grad), res[3] = fg_clone(b->grad);
+    fg_release(x), fg_release(w), fg_release(b), fg_release(dy);
+}
+
+/* GPT-like and odd shapes: several row blocks, the register tiles' tails (rows not a multiple of
+ * 6, columns not of 16), a transposed w (the forward then reads w as it is stored), and a B' too
+ * big for the tile kernel (BLAS). Every SIMD level (scalar: the BLAS kernel) and thread count must
+ * give the float64 answer to float32 accuracy, and the same bits for 1 and 3 threads. */
+Test(matmul, float32_linear_on_the_pool_matches_float64_for_every_level_and_thread_count) {
+    static const int64_t shapes[][4] = {{768, 128, 384, 0}, {97, 37, 53, 0}, {131, 64, 65, 1}, {50, 1100, 400, 0}};
+    static const char *names[4] = {"out", "dx", "dw", "db"};
+    const fg_simd_level best = fg_simd_detect();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t R = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        const int wt = (int)shapes[s][3];
+        fg_tensor *ref[4];
+        linear_run(FG_F64, R, K, N, wt, ref);
+        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+            fg_simd_set((fg_simd_level)lv);
+            fg_tensor *one[4], *three[4];
+            fg_pool_set_threads(1);
+            linear_run(FG_F32, R, K, N, wt, one);
+            fg_pool_set_threads(3);
+            linear_run(FG_F32, R, K, N, wt, three);
+            for (int i = 0; i < 4; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "shape %zu (R %lld K %lld N %lld) %s on %s", s, (long long)R, (long long)K,
+                         (long long)N, names[i], fg_simd_name((fg_simd_level)lv));
+                /* a sum of K (dx, out) or R (dw, db) float32 products of terms below 1 in size */
+                double tol = 2e-7 * (double)(i >= 2 ? R : (i == 1 ? N : K)) + 1e-6;
+                FGT_ASSERT_CLOSE(one[i], ref[i], tol, 1e-5, what);
+                cr_assert(!memcmp(fg_data(one[i]), fg_data(three[i]), fg_nbytes(one[i])),
+                          "%s: 1 thread and 3 threads give different bits", what);
+                fg_release(one[i]), fg_release(three[i]);
+            }
+        }
+        for (int i = 0; i < 4; i++) fg_release(ref[i]);
+    }
+    fg_simd_set(best);
+    fg_pool_set_threads(0);
+}
