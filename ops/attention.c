@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/ops_internal.h"
+#include "ops/threadpool.h"
 #include "tensor/philox.h"
 
 const char *fg_attn_impl_name(fg_attn_impl impl) {
@@ -297,6 +299,81 @@ static fg_status attention_backward(fg_node *n) {
     return st;
 }
 
+/* ---- the forward shared by fg_attention and fg_attention_qkv ---- */
+
+/* One forward call: the resolved problem, the block mask built for this call (if any), and the
+ * kernel's outputs. */
+typedef struct {
+    fg_attn_problem pr;
+    fg_attn_impl impl;
+    fg_attn_block_mask *own_bm;
+    fg_tensor *o, *lse, *aux; /* aux: naive's P, or flash float32's lse_lo; NULL when not kept */
+} attn_call;
+
+/* Resolve the problem (B, H, Nq, Nk, d; H_kv = op.variant.n_kv_heads) and run the forward kernel on
+ * contiguous q, k, v. On error everything is released and c->o is NULL. */
+static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
+                                   int64_t d, fg_device dev, fg_dtype dt, int wants_grad, const fg_tensor *qc,
+                                   const fg_tensor *kc, const fg_tensor *vc) {
+    *c = (attn_call){.impl = op.impl};
+    fg_attn_problem *pr = &c->pr;
+    fg_status st = fg_attn_problem_init(pr, B, H, Nq, Nk, d, &op);
+    if (st == FG_OK) st = check_device_variant(pr, dev);
+    if (st != FG_OK) return st;
+    /* a mask without a block mask: flash builds one for this call (and its backward) */
+    if (op.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
+        c->own_bm = fg_attn_block_mask_create(pr->custom.mask, pr->custom.user, pr->B, pr->H, pr->Nq, pr->Nk,
+                                              pr->block_q, pr->block_k);
+        if (!c->own_bm) return fg_last_status();
+        pr->custom.block_mask = c->own_bm;
+    }
+    const int64_t oshape[4] = {pr->B, pr->H, pr->Nq, pr->d}, lshape[3] = {pr->B, pr->H, pr->Nq};
+    const int64_t pshape[4] = {pr->B, pr->H, pr->Nq, pr->Nk};
+    c->o = fg_empty(dt, dev, 4, oshape);
+    c->lse = c->o ? fg_empty(dt, dev, 3, lshape) : NULL;
+    /* naive keeps P for its backward (without one, the kernel uses per-(b, h) scratch); flash in
+     * float32 keeps lse_lo */
+    int want_aux = 0;
+    if (wants_grad && op.impl == FG_ATTN_NAIVE) {
+        want_aux = 1;
+        c->aux = c->lse ? fg_empty(dt, dev, 4, pshape) : NULL;
+    } else if (wants_grad && dt == FG_F32) {
+        want_aux = 1;
+        c->aux = c->lse ? fg_empty(dt, dev, 3, lshape) : NULL;
+    }
+    if (!c->lse || (want_aux && !c->aux))
+        st = fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_OOM, "attention: cannot allocate outputs");
+    if (st == FG_OK)
+        st = run_forward(pr, op.impl, dev, dt, fg_data(c->o), fg_data(c->lse), c->aux ? fg_data(c->aux) : NULL,
+                         fg_data(qc), fg_data(kc), fg_data(vc));
+    if (st != FG_OK) {
+        fg_release(c->o), fg_release(c->lse), fg_release(c->aux);
+        fg_attn_block_mask_release(c->own_bm);
+        *c = (attn_call){0};
+    }
+    return st;
+}
+
+/* Give node n what the backward needs: the context, then Q, K, V, O (o_saved), L or P, lse_lo. */
+static fg_status attn_call_save(fg_node *n, const attn_call *c, fg_tensor *qc, fg_tensor *kc, fg_tensor *vc,
+                                fg_tensor *o_saved) {
+    attn_ctx *cx = attn_ctx_new(&c->pr, c->impl);
+    if (!cx) return fg_last_status();
+    n->ctx = cx;
+    n->ctx_free = attn_ctx_free;
+    fg_node_save(n, qc);
+    fg_node_save(n, kc);
+    fg_node_save(n, vc);
+    fg_node_save(n, o_saved);
+    if (c->impl == FG_ATTN_FLASH) {
+        fg_node_save(n, c->lse);
+        if (c->aux) fg_node_save(n, c->aux); /* lse_lo */
+    } else {
+        fg_node_save(n, c->aux);             /* P */
+    }
+    return FG_OK;
+}
+
 /* ---- forward ---- */
 fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_opts *opts, fg_tensor **lse_out) {
     if (lse_out) *lse_out = NULL;
@@ -308,81 +385,205 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
         return NULL;
     }
     op.variant.n_kv_heads = k->shape[1];
-    fg_attn_problem pr;
-    if (fg_attn_problem_init(&pr, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], &op) != FG_OK)
-        return NULL;
-    const fg_dtype dt = q->dtype;
-    const fg_device dev = q->device;
-    if (check_device_variant(&pr, dev) != FG_OK) return NULL;
-    /* a mask without a block mask: flash builds one for this call (and its backward) */
-    fg_attn_block_mask *own_bm = NULL;
-    if (op.impl == FG_ATTN_FLASH && pr.custom.mask && !pr.custom.block_mask && pr.B > 0 && pr.H > 0) {
-        own_bm = fg_attn_block_mask_create(pr.custom.mask, pr.custom.user, pr.B, pr.H, pr.Nq, pr.Nk, pr.block_q,
-                                           pr.block_k);
-        if (!own_bm) return NULL;
-        pr.custom.block_mask = own_bm;
-    }
     const int wants_grad = fg_grad_enabled() && (q->requires_grad || k->requires_grad || v->requires_grad);
-
     fg_tensor *qc = fg_contiguous(q), *kc = qc ? fg_contiguous(k) : NULL, *vc = kc ? fg_contiguous(v) : NULL;
-    const int64_t oshape[4] = {pr.B, pr.H, pr.Nq, pr.d}, lshape[3] = {pr.B, pr.H, pr.Nq};
-    const int64_t pshape[4] = {pr.B, pr.H, pr.Nq, pr.Nk};
-    fg_tensor *o = vc ? fg_empty(dt, dev, 4, oshape) : NULL;
-    fg_tensor *lse = o ? fg_empty(dt, dev, 3, lshape) : NULL;
-    /* naive keeps P for its backward (without one, the kernel uses per-(b, h) scratch); flash in
-     * float32 keeps lse_lo */
-    fg_tensor *aux = NULL;
-    int want_aux = 0;
-    if (wants_grad && op.impl == FG_ATTN_NAIVE) {
-        want_aux = 1;
-        aux = lse ? fg_empty(dt, dev, 4, pshape) : NULL;
-    } else if (wants_grad && dt == FG_F32) {
-        want_aux = 1;
-        aux = lse ? fg_empty(dt, dev, 3, lshape) : NULL;
-    }
-    fg_status st = FG_OK;
-    if (!lse || (want_aux && !aux))
-        st = fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_OOM, "attention: cannot allocate outputs");
-    if (st == FG_OK)
-        st = run_forward(&pr, op.impl, dev, dt, fg_data(o), fg_data(lse), aux ? fg_data(aux) : NULL, fg_data(qc),
-                         fg_data(kc), fg_data(vc));
+    attn_call c = {0};
+    fg_status st = vc ? attn_call_forward(&c, op, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3],
+                                          q->device, q->dtype, wants_grad, qc, kc, vc)
+                      : fg_last_status();
     if (st == FG_OK) {
-        fg_tensor *inputs[3] = {q, k, v};
-        fg_node *n = fg_record(o, "attention", attention_backward, 3, inputs);
+        fg_node *n = fg_record(c.o, "attention", attention_backward, 3, (fg_tensor *[]){q, k, v});
         if (n) {
-            fg_tensor *oa = fg_alias(o);
-            attn_ctx *cx = oa ? attn_ctx_new(&pr, op.impl) : NULL;
-            if (!oa || !cx) {
-                st = fg_last_status();
-                fg_release(oa);
-            } else {
-                n->ctx = cx;
-                n->ctx_free = attn_ctx_free;
-                fg_node_save(n, qc);
-                fg_node_save(n, kc);
-                fg_node_save(n, vc);
-                fg_node_save(n, oa);
-                if (op.impl == FG_ATTN_FLASH) {
-                    fg_node_save(n, lse);
-                    if (aux) fg_node_save(n, aux); /* lse_lo */
-                } else {
-                    fg_node_save(n, aux);          /* P */
-                }
-                fg_release(oa);
-            }
+            /* the node saves O through an alias: the output itself would own its own node */
+            fg_tensor *oa = fg_alias(c.o);
+            st = oa ? attn_call_save(n, &c, qc, kc, vc, oa) : fg_last_status();
+            fg_release(oa);
         }
     }
     fg_release(qc);
     fg_release(kc);
     fg_release(vc);
-    fg_release(aux);
-    fg_attn_block_mask_release(own_bm); /* the node's context holds its own reference */
+    fg_release(c.aux);
+    fg_attn_block_mask_release(c.own_bm); /* the node's context holds its own reference */
     if (st != FG_OK) {
-        fg_release(o);
-        fg_release(lse);
+        fg_release(c.o);
+        fg_release(c.lse);
         return NULL;
     }
-    if (lse_out) *lse_out = lse;
-    else fg_release(lse);
-    return o;
+    if (lse_out) *lse_out = c.lse;
+    else fg_release(c.lse);
+    return c.o;
+}
+
+/* ============================================================================================
+ * fg_attention_qkv: attention on GPT-2's packed projection
+ *
+ * Legend: qkv (B, T, W) with W = (H + 2·H_kv)·d, each row [q heads 0..H-1 | k heads | v heads];
+ * y (B, T, H·d), each row [head 0 | head 1 | ...].
+ *
+ * The same as slicing q, k, v out of qkv, permuting each to (B, heads, T, d), fg_attention, and
+ * permuting and reshaping the output back — but the heads move once each way (a gather into the
+ * kernel's layout, a scatter out of it) instead of through four autograd views, their gradient
+ * buffers and their accumulations.
+ *
+ * Saved for backward: as fg_attention (Q, K, V, O in the (B, heads, T, d) layout, L or P, lse_lo).
+ * ============================================================================================ */
+
+/* Moves heads between the packed rows and the per-head layout:
+ *   rows  (B, T, W): head h of the group occupies columns [off + h·d, off + (h+1)·d)
+ *   heads (B, Hs, T, d), contiguous
+ * REPACK_GATHER: heads = rows;  REPACK_SCATTER: rows = heads;  REPACK_ADD: rows += heads. */
+enum { REPACK_GATHER, REPACK_SCATTER, REPACK_ADD };
+#define REPACK_T 32 /* time steps per pool item */
+typedef struct {
+    fg_dtype dt;
+    int dir;
+    char *rows, *heads;
+    int64_t B, T, W, Hs, d, off;
+} repack_job;
+
+#define REPACK_ADD_KERNEL(T_, SFX)                                                   \
+    static void add_row_##SFX(T_ *dst, const T_ *src, int64_t n) {                    \
+        for (int64_t i = 0; i < n; i++) dst[i] += src[i];                             \
+    }
+REPACK_ADD_KERNEL(float, f32)
+REPACK_ADD_KERNEL(double, f64)
+
+static void repack_item(void *ctx, int64_t item, int worker) {
+    (void)worker;
+    const repack_job *J = ctx;
+    const int64_t nt = (J->T + REPACK_T - 1) / REPACK_T, b = item / nt, t0 = (item % nt) * REPACK_T;
+    const int64_t t1 = t0 + REPACK_T < J->T ? t0 + REPACK_T : J->T;
+    const size_t esz = fg_dtype_size(J->dt), row = (size_t)J->d * esz;
+    for (int64_t h = 0; h < J->Hs; h++)
+        for (int64_t t = t0; t < t1; t++) {
+            char *r = J->rows + (size_t)((b * J->T + t) * J->W + J->off + h * J->d) * esz;
+            char *hd = J->heads + (size_t)(((b * J->Hs + h) * J->T + t) * J->d) * esz;
+            if (J->dir == REPACK_GATHER) memcpy(hd, r, row);
+            else if (J->dir == REPACK_SCATTER) memcpy(r, hd, row);
+            else FG_DISPATCH(J->dt, add_row, (void *)r, (const void *)hd, J->d);
+        }
+}
+
+static void repack(fg_dtype dt, int dir, void *rows, void *heads, int64_t B, int64_t T, int64_t W, int64_t Hs,
+                   int64_t d, int64_t off) {
+    repack_job J = {.dt = dt, .dir = dir, .rows = rows, .heads = heads, .B = B, .T = T, .W = W, .Hs = Hs, .d = d,
+                    .off = off};
+    const int64_t items = B * ((T + REPACK_T - 1) / REPACK_T);
+    if ((double)B * (double)T * (double)(Hs * d) < 32768) /* too small to pay for a pool run */
+        for (int64_t i = 0; i < items; i++) repack_item(&J, i, 0);
+    else
+        fg_pool_run(items, repack_item, &J, 0);
+}
+
+/* The (B, Hs, T, d) head group at column offset `off` of the packed (B, T, W) rows r. */
+static fg_tensor *gather_heads(const fg_tensor *r, int64_t Hs, int64_t d, int64_t off) {
+    const int64_t B = r->shape[0], T = r->shape[1], W = r->shape[2];
+    fg_tensor *h = fg_empty(r->dtype, FG_CPU, 4, (int64_t[]){B, Hs, T, d});
+    if (h) repack(r->dtype, REPACK_GATHER, fg_data(r), fg_data(h), B, T, W, Hs, d, off);
+    return h;
+}
+
+/* Reverses  y = attention_qkv(qkv): gathers dY into the heads' layout, runs the kernels' backward
+ * into zeroed dQ, dK, dV and adds them into qkv's gradient rows. */
+static fg_status attention_qkv_backward(fg_node *n) {
+    fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3];
+    fg_tensor *lse_or_p = n->saved[4], *lo = n->n_saved > 5 ? n->saved[5] : NULL;
+    const attn_ctx *cx = n->ctx;
+    const fg_attn_problem pr = cx->pr;
+    const int flash = cx->impl == FG_ATTN_FLASH;
+    const int64_t H = pr.H, Hkv = pr.var.n_kv_heads, d = pr.d, B = pr.B, T = pr.Nq, W = (H + 2 * Hkv) * d;
+    fg_tensor *g = fg_grad_buffer(n->inputs[0]);
+    if (!g) return fg_last_status();
+    if (g->dtype != q->dtype || !fg_is_contiguous(g))
+        return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
+                        fg_dtype_name(q->dtype));
+    fg_tensor *dy = fg_contiguous(n->grad_out);
+    fg_tensor *dout = dy ? gather_heads(dy, H, d, 0) : NULL;
+    fg_tensor *dq = dout ? fg_zeros(q->dtype, FG_CPU, 4, q->shape) : NULL;
+    fg_tensor *dk = dq ? fg_zeros(q->dtype, FG_CPU, 4, k->shape) : NULL;
+    fg_tensor *dv = dk ? fg_zeros(q->dtype, FG_CPU, 4, v->shape) : NULL;
+    fg_status st = dv ? FG_OK : fg_last_status();
+    if (st == FG_OK)
+        st = run_backward(&pr, cx->impl, FG_CPU, q->dtype, fg_data(dq), fg_data(dk), fg_data(dv), fg_data(dout),
+                          fg_data(q), fg_data(k), fg_data(v), fg_data(o), flash ? fg_data(lse_or_p) : NULL,
+                          flash ? (lo ? fg_data(lo) : NULL) : fg_data(lse_or_p));
+    if (st == FG_OK) { /* forward: q, k, v = the head groups of qkv  ->  dqkv += dq, dk, dv in place */
+        repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dq), B, T, W, H, d, 0);
+        repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dk), B, T, W, Hkv, d, H * d);
+        repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dv), B, T, W, Hkv, d, (H + Hkv) * d);
+    }
+    fg_release(dy), fg_release(dout), fg_release(dq), fg_release(dk), fg_release(dv);
+    return st;
+}
+
+/* Off the CPU: the composite of views and fg_attention (the device kernels take that layout). */
+static fg_tensor *attention_qkv_composite(fg_tensor *qkv, int64_t H, int64_t Hkv, int64_t d,
+                                          const fg_attn_opts *opts) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1];
+    fg_tensor *r = fg_reshape(qkv, 4, (int64_t[]){B, T, H + 2 * Hkv, d});
+    fg_tensor *part[3] = {NULL, NULL, NULL}, *y = NULL;
+    const int64_t lo[3] = {0, H, H + Hkv}, hi[3] = {H, H + Hkv, H + 2 * Hkv};
+    for (int s = 0; s < 3 && r; s++) {
+        fg_tensor *sl = fg_slice(r, 2, lo[s], hi[s]);
+        part[s] = sl ? fg_permute(sl, (int[]){0, 2, 1, 3}) : NULL; /* (B, heads, T, d) */
+        fg_release(sl);
+        if (!part[s]) break;
+    }
+    fg_tensor *o = part[2] ? fg_attention(part[0], part[1], part[2], opts, NULL) : NULL;
+    fg_tensor *ot = o ? fg_permute(o, (int[]){0, 2, 1, 3}) : NULL; /* (B, T, H, d) */
+    if (ot) y = fg_reshape(ot, 3, (int64_t[]){B, T, H * d});
+    fg_release(r), fg_release(part[0]), fg_release(part[1]), fg_release(part[2]), fg_release(o), fg_release(ot);
+    return y;
+}
+
+fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *opts) {
+    char b1[96];
+    if (!qkv) {
+        fg_error(FG_ERR_ARG, "attention_qkv: qkv is NULL");
+        return NULL;
+    }
+    if (qkv->ndim != 3) {
+        fg_error(FG_ERR_SHAPE, "attention_qkv: qkv must be (B, T, (H + 2 H_kv) d), got rank %d %s", qkv->ndim,
+                 fg_shape_str(qkv, b1, sizeof b1));
+        return NULL;
+    }
+    if (qkv->dtype != FG_F32 && qkv->dtype != FG_F64) {
+        fg_error(FG_ERR_DTYPE, "attention_qkv: qkv has unsupported dtype %s", fg_dtype_name(qkv->dtype));
+        return NULL;
+    }
+    fg_attn_opts op = opts ? *opts : fg_attn_defaults();
+    const int64_t H = n_head, Hkv = op.variant.n_kv_heads ? op.variant.n_kv_heads : n_head, W = qkv->shape[2];
+    if (H < 1 || Hkv < 1 || H % Hkv != 0 || W % (H + 2 * Hkv) != 0 || W == 0) {
+        fg_error(FG_ERR_SHAPE, "attention_qkv: qkv %s does not split into %lld query heads and 2 x %lld K/V heads of "
+                 "one width (H must be a multiple of H_kv)", fg_shape_str(qkv, b1, sizeof b1), (long long)H,
+                 (long long)Hkv);
+        return NULL;
+    }
+    const int64_t d = W / (H + 2 * Hkv), B = qkv->shape[0], T = qkv->shape[1];
+    if (qkv->device != FG_CPU) return attention_qkv_composite(qkv, H, Hkv, d, &op);
+    op.variant.n_kv_heads = Hkv;
+    const int wants_grad = fg_grad_enabled() && qkv->requires_grad;
+    fg_tensor *x = fg_contiguous(qkv);
+    fg_tensor *qc = x ? gather_heads(x, H, d, 0) : NULL;
+    fg_tensor *kc = qc ? gather_heads(x, Hkv, d, H * d) : NULL;
+    fg_tensor *vc = kc ? gather_heads(x, Hkv, d, (H + Hkv) * d) : NULL;
+    attn_call c = {0};
+    fg_status st = vc ? attn_call_forward(&c, op, B, H, T, T, d, FG_CPU, qkv->dtype, wants_grad, qc, kc, vc)
+                      : fg_last_status();
+    fg_tensor *y = st == FG_OK ? fg_empty(qkv->dtype, FG_CPU, 3, (int64_t[]){B, T, H * d}) : NULL;
+    if (st == FG_OK && !y) st = fg_last_status();
+    if (st == FG_OK) {
+        repack(qkv->dtype, REPACK_SCATTER, fg_data(y), fg_data(c.o), B, T, H * d, H, d, 0);
+        fg_node *n = fg_record(y, "attention_qkv", attention_qkv_backward, 1, (fg_tensor *[]){qkv});
+        if (n) st = attn_call_save(n, &c, qc, kc, vc, c.o);
+    }
+    fg_release(x), fg_release(qc), fg_release(kc), fg_release(vc);
+    fg_release(c.o), fg_release(c.lse), fg_release(c.aux);
+    fg_attn_block_mask_release(c.own_bm);
+    if (st != FG_OK) {
+        fg_release(y);
+        return NULL;
+    }
+    return y;
 }

@@ -47,7 +47,8 @@
  * semantics are written once.
  *
  * The file is in these layers:
- *   fg_attention            tensors + autograd (ops/attention.c)
+ *   fg_attention            tensors + autograd (ops/attention.c); fg_attention_qkv, the same
+ *                           on a GPT's packed (B, T, 3C) projection
  *   fg_attn_{naive,flash}_* raw-pointer CPU kernels, float32 and float64, for benchmarks, tests and
  *                           as the reference the CUDA mirror (cuda/attention.cu) is checked against
  *                           (ops/attention_naive.c, ops/attention_flash.c)
@@ -134,6 +135,17 @@ int fg_attn_has_variant(const fg_attn_opts *opts);
  * for other sizes or blocks; user callbacks or unsupported variants on a non-CPU device. */
 fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_opts *opts,
                         fg_tensor **lse_out);
+
+/* Attention on a packed projection, as a GPT's c_attn makes it: qkv is (B, T, (H + 2·H_kv)·d),
+ * each row [q heads 0..H-1 | k heads 0..H_kv-1 | v heads 0..H_kv-1] (H = n_head; H_kv =
+ * opts->variant.n_kv_heads, 0 = H); returns y (B, T, H·d), each row the heads' outputs side by
+ * side (new reference). Self-attention: Nq = Nk = T. Equal, bit for bit, to slicing q, k, v out of
+ * qkv, permuting each to (B, heads, T, d), fg_attention, and permuting and reshaping its output
+ * back — on the CPU without those views: the heads are gathered into the kernels' layout once and
+ * scattered back once, and the backward adds dQ, dK, dV straight into qkv's gradient. The node
+ * saves what fg_attention's does. NULL on error: qkv not rank 3 or not float; a last dim that does
+ * not split into H + 2·H_kv heads of one width, H not a multiple of H_kv; and fg_attention's. */
+fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *opts);
 
 /* ---- raw-pointer kernels (CPU) ----
  * Every array is contiguous, row-major, of the kernel's dtype:

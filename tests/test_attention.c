@@ -22,6 +22,7 @@
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
 #include "ops/attention.h"
+#include "ops/ops.h"
 #include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
@@ -978,4 +979,98 @@ Test(attention, matches_pytorch_autograd_through_the_cli, .timeout = 600) {
         cr_skip_test("PyTorch cross-check skipped: %s", log);
     }
     cr_expect_eq(st, 0, "attention_torch_check.py exited %d:\n%s", st, log);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * fg_attention_qkv: the packed (B, T, (H + 2 H_kv) d) projection
+ * ------------------------------------------------------------------------------------------- */
+
+/* y and d(qkv) through the composite of views: slice, permute, fg_attention, permute, reshape. */
+static void qkv_composite(fg_tensor *qkv, int64_t H, int64_t Hkv, const fg_attn_opts *o, fg_tensor *dy,
+                          fg_tensor **y_out, fg_tensor **g_out) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], d = qkv->shape[2] / (H + 2 * Hkv);
+    fg_tensor *r = fgt_ok(fg_reshape(qkv, 4, (int64_t[]){B, T, H + 2 * Hkv, d}), "reshape");
+    const int64_t lo[3] = {0, H, H + Hkv}, hi[3] = {H, H + Hkv, H + 2 * Hkv};
+    fg_tensor *part[3];
+    for (int s = 0; s < 3; s++) {
+        fg_tensor *sl = fgt_ok(fg_slice(r, 2, lo[s], hi[s]), "slice");
+        part[s] = fgt_ok(fg_permute(sl, (int[]){0, 2, 1, 3}), "permute");
+        fg_release(sl);
+    }
+    fg_tensor *out = fgt_ok(fg_attention(part[0], part[1], part[2], o, NULL), "attention");
+    fg_tensor *ot = fgt_ok(fg_permute(out, (int[]){0, 2, 1, 3}), "permute");
+    fg_tensor *y = fgt_ok(fg_reshape(ot, 3, (int64_t[]){B, T, H * d}), "reshape");
+    cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+    *y_out = y;
+    *g_out = fg_clone(qkv->grad);
+    fg_zero_grad(qkv);
+    fg_release(r), fg_release(part[0]), fg_release(part[1]), fg_release(part[2]), fg_release(out), fg_release(ot);
+}
+
+Test(attention, packed_qkv_equals_the_composite_of_views_bit_for_bit) {
+    typedef struct { int64_t B, T, H, Hkv, d; int impl, causal; double p; fg_dtype dt; } qkv_case;
+    const qkv_case cases[] = {
+        {2, 64, 4, 4, 32, FG_ATTN_FLASH, 1, 0.0, FG_F32},  /* the Tiny Shakespeare block */
+        {3, 37, 4, 2, 8, FG_ATTN_FLASH, 1, 0.2, FG_F32},   /* GQA, dropout, T past a block */
+        {2, 19, 3, 3, 5, FG_ATTN_NAIVE, 0, 0.1, FG_F64},
+        {1, 70, 2, 1, 16, FG_ATTN_FLASH, 0, 0.0, FG_F64},  /* multi-query */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const qkv_case *k = &cases[c];
+        const int64_t W = (k->H + 2 * k->Hkv) * k->d;
+        fg_tensor *qkv = fgt_leaf(k->dt, FGT_DIMS(k->B, k->T, W), 40 + c);
+        fg_tensor *dy = fgt_rand(k->dt, FGT_DIMS(k->B, k->T, k->H * k->d), 50 + c);
+        fg_attn_opts o = fg_attn_defaults();
+        o.impl = (fg_attn_impl)k->impl;
+        o.causal = k->causal;
+        o.dropout_p = k->p;
+        o.seed = 99;
+        o.variant.n_kv_heads = k->Hkv == k->H ? 0 : k->Hkv;
+        fg_tensor *y_ref, *g_ref;
+        qkv_composite(qkv, k->H, k->Hkv, &o, dy, &y_ref, &g_ref);
+        fg_tensor *y = fgt_ok(fg_attention_qkv(qkv, k->H, &o), "attention_qkv");
+        cr_assert_eq(y->ndim, 3, "case %zu: rank", c);
+        cr_assert(y->shape[2] == k->H * k->d, "case %zu: last dim %lld", c, (long long)y->shape[2]);
+        cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+        for (int64_t i = 0; i < fg_numel(y); i++)
+            cr_assert(fg_get(y, i) == fg_get(y_ref, i), "case %zu: y[%lld] = %.17g, composite %.17g", c, (long long)i,
+                      fg_get(y, i), fg_get(y_ref, i));
+        for (int64_t i = 0; i < fg_numel(qkv); i++)
+            cr_assert(fg_get(qkv->grad, i) == fg_get(g_ref, i), "case %zu: dqkv[%lld] = %.17g, composite %.17g", c,
+                      (long long)i, fg_get(qkv->grad, i), fg_get(g_ref, i));
+        fg_release(y), fg_release(y_ref), fg_release(g_ref), fg_release(dy), fg_release(qkv);
+    }
+}
+
+static fg_tensor *qkv_fn(fg_tensor *const *in, int n, void *user) {
+    (void)n;
+    const fg_attn_opts *o = user;
+    return fg_attention_qkv(in[0], 2, o);
+}
+
+Test(attention, packed_qkv_backward_matches_finite_differences) {
+    fg_tensor *qkv = fgt_leaf(FG_F64, FGT_DIMS(2, 9, 6 * 3), 77); /* H = 2, H_kv = 2, d = 3 */
+    fg_attn_opts o = fg_attn_defaults();
+    o.causal = 1;
+    FGT_GRADCHECK("attention_qkv flash causal", qkv_fn, &qkv, 1, &o);
+    o.impl = FG_ATTN_NAIVE;
+    o.causal = 0;
+    FGT_GRADCHECK("attention_qkv naive", qkv_fn, &qkv, 1, &o);
+    fg_release(qkv);
+}
+
+Test(attention, packed_qkv_refuses_shapes_that_do_not_split) {
+    fg_tensor *x2 = fgt_rand(FG_F32, FGT_DIMS(4, 12), 1), *x3 = fgt_rand(FG_F32, FGT_DIMS(2, 4, 13), 2);
+    fg_tensor *x4 = fgt_rand(FG_F32, FGT_DIMS(2, 4, 12), 3);
+    cr_expect_null(fg_attention_qkv(x2, 2, NULL));
+    cr_expect(strstr(fg_last_error(), "rank 2"), "message: %s", fg_last_error());
+    cr_expect_null(fg_attention_qkv(x3, 2, NULL));
+    cr_expect(strstr(fg_last_error(), "does not split"), "message: %s", fg_last_error());
+    cr_expect_null(fg_attention_qkv(x4, 0, NULL));
+    cr_expect(strstr(fg_last_error(), "does not split"), "message: %s", fg_last_error());
+    fg_attn_opts o = fg_attn_defaults();
+    o.variant.n_kv_heads = 3; /* 4 query heads are not a multiple of 3 */
+    cr_expect_null(fg_attention_qkv(x4, 4, &o));
+    cr_expect(strstr(fg_last_error(), "multiple"), "message: %s", fg_last_error());
+    fg_release(x2), fg_release(x3), fg_release(x4);
 }

@@ -255,20 +255,11 @@ static fg_tensor *maybe_dropout(fg_gpt *g, fg_tensor *x, const fg_gpt_train_ctx 
 }
 
 /* One block's attention branch. x is (B, T, C); returns c_proj(attn(...)) (B, T, C). */
-static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, int B, int T,
-                                   const fg_gpt_train_ctx *train) {
-    const int64_t C = g->cfg.n_embd, H = g->cfg.n_head, hd = C / H;
-    fg_tensor *h = NULL, *qkv = NULL, *q = NULL, *k = NULL, *v = NULL, *y = NULL, *tmp = NULL;
+static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
+    const int64_t H = g->cfg.n_head;
+    fg_tensor *h = NULL, *qkv = NULL, *y = NULL;
     TAKE(h, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l), 1e-5));
     TAKE(qkv, fg_linear(h, fg_gpt_weight(g, FG_GPT_ATTN_W, l), fg_gpt_weight(g, FG_GPT_ATTN_B, l))); /* (B,T,3C) */
-    /* (B, T, 3C) -> (B, T, 3H, hd): a view. q = heads [0, H), k = [H, 2H), v = [2H, 3H), each
-     * permuted to (B, H, T, hd) — still views; fg_attention makes them contiguous. */
-    TAKE(qkv, fg_reshape(qkv, 4, (int64_t[]){B, T, 3 * H, hd}));
-    fg_tensor **dst[3] = {&q, &k, &v};
-    for (int s = 0; s < 3; s++) {
-        TAKE(tmp, fg_slice(qkv, 2, s * H, (s + 1) * H));
-        TAKE(*dst[s], fg_permute(tmp, (int[]){0, 2, 1, 3}));
-    }
     fg_attn_opts o = fg_attn_defaults();
     o.impl = g->cfg.attn;
     o.causal = 1;
@@ -276,15 +267,15 @@ static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, int B, int T,
         o.dropout_p = g->cfg.dropout;
         o.seed = fg_gpt_dropout_seed(train, l, FG_DROP_ATTN);
     }
-    TAKE(y, fg_attention(q, k, v, &o, NULL));                      /* (B, H, T, hd) */
-    TAKE(y, fg_permute(y, (int[]){0, 2, 1, 3}));                   /* (B, T, H, hd) view */
-    TAKE(y, fg_reshape(y, 3, (int64_t[]){B, T, C}));               /* copy: heads side by side */
+    /* q, k, v are the three C-wide thirds of each row, H heads of hd each; y (B, T, C) has the
+     * heads side by side: fg_attention_qkv moves the heads without autograd views */
+    TAKE(y, fg_attention_qkv(qkv, H, &o));
     TAKE(y, fg_linear(y, fg_gpt_weight(g, FG_GPT_APROJ_W, l), fg_gpt_weight(g, FG_GPT_APROJ_B, l)));
     TAKE(y, maybe_dropout(g, y, train, l, FG_DROP_ATTN_RESID));
-    fg_release(h); fg_release(qkv); fg_release(q); fg_release(k); fg_release(v); fg_release(tmp);
+    fg_release(h); fg_release(qkv);
     return y;
 fail:
-    fg_release(h); fg_release(qkv); fg_release(q); fg_release(k); fg_release(v); fg_release(y); fg_release(tmp);
+    fg_release(h); fg_release(qkv); fg_release(y);
     return NULL;
 }
 
@@ -307,7 +298,7 @@ fail:
  * seeds are pure functions of (train, layer, site), so the recomputation draws the same masks. */
 typedef struct {
     fg_gpt *g;
-    int l, B, T;
+    int l;
     int has_train;
     fg_gpt_train_ctx train;
 } ckpt_args;
@@ -315,18 +306,18 @@ typedef struct {
 /* x (B, T, C) -> attention_branch(x) (B, T, C) */
 static fg_tensor *ckpt_attention(void *ctx, fg_tensor *const *in) {
     const ckpt_args *a = ctx;
-    return attention_branch(a->g, in[0], a->l, a->B, a->T, a->has_train ? &a->train : NULL);
+    return attention_branch(a->g, in[0], a->l, a->has_train ? &a->train : NULL);
 }
 
 /* One block, x (B, T, C) -> x + attn(x), then + mlp(...) (B, T, C) */
-static fg_tensor *block_forward(fg_gpt *g, fg_tensor *x_in, int l, int B, int T, const fg_gpt_train_ctx *train) {
+static fg_tensor *block_forward(fg_gpt *g, fg_tensor *x_in, int l, const fg_gpt_train_ctx *train) {
     fg_tensor *x = fg_retain(x_in), *br = NULL;
     if (g->cfg.recompute == FG_RECOMPUTE_ATTN) {
-        ckpt_args a = {.g = g, .l = l, .B = B, .T = T, .has_train = train != NULL};
+        ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
         if (train) a.train = *train;
         TAKE(br, fg_checkpoint(ckpt_attention, &a, sizeof a, 1, &x));
     } else {
-        TAKE(br, attention_branch(g, x, l, B, T, train));
+        TAKE(br, attention_branch(g, x, l, train));
     }
     TAKE(x, fg_add(x, br));
     TAKE(br, mlp_branch(g, x, l, train));
@@ -341,7 +332,7 @@ fail:
 
 static fg_tensor *ckpt_block(void *ctx, fg_tensor *const *in) {
     const ckpt_args *a = ctx;
-    return block_forward(a->g, in[0], a->l, a->B, a->T, a->has_train ? &a->train : NULL);
+    return block_forward(a->g, in[0], a->l, a->has_train ? &a->train : NULL);
 }
 
 fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
@@ -356,11 +347,11 @@ fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_
     TAKE(x, maybe_dropout(g, x, train, -1, FG_DROP_EMB));
     for (int l = 0; l < g->cfg.n_layer; l++) {
         if (g->cfg.recompute == FG_RECOMPUTE_BLOCK) {
-            ckpt_args a = {.g = g, .l = l, .B = B, .T = T, .has_train = train != NULL};
+            ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
             if (train) a.train = *train;
             TAKE(x, fg_checkpoint(ckpt_block, &a, sizeof a, 1, &x));
         } else {
-            TAKE(x, block_forward(g, x, l, B, T, train));
+            TAKE(x, block_forward(g, x, l, train));
         }
     }
     TAKE(x, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0), 1e-5));
