@@ -292,8 +292,18 @@ bench: all
 	    $(BUILD)/flashgrad bench attention --impl flash --b 4 --h 4 --d 64 --n $(BENCH_N) \
 	        --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) --causal; \
 	fi
-	@# ---- HOOK: the `flashgrad bench train` comparison (training-speed work) replaces the next line ----
-	@: bench-train-hook
+	@# training (issue 7): Tiny Shakespeare, train's text defaults, side by side with the same GPT in PyTorch
+	@# (bench/train_torch_cpu.py: same data, batches, initial weights and AdamW; tokens/s, ratio, val loss).
+	@# Options pass through BENCH_TRAIN_ARGS, e.g. BENCH_TRAIN_ARGS='--steps 1000 --seeds 1,2,3'.
+	@sh datasets/get_tinyshakespeare.sh datasets/tinyshakespeare.txt >/dev/null
+	@if $(BENCH_PYTHON) -c 'import torch, numpy' >/dev/null 2>&1; then \
+	    $(BENCH_PYTHON) bench/train_torch_cpu.py --flashgrad $(BUILD)/flashgrad --threads $(BENCH_THREADS) \
+	        $(BENCH_TRAIN_ARGS); \
+	else \
+	    echo "bench: $(BENCH_PYTHON) has no torch (or numpy): flashgrad training speed only"; \
+	    $(BUILD)/flashgrad bench train --data datasets/tinyshakespeare.txt --threads $(BENCH_THREADS) \
+	        --warmup-steps 10 --steps 100; \
+	fi
 
 # ---- the recomputation study (issue 8; README.md, "Recomputation tradeoffs") ----
 # make recompute-bench : the CSV files (attention naive vs flash over N, and --recompute per setting)

@@ -149,9 +149,10 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  * Why not BLAS everywhere: on the 2-core AVX-512 Xeon here, for the GPT's shapes (768 rows, B' of
  * 64-400 KiB) the tile kernel ran at ~290 GFLOP/s on 2 threads against ~160 for OpenBLAS 0.3.21's
  * Haswell kernels (the OPENBLAS_CORETYPE these machines set) and ~300 for its SkylakeX kernels; for
- * B' past the L2 cache OpenBLAS, which packs and blocks, is faster (bench: `flashgrad bench matmul`). */
+ * B' past the L2 cache OpenBLAS, which packs and blocks, is faster. `flashgrad bench matmul` times both
+ * kernels on a GPT's products. */
 
-#define GEMM_TILE_ROWS 48          /* rows of C per pool item in the tile kernel (8 register tiles) */
+#define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
 
@@ -168,14 +169,22 @@ static double gemm_tile_max_b(void) {
     return v;
 }
 
-/* FG_MATMUL=blas forces the BLAS kernel (read once): for comparisons and benchmarks. */
+/* fg_matmul_set_kernel's setting; -1 until the first product reads FG_MATMUL=blas from the
+ * environment. */
+static int gemm_kernel_setting = -1;
+
 static int gemm_force_blas(void) {
-    static int v = -1;
-    if (v < 0) {
+    if (gemm_kernel_setting < 0) {
         const char *e = getenv("FG_MATMUL");
-        v = e && !strcmp(e, "blas");
+        gemm_kernel_setting = e && !strcmp(e, "blas") ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
     }
-    return v;
+    return gemm_kernel_setting == FG_MATMUL_BLAS;
+}
+
+fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k) {
+    const fg_matmul_kernel was = gemm_force_blas() ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
+    gemm_kernel_setting = k == FG_MATMUL_BLAS ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
+    return was;
 }
 
 typedef struct {
@@ -259,11 +268,21 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *
             J.tile = 0; /* no memory for the copy: BLAS reads B transposed as it is */
         }
     }
-    /* Row blocks of a fixed size, whatever the thread count: BLAS's results can depend on how the
-     * rows are split (its kernels for a block's tail rows may sum differently), so a split that
-     * follows the thread count would make results follow it too. */
-    if (2.0 * (double)M * (double)N * (double)K < GEMM_MIN_PARALLEL) J.rows = M;
-    else J.rows = J.tile ? GEMM_TILE_ROWS : GEMM_BLAS_ROWS;
+    /* Row blocks. The tile kernel's results do not depend on the split, so its blocks follow the
+     * thread count: one or two per thread, in whole register tiles (6 rows). BLAS's blocks have a
+     * fixed size whatever the thread count: its results can depend on how the rows are split (its
+     * kernels for a block's tail rows may sum differently), and a split that followed the thread
+     * count would make results follow it too. */
+    const int64_t threads = fg_pool_threads();
+    if (2.0 * (double)M * (double)N * (double)K < GEMM_MIN_PARALLEL || (J.tile && threads <= 1)) {
+        J.rows = M;
+    } else if (J.tile) {
+        J.rows = (M + threads - 1) / threads;
+        if (J.rows > GEMM_TILE_ROWS) J.rows = (M + 2 * threads - 1) / (2 * threads);
+        J.rows = (J.rows + 5) / 6 * 6;
+    } else {
+        J.rows = GEMM_BLAS_ROWS;
+    }
     fg_pool_run((M + J.rows - 1) / J.rows, gemm_item, &J, J.tile ? 0 : FG_POOL_BLAS_SERIAL);
     if (packed) fg_free(FG_CPU, packed);
 }

@@ -29,6 +29,13 @@ extern "C" {
 fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b);
 /* x (..., K) @ w^T + bias: w is (N, K) like torch.nn.Linear, bias (N) or NULL -> (..., N). */
 fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias);
+/* The kernel of float32 products on the CPU (ops/matmul.c): FG_MATMUL_AUTO, the default — the
+ * register-blocked tile kernel where the right operand fits in the L2 cache and the CPU has
+ * AVX2+FMA, OpenBLAS elsewhere — or FG_MATMUL_BLAS, OpenBLAS always (FG_MATMUL=blas in the
+ * environment starts with it). Returns the previous setting. For benchmarks and tests; not to be
+ * called while products run in other threads. */
+typedef enum { FG_MATMUL_AUTO = 0, FG_MATMUL_BLAS = 1 } fg_matmul_kernel;
+fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k);
 
 /* ---- elementwise.c (NumPy broadcasting: shapes align at the right; size 1 stretches) ---- */
 fg_tensor *fg_add(fg_tensor *a, fg_tensor *b);

@@ -6,6 +6,12 @@
  *   median step time, tokens/s at the median, and the allocator's counters: live and peak bytes,
  *   and system allocations after warm-up against at the end — a training step after warm-up
  *   should take nothing new from the system, so the two numbers should be equal.
+ *   The optimizer settings (--lr, --min-lr, --warmup, --lr-decay-steps, --weight-decay, --beta1,
+ *   --beta2, --grad-clip) are train's; their defaults here are lr 1e-3 -> 1e-4 with no warm-up,
+ *   cosine over all W + N steps. With --eval-iters E > 0 it then evaluates the trained model on
+ *   E fixed validation batches — the batches `flashgrad train` evaluates on (fg_trainer_eval_seed)
+ *   — and prints each batch's loss and their mean: bench/train_torch_cpu.py compares that with
+ *   the same model trained by PyTorch. --print-step-times prints every timed step's time.
  * bench attention: naive against flash attention (train/bench_attention.c).
  */
 #include <inttypes.h>
@@ -13,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd.h"
 #include "tensor/alloc.h"
 #include "ops/threadpool.h"
 #include "train/cli_util.h"
@@ -25,12 +32,47 @@ extern void openblas_set_num_threads(int n);
 
 enum {
     B_DATA, B_BYTE, B_DIGITS, B_N_LAYER, B_N_HEAD, B_N_EMBD, B_BLOCK, B_BATCH, B_ACCUM, B_DROPOUT, B_ATTN,
-    B_STEPS, B_WARM, B_THREADS, B_SEED, B_DEVICE, B_RECOMPUTE, B_COUNT
+    B_STEPS, B_WARM, B_THREADS, B_SEED, B_DEVICE, B_RECOMPUTE, B_LR, B_MIN_LR, B_LR_WARMUP, B_DECAY, B_WD, B_BETA1,
+    B_BETA2, B_CLIP, B_EVAL_ITERS, B_STEP_TIMES, B_COUNT
 };
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The loss of the trained model on E fixed validation batches (batch i of the split under the run's
+ * evaluation seed, as fg_trainer_eval_loss draws them), one by one so that the spread shows:
+ *     val losses: l_0 ... l_{E-1}       (%.9g each)
+ *     val loss: mean over E batches of B x T tokens
+ * No dropout, no graph. Returns 0, or 1 after printing the error. */
+static int eval_val(fg_trainer *tr, int E) {
+    const int B = tr->cfg.batch_size, T = tr->T;
+    const uint64_t seed = fg_trainer_eval_seed(tr->cfg.seed);
+    double sum = 0;
+    int code = 0;
+    fg_no_grad_enter();
+    printf("val losses:");
+    for (int i = 0; i < E && code == 0; i++) {
+        fg_tensor *l = NULL;
+        if (fg_source_batch(tr->data, FG_SPLIT_VAL, B, T, seed, (uint64_t)i, tr->x, tr->y) != FG_OK ||
+            !(l = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, NULL))) {
+            code = 1;
+            break;
+        }
+        double v = fg_get(l, 0);
+        fg_release(l);
+        sum += v;
+        printf(" %.9g", v);
+    }
+    printf("\n");
+    fg_no_grad_exit();
+    if (code) {
+        fprintf(stderr, "flashgrad bench train: evaluation: %s\n", fg_last_error());
+        return 1;
+    }
+    printf("val loss: %.6f (mean over %d batches of %d x %d tokens)\n", sum / E, E, B, T);
+    return 0;
 }
 
 static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
@@ -63,12 +105,23 @@ static int bench_train(int argc, char **argv) {
         [B_SEED] = {"--seed", FG_FLAG_U64, "N", "seed", .u = 1337},
         [B_DEVICE] = {"--device", FG_FLAG_STR, "DEV", "cpu or cuda", .s = "cpu"},
         [B_RECOMPUTE] = {"--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", .s = "none"},
+        [B_LR] = {"--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 1e30, 1, .d = 1e-3},
+        [B_MIN_LR] = {"--min-lr", FG_FLAG_F64, "X", "learning rate at the end of the cosine", 0, 1e30, 0, .d = 1e-4},
+        [B_LR_WARMUP] = {"--warmup", FG_FLAG_INT, "N", "linear learning-rate warm-up steps", 0, 1e12, 0, .i = 0},
+        [B_DECAY] = {"--lr-decay-steps", FG_FLAG_INT, "N", "step where the cosine reaches --min-lr (default: all steps)", 0, 1e12, 1},
+        [B_WD] = {"--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e30, 0, .d = 0.1},
+        [B_BETA1] = {"--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999, 0, .d = 0.9},
+        [B_BETA2] = {"--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999, 0, .d = 0.99},
+        [B_CLIP] = {"--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0, .d = 1.0},
+        [B_EVAL_ITERS] = {"--eval-iters", FG_FLAG_INT, "N", "validation batches evaluated after the timed steps (0: none)", 0, 1e6, 0, .i = 0},
+        [B_STEP_TIMES] = {"--print-step-times", FG_FLAG_BOOL, NULL, "print every timed step's time"},
     };
     set_bench_defaults(f, &fg_defaults_addition);
     int rc = fg_flags_parse("bench train", f, B_COUNT, argc, argv);
     if (rc == -1) {
         fg_flags_help(stdout, "bench train", "[--data FILE] [model flags] [--steps N] [--warmup-steps N]", f, B_COUNT);
-        printf("\nDefaults are the addition task's training defaults; with --data, the text defaults.\n");
+        printf("\nModel defaults are the addition task's training defaults; with --data, the text defaults.\n"
+               "The optimizer defaults above hold for both (train's text defaults add --warmup 100).\n");
         return 0;
     }
     if (rc) return rc;
@@ -144,8 +197,16 @@ static int bench_train(int argc, char **argv) {
     cfg.steps = W + N;
     cfg.eval_iters = 1;
     cfg.seed = f[B_SEED].u;
-    cfg.opt = (fg_adamw_config){.lr = 1e-3, .min_lr = 1e-4, .warmup = 0, .decay_steps = W + N, .beta1 = 0.9,
-                                .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    cfg.opt = (fg_adamw_config){.lr = f[B_LR].d, .min_lr = f[B_MIN_LR].d, .warmup = f[B_LR_WARMUP].i,
+                                .decay_steps = f[B_DECAY].given ? f[B_DECAY].i : W + N, .beta1 = f[B_BETA1].d,
+                                .beta2 = f[B_BETA2].d, .eps = 1e-8, .weight_decay = f[B_WD].d,
+                                .grad_clip = f[B_CLIP].d};
+    const int E = (int)f[B_EVAL_ITERS].i;
+    if (E > 0 && (!f[B_DATA].given || dev != FG_CPU)) {
+        fprintf(stderr, "flashgrad bench train: --eval-iters needs --data (a text file) on the cpu\n");
+        fg_source_free(src);
+        return 2;
+    }
     fg_trainer *tr = fg_trainer_create(&cfg, src);
     if (!tr) {
         fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
@@ -162,9 +223,12 @@ static int bench_train(int argc, char **argv) {
            fg_gpt_recompute_name(cfg.model.recompute));
     printf("step: %d x %d tokens x %d micro-batches = %lld tokens; %d warm-up steps, %d timed\n", cfg.batch_size, tr->T,
            cfg.grad_accum, (long long)tokens, W, N);
+    printf("optimizer: AdamW lr %g -> %g (warm-up %lld, cosine to step %lld), betas (%g, %g), eps %g, weight decay %g, "
+           "grad clip %g, seed %llu\n", cfg.opt.lr, cfg.opt.min_lr, (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps,
+           cfg.opt.beta1, cfg.opt.beta2, cfg.opt.eps, cfg.opt.weight_decay, cfg.opt.grad_clip, (unsigned long long)cfg.seed);
 
     int code = 0;
-    double *t = malloc((size_t)N * sizeof *t);
+    double *t = malloc((size_t)N * sizeof *t), *t_order = f[B_STEP_TIMES].given ? malloc((size_t)N * sizeof *t) : NULL;
     fg_alloc_stats warm = {0};
     for (int i = 0; i < W + N && t; i++) {
         if (i == W) {
@@ -181,10 +245,16 @@ static int bench_train(int argc, char **argv) {
         }
         fg_device_sync(dev); /* a GPU step is timed to its end */
         if (i >= W) t[i - W] = fg_now() - t0;
+        if (i >= W && t_order) t_order[i - W] = t[i - W];
         /* every step's loss, exactly (hex float): bench/recompute.sh compares them across settings */
         printf("%s%a%s", i == 0 ? "losses: " : " ", s.loss, i == W + N - 1 ? "\n" : "");
     }
-    if (!t) code = 1;
+    if (!t || (f[B_STEP_TIMES].given && !t_order)) code = 1;
+    if (code == 0 && t_order) {
+        printf("step times ms:");
+        for (int i = 0; i < N; i++) printf(" %.3f", t_order[i] * 1e3);
+        printf("\n");
+    }
     if (code == 0) {
         fg_alloc_stats end = fg_alloc_get_stats(dev);
         double sum = 0;
@@ -202,7 +272,9 @@ static int bench_train(int argc, char **argv) {
                end.system_allocs,
                end.system_allocs == warm.system_allocs ? "none during the timed steps" : "GREW during the timed steps");
     }
+    if (code == 0 && E > 0) code = eval_val(tr, E);
     free(t);
+    free(t_order);
     fg_trainer_free(tr);
     fg_source_free(src);
     return code;
@@ -211,13 +283,15 @@ static int bench_train(int argc, char **argv) {
 int fg_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *o = argc < 2 ? stderr : stdout;
-        fprintf(o, "usage: flashgrad bench <train|attention> [options]   (flashgrad bench <what> --help)\n"
+        fprintf(o, "usage: flashgrad bench <train|attention|matmul> [options]   (flashgrad bench <what> --help)\n"
                    "  train      steady-state training step time, tokens/s and allocator counters\n"
-                   "  attention  naive against flash attention\n");
+                   "  attention  naive against flash attention\n"
+                   "  matmul     a GPT's float32 products with each CPU matmul kernel\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "attention")) return fg_bench_attention(argc - 1, argv + 1);
-    fprintf(stderr, "flashgrad bench: unknown benchmark '%s' (train or attention)\n", argv[1]);
+    if (!strcmp(argv[1], "matmul")) return fg_bench_matmul(argc - 1, argv + 1);
+    fprintf(stderr, "flashgrad bench: unknown benchmark '%s' (train, attention or matmul)\n", argv[1]);
     return 2;
 }

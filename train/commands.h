@@ -14,5 +14,7 @@ int fg_cmd_gradcheck(int argc, char **argv);
 int fg_cmd_bench(int argc, char **argv);
 /* `flashgrad bench attention ...` (argv[0] = "attention"); called by fg_cmd_bench. */
 int fg_bench_attention(int argc, char **argv);
+/* `flashgrad bench matmul ...` (argv[0] = "matmul"); called by fg_cmd_bench. */
+int fg_bench_matmul(int argc, char **argv);
 
 #endif /* FG_COMMANDS_H */
