@@ -8,10 +8,15 @@
  *
  *   lse_r = max_r + log sum_j exp(x_rj - max_r)        loss = sum_r (lse_r - x_r,t_r) / count
  *   d loss / d x_rj = (softmax(x_r)_j - [j == t_r]) / count
+ *
+ * float32 runs the vector kernels below over pieces of rows (ops/vmath.h): exp is fg_vexp
+ * (ops/vexp.h), the row max a 16-lane max and the row sum a 16-lane sum in double, so that every
+ * SIMD level and thread count gives the same bits; the loss is summed in row order afterwards.
  */
 #include <string.h>
 
 #include "ops/ops_internal.h"
+#include "ops/vmath.h"
 
 #define CROSS_ENTROPY_KERNELS(T, SFX)                                                                  \
     /* returns the summed loss of the counted rows (in double); fills lse for them (0 elsewhere) */   \
@@ -47,8 +52,189 @@
             d[targets[r]] -= g;                                                                        \
         }                                                                                              \
     }
-CROSS_ENTROPY_KERNELS(float, f32)
 CROSS_ENTROPY_KERNELS(double, f64)
+
+/* ============================================================================================
+ * float32: one row at a time, in three forms with the same bits
+ *   max: lane i mod 16 keeps max(x_i, lane) = x_i > lane ? x_i : lane (from -inf), then the
+ *        lanes meet in the tree of ops/vmath.h with the same rule (upper half first)
+ *   lse = max + (float)log(S(exp(x_i - max)))      S: the 16-lane sum in double, exp: fg_vexp
+ *   backward: dx_i += g * exp(x_i - lse), then dx_t -= g
+ * ============================================================================================ */
+
+typedef struct {
+    float *lse_out, *dx; /* forward: writes lse_out; backward: adds into dx, reads lse */
+    const float *x, *lse;
+    const int32_t *t;
+    int64_t V;
+    float g;
+} ce_job;
+
+static inline float max2(float a, float b) { return a > b ? a : b; } /* the rule of max_ps(a, b) */
+
+static void ce_fwd_row_scalar(const ce_job *j, int64_t r) {
+    const int64_t V = j->V, V16 = (V + 15) & ~(int64_t)15;
+    const float *x = j->x + r * V;
+    float lm[16];
+    for (int k = 0; k < 16; k++) lm[k] = -INFINITY;
+    for (int64_t i = 0; i < V; i++) lm[i & 15] = max2(x[i], lm[i & 15]);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++) lm[k] = max2(lm[k + w], lm[k]);
+    const float mx = lm[0];
+    double l[16] = {0};
+    for (int64_t i = 0; i < V16; i++) l[i & 15] += i < V ? (double)fg_expf_ref(x[i] - mx) : 0.0;
+    j->lse_out[r] = mx + (float)log(fg_lanes16_sum(l));
+}
+
+static void ce_bwd_row_scalar(const ce_job *j, int64_t r) {
+    const float *x = j->x + r * j->V, l = j->lse[r];
+    float *d = j->dx + r * j->V;
+    for (int64_t i = 0; i < j->V; i++) d[i] += j->g * fg_expf_ref(x[i] - l);
+}
+
+#if FG_SIMD_X86
+/* the tree of max2 over lanes 0-7 (a) and 8-15 (b); AVX only, so that both levels can inline it */
+static inline __attribute__((always_inline, target("avx"))) float max16_tree(__m256 a, __m256 b) {
+    const __m256 m8 = _mm256_max_ps(b, a);
+    const __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m8, 1), _mm256_castps256_ps128(m8));
+    const __m128 m2 = _mm_max_ps(_mm_movehl_ps(m4, m4), m4);
+    return _mm_cvtss_f32(_mm_max_ss(_mm_shuffle_ps(m2, m2, 1), m2));
+}
+
+FG_TARGET_AVX512 static void ce_fwd_row_avx512(const ce_job *j, int64_t r) {
+    const int64_t V = j->V;
+    const float *x = j->x + r * V;
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < V; i += 16) {
+        const __mmask16 k = V - i >= 16 ? 0xffff : fg_mask16(V - i);
+        m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, x + i), m);
+    }
+    const __m256 m_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1));
+    const float mx = max16_tree(_mm512_castps512_ps256(m), m_hi);
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512d lo = _mm512_setzero_pd(), hi = lo;
+    for (int64_t i = 0; i < V; i += 16) {
+        const __mmask16 k = V - i >= 16 ? 0xffff : fg_mask16(V - i);
+        const __m512 e = _mm512_maskz_mov_ps(k, fg_vexp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
+        lo = _mm512_add_pd(lo, fg_lo8_pd_avx512(e));
+        hi = _mm512_add_pd(hi, fg_hi8_pd_avx512(e));
+    }
+    j->lse_out[r] = mx + (float)log(fg_lanes16_sum_avx512(lo, hi));
+}
+
+FG_TARGET_AVX512 static void ce_bwd_row_avx512(const ce_job *j, int64_t r) {
+    const int64_t V = j->V;
+    const float *x = j->x + r * V;
+    float *d = j->dx + r * V;
+    const __m512 vl = _mm512_set1_ps(j->lse[r]), vg = _mm512_set1_ps(j->g);
+    for (int64_t i = 0; i < V; i += 16) {
+        const __mmask16 k = V - i >= 16 ? 0xffff : fg_mask16(V - i);
+        const __m512 e = fg_vexp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vl));
+        _mm512_mask_storeu_ps(d + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, d + i), _mm512_mul_ps(vg, e)));
+    }
+}
+
+/* AVX2: the 16 lanes as two vectors of 8; a short last block through a mask */
+FG_TARGET_AVX2 static void ce_fwd_row_avx2(const ce_job *j, int64_t r) {
+    const int64_t V = j->V;
+    const float *x = j->x + r * V;
+    __m256 m[2] = {_mm256_set1_ps(-INFINITY), _mm256_set1_ps(-INFINITY)};
+    for (int64_t i = 0; i < V; i += 16)
+        for (int h = 0; h < 2; h++) {
+            const int64_t c0 = i + 8 * h, left = V - c0;
+            if (left >= 8) {
+                m[h] = _mm256_max_ps(_mm256_loadu_ps(x + c0), m[h]);
+            } else if (left > 0) {
+                const __m256 k = _mm256_castsi256_ps(fg_mask8_avx2(left));
+                const __m256 v = _mm256_max_ps(_mm256_maskload_ps(x + c0, fg_mask8_avx2(left)), m[h]);
+                m[h] = _mm256_blendv_ps(m[h], v, k);
+            }
+        }
+    const float mx = max16_tree(m[0], m[1]);
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    for (int64_t i = 0; i < V; i += 16) {
+        __m256 e[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t c0 = i + 8 * h, left = V - c0;
+            const __m256i k = fg_mask8_avx2(left < 0 ? 0 : left < 8 ? left : 8);
+            const __m256 v = left >= 8 ? _mm256_loadu_ps(x + c0) : _mm256_maskload_ps(x + c0, k);
+            e[h] = _mm256_and_ps(_mm256_castsi256_ps(k), fg_vexp_avx2(_mm256_sub_ps(v, vm)));
+        }
+        q[0] = _mm256_add_pd(q[0], fg_lo4_pd_avx2(e[0]));
+        q[1] = _mm256_add_pd(q[1], fg_hi4_pd_avx2(e[0]));
+        q[2] = _mm256_add_pd(q[2], fg_lo4_pd_avx2(e[1]));
+        q[3] = _mm256_add_pd(q[3], fg_hi4_pd_avx2(e[1]));
+    }
+    j->lse_out[r] = mx + (float)log(fg_lanes16_sum_avx2(q));
+}
+
+FG_TARGET_AVX2 static void ce_bwd_row_avx2(const ce_job *j, int64_t r) {
+    const int64_t V = j->V;
+    const float *x = j->x + r * V, l = j->lse[r];
+    float *d = j->dx + r * V;
+    const __m256 vl = _mm256_set1_ps(l), vg = _mm256_set1_ps(j->g);
+    int64_t i = 0;
+    for (; i + 8 <= V; i += 8) {
+        const __m256 e = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vl));
+        _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_mul_ps(vg, e)));
+    }
+    for (; i < V; i++) d[i] += j->g * fg_expf_ref(x[i] - l);
+}
+#endif /* FG_SIMD_X86 */
+
+/* rows [b, e): lse of the counted rows (0 for ignored ones) */
+static void ce_fwd_piece(void *ctx, int64_t b, int64_t e) {
+    const ce_job *j = ctx;
+    const fg_simd_level lv = fg_simd_active();
+    for (int64_t r = b; r < e; r++) {
+        if (j->t[r] < 0) {
+            j->lse_out[r] = 0;
+            continue;
+        }
+#if FG_SIMD_X86
+        if (lv == FG_SIMD_AVX512) { ce_fwd_row_avx512(j, r); continue; }
+        if (lv == FG_SIMD_AVX2) { ce_fwd_row_avx2(j, r); continue; }
+#endif
+        (void)lv;
+        ce_fwd_row_scalar(j, r);
+    }
+}
+
+/* rows [b, e) of the backward */
+static void ce_bwd_piece(void *ctx, int64_t b, int64_t e) {
+    const ce_job *j = ctx;
+    const fg_simd_level lv = fg_simd_active();
+    for (int64_t r = b; r < e; r++) {
+        if (j->t[r] < 0) continue;
+#if FG_SIMD_X86
+        if (lv == FG_SIMD_AVX512) ce_bwd_row_avx512(j, r);
+        else if (lv == FG_SIMD_AVX2) ce_bwd_row_avx2(j, r);
+        else
+#endif
+            ce_bwd_row_scalar(j, r);
+        (void)lv;
+        j->dx[r * j->V + j->t[r]] -= j->g;
+    }
+}
+
+/* the float32 form of cross_entropy_fwd_f64's contract; ~1.1 ns per element */
+static void cross_entropy_fwd_f32(double *total, float *lse, const float *x, const int32_t *targets, int64_t R,
+                                  int64_t V) {
+    ce_job j = {.lse_out = lse, .x = x, .t = targets, .V = V};
+    fg_par_range(R, fg_par_rows(V), 1.1 * (double)V, ce_fwd_piece, &j);
+    double s = 0;
+    for (int64_t r = 0; r < R; r++)
+        if (targets[r] >= 0) s += (double)lse[r] - (double)x[r * V + targets[r]];
+    *total = s;
+}
+
+/* the float32 form of cross_entropy_bwd_f64; ~0.6 ns per element */
+static void cross_entropy_bwd_f32(float *dx, const float *x, const float *lse, const int32_t *targets, int64_t R,
+                                  int64_t V, double g) {
+    ce_job j = {.lse = lse, .dx = dx, .x = x, .t = targets, .V = V, .g = (float)g};
+    fg_par_range(R, fg_par_rows(V), 0.6 * (double)V, ce_bwd_piece, &j);
+}
 
 /* saved {X, lse}; ctx = targets; iargs = {R, V, count} */
 static fg_status cross_entropy_backward(fg_node *n) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/ops_internal.h"
+#include "ops/vmath.h"
 
 #define EMBEDDING_KERNELS(T, SFX)                                                                      \
     /* out[r, :] = weight[idx[r], :]; weight rows are ws elements apart */                            \
@@ -22,9 +23,13 @@
         for (int64_t r = 0; r < n; r++) {                                                              \
             T *dw = dweight + (int64_t)idx[r] * C;                                                     \
             const T *d = dout + r * C;                                                                 \
-            for (int64_t c = 0; c < C; c++) dw[c] += d[c];                                             \
+            EMBEDDING_ROW_ADD_##SFX(dw, d, C);                                                         \
         }                                                                                              \
     }
+/* float32 adds each row with the vector kernel (the same bits: one add per element) */
+#define EMBEDDING_ROW_ADD_f32(dw, d, C) fg_vaxpy_f32((dw), 1.0f, (d), (C))
+#define EMBEDDING_ROW_ADD_f64(dw, d, C)                                                                \
+    for (int64_t c = 0; c < (C); c++) (dw)[c] += (d)[c]
 EMBEDDING_KERNELS(float, f32)
 EMBEDDING_KERNELS(double, f64)
 

@@ -4,33 +4,60 @@
  *
  *   u = sqrt(2/pi) * (x + 0.044715 x³)        out = 0.5 x (1 + tanh u)
  *
- * The backward recomputes tanh u from x (one tanh per element is cheaper than storing it):
+ * The backward recomputes the nonlinearity from x (cheaper than storing it):
  *   d out / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh² u) sqrt(2/pi) (1 + 3 * 0.044715 x²)
  *
- * float32 evaluates tanh u as 1 - 2 / (exp(2u) + 1): glibc's tanhf costs ~24 ns, expf ~6 ns, and
- * the absolute error (< 2e-7) is below float32's resolution of out. float64 uses tanh itself.
+ * float64 evaluates exactly that, with tanh. float32 uses 0.5 (1 + tanh u) = σ(2u) = 1 / (1 + e),
+ * e = exp(-2u), with the vectorized exp of ops/vexp.h:
+ *   out = x / (1 + e)                              (no cancellation where tanh u is near -1)
+ *   d out / dx = s + 2x · du · s (1 - s),   s = 1 / (1 + e),  du = sqrt(2/pi) (1 + 3 * 0.044715 x²)
+ * with 1 - s taken as e·s where e <= 1 (s near 1: 1 - s would have lost e's digits).
+ * Large |u| needs no special case: e = 0 gives out = x, s = 1; e = +inf gives out = -0, s = 0.
+ * Contiguous float32 runs the AVX-512 / AVX2 kernels below, whose scalar form (gelu_f32,
+ * gelu_grad_f32) gives the same bits (see ops/vmath.h), in pieces on the thread pool.
  */
 #include <string.h>
 
 #include "ops/ops_internal.h"
+#include "ops/vmath.h"
 
 #define GELU_SCALE 0.7978845608028654 /* sqrt(2/pi) */
 #define GELU_CUBE 0.044715
 
-static inline float gelu_tanh_f32(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
-static inline double gelu_tanh_f64(double u) { return tanh(u); }
+/* the float32 constants */
+#define G_K ((float)GELU_CUBE)                        /* 0.044715 */
+#define G_M2S ((float)(-2.0 * GELU_SCALE))            /* -2 sqrt(2/pi): exp's argument is -2u */
+#define G_S ((float)GELU_SCALE)                       /* sqrt(2/pi) */
+#define G_K3S ((float)(3.0 * GELU_CUBE * GELU_SCALE)) /* 3 * 0.044715 * sqrt(2/pi) */
 
+/* ---- float32: the scalar form; every step is the one the vector kernels take ---- */
+
+/* e = exp(-2u) = exp(-2 sqrt(2/pi) (x + 0.044715 x³)); x2 = x² */
+static inline float gelu_e_f32(float x, float x2) {
+    const float w = fmaf(G_K * x2, x, x); /* x + 0.044715 x³ */
+    return fg_expf_ref(w * G_M2S);
+}
+static inline float gelu_f32(float x) { return x / (1.0f + gelu_e_f32(x, x * x)); }
+static inline float gelu_grad_f32(float x) {
+    const float x2 = x * x, e = gelu_e_f32(x, x2), s = 1.0f / (1.0f + e);
+    const float oms = e <= 1.0f ? e * s : 1.0f - s; /* 1 - s = e s: no cancellation where s is near 1 */
+    const float du = fmaf(x2, G_K3S, G_S);          /* sqrt(2/pi) (1 + 3 * 0.044715 x²) */
+    return fmaf((x + x) * du, s * oms, s);          /* s + 2x du s (1 - s) */
+}
+
+/* ---- float64 ---- */
+static inline double gelu_f64(double x) {
+    double u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+    return 0.5 * x * (1 + tanh(u));
+}
+static inline double gelu_grad_f64(double x) {
+    double u = GELU_SCALE * (x + GELU_CUBE * x * x * x), t = tanh(u);
+    double du = GELU_SCALE * (1 + 3 * GELU_CUBE * x * x);
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
+}
+
+/* ---- the strided loops (any layout, both dtypes) ---- */
 #define GELU_KERNELS(T, SFX)                                                                           \
-    static inline T gelu_##SFX(T x) {                                                                  \
-        T u = (T)GELU_SCALE * (x + (T)GELU_CUBE * x * x * x);                                          \
-        return (T)0.5 * x * ((T)1 + gelu_tanh_##SFX(u));                                               \
-    }                                                                                                  \
-    static inline T gelu_grad_##SFX(T x) {                                                             \
-        T u = (T)GELU_SCALE * (x + (T)GELU_CUBE * x * x * x);                                          \
-        T t = gelu_tanh_##SFX(u);                                                                      \
-        T du = (T)GELU_SCALE * ((T)1 + (T)(3 * GELU_CUBE) * x * x);                                    \
-        return (T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * du;                                 \
-    }                                                                                                  \
     /* operands: out (contiguous), x */                                                               \
     static void gelu_fwd_##SFX(T *out, const T *x, fg_iter *it) {                                      \
         while (fg_iter_next(it)) {                                                                     \
@@ -58,11 +85,101 @@ static inline double gelu_tanh_f64(double u) { return tanh(u); }
 GELU_KERNELS(float, f32)
 GELU_KERNELS(double, f64)
 
+/* ---- contiguous float32: the vector kernels, piece by piece ---- */
+
+/* y[i] = gelu(x[i])  (dout NULL)   or   y[i] += dout[i] * gelu'(x[i])  (y = dx) */
+typedef struct {
+    float *y;
+    const float *x, *dout;
+} gelu_job;
+
+/* one element of either, in the scalar form */
+static inline float gelu_one_f32(const gelu_job *j, int64_t i) {
+    return j->dout ? j->y[i] + j->dout[i] * gelu_grad_f32(j->x[i]) : gelu_f32(j->x[i]);
+}
+
+#if FG_SIMD_X86
+/* the scalar form above on a vector of lanes, one instruction for each of its operations */
+#define GELU_VEC(TGT, V, PFX, NAME, EXP, SELECT_LE)                                                    \
+    static inline __attribute__((always_inline)) TGT V NAME##_e(V x, V x2) {                           \
+        const V w = PFX##_fmadd_ps(PFX##_mul_ps(PFX##_set1_ps(G_K), x2), x, x);                        \
+        return EXP(PFX##_mul_ps(w, PFX##_set1_ps(G_M2S)));                                             \
+    }                                                                                                  \
+    static inline __attribute__((always_inline)) TGT V NAME(V x) {                                     \
+        return PFX##_div_ps(x, PFX##_add_ps(PFX##_set1_ps(1.0f), NAME##_e(x, PFX##_mul_ps(x, x))));    \
+    }                                                                                                  \
+    static inline __attribute__((always_inline)) TGT V NAME##_grad(V x) {                              \
+        const V one = PFX##_set1_ps(1.0f), x2 = PFX##_mul_ps(x, x);                                    \
+        const V e = NAME##_e(x, x2), s = PFX##_div_ps(one, PFX##_add_ps(one, e));                      \
+        const V oms = SELECT_LE(e, one, PFX##_mul_ps(e, s), PFX##_sub_ps(one, s));                     \
+        const V du = PFX##_fmadd_ps(x2, PFX##_set1_ps(G_K3S), PFX##_set1_ps(G_S));                     \
+        return PFX##_fmadd_ps(PFX##_mul_ps(PFX##_add_ps(x, x), du), PFX##_mul_ps(s, oms), s);          \
+    }
+/* a <= b ? p : q, lane by lane (false for NaN) */
+#define SEL512(a, b, p, q) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LE_OQ), q, p)
+#define SEL256(a, b, p, q) _mm256_blendv_ps(q, p, _mm256_cmp_ps(a, b, _CMP_LE_OQ))
+GELU_VEC(FG_TARGET_AVX512, __m512, _mm512, gelu512, fg_vexp_avx512, SEL512)
+GELU_VEC(FG_TARGET_AVX2, __m256, _mm256, gelu256, fg_vexp_avx2, SEL256)
+
+FG_TARGET_AVX512 static void gelu_piece_avx512(const gelu_job *j, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i += 16) {
+        const __mmask16 m = e - i >= 16 ? (__mmask16)0xffff : fg_mask16(e - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, j->x + i);
+        __m512 y;
+        if (j->dout) {
+            const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, j->dout + i), gelu512_grad(x));
+            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->y + i), t);
+        } else {
+            y = gelu512(x);
+        }
+        _mm512_mask_storeu_ps(j->y + i, m, y);
+    }
+}
+FG_TARGET_AVX2 static void gelu_piece_avx2(const gelu_job *j, int64_t b, int64_t e) {
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+        const __m256 x = _mm256_loadu_ps(j->x + i);
+        __m256 y;
+        if (j->dout) {
+            const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(j->dout + i), gelu256_grad(x));
+            y = _mm256_add_ps(_mm256_loadu_ps(j->y + i), t);
+        } else {
+            y = gelu256(x);
+        }
+        _mm256_storeu_ps(j->y + i, y);
+    }
+    for (; i < e; i++) j->y[i] = gelu_one_f32(j, i);
+}
+#endif
+
+static void gelu_piece(void *ctx, int64_t b, int64_t e) {
+    const gelu_job *j = ctx;
+#if FG_SIMD_X86
+    switch (fg_simd_active()) {
+    case FG_SIMD_AVX512: gelu_piece_avx512(j, b, e); return;
+    case FG_SIMD_AVX2: gelu_piece_avx2(j, b, e); return;
+    default: break;
+    }
+#endif
+    for (int64_t i = b; i < e; i++) j->y[i] = gelu_one_f32(j, i);
+}
+
+/* ~0.4 ns per element forward, ~0.8 backward, with AVX-512 (exp and one division each) */
+static void gelu_fast_f32(float *y, const float *x, const float *dout, int64_t n) {
+    gelu_job j = {y, x, dout};
+    fg_par_range(n, FG_PAR_CHUNK, dout ? 0.8 : 0.4, gelu_piece, &j);
+}
+
 static fg_status gelu_backward(fg_node *n) {
     fg_tensor *x = n->inputs[0], *dx = fg_grad_buffer(x);
     if (!dx) return FG_OK;
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
+    if (x->dtype == FG_F32 && fg_is_contiguous(x)) { /* dx and dout are contiguous */
+        gelu_fast_f32(fg_data(dx), fg_data(x), fg_data(dout), fg_numel(x));
+        fg_release(dout);
+        return FG_OK;
+    }
     int64_t st[3][FG_MAX_DIMS];
     fg_contig_strides(x->ndim, x->shape, st[0]);
     memcpy(st[1], st[0], sizeof st[1]);
@@ -83,6 +200,11 @@ fg_tensor *fg_gelu(fg_tensor *x) {
     if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
     fg_tensor *out = fg_empty(x->dtype, FG_CPU, x->ndim, x->shape);
     if (!out) return NULL;
+    if (x->dtype == FG_F32 && fg_is_contiguous(x)) {
+        gelu_fast_f32(fg_data(out), fg_data(x), NULL, fg_numel(x));
+        fg_record(out, op, gelu_backward, 1, (fg_tensor *[]){x});
+        return out;
+    }
     int64_t st[2][FG_MAX_DIMS];
     fg_contig_strides(x->ndim, x->shape, st[0]);
     memcpy(st[1], x->strides, sizeof st[1]);

@@ -1,6 +1,7 @@
 /* ops_common.c — argument checks, the strided row iterator and backward helpers shared by ops/.
  * See ops_internal.h for what each does. */
 #include "ops/ops_internal.h"
+#include "ops/vmath.h"
 
 #include <string.h>
 
@@ -130,25 +131,42 @@ int fg_iter_next(fg_iter *it) {
     return 1;
 }
 
-/* ---- backward helpers ---- */
-#define ADD_INTO(T, SFX)                                                                              \
-    static void add_into_##SFX(T *dst, const T *src, double alpha, fg_iter *it) {                     \
-        T a = (T)alpha;                                                                               \
+/* ---- backward helpers ----
+ * dst += alpha * src and the contiguous copy walk the row iterator in pieces (ops/vmath.h): on
+ * the thread pool when big, each piece's rows through the vector kernel when both sides have unit
+ * stride along the row. The product alpha * src is rounded before the sum on every path, so the
+ * bits do not depend on the path. */
+typedef struct {
+    void *dst;
+    const void *src;
+    double alpha;
+} rows_job;
+
+#define ADD_INTO(T, SFX, VEC)                                                                         \
+    static void add_into_##SFX(void *ctx, fg_iter *it) {                                              \
+        const rows_job *j = ctx;                                                                      \
+        T *dst = j->dst, a = (T)j->alpha;                                                             \
+        const T *src = j->src;                                                                        \
         while (fg_iter_next(it)) {                                                                    \
             T *d = dst + it->off[0];                                                                  \
             const T *s = src + it->off[1];                                                            \
             int64_t sd = it->inner[0], ss = it->inner[1], n = it->n;                                  \
             if (sd == 1 && ss == 1)                                                                   \
-                for (int64_t i = 0; i < n; i++) d[i] += a * s[i];                                     \
+                VEC(d, a, s, n);                                                                      \
             else                                                                                      \
                 for (int64_t i = 0; i < n; i++) d[i * sd] += a * s[i * ss];                           \
         }                                                                                             \
     }
-ADD_INTO(float, f32)
-ADD_INTO(double, f64)
+#define ADD_INTO_LOOP_F64(d, a, s, n)                                                                 \
+    for (int64_t i = 0; i < (n); i++) (d)[i] += (a) * (s)[i]
+ADD_INTO(float, f32, fg_vaxpy_f32)
+ADD_INTO(double, f64, ADD_INTO_LOOP_F64)
 
 #define COPY_ROWS(T, SFX)                                                                             \
-    static void copy_rows_##SFX(T *dst, const T *src, fg_iter *it) {                                  \
+    static void copy_rows_##SFX(void *ctx, fg_iter *it) {                                             \
+        const rows_job *j = ctx;                                                                      \
+        T *dst = j->dst;                                                                              \
+        const T *src = j->src;                                                                        \
         while (fg_iter_next(it)) {                                                                    \
             T *d = dst + it->off[0];                                                                  \
             const T *s = src + it->off[1];                                                            \
@@ -172,7 +190,9 @@ fg_tensor *fg_op_contiguous(fg_tensor *t) {
     memcpy(strides[1], t->strides, sizeof strides[1]);
     fg_iter it;
     fg_iter_init(&it, t->ndim, t->shape, 2, strides);
-    FG_DISPATCH(t->dtype, copy_rows, fg_data(c), fg_data(t), &it);
+    rows_job j = {fg_data(c), fg_data(t), 0};
+    /* ~0.3 ns per element: strided reads */
+    fg_par_iter(&it, 1, 0.3, t->dtype == FG_F32 ? copy_rows_f32 : copy_rows_f64, &j);
     return c;
 }
 
@@ -193,7 +213,10 @@ fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {
     memcpy(strides[1], src->strides, sizeof strides[1]);
     fg_iter it;
     fg_iter_init(&it, dst->ndim, dst->shape, 2, strides);
-    FG_DISPATCH(dst->dtype, add_into, fg_data(dst), fg_data(src), alpha, &it);
+    rows_job j = {fg_data(dst), fg_data(src), alpha};
+    /* pieces in parallel only if no element of dst is reached twice; ~0.2 ns per element */
+    fg_par_iter(&it, fg_no_broadcast(dst->ndim, dst->shape, dst->strides), 0.2,
+                dst->dtype == FG_F32 ? add_into_f32 : add_into_f64, &j);
     return FG_OK;
 }
 

@@ -17,8 +17,9 @@
  * then a half cosine from lr down to min_lr at step `decay_steps`, and min_lr after it.
  *
  * Clipping is torch.nn.utils.clip_grad_norm_: with n = ‖g‖₂ over all parameters, the gradients
- * are scaled by clip / (n + 1e-6) when that is below 1. The norm is summed in float64 in array
- * order, so it does not depend on threads.
+ * are scaled by clip / (n + 1e-6) when that is below 1. The norm is summed in float64, in fixed
+ * blocks of the array (16 lanes each for float32) added in block order, so it does not depend on
+ * threads or on the SIMD level (train/adamw.c).
  */
 #ifndef FG_ADAMW_H
 #define FG_ADAMW_H
@@ -55,7 +56,7 @@ typedef struct {
 fg_status fg_adamw_init(fg_adamw *o, const fg_adamw_config *c, fg_dtype dt, fg_device dev, int64_t P);
 void fg_adamw_free(fg_adamw *o);
 
-/* ‖g‖₂ of a flat (P) gradient, summed in float64 in order. */
+/* ‖g‖₂ of a flat (P) gradient, summed in float64 (see above). */
 double fg_grad_norm(const fg_tensor *grads);
 /* g ← g · s. */
 void fg_grad_scale(fg_tensor *grads, double s);
