@@ -1,8 +1,17 @@
 /* threadpool.c — the library's worker threads (see threadpool.h).
  *
- * One job at a time: the caller publishes (fn, ctx, n_items) and bumps the generation; every
- * worker sees it, the first min(threads, n_items) take items from one atomic counter until it
- * passes n_items; the caller works as worker 0, then waits until every worker has checked out.
+ * One job at a time: the caller publishes (fn, ctx, n_items) under a new generation; a worker that
+ * sees it joins the job (unless it is already closed), and the first min(threads, n_items) take
+ * items from one atomic counter until it passes n_items; the caller works as worker 0, then closes
+ * the job — no worker can join after that — and waits for the workers that joined to check out.
+ * So a worker that the OS has not scheduled (another process holds its core) never holds the
+ * caller up: the caller does its share of the items and, if it must, all of them.
+ *
+ * The job word (one atomic 64-bit value) holds the generation (high 32 bits), the closed flag
+ * (bit 31) and the number of workers inside the job (bits 0-30). Joining is a compare-and-swap
+ * that succeeds only while the job is open and of the generation the worker saw, and the caller
+ * publishes the next job only when the count is back to 0, so a joined worker reads the fields of
+ * its own job.
  *
  * Waiting. A training step is a few hundred short jobs back to back (a GEMM, a layernorm, …, each
  * 20 µs to 1 ms). Waking a thread blocked on a condition variable took ~60 µs on the 2-core VMs
@@ -30,23 +39,26 @@ extern int openblas_get_num_threads(void) __attribute__((weak));
 
 #define SPIN_NS 200000 /* how long an idle worker spins before it sleeps */
 
+#define JOB_GEN(w) ((uint32_t)((w) >> 32))
+#define JOB_CLOSED ((uint64_t)1 << 31)
+#define JOB_COUNT(w) ((uint32_t)((w) & (JOB_CLOSED - 1)))
+
 static struct {
     pthread_mutex_t mu;     /* guards sleeping and waking, and starting workers */
     pthread_cond_t wake;    /* sleeping workers: a new generation */
     pthread_mutex_t run_mu; /* held by the thread whose run is in progress */
     atomic_int configured;  /* fg_pool_set_threads value; 0 = default */
     int n_started;          /* worker threads alive (the caller not counted) */
-    atomic_ullong gen;      /* job generation: a store (release) publishes the fields below */
+    atomic_ullong job;      /* generation | closed | workers inside (see the top of the file) */
     atomic_int sleepers;    /* workers blocked on `wake` */
-    /* the job of generation gen */
+    /* the job of the current generation */
     fg_pool_fn fn;
     void *ctx;
     int64_t n_items;
     int n_part;             /* participants, the caller included */
-    atomic_int active;      /* workers (not the caller) that have not yet checked out of the job */
     atomic_llong next;      /* next item to hand out */
 } P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, NULL, NULL, 0, 0,
-       0, 0};
+       0};
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -62,7 +74,7 @@ static uint64_t now_ns(void) {
 
 static _Thread_local int tl_in_run;
 /* the generation a worker was started in: its first job is the next one */
-static uint64_t start_gen[FG_POOL_MAX_THREADS];
+static uint32_t start_gen[FG_POOL_MAX_THREADS];
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* In a child of fork() only the forking thread exists: forget the workers and any job. */
@@ -71,13 +83,12 @@ static void pool_after_fork_child(void) {
     pthread_cond_init(&P.wake, NULL);
     pthread_mutex_init(&P.run_mu, NULL);
     P.n_started = 0;
-    atomic_store(&P.gen, 0);
+    atomic_store(&P.job, 0);
     atomic_store(&P.sleepers, 0);
     P.fn = NULL;
     P.ctx = NULL;
     P.n_items = 0;
     P.n_part = 0;
-    atomic_store(&P.active, 0);
     atomic_store(&P.next, 0);
     tl_in_run = 0;
 }
@@ -128,37 +139,42 @@ static void run_items(fg_pool_fn fn, void *ctx, int64_t n, int worker) {
     }
 }
 
-/* Wait for a generation other than `seen`: spin for SPIN_NS, then sleep. Returns it. */
-static uint64_t wait_gen(uint64_t seen) {
-    uint64_t g = atomic_load_explicit(&P.gen, memory_order_acquire);
-    if (g != seen) return g;
+/* Wait for a job of a generation other than `seen`: spin for SPIN_NS, then sleep. Returns the
+ * job word. */
+static uint64_t wait_job(uint32_t seen) {
+    uint64_t w = atomic_load_explicit(&P.job, memory_order_acquire);
+    if (JOB_GEN(w) != seen) return w;
     const uint64_t t0 = now_ns();
     for (int i = 0;; i++) {
         cpu_relax();
-        g = atomic_load_explicit(&P.gen, memory_order_acquire);
-        if (g != seen) return g;
+        w = atomic_load_explicit(&P.job, memory_order_acquire);
+        if (JOB_GEN(w) != seen) return w;
         if ((i & 255) == 255 && now_ns() - t0 > SPIN_NS) break;
     }
-    /* sleep. sleepers goes up before gen is read again (both sequentially consistent), so a caller
-     * that publishes after our read sees sleepers > 0 and broadcasts under the mutex. */
+    /* sleep. sleepers goes up before the job word is read again (both sequentially consistent),
+     * so a caller that publishes after our read sees sleepers > 0 and broadcasts under the mutex. */
     pthread_mutex_lock(&P.mu);
     atomic_fetch_add(&P.sleepers, 1);
-    while ((g = atomic_load(&P.gen)) == seen) pthread_cond_wait(&P.wake, &P.mu);
+    while (JOB_GEN(w = atomic_load(&P.job)) == seen) pthread_cond_wait(&P.wake, &P.mu);
     atomic_fetch_sub(&P.sleepers, 1);
     pthread_mutex_unlock(&P.mu);
-    return g;
+    return w;
 }
 
 static void *worker_main(void *arg) {
     const int id = (int)(intptr_t)arg; /* 1 .. */
     tl_in_run = 1;
-    uint64_t seen = start_gen[id];
+    uint32_t seen = start_gen[id];
     for (;;) {
-        seen = wait_gen(seen);
-        /* every worker checks out of every job (the caller waits for all of them before it
-         * publishes the next), so the fields read here are this generation's */
+        uint64_t w = wait_job(seen);
+        seen = JOB_GEN(w);
+        /* join: count + 1, only while the job is open and still the one we saw */
+        int joined = 0;
+        while (!(w & JOB_CLOSED) && JOB_GEN(w) == seen && !joined)
+            joined = atomic_compare_exchange_weak(&P.job, &w, w + 1);
+        if (!joined) continue; /* closed: the caller did the items; or a newer job is waiting */
         if (id < P.n_part) run_items(P.fn, P.ctx, P.n_items, id);
-        atomic_fetch_sub_explicit(&P.active, 1, memory_order_release);
+        atomic_fetch_sub_explicit(&P.job, 1, memory_order_release);
     }
     return NULL;
 }
@@ -170,7 +186,7 @@ static int ensure_workers(int want) {
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        start_gen[P.n_started + 1] = atomic_load(&P.gen);
+        start_gen[P.n_started + 1] = JOB_GEN(atomic_load(&P.job));
         int rc = pthread_create(&t, &at, worker_main, (void *)(intptr_t)(P.n_started + 1));
         pthread_attr_destroy(&at);
         if (rc != 0) break; /* run with the threads there are */
@@ -215,9 +231,10 @@ void fg_pool_run(int64_t n_items, fg_pool_fn fn, void *ctx, unsigned flags) {
     P.ctx = ctx;
     P.n_items = n_items;
     P.n_part = part;
-    atomic_store_explicit(&P.active, P.n_started, memory_order_relaxed);
     atomic_store_explicit(&P.next, 0, memory_order_relaxed);
-    atomic_fetch_add(&P.gen, 1); /* publishes the job (sequentially consistent, see wait_gen) */
+    /* publish: the next generation, open, nobody inside (sequentially consistent, see wait_job) */
+    const uint64_t gen = (uint64_t)(JOB_GEN(atomic_load(&P.job)) + 1u);
+    atomic_store(&P.job, gen << 32);
     if (atomic_load(&P.sleepers) > 0) {
         pthread_mutex_lock(&P.mu);
         pthread_cond_broadcast(&P.wake);
@@ -228,10 +245,12 @@ void fg_pool_run(int64_t n_items, fg_pool_fn fn, void *ctx, unsigned flags) {
     run_items(fn, ctx, n_items, 0);
     tl_in_run = 0;
 
-    /* wait for every worker to check out: spin, then yield the core */
-    for (int i = 0; atomic_load_explicit(&P.active, memory_order_acquire) > 0; i++) {
+    /* close the job, then wait for the workers inside it: spin, then yield the core */
+    uint64_t w = atomic_fetch_or(&P.job, JOB_CLOSED) | JOB_CLOSED;
+    for (int i = 0; JOB_COUNT(w) > 0; i++) {
         if (i < 4096) cpu_relax();
         else sched_yield();
+        w = atomic_load_explicit(&P.job, memory_order_acquire);
     }
     P.fn = NULL;
     P.ctx = NULL;
