@@ -262,15 +262,20 @@ $(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/l
 -include $(EMU_CU_OBJ:.o=.d)
 
 # =================================================================================================
-# bench — CPU attention speed (issue 7)                       (this section only; appended)
+# bench — CPU speed (issue 7): attention, the GPT's matmuls, training
 # =================================================================================================
-# `make bench` times float32 flash attention, forward + backward through autograd, B=4 H=4 d=64,
-# N = $(BENCH_N), with and without the causal mask, on $(BENCH_THREADS) threads:
+# `make bench` runs three benchmarks on $(BENCH_THREADS) threads. First float32 flash attention,
+# forward + backward through autograd, B=4 H=4 d=64, N = $(BENCH_N), with and without the causal
+# mask:
 #   - against OpenBLAS sgemm on the same-shaped products (N x 64 by 64 x N, one per head), timed in
 #     the same run by `flashgrad bench attention`, which prints flash's GFLOP/s as a % of sgemm's;
 #   - when $(BENCH_PYTHON) has torch, against PyTorch's CPU attention (textbook formula with
 #     autograd; scaled_dot_product_attention where the installed torch has it), side by side in
 #     alternating runs by bench/attention_torch_cpu.py, which prints the speed-ups and a table.
+# Then `flashgrad bench matmul`: the float32 products of a training step (the Tiny Shakespeare
+# model's shapes) with each CPU matmul kernel. Then training: Tiny Shakespeare (n_layer 4, n_head 4,
+# n_embd 128, block 64, batch 12) side by side with the same GPT in PyTorch, by
+# bench/train_torch_cpu.py: tokens/s of each, their ratio, and the final validation losses.
 # OPENBLAS_CORETYPE is used as the environment has it (the machine line names OpenBLAS's kernel).
 # Reference figures: bench/results/attention_cpu.md. Timings on shared machines are noisy: compare
 # the ratios of one run; BENCH_ROUNDS=3 alternates the two sides three times and takes medians.
@@ -292,6 +297,7 @@ bench: all
 	    $(BUILD)/flashgrad bench attention --impl flash --b 4 --h 4 --d 64 --n $(BENCH_N) \
 	        --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) --causal; \
 	fi
+	@$(BUILD)/flashgrad bench matmul --threads $(BENCH_THREADS)
 	@# training (issue 7): Tiny Shakespeare, train's text defaults, side by side with the same GPT in PyTorch
 	@# (bench/train_torch_cpu.py: same data, batches, initial weights and AdamW; tokens/s, ratio, val loss).
 	@# Options pass through BENCH_TRAIN_ARGS, e.g. BENCH_TRAIN_ARGS='--steps 1000 --seeds 1,2,3'.

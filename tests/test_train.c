@@ -17,6 +17,8 @@
 #include "tensor/alloc.h"
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
+#include "ops/simd.h"
+#include "ops/threadpool.h"
 #include "tests/common.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -183,6 +185,46 @@ Test(train, same_seed_gives_the_same_losses_bit_for_bit) {
     fg_trainer_free(a);
     fg_trainer_free(b);
     fg_trainer_free(d);
+    fg_source_free(s);
+}
+
+/* The products, attention and elementwise ops split their work over the pool and pick AVX-512 or
+ * AVX2 at run time; none of it may change a bit of training. A model wide enough that every op
+ * takes the pool. */
+Test(train, training_is_bit_identical_for_any_thread_count_and_vector_level) {
+    fg_source *s = addition_source(2);
+    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    c.model.n_embd = 64;
+    c.model.n_head = 4;
+    c.batch_size = 16;
+    const fg_simd_level best = fg_simd_detect();
+    double ref[4];
+    fg_tensor *ref_params = NULL;
+    int runs = 0;
+    for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            fg_simd_set((fg_simd_level)lv);
+            fg_pool_set_threads(threads);
+            fg_trainer *t = trainer(&c, s);
+            double l[4];
+            steps(t, 4, l);
+            if (!ref_params) {
+                memcpy(ref, l, sizeof ref);
+                ref_params = fg_clone(t->model->params_flat);
+            } else {
+                for (int i = 0; i < 4; i++)
+                    cr_expect(l[i] == ref[i], "%s, %d threads, step %d: %a, first run %a", fg_simd_name(lv), threads,
+                              i + 1, l[i], ref[i]);
+                cr_expect(!memcmp(fg_data(t->model->params_flat), fg_data(ref_params), fg_nbytes(ref_params)),
+                          "%s, %d threads: parameters differ after 4 steps", fg_simd_name(lv), threads);
+            }
+            runs++;
+            fg_trainer_free(t);
+        }
+    fg_simd_set(best);
+    fg_pool_set_threads(0);
+    if (runs < 2) cr_log_warn("this CPU has no AVX2: only the scalar level, nothing to compare");
+    fg_release(ref_params);
     fg_source_free(s);
 }
 
