@@ -266,14 +266,23 @@ static attn_ctx *attn_ctx_new(const fg_attn_problem *pr, fg_attn_impl impl) {
     return c;
 }
 
-/* ---- backward rule ---- */
+/* ---- backward rules ---- */
+/* The kernels' backward for a node of fg_attention or fg_attention_qkv, whose saved tensors are
+ * Q, K, V, O, then L (flash) or P (naive), then lse_lo (flash float32): adds into dq, dk, dv (any
+ * may be NULL) for dout in O's (B, H, Nq, d) layout. */
+static fg_status attn_node_backward(const fg_node *n, void *dq, void *dk, void *dv, const fg_tensor *dout) {
+    const fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3];
+    const fg_tensor *lse_or_p = n->saved[4], *lo = n->n_saved > 5 ? n->saved[5] : NULL;
+    const attn_ctx *cx = n->ctx;
+    const int flash = cx->impl == FG_ATTN_FLASH;
+    return run_backward(&cx->pr, cx->impl, q->device, q->dtype, dq, dk, dv, fg_data(dout), fg_data(q), fg_data(k),
+                        fg_data(v), fg_data(o), flash ? fg_data(lse_or_p) : NULL,
+                        flash ? (lo ? fg_data(lo) : NULL) : fg_data(lse_or_p));
+}
+
 /* Reverses  o = attention(q, k, v): adds dQ, dK, dV into the inputs' gradient buffers. */
 static fg_status attention_backward(fg_node *n) {
-    fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3];
-    fg_tensor *lse_or_p = n->saved[4], *lo = n->n_saved > 5 ? n->saved[5] : NULL;
-    const attn_ctx *cx = n->ctx;
-    const fg_attn_problem pr = cx->pr;
-    const fg_attn_impl impl = cx->impl;
+    const fg_tensor *q = n->saved[0];
     fg_tensor *g[3];
     for (int i = 0; i < 3; i++) {
         fg_clear_error();
@@ -290,11 +299,8 @@ static fg_status attention_backward(fg_node *n) {
         return fg_error(FG_ERR_DTYPE, "attention backward: output gradient is %s, expected %s",
                         fg_dtype_name(dout->dtype), fg_dtype_name(q->dtype));
     }
-    const int flash = impl == FG_ATTN_FLASH;
-    fg_status st = run_backward(&pr, impl, q->device, q->dtype, g[0] ? fg_data(g[0]) : NULL,
-                                g[1] ? fg_data(g[1]) : NULL, g[2] ? fg_data(g[2]) : NULL, fg_data(dout), fg_data(q),
-                                fg_data(k), fg_data(v), fg_data(o), flash ? fg_data(lse_or_p) : NULL,
-                                flash ? (lo ? fg_data(lo) : NULL) : fg_data(lse_or_p));
+    fg_status st = attn_node_backward(n, g[0] ? fg_data(g[0]) : NULL, g[1] ? fg_data(g[1]) : NULL,
+                                      g[2] ? fg_data(g[2]) : NULL, dout);
     fg_release(dout);
     return st;
 }
@@ -487,11 +493,8 @@ static fg_tensor *gather_heads(const fg_tensor *r, int64_t Hs, int64_t d, int64_
 /* Reverses  y = attention_qkv(qkv): gathers dY into the heads' layout, runs the kernels' backward
  * into zeroed dQ, dK, dV and adds them into qkv's gradient rows. */
 static fg_status attention_qkv_backward(fg_node *n) {
-    fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3];
-    fg_tensor *lse_or_p = n->saved[4], *lo = n->n_saved > 5 ? n->saved[5] : NULL;
-    const attn_ctx *cx = n->ctx;
-    const fg_attn_problem pr = cx->pr;
-    const int flash = cx->impl == FG_ATTN_FLASH;
+    const fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
+    const fg_attn_problem pr = ((const attn_ctx *)n->ctx)->pr;
     const int64_t H = pr.H, Hkv = pr.var.n_kv_heads, d = pr.d, B = pr.B, T = pr.Nq, W = (H + 2 * Hkv) * d;
     fg_tensor *g = fg_grad_buffer(n->inputs[0]);
     if (!g) return fg_last_status();
@@ -505,9 +508,7 @@ static fg_status attention_qkv_backward(fg_node *n) {
     fg_tensor *dv = dk ? fg_zeros(q->dtype, FG_CPU, 4, v->shape) : NULL;
     fg_status st = dv ? FG_OK : fg_last_status();
     if (st == FG_OK)
-        st = run_backward(&pr, cx->impl, FG_CPU, q->dtype, fg_data(dq), fg_data(dk), fg_data(dv), fg_data(dout),
-                          fg_data(q), fg_data(k), fg_data(v), fg_data(o), flash ? fg_data(lse_or_p) : NULL,
-                          flash ? (lo ? fg_data(lo) : NULL) : fg_data(lse_or_p));
+        st = attn_node_backward(n, fg_data(dq), fg_data(dk), fg_data(dv), dout);
     if (st == FG_OK) { /* forward: q, k, v = the head groups of qkv  ->  dqkv += dq, dk, dv in place */
         repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dq), B, T, W, H, d, 0);
         repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dk), B, T, W, Hkv, d, H * d);

@@ -100,6 +100,16 @@ typedef struct {
     int want_dw, want_db;
 } ln_job;
 
+/* out[i] = (x[i] − m)·rs·w[i] + b[i] for i in [from, C): the scalar form, and the vector forms' tail */
+static inline void ln_fwd_out(const ln_job *j, const float *x, float *o, float m, float rs, int64_t from) {
+    for (int64_t i = from; i < j->C; i++) {
+        float t = (x[i] - m) * rs;
+        if (j->w) t *= j->w[i];
+        if (j->b) t += j->b[i];
+        o[i] = t;
+    }
+}
+
 static void ln_fwd_row_scalar(const ln_job *j, int64_t r) {
     const int64_t C = j->C, C16 = (C + 15) & ~(int64_t)15;
     const float *x = j->x + r * C;
@@ -112,13 +122,7 @@ static void ln_fwd_row_scalar(const ln_job *j, int64_t r) {
         l[i & 15] += d * d;
     }
     const float rs = (float)(1.0 / sqrt(fg_lanes16_sum(l) / (double)C + j->eps));
-    float *o = j->out + r * C;
-    for (int64_t i = 0; i < C; i++) {
-        float t = (x[i] - m) * rs;
-        if (j->w) t *= j->w[i];
-        if (j->b) t += j->b[i];
-        o[i] = t;
-    }
+    ln_fwd_out(j, x, j->out + r * C, m, rs, 0);
     j->mean_out[r] = m;
     j->rstd_out[r] = rs;
 }
@@ -264,12 +268,7 @@ FG_TARGET_AVX2 static void ln_fwd_row_avx2(const ln_job *j, int64_t r) {
         if (j->b) t = _mm256_add_ps(t, _mm256_loadu_ps(j->b + i));
         _mm256_storeu_ps(o + i, t);
     }
-    for (; i < C; i++) {
-        float t = (x[i] - m) * rs;
-        if (j->w) t *= j->w[i];
-        if (j->b) t += j->b[i];
-        o[i] = t;
-    }
+    ln_fwd_out(j, x, o, m, rs, i);
     j->mean_out[r] = m;
     j->rstd_out[r] = rs;
 }
