@@ -22,6 +22,7 @@
 
 #include "ops/ops_internal.h"
 #include "ops/threadpool.h"
+#include "ops/vphilox.h"
 #include "tensor/philox.h"
 
 const char *fg_attn_impl_name(fg_attn_impl impl) {
@@ -45,23 +46,24 @@ int fg_attn_has_variant(const fg_attn_opts *o) {
            c->mask || c->block_mask;
 }
 
-/* ---- dropout: Z(b, h, i, j) = keep ? 1/(1-p) : 0, regenerated wherever it is needed ---- */
+/* ---- dropout: Z(b, h, i, j) = keep ? 1/(1-p) : 0, regenerated wherever it is needed ----
+ * counter = (j/4, i, h, b), word j%4: one Philox block serves four keys (fg_attn_keep). The blocks
+ * of a row segment come DROP_BLOCKS at a time from fg_philox_blocks (ops/vphilox.h: the same words,
+ * 16 blocks per AVX-512 instruction sequence). */
+#define DROP_BLOCKS 64
 #define FG_DEFINE_DROPOUT_SCALE(T, SFX)                                                             \
     void fg_attn_dropout_scale_##SFX(T *x, int64_t n, uint64_t seed, uint32_t threshold, T inv_keep, \
                                      int64_t b, int64_t h, int64_t i, int64_t j0) {                 \
         if (threshold == 0) return;                                                                 \
-        /* counter = (j/4, i, h, b), word j%4: one Philox block serves four keys (fg_attn_keep) */  \
         const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};                           \
-        uint32_t out[4];                                                                             \
-        int64_t have = -1; /* the block index `out` holds */                                        \
-        for (int64_t jj = 0; jj < n; jj++) {                                                        \
-            int64_t j = j0 + jj;                                                                    \
-            if ((j >> 2) != have) {                                                                 \
-                uint32_t ctr[4] = {(uint32_t)(j >> 2), (uint32_t)i, (uint32_t)h, (uint32_t)b};      \
-                fg_philox4x32_10(ctr, key, out);                                                    \
-                have = j >> 2;                                                                      \
-            }                                                                                        \
-            x[jj] = out[j & 3] >= threshold ? x[jj] * inv_keep : (T)0;                              \
+        uint32_t w[4 * DROP_BLOCKS];                                                                 \
+        for (int64_t jj = 0; jj < n;) {                                                             \
+            const int64_t j = j0 + jj, blk = j >> 2, last = (j0 + n - 1) >> 2;                     \
+            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? last - blk + 1 : DROP_BLOCKS;         \
+            fg_philox_blocks((uint32_t)blk, (uint32_t)i, (uint32_t)h, (uint32_t)b, key, nb, w);     \
+            /* w[j' - 4·blk] is key j''s word, for j' up to 4·(blk + nb) */                          \
+            const int64_t end = 4 * (blk + nb) - j0 < n ? 4 * (blk + nb) - j0 : n;                 \
+            for (; jj < end; jj++) x[jj] = w[j0 + jj - 4 * blk] >= threshold ? x[jj] * inv_keep : (T)0; \
         }                                                                                            \
     }
 FG_DEFINE_DROPOUT_SCALE(float, f32)

@@ -7,51 +7,85 @@
  *
  * The backward calls keep(k) again with the same (seed, stream) (kept in iargs), so it drops
  * exactly the elements the forward dropped; cuda/dropout.cu draws the same numbers.
- * Philox yields 4 words per counter block; the kernels compute one block per 4 elements.
+ * Philox yields 4 words per counter block (block k/4, word k%4).
  */
 #include <string.h>
 
 #include "ops/ops_internal.h"
+#include "ops/vmath.h"
+#include "ops/vphilox.h"
 #include "tensor/philox.h"
 
+/* The keep mask of elements [k0, k1): out[k] (and in the backward dx[k]) for a contiguous range.
+ * The words of the covering Philox blocks come DROP_BLOCKS at a time from fg_philox_stream_blocks
+ * (ops/vphilox.h: the same words as fg_philox_block, a vector of blocks per instruction sequence);
+ * fg_par_range splits the range over the pool in fixed pieces (element-wise: any split gives the
+ * same result). */
+#define DROP_BLOCKS 64
+#define DROP_CHUNK 16384 /* elements per piece: a multiple of 4 */
+
+typedef struct {
+    void *y;        /* out (forward) or dx (backward) */
+    const void *x;  /* x (forward) or dout (backward) */
+    uint64_t seed, stream;
+    uint32_t thr;
+    double scale;
+    int backward;   /* 0: y = keep ? x·scale : 0;  1: y += keep ? x·scale : 0 */
+} drop_job;
+
 #define DROPOUT_KERNELS(T, SFX)                                                                        \
-    /* operands: out (contiguous, so its offset is k), x. Whole Philox blocks (k % 4 == 0, four      \
-     * elements) take one fg_philox_block; the few elements at the ends of a row draw one word. */    \
-    static void dropout_fwd_##SFX(T *out, const T *x, fg_iter *it, uint64_t seed, uint64_t stream,     \
-                                  uint32_t thr, double scale_) {                                       \
-        T scale = (T)scale_;                                                                           \
-        while (fg_iter_next(it)) {                                                                     \
-            /* out is contiguous: along a row k steps by 1 (or the row is one element) */              \
-            int64_t k0 = it->off[0], sx = it->inner[1], n = it->n;                                     \
-            const T *px = x + it->off[1];                                                              \
-            for (int64_t i = 0; i < n;) {                                                              \
-                uint64_t k = (uint64_t)(k0 + i);                                                       \
-                if ((k & 3) == 0 && n - i >= 4) {                                                      \
-                    uint32_t b[4];                                                                     \
-                    fg_philox_block(seed, stream, k >> 2, b);                                          \
-                    for (int j = 0; j < 4; j++) out[k + j] = b[j] >= thr ? px[(i + j) * sx] * scale : (T)0; \
-                    i += 4;                                                                            \
-                } else {                                                                               \
-                    out[k] = fg_philox_u32(seed, stream, k) >= thr ? px[i * sx] * scale : (T)0;        \
-                    i++;                                                                               \
-                }                                                                                      \
-            }                                                                                          \
+    static void drop_range_##SFX(const drop_job *J, int64_t k0, int64_t k1) {                          \
+        T *y = J->y;                                                                                   \
+        const T *x = J->x;                                                                             \
+        const T scale = (T)J->scale;                                                                   \
+        uint32_t w[4 * DROP_BLOCKS];                                                                   \
+        for (int64_t k = k0; k < k1;) {                                                                \
+            const uint64_t blk = (uint64_t)k >> 2, last = (uint64_t)(k1 - 1) >> 2;                     \
+            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? (int64_t)(last - blk + 1) : DROP_BLOCKS; \
+            fg_philox_stream_blocks(J->seed, J->stream, blk, nb, w);                                   \
+            const int64_t end = (int64_t)(4 * (blk + (uint64_t)nb)) < k1 ? (int64_t)(4 * (blk + (uint64_t)nb)) : k1; \
+            const uint32_t *wk = w - 4 * blk; /* wk[k] is element k's word */                          \
+            if (J->backward)                                                                           \
+                for (; k < end; k++) y[k] += wk[k] >= J->thr ? x[k] * scale : (T)0;                    \
+            else                                                                                       \
+                for (; k < end; k++) y[k] = wk[k] >= J->thr ? x[k] * scale : (T)0;                     \
         }                                                                                              \
     }                                                                                                  \
-    /* forward: out[k] = keep(k) ? x[k] * scale : 0  ->  dx[k] += keep(k) ? dout[k] * scale : 0 */   \
-    static void dropout_bwd_##SFX(T *dx, const T *dout, int64_t n, uint64_t seed, uint64_t stream,     \
-                                  uint32_t thr, double scale_) {                                       \
+    /* a strided x (the rare case): out is contiguous, so its offset is k; one word at a time */      \
+    static void dropout_fwd_strided_##SFX(T *out, const T *x, fg_iter *it, uint64_t seed, uint64_t stream, \
+                                          uint32_t thr, double scale_) {                               \
         T scale = (T)scale_;                                                                           \
-        int64_t k = 0;                                                                                 \
-        for (; k + 4 <= n; k += 4) {                                                                   \
-            uint32_t b[4];                                                                             \
-            fg_philox_block(seed, stream, (uint64_t)k >> 2, b);                                        \
-            for (int j = 0; j < 4; j++) dx[k + j] += b[j] >= thr ? dout[k + j] * scale : (T)0;         \
+        while (fg_iter_next(it)) {                                                                     \
+            int64_t k0 = it->off[0], sx = it->inner[1], n = it->n;                                     \
+            const T *px = x + it->off[1];                                                              \
+            for (int64_t i = 0; i < n; i++)                                                            \
+                out[k0 + i] = fg_philox_u32(seed, stream, (uint64_t)(k0 + i)) >= thr ? px[i * sx] * scale : (T)0; \
         }                                                                                              \
-        for (; k < n; k++) dx[k] += fg_philox_u32(seed, stream, (uint64_t)k) >= thr ? dout[k] * scale : (T)0; \
     }
 DROPOUT_KERNELS(float, f32)
 DROPOUT_KERNELS(double, f64)
+
+/* a drop_job and its dtype: the context of one fg_par_range */
+typedef struct {
+    drop_job job;
+    fg_dtype dt;
+} drop_ctx;
+
+/* elements [b, e): one piece of fg_par_range */
+static void drop_piece(void *ctx, int64_t b, int64_t e) {
+    const drop_ctx *c = ctx;
+    if (c->dt == FG_F32) drop_range_f32(&c->job, b, e);
+    else drop_range_f64(&c->job, b, e);
+}
+
+/* y = / += keep ? x·scale : 0 over n contiguous elements */
+static void drop_contiguous(fg_dtype dt, void *y, const void *x, int64_t n, uint64_t seed, uint64_t stream,
+                            uint32_t thr, double scale, int backward) {
+    drop_ctx c = {.job = {.y = y, .x = x, .seed = seed, .stream = stream, .thr = thr, .scale = scale,
+                          .backward = backward},
+                  .dt = dt};
+    fg_par_range(n, DROP_CHUNK, 1.0, drop_piece, &c); /* ~1 ns an element on one core */
+}
 
 /* fargs[0] = p; iargs = {seed, stream} */
 static fg_status dropout_backward(fg_node *n) {
@@ -60,8 +94,9 @@ static fg_status dropout_backward(fg_node *n) {
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
     double p = n->fargs[0];
-    FG_DISPATCH(dx->dtype, dropout_bwd, fg_data(dx), fg_data(dout), fg_numel(dx), (uint64_t)n->iargs[0],
-                (uint64_t)n->iargs[1], fg_dropout_threshold(p), 1.0 / (1.0 - p));
+    /* forward: out[k] = keep(k) ? x[k] * scale : 0  ->  dx[k] += keep(k) ? dout[k] * scale : 0 */
+    drop_contiguous(dx->dtype, fg_data(dx), fg_data(dout), fg_numel(dx), (uint64_t)n->iargs[0], (uint64_t)n->iargs[1],
+                    fg_dropout_threshold(p), 1.0 / (1.0 - p), 1);
     fg_release(dout);
     return FG_OK;
 }
@@ -81,13 +116,18 @@ fg_tensor *fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream) {
     if (p == 0.0) return fg_retain(x);
     fg_tensor *out = fg_empty(x->dtype, FG_CPU, x->ndim, x->shape);
     if (!out) return NULL;
-    int64_t st[2][FG_MAX_DIMS];
-    fg_contig_strides(x->ndim, x->shape, st[0]);
-    memcpy(st[1], x->strides, sizeof st[1]);
-    fg_iter it;
-    fg_iter_init(&it, x->ndim, x->shape, 2, st);
-    FG_DISPATCH(x->dtype, dropout_fwd, fg_data(out), fg_data(x), &it, seed, stream, fg_dropout_threshold(p),
-                1.0 / (1.0 - p));
+    if (fg_is_contiguous(x)) {
+        drop_contiguous(x->dtype, fg_data(out), fg_data(x), fg_numel(x), seed, stream, fg_dropout_threshold(p),
+                        1.0 / (1.0 - p), 0);
+    } else {
+        int64_t st[2][FG_MAX_DIMS];
+        fg_contig_strides(x->ndim, x->shape, st[0]);
+        memcpy(st[1], x->strides, sizeof st[1]);
+        fg_iter it;
+        fg_iter_init(&it, x->ndim, x->shape, 2, st);
+        FG_DISPATCH(x->dtype, dropout_fwd_strided, fg_data(out), fg_data(x), &it, seed, stream,
+                    fg_dropout_threshold(p), 1.0 / (1.0 - p));
+    }
     fg_node *node = fg_record(out, op, dropout_backward, 1, (fg_tensor *[]){x});
     if (node) {
         node->fargs[0] = p;

@@ -20,6 +20,8 @@
 #include "ops/simd.h"
 #include "ops/threadpool.h"
 #include "ops/vmath.h"
+#include "ops/vphilox.h"
+#include "tensor/philox.h"
 #include "tests/common.h"
 #include "train/adamw.h"
 #include "train/gpt.h"
@@ -687,4 +689,66 @@ Test(fastpath, optimizer_matches_double_and_every_level_and_thread_count) {
     fg_simd_set(best);
     assert_same_bits_everywhere("optimizer", opt_run, NULL);
     free(p), free(m), free(v);
+}
+
+/* ---- Philox for dropout masks (ops/vphilox.h) ---- */
+
+/* Every level gives tensor/philox.h's words (checked there against the published known answers),
+ * for counts that are not multiples of the vector width and a first counter word that wraps. */
+Test(fastpath, philox_blocks_equal_the_scalar_philox_on_every_level) {
+    const uint32_t key[2] = {0x243F6A88u, 0x85A308D3u};
+    enum { NMAX = 300 };
+    uint32_t *got = malloc(4 * NMAX * sizeof *got), *want = malloc(4 * NMAX * sizeof *want);
+    const fg_simd_level best = fg_simd_detect();
+    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+        fg_simd_set((fg_simd_level)lv);
+        for (int64_t n = 0; n <= NMAX; n += 13) {
+            const uint32_t c0 = 0xFFFFFFFFu - (uint32_t)(3 * n); /* wraps for n > 0 */
+            fg_philox_blocks(c0, 0x13198A2Eu, 0x03707344u, (uint32_t)n, key, n, got);
+            for (int64_t i = 0; i < n; i++) {
+                const uint32_t ctr[4] = {c0 + (uint32_t)i, 0x13198A2Eu, 0x03707344u, (uint32_t)n};
+                fg_philox4x32_10(ctr, key, want + 4 * i);
+            }
+            for (int64_t i = 0; i < 4 * n; i++)
+                cr_assert_eq(got[i], want[i], "%s, n %lld: word %lld is %08x, scalar %08x", fg_simd_name(lv),
+                             (long long)n, (long long)i, got[i], want[i]);
+        }
+        /* a 64-bit block index that carries into the second counter word */
+        const uint64_t first = 0x00000001FFFFFFF7ull;
+        fg_philox_stream_blocks(99, 7, first, 40, got);
+        for (int64_t i = 0; i < 40; i++) {
+            fg_philox_block(99, 7, first + (uint64_t)i, want);
+            cr_assert(!memcmp(got + 4 * i, want, 4 * sizeof *want), "%s: stream block %llx differs",
+                      fg_simd_name(lv), (unsigned long long)(first + (uint64_t)i));
+        }
+    }
+    fg_simd_set(best);
+    free(got);
+    free(want);
+}
+
+/* The dropout op on the pool: the mask of fg_philox_u32 for every element, for any thread count,
+ * forward and backward, at a size that is not a multiple of 4 or of a piece. */
+Test(fastpath, dropout_mask_is_philox_on_the_pool_for_any_thread_count) {
+    const int64_t n = 3 * 16384 + 7;
+    const double p = 0.3;
+    const uint32_t thr = fg_dropout_threshold(p);
+    const double prev = fg_par_set_min_ns(0); /* every loop of two or more pieces takes the pool */
+    for (int threads = 1; threads <= 3; threads += 2) {
+        fg_pool_set_threads(threads);
+        fg_tensor *x = fgt_leaf(FG_F32, FGT_DIMS(n), 5), *dy = fgt_rand(FG_F32, FGT_DIMS(n), 6);
+        fg_tensor *y = fgt_ok(fg_dropout(x, p, 1234, 5), "dropout");
+        cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+        const float *px = fg_data(x), *py = fg_data(y), *pd = fg_data(dy), *pg = fg_data(x->grad);
+        const float scale = (float)(1.0 / (1.0 - p));
+        for (int64_t k = 0; k < n; k++) {
+            const int keep = fg_philox_u32(1234, 5, (uint64_t)k) >= thr;
+            const float want = keep ? px[k] * scale : 0.0f, want_g = keep ? pd[k] * scale : 0.0f;
+            cr_assert(py[k] == want && pg[k] == want_g, "%d threads, element %lld: y %a (want %a), dx %a (want %a)",
+                      threads, (long long)k, py[k], want, pg[k], want_g);
+        }
+        fg_release(y), fg_release(x), fg_release(dy);
+    }
+    fg_pool_set_threads(0);
+    fg_par_set_min_ns(prev);
 }
