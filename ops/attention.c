@@ -498,8 +498,9 @@ static fg_status attention_qkv_backward(fg_node *n) {
     const fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
     const fg_attn_problem pr = ((const attn_ctx *)n->ctx)->pr;
     const int64_t H = pr.H, Hkv = pr.var.n_kv_heads, d = pr.d, B = pr.B, T = pr.Nq, W = (H + 2 * Hkv) * d;
+    fg_clear_error();
     fg_tensor *g = fg_grad_buffer(n->inputs[0]);
-    if (!g) return fg_last_status();
+    if (!g) return fg_last_status(); /* FG_OK: qkv wants no gradient; else it could not be allocated */
     if (g->dtype != q->dtype || !fg_is_contiguous(g))
         return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
                         fg_dtype_name(q->dtype));

@@ -89,7 +89,16 @@
 typedef struct {
     void *buf[FG_POOL_MAX_THREADS];
     size_t bytes;
+    atomic_int oom; /* a late buffer (flash_scratch_get) could not be had */
 } flash_scratch;
+
+/* Worker w's buffer. Always allocated up front — unless another thread raised the pool's thread
+ * count between flash_run's allocation and the run; such a worker takes its buffer here. NULL
+ * (and oom set) when memory is short: the item must then do nothing, and flash_run reports it. */
+static void *flash_scratch_get(flash_scratch *s, int w) {
+    if (!s->buf[w] && !(s->buf[w] = fg_alloc(FG_CPU, s->bytes))) atomic_store(&s->oom, 1);
+    return s->buf[w];
+}
 
 static void flash_scratch_free(flash_scratch *s) {
     for (int w = 0; w < FG_POOL_MAX_THREADS; w++)
@@ -115,6 +124,8 @@ static fg_status flash_run(int64_t n, fg_pool_fn fn, void *ctx, flash_scratch *s
     else
         fg_pool_run(n, fn, ctx, flags);
     flash_scratch_free(s);
+    if (atomic_load(&s->oom))
+        return fg_error(FG_ERR_OOM, "flash attention %s: cannot allocate %zu bytes of scratch", what, s->bytes);
     return FG_OK;
 }
 
@@ -519,7 +530,8 @@ static void fwd32_item(void *ctx, int64_t item, int worker) {
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k;
     const int64_t ld = (int64_t)J->ld;
-    float *scr = J->scratch.buf[worker];
+    float *scr = flash_scratch_get(&J->scratch, worker);
+    if (!scr) return;
     float *QT = scr, *ST = QT + d * ld, *m = ST + bk * ld, *l = m + ld, *alpha = l + ld, *R = alpha + ld;
     int64_t bh, qb;
     flash_fwd_item(item, pr->B * H, J->nqb, &bh, &qb);
@@ -623,7 +635,8 @@ static void bwd32_item(void *ctx, int64_t item, int worker) {
     bwd32_job *J = ctx;
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k, G = J->G;
-    float *scr = J->scratch.buf[worker];
+    float *scr = flash_scratch_get(&J->scratch, worker);
+    if (!scr) return;
     const int64_t tile = bq * bk;
     float *KT = scr, *VT = KT + d * bk, *P = VT + d * bk, *dS = P + tile, *D = dS + tile;
     float *Z = J->dropout ? D + G * Nq : NULL, *Gt = J->chain ? D + G * Nq + (J->dropout ? tile : 0) : NULL;
@@ -883,7 +896,8 @@ static void SFX(fwd_blas_item)(void *ctx, int64_t item, int worker) {
     SFX(fwd_blas_job) *J = ctx;
     const fg_attn_problem *pr = J->pr;
     const int64_t H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, bq = pr->block_q, bk = pr->block_k;
-    T *S = J->scratch.buf[worker];
+    T *S = flash_scratch_get(&J->scratch, worker);
+    if (!S) return;
     T *m = S + bq * bk, *l = m + bq;
     int64_t bh, qb;
     flash_fwd_item(item, pr->B * H, J->nqb, &bh, &qb);
@@ -1007,7 +1021,8 @@ static void SFX(bwd_blas_item)(void *ctx, int64_t item, int worker) {
     SFX(bwd_blas_job) *J = ctx;
     const fg_attn_problem *pr = J->pr;
     const int64_t H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, G = J->G;
-    T *P = J->scratch.buf[worker];
+    T *P = flash_scratch_get(&J->scratch, worker);
+    if (!P) return;
     const int64_t tile = (int64_t)pr->block_q * pr->block_k, nd = Nq > 0 ? Nq : 1;
     T *dS = P + tile, *D = dS + tile, *Z = J->dropout ? D + nd : NULL;
     T *Gt = J->chain ? D + nd + (J->dropout ? tile : 0) : NULL;

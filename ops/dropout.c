@@ -44,11 +44,11 @@ typedef struct {
             const int64_t nb = last - blk + 1 < DROP_BLOCKS ? (int64_t)(last - blk + 1) : DROP_BLOCKS; \
             fg_philox_stream_blocks(J->seed, J->stream, blk, nb, w);                                   \
             const int64_t end = (int64_t)(4 * (blk + (uint64_t)nb)) < k1 ? (int64_t)(4 * (blk + (uint64_t)nb)) : k1; \
-            const uint32_t *wk = w - 4 * blk; /* wk[k] is element k's word */                          \
+            const int64_t k4 = (int64_t)(4 * blk); /* w[k - k4] is element k's word */              \
             if (J->backward)                                                                           \
-                for (; k < end; k++) y[k] += wk[k] >= J->thr ? x[k] * scale : (T)0;                    \
+                for (; k < end; k++) y[k] += w[k - k4] >= J->thr ? x[k] * scale : (T)0;                \
             else                                                                                       \
-                for (; k < end; k++) y[k] = wk[k] >= J->thr ? x[k] * scale : (T)0;                     \
+                for (; k < end; k++) y[k] = w[k - k4] >= J->thr ? x[k] * scale : (T)0;                 \
         }                                                                                              \
     }                                                                                                  \
     /* a strided x (the rare case): out is contiguous, so its offset is k; one word at a time */      \

@@ -21,6 +21,7 @@
  */
 #include <cblas.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -161,29 +162,33 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  * dW, 128 x 512 x 768) ran at ~200 GFLOP/s against OpenBLAS Haswell's ~160; B' of 2.4 MiB ran at
  * ~120 against ~170. */
 static double gemm_tile_max_b(void) {
-    static double v = 0;
-    if (v == 0) {
-        long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        v = l2 > 0 ? 0.75 * (double)l2 : (double)(3 << 19);
+    static _Atomic long v; /* bytes; 0 until the first call */
+    long b = atomic_load_explicit(&v, memory_order_relaxed);
+    if (b == 0) {
+        const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        b = l2 > 0 ? l2 / 4 * 3 : 3L << 19;
+        atomic_store_explicit(&v, b, memory_order_relaxed);
     }
-    return v;
+    return (double)b;
 }
 
 /* fg_matmul_set_kernel's setting; -1 until the first product reads FG_MATMUL=blas from the
  * environment. */
-static int gemm_kernel_setting = -1;
+static atomic_int gemm_kernel_setting = -1;
 
 static int gemm_force_blas(void) {
-    if (gemm_kernel_setting < 0) {
+    int k = atomic_load_explicit(&gemm_kernel_setting, memory_order_relaxed);
+    if (k < 0) {
         const char *e = getenv("FG_MATMUL");
-        gemm_kernel_setting = e && !strcmp(e, "blas") ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
+        k = e && !strcmp(e, "blas") ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
+        atomic_store_explicit(&gemm_kernel_setting, k, memory_order_relaxed);
     }
-    return gemm_kernel_setting == FG_MATMUL_BLAS;
+    return k == FG_MATMUL_BLAS;
 }
 
 fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k) {
     const fg_matmul_kernel was = gemm_force_blas() ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
-    gemm_kernel_setting = k == FG_MATMUL_BLAS ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
+    atomic_store(&gemm_kernel_setting, k == FG_MATMUL_BLAS ? FG_MATMUL_BLAS : FG_MATMUL_AUTO);
     return was;
 }
 
@@ -266,6 +271,7 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *
             J.ldb = N;
         } else {
             J.tile = 0; /* no memory for the copy: BLAS reads B transposed as it is */
+            fg_clear_error();
         }
     }
     /* Row blocks. The tile kernel's results do not depend on the split, so its blocks follow the

@@ -46,6 +46,7 @@ extern int openblas_get_num_threads(void) __attribute__((weak));
 static struct {
     pthread_mutex_t mu;     /* guards sleeping and waking, and starting workers */
     pthread_cond_t wake;    /* sleeping workers: a new generation */
+    pthread_cond_t park;    /* parked workers (id >= the thread count): the count went up */
     pthread_mutex_t run_mu; /* held by the thread whose run is in progress */
     atomic_int configured;  /* fg_pool_set_threads value; 0 = default */
     int n_started;          /* worker threads alive (the caller not counted) */
@@ -57,8 +58,15 @@ static struct {
     int64_t n_items;
     int n_part;             /* participants, the caller included */
     atomic_llong next;      /* next item to hand out */
-} P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, NULL, NULL, 0, 0,
-       0};
+} P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+       0, 0, 0, 0, NULL, NULL, 0, 0, 0};
+
+/* OpenBLAS set to one thread while any FG_POOL_BLAS_SERIAL run is in progress, in any thread: the
+ * first to enter saves its thread count, the last to leave restores it. */
+static struct {
+    pthread_mutex_t mu;
+    int depth, saved;
+} B = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -81,7 +89,11 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void pool_after_fork_child(void) {
     pthread_mutex_init(&P.mu, NULL);
     pthread_cond_init(&P.wake, NULL);
+    pthread_cond_init(&P.park, NULL);
     pthread_mutex_init(&P.run_mu, NULL);
+    pthread_mutex_init(&B.mu, NULL);
+    B.depth = 0;
+    B.saved = 0;
     P.n_started = 0;
     atomic_store(&P.job, 0);
     atomic_store(&P.sleepers, 0);
@@ -126,7 +138,25 @@ int fg_pool_threads(void) {
 void fg_pool_set_threads(int n) {
     if (n < 0) n = 0;
     if (n > FG_POOL_MAX_THREADS) n = FG_POOL_MAX_THREADS;
+    pthread_mutex_lock(&P.mu);
     atomic_store(&P.configured, n);
+    pthread_cond_broadcast(&P.park); /* parked workers that are wanted again */
+    pthread_mutex_unlock(&P.mu);
+}
+
+static void blas_serial_enter(void) {
+    pthread_mutex_lock(&B.mu);
+    if (B.depth++ == 0) {
+        B.saved = openblas_get_num_threads();
+        openblas_set_num_threads(1);
+    }
+    pthread_mutex_unlock(&B.mu);
+}
+
+static void blas_serial_exit(void) {
+    pthread_mutex_lock(&B.mu);
+    if (--B.depth == 0 && B.saved > 0) openblas_set_num_threads(B.saved);
+    pthread_mutex_unlock(&B.mu);
 }
 
 int fg_pool_in_run(void) { return tl_in_run; }
@@ -166,8 +196,18 @@ static void *worker_main(void *arg) {
     tl_in_run = 1;
     uint32_t seen = start_gen[id];
     for (;;) {
+        if (id >= fg_pool_threads()) {
+            /* not wanted at the current thread count (fg_pool_set_threads lowered it): park, so
+             * as not to spin on jobs this worker may not take part in */
+            pthread_mutex_lock(&P.mu);
+            while (id >= fg_pool_threads()) pthread_cond_wait(&P.park, &P.mu);
+            pthread_mutex_unlock(&P.mu);
+            seen = JOB_GEN(atomic_load(&P.job)); /* the jobs published meanwhile are done or closing */
+            continue;
+        }
         uint64_t w = wait_job(seen);
         seen = JOB_GEN(w);
+        if (id >= fg_pool_threads()) continue; /* lowered while we waited */
         /* join: count + 1, only while the job is open and still the one we saw */
         int joined = 0;
         while (!(w & JOB_CLOSED) && JOB_GEN(w) == seen && !joined)
@@ -205,23 +245,14 @@ static void run_serial(int64_t n_items, fg_pool_fn fn, void *ctx) {
 void fg_pool_run(int64_t n_items, fg_pool_fn fn, void *ctx, unsigned flags) {
     if (n_items <= 0 || !fn) return;
     pthread_once(&atfork_once, pool_register_atfork);
-    int blas_before = 0;
     const int blas = (flags & FG_POOL_BLAS_SERIAL) && openblas_set_num_threads && openblas_get_num_threads;
     const int want = fg_pool_threads();
+    if (blas) blas_serial_enter();
     if (tl_in_run || want <= 1 || n_items == 1 || pthread_mutex_trylock(&P.run_mu) != 0) {
-        /* nested, single-threaded or another run in progress: this thread does it all. (BLAS keeps
-         * its threads here unless we are inside a run, where the outer run already set it to 1.) */
-        if (blas && !tl_in_run) {
-            blas_before = openblas_get_num_threads();
-            openblas_set_num_threads(1);
-        }
+        /* nested, single-threaded or another run in progress: this thread does it all */
         run_serial(n_items, fn, ctx);
-        if (blas && blas_before > 0) openblas_set_num_threads(blas_before);
+        if (blas) blas_serial_exit();
         return;
-    }
-    if (blas) {
-        blas_before = openblas_get_num_threads();
-        openblas_set_num_threads(1);
     }
     pthread_mutex_lock(&P.mu);
     int part = ensure_workers(want);
@@ -247,13 +278,17 @@ void fg_pool_run(int64_t n_items, fg_pool_fn fn, void *ctx, unsigned flags) {
 
     /* close the job, then wait for the workers inside it: spin, then yield the core */
     uint64_t w = atomic_fetch_or(&P.job, JOB_CLOSED) | JOB_CLOSED;
-    for (int i = 0; JOB_COUNT(w) > 0; i++) {
-        if (i < 4096) cpu_relax();
-        else sched_yield();
+    for (int i = 0; JOB_COUNT(w) > 0;) {
+        if (i < 4096) {
+            cpu_relax();
+            i++;
+        } else {
+            sched_yield();
+        }
         w = atomic_load_explicit(&P.job, memory_order_acquire);
     }
     P.fn = NULL;
     P.ctx = NULL;
     pthread_mutex_unlock(&P.run_mu);
-    if (blas && blas_before > 0) openblas_set_num_threads(blas_before);
+    if (blas) blas_serial_exit();
 }
