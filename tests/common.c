@@ -135,6 +135,14 @@ fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_te
 size_t fgt_alloc_current(void) { return fg_alloc_get_stats(FG_CPU).current; }
 
 /* ---- attention ---- */
+fg_tensor *fgt_randn4(fg_dtype dt, int64_t B, int64_t H, int64_t N, int64_t d, double std, uint64_t seed,
+                      uint64_t stream) {
+    int64_t shape[4] = {B, H, N, d};
+    fg_tensor *t = fg_rand_normal(dt, FG_CPU, 4, shape, 0.0, std, seed, stream);
+    cr_assert(t, "fg_rand_normal: %s", fg_last_error());
+    return t;
+}
+
 fgt_attn_run fgt_run_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_tensor *dout, const fg_attn_opts *opts) {
     fgt_attn_run r = {0};
     fg_tensor *lq = fg_clone(q), *lk = fg_clone(k), *lv = fg_clone(v);

@@ -87,6 +87,9 @@ fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_te
 size_t fgt_alloc_current(void);
 
 /* ---- attention ---- */
+/* A (B, H, N, d) float tensor of normals with standard deviation std, from Philox (seed, stream). */
+fg_tensor *fgt_randn4(fg_dtype dt, int64_t B, int64_t H, int64_t N, int64_t d, double std, uint64_t seed,
+                      uint64_t stream);
 /* O, lse and the three gradients of one fgt_run_attention (NULL where not computed). */
 typedef struct {
     fg_tensor *o, *lse, *dq, *dk, *dv;

@@ -32,22 +32,9 @@ static void leak_check(void) { cr_expect_eq(fg_nodes_alive(), 0, "%lld autograd 
 
 TestSuite(attention, .fini = leak_check, .timeout = 300);
 
-static int sanitizing(void) {
-    const char *s = getenv("FG_SANITIZE");
-    return s && *s && strcmp(s, "0") != 0;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * helpers
  * ------------------------------------------------------------------------------------------- */
-
-static fg_tensor *randn4(fg_dtype dt, int64_t B, int64_t H, int64_t N, int64_t d, double std, uint64_t seed,
-                         uint64_t stream) {
-    int64_t shape[4] = {B, H, N, d};
-    fg_tensor *t = fg_rand_normal(dt, FG_CPU, 4, shape, 0.0, std, seed, stream);
-    cr_assert(t, "fg_rand_normal: %s", fg_last_error());
-    return t;
-}
 
 static fg_tensor *from_values(fg_dtype dt, int64_t B, int64_t H, int64_t N, int64_t d, const double *vals) {
     int64_t shape[4] = {B, H, N, d};
@@ -273,10 +260,10 @@ static fg_attn_opts case_opts(const shape_case *c, fg_attn_impl impl) {
 
 static void case_inputs_std(const shape_case *c, fg_dtype dt, uint64_t seed, double qk_std, fg_tensor **q, fg_tensor **k,
                             fg_tensor **v, fg_tensor **dout) {
-    *q = randn4(dt, c->B, c->H, c->Nq, c->d, qk_std, seed, 1);
-    *k = randn4(dt, c->B, c->H, c->Nk, c->d, qk_std, seed, 2);
-    *v = randn4(dt, c->B, c->H, c->Nk, c->d, 1.0, seed, 3);
-    *dout = randn4(dt, c->B, c->H, c->Nq, c->d, 1.0, seed, 4);
+    *q = fgt_randn4(dt, c->B, c->H, c->Nq, c->d, qk_std, seed, 1);
+    *k = fgt_randn4(dt, c->B, c->H, c->Nk, c->d, qk_std, seed, 2);
+    *v = fgt_randn4(dt, c->B, c->H, c->Nk, c->d, 1.0, seed, 3);
+    *dout = fgt_randn4(dt, c->B, c->H, c->Nq, c->d, 1.0, seed, 4);
 }
 static void case_inputs(const shape_case *c, fg_dtype dt, uint64_t seed, fg_tensor **q, fg_tensor **k, fg_tensor **v,
                         fg_tensor **dout) {
@@ -586,8 +573,8 @@ Test(attention, rows_that_see_no_key_are_zero_with_zero_gradients) {
 }
 
 Test(attention, no_keys_at_all_gives_zeros) {
-    fg_tensor *q = randn4(FG_F32, 1, 2, 5, 4, 1, 1, 1), *k = randn4(FG_F32, 1, 2, 0, 4, 1, 1, 2),
-              *v = randn4(FG_F32, 1, 2, 0, 4, 1, 1, 3), *dout = randn4(FG_F32, 1, 2, 5, 4, 1, 1, 4);
+    fg_tensor *q = fgt_randn4(FG_F32, 1, 2, 5, 4, 1, 1, 1), *k = fgt_randn4(FG_F32, 1, 2, 0, 4, 1, 1, 2),
+              *v = fgt_randn4(FG_F32, 1, 2, 0, 4, 1, 1, 3), *dout = fgt_randn4(FG_F32, 1, 2, 5, 4, 1, 1, 4);
     for (int impl = 0; impl < 2; impl++) {
         fg_attn_opts o = fg_attn_defaults();
         o.impl = (fg_attn_impl)impl;
@@ -609,8 +596,8 @@ Test(attention, huge_scores_stay_finite_in_float32) {
     const shape_case c = {1, 2, 40, 50, 4, 0, 0, 16, 16};
     for (int causal = 0; causal < 2; causal++)
         for (int drop = 0; drop < 2; drop++) {
-            fg_tensor *q = randn4(FG_F32, 1, 2, 40, 4, 60, 14, 1), *k = randn4(FG_F32, 1, 2, 50, 4, 60, 14, 2),
-                      *v = randn4(FG_F32, 1, 2, 50, 4, 1, 14, 3), *dout = randn4(FG_F32, 1, 2, 40, 4, 1, 14, 4);
+            fg_tensor *q = fgt_randn4(FG_F32, 1, 2, 40, 4, 60, 14, 1), *k = fgt_randn4(FG_F32, 1, 2, 50, 4, 60, 14, 2),
+                      *v = fgt_randn4(FG_F32, 1, 2, 50, 4, 1, 14, 3), *dout = fgt_randn4(FG_F32, 1, 2, 40, 4, 1, 14, 4);
             double smax = 0;
             for (int64_t i = 0; i < 40; i++)
                 for (int64_t j = 0; j < 50; j++) {
@@ -661,8 +648,8 @@ Test(attention, non_contiguous_inputs_match_contiguous_ones) {
     fg_tensor *qv = fg_view_permute(base, perm);
     cr_assert(qv && !fg_is_contiguous(qv));
     fg_tensor *qc = fg_clone(qv);
-    fg_tensor *k = randn4(FG_F64, 2, 3, 11, 8, 1, 21, 2), *v = randn4(FG_F64, 2, 3, 11, 8, 1, 21, 3);
-    fg_tensor *dout = randn4(FG_F64, 2, 3, 9, 8, 1, 21, 4);
+    fg_tensor *k = fgt_randn4(FG_F64, 2, 3, 11, 8, 1, 21, 2), *v = fgt_randn4(FG_F64, 2, 3, 11, 8, 1, 21, 3);
+    fg_tensor *dout = fgt_randn4(FG_F64, 2, 3, 9, 8, 1, 21, 4);
     fg_attn_opts o = fg_attn_defaults();
     o.causal = 1;
     o.block_q = 4;
@@ -683,7 +670,7 @@ Test(attention, non_contiguous_inputs_match_contiguous_ones) {
 }
 
 Test(attention, one_tensor_as_q_k_and_v_accumulates_all_three_gradients) {
-    fg_tensor *x = randn4(FG_F64, 1, 2, 10, 4, 1, 22, 1), *dout = randn4(FG_F64, 1, 2, 10, 4, 1, 22, 2);
+    fg_tensor *x = fgt_randn4(FG_F64, 1, 2, 10, 4, 1, 22, 1), *dout = fgt_randn4(FG_F64, 1, 2, 10, 4, 1, 22, 2);
     for (int impl = 0; impl < 2; impl++) {
         fg_attn_opts o = fg_attn_defaults();
         o.impl = (fg_attn_impl)impl;
@@ -717,8 +704,8 @@ Test(attention, one_tensor_as_q_k_and_v_accumulates_all_three_gradients) {
 }
 
 Test(attention, only_the_inputs_that_want_a_gradient_get_one) {
-    fg_tensor *q = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 1), *k = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 2),
-              *v = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 3), *dout = randn4(FG_F64, 1, 1, 6, 4, 1, 23, 4);
+    fg_tensor *q = fgt_randn4(FG_F64, 1, 1, 6, 4, 1, 23, 1), *k = fgt_randn4(FG_F64, 1, 1, 6, 4, 1, 23, 2),
+              *v = fgt_randn4(FG_F64, 1, 1, 6, 4, 1, 23, 3), *dout = fgt_randn4(FG_F64, 1, 1, 6, 4, 1, 23, 4);
     fg_attn_opts o = fg_attn_defaults();
     fgt_attn_run full = fgt_run_attention(q, k, v, dout, &o);
     fg_tensor *lv = fg_clone(v);
@@ -752,8 +739,8 @@ typedef struct {
 
 /* Peak bytes above what was live before, for a forward that records the graph, then its backward. */
 static peak_pair measure_peaks(fg_attn_impl impl, int64_t N, int64_t d) {
-    fg_tensor *q = randn4(FG_F32, 1, 1, N, d, 1, 31, 1), *k = randn4(FG_F32, 1, 1, N, d, 1, 31, 2),
-              *v = randn4(FG_F32, 1, 1, N, d, 1, 31, 3), *dout = randn4(FG_F32, 1, 1, N, d, 1, 31, 4);
+    fg_tensor *q = fgt_randn4(FG_F32, 1, 1, N, d, 1, 31, 1), *k = fgt_randn4(FG_F32, 1, 1, N, d, 1, 31, 2),
+              *v = fgt_randn4(FG_F32, 1, 1, N, d, 1, 31, 3), *dout = fgt_randn4(FG_F32, 1, 1, N, d, 1, 31, 4);
     fg_set_requires_grad(q, 1);
     fg_set_requires_grad(k, 1);
     fg_set_requires_grad(v, 1);
@@ -779,7 +766,7 @@ static peak_pair measure_peaks(fg_attn_impl impl, int64_t N, int64_t d) {
 }
 
 Test(attention, flash_allocates_nothing_of_size_nq_by_nk) {
-    const int64_t N = sanitizing() ? 1024 : 4096, d = 64;
+    const int64_t N = fgt_sanitize() ? 1024 : 4096, d = 64;
     const size_t nn = (size_t)(N * N) * sizeof(float), nd = (size_t)(N * d) * sizeof(float);
     peak_pair f = measure_peaks(FG_ATTN_FLASH, N, d), n = measure_peaks(FG_ATTN_NAIVE, N, d);
     fprintf(stderr,
@@ -829,11 +816,11 @@ Test(attention, flash_kernels_take_only_tile_scratch) {
  * ------------------------------------------------------------------------------------------- */
 
 Test(attention, bad_arguments_give_null_and_a_message) {
-    fg_tensor *q = randn4(FG_F32, 2, 3, 5, 4, 1, 1, 1), *k = randn4(FG_F32, 2, 3, 6, 4, 1, 1, 2),
-              *v = randn4(FG_F32, 2, 3, 6, 4, 1, 1, 3);
-    fg_tensor *q64 = randn4(FG_F64, 2, 3, 5, 4, 1, 1, 1);
-    fg_tensor *k_badd = randn4(FG_F32, 2, 3, 6, 5, 1, 1, 2), *k_badh = randn4(FG_F32, 2, 2, 6, 4, 1, 1, 2),
-              *k_badb = randn4(FG_F32, 1, 3, 6, 4, 1, 1, 2), *v_badn = randn4(FG_F32, 2, 3, 7, 4, 1, 1, 3);
+    fg_tensor *q = fgt_randn4(FG_F32, 2, 3, 5, 4, 1, 1, 1), *k = fgt_randn4(FG_F32, 2, 3, 6, 4, 1, 1, 2),
+              *v = fgt_randn4(FG_F32, 2, 3, 6, 4, 1, 1, 3);
+    fg_tensor *q64 = fgt_randn4(FG_F64, 2, 3, 5, 4, 1, 1, 1);
+    fg_tensor *k_badd = fgt_randn4(FG_F32, 2, 3, 6, 5, 1, 1, 2), *k_badh = fgt_randn4(FG_F32, 2, 2, 6, 4, 1, 1, 2),
+              *k_badb = fgt_randn4(FG_F32, 1, 3, 6, 4, 1, 1, 2), *v_badn = fgt_randn4(FG_F32, 2, 3, 7, 4, 1, 1, 3);
     int64_t s3[3] = {2, 15, 4};
     fg_tensor *q3 = fg_zeros(FG_F32, FG_CPU, 3, s3);
     struct {
@@ -894,8 +881,8 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
     snprintf(vp, sizeof vp, "%s/v.npy", dir);
     snprintf(kbad, sizeof kbad, "%s/kbad.npy", dir);
     snprintf(out, sizeof out, "%s/out", dir);
-    fg_tensor *q = randn4(FG_F32, 1, 2, 5, 4, 1, 3, 1), *k = randn4(FG_F32, 1, 2, 6, 4, 1, 3, 2),
-              *v = randn4(FG_F32, 1, 2, 6, 4, 1, 3, 3), *kb = randn4(FG_F32, 1, 2, 6, 3, 1, 3, 2);
+    fg_tensor *q = fgt_randn4(FG_F32, 1, 2, 5, 4, 1, 3, 1), *k = fgt_randn4(FG_F32, 1, 2, 6, 4, 1, 3, 2),
+              *v = fgt_randn4(FG_F32, 1, 2, 6, 4, 1, 3, 3), *kb = fgt_randn4(FG_F32, 1, 2, 6, 3, 1, 3, 2);
     cr_assert(fg_npy_save(qp, q) == FG_OK && fg_npy_save(kp, k) == FG_OK && fg_npy_save(vp, v) == FG_OK &&
                   fg_npy_save(kbad, kb) == FG_OK,
               "%s", fg_last_error());
@@ -972,7 +959,7 @@ Test(attention, matches_pytorch_autograd_through_the_cli, .timeout = 600) {
     const char *script = "tests/attention_torch_check.py";
     if (access(script, R_OK) != 0) cr_skip_test("PyTorch cross-check skipped: %s not found (run from the repo root)", script);
     char cmd[1024], log[16384];
-    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, sanitizing() ? "--quick" : "");
+    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, fgt_sanitize() ? "--quick" : "");
     int st = fgt_run_cmd(cmd, log, sizeof log);
     if (st == 77) {
         fprintf(stderr, "[attention] %s", log);

@@ -38,22 +38,9 @@ static void leak_check(void) {
 
 TestSuite(attention_variants, .fini = leak_check, .timeout = 300);
 
-static int sanitizing(void) {
-    const char *s = getenv("FG_SANITIZE");
-    return s && *s && strcmp(s, "0") != 0;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * helpers
  * ------------------------------------------------------------------------------------------- */
-
-static fg_tensor *randn4(fg_dtype dt, int64_t B, int64_t H, int64_t N, int64_t d, double std, uint64_t seed,
-                         uint64_t stream) {
-    int64_t shape[4] = {B, H, N, d};
-    fg_tensor *t = fg_rand_normal(dt, FG_CPU, 4, shape, 0.0, std, seed, stream);
-    cr_assert(t, "fg_rand_normal: %s", fg_last_error());
-    return t;
-}
 
 typedef struct {
     double max_abs, ref_max;
@@ -282,10 +269,10 @@ static fg_attn_opts vcase_opts(const vcase *c, const vshape *s, fg_attn_impl imp
 
 static void case_inputs(const vcase *c, const vshape *s, fg_dtype dt, uint64_t seed, fg_tensor **q, fg_tensor **k,
                         fg_tensor **v, fg_tensor **dout) {
-    *q = randn4(dt, s->B, s->H, s->Nq, s->d, 1.0, seed, 1);
-    *k = randn4(dt, s->B, c->hkv, s->Nk, s->d, 1.0, seed, 2);
-    *v = randn4(dt, s->B, c->hkv, s->Nk, s->d, 1.0, seed, 3);
-    *dout = randn4(dt, s->B, s->H, s->Nq, s->d, 1.0, seed, 4);
+    *q = fgt_randn4(dt, s->B, s->H, s->Nq, s->d, 1.0, seed, 1);
+    *k = fgt_randn4(dt, s->B, c->hkv, s->Nk, s->d, 1.0, seed, 2);
+    *v = fgt_randn4(dt, s->B, c->hkv, s->Nk, s->d, 1.0, seed, 3);
+    *dout = fgt_randn4(dt, s->B, s->H, s->Nq, s->d, 1.0, seed, 4);
 }
 
 static const vshape vshapes[] = {
@@ -561,8 +548,8 @@ Test(attention_variants, gqa_equals_multi_head_on_repeated_kv_and_sums_dk_dv_per
         for (int impl = 0; impl < 2; impl++)
             for (int combo = 0; combo < 4; combo++) {
                 const int64_t Hkv = hkvs[t], G = H / Hkv;
-                fg_tensor *q = randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 1), *k = randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 2),
-                          *v = randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 3), *dout = randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 4);
+                fg_tensor *q = fgt_randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 1), *k = fgt_randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 2),
+                          *v = fgt_randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 3), *dout = fgt_randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 4);
                 fg_tensor *kr = repeat_heads(k, G), *vr = repeat_heads(v, G);
                 fg_attn_opts o = fg_attn_defaults();
                 o.impl = (fg_attn_impl)impl;
@@ -625,8 +612,8 @@ static int cb_window_2_1(int64_t b, int64_t h, int64_t i, int64_t j, void *u) {
 Test(attention_variants, builtin_variants_equal_their_callback_form) {
     const int64_t B = 1, H = 4, Nq = 23, Nk = 29, d = 8;
     builtin_as_mod u = {.c = 1.5, .H = H, .Nq = Nq, .Nk = Nk};
-    fg_tensor *q = randn4(FG_F64, B, H, Nq, d, 1.5, 61, 1), *k = randn4(FG_F64, B, H, Nk, d, 1.5, 61, 2),
-              *v = randn4(FG_F64, B, H, Nk, d, 1, 61, 3), *dout = randn4(FG_F64, B, H, Nq, d, 1, 61, 4);
+    fg_tensor *q = fgt_randn4(FG_F64, B, H, Nq, d, 1.5, 61, 1), *k = fgt_randn4(FG_F64, B, H, Nk, d, 1.5, 61, 2),
+              *v = fgt_randn4(FG_F64, B, H, Nk, d, 1, 61, 3), *dout = fgt_randn4(FG_F64, B, H, Nq, d, 1, 61, 4);
     for (int which = 0; which < 3; which++)
         for (int impl = 0; impl < 2; impl++) {
             fg_attn_opts a = fg_attn_defaults(), b = a;
@@ -777,8 +764,8 @@ Test(attention_variants, flash_tests_the_mask_only_in_partial_tiles) {
     cr_expect_eq(cm.calls, N * N, "building evaluates every element once: %lld calls", (long long)cm.calls);
     cm.bm = bm;
     cm.calls = 0;
-    fg_tensor *q = randn4(FG_F64, B, H, N, d, 1, 71, 1), *k = randn4(FG_F64, B, H, N, d, 1, 71, 2),
-              *v = randn4(FG_F64, B, H, N, d, 1, 71, 3), *dout = randn4(FG_F64, B, H, N, d, 1, 71, 4);
+    fg_tensor *q = fgt_randn4(FG_F64, B, H, N, d, 1, 71, 1), *k = fgt_randn4(FG_F64, B, H, N, d, 1, 71, 2),
+              *v = fgt_randn4(FG_F64, B, H, N, d, 1, 71, 3), *dout = fgt_randn4(FG_F64, B, H, N, d, 1, 71, 4);
     fg_attn_opts o = fg_attn_defaults();
     o.custom.mask = mask_docs_counted;
     o.custom.user = &cm;
@@ -832,8 +819,8 @@ Test(attention_variants, flash_skips_tiles_outside_the_window_and_the_block_mask
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         int skipped_tiles = 0;
         for (int64_t kt = 0; kt < N / bk; kt += 3) {
-            fg_tensor *q = randn4(FG_F64, 1, 1, N, d, 1, 81, 1), *k = randn4(FG_F64, 1, 1, N, d, 1, 81, 2),
-                      *v = randn4(FG_F64, 1, 1, N, d, 1, 81, 3);
+            fg_tensor *q = fgt_randn4(FG_F64, 1, 1, N, d, 1, 81, 1), *k = fgt_randn4(FG_F64, 1, 1, N, d, 1, 81, 2),
+                      *v = fgt_randn4(FG_F64, 1, 1, N, d, 1, 81, 3);
             for (int64_t j = kt * bk; j < (kt + 1) * bk; j++)
                 for (int64_t c = 0; c < d; c++) fg_set(v, j * d + c, NAN);
             fg_attn_opts o = fg_attn_defaults();
@@ -888,8 +875,8 @@ Test(attention_variants, flash_skips_tiles_outside_the_window_and_the_block_mask
 Test(attention_variants, raw_flash_kernel_without_block_mask_tests_every_element) {
     /* the raw kernels accept a mask with no block mask: every tile counts as PARTIAL for it */
     const int64_t B = 1, H = 2, Nq = 30, Nk = 26, d = 4;
-    fg_tensor *q = randn4(FG_F64, B, H, Nq, d, 1, 91, 1), *k = randn4(FG_F64, B, H, Nk, d, 1, 91, 2),
-              *v = randn4(FG_F64, B, H, Nk, d, 1, 91, 3);
+    fg_tensor *q = fgt_randn4(FG_F64, B, H, Nq, d, 1, 91, 1), *k = fgt_randn4(FG_F64, B, H, Nk, d, 1, 91, 2),
+              *v = fgt_randn4(FG_F64, B, H, Nk, d, 1, 91, 3);
     fg_attn_opts o = fg_attn_defaults();
     o.custom.mask = mask_docs;
     o.block_q = 7;
@@ -926,8 +913,8 @@ Test(attention_variants, rows_that_see_no_key_are_zero_with_zero_gradients) {
         for (int dt = 0; dt < 2; dt++)
             for (int impl = 0; impl < 2; impl++)
                 for (int drop = 0; drop < 2; drop++) {
-                    fg_tensor *q = randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 1), *k = randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 2),
-                              *v = randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 3), *dout = randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 4);
+                    fg_tensor *q = fgt_randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 1), *k = fgt_randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 2),
+                              *v = fgt_randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 3), *dout = fgt_randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 4);
                     fg_attn_opts o = fg_attn_defaults();
                     o.impl = (fg_attn_impl)impl;
                     o.dropout_p = drop ? 0.4 : 0;
@@ -971,9 +958,9 @@ Test(attention_variants, rows_that_see_no_key_are_zero_with_zero_gradients) {
  * ------------------------------------------------------------------------------------------- */
 
 Test(attention_variants, flash_with_variants_allocates_nothing_of_size_nq_by_nk) {
-    const int64_t N = sanitizing() ? 512 : 2048, d = 32;
-    fg_tensor *q = randn4(FG_F32, 1, 4, N, d, 1, 97, 1), *k = randn4(FG_F32, 1, 2, N, d, 1, 97, 2),
-              *v = randn4(FG_F32, 1, 2, N, d, 1, 97, 3), *dout = randn4(FG_F32, 1, 4, N, d, 1, 97, 4);
+    const int64_t N = fgt_sanitize() ? 512 : 2048, d = 32;
+    fg_tensor *q = fgt_randn4(FG_F32, 1, 4, N, d, 1, 97, 1), *k = fgt_randn4(FG_F32, 1, 2, N, d, 1, 97, 2),
+              *v = fgt_randn4(FG_F32, 1, 2, N, d, 1, 97, 3), *dout = fgt_randn4(FG_F32, 1, 4, N, d, 1, 97, 4);
     fg_set_requires_grad(q, 1);
     fg_set_requires_grad(k, 1);
     fg_set_requires_grad(v, 1);
@@ -1008,9 +995,9 @@ Test(attention_variants, flash_with_variants_allocates_nothing_of_size_nq_by_nk)
  * ------------------------------------------------------------------------------------------- */
 
 Test(attention_variants, bad_variant_arguments_give_null_and_a_message) {
-    fg_tensor *q = randn4(FG_F32, 1, 4, 5, 4, 1, 1, 1), *k = randn4(FG_F32, 1, 2, 6, 4, 1, 1, 2),
-              *v = randn4(FG_F32, 1, 2, 6, 4, 1, 1, 3), *k3 = randn4(FG_F32, 1, 3, 6, 4, 1, 1, 2),
-              *v3 = randn4(FG_F32, 1, 3, 6, 4, 1, 1, 3), *v4 = randn4(FG_F32, 1, 4, 6, 4, 1, 1, 3);
+    fg_tensor *q = fgt_randn4(FG_F32, 1, 4, 5, 4, 1, 1, 1), *k = fgt_randn4(FG_F32, 1, 2, 6, 4, 1, 1, 2),
+              *v = fgt_randn4(FG_F32, 1, 2, 6, 4, 1, 1, 3), *k3 = fgt_randn4(FG_F32, 1, 3, 6, 4, 1, 1, 2),
+              *v3 = fgt_randn4(FG_F32, 1, 3, 6, 4, 1, 1, 3), *v4 = fgt_randn4(FG_F32, 1, 4, 6, 4, 1, 1, 3);
     fg_attn_block_mask *bm = fg_attn_block_mask_create(mask_docs, NULL, 1, 1, 5, 6, 4, 3);
     fg_attn_block_mask *bm_other = fg_attn_block_mask_create(mask_docs, NULL, 1, 1, 7, 6, 4, 3);
     cr_assert(bm && bm_other, "%s", fg_last_error());
@@ -1192,8 +1179,8 @@ Test(attention_variants, attention_command_applies_the_variants) {
     cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
     char path[4][300], cmd[2048], log[4096];
     const char *nm[4] = {"q", "k", "v", "do"};
-    fg_tensor *t[4] = {randn4(FG_F64, 1, 4, 9, 4, 1, 7, 1), randn4(FG_F64, 1, 2, 12, 4, 1, 7, 2),
-                       randn4(FG_F64, 1, 2, 12, 4, 1, 7, 3), randn4(FG_F64, 1, 4, 9, 4, 1, 7, 4)};
+    fg_tensor *t[4] = {fgt_randn4(FG_F64, 1, 4, 9, 4, 1, 7, 1), fgt_randn4(FG_F64, 1, 2, 12, 4, 1, 7, 2),
+                       fgt_randn4(FG_F64, 1, 2, 12, 4, 1, 7, 3), fgt_randn4(FG_F64, 1, 4, 9, 4, 1, 7, 4)};
     for (int i = 0; i < 4; i++) {
         snprintf(path[i], sizeof path[i], "%s/%s.npy", dir, nm[i]);
         cr_assert_eq(fg_npy_save(path[i], t[i]), FG_OK, "%s", fg_last_error());
@@ -1248,7 +1235,7 @@ Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600)
     const char *script = "tests/attention_variants_torch_check.py";
     if (access(script, R_OK) != 0) cr_skip_test("PyTorch cross-check skipped: %s not found (run from the repo root)", script);
     char cmd[1024], log[16384];
-    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, sanitizing() ? "--quick" : "");
+    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, fgt_sanitize() ? "--quick" : "");
     int st = fgt_run_cmd(cmd, log, sizeof log);
     if (st == 77) {
         fprintf(stderr, "[attention_variants] %s", log);
