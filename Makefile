@@ -17,8 +17,11 @@ DEPS_PKGS := libcriterion-dev libopenblas-dev pkg-config
 
 # ---- dependencies: install what is missing (root), else stop with one line naming it ----
 HAVE_PKGCONFIG := $(shell command -v pkg-config >/dev/null 2>&1 && echo yes)
+# OpenBLAS is present when its library is: a cblas.h alone may be the reference BLAS's (libblas-dev).
+OPENBLAS_LIB := $(firstword $(wildcard /usr/lib/*/libopenblas.so /usr/lib/libopenblas.so /usr/lib/*/openblas-pthread/libopenblas.so \
+                  /usr/lib64/libopenblas.so /usr/local/lib/libopenblas.so))
 deps_missing = $(strip $(if $(HAVE_PKGCONFIG),,pkg-config) \
-    $(if $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h),,libopenblas-dev) \
+    $(if $(OPENBLAS_LIB),,libopenblas-dev) \
     $(if $(wildcard /usr/include/criterion/criterion.h),,$(if $(NEED_CRITERION),libcriterion-dev)))
 
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
@@ -139,16 +142,15 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 # `make gpu-check` runs bench/gpu_check.sh (build, tests, GPU-vs-CPU training, benchmark vs PyTorch,
 # one report in $OUT or bench/results/). Plain `make` never needs nvcc.
 #   NVCC=/path/to/nvcc    CUDA_ARCH=90 (sm_90, H100/H200)    CUDA_BUILD=build-cuda
-#   FG_CBLAS=fallback     use cuda/compat's C GEMM instead of the system CBLAS (automatic when no
-#                         cblas.h is installed, as on the GPU machines)
+#   FG_CBLAS=fallback     use cuda/compat's C GEMM instead of the system OpenBLAS (automatic when
+#                         libopenblas is not installed, as on the GPU machines)
 NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_ARCH  ?= 90
 CUDA_BUILD ?= build-cuda
 NVCC_OPT   ?= -O3
 NVCCFLAGS  ?= -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVCC_OPT) -lineinfo -I. -DFG_WITH_CUDA \
               -Xcompiler -Wall,-Wextra,-pthread
-CUDA_SYS_CBLAS := $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h \
-                    /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h)
+CUDA_SYS_CBLAS := $(OPENBLAS_LIB)
 ifeq ($(if $(filter fallback,$(FG_CBLAS)),,$(CUDA_SYS_CBLAS)),)
   CUDA_BLAS_KIND   := fallback (cuda/compat)
   CUDA_BLAS_CFLAGS := -Icuda/compat
