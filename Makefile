@@ -87,17 +87,21 @@ valgrind: deps-test
 	        build-vg/test_runner --jobs 1 --timeout 3000 --filter "$$s/*" || exit 1; \
 	done
 
-# Interrupted writes: SIGKILL a training run with a checkpoint every step at 20 random moments;
-# the last checkpoint must always load and the resumed losses equal an uninterrupted run's.
+# Interrupted runs: SIGKILL a training run with a checkpoint every step at 20 random moments, then
+# SIGTERM one that checkpoints only when asked at 10; the last checkpoint must always load and the
+# resumed losses equal an uninterrupted run's.
 kill-test: all
-	FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 20
+	FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 20 KILL
+	FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 10 TERM
 
+# The make targets train into their own folders and replace what an earlier `make train` left
+# there (--overwrite); `flashgrad train` itself never replaces a run unless told to.
 train: all
-	$(BUILD)/flashgrad train --task addition --out runs/addition
+	$(BUILD)/flashgrad train --task addition --out runs/addition --overwrite
 
 train-shakespeare: all
 	sh datasets/get_tinyshakespeare.sh datasets/tinyshakespeare.txt
-	$(BUILD)/flashgrad train --data datasets/tinyshakespeare.txt --out runs/shakespeare \
+	$(BUILD)/flashgrad train --data datasets/tinyshakespeare.txt --out runs/shakespeare --overwrite \
 	    --n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps 2000 \
 	    --lr 1e-3 --min-lr 1e-4 --warmup 100 --dropout 0 --weight-decay 0.1 --beta2 0.99 --grad-clip 1.0
 

@@ -1,7 +1,7 @@
 /* fileio.c — atomic whole-file writes, bounded whole-file reads, XXH64.
  *
  * Atomic write, step by step (POSIX rename(2) replaces the target in one step):
- *   1. mkstemp("<path>.tmp.XXXXXX") in the target's own folder (rename cannot cross filesystems);
+ *   1. mkstemp("<path>" FG_TMP_MARK "XXXXXX") in the target's own folder (rename cannot cross filesystems);
  *   2. fchmod to the mode the file should have (mkstemp makes it 0600);
  *   3. write every part, fsync, close (close can report a delayed write error, so it is checked);
  *   4. rename over the target;
@@ -83,7 +83,7 @@ fg_status fg_write_file_atomic(const char *path, const void *const *parts, const
     }
 
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
+    char *tmp = malloc(plen + sizeof FG_TMP_MARK + 7);
     char *dir = malloc(plen + 2);
     if (!tmp || !dir) {
         free(tmp);
@@ -91,7 +91,7 @@ fg_status fg_write_file_atomic(const char *path, const void *const *parts, const
         return fg_error(FG_ERR_OOM, "write '%s': out of memory for the file name", path);
     }
     memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
+    memcpy(tmp + plen, FG_TMP_MARK "XXXXXX", sizeof FG_TMP_MARK + 6);
     /* The folder to fsync after the rename: everything before the last '/'. */
     const char *slash = strrchr(path, '/');
     if (!slash) {

@@ -31,6 +31,12 @@ extern "C" {
 fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
                                int nparts);
 
+/* The temporary of fg_write_file_atomic(path) is named path FG_TMP_MARK "XXXXXX" (mkstemp's six
+ * letters and digits): distinctive, so that a writer's leftovers after a kill can be told from a
+ * user's own files. */
+#define FG_TMP_MARK ".flashgrad-tmp."
+
+
 /* Reads the whole of `path` into a new malloc'ed buffer: *buf (caller frees with free()) holds *n
  * bytes followed by one extra '\0' (so text can be used as a C string). Fails with FG_ERR_IO when
  * the file is missing, unreadable, a directory, or larger than max_bytes (0 = no limit); *buf is

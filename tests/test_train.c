@@ -693,7 +693,7 @@ Test(cli, ctrl_c_checkpoints_exits_130_and_resume_finishes_the_same_curve, .init
     fg_read_file(logp, 0, &buf, &n);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "after Ctrl-C the exit status is %d:\n%s",
               WIFEXITED(status) ? WEXITSTATUS(status) : -1, (char *)buf);
-    cr_expect(strstr(buf, "interrupted at step") != NULL, "no interruption message:\n%s", (char *)buf);
+    cr_expect(strstr(buf, "interrupted by SIGINT at step") != NULL, "no interruption message:\n%s", (char *)buf);
     free(buf);
     if (!exists("part/model.safetensors")) return; /* finished before the signal: nothing to resume */
     expect_cli("train --resume --out part --threads 1 --samples 0 --eval-problems 10", 0, "resuming from step");

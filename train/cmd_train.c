@@ -11,9 +11,23 @@
  *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss) rewritten atomically with
  *     each checkpoint, so it always describes the steps the checkpoint has seen;
  *   - at the end, a few samples from the model.
- * Exit: 0 done; 1 runtime error (bad data, unwritable folder, non-finite loss — the last good
- * checkpoint is kept); 2 usage error; 130 after Ctrl-C: the step in flight finishes, a checkpoint
- * is written, and `--resume` continues from it (a second Ctrl-C aborts at once).
+ * Exit: 0 done; 1 runtime error (bad data, unwritable or busy folder, non-finite loss — the last
+ * good checkpoint is kept); 2 usage error (also: a fresh run into a folder that holds another
+ * run); 128 + the signal after SIGINT, SIGTERM or SIGHUP: the step in flight finishes, a
+ * checkpoint is written, and `--resume` continues from it (the same signal again aborts at once).
+ *
+ * The run folder (--out) and what this command promises about it:
+ *   - one writer at a time: DIR/train.lock is flock'ed for the whole run (the kernel releases it
+ *     when the process dies, however it dies); a second `train` on DIR refuses at start. Readers
+ *     (`sample`) take no lock: every file is replaced atomically, so they always see whole files;
+ *   - a fresh run never replaces another run's files unless --overwrite is given, and even then the
+ *     earlier checkpoint and log stay as they were until this run writes its own first checkpoint;
+ *   - log.csv always belongs to the checkpoint beside it: it is written just before each checkpoint
+ *     and, when a run fails, only if no other run's checkpoint shares the folder;
+ *   - the only files removed are this command's own leftovers: temporaries named
+ *     "<file>" FG_TMP_MARK "XXXXXX" of the run files, left by a writer that was killed.
+ * Standard output may go away (`train | head`): SIGPIPE is ignored, printing stops, training and
+ * checkpointing go on.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +64,7 @@ extern void openblas_set_num_threads(int n);
     X(STEPS, "--steps", FG_FLAG_INT, "N", "optimizer steps", 0, 1e12, 1)                                      \
     X(OUT, "--out", FG_FLAG_STR, "DIR", "output folder: checkpoint, log.csv (created if missing)", 0, 0, 0)    \
     X(RESUME, "--resume", FG_FLAG_BOOL, NULL, "continue the run saved in --out", 0, 0, 0)                     \
+    X(OVERWRITE, "--overwrite", FG_FLAG_BOOL, NULL, "start afresh in an --out that holds another run, replacing it at this run's first checkpoint", 0, 0, 0) \
     X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                \
     X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)            \
     X(N_EMBD, "--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536, 0)                                    \
@@ -136,19 +153,27 @@ static void help(void) {
     fg_flags_help_alt(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]", a,
                       t, "text", F_COUNT);
     printf("\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
-           "Exit status: 0 done, 1 runtime error, 2 usage error, 130 interrupted (checkpoint written; use --resume).\n");
+           "The text tokenizer works on bytes: each byte of the file is one token (so UTF-8 text is learnt\n"
+           "byte by byte, and a sample cut mid-character can end in a partial UTF-8 sequence).\n"
+           "One train at a time writes a folder (DIR/train.lock); a fresh run refuses a folder that holds another\n"
+           "run's checkpoint or log unless --overwrite is given.\n"
+           "Exit status: 0 done, 1 runtime error, 2 usage error; after SIGINT, SIGTERM or SIGHUP the step in flight\n"
+           "finishes, a checkpoint is written and the exit status is 128 + the signal (130, 143, 129): use --resume.\n");
 }
 
-/* ---- SIGINT: finish the step, checkpoint, exit 130 ---- */
-static volatile sig_atomic_t stop_requested;
+/* ---- SIGINT, SIGTERM, SIGHUP: finish the step, checkpoint, exit 128 + signal ---- */
+static volatile sig_atomic_t stop_requested; /* the signal's number, 0 while none came */
 
-static void on_sigint(int sig) {
-    (void)sig;
-    stop_requested = 1;
-    static const char msg[] = "\nflashgrad train: stopping after this step (Ctrl-C again to abort now)\n";
+static void on_stop_signal(int sig) {
+    stop_requested = sig;
+    static const char msg[] = "\nflashgrad train: stopping after this step (the same signal again aborts now)\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
-    signal(SIGINT, SIG_DFL);
+    signal(sig, SIG_DFL);
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
 /* ---- the CSV log: rows kept in memory, the file rewritten atomically ---- */
@@ -176,29 +201,53 @@ static void csv_free(csv_log *l) {
 
 #define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss"
 
-static int csv_write(const csv_log *l, const char *path) {
-    FILE *f = fg_csv_open_atomic(path);
-    if (!f) return -1;
-    fprintf(f, "%s\n", CSV_HEADER);
-    for (int64_t i = 0; i < l->n; i++) fprintf(f, "%s\n", l->rows[i]);
-    return fg_csv_commit(f, path);
+/* The whole log, header and rows, replaced atomically (fileio.h). FG_OK or an error. */
+static fg_status csv_write(const csv_log *l, const char *path) {
+    size_t n = sizeof CSV_HEADER + 1; /* the header, its newline and the final NUL sprintf writes */
+    for (int64_t i = 0; i < l->n; i++) n += strlen(l->rows[i]) + 1;
+    char *buf = malloc(n), *p = buf;
+    if (!buf) return fg_error(FG_ERR_OOM, "out of memory for the log (%zu bytes)", n);
+    p += sprintf(p, "%s\n", CSV_HEADER);
+    for (int64_t i = 0; i < l->n; i++) p += sprintf(p, "%s\n", l->rows[i]);
+    const void *parts[1] = {buf};
+    size_t sizes[1] = {(size_t)(p - buf)};
+    fg_status st = fg_write_file_atomic(path, parts, sizes, 1);
+    free(buf);
+    return st;
 }
 
-/* A writer killed mid-write (SIGKILL, power loss) leaves its temporary file beside the target
- * (fileio.h: "<file>.tmp.XXXXXX"; log.csv: "log.csv.tmp.<pid>"). The targets themselves are
- * always whole. Remove such leftovers of this run's own files when a run starts in the folder. */
+/* The files a run keeps in its folder. */
+static const char *const run_files[] = {FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE, "log.csv"};
+#define N_RUN_FILES (sizeof run_files / sizeof run_files[0])
+
+/* Is `name` a temporary that fg_write_file_atomic made for one of the run files: exactly
+ * "<run file>" FG_TMP_MARK followed by mkstemp's six letters or digits? */
+static int is_our_temporary(const char *name) {
+    for (size_t i = 0; i < N_RUN_FILES; i++) {
+        size_t a = strlen(run_files[i]), b = strlen(FG_TMP_MARK);
+        if (strncmp(name, run_files[i], a) || strncmp(name + a, FG_TMP_MARK, b)) continue;
+        const char *x = name + a + b;
+        int k = 0;
+        while (k < 6 && ((x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') || (x[k] >= '0' && x[k] <= '9'))) k++;
+        if (k == 6 && x[6] == '\0') return 1;
+    }
+    return 0;
+}
+
+/* A writer killed mid-write (SIGKILL, power loss) leaves its temporary beside the target; the
+ * targets themselves are always whole. Called with the folder's lock held, so no live writer owns
+ * such a file: remove them (regular files only, named exactly as above). */
 static void remove_stale_temporaries(const char *out) {
-    static const char *const ours[] = {FG_CKPT_MODEL_FILE ".tmp.", FG_CKPT_OPTIM_FILE ".tmp.",
-                                       FG_CKPT_OPTIM_PREV_FILE ".tmp.", "log.csv.tmp."};
     DIR *d = opendir(out);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
-            if (strncmp(e->d_name, ours[i], strlen(ours[i]))) continue;
-            char path[4096];
-            if (snprintf(path, sizeof path, "%s/%s", out, e->d_name) < (int)sizeof path) unlink(path);
-        }
+        if (!is_our_temporary(e->d_name)) continue;
+        char path[4096];
+        struct stat sb;
+        if (snprintf(path, sizeof path, "%s/%s", out, e->d_name) < (int)sizeof path && lstat(path, &sb) == 0 &&
+            S_ISREG(sb.st_mode))
+            unlink(path);
     }
     closedir(d);
 }
@@ -253,13 +302,16 @@ static void fmt_rate(char *buf, size_t n, double r) {
 
 /* A full line on stdout, clearing the progress line first. */
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int stdout_lost;
+static void check_stdout(void);
 static void say(const char *fmt, ...) {
     if (on_tty) fputs("\r\033[K", stderr);
+    if (stdout_lost) return;
     va_list ap;
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
-    fflush(stdout);
+    check_stdout();
 }
 
 static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
@@ -322,11 +374,131 @@ out:
     free(s);
 }
 
+/* ---- the run folder ---- */
+static int path_exists(const char *dir, const char *name) {
+    char p[4096];
+    struct stat sb;
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && lstat(p, &sb) == 0;
+}
+
+/* Creates `out` (with its parents) if missing and checks it is a writable folder. */
+static void make_run_folder(const char *out) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", out);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) die(1, "--out: cannot create '%s': %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) die(1, "--out: cannot create '%s': %s", tmp, strerror(errno));
+    struct stat sb;
+    if (stat(tmp, &sb) != 0 || !S_ISDIR(sb.st_mode)) die(1, "--out: '%s' is not a folder", out);
+    if (access(tmp, W_OK) != 0) die(1, "--out: cannot write to '%s': %s", out, strerror(errno));
+}
+
+#define LOCK_FILE "train.lock"
+
+/* Takes the folder's writer lock for the rest of the process (the descriptor stays open; the
+ * kernel drops the lock when the process ends), or stops: another train is writing there. The
+ * file holds the owner's pid, for that message. */
+static void lock_run_folder(const char *out) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s/%s", out, LOCK_FILE) >= (int)sizeof p) die(2, "--out: the path is too long");
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) die(1, "--out: cannot open the lock file '%s': %s", p, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t r = pread(fd, pid, sizeof pid - 1, 0);
+        if (r > 0) pid[r] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        if (e == EWOULDBLOCK)
+            die(1, "--out: another `flashgrad train`%s%s%s is writing to '%s' (it holds %s); wait for it to end or "
+                   "choose another --out", *pid ? " (pid " : "", pid, *pid ? ")" : "", out, p);
+        die(1, "--out: cannot lock '%s': %s", p, strerror(e));
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) { /* the pid is only for messages */ }
+}
+
+/* A fresh run's folder: does it hold another run's files? Stops (exit 2) unless --overwrite;
+ * returns the step of the checkpoint there (0 when only a log, -1 when nothing). */
+static int64_t other_run_in_folder(const char *out, int overwrite) {
+    int any = 0;
+    for (size_t i = 0; i < N_RUN_FILES; i++) any |= path_exists(out, run_files[i]);
+    if (!any) return -1;
+    int64_t step = 0;
+    char what[512] = "";
+    if (path_exists(out, FG_CKPT_MODEL_FILE) || path_exists(out, FG_CKPT_OPTIM_FILE)) {
+        fg_ckpt *c = fg_ckpt_open(out, 0);
+        if (c) {
+            step = fg_ckpt_get_info(c)->step;
+            snprintf(what, sizeof what, "a checkpoint at step %lld", (long long)step);
+            fg_ckpt_close(c);
+        } else {
+            snprintf(what, sizeof what, "a checkpoint that does not load (%.300s)", fg_last_error());
+            fg_clear_error();
+            step = 0;
+        }
+        if (!overwrite)
+            die(2, "--out '%s' already holds %s; continue that run with --resume, or replace it with --overwrite", out,
+                what);
+        return step > 0 ? step : 0;
+    }
+    if (!overwrite)
+        die(2, "--out '%s' already holds the log.csv of an earlier run (no checkpoint); replace it with --overwrite, or "
+               "choose another --out", out);
+    return 0;
+}
+
+/* --overwrite, at this run's first checkpoint: the earlier run's checkpoint goes first (model,
+ * then its optimizer files), so that a kill in between leaves no mixture of the two runs. */
+static void remove_other_run(const char *out) {
+    static const char *const order[] = {FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", out, order[i]);
+        if (unlink(p) != 0 && errno != ENOENT) die(1, "--overwrite: cannot remove '%s': %s", p, strerror(errno));
+    }
+}
+
+/* ---- standard output that may go away ---- */
+/* After a write error on stdout (EPIPE once the reader of `train | head` exits, ENOSPC, EIO after a
+ * hangup) nothing more is printed there; training goes on. */
+static void check_stdout(void) {
+    if (stdout_lost) return;
+    if (fflush(stdout) != 0 || ferror(stdout)) stdout_lost = 1;
+}
+
+/* A step, an evaluation or the log failed (fg_last_error() says how): stop with exit 1, saying
+ * what the folder holds now. The log of the steps run is kept unless another run's checkpoint
+ * still shares the folder (an --overwrite run that had not reached its first checkpoint): that
+ * run's log stays as it was, with its checkpoint. */
+static void stop_failed(const csv_log *rows, const char *log_path, const char *out, int64_t last_ckpt,
+                        int other_pending, int64_t other_step) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fg_last_error());
+    if (other_pending && other_step > 0)
+        die(1, "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run (checkpoint at step %lld), "
+               "untouched.", msg, out, (long long)other_step);
+    if (other_pending)
+        die(1, "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run's files, untouched.", msg,
+            out);
+    int logged = csv_write(rows, log_path) == FG_OK;
+    if (last_ckpt >= 0)
+        die(1, "%s; stopped. The last good checkpoint is in %s (step %lld)%s.", msg, out, (long long)last_ckpt,
+            logged ? "; log.csv has every step run" : "");
+    die(1, "%s; stopped before any checkpoint was written%s.", msg, logged ? " (log.csv has the steps run)" : "");
+}
+
 /* ---- the command ---- */
 static int same_d(double a, double b) { return a == b; }
 
 int fg_cmd_train(int argc, char **argv) {
     on_tty = isatty(STDERR_FILENO);
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error (EPIPE), not the end of training */
     fg_flag f[F_COUNT];
     init_flags(f);
     /* Two passes: the first finds --data/--task so the second starts from that task's defaults. */
@@ -382,6 +554,8 @@ int fg_cmd_train(int argc, char **argv) {
     if (f[F_RESUME].given) {
         struct stat sb;
         if (stat(model_path, &sb) != 0) die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, model_path, strerror(errno));
+        if (f[F_OVERWRITE].given) die(2, "--overwrite starts a new run; it cannot be combined with --resume");
+        lock_run_folder(out);
         ck = fg_ckpt_open(out, 1);
         if (!ck) die(1, "--resume: %s", fg_last_error());
         const fg_ckpt_info *in = fg_ckpt_get_info(ck);
@@ -472,22 +646,19 @@ int fg_cmd_train(int argc, char **argv) {
         if (fg_train_config_check(&cfg) != FG_OK) die(2, "%s", fg_last_error());
     }
 
-    /* the folder: after the data loaded, so a bad dataset leaves nothing behind */
-    {
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s", out);
-        for (char *p = tmp + 1; *p; p++) {
-            if (*p != '/') continue;
-            *p = '\0';
-            if (mkdir(tmp, 0777) != 0 && errno != EEXIST) die(1, "--out: cannot create '%s': %s", tmp, strerror(errno));
-            *p = '/';
-        }
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) die(1, "--out: cannot create '%s': %s", tmp, strerror(errno));
-        struct stat sb;
-        if (stat(tmp, &sb) != 0 || !S_ISDIR(sb.st_mode)) die(1, "--out: '%s' is not a folder", out);
-        if (access(tmp, W_OK) != 0) die(1, "--out: cannot write to '%s': %s", out, strerror(errno));
-        remove_stale_temporaries(out);
+    /* The folder: after the data loaded, so a bad dataset leaves nothing behind. A fresh run takes
+     * the lock here; a resumed one took it before reading the checkpoint. */
+    int64_t other_step = -1; /* a fresh --overwrite run: the step of the run it will replace */
+    int other_pending = 0;   /* ... and that run's files are still in place */
+    if (!ck) {
+        make_run_folder(out);
+        lock_run_folder(out);
+        other_step = other_run_in_folder(out, f[F_OVERWRITE].given);
+        other_pending = other_step >= 0;
+    } else if (access(out, W_OK) != 0) {
+        die(1, "--out: cannot write to '%s': %s", out, strerror(errno));
     }
+    remove_stale_temporaries(out);
 
     fg_trainer *tr = fg_trainer_create(&cfg, src);
     if (!tr) die(1, "%s", fg_last_error());
@@ -535,9 +706,11 @@ int fg_cmd_train(int argc, char **argv) {
     say("output: %s/{model,optimizer}.safetensors, %s\n", out, log_path);
 
     struct sigaction sa = {0};
-    sa.sa_handler = on_sigint;
+    sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 
     /* ---- the loop ---- */
     const double t_start = fg_now();
@@ -550,31 +723,32 @@ int fg_cmd_train(int argc, char **argv) {
         double t0 = fg_now();
         fg_status st = fg_trainer_step(tr, &s);
         double dt = fg_now() - t0;
-        if (st != FG_OK) {
-            csv_write(&logrows, log_path);
-            if (last_ckpt >= 0)
-                die(1, "%s; stopped. The last good checkpoint is in %s (step %lld).", fg_last_error(), out, (long long)last_ckpt);
-            die(1, "%s; stopped before any checkpoint was written.", fg_last_error());
-        }
+        if (st != FG_OK) stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
         step_time += dt;
         tokens_done += s.tokens;
         steps_timed++;
         const int64_t step = tr->step; /* 1-based: steps done */
         const int last = step == cfg.steps;
         const int do_eval = last || (cfg.eval_every > 0 && step % cfg.eval_every == 0);
-        const int do_ckpt = last || stop_requested || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
+        /* read once: a signal that lands later in this iteration is served after the next step */
+        const int stop = stop_requested;
+        const int do_ckpt = last || stop || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
 
         char row[256], val[48] = "";
         if (do_eval) {
             double tl = NAN, vl = NAN;
-            if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK)
-                die(1, "evaluation at step %lld: %s", (long long)step, fg_last_error());
+            if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK) {
+                fg_error(fg_last_status(), "evaluation at step %lld: %s", (long long)step, fg_last_error());
+                stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
+            }
             last_train = tl;
             last_val = vl;
             snprintf(val, sizeof val, "%.6f", vl);
             if (is_add) {
-                if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &last_acc) != FG_OK)
-                    die(1, "accuracy at step %lld: %s", (long long)step, fg_last_error());
+                if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &last_acc) != FG_OK) {
+                    fg_error(fg_last_status(), "accuracy at step %lld: %s", (long long)step, fg_last_error());
+                    stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
+                }
                 say("step %lld: train loss %s, val loss %s (optimum %.4f), held-out exact match %.1f%% (%d problems)\n",
                     (long long)step, LOSS(tl), LOSS(vl), fg_source_optimal_loss(src), 100 * last_acc, eval_problems);
             } else {
@@ -583,7 +757,10 @@ int fg_cmd_train(int argc, char **argv) {
         }
         snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s", (long long)step, s.loss, s.lr, s.grad_norm,
                  dt > 0 ? s.tokens / dt : 0.0, val);
-        if (csv_add(&logrows, row)) die(1, "out of memory for the log");
+        if (csv_add(&logrows, row)) {
+            fg_error(FG_ERR_OOM, "out of memory for the log");
+            stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
+        }
 
         /* progress */
         double now = fg_now(), rate = step_time > 0 ? tokens_done / step_time : 0;
@@ -599,22 +776,28 @@ int fg_cmd_train(int argc, char **argv) {
                 fflush(stderr);
                 last_draw = now;
             }
-        } else if (step % log_every == 0 || last) {
+        } else if ((step % log_every == 0 || last) && !stdout_lost) {
             printf("step %lld/%lld loss %s lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s\n", (long long)step,
                    (long long)cfg.steps, LOSS(s.loss), s.lr, s.grad_norm, rt, el, et);
-            fflush(stdout);
+            check_stdout();
         }
 
         if (do_ckpt) {
-            /* The log first: a checkpoint at step s must never be on disk without the log's rows up
-             * to s (a resume keeps the rows up to its checkpoint's step and drops later ones). */
-            if (csv_write(&logrows, log_path)) die(1, "cannot write %s: %s", log_path, strerror(errno));
+            /* The earlier run that --overwrite replaces goes first; then the log: a checkpoint at
+             * step s must never be on disk without the log's rows up to s (a resume keeps the rows
+             * up to its checkpoint's step and drops later ones). */
+            if (other_pending) {
+                remove_other_run(out);
+                other_pending = 0;
+            }
+            if (csv_write(&logrows, log_path) != FG_OK) die(1, "%s", fg_last_error());
             if (fg_ckpt_save(out, tr) != FG_OK) die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
             last_ckpt = step;
         }
-        if (stop_requested) {
-            say("interrupted at step %lld: checkpoint written to %s; continue with --resume\n", (long long)step, out);
-            code = 130;
+        if (stop) {
+            say("interrupted by %s at step %lld: checkpoint written to %s; continue with --resume\n", signal_name(stop),
+                (long long)step, out);
+            code = 128 + stop;
             break;
         }
     }

@@ -1,0 +1,338 @@
+/* test_runs.c — what `flashgrad train` promises about its run folder (--out): it never replaces
+ * another run's files without --overwrite, a failed run leaves an earlier run as it was, only its
+ * own leftover temporaries are removed, one writer holds the folder at a time, SIGTERM and SIGHUP
+ * checkpoint like SIGINT, and a closed stdout does not stop training.
+ *
+ * Every test runs the real program (FG_BIN) in a fresh temporary folder and checks the files it
+ * leaves byte for byte, or the checkpoint's tensors bit for bit against an uninterrupted run.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tensor/fileio.h"
+#include "tensor/safetensors.h"
+#include "tests/common.h"
+
+static char dir[256];
+
+static void setup(void) { fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_runs.XXXXXX"); }
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+static void need_bin(void) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+}
+
+/* A tiny model: a run of a few hundred steps takes well under a second. */
+#define TINY "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --eval-every 0 " \
+             "--eval-iters 1 --eval-problems 10 --samples 0 --threads 1"
+
+/* `flashgrad <args>` in the test folder, stderr included in log; returns the exit status. */
+static int run(const char *args, char *log, size_t n) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", dir, fgt_bin(), args);
+    return fgt_run_cmd(cmd, log, n);
+}
+
+static void run_ok(const char *args) {
+    char log[8192];
+    int st = run(args, log, sizeof log);
+    cr_assert_eq(st, 0, "`flashgrad %s` exited %d:\n%s", args, st, log);
+}
+
+static char *path(const char *rel) {
+    static char p[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, rel);
+    return p[k];
+}
+
+/* The whole file, or NULL when it does not exist. Caller frees. */
+static char *slurp(const char *rel, size_t *n) {
+    void *buf = NULL;
+    if (fg_read_file(path(rel), 0, &buf, n) != FG_OK) {
+        fg_clear_error();
+        return NULL;
+    }
+    return buf;
+}
+
+/* The run files of a folder, kept to check later that nothing changed. */
+typedef struct {
+    char *data[3];
+    size_t n[3];
+} snapshot;
+static const char *const snap_files[3] = {"model.safetensors", "optimizer.safetensors", "log.csv"};
+
+static snapshot take(const char *run_dir) {
+    snapshot s;
+    for (int i = 0; i < 3; i++) {
+        char rel[300];
+        snprintf(rel, sizeof rel, "%s/%s", run_dir, snap_files[i]);
+        s.data[i] = slurp(rel, &s.n[i]);
+        cr_assert(s.data[i], "%s is missing", rel);
+    }
+    return s;
+}
+
+static void expect_unchanged(const snapshot *s, const char *run_dir, const char *after) {
+    for (int i = 0; i < 3; i++) {
+        char rel[300];
+        size_t n = 0;
+        snprintf(rel, sizeof rel, "%s/%s", run_dir, snap_files[i]);
+        char *now = slurp(rel, &n);
+        cr_expect(now && n == s->n[i] && !memcmp(now, s->data[i], n), "%s changed after %s", rel, after);
+        free(now);
+    }
+}
+
+static void drop(snapshot *s) {
+    for (int i = 0; i < 3; i++) free(s->data[i]);
+}
+
+static int one_line(const char *log) {
+    int lines = 0;
+    for (const char *c = log; *c; c++) lines += *c == '\n';
+    return lines == 1;
+}
+
+Test(runs, a_fresh_run_refuses_a_folder_that_holds_another_run, .init = setup, .fini = teardown, .timeout = 120) {
+    need_bin();
+    run_ok("train " TINY " --steps 30 --out r");
+    snapshot before = take("r");
+    char log[8192];
+    int st = run("train " TINY " --steps 3 --out r", log, sizeof log);
+    cr_expect_eq(st, 2, "a fresh run into a finished run's folder exited %d:\n%s", st, log);
+    cr_expect(strstr(log, "step 30") && strstr(log, "--resume") && strstr(log, "--overwrite") && one_line(log),
+              "the refusal should be one line naming the checkpoint's step and --resume / --overwrite:\n%s", log);
+    expect_unchanged(&before, "r", "a refused fresh run");
+    drop(&before);
+
+    /* a folder with only an earlier run's log (it failed before its first checkpoint) is a run too */
+    cr_assert(mkdir(path("l"), 0777) == 0);
+    FILE *f = fopen(path("l/log.csv"), "w");
+    cr_assert(f);
+    fputs("step,loss,lr,grad_norm,tokens_per_s,val_loss\n1,2.5,0.001,1.0,100.0,\n", f);
+    fclose(f);
+    st = run("train " TINY " --steps 3 --out l", log, sizeof log);
+    cr_expect(st == 2 && strstr(log, "log.csv") && strstr(log, "--overwrite"), "log-only folder: exit %d:\n%s", st, log);
+    size_t n;
+    char *kept = slurp("l/log.csv", &n);
+    cr_expect(kept && strstr(kept, "1,2.5,0.001"), "the earlier log was replaced");
+    free(kept);
+
+    st = run("train " TINY " --steps 40 --out r --resume --overwrite", log, sizeof log);
+    cr_expect_eq(st, 2, "--resume with --overwrite should be a usage error:\n%s", log);
+}
+
+Test(runs, a_failed_overwrite_run_leaves_the_earlier_run_and_its_log_untouched, .init = setup, .fini = teardown,
+     .timeout = 120) {
+    need_bin();
+    run_ok("train " TINY " --steps 30 --out r");
+    snapshot before = take("r");
+    /* diverges at step 2 or 3, before its first checkpoint (at the end, step 5) */
+    char log[8192];
+    int st = run("train " TINY " --steps 5 --out r --overwrite --lr 10 --warmup 0 --weight-decay 1e6", log, sizeof log);
+    cr_expect_eq(st, 1, "the diverging run exited %d:\n%s", st, log);
+    cr_expect(strstr(log, "step 30") && strstr(log, "untouched"),
+              "the message should say the earlier checkpoint (step 30) is untouched:\n%s", log);
+    cr_expect(!strstr(log, "before any checkpoint was written"), "the folder holds a checkpoint:\n%s", log);
+    expect_unchanged(&before, "r", "a failed --overwrite run");
+    drop(&before);
+    cr_expect(access(path("r/optimizer.prev.safetensors"), F_OK) != 0, "a failed run left an optimizer.prev file");
+
+    /* a --resume of that folder still continues the earlier run, with its own log */
+    run_ok("train --resume --steps 32 --out r --samples 0 --eval-problems 10");
+    size_t n;
+    char *l = slurp("r/log.csv", &n);
+    int rows = 0;
+    for (char *c = l; c && *c; c++) rows += *c == '\n';
+    cr_expect_eq(rows, 1 + 32, "the resumed log has %d lines", rows);
+    free(l);
+
+    /* --overwrite that succeeds replaces the run */
+    run_ok("train " TINY " --steps 3 --out r --overwrite");
+    l = slurp("r/log.csv", &n);
+    rows = 0;
+    for (char *c = l; c && *c; c++) rows += *c == '\n';
+    cr_expect_eq(rows, 1 + 3, "the replacing run's log has %d lines", rows);
+    free(l);
+    run_ok("sample --ckpt r --tokens 2 --prompt 1");
+}
+
+Test(runs, only_flashgrads_own_leftover_temporaries_are_removed, .init = setup, .fini = teardown, .timeout = 120) {
+    need_bin();
+    run_ok("train " TINY " --steps 3 --out r");
+    static const char *const users[] = {"r/model.safetensors.tmp.backup", "r/log.csv.tmp.mine",
+                                        "r/model.safetensors" FG_TMP_MARK "abc", "r/notes" FG_TMP_MARK "Ab12Cd",
+                                        "r/log.csv" FG_TMP_MARK "Ab12Cd.old"};
+    static const char *const ours[] = {"r/model.safetensors" FG_TMP_MARK "Ab12Cd", "r/log.csv" FG_TMP_MARK "x9Y8z7",
+                                       "r/optimizer.safetensors" FG_TMP_MARK "000000"};
+    for (size_t i = 0; i < sizeof users / sizeof users[0]; i++) {
+        FILE *f = fopen(path(users[i]), "w");
+        cr_assert(f);
+        fputs("a user's file\n", f);
+        fclose(f);
+    }
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
+        FILE *f = fopen(path(ours[i]), "w");
+        cr_assert(f);
+        fputs("half a checkpoint", f);
+        fclose(f);
+    }
+    run_ok("train --resume --steps 5 --out r --samples 0 --eval-problems 10");
+    for (size_t i = 0; i < sizeof users / sizeof users[0]; i++)
+        cr_expect(access(path(users[i]), F_OK) == 0, "the user's file %s was removed", users[i]);
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        cr_expect(access(path(ours[i]), F_OK) != 0, "the stale temporary %s was left", ours[i]);
+}
+
+Test(runs, a_second_writer_is_refused_while_sample_still_reads, .init = setup, .fini = teardown, .timeout = 120) {
+    need_bin();
+    run_ok("train " TINY " --steps 3 --out r");
+    snapshot before = take("r");
+    /* hold the folder's lock as a running train does */
+    int fd = open(path("r/train.lock"), O_RDWR);
+    cr_assert(fd >= 0, "train left no train.lock");
+    cr_assert(flock(fd, LOCK_EX | LOCK_NB) == 0, "the lock was still held after train ended");
+    char log[8192];
+    int st = run("train --resume --steps 6 --out r --samples 0", log, sizeof log);
+    cr_expect(st == 1 && strstr(log, "another") && one_line(log), "a resume of a locked folder: exit %d:\n%s", st, log);
+    st = run("train " TINY " --steps 3 --out r --overwrite", log, sizeof log);
+    cr_expect(st == 1 && strstr(log, "another"), "an --overwrite run into a locked folder: exit %d:\n%s", st, log);
+    expect_unchanged(&before, "r", "refused writers");
+    drop(&before);
+    st = run("sample --ckpt r --tokens 2 --prompt 1", log, sizeof log);
+    cr_expect_eq(st, 0, "sample of a folder being written: exit %d:\n%s", st, log);
+    close(fd); /* the lock goes with the descriptor, as it does when a train process dies */
+    run_ok("train --resume --steps 6 --out r --samples 0 --eval-problems 10");
+}
+
+/* The parameters and both AdamW moments of a checkpoint, bit for bit. */
+static void expect_same_state(const char *a, const char *b) {
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int fi = 0; fi < 2; fi++) {
+        char pa[300], pb[300];
+        snprintf(pa, sizeof pa, "%s/%s", a, files[fi]);
+        snprintf(pb, sizeof pb, "%s/%s", b, files[fi]);
+        fg_st_file *x = fg_st_load(path(pa)), *y = fg_st_load(path(pb));
+        cr_assert(x && y, "cannot load %s or %s: %s", pa, pb, fg_last_error());
+        cr_assert_eq(fg_st_count(x), fg_st_count(y));
+        for (int i = 0; i < fg_st_count(x); i++) {
+            const fg_st_array *ax = fg_st_at(x, i), *ay = fg_st_find(y, ax->name);
+            cr_assert(ay, "%s has no %s", pb, ax->name);
+            cr_expect(ax->nbytes == ay->nbytes && !memcmp(ax->data, ay->data, ax->nbytes),
+                      "%s differs between %s and %s", ax->name, a, b);
+        }
+        fg_st_close(x);
+        fg_st_close(y);
+    }
+}
+
+/* The step of a checkpoint. */
+static long long ckpt_step(const char *run_dir) {
+    char rel[300];
+    snprintf(rel, sizeof rel, "%s/optimizer.safetensors", run_dir);
+    fg_st_file *f = fg_st_load(path(rel));
+    cr_assert(f, "%s: %s", rel, fg_last_error());
+    int64_t step = -1;
+    cr_assert_eq(fg_st_read(f, "step", FG_ST_I64, 1, (int64_t[]){1}, &step), FG_OK, "%s", fg_last_error());
+    fg_st_close(f);
+    return (long long)step;
+}
+
+/* Sends `sig` to a long run once it has logged step 50; it must checkpoint the step it was in and
+ * exit 128 + sig. The checkpoint must equal an uninterrupted run to that step, and resuming it must
+ * equal an uninterrupted run to a later step, bit for bit. */
+static void signal_checkpoints(int sig, const char *name) {
+    need_bin();
+    const long long total = 2000000; /* far more than the run gets to before the signal */
+    char logp[300];
+    snprintf(logp, sizeof logp, "%s/run.log", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(99);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(fgt_bin(), fgt_bin(), "train", "--task", "addition", "--digits", "1", "--n-layer", "1", "--n-head", "2",
+              "--n-embd", "16", "--batch-size", "8", "--eval-every", "0", "--eval-iters", "1", "--eval-problems", "10",
+              "--samples", "0", "--threads", "1", "--log-every", "1", "--steps", "2000000", "--out", "sig",
+              (char *)NULL);
+        _exit(98);
+    }
+    int seen = 0;
+    for (int i = 0; i < 6000 && !seen; i++) {
+        usleep(10000);
+        size_t n = 0;
+        char *l = slurp("run.log", &n);
+        seen = l && strstr(l, "step 50/");
+        free(l);
+    }
+    if (!seen) kill(pid, SIGKILL);
+    cr_assert(seen, "the run never logged step 50");
+    kill(pid, sig);
+    int status;
+    waitpid(pid, &status, 0);
+    size_t n = 0;
+    char *l = slurp("run.log", &n);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig, "after %s the exit status is %d (want %d):\n%s",
+              name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 128 + sig, l);
+    cr_expect(l && strstr(l, "interrupted by") && strstr(l, name), "no interruption message naming %s:\n%s", name, l);
+    free(l);
+    long long step = ckpt_step("sig");
+    cr_assert(step >= 50 && step < total, "checkpoint at step %lld", step);
+
+    /* the same schedule, uninterrupted, to the signal's step and to 40 steps later */
+    char args[1024];
+    snprintf(args, sizeof args, "train " TINY " --steps %lld --lr-decay-steps %lld --out ref", step, total);
+    run_ok(args);
+    expect_same_state("sig", "ref");
+    snprintf(args, sizeof args, "train " TINY " --steps %lld --lr-decay-steps %lld --out ref2", step + 40, total);
+    run_ok(args);
+    snprintf(args, sizeof args, "train --resume --steps %lld --out sig --samples 0 --eval-problems 10", step + 40);
+    run_ok(args);
+    expect_same_state("sig", "ref2");
+}
+
+Test(runs, sigterm_checkpoints_exits_143_and_resumes_bit_for_bit, .init = setup, .fini = teardown, .timeout = 300) {
+    signal_checkpoints(SIGTERM, "SIGTERM");
+}
+
+Test(runs, sighup_checkpoints_exits_129_and_resumes_bit_for_bit, .init = setup, .fini = teardown, .timeout = 300) {
+    signal_checkpoints(SIGHUP, "SIGHUP");
+}
+
+Test(runs, sigint_checkpoints_exits_130_and_resumes_bit_for_bit, .init = setup, .fini = teardown, .timeout = 300) {
+    signal_checkpoints(SIGINT, "SIGINT");
+}
+
+Test(runs, a_closed_stdout_does_not_stop_training, .init = setup, .fini = teardown, .timeout = 120) {
+    need_bin();
+    if (access("/bin/bash", X_OK) != 0) cr_skip_test("no /bin/bash for PIPESTATUS");
+    char cmd[2048], log[8192];
+    /* head exits after one line; every later line the run prints meets a closed pipe */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && bash -c \"'%s' train " TINY " --steps 400 --log-every 1 --out p 2>err.log | head -n 1 >/dev/null;"
+             " exit \\${PIPESTATUS[0]}\"",
+             dir, fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    size_t n;
+    char *err = slurp("err.log", &n);
+    cr_expect_eq(st, 0, "train | head exited %d: %s", st, err ? err : "");
+    free(err);
+    cr_expect_eq(ckpt_step("p"), 400, "the run did not train to the end with its stdout closed");
+}
