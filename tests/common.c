@@ -1,6 +1,8 @@
 /* common.c — shared test helpers (see common.h). */
 #include "tests/common.h"
 
+#include "tensor/safetensors.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,4 +217,24 @@ int fgt_run_cmd(const char *cmd, char *log, size_t logn) {
     if (log) log[used] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void fgt_expect_same_run_state(const char *a, const char *b) {
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int fi = 0; fi < 2; fi++) {
+        char pa[1024], pb[1024];
+        snprintf(pa, sizeof pa, "%s/%s", a, files[fi]);
+        snprintf(pb, sizeof pb, "%s/%s", b, files[fi]);
+        fg_st_file *x = fg_st_load(pa), *y = fg_st_load(pb);
+        cr_assert(x && y, "cannot load %s or %s: %s", pa, pb, fg_last_error());
+        cr_assert_eq(fg_st_count(x), fg_st_count(y), "%s and %s hold different tensor sets", pa, pb);
+        for (int i = 0; i < fg_st_count(x); i++) {
+            const fg_st_array *ax = fg_st_at(x, i), *ay = fg_st_find(y, ax->name);
+            cr_assert(ay, "%s has no %s", pb, ax->name);
+            cr_expect(ax->nbytes == ay->nbytes && !memcmp(ax->data, ay->data, ax->nbytes), "%s differs between %s and %s",
+                      ax->name, a, b);
+        }
+        fg_st_close(x);
+        fg_st_close(y);
+    }
 }

@@ -113,6 +113,10 @@ const char *fgt_bin(void);
  * Its stdout (append 2>&1 for stderr) goes into log[0..logn) when log is not NULL. */
 int fgt_run_cmd(const char *cmd, char *log, size_t logn);
 
+/* Expects the run folders a and b to hold the same training state bit for bit: every tensor of
+ * their model.safetensors and optimizer.safetensors (parameters, both AdamW moments, step, RNG). */
+void fgt_expect_same_run_state(const char *a, const char *b);
+
 #ifdef __cplusplus
 }
 #endif

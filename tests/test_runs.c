@@ -220,27 +220,6 @@ Test(runs, a_second_writer_is_refused_while_sample_still_reads, .init = setup, .
     run_ok("train --resume --steps 6 --out r --samples 0 --eval-problems 10");
 }
 
-/* The parameters and both AdamW moments of a checkpoint, bit for bit. */
-static void expect_same_state(const char *a, const char *b) {
-    static const char *const files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int fi = 0; fi < 2; fi++) {
-        char pa[300], pb[300];
-        snprintf(pa, sizeof pa, "%s/%s", a, files[fi]);
-        snprintf(pb, sizeof pb, "%s/%s", b, files[fi]);
-        fg_st_file *x = fg_st_load(path(pa)), *y = fg_st_load(path(pb));
-        cr_assert(x && y, "cannot load %s or %s: %s", pa, pb, fg_last_error());
-        cr_assert_eq(fg_st_count(x), fg_st_count(y));
-        for (int i = 0; i < fg_st_count(x); i++) {
-            const fg_st_array *ax = fg_st_at(x, i), *ay = fg_st_find(y, ax->name);
-            cr_assert(ay, "%s has no %s", pb, ax->name);
-            cr_expect(ax->nbytes == ay->nbytes && !memcmp(ax->data, ay->data, ax->nbytes),
-                      "%s differs between %s and %s", ax->name, a, b);
-        }
-        fg_st_close(x);
-        fg_st_close(y);
-    }
-}
-
 /* The step of a checkpoint. */
 static long long ckpt_step(const char *run_dir) {
     char rel[300];
@@ -300,12 +279,12 @@ static void signal_checkpoints(int sig, const char *name) {
     char args[1024];
     snprintf(args, sizeof args, "train " TINY " --steps %lld --lr-decay-steps %lld --out ref", step, total);
     run_ok(args);
-    expect_same_state("sig", "ref");
+    fgt_expect_same_run_state(path("sig"), path("ref"));
     snprintf(args, sizeof args, "train " TINY " --steps %lld --lr-decay-steps %lld --out ref2", step + 40, total);
     run_ok(args);
     snprintf(args, sizeof args, "train --resume --steps %lld --out sig --samples 0 --eval-problems 10", step + 40);
     run_ok(args);
-    expect_same_state("sig", "ref2");
+    fgt_expect_same_run_state(path("sig"), path("ref2"));
 }
 
 Test(runs, sigterm_checkpoints_exits_143_and_resumes_bit_for_bit, .init = setup, .fini = teardown, .timeout = 300) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ops/attention.h"
@@ -258,6 +259,53 @@ Test(simd, pool_runs_every_item_once_for_any_thread_count) {
     fg_pool_run(0, probe_item, NULL, 0); /* nothing to do: fn is never called (ctx NULL would crash) */
     fg_pool_set_threads(0);
     free(hits);
+}
+
+/* Items that wait until `want` distinct workers have entered one, or until 10 s after the first
+ * item started: a pool that runs everything on one thread never gets there. */
+typedef struct {
+    atomic_int seen_mask;
+    int want;
+    atomic_llong deadline_ms; /* 0 until the first item starts */
+} gather_probe;
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void gather_item(void *ctx, int64_t item, int worker) {
+    gather_probe *g = ctx;
+    (void)item;
+    long long zero = 0;
+    atomic_compare_exchange_strong(&g->deadline_ms, &zero, now_ms() + 10000);
+    atomic_fetch_or(&g->seen_mask, 1 << worker);
+    while (__builtin_popcount((unsigned)atomic_load(&g->seen_mask)) < g->want && now_ms() < atomic_load(&g->deadline_ms))
+        usleep(100);
+}
+
+Test(simd, pool_runs_items_on_more_than_one_thread) {
+    for (int threads = 2; threads <= 3; threads++) {
+        fg_pool_set_threads(threads);
+        gather_probe g = {.want = threads};
+        fg_pool_run(64, gather_item, &g, 0);
+        int got = __builtin_popcount((unsigned)atomic_load(&g.seen_mask));
+        cr_expect_eq(got, threads, "%d threads set, but items ran on %d of them (mask %#x)", threads, got,
+                     (unsigned)atomic_load(&g.seen_mask));
+    }
+    fg_pool_set_threads(0);
+}
+
+Test(simd, setting_a_level_makes_it_active) {
+    const fg_simd_level best = fg_simd_detect();
+    for (int l = 0; l < FG_SIMD_LEVEL_COUNT; l++) {
+        fg_simd_level before = fg_simd_set((fg_simd_level)l);
+        fg_simd_level want = (fg_simd_level)l <= best ? (fg_simd_level)l : best;
+        cr_expect_eq(fg_simd_active(), want, "fg_simd_set(%s): active is %s, want %s", fg_simd_name((fg_simd_level)l),
+                     fg_simd_name(fg_simd_active()), fg_simd_name(want));
+        fg_simd_set(before);
+    }
 }
 
 Test(simd, pool_works_in_a_forked_child) {
