@@ -4,7 +4,8 @@
  * and decodes back to the same n bytes.
  *   - char-level: the vocabulary is the sorted set of distinct bytes of a training text; token i is
  *     the i-th smallest such byte. A byte not in the vocabulary cannot be encoded (an error, not a
- *     silent substitution). Multi-byte UTF-8 characters become several tokens.
+ *     silent substitution). Multi-byte UTF-8 characters become several tokens, so a model can
+ *     sample a byte sequence that is not valid UTF-8 (the name says "char"; the unit is the byte).
  *   - byte-level: vocabulary 0..255, token i is byte i. Encodes anything.
  *
  * A tokenizer is stored with a checkpoint as one printable ASCII string (safetensors __metadata__):

@@ -23,7 +23,8 @@
  * allocate or scan gigabytes). */
 #define ST_MAX_HEADER ((uint64_t)100000000)
 #define ST_CHECKSUM_KEY "fg_checksum"
-#define ST_CHECKSUM_PREFIX "xxh64:"
+#define ST_CHECKSUM_PREFIX "xxh64:"     /* data only (files of older writers) */
+#define ST_CHECKSUM2_PREFIX "xxh64v2:"  /* header content, then data */
 
 static const struct {
     const char *name;
@@ -343,19 +344,39 @@ static int cmp_entry_layout(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-fg_status fg_st_writer_write(fg_st_writer *w, const char *path) {
-    if (!w) return fg_error(FG_ERR_ARG, "safetensors: NULL writer");
-    if (!path || !*path) return fg_error(FG_ERR_ARG, "safetensors: empty file path");
+/* ---- the checksum (format in safetensors.h) ---- */
+
+static void hx_u64(fg_xxh64_state *h, uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    fg_xxh64_update(h, b, 8);
+}
+static void hx_str(fg_xxh64_state *h, const char *s) {
+    size_t n = strlen(s);
+    hx_u64(h, n);
+    fg_xxh64_update(h, s, n);
+}
+/* One tensor as the header digest sees it. */
+static void hx_tensor(fg_xxh64_state *h, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape,
+                      uint64_t begin, uint64_t end) {
+    hx_str(h, name);
+    hx_str(h, st_dtypes[dt].name);
+    hx_u64(h, (uint64_t)ndim);
+    for (int d = 0; d < ndim; d++) hx_u64(h, (uint64_t)shape[d]);
+    hx_u64(h, begin);
+    hx_u64(h, end);
+}
+
+/* The header JSON of what fg_st_writer_write would write, and the entries in data layout order;
+ * sets every entry's offset. `path` only names the file in messages. */
+static fg_status st_build(fg_st_writer *w, const char *path, sbuf *js, st_entry ***layout_out) {
     fg_status rc = FG_OK;
     int n = w->n;
     st_entry **by_layout = malloc((size_t)(n ? n : 1) * sizeof *by_layout);
     st_entry **by_name = malloc((size_t)(n ? n : 1) * sizeof *by_name);
     /* metadata keys, plus the checksum, in key order */
     char **mk = malloc((size_t)(w->mn + 1) * sizeof *mk);
-    const void **parts = malloc((size_t)(n + 2) * sizeof *parts);
-    size_t *sizes = malloc((size_t)(n + 2) * sizeof *sizes);
-    sbuf js = {0};
-    if (!by_layout || !by_name || !mk || !parts || !sizes) {
+    if (!by_layout || !by_name || !mk) {
         rc = fg_error(FG_ERR_OOM, "safetensors: out of memory writing '%s'", path);
         goto done;
     }
@@ -363,7 +384,7 @@ fg_status fg_st_writer_write(fg_st_writer *w, const char *path) {
     qsort(by_layout, (size_t)n, sizeof *by_layout, cmp_entry_layout);
     qsort(by_name, (size_t)n, sizeof *by_name, cmp_entry_name);
 
-    /* offsets and the checksum of the data buffer, in layout order */
+    /* offsets and the digest of the data buffer, in layout order */
     fg_xxh64_state hs;
     fg_xxh64_init(&hs, 0);
     size_t pos = 0;
@@ -372,54 +393,108 @@ fg_status fg_st_writer_write(fg_st_writer *w, const char *path) {
         pos += by_layout[i]->nbytes;
         fg_xxh64_update(&hs, by_layout[i]->data, by_layout[i]->nbytes);
     }
-    char sum[40];
-    snprintf(sum, sizeof sum, ST_CHECKSUM_PREFIX "%016llx",
-             (unsigned long long)fg_xxh64_digest(&hs));
+    const uint64_t data_sum = fg_xxh64_digest(&hs);
 
-    /* the header */
     int nm = 0;
     char ck[] = ST_CHECKSUM_KEY;
     mk[nm++] = ck;
     for (int i = 0; i < w->mn; i++) mk[nm++] = w->mkey[i];
     qsort(mk, (size_t)nm, sizeof *mk, cmp_str_ptr);
-    sb_puts(&js, "{\"__metadata__\":{");
+
+    /* the digest of the header's content: metadata (without the checksum) and tensor table */
+    fg_xxh64_init(&hs, 0);
+    hx_u64(&hs, (uint64_t)w->mn);
+    for (int i = 0; i < nm; i++) {
+        if (mk[i] == ck) continue;
+        for (int j = 0; j < w->mn; j++) {
+            if (mk[i] != w->mkey[j]) continue;
+            hx_str(&hs, w->mkey[j]);
+            hx_str(&hs, w->mval[j]);
+        }
+    }
+    hx_u64(&hs, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        const st_entry *e = by_name[i];
+        hx_tensor(&hs, e->name, e->dtype, e->ndim, e->shape, e->begin, e->begin + e->nbytes);
+    }
+    char sum[64];
+    snprintf(sum, sizeof sum, ST_CHECKSUM2_PREFIX "%016llx:%016llx",
+             (unsigned long long)fg_xxh64_digest(&hs), (unsigned long long)data_sum);
+
+    /* the header */
+    sb_puts(js, "{\"__metadata__\":{");
     for (int i = 0; i < nm; i++) {
         const char *val = sum;
         for (int j = 0; j < w->mn; j++)
             if (mk[i] == w->mkey[j]) val = w->mval[j];
-        if (i) sb_puts(&js, ",");
-        sb_jstr(&js, mk[i]);
-        sb_puts(&js, ":");
-        sb_jstr(&js, val);
+        if (i) sb_puts(js, ",");
+        sb_jstr(js, mk[i]);
+        sb_puts(js, ":");
+        sb_jstr(js, val);
     }
-    sb_puts(&js, "}");
+    sb_puts(js, "}");
     for (int i = 0; i < n; i++) {
         const st_entry *e = by_name[i];
-        sb_puts(&js, ",");
-        sb_jstr(&js, e->name);
-        sb_puts(&js, ":{\"dtype\":\"");
-        sb_puts(&js, st_dtypes[e->dtype].name);
-        sb_puts(&js, "\",\"shape\":[");
+        sb_puts(js, ",");
+        sb_jstr(js, e->name);
+        sb_puts(js, ":{\"dtype\":\"");
+        sb_puts(js, st_dtypes[e->dtype].name);
+        sb_puts(js, "\",\"shape\":[");
         for (int d = 0; d < e->ndim; d++) {
-            if (d) sb_puts(&js, ",");
-            sb_u64(&js, (uint64_t)e->shape[d]);
+            if (d) sb_puts(js, ",");
+            sb_u64(js, (uint64_t)e->shape[d]);
         }
-        sb_puts(&js, "],\"data_offsets\":[");
-        sb_u64(&js, e->begin);
-        sb_puts(&js, ",");
-        sb_u64(&js, e->begin + e->nbytes);
-        sb_puts(&js, "]}");
+        sb_puts(js, "],\"data_offsets\":[");
+        sb_u64(js, e->begin);
+        sb_puts(js, ",");
+        sb_u64(js, e->begin + e->nbytes);
+        sb_puts(js, "]}");
     }
-    sb_puts(&js, "}");
+    sb_puts(js, "}");
     /* pad with spaces so the data starts at a multiple of 8 */
-    while (!js.oom && js.n % 8) sb_put(&js, " ", 1);
-    if (js.oom) {
+    while (!js->oom && js->n % 8) sb_put(js, " ", 1);
+    if (js->oom) {
         rc = fg_error(FG_ERR_OOM, "safetensors: out of memory building the header of '%s'", path);
         goto done;
     }
-    if (js.n > ST_MAX_HEADER) {
+    if (js->n > ST_MAX_HEADER) {
         rc = fg_error(FG_ERR_ARG, "safetensors: header of '%s' would be %zu bytes (limit %llu)",
-                      path, js.n, (unsigned long long)ST_MAX_HEADER);
+                      path, js->n, (unsigned long long)ST_MAX_HEADER);
+        goto done;
+    }
+done:
+    free(by_name);
+    free(mk);
+    if (rc == FG_OK) *layout_out = by_layout;
+    else free(by_layout);
+    return rc;
+}
+
+fg_status fg_st_writer_check(fg_st_writer *w, const char *path) {
+    if (!w) return fg_error(FG_ERR_ARG, "safetensors: NULL writer");
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "safetensors: empty file path");
+    sbuf js = {0};
+    st_entry **by_layout = NULL;
+    fg_status rc = st_build(w, path, &js, &by_layout);
+    free(by_layout);
+    free(js.p);
+    return rc;
+}
+
+fg_status fg_st_writer_write(fg_st_writer *w, const char *path) {
+    if (!w) return fg_error(FG_ERR_ARG, "safetensors: NULL writer");
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "safetensors: empty file path");
+    int n = w->n;
+    sbuf js = {0};
+    st_entry **by_layout = NULL;
+    const void **parts = NULL;
+    size_t *sizes = NULL;
+    fg_status rc = st_build(w, path, &js, &by_layout);
+    if (rc != FG_OK) goto done;
+    parts = malloc((size_t)(n + 2) * sizeof *parts);
+    sizes = malloc((size_t)(n + 2) * sizeof *sizes);
+    if (!parts || !sizes) {
+        rc = fg_error(FG_ERR_OOM, "safetensors: out of memory writing '%s'", path);
         goto done;
     }
     unsigned char len8[8];
@@ -435,12 +510,25 @@ fg_status fg_st_writer_write(fg_st_writer *w, const char *path) {
     rc = fg_write_file_atomic(path, parts, sizes, n + 2);
 done:
     free(by_layout);
-    free(by_name);
-    free(mk);
     free(parts);
     free(sizes);
     free(js.p);
     return rc;
+}
+
+const char *fg_st_writer_metadata(const fg_st_writer *w, const char *key) {
+    if (!w || !key) return NULL;
+    for (int i = 0; i < w->mn; i++)
+        if (strcmp(w->mkey[i], key) == 0) return w->mval[i];
+    return NULL;
+}
+
+int fg_st_writer_metadata_count(const fg_st_writer *w) { return w ? w->mn : 0; }
+
+void fg_st_writer_metadata_at(const fg_st_writer *w, int i, const char **key, const char **value) {
+    int ok = w && i >= 0 && i < w->mn;
+    if (key) *key = ok ? w->mkey[i] : NULL;
+    if (value) *value = ok ? w->mval[i] : NULL;
 }
 
 /* ==============================================================================================
@@ -455,6 +543,8 @@ struct fg_st_file {
     int count, cap;
     char **mkey, **mval; /* sorted by key */
     int mcount, mcap;
+    size_t data_start;   /* offset of the data buffer in buf */
+    fg_st_sum sum;       /* what the verified checksum covered */
 };
 
 void fg_st_close(fg_st_file *f) {
@@ -833,6 +923,40 @@ static int cmp_kv(const void *a, const void *b) {
     return strcmp(((const kv *)a)->k, ((const kv *)b)->k);
 }
 
+/* Exactly 16 lowercase hex digits (as the writer writes them) into *v; 0 if not. */
+static int hex16(const char *s, uint64_t *v) {
+    uint64_t x = 0;
+    for (int i = 0; i < 16; i++) {
+        unsigned ch = (unsigned char)s[i];
+        if (ch >= '0' && ch <= '9') x = x << 4 | (ch - '0');
+        else if (ch >= 'a' && ch <= 'f') x = x << 4 | (ch - 'a' + 10);
+        else return 0;
+    }
+    *v = x;
+    return 1;
+}
+
+/* The header digest of a parsed file (tables sorted): the same sequence st_build hashes. */
+static uint64_t header_digest(const fg_st_file *f) {
+    fg_xxh64_state h;
+    fg_xxh64_init(&h, 0);
+    const int has_sum = fg_st_metadata(f, ST_CHECKSUM_KEY) != NULL;
+    hx_u64(&h, (uint64_t)(f->mcount - has_sum));
+    for (int i = 0; i < f->mcount; i++) {
+        if (strcmp(f->mkey[i], ST_CHECKSUM_KEY) == 0) continue;
+        hx_str(&h, f->mkey[i]);
+        hx_str(&h, f->mval[i]);
+    }
+    hx_u64(&h, (uint64_t)f->count);
+    const unsigned char *data0 = f->buf + f->data_start;
+    for (int i = 0; i < f->count; i++) {
+        const fg_st_array *a = &f->a[i];
+        uint64_t begin = (uint64_t)((const unsigned char *)a->data - data0);
+        hx_tensor(&h, a->name, a->dtype, a->ndim, a->shape, begin, begin + a->nbytes);
+    }
+    return fg_xxh64_digest(&h);
+}
+
 /* Parses and validates f->buf; on success fills f's tables. */
 static fg_status st_validate(fg_st_file *f) {
     const unsigned char *b = f->buf;
@@ -851,6 +975,7 @@ static fg_status st_validate(fg_st_file *f) {
                        "length)", (unsigned long long)hlen, n - 8);
     size_t dstart = 8 + (size_t)hlen;
     size_t dsize = n - dstart;
+    f->data_start = dstart;
 
     /* --- the JSON header --- */
     jcur c = {b + 8, b + 8, b + dstart, f};
@@ -1013,22 +1138,29 @@ static fg_status st_validate(fg_st_file *f) {
     /* --- the checksum, when the writer left one --- */
     const char *sum = fg_st_metadata(f, ST_CHECKSUM_KEY);
     if (sum) {
-        size_t pl = strlen(ST_CHECKSUM_PREFIX);
-        uint64_t want = 0;
-        int ok = strncmp(sum, ST_CHECKSUM_PREFIX, pl) == 0 && strlen(sum) == pl + 16;
-        for (size_t i = 0; ok && i < 16; i++) {
-            int h = hexval((unsigned char)sum[pl + i]);
-            if (h < 0) ok = 0;
-            else want = want << 4 | (uint64_t)h;
-        }
-        if (!ok)
+        const size_t pl1 = strlen(ST_CHECKSUM_PREFIX), pl2 = strlen(ST_CHECKSUM2_PREFIX);
+        uint64_t want_head = 0, want_data = 0;
+        int v2 = strncmp(sum, ST_CHECKSUM2_PREFIX, pl2) == 0 && strlen(sum) == pl2 + 33 &&
+                 sum[pl2 + 16] == ':' && hex16(sum + pl2, &want_head) && hex16(sum + pl2 + 17, &want_data);
+        int v1 = !v2 && strncmp(sum, ST_CHECKSUM_PREFIX, pl1) == 0 && strlen(sum) == pl1 + 16 &&
+                 hex16(sum + pl1, &want_data);
+        if (!v1 && !v2)
             return st_fail(f, "unrecognized checksum '%.60s' in the metadata (expected "
-                           ST_CHECKSUM_PREFIX "<16 hex digits>)", sum);
+                           ST_CHECKSUM2_PREFIX "<16 hex digits>:<16 hex digits>, or "
+                           ST_CHECKSUM_PREFIX "<16 hex digits> from older writers)", sum);
+        if (v2) {
+            uint64_t got = header_digest(f);
+            if (got != want_head)
+                return st_fail(f, "checksum mismatch in the header (file corrupted or edited): the "
+                               "metadata and tensor table hash to xxh64 %016llx, the header records "
+                               "%016llx", (unsigned long long)got, (unsigned long long)want_head);
+        }
         uint64_t got = fg_xxh64(b + dstart, dsize, 0);
-        if (got != want)
+        if (got != want_data)
             return st_fail(f, "checksum mismatch in tensor data (file corrupted): the header "
                            "records xxh64 %016llx, the data hashes to %016llx",
-                           (unsigned long long)want, (unsigned long long)got);
+                           (unsigned long long)want_data, (unsigned long long)got);
+        f->sum = v2 ? FG_ST_SUM_ALL : FG_ST_SUM_DATA;
     }
     return FG_OK;
 fail:
@@ -1111,6 +1243,8 @@ const char *fg_st_metadata(const fg_st_file *f, const char *key) {
 }
 
 int fg_st_metadata_count(const fg_st_file *f) { return f ? f->mcount : 0; }
+
+fg_st_sum fg_st_checksum_coverage(const fg_st_file *f) { return f ? f->sum : FG_ST_SUM_NONE; }
 
 void fg_st_metadata_at(const fg_st_file *f, int i, const char **key, const char **value) {
     int ok = f && i >= 0 && i < f->mcount;

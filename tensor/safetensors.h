@@ -10,10 +10,20 @@
  *
  * flashgrad's writer pads the header so the data starts at a multiple of 8, lays the tensors out by
  * falling element size (so every tensor is aligned to its element size), lists the header in name
- * order, and stores "fg_checksum": "xxh64:<16 hex digits>" in the metadata: XXH64 (seed 0, see
- * fileio.h) of the whole data buffer. Files are written atomically (fileio.h). Python's
- * `safetensors` library reads them; flashgrad reads files from other writers too (the checksum is
- * checked only when present).
+ * order, and stores "fg_checksum": "xxh64v2:<H>:<D>" in the metadata, H and D 16 lowercase hex
+ * digits each, both XXH64 with seed 0 (fileio.h):
+ *   D  of the whole data buffer;
+ *   H  of the header's content in a canonical form, so that JSON whitespace, key order and escapes
+ *      do not matter but every byte of every key, value, name, dtype, shape and offset does:
+ *        u64 m, then m times (str key, str value)       metadata but fg_checksum, in key order
+ *        u64 t, then t times (str name, str dtype,      tensors in name order; dtype as "F32"
+ *                             u64 ndim, ndim u64 dims, u64 begin, u64 end)
+ *      where u64 is 8 bytes little-endian, str is u64 byte length then the bytes (UTF-8 as decoded
+ *      from the JSON), and "order" is byte order (strcmp).
+ * Files are written atomically (fileio.h). Python's `safetensors` library reads them; flashgrad
+ * reads files from other writers too: the checksum is checked only when present, and the form
+ * "xxh64:<D>" of older flashgrad writers (data only) is checked too. fg_st_checksum_coverage says
+ * which one a file had, so a caller that trusts its metadata can require the full one.
  *
  * The reader loads the whole file and validates it before anything is returned: header length
  * within the file, strict JSON (a small parser for just what this format uses: objects, arrays,
@@ -101,6 +111,14 @@ fg_status fg_st_writer_add_tensor(fg_st_writer *w, const char *name, const fg_te
 fg_status fg_st_writer_set_metadata(fg_st_writer *w, const char *key, const char *value);
 /* Writes the file atomically, with the checksum. The writer stays usable (write again, add more). */
 fg_status fg_st_writer_write(fg_st_writer *w, const char *path);
+/* Everything fg_st_writer_write does before it opens the file (the header is built, its limits
+ * checked); writes nothing. `path` names the file in messages. */
+fg_status fg_st_writer_check(fg_st_writer *w, const char *path);
+/* Metadata set so far: the value for `key` or NULL; all of it in the order it was first set (the
+ * checksum is not among it). Owned by w. */
+const char *fg_st_writer_metadata(const fg_st_writer *w, const char *key);
+int fg_st_writer_metadata_count(const fg_st_writer *w);
+void fg_st_writer_metadata_at(const fg_st_writer *w, int i, const char **key, const char **value);
 
 /* ---- reading ---- */
 
@@ -137,6 +155,14 @@ const char *fg_st_metadata(const fg_st_file *f, const char *key);
 /* All metadata, in key order: i in [0, fg_st_metadata_count). */
 int fg_st_metadata_count(const fg_st_file *f);
 void fg_st_metadata_at(const fg_st_file *f, int i, const char **key, const char **value);
+
+/* What the file's checksum covered (it was verified when the file was read). */
+typedef enum {
+    FG_ST_SUM_NONE = 0, /* no checksum (another writer) */
+    FG_ST_SUM_DATA,     /* "xxh64:": the data buffer only (older flashgrad writers) */
+    FG_ST_SUM_ALL,      /* "xxh64v2:": the metadata, the tensor table and the data */
+} fg_st_sum;
+fg_st_sum fg_st_checksum_coverage(const fg_st_file *f);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,44 @@ static unsigned char *make_st(const char *json, size_t pad, size_t ndata, size_t
 
 static double formula(int64_t k) { return (double)k * 0.37 - 1.1; }
 
+/* The canonical header bytes of safetensors.h's checksum, built by hand. */
+typedef struct {
+    unsigned char b[4096];
+    size_t n;
+} canon;
+static void cn_u64(canon *c, uint64_t v) {
+    cr_assert_leq(c->n + 8, sizeof c->b);
+    for (int i = 0; i < 8; i++) c->b[c->n++] = (unsigned char)(v >> (8 * i));
+}
+static void cn_str(canon *c, const char *s) {
+    size_t k = strlen(s);
+    cn_u64(c, k);
+    cr_assert_leq(c->n + k, sizeof c->b);
+    memcpy(c->b + c->n, s, k);
+    c->n += k;
+}
+static void cn_tensor(canon *c, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                      uint64_t begin, uint64_t end) {
+    cn_str(c, name);
+    cn_str(c, dtype);
+    cn_u64(c, (uint64_t)ndim);
+    for (int d = 0; d < ndim; d++) cn_u64(c, (uint64_t)shape[d]);
+    cn_u64(c, begin);
+    cn_u64(c, end);
+}
+
+/* The position of `needle` in b[0..n) (it must be there exactly once). */
+static size_t find_once(const unsigned char *b, size_t n, const char *needle) {
+    size_t k = strlen(needle), at = SIZE_MAX;
+    for (size_t i = 0; i + k <= n; i++) {
+        if (memcmp(b + i, needle, k)) continue;
+        cr_assert_eq(at, SIZE_MAX, "'%s' appears twice", needle);
+        at = i;
+    }
+    cr_assert_neq(at, SIZE_MAX, "'%s' not found", needle);
+    return at;
+}
+
 /* The checkpoint most tests use: every kind of entry the trainer stores. */
 typedef struct {
     fg_tensor *wte, *bias, *base, *perm;
@@ -150,14 +188,34 @@ Test(safetensors, round_trip_keeps_arrays_and_metadata) {
     fg_st_metadata_at(f, 1, &k, &v);
     cr_expect_str_eq(k, "fg_checksum", "metadata in key order");
 
-    /* the checksum is XXH64 of the data buffer, computed here from the raw file */
+    /* the checksum: XXH64 of the canonical header (built here from what was written, by the
+     * rule in safetensors.h) and XXH64 of the data buffer, computed from the raw file */
     size_t n;
     unsigned char *raw = slurp(path, &n);
     uint64_t hl = 0;
     for (int i = 0; i < 8; i++) hl |= (uint64_t)raw[i] << (8 * i);
-    char want[40];
-    snprintf(want, sizeof want, "xxh64:%016" PRIx64, fg_xxh64(raw + 8 + hl, n - 8 - hl, 0));
+    canon cn = {0};
+    cn_u64(&cn, 3);
+    cn_str(&cn, "config");
+    cn_str(&cn, "{\"n_layer\": 2, \"path\": \"a\\\\b\"}");
+    cn_str(&cn, "note");
+    cn_str(&cn, "h\xc3\xa9llo\n\ttab \xe2\x98\x83 \xf0\x9d\x84\x9e \x01");
+    cn_str(&cn, "step");
+    cn_str(&cn, "12");
+    cn_u64(&cn, 7);
+    /* layout: 8-byte elements first (ln.bias, step), then 4-byte (empty, opt.m, perm, wte), then rng */
+    cn_tensor(&cn, "empty", "F32", 2, s_empty, 48, 48);
+    cn_tensor(&cn, "ln.bias", "F64", 1, c.bias->shape, 0, 40);
+    cn_tensor(&cn, "opt.m", "I32", 2, s_m, 48, 64);
+    cn_tensor(&cn, "perm", "F32", 2, s_perm, 64, 88);
+    cn_tensor(&cn, "rng", "U8", 1, s_rng, 136, 143);
+    cn_tensor(&cn, "step", "I64", 0, NULL, 40, 48);
+    cn_tensor(&cn, "wte", "F32", 2, c.wte->shape, 88, 136);
+    char want[80];
+    snprintf(want, sizeof want, "xxh64v2:%016" PRIx64 ":%016" PRIx64, fg_xxh64(cn.b, cn.n, 0),
+             fg_xxh64(raw + 8 + hl, n - 8 - hl, 0));
     cr_expect_str_eq(fg_st_metadata(f, "fg_checksum"), want);
+    cr_expect_eq(fg_st_checksum_coverage(f), FG_ST_SUM_ALL);
     free(raw);
 
     fg_tensor *t = fg_st_tensor(f, "wte");
@@ -226,6 +284,160 @@ Test(safetensors, flipped_data_byte_is_a_checksum_error) {
     fg_st_close(f);
     free(raw);
     free_ckpt(&c);
+}
+
+Test(safetensors, any_edit_of_the_header_content_is_a_checksum_error) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/ckpt.safetensors", g_dir);
+    ckpt c;
+    build_ckpt(&c, path);
+    size_t n;
+    unsigned char *raw = slurp(path, &n);
+    /* same-length edits that keep the file well-formed: only the header digest can tell */
+    static const struct {
+        const char *from, *to, *what;
+    } edits[] = {
+        {"\"step\":\"12\"", "\"step\":\"13\"", "a metadata value"},
+        {"\"note\":", "\"nota\":", "a metadata key"},
+        {"\"wte\":{\"dtype\":\"F32\",\"shape\":[4,3]", "\"wte\":{\"dtype\":\"F32\",\"shape\":[3,4]", "a shape"},
+        {"\"opt.m\":{\"dtype\":\"I32\"", "\"opt.m\":{\"dtype\":\"U32\"", "a dtype"},
+        {"\"perm\":", "\"parm\":", "a tensor name"},
+    };
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+        unsigned char *b = malloc(n);
+        memcpy(b, raw, n);
+        size_t at = find_once(b, n, edits[e].from);
+        memcpy(b + at, edits[e].to, strlen(edits[e].to));
+        fg_st_file *f = fg_st_parse(b, n, path);
+        cr_expect_null(f, "%s edited in place was accepted", edits[e].what);
+        cr_expect(strstr(fg_last_error(), "checksum mismatch in the header"), "%s: %s", edits[e].what,
+                  fg_last_error());
+        fg_st_close(f);
+        free(b);
+    }
+    /* two same-size tensors trading names (so each names the other's bytes): the data digest
+     * alone cannot see it */
+    snprintf(path, sizeof path, "%s/two.safetensors", g_dir);
+    fg_st_writer *w = fg_st_writer_new();
+    float x[2] = {1, 2}, y[2] = {3, 4};
+    int64_t s2[1] = {2};
+    fg_st_writer_add(w, "x", FG_ST_F32, 1, s2, x);
+    fg_st_writer_add(w, "y", FG_ST_F32, 1, s2, y);
+    cr_assert_eq(fg_st_writer_write(w, path), FG_OK, "%s", fg_last_error());
+    fg_st_writer_free(w);
+    size_t n2;
+    unsigned char *b = slurp(path, &n2);
+    size_t ax = find_once(b, n2, "\"x\":{"), ay = find_once(b, n2, "\"y\":{");
+    b[ax + 1] = 'y';
+    b[ay + 1] = 'x';
+    fg_st_file *f = fg_st_parse(b, n2, path);
+    cr_expect_null(f, "swapped names were accepted");
+    cr_expect(strstr(fg_last_error(), "checksum mismatch in the header"), "%s", fg_last_error());
+    fg_st_close(f);
+    free(b);
+    free(raw);
+    free_ckpt(&c);
+}
+
+Test(safetensors, a_digest_wrong_only_in_its_low_byte_is_refused) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/ckpt.safetensors", g_dir);
+    ckpt c;
+    build_ckpt(&c, path);
+    size_t n;
+    unsigned char *raw = slurp(path, &n);
+    size_t at = find_once(raw, n, "xxh64v2:") + 8; /* header digest at `at`, data digest at `at + 17` */
+    for (int which = 0; which < 2; which++) {
+        unsigned char *b = malloc(n);
+        memcpy(b, raw, n);
+        size_t d = at + 17 * (size_t)which;
+        char hex[17];
+        memcpy(hex, b + d, 16);
+        hex[16] = '\0';
+        uint64_t v = strtoull(hex, NULL, 16) ^ 0x01; /* the lowest bit of the lowest byte */
+        snprintf(hex, sizeof hex, "%016" PRIx64, v);
+        memcpy(b + d, hex, 16);
+        fg_st_file *f = fg_st_parse(b, n, path);
+        cr_expect_null(f, "%s digest off by its low bit was accepted", which ? "data" : "header");
+        cr_expect(strstr(fg_last_error(), which ? "checksum mismatch in tensor data" : "checksum mismatch in the header"),
+                  "%s", fg_last_error());
+        fg_st_close(f);
+        free(b);
+    }
+    /* uppercase hex is not what the writer writes */
+    unsigned char *b = malloc(n);
+    memcpy(b, raw, n);
+    for (size_t i = at; i < at + 16; i++)
+        if (b[i] >= 'a' && b[i] <= 'f') b[i] = (unsigned char)(b[i] - 'a' + 'A');
+    fg_st_file *f = fg_st_parse(b, n, path);
+    if (memcmp(b, raw, n)) {
+        cr_expect_null(f, "an uppercase digest was accepted");
+        cr_expect(strstr(fg_last_error(), "unrecognized checksum"), "%s", fg_last_error());
+    }
+    fg_st_close(f);
+    free(b);
+    /* the last byte of the data buffer */
+    raw[n - 1] ^= 0x80;
+    f = fg_st_parse(raw, n, path);
+    cr_expect_null(f, "a flipped last data byte was accepted");
+    cr_expect(strstr(fg_last_error(), "checksum mismatch in tensor data"), "%s", fg_last_error());
+    fg_st_close(f);
+    free(raw);
+    free_ckpt(&c);
+}
+
+Test(safetensors, the_header_digest_ignores_json_layout_and_older_files_still_read) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/one.safetensors", g_dir);
+    fg_st_writer *w = fg_st_writer_new();
+    float x[2] = {1.5f, -2};
+    int64_t s2[1] = {2};
+    fg_st_writer_add(w, "t", FG_ST_F32, 1, s2, x);
+    fg_st_writer_set_metadata(w, "k", "v\xc3\xa9");
+    fg_st_writer_set_metadata(w, "a", "1");
+    cr_assert_eq(fg_st_writer_check(w, path), FG_OK, "%s", fg_last_error());
+    cr_expect_neq(access(path, F_OK), 0, "fg_st_writer_check wrote a file");
+    cr_assert_eq(fg_st_writer_write(w, path), FG_OK, "%s", fg_last_error());
+    fg_st_writer_free(w);
+    fg_st_file *f = fg_st_load(path);
+    cr_assert_not_null(f, "%s", fg_last_error());
+    char sum[80];
+    snprintf(sum, sizeof sum, "%s", fg_st_metadata(f, "fg_checksum"));
+    fg_st_close(f);
+    /* the same content in another key order, with whitespace and escapes: the same digest */
+    char json[400];
+    snprintf(json, sizeof json,
+             "{ \"t\" : {\"shape\": [ 2 ], \"data_offsets\": [0, 8], \"dtype\": \"F32\"},\n"
+             "  \"__metadata__\": {\"fg_checksum\": \"%s\", \"\\u006b\": \"v\\u00e9\", \"a\": \"1\"} }", sum);
+    size_t n;
+    unsigned char *b = make_st(json, 3, 8, &n);
+    memcpy(b + n - 8, x, 8);
+    f = fg_st_parse(b, n, "relaid.safetensors");
+    cr_expect_not_null(f, "the same content laid out otherwise was refused: %s", fg_last_error());
+    cr_expect_eq(fg_st_checksum_coverage(f), FG_ST_SUM_ALL);
+    fg_st_close(f);
+    free(b);
+    /* an older writer's data-only checksum is still checked, and reported as covering data only */
+    snprintf(json, sizeof json,
+             "{\"__metadata__\":{\"fg_checksum\":\"xxh64:%016" PRIx64 "\"},"
+             "\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+             fg_xxh64(x, 8, 0));
+    b = make_st(json, 0, 8, &n);
+    memcpy(b + n - 8, x, 8);
+    f = fg_st_parse(b, n, "old.safetensors");
+    cr_expect_not_null(f, "%s", fg_last_error());
+    cr_expect_eq(fg_st_checksum_coverage(f), FG_ST_SUM_DATA);
+    fg_st_close(f);
+    b[n - 1] ^= 1;
+    f = fg_st_parse(b, n, "old.safetensors");
+    cr_expect_null(f, "an older file with a flipped data byte was accepted");
+    fg_st_close(f);
+    free(b);
+    b = make_st("{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, 8, &n);
+    f = fg_st_parse(b, n, "plain.safetensors");
+    cr_expect(f && fg_st_checksum_coverage(f) == FG_ST_SUM_NONE, "%s", fg_last_error());
+    fg_st_close(f);
+    free(b);
 }
 
 Test(safetensors, truncated_file_reports_both_sizes) {
@@ -374,6 +586,9 @@ Test(safetensors, refuses_malformed_headers_with_a_reason) {
         {"{} x", 0, "unexpected data after the header object at header byte 3"},
         {"{}\0", 0, "unexpected data after the header object"},
         {"{\"__metadata__\":{\"fg_checksum\":\"md5:abc\"}}", 0, "unrecognized checksum 'md5:abc'"},
+        {"{\"__metadata__\":{\"fg_checksum\":\"xxh64v2:0000000000000000\"}}", 0, "unrecognized checksum"},
+        {"{\"__metadata__\":{\"fg_checksum\":\"xxh64v2:0000000000000000:0000000000000000\"}}", 0,
+         "checksum mismatch in the header (file corrupted or edited)"},
         {"{\"__metadata__\":{\"fg_checksum\":\"xxh64:0000000000000000\"}}", 0,
          "checksum mismatch in tensor data (file corrupted)"},
         {"", 0, "expected '{' (the header object) at header byte 0 (found the end of the header)"},

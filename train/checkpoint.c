@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +16,17 @@
 
 #define KIND_MODEL "flashgrad.gpt"
 #define KIND_OPTIM "flashgrad.optimizer"
-#define CKPT_VERSION "1"
+#define CKPT_VERSION "2"
+/* The safetensors layer's own metadata key (safetensors.h), present in every file flashgrad writes. */
+#define ST_CHECKSUM_KEY "fg_checksum"
+/* Room a file path leaves for the suffix of its temporary file (fileio.h: "<path>.tmp.XXXXXX"). */
+#define TMP_SUFFIX_ROOM 16
 
 struct fg_ckpt {
     char model_path[4096], optim_path[4096];
     fg_st_file *model, *optim;
     fg_tokenizer *tok;
+    int64_t adamw_t;
     fg_ckpt_info info;
 };
 
@@ -30,6 +37,481 @@ uint64_t fg_ckpt_params_hash(const fg_gpt *g) {
     uint64_t x = h ? fg_xxh64(fg_data(h), (size_t)fg_nbytes(h), 0) : 0;
     fg_release(h);
     return x;
+}
+
+static fg_status join(char *dst, size_t n, const char *dir, const char *file) {
+    size_t k = (size_t)snprintf(dst, n, "%s/%s", dir, file);
+    if (k + TMP_SUFFIX_ROOM >= n)
+        return fg_error(FG_ERR_ARG, "checkpoint: the path '%.60s...%s' is too long (%zu bytes, at most %zu)", dir, file,
+                        k, n - 1 - TMP_SUFFIX_ROOM);
+    return FG_OK;
+}
+
+/* "(96, 32)" */
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (k < n) snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+/* ---- the parameter table without a model ----
+ * The names and shapes a configuration implies, in the flat order gpt.c lays them out (the blocks'
+ * entries after the embeddings, ln_f last), generated from the same list (FG_GPT_PARAMS). */
+
+typedef struct {
+    char name[FG_GPT_NAME_MAX];
+    int ndim;
+    int64_t shape[2];
+    int64_t offset, numel;
+} ck_param;
+
+/* The table of mc: malloc'd, *n entries; NULL + fg_error on out-of-memory. */
+static ck_param *param_table(const fg_gpt_config *mc, int *n) {
+    const int64_t V = mc->vocab_size, T = mc->block_size, C = mc->n_embd, C3 = 3 * C, C4 = 4 * C;
+    static const struct {
+        int where;
+        const char *name;
+        int ndim;
+    } kinds[] = {
+#define CK_KIND(id, where, name, nd, r, c, decay, init) {where, name, nd},
+        FG_GPT_PARAMS(CK_KIND)
+#undef CK_KIND
+    };
+    const int64_t rows[] = {
+#define CK_ROWS(id, where, name, nd, r, c, decay, init) (r),
+        FG_GPT_PARAMS(CK_ROWS)
+#undef CK_ROWS
+    };
+    const int64_t cols[] = {
+#define CK_COLS(id, where, name, nd, r, c, decay, init) (c),
+        FG_GPT_PARAMS(CK_COLS)
+#undef CK_COLS
+    };
+    (void)V; (void)T; (void)C3; (void)C4;
+    const int nk = (int)(sizeof kinds / sizeof kinds[0]);
+    int total = 0;
+    for (int k = 0; k < nk; k++) total += kinds[k].where == 1 ? mc->n_layer : 1;
+    ck_param *t = calloc((size_t)total, sizeof *t);
+    if (!t) {
+        fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+        return NULL;
+    }
+    int i = 0;
+    int64_t off = 0;
+    for (int where = 0; where < 3; where++) {
+        const int reps = where == 1 ? mc->n_layer : 1;
+        for (int l = 0; l < reps; l++) {
+            for (int k = 0; k < nk; k++) {
+                if (kinds[k].where != where) continue;
+                ck_param *p = &t[i++];
+                if (where == 1) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+                    snprintf(p->name, sizeof p->name, kinds[k].name, l);
+#pragma GCC diagnostic pop
+                } else {
+                    snprintf(p->name, sizeof p->name, "%s", kinds[k].name);
+                }
+                p->ndim = kinds[k].ndim;
+                p->shape[0] = rows[k];
+                p->shape[1] = p->ndim == 2 ? cols[k] : 1;
+                p->numel = p->shape[0] * p->shape[1];
+                p->offset = off;
+                off += p->numel;
+            }
+        }
+    }
+    *n = total;
+    return t;
+}
+
+/* ---- paths in metadata ----
+ * Metadata strings are UTF-8; file names need not be. A path is stored with '%' and every byte that
+ * is not part of a valid UTF-8 sequence written as %XX (two uppercase hex digits), everything else
+ * as is: "data/input.txt" stays readable, and every byte string round-trips. */
+
+/* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) { len = 3; lo = 0xA0; }
+    else if (c == 0xED) { len = 3; hi = 0x9F; }
+    else if (c >= 0xE1 && c <= 0xEF) len = 3;
+    else if (c == 0xF0) { len = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) { len = 4; hi = 0x8F; }
+    else return 0;
+    if (n < len || p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return len;
+}
+
+/* The stored form of path p (malloc'd), or NULL + fg_error. */
+static char *path_escape(const char *p) {
+    const unsigned char *u = (const unsigned char *)p;
+    size_t n = strlen(p), k = 0;
+    char *o = malloc(3 * n + 1);
+    if (!o) {
+        fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_len(u + i, n - i);
+        if (l == 0 || u[i] == '%') {
+            k += (size_t)snprintf(o + k, 4, "%%%02X", u[i]);
+            i++;
+        } else {
+            memcpy(o + k, u + i, l);
+            k += l;
+            i += l;
+        }
+    }
+    o[k] = '\0';
+    return o;
+}
+
+static int upper_hex(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes a stored path into out[0..cap); 1 when s is exactly what path_escape writes for some path
+ * (no NUL, no needless escape) and it fits, else 0. */
+static int path_unescape(const char *s, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; s[i];) {
+        int c = (unsigned char)s[i];
+        if (s[i] == '%') {
+            int hi = upper_hex(s[i + 1]), lo = hi < 0 ? -1 : upper_hex(s[i + 2]);
+            if (lo < 0) return 0;
+            c = hi * 16 + lo;
+            i += 3;
+            if (c == 0) return 0;
+        } else {
+            i++;
+        }
+        if (k + 1 >= cap) return 0;
+        out[k++] = (char)c;
+    }
+    out[k] = '\0';
+    char *back = path_escape(out);
+    int same = back && strcmp(back, s) == 0;
+    free(back);
+    return same;
+}
+
+/* ---- metadata, read strictly ----
+ * One reader serves a file read back (fg_ckpt_open) and a writer about to write
+ * (fg_ckpt_check_savable), so what is written is checked by the same code that will read it.
+ * Every value must be exactly what fg_ckpt_save writes: integers in canonical decimal (%lld),
+ * hashes as 16 lowercase hex digits, numbers as %.17g of a finite double, fixed strings and enums
+ * by name; ranges are the library's own checks (fg_gpt_config_check, fg_train_config_check, the
+ * datasets'); and a key the reader does not look up is refused. */
+
+typedef struct {
+    const fg_st_file *f;   /* the metadata of a file read back, or */
+    const fg_st_writer *w; /* of one about to be written */
+    const char *path;      /* names it in messages */
+    fg_status st;          /* the first error; later lookups do nothing */
+    int nread;
+    const char *read[64];  /* the keys looked up: the only keys the file may hold */
+} meta_rd;
+
+static void m_fail(meta_rd *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void m_fail(meta_rd *r, const char *fmt, ...) {
+    if (r->st != FG_OK) return;
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->st = fg_error(FG_ERR_FORMAT, "%s: %s", r->path, msg);
+}
+
+static const char *m_lookup(const meta_rd *r, const char *key) {
+    return r->f ? fg_st_metadata(r->f, key) : fg_st_writer_metadata(r->w, key);
+}
+
+/* Records key as one the file may hold. */
+static void m_known(meta_rd *r, const char *key) {
+    FG_ASSERT(r->nread < (int)(sizeof r->read / sizeof r->read[0]), "meta_rd.read is too small");
+    r->read[r->nread++] = key;
+}
+
+static const char *m_need(meta_rd *r, const char *key) {
+    m_known(r, key);
+    if (r->st != FG_OK) return NULL;
+    const char *v = m_lookup(r, key);
+    if (!v) m_fail(r, "the metadata has no '%s' (an incomplete or foreign checkpoint)", key);
+    return v;
+}
+
+/* -?(0|[1-9][0-9]*) within int64, not "-0" */
+static int parse_i64(const char *s, int64_t *v) {
+    int neg = *s == '-';
+    const char *d = s + neg;
+    if (*d < '0' || *d > '9' || (*d == '0' && (d[1] || neg))) return 0;
+    uint64_t x = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (; *d; d++) {
+        if (*d < '0' || *d > '9') return 0;
+        unsigned dig = (unsigned)(*d - '0');
+        if (x > (lim - dig) / 10) return 0;
+        x = x * 10 + dig;
+    }
+    *v = neg ? (int64_t)(0 - x) : (int64_t)x;
+    return 1;
+}
+
+/* 0|[1-9][0-9]* within uint64 */
+static int parse_u64(const char *s, uint64_t *v) {
+    if (*s < '0' || *s > '9' || (*s == '0' && s[1])) return 0;
+    uint64_t x = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return 0;
+        unsigned dig = (unsigned)(*s - '0');
+        if (x > (UINT64_MAX - dig) / 10) return 0;
+        x = x * 10 + dig;
+    }
+    *v = x;
+    return 1;
+}
+
+static int64_t m_int(meta_rd *r, const char *key, int64_t lo, int64_t hi) {
+    const char *v = m_need(r, key);
+    int64_t x = 0;
+    if (!v) return 0;
+    if (!parse_i64(v, &x) || x < lo || x > hi) {
+        m_fail(r, "metadata '%s' = '%.40s' is not an integer in %lld..%lld written in plain decimal", key, v,
+               (long long)lo, (long long)hi);
+        return 0;
+    }
+    return x;
+}
+
+static uint64_t m_u64(meta_rd *r, const char *key) {
+    const char *v = m_need(r, key);
+    uint64_t x = 0;
+    if (v && !parse_u64(v, &x)) m_fail(r, "metadata '%s' = '%.40s' is not an unsigned integer in plain decimal", key, v);
+    return x;
+}
+
+static uint64_t m_hex(meta_rd *r, const char *key) {
+    const char *v = m_need(r, key);
+    if (!v) return 0;
+    uint64_t x = 0;
+    int ok = strlen(v) == 16;
+    for (int i = 0; ok && i < 16; i++) {
+        char c = v[i];
+        if (c >= '0' && c <= '9') x = x << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') x = x << 4 | (uint64_t)(c - 'a' + 10);
+        else ok = 0;
+    }
+    if (!ok) m_fail(r, "metadata '%s' = '%.40s' is not 16 lowercase hex digits", key, v);
+    return x;
+}
+
+/* %.17g: a finite double written so it reads back to the same bits. */
+static double m_f64(meta_rd *r, const char *key, double lo, double hi) {
+    const char *v = m_need(r, key);
+    if (!v) return 0;
+    char *end, back[40];
+    double x = strtod(v, &end);
+    int ok = end != v && !*end && isfinite(x);
+    if (ok) {
+        snprintf(back, sizeof back, "%.17g", x);
+        ok = strcmp(back, v) == 0;
+    }
+    if (!ok) {
+        m_fail(r, "metadata '%s' = '%.40s' is not a finite number written as flashgrad writes it (%%.17g)", key, v);
+        return 0;
+    }
+    if (!(x >= lo && x <= hi)) {
+        m_fail(r, "metadata '%s' = %.17g is outside [%g, %g]", key, x, lo, hi);
+        return 0;
+    }
+    return x;
+}
+
+static void m_lit(meta_rd *r, const char *key, const char *want) {
+    const char *v = m_need(r, key);
+    if (v && strcmp(v, want)) m_fail(r, "metadata '%s' = '%.40s'; flashgrad writes '%s' there and reads nothing else", key, v, want);
+}
+
+/* The index of the value among names[0..n), or -1. */
+static int m_enum(meta_rd *r, const char *key, const char *const *names, int n) {
+    const char *v = m_need(r, key);
+    if (!v) return -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) return i;
+    char list[200];
+    size_t k = 0;
+    list[0] = '\0';
+    for (int i = 0; i < n && k < sizeof list; i++) k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
+    m_fail(r, "metadata '%s' = '%.40s' is none of: %s", key, v, list);
+    return -1;
+}
+
+/* A stored path (see above) decoded into out. */
+static void m_path(meta_rd *r, const char *key, char *out, size_t cap, int may_be_empty) {
+    const char *v = m_need(r, key);
+    out[0] = '\0';
+    if (!v) return;
+    if (!path_unescape(v, out, cap))
+        m_fail(r, "metadata '%s' = '%.60s' is not a path as flashgrad stores it ('%%' and bytes outside UTF-8 as "
+               "%%XX), or it is longer than %zu bytes", key, v, cap - 1);
+    else if (!may_be_empty && !out[0])
+        m_fail(r, "metadata '%s' is empty", key);
+}
+
+/* Every key of the metadata must be one the reader looked up. */
+static void m_no_other_keys(meta_rd *r) {
+    if (r->st != FG_OK) return;
+    int n = r->f ? fg_st_metadata_count(r->f) : fg_st_writer_metadata_count(r->w);
+    for (int i = 0; i < n; i++) {
+        const char *k;
+        if (r->f) fg_st_metadata_at(r->f, i, &k, NULL);
+        else fg_st_writer_metadata_at(r->w, i, &k, NULL);
+        int known = r->f && !strcmp(k, ST_CHECKSUM_KEY);
+        for (int j = 0; j < r->nread && !known; j++) known = !strcmp(k, r->read[j]);
+        if (!known) {
+            m_fail(r, "metadata key '%.60s' is not one a flashgrad checkpoint (version %s) holds", k, CKPT_VERSION);
+            return;
+        }
+    }
+}
+
+/* The kind and version tags, and (for a file) that its checksum covered the metadata. Refuses
+ * files that are not flashgrad checkpoints by name. */
+static void m_kind(meta_rd *r, const char *want) {
+    m_known(r, "fg_kind");
+    m_known(r, "fg_version");
+    const char *kind = m_lookup(r, "fg_kind"), *ver = m_lookup(r, "fg_version");
+    if (!kind) {
+        m_fail(r, "not a flashgrad checkpoint (its metadata has no 'fg_kind'; a safetensors file from another program?)");
+    } else if (strcmp(kind, want)) {
+        if (!strcmp(want, KIND_MODEL) && !strcmp(kind, KIND_OPTIM))
+            m_fail(r, "holds optimizer state, not a model (pass the model file or its folder)");
+        else
+            m_fail(r, "is a '%.40s' file, expected '%s'", kind, want);
+    } else if (ver && !strcmp(ver, "1")) {
+        m_fail(r, "written by an older flashgrad (checkpoint format version 1, whose metadata no checksum covers); "
+               "this flashgrad reads version %s only: train again, or use the flashgrad that wrote it", CKPT_VERSION);
+    } else if (!ver || strcmp(ver, CKPT_VERSION)) {
+        m_fail(r, "checkpoint version '%.20s' is not supported (this flashgrad reads version %s)", ver ? ver : "(none)",
+               CKPT_VERSION);
+    } else if (r->f && fg_st_checksum_coverage(r->f) != FG_ST_SUM_ALL) {
+        m_fail(r, "its checksum does not cover its metadata (%s); a version %s checkpoint always has one that does",
+               fg_st_checksum_coverage(r->f) == FG_ST_SUM_NONE ? "it has none" : "it covers the tensor data only",
+               CKPT_VERSION);
+    }
+}
+
+static const char *const data_names[] = {[FG_SOURCE_ADDITION] = "addition", [FG_SOURCE_TEXT] = "text"};
+
+/* The model file's metadata into *in; *tok gets the tokenizer (caller frees, also on error). */
+static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **tok) {
+    *tok = NULL;
+    m_kind(r, KIND_MODEL);
+    m_lit(r, "format", "pt");
+    m_lit(r, "bias", "true");
+    m_lit(r, "tied_lm_head", "true");
+    in->model = fg_gpt_default_config();
+    in->model.n_layer = (int)m_int(r, "n_layer", 1, INT_MAX);
+    in->model.n_head = (int)m_int(r, "n_head", 1, INT_MAX);
+    in->model.n_embd = (int)m_int(r, "n_embd", 1, INT_MAX);
+    in->model.block_size = (int)m_int(r, "block_size", 1, INT_MAX);
+    in->model.vocab_size = (int)m_int(r, "vocab_size", 1, INT_MAX);
+    in->model.dropout = m_f64(r, "dropout", 0, 1);
+    const char *attn_names[FG_ATTN_IMPL_COUNT];
+    for (int i = 0; i < FG_ATTN_IMPL_COUNT; i++) attn_names[i] = fg_attn_impl_name((fg_attn_impl)i);
+    int attn = m_enum(r, "attn", attn_names, FG_ATTN_IMPL_COUNT);
+    in->step = m_int(r, "step", 0, INT64_MAX / 2);
+    in->params_hash = m_hex(r, "params_xxh64");
+    const char *tokstr = m_need(r, "tokenizer");
+    int data = m_enum(r, "data", data_names, 2);
+    if (r->st != FG_OK) return r->st;
+    in->model.attn = (fg_attn_impl)attn;
+    if (fg_gpt_config_check(&in->model) != FG_OK) m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
+    if (r->st != FG_OK) return r->st;
+    *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
+    if (!*tok) m_fail(r, "bad tokenizer: %s", fg_last_error());
+    else if (fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
+        m_fail(r, "the tokenizer has %d tokens but vocab_size is %d", fg_tokenizer_vocab_size(*tok), in->model.vocab_size);
+    if (r->st != FG_OK) return r->st;
+    in->tokenizer = *tok;
+    in->source = (fg_source_kind)data;
+    if (in->source == FG_SOURCE_ADDITION) {
+        in->addition = fg_addition_default_config();
+        in->addition.n_digits = (int)m_int(r, "addition.n_digits", 1, FG_ADD_MAX_DIGITS);
+        in->addition.answer_only = (int)m_int(r, "addition.answer_only", 0, 1);
+        in->addition.val_fraction = m_f64(r, "addition.val_fraction", 0, 0.5);
+        in->addition.split_seed = m_u64(r, "addition.split_seed");
+        if (r->st != FG_OK) return r->st;
+        /* the task's own checks, and its tokenizer and sequence length against the model's */
+        fg_addition *task = fg_addition_create(&in->addition);
+        char *want = task ? fg_tokenizer_serialize(fg_addition_tokenizer(task)) : NULL;
+        if (!task) m_fail(r, "the metadata describes no valid addition task: %s", fg_last_error());
+        else if (!want) r->st = fg_last_status();
+        else if (strcmp(want, tokstr)) m_fail(r, "the tokenizer is not the addition task's");
+        else if (in->model.block_size < fg_addition_block_size(task))
+            m_fail(r, "block_size %d is shorter than the addition task's sequences (%d)", in->model.block_size,
+                   fg_addition_block_size(task));
+        free(want);
+        fg_addition_free(task);
+    } else {
+        m_path(r, "text.path", in->data_path, sizeof in->data_path, 0);
+        m_path(r, "text.path_abs", in->data_path_abs, sizeof in->data_path_abs, 1);
+        in->data_hash = m_hex(r, "text.xxh64");
+        in->val_fraction = m_f64(r, "text.val_fraction", 0, 0.5);
+    }
+    m_no_other_keys(r);
+    return r->st;
+}
+
+/* The optimizer file's metadata: the run's configuration (its model part from `model`), the step,
+ * the pairing hash and AdamW's update count. */
+static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_train_config *t, int64_t *step,
+                                  uint64_t *params_hash, int64_t *adamw_t) {
+    m_kind(r, KIND_OPTIM);
+    *step = m_int(r, "step", 0, INT64_MAX / 2);
+    *params_hash = m_hex(r, "params_xxh64");
+    *adamw_t = m_int(r, "adamw_t", 0, INT64_MAX / 2);
+    memset(t, 0, sizeof *t);
+    t->model = *model;
+    t->opt.lr = m_f64(r, "lr", -INFINITY, INFINITY);
+    t->opt.min_lr = m_f64(r, "min_lr", -INFINITY, INFINITY);
+    t->opt.warmup = m_int(r, "warmup", 0, INT64_MAX / 2);
+    t->opt.decay_steps = m_int(r, "decay_steps", 1, INT64_MAX / 2);
+    t->opt.beta1 = m_f64(r, "beta1", -INFINITY, INFINITY);
+    t->opt.beta2 = m_f64(r, "beta2", -INFINITY, INFINITY);
+    t->opt.eps = m_f64(r, "eps", -INFINITY, INFINITY);
+    t->opt.weight_decay = m_f64(r, "weight_decay", -INFINITY, INFINITY);
+    t->opt.grad_clip = m_f64(r, "grad_clip", -INFINITY, INFINITY);
+    t->batch_size = (int)m_int(r, "batch_size", INT_MIN, INT_MAX);
+    t->grad_accum = (int)m_int(r, "grad_accum", INT_MIN, INT_MAX);
+    t->steps = m_int(r, "steps", 1, INT64_MAX / 2);
+    t->eval_every = (int)m_int(r, "eval_every", INT_MIN, INT_MAX);
+    t->eval_iters = (int)m_int(r, "eval_iters", INT_MIN, INT_MAX);
+    t->seed = m_u64(r, "seed");
+    m_no_other_keys(r);
+    if (r->st != FG_OK) return r->st;
+    if (*adamw_t != *step)
+        m_fail(r, "metadata 'adamw_t' = %lld differs from 'step' = %lld (AdamW makes one update per step)",
+               (long long)*adamw_t, (long long)*step);
+    else if (fg_train_config_check(t) != FG_OK)
+        m_fail(r, "the metadata describes no valid training run: %s", fg_last_error());
+    return r->st;
 }
 
 /* ---- writing ---- */
@@ -55,44 +537,59 @@ static fg_status meta_f64(fg_st_writer *w, const char *key, double v) {
     snprintf(buf, sizeof buf, "%.17g", v);
     return fg_st_writer_set_metadata(w, key, buf);
 }
+static fg_status meta_path(fg_st_writer *w, const char *key, const char *path) {
+    char *e = path_escape(path);
+    if (!e) return fg_last_status();
+    fg_status st = fg_st_writer_set_metadata(w, key, e);
+    free(e);
+    return st;
+}
 
 #define CHECK(expr)                          \
     do {                                     \
         if ((st = (expr)) != FG_OK) goto out; \
     } while (0)
 
-static fg_status join(char *dst, size_t n, const char *dir, const char *file) {
-    if ((size_t)snprintf(dst, n, "%s/%s", dir, file) >= n)
-        return fg_error(FG_ERR_ARG, "checkpoint: the path '%s/%s' is too long", dir, file);
-    return FG_OK;
+/* The two files of a save, ready to write: both writers borrow the trainer's buffers (or the host
+ * copies here, for a model on a device). */
+typedef struct {
+    fg_st_writer *mw, *ow;
+    fg_tensor *hp, *hm, *hv;
+} ckpt_writers;
+
+static void writers_free(ckpt_writers *cw) {
+    fg_st_writer_free(cw->mw);
+    fg_st_writer_free(cw->ow);
+    fg_release(cw->hp);
+    fg_release(cw->hm);
+    fg_release(cw->hv);
+    memset(cw, 0, sizeof *cw);
 }
 
-fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
+/* Everything fg_ckpt_save writes, built in memory. On failure cw is freed. */
+static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     const fg_gpt *g = tr->model;
     const fg_gpt_config *mc = &g->cfg;
     const fg_train_config *tc = &tr->cfg;
     const fg_source *src = tr->data;
-    char mpath[4096], opath[4096];
-    fg_status st = join(mpath, sizeof mpath, dir, FG_CKPT_MODEL_FILE);
-    if (st == FG_OK) st = join(opath, sizeof opath, dir, FG_CKPT_OPTIM_FILE);
-    if (st != FG_OK) return st;
+    fg_status st = FG_OK;
+    char *tokstr = NULL;
+    memset(cw, 0, sizeof *cw);
     /* Device buffers (cuda) are written from host copies, one bulk copy each. */
-    fg_tensor *hp = NULL, *hm = NULL, *hv = NULL;
     if (mc->device != FG_CPU) {
-        hp = fg_to(g->params_flat, FG_CPU, mc->dtype);
-        hm = hp ? fg_to(tr->opt.m, FG_CPU, mc->dtype) : NULL;
-        hv = hm ? fg_to(tr->opt.v, FG_CPU, mc->dtype) : NULL;
-        if (!hv) {
+        cw->hp = fg_to(g->params_flat, FG_CPU, mc->dtype);
+        cw->hm = cw->hp ? fg_to(tr->opt.m, FG_CPU, mc->dtype) : NULL;
+        cw->hv = cw->hm ? fg_to(tr->opt.v, FG_CPU, mc->dtype) : NULL;
+        if (!cw->hv) {
             st = fg_last_status();
-            fg_release(hp);
-            fg_release(hm);
-            return st;
+            goto out;
         }
     }
+    const fg_tensor *hp = cw->hp;
     const uint64_t phash = hp ? fg_xxh64(fg_data(hp), (size_t)fg_nbytes(hp), 0) : fg_ckpt_params_hash(g);
     const fg_st_dtype dt = fg_st_from_dtype(mc->dtype);
-    char *tokstr = fg_tokenizer_serialize(fg_source_tokenizer(src));
-    fg_st_writer *mw = fg_st_writer_new(), *ow = fg_st_writer_new();
+    tokstr = fg_tokenizer_serialize(fg_source_tokenizer(src));
+    fg_st_writer *mw = cw->mw = fg_st_writer_new(), *ow = cw->ow = fg_st_writer_new();
     if (!tokstr || !mw || !ow) {
         st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
         goto out;
@@ -117,16 +614,16 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     CHECK(fg_st_writer_set_metadata(mw, "bias", "true"));
     CHECK(fg_st_writer_set_metadata(mw, "tied_lm_head", "true"));
     CHECK(fg_st_writer_set_metadata(mw, "tokenizer", tokstr));
+    CHECK(fg_st_writer_set_metadata(mw, "data", data_names[src->kind]));
     if (src->kind == FG_SOURCE_ADDITION) {
         const fg_addition_config *ac = fg_addition_get_config(src->add);
-        CHECK(fg_st_writer_set_metadata(mw, "data", "addition"));
         CHECK(meta_i64(mw, "addition.n_digits", ac->n_digits));
         CHECK(meta_i64(mw, "addition.answer_only", ac->answer_only));
         CHECK(meta_f64(mw, "addition.val_fraction", ac->val_fraction));
         CHECK(meta_u64(mw, "addition.split_seed", ac->split_seed));
     } else {
-        CHECK(fg_st_writer_set_metadata(mw, "data", "text"));
-        CHECK(fg_st_writer_set_metadata(mw, "text.path", src->path));
+        CHECK(meta_path(mw, "text.path", src->path));
+        CHECK(meta_path(mw, "text.path_abs", src->path_abs));
         CHECK(meta_hex(mw, "text.xxh64", src->file_hash));
         CHECK(meta_f64(mw, "text.val_fraction", src->val_fraction));
     }
@@ -137,8 +634,8 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     int64_t P = g->num_elements, one = 1, two = 2;
     int64_t step = tr->step;
     uint64_t rng[2] = {tc->seed, (uint64_t)tr->step};
-    CHECK(fg_st_writer_add(ow, "exp_avg", dt, 1, &P, fg_data(hm ? hm : tr->opt.m)));
-    CHECK(fg_st_writer_add(ow, "exp_avg_sq", dt, 1, &P, fg_data(hv ? hv : tr->opt.v)));
+    CHECK(fg_st_writer_add(ow, "exp_avg", dt, 1, &P, fg_data(cw->hm ? cw->hm : tr->opt.m)));
+    CHECK(fg_st_writer_add(ow, "exp_avg_sq", dt, 1, &P, fg_data(cw->hv ? cw->hv : tr->opt.v)));
     CHECK(fg_st_writer_add_copy(ow, "step", FG_ST_I64, 1, &one, &step));
     CHECK(fg_st_writer_add_copy(ow, "rng", FG_ST_U64, 1, &two, rng));
     CHECK(fg_st_writer_set_metadata(ow, "fg_kind", KIND_OPTIM));
@@ -161,6 +658,26 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     CHECK(meta_i64(ow, "eval_every", tc->eval_every));
     CHECK(meta_i64(ow, "eval_iters", tc->eval_iters));
     CHECK(meta_u64(ow, "seed", tc->seed));
+out:
+    free(tokstr);
+    if (st != FG_OK) writers_free(cw);
+    return st;
+}
+
+/* The three file paths of a save into dir. */
+static fg_status save_paths(const char *dir, char mpath[4096], char opath[4096], char ppath[4096]) {
+    fg_status st = join(mpath, 4096, dir, FG_CKPT_MODEL_FILE);
+    if (st == FG_OK) st = join(opath, 4096, dir, FG_CKPT_OPTIM_FILE);
+    if (st == FG_OK) st = join(ppath, 4096, dir, FG_CKPT_OPTIM_PREV_FILE);
+    return st;
+}
+
+fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
+    char mpath[4096], opath[4096], ppath[4096];
+    ckpt_writers cw;
+    fg_status st = save_paths(dir, mpath, opath, ppath);
+    if (st != FG_OK) return st;
+    if ((st = build_writers(tr, &cw)) != FG_OK) return st;
 
     /* Crash-consistent order. The model file says which state is current; the optimizer state of
      * the model that is on disk must exist at every moment:
@@ -169,104 +686,73 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
      *   3. write the new model.safetensors                  (new model + new optimizer pair up)
      * A kill anywhere leaves a model whose optimizer state is one of the two files, and
      * fg_ckpt_open picks the one whose step and parameter hash match the model. */
-    {
-        char ppath[4096];
-        CHECK(join(ppath, sizeof ppath, dir, FG_CKPT_OPTIM_PREV_FILE));
-        struct stat sb;
-        if (stat(opath, &sb) == 0 && stat(mpath, &sb) == 0) {
-            if (rename(opath, ppath) != 0) {
-                st = fg_error(FG_ERR_IO, "checkpoint: cannot rename %s to %s: %s", opath, ppath, strerror(errno));
-                goto out;
-            }
-        }
+    struct stat sb;
+    if (stat(opath, &sb) == 0 && stat(mpath, &sb) == 0 && rename(opath, ppath) != 0) {
+        st = fg_error(FG_ERR_IO, "checkpoint: cannot rename %s to %s: %s", opath, ppath, strerror(errno));
+        goto out;
     }
-    CHECK(fg_st_writer_write(ow, opath));
-    CHECK(fg_st_writer_write(mw, mpath));
+    CHECK(fg_st_writer_write(cw.ow, opath));
+    CHECK(fg_st_writer_write(cw.mw, mpath));
 out:
-    fg_st_writer_free(mw);
-    fg_st_writer_free(ow);
-    fg_release(hp);
-    fg_release(hm);
-    fg_release(hv);
-    free(tokstr);
+    writers_free(&cw);
+    return st;
+}
+
+fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr) {
+    char mpath[4096], opath[4096], ppath[4096];
+    ckpt_writers cw;
+    fg_status st = save_paths(dir, mpath, opath, ppath);
+    if (st != FG_OK) return st;
+    if ((st = build_writers(tr, &cw)) != FG_OK) return st;
+    CHECK(fg_st_writer_check(cw.ow, opath));
+    CHECK(fg_st_writer_check(cw.mw, mpath));
+    /* what fg_ckpt_open will make of it */
+    fg_ckpt_info in;
+    memset(&in, 0, sizeof in);
+    fg_tokenizer *tok = NULL;
+    meta_rd rm = {.w = cw.mw, .path = mpath};
+    st = parse_model_meta(&rm, &in, &tok);
+    fg_tokenizer_free(tok);
+    if (st != FG_OK) goto out;
+    in.model.dtype = tr->model->cfg.dtype;
+    fg_train_config t;
+    int64_t step, adamw_t;
+    uint64_t ph;
+    meta_rd ro = {.w = cw.ow, .path = opath};
+    CHECK(parse_optim_meta(&ro, &in.model, &t, &step, &ph, &adamw_t));
+    if (tr->data->kind == FG_SOURCE_TEXT && strcmp(in.data_path, tr->data->path))
+        st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path, in.data_path);
+out:
+    writers_free(&cw);
     return st;
 }
 
 /* ---- reading ---- */
 
-static const char *need(fg_ckpt *c, const fg_st_file *f, const char *path, const char *key, fg_status *st) {
-    (void)c;
-    if (*st != FG_OK) return NULL;
-    const char *v = fg_st_metadata(f, key);
-    if (!v) *st = fg_error(FG_ERR_FORMAT, "%s: the metadata has no '%s' (an incomplete or foreign checkpoint)", path, key);
-    return v;
-}
-
-static int64_t get_i64(fg_ckpt *c, const fg_st_file *f, const char *path, const char *key, int64_t lo, int64_t hi,
-                       fg_status *st) {
-    const char *v = need(c, f, path, key, st);
-    if (!v) return 0;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        *st = fg_error(FG_ERR_FORMAT, "%s: metadata '%s' = '%.40s' is not an integer in %lld..%lld", path, key, v,
-                       (long long)lo, (long long)hi);
-        return 0;
+/* Index of the first element of F32/F64 array a that is not finite (or, with nonneg, is below
+ * zero), or -1 if there is none; *bad gets its value. */
+static int64_t first_bad(const fg_st_array *a, int nonneg, double *bad) {
+    const unsigned char *p = a->data;
+    const size_t es = fg_st_dtype_size(a->dtype), n = es ? a->nbytes / es : 0;
+    for (size_t i = 0; i < n; i++) {
+        double x;
+        if (a->dtype == FG_ST_F32) {
+            float f;
+            memcpy(&f, p + i * 4, 4);
+            x = f;
+        } else {
+            memcpy(&x, p + i * 8, 8);
+        }
+        if (!isfinite(x) || (nonneg && x < 0)) {
+            *bad = x;
+            return (int64_t)i;
+        }
     }
-    return x;
+    return -1;
 }
 
-static uint64_t get_u64(fg_ckpt *c, const fg_st_file *f, const char *path, const char *key, int base, fg_status *st) {
-    const char *v = need(c, f, path, key, st);
-    if (!v) return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, base);
-    if (errno || end == v || *end || *v == '-' || *v == '+' || *v == ' ') {
-        *st = fg_error(FG_ERR_FORMAT, "%s: metadata '%s' = '%.40s' is not an unsigned integer", path, key, v);
-        return 0;
-    }
-    return x;
-}
-
-static double get_f64(fg_ckpt *c, const fg_st_file *f, const char *path, const char *key, double lo, double hi,
-                      fg_status *st) {
-    const char *v = need(c, f, path, key, st);
-    if (!v) return 0;
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-        *st = fg_error(FG_ERR_FORMAT, "%s: metadata '%s' = '%.40s' is not a number in [%g, %g]", path, key, v, lo, hi);
-        return 0;
-    }
-    return x;
-}
-
-/* The model file's kind tag; refuses files that are not flashgrad models by name. */
-static fg_status check_kind(const fg_st_file *f, const char *path, const char *want) {
-    const char *kind = fg_st_metadata(f, "fg_kind");
-    if (!kind)
-        return fg_error(FG_ERR_FORMAT,
-                        "%s: not a flashgrad checkpoint (its metadata has no 'fg_kind'; a safetensors file from "
-                        "another program?)", path);
-    if (strcmp(kind, want)) {
-        if (!strcmp(want, KIND_MODEL) && !strcmp(kind, KIND_OPTIM))
-            return fg_error(FG_ERR_FORMAT, "%s: holds optimizer state, not a model (pass the model file or its folder)", path);
-        return fg_error(FG_ERR_FORMAT, "%s: is a '%.40s' file, expected '%s'", path, kind, want);
-    }
-    const char *ver = fg_st_metadata(f, "fg_version");
-    if (!ver || strcmp(ver, CKPT_VERSION))
-        return fg_error(FG_ERR_FORMAT, "%s: checkpoint version '%.20s' is not supported (this flashgrad reads version %s)",
-                        path, ver ? ver : "(none)", CKPT_VERSION);
-    return FG_OK;
-}
-
-/* Before any allocation: the parameters' dtype, and that the file holds exactly as many tensors
- * and elements as the configuration implies (so a forged configuration cannot make us allocate
- * more than the file holds). Names and shapes are checked once the table exists
- * (check_against_model). */
+/* Before any allocation, from the metadata's configuration: the file holds exactly the tensors of
+ * that model (names, shapes, one float dtype), with finite values. */
 static fg_status check_tensors(fg_ckpt *c) {
     const fg_gpt_config *mc = &c->info.model;
     const char *path = c->model_path;
@@ -276,131 +762,98 @@ static fg_status check_tensors(fg_ckpt *c) {
         return fg_error(FG_ERR_FORMAT, "%s: parameters are %s; flashgrad reads F32 and F64", path,
                         fg_st_dtype_name(wte->dtype));
     c->info.model.dtype = wte->dtype == FG_ST_F32 ? FG_F32 : FG_F64;
-    /* 2 embeddings + 12 tensors per block + ln_f's 2 */
-    int expected = 4 + 12 * mc->n_layer;
-    if (fg_st_count(c->model) != expected)
-        return fg_error(FG_ERR_FORMAT, "%s: holds %d tensors; a %d-layer model has %d", path, fg_st_count(c->model),
-                        mc->n_layer, expected);
-    /* P = V C + T C + L (12 C^2 + 13 C) + 2 C, in double: no overflow for any accepted config */
-    double C = mc->n_embd, want = (double)mc->vocab_size * C + (double)mc->block_size * C +
-                                  (double)mc->n_layer * (12 * C * C + 13 * C) + 2 * C;
-    double have = 0;
-    for (int i = 0; i < fg_st_count(c->model); i++) {
-        const fg_st_array *a = fg_st_at(c->model, i);
-        size_t es = fg_st_dtype_size(a->dtype);
-        have += es ? (double)(a->nbytes / es) : 0;
-    }
-    if (have != want)
-        return fg_error(FG_ERR_FORMAT, "%s: holds %.0f parameters; the configuration in its metadata needs %.0f", path,
-                        have, want);
-    return FG_OK;
-}
-
-/* Shapes and dtypes of every table entry against the file (the model is built already). */
-static fg_status check_against_model(const fg_ckpt *c, const fg_gpt *g) {
-    const fg_st_dtype dt = fg_st_from_dtype(g->cfg.dtype);
-    for (int j = 0; j < g->n_params; j++) {
-        const fg_gpt_param *p = &g->params[j];
+    int n;
+    ck_param *t = param_table(mc, &n);
+    if (!t) return fg_last_status();
+    fg_status st = FG_OK;
+    if (fg_st_count(c->model) != n)
+        st = fg_error(FG_ERR_FORMAT, "%s: holds %d tensors; a %d-layer model has %d", path, fg_st_count(c->model),
+                      mc->n_layer, n);
+    for (int j = 0; j < n && st == FG_OK; j++) {
+        const ck_param *p = &t[j];
         const fg_st_array *a = fg_st_find(c->model, p->name);
-        if (!a) return fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", c->model_path, p->name);
-        int ok = a->dtype == dt && a->ndim == p->w->ndim;
-        for (int d = 0; ok && d < a->ndim; d++) ok = a->shape[d] == p->w->shape[d];
-        if (!ok) {
-            char want[64];
-            fg_shape_str(p->w, want, sizeof want);
-            return fg_error(FG_ERR_FORMAT, "%s: tensor '%s' is %s of rank %d; the configuration needs %s %s",
-                            c->model_path, p->name, fg_st_dtype_name(a->dtype), a->ndim, fg_st_dtype_name(dt), want);
+        if (!a) {
+            st = fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", path, p->name);
+            break;
+        }
+        int same = a->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = a->shape[d] == p->shape[d];
+        if (!same || a->dtype != wte->dtype) {
+            char have[200], want[64];
+            st = fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected %s %s (from the configuration in the metadata)",
+                          path, p->name, shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+                          shape_str(want, sizeof want, p->ndim, p->shape), fg_st_dtype_name(wte->dtype));
+            break;
+        }
+        double bad;
+        int64_t i = first_bad(a, 0, &bad);
+        if (i >= 0) {
+            char at[80] = "";
+            if (p->ndim == 2) snprintf(at, sizeof at, ", element (%lld, %lld)", (long long)(i / p->shape[1]), (long long)(i % p->shape[1]));
+            st = fg_error(FG_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value (%g) at index %lld%s; a model with it "
+                          "computes nothing meaningful", path, p->name, bad, (long long)i, at);
         }
     }
-    return FG_OK;
+    free(t);
+    return st;
 }
 
-static fg_status read_model_meta(fg_ckpt *c) {
-    const fg_st_file *f = c->model;
-    const char *path = c->model_path;
-    fg_status st = check_kind(f, path, KIND_MODEL);
-    if (st != FG_OK) return st;
-    fg_ckpt_info *in = &c->info;
-    in->model = fg_gpt_default_config();
-    in->model.n_layer = (int)get_i64(c, f, path, "n_layer", 1, 1024, &st);
-    in->model.n_head = (int)get_i64(c, f, path, "n_head", 1, 1 << 16, &st);
-    in->model.n_embd = (int)get_i64(c, f, path, "n_embd", 1, 1 << 16, &st);
-    in->model.block_size = (int)get_i64(c, f, path, "block_size", 1, 1 << 20, &st);
-    in->model.vocab_size = (int)get_i64(c, f, path, "vocab_size", 1, 1 << 24, &st);
-    in->model.dropout = get_f64(c, f, path, "dropout", 0.0, 0.999999, &st);
-    const char *attn = need(c, f, path, "attn", &st);
-    in->step = get_i64(c, f, path, "step", 0, INT64_MAX / 2, &st);
-    in->params_hash = get_u64(c, f, path, "params_xxh64", 16, &st);
-    const char *tokstr = need(c, f, path, "tokenizer", &st);
-    const char *data = need(c, f, path, "data", &st);
-    if (st != FG_OK) return st;
-    if (!strcmp(attn, "naive")) in->model.attn = FG_ATTN_NAIVE;
-    else if (!strcmp(attn, "flash")) in->model.attn = FG_ATTN_FLASH;
-    else return fg_error(FG_ERR_FORMAT, "%s: metadata 'attn' = '%.20s' is not naive or flash", path, attn);
-    if (in->model.n_embd % in->model.n_head)
-        return fg_error(FG_ERR_FORMAT, "%s: n_embd %d is not a multiple of n_head %d", path, in->model.n_embd, in->model.n_head);
-    c->tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
-    if (!c->tok) return fg_error(FG_ERR_FORMAT, "%s: bad tokenizer: %s", path, fg_last_error());
-    in->tokenizer = c->tok;
-    if (fg_tokenizer_vocab_size(c->tok) != in->model.vocab_size)
-        return fg_error(FG_ERR_FORMAT, "%s: the tokenizer has %d tokens but vocab_size is %d", path,
-                        fg_tokenizer_vocab_size(c->tok), in->model.vocab_size);
-    if (!strcmp(data, "addition")) {
-        in->source = FG_SOURCE_ADDITION;
-        in->addition = fg_addition_default_config();
-        in->addition.n_digits = (int)get_i64(c, f, path, "addition.n_digits", 1, FG_ADD_MAX_DIGITS, &st);
-        in->addition.answer_only = (int)get_i64(c, f, path, "addition.answer_only", 0, 1, &st);
-        in->addition.val_fraction = get_f64(c, f, path, "addition.val_fraction", 0.0, 0.5, &st);
-        in->addition.split_seed = get_u64(c, f, path, "addition.split_seed", 10, &st);
-    } else if (!strcmp(data, "text")) {
-        in->source = FG_SOURCE_TEXT;
-        const char *p = need(c, f, path, "text.path", &st);
-        if (p) snprintf(in->data_path, sizeof in->data_path, "%s", p);
-        in->data_hash = get_u64(c, f, path, "text.xxh64", 16, &st);
-        in->val_fraction = get_f64(c, f, path, "text.val_fraction", 0.0, 0.5, &st);
-    } else {
-        return fg_error(FG_ERR_FORMAT, "%s: metadata 'data' = '%.20s' is not addition or text", path, data);
-    }
-    if (st != FG_OK) return st;
-    return check_tensors(c);
+static fg_status read_model(fg_ckpt *c) {
+    meta_rd r = {.f = c->model, .path = c->model_path};
+    fg_status st = parse_model_meta(&r, &c->info, &c->tok);
+    return st != FG_OK ? st : check_tensors(c);
 }
 
-static fg_status read_optim_meta(fg_ckpt *c) {
+static fg_status read_optim(fg_ckpt *c) {
     const fg_st_file *f = c->optim;
     const char *path = c->optim_path;
-    fg_status st = check_kind(f, path, KIND_OPTIM);
-    if (st != FG_OK) return st;
     fg_ckpt_info *in = &c->info;
-    int64_t step = get_i64(c, f, path, "step", 0, INT64_MAX / 2, &st);
-    uint64_t ph = get_u64(c, f, path, "params_xxh64", 16, &st);
+    fg_train_config t;
+    int64_t step, adamw_t;
+    uint64_t ph;
+    meta_rd r = {.f = f, .path = path};
+    fg_status st = parse_optim_meta(&r, &in->model, &t, &step, &ph, &adamw_t);
     if (st != FG_OK) return st;
     if (step != in->step || ph != in->params_hash)
         return fg_error(FG_ERR_FORMAT,
                         "%s is from step %lld but %s is from step %lld%s: the pair does not match (a checkpoint "
                         "write was interrupted?), so the run cannot be resumed exactly", path, (long long)step,
                         c->model_path, (long long)in->step, step == in->step ? " with other weights" : "");
-    fg_train_config *t = &in->train;
-    t->model = in->model;
-    t->opt.lr = get_f64(c, f, path, "lr", 0, 1e6, &st);
-    t->opt.min_lr = get_f64(c, f, path, "min_lr", 0, 1e6, &st);
-    t->opt.warmup = get_i64(c, f, path, "warmup", 0, INT64_MAX / 2, &st);
-    t->opt.decay_steps = get_i64(c, f, path, "decay_steps", 1, INT64_MAX / 2, &st);
-    t->opt.beta1 = get_f64(c, f, path, "beta1", 0, 0.999999999, &st);
-    t->opt.beta2 = get_f64(c, f, path, "beta2", 0, 0.999999999, &st);
-    t->opt.eps = get_f64(c, f, path, "eps", 1e-300, 1, &st);
-    t->opt.weight_decay = get_f64(c, f, path, "weight_decay", 0, 1e6, &st);
-    t->opt.grad_clip = get_f64(c, f, path, "grad_clip", 0, 1e30, &st);
-    t->batch_size = (int)get_i64(c, f, path, "batch_size", 1, 1 << 24, &st);
-    t->grad_accum = (int)get_i64(c, f, path, "grad_accum", 1, 1 << 24, &st);
-    t->steps = get_i64(c, f, path, "steps", 1, INT64_MAX / 2, &st);
-    t->eval_every = (int)get_i64(c, f, path, "eval_every", 0, INT32_MAX, &st);
-    t->eval_iters = (int)get_i64(c, f, path, "eval_iters", 1, INT32_MAX, &st);
-    t->seed = get_u64(c, f, path, "seed", 10, &st);
-    (void)get_i64(c, f, path, "adamw_t", 0, INT64_MAX / 2, &st);
-    if (st != FG_OK) return st;
     if (fg_st_count(f) != 4)
         return fg_error(FG_ERR_FORMAT, "%s: holds %d tensors, expected 4 (exp_avg, exp_avg_sq, rng, step)", path,
                         fg_st_count(f));
+    /* the moments: one per parameter, finite; the second ones are averages of squares */
+    int64_t P = 0;
+    for (int i = 0; i < fg_st_count(c->model); i++) {
+        const fg_st_array *a = fg_st_at(c->model, i);
+        P += (int64_t)(a->nbytes / fg_st_dtype_size(a->dtype));
+    }
+    const fg_st_dtype dt = fg_st_from_dtype(in->model.dtype);
+    const char *names[2] = {"exp_avg", "exp_avg_sq"};
+    for (int k = 0; k < 2; k++) {
+        const fg_st_array *a = fg_st_find(f, names[k]);
+        if (!a) return fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", path, names[k]);
+        if (a->dtype != dt || a->ndim != 1 || a->shape[0] != P) {
+            char have[200];
+            return fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected (%lld) %s (one moment per parameter)", path,
+                            names[k], shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+                            (long long)P, fg_st_dtype_name(dt));
+        }
+        double bad;
+        int64_t i = first_bad(a, k == 1, &bad);
+        if (i >= 0)
+            return fg_error(FG_ERR_FORMAT, "%s: %s holds %s (%g) at index %lld; AdamW cannot continue from it", path,
+                            names[k], isfinite(bad) ? "a negative second moment" : "a non-finite value", bad, (long long)i);
+    }
+    int64_t st_step = 0, one = 1, two = 2;
+    uint64_t rng[2];
+    if (fg_st_read(f, "step", FG_ST_I64, 1, &one, &st_step) != FG_OK || fg_st_read(f, "rng", FG_ST_U64, 1, &two, rng) != FG_OK)
+        return fg_error(FG_ERR_FORMAT, "%s", fg_last_error());
+    if (st_step != step || rng[1] != (uint64_t)step || rng[0] != t.seed)
+        return fg_error(FG_ERR_FORMAT, "%s: its step/rng tensors (%lld, seed %llu) disagree with its metadata (%lld, seed %llu)",
+                        path, (long long)st_step, (unsigned long long)rng[0], (long long)step, (unsigned long long)t.seed);
+    in->train = t;
+    c->adamw_t = adamw_t;
     in->has_train = 1;
     return FG_OK;
 }
@@ -425,10 +878,10 @@ fg_ckpt *fg_ckpt_open(const char *path, int with_optimizer) {
         snprintf(c->optim_path, sizeof c->optim_path, "%.*s/%s", dirlen, slash ? path : ".", FG_CKPT_OPTIM_FILE);
     }
     if (st == FG_OK && !(c->model = fg_st_load(c->model_path))) st = fg_last_status();
-    if (st == FG_OK) st = read_model_meta(c);
+    if (st == FG_OK) st = read_model(c);
     if (st == FG_OK && with_optimizer) {
         if (!(c->optim = fg_st_load(c->optim_path))) st = fg_last_status();
-        if (st == FG_OK) st = read_optim_meta(c);
+        if (st == FG_OK) st = read_optim(c);
         if (st != FG_OK) {
             /* A save killed between its optimizer and model writes leaves the model's own state in
              * optimizer.prev.safetensors (see fg_ckpt_save): use it when it pairs with the model. */
@@ -445,7 +898,7 @@ fg_ckpt *fg_ckpt_open(const char *path, int with_optimizer) {
                 char saved[sizeof c->optim_path];
                 memcpy(saved, c->optim_path, sizeof saved);
                 memcpy(c->optim_path, prev, sizeof prev);
-                st = (c->optim = fg_st_load(c->optim_path)) ? read_optim_meta(c) : fg_last_status();
+                st = (c->optim = fg_st_load(c->optim_path)) ? read_optim(c) : fg_last_status();
                 if (st != FG_OK) { /* report the newer file's problem, not the fallback's */
                     memcpy(c->optim_path, saved, sizeof saved);
                     st = fg_error(first_status, "%s", first_error);
@@ -469,6 +922,25 @@ void fg_ckpt_close(fg_ckpt *c) {
 }
 
 const fg_ckpt_info *fg_ckpt_get_info(const fg_ckpt *c) { return &c->info; }
+
+/* Shapes and dtypes of every table entry against the file (the model is built already). */
+static fg_status check_against_model(const fg_ckpt *c, const fg_gpt *g) {
+    const fg_st_dtype dt = fg_st_from_dtype(g->cfg.dtype);
+    for (int j = 0; j < g->n_params; j++) {
+        const fg_gpt_param *p = &g->params[j];
+        const fg_st_array *a = fg_st_find(c->model, p->name);
+        if (!a) return fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", c->model_path, p->name);
+        int ok = a->dtype == dt && a->ndim == p->w->ndim;
+        for (int d = 0; ok && d < a->ndim; d++) ok = a->shape[d] == p->w->shape[d];
+        if (!ok) {
+            char have[200], want[64];
+            return fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected %s %s", c->model_path, p->name,
+                            shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+                            shape_str(want, sizeof want, p->w->ndim, p->w->shape), fg_st_dtype_name(dt));
+        }
+    }
+    return FG_OK;
+}
 
 /* Weights into g (same config as the checkpoint's), then the pairing hash. */
 static fg_status load_weights(const fg_ckpt *c, fg_gpt *g) {
@@ -501,17 +973,73 @@ fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr) {
     fg_status st = load_weights(c, tr->model);
     if (st == FG_OK) st = fg_st_read_into(c->optim, "exp_avg", tr->opt.m);
     if (st == FG_OK) st = fg_st_read_into(c->optim, "exp_avg_sq", tr->opt.v);
-    int64_t step = 0, one = 1, two = 2;
-    uint64_t rng[2];
-    if (st == FG_OK) st = fg_st_read(c->optim, "step", FG_ST_I64, 1, &one, &step);
-    if (st == FG_OK) st = fg_st_read(c->optim, "rng", FG_ST_U64, 1, &two, rng);
-    if (st != FG_OK) return fg_error(fg_last_status(), "%s", fg_last_error());
-    if (step != c->info.step || rng[1] != (uint64_t)step || rng[0] != c->info.train.seed)
-        return fg_error(FG_ERR_FORMAT, "%s: its step/rng tensors (%lld, seed %llu) disagree with its metadata (%lld, seed %llu)",
-                        c->optim_path, (long long)step, (unsigned long long)rng[0], (long long)c->info.step,
-                        (unsigned long long)c->info.train.seed);
-    const char *t = fg_st_metadata(c->optim, "adamw_t");
-    tr->opt.t = t ? strtoll(t, NULL, 10) : step;
-    tr->step = step;
+    if (st != FG_OK) return st;
+    tr->opt.t = c->adamw_t;
+    tr->step = c->info.step;
     return FG_OK;
+}
+
+/* ---- the data of a text run ---- */
+
+fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
+    const fg_ckpt_info *in = &c->info;
+    if (in->source != FG_SOURCE_TEXT) {
+        fg_error(FG_ERR_STATE, "%s: the checkpoint was not trained on a text file", c->model_path);
+        return NULL;
+    }
+    fg_text_options to = fg_text_default_options(in->model.block_size);
+    to.tokenizer = in->tokenizer;
+    to.val_fraction = in->val_fraction;
+    /* candidates: the given path alone, or the recorded one as written, then the absolute one */
+    const char *cand[2];
+    const char *what[2];
+    int n = 0;
+    if (given) {
+        cand[n] = given;
+        what[n++] = "";
+    } else {
+        cand[n] = in->data_path;
+        what[n++] = in->data_path[0] == '/' ? " (the path recorded in the checkpoint)"
+                                            : " (the path recorded in the checkpoint, from the current folder)";
+        if (in->data_path_abs[0] && strcmp(in->data_path_abs, in->data_path)) {
+            cand[n] = in->data_path_abs;
+            what[n++] = " (the absolute path recorded in the checkpoint)";
+        }
+    }
+    char why[2][1400];
+    for (int i = 0; i < n; i++) {
+        /* the contents first (a changed file may not even tokenize), then the dataset */
+        uint64_t h = 0;
+        FILE *fp = fopen(cand[i], "rb");
+        if (!fp) {
+            snprintf(why[i], sizeof why[i], "'%s'%s: %s", cand[i], what[i], strerror(errno));
+            continue;
+        }
+        fg_xxh64_state hs;
+        fg_xxh64_init(&hs, 0);
+        char chunk[1 << 14];
+        size_t k;
+        while ((k = fread(chunk, 1, sizeof chunk, fp)) > 0) fg_xxh64_update(&hs, chunk, k);
+        int err = ferror(fp);
+        fclose(fp);
+        h = fg_xxh64_digest(&hs);
+        if (err) {
+            snprintf(why[i], sizeof why[i], "'%s'%s: read error", cand[i], what[i]);
+            continue;
+        }
+        if (h != in->data_hash) {
+            snprintf(why[i], sizeof why[i], "'%s'%s is not the file the checkpoint trained on (its contents changed: "
+                     "xxh64 %016llx, the checkpoint records %016llx)", cand[i], what[i], (unsigned long long)h,
+                     (unsigned long long)in->data_hash);
+            continue;
+        }
+        fg_source *s = fg_source_text(cand[i], &to);
+        if (s && s->file_hash == in->data_hash) return s;
+        snprintf(why[i], sizeof why[i], "'%s'%s: %s", cand[i], what[i],
+                 s ? "its contents changed while it was read" : fg_last_error());
+        fg_source_free(s);
+    }
+    if (n == 1) fg_error(FG_ERR_IO, "%s", why[0]);
+    else fg_error(FG_ERR_IO, "the text file recorded in the checkpoint cannot be used: tried %s; and %s", why[0], why[1]);
+    return NULL;
 }

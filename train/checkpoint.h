@@ -18,10 +18,18 @@
  * not match (files copied from elsewhere) is refused with a message naming both steps.
  *
  * Reading validates everything before allocating the model: the format (fileio/safetensors do the
- * bytes: truncation, corruption via the checksum), flashgrad's kind and version tags (a foreign
- * safetensors file is refused by name), every configuration value's range, the tokenizer, and
- * that every expected tensor is present with the expected shape and dtype and nothing else is.
- * Each error message names the file and the problem.
+ * bytes: truncation, corruption via the checksum, which covers the metadata and the tensor table as
+ * well as the data), flashgrad's kind and version tags (a foreign safetensors file is refused by
+ * name, one written by an older flashgrad by its version), every metadata value (exactly as the
+ * writer writes it: canonical integers, %.17g numbers, names of enums; ranges by the library's own
+ * configuration checks; no key the reader does not know), the tokenizer, that every expected
+ * tensor is present with the expected shape and dtype and nothing else is, and that every
+ * parameter and moment is finite (and every second moment >= 0). Each error message names the file
+ * and the problem.
+ *
+ * Version 2 (this one) differs from version 1 in the checksum (safetensors.h: "xxh64v2", over the
+ * metadata too), "text.path" stored with '%' and bytes outside UTF-8 escaped as %XX (so any file
+ * name can be stored), and "text.path_abs". Version 1 files are refused by name.
  */
 #ifndef FG_CHECKPOINT_H
 #define FG_CHECKPOINT_H
@@ -46,7 +54,8 @@ typedef struct {
     int64_t step;
     fg_source_kind source;        /* what it trained on */
     fg_addition_config addition;  /* the task's settings (addition) */
-    char data_path[1024];         /* the text file as given to train (text) */
+    char data_path[4096];         /* the text file as given to train (text) */
+    char data_path_abs[4096];     /* its absolute path when train read it, or "" (text) */
     uint64_t data_hash;           /* its XXH64 (text) */
     double val_fraction;          /* text split */
     const fg_tokenizer *tokenizer;/* owned by the checkpoint */
@@ -75,6 +84,19 @@ fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr);
  * optimizer.prev.safetensors until the model is in place; see the top) for the current state.
  * DIR must exist. */
 fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr);
+
+/* Builds everything fg_ckpt_save(dir, tr) would write, checks it as fg_ckpt_open would read it
+ * (the metadata) and as the writer would (paths, header limits), and writes nothing: a run calls it
+ * before its first step, so a checkpoint cannot fail for any reason but the disk later. */
+fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr);
+
+/* The text data of a checkpoint that trained on a text file, tokenized with its tokenizer and split
+ * as it was. `given` (a path the user passed) is used alone when not NULL; otherwise the path
+ * recorded in the checkpoint is tried as written (from the current folder when relative), then the
+ * absolute path recorded beside it. A candidate counts only if its contents hash to the recorded
+ * XXH64. NULL + an error naming every path tried and what was wrong with it (FG_ERR_IO), or
+ * FG_ERR_STATE when the checkpoint did not train on text. Caller frees with fg_source_free. */
+fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given);
 
 /* XXH64 of a model's flat parameter buffer (the pairing check). */
 uint64_t fg_ckpt_params_hash(const fg_gpt *g);

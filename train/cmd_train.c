@@ -56,7 +56,7 @@ extern void openblas_set_num_threads(int n);
 /* ---- flags ---- */
 /* X(id, name, type, meta, help, lo, hi, lo_open) — defaults are set in set_defaults(). */
 #define TRAIN_FLAGS(X)                                                                                         \
-    X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer)", 0, 0, 0)         \
+    X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer, see below)", 0, 0, 0) \
     X(TASK, "--task", FG_FLAG_STR, "NAME", "synthetic task: addition (default when --data is absent)", 0, 0, 0) \
     X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)          \
     X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)           \
@@ -153,8 +153,8 @@ static void help(void) {
     fg_flags_help_alt(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]", a,
                       t, "text", F_COUNT);
     printf("\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
-           "The text tokenizer works on bytes: each byte of the file is one token (so UTF-8 text is learnt\n"
-           "byte by byte, and a sample cut mid-character can end in a partial UTF-8 sequence).\n"
+           "The character-level tokenizer works on bytes: its vocabulary is the distinct bytes of the file, so a\n"
+           "non-ASCII UTF-8 character is several tokens, and samples of such text may hold invalid UTF-8.\n"
            "One train at a time writes a folder (DIR/train.lock); a fresh run refuses a folder that holds another\n"
            "run's checkpoint or log unless --overwrite is given.\n"
            "Exit status: 0 done, 1 runtime error, 2 usage error; after SIGINT, SIGTERM or SIGHUP the step in flight\n"
@@ -585,13 +585,9 @@ int fg_cmd_train(int argc, char **argv) {
             src = fg_source_addition(&in->addition);
         } else {
             if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
-            const char *path = is_text ? f[F_DATA].s : in->data_path;
-            fg_text_options to = fg_text_default_options(cfg.model.block_size);
-            to.tokenizer = in->tokenizer;
-            to.val_fraction = in->val_fraction;
-            src = fg_source_text(path, &to);
-            if (src && src->file_hash != in->data_hash)
-                die(1, "--resume: '%s' is not the file the checkpoint trained on (its contents changed)", path);
+            /* --data if given, else the recorded path, then the recorded absolute one */
+            src = fg_ckpt_text_source(ck, is_text ? f[F_DATA].s : NULL);
+            if (!src) die(1, "--resume: %s%s", fg_last_error(), is_text ? "" : "; give the file with --data");
         }
         if (!src) die(1, "%s", fg_last_error());
         /* what may change on resume */
@@ -662,6 +658,8 @@ int fg_cmd_train(int argc, char **argv) {
 
     fg_trainer *tr = fg_trainer_create(&cfg, src);
     if (!tr) die(1, "%s", fg_last_error());
+    /* whatever could make a checkpoint fail (except the disk) fails now, before the first step */
+    if (fg_ckpt_check_savable(out, tr) != FG_OK) die(1, "%s", fg_last_error());
     csv_log logrows = {0};
     if (ck) {
         if (fg_ckpt_restore(ck, tr) != FG_OK) die(1, "--resume: %s", fg_last_error());
@@ -677,7 +675,7 @@ int fg_cmd_train(int argc, char **argv) {
 
     /* ---- header ---- */
     const fg_gpt_config *mc = &tr->model->cfg;
-    char data_desc[1200];
+    char data_desc[4400];
     if (is_add) {
         const fg_addition_config *ac = fg_addition_get_config(src->add);
         snprintf(data_desc, sizeof data_desc, "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)",

@@ -1,6 +1,7 @@
 /* trainer.c — data sources, the optimizer step and evaluation (see trainer.h). */
 #include "train/trainer.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,11 @@ fg_source *fg_source_addition(const fg_addition_config *c) {
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
     void *buf = NULL;
     size_t n = 0;
+    if (strlen(path) >= sizeof ((fg_source *)0)->path) {
+        fg_error(FG_ERR_ARG, "data: the path '%.60s...' is too long (%zu bytes; at most %zu)", path, strlen(path),
+                 sizeof ((fg_source *)0)->path - 1);
+        return NULL;
+    }
     if (fg_read_file(path, FG_TEXT_MAX_BYTES, &buf, &n) != FG_OK) return NULL;
     fg_source *d = calloc(1, sizeof *d);
     if (!d) {
@@ -44,6 +50,8 @@ fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
     d->file_hash = fg_xxh64(buf, n, 0);
     d->val_fraction = opt->val_fraction;
     snprintf(d->path, sizeof d->path, "%s", path);
+    char abs[PATH_MAX];
+    if (realpath(path, abs) && strlen(abs) < sizeof d->path_abs) snprintf(d->path_abs, sizeof d->path_abs, "%s", abs);
     d->text = fg_text_from_memory(buf, n, path, opt);
     free(buf);
     if (!d->text) {

@@ -40,7 +40,8 @@ typedef struct {
     fg_source_kind kind;
     fg_addition *add;              /* owned (addition) */
     fg_text_dataset *text;         /* owned (text) */
-    char path[1024];               /* the text file ("" for addition) */
+    char path[4096];               /* the text file as given ("" for addition) */
+    char path_abs[4096];           /* its absolute path (realpath when it was read), or "" */
     uint64_t file_hash;            /* XXH64 of the text file's bytes (0 for addition) */
     double val_fraction;           /* text: the validation share it was split with */
 } fg_source;
