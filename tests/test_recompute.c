@@ -1,5 +1,5 @@
 /* test_recompute.c — the recomputation study (issue 8):
- *   - fg_checkpoint (ops/recompute.h) gives the same gradients, bit for bit, as the graph it
+ *   - fg_recompute (autograd/recompute.h) gives the same gradients, bit for bit, as the graph it
  *     replaces, frees its nodes, and records nothing under no-grad;
  *   - GPT training with --recompute none / attn / block: identical losses and parameters, bit for
  *     bit, with dropout on, for naive and flash attention; and less peak memory when recomputing;
@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include "ops/ops.h"
-#include "ops/recompute.h"
+#include "autograd/recompute.h"
 #include "tensor/alloc.h"
 #include "tests/common.h"
 #include "train/trainer.h"
 
-/* ---- fg_checkpoint on a small function ---- */
+/* ---- fg_recompute on a small function ---- */
 
 /* f(x, y; w) = sum over rows of gelu(x @ w + y) * x — x used twice, a leaf w read directly. */
 typedef struct {
@@ -46,9 +46,9 @@ static void small_grads(int checkpoint, double **gx, double **gy, double **gw) {
     fn_ctx c = {w};
     fg_tensor *in[2] = {x, y};
     int64_t before = fg_nodes_alive();
-    fg_tensor *f = fgt_ok(checkpoint ? fg_checkpoint(small_fn, &c, sizeof c, 2, in) : small_fn(&c, in), "f");
+    fg_tensor *f = fgt_ok(checkpoint ? fg_recompute(small_fn, &c, sizeof c, 2, in) : small_fn(&c, in), "f");
     if (checkpoint)
-        cr_assert(f->grad_fn && !strcmp(f->grad_fn->op, "checkpoint") && fg_nodes_alive() == before + 1,
+        cr_assert(f->grad_fn && !strcmp(f->grad_fn->op, "recompute") && fg_nodes_alive() == before + 1,
                   "a checkpoint records exactly one node (got %lld new)", (long long)(fg_nodes_alive() - before));
     fg_tensor *fr = fgt_ok(fg_mul(f, r), "f*r"), *s = fgt_ok(fg_sum_all(fr), "sum");
     cr_assert_eq(fg_backward(s, NULL), FG_OK, "backward: %s", fg_last_error());
@@ -87,13 +87,13 @@ Test(recompute, checkpoint_records_nothing_under_no_grad_and_rejects_bad_argumen
     fn_ctx c = {w};
     fg_tensor *in[2] = {x, y};
     fg_no_grad_enter();
-    fg_tensor *f = fgt_ok(fg_checkpoint(small_fn, &c, sizeof c, 2, in), "f");
+    fg_tensor *f = fgt_ok(fg_recompute(small_fn, &c, sizeof c, 2, in), "f");
     fg_no_grad_exit();
     cr_expect(f->grad_fn == NULL && !f->requires_grad, "no-grad checkpoint recorded a node");
     fg_tensor *ref = fgt_ok(small_fn(&c, in), "ref");
     FGT_ASSERT_CLOSE(f, ref, 0, 0, "no-grad checkpoint value");
-    cr_expect(fg_checkpoint(small_fn, &c, sizeof c, 0, in) == NULL, "0 inputs accepted");
-    cr_expect(fg_checkpoint(NULL, &c, sizeof c, 2, in) == NULL, "NULL function accepted");
+    cr_expect(fg_recompute(small_fn, &c, sizeof c, 0, in) == NULL, "0 inputs accepted");
+    cr_expect(fg_recompute(NULL, &c, sizeof c, 2, in) == NULL, "NULL function accepted");
     fg_release(f);
     fg_release(ref);
     fg_release(x);

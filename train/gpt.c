@@ -13,7 +13,7 @@
 
 #include "autograd/autograd.h"
 #include "ops/ops.h"
-#include "ops/recompute.h"
+#include "autograd/recompute.h"
 #include "tensor/philox.h"
 
 fg_gpt_config fg_gpt_default_config(void) {
@@ -293,7 +293,7 @@ fail:
     return NULL;
 }
 
-/* ---- activation checkpointing (cfg.recompute; ops/recompute.h) ----
+/* ---- activation checkpointing (cfg.recompute; autograd/recompute.h) ----
  * The checkpointed functions get everything they depend on by value in ckpt_args: the dropout
  * seeds are pure functions of (train, layer, site), so the recomputation draws the same masks. */
 typedef struct {
@@ -315,7 +315,7 @@ static fg_tensor *block_forward(fg_gpt *g, fg_tensor *x_in, int l, const fg_gpt_
     if (g->cfg.recompute == FG_RECOMPUTE_ATTN) {
         ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
         if (train) a.train = *train;
-        TAKE(br, fg_checkpoint(ckpt_attention, &a, sizeof a, 1, &x));
+        TAKE(br, fg_recompute(ckpt_attention, &a, sizeof a, 1, &x));
     } else {
         TAKE(br, attention_branch(g, x, l, train));
     }
@@ -349,7 +349,7 @@ fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_
         if (g->cfg.recompute == FG_RECOMPUTE_BLOCK) {
             ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
             if (train) a.train = *train;
-            TAKE(x, fg_checkpoint(ckpt_block, &a, sizeof a, 1, &x));
+            TAKE(x, fg_recompute(ckpt_block, &a, sizeof a, 1, &x));
         } else {
             TAKE(x, block_forward(g, x, l, train));
         }

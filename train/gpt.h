@@ -42,7 +42,7 @@
 extern "C" {
 #endif
 
-/* Activation checkpointing (ops/recompute.h), a memory/time trade that never changes a number:
+/* Activation checkpointing (autograd/recompute.h), a memory/time trade that never changes a number:
  *   NONE   every op keeps what its backward needs (the whole graph lives until the backward);
  *   ATTN   each block's attention sublayer — ln_1, c_attn, the heads' attention, c_proj and its
  *          dropout — is one checkpoint: the forward keeps only the sublayer's input (the block

@@ -1,9 +1,9 @@
-/* recompute.c — fg_checkpoint (ops/recompute.h): activation checkpointing as one autograd node.
+/* recompute.c — fg_recompute (autograd/recompute.h): activation checkpointing as one autograd node.
  *
  * Node layout: inputs[0 .. n) the checkpoint's inputs (retained by autograd); ctx a malloc'd
  * record {fn, ctx bytes}; nothing else is saved, which is the point.
  */
-#include "ops/recompute.h"
+#include "autograd/recompute.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +32,7 @@ static fg_tensor *run_with_grad(ckpt_ctx *c, fg_tensor *const *in) {
 
 /* Backward of: y = fn(ctx, x_0 .. x_{n-1}) run under no-grad.
  * dx_i += d/dx_i <dy, fn(ctx, x)>, by recomputing fn on detached aliases and backpropagating dy. */
-static fg_status checkpoint_backward(fg_node *node) {
+static fg_status recompute_backward(fg_node *node) {
     ckpt_ctx *c = node->ctx;
     const int n = node->n_inputs;
     fg_tensor *a[FG_MAX_INPUTS] = {0};
@@ -68,7 +68,7 @@ done:
     return st;
 }
 
-fg_tensor *fg_checkpoint(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs,
+fg_tensor *fg_recompute(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs,
                          fg_tensor *const *inputs) {
     if (!fn) {
         fg_error(FG_ERR_ARG, "checkpoint: NULL function");
@@ -117,7 +117,7 @@ fg_tensor *fg_checkpoint(fg_recompute_fn fn, const void *ctx, size_t ctx_size, i
             return NULL;
         }
     }
-    fg_node *node = fg_record(y, "checkpoint", checkpoint_backward, n_inputs, inputs);
+    fg_node *node = fg_record(y, "recompute", recompute_backward, n_inputs, inputs);
     if (!node) { /* cannot happen: grad is on and an input requires grad */
         free(c);
         return y;

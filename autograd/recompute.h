@@ -1,7 +1,7 @@
 /* recompute.h — activation checkpointing: run a piece of the forward without keeping its
  * intermediates, and recompute them during the backward.
  *
- *     y = fg_checkpoint(fn, ctx, ctx_size, n, inputs)
+ *     y = fg_recompute(fn, ctx, ctx_size, n, inputs)
  *
  * Forward: y = fn(ctx, inputs) under no-grad, so none of fn's intermediate tensors are kept; one
  * autograd node "checkpoint" is recorded for y, holding the inputs (and a copy of ctx) only.
@@ -19,7 +19,7 @@
  * the same additions in the same order (a checkpointed input's contributions are summed inside the
  * subgraph in the order the full graph would have added them, then added to a zero buffer).
  *
- * When grad mode is off, or no input requires grad, fg_checkpoint just returns fn(ctx, inputs)
+ * When grad mode is off, or no input requires grad, fg_recompute just returns fn(ctx, inputs)
  * (with whatever recording grad mode implies), so it is always correct, only not always a saving.
  * Cost: one extra forward of fn per backward.
  */
@@ -41,7 +41,7 @@ typedef fg_tensor *(*fg_recompute_fn)(void *ctx, fg_tensor *const *inputs);
 /* y = fn(ctx, inputs) with the intermediates recomputed in the backward (see the top). ctx points
  * to ctx_size bytes that are copied (the backward uses the copy; ctx may be a stack variable).
  * 1 <= n_inputs <= 4 (FG_MAX_INPUTS). New reference; NULL with fg_last_error() on failure. */
-fg_tensor *fg_checkpoint(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs,
+fg_tensor *fg_recompute(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs,
                          fg_tensor *const *inputs);
 
 #ifdef __cplusplus
