@@ -113,6 +113,12 @@ const char *fgt_bin(void);
  * Its stdout (append 2>&1 for stderr) goes into log[0..logn) when log is not NULL. */
 int fgt_run_cmd(const char *cmd, char *log, size_t logn);
 
+/* ---- pipes ---- */
+/* A pipe that holds data[0..n) (n <= 65536, what a pipe buffers) with its write end closed, so a
+ * reader gets the bytes, then end of file. Returns the read end (the caller closes it) and puts a
+ * name that opens it, "/dev/fd/N" (a FIFO to fstat), into path; asserts success. */
+int fgt_pipe_with(const void *data, size_t n, char *path, size_t pn);
+
 #ifdef __cplusplus
 }
 #endif
