@@ -4,14 +4,11 @@
  */
 #include "datasets/text.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "tensor/fileio.h"
 #include "tensor/philox.h"
 
 struct fg_text_dataset {
@@ -170,50 +167,9 @@ fg_text_dataset *fg_text_load(const char *path, const fg_text_options *opt) {
         return NULL;
     }
     if (check_options(opt) != FG_OK) return NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fg_error(FG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    int fst = fstat(fd, &st);
-    if (fst != 0 || S_ISDIR(st.st_mode)) {
-        fg_error(FG_ERR_IO, "%s: cannot read: %s", path, fst != 0 ? strerror(errno) : "is a directory");
-        close(fd);
-        return NULL;
-    }
-    /* Read to EOF with a growing buffer (works for pipes and files whose size changes). */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 65536, len = 0;
-    unsigned char *buf = malloc(cap);
-    if (!buf) {
-        close(fd);
-        fg_error(FG_ERR_OOM, "%s: out of memory reading the file", path);
-        return NULL;
-    }
-    for (;;) {
-        if (len == cap) {
-            unsigned char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                close(fd);
-                fg_error(FG_ERR_OOM, "%s: out of memory reading the file", path);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + len, cap - len);
-        if (r == 0) break;
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            fg_error(FG_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-            free(buf);
-            close(fd);
-            return NULL;
-        }
-        len += (size_t)r;
-    }
-    close(fd);
+    void *buf;
+    size_t len;
+    if (fg_read_file(path, FG_TEXT_MAX_BYTES, &buf, &len) != FG_OK) return NULL;
     fg_text_dataset *ds = fg_text_from_memory(buf, len, path, opt);
     free(buf);
     return ds;

@@ -63,7 +63,12 @@ fg_text_options fg_text_default_options(int block_size);
 /* Opaque. Immutable after loading: batches may be drawn from several threads at once. */
 typedef struct fg_text_dataset fg_text_dataset;
 
-/* Loads and tokenizes the file at path. NULL + fg_error on failure; the message names the path.
+/* The largest text taken (1 GiB; tokens take 4 bytes each in memory). */
+#define FG_TEXT_MAX_BYTES ((size_t)1 << 30)
+
+/* Loads and tokenizes the file at path: a regular file or a FIFO/pipe of at most
+ * FG_TEXT_MAX_BYTES, read with fg_read_file (so a FIFO without a writer is refused at once and
+ * devices such as /dev/zero are refused). NULL + fg_error on failure; the message names the path.
  * Caller frees with fg_text_free. */
 fg_text_dataset *fg_text_load(const char *path, const fg_text_options *opt);
 

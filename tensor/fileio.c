@@ -155,53 +155,88 @@ done:
 
 /* ---------------------------------------------------------------------------------------------
  * whole-file read
+ *
+ * The open never blocks: O_NONBLOCK keeps open(2) of a FIFO from waiting for a writer (and of a
+ * terminal or serial line from waiting for a carrier); it is cleared right after, so reads wait for
+ * data as usual. A read(2) of a FIFO that no process holds open for writing returns 0 at once, so a
+ * FIFO with no writer reads as empty instead of hanging, and fg_read_fd reports it as such.
  * ------------------------------------------------------------------------------------------- */
 
-fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n) {
+/* "a directory", "a character device", ... for messages about what a path is instead of a file. */
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISFIFO(m)) return "a FIFO/pipe";
+    return "not a regular file";
+}
+
+fg_status fg_open_read(const char *path, int allow_stream, int *fd, int64_t *size) {
+    if (!fd || !size) return fg_error(FG_ERR_ARG, "read: NULL output pointer");
+    *fd = -1;
+    *size = -1;
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "read: empty file path");
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (f < 0) return fg_error(FG_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int e = errno;
+        close(f);
+        return fg_error(FG_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    fg_status rc = FG_OK;
+    if (S_ISFIFO(st.st_mode) && !allow_stream)
+        rc = fg_error(FG_ERR_IO, "cannot read '%s': it is a FIFO/pipe, not a regular file", path);
+    else if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+        rc = fg_error(FG_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, file_kind(st.st_mode));
+    else {
+        int fl = fcntl(f, F_GETFL);
+        if (fl < 0 || fcntl(f, F_SETFL, fl & ~O_NONBLOCK) != 0)
+            rc = fg_error(FG_ERR_IO, "cannot read '%s': fcntl: %s", path, strerror(errno));
+    }
+    if (rc != FG_OK) {
+        close(f);
+        return rc;
+    }
+    *fd = f;
+    *size = S_ISREG(st.st_mode) ? (int64_t)st.st_size : -1;
+    return FG_OK;
+}
+
+fg_status fg_read_fd(int fd, const char *path, size_t max_bytes, void **buf, size_t *n) {
     if (!buf || !n) return fg_error(FG_ERR_ARG, "read: NULL output pointer");
     *buf = NULL;
     *n = 0;
-    if (!path || !*path) return fg_error(FG_ERR_ARG, "read: empty file path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fg_error(FG_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!path) path = "(file)";
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return fg_error(FG_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return fg_error(FG_ERR_IO, "cannot read '%s': it is a directory", path);
-    }
-    if (max_bytes == 0 || max_bytes > SIZE_MAX / 4) max_bytes = SIZE_MAX / 4; /* keeps cap math in range */
-    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max_bytes) {
-        close(fd);
+    if (fstat(fd, &st) != 0) return fg_error(FG_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
+    int regular = S_ISREG(st.st_mode);
+    if (!regular && !S_ISFIFO(st.st_mode))
+        return fg_error(FG_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, file_kind(st.st_mode));
+    if (!regular && max_bytes == 0)
+        return fg_error(FG_ERR_ARG, "cannot read '%s': it is a FIFO/pipe and no size limit was given", path);
+    if (max_bytes > SIZE_MAX / 4) max_bytes = SIZE_MAX / 4; /* keeps the capacity math in range */
+    if (regular && (uint64_t)st.st_size > (uint64_t)(max_bytes ? max_bytes : SIZE_MAX / 4))
         return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (%lld bytes, limit %zu)", path,
-                        (long long)st.st_size, max_bytes);
-    }
-    /* Regular files: allocate their size (+1 to detect growth, +1 for the '\0'). Pipes and other
-     * streams: grow as data comes. */
-    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 65536;
+                        (long long)st.st_size, max_bytes ? max_bytes : SIZE_MAX / 4);
+    /* The most bytes accepted: the limit, or for a regular file without one its size at the fstat
+     * (a file that grows while it is read is refused rather than followed). */
+    size_t limit = max_bytes ? max_bytes : (size_t)st.st_size;
+    /* Regular files: allocate their size (+1 to detect growth, +1 for the '\0'). FIFOs: grow as
+     * data comes, up to the limit. */
+    size_t cap = regular ? (size_t)st.st_size + 2 : (limit + 2 < 65536 ? limit + 2 : 65536);
     unsigned char *p = malloc(cap);
-    if (!p) {
-        close(fd);
-        return fg_error(FG_ERR_OOM, "cannot read '%s': out of memory for %zu bytes", path, cap);
-    }
+    if (!p) return fg_error(FG_ERR_OOM, "cannot read '%s': out of memory for %zu bytes", path, cap);
     size_t len = 0;
     for (;;) {
-        if (len + 1 >= cap) {
-            size_t ncap = cap * 2;
-            if (ncap > max_bytes + 2) ncap = max_bytes + 2;
-            unsigned char *q = ncap > cap ? realloc(p, ncap) : NULL;
+        if (len + 1 >= cap) { /* full: grow, at most to limit + 2 (one byte past the limit, the '\0') */
+            size_t ncap = cap * 2 < limit + 2 ? cap * 2 : limit + 2;
+            FG_ASSERT(ncap > cap, "len <= limit keeps a buffer of limit + 2 bytes from filling");
+            unsigned char *q = realloc(p, ncap);
             if (!q) {
                 free(p);
-                close(fd);
-                if (ncap <= cap)
-                    return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (limit %zu bytes)",
-                                    path, max_bytes);
-                return fg_error(FG_ERR_OOM, "cannot read '%s': out of memory for %zu bytes", path,
-                                ncap);
+                return fg_error(FG_ERR_OOM, "cannot read '%s': out of memory for %zu bytes", path, ncap);
             }
             p = q;
             cap = ncap;
@@ -213,23 +248,40 @@ fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n
             if (errno == EINTR) continue;
             int e = errno;
             free(p);
-            close(fd);
             return fg_error(FG_ERR_IO, "error reading '%s': %s", path, strerror(e));
         }
         if (r == 0) break;
         len += (size_t)r;
-        if (len > max_bytes) {
+        if (len > limit) {
             free(p);
-            close(fd);
-            return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (more than %zu bytes)",
-                            path, max_bytes);
+            if (regular && !max_bytes)
+                return fg_error(FG_ERR_IO, "cannot read '%s': it grew while being read (%lld bytes at the start)",
+                                path, (long long)st.st_size);
+            return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (more than %zu bytes)", path, limit);
         }
     }
-    close(fd);
+    if (!regular && len == 0) {
+        free(p);
+        return fg_error(FG_ERR_IO, "cannot read '%s': it is a FIFO/pipe that gave no data (no process has it "
+                        "open for writing, or the writer wrote nothing)", path);
+    }
     p[len] = '\0';
     *buf = p;
     *n = len;
     return FG_OK;
+}
+
+fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n) {
+    if (!buf || !n) return fg_error(FG_ERR_ARG, "read: NULL output pointer");
+    *buf = NULL;
+    *n = 0;
+    int fd;
+    int64_t size;
+    fg_status rc = fg_open_read(path, max_bytes > 0, &fd, &size);
+    if (rc != FG_OK) return rc;
+    rc = fg_read_fd(fd, path, max_bytes, buf, n);
+    close(fd);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -16,12 +16,10 @@
 #include "tensor/npy.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tensor/fileio.h"
@@ -374,28 +372,16 @@ fg_tensor *fg_npy_load(const char *path) {
         fg_error(FG_ERR_ARG, "npy: empty file path");
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fg_error(FG_ERR_IO, "npy: cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        fg_error(FG_ERR_IO, "npy: cannot stat '%s': %s", path, strerror(errno));
-        close(fd);
-        return NULL;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        fg_error(FG_ERR_IO, "npy: cannot read '%s': it is a directory", path);
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        /* A pipe or device: take it whole and parse from memory. */
-        close(fd);
+    int fd;
+    int64_t size;
+    if (fg_open_read(path, 1, &fd, &size) != FG_OK) return NULL;
+    if (size < 0) {
+        /* A FIFO/pipe: take it whole (up to FG_NPY_STREAM_MAX_BYTES) and parse from memory. */
         void *buf;
         size_t n;
-        if (fg_read_file(path, 0, &buf, &n)) return NULL;
+        fg_status rs = fg_read_fd(fd, path, FG_NPY_STREAM_MAX_BYTES, &buf, &n);
+        close(fd);
+        if (rs != FG_OK) return NULL;
         fg_npy_info info;
         fg_tensor *t = NULL;
         if (npy_header(buf, n, n, path, &info) == FG_OK)
@@ -404,7 +390,7 @@ fg_tensor *fg_npy_load(const char *path) {
         return t;
     }
     /* Regular file: read the preamble, then the header, then the data straight into the tensor. */
-    uint64_t total = (uint64_t)st.st_size;
+    uint64_t total = (uint64_t)size;
     unsigned char pre[12];
     fg_tensor *t = NULL;
     unsigned char *hdr = NULL;

@@ -33,8 +33,12 @@ typedef struct {
 fg_status fg_npy_parse_header(const void *buf, size_t n, fg_npy_info *info);
 
 /* A new contiguous CPU tensor (caller releases), or NULL with fg_last_error(). Regular files are
- * read straight into the tensor (no second copy of the data). */
+ * read straight into the tensor (no second copy of the data). A FIFO/pipe (bash's <(...),
+ * /dev/stdin of a pipe) is read whole, up to FG_NPY_STREAM_MAX_BYTES, without waiting for a writer
+ * (see fg_read_file); directories and devices such as /dev/zero are refused. */
 fg_tensor *fg_npy_load(const char *path);
+/* The largest .npy taken from a FIFO/pipe (1 GiB); larger arrays must come from a regular file. */
+#define FG_NPY_STREAM_MAX_BYTES ((size_t)1 << 30)
 /* The same from bytes in memory (used by the file loader and the fuzzer). */
 fg_tensor *fg_npy_parse(const void *buf, size_t n);
 /* Writes version 1.0 (2.0 if the header needs it), atomically: a temporary file in the same

@@ -1197,6 +1197,7 @@ fg_st_file *fg_st_load(const char *path) {
         fg_error(FG_ERR_ARG, "safetensors: empty file path");
         return NULL;
     }
+    /* max_bytes 0: regular files only, bounded by their size (see fg_read_file). */
     if (fg_read_file(path, 0, &buf, &n) != FG_OK) return NULL;
     return st_open_owned(buf, n, path);
 }

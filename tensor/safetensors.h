@@ -125,7 +125,9 @@ void fg_st_writer_metadata_at(const fg_st_writer *w, int i, const char **key, co
 typedef struct fg_st_file fg_st_file;
 
 /* Reads and validates a whole file; NULL with fg_last_error() (FG_ERR_IO: cannot read;
- * FG_ERR_FORMAT: malformed, truncated, corrupted). Caller closes with fg_st_close. */
+ * FG_ERR_FORMAT: malformed, truncated, corrupted). Caller closes with fg_st_close. `path` must be
+ * a regular file (bounded by its size): FIFOs/pipes, directories and devices such as /dev/zero are
+ * refused at once, without reading or waiting for a writer. */
 fg_st_file *fg_st_load(const char *path);
 /* The same from bytes in memory (copied; `label` names them in messages, NULL = "safetensors").
  * Used by the loader's tests and the fuzzer. */

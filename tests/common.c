@@ -238,3 +238,20 @@ void fgt_expect_same_run_state(const char *a, const char *b) {
         fg_st_close(y);
     }
 }
+
+/* ---- pipes ---- */
+int fgt_pipe_with(const void *data, size_t n, char *path, size_t pn) {
+    int fds[2];
+    cr_assert(n <= 65536, "fgt_pipe_with: %zu bytes do not fit a pipe's buffer", n);
+    cr_assert_eq(pipe(fds), 0, "pipe: %s", strerror(errno));
+    const unsigned char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fds[1], p, n);
+        cr_assert(w > 0, "write to a pipe: %s", strerror(errno));
+        p += w;
+        n -= (size_t)w;
+    }
+    close(fds[1]);
+    snprintf(path, pn, "/dev/fd/%d", fds[0]);
+    return fds[0];
+}

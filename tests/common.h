@@ -116,6 +116,11 @@ int fgt_run_cmd(const char *cmd, char *log, size_t logn);
 /* Expects the run folders a and b to hold the same training state bit for bit: every tensor of
  * their model.safetensors and optimizer.safetensors (parameters, both AdamW moments, step, RNG). */
 void fgt_expect_same_run_state(const char *a, const char *b);
+/* ---- pipes ---- */
+/* A pipe that holds data[0..n) (n <= 65536, what a pipe buffers) with its write end closed, so a
+ * reader gets the bytes, then end of file. Returns the read end (the caller closes it) and puts a
+ * name that opens it, "/dev/fd/N" (a FIFO to fstat), into path; asserts success. */
+int fgt_pipe_with(const void *data, size_t n, char *path, size_t pn);
 
 #ifdef __cplusplus
 }

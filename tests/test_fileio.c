@@ -8,9 +8,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tensor/fileio.h"
+#include "tests/common.h"
 
 static char g_dir[64];
 
@@ -213,6 +215,137 @@ Test(fileio, read_file_reports_missing_directory_and_too_large) {
     cr_expect_eq(fg_read_file(path, 0, &buf, &n), FG_OK, "%s", fg_last_error());
     cr_expect_eq(n, 0);
     free(buf);
+}
+
+/* Devices are refused whatever the limit: /dev/zero never ends, a terminal waits for a person. */
+Test(fileio, read_file_refuses_devices_without_reading) {
+    const char *devs[] = {"/dev/zero", "/dev/null", "/dev/urandom"};
+    for (int i = 0; i < 3; i++) {
+        void *buf = (void *)1;
+        size_t n = 7;
+        cr_expect_eq(fg_read_file(devs[i], (size_t)1 << 20, &buf, &n), FG_ERR_IO, "%s was read", devs[i]);
+        cr_expect(buf == NULL && n == 0);
+        cr_expect(strstr(fg_last_error(), devs[i]) && strstr(fg_last_error(), "character device"), "%s: %s",
+                  devs[i], fg_last_error());
+        /* the same with no limit, which regular files allow: still refused, not read until memory runs out */
+        cr_expect_eq(fg_read_file(devs[i], 0, &buf, &n), FG_ERR_IO, "%s was read without a limit", devs[i]);
+        cr_expect(strstr(fg_last_error(), "character device"), "%s: %s", devs[i], fg_last_error());
+    }
+}
+
+/* A FIFO that no process has open for writing: refused at once (the suite's timeout catches a hang). */
+Test(fileio, read_file_refuses_a_fifo_without_writer_at_once) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/fifo", g_dir);
+    cr_assert_eq(mkfifo(path, 0600), 0, "mkfifo: %s", strerror(errno));
+    void *buf = (void *)1;
+    size_t n = 7;
+    cr_expect_eq(fg_read_file(path, 1024, &buf, &n), FG_ERR_IO);
+    cr_expect(buf == NULL && n == 0);
+    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), "FIFO") &&
+                  strstr(fg_last_error(), "open for writing"),
+              "message: %s", fg_last_error());
+    /* without a limit a stream is refused before it is read */
+    cr_expect_eq(fg_read_file(path, 0, &buf, &n), FG_ERR_IO);
+    cr_expect(strstr(fg_last_error(), "FIFO/pipe, not a regular file"), "message: %s", fg_last_error());
+    int fd;
+    int64_t size;
+    cr_expect_eq(fg_open_read(path, 0, &fd, &size), FG_ERR_IO);
+    cr_expect_eq(fd, -1);
+}
+
+Test(fileio, read_file_takes_a_pipe_up_to_its_limit) {
+    char path[64];
+    int fd = fgt_pipe_with("hello pipe", 10, path, sizeof path);
+    void *buf;
+    size_t n;
+    cr_expect_eq(fg_read_file(path, 64, &buf, &n), FG_OK, "%s", fg_last_error());
+    cr_expect(n == 10 && !memcmp(buf, "hello pipe", 11), "read %zu bytes", n);
+    free(buf);
+    close(fd);
+
+    fd = fgt_pipe_with("0123456789", 10, path, sizeof path);
+    cr_expect_eq(fg_read_file(path, 10, &buf, &n), FG_OK, "exactly the limit: %s", fg_last_error());
+    free(buf);
+    close(fd);
+
+    fd = fgt_pipe_with("0123456789", 10, path, sizeof path);
+    cr_expect_eq(fg_read_file(path, 9, &buf, &n), FG_ERR_IO);
+    cr_expect(buf == NULL && strstr(fg_last_error(), "too large"), "message: %s", fg_last_error());
+    close(fd);
+
+    fd = fgt_pipe_with("", 0, path, sizeof path);
+    cr_expect_eq(fg_read_file(path, 64, &buf, &n), FG_ERR_IO, "an empty pipe is no file");
+    cr_expect(strstr(fg_last_error(), "gave no data"), "message: %s", fg_last_error());
+    close(fd);
+}
+
+/* A stream larger than a pipe's buffer, from a writer process: read whole, through the growth path;
+ * the same stream with a smaller limit stops at the limit. */
+Test(fileio, read_file_reads_a_long_stream_from_a_writer) {
+    const size_t total = 300000;
+    for (int pass = 0; pass < 2; pass++) {
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            close(fds[0]);
+            signal(SIGPIPE, SIG_IGN);
+            unsigned char chunk[1000];
+            for (size_t off = 0; off < total; off += sizeof chunk) {
+                for (size_t i = 0; i < sizeof chunk; i++) chunk[i] = (unsigned char)((off + i) * 7 % 251);
+                if (write(fds[1], chunk, sizeof chunk) != (ssize_t)sizeof chunk) _exit(0);
+            }
+            _exit(0);
+        }
+        close(fds[1]);
+        char path[64];
+        snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
+        void *buf;
+        size_t n;
+        if (pass == 0) {
+            cr_expect_eq(fg_read_file(path, (size_t)1 << 20, &buf, &n), FG_OK, "%s", fg_last_error());
+            cr_expect_eq(n, total);
+            size_t bad = 0;
+            while (bad < n && ((unsigned char *)buf)[bad] == (unsigned char)(bad * 7 % 251)) bad++;
+            cr_expect_eq(bad, total, "first wrong byte at %zu", bad);
+            free(buf);
+        } else {
+            cr_expect_eq(fg_read_file(path, 100000, &buf, &n), FG_ERR_IO);
+            cr_expect(strstr(fg_last_error(), "more than 100000 bytes"), "message: %s", fg_last_error());
+        }
+        close(fds[0]);
+        waitpid(pid, NULL, 0);
+    }
+}
+
+Test(fileio, open_read_gives_size_or_stream_and_read_fd_reads_to_the_end) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/ten", g_dir);
+    write_plain(path, "0123456789");
+    int fd;
+    int64_t size;
+    cr_assert_eq(fg_open_read(path, 0, &fd, &size), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(size, 10);
+    cr_assert_eq(lseek(fd, 4, SEEK_SET), 4);
+    void *buf;
+    size_t n;
+    cr_expect_eq(fg_read_fd(fd, path, 0, &buf, &n), FG_OK, "%s", fg_last_error());
+    cr_expect(n == 6 && !memcmp(buf, "456789", 7), "read %zu bytes from offset 4", n);
+    free(buf);
+    close(fd);
+
+    char ppath[64];
+    int pfd = fgt_pipe_with("abc", 3, ppath, sizeof ppath);
+    cr_assert_eq(fg_open_read(ppath, 1, &fd, &size), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(size, -1, "a pipe has no size");
+    cr_expect_eq(fg_read_fd(fd, ppath, 0, &buf, &n), FG_ERR_ARG, "a stream read without a limit");
+    cr_expect_eq(fg_read_fd(fd, ppath, 8, &buf, &n), FG_OK, "%s", fg_last_error());
+    cr_expect(n == 3 && !memcmp(buf, "abc", 4));
+    free(buf);
+    close(fd);
+    close(pfd);
 }
 
 /* Values from the reference implementation (libxxhash 0.8.1, XXH64(data, n, seed)). */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -356,6 +357,40 @@ Test(npy, load_errors_name_the_file) {
     cr_expect_null(fg_npy_load(path));
     cr_expect(strstr(fg_last_error(), "file holds 20 bytes of data, shape (2, 3) needs 24"), "%s",
               fg_last_error());
+}
+
+Test(npy, load_refuses_devices_and_a_fifo_without_writer_at_once) {
+    cr_expect_null(fg_npy_load("/dev/zero"));
+    cr_expect_eq(fg_last_status(), FG_ERR_IO);
+    cr_expect(strstr(fg_last_error(), "/dev/zero") && strstr(fg_last_error(), "character device"), "%s",
+              fg_last_error());
+    char path[128];
+    snprintf(path, sizeof path, "%s/fifo.npy", g_dir);
+    cr_assert_eq(mkfifo(path, 0600), 0, "mkfifo: %s", strerror(errno));
+    cr_expect_null(fg_npy_load(path)); /* the suite's timeout catches a hang in open or read */
+    cr_expect_eq(fg_last_status(), FG_ERR_IO);
+    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), "FIFO"), "%s", fg_last_error());
+}
+
+Test(npy, load_reads_a_pipe_whole) {
+    size_t n;
+    unsigned char *b = make_npy(1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24, 64, &n);
+    char path[64];
+    int fd = fgt_pipe_with(b, n, path, sizeof path);
+    fg_tensor *t = fg_npy_load(path);
+    cr_assert_not_null(t, "%s", fg_last_error());
+    fg_tensor *want = fg_npy_parse(b, n);
+    cr_assert_not_null(want, "%s", fg_last_error());
+    expect_same_tensor(t, want, "from a pipe");
+    fg_release(t);
+    fg_release(want);
+    close(fd);
+    /* a truncated stream is a format error naming the pipe */
+    fd = fgt_pipe_with(b, n - 4, path, sizeof path);
+    cr_expect_null(fg_npy_load(path));
+    cr_expect(strstr(fg_last_error(), path), "%s", fg_last_error());
+    close(fd);
+    free(b);
 }
 
 Test(npy, save_refuses_bad_arguments_and_unwritable_paths) {

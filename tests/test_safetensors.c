@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -617,6 +618,32 @@ Test(safetensors, refuses_malformed_headers_with_a_reason) {
         fg_st_close(f);
         free(b);
     }
+}
+
+/* Checkpoints come from regular files only: a device is not read, a FIFO is not waited on, and a
+ * pipe (even one that holds a valid file) is refused. */
+Test(safetensors, load_refuses_devices_fifos_and_pipes_at_once) {
+    cr_expect_null(fg_st_load("/dev/zero"));
+    cr_expect_eq(fg_last_status(), FG_ERR_IO);
+    cr_expect(strstr(fg_last_error(), "/dev/zero") && strstr(fg_last_error(), "character device"), "%s",
+              fg_last_error());
+    char path[128];
+    snprintf(path, sizeof path, "%s/fifo.safetensors", g_dir);
+    cr_assert_eq(mkfifo(path, 0600), 0, "mkfifo: %s", strerror(errno));
+    cr_expect_null(fg_st_load(path)); /* the suite's timeout catches a hang */
+    cr_expect_eq(fg_last_status(), FG_ERR_IO);
+    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), "FIFO"), "%s", fg_last_error());
+    size_t n;
+    unsigned char *b = make_st("{}", 0, 0, &n);
+    fg_st_file *check = fg_st_parse(b, n, "check");
+    cr_assert_not_null(check, "the image itself should parse: %s", fg_last_error());
+    fg_st_close(check);
+    char ppath[64];
+    int fd = fgt_pipe_with(b, n, ppath, sizeof ppath);
+    cr_expect_null(fg_st_load(ppath));
+    cr_expect(strstr(fg_last_error(), "not a regular file"), "%s", fg_last_error());
+    close(fd);
+    free(b);
 }
 
 Test(safetensors, refuses_impossible_header_lengths) {

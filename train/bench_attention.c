@@ -325,6 +325,7 @@ int fg_bench_attention(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--csv")) {
+            if (!*val) return fprintf(stderr, "bench attention: --csv: empty path\n"), 2;
             csv = val;
         } else if (!strcmp(a, "--dropout")) {
             if (fg_parse_double(val, &c.dropout) || c.dropout < 0 || c.dropout >= 1) {

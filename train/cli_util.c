@@ -113,8 +113,9 @@ FILE *fg_csv_open_atomic(const char *path) {
 int fg_csv_commit(FILE *f, const char *path) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int e = errno;
+    errno = 0;
+    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int e = errno ? errno : EIO; /* ferror alone keeps no errno: the write that failed set it long ago */
     if (fclose(f) != 0 && !bad) {
         bad = 1;
         e = errno;
@@ -139,4 +140,22 @@ void fg_blas_hint(FILE *f) {
         !getenv("OPENBLAS_CORETYPE"))
         fprintf(f, "note: OpenBLAS chose its generic Prescott kernels on a CPU with AVX2; "
                    "OPENBLAS_CORETYPE=Haswell makes its matmuls about 3x faster here\n");
+}
+
+int fg_stdout_close_check(const char *cmd) {
+    int earlier = ferror(stdout);
+    errno = 0;
+    int flush_failed = fflush(stdout) != 0;
+    int e = errno;
+    int close_failed = fclose(stdout) != 0;
+    if (close_failed && !flush_failed) e = errno;
+    /* fclose of an already closed descriptor (EBADF) loses nothing once the flush succeeded. */
+    if (!earlier && !flush_failed && !(close_failed && e != EBADF)) return 0;
+    if (flush_failed || close_failed)
+        fprintf(stderr, "flashgrad%s%s: cannot write to standard output: %s\n", cmd ? " " : "", cmd ? cmd : "",
+                strerror(e));
+    else
+        fprintf(stderr, "flashgrad%s%s: cannot write to standard output (a write failed earlier)\n", cmd ? " " : "",
+                cmd ? cmd : "");
+    return 1;
 }

@@ -29,8 +29,17 @@ void fg_print_machine_line(FILE *f);
  * OPENBLAS_CORETYPE is unset): the product never changes that variable itself. */
 void fg_blas_hint(FILE *f);
 
+/* Flushes and closes stdout and reports whether everything the command printed there was written:
+ * 0 if so; otherwise prints one line "flashgrad <cmd>: cannot write to standard output: <reason>"
+ * on stderr (cmd NULL: "flashgrad: ...") and returns 1. A write error earlier in the run (stdio
+ * keeps it in ferror) counts too, and so does a pipe whose reader went away (EPIPE, for a command
+ * that ignores SIGPIPE); a stdout closed by the caller (>&-) is fine when nothing was printed.
+ * main.c calls it once, after the subcommand returns; stdout must not be used afterwards. */
+int fg_stdout_close_check(const char *cmd);
+
 /* A CSV (or any text) file written atomically: fg_csv_open_atomic writes to "<path>.tmp.<pid>",
- * fg_csv_commit flushes, fsyncs, closes and renames it over `path` (0 on success, -1 with errno). */
+ * fg_csv_commit flushes, fsyncs, closes and renames it over `path` (0 on success, -1 with errno; a
+ * write that failed earlier, as ferror(f) records, fails it too and leaves the old file). */
 FILE *fg_csv_open_atomic(const char *path);
 int fg_csv_commit(FILE *f, const char *path);
 

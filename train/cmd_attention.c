@@ -8,15 +8,25 @@
  * Q is (B, H, Nq, d), K and V (B, H_kv, Nk, d) with H a multiple of H_kv (--gqa HKV, when given,
  * must equal K's heads), float32 or float64 (all three alike). Writes DIR/o.npy
  * (B, H, Nq, d) and DIR/lse.npy (B, H, Nq); with --do (dO, shaped like O) also dq.npy, dk.npy and
- * dv.npy. Outputs have the inputs' dtype. DIR is created if missing. Every output is computed before
- * the first is written, and each file is written atomically, so a failed run leaves no partial file.
+ * dv.npy. Outputs have the inputs' dtype. DIR is created if missing.
+ *
+ * The five names are one output set, replaced as a whole: every output is computed first, then the
+ * set is written (and fsync'ed) into a temporary folder inside DIR, then each file is renamed into
+ * place and the previous run's members of the set that this run does not produce (dq, dk, dv after
+ * a run without --do) are removed. So after exit 0, DIR's o/lse/dq/dk/dv.npy are exactly this run's;
+ * after a failed write (a full disk, say) they are exactly the previous run's, and no temporary
+ * file or folder is left. Only a kill during the final renames (a few system calls) can mix the
+ * two sets, and a kill before them can leave a ".flashgrad-attention.*" folder behind. Other files
+ * in DIR are never touched.
  * --device cuda reads the files on the host, moves the tensors to the GPU (fg_to), runs the same
  * fg_attention there and writes the results back as .npy (fg_npy_save copies them to the host).
  * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write, no usable
  * GPU in a CUDA build), 2 usage error (also --device cuda in a build without CUDA, and --custom
  * with --device cuda: see fg_attn_device_ready in train/attn_flags.h).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +49,8 @@ static const char attention_usage[] =
     "\n"
     "  Q (B,H,Nq,d), K and V (B,H_kv,Nk,d), H a multiple of H_kv: float32 or float64 .npy files of one dtype.\n"
     "  Writes DIR/o.npy (B,H,Nq,d) and DIR/lse.npy (B,H,Nq); with --do dO.npy (shaped like O) also\n"
-    "  dq.npy, dk.npy, dv.npy. Outputs have the inputs' dtype.\n"
+    "  dq.npy, dk.npy, dv.npy. Outputs have the inputs' dtype. The set replaces the previous run's as a\n"
+    "  whole: after success DIR holds exactly this run's o/lse/dq/dk/dv.npy, after a failure the old ones.\n"
     "\n"
     "  --impl naive|flash   implementation (default flash)\n"
     "  --causal             causal mask aligned to the bottom-right: query i sees key j iff j <= i + Nk - Nq\n"
@@ -88,6 +99,87 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
+/* Removes the files in the flat folder dir (ours: the temporary output folder), then dir. */
+static void remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char p[4400];
+            if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p) unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* Replaces the output set in folder `out` (see the top of the file): ts[i] is written as
+ * out/<names[i]>.npy, and out/<names[i]>.npy is removed where ts[i] is NULL. 0, or 1 after printing
+ * one line on stderr. */
+static int write_outputs(const char *out, const char *const *names, const fg_tensor *const *ts, int n) {
+    char path[4200], tmpdir[4200], tmp[4400];
+    for (int i = 0; i < n; i++) { /* a folder where a file goes would fail a rename midway: refuse it first */
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s.npy", out, names[i]);
+        if (ts[i] && lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            fprintf(stderr, CMD ": cannot write %s: it is a directory (nothing in %s was changed)\n", path, out);
+            return 1;
+        }
+    }
+    errno = ENAMETOOLONG;
+    if (snprintf(tmpdir, sizeof tmpdir, "%s/.flashgrad-attention.XXXXXX", out) >= (int)sizeof tmpdir ||
+        !mkdtemp(tmpdir)) {
+        fprintf(stderr, CMD ": cannot create a temporary folder in %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        snprintf(tmp, sizeof tmp, "%s/%s.npy", tmpdir, names[i]);
+        if (fg_npy_save(tmp, ts[i]) != FG_OK) {
+            fprintf(stderr, CMD ": cannot write %s/%s.npy (nothing in %s was changed): %s\n", out, names[i], out,
+                    fg_last_error());
+            remove_flat_dir(tmpdir);
+            return 1;
+        }
+    }
+    for (int i = 0, moved = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        snprintf(tmp, sizeof tmp, "%s/%s.npy", tmpdir, names[i]);
+        snprintf(path, sizeof path, "%s/%s.npy", out, names[i]);
+        if (rename(tmp, path) != 0) {
+            fprintf(stderr, CMD ": cannot move %s into place: %s (%s)\n", path, strerror(errno),
+                    moved ? "the folder now mixes this run's outputs with the previous run's"
+                          : "nothing in the folder was changed");
+            remove_flat_dir(tmpdir);
+            return 1;
+        }
+        moved++;
+    }
+    rmdir(tmpdir);
+    for (int i = 0; i < n; i++) { /* the previous run's members of the set that this run did not write */
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s.npy", out, names[i]);
+        if (ts[i] || lstat(path, &st) != 0 || S_ISDIR(st.st_mode)) continue;
+        if (unlink(path) != 0) {
+            fprintf(stderr, CMD ": wrote the outputs but cannot remove the previous run's %s: %s\n", path,
+                    strerror(errno));
+            return 1;
+        }
+    }
+    /* make the renames and removals durable (a folder that cannot be fsync'ed loses nothing more) */
+    int dfd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
+            fprintf(stderr, CMD ": wrote the outputs but cannot fsync %s: %s\n", out, strerror(errno));
+            close(dfd);
+            return 1;
+        }
+        close(dfd);
+    }
+    return 0;
+}
+
 int fg_cmd_attention(int argc, char **argv) {
     const char *qp = NULL, *kp = NULL, *vp = NULL, *dop = NULL, *out = NULL;
     fg_attn_opts opts = fg_attn_defaults();
@@ -119,6 +211,9 @@ int fg_cmd_attention(int argc, char **argv) {
         const char *val = argv[++i];
         int64_t iv;
         double dv;
+        int is_path = !strcmp(a, "--q") || !strcmp(a, "--k") || !strcmp(a, "--v") || !strcmp(a, "--do") ||
+                      !strcmp(a, "--out");
+        if (is_path && !*val) return usage_error("%s: empty path%s", a, "");
         if (!strcmp(a, "--q")) qp = val;
         else if (!strcmp(a, "--k")) kp = val;
         else if (!strcmp(a, "--v")) vp = val;
@@ -205,16 +300,7 @@ int fg_cmd_attention(int argc, char **argv) {
     }
     const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
     const fg_tensor *ts[5] = {o, lse, dout ? q->grad : NULL, dout ? k->grad : NULL, dout ? v->grad : NULL};
-    for (int i = 0; i < 5; i++) {
-        if (!ts[i]) continue;
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s.npy", out, names[i]);
-        if (fg_npy_save(path, ts[i]) != FG_OK) {
-            fprintf(stderr, CMD ": %s\n", fg_last_error());
-            goto done;
-        }
-    }
-    rc = 0;
+    rc = write_outputs(out, names, ts, 5);
 done:
     fg_release(o);
     fg_release(lse);

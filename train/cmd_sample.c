@@ -94,8 +94,8 @@ int fg_cmd_sample(int argc, char **argv) {
         if (plen) fwrite(prompt, 1, plen, stdout);
         fwrite(text, 1, (size_t)n_new, stdout);
         fputc('\n', stdout);
+        if (ferror(stdout)) break; /* output lost: main's stdout check reports it and exits 1 */
     }
-    fflush(stdout);
     free(work);
 out:
     free(t);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "train/cli_util.h"
 #include "train/commands.h"
 
 typedef struct {
@@ -31,10 +32,16 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return fg_stdout_close_check(NULL);
     }
+    /* Exit 0 promises that the results reached their destination, stdout included: a command's
+     * printed results that could not be written (a full disk, a closed pipe) make a success exit 1. */
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].run(argc - 1, argv + 1);
+            if (fg_stdout_close_check(commands[i].name) != 0 && rc == 0) rc = 1;
+            return rc;
+        }
     fprintf(stderr, "flashgrad: unknown command '%s' (flashgrad --help lists them)\n", argv[1]);
     return 2;
 }

@@ -28,9 +28,7 @@ fg_source *fg_source_addition(const fg_addition_config *c) {
     return d;
 }
 
-/* Text files up to 1 GiB: the whole file is tokenized in memory (4 bytes per token). */
-#define FG_TEXT_MAX_BYTES ((size_t)1 << 30)
-
+/* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
     void *buf = NULL;
     size_t n = 0;

@@ -1,0 +1,37 @@
+#!/bin/sh
+# lint_layers.sh — every file includes headers from its own folder or from lower layers only:
+#
+#     tensor/  <-  autograd/  <-  ops/  <-  { cuda/, datasets/ }  <-  train/  <-  { cli/, bench/ }
+#
+# (a folder's subfolders, such as ops/cpu/, belong to it). Siblings do not include each other, and
+# nothing but the benchmarks includes cuda/: the library reaches a device through its kernel table.
+# Prints one line per offending include and exits 1; exits 0 when the tree is clean.
+cd "$(dirname "$0")/.." || exit 2
+# The folders each layer may include besides its own.
+allowed() {
+    case "$1" in
+    tensor) echo "" ;;
+    autograd) echo "tensor" ;;
+    ops) echo "tensor autograd" ;;
+    cuda | datasets) echo "tensor autograd ops" ;;
+    train) echo "tensor autograd ops datasets" ;;
+    cli) echo "tensor autograd ops datasets train" ;;
+    bench) echo "tensor autograd ops datasets train cuda cli" ;;
+    esac
+}
+layered=" tensor autograd ops cuda datasets train cli bench "
+bad=0
+for f in $(find tensor autograd ops cuda datasets train cli bench -type f \
+    \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \) 2>/dev/null | sort); do
+    top=${f%%/*}
+    ok=" $top $(allowed "$top") "
+    for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([a-z_]*\)\/.*/\1/p' "$f" | sort -u); do
+        case "$layered" in *" $inc "*) ;; *) continue ;; esac # not a layered folder (tests/ helpers)
+        case "$ok" in *" $inc "*) continue ;; esac
+        line=$(grep -n "#[[:space:]]*include[[:space:]]*\"$inc/" "$f" | head -1 | cut -d: -f1)
+        echo "layers: $f:$line includes $inc/, which $top/ may not (it may include: $(allowed "$top"))"
+        bad=1
+    done
+done
+[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench)"
+exit "$bad"
