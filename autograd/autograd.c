@@ -116,18 +116,56 @@ int fg_node_save(fg_node *n, fg_tensor *t) {
     return n->n_saved++;
 }
 
+void *fg_node_state(fg_node *n, size_t size) {
+    FG_ASSERT(size <= FG_NODE_STATE_BYTES, "an op's state struct is larger than FG_NODE_STATE_BYTES");
+    return n->state.bytes;
+}
+
+fg_tensor *fg_node_keep(fg_node *n, fg_tensor *t) {
+    if (!t) return NULL;
+    fg_node_save(n, t);
+    return t;
+}
+
 /* ---- gradient buffers ---- */
-fg_tensor *fg_grad_buffer(fg_tensor *t) {
-    if (!t || !t->requires_grad) return NULL;
+fg_status fg_grad_get(fg_tensor *t, fg_tensor **g) {
+    *g = NULL;
+    if (!t || !t->requires_grad) return FG_OK;
     fg_tensor **slot;
     if (t->grad_fn) {
-        if (t->grad_fn->freed) return NULL; /* its part of the graph is gone */
+        if (t->grad_fn->freed) return FG_OK; /* its part of the graph is gone */
         slot = &t->grad_fn->grad_out;
     } else {
         slot = &t->grad;
     }
-    if (!*slot) *slot = fg_zeros(t->dtype, t->device, t->ndim, t->shape);
-    return *slot;
+    if (!*slot) {
+        *slot = fg_zeros(t->dtype, t->device, t->ndim, t->shape);
+        if (!*slot) return fg_last_status();
+    }
+    *g = *slot;
+    return FG_OK;
+}
+
+fg_tensor *fg_grad_buffer(fg_tensor *t) {
+    fg_tensor *g;
+    fg_grad_get(t, &g);
+    return g;
+}
+
+fg_status fg_set_grad_storage(fg_tensor *leaf, fg_tensor *storage) {
+    char b1[96], b2[96];
+    if (!leaf || !storage) return fg_error(FG_ERR_ARG, "grad storage: NULL tensor");
+    if (leaf->grad_fn)
+        return fg_error(FG_ERR_ARG, "grad storage: only a leaf keeps its gradient (this is the output of '%s')",
+                        leaf->grad_fn->op);
+    if (!fg_same_shape(leaf, storage) || leaf->dtype != storage->dtype || leaf->device != storage->device ||
+        !fg_is_contiguous(storage))
+        return fg_error(FG_ERR_SHAPE, "grad storage: %s must be a contiguous tensor of the leaf's shape %s, dtype and device",
+                        fg_shape_str(storage, b1, sizeof b1), fg_shape_str(leaf, b2, sizeof b2));
+    fg_retain(storage);
+    fg_release(leaf->grad);
+    leaf->grad = storage;
+    return FG_OK;
 }
 
 fg_status fg_accumulate_grad(fg_tensor *t, const fg_tensor *g) {

@@ -26,7 +26,9 @@ extern "C" {
 #endif
 
 #define FG_MAX_INPUTS 4
-#define FG_MAX_SAVED 6
+#define FG_MAX_SAVED 8
+/* Bytes of typed op state a node carries (FG_NODE_STATE). */
+#define FG_NODE_STATE_BYTES 192
 
 typedef struct fg_node fg_node;
 
@@ -40,7 +42,13 @@ struct fg_node {
     int n_inputs;
     fg_tensor *inputs[FG_MAX_INPUTS];     /* retained; NULL entries allowed (optional inputs) */
     int n_saved;
-    fg_tensor *saved[FG_MAX_SAVED];       /* retained; what the rule needs beyond the inputs */
+    fg_tensor *saved[FG_MAX_SAVED];       /* retained; the tensors of the op's state (fg_node_keep) */
+    union {                               /* the op's typed state: FG_NODE_STATE(node, T) */
+        unsigned char bytes[FG_NODE_STATE_BYTES];
+        double align_d;
+        int64_t align_i;
+        void *align_p;
+    } state;
     double fargs[8];                      /* small op parameters: eps, scale, p, ... */
     int64_t iargs[8];                     /* axis, seed, flags, ... */
     void *ctx;                            /* larger op state (e.g. copied indices), freed by ctx_free */
@@ -74,10 +82,40 @@ fg_node *fg_record(fg_tensor *out, const char *op, fg_backward_fn backward,
 /* Keep `t` (retained) for the backward; returns its slot. */
 int fg_node_save(fg_node *n, fg_tensor *t);
 
+/* ---- an op's saved state: one typed struct, defined once beside the op ----
+ * The forward fills it, the backward reads it:
+ *
+ *     typedef struct { fg_tensor *x, *mean, *rstd; double eps; } layernorm_state;
+ *     layernorm_state *s = FG_NODE_STATE(node, layernorm_state);   // zeroed storage in the node
+ *     s->x = fg_node_keep(node, X);                                // retained until the node is done
+ *     ...
+ *     const layernorm_state *s = FG_NODE_STATE(node, layernorm_state);   // in the backward
+ *
+ * The struct lives inside the node (at most FG_NODE_STATE_BYTES; a larger one is an internal error
+ * caught at the first use), so recording allocates nothing more. Tensors in it must be kept with
+ * fg_node_keep: autograd releases them when the backward has run or the graph is dropped, and the
+ * pointers in the struct must not be used after that. */
+#define FG_NODE_STATE(node, T) ((T *)fg_node_state((node), sizeof(T)))
+void *fg_node_state(fg_node *n, size_t size);
+/* Retains t (NULL is fine) for the node's lifetime and returns it. */
+fg_tensor *fg_node_keep(fg_node *n, fg_tensor *t);
+
 /* The gradient buffer that a rule adds into for input `t`: the leaf's grad (created as zeros on
- * first use), or t's own node's grad_out (created as zeros); NULL if t does not require grad.
- * Borrowed: do not release. Always contiguous with t's shape. */
+ * first use), or t's own node's grad_out (created as zeros). Borrowed: do not release. Always
+ * contiguous with t's shape.
+ * fg_grad_get tells the two reasons for "no buffer" apart: FG_OK with *g = NULL when t wants no
+ * gradient (no requires_grad, or its part of the graph is gone), an error status (out of memory)
+ * with *g = NULL when the buffer could not be made. Rules use it as
+ *     fg_tensor *dx; FG_TRY(fg_grad_get(n->inputs[0], &dx)); if (dx) ...
+ * fg_grad_buffer is the short form that returns NULL in both cases (check fg_last_status). */
+fg_status fg_grad_get(fg_tensor *t, fg_tensor **g);
 fg_tensor *fg_grad_buffer(fg_tensor *t);
+
+/* External gradient storage for a leaf: from now on the leaf's gradient is `storage` (retained; a
+ * contiguous tensor of the leaf's shape, dtype and device, typically a view into one flat buffer
+ * holding every parameter's gradient, so that the optimizer and clipping are flat loops). The
+ * leaf's previous gradient, if any, is released; storage is used as it is (not zeroed). */
+fg_status fg_set_grad_storage(fg_tensor *leaf, fg_tensor *storage);
 /* Convenience: fg_grad_buffer(t) += g (same shape; g any strides). No-op if t needs no grad. */
 fg_status fg_accumulate_grad(fg_tensor *t, const fg_tensor *g);
 

@@ -56,12 +56,7 @@ void fg_cu_report(cudaError_t e, const char *call, const char *file, int line);
         cudaError_t fg_e_ = (call);                                                                   \
         if (fg_e_ != cudaSuccess) fg_cu_report(fg_e_, #call, __FILE__, __LINE__);                     \
     } while (0)
-/* Propagate an fg_status from a helper. */
-#define FG_TRY(expr)                                                                                  \
-    do {                                                                                              \
-        fg_status fg_t_ = (expr);                                                                     \
-        if (fg_t_ != FG_OK) return fg_t_;                                                             \
-    } while (0)
+/* FG_TRY (tensor/error.h) propagates an fg_status from a helper. */
 
 /* ---- the device state (cuda/runtime.cu) ---- */
 cudaStream_t fg_cu_stream(void);

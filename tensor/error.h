@@ -43,6 +43,13 @@ const char *fg_status_name(fg_status st);
 
 /* Internal invariant: a failure here is a flashgrad bug, not a user error. */
 void fg_assert_fail(const char *expr, const char *file, int line, const char *hint);
+/* Return the status of `expr` from the enclosing function unless it is FG_OK. */
+#define FG_TRY(expr)                                                                                  \
+    do {                                                                                              \
+        fg_status fg_t_ = (expr);                                                                     \
+        if (fg_t_ != FG_OK) return fg_t_;                                                             \
+    } while (0)
+
 #define FG_ASSERT(cond, hint) \
     do { if (!(cond)) fg_assert_fail(#cond, __FILE__, __LINE__, (hint)); } while (0)
 

@@ -30,6 +30,29 @@ static fg_status mulxy_backward(fg_node *n) {
     }
     return FG_OK;
 }
+/* x = (1, 2, 3) */
+static fg_tensor *fgt_from_values(const int64_t *shape) {
+    fg_tensor *x = fg_empty(FG_F64, FG_CPU, 1, shape);
+    for (int64_t k = 0; k < shape[0]; k++) fg_set(x, k, (double)(k + 1));
+    return x;
+}
+/* sum of every element, with its rule: d sum / d x_k = 1 */
+static fg_status sum_backward(fg_node *n) {
+    fg_tensor *dx;
+    FG_TRY(fg_grad_get(n->inputs[0], &dx));
+    if (dx)
+        for (int64_t k = 0; k < fg_numel(dx); k++) fg_set(dx, k, fg_get(dx, k) + fg_get(n->grad_out, 0));
+    return FG_OK;
+}
+static fg_tensor *fg_sum_all_test(fg_tensor *x) {
+    int64_t one[1] = {1};
+    fg_tensor *s = fg_zeros(FG_F64, FG_CPU, 1, one);
+    double acc = 0;
+    for (int64_t k = 0; k < fg_numel(x); k++) acc += fg_get(x, k);
+    fg_set(s, 0, acc);
+    fg_record(s, "sum", sum_backward, 1, &x);
+    return s;
+}
 static fg_tensor *mulxy(fg_tensor *x, fg_tensor *y) {
     fg_tensor *z = fg_empty(x->dtype, x->device, x->ndim, x->shape);
     for (int64_t k = 0; k < fg_numel(x); k++) fg_set(z, k, fg_get(x, k) * fg_get(y, k));
@@ -118,6 +141,44 @@ Test(autograd, backward_errors_on_non_scalar_without_gradient) {
     fg_release(g);
     fg_release(y);
     fg_release(x);
+}
+
+Test(autograd, grad_get_tells_no_gradient_wanted_from_an_error) {
+    int64_t shape[1] = {3};
+    fg_tensor *plain = fg_ones(FG_F64, FG_CPU, 1, shape), *leaf = fg_ones(FG_F64, FG_CPU, 1, shape);
+    cr_assert_eq(fg_set_requires_grad(leaf, 1), FG_OK);
+    fg_tensor *g = (fg_tensor *)1;
+    cr_expect_eq(fg_grad_get(plain, &g), FG_OK, "a tensor without requires_grad is not an error");
+    cr_expect_null(g, "a tensor without requires_grad has no gradient buffer");
+    cr_expect_eq(fg_grad_get(leaf, &g), FG_OK, "%s", fg_last_error());
+    cr_assert_not_null(g);
+    cr_expect(fg_same_shape(g, leaf) && fg_get(g, 0) == 0 && fg_get(g, 2) == 0, "a new gradient is zeros of the leaf's shape");
+    fg_release(plain);
+    fg_release(leaf);
+}
+
+Test(autograd, a_leaf_can_keep_its_gradient_in_external_storage) {
+    int64_t shape[1] = {3}, flat_n[1] = {5};
+    fg_tensor *flat = fg_zeros(FG_F64, FG_CPU, 1, flat_n);
+    fg_tensor *view = fg_view_slice(flat, 0, 1, 4);
+    fg_tensor *x = fgt_from_values(shape);
+    cr_assert_eq(fg_set_requires_grad(x, 1), FG_OK);
+    cr_assert_eq(fg_set_grad_storage(x, view), FG_OK, "%s", fg_last_error());
+    fg_tensor *y = square(x), *loss = fg_sum_all_test(y);
+    cr_assert_eq(fg_backward(loss, NULL), FG_OK, "%s", fg_last_error());
+    /* d sum(x^2) / dx = 2x lands in flat[1..4); flat[0] and flat[4] stay 0 */
+    const double want[5] = {0, 2, 4, 6, 0};
+    for (int i = 0; i < 5; i++) cr_expect_eq(fg_get(flat, i), want[i], "flat[%d] = %g, want %g", i, fg_get(flat, i), want[i]);
+    int64_t wrong_n[1] = {2};
+    fg_tensor *wrong = fg_zeros(FG_F64, FG_CPU, 1, wrong_n);
+    cr_expect_eq(fg_set_grad_storage(x, wrong), FG_ERR_SHAPE, "storage of another shape must be refused");
+    cr_expect_eq(fg_set_grad_storage(y, view), FG_ERR_ARG, "only a leaf has gradient storage");
+    fg_release(wrong);
+    fg_release(loss);
+    fg_release(y);
+    fg_release(x);
+    fg_release(view);
+    fg_release(flat);
 }
 
 Test(autograd, thousands_of_steps_leak_nothing) {

@@ -160,13 +160,14 @@ fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
         fg_gpt_param *p = &g->params[j];
         p->w = flat_view(g->params_flat, p);
         fg_tensor *gv = p->w ? flat_view(g->grads_flat, p) : NULL;
-        if (!gv || fg_set_requires_grad(p->w, 1) != FG_OK) {
-            fg_release(gv);
+        /* the gradient lives in grads_flat, so zeroing, clipping and AdamW are flat loops */
+        fg_status st = gv ? fg_set_requires_grad(p->w, 1) : fg_last_status();
+        if (st == FG_OK) st = fg_set_grad_storage(p->w, gv);
+        fg_release(gv);
+        if (st != FG_OK) {
             fg_gpt_free(g);
             return NULL;
         }
-        /* The gradient lives in grads_flat: autograd's fg_grad_buffer adds into an existing grad. */
-        p->w->grad = gv;
         p->w->name = p->name;
         g->by_kind[p->kind * (cfg->n_layer + 1) + (p->layer < 0 ? 0 : p->layer)] = p->w;
     }
