@@ -55,8 +55,7 @@ fg_tensor *fg_cuda_reduce_all(fg_tensor *t, int is_mean);
 /* cuda/embedding.cu: idx is HOST memory (n int32 ids, already range-checked by the caller). */
 fg_tensor *fg_cuda_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const int64_t *shape);
 
-/* cuda/layernorm.cu, cuda/gelu.cu, cuda/softmax.cu */
-fg_tensor *fg_cuda_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias, double eps);
+/* cuda/gelu.cu, cuda/softmax.cu */
 fg_tensor *fg_cuda_gelu(fg_tensor *x);
 fg_tensor *fg_cuda_softmax(fg_tensor *x);
 

@@ -13,7 +13,7 @@
  * (fg_cu_colsum), not with atomics.
  */
 #include "cuda/cuda_common.cuh"
-#include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 /* ============================================================================================
  * kernels
@@ -92,78 +92,40 @@ struct db_term {
 };
 
 /* ============================================================================================
- * host side
+ * host side: the launchers of the kernel table (ops/kernels.h)
  * ============================================================================================ */
 
 template <typename T>
-static fg_status layernorm_fwd(fg_tensor *out, fg_tensor *mean, fg_tensor *rstd, const fg_tensor *X,
-                               const fg_tensor *W, const fg_tensor *B, int64_t R, int64_t C, double eps) {
+static fg_status layernorm_fwd(void *out, void *mean, void *rstd, const void *x, const void *w, const void *b,
+                               int64_t R, int64_t C, double eps) {
     if (R == 0) return FG_OK;
     layernorm_fwd_kernel<T><<<fg_cu_blocks(R * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(
-        (T *)fg_data(out), (T *)fg_data(mean), (T *)fg_data(rstd), (const T *)fg_data(X),
-        W ? (const T *)fg_data(W) : nullptr, B ? (const T *)fg_data(B) : nullptr, R, C, eps);
+        (T *)out, (T *)mean, (T *)rstd, (const T *)x, (const T *)w, (const T *)b, R, C, eps);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
 template <typename T>
-static fg_status layernorm_bwd(fg_tensor *dx, fg_tensor *dw, fg_tensor *db, const fg_tensor *dout, const fg_tensor *X,
-                               const fg_tensor *mean, const fg_tensor *rstd, const fg_tensor *W, int64_t R, int64_t C) {
-    const T *pd = (const T *)fg_data(dout), *px = (const T *)fg_data(X);
-    const T *pm = (const T *)fg_data(mean), *ps = (const T *)fg_data(rstd);
-    if (dw) FG_TRY(fg_cu_colsum<T>((T *)fg_data(dw), R, C, dw_term<T>{pd, px, pm, ps, C}, "layernorm backward"));
-    if (db) FG_TRY(fg_cu_colsum<T>((T *)fg_data(db), R, C, db_term<T>{pd, C}, "layernorm backward"));
+static fg_status layernorm_bwd(void *dx, void *dw, void *db, const void *dout, const void *x, const void *mean,
+                               const void *rstd, const void *w, int64_t R, int64_t C) {
+    const T *pd = (const T *)dout, *px = (const T *)x, *pm = (const T *)mean, *ps = (const T *)rstd;
+    if (dw) FG_TRY(fg_cu_colsum<T>((T *)dw, R, C, dw_term<T>{pd, px, pm, ps, C}, "layernorm backward"));
+    if (db) FG_TRY(fg_cu_colsum<T>((T *)db, R, C, db_term<T>{pd, C}, "layernorm backward"));
     if (dx && R > 0) {
         layernorm_bwd_dx_kernel<T><<<fg_cu_blocks(R * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(
-            (T *)fg_data(dx), pd, px, pm, ps, W ? (const T *)fg_data(W) : nullptr, R, C);
+            (T *)dx, pd, px, pm, ps, (const T *)w, R, C);
         FG_CU_LAUNCHED();
     }
     return FG_OK;
 }
 
-/* inputs {x, weight, bias}; saved {X, mean, rstd, W} */
-static fg_status layernorm_backward(fg_node *n) {
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]), *dw = fg_grad_buffer(n->inputs[1]);
-    fg_tensor *db = fg_grad_buffer(n->inputs[2]);
-    if (!dx && !dw && !db) return FG_OK;
-    fg_tensor *X = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2], *W = n->saved[3];
-    fg_tensor *dout = fg_cu_grad_out(n);
-    if (!dout) return fg_last_status();
-    int64_t C = X->shape[X->ndim - 1], R = mean->shape[0];
-    fg_status st = FG_CU_DISPATCH(X->dtype, layernorm_bwd, dx, dw, db, dout, X, mean, rstd, W, R, C);
-    fg_release(dout);
-    return st;
+extern "C" fg_status fg_cu_layernorm_forward(fg_dtype dt, void *out, void *mean, void *rstd, const void *x,
+                                             const void *w, const void *b, int64_t R, int64_t C, double eps) {
+    return FG_CU_DISPATCH(dt, layernorm_fwd, out, mean, rstd, x, w, b, R, C, eps);
 }
 
-extern "C" fg_tensor *fg_cuda_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias, double eps) {
-    if (fg_cu_require("layernorm") != FG_OK) return NULL;
-    int64_t C = x->shape[x->ndim - 1], R = 1;
-    for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
-    fg_tensor *X = fg_contiguous(x);
-    fg_tensor *W = (X && weight) ? fg_contiguous(weight) : NULL;
-    fg_tensor *B = (X && bias) ? fg_contiguous(bias) : NULL;
-    fg_tensor *mean = fg_empty(x->dtype, FG_CUDA, 1, &R), *rstd = fg_empty(x->dtype, FG_CUDA, 1, &R);
-    fg_tensor *out = fg_empty(x->dtype, FG_CUDA, x->ndim, x->shape);
-    fg_tensor *ret = NULL;
-    if (X && (W || !weight) && (B || !bias) && mean && rstd && out &&
-        FG_CU_DISPATCH(x->dtype, layernorm_fwd, out, mean, rstd, X, W, B, R, C, eps) == FG_OK) {
-        fg_tensor *inputs[3] = {x, weight, bias};
-        fg_node *node = fg_record(out, "layernorm", layernorm_backward, 3, inputs);
-        if (node) {
-            fg_node_save(node, X);
-            fg_node_save(node, mean);
-            fg_node_save(node, rstd);
-            fg_node_save(node, W);
-            node->fargs[0] = eps;
-        }
-        ret = out;
-        out = NULL;
-    }
-    fg_release(X);
-    fg_release(W);
-    fg_release(B);
-    fg_release(mean);
-    fg_release(rstd);
-    fg_release(out);
-    return ret;
+extern "C" fg_status fg_cu_layernorm_backward(fg_dtype dt, void *dx, void *dw, void *db, const void *dout,
+                                              const void *x, const void *mean, const void *rstd, const void *w,
+                                              int64_t R, int64_t C) {
+    return FG_CU_DISPATCH(dt, layernorm_bwd, dx, dw, db, dout, x, mean, rstd, w, R, C);
 }

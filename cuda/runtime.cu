@@ -11,6 +11,7 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 #include "ops/attention.h"
 
 /* ============================================================================================
@@ -231,6 +232,7 @@ static fg_status init_locked(void) {
     fg_register_backend(FG_CUDA, &g_mem_backend);
     fg_register_tensor_backend(FG_CUDA, &g_tensor_backend);
     fg_register_attention_backend(FG_CUDA, &g_attn_backend);
+    fg_register_kernels(FG_CUDA, &fg_cuda_kernels);
     g_ready = 1;
     return FG_OK;
 }

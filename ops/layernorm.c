@@ -15,6 +15,7 @@
  */
 #include <string.h>
 
+#include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 #include "ops/vmath.h"
 
@@ -388,22 +389,44 @@ static fg_status layernorm_bwd_f32(float *dx, float *dw, float *db, const float 
     return FG_OK;
 }
 
-/* inputs {x, weight, bias}; saved {X, mean, rstd, W} */
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+fg_status fg_cpu_layernorm_forward(fg_dtype dt, void *out, void *mean, void *rstd, const void *x, const void *w,
+                                   const void *b, int64_t R, int64_t C, double eps) {
+    if (dt == FG_F32) layernorm_fwd_f32(out, mean, rstd, x, w, b, R, C, eps);
+    else layernorm_fwd_f64(out, mean, rstd, x, w, b, R, C, eps);
+    return FG_OK;
+}
+
+fg_status fg_cpu_layernorm_backward(fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x,
+                                    const void *mean, const void *rstd, const void *w, int64_t R, int64_t C) {
+    if (dt == FG_F32) return layernorm_bwd_f32(dx, dw, db, dout, x, mean, rstd, w, R, C);
+    layernorm_bwd_f64(dx, dw, db, dout, x, mean, rstd, w, R, C);
+    return FG_OK;
+}
+
+/* ---- the op, for every device ---- */
+
+/* What the backward needs: x made contiguous, the row statistics, the weight (or NULL). */
+typedef struct {
+    fg_tensor *x, *mean, *rstd, *w;
+} layernorm_state;
+
+/* inputs {x, weight, bias} */
 static fg_status layernorm_backward(fg_node *n) {
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]), *dw = fg_grad_buffer(n->inputs[1]);
-    fg_tensor *db = fg_grad_buffer(n->inputs[2]);
+    const layernorm_state *s = FG_NODE_STATE(n, layernorm_state);
+    fg_tensor *dx, *dw, *db;
+    FG_TRY(fg_grad_get(n->inputs[0], &dx));
+    FG_TRY(fg_grad_get(n->inputs[1], &dw));
+    FG_TRY(fg_grad_get(n->inputs[2], &db));
     if (!dx && !dw && !db) return FG_OK;
-    fg_tensor *X = n->saved[0], *mean = n->saved[1], *rstd = n->saved[2], *W = n->saved[3];
+    const fg_kernels *k = fg_kernels_for(s->x->device, n->op);
+    if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    int64_t C = X->shape[X->ndim - 1], R = mean->shape[0];
-    fg_status st = FG_OK;
-    if (X->dtype == FG_F32)
-        st = layernorm_bwd_f32(dx ? fg_data(dx) : NULL, dw ? fg_data(dw) : NULL, db ? fg_data(db) : NULL,
-                               fg_data(dout), fg_data(X), fg_data(mean), fg_data(rstd), W ? fg_data(W) : NULL, R, C);
-    else
-        layernorm_bwd_f64(dx ? fg_data(dx) : NULL, dw ? fg_data(dw) : NULL, db ? fg_data(db) : NULL, fg_data(dout),
-                          fg_data(X), fg_data(mean), fg_data(rstd), W ? fg_data(W) : NULL, R, C);
+    const int64_t C = s->x->shape[s->x->ndim - 1], R = s->mean->shape[0];
+    fg_status st = k->layernorm.backward(s->x->dtype, dx ? fg_data(dx) : NULL, dw ? fg_data(dw) : NULL,
+                                         db ? fg_data(db) : NULL, fg_data(dout), fg_data(s->x), fg_data(s->mean),
+                                         fg_data(s->rstd), s->w ? fg_data(s->w) : NULL, R, C);
     fg_release(dout);
     return st;
 }
@@ -431,27 +454,26 @@ fg_tensor *fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias, double
         fg_error(FG_ERR_ARG, "%s: eps = %g must be finite and >= 0 (x %s)", op, eps, FG_SHP(x, b1));
         return NULL;
     }
-#ifdef FG_WITH_CUDA
-    if (x->device == FG_CUDA) return fg_cuda_layernorm(x, weight, bias, eps); /* cuda/layernorm.cu */
-#endif
-    if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(x->device, op);
+    if (!k) return NULL;
 
+    const fg_device dev = x->device;
     fg_tensor *X = fg_op_contiguous(x);
     fg_tensor *W = (X && weight) ? fg_op_contiguous(weight) : NULL;
     fg_tensor *B = (X && bias) ? fg_op_contiguous(bias) : NULL;
-    fg_tensor *mean = fg_empty(x->dtype, FG_CPU, 1, &R), *rstd = fg_empty(x->dtype, FG_CPU, 1, &R);
-    fg_tensor *out = fg_empty(x->dtype, FG_CPU, x->ndim, x->shape);
+    fg_tensor *mean = fg_empty(x->dtype, dev, 1, &R), *rstd = fg_empty(x->dtype, dev, 1, &R);
+    fg_tensor *out = fg_empty(x->dtype, dev, x->ndim, x->shape);
     fg_tensor *ret = NULL;
-    if (X && (W || !weight) && (B || !bias) && mean && rstd && out) {
-        FG_DISPATCH(x->dtype, layernorm_fwd, fg_data(out), fg_data(mean), fg_data(rstd), fg_data(X),
-                    W ? fg_data(W) : NULL, B ? fg_data(B) : NULL, R, C, eps);
+    if (X && (W || !weight) && (B || !bias) && mean && rstd && out &&
+        k->layernorm.forward(x->dtype, fg_data(out), fg_data(mean), fg_data(rstd), fg_data(X), W ? fg_data(W) : NULL,
+                             B ? fg_data(B) : NULL, R, C, eps) == FG_OK) {
         fg_node *node = fg_record(out, op, layernorm_backward, 3, (fg_tensor *[]){x, weight, bias});
         if (node) {
-            fg_node_save(node, X);
-            fg_node_save(node, mean);
-            fg_node_save(node, rstd);
-            fg_node_save(node, W);
-            node->fargs[0] = eps;
+            layernorm_state *s = FG_NODE_STATE(node, layernorm_state);
+            s->x = fg_node_keep(node, X);
+            s->mean = fg_node_keep(node, mean);
+            s->rstd = fg_node_keep(node, rstd);
+            s->w = fg_node_keep(node, W);
         }
         ret = out;
         out = NULL;

@@ -1,0 +1,39 @@
+/* kernels.c — the kernel table registry (ops/kernels.h) and the CPU's table. */
+#include "ops/kernels.h"
+
+#include <stdatomic.h>
+
+#include "ops/kernels_cpu.h"
+
+static const fg_kernels cpu_kernels = {
+    .device = "cpu",
+    .layernorm = {fg_cpu_layernorm_forward, fg_cpu_layernorm_backward},
+};
+
+static _Atomic(const fg_kernels *) tables[FG_DEVICE_COUNT] = {&cpu_kernels};
+
+void fg_register_kernels(fg_device d, const fg_kernels *k) {
+    if (d > FG_CPU && d < FG_DEVICE_COUNT) atomic_store(&tables[d], k);
+}
+
+const fg_kernels *fg_kernels_for(fg_device d, const char *op) {
+    const fg_kernels *k = (d >= 0 && d < FG_DEVICE_COUNT) ? atomic_load(&tables[d]) : NULL;
+    if (!k)
+        fg_error(FG_ERR_DEVICE, "%s: tensors on %s need the %s device started (a CUDA build: make cuda)", op,
+                 fg_device_name(d), fg_device_name(d));
+    return k;
+}
+
+/* The CUDA objects (cuda/runtime.cu) define fg_cuda_init when they are linked in; a CPU-only
+ * program has no such symbol, and the weak reference reads as NULL. */
+extern fg_status fg_cuda_init(void) __attribute__((weak));
+
+fg_status fg_device_start(fg_device d) {
+    if (d == FG_CPU) return FG_OK;
+    if (d == FG_CUDA) {
+        if (!fg_cuda_init)
+            return fg_error(FG_ERR_DEVICE, "flashgrad was built without CUDA (build with `make cuda` and use build-cuda/flashgrad)");
+        return fg_cuda_init();
+    }
+    return fg_error(FG_ERR_DEVICE, "unknown device %d", (int)d);
+}
