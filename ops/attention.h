@@ -344,6 +344,8 @@ fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape 
  *     l' = exp(m − m') · l + Σ_j s_j
  * and returns the rescale factor exp(m − m') (1 while m' is -inf) that the caller applies to its
  * output accumulator before adding this block's Σ_j s_j·v_j. Start a row with m = -inf, l = 0.
+ * A NaN score (the max passes over it) gives s_j = NaN and so l = NaN from then on, also while
+ * m' is -inf: the caller reads l NaN as a NaN row, l = 0 as a row that saw no key.
  * The flash forward calls exactly these functions, so a test can trace m and l block by block. */
 float fg_attn_online_update_f32(float *m, float *l, float *s, int64_t n);
 double fg_attn_online_update_f64(double *m, double *l, double *s, int64_t n);
