@@ -67,13 +67,15 @@ template <typename T> __device__ __forceinline__ double fa_slope(const fa_args<T
 template <typename T> static inline bool fa_mods(const fa_args<T> &a) { return a.softcap > (T)0 || a.alibi; }
 
 /* Steps 2–3 on the scaled score x of row i' = i + Nk − Nq (ip) and key j, in the CPU's order and
- * arithmetic (ops/attention_variant.c): softcap x = c·tanh(x·(1/c)), then ALiBi
+ * arithmetic (ops/attention_variant.c): softcap x = c·tanh(x·(1/c)) — x itself where |x·(1/c)| is
+ * below 2^-12 (float) or 2^-27 (double), where that rounds to x —, then ALiBi
  * x −= (T)(slope·|i' − j|) (the product in float64). With g, *g = ∂x_out/∂x_in = 1 − tanh². */
 template <typename T>
 __device__ __forceinline__ T fa_modify(const fa_args<T> &a, T x, double slope, int64_t ip, int64_t j, T *g) {
     if (a.softcap > (T)0) {
-        const T t = fg_tanh(x * a.inv_softcap);
-        x = a.softcap * t;
+        const T lin = sizeof(T) == sizeof(float) ? (T)2.44140625e-4 : (T)7.450580596923828125e-9;
+        const T u = x * a.inv_softcap, t = fg_tanh(u);
+        x = (u < (T)0 ? -u : u) < lin ? x : a.softcap * t;
         if (g) *g = (T)1 - t * t;
     }
     if (a.alibi) {
@@ -287,7 +289,10 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
             T alpha = 1, rsum = 0;
             if (mnew == fg_neg_inf<T>()) { /* nothing seen yet: every weight is 0 */
 #pragma unroll
-                for (int c = 0; c < RK; c++) s[r][c] = 0;
+                for (int c = 0; c < RK; c++) { /* each score -inf or NaN: a NaN stays, and makes l NaN */
+                    if (s[r][c] == fg_neg_inf<T>()) s[r][c] = 0;
+                    rsum += s[r][c];
+                }
             } else { /* exp(-inf − m') = 0: the first block gets alpha = 0 */
                 alpha = fg_exp(m[r] - mnew);
 #pragma unroll
@@ -330,14 +335,15 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
     }
 
     /* O /= l; L = m + log l, evaluated in float64 and rounded once, lse_lo keeping what the rounding
-     * lost (as ops/attention_flash.c does); a row that saw no key: O = 0, lse = -inf, lse_lo = 0 */
+     * lost (as ops/attention_flash.c does); a row that saw no key (l = 0): O = 0, lse = -inf,
+     * lse_lo = 0; a row with a NaN score (l NaN): O and lse NaN */
     T *o = a.o_out + bh * Nq * d, *lse = a.lse_out + bh * Nq;
     T *lo = a.lse_lo_out ? a.lse_lo_out + bh * Nq : nullptr;
 #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const int64_t i = i0 + ty + 16 * r;
         if (i >= Nq) continue;
-        const int seen = l[r] > (T)0;
+        const int seen = l[r] != (T)0;
         const T inv = seen ? (T)1 / l[r] : (T)0;
 #pragma unroll
         for (int c = 0; c < RD; c++) {
@@ -620,10 +626,15 @@ __global__ void naive_softmax_kernel(T *P, T *lse, int64_t rows, fa_args<T> a) {
             mx = x > mx ? x : mx;
         }
         mx = fg_warp_max(mx);
-        if (mx == fg_neg_inf<T>()) { /* no visible key: P = 0, lse = -inf */
-            for (int64_t j = lane; j < Nk; j += 32) p[j] = 0;
-            if (lane == 0) lse[row] = fg_neg_inf<T>();
-            continue;
+        if (mx == fg_neg_inf<T>()) { /* every visible score -inf or NaN */
+            T nan = 0;
+            for (int64_t j = lo + lane; j < hi; j += 32) nan += p[j] != p[j] ? (T)1 : (T)0;
+            if (fg_warp_sum(nan) == (T)0) { /* no visible key: P = 0, lse = -inf */
+                for (int64_t j = lane; j < Nk; j += 32) p[j] = 0;
+                if (lane == 0) lse[row] = fg_neg_inf<T>();
+                continue;
+            }
+            mx = 0; /* a NaN score: the sum below makes P and lse NaN, as with a finite max */
         }
         T sum = 0;
         for (int64_t j = lo + lane; j < hi; j += 32) {

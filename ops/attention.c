@@ -16,6 +16,7 @@
  */
 #include "ops/attention.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -105,6 +106,10 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
         return fg_error(FG_ERR_SHAPE, "attention: H = %lld query heads must be a multiple of the %lld K/V heads",
                         (long long)H, (long long)var.n_kv_heads);
     var.window = var.window ? 1 : 0;
+    /* a bound at least 2^32 lets every key through on that side (|i'| < 2^31 and j < 2^31): the same
+     * as unbounded, written as -1 so that i' ± L never overflows */
+    if (var.window_left < 0 || var.window_left >= ((int64_t)1 << 32)) var.window_left = -1;
+    if (var.window_right < 0 || var.window_right >= ((int64_t)1 << 32)) var.window_right = -1;
     var.alibi = var.alibi ? 1 : 0;
     if (!(isfinite(var.softcap) && var.softcap >= 0))
         return fg_error(FG_ERR_ARG, "attention: softcap must be finite and >= 0 (0 = off), got %g", var.softcap);
@@ -146,6 +151,31 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
         .var = var,
         .custom = *c,
     };
+    return FG_OK;
+}
+
+fg_status fg_attn_problem_check_dtype(const fg_attn_problem *pr, fg_dtype dt) {
+    if (dt != FG_F32 && dt != FG_F64) return fg_error(FG_ERR_DTYPE, "attention: unsupported dtype %d", (int)dt);
+    const double tmax = dt == FG_F32 ? FLT_MAX : DBL_MAX, tmin = dt == FG_F32 ? FLT_MIN : DBL_MIN;
+    const char *dn = fg_dtype_name(dt);
+    if (!(fabs(pr->scale) <= tmax))
+        return fg_error(FG_ERR_ARG, "attention: scale %g does not fit %s: |scale| must be at most %.3g", pr->scale, dn,
+                        tmax);
+    const double c = pr->var.softcap;
+    if (c != 0 && !(c >= tmin && c <= tmax))
+        return fg_error(FG_ERR_ARG, "attention: softcap %g does not fit %s: it must be 0 (off) or in [%.3g, %.3g] (c and "
+                                    "1/c are both %s)", c, dn, tmin, tmax, dn);
+    if (pr->var.alibi) {
+        /* the bias slope_h · |i' − j| is rounded to dt once; |i' − j| <= max(Nq, Nk) − 1 */
+        const int64_t far = (pr->Nq > pr->Nk ? pr->Nq : pr->Nk) - 1;
+        for (int64_t h = 0; far > 0 && h < pr->H; h++) {
+            const double slope = pr->var.alibi_slopes ? pr->var.alibi_slopes[h] : fg_attn_alibi_slope(h, pr->H);
+            if (!(fabs(slope) * (double)far <= tmax))
+                return fg_error(FG_ERR_ARG, "attention: ALiBi slope %g of head %lld does not fit %s at distance %lld: "
+                                            "|slope| must be at most %.3g", slope, (long long)h, dn, (long long)far,
+                                tmax / (double)far);
+        }
+    }
     return FG_OK;
 }
 
@@ -318,6 +348,53 @@ typedef struct {
     fg_tensor *o, *lse, *aux; /* aux: naive's P, or flash float32's lse_lo; NULL when not kept */
 } attn_call;
 
+/* Are all n elements of x (float32 or float64) finite? */
+static int all_finite(fg_dtype dt, const void *x, int64_t n) {
+    if (dt == FG_F32) {
+        const float *f = x;
+        for (int64_t e = 0; e < n; e++)
+            if (!isfinite(f[e])) return 0;
+    } else {
+        const double *f = x;
+        for (int64_t e = 0; e < n; e++)
+            if (!isfinite(f[e])) return 0;
+    }
+    return 1;
+}
+
+/* After a CPU forward: with finite q, k and v every visible score is finite or the scores
+ * overflowed dt (|scale · q·k| above its range): a row's lse is then NaN (a score +inf, so
+ * inf − inf), or −inf although the row sees keys (every score −inf). A NaN or infinite input
+ * rightly makes NaN rows (or −inf ones), so the inputs are scanned only when such a row turns up.
+ * FG_ERR_NUMERIC for overflowed scores; a score_mod that returns NaN or +inf (it must not) reads the
+ * same. The lse of a row that sees no key is −inf; with a mask or score_mod callback a visible
+ * score may be −inf, so −inf rows count only without them. */
+static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const fg_tensor *lse, const fg_tensor *q,
+                              const fg_tensor *k, const fg_tensor *v) {
+    const int64_t rows = pr->B * pr->H * pr->Nq;
+    const int inf_rows = !pr->custom.mask && !pr->custom.score_mod;
+    int64_t bad = -1;
+    for (int64_t r = 0; r < rows && bad < 0; r++) {
+        const double L = dt == FG_F32 ? (double)((const float *)fg_data(lse))[r] : ((const double *)fg_data(lse))[r];
+        if (isnan(L) || L == INFINITY) bad = r;
+        else if (L == -INFINITY && inf_rows) {
+            int64_t lo, hi;
+            fg_attn_row_range(r % pr->Nq, pr->Nq, pr->Nk, pr->causal, pr->var.window, pr->var.window_left,
+                              pr->var.window_right, &lo, &hi);
+            if (lo < hi) bad = r;
+        }
+    }
+    if (bad < 0 || !all_finite(dt, fg_data(q), fg_numel(q)) || !all_finite(dt, fg_data(k), fg_numel(k)) ||
+        !all_finite(dt, fg_data(v), fg_numel(v)))
+        return FG_OK;
+    const int64_t b = bad / (pr->H * pr->Nq), h = bad / pr->Nq % pr->H, i = bad % pr->Nq;
+    return fg_error(FG_ERR_NUMERIC, "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
+                                    "k and v are finite: |scale * q.k| exceeds %.3g (scale %g)%s; use float64 inputs or "
+                                    "a smaller scale", (long long)i, (long long)b, (long long)h, fg_dtype_name(dt),
+                    dt == FG_F32 ? FLT_MAX : DBL_MAX, pr->scale,
+                    pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
+}
+
 /* Resolve the problem (B, H, Nq, Nk, d; H_kv = op.variant.n_kv_heads) and run the forward kernel on
  * contiguous q, k, v. On error everything is released and c->o is NULL. */
 static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
@@ -326,6 +403,7 @@ static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int
     *c = (attn_call){.impl = op.impl};
     fg_attn_problem *pr = &c->pr;
     fg_status st = fg_attn_problem_init(pr, B, H, Nq, Nk, d, &op);
+    if (st == FG_OK) st = fg_attn_problem_check_dtype(pr, dt);
     if (st == FG_OK) st = check_device_variant(pr, dev);
     if (st != FG_OK) return st;
     /* a mask without a block mask: flash builds one for this call (and its backward) */
@@ -354,6 +432,7 @@ static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int
     if (st == FG_OK)
         st = run_forward(pr, op.impl, dev, dt, fg_data(c->o), fg_data(c->lse), c->aux ? fg_data(c->aux) : NULL,
                          fg_data(qc), fg_data(kc), fg_data(vc));
+    if (st == FG_OK && dev == FG_CPU) st = check_scores(pr, dt, c->lse, qc, kc, vc);
     if (st != FG_OK) {
         fg_release(c->o), fg_release(c->lse), fg_release(c->aux);
         fg_attn_block_mask_release(c->own_bm);

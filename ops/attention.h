@@ -36,6 +36,12 @@
  *     ALiBi's derivative is 1. score_mod_grad must return ∂score_mod/∂s at the given s.
  *   - A row that sees no key (or whose visible scores are all −inf) outputs zeros, has lse = −inf,
  *     and gets zero gradients, with every variant.
+ *   - A row whose visible scores include a NaN (a NaN in q_i, or in a key k_j the row sees; or a
+ *     +inf score, as inf − inf) has O_i and lse_i NaN, in naive and flash alike: NaN is never read
+ *     as "no key". Rows that do not see it are unaffected in the forward. (The backward's products
+ *     take 0 · NaN = NaN where a masked weight meets a NaN input, so its gradients spread further.)
+ *   - Softcap with a large c: where |s / c| is so small that c · tanh(s / c) rounds to s, the
+ *     score is s exactly (so a softcap of 1e38 in float32 changes nothing).
  *   - Dropout p drops P's element (b, h, i, j) — h the query head — iff
  *     !fg_attn_keep(seed, threshold, b, h, i, j) (tensor/philox.h) and scales kept ones by
  *     1/(1−p); the mask is regenerated, never stored. It combines with every variant.
@@ -131,8 +137,12 @@ int fg_attn_has_variant(const fg_attn_opts *opts);
  * NULL on error: Q/K/V not rank 4; B or d that differ; K and V heads or Nk that differ; H not a
  * multiple of K's heads; dtypes or devices that differ; p outside [0, 1); a scale that is not
  * finite; a block size outside [0, FG_ATTN_MAX_BLOCK]; a softcap < 0 or not finite; non-finite
- * ALiBi slopes; score_mod without score_mod_grad (or the reverse); a block mask without a mask or
- * for other sizes or blocks; user callbacks or unsupported variants on a non-CPU device. */
+ * ALiBi slopes; options that do not fit the dtype (fg_attn_problem_check_dtype: e.g. softcap 1e39
+ * with float32); score_mod without score_mod_grad (or the reverse); a block mask without a mask or
+ * for other sizes or blocks; user callbacks or unsupported variants on a non-CPU device. On the CPU
+ * also FG_ERR_NUMERIC when q, k and v are finite but the scores overflow the dtype (|scale · q·k|
+ * above its range: a row's lse would be NaN, or −inf though it sees keys). A NaN or infinite input
+ * is no error: it makes NaN rows (see the notes at the top). */
 fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_opts *opts,
                         fg_tensor **lse_out);
 
@@ -173,6 +183,13 @@ typedef struct {
  * bad values (the list of fg_attention). k and v of the kernels below are (B, H_kv, Nk, d). */
 fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
                                int64_t d, const fg_attn_opts *opts);
+/* Do the resolved problem's options fit dtype dt (FG_F32 or FG_F64), in which the kernels compute?
+ * With T_MAX and T_MIN dt's largest and smallest normal numbers: |scale| <= T_MAX; softcap 0 or in
+ * [T_MIN, T_MAX] (the kernels use c and 1/c); every ALiBi bias slope_h · |i' − j| <= T_MAX, i.e.
+ * |slope_h| · (max(Nq, Nk) − 1) <= T_MAX. FG_ERR_ARG naming the option, its value and the range
+ * otherwise. fg_attention and the raw kernels below call it (a dropout p < 1 and the window's
+ * integers always fit). */
+fg_status fg_attn_problem_check_dtype(const fg_attn_problem *pr, fg_dtype dt);
 
 /* naive forward: o and lse out; p, if not NULL, receives the softmax P (before dropout), saved for
  * the backward. With p NULL the kernel uses one Nq×Nk scratch for all (b, h). */
@@ -283,6 +300,7 @@ const char *fg_attn_custom_name(int i, const char **help);
  *      rule: the flash error is at most twice the naive float32 error + 2^-20 max(1, max|ref|);
  *      where naive float32 is exact (error 0: e.g. one visible key per row, true dQ = 0), flash is
  *      held to 2^-19 · max(1, qk_std) · the largest reference value of O, dQ, dK and dV instead.
+ * Check 3 is skipped (f32_skipped says why) when an option does not fit float32.
  * opts gives everything but the implementation (both are run) and K's heads come from
  * opts->variant.n_kv_heads (0 = H). Block sizes 0 become 4 and 3 so that tiles do not divide N
  * (unless opts has a block mask). */
@@ -309,6 +327,9 @@ typedef struct {
     const char *fd_worst_tensor;
     int64_t fd_worst_index;
     double fd_analytic, fd_numeric;
+    /* "" when check 3 ran; else why not: an option float32 cannot hold (fg_attn_problem_check_dtype's
+     * message, e.g. softcap 1e300). Checks 1 and 2 still decide `passed`. */
+    char f32_skipped[256];
 } fg_attn_check_report;
 
 /* FG_OK when the checks ran (rep->passed says whether they passed); an error status (and message)
@@ -323,6 +344,8 @@ fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape 
  *     l' = exp(m − m') · l + Σ_j s_j
  * and returns the rescale factor exp(m − m') (1 while m' is -inf) that the caller applies to its
  * output accumulator before adding this block's Σ_j s_j·v_j. Start a row with m = -inf, l = 0.
+ * A NaN score (the max passes over it) gives s_j = NaN and so l = NaN from then on, also while
+ * m' is -inf: the caller reads l NaN as a NaN row, l = 0 as a row that saw no key.
  * The flash forward calls exactly these functions, so a test can trace m and l block by block. */
 float fg_attn_online_update_f32(float *m, float *l, float *s, int64_t n);
 double fg_attn_online_update_f64(double *m, double *l, double *s, int64_t n);

@@ -7,6 +7,7 @@
  *   (Philox streams 1..4 of the seed).
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "autograd/gradcheck.h"
@@ -75,7 +76,13 @@ fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape 
     /* validate before allocating anything (fg_attention would say the same, later) */
     fg_attn_problem pr;
     fg_status st = fg_attn_problem_init(&pr, sh->B, sh->H, sh->Nq, sh->Nk, sh->d, &base);
+    if (st == FG_OK) st = fg_attn_problem_check_dtype(&pr, FG_F64);
     if (st != FG_OK) return st;
+    /* options float32 cannot hold (fg_attention refuses them there): check 3 does not apply */
+    if (fg_attn_problem_check_dtype(&pr, FG_F32) != FG_OK) {
+        snprintf(rep->f32_skipped, sizeof rep->f32_skipped, "%s", fg_last_error());
+        fg_clear_error();
+    }
     if (Hkv < 1 && sh->H > 0) return fg_error(FG_ERR_SHAPE, "attention gradcheck: need at least one K/V head");
     const double qk_std = sh->qk_std > 0 ? sh->qk_std : 1.0;
     const uint64_t seed = sh->seed;
@@ -120,6 +127,7 @@ fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape 
     }
 
     /* 3. float32: both implementations against naive float64 on the float32-rounded inputs */
+    if (rep->f32_skipped[0]) goto done;
     if (!(q32 = fg_to(q, FG_CPU, FG_F32)) || !(k32 = fg_to(k, FG_CPU, FG_F32)) || !(v32 = fg_to(v, FG_CPU, FG_F32)) ||
         !(d32 = fg_to(dout, FG_CPU, FG_F32)))
         goto fail;

@@ -591,7 +591,7 @@ static void fwd32_item(void *ctx, int64_t item, int worker) {
     }
     for (int64_t r = 0; r < nq; r++) {
         float *orow = Oi + r * d;
-        if (l[r] > 0) {
+        if (l[r] != 0) { /* l > 0; or NaN (a NaN score in the row: softmax_cols's exp keeps it): O and L NaN */
             const float inv = 1 / l[r];
             for (int64_t c = 0; c < d; c++) orow[c] *= inv;
             /* L = m + log l, evaluated in double and rounded once; lo keeps what the rounding lost */
@@ -755,6 +755,8 @@ static fg_attn_problem flash_resolved(const fg_attn_problem *pr) {
 
 fg_status fg_attn_flash_forward_lo_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
                                        const float *v, const fg_attn_problem *pr) {
+    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F32);
+    if (fits != FG_OK) return fits;
     if (flash_f32_uses_blas()) return flash_forward_blas_f32(o, lse, lse_lo, q, k, v, pr);
     const fg_attn_problem p2 = flash_resolved(pr);
     if (p2.B * p2.H * p2.Nq == 0) return FG_OK;
@@ -764,6 +766,8 @@ fg_status fg_attn_flash_forward_lo_f32(float *o, float *lse, float *lse_lo, cons
 fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                         const float *k, const float *v, const float *o, const float *lse,
                                         const float *lse_lo, const fg_attn_problem *pr) {
+    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F32);
+    if (fits != FG_OK) return fits;
     if (flash_f32_uses_blas()) return flash_backward_blas_f32(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
     if (!dq && !dk && !dv) return FG_OK;
     const fg_attn_problem p2 = flash_resolved(pr);
@@ -773,12 +777,16 @@ fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const f
 
 fg_status fg_attn_flash_forward_lo_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
                                        const double *v, const fg_attn_problem *pr) {
+    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F64);
+    if (fits != FG_OK) return fits;
     return flash_forward_blas_f64(o, lse, lse_lo, q, k, v, pr);
 }
 
 fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
                                         const double *k, const double *v, const double *o, const double *lse,
                                         const double *lse_lo, const fg_attn_problem *pr) {
+    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F64);
+    if (fits != FG_OK) return fits;
     return flash_backward_blas_f64(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
 }
 
@@ -803,7 +811,12 @@ T SFX(fg_attn_online_update)(T *m, T *l, T *s, int64_t n) {
     for (int64_t j = 0; j < n; j++)
         if (s[j] > m_new) m_new = s[j];
     if (m_new == -INFINITY) { /* nothing seen yet: every weight is 0, nothing to rescale */
-        for (int64_t j = 0; j < n; j++) s[j] = 0;
+        T sum = 0;
+        for (int64_t j = 0; j < n; j++) { /* each score -inf or NaN: a NaN stays, and makes l NaN */
+            if (s[j] == -INFINITY) s[j] = 0;
+            sum += s[j];
+        }
+        *l += sum;
         return 1;
     }
     /* exp(-inf - m') = 0, so the first block (m = -inf) gets alpha = 0 and l starts from 0 */
@@ -869,7 +882,7 @@ static void SFX(flash_forward_block)(T *oh, T *lseh, T *loh, const T *qh, const 
     }
     for (int64_t r = 0; r < nq; r++) {
         T *orow = Oi + r * d;
-        if (l[r] > 0) {
+        if (l[r] != 0) { /* l > 0; or NaN (a NaN score in the row): O and L NaN */
             T inv = 1 / l[r];
             for (int64_t c = 0; c < d; c++) orow[c] *= inv;
             /* L = m + log l, evaluated in double and rounded once; lo keeps what the rounding lost */

@@ -14,7 +14,8 @@
  *     dV = (P∘Z)ᵀ dO;  dP = (dO Vᵀ)∘Z;  dS = P∘(dP − rowsum(dP∘P))
  *     dS1 = dS ∘ G, G = ∂S/∂S1 recomputed from S1 = scale · Q Kᵀ (only with softcap or score_mod)
  *     dQ = scale dS1 K;  dK = scale dS1ᵀ Q  (dK, dV of head h / G add up over the group)
- * A row that sees no key has P = 0, O = 0, lse = -inf and zero gradients.
+ * A row that sees no key has P = 0, O = 0, lse = -inf and zero gradients; a row with a NaN score
+ * has P, O and lse NaN.
  *
  * The file is a template: it includes itself twice, once per dtype (T = float, then double).
  */
@@ -78,6 +79,8 @@ static fg_tile_kind SFX(naive_kind)(const fg_attn_problem *pr, int *wp, int *mp)
 
 fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k, const T *v,
                                      const fg_attn_problem *pr) {
+    const fg_status fits = fg_attn_problem_check_dtype(pr, sizeof(T) == sizeof(float) ? FG_F32 : FG_F64);
+    if (fits != FG_OK) return fits;
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
     const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H, G = Hkv > 0 ? H / Hkv : 1;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
@@ -109,10 +112,15 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
                 T mx = -INFINITY;
                 for (int64_t j = 0; j < Nk; j++)
                     if (row[j] > mx) mx = row[j];
-                if (mx == -INFINITY) { /* no visible key (or every score -inf): P = 0, lse = -inf */
-                    for (int64_t j = 0; j < Nk; j++) row[j] = 0;
-                    L[i] = -INFINITY;
-                    continue;
+                if (mx == -INFINITY) { /* every score -inf or NaN */
+                    int nan = 0;
+                    for (int64_t j = 0; j < Nk; j++) nan |= row[j] != row[j];
+                    if (!nan) { /* no visible key (or every score -inf): P = 0, lse = -inf */
+                        for (int64_t j = 0; j < Nk; j++) row[j] = 0;
+                        L[i] = -INFINITY;
+                        continue;
+                    }
+                    mx = 0; /* a NaN score: the row below makes P and lse NaN, as with a finite max */
                 }
                 T sum = 0;
                 for (int64_t j = 0; j < Nk; j++) { /* exp(-inf − mx) = 0 for masked keys */
@@ -132,6 +140,10 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
             }
             /* O = W V */
             SFX(naive_gemm)(0, 0, Nq, d, Nk, 1, W, Nk, V, d, 0, O, d);
+            /* a NaN row is NaN in O too, even where dropout zeroed its NaN weights */
+            for (int64_t i = 0; i < Nq; i++)
+                if (L[i] != L[i])
+                    for (int64_t c = 0; c < d; c++) O[i * d + c] = L[i];
         }
     if (scratch) fg_free(FG_CPU, scratch);
     return FG_OK;
@@ -142,6 +154,8 @@ fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const 
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
     const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H, G = Hkv > 0 ? H / Hkv : 1;
     if (!dq && !dk && !dv) return FG_OK;
+    const fg_status fits = fg_attn_problem_check_dtype(pr, sizeof(T) == sizeof(float) ? FG_F32 : FG_F64);
+    if (fits != FG_OK) return fits;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
     const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
     const T scale = (T)pr->scale;

@@ -25,21 +25,30 @@
 
 #define FG_ATTN_VARIANT_TEMPLATE 1
 
+/* LIN: below it, c · tanh(s / c) rounds to s (u²/3 < 2^-25 for float32, < 2^-54 for float64) */
 #define T float
 #define SFX(name) name##_f32
 #define TANH tanhf
+#define FABS fabsf
+#define LIN 0x1p-12f
 #include "ops/attention_variant.c"
 #undef T
 #undef SFX
 #undef TANH
+#undef FABS
+#undef LIN
 
 #define T double
 #define SFX(name) name##_f64
 #define TANH tanh
+#define FABS fabs
+#define LIN 0x1p-27
 #include "ops/attention_variant.c"
 #undef T
 #undef SFX
 #undef TANH
+#undef FABS
+#undef LIN
 
 #undef FG_ATTN_VARIANT_TEMPLATE
 
@@ -234,20 +243,27 @@ void SFX(fg_attn_score_tile)(T *S, T *G, int64_t ld, int64_t b, int64_t h, int64
                              int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
                              const fg_attn_problem *pr) {
     const fg_attn_variant *v = &pr->var;
-    /* 2. softcap: s = c tanh(s / c);  ∂/∂s = 1 − tanh²(s / c) */
+    /* 2. softcap: s = c tanh(s / c);  ∂/∂s = 1 − tanh²(s / c).
+     * For |u| = |s / c| < LIN, c tanh(u) = s (1 − u²/3 + ...) rounds to s itself (u²/3 is below
+     * half an ulp), so s is kept: exact, where c · tanh(s · (1/c)) would carry the roundings of
+     * 1/c, s · (1/c) and c · t — and lose all precision once s · (1/c) is subnormal (a c near T's
+     * largest value). */
     if (v->softcap > 0) {
-        const T c = (T)v->softcap, inv_c = (T)(1.0 / v->softcap);
+        const T c = (T)v->softcap, inv_c = (T)(1.0 / v->softcap), lin = LIN;
         for (int64_t r = 0; r < nq; r++) {
             T *srow = S + r * ld;
             T *grow = G ? G + r * ld : NULL;
             if (grow)
                 for (int64_t j = 0; j < nk; j++) {
-                    const T t = TANH(srow[j] * inv_c);
-                    srow[j] = c * t;
+                    const T x = srow[j], u = x * inv_c, t = TANH(u);
+                    srow[j] = FABS(u) < lin ? x : c * t;
                     grow[j] = 1 - t * t;
                 }
             else
-                for (int64_t j = 0; j < nk; j++) srow[j] = c * TANH(srow[j] * inv_c);
+                for (int64_t j = 0; j < nk; j++) {
+                    const T x = srow[j], u = x * inv_c;
+                    srow[j] = FABS(u) < lin ? x : c * TANH(u);
+                }
         }
     } else if (G) {
         for (int64_t r = 0; r < nq; r++)

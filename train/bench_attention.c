@@ -32,6 +32,7 @@
 #include "ops/simd.h"
 #include "ops/threadpool.h"
 #include "tensor/alloc.h"
+#include "train/attn_flags.h"
 #include "train/cli_util.h"
 
 typedef struct {
@@ -374,10 +375,9 @@ int fg_bench_attention(int argc, char **argv) {
         nn = 5;
         memcpy(ns, def, sizeof def);
     }
-    if (c.device == FG_CUDA && fg_device_available(FG_CUDA) != FG_OK) {
-        fprintf(stderr, "bench attention: %s\n", fg_last_error());
-        return 1;
-    }
+    /* 2 in a build without CUDA (a usage error, as for the other commands), 1 when no GPU is usable */
+    const int drc = fg_attn_device_ready("bench attention", c.device, NULL);
+    if (drc) return drc;
     FILE *out = NULL;
     if (csv) {
         out = fg_csv_open_atomic(csv);

@@ -21,8 +21,9 @@
  * --device cuda reads the files on the host, moves the tensors to the GPU (fg_to), runs the same
  * fg_attention there and writes the results back as .npy (fg_npy_save copies them to the host).
  * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write, no usable
- * GPU in a CUDA build), 2 usage error (also --device cuda in a build without CUDA, and --custom
- * with --device cuda: see fg_attn_device_ready in train/attn_flags.h).
+ * GPU in a CUDA build, scores that overflow the dtype), 2 usage error (also --device cuda in a build
+ * without CUDA, --custom with --device cuda: see fg_attn_device_ready in train/attn_flags.h; and a
+ * --scale or --softcap the inputs' dtype cannot hold, as fg_attn_problem_check_dtype says).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -280,6 +281,8 @@ int fg_cmd_attention(int argc, char **argv) {
     o = fg_attention(q, k, v, &opts, &lse);
     if (!o) {
         fprintf(stderr, CMD ": %s\n", fg_last_error());
+        /* FG_ERR_ARG: an option the inputs' dtype cannot hold (the flags' own checks passed) */
+        if (fg_last_status() == FG_ERR_ARG) rc = 2;
         goto done;
     }
     if (dout) {

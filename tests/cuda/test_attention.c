@@ -626,6 +626,48 @@ static int gradcheck_command_on_the_gpu_passes(void) {
     return FGT_PASS;
 }
 
+/* A NaN in q (every score of that row NaN) or in k (one score of every row that sees the key): the
+ * GPU's O and lse are NaN in exactly the CPU's rows (ops/attention.h: NaN is never "no key"), and
+ * equal elsewhere; naive and flash, plain and with softcap (the MODS kernels), causal or not. */
+static int nan_rows_on_the_gpu_match_the_cpu(void) {
+    const int64_t qs[4] = {1, 2, 70, 16}, ks[4] = {1, 2, 75, 16};
+    for (int dt = 0; dt < 2; dt++)
+        for (int impl = 0; impl < 2; impl++)
+            for (int var = 0; var < 4; var++) {
+                const fg_dtype t = dt ? FG_F64 : FG_F32;
+                const int which = var & 1, causal = (var >> 1) & 1;
+                fg_tensor *hq = fgt_rand(t, FG_CPU, 4, qs, -1, 1, 31), *hk = fgt_rand(t, FG_CPU, 4, ks, -1, 1, 32);
+                fg_tensor *hv = fgt_rand(t, FG_CPU, 4, ks, -1, 1, 33);
+                FGT_NOTNULL(hv);
+                if (which == 0) fg_set(hq, (1 * 70 + 5) * 16 + 3, NAN);  /* q[0, 1, 5, 3] */
+                else fg_set(hk, (0 * 75 + 40) * 16 + 2, NAN);           /* k[0, 0, 40, 2] */
+                fg_tensor *dq = fgt_to(hq, FGT_DEV), *dk = fgt_to(hk, FGT_DEV), *dv = fgt_to(hv, FGT_DEV);
+                FGT_NOTNULL(dv);
+                fg_attn_opts op = fg_attn_defaults();
+                op.impl = (fg_attn_impl)impl;
+                op.causal = causal;
+                if (impl) op.variant.softcap = 4.0; /* flash: the MODS instance; naive: fa_modify in its softmax */
+                fg_tensor *lh = NULL, *ld = NULL;
+                fg_tensor *oh = fg_attention(hq, hk, hv, &op, &lh), *od = fg_attention(dq, dk, dv, &op, &ld);
+                FGT_NOTNULL(oh);
+                FGT_NOTNULL(od);
+                int64_t n_nan = 0;
+                for (int64_t r = 0; r < fg_numel(lh); r++) n_nan += isnan(fg_get(lh, r));
+                char what[96], what_l[96];
+                snprintf(what, sizeof what, "NaN in %s: O (%s, %s, causal %d)", which ? "k" : "q", fg_dtype_name(t),
+                         fg_attn_impl_name((fg_attn_impl)impl), causal);
+                snprintf(what_l, sizeof what_l, "NaN in %s: lse (%s, %s, causal %d)", which ? "k" : "q",
+                         fg_dtype_name(t), fg_attn_impl_name((fg_attn_impl)impl), causal);
+                int rc = n_nan > 0 ? fgt_compare_tensors(what, od, oh, fgt_tol(t)) : FGT_FAIL;
+                if (n_nan == 0) printf("    %s: the CPU has no NaN row\n", what);
+                if (rc == FGT_PASS) rc = fgt_compare_tensors(what_l, ld, lh, fgt_tol(t));
+                fg_release(hq), fg_release(hk), fg_release(hv), fg_release(dq), fg_release(dk), fg_release(dv);
+                fg_release(oh), fg_release(od), fg_release(lh), fg_release(ld);
+                if (rc != FGT_PASS) return rc;
+            }
+    return FGT_PASS;
+}
+
 static int unsupported_head_dim_is_an_error(void) {
     if (FGT_DEV != FG_CUDA) return FGT_SKIP;
     fg_attn_problem pr;
@@ -655,5 +697,6 @@ const fgt_case fgt_attention_cases[] = {
     {"attention_command_on_the_gpu_matches_the_cpu", attention_command_on_the_gpu_matches_the_cpu},
     {"gradcheck_command_on_the_gpu_passes", gradcheck_command_on_the_gpu_passes},
     {"unsupported_head_dim_is_an_error", unsupported_head_dim_is_an_error},
+    {"nan_rows_on_the_gpu_match_the_cpu", nan_rows_on_the_gpu_match_the_cpu},
     {NULL, NULL},
 };
