@@ -6,7 +6,7 @@
 #   make train      train the default small GPT on the synthetic addition task
 #   make cuda       the CUDA build (nvcc, -arch=sm_$(CUDA_ARCH)) when nvcc is present
 #
-# Every .c file under tensor/ autograd/ ops/ datasets/ train/ (except train/main.c) goes into the
+# Every .c file under tensor/ autograd/ ops/ (and ops/cpu/) datasets/ train/ (except train/main.c) goes into the
 # library; every tests/*.c into one Criterion test runner. Adding a file needs no edit here.
 
 CC      ?= cc
@@ -29,7 +29,7 @@ BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 LDLIBS      += $(BLAS_LIBS) -lm -pthread
 CFLAGS      += $(BLAS_CFLAGS)
 
-LIB_DIRS := tensor autograd ops datasets train
+LIB_DIRS := tensor autograd ops ops/cpu datasets train
 LIB_SRC  := $(filter-out train/main.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)

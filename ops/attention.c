@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "ops/ops_internal.h"
-#include "ops/threadpool.h"
-#include "ops/vphilox.h"
+#include "ops/cpu/threadpool.h"
+#include "ops/cpu/vphilox.h"
 #include "tensor/philox.h"
 
 const char *fg_attn_impl_name(fg_attn_impl impl) {
@@ -49,7 +49,7 @@ int fg_attn_has_variant(const fg_attn_opts *o) {
 
 /* ---- dropout: Z(b, h, i, j) = keep ? 1/(1-p) : 0, regenerated wherever it is needed ----
  * counter = (j/4, i, h, b), word j%4: one Philox block serves four keys (fg_attn_keep). The blocks
- * of a row segment come DROP_BLOCKS at a time from fg_philox_blocks (ops/vphilox.h: the same words,
+ * of a row segment come DROP_BLOCKS at a time from fg_philox_blocks (ops/cpu/vphilox.h: the same words,
  * 16 blocks per AVX-512 instruction sequence). */
 #define DROP_BLOCKS 64
 #define FG_DEFINE_DROPOUT_SCALE(T, SFX)                                                             \

@@ -27,7 +27,7 @@
  *
  * Threads. The work splits into items that share nothing but the read-only inputs: a query block
  * of one (b, h) in the forward (its rows of O and lse), one (b, K/V head) in the backward (its dK,
- * dV rows and the dQ rows of its G query heads). The library's pool (ops/threadpool.h) hands them
+ * dV rows and the dQ rows of its G query heads). The library's pool (ops/cpu/threadpool.h) hands them
  * to its threads, costly ones first (causal: the last query blocks). Each item computes its outputs
  * in a fixed order — key blocks in increasing order, and inside a product every sum in index order
  * — so the results are bit-identical for any thread count and any schedule (float32 tile kernels:
@@ -41,8 +41,8 @@
  * the shapes here have B·H_kv >= 8).
  *
  * Two inner kernels:
- *   float32 (the default): register-blocked tile products (ops/smallgemm.h) and a vectorized exp
- *     (ops/vexp.h), AVX-512 or AVX2 chosen at run time, the same bits on either (and on the plain
+ *   float32 (the default): register-blocked tile products (ops/cpu/smallgemm.h) and a vectorized exp
+ *     (ops/cpu/vexp.h), AVX-512 or AVX2 chosen at run time, the same bits on either (and on the plain
  *     C path). The forward computes the transposed tile Sᵀ = scale · Kj Qiᵀ, with Qiᵀ packed once
  *     per item, so that the online softmax runs down the
  *     columns of Sᵀ — every query row in its own vector lane: no horizontal max or sum, and each
@@ -75,10 +75,10 @@
 #include <string.h>
 
 #include "ops/attention.h"
-#include "ops/simd.h"
-#include "ops/smallgemm.h"
-#include "ops/threadpool.h"
-#include "ops/vexp.h"
+#include "ops/cpu/simd.h"
+#include "ops/cpu/smallgemm.h"
+#include "ops/cpu/threadpool.h"
+#include "ops/cpu/vexp.h"
 #include "tensor/alloc.h"
 #include "tensor/philox.h"
 

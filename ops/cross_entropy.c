@@ -9,14 +9,14 @@
  *   lse_r = max_r + log sum_j exp(x_rj - max_r)        loss = sum_r (lse_r - x_r,t_r) / count
  *   d loss / d x_rj = (softmax(x_r)_j - [j == t_r]) / count
  *
- * float32 runs the vector kernels below over pieces of rows (ops/vmath.h): exp is fg_vexp
- * (ops/vexp.h), the row max a 16-lane max and the row sum a 16-lane sum in double, so that every
+ * float32 runs the vector kernels below over pieces of rows (ops/cpu/vmath.h): exp is fg_vexp
+ * (ops/cpu/vexp.h), the row max a 16-lane max and the row sum a 16-lane sum in double, so that every
  * SIMD level and thread count gives the same bits; the loss is summed in row order afterwards.
  */
 #include <string.h>
 
 #include "ops/ops_internal.h"
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 #define CROSS_ENTROPY_KERNELS(T, SFX)                                                                  \
     /* returns the summed loss of the counted rows (in double); fills lse for them (0 elsewhere) */   \
@@ -57,7 +57,7 @@ CROSS_ENTROPY_KERNELS(double, f64)
 /* ============================================================================================
  * float32: one row at a time, in three forms with the same bits
  *   max: lane i mod 16 keeps max(x_i, lane) = x_i > lane ? x_i : lane (from -inf), then the
- *        lanes meet in the tree of ops/vmath.h with the same rule (upper half first)
+ *        lanes meet in the tree of ops/cpu/vmath.h with the same rule (upper half first)
  *   lse = max + (float)log(S(exp(x_i - max)))      S: the 16-lane sum in double, exp: fg_vexp
  *   backward: dx_i += g * exp(x_i - lse), then dx_t -= g
  * ============================================================================================ */

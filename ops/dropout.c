@@ -12,13 +12,13 @@
 #include <string.h>
 
 #include "ops/ops_internal.h"
-#include "ops/vmath.h"
-#include "ops/vphilox.h"
+#include "ops/cpu/vmath.h"
+#include "ops/cpu/vphilox.h"
 #include "tensor/philox.h"
 
 /* The keep mask of elements [k0, k1): out[k] (and in the backward dx[k]) for a contiguous range.
  * The words of the covering Philox blocks come DROP_BLOCKS at a time from fg_philox_stream_blocks
- * (ops/vphilox.h: the same words as fg_philox_block, a vector of blocks per instruction sequence);
+ * (ops/cpu/vphilox.h: the same words as fg_philox_block, a vector of blocks per instruction sequence);
  * fg_par_range splits the range over the pool in fixed pieces (element-wise: any split gives the
  * same result). */
 #define DROP_BLOCKS 64

@@ -11,13 +11,13 @@
  *
  * Every kernel is the row iterator (ops_internal.h) plus an inner loop with fast cases for the
  * contiguous and "one side is one value per row" layouts. float32 forwards and the add / sub
- * backward walk the iterator in pieces (ops/vmath.h: on the thread pool when big), unit-stride
+ * backward walk the iterator in pieces (ops/cpu/vmath.h: on the thread pool when big), unit-stride
  * rows through the vector kernels there, which compute the same single operation per element.
  */
 #include <string.h>
 
 #include "ops/ops_internal.h"
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 /* ---- kernels ---- */
 
@@ -106,7 +106,7 @@ SCALAR_FWD(double, f64, muls, x * s)
 PRODUCT_RULE_KERNELS(float, f32)
 PRODUCT_RULE_KERNELS(double, f64)
 
-/* ---- float32: the same loops in pieces (ops/vmath.h), unit-stride rows through the vector
+/* ---- float32: the same loops in pieces (ops/cpu/vmath.h), unit-stride rows through the vector
  * kernels; every path does the same single operation per element, so the bits do not depend on
  * it ---- */
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ops/ops_internal.h"
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 #define EMBEDDING_KERNELS(T, SFX)                                                                      \
     /* out[r, :] = weight[idx[r], :]; weight rows are ws elements apart */                            \

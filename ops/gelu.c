@@ -8,18 +8,18 @@
  *   d out / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh² u) sqrt(2/pi) (1 + 3 * 0.044715 x²)
  *
  * float64 evaluates exactly that, with tanh. float32 uses 0.5 (1 + tanh u) = σ(2u) = 1 / (1 + e),
- * e = exp(-2u), with the vectorized exp of ops/vexp.h:
+ * e = exp(-2u), with the vectorized exp of ops/cpu/vexp.h:
  *   out = x / (1 + e)                              (no cancellation where tanh u is near -1)
  *   d out / dx = s + 2x · du · s (1 - s),   s = 1 / (1 + e),  du = sqrt(2/pi) (1 + 3 * 0.044715 x²)
  * with 1 - s taken as e·s where e <= 1 (s near 1: 1 - s would have lost e's digits).
  * Large |u| needs no special case: e = 0 gives out = x, s = 1; e = +inf gives out = -0, s = 0.
  * Contiguous float32 runs the AVX-512 / AVX2 kernels below, whose scalar form (gelu_f32,
- * gelu_grad_f32) gives the same bits (see ops/vmath.h), in pieces on the thread pool.
+ * gelu_grad_f32) gives the same bits (see ops/cpu/vmath.h), in pieces on the thread pool.
  */
 #include <string.h>
 
 #include "ops/ops_internal.h"
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 #define GELU_SCALE 0.7978845608028654 /* sqrt(2/pi) */
 #define GELU_CUBE 0.044715

@@ -19,7 +19,7 @@ void fg_register_kernels(fg_device d, const fg_kernels *k) {
 const fg_kernels *fg_kernels_for(fg_device d, const char *op) {
     const fg_kernels *k = (d >= 0 && d < FG_DEVICE_COUNT) ? atomic_load(&tables[d]) : NULL;
     if (!k)
-        fg_error(FG_ERR_DEVICE, "%s: tensors on %s need the %s device started (a CUDA build: make cuda)", op,
+        fg_error(FG_ERR_DEVICE, "op %s: %s tensors need the %s device started (in a CUDA build: make cuda)", op,
                  fg_device_name(d), fg_device_name(d));
     return k;
 }

@@ -8,8 +8,8 @@
  *   norm_i = (x_i - mean) * rstd        out_i = norm_i * w_i + b_i
  *
  * Row sums accumulate in double for both dtypes. float32 runs the vector kernels below (AVX-512,
- * AVX2, and their scalar form, which gives the same bits: see ops/vmath.h), with the row sums as
- * 16-lane sums (ops/vmath.h), over pieces of rows on the thread pool. The weight and bias
+ * AVX2, and their scalar form, which gives the same bits: see ops/cpu/vmath.h), with the row sums as
+ * 16-lane sums (ops/cpu/vmath.h), over pieces of rows on the thread pool. The weight and bias
  * gradients, sums over rows, are summed per piece (in float, in row order) and the pieces then
  * added in piece order (in double): the same bits for any thread count.
  */
@@ -17,7 +17,7 @@
 
 #include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 /* ============================================================================================
  * float64: plain loops

@@ -27,9 +27,9 @@
 #include <unistd.h>
 
 #include "ops/ops_internal.h"
-#include "ops/simd.h"
-#include "ops/smallgemm.h"
-#include "ops/threadpool.h"
+#include "ops/cpu/simd.h"
+#include "ops/cpu/smallgemm.h"
+#include "ops/cpu/threadpool.h"
 #include "tensor/alloc.h"
 
 /* ---- BLAS operands ---- */
@@ -134,13 +134,13 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 
 /* ---- the GEMM, on the library's thread pool ----
  *
- * Every product is split over row blocks of C, one pool item per block (ops/threadpool.h); BLAS
+ * Every product is split over row blocks of C, one pool item per block (ops/cpu/threadpool.h); BLAS
  * runs single-threaded inside an item, so flashgrad's threads are the only ones (BLAS's own
  * threads, spinning between calls, would fight the pool's on a 2-core machine: measured, ~30% of a
  * training step went to sched_yield). Each block is computed by one of two kernels:
  *
- *   tile: float32 when the CPU has AVX2+FMA or AVX-512 (ops/simd.h) and B' fits in the L2 cache
- *         (B' at most 3/4 of a core's L2): ops/smallgemm.h's register-blocked kernel, which reads B'
+ *   tile: float32 when the CPU has AVX2+FMA or AVX-512 (ops/cpu/simd.h) and B' fits in the L2 cache
+ *         (B' at most 3/4 of a core's L2): ops/cpu/smallgemm.h's register-blocked kernel, which reads B'
  *         row-major straight from L2 without repacking it per call. A transposed B (linear's
  *         forward: x @ wᵀ) is first transposed once into scratch. Each element of C is one sum in
  *         index order (smallgemm.h), so the result does not depend on the block split, the thread

@@ -1,7 +1,7 @@
 /* ops_common.c — argument checks, the strided row iterator and backward helpers shared by ops/.
  * See ops_internal.h for what each does. */
 #include "ops/ops_internal.h"
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 #include <string.h>
 
@@ -132,7 +132,7 @@ int fg_iter_next(fg_iter *it) {
 }
 
 /* ---- backward helpers ----
- * dst += alpha * src and the contiguous copy walk the row iterator in pieces (ops/vmath.h): on
+ * dst += alpha * src and the contiguous copy walk the row iterator in pieces (ops/cpu/vmath.h): on
  * the thread pool when big, each piece's rows through the vector kernel when both sides have unit
  * stride along the row. The product alpha * src is rounded before the sum on every path, so the
  * bits do not depend on the path. */

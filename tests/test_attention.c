@@ -26,7 +26,7 @@
 #include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
-#include "ops/threadpool.h"
+#include "ops/cpu/threadpool.h"
 
 static void leak_check(void) { cr_expect_eq(fg_nodes_alive(), 0, "%lld autograd nodes still alive", (long long)fg_nodes_alive()); }
 

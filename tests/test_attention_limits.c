@@ -26,7 +26,7 @@
 #include "autograd/autograd.h"
 #include "ops/attention.h"
 #include "ops/ops.h"
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 #include "tensor/npy.h"
 #include "tests/common.h"
 

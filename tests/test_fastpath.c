@@ -1,4 +1,4 @@
-/* test_fastpath.c — the float32 fast paths of the non-matmul ops (ops/vmath.h): gelu, layernorm,
+/* test_fastpath.c — the float32 fast paths of the non-matmul ops (ops/cpu/vmath.h): gelu, layernorm,
  * cross-entropy, the element-wise ops, gradient accumulation through views, contiguous copies,
  * the embedding's backward, and the optimizer (gradient norm, clipping, AdamW).
  *
@@ -17,10 +17,10 @@
 #include <string.h>
 
 #include "ops/ops.h"
-#include "ops/simd.h"
-#include "ops/threadpool.h"
-#include "ops/vmath.h"
-#include "ops/vphilox.h"
+#include "ops/cpu/simd.h"
+#include "ops/cpu/threadpool.h"
+#include "ops/cpu/vmath.h"
+#include "ops/cpu/vphilox.h"
 #include "tensor/philox.h"
 #include "tests/common.h"
 #include "train/adamw.h"
@@ -691,7 +691,7 @@ Test(fastpath, optimizer_matches_double_and_every_level_and_thread_count) {
     free(p), free(m), free(v);
 }
 
-/* ---- Philox for dropout masks (ops/vphilox.h) ---- */
+/* ---- Philox for dropout masks (ops/cpu/vphilox.h) ---- */
 
 /* Every level gives tensor/philox.h's words (checked there against the published known answers),
  * for counts that are not multiples of the vector width and a first counter word that wraps. */

@@ -322,8 +322,8 @@ Test(matmul, transposed_operands_are_not_copied) {
 
 #include <string.h>
 
-#include "ops/simd.h"
-#include "ops/threadpool.h"
+#include "ops/cpu/simd.h"
+#include "ops/cpu/threadpool.h"
 
 /* Forward and backward of linear at one shape in dtype dt, from float32 random values (so that
  * float32 and float64 runs see the same numbers): out, dx, dw, db (new tensors). */

@@ -1,5 +1,5 @@
-/* test_simd.c — the CPU speed machinery: the vectorized exp (ops/vexp.h), the tile products
- * (ops/smallgemm.h), the thread pool (ops/threadpool.h), and what flash attention promises on top
+/* test_simd.c — the CPU speed machinery: the vectorized exp (ops/cpu/vexp.h), the tile products
+ * (ops/cpu/smallgemm.h), the thread pool (ops/cpu/threadpool.h), and what flash attention promises on top
  * of them: the same bits for any thread count and any instruction set.
  *
  * References: exp in double (libm) for vexp; a double-precision triple loop for the products; the
@@ -21,10 +21,10 @@
 #include <unistd.h>
 
 #include "ops/attention.h"
-#include "ops/simd.h"
-#include "ops/smallgemm.h"
-#include "ops/threadpool.h"
-#include "ops/vexp.h"
+#include "ops/cpu/simd.h"
+#include "ops/cpu/smallgemm.h"
+#include "ops/cpu/threadpool.h"
+#include "ops/cpu/vexp.h"
 #include "tensor/alloc.h"
 #include "tests/common.h"
 

@@ -1,6 +1,6 @@
 /* adamw.c — AdamW, the learning-rate schedule and gradient clipping (see adamw.h).
  *
- * The CPU loops over the flat (P) arrays run in pieces on the thread pool (ops/vmath.h), float32
+ * The CPU loops over the flat (P) arrays run in pieces on the thread pool (ops/cpu/vmath.h), float32
  * through AVX-512 / AVX2 kernels that do the scalar loop's operations in the same order (the
  * same bits on every level and thread count). */
 #include "train/adamw.h"
@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 #ifdef FG_WITH_CUDA
 #include "cuda/cuda_ops.h"
@@ -49,7 +49,7 @@ void fg_adamw_free(fg_adamw *o) {
 
 /* ---- the gradient norm: sum of squares in blocks ----
  * Block k covers [kB, (k+1)B) with B = max(NORM_BLOCK, ceil(P / NORM_MAX_BLOCKS)) (P alone fixes
- * the blocks). A block's float32 squares (exact in double) go to 16 lanes in double (ops/vmath.h),
+ * the blocks). A block's float32 squares (exact in double) go to 16 lanes in double (ops/cpu/vmath.h),
  * float64 ones are summed in order; the blocks' sums are then added in block order. */
 #define NORM_BLOCK 65536
 #define NORM_MAX_BLOCKS 1024

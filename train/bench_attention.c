@@ -29,8 +29,8 @@
 #include <cblas.h>
 
 #include "ops/attention.h"
-#include "ops/simd.h"
-#include "ops/threadpool.h"
+#include "ops/cpu/simd.h"
+#include "ops/cpu/threadpool.h"
 #include "tensor/alloc.h"
 #include "train/attn_flags.h"
 #include "train/cli_util.h"

@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "ops/ops.h"
-#include "ops/threadpool.h"
+#include "ops/cpu/threadpool.h"
 #include "train/cli_util.h"
 #include "train/commands.h"
 #include "train/flags.h"

@@ -21,7 +21,7 @@
 
 #include "autograd/autograd.h"
 #include "tensor/alloc.h"
-#include "ops/threadpool.h"
+#include "ops/cpu/threadpool.h"
 #include "train/cli_util.h"
 #include "train/commands.h"
 #include "train/flags.h"

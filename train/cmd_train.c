@@ -45,7 +45,7 @@
 
 #include "tensor/fileio.h"
 #include "train/checkpoint.h"
-#include "ops/threadpool.h"
+#include "ops/cpu/threadpool.h"
 #include "train/cli_util.h"
 #include "train/commands.h"
 #include "train/flags.h"

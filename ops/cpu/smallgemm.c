@@ -3,12 +3,12 @@
  * Each level has one block function, always inlined with constant MR (rows, <= 6) and NV (vectors
  * of columns), so that the accumulators c[MR][NV] live in registers; the drivers cover C with
  * MR × (NV · lanes) blocks, the last column block masked. */
-#include "ops/smallgemm.h"
+#include "ops/cpu/smallgemm.h"
 
 #include <math.h>
 
-#include "ops/simd.h"
-#include "ops/vexp.h" /* FG_TARGET_AVX512, FG_TARGET_AVX2 */
+#include "ops/cpu/simd.h"
+#include "ops/cpu/vexp.h" /* FG_TARGET_AVX512, FG_TARGET_AVX2 */
 
 /* the final rounding of one element, shared by every level: see smallgemm.h */
 static inline float store_one(float t, float alpha, float c_old, const float *rs, int64_t r, int accumulate) {

@@ -1,7 +1,7 @@
 /* simd.h — which vector instructions the CPU kernels use, chosen once at run time.
  *
  * The library is compiled for a baseline x86-64 (the Makefile's -march=x86-64-v2: SSE4.2, no AVX),
- * so that one binary runs everywhere. Hot kernels (ops/vexp.h, ops/smallgemm.h) carry extra
+ * so that one binary runs everywhere. Hot kernels (ops/cpu/vexp.h, ops/cpu/smallgemm.h) carry extra
  * copies compiled for AVX2+FMA and for AVX-512F through GCC/Clang target attributes; which copy
  * runs is decided here, from __builtin_cpu_supports, the first time a kernel asks:
  *
@@ -11,7 +11,7 @@
  *
  * The environment variable FG_SIMD=scalar|avx2|avx512 caps the choice (it never raises it above
  * what the CPU has), and fg_simd_set() does the same from a program; tests use them to check that
- * every level computes the same bits (see ops/vexp.h and ops/smallgemm.h for why they do).
+ * every level computes the same bits (see ops/cpu/vexp.h and ops/cpu/smallgemm.h for why they do).
  */
 #ifndef FG_SIMD_H
 #define FG_SIMD_H

@@ -1,5 +1,5 @@
 /* vmath.c — parallel ranges and the shared float32 array kernels (see vmath.h). */
-#include "ops/vmath.h"
+#include "ops/cpu/vmath.h"
 
 /* ---- parallel ranges ---- */
 

@@ -1,9 +1,9 @@
 /* vmath.h — what the float32 fast paths of the op families share (internal to ops/).
  *
  * The fast paths (layernorm, gelu, cross-entropy, the element-wise ops, gradient accumulation,
- * AdamW) run on contiguous float32 arrays, with AVX-512 / AVX2 copies chosen by ops/simd.h and a
+ * AdamW) run on contiguous float32 arrays, with AVX-512 / AVX2 copies chosen by ops/cpu/simd.h and a
  * plain C form that computes THE SAME BITS: every level does the same IEEE operations on the same
- * operands in the same order (fmaf wherever a vector path uses an FMA), like ops/vexp.h. And they
+ * operands in the same order (fmaf wherever a vector path uses an FMA), like ops/cpu/vexp.h. And they
  * give the same bits for any thread count, because work is cut into pieces that do not depend on
  * it (below). tests/test_fastpath.c checks both claims, op by op.
  *
@@ -31,9 +31,9 @@
 #include <stdint.h>
 
 #include "ops/ops_internal.h"
-#include "ops/simd.h"
-#include "ops/threadpool.h"
-#include "ops/vexp.h" /* FG_TARGET_AVX512, FG_TARGET_AVX2, fg_vexp_* */
+#include "ops/cpu/simd.h"
+#include "ops/cpu/threadpool.h"
+#include "ops/cpu/vexp.h" /* FG_TARGET_AVX512, FG_TARGET_AVX2, fg_vexp_* */
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,7 +47,7 @@ extern "C" {
 
 /* ---- 1. parallel ranges ---- */
 
-/* A pool run costs ~16 µs on an idle 2-core VM here (ops/threadpool.c: workers spin between jobs;
+/* A pool run costs ~16 µs on an idle 2-core VM here (ops/cpu/threadpool.c: workers spin between jobs;
  * far more while another process holds a core), so a loop goes parallel only when its serial time
  * is well above that. Each caller passes its measured cost per element (one thread, AVX-512, data
  * in L2). */

@@ -1,10 +1,10 @@
 /* smallgemm.h — float32 matrix products for tiles that live in the L1/L2 cache (tens to a few
  * hundred rows and columns), register-blocked for AVX-512F and AVX2+FMA, chosen at run time
- * (ops/simd.h), with a plain C form that computes the same bits.
+ * (ops/cpu/simd.h), with a plain C form that computes the same bits.
  *
  * Why not BLAS for these: a flash-attention tile product is 64×64×64, about 10 µs; BLAS's
  * per-call overhead (argument checks, buffer packing, its thread hand-off) is a large fraction of
- * that, and BLAS's threads would fight the pool's (ops/threadpool.h). This kernel is called by
+ * that, and BLAS's threads would fight the pool's (ops/cpu/threadpool.h). This kernel is called by
  * every pool thread on its own tiles, packs nothing, and takes A with arbitrary strides, so a
  * transposed operand (Pᵀ, dSᵀ) costs nothing.
  *

@@ -45,7 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #if FG_SIMD_X86
 #include <immintrin.h>

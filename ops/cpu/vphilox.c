@@ -7,10 +7,10 @@
  * low halves from vpmulld and the high halves from two vpmuludq (even lanes, then the odd lanes
  * shifted down), blended back into place.
  */
-#include "ops/vphilox.h"
+#include "ops/cpu/vphilox.h"
 
-#include "ops/simd.h"
-#include "ops/vexp.h" /* FG_TARGET_AVX512, FG_TARGET_AVX2 */
+#include "ops/cpu/simd.h"
+#include "ops/cpu/vexp.h" /* FG_TARGET_AVX512, FG_TARGET_AVX2 */
 #include "tensor/philox.h"
 
 #if FG_SIMD_X86

@@ -1,5 +1,5 @@
 /* simd.c — run-time choice of the vector instruction set (see simd.h). */
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

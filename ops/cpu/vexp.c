@@ -1,5 +1,5 @@
-/* vexp.c — fg_vexp_f32: the array form of ops/vexp.h, one copy per instruction set. */
-#include "ops/vexp.h"
+/* vexp.c — fg_vexp_f32: the array form of ops/cpu/vexp.h, one copy per instruction set. */
+#include "ops/cpu/vexp.h"
 
 #if FG_SIMD_X86
 FG_TARGET_AVX512 static void vexp_avx512(float *y, const float *x, int64_t n) {

@@ -23,7 +23,7 @@
  * pool costs nothing. Measured here with 2 threads, two items of ~14 µs: ~84 µs per run with
  * sleep-only workers, ~16 µs with the spin (tests/test_simd.c has the pool's correctness tests).
  */
-#include "ops/threadpool.h"
+#include "ops/cpu/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>
