@@ -154,6 +154,10 @@ CUDA_BUILD ?= build-cuda
 NVCC_OPT   ?= -O3
 NVCCFLAGS  ?= -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVCC_OPT) -lineinfo -I. -DFG_WITH_CUDA \
               -Xcompiler -Wall,-Wextra,-pthread
+# NVCC_HOST_FLAGS=-allow-unsupported-compiler when nvcc refuses the host gcc (gpu-check finds out);
+# PTXAS_VERBOSE=1 prints registers, spills and shared memory of the attention kernels.
+NVCC_HOST_FLAGS ?=
+NVCCFLAGS  += $(NVCC_HOST_FLAGS)
 CUDA_SYS_CBLAS := $(OPENBLAS_LIB)
 ifeq ($(if $(filter fallback,$(FG_CBLAS)),,$(CUDA_SYS_CBLAS)),)
   CUDA_BLAS_KIND   := fallback (cuda/compat)
@@ -181,7 +185,8 @@ else
   CUDA_LIBS_KIND := $(if $(CUDA_PIP_LIBS),pip wheels ($(CUDA_PIP_LIBS)),not found)
   CUDA_INC_FLAGS := $(addprefix -I,$(wildcard $(addsuffix /cublas/include,$(CUDA_PIP)) $(addsuffix /curand/include,$(CUDA_PIP))))
   CUDA_LIB_FLAGS := $(addprefix -L,$(CUDA_PIP_LIBS)) $(addprefix -Xlinker -rpath=,$(CUDA_PIP_LIBS)) \
-                    -l:libcublas.so.13 -l:libcurand.so.10
+                    $(addprefix -l:,$(notdir $(firstword $(wildcard $(addsuffix /cublas/lib/libcublas.so.*,$(CUDA_PIP)))) \
+                                    $(firstword $(wildcard $(addsuffix /curand/lib/libcurand.so.*,$(CUDA_PIP))))))
 endif
 NVCCFLAGS      += $(CUDA_INC_FLAGS)
 CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread -DFG_WITH_CUDA $(CUDA_BLAS_CFLAGS)
@@ -209,6 +214,9 @@ $(CUDA_BUILD)/%.o: %.c
 $(CUDA_BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+ifeq ($(PTXAS_VERBOSE),1)
+$(CUDA_BUILD)/cuda/attention.o: NVCCFLAGS += -Xptxas -v
+endif
 
 $(CUDA_BUILD)/libflashgrad.a: $(CUDA_LIB_OBJ)
 	@rm -f $@
