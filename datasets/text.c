@@ -195,7 +195,7 @@ const int32_t *fg_text_split_data(const fg_text_dataset *ds, fg_split s) {
 /* A uniform integer in [0, range) for row `row` (= step * B + r), drawn as described in text.h:
  * 64-bit draws from Philox, rejecting the top 2^64 mod range values so every result is equally
  * likely. range >= 1. */
-static uint64_t draw_offset(uint64_t seed, uint64_t stream, uint64_t row, uint64_t range) {
+uint64_t fg_text_window_offset(uint64_t seed, uint64_t stream, uint64_t row, uint64_t range) {
     /* 2^64 mod range values would make the low results likelier; accept x <= max_ok only. */
     uint64_t max_ok = UINT64_MAX - (0 - range) % range;
     for (uint64_t k = 0;; k++) {
@@ -221,7 +221,7 @@ fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uin
     const int32_t *tok = ds->tokens + ds->split_off[s];
     uint64_t range = (uint64_t)(len - (size_t)T); /* offsets 0 .. len-T-1 */
     for (int r = 0; r < B; r++) {
-        uint64_t o = draw_offset(seed, FG_TEXT_STREAM(s), step * (uint64_t)B + (uint64_t)r, range);
+        uint64_t o = fg_text_window_offset(seed, FG_TEXT_STREAM(s), step * (uint64_t)B + (uint64_t)r, range);
         memcpy(x + (size_t)r * T, tok + o, (size_t)T * sizeof *x);
         memcpy(y + (size_t)r * T, tok + o + 1, (size_t)T * sizeof *y);
     }

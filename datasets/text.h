@@ -46,6 +46,10 @@ const char *fg_split_name(fg_split s);
 /* The Philox stream of text batches of split s ("TEXT" in the high word). */
 #define FG_TEXT_STREAM(split) ((((uint64_t)0x54455854u) << 32) | (uint64_t)(split))
 
+/* The window offset of batch row `row` (= step * B + r): uniform in [0, range), range >= 1, drawn
+ * from Philox (seed, stream, row) as described above. Shared by every dataset of token windows. */
+uint64_t fg_text_window_offset(uint64_t seed, uint64_t stream, uint64_t row, uint64_t range);
+
 typedef struct {
     fg_tok_kind kind;          /* tokenizer to build when `tokenizer` is NULL; default FG_TOK_CHAR */
     const fg_tokenizer *tokenizer; /* use this one (e.g. from a checkpoint) instead of building a

@@ -1,0 +1,210 @@
+/* test_tokens.c — pre-tokenized datasets (datasets/tokens.h): nanoGPT's raw uint16 files and
+ * llm.c's headed ones, their refusals, batches as windows of the file, and llm.c's tokenizer file.
+ * Every file is made here: a byte-level vocabulary (256) over a random uint16 stream. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "datasets/tokens.h"
+#include "tests/common.h"
+
+static char dir[256];
+static void setup(void) { fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_tokens.XXXXXX"); }
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+static const char *at(const char *rel) {
+    static char p[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, rel);
+    return p[k];
+}
+
+static void write_bytes(const char *rel, const void *data, size_t n) {
+    FILE *f = fopen(at(rel), "wb");
+    cr_assert(f, "cannot create %s", rel);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* n token ids below v, from a fixed linear congruential stream */
+static uint16_t *stream(size_t n, unsigned v, uint32_t seed) {
+    uint16_t *t = malloc(n * sizeof *t);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (uint16_t)((seed >> 8) % v);
+    }
+    return t;
+}
+
+/* an llm.c data file: 256 int32 header (magic, version, count) + the tokens */
+static void write_llmc(const char *rel, const uint16_t *t, int32_t count_in_header, size_t n, int32_t magic,
+                       int32_t version) {
+    int32_t h[256] = {0};
+    h[0] = magic;
+    h[1] = version;
+    h[2] = count_in_header;
+    FILE *f = fopen(at(rel), "wb");
+    cr_assert(f);
+    fwrite(h, sizeof h, 1, f);
+    fwrite(t, 2, n, f);
+    fclose(f);
+}
+
+static void expect_refused(const char *rel, int vocab, fg_status st, const char *phrase) {
+    fg_clear_error();
+    fg_token_file *f = fg_token_file_open(at(rel), vocab);
+    cr_expect_null(f, "%s was accepted", rel);
+    fg_token_file_close(f);
+    cr_expect_eq(fg_last_status(), st, "%s: status %s: %s", rel, fg_status_name(fg_last_status()), fg_last_error());
+    cr_expect(strstr(fg_last_error(), phrase) && strstr(fg_last_error(), rel),
+              "%s: the message should name the file and say '%s': %s", rel, phrase, fg_last_error());
+}
+
+Test(tokens, both_formats_read_the_same_tokens, .init = setup, .fini = teardown) {
+    const size_t n = 5000;
+    uint16_t *t = stream(n, 256, 1);
+    write_bytes("nano.bin", t, n * 2);
+    write_llmc("llmc.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+    fg_token_file *a = fg_token_file_open(at("nano.bin"), 256), *b = fg_token_file_open(at("llmc.bin"), 256);
+    cr_assert(a && b, "%s", fg_last_error());
+    cr_expect_eq(fg_token_file_format(a), FG_TOKFILE_NANOGPT);
+    cr_expect_eq(fg_token_file_format(b), FG_TOKFILE_LLMC);
+    cr_expect_eq(fg_token_file_count(a), n);
+    cr_expect_eq(fg_token_file_count(b), n);
+    cr_expect_neq(fg_token_file_hash(a), fg_token_file_hash(b), "different bytes, different identity");
+    fg_token_file_close(a);
+    fg_token_file_close(b);
+    free(t);
+}
+
+Test(tokens, bad_files_are_refused_with_the_reason, .init = setup, .fini = teardown) {
+    const size_t n = 300;
+    uint16_t *t = stream(n, 256, 2);
+    write_llmc("truncated.bin", t, (int32_t)n + 7, n, FG_LLMC_DATA_MAGIC, 1);
+    expect_refused("truncated.bin", 256, FG_ERR_FORMAT, "truncated");
+    write_llmc("padded.bin", t, (int32_t)n - 1, n, FG_LLMC_DATA_MAGIC, 1);
+    expect_refused("padded.bin", 256, FG_ERR_FORMAT, "extra bytes");
+    write_llmc("version.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 2);
+    expect_refused("version.bin", 256, FG_ERR_FORMAT, "version 2");
+    /* another magic reads as nanoGPT's raw tokens: the header's words are ids far above 256 */
+    write_llmc("magic.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC + 1, 1);
+    expect_refused("magic.bin", 256, FG_ERR_FORMAT, "outside the vocabulary");
+    write_bytes("odd.bin", t, 2 * n - 1);
+    expect_refused("odd.bin", 256, FG_ERR_FORMAT, "whole number of uint16");
+    write_bytes("empty.bin", "", 0);
+    expect_refused("empty.bin", 256, FG_ERR_FORMAT, "empty");
+    t[123] = 256; /* one id at the vocabulary's size */
+    write_bytes("big.bin", t, 2 * n);
+    expect_refused("big.bin", 256, FG_ERR_FORMAT, "token 123 is id 256");
+    fg_token_file *ok = fg_token_file_open(at("big.bin"), 257);
+    cr_expect_not_null(ok, "with a vocabulary of 257 id 256 is fine: %s", fg_last_error());
+    fg_token_file_close(ok);
+    cr_assert_eq(mkfifo(at("fifo.bin"), 0600), 0);
+    expect_refused("fifo.bin", 256, FG_ERR_IO, "fifo.bin"); /* refused at once, never waits for a writer */
+    free(t);
+}
+
+/* Is row r of x a window of tok (and y the same window one later)? */
+static int is_window(const uint16_t *tok, size_t len, const int32_t *x, const int32_t *y, int T) {
+    for (size_t o = 0; o + (size_t)T < len; o++) {
+        int ok = 1;
+        for (int i = 0; i < T && ok; i++) ok = x[i] == tok[o + i] && y[i] == tok[o + i + 1];
+        if (ok) return 1;
+    }
+    return 0;
+}
+
+Test(tokens, batches_are_windows_of_their_split_and_depend_only_on_seed_and_step, .init = setup, .fini = teardown) {
+    const size_t ntr = 3000, nva = 800;
+    uint16_t *tr = stream(ntr, 256, 3), *va = stream(nva, 256, 4);
+    cr_assert_eq(mkdir(at("nano"), 0777), 0);
+    write_bytes("nano/train.bin", tr, ntr * 2);
+    write_bytes("nano/val.bin", va, nva * 2);
+    fg_token_data *d = fg_token_data_open(at("nano"), 256, 16);
+    cr_assert(d, "%s", fg_last_error());
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_TRAIN), ntr);
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_VAL), nva);
+    const int B = 4, T = 16;
+    int32_t x[64], y[64], x2[64], y2[64];
+    cr_assert_eq(fg_token_data_batch(d, FG_SPLIT_TRAIN, B, T, 9, 5, x, y), FG_OK);
+    for (int r = 0; r < B; r++)
+        cr_expect(is_window(tr, ntr, x + r * T, y + r * T, T), "train row %d is not a window of train.bin", r);
+    cr_assert_eq(fg_token_data_batch(d, FG_SPLIT_TRAIN, B, T, 9, 5, x2, y2), FG_OK);
+    cr_expect(!memcmp(x, x2, sizeof x) && !memcmp(y, y2, sizeof y), "the same (seed, step) gave another batch");
+    cr_assert_eq(fg_token_data_batch(d, FG_SPLIT_TRAIN, B, T, 9, 6, x2, y2), FG_OK);
+    cr_expect(memcmp(x, x2, sizeof x), "step 6 drew step 5's batch");
+    cr_assert_eq(fg_token_data_batch(d, FG_SPLIT_VAL, B, T, 9, 5, x, y), FG_OK);
+    for (int r = 0; r < B; r++)
+        cr_expect(is_window(va, nva, x + r * T, y + r * T, T), "val row %d is not a window of val.bin", r);
+    fg_token_data_free(d);
+
+    /* one llm.c-named pair in a folder, found by name */
+    cr_assert_eq(mkdir(at("llmc"), 0777), 0);
+    write_llmc("llmc/shake_train.bin", tr, (int32_t)ntr, ntr, FG_LLMC_DATA_MAGIC, 1);
+    write_llmc("llmc/shake_val.bin", va, (int32_t)nva, nva, FG_LLMC_DATA_MAGIC, 1);
+    d = fg_token_data_open(at("llmc"), 256, 16);
+    cr_assert(d, "%s", fg_last_error());
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_VAL), nva);
+    fg_token_data_free(d);
+    /* the train file named directly finds its val file */
+    d = fg_token_data_open(at("llmc/shake_train.bin"), 256, 16);
+    cr_assert(d, "%s", fg_last_error());
+    cr_expect_not_null(fg_token_data_file(d, FG_SPLIT_VAL), "shake_val.bin was not found beside shake_train.bin");
+    fg_token_data_free(d);
+    /* a file alone: its last tenth is the validation split */
+    write_bytes("alone.bin", tr, ntr * 2);
+    d = fg_token_data_open(at("alone.bin"), 256, 16);
+    cr_assert(d, "%s", fg_last_error());
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_VAL), ntr / 10);
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_TRAIN), ntr - ntr / 10);
+    fg_token_data_free(d);
+    /* too short for the block */
+    fg_clear_error();
+    cr_expect_null(fg_token_data_open(at("nano"), 256, 900), "val.bin is shorter than block + 1");
+    cr_expect(strstr(fg_last_error(), "val split"), "%s", fg_last_error());
+    free(tr);
+    free(va);
+}
+
+Test(tokens, llmc_tokenizer_file_decodes_and_bad_ones_are_refused, .init = setup, .fini = teardown) {
+    uint32_t h[256] = {0};
+    h[0] = FG_LLMC_TOKENIZER_MAGIC;
+    h[1] = 2;
+    h[2] = 3;
+    h[3] = 2; /* end of text */
+    const unsigned char body[] = {2, 'h', 'i', 1, ' ', 5, '<', 'e', 'o', 't', '>'};
+    FILE *f = fopen(at("tok.bin"), "wb");
+    fwrite(h, sizeof h, 1, f);
+    fwrite(body, sizeof body, 1, f);
+    fclose(f);
+    fg_token_vocab *v = fg_token_vocab_load(at("tok.bin"));
+    cr_assert(v, "%s", fg_last_error());
+    cr_expect_eq(fg_token_vocab_size(v), 3);
+    size_t n = 0;
+    const unsigned char *b = fg_token_vocab_bytes(v, 2, &n);
+    cr_expect(b && n == 5 && !memcmp(b, "<eot>", 5), "token 2 decodes wrongly");
+    cr_expect_null(fg_token_vocab_bytes(v, 3, &n), "id 3 is outside a vocabulary of 3");
+    fg_token_vocab_free(v);
+    f = fopen(at("short.bin"), "wb");
+    fwrite(h, sizeof h, 1, f);
+    fwrite(body, sizeof body - 2, 1, f);
+    fclose(f);
+    fg_clear_error();
+    cr_expect_null(fg_token_vocab_load(at("short.bin")));
+    cr_expect(strstr(fg_last_error(), "past the end"), "%s", fg_last_error());
+    h[0] = 1234;
+    f = fopen(at("magic.bin"), "wb");
+    fwrite(h, sizeof h, 1, f);
+    fclose(f);
+    fg_clear_error();
+    cr_expect_null(fg_token_vocab_load(at("magic.bin")));
+    cr_expect(strstr(fg_last_error(), "magic"), "%s", fg_last_error());
+}
