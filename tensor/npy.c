@@ -300,10 +300,13 @@ static fg_status npy_header(const unsigned char *b, size_t avail, uint64_t total
     if (st) return st;
 
     /* bytes = prod(shape) * itemsize, refusing overflow of int64 / size_t */
-    uint64_t numel = 1;
+    /* the nonzero sizes too: a tensor's strides are products of trailing sizes, whatever a zero
+     * size elsewhere makes of the element count */
+    uint64_t numel = 1, nonzero = 1;
     for (int i = 0; i < info->ndim; i++) {
-        if (__builtin_mul_overflow(numel, (uint64_t)info->shape[i], &numel) ||
-            numel > (uint64_t)INT64_MAX) {
+        if (__builtin_mul_overflow(numel, (uint64_t)info->shape[i], &numel) || numel > (uint64_t)INT64_MAX ||
+            (info->shape[i] > 0 &&
+             (__builtin_mul_overflow(nonzero, (uint64_t)info->shape[i], &nonzero) || nonzero > (uint64_t)INT64_MAX / 8))) {
             char sb[160];
             shape_repr(sb, sizeof sb, info->ndim, info->shape);
             return npy_fail(path, "shape %s has too many elements", sb);

@@ -121,11 +121,14 @@ static fg_status check_shape(int ndim, const int64_t *shape, int64_t *numel) {
     if (ndim < 0 || ndim > FG_MAX_DIMS)
         return fg_error(FG_ERR_ARG, "tensor: rank %d is outside 0..%d", ndim, FG_MAX_DIMS);
     if (ndim > 0 && !shape) return fg_error(FG_ERR_ARG, "tensor: shape is NULL");
-    int64_t n = 1;
+    /* The strides are products of trailing sizes, so the product of the nonzero sizes must fit
+     * (with room for the bytes) even when a zero size makes the element count 0. */
+    int64_t n = 1, nz = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) return fg_error(FG_ERR_ARG, "tensor: negative size %lld in dim %d", (long long)shape[i], i);
-        if (shape[i] > 0 && n > INT64_MAX / 8 / shape[i])
+        if (shape[i] > 0 && nz > INT64_MAX / 8 / shape[i])
             return fg_error(FG_ERR_ARG, "tensor: shape is too large (element count overflows)");
+        if (shape[i] > 0) nz *= shape[i];
         n *= shape[i];
     }
     *numel = n;
