@@ -1,13 +1,14 @@
-/* adamw.cu — AdamW's update, the gradient norm and gradient scaling on device arrays.
+/* adamw.cu — the optimizer kernels of the CUDA table (ops/kernels.h, `optimizer`): AdamW's update,
+ * the sum of squares of the gradient norm and gradient scaling, on device arrays.
  *
- * CPU reference: train/adamw.c (ADAMW_RANGE, fg_grad_norm, fg_grad_scale): the same arithmetic
+ * CPU reference: ops/optim.c (ADAMW_RANGE, fg_cpu_sum_squares, fg_cpu_scale): the same arithmetic
  * in the same types, element by element. The norm's sum is float64 in a fixed two-stage order
- * (the CPU sums in array order, so the two may differ in the last bits).
+ * (the CPU sums in blocks of its own, so the two may differ in the last bits).
  *
  * Legend: p, g, m, v are (n) arrays of one dtype: parameters, gradients, AdamW's moments.
  */
 #include "cuda/cuda_common.cuh"
-#include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 /* ============================================================================================
  * kernels
@@ -39,7 +40,7 @@ struct square_term {
 };
 
 /* ============================================================================================
- * host side
+ * host side: the launchers of the kernel table (ops/kernels.h)
  * ============================================================================================ */
 
 template <typename T>
@@ -52,11 +53,18 @@ static fg_status adamw_t(void *p, const void *g, void *m, void *v, int64_t n, do
     return FG_OK;
 }
 
-extern "C" fg_status fg_cuda_adamw_range(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n,
-                                         double decay_factor, double b1, double b2, double step_size, double bc2_sqrt,
-                                         double eps) {
-    FG_TRY(fg_cu_require("adamw"));
-    return FG_CU_DISPATCH(dt, adamw_t, p, g, m, v, n, decay_factor, b1, b2, step_size, bc2_sqrt, eps);
+/* one launch per span, in span order */
+extern "C" fg_status fg_cu_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
+                                 const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
+                                 double eps) {
+    (void)n;
+    const size_t es = fg_dtype_size(dt);
+    for (int k = 0; k < n_spans; k++) {
+        const size_t off = (size_t)spans[k].offset * es;
+        FG_TRY(FG_CU_DISPATCH(dt, adamw_t, (char *)p + off, (const char *)g + off, (char *)m + off, (char *)v + off,
+                              spans[k].count, spans[k].decay_factor, b1, b2, step_size, bc2_sqrt, eps));
+    }
+    return FG_OK;
 }
 
 template <typename T>
@@ -69,8 +77,7 @@ static fg_status sum_squares_t(const void *x, int64_t n, double *out) {
     return FG_OK;
 }
 
-extern "C" fg_status fg_cuda_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
-    FG_TRY(fg_cu_require("sum_squares"));
+extern "C" fg_status fg_cu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
     return FG_CU_DISPATCH(dt, sum_squares_t, x, n, out);
 }
 
@@ -82,7 +89,6 @@ static fg_status scale_t(void *x, int64_t n, double s) {
     return FG_OK;
 }
 
-extern "C" fg_status fg_cuda_scale(fg_dtype dt, void *x, int64_t n, double s) {
-    FG_TRY(fg_cu_require("scale"));
+extern "C" fg_status fg_cu_scale(fg_dtype dt, void *x, int64_t n, double s) {
     return FG_CU_DISPATCH(dt, scale_t, x, n, s);
 }

@@ -14,8 +14,9 @@
  *     its CPU reference.
  *     Every reduction (bias and LayerNorm parameter gradients, sums, embedding scatter-add,
  *     cross-entropy mean) runs in a fixed order without atomics, so two runs are bit-identical.
- *  2. Raw-pointer kernels for code that keeps its own flat arrays (train/'s AdamW and gradient
- *     clipping, benchmarks, tests). Pointers are device memory; arrays are contiguous.
+ *  2. Raw-pointer kernels for code that keeps its own flat arrays (benchmarks, tests; train/'s
+ *     optimizer goes through the kernel table, ops/kernels.h). Pointers are device memory; arrays
+ *     are contiguous.
  *
  * Everything runs on the one stream of cuda/runtime.cu and returns before the GPU finishes; a
  * copy to the host (fg_to_host, fg_to) waits. All of it needs fg_cuda_init() first.
@@ -55,17 +56,6 @@ fg_tensor *fg_cuda_reduce_all(fg_tensor *t, int is_mean);
 /* cuda/embedding.cu: idx is HOST memory (n int32 ids, already range-checked by the caller). */
 fg_tensor *fg_cuda_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const int64_t *shape);
 
-/* cuda/gelu.cu, cuda/softmax.cu */
-fg_tensor *fg_cuda_gelu(fg_tensor *x);
-fg_tensor *fg_cuda_softmax(fg_tensor *x);
-
-/* cuda/cross_entropy.cu: targets is HOST memory (one int32 per row, checked by the caller). */
-fg_tensor *fg_cuda_cross_entropy(fg_tensor *logits, const int32_t *targets);
-
-/* cuda/dropout.cu: the keep decision of element k is fg_philox_u32(seed, stream, k) >= threshold,
- * exactly as on the CPU, so a GPU run drops the same elements. p == 0 returns x retained. */
-fg_tensor *fg_cuda_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream);
-
 /* ---- attention (cuda/attention.cu): the fg_attn_backend that fg_cuda_init() registers ----
  * Same contract as the CPU kernels of ops/attention.h, on device pointers. impl FLASH: the
  * tiled kernels (forward writes O and lse only; the backward recomputes P from lse); `aux` is
@@ -93,16 +83,6 @@ fg_status fg_cuda_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, v
 fg_status fg_cuda_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
                        int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, double beta, void *C,
                        int64_t ldc, int64_t sC, int64_t batch);
-
-/* cuda/adamw.cu — train/adamw.c's ADAMW_RANGE on device arrays p, g, m, v of n elements:
- *     m = b1 m + (1 − b1) g;  v = b2 v + (1 − b2) g²;
- *     p = p · decay_factor − step_size · m / (sqrt(v) / bc2_sqrt + eps) */
-fg_status fg_cuda_adamw_range(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, double decay_factor,
-                              double b1, double b2, double step_size, double bc2_sqrt, double eps);
-/* *out = Σ x[i]² in float64 (fixed order: deterministic). Waits for the result. */
-fg_status fg_cuda_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out);
-/* x[i] *= s (float32 multiplies by (float)s, as train/adamw.c does). */
-fg_status fg_cuda_scale(fg_dtype dt, void *x, int64_t n, double s);
 
 #ifdef __cplusplus
 }

@@ -2,13 +2,13 @@
  *
  * CPU reference: ops/gelu.c (same formula, same derivative).
  *
- * Legend: x is any shape (made contiguous); out has x's shape.
+ * Legend: x, out, dout, dx are (n), contiguous (ops/gelu.c makes x so).
  *   u = sqrt(2/pi) (x + 0.044715 x³)        out = 0.5 x (1 + tanh u)
  *   d out / dx = 0.5 (1 + tanh u) + 0.5 x (1 − tanh² u) sqrt(2/pi) (1 + 3 · 0.044715 x²)
- * saved for backward: X (x, contiguous); the backward recomputes tanh u.
+ * The backward recomputes tanh u from x.
  */
 #include "cuda/cuda_common.cuh"
-#include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 #define GELU_SCALE 0.7978845608028654 /* sqrt(2/pi) */
 #define GELU_CUBE 0.044715
@@ -42,52 +42,29 @@ __global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, int64_t n) {
 }
 
 /* ============================================================================================
- * host side
+ * host side: the launchers of the kernel table (ops/kernels.h)
  * ============================================================================================ */
 
 template <typename T>
-static fg_status gelu_fwd(fg_tensor *out, const fg_tensor *X) {
-    int64_t n = fg_numel(X);
+static fg_status gelu_fwd(void *out, const void *x, int64_t n) {
     if (n == 0) return FG_OK;
-    gelu_fwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(out), (const T *)fg_data(X), n);
+    gelu_fwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, n);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
 template <typename T>
-static fg_status gelu_bwd(fg_tensor *dx, const fg_tensor *dout, const fg_tensor *X) {
-    int64_t n = fg_numel(X);
+static fg_status gelu_bwd(void *dx, const void *dout, const void *x, int64_t n) {
     if (n == 0) return FG_OK;
-    gelu_bwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(dx), (const T *)fg_data(dout),
-                                                                             (const T *)fg_data(X), n);
+    gelu_bwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, (const T *)x, n);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-/* saved {X} */
-static fg_status gelu_backward(fg_node *n) {
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]);
-    if (!dx) return FG_OK;
-    fg_tensor *dout = fg_cu_grad_out(n);
-    if (!dout) return fg_last_status();
-    fg_status st = FG_CU_DISPATCH(dx->dtype, gelu_bwd, dx, dout, n->saved[0]);
-    fg_release(dout);
-    return st;
+extern "C" fg_status fg_cu_gelu_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
+    return FG_CU_DISPATCH(dt, gelu_fwd, out, x, n);
 }
 
-extern "C" fg_tensor *fg_cuda_gelu(fg_tensor *x) {
-    if (fg_cu_require("gelu") != FG_OK) return NULL;
-    fg_tensor *X = fg_contiguous(x);
-    fg_tensor *out = X ? fg_empty(x->dtype, FG_CUDA, x->ndim, x->shape) : NULL;
-    if (out && FG_CU_DISPATCH(x->dtype, gelu_fwd, out, X) != FG_OK) {
-        fg_release(out);
-        out = NULL;
-    }
-    if (out) {
-        fg_tensor *inputs[1] = {x};
-        fg_node *node = fg_record(out, "gelu", gelu_backward, 1, inputs);
-        if (node) fg_node_save(node, X);
-    }
-    fg_release(X);
-    return out;
+extern "C" fg_status fg_cu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
+    return FG_CU_DISPATCH(dt, gelu_bwd, dx, dout, x, n);
 }

@@ -3,13 +3,13 @@
  * CPU reference: ops/softmax.c (max-subtracted; sums in float64; a row that is all -inf gives
  * zeros and passes no gradient).
  *
- * Legend: x is (..., C), seen as R rows of C; out (..., C), contiguous.
- * saved for backward: out itself, as fg_alias(out).
+ * Legend: x, y = softmax(x), dy, dx are (R, C), contiguous (ops/softmax.c makes x so and keeps y
+ * for the backward).
  *   out_i = exp(x_i − max) / Σ_j exp(x_j − max)
  * One warp per row; lanes stride over the row and combine with butterfly shuffles (fixed order).
  */
 #include "cuda/cuda_common.cuh"
-#include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 /* ============================================================================================
  * kernels
@@ -57,64 +57,33 @@ __global__ void softmax_bwd_kernel(T *dx, const T *dout, const T *y, int64_t R, 
 }
 
 /* ============================================================================================
- * host side
+ * host side: the launchers of the kernel table (ops/kernels.h)
  * ============================================================================================ */
 
 static unsigned row_blocks(int64_t R) { return fg_cu_blocks(R * 32); } /* 8 rows (warps) per block */
 
 template <typename T>
-static fg_status softmax_fwd(fg_tensor *out, const fg_tensor *X, int64_t R, int64_t C) {
+static fg_status softmax_fwd(void *y, const void *x, int64_t R, int64_t C) {
     if (R * C == 0) return FG_OK;
-    softmax_fwd_kernel<T><<<row_blocks(R), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(out), (const T *)fg_data(X),
-                                                                              R, C);
+    softmax_fwd_kernel<T><<<row_blocks(R), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)y, (const T *)x, R, C);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
 template <typename T>
-static fg_status softmax_bwd(fg_tensor *dx, const fg_tensor *dout, const fg_tensor *y, int64_t R, int64_t C) {
+static fg_status softmax_bwd(void *dx, const void *dy, const void *y, int64_t R, int64_t C) {
     if (R * C == 0) return FG_OK;
-    softmax_bwd_kernel<T><<<row_blocks(R), FG_CU_THREADS, 0, fg_cu_stream()>>>(
-        (T *)fg_data(dx), (const T *)fg_data(dout), (const T *)fg_data(y), R, C);
+    softmax_bwd_kernel<T><<<row_blocks(R), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dy, (const T *)y,
+                                                                              R, C);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-/* saved {y} */
-static fg_status softmax_backward(fg_node *n) {
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]);
-    if (!dx) return FG_OK;
-    fg_tensor *y = n->saved[0], *dout = fg_cu_grad_out(n);
-    if (!dout) return fg_last_status();
-    int64_t C = y->shape[y->ndim - 1], R = C ? fg_numel(y) / C : 0;
-    fg_status st = FG_CU_DISPATCH(dx->dtype, softmax_bwd, dx, dout, y, R, C);
-    fg_release(dout);
-    return st;
+extern "C" fg_status fg_cu_softmax_forward(fg_dtype dt, void *y, const void *x, int64_t R, int64_t C) {
+    return FG_CU_DISPATCH(dt, softmax_fwd, y, x, R, C);
 }
 
-extern "C" fg_tensor *fg_cuda_softmax(fg_tensor *x) {
-    if (fg_cu_require("softmax") != FG_OK) return NULL;
-    int64_t C = x->shape[x->ndim - 1], R = C ? fg_numel(x) / C : 0;
-    fg_tensor *X = fg_contiguous(x);
-    fg_tensor *out = X ? fg_empty(x->dtype, FG_CUDA, x->ndim, x->shape) : NULL;
-    if (out && FG_CU_DISPATCH(x->dtype, softmax_fwd, out, X, R, C) != FG_OK) {
-        fg_release(out);
-        out = NULL;
-    }
-    if (out) {
-        fg_tensor *inputs[1] = {x};
-        fg_node *node = fg_record(out, "softmax", softmax_backward, 1, inputs);
-        if (node) {
-            fg_tensor *y = fg_alias(out); /* not `out` itself: out owns the node (no cycle) */
-            if (!y) {
-                fg_release(out);
-                out = NULL;
-            } else {
-                fg_node_save(node, y);
-                fg_release(y);
-            }
-        }
-    }
-    fg_release(X);
-    return out;
+extern "C" fg_status fg_cu_softmax_backward(fg_dtype dt, void *dx, const void *dy, const void *y, int64_t R,
+                                            int64_t C) {
+    return FG_CU_DISPATCH(dt, softmax_bwd, dx, dy, y, R, C);
 }

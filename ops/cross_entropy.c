@@ -3,7 +3,8 @@
  * Legend: logits is (..., V), seen as R = numel / V rows of V classes; targets holds R int32
  * class ids (-1 = ignore the row); out is (1): the mean loss over the `count` rows whose target is
  * not -1 (0 when there are none).
- * saved for backward: X (logits, contiguous), lse (R) = per-row logsumexp, a copy of targets (ctx).
+ * saved for backward: X (logits, contiguous), lse (R) = per-row logsumexp, a copy of targets in
+ * the logits' device memory (the kernels of every device read them there).
  * The probabilities (R, V) are never stored; the backward recomputes exp(x - lse).
  *
  *   lse_r = max_r + log sum_j exp(x_rj - max_r)        loss = sum_r (lse_r - x_r,t_r) / count
@@ -15,6 +16,7 @@
  */
 #include <string.h>
 
+#include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 #include "ops/cpu/vmath.h"
 
@@ -236,17 +238,65 @@ static void cross_entropy_bwd_f32(float *dx, const float *x, const float *lse, c
     fg_par_range(R, fg_par_rows(V), 0.6 * (double)V, ce_bwd_piece, &j);
 }
 
-/* saved {X, lse}; ctx = targets; iargs = {R, V, count} */
-static fg_status cross_entropy_backward(fg_node *n) {
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]);
-    int64_t R = n->iargs[0], V = n->iargs[1], count = n->iargs[2];
-    if (!dx || count == 0) return FG_OK; /* nothing counted: the loss is the constant 0 */
-    fg_tensor *X = n->saved[0], *lse = n->saved[1], *dout = fg_op_grad_out(n);
-    if (!dout) return fg_last_status();
-    double g = fg_get(dout, 0) / (double)count;
-    FG_DISPATCH(X->dtype, cross_entropy_bwd, fg_data(dx), fg_data(X), fg_data(lse), (const int32_t *)n->ctx, R, V, g);
-    fg_release(dout);
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+fg_status fg_cpu_cross_entropy_forward(fg_dtype dt, void *loss, void *lse, const void *x, const int32_t *targets,
+                                       int64_t R, int64_t V, int64_t count) {
+    double total;
+    FG_DISPATCH(dt, cross_entropy_fwd, &total, lse, x, targets, R, V);
+    const double mean = count ? total / (double)count : 0.0;
+    if (dt == FG_F32) *(float *)loss = (float)mean;
+    else *(double *)loss = mean;
     return FG_OK;
+}
+
+fg_status fg_cpu_cross_entropy_backward(fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse,
+                                        const int32_t *targets, int64_t R, int64_t V, int64_t count) {
+    const double g = (dt == FG_F32 ? (double)*(const float *)dloss : *(const double *)dloss) / (double)count;
+    FG_DISPATCH(dt, cross_entropy_bwd, dx, x, lse, targets, R, V, g);
+    return FG_OK;
+}
+
+/* ---- the op, for every device ---- */
+
+/* The targets' copy in device d's memory (R int32 ids; freed by targets_free[d]). */
+static void targets_free_cpu(void *p) { fg_free(FG_CPU, p); }
+static void targets_free_cuda(void *p) { fg_free(FG_CUDA, p); }
+static void (*const targets_free[FG_DEVICE_COUNT])(void *) = {[FG_CPU] = targets_free_cpu,
+                                                              [FG_CUDA] = targets_free_cuda};
+
+static int32_t *targets_copy(const char *op, fg_device d, const int32_t *targets, int64_t R) {
+    const size_t nbytes = (size_t)R * sizeof(int32_t);
+    int32_t *t = fg_alloc(d, nbytes ? nbytes : 1);
+    if (!t) {
+        fg_error(FG_ERR_OOM, "%s: out of memory for %zu bytes of targets on %s", op, nbytes, fg_device_name(d));
+        return NULL;
+    }
+    if (nbytes && d == FG_CPU) memcpy(t, targets, nbytes);
+    else if (nbytes) fg_backend(d)->copy_from_host(t, targets, nbytes); /* waits for the copy */
+    return t;
+}
+
+/* What the backward needs. targets is the node's ctx (ctx_free frees it). */
+typedef struct {
+    fg_tensor *x, *lse;
+    const int32_t *targets;
+    int64_t R, V, count;
+} cross_entropy_state;
+
+/* inputs {logits} */
+static fg_status cross_entropy_backward(fg_node *n) {
+    const cross_entropy_state *s = FG_NODE_STATE(n, cross_entropy_state);
+    fg_tensor *dx;
+    FG_TRY(fg_grad_get(n->inputs[0], &dx));
+    if (!dx || s->count == 0) return FG_OK; /* nothing counted: the loss is the constant 0 */
+    const fg_kernels *k = fg_kernels_for(s->x->device, n->op);
+    if (!k) return fg_last_status();
+    fg_tensor *dout = fg_op_grad_out(n);
+    if (!dout) return fg_last_status();
+    fg_status st = k->cross_entropy.backward(s->x->dtype, fg_data(dx), fg_data(dout), fg_data(s->x), fg_data(s->lse),
+                                             s->targets, s->R, s->V, s->count);
+    fg_release(dout);
+    return st;
 }
 
 fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
@@ -270,35 +320,35 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
         }
         count += targets[r] >= 0;
     }
-#ifdef FG_WITH_CUDA
-    if (logits->device == FG_CUDA) return fg_cuda_cross_entropy(logits, targets); /* cuda/cross_entropy.cu */
-#endif
-    if (logits->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(logits->device, op);
+    if (!k) return NULL;
+    if (!k->cross_entropy.forward) {
+        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", op, k->device);
+        return NULL;
+    }
 
-    int64_t one = 1;
-    fg_tensor *X = fg_op_contiguous(logits);
-    fg_tensor *lse = X ? fg_empty(logits->dtype, FG_CPU, 1, &R) : NULL;
-    fg_tensor *out = lse ? fg_empty(logits->dtype, FG_CPU, 1, &one) : NULL;
-    if (out) {
-        double total;
-        FG_DISPATCH(logits->dtype, cross_entropy_fwd, &total, fg_data(lse), fg_data(X), targets, R, V);
-        fg_set(out, 0, count ? total / (double)count : 0.0);
-        fg_node *node = fg_record(out, op, cross_entropy_backward, 1, (fg_tensor *[]){logits});
-        if (node) {
-            fg_node_save(node, X);
-            fg_node_save(node, lse);
-            node->iargs[0] = R;
-            node->iargs[1] = V;
-            node->iargs[2] = count;
-            node->ctx = fg_op_ctx_alloc(op, (size_t)R * sizeof(int32_t));
-            if (!node->ctx) { /* releasing out frees the node */
-                fg_release(out);
-                out = NULL;
-            } else {
-                if (R) memcpy(node->ctx, targets, (size_t)R * sizeof(int32_t));
-                node->ctx_free = fg_op_ctx_free;
-            }
-        }
+    const fg_device dev = logits->device;
+    const int64_t one = 1;
+    int32_t *t = targets_copy(op, dev, targets, R);
+    fg_tensor *X = t ? fg_op_contiguous(logits) : NULL;
+    fg_tensor *lse = X ? fg_empty(logits->dtype, dev, 1, &R) : NULL;
+    fg_tensor *out = lse ? fg_empty(logits->dtype, dev, 1, &one) : NULL;
+    if (out &&
+        k->cross_entropy.forward(logits->dtype, fg_data(out), fg_data(lse), fg_data(X), t, R, V, count) != FG_OK) {
+        fg_release(out);
+        out = NULL;
+    }
+    fg_node *node = out ? fg_record(out, op, cross_entropy_backward, 1, (fg_tensor *[]){logits}) : NULL;
+    if (node) {
+        cross_entropy_state *s = FG_NODE_STATE(node, cross_entropy_state);
+        s->x = fg_node_keep(node, X);
+        s->lse = fg_node_keep(node, lse);
+        s->targets = t;
+        s->R = R, s->V = V, s->count = count;
+        node->ctx = t; /* freed with the node */
+        node->ctx_free = targets_free[dev];
+    } else if (t) {
+        targets_free[dev](t);
     }
     fg_release(X);
     fg_release(lse);

@@ -1,16 +1,17 @@
 /* dropout.c — inverted dropout with a mask that is regenerated, never stored.
  *
- * Legend: x is any shape; out has x's shape (contiguous). k is an element's flat C-order index.
+ * Legend: x is any shape (made contiguous); out has x's shape (contiguous). k is an element's flat
+ * C-order index.
  *
  *   keep(k) = fg_philox_u32(seed, stream, k) >= fg_dropout_threshold(p)
  *   out[k]  = keep(k) ? x[k] / (1 - p) : 0
  *
- * The backward calls keep(k) again with the same (seed, stream) (kept in iargs), so it drops
- * exactly the elements the forward dropped; cuda/dropout.cu draws the same numbers.
+ * saved for backward: only (p, seed, stream). The backward calls keep(k) again with the same
+ * (seed, stream), so it drops exactly the elements the forward dropped; cuda/dropout.cu draws the
+ * same numbers.
  * Philox yields 4 words per counter block (block k/4, word k%4).
  */
-#include <string.h>
-
+#include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 #include "ops/cpu/vmath.h"
 #include "ops/cpu/vphilox.h"
@@ -50,17 +51,6 @@ typedef struct {
             else                                                                                       \
                 for (; k < end; k++) y[k] = w[k - k4] >= J->thr ? x[k] * scale : (T)0;                 \
         }                                                                                              \
-    }                                                                                                  \
-    /* a strided x (the rare case): out is contiguous, so its offset is k; one word at a time */      \
-    static void dropout_fwd_strided_##SFX(T *out, const T *x, fg_iter *it, uint64_t seed, uint64_t stream, \
-                                          uint32_t thr, double scale_) {                               \
-        T scale = (T)scale_;                                                                           \
-        while (fg_iter_next(it)) {                                                                     \
-            int64_t k0 = it->off[0], sx = it->inner[1], n = it->n;                                     \
-            const T *px = x + it->off[1];                                                              \
-            for (int64_t i = 0; i < n; i++)                                                            \
-                out[k0 + i] = fg_philox_u32(seed, stream, (uint64_t)(k0 + i)) >= thr ? px[i * sx] * scale : (T)0; \
-        }                                                                                              \
     }
 DROPOUT_KERNELS(float, f32)
 DROPOUT_KERNELS(double, f64)
@@ -87,18 +77,41 @@ static void drop_contiguous(fg_dtype dt, void *y, const void *x, int64_t n, uint
     fg_par_range(n, DROP_CHUNK, 1.0, drop_piece, &c); /* ~1 ns an element on one core */
 }
 
-/* fargs[0] = p; iargs = {seed, stream} */
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+fg_status fg_cpu_dropout_forward(fg_dtype dt, void *out, const void *x, int64_t n, uint64_t seed, uint64_t stream,
+                                 double p) {
+    drop_contiguous(dt, out, x, n, seed, stream, fg_dropout_threshold(p), 1.0 / (1.0 - p), 0);
+    return FG_OK;
+}
+
+/* forward: out[k] = keep(k) ? x[k] * scale : 0  ->  dx[k] += keep(k) ? dout[k] * scale : 0 */
+fg_status fg_cpu_dropout_backward(fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream,
+                                  double p) {
+    drop_contiguous(dt, dx, dout, n, seed, stream, fg_dropout_threshold(p), 1.0 / (1.0 - p), 1);
+    return FG_OK;
+}
+
+/* ---- the op, for every device ---- */
+
+/* What the backward needs: the mask's parameters (the mask itself is drawn again). */
+typedef struct {
+    double p;
+    uint64_t seed, stream;
+} dropout_state;
+
+/* inputs {x} */
 static fg_status dropout_backward(fg_node *n) {
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]);
+    const dropout_state *s = FG_NODE_STATE(n, dropout_state);
+    fg_tensor *dx;
+    FG_TRY(fg_grad_get(n->inputs[0], &dx));
     if (!dx) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(dx->device, n->op);
+    if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    double p = n->fargs[0];
-    /* forward: out[k] = keep(k) ? x[k] * scale : 0  ->  dx[k] += keep(k) ? dout[k] * scale : 0 */
-    drop_contiguous(dx->dtype, fg_data(dx), fg_data(dout), fg_numel(dx), (uint64_t)n->iargs[0], (uint64_t)n->iargs[1],
-                    fg_dropout_threshold(p), 1.0 / (1.0 - p), 1);
+    fg_status st = k->dropout.backward(dx->dtype, fg_data(dx), fg_data(dout), fg_numel(dx), s->seed, s->stream, s->p);
     fg_release(dout);
-    return FG_OK;
+    return st;
 }
 
 fg_tensor *fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream) {
@@ -109,30 +122,22 @@ fg_tensor *fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream) {
         fg_error(FG_ERR_ARG, "%s: p = %g is outside [0, 1) (x %s)", op, p, FG_SHP(x, b));
         return NULL;
     }
-#ifdef FG_WITH_CUDA
-    if (x->device == FG_CUDA) return fg_cuda_dropout(x, p, seed, stream); /* cuda/dropout.cu */
-#endif
-    if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(x->device, op);
+    if (!k) return NULL;
+    if (!k->dropout.forward) {
+        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", op, k->device);
+        return NULL;
+    }
     if (p == 0.0) return fg_retain(x);
-    fg_tensor *out = fg_empty(x->dtype, FG_CPU, x->ndim, x->shape);
-    if (!out) return NULL;
-    if (fg_is_contiguous(x)) {
-        drop_contiguous(x->dtype, fg_data(out), fg_data(x), fg_numel(x), seed, stream, fg_dropout_threshold(p),
-                        1.0 / (1.0 - p), 0);
-    } else {
-        int64_t st[2][FG_MAX_DIMS];
-        fg_contig_strides(x->ndim, x->shape, st[0]);
-        memcpy(st[1], x->strides, sizeof st[1]);
-        fg_iter it;
-        fg_iter_init(&it, x->ndim, x->shape, 2, st);
-        FG_DISPATCH(x->dtype, dropout_fwd_strided, fg_data(out), fg_data(x), &it, seed, stream,
-                    fg_dropout_threshold(p), 1.0 / (1.0 - p));
+
+    fg_tensor *X = fg_op_contiguous(x);
+    fg_tensor *out = X ? fg_empty(x->dtype, x->device, x->ndim, x->shape) : NULL;
+    if (out && k->dropout.forward(x->dtype, fg_data(out), fg_data(X), fg_numel(X), seed, stream, p) != FG_OK) {
+        fg_release(out);
+        out = NULL;
     }
-    fg_node *node = fg_record(out, op, dropout_backward, 1, (fg_tensor *[]){x});
-    if (node) {
-        node->fargs[0] = p;
-        node->iargs[0] = (int64_t)seed;
-        node->iargs[1] = (int64_t)stream;
-    }
+    fg_node *node = out ? fg_record(out, op, dropout_backward, 1, (fg_tensor *[]){x}) : NULL;
+    if (node) *FG_NODE_STATE(node, dropout_state) = (dropout_state){p, seed, stream};
+    fg_release(X);
     return out;
 }

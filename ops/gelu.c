@@ -1,10 +1,11 @@
 /* gelu.c — GELU in the tanh form GPT-2 uses.
  *
- * Legend: x is any shape; out has x's shape (contiguous).
+ * Legend: x is any shape (made contiguous); out has x's shape (contiguous).
+ * saved for backward: X (x, contiguous).
  *
  *   u = sqrt(2/pi) * (x + 0.044715 x³)        out = 0.5 x (1 + tanh u)
  *
- * The backward recomputes the nonlinearity from x (cheaper than storing it):
+ * The backward recomputes the nonlinearity from X (cheaper than storing it):
  *   d out / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh² u) sqrt(2/pi) (1 + 3 * 0.044715 x²)
  *
  * float64 evaluates exactly that, with tanh. float32 uses 0.5 (1 + tanh u) = σ(2u) = 1 / (1 + e),
@@ -13,11 +14,10 @@
  *   d out / dx = s + 2x · du · s (1 - s),   s = 1 / (1 + e),  du = sqrt(2/pi) (1 + 3 * 0.044715 x²)
  * with 1 - s taken as e·s where e <= 1 (s near 1: 1 - s would have lost e's digits).
  * Large |u| needs no special case: e = 0 gives out = x, s = 1; e = +inf gives out = -0, s = 0.
- * Contiguous float32 runs the AVX-512 / AVX2 kernels below, whose scalar form (gelu_f32,
- * gelu_grad_f32) gives the same bits (see ops/cpu/vmath.h), in pieces on the thread pool.
+ * float32 runs the AVX-512 / AVX2 kernels below, whose scalar form (gelu_f32, gelu_grad_f32) gives
+ * the same bits (see ops/cpu/vmath.h), in pieces on the thread pool.
  */
-#include <string.h>
-
+#include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 #include "ops/cpu/vmath.h"
 
@@ -56,36 +56,16 @@ static inline double gelu_grad_f64(double x) {
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
 }
 
-/* ---- the strided loops (any layout, both dtypes) ---- */
-#define GELU_KERNELS(T, SFX)                                                                           \
-    /* operands: out (contiguous), x */                                                               \
-    static void gelu_fwd_##SFX(T *out, const T *x, fg_iter *it) {                                      \
-        while (fg_iter_next(it)) {                                                                     \
-            T *o = out + it->off[0];                                                                   \
-            const T *px = x + it->off[1];                                                              \
-            int64_t so = it->inner[0], sx = it->inner[1], n = it->n;                                   \
-            if (so == 1 && sx == 1)                                                                    \
-                for (int64_t i = 0; i < n; i++) o[i] = gelu_##SFX(px[i]);                              \
-            else                                                                                       \
-                for (int64_t i = 0; i < n; i++) o[i * so] = gelu_##SFX(px[i * sx]);                    \
-        }                                                                                              \
-    }                                                                                                  \
-    /* forward: out = gelu(x)  ->  dx += dout * gelu'(x); operands: dx, dout (contiguous), x */      \
-    static void gelu_bwd_##SFX(T *dx, const T *dout, const T *x, fg_iter *it) {                        \
-        while (fg_iter_next(it)) {                                                                     \
-            T *g = dx + it->off[0];                                                                    \
-            const T *d = dout + it->off[1], *px = x + it->off[2];                                      \
-            int64_t sg = it->inner[0], sd = it->inner[1], sx = it->inner[2], n = it->n;                \
-            if (sg == 1 && sd == 1 && sx == 1)                                                         \
-                for (int64_t i = 0; i < n; i++) g[i] += d[i] * gelu_grad_##SFX(px[i]);                 \
-            else                                                                                       \
-                for (int64_t i = 0; i < n; i++) g[i * sg] += d[i * sd] * gelu_grad_##SFX(px[i * sx]);  \
-        }                                                                                              \
-    }
-GELU_KERNELS(float, f32)
-GELU_KERNELS(double, f64)
+/* ---- float64: the plain loops ---- */
+static void gelu_fwd_f64(double *out, const double *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = gelu_f64(x[i]);
+}
+/* forward: out = gelu(x)  ->  dx += dout * gelu'(x) */
+static void gelu_bwd_f64(double *dx, const double *dout, const double *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dx[i] += dout[i] * gelu_grad_f64(x[i]);
+}
 
-/* ---- contiguous float32: the vector kernels, piece by piece ---- */
+/* ---- float32: the vector kernels, piece by piece ---- */
 
 /* y[i] = gelu(x[i])  (dout NULL)   or   y[i] += dout[i] * gelu'(x[i])  (y = dx) */
 typedef struct {
@@ -170,47 +150,59 @@ static void gelu_fast_f32(float *y, const float *x, const float *dout, int64_t n
     fg_par_range(n, FG_PAR_CHUNK, dout ? 0.8 : 0.4, gelu_piece, &j);
 }
 
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+fg_status fg_cpu_gelu_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
+    if (dt == FG_F32) gelu_fast_f32(out, x, NULL, n);
+    else gelu_fwd_f64(out, x, n);
+    return FG_OK;
+}
+
+fg_status fg_cpu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
+    if (dt == FG_F32) gelu_fast_f32(dx, x, dout, n);
+    else gelu_bwd_f64(dx, dout, x, n);
+    return FG_OK;
+}
+
+/* ---- the op, for every device ---- */
+
+/* What the backward needs: x made contiguous. */
+typedef struct {
+    fg_tensor *x;
+} gelu_state;
+
+/* inputs {x} */
 static fg_status gelu_backward(fg_node *n) {
-    fg_tensor *x = n->inputs[0], *dx = fg_grad_buffer(x);
+    const gelu_state *s = FG_NODE_STATE(n, gelu_state);
+    fg_tensor *dx;
+    FG_TRY(fg_grad_get(n->inputs[0], &dx));
     if (!dx) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(s->x->device, n->op);
+    if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    if (x->dtype == FG_F32 && fg_is_contiguous(x)) { /* dx and dout are contiguous */
-        gelu_fast_f32(fg_data(dx), fg_data(x), fg_data(dout), fg_numel(x));
-        fg_release(dout);
-        return FG_OK;
-    }
-    int64_t st[3][FG_MAX_DIMS];
-    fg_contig_strides(x->ndim, x->shape, st[0]);
-    memcpy(st[1], st[0], sizeof st[1]);
-    memcpy(st[2], x->strides, sizeof st[2]);
-    fg_iter it;
-    fg_iter_init(&it, x->ndim, x->shape, 3, st);
-    FG_DISPATCH(x->dtype, gelu_bwd, fg_data(dx), fg_data(dout), fg_data(x), &it);
+    fg_status st = k->gelu.backward(s->x->dtype, fg_data(dx), fg_data(dout), fg_data(s->x), fg_numel(s->x));
     fg_release(dout);
-    return FG_OK;
+    return st;
 }
 
 fg_tensor *fg_gelu(fg_tensor *x) {
     static const char op[] = "gelu";
     if (fg_op_check(op, "x", x) != FG_OK) return NULL;
-#ifdef FG_WITH_CUDA
-    if (x->device == FG_CUDA) return fg_cuda_gelu(x); /* cuda/gelu.cu */
-#endif
-    if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-    fg_tensor *out = fg_empty(x->dtype, FG_CPU, x->ndim, x->shape);
-    if (!out) return NULL;
-    if (x->dtype == FG_F32 && fg_is_contiguous(x)) {
-        gelu_fast_f32(fg_data(out), fg_data(x), NULL, fg_numel(x));
-        fg_record(out, op, gelu_backward, 1, (fg_tensor *[]){x});
-        return out;
+    const fg_kernels *k = fg_kernels_for(x->device, op);
+    if (!k) return NULL;
+    if (!k->gelu.forward) {
+        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", op, k->device);
+        return NULL;
     }
-    int64_t st[2][FG_MAX_DIMS];
-    fg_contig_strides(x->ndim, x->shape, st[0]);
-    memcpy(st[1], x->strides, sizeof st[1]);
-    fg_iter it;
-    fg_iter_init(&it, x->ndim, x->shape, 2, st);
-    FG_DISPATCH(x->dtype, gelu_fwd, fg_data(out), fg_data(x), &it);
-    fg_record(out, op, gelu_backward, 1, (fg_tensor *[]){x}); /* x is the node's input */
+
+    fg_tensor *X = fg_op_contiguous(x);
+    fg_tensor *out = X ? fg_empty(x->dtype, x->device, x->ndim, x->shape) : NULL;
+    if (out && k->gelu.forward(x->dtype, fg_data(out), fg_data(X), fg_numel(X)) != FG_OK) {
+        fg_release(out);
+        out = NULL;
+    }
+    fg_node *node = out ? fg_record(out, op, gelu_backward, 1, (fg_tensor *[]){x}) : NULL;
+    if (node) FG_NODE_STATE(node, gelu_state)->x = fg_node_keep(node, X);
+    fg_release(X);
     return out;
 }

@@ -8,6 +8,11 @@
 static const fg_kernels cpu_kernels = {
     .device = "cpu",
     .layernorm = {fg_cpu_layernorm_forward, fg_cpu_layernorm_backward},
+    .gelu = {fg_cpu_gelu_forward, fg_cpu_gelu_backward},
+    .softmax = {fg_cpu_softmax_forward, fg_cpu_softmax_backward},
+    .cross_entropy = {fg_cpu_cross_entropy_forward, fg_cpu_cross_entropy_backward},
+    .dropout = {fg_cpu_dropout_forward, fg_cpu_dropout_backward},
+    .optimizer = {fg_cpu_adamw, fg_cpu_sum_squares, fg_cpu_scale},
 };
 
 static _Atomic(const fg_kernels *) tables[FG_DEVICE_COUNT] = {&cpu_kernels};

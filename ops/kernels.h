@@ -43,6 +43,65 @@ typedef struct {
                           const void *mean, const void *rstd, const void *w, int64_t R, int64_t C);
 } fg_layernorm_kernels;
 
+/* ---- gelu (ops/gelu.c) ----
+ * x, out, dout, dx are (n), contiguous: out = gelu(x); dx += dout * gelu'(x). */
+typedef struct {
+    fg_status (*forward)(fg_dtype dt, void *out, const void *x, int64_t n);
+    fg_status (*backward)(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n);
+} fg_gelu_kernels;
+
+/* ---- softmax (ops/softmax.c) ----
+ * x, y = softmax(x) over each row, dy, dx are (R, C); a row of all -inf gives y = 0.
+ * dx += y * (dy - sum_j dy_j y_j), row by row. */
+typedef struct {
+    fg_status (*forward)(fg_dtype dt, void *y, const void *x, int64_t R, int64_t C);
+    fg_status (*backward)(fg_dtype dt, void *dx, const void *dy, const void *y, int64_t R, int64_t C);
+} fg_softmax_kernels;
+
+/* ---- cross_entropy (ops/cross_entropy.c) ----
+ * x is (R, V) logits; targets (R) int32 class ids in [0, V) or -1 (row ignored), in the device's
+ * memory; count = the rows whose target is not -1. forward writes lse (R) (0 for ignored rows) and
+ * loss (1) = sum_r (lse_r - x_r,t_r) / count (0 when count is 0). backward, for count > 0 and
+ * dloss (1) in the device's memory: dx_rj += dloss / count * (exp(x_rj - lse_r) - [j == t_r]). */
+typedef struct {
+    fg_status (*forward)(fg_dtype dt, void *loss, void *lse, const void *x, const int32_t *targets, int64_t R,
+                         int64_t V, int64_t count);
+    fg_status (*backward)(fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse,
+                          const int32_t *targets, int64_t R, int64_t V, int64_t count);
+} fg_cross_entropy_kernels;
+
+/* ---- dropout (ops/dropout.c) ----
+ * x, out, dout, dx are (n), contiguous; k is the flat index, 0 <= p < 1:
+ *   keep(k) = fg_philox_u32(seed, stream, k) >= fg_dropout_threshold(p)   (tensor/philox.h)
+ *   forward: out[k] = keep(k) ? x[k] * scale : 0      backward: dx[k] += keep(k) ? dout[k] * scale : 0
+ * with scale = 1 / (1 - p) rounded to the dtype. */
+typedef struct {
+    fg_status (*forward)(fg_dtype dt, void *out, const void *x, int64_t n, uint64_t seed, uint64_t stream, double p);
+    fg_status (*backward)(fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream,
+                          double p);
+} fg_dropout_kernels;
+
+/* ---- optimizer (ops/optim.c; train/adamw.c uses them) ----
+ * Flat arrays of one dtype: p (parameters), g (gradients), m, v (AdamW's moments), each (n).
+ * adamw updates, for each span, the elements [offset, offset + count) (spans do not overlap;
+ * elements in no span are left alone), with the span's decay factor df:
+ *     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g²;
+ *     p = p * df - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+ * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math).
+ * sum_squares: *out = sum_i x[i]² in float64, in an order that depends on n only; it waits for the
+ * result. scale: x[i] *= s, with s rounded to the dtype. */
+typedef struct {
+    int64_t offset, count;
+    double decay_factor;
+} fg_adamw_span;
+
+typedef struct {
+    fg_status (*adamw)(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
+                       const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps);
+    fg_status (*sum_squares)(fg_dtype dt, const void *x, int64_t n, double *out);
+    fg_status (*scale)(fg_dtype dt, void *x, int64_t n, double s);
+} fg_optimizer_kernels;
+
 /* ---- attention (ops/attention.c) ----
  * The contract of the CPU kernels of ops/attention.h on the device's pointers: `aux` is the naive
  * P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for FG_ATTN_FLASH. `caps`
@@ -61,6 +120,11 @@ typedef struct {
 typedef struct fg_kernels {
     const char *device;              /* "cpu", "cuda": for messages */
     fg_layernorm_kernels layernorm;
+    fg_gelu_kernels gelu;
+    fg_softmax_kernels softmax;
+    fg_cross_entropy_kernels cross_entropy;
+    fg_dropout_kernels dropout;
+    fg_optimizer_kernels optimizer; /* not an op: the flat-array loops of train/'s optimizer */
 
     fg_attention_kernels attention;
 } fg_kernels;

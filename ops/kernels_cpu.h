@@ -15,6 +15,32 @@ fg_status fg_cpu_layernorm_forward(fg_dtype dt, void *out, void *mean, void *rst
 fg_status fg_cpu_layernorm_backward(fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x,
                                     const void *mean, const void *rstd, const void *w, int64_t R, int64_t C);
 
+/* ops/gelu.c */
+fg_status fg_cpu_gelu_forward(fg_dtype dt, void *out, const void *x, int64_t n);
+fg_status fg_cpu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n);
+
+/* ops/softmax.c */
+fg_status fg_cpu_softmax_forward(fg_dtype dt, void *y, const void *x, int64_t R, int64_t C);
+fg_status fg_cpu_softmax_backward(fg_dtype dt, void *dx, const void *dy, const void *y, int64_t R, int64_t C);
+
+/* ops/cross_entropy.c */
+fg_status fg_cpu_cross_entropy_forward(fg_dtype dt, void *loss, void *lse, const void *x, const int32_t *targets,
+                                       int64_t R, int64_t V, int64_t count);
+fg_status fg_cpu_cross_entropy_backward(fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse,
+                                        const int32_t *targets, int64_t R, int64_t V, int64_t count);
+
+/* ops/dropout.c */
+fg_status fg_cpu_dropout_forward(fg_dtype dt, void *out, const void *x, int64_t n, uint64_t seed, uint64_t stream,
+                                 double p);
+fg_status fg_cpu_dropout_backward(fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream,
+                                  double p);
+
+/* ops/optim.c */
+fg_status fg_cpu_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
+                       const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps);
+fg_status fg_cpu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out);
+fg_status fg_cpu_scale(fg_dtype dt, void *x, int64_t n, double s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,18 +1,14 @@
 /* adamw.c — AdamW, the learning-rate schedule and gradient clipping (see adamw.h).
  *
- * The CPU loops over the flat (P) arrays run in pieces on the thread pool (ops/cpu/vmath.h), float32
- * through AVX-512 / AVX2 kernels that do the scalar loop's operations in the same order (the
- * same bits on every level and thread count). */
+ * The loops over the flat (P) arrays are the `optimizer` kernels of the arrays' device
+ * (ops/kernels.h): ops/optim.c on the CPU, cuda/adamw.cu on the GPU. */
 #include "train/adamw.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "ops/cpu/vmath.h"
-
-#ifdef FG_WITH_CUDA
-#include "cuda/cuda_ops.h"
-#endif
+#include "ops/kernels.h"
 
 double fg_lr_at(const fg_adamw_config *c, int64_t s) {
     if (s < c->warmup) return c->lr * (double)(s + 1) / (double)(c->warmup + 1);
@@ -22,14 +18,21 @@ double fg_lr_at(const fg_adamw_config *c, int64_t s) {
     return c->min_lr + coeff * (c->lr - c->min_lr);
 }
 
+/* the optimizer kernels of device d (NULL with the error when it has none) */
+static const fg_optimizer_kernels *optimizer_on(fg_device d, const char *what) {
+    const fg_kernels *k = fg_kernels_for(d, what);
+    if (!k) return NULL;
+    if (!k->optimizer.adamw || !k->optimizer.sum_squares || !k->optimizer.scale) {
+        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", what, k->device);
+        return NULL;
+    }
+    return &k->optimizer;
+}
+
 fg_status fg_adamw_init(fg_adamw *o, const fg_adamw_config *c, fg_dtype dt, fg_device dev, int64_t P) {
     memset(o, 0, sizeof *o);
     if (P < 1) return fg_error(FG_ERR_ARG, "adamw: %lld parameters", (long long)P);
-#ifdef FG_WITH_CUDA
-    if (dev != FG_CPU && dev != FG_CUDA) return fg_error(FG_ERR_DEVICE, "adamw: unsupported device %d", (int)dev);
-#else
-    if (dev != FG_CPU) return fg_error(FG_ERR_DEVICE, "adamw: only the CPU is supported in this build");
-#endif
+    if (!optimizer_on(dev, "adamw")) return fg_last_status();
     o->cfg = *c;
     o->n = P;
     o->m = fg_zeros(dt, dev, 1, &P);
@@ -47,118 +50,17 @@ void fg_adamw_free(fg_adamw *o) {
     o->m = o->v = NULL;
 }
 
-/* ---- the gradient norm: sum of squares in blocks ----
- * Block k covers [kB, (k+1)B) with B = max(NORM_BLOCK, ceil(P / NORM_MAX_BLOCKS)) (P alone fixes
- * the blocks). A block's float32 squares (exact in double) go to 16 lanes in double (ops/cpu/vmath.h),
- * float64 ones are summed in order; the blocks' sums are then added in block order. */
-#define NORM_BLOCK 65536
-#define NORM_MAX_BLOCKS 1024
-
-typedef struct {
-    const void *g;
-    int64_t n, block;
-    double *part; /* one sum per block */
-    int f32;
-} norm_job;
-
-#if FG_SIMD_X86
-FG_TARGET_AVX512 static double sumsq_avx512(const float *g, int64_t n) {
-    __m512d lo = _mm512_setzero_pd(), hi = lo;
-    for (int64_t i = 0; i < n; i += 16) {
-        const __m512 v = _mm512_maskz_loadu_ps(n - i >= 16 ? 0xffff : fg_mask16(n - i), g + i);
-        const __m512d a = fg_lo8_pd_avx512(v), b = fg_hi8_pd_avx512(v);
-        lo = _mm512_add_pd(lo, _mm512_mul_pd(a, a));
-        hi = _mm512_add_pd(hi, _mm512_mul_pd(b, b));
-    }
-    return fg_lanes16_sum_avx512(lo, hi);
-}
-FG_TARGET_AVX2 static double sumsq_avx2(const float *g, int64_t n) {
-    __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-    for (int64_t i = 0; i < n; i += 8) {
-        const int64_t left = n - i;
-        const __m256 v = left >= 8 ? _mm256_loadu_ps(g + i) : _mm256_maskload_ps(g + i, fg_mask8_avx2(left));
-        const __m256d a = fg_lo4_pd_avx2(v), b = fg_hi4_pd_avx2(v);
-        const int h = (int)((i >> 3) & 1); /* lanes 0-7 or 8-15 of the 16 */
-        q[2 * h] = _mm256_add_pd(q[2 * h], _mm256_mul_pd(a, a));
-        q[2 * h + 1] = _mm256_add_pd(q[2 * h + 1], _mm256_mul_pd(b, b));
-    }
-    return fg_lanes16_sum_avx2(q);
-}
-#endif
-
-static double sumsq_f32(const float *g, int64_t n) {
-#if FG_SIMD_X86
-    switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: return sumsq_avx512(g, n);
-    case FG_SIMD_AVX2: return sumsq_avx2(g, n);
-    default: break;
-    }
-#endif
-    double l[16] = {0};
-    for (int64_t i = 0; i < n; i++) l[i & 15] += (double)g[i] * g[i]; /* padding would add +0: a no-op here */
-    return fg_lanes16_sum(l);
-}
-
-/* blocks [b, e) */
-static void norm_piece(void *ctx, int64_t b, int64_t e) {
-    const norm_job *j = ctx;
-    for (int64_t k = b; k < e; k++) {
-        const int64_t lo = k * j->block, hi = lo + j->block < j->n ? lo + j->block : j->n;
-        if (j->f32) {
-            j->part[k] = sumsq_f32((const float *)j->g + lo, hi - lo);
-        } else {
-            const double *g = (const double *)j->g;
-            double s = 0;
-            for (int64_t i = lo; i < hi; i++) s += g[i] * g[i];
-            j->part[k] = s;
-        }
-    }
-}
-
 double fg_grad_norm(const fg_tensor *grads) {
-    int64_t n = fg_numel(grads);
+    const fg_optimizer_kernels *k = optimizer_on(grads->device, "grad_norm");
     double s = 0;
-#ifdef FG_WITH_CUDA
-    /* the device sums in float64 too, in a fixed (tree) order; an error reads as a NaN norm */
-    if (grads->device == FG_CUDA)
-        return fg_cuda_sum_squares(grads->dtype, fg_data(grads), n, &s) == FG_OK ? sqrt(s) : NAN;
-#endif
-    double part[NORM_MAX_BLOCKS];
-    const int64_t per = (n + NORM_MAX_BLOCKS - 1) / NORM_MAX_BLOCKS;
-    norm_job j = {fg_data(grads), n, per > NORM_BLOCK ? per : NORM_BLOCK, part, grads->dtype == FG_F32};
-    const int64_t blocks = fg_par_pieces(n, j.block);
-    fg_par_range(blocks, 1, 0.15 * (double)j.block, norm_piece, &j); /* ~0.15 ns per element */
-    for (int64_t k = 0; k < blocks; k++) s += part[k];
+    /* float64 sums in a fixed order on every device; an error reads as a NaN norm */
+    if (!k || k->sum_squares(grads->dtype, fg_data(grads), fg_numel(grads), &s) != FG_OK) return NAN;
     return sqrt(s);
 }
 
-typedef struct {
-    void *g;
-    double s;
-    int f32;
-} scale_job;
-
-static void scale_piece(void *ctx, int64_t b, int64_t e) {
-    const scale_job *j = ctx;
-    if (j->f32) {
-        float *g = (float *)j->g + b;
-        fg_vbinary_scalar_f32(FG_VOP_MUL, g, g, (float)j->s, e - b);
-    } else {
-        double *g = (double *)j->g;
-        for (int64_t i = b; i < e; i++) g[i] *= j->s;
-    }
-}
-
 void fg_grad_scale(fg_tensor *grads, double s) {
-    int64_t n = fg_numel(grads);
-#ifdef FG_WITH_CUDA
-    if (grads->device == FG_CUDA) {
-        (void)fg_cuda_scale(grads->dtype, fg_data(grads), n, s); /* a failure surfaces at the next checked call */
-        return;
-    }
-#endif
-    scale_job j = {fg_data(grads), s, grads->dtype == FG_F32};
-    fg_par_range(n, FG_PAR_CHUNK, 0.15, scale_piece, &j); /* ~0.15 ns per element */
+    const fg_optimizer_kernels *k = optimizer_on(grads->device, "grad_scale");
+    if (k) (void)k->scale(grads->dtype, fg_data(grads), fg_numel(grads), s); /* a failure surfaces at the next checked call */
 }
 
 double fg_clip_grad_norm(fg_tensor *grads, double clip) {
@@ -170,119 +72,24 @@ double fg_clip_grad_norm(fg_tensor *grads, double clip) {
     return norm;
 }
 
-/* The update of one range [0, n) of the arrays; T is float or double. The float32 vector kernels
- * below do these operations in this order (no FMA), and cuda/adamw.cu mirrors it too. */
-#define ADAMW_RANGE(T, p, g, m, v, n, decay_factor, b1, b2, step_size, bc2_sqrt, eps)      \
-    for (int64_t i = 0; i < (n); i++) {                                                    \
-        T gi = (g)[i];                                                                     \
-        T mi = (m)[i] = (T)(b1) * (m)[i] + (T)(1.0 - (b1)) * gi;                           \
-        T vi = (v)[i] = (T)(b2) * (v)[i] + (T)(1.0 - (b2)) * gi * gi;                      \
-        T denom = (T)sqrt((double)vi) / (T)(bc2_sqrt) + (T)(eps);                          \
-        (p)[i] = (p)[i] * (T)(decay_factor) - (T)(step_size) * mi / denom;                 \
-    }
-
-/* the scalars of one update, as the float32 constants ADAMW_RANGE makes of them */
-typedef struct {
-    float b1, omb1, b2, omb2, step, bc2s, eps;
-} adamw_f32c;
-
-#if FG_SIMD_X86
-/* sqrt is correctly rounded in float32 and in double, so sqrt_ps(v) = (float)sqrt((double)v) */
-#define ADAMW_VEC(TGT, V, PFX, W, NAME)                                                    \
-    TGT static int64_t NAME(float *p, const float *g, float *m, float *v, int64_t n, float df, \
-                            const adamw_f32c *c) {                                         \
-        const V b1 = PFX##_set1_ps(c->b1), omb1 = PFX##_set1_ps(c->omb1), b2 = PFX##_set1_ps(c->b2); \
-        const V omb2 = PFX##_set1_ps(c->omb2), step = PFX##_set1_ps(c->step);              \
-        const V bc2s = PFX##_set1_ps(c->bc2s), eps = PFX##_set1_ps(c->eps), vdf = PFX##_set1_ps(df); \
-        int64_t i = 0;                                                                     \
-        for (; i + W <= n; i += W) {                                                       \
-            const V gi = PFX##_loadu_ps(g + i);                                            \
-            const V mi = PFX##_add_ps(PFX##_mul_ps(b1, PFX##_loadu_ps(m + i)), PFX##_mul_ps(omb1, gi)); \
-            const V vi = PFX##_add_ps(PFX##_mul_ps(b2, PFX##_loadu_ps(v + i)),             \
-                                      PFX##_mul_ps(PFX##_mul_ps(omb2, gi), gi));           \
-            const V denom = PFX##_add_ps(PFX##_div_ps(PFX##_sqrt_ps(vi), bc2s), eps);      \
-            const V upd = PFX##_div_ps(PFX##_mul_ps(step, mi), denom);                     \
-            PFX##_storeu_ps(m + i, mi);                                                    \
-            PFX##_storeu_ps(v + i, vi);                                                    \
-            PFX##_storeu_ps(p + i, PFX##_sub_ps(PFX##_mul_ps(PFX##_loadu_ps(p + i), vdf), upd)); \
-        }                                                                                  \
-        return i;                                                                          \
-    }
-ADAMW_VEC(FG_TARGET_AVX512, __m512, _mm512, 16, adamw_avx512)
-ADAMW_VEC(FG_TARGET_AVX2, __m256, _mm256, 8, adamw_avx2)
-#endif
-
-/* ADAMW_RANGE on float32 [0, n), the bulk through the vector kernel and the tail in C */
-static void adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, double df, double b1, double b2,
-                      double step_size, double bc2_sqrt, double eps) {
-    int64_t i = 0;
-#if FG_SIMD_X86
-    const adamw_f32c c = {(float)b1, (float)(1.0 - b1), (float)b2, (float)(1.0 - b2), (float)step_size,
-                          (float)bc2_sqrt, (float)eps};
-    switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: i = adamw_avx512(p, g, m, v, n, (float)df, &c); break;
-    case FG_SIMD_AVX2: i = adamw_avx2(p, g, m, v, n, (float)df, &c); break;
-    default: break;
-    }
-#endif
-    const int64_t done = i, rest = n - i; /* (ADAMW_RANGE has a loop variable i of its own) */
-    p += done, g += done, m += done, v += done;
-    ADAMW_RANGE(float, p, g, m, v, rest, df, b1, b2, step_size, bc2_sqrt, eps)
-}
-
-typedef struct {
-    const fg_adamw *o;
-    const fg_gpt *g;
-    double lr, step_size, bc2_sqrt;
-} adamw_job;
-
-/* the elements [b, e) of the flat arrays: the part of every parameter range that falls in it */
-static void adamw_piece(void *ctx, int64_t b, int64_t e) {
-    const adamw_job *j = ctx;
-    const fg_adamw_config *c = &j->o->cfg;
-    for (int k = 0; k < j->g->n_params; k++) {
-        const fg_gpt_param *pp = &j->g->params[k];
-        const int64_t end = pp->offset + pp->numel, lo = pp->offset > b ? pp->offset : b, hi = end < e ? end : e;
-        if (lo >= hi) continue;
-        const double df = pp->decay ? 1.0 - j->lr * c->weight_decay : 1.0;
-        if (j->g->cfg.dtype == FG_F32) {
-            float *p = (float *)fg_data(j->g->params_flat) + lo, *gr = (float *)fg_data(j->g->grads_flat) + lo;
-            float *m = (float *)fg_data(j->o->m) + lo, *v = (float *)fg_data(j->o->v) + lo;
-            adamw_f32(p, gr, m, v, hi - lo, df, c->beta1, c->beta2, j->step_size, j->bc2_sqrt, c->eps);
-        } else {
-            double *p = (double *)fg_data(j->g->params_flat) + lo, *gr = (double *)fg_data(j->g->grads_flat) + lo;
-            double *m = (double *)fg_data(j->o->m) + lo, *v = (double *)fg_data(j->o->v) + lo;
-            ADAMW_RANGE(double, p, gr, m, v, hi - lo, df, c->beta1, c->beta2, j->step_size, j->bc2_sqrt, c->eps)
-        }
-    }
-}
-
 fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr) {
     if (g->num_elements != o->n) return fg_error(FG_ERR_SHAPE, "adamw: %lld moments for %lld parameters",
                                                  (long long)o->n, (long long)g->num_elements);
+    const fg_optimizer_kernels *k = optimizer_on(g->params_flat->device, "adamw");
+    if (!k) return fg_last_status();
+    /* one span per parameter range: weight decay only where the table says so */
+    fg_adamw_span *spans = malloc((size_t)(g->n_params > 0 ? g->n_params : 1) * sizeof *spans);
+    if (!spans) return fg_error(FG_ERR_OOM, "adamw: out of memory for %d parameter ranges", g->n_params);
     o->t++;
     const fg_adamw_config *c = &o->cfg;
     const double bc1 = 1.0 - pow(c->beta1, (double)o->t), bc2 = 1.0 - pow(c->beta2, (double)o->t);
     const double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
-#ifdef FG_WITH_CUDA
-    if (g->params_flat->device == FG_CUDA) {
-        for (int j = 0; j < g->n_params; j++) {
-            const fg_gpt_param *pp = &g->params[j];
-            const double df = pp->decay ? 1.0 - lr * c->weight_decay : 1.0;
-            const int64_t off = pp->offset, n = pp->numel;
-            /* the same range update on device pointers (cuda/adamw.cu mirrors ADAMW_RANGE) */
-            const size_t es = fg_dtype_size(g->cfg.dtype), b = (size_t)off * es;
-            fg_status st = fg_cuda_adamw_range(g->cfg.dtype, (char *)fg_data(g->params_flat) + b,
-                                               (const char *)fg_data(g->grads_flat) + b, (char *)fg_data(o->m) + b,
-                                               (char *)fg_data(o->v) + b, n, df, c->beta1, c->beta2, step_size,
-                                               bc2_sqrt, c->eps);
-            if (st != FG_OK) return st;
-        }
-        return FG_OK;
+    for (int j = 0; j < g->n_params; j++) {
+        const fg_gpt_param *pp = &g->params[j];
+        spans[j] = (fg_adamw_span){pp->offset, pp->numel, pp->decay ? 1.0 - lr * c->weight_decay : 1.0};
     }
-#endif
-    /* pieces of the flat arrays; ~1 ns per element (four arrays in, three out) */
-    adamw_job j = {o, g, lr, step_size, bc2_sqrt};
-    fg_par_range(o->n, FG_PAR_CHUNK, 1.0, adamw_piece, &j);
-    return FG_OK;
+    fg_status st = k->adamw(g->cfg.dtype, fg_data(g->params_flat), fg_data(g->grads_flat), fg_data(o->m),
+                            fg_data(o->v), o->n, g->n_params, spans, c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
+    free(spans);
+    return st;
 }

@@ -7,6 +7,7 @@
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_ops.h"
+#include "ops/kernels.h"
 #include "tensor/alloc.h"
 #include "tests/cuda/cuda_test.h"
 
@@ -143,7 +144,8 @@ static int gemm_covers_transposes_batches_and_empty_k(void) {
     return r;
 }
 
-/* AdamW on the device: the same arithmetic as train/adamw.c's ADAMW_RANGE (restated here) */
+/* AdamW on the device (the CUDA table's optimizer kernels): the same arithmetic as ops/optim.c's
+ * ADAMW_RANGE (restated here) */
 static int adamw_range_matches_the_host_formula(void) {
     if (FGT_DEV != FG_CUDA) return FGT_SKIP;
     enum { N = 1000 };
@@ -160,7 +162,11 @@ static int adamw_range_matches_the_host_formula(void) {
     fg_tensor *dp = fg_from_buffer(FG_F32, FG_CUDA, 1, sh, p), *dg = fg_from_buffer(FG_F32, FG_CUDA, 1, sh, g);
     fg_tensor *dm = fg_from_buffer(FG_F32, FG_CUDA, 1, sh, m), *dv = fg_from_buffer(FG_F32, FG_CUDA, 1, sh, v);
     FGT_NOTNULL(dv);
-    FGT_OK(fg_cuda_adamw_range(FG_F32, fg_data(dp), fg_data(dg), fg_data(dm), fg_data(dv), N, df, b1, b2, step, bc2s, eps));
+    const fg_kernels *kt = fg_kernels_for(FG_CUDA, "adamw");
+    FGT_NOTNULL(kt);
+    const fg_adamw_span span = {0, N, df};
+    FGT_OK(kt->optimizer.adamw(FG_F32, fg_data(dp), fg_data(dg), fg_data(dm), fg_data(dv), N, 1, &span, b1, b2, step, bc2s,
+                               eps));
     for (int i = 0; i < N; i++) {
         float gi = g[i];
         float mi = m[i] = (float)b1 * m[i] + (float)(1.0 - b1) * gi;
@@ -180,10 +186,10 @@ static int adamw_range_matches_the_host_formula(void) {
         r = fgt_compare(nm[k], a, b, N, 1e-6);
     }
     double ss = 0, want = 0;
-    FGT_OK(fg_cuda_sum_squares(FG_F32, fg_data(dg), N, &ss));
+    FGT_OK(kt->optimizer.sum_squares(FG_F32, fg_data(dg), N, &ss));
     for (int i = 0; i < N; i++) want += (double)g[i] * g[i];
     FGT_CHECK(fabs(ss - want) <= 1e-12 * want, "sum of squares %.17g, expected %.17g", ss, want);
-    FGT_OK(fg_cuda_scale(FG_F32, fg_data(dg), N, 0.5));
+    FGT_OK(kt->optimizer.scale(FG_F32, fg_data(dg), N, 0.5));
     FGT_OK(fg_to_host(dg, p2));
     for (int i = 0; i < N; i++) FGT_CHECK(p2[i] == g[i] * 0.5f, "scale: element %d is %g, expected %g", i, p2[i], g[i] * 0.5f);
     fg_release(dp), fg_release(dg), fg_release(dm), fg_release(dv);
