@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train/cli_util.h"
-#include "train/commands.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
 
 typedef struct {
     const char *name;

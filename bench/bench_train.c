@@ -1,18 +1,17 @@
-/* cmd_bench.c — `flashgrad bench <what>`: benchmarks.
+/* bench_train.c — `flashgrad bench train`: the steady-state cost of one optimizer step (forward,
+ * backward, clipping, AdamW) for a configuration given with train's flags.
  *
- * bench train: the steady-state cost of one optimizer step (forward, backward, clipping, AdamW)
- *   for a configuration given with train's flags. It runs --warmup-steps steps first (they fill
- *   the caching allocator and BLAS's buffers), then times --steps steps one by one and reports the
- *   median step time, tokens/s at the median, and the allocator's counters: live and peak bytes,
- *   and system allocations after warm-up against at the end — a training step after warm-up
- *   should take nothing new from the system, so the two numbers should be equal.
- *   The optimizer settings (--lr, --min-lr, --warmup, --lr-decay-steps, --weight-decay, --beta1,
- *   --beta2, --grad-clip) are train's; their defaults here are lr 1e-3 -> 1e-4 with no warm-up,
- *   cosine over all W + N steps. With --eval-iters E > 0 it then evaluates the trained model on
- *   E fixed validation batches — the batches `flashgrad train` evaluates on (fg_trainer_eval_seed)
- *   — and prints each batch's loss and their mean: bench/train_torch_cpu.py compares that with
- *   the same model trained by PyTorch. --print-step-times prints every timed step's time.
- * bench attention: naive against flash attention (train/bench_attention.c).
+ * It runs --warmup-steps steps first (they fill the caching allocator and BLAS's buffers), then
+ * times --steps steps one by one and reports the median step time, tokens/s at the median, and the
+ * allocator's counters: live and peak bytes, and system allocations after warm-up against at the
+ * end — a training step after warm-up should take nothing new from the system, so the two numbers
+ * should be equal. The optimizer settings (--lr, --min-lr, --warmup, --lr-decay-steps,
+ * --weight-decay, --beta1, --beta2, --grad-clip) are train's; their defaults here are lr 1e-3 ->
+ * 1e-4 with no warm-up, cosine over all W + N steps. With --eval-iters E > 0 it then evaluates the
+ * trained model on E fixed validation batches — the batches `flashgrad train` evaluates on
+ * (fg_trainer_eval_seed) — and prints each batch's loss and their mean: bench/train_torch_cpu.py
+ * compares that with the same model trained by PyTorch. --print-step-times prints every timed
+ * step's time.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,12 +19,12 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "bench/bench.h"
 #include "tensor/alloc.h"
 #include "ops/cpu/threadpool.h"
-#include "train/cli_util.h"
-#include "train/commands.h"
-#include "train/flags.h"
-#include "train/train_defaults.h"
+#include "cli/cli_util.h"
+#include "cli/flags.h"
+#include "cli/train_defaults.h"
 #include "train/trainer.h"
 
 extern void openblas_set_num_threads(int n);
@@ -86,7 +85,7 @@ static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[B_DROPOUT].d = d->dropout;
 }
 
-static int bench_train(int argc, char **argv) {
+int fg_bench_train(int argc, char **argv) {
     fg_flag f[B_COUNT] = {
         [B_DATA] = {"--data", FG_FLAG_STR, "FILE", "text file (default: the addition task)"},
         [B_BYTE] = {"--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer for --data"},
@@ -278,20 +277,4 @@ static int bench_train(int argc, char **argv) {
     fg_trainer_free(tr);
     fg_source_free(src);
     return code;
-}
-
-int fg_cmd_bench(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        FILE *o = argc < 2 ? stderr : stdout;
-        fprintf(o, "usage: flashgrad bench <train|attention|matmul> [options]   (flashgrad bench <what> --help)\n"
-                   "  train      steady-state training step time, tokens/s and allocator counters\n"
-                   "  attention  naive against flash attention\n"
-                   "  matmul     a GPT's float32 products with each CPU matmul kernel\n");
-        return argc < 2 ? 2 : 0;
-    }
-    if (!strcmp(argv[1], "train")) return bench_train(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "attention")) return fg_bench_attention(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "matmul")) return fg_bench_matmul(argc - 1, argv + 1);
-    fprintf(stderr, "flashgrad bench: unknown benchmark '%s' (train, attention or matmul)\n", argv[1]);
-    return 2;
 }

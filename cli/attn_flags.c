@@ -1,10 +1,10 @@
-/* attn_flags.c — parsing of the attention-variant flags (train/attn_flags.h). */
-#include "train/attn_flags.h"
+/* attn_flags.c — parsing of the attention-variant flags (cli/attn_flags.h). */
+#include "cli/attn_flags.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "train/cli_util.h"
+#include "cli/cli_util.h"
 
 const char fg_attn_variant_flags_help[] =
     "  --gqa HKV            grouped-query attention: K and V have HKV heads, H a multiple of HKV (1 = multi-query)\n"

@@ -19,11 +19,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "ops/ops.h"
 #include "ops/cpu/threadpool.h"
-#include "train/cli_util.h"
-#include "train/commands.h"
-#include "train/flags.h"
+#include "cli/cli_util.h"
+#include "cli/flags.h"
 
 static double now_s(void) {
     struct timespec t;

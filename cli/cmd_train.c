@@ -46,10 +46,10 @@
 #include "tensor/fileio.h"
 #include "train/checkpoint.h"
 #include "ops/cpu/threadpool.h"
-#include "train/cli_util.h"
-#include "train/commands.h"
-#include "train/flags.h"
-#include "train/train_defaults.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/train_defaults.h"
 
 extern void openblas_set_num_threads(int n);
 

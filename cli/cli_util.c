@@ -1,5 +1,5 @@
 /* cli_util.c — see cli_util.h. */
-#include "train/cli_util.h"
+#include "cli/cli_util.h"
 
 #include <errno.h>
 #include <math.h>

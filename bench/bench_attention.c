@@ -28,12 +28,13 @@
 
 #include <cblas.h>
 
+#include "bench/bench.h"
 #include "ops/attention.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/threadpool.h"
 #include "tensor/alloc.h"
-#include "train/attn_flags.h"
-#include "train/cli_util.h"
+#include "cli/attn_flags.h"
+#include "cli/cli_util.h"
 
 typedef struct {
     int64_t b, h, nq, nk, d;
