@@ -25,15 +25,11 @@
 #include "cli/cli_util.h"
 #include "cli/flags.h"
 #include "cli/train_defaults.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
-extern void openblas_set_num_threads(int n);
-
-enum {
-    B_DATA, B_BYTE, B_DIGITS, B_N_LAYER, B_N_HEAD, B_N_EMBD, B_BLOCK, B_BATCH, B_ACCUM, B_DROPOUT, B_ATTN,
-    B_STEPS, B_WARM, B_THREADS, B_SEED, B_DEVICE, B_RECOMPUTE, B_LR, B_MIN_LR, B_LR_WARMUP, B_DECAY, B_WD, B_BETA1,
-    B_BETA2, B_CLIP, B_EVAL_ITERS, B_STEP_TIMES, B_COUNT
-};
+/* bench train's own flags; they follow the ones it shares with train (cli/train_flags.h). */
+enum { B_STEPS = FG_TF_COUNT, B_WARM, B_EVAL_ITERS, B_STEP_TIMES, B_COUNT };
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -74,47 +70,31 @@ static int eval_val(fg_trainer *tr, int E) {
     return 0;
 }
 
+/* A task's model defaults (train's, train_defaults.h) with the benchmark's optimizer defaults,
+ * the same for every task: lr 1e-3 -> 1e-4 without warm-up. */
 static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
-    f[B_DIGITS].i = d->digits;
-    f[B_N_LAYER].i = d->n_layer;
-    f[B_N_HEAD].i = d->n_head;
-    f[B_N_EMBD].i = d->n_embd;
-    f[B_BLOCK].i = d->block_size;
-    f[B_BATCH].i = d->batch_size;
-    f[B_ACCUM].i = d->grad_accum;
-    f[B_DROPOUT].d = d->dropout;
+    fg_train_flags_defaults(f, d);
+    f[FG_TF_LR].d = 1e-3;
+    f[FG_TF_MIN_LR].d = 1e-4;
+    f[FG_TF_WARMUP].i = 0;
+    f[FG_TF_WD].d = 0.1;
+    f[FG_TF_BETA1].d = 0.9;
+    f[FG_TF_BETA2].d = 0.99;
+    f[FG_TF_CLIP].d = 1.0;
+}
+
+static void init_bench_flags(fg_flag *f) {
+    fg_train_flags_init(f);
+    f[B_STEPS] = (fg_flag){"--steps", FG_FLAG_INT, "N", "timed steps", 1, 1e6, 0, .i = 20};
+    f[B_WARM] = (fg_flag){"--warmup-steps", FG_FLAG_INT, "N", "untimed steps first", 1, 1e6, 0, .i = 3};
+    f[B_EVAL_ITERS] = (fg_flag){"--eval-iters", FG_FLAG_INT, "N",
+                                "validation batches evaluated after the timed steps (0: none)", 0, 1e6, 0, .i = 0};
+    f[B_STEP_TIMES] = (fg_flag){.name = "--print-step-times", .type = FG_FLAG_BOOL, .help = "print every timed step's time"};
 }
 
 int fg_bench_train(int argc, char **argv) {
-    fg_flag f[B_COUNT] = {
-        [B_DATA] = {"--data", FG_FLAG_STR, "FILE", "text file (default: the addition task)"},
-        [B_BYTE] = {"--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer for --data"},
-        [B_DIGITS] = {"--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS},
-        [B_N_LAYER] = {"--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024},
-        [B_N_HEAD] = {"--n-head", FG_FLAG_INT, "N", "attention heads", 1, 65536},
-        [B_N_EMBD] = {"--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536},
-        [B_BLOCK] = {"--block-size", FG_FLAG_INT, "N", "context length (text)", 1, 1 << 20},
-        [B_BATCH] = {"--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24},
-        [B_ACCUM] = {"--grad-accum", FG_FLAG_INT, "N", "micro-batches per step", 1, 1 << 20},
-        [B_DROPOUT] = {"--dropout", FG_FLAG_F64, "P", "dropout probability", 0, 0.99},
-        [B_ATTN] = {"--attn", FG_FLAG_STR, "IMPL", "naive or flash", .s = "flash"},
-        [B_STEPS] = {"--steps", FG_FLAG_INT, "N", "timed steps", 1, 1e6, 0, .i = 20},
-        [B_WARM] = {"--warmup-steps", FG_FLAG_INT, "N", "untimed steps first", 1, 1e6, 0, .i = 3},
-        [B_THREADS] = {"--threads", FG_FLAG_INT, "N", "threads of flashgrad's pool and of OpenBLAS (default: all cores)", 1, 1024},
-        [B_SEED] = {"--seed", FG_FLAG_U64, "N", "seed", .u = 1337},
-        [B_DEVICE] = {"--device", FG_FLAG_STR, "DEV", "cpu or cuda", .s = "cpu"},
-        [B_RECOMPUTE] = {"--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", .s = "none"},
-        [B_LR] = {"--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 1e30, 1, .d = 1e-3},
-        [B_MIN_LR] = {"--min-lr", FG_FLAG_F64, "X", "learning rate at the end of the cosine", 0, 1e30, 0, .d = 1e-4},
-        [B_LR_WARMUP] = {"--warmup", FG_FLAG_INT, "N", "linear learning-rate warm-up steps", 0, 1e12, 0, .i = 0},
-        [B_DECAY] = {"--lr-decay-steps", FG_FLAG_INT, "N", "step where the cosine reaches --min-lr (default: all steps)", 0, 1e12, 1},
-        [B_WD] = {"--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e30, 0, .d = 0.1},
-        [B_BETA1] = {"--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999, 0, .d = 0.9},
-        [B_BETA2] = {"--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999, 0, .d = 0.99},
-        [B_CLIP] = {"--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0, .d = 1.0},
-        [B_EVAL_ITERS] = {"--eval-iters", FG_FLAG_INT, "N", "validation batches evaluated after the timed steps (0: none)", 0, 1e6, 0, .i = 0},
-        [B_STEP_TIMES] = {"--print-step-times", FG_FLAG_BOOL, NULL, "print every timed step's time"},
-    };
+    fg_flag f[B_COUNT];
+    init_bench_flags(f);
     set_bench_defaults(f, &fg_defaults_addition);
     int rc = fg_flags_parse("bench train", f, B_COUNT, argc, argv);
     if (rc == -1) {
@@ -124,84 +104,37 @@ int fg_bench_train(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    if (f[B_DATA].given) {
+    if (f[FG_TF_DATA].given) {
         fg_flag g[B_COUNT];
         memcpy(g, f, sizeof g);
         set_bench_defaults(f, &fg_defaults_text);
         for (int k = 0; k < B_COUNT; k++)
             if (g[k].given) f[k] = g[k];
     }
-    if (strcmp(f[B_DEVICE].s, "cpu")) {
-        if (!strcmp(f[B_DEVICE].s, "cuda")) {
-            if (fg_device_available(FG_CUDA) != FG_OK) {
-                fprintf(stderr, "flashgrad bench train: --device cuda: %s\n", fg_last_error());
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "flashgrad bench train: --device: unknown device '%s' (cpu or cuda)\n", f[B_DEVICE].s);
-            return 2;
-        }
-    }
-    const fg_device dev = strcmp(f[B_DEVICE].s, "cuda") ? FG_CPU : FG_CUDA;
-    fg_attn_impl attn;
-    if (!strcmp(f[B_ATTN].s, "flash")) attn = FG_ATTN_FLASH;
-    else if (!strcmp(f[B_ATTN].s, "naive")) attn = FG_ATTN_NAIVE;
-    else {
-        fprintf(stderr, "flashgrad bench train: --attn: unknown implementation '%s' (naive or flash)\n", f[B_ATTN].s);
+    /* train's checks of the shared flags (cli/train_flags.h); this starts the device */
+    fg_train_choice run;
+    if (fg_train_flags_check(f, &run) != FG_OK) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
         return 2;
     }
-    int recompute = fg_gpt_recompute_parse(f[B_RECOMPUTE].s);
-    if (recompute < 0) {
-        fprintf(stderr, "flashgrad bench train: --recompute: unknown setting '%s' (none, attn or block)\n", f[B_RECOMPUTE].s);
-        return 2;
-    }
-    if (f[B_N_EMBD].i % f[B_N_HEAD].i) {
-        fprintf(stderr, "flashgrad bench train: --n-embd %lld is not a multiple of --n-head %lld\n", (long long)f[B_N_EMBD].i,
-                (long long)f[B_N_HEAD].i);
-        return 2;
-    }
-    if (f[B_THREADS].given) {
-        openblas_set_num_threads((int)f[B_THREADS].i);
-        fg_pool_set_threads((int)f[B_THREADS].i);
-    }
+    fg_train_flags_threads(f);
+    const fg_device dev = run.device;
 
-    fg_source *src;
-    if (f[B_DATA].given) {
-        fg_text_options to = fg_text_default_options((int)f[B_BLOCK].i);
-        to.kind = f[B_BYTE].given ? FG_TOK_BYTE : FG_TOK_CHAR;
-        src = fg_source_text(f[B_DATA].s, &to);
-    } else {
-        fg_addition_config ac = fg_addition_default_config();
-        ac.n_digits = (int)f[B_DIGITS].i;
-        src = fg_source_addition(&ac);
-    }
+    /* the data; the addition task keeps its default loss (on every token) */
+    fg_source *src = fg_train_flags_source(f, fg_addition_default_config().answer_only);
     if (!src) {
         fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
         return 1;
     }
     const int W = (int)f[B_WARM].i, N = (int)f[B_STEPS].i;
-    fg_train_config cfg = {0};
-    cfg.model = fg_gpt_default_config();
-    cfg.model.n_layer = (int)f[B_N_LAYER].i;
-    cfg.model.n_head = (int)f[B_N_HEAD].i;
-    cfg.model.n_embd = (int)f[B_N_EMBD].i;
-    cfg.model.block_size = fg_source_fixed_block(src) ? fg_source_fixed_block(src) : (int)f[B_BLOCK].i;
-    cfg.model.vocab_size = fg_source_vocab_size(src);
-    cfg.model.dropout = f[B_DROPOUT].d;
-    cfg.model.attn = attn;
-    cfg.model.recompute = (fg_gpt_recompute)recompute;
-    cfg.model.device = dev;
-    cfg.batch_size = (int)f[B_BATCH].i;
-    cfg.grad_accum = (int)f[B_ACCUM].i;
-    cfg.steps = W + N;
-    cfg.eval_iters = 1;
-    cfg.seed = f[B_SEED].u;
-    cfg.opt = (fg_adamw_config){.lr = f[B_LR].d, .min_lr = f[B_MIN_LR].d, .warmup = f[B_LR_WARMUP].i,
-                                .decay_steps = f[B_DECAY].given ? f[B_DECAY].i : W + N, .beta1 = f[B_BETA1].d,
-                                .beta2 = f[B_BETA2].d, .eps = 1e-8, .weight_decay = f[B_WD].d,
-                                .grad_clip = f[B_CLIP].d};
+    fg_train_config cfg = {.steps = W + N, .eval_iters = 1};
+    if (fg_train_flags_config(f, src, &run, &cfg) != FG_OK) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+        fg_source_free(src);
+        return 2;
+    }
     const int E = (int)f[B_EVAL_ITERS].i;
-    if (E > 0 && (!f[B_DATA].given || dev != FG_CPU)) {
+    if (E > 0 && (!f[FG_TF_DATA].given || dev != FG_CPU)) {
         fprintf(stderr, "flashgrad bench train: --eval-iters needs --data (a text file) on the cpu\n");
         fg_source_free(src);
         return 2;
@@ -218,7 +151,7 @@ int fg_bench_train(int argc, char **argv) {
     const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
     printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g, recompute %s\n",
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
-           cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(attn), cfg.model.dropout,
+           cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(run.attn), cfg.model.dropout,
            fg_gpt_recompute_name(cfg.model.recompute));
     printf("step: %d x %d tokens x %d micro-batches = %lld tokens; %d warm-up steps, %d timed\n", cfg.batch_size, tr->T,
            cfg.grad_accum, (long long)tokens, W, N);
