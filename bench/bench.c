@@ -1,4 +1,5 @@
-/* bench.c — `flashgrad bench <what>`: picks the benchmark (bench/bench.h). */
+/* bench.c — `flashgrad bench <what>`: picks the benchmark; and what the benchmarks share
+ * (bench/bench.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,4 +20,9 @@ int fg_cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "matmul")) return fg_bench_matmul(argc - 1, argv + 1);
     fprintf(stderr, "flashgrad bench: unknown benchmark '%s' (train, attention or matmul)\n", argv[1]);
     return 2;
+}
+
+int fg_bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }

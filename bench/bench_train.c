@@ -31,11 +31,6 @@
 /* bench train's own flags; they follow the ones it shares with train (cli/train_flags.h). */
 enum { B_STEPS = FG_TF_COUNT, B_WARM, B_EVAL_ITERS, B_STEP_TIMES, B_COUNT };
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The loss of the trained model on E fixed validation batches (batch i of the split under the run's
  * evaluation seed, as fg_trainer_eval_loss draws them), one by one so that the spread shows:
  *     val losses: l_0 ... l_{E-1}       (%.9g each)
@@ -191,7 +186,7 @@ int fg_bench_train(int argc, char **argv) {
         fg_alloc_stats end = fg_alloc_get_stats(dev);
         double sum = 0;
         for (int i = 0; i < N; i++) sum += t[i];
-        qsort(t, (size_t)N, sizeof *t, cmp_double);
+        qsort(t, (size_t)N, sizeof *t, fg_bench_cmp_double);
         double med = N % 2 ? t[N / 2] : 0.5 * (t[N / 2 - 1] + t[N / 2]);
         printf("step time: median %.2f ms (min %.2f, max %.2f, mean %.2f)\n", med * 1e3, t[0] * 1e3, t[N - 1] * 1e3,
                sum / N * 1e3);
