@@ -472,6 +472,7 @@ typedef struct {
     fg_train_config cfg;
     fg_source *src;      /* owned */
     fg_trainer *tr;      /* owned */
+    fg_ckpt *ck;         /* --resume: the checkpoint, open until the trainer is restored from it */
     csv_log log;         /* the rows of log.csv */
     int64_t other_step;  /* a fresh --overwrite run: the step of the run it will replace */
     int other_pending;   /* ... and that run's files are still in place */
@@ -521,8 +522,9 @@ static int train_parse(int argc, char **argv, train_args *a) {
 
 /* --resume: the configuration of the checkpoint in --out, which the flags may only change where
  * that keeps the curve (steps, decay, evaluation, attention, recompute, device). Takes the folder's
- * lock before reading the checkpoint; returns it open. */
-static fg_ckpt *configure_resumed(const train_args *a, train_run *r) {
+ * lock before reading the checkpoint; leaves it open in r->ck. What it opens goes into *r at once,
+ * so that it stays reachable when a check stops the program (the leak checkers see it). */
+static void configure_resumed(const train_args *a, train_run *r) {
     const fg_flag *f = a->f;
     const char *out = a->out;
     struct stat sb;
@@ -530,7 +532,7 @@ static fg_ckpt *configure_resumed(const train_args *a, train_run *r) {
         die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
     if (f[F_OVERWRITE].given) die(2, "--overwrite starts a new run; it cannot be combined with --resume");
     lock_run_folder(out);
-    fg_ckpt *ck = fg_ckpt_open(out, 1);
+    fg_ckpt *ck = r->ck = fg_ckpt_open(out, 1);
     if (!ck) die(1, "--resume: %s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
     fg_train_config cfg = in->train;
@@ -553,21 +555,20 @@ static fg_ckpt *configure_resumed(const train_args *a, train_run *r) {
     if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed) die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
     if (f[FG_TF_BYTE].given && fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE)
         die(2, "--byte: the checkpoint uses a character-level tokenizer");
-    fg_source *src;
     if (in->source == FG_SOURCE_ADDITION) {
         if (a->is_text) die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
         KEEP_I(FG_TF_DIGITS, in->addition.n_digits)
         KEEP_I(F_ANSWER_ONLY, in->addition.answer_only)
-        src = fg_source_addition(&in->addition);
+        r->src = fg_source_addition(&in->addition);
     } else {
         if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
         /* --data if given, else the recorded path, then the recorded absolute one */
-        src = fg_ckpt_text_source(ck, a->is_text ? f[FG_TF_DATA].s : NULL);
-        if (!src) die(1, "--resume: %s%s", fg_last_error(), a->is_text ? "" : "; give the file with --data");
+        r->src = fg_ckpt_text_source(ck, a->is_text ? f[FG_TF_DATA].s : NULL);
+        if (!r->src) die(1, "--resume: %s%s", fg_last_error(), a->is_text ? "" : "; give the file with --data");
     }
 #undef KEEP_I
 #undef KEEP_D
-    if (!src) die(1, "%s", fg_last_error());
+    if (!r->src) die(1, "%s", fg_last_error());
     /* what may change on resume */
     if (f[F_STEPS].given) cfg.steps = f[F_STEPS].i;
     if (f[FG_TF_DECAY].given) cfg.opt.decay_steps = f[FG_TF_DECAY].i;
@@ -580,8 +581,6 @@ static fg_ckpt *configure_resumed(const train_args *a, train_run *r) {
         die(2, "--resume: the checkpoint is at step %lld of %lld already; pass a larger --steps to continue",
             (long long)in->step, (long long)cfg.steps);
     r->cfg = cfg;
-    r->src = src;
-    return ck;
 }
 
 /* A fresh run: the data (a bad file is one line and exit 1), then the configuration from the
@@ -602,13 +601,12 @@ static void train_configure(const train_args *a, train_run *r) {
     memset(r, 0, sizeof *r);
     r->other_step = -1;
     const char *out = a->out;
-    fg_ckpt *ck = NULL;
-    if (a->f[F_RESUME].given) ck = configure_resumed(a, r);
+    if (a->f[F_RESUME].given) configure_resumed(a, r);
     else configure_fresh(a, r);
 
     /* The folder: after the data loaded, so a bad dataset leaves nothing behind. A fresh run takes
      * the lock here; a resumed one took it before reading the checkpoint. */
-    if (!ck) {
+    if (!r->ck) {
         make_run_folder(out);
         lock_run_folder(out);
         r->other_step = other_run_in_folder(out, a->f[F_OVERWRITE].given);
@@ -622,9 +620,10 @@ static void train_configure(const train_args *a, train_run *r) {
     if (!r->tr) die(1, "%s", fg_last_error());
     /* whatever could make a checkpoint fail (except the disk) fails now, before the first step */
     if (fg_ckpt_check_savable(out, r->tr) != FG_OK) die(1, "%s", fg_last_error());
-    if (ck) {
-        if (fg_ckpt_restore(ck, r->tr) != FG_OK) die(1, "--resume: %s", fg_last_error());
-        fg_ckpt_close(ck);
+    if (r->ck) {
+        if (fg_ckpt_restore(r->ck, r->tr) != FG_OK) die(1, "--resume: %s", fg_last_error());
+        fg_ckpt_close(r->ck);
+        r->ck = NULL;
         csv_load(&r->log, a->log_path, r->tr->step);
     }
 }
