@@ -82,7 +82,7 @@ sanitize: deps-test
 # traced except the Python cross-checks (valgrind reports false positives inside CPython's loader).
 VALGRIND_SUITES ?= philox view alloc autograd gradcheck npy safetensors fileio tokenizer text addition \
     matmul elementwise reduce shape embedding layernorm gelu softmax cross_entropy dropout ops fuzz_corpus \
-    checkpoint recompute gpt train cli cli_io simd attn_tiles philox_shared fastpath
+    checkpoint recompute gpt train cli cli_io devices simd attn_tiles philox_shared fastpath
 valgrind: deps-test
 	@command -v valgrind >/dev/null 2>&1 || sh tests/deps.sh valgrind
 	@$(MAKE) --no-print-directory BUILD=build-vg OPT="-O1 -g" build-vg/test_runner build-vg/flashgrad
