@@ -6,8 +6,9 @@
 #   make train      train the default small GPT on the synthetic addition task
 #   make cuda       the CUDA build (nvcc, -arch=sm_$(CUDA_ARCH)) when nvcc is present
 #
-# Every .c file under tensor/ autograd/ ops/ (and ops/cpu/) datasets/ train/ (except train/main.c) goes into the
-# library; every tests/*.c into one Criterion test runner. Adding a file needs no edit here.
+# Every .c file under tensor/ autograd/ ops/ (and ops/cpu/) datasets/ train/ goes into the library; the
+# flashgrad program is cli/*.c (its commands) and bench/*.c (the CPU benchmarks) over the library; every
+# tests/*.c goes into one Criterion test runner. Adding a file needs no edit here.
 
 CC      ?= cc
 BUILD   ?= build
@@ -30,10 +31,15 @@ LDLIBS      += $(BLAS_LIBS) -lm -pthread
 CFLAGS      += $(BLAS_CFLAGS)
 
 LIB_DIRS := tensor autograd ops ops/cpu datasets train
-LIB_SRC  := $(filter-out train/main.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
+LIB_SRC  := $(wildcard $(addsuffix /*.c,$(LIB_DIRS)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+PROG_SRC := $(wildcard cli/*.c bench/*.c)
+PROG_OBJ := $(PROG_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# Tests run the program through FG_BIN; the CLI code a test calls directly is linked in by name
+# (tests/test_cli_io.c: the atomic CSV writer of cli/cli_util.c).
+TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o
 
 .PHONY: all deps deps-test test sanitize kill-test train train-shakespeare clean cuda gpu-check bench plots fuzz valgrind
 all: deps
@@ -48,14 +54,15 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/libflashgrad.a: $(LIB_OBJ)
+# (rebuilt when the Makefile changes too, so that an object no longer in the library leaves it)
+$(BUILD)/libflashgrad.a: $(LIB_OBJ) Makefile
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 
-$(BUILD)/flashgrad: $(BUILD)/train/main.o $(BUILD)/libflashgrad.a
+$(BUILD)/flashgrad: $(PROG_OBJ) $(BUILD)/libflashgrad.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/test_runner: $(TEST_OBJ) $(BUILD)/libflashgrad.a
+$(BUILD)/test_runner: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libflashgrad.a
 	$(CC) $(CFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
 
 # The README's test command. Tests find the CLI at build/flashgrad and shared data at ../shared.
@@ -75,7 +82,7 @@ sanitize: deps-test
 # traced except the Python cross-checks (valgrind reports false positives inside CPython's loader).
 VALGRIND_SUITES ?= philox view alloc autograd gradcheck npy safetensors fileio tokenizer text addition \
     matmul elementwise reduce shape embedding layernorm gelu softmax cross_entropy dropout ops fuzz_corpus \
-    checkpoint recompute gpt train cli cli_io simd attn_tiles philox_shared fastpath
+    checkpoint recompute gpt train cli cli_io devices simd attn_tiles philox_shared fastpath
 valgrind: deps-test
 	@command -v valgrind >/dev/null 2>&1 || sh tests/deps.sh valgrind
 	@$(MAKE) --no-print-directory BUILD=build-vg OPT="-O1 -g" build-vg/test_runner build-vg/flashgrad
@@ -108,7 +115,7 @@ train-shakespeare: all
 clean:
 	rm -rf build build-san build-cuda build-vg build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/train/main.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(PROG_OBJ:.o=.d)
 
 # ---- fuzzing (libFuzzer, clang): make fuzz FUZZ_SECONDS=600 ----
 # Each target starts from its committed seed corpus (tests/fuzz/corpus/<name>/); new inputs go to
@@ -140,7 +147,7 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 # =================================================================================================
 # `make cuda` builds, with nvcc, into $(CUDA_BUILD)/:
 #   libflashgrad.a   every library .c file (compiled with -DFG_WITH_CUDA) + cuda/*.cu
-#   flashgrad        the CLI (--device cuda works)
+#   flashgrad        the program (cli/*.c + bench/*.c) over it: --device cuda works
 #   fg_cuda_tests    the GPU test runner (tests/cuda/): every op's GPU result against the CPU's
 #   fg_cuda_bench    the GPU attention benchmark (bench/fg_cuda_bench.cu), CSV on stdout
 # `make gpu-check` runs bench/gpu_check.sh (build, tests, GPU-vs-CPU training, benchmark vs PyTorch,
@@ -194,8 +201,13 @@ CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
 CUDA_CU_SRC    := $(wildcard cuda/*.cu)
 CUDA_LIB_OBJ   := $(LIB_SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BLAS_SRC:%.c=$(CUDA_BUILD)/%.o) \
                   $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)
+CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_BUILD)/%.o)
 CUDA_TEST_SRC  := $(wildcard tests/cuda/*.c tests/cuda/*.cu)
-CUDA_TEST_OBJ  := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_TEST_SRC)))
+# tests/cuda/test_attention.c runs the attention and gradcheck commands in-process (fg_cmd_attention,
+# fg_cmd_gradcheck) on the device: their CLI objects are linked into the GPU test runners by name.
+CUDA_TEST_CLI  := cli/cmd_attention.c cli/cmd_gradcheck.c cli/attn_flags.c cli/cli_util.c
+CUDA_TEST_OBJ  := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_TEST_SRC))) \
+                  $(CUDA_TEST_CLI:%.c=$(CUDA_BUILD)/%.o)
 CUDA_BENCH_OBJ := $(CUDA_BUILD)/bench/fg_cuda_bench.o
 
 cuda:
@@ -218,11 +230,11 @@ ifeq ($(PTXAS_VERBOSE),1)
 $(CUDA_BUILD)/cuda/attention.o: NVCCFLAGS += -Xptxas -v
 endif
 
-$(CUDA_BUILD)/libflashgrad.a: $(CUDA_LIB_OBJ)
+$(CUDA_BUILD)/libflashgrad.a: $(CUDA_LIB_OBJ) Makefile
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 
-$(CUDA_BUILD)/flashgrad: $(CUDA_BUILD)/train/main.o $(CUDA_BUILD)/libflashgrad.a
+$(CUDA_BUILD)/flashgrad: $(CUDA_PROG_OBJ) $(CUDA_BUILD)/libflashgrad.a
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
 
 $(CUDA_BUILD)/fg_cuda_tests: $(CUDA_TEST_OBJ) $(CUDA_BUILD)/libflashgrad.a
@@ -231,7 +243,7 @@ $(CUDA_BUILD)/fg_cuda_tests: $(CUDA_TEST_OBJ) $(CUDA_BUILD)/libflashgrad.a
 $(CUDA_BUILD)/fg_cuda_bench: $(CUDA_BENCH_OBJ) $(CUDA_BUILD)/libflashgrad.a
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
 
--include $(CUDA_LIB_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d) $(CUDA_BENCH_OBJ:.o=.d) $(CUDA_BUILD)/train/main.d
+-include $(CUDA_LIB_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d) $(CUDA_BENCH_OBJ:.o=.d) $(CUDA_PROG_OBJ:.o=.d)
 
 # ---- cuda-emu: the CUDA code on the CPU, without a GPU or nvcc (tests/cuda/emu/) ----
 # Every cuda/*.cu is copied with its <<<...>>> launches rewritten, compiled by g++ against a small
@@ -246,7 +258,8 @@ EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread 
 EMU_CU_OBJ     := $(CUDA_CU_SRC:%.cu=$(CUDA_EMU_BUILD)/%.o)
 EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
 EMU_LIB_OBJ    := $(LIB_SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BLAS_SRC:%.c=$(CUDA_BUILD)/%.o) $(EMU_CU_OBJ)
-EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o
+EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
+                  $(CUDA_TEST_CLI:%.c=$(CUDA_BUILD)/%.o)
 
 .PHONY: cuda-emu
 cuda-emu: $(CUDA_EMU_BUILD)/fg_flash_emu $(CUDA_EMU_BUILD)/fg_cuda_tests_emu
@@ -264,9 +277,9 @@ $(CUDA_EMU_BUILD)/cuda/%.o: $(CUDA_EMU_BUILD)/cuda/%.cpp $(EMU_CUH_GEN) $(wildca
 $(CUDA_EMU_BUILD)/device_cases_stub.o: tests/cuda/emu/device_cases_stub.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c $< -o $@
-$(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ)
+$(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ) Makefile
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 $(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a
 	$(EMU_CXX) -o $@ $^ $(CUDA_BLAS_LIBS) -lm -lpthread
 $(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(wildcard cuda/*.cuh cuda/*.h tests/cuda/emu/*.h)

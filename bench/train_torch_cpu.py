@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """train_torch_cpu.py — flashgrad's training against the same GPT in PyTorch (nanoGPT's model), side by side.
 
-One invocation trains the Tiny Shakespeare configuration (train/train_defaults.h, fg_defaults_text:
+One invocation trains the Tiny Shakespeare configuration (cli/train_defaults.h, fg_defaults_text:
 4 layers, 4 heads, 128 wide, block 64, batch 12, char-level) for --steps optimizer steps, once per
 seed in each framework, alternating (round r: flashgrad then PyTorch, or the other way on odd
 rounds so slow drift of a shared machine hits both):
@@ -26,7 +26,7 @@ What is the same in both, so that the losses can be compared:
     (normal 0.02, residual projections 0.02 / sqrt(2 L), biases 0, LayerNorm 1) drawn from the same
     Philox streams (train/gpt.c, tensor/tensor.c), so both start from the same float32 weights and
     their first losses agree to rounding. --torch-init own draws nanoGPT's scheme from torch's RNG;
-  - the optimizer: AdamW with train's text defaults read from train/train_defaults.h (lr, min lr,
+  - the optimizer: AdamW with train's text defaults read from cli/train_defaults.h (lr, min lr,
     warm-up, betas, weight decay on the 2-d weights only, grad-norm clipping), eps 1e-8, linear
     warm-up then cosine to min lr at the last step (train/adamw.c's fg_lr_at).
 
@@ -526,7 +526,7 @@ def main():
         have_torch = False
         print("train_torch_cpu: this python (%s) has no torch or numpy; flashgrad only" % sys.executable)
 
-    d = read_text_defaults(os.path.join(ROOT, "train", "train_defaults.h"))
+    d = read_text_defaults(os.path.join(ROOT, "cli", "train_defaults.h"))
     if d["grad_accum"] != 1 or d["dropout"] != 0:
         raise RuntimeError("train's text defaults have grad_accum %s, dropout %s; this script assumes 1 and 0"
                            % (d["grad_accum"], d["dropout"]))

@@ -42,3 +42,5 @@ fg_status fg_device_start(fg_device d) {
     }
     return fg_error(FG_ERR_DEVICE, "unknown device %d", (int)d);
 }
+
+int fg_device_built(fg_device d) { return d == FG_CPU || (d == FG_CUDA && fg_cuda_init != NULL); }

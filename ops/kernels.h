@@ -137,6 +137,10 @@ const fg_kernels *fg_kernels_for(fg_device d, const char *op);
  * functions and kernel table (fg_cuda_init), or explains why it cannot ("built without CUDA", no
  * device, a driver too old for the runtime). Idempotent and thread-safe. */
 fg_status fg_device_start(fg_device d);
+/* 1 when this program holds device d's code — the CPU always, CUDA when the cuda/ objects are
+ * linked in — whether or not the device can start (a CUDA build on a machine without a GPU: 1
+ * here, and fg_device_start fails); 0 otherwise. */
+int fg_device_built(fg_device d);
 
 /* For device code: make `k` (static storage) the table of device d. */
 void fg_register_kernels(fg_device d, const fg_kernels *k);

@@ -30,7 +30,6 @@
 #include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
-#include "train/commands.h"
 
 static void leak_check(void) {
     cr_expect_eq(fg_nodes_alive(), 0, "%lld autograd nodes still alive", (long long)fg_nodes_alive());
@@ -1318,11 +1317,16 @@ static int guide_example(void) {
     fg_release(v);
     fg_attn_block_mask_release(bm);
 
-    /* 3. register it by name: `gradcheck attention --custom prefix-lm` now checks it from this
-     *    program (fg_cmd_gradcheck is the command's entry point) */
+    /* 3. register it by name, so that a program can pick it from its settings or command line
+     *    (fg_attn_find_custom), and check it as such a program would run it: causal, 9 x 9 */
     fg_attn_register_custom("prefix-lm", "prefix LM (5 keys) with per-head temperature", &variant);
-    char *argv[] = {"gradcheck", "attention", "--custom", "prefix-lm", "--h", "4", "--nq", "9", "--nk", "9", "--causal"};
-    failed |= fg_cmd_gradcheck(11, argv) != 0;
+    const fg_attn_custom *named = fg_attn_find_custom("prefix-lm");
+    if (!named) return 1;
+    fg_attn_opts causal = fg_attn_defaults();
+    causal.custom = *named;
+    causal.causal = 1;
+    fg_attn_check_shape small = {.B = 1, .H = 4, .Nq = 9, .Nk = 9, .d = 8, .seed = 2};
+    failed |= fg_attn_gradcheck(&causal, &small, &rep) != FG_OK || !rep.passed;
     return failed;
 }
 /* ---- guide example: end ---- */

@@ -14,7 +14,7 @@
 
 #include "tensor/npy.h"
 #include "tests/common.h"
-#include "train/cli_util.h"
+#include "cli/cli_util.h"
 
 static char g_dir[64];
 

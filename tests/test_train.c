@@ -578,6 +578,33 @@ Test(cli, train_rejects_bad_flags_and_bad_data_with_one_line, .init = make_tmpdi
     expect_cli("bench nothing", 2, "unknown benchmark");
 }
 
+/* `train` and `bench train` read the model and optimizer flags from one table with one set of
+ * bounds and check them with one validator: the same bad settings are the same usage error, word
+ * for word after "flashgrad <cmd>: ". */
+Test(cli, train_and_bench_train_refuse_the_same_settings_alike, .init = make_tmpdir, .fini = remove_tmpdir) {
+    need_bin();
+    static const char *const bad[] = {
+        "--lr 20",          "--lr 0",          "--min-lr 0.5 --lr 0.1", "--beta1 1",         "--beta2 1",
+        "--weight-decay 1e7", "--grad-clip -1", "--dropout 1",           "--n-embd 30 --n-head 4", "--block-size 3",
+        "--byte",           "--attn fast",     "--recompute full",      "--device tpu",      "--device cuda",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[1024], tr[2048], be[2048];
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' train %s --steps 1 --out o 2>&1 >/dev/null", tmpdir, fg_bin(), bad[i]);
+        int st_tr = run_cmd(cmd, tr, sizeof tr);
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' bench train %s --steps 1 --warmup-steps 1 2>&1 >/dev/null", tmpdir,
+                 fg_bin(), bad[i]);
+        int st_be = run_cmd(cmd, be, sizeof be);
+        cr_expect_eq(st_tr, 2, "`train %s` exited %d, expected 2: %s", bad[i], st_tr, tr);
+        cr_expect_eq(st_be, 2, "`bench train %s` exited %d, expected 2: %s", bad[i], st_be, be);
+        const char *pt = "flashgrad train: ", *pb = "flashgrad bench train: ";
+        cr_expect(!strncmp(tr, pt, strlen(pt)) && !strncmp(be, pb, strlen(pb)) &&
+                      !strcmp(tr + strlen(pt), be + strlen(pb)),
+                  "`%s` is refused differently:\n  train:       %s  bench train: %s", bad[i], tr, be);
+    }
+    cr_expect(!exists("o"), "a refused run left its output folder behind");
+}
+
 /* Reads column `col` (0-based) of log.csv rows into out; returns rows. */
 static int read_log_column(const char *dir, int col, char rows[][32], int cap, char *header, size_t hn) {
     char p[600];

@@ -28,7 +28,7 @@
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tests/cuda/cuda_test.h"
-#include "train/commands.h"
+#include "cli/commands.h"
 
 typedef struct {
     int64_t B, H, Nq, Nk, d;

@@ -196,7 +196,18 @@ static int adamw_range_matches_the_host_formula(void) {
     return r;
 }
 
+/* The CUDA objects are linked in (fg_device_built), and on a GPU the device starts through the
+ * library's one entry point, fg_device_start. */
+static int the_cuda_build_holds_the_device_and_starts_it(void) {
+    FGT_CHECK(fg_device_built(FG_CUDA) == 1, "fg_device_built(FG_CUDA) is %d in a CUDA build", fg_device_built(FG_CUDA));
+    FGT_CHECK(fg_device_built(FG_CPU) == 1, "fg_device_built(FG_CPU) is %d", fg_device_built(FG_CPU));
+    if (FGT_DEV != FG_CUDA) return FGT_SKIP;
+    FGT_OK(fg_device_start(FG_CUDA));
+    return FGT_PASS;
+}
+
 const fgt_case fgt_runtime_cases[] = {
+    {"the_cuda_build_holds_the_device_and_starts_it", the_cuda_build_holds_the_device_and_starts_it},
     {"allocator_counts_and_caches_device_blocks", allocator_counts_and_caches_device_blocks},
     {"copies_round_trip_and_convert", copies_round_trip_and_convert},
     {"strided_views_copy_like_the_cpu", strided_views_copy_like_the_cpu},

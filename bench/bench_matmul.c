@@ -17,24 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench.h"
 #include "ops/ops.h"
 #include "ops/cpu/threadpool.h"
-#include "train/cli_util.h"
-#include "train/commands.h"
-#include "train/flags.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "cli/cli_util.h"
+#include "cli/flags.h"
 
 typedef struct {
     const char *name;
@@ -49,7 +37,7 @@ static double time_product(const mm_shape *s, int mode, int repeat, fg_tensor *a
     if (!t) return -1;
     fg_matmul_kernel was = fg_matmul_set_kernel(mode == 1 ? FG_MATMUL_BLAS : FG_MATMUL_AUTO);
     for (int r = -1; r < repeat; r++) { /* r = -1: the warm-up */
-        double t0 = now_s();
+        double t0 = fg_now();
         if (mode < 2) {
             fg_tensor *o = fg_matmul(a, b);
             if (!o) {
@@ -63,10 +51,10 @@ static double time_product(const mm_shape *s, int mode, int repeat, fg_tensor *a
                         (int)s->M, (int)s->N, (int)s->K, 1.0f, fg_data(a), s->ta ? (int)s->M : (int)s->K, fg_data(b),
                         s->tb ? (int)s->K : (int)s->N, 0.0f, c, (int)s->N);
         }
-        if (r >= 0) t[r] = now_s() - t0;
+        if (r >= 0) t[r] = fg_now() - t0;
     }
     fg_matmul_set_kernel(was);
-    qsort(t, (size_t)repeat, sizeof *t, cmp_double);
+    qsort(t, (size_t)repeat, sizeof *t, fg_bench_cmp_double);
     double m = t[repeat / 2];
     free(t);
     return m;

@@ -28,12 +28,13 @@
 
 #include <cblas.h>
 
+#include "bench/bench.h"
 #include "ops/attention.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/threadpool.h"
 #include "tensor/alloc.h"
-#include "train/attn_flags.h"
-#include "train/cli_util.h"
+#include "cli/attn_flags.h"
+#include "cli/cli_util.h"
 
 typedef struct {
     int64_t b, h, nq, nk, d;
@@ -65,11 +66,6 @@ static void set_threads(const attn_cfg *c, attn_result *r) {
     r->blas_threads = openblas_get_num_threads();
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* CPU seconds used by this process so far, all threads: user + system. Unlike wall time it does not
  * count the time other processes hold the cores, so flops per CPU-second is a per-core speed that
  * a shared machine disturbs less (a thread that spins waiting still counts). */
@@ -90,7 +86,7 @@ static void median_pair(double *t, double *c, int n, double *tm, double *cm) {
         return;
     }
     memcpy(sorted, t, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    qsort(sorted, (size_t)n, sizeof *sorted, fg_bench_cmp_double);
     *tm = sorted[n / 2];
     for (int i = 0; i < n; i++)
         if (t[i] == *tm) best = i;

@@ -1,4 +1,5 @@
-/* commands.h — the subcommands of the flashgrad program, one file each (train/cmd_<name>.c).
+/* commands.h — the subcommands of the flashgrad program, one file each (cli/cmd_<name>.c; the
+ * benchmarks' `bench` is bench/bench.c).
  *
  * Each takes the arguments after its name (argv[0] is the subcommand name) and returns the process
  * exit status: 0 success, 1 runtime error (bad file, non-finite loss, failed check), 2 usage error
@@ -12,9 +13,5 @@ int fg_cmd_sample(int argc, char **argv);
 int fg_cmd_attention(int argc, char **argv);
 int fg_cmd_gradcheck(int argc, char **argv);
 int fg_cmd_bench(int argc, char **argv);
-/* `flashgrad bench attention ...` (argv[0] = "attention"); called by fg_cmd_bench. */
-int fg_bench_attention(int argc, char **argv);
-/* `flashgrad bench matmul ...` (argv[0] = "matmul"); called by fg_cmd_bench. */
-int fg_bench_matmul(int argc, char **argv);
 
 #endif /* FG_COMMANDS_H */

@@ -22,7 +22,7 @@
  * fg_attention there and writes the results back as .npy (fg_npy_save copies them to the host).
  * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write, no usable
  * GPU in a CUDA build, scores that overflow the dtype), 2 usage error (also --device cuda in a build
- * without CUDA, --custom with --device cuda: see fg_attn_device_ready in train/attn_flags.h; and a
+ * without CUDA, --custom with --device cuda: see fg_attn_device_ready in cli/attn_flags.h; and a
  * --scale or --softcap the inputs' dtype cannot hold, as fg_attn_problem_check_dtype says).
  */
 #include <dirent.h>
@@ -38,9 +38,9 @@
 #include "autograd/autograd.h"
 #include "ops/attention.h"
 #include "tensor/npy.h"
-#include "train/attn_flags.h"
-#include "train/cli_util.h"
-#include "train/commands.h"
+#include "cli/attn_flags.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
 
 static const char attention_usage[] =
     "usage: flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]\n"

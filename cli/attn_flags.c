@@ -1,10 +1,11 @@
-/* attn_flags.c — parsing of the attention-variant flags (train/attn_flags.h). */
-#include "train/attn_flags.h"
+/* attn_flags.c — parsing of the attention-variant flags (cli/attn_flags.h). */
+#include "cli/attn_flags.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "train/cli_util.h"
+#include "cli/cli_util.h"
+#include "ops/kernels.h"
 
 const char fg_attn_variant_flags_help[] =
     "  --gqa HKV            grouped-query attention: K and V have HKV heads, H a multiple of HKV (1 = multi-query)\n"
@@ -101,13 +102,11 @@ int fg_attn_device_ready(const char *cmd, fg_device dev, const fg_attn_opts *o) 
                 cmd, fg_device_name(dev));
         return 2;
     }
-    if (fg_device_available(dev) != FG_OK) {
+    if (fg_device_start(dev) != FG_OK) {
         fprintf(stderr, "%s: --device %s: %s\n", cmd, fg_device_name(dev), fg_last_error());
-#ifdef FG_WITH_CUDA
-        return 1; /* built with CUDA, but no usable GPU here */
-#else
-        return 2; /* this binary has no CUDA at all */
-#endif
+        /* a binary without the device's code is asked for something it does not have; one with
+         * it found no usable device here */
+        return fg_device_built(dev) ? 1 : 2;
     }
     return 0;
 }

@@ -33,9 +33,9 @@
 
 #include "autograd/autograd.h"
 #include "ops/attention.h"
-#include "train/attn_flags.h"
-#include "train/cli_util.h"
-#include "train/commands.h"
+#include "cli/attn_flags.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
 
 static const char gradcheck_usage[] =
     "usage: flashgrad gradcheck attention [--b B --h H --nq N --nk M --d D] [--causal] [--dropout P] [--seed S]\n"

@@ -1,5 +1,6 @@
-/* cli_util.h — small helpers shared by the subcommands: strict number parsing, clocks, device
- * checks, the machine line benchmarks print, and CSV files written atomically. */
+/* cli_util.h — small helpers shared by the subcommands: strict number parsing, clocks, the
+ * machine line benchmarks print, and CSV files written atomically. (A command starts its device
+ * with fg_device_start, ops/kernels.h.) */
 #ifndef FG_CLI_UTIL_H
 #define FG_CLI_UTIL_H
 
@@ -18,9 +19,6 @@ int fg_parse_int_list(const char *s, int64_t *out, int cap, int *n, int64_t lo, 
 double fg_now(void);
 /* Wait for the device's queued work (no-op on the CPU). */
 void fg_device_sync(fg_device d);
-/* FG_OK when tensors can be made on d (initializes the CUDA backend in a CUDA build);
- * otherwise an error with a message such as "flashgrad was built without CUDA". */
-fg_status fg_device_available(fg_device d);
 
 /* "machine: <cpu model>, <n> cpus; OpenBLAS <core> with <t> threads" (and the GPU in a CUDA build). */
 void fg_print_machine_line(FILE *f);

@@ -46,53 +46,32 @@
 #include "tensor/fileio.h"
 #include "train/checkpoint.h"
 #include "ops/cpu/threadpool.h"
-#include "train/cli_util.h"
-#include "train/commands.h"
-#include "train/flags.h"
-#include "train/train_defaults.h"
-
-extern void openblas_set_num_threads(int n);
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/train_defaults.h"
+#include "cli/train_flags.h"
 
 /* ---- flags ---- */
-/* X(id, name, type, meta, help, lo, hi, lo_open) — defaults are set in set_defaults(). */
+/* train's own flags; they follow the flags it shares with `bench train` (cli/train_flags.h), whose
+ * indices are FG_TF_<ID>. X(id, name, type, meta, help, lo, hi, lo_open) — defaults are set in
+ * set_defaults(). */
 #define TRAIN_FLAGS(X)                                                                                         \
-    X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer, see below)", 0, 0, 0) \
     X(TASK, "--task", FG_FLAG_STR, "NAME", "synthetic task: addition (default when --data is absent)", 0, 0, 0) \
-    X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)          \
-    X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)           \
     X(ANSWER_ONLY, "--answer-only", FG_FLAG_INT, "0|1", "addition: 1 = loss on the answer tokens only (optimum 0), 0 = on every token", 0, 1, 0) \
     X(STEPS, "--steps", FG_FLAG_INT, "N", "optimizer steps", 0, 1e12, 1)                                      \
     X(OUT, "--out", FG_FLAG_STR, "DIR", "output folder: checkpoint, log.csv (created if missing)", 0, 0, 0)    \
     X(RESUME, "--resume", FG_FLAG_BOOL, NULL, "continue the run saved in --out", 0, 0, 0)                     \
     X(OVERWRITE, "--overwrite", FG_FLAG_BOOL, NULL, "start afresh in an --out that holds another run, replacing it at this run's first checkpoint", 0, 0, 0) \
-    X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                \
-    X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)            \
-    X(N_EMBD, "--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536, 0)                                    \
-    X(BLOCK, "--block-size", FG_FLAG_INT, "N", "context length (default 64 for text; the addition task fixes it at 3 x digits + 3)", 1, 1 << 20, 0) \
-    X(BATCH, "--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24, 0)                     \
-    X(ACCUM, "--grad-accum", FG_FLAG_INT, "N", "micro-batches per optimizer step", 1, 1 << 20, 0)              \
-    X(LR, "--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 10, 1)                                            \
-    X(MIN_LR, "--min-lr", FG_FLAG_F64, "X", "learning rate at the end of the cosine decay", 0, 10, 0)         \
-    X(WARMUP, "--warmup", FG_FLAG_INT, "N", "linear warm-up steps", 0, 1e12, 0)                               \
-    X(DECAY, "--lr-decay-steps", FG_FLAG_INT, "N", "step where the cosine reaches --min-lr (default --steps)", 0, 1e12, 1) \
-    X(WD, "--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e6, 0)             \
-    X(BETA1, "--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999999, 0)                                    \
-    X(BETA2, "--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999999, 0)                                    \
-    X(CLIP, "--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0)            \
-    X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability (embeddings, attention, residuals)", 0, 0.99, 0) \
     X(EVAL_EVERY, "--eval-every", FG_FLAG_INT, "N", "evaluate and checkpoint every N steps (0: at the end)", 0, 1e12, 0) \
     X(EVAL_ITERS, "--eval-iters", FG_FLAG_INT, "N", "batches per evaluation", 1, 1e6, 0)                      \
     X(EVAL_PROBLEMS, "--eval-problems", FG_FLAG_INT, "N", "addition: held-out problems for the accuracy", 1, 1e7, 0) \
-    X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)           \
-    X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)               \
-    X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                          \
-    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)  \
     X(CKPT_EVERY, "--ckpt-every", FG_FLAG_INT, "N", "checkpoint every N steps (default: at each evaluation)", 0, 1e12, 0) \
-    X(THREADS, "--threads", FG_FLAG_INT, "N", "threads of flashgrad's pool and of OpenBLAS (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or all cores)", 1, 1024, 0) \
     X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0, 1e12, 0) \
     X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)
 
 enum {
+    F_OWN = FG_TF_COUNT - 1, /* the next index, FG_TF_COUNT, is train's first own flag */
 #define TF_ENUM(id, name, type, meta, help, lo, hi, lo_open) F_##id,
     TRAIN_FLAGS(TF_ENUM)
 #undef TF_ENUM
@@ -100,43 +79,25 @@ enum {
 };
 
 static void init_flags(fg_flag *f) {
-    static const fg_flag table[F_COUNT] = {
+    static const fg_flag own[F_COUNT - FG_TF_COUNT] = {
 #define TF_INIT(id, nm, ty, me, he, l, h, lop) {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
         TRAIN_FLAGS(TF_INIT)
 #undef TF_INIT
     };
-    memcpy(f, table, sizeof table);
+    fg_train_flags_init(f);
+    memcpy(f + FG_TF_COUNT, own, sizeof own);
 }
 
 /* Defaults: a task's own (train_defaults.h), shown in --help as "text / addition". */
 static void set_defaults(fg_flag *f, const fg_train_defaults *d) {
+    fg_train_flags_defaults(f, d);
     f[F_TASK].s = "addition";
     f[F_OUT].s = "out";
-    f[F_DIGITS].i = d->digits;
     f[F_ANSWER_ONLY].i = d->answer_only;
     f[F_STEPS].i = d->steps;
-    f[F_N_LAYER].i = d->n_layer;
-    f[F_N_HEAD].i = d->n_head;
-    f[F_N_EMBD].i = d->n_embd;
-    f[F_BLOCK].i = d->block_size;
-    f[F_BATCH].i = d->batch_size;
-    f[F_ACCUM].i = d->grad_accum;
-    f[F_LR].d = d->lr;
-    f[F_MIN_LR].d = d->min_lr;
-    f[F_WARMUP].i = d->warmup;
-    f[F_DECAY].i = 0;
-    f[F_WD].d = d->weight_decay;
-    f[F_BETA1].d = d->beta1;
-    f[F_BETA2].d = d->beta2;
-    f[F_CLIP].d = d->grad_clip;
-    f[F_DROPOUT].d = d->dropout;
     f[F_EVAL_EVERY].i = d->eval_every;
     f[F_EVAL_ITERS].i = d->eval_iters;
     f[F_EVAL_PROBLEMS].i = d->eval_problems;
-    f[F_SEED].u = 1337;
-    f[F_ATTN].s = "flash";
-    f[F_DEVICE].s = "cpu";
-    f[F_RECOMPUTE].s = "none";
     f[F_CKPT_EVERY].i = 0;
     f[F_LOG_EVERY].i = 0;
     f[F_SAMPLES].i = d->samples;
@@ -493,13 +454,41 @@ static void stop_failed(const csv_log *rows, const char *log_path, const char *o
     die(1, "%s; stopped before any checkpoint was written%s.", msg, logged ? " (log.csv has the steps run)" : "");
 }
 
-/* ---- the command ---- */
+/* ---- the command: train_parse, train_configure (configure_fresh or configure_resumed, then the
+ * folder and the trainer), print_header, train_loop, train_report ---- */
 static int same_d(double a, double b) { return a == b; }
 
-int fg_cmd_train(int argc, char **argv) {
-    on_tty = isatty(STDERR_FILENO);
-    signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error (EPIPE), not the end of training */
+/* What the command line asks for, checked. */
+typedef struct {
     fg_flag f[F_COUNT];
+    int is_text;         /* --data: a text file; otherwise the addition task */
+    fg_train_choice run; /* device (started), attention, recompute */
+    const char *out;     /* the run folder */
+    char model_path[4096], log_path[4096];
+} train_args;
+
+/* The run: configuration, data, trainer, its log, and the folder's state. */
+typedef struct {
+    fg_train_config cfg;
+    fg_source *src;      /* owned */
+    fg_trainer *tr;      /* owned */
+    fg_ckpt *ck;         /* --resume: the checkpoint, open until the trainer is restored from it */
+    csv_log log;         /* the rows of log.csv */
+    int64_t other_step;  /* a fresh --overwrite run: the step of the run it will replace */
+    int other_pending;   /* ... and that run's files are still in place */
+} train_run;
+
+/* What the loop measured, for the final report. */
+typedef struct {
+    double t_start, step_time;  /* wall clock at the first step; seconds inside training steps */
+    int64_t tokens_done;
+    double last_train, last_val, last_acc; /* the last evaluation */
+} train_totals;
+
+/* Parses and checks every flag: a bad value is one line and exit 2, before anything is written.
+ * Returns -1 when the run goes on, else the exit status (0 after --help). */
+static int train_parse(int argc, char **argv, train_args *a) {
+    fg_flag *f = a->f;
     init_flags(f);
     /* Two passes: the first finds --data/--task so the second starts from that task's defaults. */
     set_defaults(f, &fg_defaults_text);
@@ -509,174 +498,144 @@ int fg_cmd_train(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    int is_text = f[F_DATA].given;
-    if (is_text && f[F_TASK].given) die(2, "give either --data FILE or --task NAME, not both");
-    if (!is_text && strcmp(f[F_TASK].s, "addition")) die(2, "--task: unknown task '%s' (available: addition)", f[F_TASK].s);
-    if (!is_text && f[F_BYTE].given) die(2, "--byte applies to --data files only");
-    if (is_text && f[F_ANSWER_ONLY].given) die(2, "--answer-only applies to the addition task only");
+    a->is_text = f[FG_TF_DATA].given;
+    if (a->is_text && f[F_TASK].given) die(2, "give either --data FILE or --task NAME, not both");
+    if (!a->is_text && strcmp(f[F_TASK].s, "addition"))
+        die(2, "--task: unknown task '%s' (available: addition)", f[F_TASK].s);
+    if (a->is_text && f[F_ANSWER_ONLY].given) die(2, "--answer-only applies to the addition task only");
     init_flags(f);
-    set_defaults(f, is_text ? &fg_defaults_text : &fg_defaults_addition);
+    set_defaults(f, a->is_text ? &fg_defaults_text : &fg_defaults_addition);
     rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
     if (rc) return rc;
 
-    /* device, attention, threads */
-    fg_device dev;
-    if (!strcmp(f[F_DEVICE].s, "cpu")) dev = FG_CPU;
-    else if (!strcmp(f[F_DEVICE].s, "cuda")) dev = FG_CUDA;
-    else die(2, "--device: unknown device '%s' (cpu or cuda)", f[F_DEVICE].s);
-    /* a CPU build says "built without CUDA" here (exit 2); a CUDA build starts the device */
-    if (dev == FG_CUDA && fg_device_available(FG_CUDA) != FG_OK) die(2, "--device cuda: %s", fg_last_error());
-    fg_attn_impl attn;
-    if (!strcmp(f[F_ATTN].s, "flash")) attn = FG_ATTN_FLASH;
-    else if (!strcmp(f[F_ATTN].s, "naive")) attn = FG_ATTN_NAIVE;
-    else die(2, "--attn: unknown implementation '%s' (naive or flash)", f[F_ATTN].s);
-    int recompute = fg_gpt_recompute_parse(f[F_RECOMPUTE].s);
-    if (recompute < 0) die(2, "--recompute: unknown setting '%s' (none, attn or block)", f[F_RECOMPUTE].s);
-    if (f[F_THREADS].given) {
-        openblas_set_num_threads((int)f[F_THREADS].i);
-        fg_pool_set_threads((int)f[F_THREADS].i);
-    }
-    if (f[F_N_EMBD].i % f[F_N_HEAD].i)
-        die(2, "--n-embd %lld is not a multiple of --n-head %lld", (long long)f[F_N_EMBD].i, (long long)f[F_N_HEAD].i);
-    if (f[F_MIN_LR].d > f[F_LR].d) die(2, "--min-lr %g is larger than --lr %g", f[F_MIN_LR].d, f[F_LR].d);
+    /* --byte, device (started here), attention, recompute, heads, learning rates: train_flags.h */
+    if (fg_train_flags_check(f, &a->run) != FG_OK) die(2, "%s", fg_last_error());
+    fg_train_flags_threads(f);
 
     /* the output folder: created if missing (with parents), and it must be writable */
-    const char *out = f[F_OUT].s;
-    char model_path[4096], log_path[4096];
-    if (snprintf(model_path, sizeof model_path, "%s/%s", out, FG_CKPT_MODEL_FILE) >= (int)sizeof model_path ||
-        snprintf(log_path, sizeof log_path, "%s/log.csv", out) >= (int)sizeof log_path)
+    a->out = f[F_OUT].s;
+    if (snprintf(a->model_path, sizeof a->model_path, "%s/%s", a->out, FG_CKPT_MODEL_FILE) >= (int)sizeof a->model_path ||
+        snprintf(a->log_path, sizeof a->log_path, "%s/log.csv", a->out) >= (int)sizeof a->log_path)
         die(2, "--out: the path is too long");
+    return -1;
+}
 
-    /* ---- configuration: fresh, or from the checkpoint ---- */
-    fg_train_config cfg = {0};
-    fg_ckpt *ck = NULL;
-    fg_source *src = NULL;
-    if (f[F_RESUME].given) {
-        struct stat sb;
-        if (stat(model_path, &sb) != 0) die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, model_path, strerror(errno));
-        if (f[F_OVERWRITE].given) die(2, "--overwrite starts a new run; it cannot be combined with --resume");
-        lock_run_folder(out);
-        ck = fg_ckpt_open(out, 1);
-        if (!ck) die(1, "--resume: %s", fg_last_error());
-        const fg_ckpt_info *in = fg_ckpt_get_info(ck);
-        cfg = in->train;
-        /* Settings that shape the run must match the checkpoint's, or the resumed curve would not
-         * be the uninterrupted one. */
-#define KEEP_I(id, val)                                                                                     \
-    if (f[F_##id].given && f[F_##id].i != (int64_t)(val))                                                   \
-        die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", f[F_##id].name, \
-            (long long)f[F_##id].i, (long long)(val));
-#define KEEP_D(id, val)                                                                                            \
-    if (f[F_##id].given && !same_d(f[F_##id].d, (val)))                                                            \
-        die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", f[F_##id].name, f[F_##id].d, \
+/* --resume: the configuration of the checkpoint in --out, which the flags may only change where
+ * that keeps the curve (steps, decay, evaluation, attention, recompute, device). Takes the folder's
+ * lock before reading the checkpoint; leaves it open in r->ck. What it opens goes into *r at once,
+ * so that it stays reachable when a check stops the program (the leak checkers see it). */
+static void configure_resumed(const train_args *a, train_run *r) {
+    const fg_flag *f = a->f;
+    const char *out = a->out;
+    struct stat sb;
+    if (stat(a->model_path, &sb) != 0)
+        die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
+    if (f[F_OVERWRITE].given) die(2, "--overwrite starts a new run; it cannot be combined with --resume");
+    lock_run_folder(out);
+    fg_ckpt *ck = r->ck = fg_ckpt_open(out, 1);
+    if (!ck) die(1, "--resume: %s", fg_last_error());
+    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+    fg_train_config cfg = in->train;
+    /* Settings that shape the run must match the checkpoint's, or the resumed curve would not
+     * be the uninterrupted one. */
+#define KEEP_I(k, val)                                                                                       \
+    if (f[k].given && f[k].i != (int64_t)(val))                                                              \
+        die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", f[k].name,    \
+            (long long)f[k].i, (long long)(val));
+#define KEEP_D(k, val)                                                                                       \
+    if (f[k].given && !same_d(f[k].d, (val)))                                                                \
+        die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", f[k].name, f[k].d, \
             (double)(val));
-        KEEP_I(N_LAYER, cfg.model.n_layer) KEEP_I(N_HEAD, cfg.model.n_head) KEEP_I(N_EMBD, cfg.model.n_embd)
-        KEEP_I(BLOCK, cfg.model.block_size) KEEP_I(BATCH, cfg.batch_size) KEEP_I(ACCUM, cfg.grad_accum)
-        KEEP_I(WARMUP, cfg.opt.warmup) KEEP_D(LR, cfg.opt.lr) KEEP_D(MIN_LR, cfg.opt.min_lr) KEEP_D(WD, cfg.opt.weight_decay)
-        KEEP_D(BETA1, cfg.opt.beta1) KEEP_D(BETA2, cfg.opt.beta2) KEEP_D(CLIP, cfg.opt.grad_clip)
-        KEEP_D(DROPOUT, cfg.model.dropout)
-        if (f[F_SEED].given && f[F_SEED].u != cfg.seed) die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
-        if (f[F_BYTE].given && fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE)
-            die(2, "--byte: the checkpoint uses a character-level tokenizer");
-        if (in->source == FG_SOURCE_ADDITION) {
-            if (is_text) die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
-            KEEP_I(DIGITS, in->addition.n_digits)
-            KEEP_I(ANSWER_ONLY, in->addition.answer_only)
-            src = fg_source_addition(&in->addition);
-        } else {
-            if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
-            /* --data if given, else the recorded path, then the recorded absolute one */
-            src = fg_ckpt_text_source(ck, is_text ? f[F_DATA].s : NULL);
-            if (!src) die(1, "--resume: %s%s", fg_last_error(), is_text ? "" : "; give the file with --data");
-        }
-        if (!src) die(1, "%s", fg_last_error());
-        /* what may change on resume */
-        if (f[F_STEPS].given) cfg.steps = f[F_STEPS].i;
-        if (f[F_DECAY].given) cfg.opt.decay_steps = f[F_DECAY].i;
-        if (f[F_EVAL_EVERY].given) cfg.eval_every = (int)f[F_EVAL_EVERY].i;
-        if (f[F_EVAL_ITERS].given) cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
-        cfg.model.attn = f[F_ATTN].given ? attn : in->model.attn;
-        cfg.model.recompute = (fg_gpt_recompute)recompute; /* changes no number: free on resume */
-        cfg.model.device = dev; /* checkpoints are device-neutral: resume on either */
-        if (in->step >= cfg.steps)
-            die(2, "--resume: the checkpoint is at step %lld of %lld already; pass a larger --steps to continue",
-                (long long)in->step, (long long)cfg.steps);
+    KEEP_I(FG_TF_N_LAYER, cfg.model.n_layer) KEEP_I(FG_TF_N_HEAD, cfg.model.n_head)
+    KEEP_I(FG_TF_N_EMBD, cfg.model.n_embd) KEEP_I(FG_TF_BLOCK, cfg.model.block_size)
+    KEEP_I(FG_TF_BATCH, cfg.batch_size) KEEP_I(FG_TF_ACCUM, cfg.grad_accum) KEEP_I(FG_TF_WARMUP, cfg.opt.warmup)
+    KEEP_D(FG_TF_LR, cfg.opt.lr) KEEP_D(FG_TF_MIN_LR, cfg.opt.min_lr) KEEP_D(FG_TF_WD, cfg.opt.weight_decay)
+    KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2) KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
+    KEEP_D(FG_TF_DROPOUT, cfg.model.dropout)
+    if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed) die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
+    if (f[FG_TF_BYTE].given && fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE)
+        die(2, "--byte: the checkpoint uses a character-level tokenizer");
+    if (in->source == FG_SOURCE_ADDITION) {
+        if (a->is_text) die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
+        KEEP_I(FG_TF_DIGITS, in->addition.n_digits)
+        KEEP_I(F_ANSWER_ONLY, in->addition.answer_only)
+        r->src = fg_source_addition(&in->addition);
     } else {
-        if (is_text) {
-            fg_text_options to = fg_text_default_options((int)f[F_BLOCK].i);
-            to.kind = f[F_BYTE].given ? FG_TOK_BYTE : FG_TOK_CHAR;
-            src = fg_source_text(f[F_DATA].s, &to);
-        } else {
-            fg_addition_config ac = fg_addition_default_config();
-            ac.n_digits = (int)f[F_DIGITS].i;
-            ac.answer_only = (int)f[F_ANSWER_ONLY].i;
-            src = fg_source_addition(&ac);
-        }
-        if (!src) die(1, "%s", fg_last_error());
-        int T = fg_source_fixed_block(src);
-        if (T) {
-            if (f[F_BLOCK].given && f[F_BLOCK].i < T)
-                die(2, "--block-size %lld is shorter than the addition task's sequences (%d)", (long long)f[F_BLOCK].i, T);
-            if (!f[F_BLOCK].given) f[F_BLOCK].i = T;
-        }
-        cfg.model = fg_gpt_default_config();
-        cfg.model.n_layer = (int)f[F_N_LAYER].i;
-        cfg.model.n_head = (int)f[F_N_HEAD].i;
-        cfg.model.n_embd = (int)f[F_N_EMBD].i;
-        cfg.model.block_size = (int)f[F_BLOCK].i;
-        cfg.model.vocab_size = fg_source_vocab_size(src);
-        cfg.model.dropout = f[F_DROPOUT].d;
-        cfg.model.attn = attn;
-        cfg.model.recompute = (fg_gpt_recompute)recompute;
-        cfg.model.device = dev;
-        cfg.batch_size = (int)f[F_BATCH].i;
-        cfg.grad_accum = (int)f[F_ACCUM].i;
-        cfg.steps = f[F_STEPS].i;
-        cfg.eval_every = (int)f[F_EVAL_EVERY].i;
-        cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
-        cfg.seed = f[F_SEED].u;
-        cfg.opt = (fg_adamw_config){.lr = f[F_LR].d, .min_lr = f[F_MIN_LR].d, .warmup = f[F_WARMUP].i,
-                                    .decay_steps = f[F_DECAY].given ? f[F_DECAY].i : f[F_STEPS].i,
-                                    .beta1 = f[F_BETA1].d, .beta2 = f[F_BETA2].d, .eps = 1e-8,
-                                    .weight_decay = f[F_WD].d, .grad_clip = f[F_CLIP].d};
-        if (fg_train_config_check(&cfg) != FG_OK) die(2, "%s", fg_last_error());
+        if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
+        /* --data if given, else the recorded path, then the recorded absolute one */
+        r->src = fg_ckpt_text_source(ck, a->is_text ? f[FG_TF_DATA].s : NULL);
+        if (!r->src) die(1, "--resume: %s%s", fg_last_error(), a->is_text ? "" : "; give the file with --data");
     }
+#undef KEEP_I
+#undef KEEP_D
+    if (!r->src) die(1, "%s", fg_last_error());
+    /* what may change on resume */
+    if (f[F_STEPS].given) cfg.steps = f[F_STEPS].i;
+    if (f[FG_TF_DECAY].given) cfg.opt.decay_steps = f[FG_TF_DECAY].i;
+    if (f[F_EVAL_EVERY].given) cfg.eval_every = (int)f[F_EVAL_EVERY].i;
+    if (f[F_EVAL_ITERS].given) cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
+    cfg.model.attn = f[FG_TF_ATTN].given ? a->run.attn : in->model.attn;
+    cfg.model.recompute = a->run.recompute; /* changes no number: free on resume */
+    cfg.model.device = a->run.device;       /* checkpoints are device-neutral: resume on either */
+    if (in->step >= cfg.steps)
+        die(2, "--resume: the checkpoint is at step %lld of %lld already; pass a larger --steps to continue",
+            (long long)in->step, (long long)cfg.steps);
+    r->cfg = cfg;
+}
+
+/* A fresh run: the data (a bad file is one line and exit 1), then the configuration from the
+ * flags, checked (train_flags.h). */
+static void configure_fresh(const train_args *a, train_run *r) {
+    const fg_flag *f = a->f;
+    r->src = fg_train_flags_source(f, (int)f[F_ANSWER_ONLY].i);
+    if (!r->src) die(1, "%s", fg_last_error());
+    r->cfg.steps = f[F_STEPS].i;
+    r->cfg.eval_every = (int)f[F_EVAL_EVERY].i;
+    r->cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
+    if (fg_train_flags_config(f, r->src, &a->run, &r->cfg) != FG_OK) die(2, "%s", fg_last_error());
+}
+
+/* The run's configuration (fresh or resumed), then its folder, then the trainer (restored from
+ * the checkpoint on resume). Stops with one line on any failure. */
+static void train_configure(const train_args *a, train_run *r) {
+    memset(r, 0, sizeof *r);
+    r->other_step = -1;
+    const char *out = a->out;
+    if (a->f[F_RESUME].given) configure_resumed(a, r);
+    else configure_fresh(a, r);
 
     /* The folder: after the data loaded, so a bad dataset leaves nothing behind. A fresh run takes
      * the lock here; a resumed one took it before reading the checkpoint. */
-    int64_t other_step = -1; /* a fresh --overwrite run: the step of the run it will replace */
-    int other_pending = 0;   /* ... and that run's files are still in place */
-    if (!ck) {
+    if (!r->ck) {
         make_run_folder(out);
         lock_run_folder(out);
-        other_step = other_run_in_folder(out, f[F_OVERWRITE].given);
-        other_pending = other_step >= 0;
+        r->other_step = other_run_in_folder(out, a->f[F_OVERWRITE].given);
+        r->other_pending = r->other_step >= 0;
     } else if (access(out, W_OK) != 0) {
         die(1, "--out: cannot write to '%s': %s", out, strerror(errno));
     }
     remove_stale_temporaries(out);
 
-    fg_trainer *tr = fg_trainer_create(&cfg, src);
-    if (!tr) die(1, "%s", fg_last_error());
+    r->tr = fg_trainer_create(&r->cfg, r->src);
+    if (!r->tr) die(1, "%s", fg_last_error());
     /* whatever could make a checkpoint fail (except the disk) fails now, before the first step */
-    if (fg_ckpt_check_savable(out, tr) != FG_OK) die(1, "%s", fg_last_error());
-    csv_log logrows = {0};
-    if (ck) {
-        if (fg_ckpt_restore(ck, tr) != FG_OK) die(1, "--resume: %s", fg_last_error());
-        fg_ckpt_close(ck);
-        ck = NULL;
-        csv_load(&logrows, log_path, tr->step);
+    if (fg_ckpt_check_savable(out, r->tr) != FG_OK) die(1, "%s", fg_last_error());
+    if (r->ck) {
+        if (fg_ckpt_restore(r->ck, r->tr) != FG_OK) die(1, "--resume: %s", fg_last_error());
+        fg_ckpt_close(r->ck);
+        r->ck = NULL;
+        csv_load(&r->log, a->log_path, r->tr->step);
     }
-    const int is_add = src->kind == FG_SOURCE_ADDITION;
-    const int eval_problems = (int)f[F_EVAL_PROBLEMS].i;
-    const int ckpt_every = (int)f[F_CKPT_EVERY].i;
-    int64_t log_every = f[F_LOG_EVERY].i;
-    if (log_every == 0) log_every = cfg.steps / 40 > 0 ? cfg.steps / 40 : 1;
+}
 
-    /* ---- header ---- */
+/* The lines that describe the run before its first step. */
+static void print_header(const train_args *a, const train_run *r) {
+    const fg_trainer *tr = r->tr;
+    const fg_source *src = r->src;
+    const fg_train_config *cfg = &r->cfg;
     const fg_gpt_config *mc = &tr->model->cfg;
     char data_desc[4400];
-    if (is_add) {
+    if (src->kind == FG_SOURCE_ADDITION) {
         const fg_addition_config *ac = fg_addition_get_config(src->add);
         snprintf(data_desc, sizeof data_desc, "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)",
                  ac->n_digits, 100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
@@ -692,16 +651,31 @@ int fg_cmd_train(int argc, char **argv) {
         mc->n_head, mc->n_embd, mc->block_size, tr->model->num_elements / 1e6, fg_attn_impl_name(mc->attn), mc->dropout);
     say("training: %lld steps of %d x %d x %d tokens, lr %g -> %g (warmup %lld, cosine to step %lld), AdamW "
         "betas (%g, %g) wd %g, clip %g, seed %" PRIu64 "\n",
-        (long long)cfg.steps, cfg.batch_size, tr->T, cfg.grad_accum, cfg.opt.lr, cfg.opt.min_lr,
-        (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps, cfg.opt.beta1, cfg.opt.beta2,
-        cfg.opt.weight_decay, cfg.opt.grad_clip, cfg.seed);
+        (long long)cfg->steps, cfg->batch_size, tr->T, cfg->grad_accum, cfg->opt.lr, cfg->opt.min_lr,
+        (long long)cfg->opt.warmup, (long long)cfg->opt.decay_steps, cfg->opt.beta1, cfg->opt.beta2,
+        cfg->opt.weight_decay, cfg->opt.grad_clip, cfg->seed);
     if (on_tty) fputs("\r\033[K", stderr);
     fg_print_machine_line(stdout);
     fg_blas_hint(stdout);
     say("threads: %d (flashgrad pool); runs are bit-for-bit reproducible for a given seed and thread count\n",
         fg_pool_threads());
-    if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, out);
-    say("output: %s/{model,optimizer}.safetensors, %s\n", out, log_path);
+    if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, a->out);
+    say("output: %s/{model,optimizer}.safetensors, %s\n", a->out, a->log_path);
+}
+
+/* The optimizer steps, with evaluations, log rows, progress and checkpoints, until --steps or a
+ * stop signal. Returns 0 when every step ran, 128 + the signal after one (its checkpoint written);
+ * a failure stops the program (stop_failed). */
+static int train_loop(const train_args *a, train_run *r, train_totals *t) {
+    const fg_flag *f = a->f;
+    const char *out = a->out, *log_path = a->log_path;
+    fg_trainer *tr = r->tr;
+    const fg_train_config *cfg = &r->cfg;
+    const int is_add = r->src->kind == FG_SOURCE_ADDITION;
+    const int eval_problems = (int)f[F_EVAL_PROBLEMS].i;
+    const int ckpt_every = (int)f[F_CKPT_EVERY].i;
+    int64_t log_every = f[F_LOG_EVERY].i;
+    if (log_every == 0) log_every = cfg->steps / 40 > 0 ? cfg->steps / 40 : 1;
 
     struct sigaction sa = {0};
     sa.sa_handler = on_stop_signal;
@@ -710,24 +684,22 @@ int fg_cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
 
-    /* ---- the loop ---- */
-    const double t_start = fg_now();
-    double step_time = 0, last_draw = 0;
-    int64_t tokens_done = 0, steps_timed = 0, last_ckpt = tr->step > 0 ? tr->step : -1;
-    double last_val = NAN, last_train = NAN, last_acc = NAN;
+    *t = (train_totals){.t_start = fg_now(), .last_train = NAN, .last_val = NAN, .last_acc = NAN};
+    double last_draw = 0;
+    int64_t steps_timed = 0, last_ckpt = tr->step > 0 ? tr->step : -1;
     int code = 0;
-    while (tr->step < cfg.steps) {
+    while (tr->step < cfg->steps) {
         fg_step_stats s;
         double t0 = fg_now();
         fg_status st = fg_trainer_step(tr, &s);
         double dt = fg_now() - t0;
-        if (st != FG_OK) stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
-        step_time += dt;
-        tokens_done += s.tokens;
+        if (st != FG_OK) stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
+        t->step_time += dt;
+        t->tokens_done += s.tokens;
         steps_timed++;
         const int64_t step = tr->step; /* 1-based: steps done */
-        const int last = step == cfg.steps;
-        const int do_eval = last || (cfg.eval_every > 0 && step % cfg.eval_every == 0);
+        const int last = step == cfg->steps;
+        const int do_eval = last || (cfg->eval_every > 0 && step % cfg->eval_every == 0);
         /* read once: a signal that lands later in this iteration is served after the next step */
         const int stop = stop_requested;
         const int do_ckpt = last || stop || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
@@ -737,46 +709,46 @@ int fg_cmd_train(int argc, char **argv) {
             double tl = NAN, vl = NAN;
             if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK) {
                 fg_error(fg_last_status(), "evaluation at step %lld: %s", (long long)step, fg_last_error());
-                stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
+                stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
             }
-            last_train = tl;
-            last_val = vl;
+            t->last_train = tl;
+            t->last_val = vl;
             snprintf(val, sizeof val, "%.6f", vl);
             if (is_add) {
-                if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &last_acc) != FG_OK) {
+                if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &t->last_acc) != FG_OK) {
                     fg_error(fg_last_status(), "accuracy at step %lld: %s", (long long)step, fg_last_error());
-                    stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
+                    stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
                 }
                 say("step %lld: train loss %s, val loss %s (optimum %.4f), held-out exact match %.1f%% (%d problems)\n",
-                    (long long)step, LOSS(tl), LOSS(vl), fg_source_optimal_loss(src), 100 * last_acc, eval_problems);
+                    (long long)step, LOSS(tl), LOSS(vl), fg_source_optimal_loss(r->src), 100 * t->last_acc, eval_problems);
             } else {
                 say("step %lld: train loss %s, val loss %s\n", (long long)step, LOSS(tl), LOSS(vl));
             }
         }
         snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s", (long long)step, s.loss, s.lr, s.grad_norm,
                  dt > 0 ? s.tokens / dt : 0.0, val);
-        if (csv_add(&logrows, row)) {
+        if (csv_add(&r->log, row)) {
             fg_error(FG_ERR_OOM, "out of memory for the log");
-            stop_failed(&logrows, log_path, out, last_ckpt, other_pending, other_step);
+            stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
         }
 
         /* progress */
-        double now = fg_now(), rate = step_time > 0 ? tokens_done / step_time : 0;
-        double eta = steps_timed ? (step_time / steps_timed) * (double)(cfg.steps - step) : 0;
+        double now = fg_now(), rate = t->step_time > 0 ? t->tokens_done / t->step_time : 0;
+        double eta = steps_timed ? (t->step_time / steps_timed) * (double)(cfg->steps - step) : 0;
         char el[32], et[32], rt[32];
-        fmt_time(el, sizeof el, now - t_start);
+        fmt_time(el, sizeof el, now - t->t_start);
         fmt_time(et, sizeof et, eta);
         fmt_rate(rt, sizeof rt, rate);
         if (on_tty) {
             if (now - last_draw > 0.1 || last || do_eval) {
                 fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %s | lr %.2e | %s tok/s | %s elapsed | ETA %s",
-                        (long long)step, (long long)cfg.steps, LOSS(s.loss), s.lr, rt, el, et);
+                        (long long)step, (long long)cfg->steps, LOSS(s.loss), s.lr, rt, el, et);
                 fflush(stderr);
                 last_draw = now;
             }
         } else if ((step % log_every == 0 || last) && !stdout_lost) {
             printf("step %lld/%lld loss %s lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s\n", (long long)step,
-                   (long long)cfg.steps, LOSS(s.loss), s.lr, s.grad_norm, rt, el, et);
+                   (long long)cfg->steps, LOSS(s.loss), s.lr, s.grad_norm, rt, el, et);
             check_stdout();
         }
 
@@ -784,11 +756,11 @@ int fg_cmd_train(int argc, char **argv) {
             /* The earlier run that --overwrite replaces goes first; then the log: a checkpoint at
              * step s must never be on disk without the log's rows up to s (a resume keeps the rows
              * up to its checkpoint's step and drops later ones). */
-            if (other_pending) {
+            if (r->other_pending) {
                 remove_other_run(out);
-                other_pending = 0;
+                r->other_pending = 0;
             }
-            if (csv_write(&logrows, log_path) != FG_OK) die(1, "%s", fg_last_error());
+            if (csv_write(&r->log, log_path) != FG_OK) die(1, "%s", fg_last_error());
             if (fg_ckpt_save(out, tr) != FG_OK) die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
             last_ckpt = step;
         }
@@ -800,32 +772,50 @@ int fg_cmd_train(int argc, char **argv) {
         }
     }
     if (on_tty) fputs("\r\033[K", stderr);
+    return code;
+}
 
-    if (code == 0) {
-        double wall = fg_now() - t_start;
-        char el[32], rt[32];
-        fmt_time(el, sizeof el, wall);
-        fmt_rate(rt, sizeof rt, step_time > 0 ? tokens_done / step_time : 0);
-        say("done: %lld steps in %s (%.1f s), %s tokens/s during training steps\n", (long long)cfg.steps, el, wall, rt);
-        if (is_add) {
-            double opt = fg_source_optimal_loss(src);
-            say("final: train loss %s, val loss %s (optimum %.4f, gap %s%s), held-out exact match %.1f%% of %d problems\n",
-                LOSS(last_train), LOSS(last_val), opt, last_val - opt >= 0 ? "+" : "", LOSS(last_val - opt), 100 * last_acc, eval_problems);
-            if (f[F_SAMPLES].i > 0) show_addition_samples(tr, (int)f[F_SAMPLES].i);
-        } else {
-            say("final: train loss %s, val loss %s\n", LOSS(last_train), LOSS(last_val));
-            if (f[F_SAMPLES].i > 0) show_text_samples(tr, (int)f[F_SAMPLES].i, cfg.seed);
-        }
-        say("checkpoint: %s  (flashgrad sample --ckpt %s)\n", out, out);
+/* After the last step: time, final losses, a few samples, where the checkpoint is. */
+static void train_report(const train_args *a, const train_run *r, const train_totals *t) {
+    const fg_flag *f = a->f;
+    double wall = fg_now() - t->t_start;
+    char el[32], rt[32];
+    fmt_time(el, sizeof el, wall);
+    fmt_rate(rt, sizeof rt, t->step_time > 0 ? t->tokens_done / t->step_time : 0);
+    say("done: %lld steps in %s (%.1f s), %s tokens/s during training steps\n", (long long)r->cfg.steps, el, wall, rt);
+    if (r->src->kind == FG_SOURCE_ADDITION) {
+        double opt = fg_source_optimal_loss(r->src);
+        say("final: train loss %s, val loss %s (optimum %.4f, gap %s%s), held-out exact match %.1f%% of %d problems\n",
+            LOSS(t->last_train), LOSS(t->last_val), opt, t->last_val - opt >= 0 ? "+" : "", LOSS(t->last_val - opt),
+            100 * t->last_acc, (int)f[F_EVAL_PROBLEMS].i);
+        if (f[F_SAMPLES].i > 0) show_addition_samples(r->tr, (int)f[F_SAMPLES].i);
+    } else {
+        say("final: train loss %s, val loss %s\n", LOSS(t->last_train), LOSS(t->last_val));
+        if (f[F_SAMPLES].i > 0) show_text_samples(r->tr, (int)f[F_SAMPLES].i, r->cfg.seed);
     }
-    csv_free(&logrows);
-    fg_trainer_free(tr);
-    fg_source_free(src);
+    say("checkpoint: %s  (flashgrad sample --ckpt %s)\n", a->out, a->out);
+}
+
+int fg_cmd_train(int argc, char **argv) {
+    on_tty = isatty(STDERR_FILENO);
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error (EPIPE), not the end of training */
+    train_args a;
+    int rc = train_parse(argc, argv, &a);
+    if (rc >= 0) return rc;
+    train_run r;
+    train_configure(&a, &r);
+    print_header(&a, &r);
+    train_totals t;
+    int code = train_loop(&a, &r, &t);
+    if (code == 0) train_report(&a, &r, &t);
+    csv_free(&r.log);
+    fg_trainer_free(r.tr);
+    fg_source_free(r.src);
     if (stdout_lost) {
         /* Only the progress lines were lost (log.csv and the checkpoint are written): say so once,
          * and give stdio a sink so the program's final check of stdout does not fail the run. */
         fprintf(stderr, "flashgrad train: standard output could not be written (closed or full); training went on, "
-                        "the log is in %s\n", log_path);
+                        "the log is in %s\n", a.log_path);
         if (!freopen("/dev/null", "w", stdout)) { /* nothing more to lose */ }
     }
     return code;

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "train/checkpoint.h"
-#include "train/commands.h"
-#include "train/flags.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
 
 enum { S_CKPT, S_PROMPT, S_TOKENS, S_TEMP, S_TOPK, S_SEED, S_NUM, S_COUNT };
 

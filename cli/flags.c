@@ -1,5 +1,5 @@
 /* flags.c — see flags.h. */
-#include "train/flags.h"
+#include "cli/flags.h"
 
 #include <errno.h>
 #include <inttypes.h>

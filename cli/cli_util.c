@@ -1,5 +1,5 @@
 /* cli_util.c — see cli_util.h. */
-#include "train/cli_util.h"
+#include "cli/cli_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,9 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef FG_WITH_CUDA
-#include "cuda/cuda.h"
-#endif
 
 int fg_parse_int(const char *s, int64_t *out) {
     if (!s || !*s) return -1;
@@ -63,14 +60,6 @@ double fg_now(void) {
 void fg_device_sync(fg_device d) {
     const fg_device_backend *be = fg_backend(d);
     if (be && be->synchronize) be->synchronize();
-}
-
-fg_status fg_device_available(fg_device d) {
-    if (d == FG_CPU) return FG_OK;
-#ifdef FG_WITH_CUDA
-    if (d == FG_CUDA) return fg_cuda_init();
-#endif
-    return fg_error(FG_ERR_DEVICE, "flashgrad was built without CUDA (build with `make cuda` and use build-cuda/flashgrad)");
 }
 
 /* OpenBLAS reports its kernel and thread count; declared here to avoid depending on its headers. */

@@ -1,0 +1,20 @@
+/* bench.h — the CPU benchmarks of the flashgrad program: `flashgrad bench <what>`, one file each
+ * (bench/bench_<what>.c), dispatched by fg_cmd_bench (bench/bench.c, declared in cli/commands.h).
+ *
+ * Each takes the arguments after `bench` (argv[0] is the benchmark's name) and returns the exit
+ * status, as the commands do (cli/commands.h): 0 success, 1 runtime error, 2 usage error.
+ */
+#ifndef FG_BENCH_H
+#define FG_BENCH_H
+
+/* `flashgrad bench train ...`: the steady-state training step (bench/bench_train.c). */
+int fg_bench_train(int argc, char **argv);
+/* `flashgrad bench attention ...`: naive against flash attention (bench/bench_attention.c). */
+int fg_bench_attention(int argc, char **argv);
+/* `flashgrad bench matmul ...`: a GPT's float32 products with each CPU kernel (bench/bench_matmul.c). */
+int fg_bench_matmul(int argc, char **argv);
+
+/* qsort's comparison of two doubles, ascending (for medians of timings). */
+int fg_bench_cmp_double(const void *a, const void *b);
+
+#endif /* FG_BENCH_H */

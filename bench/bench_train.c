@@ -1,0 +1,208 @@
+/* bench_train.c — `flashgrad bench train`: the steady-state cost of one optimizer step (forward,
+ * backward, clipping, AdamW) for a configuration given with train's flags.
+ *
+ * It runs --warmup-steps steps first (they fill the caching allocator and BLAS's buffers), then
+ * times --steps steps one by one and reports the median step time, tokens/s at the median, and the
+ * allocator's counters: live and peak bytes, and system allocations after warm-up against at the
+ * end — a training step after warm-up should take nothing new from the system, so the two numbers
+ * should be equal. The optimizer settings (--lr, --min-lr, --warmup, --lr-decay-steps,
+ * --weight-decay, --beta1, --beta2, --grad-clip) are train's; their defaults here are lr 1e-3 ->
+ * 1e-4 with no warm-up, cosine over all W + N steps. With --eval-iters E > 0 it then evaluates the
+ * trained model on E fixed validation batches — the batches `flashgrad train` evaluates on
+ * (fg_trainer_eval_seed) — and prints each batch's loss and their mean: bench/train_torch_cpu.py
+ * compares that with the same model trained by PyTorch. --print-step-times prints every timed
+ * step's time.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "bench/bench.h"
+#include "tensor/alloc.h"
+#include "ops/cpu/threadpool.h"
+#include "cli/cli_util.h"
+#include "cli/flags.h"
+#include "cli/train_defaults.h"
+#include "cli/train_flags.h"
+#include "train/trainer.h"
+
+/* bench train's own flags; they follow the ones it shares with train (cli/train_flags.h). */
+enum { B_STEPS = FG_TF_COUNT, B_WARM, B_EVAL_ITERS, B_STEP_TIMES, B_COUNT };
+
+/* The loss of the trained model on E fixed validation batches (batch i of the split under the run's
+ * evaluation seed, as fg_trainer_eval_loss draws them), one by one so that the spread shows:
+ *     val losses: l_0 ... l_{E-1}       (%.9g each)
+ *     val loss: mean over E batches of B x T tokens
+ * No dropout, no graph. Returns 0, or 1 after printing the error. */
+static int eval_val(fg_trainer *tr, int E) {
+    const int B = tr->cfg.batch_size, T = tr->T;
+    const uint64_t seed = fg_trainer_eval_seed(tr->cfg.seed);
+    double sum = 0;
+    int code = 0;
+    fg_no_grad_enter();
+    printf("val losses:");
+    for (int i = 0; i < E && code == 0; i++) {
+        fg_tensor *l = NULL;
+        if (fg_source_batch(tr->data, FG_SPLIT_VAL, B, T, seed, (uint64_t)i, tr->x, tr->y) != FG_OK ||
+            !(l = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, NULL))) {
+            code = 1;
+            break;
+        }
+        double v = fg_get(l, 0);
+        fg_release(l);
+        sum += v;
+        printf(" %.9g", v);
+    }
+    printf("\n");
+    fg_no_grad_exit();
+    if (code) {
+        fprintf(stderr, "flashgrad bench train: evaluation: %s\n", fg_last_error());
+        return 1;
+    }
+    printf("val loss: %.6f (mean over %d batches of %d x %d tokens)\n", sum / E, E, B, T);
+    return 0;
+}
+
+/* A task's model defaults (train's, train_defaults.h) with the benchmark's optimizer defaults,
+ * the same for every task: lr 1e-3 -> 1e-4 without warm-up. */
+static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
+    fg_train_flags_defaults(f, d);
+    f[FG_TF_LR].d = 1e-3;
+    f[FG_TF_MIN_LR].d = 1e-4;
+    f[FG_TF_WARMUP].i = 0;
+    f[FG_TF_WD].d = 0.1;
+    f[FG_TF_BETA1].d = 0.9;
+    f[FG_TF_BETA2].d = 0.99;
+    f[FG_TF_CLIP].d = 1.0;
+}
+
+static void init_bench_flags(fg_flag *f) {
+    fg_train_flags_init(f);
+    f[B_STEPS] = (fg_flag){"--steps", FG_FLAG_INT, "N", "timed steps", 1, 1e6, 0, .i = 20};
+    f[B_WARM] = (fg_flag){"--warmup-steps", FG_FLAG_INT, "N", "untimed steps first", 1, 1e6, 0, .i = 3};
+    f[B_EVAL_ITERS] = (fg_flag){"--eval-iters", FG_FLAG_INT, "N",
+                                "validation batches evaluated after the timed steps (0: none)", 0, 1e6, 0, .i = 0};
+    f[B_STEP_TIMES] = (fg_flag){.name = "--print-step-times", .type = FG_FLAG_BOOL, .help = "print every timed step's time"};
+}
+
+int fg_bench_train(int argc, char **argv) {
+    fg_flag f[B_COUNT];
+    init_bench_flags(f);
+    set_bench_defaults(f, &fg_defaults_addition);
+    int rc = fg_flags_parse("bench train", f, B_COUNT, argc, argv);
+    if (rc == -1) {
+        fg_flags_help(stdout, "bench train", "[--data FILE] [model flags] [--steps N] [--warmup-steps N]", f, B_COUNT);
+        printf("\nModel defaults are the addition task's training defaults; with --data, the text defaults.\n"
+               "The optimizer defaults above hold for both (train's text defaults add --warmup 100).\n");
+        return 0;
+    }
+    if (rc) return rc;
+    if (f[FG_TF_DATA].given) {
+        fg_flag g[B_COUNT];
+        memcpy(g, f, sizeof g);
+        set_bench_defaults(f, &fg_defaults_text);
+        for (int k = 0; k < B_COUNT; k++)
+            if (g[k].given) f[k] = g[k];
+    }
+    /* train's checks of the shared flags (cli/train_flags.h); this starts the device */
+    fg_train_choice run;
+    if (fg_train_flags_check(f, &run) != FG_OK) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+        return 2;
+    }
+    fg_train_flags_threads(f);
+    const fg_device dev = run.device;
+
+    /* the data; the addition task keeps its default loss (on every token) */
+    fg_source *src = fg_train_flags_source(f, fg_addition_default_config().answer_only);
+    if (!src) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+        return 1;
+    }
+    const int W = (int)f[B_WARM].i, N = (int)f[B_STEPS].i;
+    fg_train_config cfg = {.steps = W + N, .eval_iters = 1};
+    if (fg_train_flags_config(f, src, &run, &cfg) != FG_OK) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+        fg_source_free(src);
+        return 2;
+    }
+    const int E = (int)f[B_EVAL_ITERS].i;
+    if (E > 0 && (!f[FG_TF_DATA].given || dev != FG_CPU)) {
+        fprintf(stderr, "flashgrad bench train: --eval-iters needs --data (a text file) on the cpu\n");
+        fg_source_free(src);
+        return 2;
+    }
+    fg_trainer *tr = fg_trainer_create(&cfg, src);
+    if (!tr) {
+        fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+        fg_source_free(src);
+        return 1;
+    }
+    fg_print_machine_line(stdout);
+    fg_blas_hint(stdout);
+    printf("threads: %d (flashgrad pool)\n", fg_pool_threads());
+    const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
+    printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g, recompute %s\n",
+           src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
+           cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(run.attn), cfg.model.dropout,
+           fg_gpt_recompute_name(cfg.model.recompute));
+    printf("step: %d x %d tokens x %d micro-batches = %lld tokens; %d warm-up steps, %d timed\n", cfg.batch_size, tr->T,
+           cfg.grad_accum, (long long)tokens, W, N);
+    printf("optimizer: AdamW lr %g -> %g (warm-up %lld, cosine to step %lld), betas (%g, %g), eps %g, weight decay %g, "
+           "grad clip %g, seed %llu\n", cfg.opt.lr, cfg.opt.min_lr, (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps,
+           cfg.opt.beta1, cfg.opt.beta2, cfg.opt.eps, cfg.opt.weight_decay, cfg.opt.grad_clip, (unsigned long long)cfg.seed);
+
+    int code = 0;
+    double *t = malloc((size_t)N * sizeof *t), *t_order = f[B_STEP_TIMES].given ? malloc((size_t)N * sizeof *t) : NULL;
+    fg_alloc_stats warm = {0};
+    for (int i = 0; i < W + N && t; i++) {
+        if (i == W) {
+            fg_device_sync(dev);
+            warm = fg_alloc_get_stats(dev);
+            fg_alloc_reset_peak(dev);
+        }
+        double t0 = fg_now();
+        fg_step_stats s;
+        if (fg_trainer_step(tr, &s) != FG_OK) {
+            fprintf(stderr, "flashgrad bench train: step %d: %s\n", i + 1, fg_last_error());
+            code = 1;
+            break;
+        }
+        fg_device_sync(dev); /* a GPU step is timed to its end */
+        if (i >= W) t[i - W] = fg_now() - t0;
+        if (i >= W && t_order) t_order[i - W] = t[i - W];
+        /* every step's loss, exactly (hex float): bench/recompute.sh compares them across settings */
+        printf("%s%a%s", i == 0 ? "losses: " : " ", s.loss, i == W + N - 1 ? "\n" : "");
+    }
+    if (!t || (f[B_STEP_TIMES].given && !t_order)) code = 1;
+    if (code == 0 && t_order) {
+        printf("step times ms:");
+        for (int i = 0; i < N; i++) printf(" %.3f", t_order[i] * 1e3);
+        printf("\n");
+    }
+    if (code == 0) {
+        fg_alloc_stats end = fg_alloc_get_stats(dev);
+        double sum = 0;
+        for (int i = 0; i < N; i++) sum += t[i];
+        qsort(t, (size_t)N, sizeof *t, fg_bench_cmp_double);
+        double med = N % 2 ? t[N / 2] : 0.5 * (t[N / 2 - 1] + t[N / 2]);
+        printf("step time: median %.2f ms (min %.2f, max %.2f, mean %.2f)\n", med * 1e3, t[0] * 1e3, t[N - 1] * 1e3,
+               sum / N * 1e3);
+        printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
+        printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
+               fg_device_name(dev),
+               end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
+        printf("peak bytes: %zu (allocation counter, during a timed step)\n", (size_t)end.peak);
+        printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
+               end.system_allocs,
+               end.system_allocs == warm.system_allocs ? "none during the timed steps" : "GREW during the timed steps");
+    }
+    if (code == 0 && E > 0) code = eval_val(tr, E);
+    free(t);
+    free(t_order);
+    fg_trainer_free(tr);
+    fg_source_free(src);
+    return code;
+}

@@ -1,0 +1,117 @@
+/* train_flags.c — see train_flags.h. */
+#include "cli/train_flags.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/cpu/threadpool.h"
+#include "ops/kernels.h"
+
+extern void openblas_set_num_threads(int n);
+
+void fg_train_flags_init(fg_flag *f) {
+    static const fg_flag table[FG_TF_COUNT] = {
+#define FG_TF_INIT(id, nm, ty, me, he, l, h, lop) {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
+        FG_TRAIN_FLAGS(FG_TF_INIT)
+#undef FG_TF_INIT
+    };
+    memcpy(f, table, sizeof table);
+}
+
+void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d) {
+    f[FG_TF_DIGITS].i = d->digits;
+    f[FG_TF_N_LAYER].i = d->n_layer;
+    f[FG_TF_N_HEAD].i = d->n_head;
+    f[FG_TF_N_EMBD].i = d->n_embd;
+    f[FG_TF_BLOCK].i = d->block_size;
+    f[FG_TF_BATCH].i = d->batch_size;
+    f[FG_TF_ACCUM].i = d->grad_accum;
+    f[FG_TF_LR].d = d->lr;
+    f[FG_TF_MIN_LR].d = d->min_lr;
+    f[FG_TF_WARMUP].i = d->warmup;
+    f[FG_TF_DECAY].i = 0;
+    f[FG_TF_WD].d = d->weight_decay;
+    f[FG_TF_BETA1].d = d->beta1;
+    f[FG_TF_BETA2].d = d->beta2;
+    f[FG_TF_CLIP].d = d->grad_clip;
+    f[FG_TF_DROPOUT].d = d->dropout;
+    f[FG_TF_SEED].u = 1337;
+    f[FG_TF_ATTN].s = "flash";
+    f[FG_TF_DEVICE].s = "cpu";
+    f[FG_TF_RECOMPUTE].s = "none";
+}
+
+fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
+    if (!f[FG_TF_DATA].given && f[FG_TF_BYTE].given) return fg_error(FG_ERR_ARG, "--byte applies to --data files only");
+    const char *dev = f[FG_TF_DEVICE].s;
+    if (!strcmp(dev, "cpu")) run->device = FG_CPU;
+    else if (!strcmp(dev, "cuda")) run->device = FG_CUDA;
+    else return fg_error(FG_ERR_ARG, "--device: unknown device '%s' (cpu or cuda)", dev);
+    /* a CPU build says "built without CUDA" here; a CUDA build starts the device */
+    if (fg_device_start(run->device) != FG_OK) {
+        char why[1024]; /* fg_error must not read the buffer it writes */
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        return fg_error(FG_ERR_DEVICE, "--device %s: %s", fg_device_name(run->device), why);
+    }
+    const char *attn = f[FG_TF_ATTN].s;
+    if (!strcmp(attn, "flash")) run->attn = FG_ATTN_FLASH;
+    else if (!strcmp(attn, "naive")) run->attn = FG_ATTN_NAIVE;
+    else return fg_error(FG_ERR_ARG, "--attn: unknown implementation '%s' (naive or flash)", attn);
+    int recompute = fg_gpt_recompute_parse(f[FG_TF_RECOMPUTE].s);
+    if (recompute < 0)
+        return fg_error(FG_ERR_ARG, "--recompute: unknown setting '%s' (none, attn or block)", f[FG_TF_RECOMPUTE].s);
+    run->recompute = (fg_gpt_recompute)recompute;
+    if (f[FG_TF_N_EMBD].i % f[FG_TF_N_HEAD].i)
+        return fg_error(FG_ERR_ARG, "--n-embd %lld is not a multiple of --n-head %lld", (long long)f[FG_TF_N_EMBD].i,
+                        (long long)f[FG_TF_N_HEAD].i);
+    if (f[FG_TF_MIN_LR].d > f[FG_TF_LR].d)
+        return fg_error(FG_ERR_ARG, "--min-lr %g is larger than --lr %g", f[FG_TF_MIN_LR].d, f[FG_TF_LR].d);
+    return FG_OK;
+}
+
+fg_source *fg_train_flags_source(const fg_flag *f, int answer_only) {
+    if (f[FG_TF_DATA].given) {
+        fg_text_options to = fg_text_default_options((int)f[FG_TF_BLOCK].i);
+        to.kind = f[FG_TF_BYTE].given ? FG_TOK_BYTE : FG_TOK_CHAR;
+        return fg_source_text(f[FG_TF_DATA].s, &to);
+    }
+    fg_addition_config ac = fg_addition_default_config();
+    ac.n_digits = (int)f[FG_TF_DIGITS].i;
+    ac.answer_only = answer_only;
+    return fg_source_addition(&ac);
+}
+
+fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg_train_choice *run,
+                                fg_train_config *cfg) {
+    int block = (int)f[FG_TF_BLOCK].i;
+    const int T = fg_source_fixed_block(src);
+    if (T) {
+        if (f[FG_TF_BLOCK].given && block < T)
+            return fg_error(FG_ERR_ARG, "--block-size %d is shorter than the addition task's sequences (%d)", block, T);
+        if (!f[FG_TF_BLOCK].given) block = T;
+    }
+    cfg->model = fg_gpt_default_config();
+    cfg->model.n_layer = (int)f[FG_TF_N_LAYER].i;
+    cfg->model.n_head = (int)f[FG_TF_N_HEAD].i;
+    cfg->model.n_embd = (int)f[FG_TF_N_EMBD].i;
+    cfg->model.block_size = block;
+    cfg->model.vocab_size = fg_source_vocab_size(src);
+    cfg->model.dropout = f[FG_TF_DROPOUT].d;
+    cfg->model.attn = run->attn;
+    cfg->model.recompute = run->recompute;
+    cfg->model.device = run->device;
+    cfg->batch_size = (int)f[FG_TF_BATCH].i;
+    cfg->grad_accum = (int)f[FG_TF_ACCUM].i;
+    cfg->seed = f[FG_TF_SEED].u;
+    cfg->opt = (fg_adamw_config){.lr = f[FG_TF_LR].d, .min_lr = f[FG_TF_MIN_LR].d, .warmup = f[FG_TF_WARMUP].i,
+                                 .decay_steps = f[FG_TF_DECAY].given ? f[FG_TF_DECAY].i : cfg->steps,
+                                 .beta1 = f[FG_TF_BETA1].d, .beta2 = f[FG_TF_BETA2].d, .eps = 1e-8,
+                                 .weight_decay = f[FG_TF_WD].d, .grad_clip = f[FG_TF_CLIP].d};
+    return fg_train_config_check(cfg);
+}
+
+void fg_train_flags_threads(const fg_flag *f) {
+    if (!f[FG_TF_THREADS].given) return;
+    openblas_set_num_threads((int)f[FG_TF_THREADS].i);
+    fg_pool_set_threads((int)f[FG_TF_THREADS].i);
+}

@@ -1,0 +1,96 @@
+/* train_flags.h — the flags `flashgrad train` and `flashgrad bench train` share (the data, the
+ * model, the optimizer, and where and how it runs), with one set of names, bounds and help lines,
+ * and the one place that checks the configuration made from them.
+ *
+ * A command's flag table begins with these FG_TF_COUNT flags, in FG_TRAIN_FLAGS order (f[FG_TF_LR]
+ * is --lr), followed by its own. The command then, in this order:
+ *     fg_train_flags_init(f)                      names, bounds and help of f[0 .. FG_TF_COUNT)
+ *     fg_train_flags_defaults(f, d)               their defaults from a task's train_defaults.h
+ *     fg_flags_parse(...)                         the command line
+ *     fg_train_flags_check(f, &run)               invariants between the flags; starts the device
+ *     src = fg_train_flags_source(f)              the data
+ *     fg_train_flags_config(f, src, &run, &cfg)   the whole fg_train_config, checked
+ * Usage errors (exit 2) come back as FG_ERR_ARG or FG_ERR_DEVICE with a message naming the flags,
+ * e.g. "--n-embd 30 is not a multiple of --n-head 4"; a source that does not load (exit 1) as NULL
+ * and the reason. The command prints "flashgrad <cmd>: <message>".
+ */
+#ifndef FG_TRAIN_FLAGS_H
+#define FG_TRAIN_FLAGS_H
+
+#include "cli/flags.h"
+#include "cli/train_defaults.h"
+#include "train/trainer.h"
+
+/* X(id, name, type, meta, help, lo, hi, lo_open): the value must lie in [lo, hi] ((lo, hi] when
+ * lo_open; lo = hi = 0: any). Defaults come from fg_train_flags_defaults. */
+#define FG_TRAIN_FLAGS(X)                                                                                            \
+    X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer unless --byte)", 0, 0, 0) \
+    X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)             \
+    X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)               \
+    X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                     \
+    X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)                 \
+    X(N_EMBD, "--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536, 0)                                         \
+    X(BLOCK, "--block-size", FG_FLAG_INT, "N",                                                                       \
+      "context length (default: 64 for text; 3 x digits + 3 for the addition task, which needs at least that)", \
+      1, 1 << 20, 0)                                                                                                 \
+    X(BATCH, "--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24, 0)                          \
+    X(ACCUM, "--grad-accum", FG_FLAG_INT, "N", "micro-batches per optimizer step", 1, 1 << 20, 0)                   \
+    X(LR, "--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 10, 1)                                                  \
+    X(MIN_LR, "--min-lr", FG_FLAG_F64, "X", "learning rate at the end of the cosine decay", 0, 10, 0)              \
+    X(WARMUP, "--warmup", FG_FLAG_INT, "N", "linear learning-rate warm-up steps", 0, 1e12, 0)                       \
+    X(DECAY, "--lr-decay-steps", FG_FLAG_INT, "N", "step where the cosine reaches --min-lr (default: the last step)", \
+      0, 1e12, 1)                                                                                                    \
+    X(WD, "--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e6, 0)                  \
+    X(BETA1, "--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999999, 0)                                         \
+    X(BETA2, "--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999999, 0)                                         \
+    X(CLIP, "--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0)                 \
+    X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability (embeddings, attention, residuals)", 0, 0.99, 0) \
+    X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)                \
+    X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)                    \
+    X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                               \
+    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)       \
+    X(THREADS, "--threads", FG_FLAG_INT, "N",                                                                        \
+      "threads of flashgrad's pool and of OpenBLAS (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or all cores)", \
+      1, 1024, 0)
+
+enum {
+#define FG_TF_ENUM(id, name, type, meta, help, lo, hi, lo_open) FG_TF_##id,
+    FG_TRAIN_FLAGS(FG_TF_ENUM)
+#undef FG_TF_ENUM
+    FG_TF_COUNT
+};
+
+/* The named settings the flags choose, parsed and checked by fg_train_flags_check. */
+typedef struct {
+    fg_device device;
+    fg_attn_impl attn;
+    fg_gpt_recompute recompute;
+} fg_train_choice;
+
+/* f[0 .. FG_TF_COUNT): names, types, bounds and help; values zero, nothing given. */
+void fg_train_flags_init(fg_flag *f);
+/* The defaults of a task (cli/train_defaults.h) for the data, model and optimizer flags, and
+ * seed 1337, flash attention, the cpu, no recomputation. */
+void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d);
+
+/* The invariants of the flags, checked after parsing, in this order: --byte needs --data; --device
+ * is cpu or cuda, and that device starts (fg_device_start; its reason otherwise, after
+ * "--device cuda: "); --attn and --recompute name a setting; --n-head divides --n-embd;
+ * --min-lr <= --lr. FG_OK with *run filled, else the error (a usage error). */
+fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run);
+
+/* The data: --data with its tokenizer (block size --block-size), or the addition task with
+ * --digits and the given answer_only. Caller frees. NULL + fg_last_error() when it does not load. */
+fg_source *fg_train_flags_source(const fg_flag *f, int answer_only);
+
+/* The configuration of a fresh run on src. The caller sets cfg->steps, cfg->eval_every and
+ * cfg->eval_iters; the rest comes from the flags and *run: --block-size, when given, must hold the
+ * addition task's sequences (its default is their length); --lr-decay-steps defaults to
+ * cfg->steps. Then the whole is checked (fg_train_config_check). FG_OK, or FG_ERR_ARG. */
+fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg_train_choice *run,
+                                fg_train_config *cfg);
+
+/* --threads, when given: the size of flashgrad's pool and of OpenBLAS's. */
+void fg_train_flags_threads(const fg_flag *f);
+
+#endif /* FG_TRAIN_FLAGS_H */
