@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char g_msg[1024];
 static _Thread_local fg_status g_status = FG_OK;
@@ -16,11 +17,15 @@ void fg_clear_error(void) {
     g_status = FG_OK;
 }
 
+/* Formats into a scratch buffer first, so a message may quote the previous one
+ * (fg_error(st, "step 3: %s", fg_last_error())). */
 fg_status fg_error(fg_status st, const char *fmt, ...) {
+    char msg[sizeof g_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(g_msg, msg, sizeof g_msg);
     g_status = st;
     return st;
 }
