@@ -35,26 +35,6 @@ extern "C" {
 
 /* ---- 1. tensor ops (cuda/<family>.cu; contracts in ops/ops.h) ---- */
 
-/* cuda/matmul.cu */
-fg_tensor *fg_cuda_matmul(fg_tensor *a, fg_tensor *b);
-fg_tensor *fg_cuda_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias);
-
-/* cuda/elementwise.cu. kind: 0 add, 1 sub, 2 mul, 3 div (the order of ops/elementwise.c). */
-enum { FG_CUDA_ADD = 0, FG_CUDA_SUB = 1, FG_CUDA_MUL = 2, FG_CUDA_DIV = 3 };
-fg_tensor *fg_cuda_binary(int kind, fg_tensor *a, fg_tensor *b);
-fg_tensor *fg_cuda_add_scalar(fg_tensor *a, double s);
-fg_tensor *fg_cuda_mul_scalar(fg_tensor *a, double s);
-/* dst += alpha * src: same shape and dtype, both on the GPU, any strides (ops_common.c's
- * fg_op_add_into for device tensors; the shape ops' backward goes through it). */
-fg_status fg_cuda_add_into(fg_tensor *dst, const fg_tensor *src, double alpha);
-
-/* cuda/reduce.cu: sum / mean over one axis (is_mean 0 / 1), and over everything -> (1). */
-fg_tensor *fg_cuda_reduce_axis(fg_tensor *t, int axis, int keepdim, int is_mean);
-fg_tensor *fg_cuda_reduce_all(fg_tensor *t, int is_mean);
-
-/* cuda/embedding.cu: idx is HOST memory (n int32 ids, already range-checked by the caller). */
-fg_tensor *fg_cuda_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const int64_t *shape);
-
 /* cuda/gelu.cu, cuda/softmax.cu */
 fg_tensor *fg_cuda_gelu(fg_tensor *x);
 fg_tensor *fg_cuda_softmax(fg_tensor *x);
