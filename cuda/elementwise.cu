@@ -1,6 +1,7 @@
-/* elementwise.cu — add, sub, mul, div with NumPy broadcasting; add_scalar, mul_scalar; add_into.
+/* elementwise.cu — add, sub, mul, div with NumPy broadcasting; add_scalar, mul_scalar; add_into:
+ * the launchers of the elementwise and memory kernels of ops/kernels.h.
  *
- * CPU reference: ops/elementwise.c (same rules; its backward table is repeated below).
+ * CPU reference: ops/elementwise.c (same rules; the table of ops/kernels.h).
  *
  * Legend: a and b broadcast (aligned at the right; size-1 or missing dims stretch) to out's
  * shape, e.g. a (B, T, C) + b (C) -> out (B, T, C). Forward reads a and b through broadcast
@@ -14,11 +15,17 @@
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
-#include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
-/* forward and backward expressions, as in ops/elementwise.c */
-enum { F_ADD, F_SUB, F_MUL, F_DIV };
-enum { R_PLUS, R_MINUS, R_TIMES, R_OVER, R_QUOT };
+/* forward and backward expressions, as in ops/elementwise.c (fg_binary_op, fg_binary_rule) */
+enum { F_ADD = FG_BINARY_ADD, F_SUB = FG_BINARY_SUB, F_MUL = FG_BINARY_MUL, F_DIV = FG_BINARY_DIV };
+enum {
+    R_PLUS = FG_BINARY_RULE_PLUS,
+    R_MINUS = FG_BINARY_RULE_MINUS,
+    R_TIMES = FG_BINARY_RULE_TIMES,
+    R_OVER = FG_BINARY_RULE_OVER,
+    R_QUOT = FG_BINARY_RULE_QUOT
+};
 
 template <typename T, int OP> __device__ __forceinline__ T fwd_op(T x, T y) {
     if (OP == F_ADD) return x + y;
@@ -103,27 +110,35 @@ __global__ void scalar_kernel(T *out, const T *a, fg_cu_layout La, int64_t n, T 
     }
 }
 
-/* ============================================================================================
- * host side
- * ============================================================================================ */
-
-static const char *const op_names[] = {"add", "sub", "mul", "div"};
-
-/* t's strides read as if t had the broadcast shape (nd, shape): aligned at the right, 0 where t
- * is missing the dim or has size 1 there (ops_common.c's fg_broadcast_strides). */
-static void bcast_strides(const fg_tensor *t, int nd, const int64_t *shape, int64_t *out) {
-    for (int i = 0; i < nd; i++) {
-        int it = i - (nd - t->ndim);
-        out[i] = (it >= 0 && t->shape[it] == shape[i]) ? t->strides[it] : 0;
+/* y[k'] += alpha * x[k''] over a C-order index k (float32 scales by (float)alpha, as the CPU does) */
+template <typename T>
+__global__ void add_into_kernel(T *y, fg_cu_layout Ly, const T *x, fg_cu_layout Lx, int64_t n, T alpha) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+        int64_t oy = fg_cu_offset(k, Ly.ndim, Ly.shape, Ly.stride);
+        int64_t ox = fg_cu_offset(k, Lx.ndim, Lx.shape, Lx.stride);
+        y[oy] += alpha * x[ox];
     }
 }
 
-static fg_cu_layout bcast_layout(const fg_tensor *t, int nd, const int64_t *shape) {
+/* ============================================================================================
+ * host side: the launchers of the kernel table (ops/kernels.h)
+ * ============================================================================================ */
+
+static int64_t numel_of(int nd, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    return n;
+}
+
+/* A view of (nd, shape) read through `stride` (broadcast strides: 0 along stretched dims). */
+static fg_cu_layout layout_of(int nd, const int64_t *shape, const int64_t *stride) {
     fg_cu_layout L;
     memset(&L, 0, sizeof L);
     L.ndim = nd;
-    for (int i = 0; i < nd; i++) L.shape[i] = shape[i];
-    bcast_strides(t, nd, shape, L.stride);
+    for (int i = 0; i < nd; i++) {
+        L.shape[i] = shape[i];
+        L.stride[i] = stride[i];
+    }
     return L;
 }
 
@@ -135,15 +150,24 @@ static void contig_strides(int nd, const int64_t *shape, int64_t *st) {
     }
 }
 
+/* Does `stride` read (nd, shape) as a contiguous array (element k at k)? Size-1 dims never step. */
+static int reads_contiguous(int nd, const int64_t *shape, const int64_t *stride) {
+    int64_t st[FG_MAX_DIMS];
+    contig_strides(nd, shape, st);
+    for (int i = 0; i < nd; i++)
+        if (shape[i] != 1 && stride[i] != st[i]) return 0;
+    return 1;
+}
+
 template <typename T>
-static fg_status binary_fwd(int kind, fg_tensor *out, const fg_tensor *a, const fg_tensor *b) {
-    int nd = out->ndim;
-    int64_t n = fg_numel(out);
+static fg_status binary_fwd(int kind, void *out, const void *a, const int64_t *sa, const void *b, const int64_t *sb,
+                            int nd, const int64_t *shape) {
+    int64_t n = numel_of(nd, shape);
     if (n == 0) return FG_OK;
-    fg_cu_layout La = bcast_layout(a, nd, out->shape), Lb = bcast_layout(b, nd, out->shape);
-    int contiguous = fg_same_shape(a, out) && fg_same_shape(b, out) && fg_is_contiguous(a) && fg_is_contiguous(b);
-    const T *pa = (const T *)fg_data(a), *pb = (const T *)fg_data(b);
-    T *po = (T *)fg_data(out);
+    fg_cu_layout La = layout_of(nd, shape, sa), Lb = layout_of(nd, shape, sb);
+    int contiguous = reads_contiguous(nd, shape, sa) && reads_contiguous(nd, shape, sb);
+    const T *pa = (const T *)a, *pb = (const T *)b;
+    T *po = (T *)out;
     unsigned nb = fg_cu_blocks(n);
     cudaStream_t s = fg_cu_stream();
     switch (kind) {
@@ -156,41 +180,38 @@ static fg_status binary_fwd(int kind, fg_tensor *out, const fg_tensor *a, const 
     return FG_OK;
 }
 
-/* g (self's shape, contiguous) += Σ_stretched RULE(dy, p, q) with p and q read through their
- * broadcast strides into dy's shape */
+/* g (g_shape, contiguous) += Σ_stretched RULE(dy, p, q), dy contiguous with out's shape, p and q
+ * read through their broadcast strides into it */
 template <typename T>
-static fg_status binary_bwd_side(int rule, fg_tensor *g, const fg_tensor *dy, const fg_tensor *self, const fg_tensor *p,
-                                 const fg_tensor *q) {
-    int nd = dy->ndim;
-    int64_t ng = fg_numel(g);
+static fg_status binary_bwd_side(int rule, void *g, int g_nd, const int64_t *g_shape, const void *dy, const void *p,
+                                 const int64_t *sp, const void *q, const int64_t *sq, int nd, const int64_t *shape) {
+    int64_t ng = numel_of(g_nd, g_shape);
     if (ng == 0) return FG_OK;
-    int64_t sd[FG_MAX_DIMS], sp[FG_MAX_DIMS], sq[FG_MAX_DIMS];
-    contig_strides(nd, dy->shape, sd);
-    bcast_strides(p, nd, dy->shape, sp);
-    bcast_strides(q, nd, dy->shape, sq);
+    int64_t sd[FG_MAX_DIMS];
+    contig_strides(nd, shape, sd);
     bwd_space S;
     memset(&S, 0, sizeof S);
     S.nred = 1;
     for (int i = 0; i < nd; i++) {
-        int is = i - (nd - self->ndim);
-        int64_t self_size = is >= 0 ? self->shape[is] : 1;
-        if (self_size == dy->shape[i]) { /* kept: one of self's own dims (or size 1 in both) */
-            S.kshape[S.nk] = dy->shape[i];
+        int is = i - (nd - g_nd);
+        int64_t self_size = is >= 0 ? g_shape[is] : 1;
+        if (self_size == shape[i]) { /* kept: one of the input's own dims (or size 1 in both) */
+            S.kshape[S.nk] = shape[i];
             S.kd[S.nk] = sd[i];
             S.kp[S.nk] = sp[i];
             S.kq[S.nk] = sq[i];
             S.nk++;
         } else { /* stretched: summed over */
-            S.rshape[S.nr] = dy->shape[i];
+            S.rshape[S.nr] = shape[i];
             S.rd[S.nr] = sd[i];
             S.rp[S.nr] = sp[i];
             S.rq[S.nr] = sq[i];
-            S.nred *= dy->shape[i];
+            S.nred *= shape[i];
             S.nr++;
         }
     }
-    T *pg = (T *)fg_data(g);
-    const T *pd = (const T *)fg_data(dy), *pp = (const T *)fg_data(p), *pq = (const T *)fg_data(q);
+    T *pg = (T *)g;
+    const T *pd = (const T *)dy, *pp = (const T *)p, *pq = (const T *)q;
     unsigned nb = fg_cu_blocks(ng);
     cudaStream_t s = fg_cu_stream();
     switch (rule) {
@@ -204,128 +225,47 @@ static fg_status binary_bwd_side(int rule, fg_tensor *g, const fg_tensor *dy, co
     return FG_OK;
 }
 
-/* Backward rules, from the forward lines (as in ops/elementwise.c)
- *   add: out = a + b   ->  da += dout,            db += dout
- *   sub: out = a - b   ->  da += dout,            db -= dout
- *   mul: out = a * b   ->  da += dout * b,        db += dout * a
- *   div: out = a / b   ->  da += dout / b,        db -= dout * a / b²
- * each summed over the broadcast dims of its input. */
-static fg_status binary_backward(fg_node *n, int kind) {
-    fg_tensor *a = n->inputs[0], *b = n->inputs[1];
-    fg_tensor *ga = fg_grad_buffer(a), *gb = fg_grad_buffer(b);
-    if (!ga && !gb) return FG_OK;
-    fg_tensor *dy = fg_cu_grad_out(n);
-    if (!dy) return fg_last_status();
-    fg_status st = FG_OK;
-    for (int side = 0; side < 2 && st == FG_OK; side++) {
-        fg_tensor *g = side ? gb : ga, *self = side ? b : a, *other = side ? a : b;
-        if (!g) continue;
-        int rule;
-        const fg_tensor *p = other, *q = self;
-        switch (kind) {
-        case F_ADD: rule = R_PLUS; break;
-        case F_SUB: rule = side ? R_MINUS : R_PLUS; break;
-        case F_MUL: rule = R_TIMES; break;
-        default:
-            if (side) { /* db -= dout * a / b²: p = b, q = a */
-                rule = R_QUOT;
-                p = self;
-                q = other;
-            } else {
-                rule = R_OVER; /* da += dout / b: p = b */
-            }
-            break;
-        }
-        st = FG_CU_DISPATCH(dy->dtype, binary_bwd_side, rule, g, dy, self, p, q);
-    }
-    fg_release(dy);
-    return st;
-}
-static fg_status add_backward(fg_node *n) { return binary_backward(n, F_ADD); }
-static fg_status sub_backward(fg_node *n) { return binary_backward(n, F_SUB); }
-static fg_status mul_backward(fg_node *n) { return binary_backward(n, F_MUL); }
-static fg_status div_backward(fg_node *n) { return binary_backward(n, F_DIV); }
-
-extern "C" fg_tensor *fg_cuda_binary(int kind, fg_tensor *a, fg_tensor *b) {
-    if (kind < F_ADD || kind > F_DIV) {
-        fg_error(FG_ERR_ARG, "cuda binary: unknown kind %d", kind);
-        return NULL;
-    }
-    const char *op = op_names[kind];
-    if (fg_cu_require(op) != FG_OK) return NULL;
-    /* the broadcast shape (the caller has checked that a and b broadcast) */
-    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-    int64_t shape[FG_MAX_DIMS];
-    for (int i = 0; i < nd; i++) {
-        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
-        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
-        if (sa != sb && sa != 1 && sb != 1) {
-            fg_error(FG_ERR_SHAPE, "%s: shapes do not broadcast (dim %d: %lld vs %lld)", op, i, (long long)sa,
-                     (long long)sb);
-            return NULL;
-        }
-        shape[i] = sa == 1 ? sb : sa;
-    }
-    fg_tensor *out = fg_empty(a->dtype, FG_CUDA, nd, shape);
-    if (!out) return NULL;
-    if (FG_CU_DISPATCH(a->dtype, binary_fwd, kind, out, a, b) != FG_OK) {
-        fg_release(out);
-        return NULL;
-    }
-    static const fg_backward_fn rules[] = {add_backward, sub_backward, mul_backward, div_backward};
-    fg_tensor *inputs[2] = {a, b};
-    fg_record(out, op, rules[kind], 2, inputs);
-    return out;
-}
-
-/* ---- scalar ops: out = a + s, out = a * s            (fargs[0] = s) ---- */
-
-/* forward: out = a + s  ->  da += dout;   forward: out = a * s  ->  da += s * dout */
-static fg_status scalar_backward(fg_node *n) {
-    fg_tensor *ga = fg_grad_buffer(n->inputs[0]);
-    if (!ga) return FG_OK;
-    fg_tensor *dy = fg_cu_grad_out(n);
-    fg_status st = dy ? fg_cuda_add_into(ga, dy, n->iargs[0] ? n->fargs[0] : 1.0) : fg_last_status();
-    fg_release(dy);
-    return st;
-}
-
 template <typename T>
-static fg_status scalar_fwd(fg_tensor *out, const fg_tensor *a, double s, int is_mul) {
-    int64_t n = fg_numel(out);
+static fg_status scalar_fwd(int is_mul, void *out, const void *a, const int64_t *sa, int nd, const int64_t *shape,
+                            double s) {
+    int64_t n = numel_of(nd, shape);
     if (n == 0) return FG_OK;
-    fg_cu_layout La = bcast_layout(a, a->ndim, a->shape);
-    scalar_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(out), (const T *)fg_data(a),
-                                                                           La, n, (T)s, is_mul);
+    scalar_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)a,
+                                                                           layout_of(nd, shape, sa), n, (T)s, is_mul);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-static fg_tensor *scalar(const char *op, int is_mul, fg_tensor *a, double s) {
-    if (fg_cu_require(op) != FG_OK) return NULL;
-    fg_tensor *out = fg_empty(a->dtype, FG_CUDA, a->ndim, a->shape);
-    if (!out) return NULL;
-    if (FG_CU_DISPATCH(a->dtype, scalar_fwd, out, a, s, is_mul) != FG_OK) {
-        fg_release(out);
-        return NULL;
-    }
-    fg_tensor *inputs[1] = {a};
-    fg_node *node = fg_record(out, op, scalar_backward, 1, inputs);
-    if (node) {
-        node->fargs[0] = s;
-        node->iargs[0] = is_mul;
-    }
-    return out;
+template <typename T>
+static fg_status add_into(void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides, int nd,
+                          const int64_t *shape, double alpha) {
+    int64_t n = numel_of(nd, shape);
+    if (n == 0) return FG_OK;
+    add_into_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>(
+        (T *)dst, layout_of(nd, shape, dst_strides), (const T *)src, layout_of(nd, shape, src_strides), n, (T)alpha);
+    FG_CU_LAUNCHED();
+    return FG_OK;
 }
 
-extern "C" fg_tensor *fg_cuda_add_scalar(fg_tensor *a, double s) { return scalar("add_scalar", 0, a, s); }
-extern "C" fg_tensor *fg_cuda_mul_scalar(fg_tensor *a, double s) { return scalar("mul_scalar", 1, a, s); }
+extern "C" fg_status fg_cu_elementwise_forward(fg_binary_op op, fg_dtype dt, void *out, const void *a,
+                                               const int64_t *sa, const void *b, const int64_t *sb, int nd,
+                                               const int64_t *shape) {
+    return FG_CU_DISPATCH(dt, binary_fwd, (int)op, out, a, sa, b, sb, nd, shape);
+}
 
-/* ---- dst += alpha * src (any strides): the tensor backend's axpy of cuda/runtime.cu ---- */
-extern "C" fg_status fg_cuda_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {
-    FG_TRY(fg_cu_require("accumulate"));
-    if (dst->device != FG_CUDA || src->device != FG_CUDA)
-        return fg_error(FG_ERR_DEVICE, "accumulate: %s into %s: both must be on cuda", fg_device_name(src->device),
-                        fg_device_name(dst->device));
-    return fg_axpy(dst, alpha, src);
+extern "C" fg_status fg_cu_elementwise_backward(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd,
+                                                const int64_t *g_shape, const void *dout, const void *p,
+                                                const int64_t *sp, const void *q, const int64_t *sq, int nd,
+                                                const int64_t *shape) {
+    return FG_CU_DISPATCH(dt, binary_bwd_side, (int)rule, g, g_nd, g_shape, dout, p, sp, q, sq, nd, shape);
+}
+
+extern "C" fg_status fg_cu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a,
+                                              const int64_t *sa, int nd, const int64_t *shape, double s) {
+    return FG_CU_DISPATCH(dt, scalar_fwd, op == FG_BINARY_MUL, out, a, sa, nd, shape, s);
+}
+
+extern "C" fg_status fg_cu_add_into(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
+                                    const int64_t *src_strides, int nd, const int64_t *shape, double alpha) {
+    return FG_CU_DISPATCH(dt, add_into, dst, dst_strides, src, src_strides, nd, shape, alpha);
 }

@@ -4,6 +4,12 @@
 static fg_kernels make_table() {
     fg_kernels k = {};
     k.device = "cuda";
+    k.matmul = {fg_cu_matmul_gemm, fg_cu_matmul_colsum};
+    k.elementwise = {fg_cu_elementwise_forward, fg_cu_elementwise_backward, fg_cu_elementwise_scalar};
+    k.reduce = {fg_cu_reduce_axis_forward, fg_cu_reduce_axis_backward, fg_cu_reduce_all_forward,
+                fg_cu_reduce_all_backward};
+    k.memory = {fg_cu_add_into};
+    k.embedding = {fg_cu_embedding_forward, fg_cu_embedding_backward};
     k.layernorm = {fg_cu_layernorm_forward, fg_cu_layernorm_backward};
     k.gelu = {fg_cu_gelu_forward, fg_cu_gelu_backward};
     k.softmax = {fg_cu_softmax_forward, fg_cu_softmax_backward};

@@ -1,25 +1,22 @@
-/* matmul.cu — matrix products on the GPU through cuBLAS: fg_cuda_matmul, fg_cuda_linear and the
- * raw row-major GEMM fg_cuda_gemm.
+/* matmul.cu — matrix products on the GPU through cuBLAS: the launchers of the matmul kernels of
+ * ops/kernels.h (the row-major GEMM with an optional bias, linear's bias gradient) and the raw
+ * GEMM fg_cuda_gemm for device code that keeps its own arrays.
  *
- * CPU reference: ops/matmul.c (same shapes, same saved buffers, same backward lines).
- *
- * Legend (outermost first):
- *   matmul: a is (..., M, K), b is (..., K, N) or (K, N) shared by every batch, out is (..., M, N)
- *   linear: x is (..., K), seen as R rows of K; w is (N, K); bias is (N) or NULL; out is (..., N)
+ * CPU reference: ops/matmul.c (the CPU GEMM and column sums behind the same table entries).
  *
  * Row-major on a column-major library: a row-major (rows, cols) matrix with leading dimension ld
  * is, to cuBLAS, the column-major (cols, rows) matrix — its transpose. So the row-major product
  * C = op(A) op(B) is computed as the column-major Cᵀ = op(B)ᵀ op(A)ᵀ, i.e. cuBLAS gets B first,
  * with the same transpose flags, and the sizes (N, M, K). Math mode is cuBLAS's default: plain
- * float32 (no TF32), so results compare with the CPU's at float32 rounding.
- *
- * Unlike the CPU code, operands are made contiguous first (a transposed view costs one copy).
+ * float32 (no TF32), so results compare with the CPU's at float32 rounding. A bias is written into
+ * every row of C first; the GEMM then adds to it (beta = 1).
  */
 #include <limits.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 /* ============================================================================================
  * kernels
@@ -36,11 +33,14 @@ __global__ void scale_matrix_kernel(T *C, int64_t M, int64_t N, int64_t ldc, int
     }
 }
 
-/* every row of out (R, N) starts as bias (N); the GEMM then adds x @ wᵀ (beta = 1) */
+/* every row of C[b] (M, N) starts as bias (N); the GEMM then adds op(A) op(B) (beta = 1) */
 template <typename T>
-__global__ void fill_rows_kernel(T *out, const T *bias, int64_t R, int64_t N) {
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < R * N; k += (int64_t)gridDim.x * blockDim.x)
-        out[k] = bias[k % N];
+__global__ void fill_rows_kernel(T *C, const T *bias, int64_t M, int64_t N, int64_t ldc, int64_t sC, int64_t batch) {
+    int64_t total = batch * M * N;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+        int64_t b = k / (M * N), r = (k / N) % M, c = k % N;
+        C[b * sC + r * ldc + c] = bias[c];
+    }
 }
 
 /* dbias[c] += Σ_r dout[r, c] (through fg_cu_colsum) */
@@ -98,165 +98,49 @@ static fg_status gemm_t(int ta, int tb, int64_t M, int64_t N, int64_t K, double 
     return FG_OK;
 }
 
-extern "C" fg_status fg_cuda_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
-                                  const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
-                                  double beta, void *C, int64_t ldc, int64_t sC, int64_t batch) {
-    FG_TRY(fg_cu_require("gemm"));
+template <typename T>
+static fg_status fill_rows(void *C, const void *bias, int64_t M, int64_t N, int64_t ldc, int64_t sC, int64_t batch) {
+    if (sC == 0) batch = 1; /* the batches add into one C: its rows start as bias once */
+    if (batch * M * N == 0) return FG_OK;
+    fill_rows_kernel<T><<<fg_cu_blocks(batch * M * N), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)C, (const T *)bias, M,
+                                                                                          N, ldc, sC, batch);
+    FG_CU_LAUNCHED();
+    return FG_OK;
+}
+
+extern "C" fg_status fg_cu_matmul_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                                       const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
+                                       double beta, const void *bias, void *C, int64_t ldc, int64_t sC,
+                                       int64_t batch) {
     const int64_t lim = INT_MAX;
     if (M < 0 || N < 0 || K < 0 || batch < 0 || M > lim || N > lim || K > lim || batch > lim || lda > lim ||
         ldb > lim || ldc > lim || lda < 1 || ldb < 1 || ldc < 1)
         return fg_error(FG_ERR_ARG, "gemm: sizes M=%lld N=%lld K=%lld batch=%lld lda=%lld ldb=%lld ldc=%lld must fit "
                         "cuBLAS (int, leading dimensions >= 1)", (long long)M, (long long)N, (long long)K,
                         (long long)batch, (long long)lda, (long long)ldb, (long long)ldc);
+    if (bias) {
+        FG_TRY(FG_CU_DISPATCH(dt, fill_rows, C, bias, M, N, ldc, sC, batch));
+        beta = 1.0;
+    }
     return FG_CU_DISPATCH(dt, gemm_t, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 
-/* ============================================================================================
- * matmul: out (..., M, N) = a (..., M, K) @ b (..., K, N)
- * saved for backward: A, B = a, b made contiguous
- * ============================================================================================ */
-
-static int64_t ld1(int64_t n) { return n > 1 ? n : 1; }
-
-static fg_status matmul_backward(fg_node *n) {
-    fg_tensor *A = n->saved[0], *B = n->saved[1];
-    fg_tensor *dA = fg_grad_buffer(n->inputs[0]), *dB = fg_grad_buffer(n->inputs[1]);
-    if (!dA && !dB) return FG_OK;
-    fg_tensor *dC = fg_cu_grad_out(n);
-    if (!dC) return fg_last_status();
-    fg_dtype dt = dC->dtype;
-    int64_t M = A->shape[A->ndim - 2], K = A->shape[A->ndim - 1], N = B->shape[B->ndim - 1], bn = 1;
-    for (int d = 0; d < A->ndim - 2; d++) bn *= A->shape[d];
-    int shared_b = B->ndim == 2;
-    fg_status st = FG_OK;
-    /* forward: C = A @ B  ->  dA (.., M, K) += dC (.., M, N) @ Bᵀ (.., N, K) */
-    if (dA) {
-        if (shared_b) /* all batches are one GEMM of bn·M rows */
-            st = fg_cuda_gemm(dt, 0, 1, bn * M, K, N, 1.0, fg_data(dC), ld1(N), 0, fg_data(B), ld1(N), 0, 1.0,
-                              fg_data(dA), ld1(K), 0, 1);
-        else
-            st = fg_cuda_gemm(dt, 0, 1, M, K, N, 1.0, fg_data(dC), ld1(N), M * N, fg_data(B), ld1(N), K * N, 1.0,
-                              fg_data(dA), ld1(K), M * K, bn);
-    }
-    /* forward: C = A @ B  ->  dB (.., K, N) += Aᵀ (.., K, M) @ dC (.., M, N) */
-    if (dB && st == FG_OK) {
-        if (shared_b) /* dB (K, N) += A_flatᵀ (K, bn·M) @ dC_flat (bn·M, N): one GEMM over every batch */
-            st = fg_cuda_gemm(dt, 1, 0, K, N, bn * M, 1.0, fg_data(A), ld1(K), 0, fg_data(dC), ld1(N), 0, 1.0,
-                              fg_data(dB), ld1(N), 0, 1);
-        else
-            st = fg_cuda_gemm(dt, 1, 0, K, N, M, 1.0, fg_data(A), ld1(K), M * K, fg_data(dC), ld1(N), M * N, 1.0,
-                              fg_data(dB), ld1(N), K * N, bn);
-    }
-    fg_release(dC);
-    return st;
-}
-
-extern "C" fg_tensor *fg_cuda_matmul(fg_tensor *a, fg_tensor *b) {
-    if (fg_cu_require("matmul") != FG_OK) return NULL;
-    int nb = a->ndim - 2;
-    int64_t M = a->shape[nb], K = a->shape[nb + 1], N = b->shape[b->ndim - 1], bn = 1;
-    for (int d = 0; d < nb; d++) bn *= a->shape[d];
-    int64_t shape[FG_MAX_DIMS];
-    memcpy(shape, a->shape, sizeof shape);
-    shape[nb + 1] = N;
-    fg_tensor *A = fg_contiguous(a), *B = A ? fg_contiguous(b) : NULL;
-    fg_tensor *out = B ? fg_empty(a->dtype, FG_CUDA, a->ndim, shape) : NULL;
-    fg_status st = out ? FG_OK : fg_last_status();
-    if (st == FG_OK) {
-        if (b->ndim == 2) /* shared b: all batches of a are one (bn·M, K) matrix */
-            st = fg_cuda_gemm(a->dtype, 0, 0, bn * M, N, K, 1.0, fg_data(A), ld1(K), 0, fg_data(B), ld1(N), 0, 0.0,
-                              fg_data(out), ld1(N), 0, 1);
-        else
-            st = fg_cuda_gemm(a->dtype, 0, 0, M, N, K, 1.0, fg_data(A), ld1(K), M * K, fg_data(B), ld1(N), K * N, 0.0,
-                              fg_data(out), ld1(N), M * N, bn);
-    }
-    if (st == FG_OK) {
-        fg_tensor *inputs[2] = {a, b};
-        fg_node *node = fg_record(out, "matmul", matmul_backward, 2, inputs);
-        if (node) {
-            fg_node_save(node, A);
-            fg_node_save(node, B);
-        }
-    } else {
-        fg_release(out);
-        out = NULL;
-    }
-    fg_release(A);
-    fg_release(B);
-    return out;
+extern "C" fg_status fg_cuda_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                                  const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
+                                  double beta, void *C, int64_t ldc, int64_t sC, int64_t batch) {
+    FG_TRY(fg_cu_require("gemm"));
+    return fg_cu_matmul_gemm(dt, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, NULL, C, ldc, sC, batch);
 }
 
 /* ============================================================================================
- * linear: out (R, N) = x (R, K) @ wᵀ (K, N) + bias (N)
- * saved for backward: X, W = x, w made contiguous
+ * linear's bias gradient: db (N) += Σ_r dout (R, N)
  * ============================================================================================ */
 
 template <typename T>
-static fg_status linear_db(fg_tensor *db, const fg_tensor *dout, int64_t R, int64_t N) {
-    return fg_cu_colsum<T>((T *)fg_data(db), R, N, dout_col<T>{(const T *)fg_data(dout), N}, "linear backward");
+static fg_status colsum(void *db, const void *dout, int64_t R, int64_t N) {
+    return fg_cu_colsum<T>((T *)db, R, N, dout_col<T>{(const T *)dout, N}, "linear backward");
 }
 
-static fg_status linear_backward(fg_node *n) {
-    fg_tensor *X = n->saved[0], *W = n->saved[1];
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]), *dw = fg_grad_buffer(n->inputs[1]);
-    fg_tensor *db = fg_grad_buffer(n->inputs[2]);
-    if (!dx && !dw && !db) return FG_OK;
-    fg_tensor *dout = fg_cu_grad_out(n);
-    if (!dout) return fg_last_status();
-    fg_dtype dt = dout->dtype;
-    int64_t N = W->shape[0], K = W->shape[1], R = 1;
-    for (int d = 0; d < X->ndim - 1; d++) R *= X->shape[d];
-    fg_status st = FG_OK;
-    /* forward: out = x @ wᵀ + bias  ->  dx (R, K) += dout (R, N) @ w (N, K) */
-    if (dx) st = fg_cuda_gemm(dt, 0, 0, R, K, N, 1.0, fg_data(dout), ld1(N), 0, fg_data(W), ld1(K), 0, 1.0,
-                              fg_data(dx), ld1(K), 0, 1);
-    /* forward: out = x @ wᵀ + bias  ->  dw (N, K) += doutᵀ (N, R) @ x (R, K) */
-    if (dw && st == FG_OK) st = fg_cuda_gemm(dt, 1, 0, N, K, R, 1.0, fg_data(dout), ld1(N), 0, fg_data(X), ld1(K), 0,
-                                             1.0, fg_data(dw), ld1(K), 0, 1);
-    /* forward: out = x @ wᵀ + bias  ->  dbias (N) += Σ_rows dout */
-    if (db && st == FG_OK) st = FG_CU_DISPATCH(dt, linear_db, db, dout, R, N);
-    fg_release(dout);
-    return st;
-}
-
-template <typename T>
-static fg_status fill_rows(fg_tensor *out, const fg_tensor *bias, int64_t R, int64_t N) {
-    if (R * N == 0) return FG_OK;
-    fill_rows_kernel<T><<<fg_cu_blocks(R * N), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(out),
-                                                                                 (const T *)fg_data(bias), R, N);
-    FG_CU_LAUNCHED();
-    return FG_OK;
-}
-
-extern "C" fg_tensor *fg_cuda_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias) {
-    if (fg_cu_require("linear") != FG_OK) return NULL;
-    int64_t N = w->shape[0], K = w->shape[1], R = 1;
-    for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
-    int64_t shape[FG_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 1] = N;
-    fg_tensor *X = fg_contiguous(x);
-    fg_tensor *W = X ? fg_contiguous(w) : NULL;
-    fg_tensor *Bc = (W && bias) ? fg_contiguous(bias) : NULL;
-    fg_tensor *out = (W && (Bc || !bias)) ? fg_empty(x->dtype, FG_CUDA, x->ndim, shape) : NULL;
-    fg_status st = out ? FG_OK : fg_last_status();
-    if (st == FG_OK && Bc) st = FG_CU_DISPATCH(x->dtype, fill_rows, out, Bc, R, N);
-    if (st == FG_OK)
-        st = fg_cuda_gemm(x->dtype, 0, 1, R, N, K, 1.0, fg_data(X), ld1(K), 0, fg_data(W), ld1(K), 0, Bc ? 1.0 : 0.0,
-                          fg_data(out), ld1(N), 0, 1);
-    if (st == FG_OK) {
-        fg_tensor *inputs[3] = {x, w, bias};
-        fg_node *node = fg_record(out, "linear", linear_backward, 3, inputs);
-        if (node) {
-            fg_node_save(node, X);
-            fg_node_save(node, W);
-        }
-    } else {
-        fg_release(out);
-        out = NULL;
-    }
-    fg_release(X);
-    fg_release(W);
-    fg_release(Bc);
-    return out;
+extern "C" fg_status fg_cu_matmul_colsum(fg_dtype dt, void *db, const void *dout, int64_t R, int64_t N) {
+    return FG_CU_DISPATCH(dt, colsum, db, dout, R, N);
 }

@@ -1,4 +1,5 @@
-/* reduce.cu — sum and mean over one axis or over everything, on the GPU.
+/* reduce.cu — sum and mean over one axis or over everything, on the GPU: the launchers of the
+ * reduce kernels of ops/kernels.h.
  *
  * CPU reference: ops/reduce.c (sums accumulate in float64 for both dtypes; mean = sum · 1/N).
  *
@@ -6,10 +7,13 @@
  * N = its size, I = product of the dims after it; out is (O, I) (reshaped to t's shape without
  * the axis, or with it as size 1 when keepdim). sum_all / mean_all give out (1).
  * No atomics: an axis sum is one thread (or one warp when I = 1) per output element; a total is
- * the fixed two-stage tree of fg_cu_sum. Both are the same on every run.
+ * the fixed two-stage tree of fg_cu_sum over the C-order index (a strided view is read through its
+ * strides, in the same order). Both are the same on every run.
  */
+#include <string.h>
+
 #include "cuda/cuda_common.cuh"
-#include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 /* ============================================================================================
  * kernels
@@ -68,135 +72,92 @@ struct elem_term {
     const T *x;
     __device__ double operator()(int64_t k) const { return (double)x[k]; }
 };
+/* the same over a strided view: element k in C order */
+template <typename T>
+struct strided_term {
+    const T *x;
+    fg_cu_layout L;
+    __device__ double operator()(int64_t k) const { return (double)x[fg_cu_offset(k, L.ndim, L.shape, L.stride)]; }
+};
 
 /* ============================================================================================
- * host side
+ * host side: the launchers of the kernel table (ops/kernels.h)
  * ============================================================================================ */
 
-static void split_at(const fg_tensor *t, int axis, int64_t *O, int64_t *N, int64_t *I) {
-    *O = 1;
-    *I = 1;
-    for (int d = 0; d < axis; d++) *O *= t->shape[d];
-    for (int d = axis + 1; d < t->ndim; d++) *I *= t->shape[d];
-    *N = t->shape[axis];
-}
-
 template <typename T>
-static fg_status sum_axis_fwd(fg_tensor *out, const fg_tensor *X, int64_t O, int64_t N, int64_t I, double scale) {
+static fg_status sum_axis_fwd(void *out, const void *x, int64_t O, int64_t N, int64_t I, double scale) {
     if (O * I == 0) return FG_OK;
     if (I == 1)
-        sum_rows_kernel<T><<<fg_cu_blocks(O * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(out),
-                                                                                     (const T *)fg_data(X), O, N, scale);
+        sum_rows_kernel<T><<<fg_cu_blocks(O * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, O, N,
+                                                                                     scale);
     else
-        sum_axis_kernel<T><<<fg_cu_blocks(O * I), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(out),
-                                                                                    (const T *)fg_data(X), O, N, I, scale);
+        sum_axis_kernel<T><<<fg_cu_blocks(O * I), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, O, N, I,
+                                                                                    scale);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
 template <typename T>
-static fg_status sum_axis_bwd(fg_tensor *dx, const fg_tensor *dout, int64_t O, int64_t N, int64_t I, double scale) {
+static fg_status sum_axis_bwd(void *dx, const void *dout, int64_t O, int64_t N, int64_t I, double scale) {
     if (O * N * I == 0) return FG_OK;
-    sum_axis_bwd_kernel<T><<<fg_cu_blocks(O * N * I), FG_CU_THREADS, 0, fg_cu_stream()>>>(
-        (T *)fg_data(dx), (const T *)fg_data(dout), O, N, I, (T)scale);
+    sum_axis_bwd_kernel<T><<<fg_cu_blocks(O * N * I), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, O,
+                                                                                         N, I, (T)scale);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-/* iargs[0] = axis; fargs[0] = scale */
-static fg_status sum_axis_backward(fg_node *n) {
-    fg_tensor *t = n->inputs[0], *gt = fg_grad_buffer(t);
-    if (!gt) return FG_OK;
-    fg_tensor *dout = fg_cu_grad_out(n);
-    if (!dout) return fg_last_status();
-    int64_t O, N, I;
-    split_at(t, (int)n->iargs[0], &O, &N, &I);
-    fg_status st = FG_CU_DISPATCH(gt->dtype, sum_axis_bwd, gt, dout, O, N, I, n->fargs[0]);
-    fg_release(dout);
-    return st;
-}
-
-extern "C" fg_tensor *fg_cuda_reduce_axis(fg_tensor *t, int axis, int keepdim, int is_mean) {
-    const char *op = is_mean ? "mean" : "sum";
-    if (fg_cu_require(op) != FG_OK) return NULL;
-    int a = axis < 0 ? axis + t->ndim : axis;
-    if (a < 0 || a >= t->ndim) {
-        fg_error(FG_ERR_ARG, "%s: axis %d is out of range for a rank-%d tensor", op, axis, t->ndim);
-        return NULL;
-    }
-    int64_t O, N, I, shape[FG_MAX_DIMS];
-    split_at(t, a, &O, &N, &I);
-    int nd = 0;
-    for (int d = 0; d < t->ndim; d++) {
-        if (d != a) shape[nd++] = t->shape[d];
-        else if (keepdim) shape[nd++] = 1;
-    }
-    double scale = is_mean ? 1.0 / (double)N : 1.0; /* mean over an empty axis is 0/0 = NaN, like the CPU */
-    fg_tensor *X = fg_contiguous(t);
-    fg_tensor *out = X ? fg_empty(t->dtype, FG_CUDA, nd, shape) : NULL;
-    if (out && FG_CU_DISPATCH(t->dtype, sum_axis_fwd, out, X, O, N, I, scale) != FG_OK) {
-        fg_release(out);
-        out = NULL;
-    }
-    if (out) {
-        fg_tensor *inputs[1] = {t};
-        fg_node *node = fg_record(out, op, sum_axis_backward, 1, inputs);
-        if (node) {
-            node->iargs[0] = a;
-            node->fargs[0] = scale;
-        }
-    }
-    fg_release(X);
-    return out;
-}
-
 template <typename T>
-static fg_status sum_all_fwd(fg_tensor *out, const fg_tensor *X, double scale) {
+static fg_status sum_all_fwd(void *out, const void *x, int nd, const int64_t *shape, const int64_t *strides,
+                             double scale) {
+    int64_t n = 1, want = 1;
+    int contiguous = 1; /* element k at k (size-1 dims never step) */
+    for (int d = nd - 1; d >= 0; d--) {
+        if (shape[d] != 1 && strides[d] != want) contiguous = 0;
+        want *= shape[d];
+        n *= shape[d];
+    }
     fg_cu_scratch total;
     FG_TRY(total.get(sizeof(double), "sum_all"));
-    FG_TRY(fg_cu_sum(total.as<double>(), fg_numel(X), elem_term<T>{(const T *)fg_data(X)}, "sum_all"));
-    store_total_kernel<T><<<1, 1, 0, fg_cu_stream()>>>((T *)fg_data(out), total.as<double>(), scale);
+    if (contiguous) {
+        FG_TRY(fg_cu_sum(total.as<double>(), n, elem_term<T>{(const T *)x}, "sum_all"));
+    } else {
+        fg_cu_layout L;
+        memset(&L, 0, sizeof L);
+        L.ndim = nd;
+        for (int d = 0; d < nd; d++) {
+            L.shape[d] = shape[d];
+            L.stride[d] = strides[d];
+        }
+        FG_TRY(fg_cu_sum(total.as<double>(), n, strided_term<T>{(const T *)x, L}, "sum_all"));
+    }
+    store_total_kernel<T><<<1, 1, 0, fg_cu_stream()>>>((T *)out, total.as<double>(), scale);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
 template <typename T>
-static fg_status sum_all_bwd(fg_tensor *dx, const fg_tensor *dout, double scale) {
-    int64_t n = fg_numel(dx);
+static fg_status sum_all_bwd(void *dx, const void *dout, int64_t n, double scale) {
     if (n == 0) return FG_OK;
-    sum_all_bwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)fg_data(dx),
-                                                                                (const T *)fg_data(dout), n, scale);
+    sum_all_bwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, n, scale);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-/* fargs[0] = scale */
-static fg_status sum_all_backward(fg_node *n) {
-    fg_tensor *gt = fg_grad_buffer(n->inputs[0]);
-    if (!gt) return FG_OK;
-    fg_tensor *dout = fg_cu_grad_out(n);
-    if (!dout) return fg_last_status();
-    fg_status st = FG_CU_DISPATCH(gt->dtype, sum_all_bwd, gt, dout, n->fargs[0]);
-    fg_release(dout);
-    return st;
+extern "C" fg_status fg_cu_reduce_axis_forward(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N,
+                                               int64_t I, double scale) {
+    return FG_CU_DISPATCH(dt, sum_axis_fwd, out, x, O, N, I, scale);
 }
 
-extern "C" fg_tensor *fg_cuda_reduce_all(fg_tensor *t, int is_mean) {
-    const char *op = is_mean ? "mean_all" : "sum_all";
-    if (fg_cu_require(op) != FG_OK) return NULL;
-    int64_t one = 1, n = fg_numel(t);
-    double scale = is_mean ? 1.0 / (double)n : 1.0;
-    fg_tensor *X = fg_contiguous(t);
-    fg_tensor *out = X ? fg_empty(t->dtype, FG_CUDA, 1, &one) : NULL;
-    if (out && FG_CU_DISPATCH(t->dtype, sum_all_fwd, out, X, scale) != FG_OK) {
-        fg_release(out);
-        out = NULL;
-    }
-    if (out) {
-        fg_tensor *inputs[1] = {t};
-        fg_node *node = fg_record(out, op, sum_all_backward, 1, inputs);
-        if (node) node->fargs[0] = scale;
-    }
-    fg_release(X);
-    return out;
+extern "C" fg_status fg_cu_reduce_axis_backward(fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N,
+                                                int64_t I, double scale) {
+    return FG_CU_DISPATCH(dt, sum_axis_bwd, dx, dout, O, N, I, scale);
+}
+
+extern "C" fg_status fg_cu_reduce_all_forward(fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape,
+                                              const int64_t *strides, double scale) {
+    return FG_CU_DISPATCH(dt, sum_all_fwd, out, x, nd, shape, strides, scale);
+}
+
+extern "C" fg_status fg_cu_reduce_all_backward(fg_dtype dt, void *dx, const void *dout, int64_t n, double scale) {
+    return FG_CU_DISPATCH(dt, sum_all_bwd, dx, dout, n, scale);
 }

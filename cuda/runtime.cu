@@ -1,8 +1,9 @@
 /* runtime.cu — the CUDA device: init, the one stream, cuBLAS and cuRAND handles, error reporting,
  * and the memory and tensor backends that tensor/ calls for FG_CUDA tensors (see cuda/cuda.h).
  *
- * CPU reference of the kernels here: tensor/tensor.c (cpu_copy, fg_fill, fg_axpy) — the GPU
- * versions walk the same C-order index with the same strides and dtype conversions.
+ * CPU reference of the kernels here: tensor/tensor.c (cpu_copy, fg_fill, fg_axpy; axpy is the
+ * add_into kernel of cuda/elementwise.cu) — the GPU versions walk the same C-order index with the
+ * same strides and dtype conversions.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -23,16 +24,6 @@ template <typename T>
 __global__ void fill_kernel(T *t, fg_cu_layout L, int64_t n, T v) {
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
         t[fg_cu_offset(k, L.ndim, L.shape, L.stride)] = v;
-}
-
-/* y[k] += alpha * x[k] (float32 scales by (float)alpha, as tensor.c's fg_axpy does) */
-template <typename T>
-__global__ void axpy_kernel(T *y, fg_cu_layout Ly, const T *x, fg_cu_layout Lx, int64_t n, T alpha) {
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
-        int64_t oy = fg_cu_offset(k, Ly.ndim, Ly.shape, Ly.stride);
-        int64_t ox = fg_cu_offset(k, Lx.ndim, Lx.shape, Lx.stride);
-        y[oy] += alpha * x[ox];
-    }
 }
 
 /* dst[k] = (TD) src[k], any strides on both */
@@ -154,17 +145,9 @@ static fg_status launch_fill(fg_tensor *t, double value) {
 }
 static fg_status tb_fill(fg_tensor *t, double value) { return FG_CU_DISPATCH(t->dtype, launch_fill, t, value); }
 
-template <typename T>
-static fg_status launch_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
-    int64_t n = fg_numel(y);
-    if (n == 0) return FG_OK;
-    axpy_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, g_stream>>>((T *)fg_data(y), layout_of(y),
-                                                                     (const T *)fg_data(x), layout_of(x), n, (T)alpha);
-    FG_CU_LAUNCHED();
-    return FG_OK;
-}
+/* y += alpha * x: the add_into kernel of the table (cuda/elementwise.cu) */
 static fg_status tb_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
-    return FG_CU_DISPATCH(y->dtype, launch_axpy, y, alpha, x);
+    return fg_cu_add_into(y->dtype, fg_data(y), y->strides, fg_data(x), x->strides, y->ndim, y->shape, alpha);
 }
 
 static fg_status tb_copy(fg_tensor *dst, const fg_tensor *src) {

@@ -16,8 +16,9 @@
  */
 #include <string.h>
 
-#include "ops/ops_internal.h"
 #include "ops/cpu/vmath.h"
+#include "ops/kernels_cpu.h"
+#include "ops/ops_internal.h"
 
 /* ---- kernels ---- */
 
@@ -111,7 +112,7 @@ PRODUCT_RULE_KERNELS(double, f64)
  * it ---- */
 
 typedef struct {
-    int kind; /* OP_ADD .. OP_DIV = FG_VOP_ADD .. FG_VOP_DIV; for the backward: the sign, +1 or -1 */
+    int kind; /* FG_VOP_ADD .. FG_VOP_DIV (= fg_binary_op); for the backward: the sign, +1 or -1 */
     float *o;
     const float *a, *b;
 } vjob;
@@ -160,12 +161,87 @@ static void plus_rows_f32(void *ctx, fg_iter *it) {
     }
 }
 
+/* fg_binary_op numbers the ops as FG_VOP_* does: the float32 path hands it to fg_vbinary_f32 */
+_Static_assert((int)FG_BINARY_ADD == FG_VOP_ADD && (int)FG_BINARY_SUB == FG_VOP_SUB &&
+                   (int)FG_BINARY_MUL == FG_VOP_MUL && (int)FG_BINARY_DIV == FG_VOP_DIV,
+               "fg_binary_op and FG_VOP_* differ");
+
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+
+fg_status fg_cpu_elementwise_forward(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa,
+                                     const void *b, const int64_t *sb, int nd, const int64_t *shape) {
+    int64_t st[3][FG_MAX_DIMS];
+    fg_contig_strides(nd, shape, st[0]);
+    memcpy(st[1], sa, (size_t)nd * sizeof(int64_t));
+    memcpy(st[2], sb, (size_t)nd * sizeof(int64_t));
+    fg_iter it;
+    fg_iter_init(&it, nd, shape, 3, st);
+    if (dt == FG_F32) {
+        vjob j = {op, out, a, b}; /* out is contiguous: pieces never meet; ~0.2 ns per element */
+        fg_par_iter(&it, 1, 0.2, binary_rows_f32, &j);
+    } else switch (op) {
+    case FG_BINARY_ADD: add_fwd_f64(out, a, b, &it); break;
+    case FG_BINARY_SUB: sub_fwd_f64(out, a, b, &it); break;
+    case FG_BINARY_MUL: mul_fwd_f64(out, a, b, &it); break;
+    default: div_fwd_f64(out, a, b, &it); break;
+    }
+    return FG_OK;
+}
+
+fg_status fg_cpu_elementwise_backward(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape,
+                                      const void *dout, const void *p, const int64_t *sp, const void *q,
+                                      const int64_t *sq, int nd, const int64_t *shape) {
+    int64_t st[4][FG_MAX_DIMS], gs[FG_MAX_DIMS];
+    /* g is contiguous with its input's shape; read it with that input's broadcast into out's shape */
+    fg_contig_strides(g_nd, g_shape, gs);
+    fg_broadcast_strides(g_nd, g_shape, gs, nd, shape, st[0]);
+    fg_contig_strides(nd, shape, st[1]);
+    memcpy(st[2], sp, (size_t)nd * sizeof(int64_t));
+    memcpy(st[3], sq, (size_t)nd * sizeof(int64_t));
+    if (dt == FG_F32 && (rule == FG_BINARY_RULE_PLUS || rule == FG_BINARY_RULE_MINUS)) {
+        fg_iter it2;
+        fg_iter_init(&it2, nd, shape, 2, st);
+        vjob j = {rule == FG_BINARY_RULE_MINUS ? -1 : 1, g, dout, NULL};
+        /* in pieces only when g is not broadcast (its rows then never meet); ~0.2 ns per element */
+        fg_par_iter(&it2, fg_no_broadcast(nd, shape, st[0]), 0.2, plus_rows_f32, &j);
+        return FG_OK;
+    }
+    fg_iter it;
+    fg_iter_init(&it, nd, shape, 4, st);
+    switch (rule) { /* plus and minus: float64 here */
+    case FG_BINARY_RULE_PLUS: plus_bwd_f64(g, dout, p, q, &it); break;
+    case FG_BINARY_RULE_MINUS: minus_bwd_f64(g, dout, p, q, &it); break;
+    case FG_BINARY_RULE_TIMES: FG_DISPATCH(dt, times_bwd, g, dout, p, q, &it); break;
+    case FG_BINARY_RULE_OVER: FG_DISPATCH(dt, over_bwd, g, dout, p, q, &it); break;
+    default: FG_DISPATCH(dt, quot_bwd, g, dout, p, q, &it); break;
+    }
+    return FG_OK;
+}
+
+fg_status fg_cpu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa,
+                                    int nd, const int64_t *shape, double s) {
+    const int is_mul = op == FG_BINARY_MUL;
+    int64_t st[3][FG_MAX_DIMS] = {{0}}; /* out, a; float32 also reads s as an operand of stride 0 */
+    fg_contig_strides(nd, shape, st[0]);
+    memcpy(st[1], sa, (size_t)nd * sizeof(int64_t));
+    fg_iter it;
+    fg_iter_init(&it, nd, shape, dt == FG_F32 ? 3 : 2, st);
+    if (dt == FG_F32) {
+        float sf = (float)s;
+        vjob j = {is_mul ? FG_VOP_MUL : FG_VOP_ADD, out, a, &sf};
+        fg_par_iter(&it, 1, 0.2, binary_rows_f32, &j); /* out is contiguous: pieces never meet */
+    } else if (is_mul) {
+        muls_fwd_f64(out, a, s, &it);
+    } else {
+        adds_fwd_f64(out, a, s, &it);
+    }
+    return FG_OK;
+}
+
 /* ============================================================================================
  * binary ops: out = a ∘ b with broadcasting
  * ============================================================================================ */
 
-/* the same numbers as FG_VOP_* (0 .. 3): the float32 path hands the kind to fg_vbinary_f32 */
-enum { OP_ADD = FG_VOP_ADD, OP_SUB = FG_VOP_SUB, OP_MUL = FG_VOP_MUL, OP_DIV = FG_VOP_DIV };
 static const char *const op_names[] = {"add", "sub", "mul", "div"};
 
 /* Backward rules, from the forward lines
@@ -173,151 +249,123 @@ static const char *const op_names[] = {"add", "sub", "mul", "div"};
  *   sub: out = a - b   ->  da += dout,            db -= dout
  *   mul: out = a * b   ->  da += dout * b,        db += dout * a
  *   div: out = a / b   ->  da += dout / b,        db -= dout * a / b²
- * each summed over the broadcast dims of its input. */
-static fg_status binary_backward(fg_node *n, int kind) {
-    fg_tensor *a = n->inputs[0], *b = n->inputs[1];
-    fg_tensor *ga = fg_grad_buffer(a), *gb = fg_grad_buffer(b);
+ * each summed over the broadcast dims of its input. The rule reads the inputs themselves. */
+static fg_status binary_backward(fg_node *n, fg_binary_op kind) {
+    fg_tensor *a = n->inputs[0], *b = n->inputs[1], *ga, *gb;
+    FG_TRY(fg_grad_get(a, &ga));
+    FG_TRY(fg_grad_get(b, &gb));
     if (!ga && !gb) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(a->device, n->op);
+    if (!k) return fg_last_status();
     fg_tensor *dy = fg_op_grad_out(n);
     if (!dy) return fg_last_status();
-    int nd = dy->ndim;
+    const int nd = dy->ndim;
     const int64_t *shape = dy->shape;
-    int64_t st[4][FG_MAX_DIMS], gs[FG_MAX_DIMS];
-    for (int side = 0; side < 2; side++) {
+    int64_t sp[FG_MAX_DIMS], sq[FG_MAX_DIMS];
+    fg_status st = FG_OK;
+    for (int side = 0; side < 2 && st == FG_OK; side++) {
         fg_tensor *g = side ? gb : ga, *self = side ? b : a, *other = side ? a : b;
         if (!g) continue;
-        /* g is contiguous with self's shape; read it with self's broadcast into out's shape */
-        fg_contig_strides(g->ndim, g->shape, gs);
-        fg_broadcast_strides(g->ndim, g->shape, gs, nd, shape, st[0]);
-        fg_contig_strides(nd, shape, st[1]);
-        fg_broadcast_strides(other->ndim, other->shape, other->strides, nd, shape, st[2]); /* p = other */
-        fg_broadcast_strides(self->ndim, self->shape, self->strides, nd, shape, st[3]);    /* q = self */
-        /* the div rule of b wants p = b (self) and q = a (other): swap */
-        const void *P = fg_data(other), *Q = fg_data(self);
-        if (kind == OP_DIV && side == 1) {
-            int64_t tmp[FG_MAX_DIMS];
-            memcpy(tmp, st[2], sizeof tmp);
-            memcpy(st[2], st[3], sizeof tmp);
-            memcpy(st[3], tmp, sizeof tmp);
-            P = fg_data(self);
-            Q = fg_data(other);
+        fg_binary_rule rule;
+        const fg_tensor *p = other, *q = self;
+        switch (kind) {
+        case FG_BINARY_ADD: rule = FG_BINARY_RULE_PLUS; break;
+        case FG_BINARY_SUB: rule = side ? FG_BINARY_RULE_MINUS : FG_BINARY_RULE_PLUS; break;
+        case FG_BINARY_MUL: rule = FG_BINARY_RULE_TIMES; break;
+        default:
+            if (side) { /* db -= dout * a / b²: p = b, q = a */
+                rule = FG_BINARY_RULE_QUOT;
+                p = self;
+                q = other;
+            } else {
+                rule = FG_BINARY_RULE_OVER; /* da += dout / b: p = b */
+            }
+            break;
         }
-        void *G = fg_data(g);
-        const void *D = fg_data(dy);
-        fg_dtype dt = dy->dtype;
-        if (dt == FG_F32 && (kind == OP_ADD || kind == OP_SUB)) {
-            fg_iter it2;
-            fg_iter_init(&it2, nd, shape, 2, st);
-            vjob j = {kind == OP_SUB && side ? -1 : 1, G, D, NULL};
-            /* in pieces only when g is not broadcast (its rows then never meet); ~0.2 ns per element */
-            fg_par_iter(&it2, fg_no_broadcast(nd, shape, st[0]), 0.2, plus_rows_f32, &j);
-            continue;
-        }
-        fg_iter it;
-        fg_iter_init(&it, nd, shape, 4, st);
-        switch (kind) { /* add and sub: float64 here */
-        case OP_ADD: plus_bwd_f64(G, D, P, Q, &it); break;
-        case OP_SUB: if (side) minus_bwd_f64(G, D, P, Q, &it); else plus_bwd_f64(G, D, P, Q, &it); break;
-        case OP_MUL: FG_DISPATCH(dt, times_bwd, G, D, P, Q, &it); break;
-        default: if (side) FG_DISPATCH(dt, quot_bwd, G, D, P, Q, &it); else FG_DISPATCH(dt, over_bwd, G, D, P, Q, &it); break;
-        }
+        fg_broadcast_strides(p->ndim, p->shape, p->strides, nd, shape, sp);
+        fg_broadcast_strides(q->ndim, q->shape, q->strides, nd, shape, sq);
+        st = k->elementwise.backward(rule, dy->dtype, fg_data(g), g->ndim, g->shape, fg_data(dy), fg_data(p), sp,
+                                     fg_data(q), sq, nd, shape);
     }
     fg_release(dy);
-    return FG_OK;
+    return st;
 }
-static fg_status add_backward(fg_node *n) { return binary_backward(n, OP_ADD); }
-static fg_status sub_backward(fg_node *n) { return binary_backward(n, OP_SUB); }
-static fg_status mul_backward(fg_node *n) { return binary_backward(n, OP_MUL); }
-static fg_status div_backward(fg_node *n) { return binary_backward(n, OP_DIV); }
+static fg_status add_backward(fg_node *n) { return binary_backward(n, FG_BINARY_ADD); }
+static fg_status sub_backward(fg_node *n) { return binary_backward(n, FG_BINARY_SUB); }
+static fg_status mul_backward(fg_node *n) { return binary_backward(n, FG_BINARY_MUL); }
+static fg_status div_backward(fg_node *n) { return binary_backward(n, FG_BINARY_DIV); }
 
-static fg_tensor *binary(int kind, fg_tensor *a, fg_tensor *b) {
+static fg_tensor *binary(fg_binary_op kind, fg_tensor *a, fg_tensor *b) {
     const char *op = op_names[kind];
     if (fg_op_check(op, "a", a) != FG_OK || fg_op_check_like(op, "b", b, "a", a) != FG_OK) return NULL;
     int nd;
     int64_t shape[FG_MAX_DIMS];
     if (fg_broadcast_shape(op, a, b, &nd, shape) != FG_OK) return NULL;
-#ifdef FG_WITH_CUDA
-    if (a->device == FG_CUDA) return fg_cuda_binary(kind, a, b); /* cuda/elementwise.cu */
-#endif
-    if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-
-    fg_tensor *out = fg_empty(a->dtype, FG_CPU, nd, shape);
-    if (!out) return NULL;
-    int64_t st[3][FG_MAX_DIMS];
-    fg_contig_strides(nd, shape, st[0]);
-    fg_broadcast_strides(a->ndim, a->shape, a->strides, nd, shape, st[1]);
-    fg_broadcast_strides(b->ndim, b->shape, b->strides, nd, shape, st[2]);
-    fg_iter it;
-    fg_iter_init(&it, nd, shape, 3, st);
-    void *O = fg_data(out);
-    const void *A = fg_data(a), *B = fg_data(b);
-    static const fg_backward_fn rules[] = {add_backward, sub_backward, mul_backward, div_backward};
-    if (a->dtype == FG_F32) {
-        vjob j = {kind, O, A, B}; /* out is contiguous: pieces never meet; ~0.2 ns per element */
-        fg_par_iter(&it, 1, 0.2, binary_rows_f32, &j);
-    } else switch (kind) {
-    case OP_ADD: add_fwd_f64(O, A, B, &it); break;
-    case OP_SUB: sub_fwd_f64(O, A, B, &it); break;
-    case OP_MUL: mul_fwd_f64(O, A, B, &it); break;
-    default: div_fwd_f64(O, A, B, &it); break;
+    const fg_kernels *k = fg_kernels_for(a->device, op);
+    if (!k) return NULL;
+    if (!k->elementwise.forward || !k->elementwise.backward) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
     }
+
+    fg_tensor *out = fg_empty(a->dtype, a->device, nd, shape);
+    if (!out) return NULL;
+    int64_t sa[FG_MAX_DIMS], sb[FG_MAX_DIMS];
+    fg_broadcast_strides(a->ndim, a->shape, a->strides, nd, shape, sa);
+    fg_broadcast_strides(b->ndim, b->shape, b->strides, nd, shape, sb);
+    if (k->elementwise.forward(kind, a->dtype, fg_data(out), fg_data(a), sa, fg_data(b), sb, nd, shape) != FG_OK) {
+        fg_release(out);
+        return NULL;
+    }
+    static const fg_backward_fn rules[] = {add_backward, sub_backward, mul_backward, div_backward};
     fg_record(out, op, rules[kind], 2, (fg_tensor *[]){a, b}); /* a and b are the node's inputs */
     return out;
 }
 
-fg_tensor *fg_add(fg_tensor *a, fg_tensor *b) { return binary(OP_ADD, a, b); }
-fg_tensor *fg_sub(fg_tensor *a, fg_tensor *b) { return binary(OP_SUB, a, b); }
-fg_tensor *fg_mul(fg_tensor *a, fg_tensor *b) { return binary(OP_MUL, a, b); }
-fg_tensor *fg_div(fg_tensor *a, fg_tensor *b) { return binary(OP_DIV, a, b); }
+fg_tensor *fg_add(fg_tensor *a, fg_tensor *b) { return binary(FG_BINARY_ADD, a, b); }
+fg_tensor *fg_sub(fg_tensor *a, fg_tensor *b) { return binary(FG_BINARY_SUB, a, b); }
+fg_tensor *fg_mul(fg_tensor *a, fg_tensor *b) { return binary(FG_BINARY_MUL, a, b); }
+fg_tensor *fg_div(fg_tensor *a, fg_tensor *b) { return binary(FG_BINARY_DIV, a, b); }
 
 /* ============================================================================================
- * scalar ops: out = a + s, out = a * s          (fargs[0] = s)
+ * scalar ops: out = a + s, out = a * s
  * ============================================================================================ */
 
-/* forward: out = a + s  ->  da += dout */
-static fg_status add_scalar_backward(fg_node *n) {
-    fg_tensor *ga = fg_grad_buffer(n->inputs[0]);
-    fg_tensor *dy = ga ? fg_op_grad_out(n) : NULL;
-    fg_status st = ga ? (dy ? fg_op_add_into(ga, dy, 1.0) : fg_last_status()) : FG_OK;
+/* What the backward needs: the factor of dout, 1 for add_scalar and s for mul_scalar. */
+typedef struct {
+    double alpha;
+} scalar_state;
+
+/* forward: out = a + s  ->  da += dout;   forward: out = a * s  ->  da += s * dout */
+static fg_status scalar_backward(fg_node *n) {
+    const scalar_state *s = FG_NODE_STATE(n, scalar_state);
+    fg_tensor *ga;
+    FG_TRY(fg_grad_get(n->inputs[0], &ga));
+    if (!ga) return FG_OK;
+    fg_tensor *dy = fg_op_grad_out(n);
+    fg_status st = dy ? fg_op_add_into(ga, dy, s->alpha) : fg_last_status();
     fg_release(dy);
     return st;
 }
 
-/* forward: out = a * s  ->  da += s * dout */
-static fg_status mul_scalar_backward(fg_node *n) {
-    fg_tensor *ga = fg_grad_buffer(n->inputs[0]);
-    fg_tensor *dy = ga ? fg_op_grad_out(n) : NULL;
-    fg_status st = ga ? (dy ? fg_op_add_into(ga, dy, n->fargs[0]) : fg_last_status()) : FG_OK;
-    fg_release(dy);
-    return st;
-}
-
-static fg_tensor *scalar(const char *op, int is_mul, fg_tensor *a, double s) {
+static fg_tensor *scalar(const char *op, fg_binary_op kind, fg_tensor *a, double s) {
     if (fg_op_check(op, "a", a) != FG_OK) return NULL;
-#ifdef FG_WITH_CUDA
-    if (a->device == FG_CUDA) return is_mul ? fg_cuda_mul_scalar(a, s) : fg_cuda_add_scalar(a, s);
-#endif
-    if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-    fg_tensor *out = fg_empty(a->dtype, FG_CPU, a->ndim, a->shape);
-    if (!out) return NULL;
-    int64_t st[3][FG_MAX_DIMS] = {{0}}; /* out, a; float32 also reads s as an operand of stride 0 */
-    fg_contig_strides(a->ndim, a->shape, st[0]);
-    memcpy(st[1], a->strides, sizeof st[1]);
-    fg_iter it;
-    fg_iter_init(&it, a->ndim, a->shape, a->dtype == FG_F32 ? 3 : 2, st);
-    if (a->dtype == FG_F32) {
-        float sf = (float)s;
-        vjob j = {is_mul ? FG_VOP_MUL : FG_VOP_ADD, fg_data(out), fg_data(a), &sf};
-        fg_par_iter(&it, 1, 0.2, binary_rows_f32, &j); /* out is contiguous: pieces never meet */
-    } else if (is_mul) {
-        muls_fwd_f64(fg_data(out), fg_data(a), s, &it);
-    } else {
-        adds_fwd_f64(fg_data(out), fg_data(a), s, &it);
+    const fg_kernels *k = fg_kernels_for(a->device, op);
+    if (!k) return NULL;
+    if (!k->elementwise.scalar) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
     }
-    fg_node *node = fg_record(out, op, is_mul ? mul_scalar_backward : add_scalar_backward, 1, (fg_tensor *[]){a});
-    if (node) node->fargs[0] = s;
+    fg_tensor *out = fg_empty(a->dtype, a->device, a->ndim, a->shape);
+    if (!out) return NULL;
+    if (k->elementwise.scalar(kind, a->dtype, fg_data(out), fg_data(a), a->strides, a->ndim, a->shape, s) != FG_OK) {
+        fg_release(out);
+        return NULL;
+    }
+    fg_node *node = fg_record(out, op, scalar_backward, 1, (fg_tensor *[]){a});
+    if (node) FG_NODE_STATE(node, scalar_state)->alpha = kind == FG_BINARY_MUL ? s : 1.0;
     return out;
 }
 
-fg_tensor *fg_add_scalar(fg_tensor *a, double s) { return scalar("add_scalar", 0, a, s); }
-fg_tensor *fg_mul_scalar(fg_tensor *a, double s) { return scalar("mul_scalar", 1, a, s); }
+fg_tensor *fg_add_scalar(fg_tensor *a, double s) { return scalar("add_scalar", FG_BINARY_ADD, a, s); }
+fg_tensor *fg_mul_scalar(fg_tensor *a, double s) { return scalar("mul_scalar", FG_BINARY_MUL, a, s); }

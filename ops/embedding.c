@@ -2,15 +2,16 @@
  *
  * Legend: weight is (V, C): V rows (vocabulary), C channels. idx holds n int32 ids laid out as
  * `shape` (e.g. (B, T)); out is (shape..., C) with out[r, :] = weight[idx[r], :].
- * saved for backward: a copy of idx (node ctx), since the caller may reuse its buffer.
+ * saved for backward: a copy of idx (host memory), since the caller may reuse its buffer.
  *
  * Backward scatter-adds dout's rows into dweight in position order r = 0, 1, ..., so a token that
  * appears several times gets its gradients summed in a fixed, repeatable order.
  */
 #include <string.h>
 
-#include "ops/ops_internal.h"
 #include "ops/cpu/vmath.h"
+#include "ops/kernels_cpu.h"
+#include "ops/ops_internal.h"
 
 #define EMBEDDING_KERNELS(T, SFX)                                                                      \
     /* out[r, :] = weight[idx[r], :]; weight rows are ws elements apart */                            \
@@ -33,16 +34,44 @@
 EMBEDDING_KERNELS(float, f32)
 EMBEDDING_KERNELS(double, f64)
 
-/* iargs[0] = n (number of ids); ctx = the ids */
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+
+fg_status fg_cpu_embedding_forward(fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx,
+                                   int64_t n, int64_t V, int64_t C) {
+    (void)V;
+    FG_DISPATCH(dt, embedding_fwd, out, weight, idx, n, C, ws);
+    return FG_OK;
+}
+
+fg_status fg_cpu_embedding_backward(fg_dtype dt, void *dweight, const void *dout, const int32_t *idx, int64_t n,
+                                    int64_t V, int64_t C) {
+    (void)V;
+    FG_DISPATCH(dt, embedding_bwd, dweight, dout, idx, n, C);
+    return FG_OK;
+}
+
+/* ---- the op, for every device ---- */
+
+/* What the backward needs: the ids, copied (host memory from fg_op_ctx_alloc; node->ctx holds the
+ * same pointer only so that the node frees it). */
+typedef struct {
+    const int32_t *idx;
+    int64_t n;
+} embedding_state;
+
 static fg_status embedding_backward(fg_node *n) {
-    fg_tensor *dw = fg_grad_buffer(n->inputs[0]);
+    const embedding_state *s = FG_NODE_STATE(n, embedding_state);
+    fg_tensor *dw;
+    FG_TRY(fg_grad_get(n->inputs[0], &dw));
     if (!dw) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(dw->device, n->op);
+    if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    FG_DISPATCH(dw->dtype, embedding_bwd, fg_data(dw), fg_data(dout), (const int32_t *)n->ctx, n->iargs[0],
-                dw->shape[1]);
+    fg_status st = k->embedding.backward(dw->dtype, fg_data(dw), fg_data(dout), s->idx, s->n, dw->shape[0],
+                                         dw->shape[1]);
     fg_release(dout);
-    return FG_OK;
+    return st;
 }
 
 fg_tensor *fg_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const int64_t *shape) {
@@ -76,30 +105,34 @@ fg_tensor *fg_embedding(fg_tensor *weight, const int32_t *idx, int ndim, const i
                      (long long)r, (long long)V, FG_SHP(weight, b));
             return NULL;
         }
-#ifdef FG_WITH_CUDA
-    if (weight->device == FG_CUDA) return fg_cuda_embedding(weight, idx, ndim, shape); /* cuda/embedding.cu */
-#endif
-    if (weight->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(weight->device, op);
+    if (!k) return NULL;
+    if (!k->embedding.forward || !k->embedding.backward) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
+    }
 
     int64_t oshape[FG_MAX_DIMS];
     for (int d = 0; d < ndim; d++) oshape[d] = shape[d];
     oshape[ndim] = C;
     /* rows of weight need unit stride along C; any row stride is fine */
     fg_tensor *W = (C <= 1 || weight->strides[1] == 1) ? fg_retain(weight) : fg_op_contiguous(weight);
-    fg_tensor *out = W ? fg_empty(weight->dtype, FG_CPU, ndim + 1, oshape) : NULL;
-    if (out) {
-        FG_DISPATCH(weight->dtype, embedding_fwd, fg_data(out), fg_data(W), idx, n, C, W->strides[0]);
-        fg_node *node = fg_record(out, op, embedding_backward, 1, (fg_tensor *[]){weight});
-        if (node) {
-            node->ctx = fg_op_ctx_alloc(op, (size_t)n * sizeof(int32_t));
-            if (!node->ctx) { /* releasing out frees the node */
-                fg_release(out);
-                out = NULL;
-            } else {
-                if (n) memcpy(node->ctx, idx, (size_t)n * sizeof(int32_t));
-                node->ctx_free = fg_op_ctx_free;
-                node->iargs[0] = n;
-            }
+    fg_tensor *out = W ? fg_empty(weight->dtype, weight->device, ndim + 1, oshape) : NULL;
+    if (out && k->embedding.forward(weight->dtype, fg_data(out), fg_data(W), W->strides[0], idx, n, V, C) != FG_OK) {
+        fg_release(out);
+        out = NULL;
+    }
+    fg_node *node = out ? fg_record(out, op, embedding_backward, 1, (fg_tensor *[]){weight}) : NULL;
+    if (node) {
+        int32_t *ids = fg_op_ctx_alloc(op, (size_t)n * sizeof(int32_t));
+        if (!ids) { /* releasing out frees the node */
+            fg_release(out);
+            out = NULL;
+        } else {
+            if (n) memcpy(ids, idx, (size_t)n * sizeof(int32_t));
+            node->ctx = ids;
+            node->ctx_free = fg_op_ctx_free;
+            *FG_NODE_STATE(node, embedding_state) = (embedding_state){ids, n};
         }
     }
     fg_release(W);

@@ -7,6 +7,12 @@
 
 static const fg_kernels cpu_kernels = {
     .device = "cpu",
+    .matmul = {fg_cpu_matmul_gemm, fg_cpu_matmul_colsum},
+    .elementwise = {fg_cpu_elementwise_forward, fg_cpu_elementwise_backward, fg_cpu_elementwise_scalar},
+    .reduce = {fg_cpu_reduce_axis_forward, fg_cpu_reduce_axis_backward, fg_cpu_reduce_all_forward,
+               fg_cpu_reduce_all_backward},
+    .memory = {fg_cpu_add_into},
+    .embedding = {fg_cpu_embedding_forward, fg_cpu_embedding_backward},
     .layernorm = {fg_cpu_layernorm_forward, fg_cpu_layernorm_backward},
     .gelu = {fg_cpu_gelu_forward, fg_cpu_gelu_backward},
     .softmax = {fg_cpu_softmax_forward, fg_cpu_softmax_backward},

@@ -33,6 +33,91 @@
 extern "C" {
 #endif
 
+/* ---- matmul (ops/matmul.c) ----
+ * Row-major GEMM, like cblas_?gemm(CblasRowMajor, ...), repeated over `batch` matrices that are
+ * sA, sB, sC elements apart (0 = the same matrix for every batch):
+ *     C (M, N) = alpha · op(A) op(B) + beta · C,     op(X) = X, or Xᵀ when tX is non-zero
+ * A is (M, K) after op, stored with row stride lda (likewise B (K, N), ldb; C, ldc). With bias
+ * (N) non-NULL, bias takes the place of beta · C: C = alpha · op(A) op(B) + bias in every row.
+ * When sC is 0 and batch > 1, the batches add into the one C in batch order (beta, or the bias,
+ * applies to the first). K = 0 is an empty sum (C = beta · C, or bias). */
+typedef struct {
+    fg_status (*gemm)(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                      int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, double beta, const void *bias,
+                      void *C, int64_t ldc, int64_t sC, int64_t batch);
+    /* linear's bias gradient: db (N) += Σ_r dout (R, N), each column summed in a fixed order */
+    fg_status (*colsum)(fg_dtype dt, void *db, const void *dout, int64_t R, int64_t N);
+} fg_matmul_kernels;
+
+/* ---- elementwise (ops/elementwise.c) ----
+ * NumPy broadcasting over out's shape (nd dims, outermost first): out is contiguous, and an input
+ * is read through its broadcast strides (nd element strides, 0 along a dim where the input is
+ * missing or has size 1). */
+typedef enum { FG_BINARY_ADD, FG_BINARY_SUB, FG_BINARY_MUL, FG_BINARY_DIV } fg_binary_op;
+/* The backward rules, g += rule(d, p, q) with d = dout and p, q two of the forward's operands:
+ *   add: da += d, db += d      sub: da += d, db -= d      mul: da += d·b, db += d·a
+ *   div: da += d / b, db -= d·a / b²                                                            */
+typedef enum {
+    FG_BINARY_RULE_PLUS,  /* d                 (add: a and b; sub: a)            */
+    FG_BINARY_RULE_MINUS, /* -d                (sub: b)                          */
+    FG_BINARY_RULE_TIMES, /* d · p             (mul: p = the other input)        */
+    FG_BINARY_RULE_OVER,  /* d / p             (div, for a: p = b)               */
+    FG_BINARY_RULE_QUOT,  /* -d · q / (p · p)  (div, for b: p = b, q = a)        */
+} fg_binary_rule;
+typedef struct {
+    /* out = a ∘ b; a and b read through sa, sb */
+    fg_status (*forward)(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, const void *b,
+                         const int64_t *sb, int nd, const int64_t *shape);
+    /* g += rule(dout, p, q), summed over the dims of out along which g's input was stretched. g is
+     * contiguous with the input's shape (g_nd, g_shape); dout is contiguous with out's shape; p and q
+     * are read through sp, sq. Each element of g is summed in a fixed order. */
+    fg_status (*backward)(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape,
+                          const void *dout, const void *p, const int64_t *sp, const void *q, const int64_t *sq,
+                          int nd, const int64_t *shape);
+    /* out = a + s (op FG_BINARY_ADD) or a · s (FG_BINARY_MUL); a (nd, shape) read through its
+     * strides sa; float32 computes with (float)s */
+    fg_status (*scalar)(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, int nd,
+                        const int64_t *shape, double s);
+} fg_elementwise_kernels;
+
+/* ---- reduce (ops/reduce.c) ----
+ * Sums accumulate in float64 for both dtypes. Over an axis, x is contiguous and seen as (O, N, In)
+ * around the axis (O = the dims before it, N = its size, In = the dims after it); out is (O, In).
+ * (Not `I`: <complex.h>, which some BLAS headers include, defines it.) */
+typedef struct {
+    /* out (O, In) = scale · Σ_n x (O, N, In) */
+    fg_status (*axis_forward)(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t In, double scale);
+    /* dx (O, N, In) += scale · dout (O, In), the same for every n */
+    fg_status (*axis_backward)(fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N, int64_t In,
+                               double scale);
+    /* out (1) = scale · Σ x, over every element of x (nd, shape) read through its strides */
+    fg_status (*all_forward)(fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape,
+                             const int64_t *strides, double scale);
+    /* dx (n) += scale · dout[0] */
+    fg_status (*all_backward)(fg_dtype dt, void *dx, const void *dout, int64_t n, double scale);
+} fg_reduce_kernels;
+
+/* ---- memory (ops/ops_common.c): the accumulation behind the shape ops' backward ---- */
+typedef struct {
+    /* dst += alpha · src over shape (nd dims), each read through its own element strides (dst must
+     * not reach one element twice); float32 scales by (float)alpha */
+    fg_status (*add_into)(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
+                          const int64_t *src_strides, int nd, const int64_t *shape, double alpha);
+} fg_memory_kernels;
+
+/* ---- embedding (ops/embedding.c) ----
+ * weight is (V, C) with rows ws elements apart (unit stride along C); idx holds n int32 ids in
+ * HOST memory, each in [0, V) (the shell has checked them; a device kernel stages what it needs). */
+typedef struct {
+    /* out (n, C): out[r, :] = weight[idx[r], :] */
+    fg_status (*forward)(fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx, int64_t n,
+                         int64_t V, int64_t C);
+    /* dweight (V, C), contiguous, += dout (n, C) scattered by idx: the rows of one id are added in
+     * position order r = 0, 1, ... */
+    fg_status (*backward)(fg_dtype dt, void *dweight, const void *dout, const int32_t *idx, int64_t n, int64_t V,
+                          int64_t C);
+} fg_embedding_kernels;
+
 /* ---- layernorm (ops/layernorm.c) ----
  * x is (R, C); w, b (C) or NULL (1 and 0); saved: mean (R), rstd (R) = 1/sqrt(var + eps). */
 typedef struct {
@@ -119,6 +204,11 @@ typedef struct {
 
 typedef struct fg_kernels {
     const char *device;              /* "cpu", "cuda": for messages */
+    fg_matmul_kernels matmul;
+    fg_elementwise_kernels elementwise;
+    fg_reduce_kernels reduce;
+    fg_memory_kernels memory;
+    fg_embedding_kernels embedding;
     fg_layernorm_kernels layernorm;
     fg_gelu_kernels gelu;
     fg_softmax_kernels softmax;

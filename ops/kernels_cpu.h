@@ -9,6 +9,40 @@
 extern "C" {
 #endif
 
+/* ops/matmul.c */
+fg_status fg_cpu_matmul_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                             int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, double beta,
+                             const void *bias, void *C, int64_t ldc, int64_t sC, int64_t batch);
+fg_status fg_cpu_matmul_colsum(fg_dtype dt, void *db, const void *dout, int64_t R, int64_t N);
+
+/* ops/elementwise.c */
+fg_status fg_cpu_elementwise_forward(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa,
+                                     const void *b, const int64_t *sb, int nd, const int64_t *shape);
+fg_status fg_cpu_elementwise_backward(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape,
+                                      const void *dout, const void *p, const int64_t *sp, const void *q,
+                                      const int64_t *sq, int nd, const int64_t *shape);
+fg_status fg_cpu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa,
+                                    int nd, const int64_t *shape, double s);
+
+/* ops/reduce.c */
+fg_status fg_cpu_reduce_axis_forward(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t In,
+                                     double scale);
+fg_status fg_cpu_reduce_axis_backward(fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N, int64_t In,
+                                      double scale);
+fg_status fg_cpu_reduce_all_forward(fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape,
+                                    const int64_t *strides, double scale);
+fg_status fg_cpu_reduce_all_backward(fg_dtype dt, void *dx, const void *dout, int64_t n, double scale);
+
+/* ops/ops_common.c */
+fg_status fg_cpu_add_into(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
+                          const int64_t *src_strides, int nd, const int64_t *shape, double alpha);
+
+/* ops/embedding.c */
+fg_status fg_cpu_embedding_forward(fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx,
+                                   int64_t n, int64_t V, int64_t C);
+fg_status fg_cpu_embedding_backward(fg_dtype dt, void *dweight, const void *dout, const int32_t *idx, int64_t n,
+                                    int64_t V, int64_t C);
+
 /* ops/layernorm.c */
 fg_status fg_cpu_layernorm_forward(fg_dtype dt, void *out, void *mean, void *rstd, const void *x, const void *w,
                                    const void *b, int64_t R, int64_t C, double eps);

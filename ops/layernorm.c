@@ -456,6 +456,10 @@ fg_tensor *fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias, double
     }
     const fg_kernels *k = fg_kernels_for(x->device, op);
     if (!k) return NULL;
+    if (!k->layernorm.forward || !k->layernorm.backward) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
+    }
 
     const fg_device dev = x->device;
     fg_tensor *X = fg_op_contiguous(x);

@@ -1,5 +1,6 @@
-/* matmul.c — matrix products: fg_matmul (batched) and fg_linear (x @ wᵀ + b), on the library's
- * thread pool, through OpenBLAS or a register-blocked float32 kernel (see "the GEMM" below).
+/* matmul.c — matrix products: fg_matmul (batched) and fg_linear (x @ wᵀ + b), for every device,
+ * through the device's GEMM kernel (ops/kernels.h); the CPU's runs on the library's thread pool,
+ * through OpenBLAS or a register-blocked float32 kernel (see "the CPU GEMM" below).
  *
  * Legend (outermost first):
  *   matmul: a is (..., M, K), b is (..., K, N) or (K, N) shared by every batch, out is (..., M, N)
@@ -10,10 +11,10 @@
  * leading dimension and a transpose flag. A (rows, cols) view with unit column stride is NoTrans
  * with ld = row stride; a view with unit row stride (a transposed view of a contiguous matrix, e.g.
  * fg_transpose(k, -2, -1)) is Trans with ld = column stride. Batch dims may have any strides; we
- * step through them with the row iterator and call the GEMM once per batch. Only views that fit
- * neither layout (a sliced column, a broadcast stride of 0) are copied (fg_op_contiguous). (The
- * float32 tile kernel reads a transposed right operand B through a transient transposed copy, K×N,
- * taken and given back inside the call.)
+ * step through them with the row iterator and call the GEMM once per row of batches (batches
+ * one stride apart). Only views that fit neither layout (a sliced column, a broadcast stride of 0)
+ * are copied (fg_op_contiguous). (The CPU's float32 tile kernel reads a transposed right operand B
+ * through a transient transposed copy, K×N, taken and given back inside the call.)
  *
  * Batches are folded into one big GEMM when the layout allows it: with a shared (K, N) b, the
  * (..., M, K) rows of a are one (prod(...) * M, K) matrix when their strides chain (always, for a
@@ -26,42 +27,43 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ops/ops_internal.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
+#include "ops/kernels_cpu.h"
+#include "ops/ops_internal.h"
 #include "tensor/alloc.h"
 
-/* ---- BLAS operands ---- */
+/* ---- GEMM operands ---- */
 
-/* A (rows, cols) strided matrix as BLAS sees it. */
+/* A (rows, cols) strided matrix as a row-major GEMM sees it. */
 typedef struct {
     char *p;                        /* element (0, 0) of batch 0 */
-    CBLAS_TRANSPOSE tr;
+    int tr;                         /* 0: as it is, 1: transposed */
     int64_t ld;
     int64_t bstride[FG_MAX_DIMS];   /* elements from one batch to the next, per batch dim; 0 = shared */
 } blas_mat;
 
 /* Can a (rows, cols) matrix with strides (s_r, s_c) go to BLAS directly? Sets the flag and ld.
  * The stride of a size-1 dim never matters, so such dims accept any stride. */
-static int blas_layout(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, CBLAS_TRANSPOSE *tr, int64_t *ld) {
+static int blas_layout(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, int *tr, int64_t *ld) {
     int64_t need_n = cols > 1 ? cols : 1, need_t = rows > 1 ? rows : 1;
     if (rows == 0 || cols == 0) { /* nothing is read */
-        *tr = CblasNoTrans;
+        *tr = 0;
         *ld = need_n;
         return 1;
     }
     /* NoTrans: element (i, j) at i*ld + j */
     int64_t ld_n = rows > 1 ? s_r : need_n;
     if ((cols <= 1 || s_c == 1) && ld_n >= need_n) {
-        *tr = CblasNoTrans;
+        *tr = 0;
         *ld = ld_n;
         return 1;
     }
     /* Trans: element (i, j) at j*ld + i */
     int64_t ld_t = cols > 1 ? s_c : need_t;
     if ((rows <= 1 || s_r == 1) && ld_t >= need_t) {
-        *tr = CblasTrans;
+        *tr = 1;
         *ld = ld_t;
         return 1;
     }
@@ -69,7 +71,7 @@ static int blas_layout(int64_t rows, int64_t cols, int64_t s_r, int64_t s_c, CBL
 }
 
 static int last2_ok(const fg_tensor *t) {
-    CBLAS_TRANSPOSE tr;
+    int tr;
     int64_t ld;
     int nd = t->ndim;
     return blas_layout(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1], &tr, &ld);
@@ -118,7 +120,7 @@ static blas_mat mat_of(const fg_tensor *t, int nb) {
 
 /* The same memory read as the transposed matrix. */
 static blas_mat mat_t(blas_mat m) {
-    m.tr = m.tr == CblasNoTrans ? CblasTrans : CblasNoTrans;
+    m.tr = !m.tr;
     return m;
 }
 
@@ -127,12 +129,12 @@ static blas_mat mat_contig(void *p, int64_t cols) {
     blas_mat m;
     memset(&m, 0, sizeof m);
     m.p = p;
-    m.tr = CblasNoTrans;
+    m.tr = 0;
     m.ld = cols > 1 ? cols : 1;
     return m;
 }
 
-/* ---- the GEMM, on the library's thread pool ----
+/* ---- the CPU GEMM, on the library's thread pool ----
  *
  * Every product is split over row blocks of C, one pool item per block (ops/cpu/threadpool.h); BLAS
  * runs single-threaded inside an item, so flashgrad's threads are the only ones (BLAS's own
@@ -195,6 +197,7 @@ fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k) {
 typedef struct {
     fg_dtype dt;
     int64_t M, N, K;
+    double alpha;
     const char *A;
     CBLAS_TRANSPOSE ta;
     int64_t lda;
@@ -224,13 +227,13 @@ static void gemm_item(void *ctx, int64_t item, int worker) {
     }
     if (J->tile) {
         const int nt = J->ta == CblasNoTrans;
-        fg_sgemm_small(m, J->N, J->K, 1.0f, (const float *)A, nt ? J->lda : 1, nt ? 1 : J->lda, (const float *)J->B,
-                       J->ldb, (float *)C, J->ldc, NULL, beta != 0.0);
+        fg_sgemm_small(m, J->N, J->K, (float)J->alpha, (const float *)A, nt ? J->lda : 1, nt ? 1 : J->lda,
+                       (const float *)J->B, J->ldb, (float *)C, J->ldc, NULL, beta != 0.0);
     } else if (J->dt == FG_F32) {
-        cblas_sgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, 1.0f, (const float *)A, (int)J->lda,
-                    (const float *)J->B, (int)J->ldb, (float)beta, (float *)C, (int)J->ldc);
+        cblas_sgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, (float)J->alpha, (const float *)A,
+                    (int)J->lda, (const float *)J->B, (int)J->ldb, (float)beta, (float *)C, (int)J->ldc);
     } else {
-        cblas_dgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, 1.0, (const double *)A, (int)J->lda,
+        cblas_dgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, J->alpha, (const double *)A, (int)J->lda,
                     (const double *)J->B, (int)J->ldb, beta, (double *)C, (int)J->ldc);
     }
 }
@@ -243,26 +246,30 @@ static void transpose_f32(float *dst, const float *src, int64_t N, int64_t K, in
                 for (int64_t p = p0; p < K && p < p0 + 16; p++) dst[p * N + c] = src[c * ld + p];
 }
 
-/* C (M, N), row stride ldc  =  A' (M, K) @ B' (K, N)  +  beta * C    (bias NULL)
- *                           =  A' (M, K) @ B' (K, N)  +  bias (N)   (bias given; beta must be 0)
- * where A' and B' are A and B with their transpose flags applied; beta is 0 or 1 (accumulate). */
-static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *A, CBLAS_TRANSPOSE ta, int64_t lda,
-                      const char *B, CBLAS_TRANSPOSE tb, int64_t ldb, double beta, const char *bias, char *C,
-                      int64_t ldc) {
+/* C (M, N), row stride ldc  =  alpha * A' (M, K) @ B' (K, N)  +  beta * C    (bias NULL)
+ *                           =  alpha * A' (M, K) @ B' (K, N)  +  bias (N)   (bias given)
+ * where A' and B' are A and B with their transpose flags applied. */
+static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha, const char *A, CBLAS_TRANSPOSE ta,
+                      int64_t lda, const char *B, CBLAS_TRANSPOSE tb, int64_t ldb, double beta, const char *bias,
+                      char *C, int64_t ldc) {
     const size_t esz = fg_dtype_size(dt);
     if (M == 0 || N == 0) return;
     if (K == 0) { /* an empty sum: C = beta * C, or bias */
-        for (int64_t i = 0; i < M && (bias || beta == 0.0); i++) {
-            if (bias) memcpy(C + (size_t)(i * ldc) * esz, bias, (size_t)N * esz);
-            else memset(C + (size_t)(i * ldc) * esz, 0, (size_t)N * esz);
+        for (int64_t i = 0; i < M && (bias || beta != 1.0); i++) {
+            char *row = C + (size_t)(i * ldc) * esz;
+            if (bias) memcpy(row, bias, (size_t)N * esz);
+            else if (beta == 0.0) memset(row, 0, (size_t)N * esz);
+            else if (dt == FG_F32) for (int64_t j = 0; j < N; j++) ((float *)row)[j] *= (float)beta;
+            else for (int64_t j = 0; j < N; j++) ((double *)row)[j] *= beta;
         }
         return;
     }
-    gemm_job J = {.dt = dt, .M = M, .N = N, .K = K, .A = A, .ta = ta, .lda = lda, .B = B, .tb = tb, .ldb = ldb,
-                  .beta = beta, .bias = bias, .C = C, .ldc = ldc};
+    gemm_job J = {.dt = dt, .M = M, .N = N, .K = K, .alpha = alpha, .A = A, .ta = ta, .lda = lda, .B = B, .tb = tb,
+                  .ldb = ldb, .beta = bias ? 0.0 : beta, .bias = bias, .C = C, .ldc = ldc};
     float *packed = NULL;
+    /* the tile kernel overwrites or adds to C: beta 0 or 1 */
     J.tile = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (double)K * (double)N * 4 <= gemm_tile_max_b() &&
-             !gemm_force_blas();
+             !gemm_force_blas() && (J.beta == 0.0 || J.beta == 1.0);
     if (J.tile && tb == CblasTrans) {
         packed = fg_alloc(FG_CPU, (size_t)(K * N) * sizeof(float));
         if (packed) { /* B' (K, N) = the transpose of B (N, K) */
@@ -293,16 +300,32 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *
     if (packed) fg_free(FG_CPU, packed);
 }
 
-static void gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *A, CBLAS_TRANSPOSE ta, int64_t lda,
-                 const char *B, CBLAS_TRANSPOSE tb, int64_t ldb, double beta, char *C, int64_t ldc) {
-    gemm_bias(dt, M, N, K, A, ta, lda, B, tb, ldb, beta, NULL, C, ldc);
+fg_status fg_cpu_matmul_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                             int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, double beta,
+                             const void *bias, void *C, int64_t ldc, int64_t sC, int64_t batch) {
+    const size_t esz = fg_dtype_size(dt);
+    for (int64_t b = 0; b < batch; b++) {
+        const int first = b == 0 || sC != 0; /* with sC = 0 the later batches add to the first's C */
+        gemm_bias(dt, M, N, K, alpha, (const char *)A + (size_t)(b * sA) * esz, ta ? CblasTrans : CblasNoTrans, lda,
+                  (const char *)B + (size_t)(b * sB) * esz, tb ? CblasTrans : CblasNoTrans, ldb, first ? beta : 1.0,
+                  first ? bias : NULL, (char *)C + (size_t)(b * sC) * esz, ldc);
+    }
+    return FG_OK;
+}
+
+/* ---- products through the device's GEMM ---- */
+
+/* C (M, N) = A' (M, K) @ B' (K, N) + beta * C: one product, A' and B' as the blas_mats say. */
+static fg_status gemm(const fg_kernels *k, fg_dtype dt, int64_t M, int64_t N, int64_t K, const char *A, int ta,
+                      int64_t lda, const char *B, int tb, int64_t ldb, double beta, char *C, int64_t ldc) {
+    return k->matmul.gemm(dt, ta, tb, M, N, K, 1.0, A, lda, 0, B, ldb, 0, beta, NULL, C, ldc, 0, 1);
 }
 
 /* For every batch index of bshape (nb dims):  C[b] (M, N) = A[b] @ B[b] + beta * C[b].
  * C's batch strides are cbs; with cbs all 0 and beta = 1, the batches sum into one C (in batch
- * order, so the result is repeatable). */
-static void gemm_batched(fg_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
-                         const blas_mat *A, const blas_mat *B, double beta, const blas_mat *C) {
+ * order, so the result is repeatable). Each row of the batch iterator is one strided GEMM call. */
+static fg_status gemm_batched(const fg_kernels *k, fg_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N,
+                              int64_t K, const blas_mat *A, const blas_mat *B, double beta, const blas_mat *C) {
     size_t esz = fg_dtype_size(dt);
     int64_t strides[3][FG_MAX_DIMS];
     memcpy(strides[0], A->bstride, sizeof strides[0]);
@@ -311,10 +334,10 @@ static void gemm_batched(fg_dtype dt, int nb, const int64_t *bshape, int64_t M, 
     fg_iter it;
     fg_iter_init(&it, nb, bshape, 3, strides);
     while (fg_iter_next(&it))
-        for (int64_t i = 0; i < it.n; i++)
-            gemm(dt, M, N, K, A->p + (size_t)(it.off[0] + i * it.inner[0]) * esz, A->tr, A->ld,
-                 B->p + (size_t)(it.off[1] + i * it.inner[1]) * esz, B->tr, B->ld, beta,
-                 C->p + (size_t)(it.off[2] + i * it.inner[2]) * esz, C->ld);
+        FG_TRY(k->matmul.gemm(dt, A->tr, B->tr, M, N, K, 1.0, A->p + (size_t)it.off[0] * esz, A->ld, it.inner[0],
+                              B->p + (size_t)it.off[1] * esz, B->ld, it.inner[1], beta, NULL,
+                              C->p + (size_t)it.off[2] * esz, C->ld, it.inner[2], it.n));
+    return FG_OK;
 }
 
 /* BLAS takes int sizes and leading dimensions. */
@@ -329,30 +352,28 @@ static fg_status check_blas_int(const char *op, const fg_tensor *t) {
 
 /* ============================================================================================
  * matmul: out (..., M, N) = a (..., M, K) @ b (..., K, N)
- * saved for backward: A, B = a, b as BLAS saw them (the inputs themselves unless a copy was needed)
+ * saved for backward: A, B = a, b as the GEMM saw them (the inputs themselves unless a copy was needed)
  * ============================================================================================ */
 
-static void matmul_forward(fg_tensor *out, const fg_tensor *A, const fg_tensor *B) {
+typedef struct {
+    fg_tensor *a, *b; /* A, B */
+} matmul_state;
+
+static fg_status matmul_forward(const fg_kernels *k, fg_tensor *out, const fg_tensor *A, const fg_tensor *B) {
     int nb = out->ndim - 2;
     int64_t M = A->shape[A->ndim - 2], K = A->shape[A->ndim - 1], N = B->shape[B->ndim - 1];
     blas_mat mb = mat_of(B, nb), mo = mat_contig(fg_data(out), N);
     int64_t rows, rs;
-    if (B->ndim == 2 && fold_rows(A, &rows, &rs)) {
-        /* shared b: all batches of a are one (rows, K) matrix */
-        gemm(out->dtype, rows, N, K, fg_data(A), CblasNoTrans, rs, mb.p, mb.tr, mb.ld, 0.0, mo.p, mo.ld);
-        return;
-    }
+    if (B->ndim == 2 && fold_rows(A, &rows, &rs)) /* shared b: all batches of a are one (rows, K) matrix */
+        return gemm(k, out->dtype, rows, N, K, fg_data(A), 0, rs, mb.p, mb.tr, mb.ld, 0.0, mo.p, mo.ld);
     blas_mat ma = mat_of(A, nb);
     fg_contig_strides(nb, out->shape, mo.bstride);
     for (int d = 0; d < nb; d++) mo.bstride[d] *= M * N;
-    gemm_batched(out->dtype, nb, out->shape, M, N, K, &ma, &mb, 0.0, &mo);
+    return gemm_batched(k, out->dtype, nb, out->shape, M, N, K, &ma, &mb, 0.0, &mo);
 }
 
-static fg_status matmul_backward(fg_node *n) {
-    fg_tensor *A = n->saved[0], *B = n->saved[1];
-    fg_tensor *dA = fg_grad_buffer(n->inputs[0]), *dB = fg_grad_buffer(n->inputs[1]);
-    fg_tensor *dC = fg_op_grad_out(n);
-    if (!dC) return fg_last_status();
+static fg_status matmul_grads(const fg_kernels *k, fg_tensor *dA, fg_tensor *dB, fg_tensor *dC, const fg_tensor *A,
+                              const fg_tensor *B) {
     fg_dtype dt = dC->dtype;
     int nb = dC->ndim - 2;
     int64_t M = A->shape[A->ndim - 2], K = A->shape[A->ndim - 1], N = B->shape[B->ndim - 1];
@@ -367,12 +388,12 @@ static fg_status matmul_backward(fg_node *n) {
     if (dA) {
         blas_mat mbt = mat_t(mat_of(B, nb));
         if (shared_b) { /* dA and dC are contiguous: all batches are one GEMM of bn*M rows */
-            gemm(dt, bn * M, K, N, mdc.p, CblasNoTrans, mdc.ld, mbt.p, mbt.tr, mbt.ld, 1.0, fg_data(dA), K > 1 ? K : 1);
+            FG_TRY(gemm(k, dt, bn * M, K, N, mdc.p, 0, mdc.ld, mbt.p, mbt.tr, mbt.ld, 1.0, fg_data(dA), K > 1 ? K : 1));
         } else {
             blas_mat mda = mat_contig(fg_data(dA), K);
             fg_contig_strides(nb, dC->shape, mda.bstride);
             for (int d = 0; d < nb; d++) mda.bstride[d] *= M * K;
-            gemm_batched(dt, nb, dC->shape, M, K, N, &mdc, &mbt, 1.0, &mda);
+            FG_TRY(gemm_batched(k, dt, nb, dC->shape, M, K, N, &mdc, &mbt, 1.0, &mda));
         }
     }
     /* forward: C = A @ B  ->  dB (.., K, N) += Aᵀ (.., K, M) @ dC (.., M, N) */
@@ -381,18 +402,31 @@ static fg_status matmul_backward(fg_node *n) {
         int64_t rows, rs;
         if (shared_b && fold_rows(A, &rows, &rs)) {
             /* shared b sums over every batch: dB (K, N) += A_flatᵀ (K, rows) @ dC_flat (rows, N) */
-            gemm(dt, K, N, rows, fg_data(A), CblasTrans, rs, mdc.p, CblasNoTrans, mdc.ld, 1.0, mdb.p, mdb.ld);
-        } else {
-            blas_mat mat = mat_t(mat_of(A, nb));
-            if (!shared_b) {
-                fg_contig_strides(nb, dC->shape, mdb.bstride);
-                for (int d = 0; d < nb; d++) mdb.bstride[d] *= K * N;
-            } /* else: bstride 0, the batches accumulate into the one dB */
-            gemm_batched(dt, nb, dC->shape, K, N, M, &mat, &mdc, 1.0, &mdb);
+            return gemm(k, dt, K, N, rows, fg_data(A), 1, rs, mdc.p, 0, mdc.ld, 1.0, mdb.p, mdb.ld);
         }
+        blas_mat mat = mat_t(mat_of(A, nb));
+        if (!shared_b) {
+            fg_contig_strides(nb, dC->shape, mdb.bstride);
+            for (int d = 0; d < nb; d++) mdb.bstride[d] *= K * N;
+        } /* else: bstride 0, the batches accumulate into the one dB */
+        return gemm_batched(k, dt, nb, dC->shape, K, N, M, &mat, &mdc, 1.0, &mdb);
     }
-    fg_release(dC);
     return FG_OK;
+}
+
+static fg_status matmul_backward(fg_node *n) {
+    const matmul_state *s = FG_NODE_STATE(n, matmul_state);
+    fg_tensor *dA, *dB;
+    FG_TRY(fg_grad_get(n->inputs[0], &dA));
+    FG_TRY(fg_grad_get(n->inputs[1], &dB));
+    if (!dA && !dB) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(s->a->device, n->op);
+    if (!k) return fg_last_status();
+    fg_tensor *dC = fg_op_grad_out(n);
+    if (!dC) return fg_last_status();
+    fg_status st = matmul_grads(k, dA, dB, dC, s->a, s->b);
+    fg_release(dC);
+    return st;
 }
 
 fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b) {
@@ -417,23 +451,29 @@ fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b) {
         return NULL;
     }
     if (check_blas_int(op, a) != FG_OK || check_blas_int(op, b) != FG_OK) return NULL;
-#ifdef FG_WITH_CUDA
-    if (a->device == FG_CUDA) return fg_cuda_matmul(a, b); /* cuda/matmul.cu */
-#endif
-    if (a->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(a->device, op);
+    if (!k) return NULL;
+    if (!k->matmul.gemm) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
+    }
 
     int64_t shape[FG_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     shape[nb] = M;
     shape[nb + 1] = N;
     fg_tensor *A = blas_ready(a), *B = A ? blas_ready(b) : NULL;
-    fg_tensor *out = B ? fg_empty(a->dtype, FG_CPU, a->ndim, shape) : NULL;
+    fg_tensor *out = B ? fg_empty(a->dtype, a->device, a->ndim, shape) : NULL;
+    if (out && matmul_forward(k, out, A, B) != FG_OK) {
+        fg_release(out);
+        out = NULL;
+    }
     if (out) {
-        matmul_forward(out, A, B);
         fg_node *node = fg_record(out, op, matmul_backward, 2, (fg_tensor *[]){a, b});
         if (node) {
-            fg_node_save(node, A);
-            fg_node_save(node, B);
+            matmul_state *s = FG_NODE_STATE(node, matmul_state);
+            s->a = fg_node_keep(node, A);
+            s->b = fg_node_keep(node, B);
         }
     }
     fg_release(A);
@@ -443,7 +483,7 @@ fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b) {
 
 /* ============================================================================================
  * linear: out (R, N) = x (R, K) @ wᵀ (K, N) + bias (N)        (R = all leading dims of x)
- * saved for backward: X, W = x, w as BLAS saw them
+ * saved for backward: X, W = x, w as the GEMM saw them
  * ============================================================================================ */
 
 /* dbias (N) += column sums of dout (R, N). Items are blocks of COLSUM_COLS columns; each column
@@ -480,21 +520,22 @@ static void colsum_item(void *ctx, int64_t item, int worker) {
     FG_DISPATCH(J->dt, col_sums, (void *)J->dbias, (const void *)J->dout, J->R, J->N, c0, c1);
 }
 
-static void col_sums(fg_dtype dt, void *dbias, const void *dout, int64_t R, int64_t N) {
+fg_status fg_cpu_matmul_colsum(fg_dtype dt, void *dbias, const void *dout, int64_t R, int64_t N) {
     colsum_job J = {.dt = dt, .dbias = dbias, .dout = dout, .R = R, .N = N};
     int64_t items = (N + COLSUM_COLS - 1) / COLSUM_COLS;
     if ((double)R * (double)N < GEMM_MIN_PARALLEL / 2) /* too small to pay for a pool run */
         for (int64_t i = 0; i < items; i++) colsum_item(&J, i, 0);
     else
         fg_pool_run(items, colsum_item, &J, 0);
+    return FG_OK;
 }
 
-static fg_status linear_backward(fg_node *n) {
-    fg_tensor *X = n->saved[0], *W = n->saved[1];
-    fg_tensor *dx = fg_grad_buffer(n->inputs[0]), *dw = fg_grad_buffer(n->inputs[1]);
-    fg_tensor *db = fg_grad_buffer(n->inputs[2]);
-    fg_tensor *dout = fg_op_grad_out(n);
-    if (!dout) return fg_last_status();
+typedef struct {
+    fg_tensor *x, *w; /* X, W */
+} linear_state;
+
+static fg_status linear_grads(const fg_kernels *k, fg_tensor *dx, fg_tensor *dw, fg_tensor *db, fg_tensor *dout,
+                              const fg_tensor *X, const fg_tensor *W) {
     fg_dtype dt = dout->dtype;
     int64_t N = W->shape[0], K = W->shape[1], R, rs;
     int ok = fold_rows(X, &R, &rs);
@@ -503,13 +544,28 @@ static fg_status linear_backward(fg_node *n) {
     int64_t ldo = N > 1 ? N : 1;
 
     /* forward: out = x @ wᵀ + bias  ->  dx (R, K) += dout (R, N) @ w (N, K) */
-    if (dx) gemm(dt, R, K, N, fg_data(dout), CblasNoTrans, ldo, mw.p, mw.tr, mw.ld, 1.0, fg_data(dx), K > 1 ? K : 1);
+    if (dx) FG_TRY(gemm(k, dt, R, K, N, fg_data(dout), 0, ldo, mw.p, mw.tr, mw.ld, 1.0, fg_data(dx), K > 1 ? K : 1));
     /* forward: out = x @ wᵀ + bias  ->  dw (N, K) += doutᵀ (N, R) @ x (R, K), one GEMM over all rows */
-    if (dw) gemm(dt, N, K, R, fg_data(dout), CblasTrans, ldo, fg_data(X), CblasNoTrans, rs, 1.0, fg_data(dw), K > 1 ? K : 1);
+    if (dw) FG_TRY(gemm(k, dt, N, K, R, fg_data(dout), 1, ldo, fg_data(X), 0, rs, 1.0, fg_data(dw), K > 1 ? K : 1));
     /* forward: out = x @ wᵀ + bias  ->  dbias (N) += sum over rows of dout */
-    if (db) col_sums(dt, fg_data(db), fg_data(dout), R, N);
-    fg_release(dout);
+    if (db) FG_TRY(k->matmul.colsum(dt, fg_data(db), fg_data(dout), R, N));
     return FG_OK;
+}
+
+static fg_status linear_backward(fg_node *n) {
+    const linear_state *s = FG_NODE_STATE(n, linear_state);
+    fg_tensor *dx, *dw, *db;
+    FG_TRY(fg_grad_get(n->inputs[0], &dx));
+    FG_TRY(fg_grad_get(n->inputs[1], &dw));
+    FG_TRY(fg_grad_get(n->inputs[2], &db));
+    if (!dx && !dw && !db) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(s->x->device, n->op);
+    if (!k) return fg_last_status();
+    fg_tensor *dout = fg_op_grad_out(n);
+    if (!dout) return fg_last_status();
+    fg_status st = linear_grads(k, dx, dw, db, dout, s->x, s->w);
+    fg_release(dout);
+    return st;
 }
 
 fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias) {
@@ -529,10 +585,12 @@ fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias) {
         return NULL;
     }
     if (check_blas_int(op, x) != FG_OK || check_blas_int(op, w) != FG_OK) return NULL;
-#ifdef FG_WITH_CUDA
-    if (x->device == FG_CUDA) return fg_cuda_linear(x, w, bias);
-#endif
-    if (x->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(x->device, op);
+    if (!k) return NULL;
+    if (!k->matmul.gemm || (bias && !k->matmul.colsum)) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
+    }
 
     int64_t R, rs;
     fg_tensor *X = fold_rows(x, &R, &rs) ? fg_retain(x) : fg_op_contiguous(x);
@@ -541,17 +599,23 @@ fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias) {
     int64_t shape[FG_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = N;
-    fg_tensor *out = (W && (Bc || !bias)) ? fg_empty(x->dtype, FG_CPU, x->ndim, shape) : NULL;
+    fg_tensor *out = (W && (Bc || !bias)) ? fg_empty(x->dtype, x->device, x->ndim, shape) : NULL;
     if (out) {
         int ok = fold_rows(X, &R, &rs);
         FG_ASSERT(ok, "a contiguous x must fold into rows");
         blas_mat mwt = mat_t(mat_of(W, 0));
-        gemm_bias(x->dtype, R, N, K, fg_data(X), CblasNoTrans, rs, mwt.p, mwt.tr, mwt.ld, 0.0,
-                  Bc ? fg_data(Bc) : NULL, fg_data(out), N > 1 ? N : 1);
+        if (k->matmul.gemm(x->dtype, 0, mwt.tr, R, N, K, 1.0, fg_data(X), rs, 0, mwt.p, mwt.ld, 0, 0.0,
+                           Bc ? fg_data(Bc) : NULL, fg_data(out), N > 1 ? N : 1, 0, 1) != FG_OK) {
+            fg_release(out);
+            out = NULL;
+        }
+    }
+    if (out) {
         fg_node *node = fg_record(out, op, linear_backward, 3, (fg_tensor *[]){x, w, bias});
         if (node) {
-            fg_node_save(node, X);
-            fg_node_save(node, W);
+            linear_state *s = FG_NODE_STATE(node, linear_state);
+            s->x = fg_node_keep(node, X);
+            s->w = fg_node_keep(node, W);
         }
     }
     fg_release(X);

@@ -24,9 +24,6 @@
 #include "autograd/autograd.h"
 #include "ops/ops.h"
 #include "tensor/tensor.h"
-#ifdef FG_WITH_CUDA
-#include "cuda/cuda_ops.h" /* the GPU twins of the ops (make cuda builds with -DFG_WITH_CUDA) */
-#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,11 +40,11 @@ fg_status fg_op_check(const char *op, const char *what, const fg_tensor *t);
 /* As fg_op_check, and t has ref's dtype and device. */
 fg_status fg_op_check_like(const char *op, const char *what, const fg_tensor *t, const char *ref_what,
                            const fg_tensor *ref);
-/* The CUDA dispatch point of every op lands here until cuda/ provides the kernels: sets
- * FG_ERR_DEVICE "op X: cuda tensors need the CUDA build" and returns NULL. */
-fg_tensor *fg_op_no_cuda(const char *op);
 /* Normalize a possibly negative axis of a rank-`ndim` tensor; -1 (with a message) if out of range. */
 int fg_op_axis(const char *op, const fg_tensor *t, int axis);
+/* A device's kernel table lacks what `op` needs (a NULL member): sets FG_ERR_DEVICE "op X: not
+ * supported on <device>" and returns that status. */
+fg_status fg_op_no_kernel(const char *op, const char *device);
 
 /* ---- dtype dispatch: kernels come in pairs name_f32 / name_f64 (void functions) ---- */
 #define FG_DISPATCH(dt, fn, ...) ((dt) == FG_F32 ? fn##_f32(__VA_ARGS__) : fn##_f64(__VA_ARGS__))
@@ -84,8 +81,8 @@ void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_s
                           const int64_t *shape, int64_t *out);
 
 /* ---- backward helpers ---- */
-/* dst += alpha * src: same shape and dtype, CPU, any strides on either (dst must not overlap
- * itself). Fast path when both are contiguous. */
+/* dst += alpha * src: same shape, dtype and device, any strides on either (dst must not overlap
+ * itself), through the device's add_into kernel. */
 fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha);
 /* fg_contiguous with the row iterator's copy loop (memcpy per contiguous row): t retained when
  * already contiguous, else a new contiguous copy. */

@@ -6,12 +6,14 @@
  * 0-d tensor (one element, ndim 0). sum_all / mean_all give out (1).
  *
  * Sums accumulate in double for both dtypes (the rounding of a float32 sum then does not grow with
- * N). A non-contiguous t is copied first (fg_op_contiguous): the reduction itself wants rows.
- * mean scales the sum by 1/N (fargs[0] holds the scale: 1 for sum, 1/N for mean).
+ * N). Over an axis, a non-contiguous t is copied first (fg_op_contiguous): the reduction itself
+ * wants rows; over everything, t is read through its strides. mean scales the sum by 1/N.
  */
 #include <string.h>
 
+#include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
+#include "tensor/alloc.h"
 
 #define REDUCE_KERNELS(T, SFX)                                                                         \
     /* out[o, i] = scale * sum_k x[o, k, i]; acc is I doubles of scratch */                           \
@@ -64,7 +66,53 @@
 REDUCE_KERNELS(float, f32)
 REDUCE_KERNELS(double, f64)
 
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+
+fg_status fg_cpu_reduce_axis_forward(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t I,
+                                     double scale) {
+    double *acc = NULL; /* I doubles of scratch, for rows of more than one element */
+    if (I > 1 && !(acc = fg_alloc(FG_CPU, (size_t)I * sizeof(double))))
+        return fg_error(FG_ERR_OOM, "sum: out of memory for %lld doubles of scratch", (long long)I);
+    FG_DISPATCH(dt, sum_axis_fwd, out, x, acc, O, N, I, scale);
+    if (acc) fg_free(FG_CPU, acc);
+    return FG_OK;
+}
+
+fg_status fg_cpu_reduce_axis_backward(fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N, int64_t I,
+                                      double scale) {
+    FG_DISPATCH(dt, sum_axis_bwd, dx, dout, O, N, I, scale);
+    return FG_OK;
+}
+
+fg_status fg_cpu_reduce_all_forward(fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape,
+                                    const int64_t *strides, double scale) {
+    int64_t st[1][FG_MAX_DIMS];
+    memcpy(st[0], strides, (size_t)nd * sizeof(int64_t));
+    fg_iter it;
+    fg_iter_init(&it, nd, shape, 1, st);
+    double sum;
+    FG_DISPATCH(dt, sum_all_fwd, &sum, x, &it);
+    if (dt == FG_F32) *(float *)out = (float)(sum * scale);
+    else *(double *)out = sum * scale;
+    return FG_OK;
+}
+
+fg_status fg_cpu_reduce_all_backward(fg_dtype dt, void *dx, const void *dout, int64_t n, double scale) {
+    FG_DISPATCH(dt, sum_all_bwd, dx, dout, n, scale);
+    return FG_OK;
+}
+
+/* ---- the ops, for every device ---- */
+
+/* What the backward needs: the reduced axis (-1 for sum_all / mean_all) and the scale, 1 for a
+ * sum and 1/N for a mean (keepdim only shapes the output). */
+typedef struct {
+    int axis, keepdim, is_mean;
+    double scale;
+} reduce_state;
+
 /* (O, N, I) of t around `axis` */
+
 static void split_at(const fg_tensor *t, int axis, int64_t *O, int64_t *N, int64_t *I) {
     *O = 1;
     *I = 1;
@@ -75,30 +123,34 @@ static void split_at(const fg_tensor *t, int axis, int64_t *O, int64_t *N, int64
 
 /* ============================================================================================
  * sum / mean over one axis: out (O, I) = scale * sum over N of t (O, N, I)
- * iargs[0] = axis; fargs[0] = scale
  * ============================================================================================ */
 
 static fg_status sum_axis_backward(fg_node *n) {
-    fg_tensor *t = n->inputs[0];
-    fg_tensor *gt = fg_grad_buffer(t);
+    const reduce_state *s = FG_NODE_STATE(n, reduce_state);
+    fg_tensor *t = n->inputs[0], *gt;
+    FG_TRY(fg_grad_get(t, &gt));
     if (!gt) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(t->device, n->op);
+    if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
     int64_t O, N, I;
-    split_at(t, (int)n->iargs[0], &O, &N, &I);
-    FG_DISPATCH(gt->dtype, sum_axis_bwd, fg_data(gt), fg_data(dout), O, N, I, n->fargs[0]);
+    split_at(t, s->axis, &O, &N, &I);
+    fg_status st = k->reduce.axis_backward(gt->dtype, fg_data(gt), fg_data(dout), O, N, I, s->scale);
     fg_release(dout);
-    return FG_OK;
+    return st;
 }
 
 static fg_tensor *reduce_axis(const char *op, int is_mean, fg_tensor *t, int axis, int keepdim) {
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
     int a = fg_op_axis(op, t, axis);
     if (a < 0) return NULL;
-#ifdef FG_WITH_CUDA
-    if (t->device == FG_CUDA) return fg_cuda_reduce_axis(t, a, keepdim, is_mean); /* cuda/reduce.cu */
-#endif
-    if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(t->device, op);
+    if (!k) return NULL;
+    if (!k->reduce.axis_forward || !k->reduce.axis_backward) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
+    }
 
     int64_t O, N, I, shape[FG_MAX_DIMS];
     split_at(t, a, &O, &N, &I);
@@ -109,18 +161,16 @@ static fg_tensor *reduce_axis(const char *op, int is_mean, fg_tensor *t, int axi
     }
     double scale = is_mean ? 1.0 / (double)N : 1.0; /* mean over an empty axis is 0/0 = NaN, like NumPy */
     fg_tensor *x = fg_op_contiguous(t);
-    fg_tensor *acc = x ? fg_empty(FG_F64, FG_CPU, 1, &I) : NULL;
-    fg_tensor *out = acc ? fg_empty(t->dtype, FG_CPU, nd, shape) : NULL;
+    fg_tensor *out = x ? fg_empty(t->dtype, t->device, nd, shape) : NULL;
+    if (out && k->reduce.axis_forward(t->dtype, fg_data(out), fg_data(x), O, N, I, scale) != FG_OK) {
+        fg_release(out);
+        out = NULL;
+    }
     if (out) {
-        FG_DISPATCH(t->dtype, sum_axis_fwd, fg_data(out), fg_data(x), fg_data(acc), O, N, I, scale);
         fg_node *node = fg_record(out, op, sum_axis_backward, 1, (fg_tensor *[]){t});
-        if (node) {
-            node->iargs[0] = a;
-            node->fargs[0] = scale;
-        }
+        if (node) *FG_NODE_STATE(node, reduce_state) = (reduce_state){a, keepdim, is_mean, scale};
     }
     fg_release(x);
-    fg_release(acc);
     return out;
 }
 
@@ -128,37 +178,41 @@ fg_tensor *fg_sum(fg_tensor *t, int axis, int keepdim) { return reduce_axis("sum
 fg_tensor *fg_mean(fg_tensor *t, int axis, int keepdim) { return reduce_axis("mean", 1, t, axis, keepdim); }
 
 /* ============================================================================================
- * sum / mean of everything: out (1) = scale * sum of t          fargs[0] = scale
+ * sum / mean of everything: out (1) = scale * sum of t
  * ============================================================================================ */
 
 static fg_status sum_all_backward(fg_node *n) {
-    fg_tensor *gt = fg_grad_buffer(n->inputs[0]);
+    const reduce_state *s = FG_NODE_STATE(n, reduce_state);
+    fg_tensor *gt;
+    FG_TRY(fg_grad_get(n->inputs[0], &gt));
     if (!gt) return FG_OK;
+    const fg_kernels *k = fg_kernels_for(gt->device, n->op);
+    if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    FG_DISPATCH(gt->dtype, sum_all_bwd, fg_data(gt), fg_data(dout), fg_numel(gt), n->fargs[0]);
+    fg_status st = k->reduce.all_backward(gt->dtype, fg_data(gt), fg_data(dout), fg_numel(gt), s->scale);
     fg_release(dout);
-    return FG_OK;
+    return st;
 }
 
 static fg_tensor *reduce_all(const char *op, int is_mean, fg_tensor *t) {
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
-#ifdef FG_WITH_CUDA
-    if (t->device == FG_CUDA) return fg_cuda_reduce_all(t, is_mean);
-#endif
-    if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
+    const fg_kernels *k = fg_kernels_for(t->device, op);
+    if (!k) return NULL;
+    if (!k->reduce.all_forward || !k->reduce.all_backward) {
+        fg_op_no_kernel(op, k->device);
+        return NULL;
+    }
     int64_t one = 1, n = fg_numel(t);
-    double scale = is_mean ? 1.0 / (double)n : 1.0, sum;
-    fg_tensor *out = fg_empty(t->dtype, FG_CPU, 1, &one);
+    double scale = is_mean ? 1.0 / (double)n : 1.0;
+    fg_tensor *out = fg_empty(t->dtype, t->device, 1, &one);
     if (!out) return NULL;
-    int64_t st[1][FG_MAX_DIMS];
-    memcpy(st[0], t->strides, sizeof st[0]);
-    fg_iter it;
-    fg_iter_init(&it, t->ndim, t->shape, 1, st);
-    FG_DISPATCH(t->dtype, sum_all_fwd, &sum, fg_data(t), &it);
-    fg_set(out, 0, sum * scale);
+    if (k->reduce.all_forward(t->dtype, fg_data(out), fg_data(t), t->ndim, t->shape, t->strides, scale) != FG_OK) {
+        fg_release(out);
+        return NULL;
+    }
     fg_node *node = fg_record(out, op, sum_all_backward, 1, (fg_tensor *[]){t});
-    if (node) node->fargs[0] = scale;
+    if (node) *FG_NODE_STATE(node, reduce_state) = (reduce_state){-1, 0, is_mean, scale};
     return out;
 }
 

@@ -5,10 +5,12 @@
  *
  * Backward goes through the inverse view: the gradient buffer of t (contiguous, t's shape) is
  * viewed the way the forward viewed t, which gives a strided tensor of out's shape, and dout is
- * added into it. Nothing is copied besides dout's values.
+ * added into it (fg_op_add_into: the device's add_into kernel). Nothing is copied besides dout's
+ * values. The views themselves need no kernel: they work on every device that is started.
  */
 #include <string.h>
 
+#include "ops/kernels.h"
 #include "ops/ops_internal.h"
 
 /* ============================================================================================
@@ -17,7 +19,8 @@
 
 /* forward: out = reshape(t)  ->  dt += reshape(dout, t's shape) */
 static fg_status reshape_backward(fg_node *n) {
-    fg_tensor *t = n->inputs[0], *gt = fg_grad_buffer(t);
+    fg_tensor *t = n->inputs[0], *gt;
+    FG_TRY(fg_grad_get(t, &gt));
     if (!gt) return FG_OK;
     fg_tensor *dout = fg_op_grad_out(n);
     fg_tensor *d = dout ? fg_view_reshape(dout, t->ndim, t->shape) : NULL;
@@ -36,9 +39,7 @@ fg_tensor *fg_reshape(fg_tensor *t, int ndim, const int64_t *shape) {
                  FG_SHP(t, b));
         return NULL;
     }
-#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
-    if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-#endif
+    if (!fg_kernels_for(t->device, op)) return NULL; /* the backward's fg_op_add_into needs the device */
     fg_tensor *src = fg_op_contiguous(t); /* t itself when contiguous: then out is a view */
     fg_tensor *out = src ? fg_view_reshape(src, ndim, shape) : NULL;
     fg_release(src);
@@ -47,17 +48,21 @@ fg_tensor *fg_reshape(fg_tensor *t, int ndim, const int64_t *shape) {
 }
 
 /* ============================================================================================
- * permute / transpose: out dim k = t dim perm[k]                  iargs[0..ndim) = perm
+ * permute / transpose: out dim k = t dim perm[k]
  * ============================================================================================ */
+
+typedef struct {
+    int perm[FG_MAX_DIMS];
+} permute_state;
 
 /* forward: out = permute(t, perm)  ->  permute(dt, perm) += dout */
 static fg_status permute_backward(fg_node *n) {
-    fg_tensor *t = n->inputs[0], *gt = fg_grad_buffer(t);
+    const permute_state *s = FG_NODE_STATE(n, permute_state);
+    fg_tensor *gt;
+    FG_TRY(fg_grad_get(n->inputs[0], &gt));
     if (!gt) return FG_OK;
-    int perm[FG_MAX_DIMS];
-    for (int i = 0; i < t->ndim; i++) perm[i] = (int)n->iargs[i];
     fg_tensor *dout = fg_op_grad_out(n);
-    fg_tensor *g = dout ? fg_view_permute(gt, perm) : NULL;
+    fg_tensor *g = dout ? fg_view_permute(gt, s->perm) : NULL;
     fg_status st = g ? fg_op_add_into(g, dout, 1.0) : fg_last_status();
     fg_release(g);
     fg_release(dout);
@@ -68,8 +73,7 @@ static fg_tensor *permute_impl(const char *op, fg_tensor *t, const int *perm) {
     fg_tensor *out = fg_view_permute(t, perm);
     if (!out) return NULL;
     fg_node *node = fg_record(out, op, permute_backward, 1, (fg_tensor *[]){t});
-    if (node)
-        for (int i = 0; i < t->ndim; i++) node->iargs[i] = perm[i];
+    if (node) memcpy(FG_NODE_STATE(node, permute_state)->perm, perm, (size_t)t->ndim * sizeof(int));
     return out;
 }
 
@@ -90,9 +94,7 @@ fg_tensor *fg_permute(fg_tensor *t, const int *perm) {
         }
         seen[perm[i]] = 1;
     }
-#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
-    if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-#endif
+    if (!fg_kernels_for(t->device, op)) return NULL; /* the backward's fg_op_add_into needs the device */
     return permute_impl(op, t, perm);
 }
 
@@ -101,9 +103,7 @@ fg_tensor *fg_transpose(fg_tensor *t, int d0, int d1) {
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
     int a = fg_op_axis(op, t, d0), b = a < 0 ? -1 : fg_op_axis(op, t, d1);
     if (a < 0 || b < 0) return NULL;
-#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
-    if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-#endif
+    if (!fg_kernels_for(t->device, op)) return NULL; /* the backward's fg_op_add_into needs the device */
     int perm[FG_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) perm[i] = i;
     perm[a] = b;
@@ -112,15 +112,22 @@ fg_tensor *fg_transpose(fg_tensor *t, int d0, int d1) {
 }
 
 /* ============================================================================================
- * slice: out = t[..., start:end, ...] along axis              iargs = {axis, start, end}
+ * slice: out = t[..., start:end, ...] along axis
  * ============================================================================================ */
+
+typedef struct {
+    int axis;
+    int64_t start, end;
+} slice_state;
 
 /* forward: out = t[start:end]  ->  dt[start:end] += dout */
 static fg_status slice_backward(fg_node *n) {
-    fg_tensor *gt = fg_grad_buffer(n->inputs[0]);
+    const slice_state *s = FG_NODE_STATE(n, slice_state);
+    fg_tensor *gt;
+    FG_TRY(fg_grad_get(n->inputs[0], &gt));
     if (!gt) return FG_OK;
     fg_tensor *dout = fg_op_grad_out(n);
-    fg_tensor *g = dout ? fg_view_slice(gt, (int)n->iargs[0], n->iargs[1], n->iargs[2]) : NULL;
+    fg_tensor *g = dout ? fg_view_slice(gt, s->axis, s->start, s->end) : NULL;
     fg_status st = g ? fg_op_add_into(g, dout, 1.0) : fg_last_status();
     fg_release(g);
     fg_release(dout);
@@ -138,17 +145,11 @@ fg_tensor *fg_slice(fg_tensor *t, int axis, int64_t start, int64_t end) {
                  (long long)start, (long long)end, (long long)t->shape[a], axis, FG_SHP(t, b));
         return NULL;
     }
-#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
-    if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-#endif
+    if (!fg_kernels_for(t->device, op)) return NULL; /* the backward's fg_op_add_into needs the device */
     fg_tensor *out = fg_view_slice(t, a, start, end);
     if (!out) return NULL;
     fg_node *node = fg_record(out, op, slice_backward, 1, (fg_tensor *[]){t});
-    if (node) {
-        node->iargs[0] = a;
-        node->iargs[1] = start;
-        node->iargs[2] = end;
-    }
+    if (node) *FG_NODE_STATE(node, slice_state) = (slice_state){a, start, end};
     return out;
 }
 
@@ -158,7 +159,8 @@ fg_tensor *fg_slice(fg_tensor *t, int axis, int64_t start, int64_t end) {
 
 /* forward: out = copy(t)  ->  dt += dout */
 static fg_status copy_backward(fg_node *n) {
-    fg_tensor *gt = fg_grad_buffer(n->inputs[0]);
+    fg_tensor *gt;
+    FG_TRY(fg_grad_get(n->inputs[0], &gt));
     if (!gt) return FG_OK;
     fg_tensor *dout = fg_op_grad_out(n);
     fg_status st = dout ? fg_op_add_into(gt, dout, 1.0) : fg_last_status();
@@ -169,9 +171,7 @@ static fg_status copy_backward(fg_node *n) {
 fg_tensor *fg_make_contiguous(fg_tensor *t) {
     static const char op[] = "make_contiguous";
     if (fg_op_check(op, "t", t) != FG_OK) return NULL;
-#ifndef FG_WITH_CUDA /* views work on any device; their backward accumulates via fg_op_add_into */
-    if (t->device != FG_CPU) return fg_op_no_cuda(op); /* CUDA dispatch point */
-#endif
+    if (!fg_kernels_for(t->device, op)) return NULL; /* the backward's fg_op_add_into needs the device */
     if (fg_is_contiguous(t)) return fg_retain(t);
     fg_tensor *out = fg_op_contiguous(t); /* a copy: t is not contiguous */
     if (out) fg_record(out, op, copy_backward, 1, (fg_tensor *[]){t});

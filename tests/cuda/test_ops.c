@@ -3,7 +3,8 @@
  * Each case builds random inputs on the host, runs the op and its backward (with a random output
  * gradient R) on the CPU through the public API, copies the same inputs to the GPU and runs the
  * GPU version, then compares the output and every input gradient. Two variants per case:
- *   <op>_gpu_matches_cpu            calls the cuda/ entry point (fg_cuda_<op>) directly
+ *   <op>_gpu_matches_cpu            calls the cuda/ entry point (fg_cuda_<op>) directly, or the
+ *                                   public fg_<op> for ops with one shell for every device
  *   dispatch_<op>_reaches_the_gpu   calls the public fg_<op> on cuda tensors: passes only once the
  *                                   dispatch line in ops/<family>.c is in (FG_WITH_CUDA builds)
  * Both dtypes; after each case the device's live bytes and the autograd nodes must be back where
@@ -35,60 +36,95 @@ struct op_case {
 };
 
 /* ---- the ops ---- */
+/* matmul, linear, the elementwise ops, the reductions, embedding and layernorm have one shell for
+ * every device (ops/kernels.h): no CUDA-only entry point, so `direct` runs the shell too */
 static fg_tensor *op_matmul(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_matmul(in[0], in[1]) : fg_matmul(in[0], in[1]);
+    (void)c, (void)direct;
+    return fg_matmul(in[0], in[1]);
+}
+/* a @ bᵀ with bᵀ a transposed view (the GEMM reads it as it is, transposed) */
+static fg_tensor *op_matmul_bt(const op_case *c, fg_tensor **in, int direct) {
+    (void)c, (void)direct;
+    fg_tensor *bt = fg_transpose(in[1], -2, -1);
+    fg_tensor *y = bt ? fg_matmul(in[0], bt) : NULL;
+    fg_release(bt);
+    return y;
 }
 static fg_tensor *op_linear(const op_case *c, fg_tensor **in, int direct) {
+    (void)direct;
     fg_tensor *b = c->n_in > 2 ? in[2] : NULL;
-    return direct ? fg_cuda_linear(in[0], in[1], b) : fg_linear(in[0], in[1], b);
+    return fg_linear(in[0], in[1], b);
 }
-#define BINARY_OP(NAME, KIND)                                                                         \
+/* x (3, 10) sliced to its first 8 columns: rows of 8 that are 10 apart */
+static fg_tensor *op_linear_strided_rows(const op_case *c, fg_tensor **in, int direct) {
+    (void)c, (void)direct;
+    fg_tensor *x = fg_slice(in[0], 1, 0, 8);
+    fg_tensor *y = x ? fg_linear(x, in[1], in[2]) : NULL;
+    fg_release(x);
+    return y;
+}
+#define BINARY_OP(NAME)                                                                               \
     static fg_tensor *op_##NAME(const op_case *c, fg_tensor **in, int direct) {                        \
-        (void)c;                                                                                      \
-        return direct ? fg_cuda_binary(KIND, in[0], in[1]) : fg_##NAME(in[0], in[1]);                 \
+        (void)c, (void)direct;                                                                        \
+        return fg_##NAME(in[0], in[1]);                                                               \
     }
-BINARY_OP(add, FG_CUDA_ADD)
-BINARY_OP(sub, FG_CUDA_SUB)
-BINARY_OP(mul, FG_CUDA_MUL)
-BINARY_OP(div, FG_CUDA_DIV)
+BINARY_OP(add)
+BINARY_OP(sub)
+BINARY_OP(mul)
+BINARY_OP(div)
+/* a transposed view times b: strided reads in the forward and in the backward's p and q */
+static fg_tensor *op_mul_view(const op_case *c, fg_tensor **in, int direct) {
+    (void)c, (void)direct;
+    fg_tensor *at = fg_transpose(in[0], 0, 1);
+    fg_tensor *y = at ? fg_mul(at, in[1]) : NULL;
+    fg_release(at);
+    return y;
+}
 static fg_tensor *op_add_scalar(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_add_scalar(in[0], 0.75) : fg_add_scalar(in[0], 0.75);
+    (void)c, (void)direct;
+    return fg_add_scalar(in[0], 0.75);
 }
 static fg_tensor *op_mul_scalar(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_mul_scalar(in[0], -1.5) : fg_mul_scalar(in[0], -1.5);
+    (void)c, (void)direct;
+    return fg_mul_scalar(in[0], -1.5);
 }
 static fg_tensor *op_sum1(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_reduce_axis(in[0], 1, 0, 0) : fg_sum(in[0], 1, 0);
+    (void)c, (void)direct;
+    return fg_sum(in[0], 1, 0);
 }
 static fg_tensor *op_sum0k(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_reduce_axis(in[0], 0, 1, 0) : fg_sum(in[0], 0, 1);
+    (void)c, (void)direct;
+    return fg_sum(in[0], 0, 1);
 }
 static fg_tensor *op_mean_last(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_reduce_axis(in[0], -1, 1, 1) : fg_mean(in[0], -1, 1);
+    (void)c, (void)direct;
+    return fg_mean(in[0], -1, 1);
 }
 static fg_tensor *op_sum_all(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_reduce_all(in[0], 0) : fg_sum_all(in[0]);
+    (void)c, (void)direct;
+    return fg_sum_all(in[0]);
+}
+/* the total of a transposed view: read through its strides */
+static fg_tensor *op_sum_all_view(const op_case *c, fg_tensor **in, int direct) {
+    (void)c, (void)direct;
+    fg_tensor *t = fg_transpose(in[0], 0, 2);
+    fg_tensor *y = t ? fg_sum_all(t) : NULL;
+    fg_release(t);
+    return y;
 }
 static fg_tensor *op_mean_all(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
-    return direct ? fg_cuda_reduce_all(in[0], 1) : fg_mean_all(in[0]);
+    (void)c, (void)direct;
+    return fg_mean_all(in[0]);
 }
 static const int32_t emb_idx[15] = {3, 0, 10, 3, 3, 7, 1, 0, 9, 10, 2, 3, 5, 5, 0};
 static fg_tensor *op_embedding(const op_case *c, fg_tensor **in, int direct) {
-    (void)c;
+    (void)c, (void)direct;
     const int64_t sh[2] = {3, 5};
-    return direct ? fg_cuda_embedding(in[0], emb_idx, 2, sh) : fg_embedding(in[0], emb_idx, 2, sh);
+    return fg_embedding(in[0], emb_idx, 2, sh);
 }
 static fg_tensor *op_layernorm(const op_case *c, fg_tensor **in, int direct) {
     fg_tensor *w = c->n_in > 1 ? in[1] : NULL, *b = c->n_in > 2 ? in[2] : NULL;
-    (void)direct; /* one shell for every device: no CUDA-only entry point */
+    (void)direct;
     return fg_layernorm(in[0], w, b, 1e-5);
 }
 static fg_tensor *op_gelu(const op_case *c, fg_tensor **in, int direct) {
@@ -151,6 +187,10 @@ static const op_case cases[] = {
     {"matmul_shared_b", op_matmul, 2, {3, 2}, {S(3, 4, 5), S(5, 7)}, {0}, {0}, {0}, NULL, 0},
     {"linear_bias", op_linear, 3, {3, 2, 1}, {S(2, 3, 8), S(5, 8), S(5)}, {0}, {0}, {0}, NULL, 0},
     {"linear_no_bias", op_linear, 2, {2, 2}, {S(70, 33), S(17, 33)}, {0}, {0}, {0}, NULL, 0},
+    {"matmul_transposed_b", op_matmul_bt, 2, {4, 4}, {S(2, 3, 4, 5), S(2, 3, 6, 5)}, {0}, {0}, {0}, NULL, 0},
+    {"matmul_shared_transposed_b", op_matmul_bt, 2, {3, 2}, {S(3, 4, 5), S(7, 5)}, {0}, {0}, {0}, NULL, 0},
+    {"linear_strided_rows", op_linear_strided_rows, 3, {2, 2, 1}, {S(3, 10), S(5, 8), S(5)}, {0}, {0}, {0}, NULL, 0},
+    {"mul_of_a_view", op_mul_view, 2, {2, 2}, {S(5, 3), S(3, 1)}, {0}, {0}, {0}, NULL, 0},
     {"add_broadcast", op_add, 2, {3, 2}, {S(4, 3, 5), S(3, 1)}, {0}, {0}, {0}, NULL, 0},
     {"sub_broadcast_both", op_sub, 2, {3, 2}, {S(4, 1, 5), S(3, 1)}, {0}, {0}, {0}, NULL, 0},
     {"mul_same_shape", op_mul, 2, {2, 2}, {S(2, 3), S(2, 3)}, {0}, {0}, {0}, NULL, 0},
@@ -161,6 +201,7 @@ static const op_case cases[] = {
     {"sum_axis0_keepdim", op_sum0k, 1, {2}, {S(300, 7)}, {0}, {0}, {0}, NULL, 0},
     {"mean_last_axis", op_mean_last, 1, {3}, {S(3, 4, 100)}, {0}, {0}, {0}, NULL, 0},
     {"sum_all", op_sum_all, 1, {3}, {S(7, 11, 13)}, {0}, {0}, {0}, NULL, 0},
+    {"sum_all_of_a_view", op_sum_all_view, 1, {3}, {S(7, 11, 13)}, {0}, {0}, {0}, NULL, 0},
     {"mean_all", op_mean_all, 1, {1}, {S(100003)}, {0}, {0}, {0}, NULL, 0},
     {"embedding", op_embedding, 1, {2}, {S(11, 7)}, {0}, {0}, {0}, NULL, 0},
     {"layernorm", op_layernorm, 3, {3, 1, 1}, {S(4, 6, 33), S(33), S(33)}, {0}, {0}, {0}, NULL, 0},
@@ -286,10 +327,17 @@ static int run_op(const char *name, int direct) {
 #define OP_TESTS(id)                                                                                  \
     static int direct_##id(void) { return run_op(#id, 1); }                                           \
     static int dispatch_##id(void) { return run_op(#id, 0); }
+/* cases of views through the shells: one variant */
+#define VIEW_TEST(id)                                                                                 \
+    static int dispatch_##id(void) { return run_op(#id, 0); }
 OP_TESTS(matmul_batched)
 OP_TESTS(matmul_shared_b)
 OP_TESTS(linear_bias)
 OP_TESTS(linear_no_bias)
+VIEW_TEST(matmul_transposed_b)
+VIEW_TEST(matmul_shared_transposed_b)
+VIEW_TEST(linear_strided_rows)
+VIEW_TEST(mul_of_a_view)
 OP_TESTS(add_broadcast)
 OP_TESTS(sub_broadcast_both)
 OP_TESTS(mul_same_shape)
@@ -300,6 +348,7 @@ OP_TESTS(sum_axis)
 OP_TESTS(sum_axis0_keepdim)
 OP_TESTS(mean_last_axis)
 OP_TESTS(sum_all)
+VIEW_TEST(sum_all_of_a_view)
 OP_TESTS(mean_all)
 OP_TESTS(embedding)
 OP_TESTS(layernorm)
@@ -356,10 +405,10 @@ static int backward_reductions_are_bitwise_repeatable(void) {
         fg_set_requires_grad(b, 1);
         fg_set_requires_grad(e, 1);
         const int64_t is[1] = {512};
-        fg_tensor *emb = fg_cuda_embedding(e, ids, 1, is);
-        fg_tensor *h = emb ? fg_cuda_binary(FG_CUDA_ADD, emb, x) : NULL;
+        fg_tensor *emb = fg_embedding(e, ids, 1, is);
+        fg_tensor *h = emb ? fg_add(emb, x) : NULL;
         fg_tensor *y = h ? fg_layernorm(h, w, b, 1e-5) : NULL;
-        fg_tensor *l = y ? fg_cuda_reduce_all(y, 0) : NULL;
+        fg_tensor *l = y ? fg_sum_all(y) : NULL;
         FGT_NOTNULL(l);
         FGT_OK(fg_backward(l, NULL));
         g[run][0] = fgt_host_f64(w->grad);
@@ -387,6 +436,10 @@ const fgt_case fgt_ops_cases[] = {
     {"matmul_shared_b_gpu_matches_cpu", direct_matmul_shared_b},
     {"linear_bias_gpu_matches_cpu", direct_linear_bias},
     {"linear_no_bias_gpu_matches_cpu", direct_linear_no_bias},
+    {"matmul_transposed_b_gpu_matches_cpu", dispatch_matmul_transposed_b},
+    {"matmul_shared_transposed_b_gpu_matches_cpu", dispatch_matmul_shared_transposed_b},
+    {"linear_strided_rows_gpu_matches_cpu", dispatch_linear_strided_rows},
+    {"mul_of_a_view_gpu_matches_cpu", dispatch_mul_of_a_view},
     {"add_broadcast_gpu_matches_cpu", direct_add_broadcast},
     {"sub_broadcast_both_gpu_matches_cpu", direct_sub_broadcast_both},
     {"mul_same_shape_gpu_matches_cpu", direct_mul_same_shape},
@@ -397,6 +450,7 @@ const fgt_case fgt_ops_cases[] = {
     {"sum_axis0_keepdim_gpu_matches_cpu", direct_sum_axis0_keepdim},
     {"mean_last_axis_gpu_matches_cpu", direct_mean_last_axis},
     {"sum_all_gpu_matches_cpu", direct_sum_all},
+    {"sum_all_of_a_view_gpu_matches_cpu", dispatch_sum_all_of_a_view},
     {"mean_all_gpu_matches_cpu", direct_mean_all},
     {"embedding_gpu_matches_cpu", direct_embedding},
     {"layernorm_gpu_matches_cpu", direct_layernorm},
