@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "datasets/source.h"
 #include "tensor/philox.h"
 
 #define MAX_L (3 * FG_ADD_MAX_DIGITS + 4)
@@ -268,4 +269,34 @@ fg_status fg_addition_accuracy(const fg_addition *t, fg_split s, int K, fg_addit
     }
     *accuracy = (double)correct / K;
     return FG_OK;
+}
+
+/* ---- the addition task as a training source (datasets/source.h) ---- */
+static const fg_tokenizer *add_tokenizer(const fg_source *d) { return fg_addition_tokenizer(d->add); }
+static int add_vocab_size(const fg_source *d) { return fg_addition_vocab_size(d->add); }
+static int add_fixed_block(const fg_source *d) { return fg_addition_block_size(d->add); }
+static fg_status add_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
+                           int32_t *y) {
+    return fg_addition_batch(d->add, s, B, T, seed, index, x, y);
+}
+static double add_optimal_loss(const fg_source *d) { return fg_addition_optimal_loss(d->add); }
+static void add_free(fg_source *d) { fg_addition_free(d->add); }
+
+static const fg_source_ops addition_source_ops = {add_tokenizer, add_vocab_size, add_fixed_block,
+                                                  add_batch,     add_optimal_loss, add_free};
+
+fg_source *fg_source_addition(const fg_addition_config *c) {
+    fg_source *d = calloc(1, sizeof *d);
+    if (!d) {
+        fg_error(FG_ERR_OOM, "data: out of memory");
+        return NULL;
+    }
+    d->ops = &addition_source_ops;
+    d->kind = FG_SOURCE_ADDITION;
+    d->add = fg_addition_create(c);
+    if (!d->add) {
+        free(d);
+        return NULL;
+    }
+    return d;
 }

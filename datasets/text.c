@@ -4,12 +4,15 @@
  */
 #include "datasets/text.h"
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
+#include "datasets/source.h"
 
 struct fg_text_dataset {
     fg_tokenizer *tok;
@@ -226,4 +229,56 @@ fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uin
         memcpy(y + (size_t)r * T, tok + o + 1, (size_t)T * sizeof *y);
     }
     return FG_OK;
+}
+
+/* ---- a text file as a training source (datasets/source.h) ---- */
+static const fg_tokenizer *text_tokenizer(const fg_source *d) { return fg_text_tokenizer(d->text); }
+static int text_vocab_size(const fg_source *d) { return fg_text_vocab_size(d->text); }
+static int text_fixed_block(const fg_source *d) {
+    (void)d;
+    return 0;
+}
+static fg_status text_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
+                            int32_t *y) {
+    return fg_text_batch(d->text, s, B, T, seed, index, x, y);
+}
+static double text_optimal_loss(const fg_source *d) {
+    (void)d;
+    return NAN;
+}
+static void text_free_data(fg_source *d) { fg_text_free(d->text); }
+
+static const fg_source_ops text_source_ops = {text_tokenizer, text_vocab_size,   text_fixed_block,
+                                              text_batch,     text_optimal_loss, text_free_data};
+
+/* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
+fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
+    void *buf = NULL;
+    size_t n = 0;
+    if (strlen(path) >= sizeof ((fg_source *)0)->path) {
+        fg_error(FG_ERR_ARG, "data: the path '%.60s...' is too long (%zu bytes; at most %zu)", path, strlen(path),
+                 sizeof ((fg_source *)0)->path - 1);
+        return NULL;
+    }
+    if (fg_read_file(path, FG_TEXT_MAX_BYTES, &buf, &n) != FG_OK) return NULL;
+    fg_source *d = calloc(1, sizeof *d);
+    if (!d) {
+        free(buf);
+        fg_error(FG_ERR_OOM, "data: out of memory");
+        return NULL;
+    }
+    d->ops = &text_source_ops;
+    d->kind = FG_SOURCE_TEXT;
+    d->file_hash = fg_xxh64(buf, n, 0);
+    d->val_fraction = opt->val_fraction;
+    snprintf(d->path, sizeof d->path, "%s", path);
+    char abs[PATH_MAX];
+    if (realpath(path, abs) && strlen(abs) < sizeof d->path_abs) snprintf(d->path_abs, sizeof d->path_abs, "%s", abs);
+    d->text = fg_text_from_memory(buf, n, path, opt);
+    free(buf);
+    if (!d->text) {
+        free(d);
+        return NULL;
+    }
+    return d;
 }

@@ -1,4 +1,4 @@
-/* trainer.c — data sources, the optimizer step and evaluation (see trainer.h). */
+/* trainer.c — the optimizer step and evaluation (see trainer.h). */
 #include "train/trainer.h"
 
 #include <limits.h>
@@ -10,83 +10,6 @@
 #include "autograd/autograd.h"
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
-
-/* ---- data ---- */
-
-fg_source *fg_source_addition(const fg_addition_config *c) {
-    fg_source *d = calloc(1, sizeof *d);
-    if (!d) {
-        fg_error(FG_ERR_OOM, "data: out of memory");
-        return NULL;
-    }
-    d->kind = FG_SOURCE_ADDITION;
-    d->add = fg_addition_create(c);
-    if (!d->add) {
-        free(d);
-        return NULL;
-    }
-    return d;
-}
-
-/* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
-fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
-    void *buf = NULL;
-    size_t n = 0;
-    if (strlen(path) >= sizeof ((fg_source *)0)->path) {
-        fg_error(FG_ERR_ARG, "data: the path '%.60s...' is too long (%zu bytes; at most %zu)", path, strlen(path),
-                 sizeof ((fg_source *)0)->path - 1);
-        return NULL;
-    }
-    if (fg_read_file(path, FG_TEXT_MAX_BYTES, &buf, &n) != FG_OK) return NULL;
-    fg_source *d = calloc(1, sizeof *d);
-    if (!d) {
-        free(buf);
-        fg_error(FG_ERR_OOM, "data: out of memory");
-        return NULL;
-    }
-    d->kind = FG_SOURCE_TEXT;
-    d->file_hash = fg_xxh64(buf, n, 0);
-    d->val_fraction = opt->val_fraction;
-    snprintf(d->path, sizeof d->path, "%s", path);
-    char abs[PATH_MAX];
-    if (realpath(path, abs) && strlen(abs) < sizeof d->path_abs) snprintf(d->path_abs, sizeof d->path_abs, "%s", abs);
-    d->text = fg_text_from_memory(buf, n, path, opt);
-    free(buf);
-    if (!d->text) {
-        free(d);
-        return NULL;
-    }
-    return d;
-}
-
-void fg_source_free(fg_source *d) {
-    if (!d) return;
-    fg_addition_free(d->add);
-    fg_text_free(d->text);
-    free(d);
-}
-
-const fg_tokenizer *fg_source_tokenizer(const fg_source *d) {
-    return d->kind == FG_SOURCE_ADDITION ? fg_addition_tokenizer(d->add) : fg_text_tokenizer(d->text);
-}
-
-int fg_source_vocab_size(const fg_source *d) {
-    return d->kind == FG_SOURCE_ADDITION ? fg_addition_vocab_size(d->add) : fg_text_vocab_size(d->text);
-}
-
-int fg_source_fixed_block(const fg_source *d) {
-    return d->kind == FG_SOURCE_ADDITION ? fg_addition_block_size(d->add) : 0;
-}
-
-fg_status fg_source_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index,
-                        int32_t *x, int32_t *y) {
-    if (d->kind == FG_SOURCE_ADDITION) return fg_addition_batch(d->add, s, B, T, seed, index, x, y);
-    return fg_text_batch(d->text, s, B, T, seed, index, x, y);
-}
-
-double fg_source_optimal_loss(const fg_source *d) {
-    return d->kind == FG_SOURCE_ADDITION ? fg_addition_optimal_loss(d->add) : NAN;
-}
 
 /* ---- configuration ---- */
 

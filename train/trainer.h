@@ -24,8 +24,7 @@
 
 #include <stdint.h>
 
-#include "datasets/addition.h"
-#include "datasets/text.h"
+#include "datasets/source.h"
 #include "train/adamw.h"
 #include "train/gpt.h"
 
@@ -33,34 +32,7 @@
 extern "C" {
 #endif
 
-/* ---- data ---- */
-typedef enum { FG_SOURCE_ADDITION = 0, FG_SOURCE_TEXT = 1 } fg_source_kind;
-
-typedef struct {
-    fg_source_kind kind;
-    fg_addition *add;              /* owned (addition) */
-    fg_text_dataset *text;         /* owned (text) */
-    char path[4096];               /* the text file as given ("" for addition) */
-    char path_abs[4096];           /* its absolute path (realpath when it was read), or "" */
-    uint64_t file_hash;            /* XXH64 of the text file's bytes (0 for addition) */
-    double val_fraction;           /* text: the validation share it was split with */
-} fg_source;
-
-/* The addition task. Caller frees with fg_source_free. NULL + fg_last_error() on a bad config. */
-fg_source *fg_source_addition(const fg_addition_config *c);
-/* A text file (tokenized with opt's tokenizer kind or given tokenizer). NULL + fg_last_error(). */
-fg_source *fg_source_text(const char *path, const fg_text_options *opt);
-void fg_source_free(fg_source *d);
-
-const fg_tokenizer *fg_source_tokenizer(const fg_source *d);
-int fg_source_vocab_size(const fg_source *d);
-/* The sequence length T the source needs: the task's for addition, 0 (any) for text. */
-int fg_source_fixed_block(const fg_source *d);
-/* Batch `index` of split s: x, y (B, T) int32. */
-fg_status fg_source_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index,
-                        int32_t *x, int32_t *y);
-/* The best achievable loss if known (addition), else NAN. */
-double fg_source_optimal_loss(const fg_source *d);
+/* ---- data: datasets/source.h ---- */
 
 /* ---- configuration ---- */
 typedef struct {

@@ -1,0 +1,71 @@
+/* source.h — where training batches come from: one small interface over every dataset.
+ *
+ * A source is a dataset behind a table of functions (fg_source_ops), as a device is behind its
+ * kernel table: the trainer, the checkpoints and the command line only call fg_source_*. Each
+ * dataset implements the interface in its own file (the addition task in datasets/addition.c, text
+ * files in datasets/text.c) and fills the identity fields the checkpoints record.
+ *
+ * Batch `index` of split s is a pure function of (the data, s, B, T, seed, index): it does not depend
+ * on threads or on which batches were drawn before, so a resumed run draws what an uninterrupted
+ * one would have.
+ */
+#ifndef FG_SOURCE_H
+#define FG_SOURCE_H
+
+#include <stdint.h>
+
+#include "datasets/addition.h"
+#include "datasets/text.h"
+#include "datasets/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FG_SOURCE_ADDITION = 0, FG_SOURCE_TEXT = 1 } fg_source_kind;
+
+typedef struct fg_source fg_source;
+
+/* What a dataset provides. */
+typedef struct {
+    const fg_tokenizer *(*tokenizer)(const fg_source *d);
+    int (*vocab_size)(const fg_source *d);
+    /* the sequence length the data needs (the addition task's), or 0 when any T works */
+    int (*fixed_block)(const fg_source *d);
+    fg_status (*batch)(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
+                       int32_t *y);
+    /* the best achievable loss when it is known, else NAN */
+    double (*optimal_loss)(const fg_source *d);
+    void (*free_data)(fg_source *d); /* releases the dataset itself; the source struct is freed after */
+} fg_source_ops;
+
+struct fg_source {
+    const fg_source_ops *ops;
+    fg_source_kind kind;
+    fg_addition *add;              /* the dataset: addition ... */
+    fg_text_dataset *text;         /* ... or text (the other is NULL) */
+    /* identity, as the checkpoints record it */
+    char path[4096];               /* the text file as given ("" for addition) */
+    char path_abs[4096];           /* its absolute path (realpath when it was read), or "" */
+    uint64_t file_hash;            /* XXH64 of the file's bytes (0 for addition) */
+    double val_fraction;           /* text: the validation share it was split with */
+};
+
+/* The addition task (datasets/addition.c). Caller frees with fg_source_free. NULL + fg_last_error(). */
+fg_source *fg_source_addition(const fg_addition_config *c);
+/* A text file, tokenized with opt's tokenizer kind or given tokenizer (datasets/text.c). */
+fg_source *fg_source_text(const char *path, const fg_text_options *opt);
+void fg_source_free(fg_source *d); /* NULL is fine */
+
+const fg_tokenizer *fg_source_tokenizer(const fg_source *d);
+int fg_source_vocab_size(const fg_source *d);
+int fg_source_fixed_block(const fg_source *d);
+/* Batch `index` of split s: x, y (B, T) int32. */
+fg_status fg_source_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
+                          int32_t *y);
+double fg_source_optimal_loss(const fg_source *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_SOURCE_H */
