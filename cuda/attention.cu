@@ -70,6 +70,7 @@
 #include "cuda/attention_kernels.cuh"
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 /* ============================================================================================
  * host side: flash
@@ -326,7 +327,7 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
 }
 
 /* ============================================================================================
- * the backend entry points (registered by fg_cuda_init)
+ * the entry points: the CUDA kernel table's attention member (cuda/kernels.cu)
  * ============================================================================================ */
 
 extern "C" fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux,

@@ -8,6 +8,7 @@
 static const fg_kernels cpu_kernels = {
     .device = "cpu",
     .layernorm = {fg_cpu_layernorm_forward, fg_cpu_layernorm_backward},
+    .attention = {fg_cpu_attention_forward, fg_cpu_attention_backward, FG_ATTN_CAP_ALL},
 };
 
 static _Atomic(const fg_kernels *) tables[FG_DEVICE_COUNT] = {&cpu_kernels};

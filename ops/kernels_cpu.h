@@ -15,6 +15,13 @@ fg_status fg_cpu_layernorm_forward(fg_dtype dt, void *out, void *mean, void *rst
 fg_status fg_cpu_layernorm_backward(fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x,
                                     const void *mean, const void *rstd, const void *w, int64_t R, int64_t C);
 
+/* ops/attention.c: naive or flash (ops/attention_naive.c, ops/attention_flash.c) by impl */
+fg_status fg_cpu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
+                                   const void *k, const void *v, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                                    const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                    const void *aux, const fg_attn_problem *pr);
+
 #ifdef __cplusplus
 }
 #endif
