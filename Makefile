@@ -261,7 +261,7 @@ $(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ)
 	ar rcs $@ $^
 $(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a
 	$(EMU_CXX) -o $@ $^ $(CUDA_BLAS_LIBS) -lm -lpthread
-$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(wildcard cuda/*.cuh cuda/*.h tests/cuda/emu/*.h)
+$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h tests/cuda/emu/*.h)
 	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -o $@ $< $(CUDA_EMU_BUILD)/libflashgrad.a \
 	    $(CUDA_BLAS_LIBS) -lm -lpthread
 

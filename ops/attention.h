@@ -43,11 +43,11 @@
  *   - Softcap with a large c: where |s / c| is so small that c · tanh(s / c) rounds to s, the
  *     score is s exactly (so a softcap of 1e38 in float32 changes nothing).
  *   - Dropout p drops P's element (b, h, i, j) — h the query head — iff
- *     !fg_attn_keep(seed, threshold, b, h, i, j) (tensor/philox.h) and scales kept ones by
+ *     !fg_attn_keep(seed, threshold, b, h, i, j) (ops/shared/attn_dropout.h) and scales kept ones by
  *     1/(1−p); the mask is regenerated, never stored. It combines with every variant.
  *   - Under GQA, dK and dV of K/V head g are the sums over the query heads h with h / G == g.
  * The built-in variants (GQA, window, ALiBi, softcap) live in fg_attn_variant
- * (ops/attention_variant.h), a plain struct with pure helper functions that device code can share.
+ * (ops/shared/attn_variant.h), a plain struct with pure helper functions that device code can share.
  * User variants (score_mod, mask, block mask) live in fg_attn_custom and run on the CPU only.
  * fg_attn_score_tile applies steps 2–5 to a tile of scores: both kernels call it, so a variant's
  * semantics are written once.
@@ -69,7 +69,8 @@
 #include <stdint.h>
 
 #include "autograd/autograd.h"
-#include "ops/attention_variant.h"
+#include "ops/shared/attn_dropout.h"
+#include "ops/shared/attn_variant.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
