@@ -41,7 +41,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # (tests/test_cli_io.c: the atomic CSV writer of cli/cli_util.c).
 TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o
 
-.PHONY: all deps deps-test test sanitize kill-test train train-shakespeare clean cuda gpu-check bench plots fuzz valgrind
+.PHONY: all deps deps-test lint test sanitize kill-test train train-shakespeare clean cuda gpu-check bench plots fuzz valgrind
 all: deps
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.a $(BUILD)/flashgrad
 
@@ -65,8 +65,12 @@ $(BUILD)/flashgrad: $(PROG_OBJ) $(BUILD)/libflashgrad.a
 $(BUILD)/test_runner: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libflashgrad.a
 	$(CC) $(CFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
 
+# The layers: no file includes a header from a higher layer (tests/lint_layers.sh says which).
+lint:
+	@sh tests/lint_layers.sh
+
 # The README's test command. Tests find the CLI at build/flashgrad and shared data at ../shared.
-test: deps-test
+test: deps-test lint
 	@$(MAKE) --no-print-directory $(BUILD)/test_runner $(BUILD)/flashgrad
 	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS)
 
@@ -282,7 +286,7 @@ $(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ) Makefile
 	ar rcs $@ $(filter %.o,$^)
 $(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a
 	$(EMU_CXX) -o $@ $^ $(CUDA_BLAS_LIBS) -lm -lpthread
-$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(wildcard cuda/*.cuh cuda/*.h tests/cuda/emu/*.h)
+$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h tests/cuda/emu/*.h)
 	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -o $@ $< $(CUDA_EMU_BUILD)/libflashgrad.a \
 	    $(CUDA_BLAS_LIBS) -lm -lpthread
 

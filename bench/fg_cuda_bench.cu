@@ -27,6 +27,7 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 static int parse_list(const char *s, std::vector<long> &out) {
     out.clear();

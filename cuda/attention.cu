@@ -11,11 +11,11 @@
  *   q (B, H, Nq, d); k, v (B, H_kv, Nk, d); o, dout, dq (B, H, Nq, d); dk, dv (B, H_kv, Nk, d);
  *   lse (B, H, Nq); p (B, H, Nq, Nk) — naive only.
  *   The score of (b, h, i, j) is ops/attention.h's, steps 1–6, with the CPU's helpers
- *   (ops/attention_variant.h): s = scale · q·k with K/V head h / G; softcap; ALiBi; −inf outside
+ *   (ops/shared/attn_variant.h): s = scale · q·k with K/V head h / G; softcap; ALiBi; −inf outside
  *   causal ∧ window (bottom-right aligned, i' = i + Nk − Nq). User callbacks (score_mod, mask)
  *   run on the CPU only and are refused here.
  *   Dropout: element (b, h, i, j) of P is kept iff fg_attn_keep(seed, threshold, b, h, i, j)
- *   (tensor/philox.h, the same function the CPU calls; h the query head) and then scaled by 1/(1 − p).
+ *   (ops/shared/attn_dropout.h, the same function the CPU calls; h the query head) and then scaled by 1/(1 − p).
  *   ALiBi slopes: the user's (a host array) are copied to the device for each call; the standard
  *   ones are computed in the kernels by fg_attn_alibi_slope, the CPU's function.
  *
@@ -70,6 +70,7 @@
 #include "cuda/attention_kernels.cuh"
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
+#include "cuda/kernels_cuda.h"
 
 /* ============================================================================================
  * host side: flash
@@ -326,7 +327,7 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
 }
 
 /* ============================================================================================
- * the backend entry points (registered by fg_cuda_init)
+ * the entry points: the CUDA kernel table's attention member (cuda/kernels.cu)
  * ============================================================================================ */
 
 extern "C" fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux,

@@ -5,11 +5,11 @@
  * in tests/cuda/emu/ defines FG_CUDA_EMU and the CUDA built-ins (threads as fibers, __syncthreads
  * and warp shuffles as barriers) and checks these kernels against the CPU reference on a machine
  * without a GPU (`make cuda-emu`). So this file uses nothing from the CUDA runtime: only
- * cuda/device_math.cuh, cuda/attn_tiles.h, ops/attention_variant.h, tensor/philox.h and
- * FG_DYN_SMEM below.
+ * cuda/device_math.cuh, the host/device headers of ops/shared/ (attn_tiles.h, attn_variant.h,
+ * attn_dropout.h), tensor/philox.h and FG_DYN_SMEM below.
  *
  * The variants (ops/attention.h, steps 1–6) are written with the CPU's own pure helpers of
- * ops/attention_variant.h (fg_attn_row_range, fg_attn_alibi_slope; fa_tile_kind below is
+ * ops/shared/attn_variant.h (fg_attn_row_range, fg_attn_alibi_slope; fa_tile_kind below is
  * fg_attn_tile_kind_window's O(1) decision, tested equal to it), so the GPU and the CPU agree on
  * which element is visible and which tile is skipped:
  *   s = scale · q_i · k_j  (K/V head h / G)  ->  softcap c·tanh(s/c)  ->  ALiBi −slope_h·|i' − j|
@@ -24,9 +24,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda/attn_tiles.h"
 #include "cuda/device_math.cuh"
-#include "ops/attention.h" /* and ops/attention_variant.h */
+#include "ops/attention.h"
+#include "ops/shared/attn_dropout.h"
+#include "ops/shared/attn_tiles.h"
+#include "ops/shared/attn_variant.h"
 #include "tensor/philox.h"
 
 /* The block's dynamic shared memory as `unsigned char name[]`. */

@@ -77,6 +77,23 @@ fg_status fg_cu_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int
                       const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps);
 fg_status fg_cu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out);
 fg_status fg_cu_scale(fg_dtype dt, void *x, int64_t n, double s);
+/* cuda/attention.cu — the table's attention member (caps FG_ATTN_CAP_ALL). Same contract as the
+ * CPU kernels of ops/attention.h, on device pointers. impl FLASH: the tiled kernels (forward writes
+ * O and lse only; the backward recomputes P from lse); `aux` is lse_lo (B, H, Nq) or NULL, as for
+ * fg_attn_flash_*_lo. impl NAIVE: the reference with materialized S and P through cuBLAS (`aux`
+ * receives P when not NULL and is required by its backward). Both implement causal masking,
+ * dropout and the built-in variants of pr->var — GQA (k, v, dk, dv are (B, H_kv, Nk, d)), sliding
+ * windows, ALiBi (pr->var.alibi_slopes is a HOST array or NULL) and softcapping — with
+ * ops/attention.h's semantics. User callbacks (score_mod, mask) are refused by fg_attention: they
+ * run on the CPU only. The tile sizes of pr (block_q, block_k) are the CPU's and are ignored: the
+ * GPU picks its own per dtype and head dim (see cuda/attention.cu). Head dims up to 256 are
+ * supported; larger ones fail with FG_ERR_ARG. The backward is deterministic (no floating-point
+ * atomics, also under GQA). */
+fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
+                                    const void *k, const void *v, const fg_attn_problem *pr);
+fg_status fg_cuda_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv,
+                                     const void *dout, const void *q, const void *k, const void *v,
+                                     const void *o, const void *lse, const void *aux, const fg_attn_problem *pr);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,6 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
-#include "ops/attention.h"
 
 /* ============================================================================================
  * kernels
@@ -175,12 +174,6 @@ static fg_status tb_copy(fg_tensor *dst, const fg_tensor *src) {
 
 static const fg_tensor_backend g_tensor_backend = {tb_fill, tb_axpy, tb_copy};
 
-/* the built-in variants the kernels implement (cuda/attention.cu); fg_attention still refuses user
- * callbacks on cuda */
-static const fg_attn_backend g_attn_backend = {fg_cuda_attention_forward, fg_cuda_attention_backward,
-                                               FG_ATTN_CAP_GQA | FG_ATTN_CAP_WINDOW | FG_ATTN_CAP_ALIBI |
-                                                   FG_ATTN_CAP_SOFTCAP};
-
 /* ============================================================================================
  * init
  * ============================================================================================ */
@@ -214,7 +207,6 @@ static fg_status init_locked(void) {
              (int)(prop.sharedMemPerBlockOptin / 1024), drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
     fg_register_backend(FG_CUDA, &g_mem_backend);
     fg_register_tensor_backend(FG_CUDA, &g_tensor_backend);
-    fg_register_attention_backend(FG_CUDA, &g_attn_backend);
     fg_register_kernels(FG_CUDA, &fg_cuda_kernels);
     g_ready = 1;
     return FG_OK;

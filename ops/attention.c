@@ -1,18 +1,19 @@
-/* attention.c — fg_attention: argument checks, the autograd node, dispatch to the naive and flash
- * kernels (ops/attention_naive.c, ops/attention_flash.c) or a registered device backend, and the
- * dropout mask shared by both.
+/* attention.c — fg_attention, the op's one shell for every device: argument checks, the autograd
+ * node and its typed state, and the calls into the device's kernel table (ops/kernels.h: the CPU's
+ * are the naive and flash kernels of ops/attention_naive.c and ops/attention_flash.c, wrapped
+ * below); and the dropout mask shared by both CPU kernels.
  *
  * Legend: B batch, H heads, Nq queries, Nk keys, d head dim.
  *   q (B, H, Nq, d); k, v (B, H, Nk, d) -> o (B, H, Nq, d), lse (B, H, Nq)
  *
  *   (K and V have H_kv heads; see ops/attention.h.)
  *
- * Saved for backward (node->saved): Q, K, V (contiguous), O (an alias of the output), then
+ * Saved for backward (attention_state): Q, K, V (contiguous), O (an alias of the output), then
  *   flash: L = lse (B, H, Nq), and for float32 also lse_lo (B, H, Nq), the bits of L that rounding
- *          it to float32 lost (see fg_attn_flash_forward_f32)
+ *          it to float32 lost (see fg_attn_flash_forward_lo_f32)
  *   naive: P = softmax(S) (B, H, Nq, Nk)
- * node->ctx: the resolved problem (attn_ctx), with its own copy of the ALiBi slopes and a reference
- * to the block mask.
+ * and the resolved problem (attn_problem_copy), with its own copy of the ALiBi slopes and a
+ * reference to the block mask.
  */
 #include "ops/attention.h"
 
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 #include "ops/cpu/threadpool.h"
 #include "ops/cpu/vphilox.h"
@@ -69,12 +71,6 @@ int fg_attn_has_variant(const fg_attn_opts *o) {
     }
 FG_DEFINE_DROPOUT_SCALE(float, f32)
 FG_DEFINE_DROPOUT_SCALE(double, f64)
-
-/* ---- device backends ---- */
-static const fg_attn_backend *attn_backends[FG_DEVICE_COUNT];
-void fg_register_attention_backend(fg_device dev, const fg_attn_backend *be) {
-    if (dev > FG_CPU && dev < FG_DEVICE_COUNT) attn_backends[dev] = be;
-}
 
 /* ---- checks ---- */
 fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
@@ -211,13 +207,12 @@ static fg_status check_qkv(const fg_tensor *q, const fg_tensor *k, const fg_tens
     return FG_OK;
 }
 
-/* A device backend runs only the variants it lists in caps, and never user callbacks. */
-static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev) {
-    if (dev == FG_CPU) return FG_OK;
-    const fg_attn_backend *be = attn_backends[dev];
-    const unsigned caps = be ? be->caps : 0;
+/* The device's kernels run only the variants they list in caps, and user callbacks only on the CPU. */
+static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev, const fg_attention_kernels *kn) {
+    const unsigned caps = kn->caps;
     const char *what = NULL;
-    if (pr->custom.score_mod || pr->custom.mask) what = "user callbacks (score_mod, mask), which run on the CPU only";
+    if (dev != FG_CPU && (pr->custom.score_mod || pr->custom.mask))
+        what = "user callbacks (score_mod, mask), which run on the CPU only";
     else if (pr->var.n_kv_heads != pr->H && !(caps & FG_ATTN_CAP_GQA)) what = "grouped-query attention";
     else if (pr->var.window && !(caps & FG_ATTN_CAP_WINDOW)) what = "sliding windows";
     else if (pr->var.alibi && !(caps & FG_ATTN_CAP_ALIBI)) what = "ALiBi";
@@ -228,16 +223,10 @@ static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev) 
     return FG_OK;
 }
 
-/* ---- kernels, by device / dtype / impl ---- */
-/* aux: naive's P, or flash's lse_lo (either may be NULL). */
-static fg_status run_forward(const fg_attn_problem *pr, fg_attn_impl impl, fg_device dev, fg_dtype dt,
-                             void *o, void *lse, void *aux, const void *q, const void *k, const void *v) {
-    if (dev != FG_CPU) {
-        const fg_attn_backend *be = attn_backends[dev];
-        if (!be || !be->forward)
-            return fg_error(FG_ERR_DEVICE, "attention: no %s kernels in this build", fg_device_name(dev));
-        return be->forward(impl, dt, o, lse, aux, q, k, v, pr);
-    }
+/* ---- the CPU's kernels (ops/kernels.h): naive or flash, float32 or float64 ----
+ * aux: naive's P (may be NULL in the forward), or flash's lse_lo (may be NULL). */
+fg_status fg_cpu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
+                                   const void *k, const void *v, const fg_attn_problem *pr) {
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, aux, q, k, v, pr)
                             : fg_attn_naive_forward_f64(o, lse, aux, q, k, v, pr);
@@ -245,15 +234,9 @@ static fg_status run_forward(const fg_attn_problem *pr, fg_attn_impl impl, fg_de
                         : fg_attn_flash_forward_lo_f64(o, lse, aux, q, k, v, pr);
 }
 
-static fg_status run_backward(const fg_attn_problem *pr, fg_attn_impl impl, fg_device dev, fg_dtype dt,
-                              void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                              const void *v, const void *o, const void *lse, const void *aux) {
-    if (dev != FG_CPU) {
-        const fg_attn_backend *be = attn_backends[dev];
-        if (!be || !be->backward)
-            return fg_error(FG_ERR_DEVICE, "attention backward: no %s kernels in this build", fg_device_name(dev));
-        return be->backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
-    }
+fg_status fg_cpu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                                    const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                    const void *aux, const fg_attn_problem *pr) {
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_backward_f32(dq, dk, dv, dout, q, k, v, aux, pr)
                             : fg_attn_naive_backward_f64(dq, dk, dv, dout, q, k, v, aux, pr);
@@ -261,15 +244,25 @@ static fg_status run_backward(const fg_attn_problem *pr, fg_attn_impl impl, fg_d
                         : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
 }
 
-/* ---- the node's context: the resolved problem, owning what it points at ---- */
+/* The attention kernels of device dev; NULL (and the error) when it has none for direction `what`. */
+static const fg_attention_kernels *attention_kernels(fg_device dev, int backward) {
+    const fg_kernels *kt = fg_kernels_for(dev, "attention");
+    if (!kt) return NULL;
+    if (backward ? !kt->attention.backward : !kt->attention.forward) {
+        fg_error(FG_ERR_DEVICE, "op attention%s: not supported on %s", backward ? " backward" : "", kt->device);
+        return NULL;
+    }
+    return &kt->attention;
+}
+
+/* ---- the backward's copy of the resolved problem, owning what it points at ---- */
 typedef struct {
     fg_attn_problem pr;
-    fg_attn_impl impl;
     double *slopes; /* pr.var.alibi_slopes points here (H of them), or NULL */
-} attn_ctx;
+} attn_problem_copy;
 
-static void attn_ctx_free(void *p) {
-    attn_ctx *c = p;
+static void attn_problem_copy_free(void *p) {
+    attn_problem_copy *c = p;
     if (!c) return;
     fg_attn_block_mask_release(c->pr.custom.block_mask);
     if (c->slopes) fg_free(FG_CPU, c->slopes);
@@ -277,13 +270,13 @@ static void attn_ctx_free(void *p) {
 }
 
 /* A copy of *pr that owns its slopes and holds a reference to the block mask; NULL on OOM. */
-static attn_ctx *attn_ctx_new(const fg_attn_problem *pr, fg_attn_impl impl) {
-    attn_ctx *c = fg_alloc(FG_CPU, sizeof *c);
+static attn_problem_copy *attn_problem_copy_new(const fg_attn_problem *pr) {
+    attn_problem_copy *c = fg_alloc(FG_CPU, sizeof *c);
     if (!c) {
         fg_error(FG_ERR_OOM, "attention: cannot allocate the backward's context");
         return NULL;
     }
-    *c = (attn_ctx){.pr = *pr, .impl = impl, .slopes = NULL};
+    *c = (attn_problem_copy){.pr = *pr, .slopes = NULL};
     if (pr->var.alibi_slopes && pr->H > 0) {
         c->slopes = fg_alloc(FG_CPU, (size_t)pr->H * sizeof(double));
         if (!c->slopes) {
@@ -298,28 +291,35 @@ static attn_ctx *attn_ctx_new(const fg_attn_problem *pr, fg_attn_impl impl) {
     return c;
 }
 
+/* ---- the node's state (fg_attention and fg_attention_qkv) ----
+ *   q, k, v  contiguous Q (B, H, Nq, d), K, V (B, H_kv, Nk, d), in the kernels' layout
+ *   o        O (B, H, Nq, d): an alias of fg_attention's output, or fg_attention_qkv's kernel output
+ *   lse      flash: L (B, H, Nq); naive: NULL
+ *   aux      naive: P (B, H, Nq, Nk); flash float32: lse_lo (B, H, Nq); flash float64: NULL
+ *   pc       the resolved problem (owned by the node: node->ctx, freed by node->ctx_free) */
+typedef struct {
+    fg_tensor *q, *k, *v, *o, *lse, *aux;
+    const attn_problem_copy *pc;
+    fg_attn_impl impl;
+} attention_state;
+
 /* ---- backward rules ---- */
-/* The kernels' backward for a node of fg_attention or fg_attention_qkv, whose saved tensors are
- * Q, K, V, O, then L (flash) or P (naive), then lse_lo (flash float32): adds into dq, dk, dv (any
+/* The kernels' backward for a node of fg_attention or fg_attention_qkv: adds into dq, dk, dv (any
  * may be NULL) for dout in O's (B, H, Nq, d) layout. */
-static fg_status attn_node_backward(const fg_node *n, void *dq, void *dk, void *dv, const fg_tensor *dout) {
-    const fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2], *o = n->saved[3];
-    const fg_tensor *lse_or_p = n->saved[4], *lo = n->n_saved > 5 ? n->saved[5] : NULL;
-    const attn_ctx *cx = n->ctx;
-    const int flash = cx->impl == FG_ATTN_FLASH;
-    return run_backward(&cx->pr, cx->impl, q->device, q->dtype, dq, dk, dv, fg_data(dout), fg_data(q), fg_data(k),
-                        fg_data(v), fg_data(o), flash ? fg_data(lse_or_p) : NULL,
-                        flash ? (lo ? fg_data(lo) : NULL) : fg_data(lse_or_p));
+static fg_status attn_node_backward(fg_node *n, void *dq, void *dk, void *dv, const fg_tensor *dout) {
+    const attention_state *s = FG_NODE_STATE(n, attention_state);
+    const fg_attention_kernels *kn = attention_kernels(s->q->device, 1);
+    if (!kn) return fg_last_status();
+    return kn->backward(s->impl, s->q->dtype, dq, dk, dv, fg_data(dout), fg_data(s->q), fg_data(s->k), fg_data(s->v),
+                        fg_data(s->o), s->lse ? fg_data(s->lse) : NULL, s->aux ? fg_data(s->aux) : NULL, &s->pc->pr);
 }
 
 /* Reverses  o = attention(q, k, v): adds dQ, dK, dV into the inputs' gradient buffers. */
 static fg_status attention_backward(fg_node *n) {
-    const fg_tensor *q = n->saved[0];
+    const fg_tensor *q = FG_NODE_STATE(n, attention_state)->q;
     fg_tensor *g[3];
     for (int i = 0; i < 3; i++) {
-        fg_clear_error();
-        g[i] = fg_grad_buffer(n->inputs[i]);
-        if (!g[i] && fg_last_status() != FG_OK) return fg_last_status(); /* could not allocate it */
+        FG_TRY(fg_grad_get(n->inputs[i], &g[i]));
         if (g[i] && (g[i]->dtype != q->dtype || g[i]->device != q->device || !fg_is_contiguous(g[i])))
             return fg_error(FG_ERR_STATE, "attention backward: gradient buffer %d is not a contiguous %s tensor", i,
                             fg_dtype_name(q->dtype));
@@ -404,7 +404,9 @@ static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int
     fg_attn_problem *pr = &c->pr;
     fg_status st = fg_attn_problem_init(pr, B, H, Nq, Nk, d, &op);
     if (st == FG_OK) st = fg_attn_problem_check_dtype(pr, dt);
-    if (st == FG_OK) st = check_device_variant(pr, dev);
+    const fg_attention_kernels *kn = st == FG_OK ? attention_kernels(dev, 0) : NULL;
+    if (st == FG_OK && !kn) st = fg_last_status();
+    if (st == FG_OK) st = check_device_variant(pr, dev, kn);
     if (st != FG_OK) return st;
     /* a mask without a block mask: flash builds one for this call (and its backward) */
     if (op.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
@@ -430,8 +432,8 @@ static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int
     if (!c->lse || (want_aux && !c->aux))
         st = fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_OOM, "attention: cannot allocate outputs");
     if (st == FG_OK)
-        st = run_forward(pr, op.impl, dev, dt, fg_data(c->o), fg_data(c->lse), c->aux ? fg_data(c->aux) : NULL,
-                         fg_data(qc), fg_data(kc), fg_data(vc));
+        st = kn->forward(op.impl, dt, fg_data(c->o), fg_data(c->lse), c->aux ? fg_data(c->aux) : NULL, fg_data(qc),
+                         fg_data(kc), fg_data(vc), pr);
     if (st == FG_OK && dev == FG_CPU) st = check_scores(pr, dt, c->lse, qc, kc, vc);
     if (st != FG_OK) {
         fg_release(c->o), fg_release(c->lse), fg_release(c->aux);
@@ -441,23 +443,23 @@ static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int
     return st;
 }
 
-/* Give node n what the backward needs: the context, then Q, K, V, O (o_saved), L or P, lse_lo. */
+/* Give node n what the backward needs (attention_state): Q, K, V, O (o_saved), L (flash), P or
+ * lse_lo, and the problem. */
 static fg_status attn_call_save(fg_node *n, const attn_call *c, fg_tensor *qc, fg_tensor *kc, fg_tensor *vc,
                                 fg_tensor *o_saved) {
-    attn_ctx *cx = attn_ctx_new(&c->pr, c->impl);
-    if (!cx) return fg_last_status();
-    n->ctx = cx;
-    n->ctx_free = attn_ctx_free;
-    fg_node_save(n, qc);
-    fg_node_save(n, kc);
-    fg_node_save(n, vc);
-    fg_node_save(n, o_saved);
-    if (c->impl == FG_ATTN_FLASH) {
-        fg_node_save(n, c->lse);
-        if (c->aux) fg_node_save(n, c->aux); /* lse_lo */
-    } else {
-        fg_node_save(n, c->aux);             /* P */
-    }
+    attn_problem_copy *pc = attn_problem_copy_new(&c->pr);
+    if (!pc) return fg_last_status();
+    n->ctx = pc; /* only for freeing it: the state points at it */
+    n->ctx_free = attn_problem_copy_free;
+    attention_state *s = FG_NODE_STATE(n, attention_state);
+    s->q = fg_node_keep(n, qc);
+    s->k = fg_node_keep(n, kc);
+    s->v = fg_node_keep(n, vc);
+    s->o = fg_node_keep(n, o_saved);
+    s->lse = c->impl == FG_ATTN_FLASH ? fg_node_keep(n, c->lse) : NULL;
+    s->aux = fg_node_keep(n, c->aux); /* naive: P; flash float32: lse_lo; else NULL */
+    s->pc = pc;
+    s->impl = c->impl;
     return FG_OK;
 }
 
@@ -574,12 +576,13 @@ static fg_tensor *gather_heads(const fg_tensor *r, int64_t Hs, int64_t d, int64_
 /* Reverses  y = attention_qkv(qkv): gathers dY into the heads' layout, runs the kernels' backward
  * into zeroed dQ, dK, dV and adds them into qkv's gradient rows. */
 static fg_status attention_qkv_backward(fg_node *n) {
-    const fg_tensor *q = n->saved[0], *k = n->saved[1], *v = n->saved[2];
-    const fg_attn_problem pr = ((const attn_ctx *)n->ctx)->pr;
-    const int64_t H = pr.H, Hkv = pr.var.n_kv_heads, d = pr.d, B = pr.B, T = pr.Nq, W = (H + 2 * Hkv) * d;
-    fg_clear_error();
-    fg_tensor *g = fg_grad_buffer(n->inputs[0]);
-    if (!g) return fg_last_status(); /* FG_OK: qkv wants no gradient; else it could not be allocated */
+    const attention_state *s = FG_NODE_STATE(n, attention_state);
+    const fg_tensor *q = s->q, *k = s->k, *v = s->v;
+    const fg_attn_problem *pr = &s->pc->pr;
+    const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d, B = pr->B, T = pr->Nq, W = (H + 2 * Hkv) * d;
+    fg_tensor *g;
+    FG_TRY(fg_grad_get(n->inputs[0], &g));
+    if (!g) return FG_OK; /* qkv wants no gradient */
     if (g->dtype != q->dtype || !fg_is_contiguous(g))
         return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
                         fg_dtype_name(q->dtype));

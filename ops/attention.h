@@ -43,11 +43,11 @@
  *   - Softcap with a large c: where |s / c| is so small that c · tanh(s / c) rounds to s, the
  *     score is s exactly (so a softcap of 1e38 in float32 changes nothing).
  *   - Dropout p drops P's element (b, h, i, j) — h the query head — iff
- *     !fg_attn_keep(seed, threshold, b, h, i, j) (tensor/philox.h) and scales kept ones by
+ *     !fg_attn_keep(seed, threshold, b, h, i, j) (ops/shared/attn_dropout.h) and scales kept ones by
  *     1/(1−p); the mask is regenerated, never stored. It combines with every variant.
  *   - Under GQA, dK and dV of K/V head g are the sums over the query heads h with h / G == g.
  * The built-in variants (GQA, window, ALiBi, softcap) live in fg_attn_variant
- * (ops/attention_variant.h), a plain struct with pure helper functions that device code can share.
+ * (ops/shared/attn_variant.h), a plain struct with pure helper functions that device code can share.
  * User variants (score_mod, mask, block mask) live in fg_attn_custom and run on the CPU only.
  * fg_attn_score_tile applies steps 2–5 to a tile of scores: both kernels call it, so a variant's
  * semantics are written once.
@@ -69,7 +69,8 @@
 #include <stdint.h>
 
 #include "autograd/autograd.h"
-#include "ops/attention_variant.h"
+#include "ops/shared/attn_dropout.h"
+#include "ops/shared/attn_variant.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
@@ -359,30 +360,19 @@ void fg_attn_dropout_scale_f32(float *x, int64_t n, uint64_t seed, uint32_t thre
 void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t threshold, double inv_keep,
                                int64_t b, int64_t h, int64_t i, int64_t j0);
 
-/* ---- another device ----
- * A non-CPU device (cuda/) registers its kernels; fg_attention then calls them for tensors on
- * that device with device pointers, the same contract as the CPU kernels above: `aux` is the naive
- * P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for FG_ATTN_FLASH.
- * Either entry may be NULL (then that direction is unsupported on the device).
- * `caps` lists the built-in variants the kernels implement (FG_ATTN_CAP_*; 0 = none);
- * fg_attention refuses the others on that device (FG_ERR_DEVICE), and always refuses user
- * callbacks there. A backend with FG_ATTN_CAP_ALIBI receives pr->var.alibi_slopes as a HOST
- * pointer (H doubles) or NULL (standard slopes). */
+/* ---- devices ----
+ * fg_attention reaches a device's kernels through its kernel table (ops/kernels.h, the `attention`
+ * member): the CPU's are the kernels above, a non-CPU device's take device pointers under the same
+ * contract. `caps` there lists the built-in variants a device's kernels implement; fg_attention
+ * refuses the others on that device (FG_ERR_DEVICE), and always refuses user callbacks off the
+ * CPU. */
 enum {
     FG_ATTN_CAP_GQA = 1,     /* var.n_kv_heads != H */
     FG_ATTN_CAP_WINDOW = 2,  /* var.window */
     FG_ATTN_CAP_ALIBI = 4,   /* var.alibi */
     FG_ATTN_CAP_SOFTCAP = 8  /* var.softcap > 0 */
 };
-typedef struct {
-    fg_status (*forward)(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
-                         const void *k, const void *v, const fg_attn_problem *pr);
-    fg_status (*backward)(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
-                          const void *q, const void *k, const void *v, const void *o, const void *lse,
-                          const void *aux, const fg_attn_problem *pr);
-    unsigned caps;
-} fg_attn_backend;
-void fg_register_attention_backend(fg_device dev, const fg_attn_backend *be);
+#define FG_ATTN_CAP_ALL (FG_ATTN_CAP_GQA | FG_ATTN_CAP_WINDOW | FG_ATTN_CAP_ALIBI | FG_ATTN_CAP_SOFTCAP)
 
 #ifdef __cplusplus
 }

@@ -154,7 +154,7 @@ void fg_attn_block_mask_dims(const fg_attn_block_mask *bm, int64_t *B, int64_t *
     if (block_k) *block_k = bm->block_k;
 }
 
-/* ---- tile classification: causal ∧ window (pure, attention_variant.h) ∧ the block mask ---- */
+/* ---- tile classification: causal ∧ window (pure, ops/shared/attn_variant.h) ∧ the block mask ---- */
 fg_tile_kind fg_attn_tile_kind(const fg_attn_problem *pr, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
                                int64_t nk, int *window_partial, int *mask_partial) {
     const fg_attn_variant *v = &pr->var;

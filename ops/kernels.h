@@ -189,7 +189,8 @@ typedef struct {
 
 /* ---- attention (ops/attention.c) ----
  * The contract of the CPU kernels of ops/attention.h on the device's pointers: `aux` is the naive
- * P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for FG_ATTN_FLASH. `caps`
+ * P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for FG_ATTN_FLASH; the
+ * naive backward gets lse NULL (it reads P); the backward adds into dq, dk, dv (any NULL). `caps`
  * lists the built-in variants the kernels implement (FG_ATTN_CAP_*); the shell refuses the others
  * on that device, and always refuses user callbacks off the CPU. With FG_ATTN_CAP_ALIBI,
  * pr->var.alibi_slopes is a HOST pointer (H doubles) or NULL (standard slopes). */

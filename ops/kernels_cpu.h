@@ -74,6 +74,12 @@ fg_status fg_cpu_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, in
                        const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps);
 fg_status fg_cpu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out);
 fg_status fg_cpu_scale(fg_dtype dt, void *x, int64_t n, double s);
+/* ops/attention.c: naive or flash (ops/attention_naive.c, ops/attention_flash.c) by impl */
+fg_status fg_cpu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
+                                   const void *k, const void *v, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                                    const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                    const void *aux, const fg_attn_problem *pr);
 
 #ifdef __cplusplus
 }

@@ -17,11 +17,7 @@
 #include <stdint.h>
 #include <math.h>
 
-#ifdef __CUDACC__
-#define FG_HD __host__ __device__ __forceinline__
-#else
-#define FG_HD static inline
-#endif
+#include "tensor/hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -96,19 +92,6 @@ FG_HD void fg_box_muller(uint32_t a, uint32_t b, double *n0, double *n1) {
 FG_HD uint32_t fg_dropout_threshold(double p) {
     double t = p * 4294967296.0;
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
-}
-
-/* Attention dropout: keep element (b, h, i, j) of the attention weights? A pure function of
- * (seed, b, h, i, j): counter = (j/4, i, h, b), word j%4. Naive and flash attention, CPU and GPU,
- * forward and backward all call this, so they drop exactly the same elements and no mask is stored.
- * p == 0 keeps everything. */
-FG_HD int fg_attn_keep(uint64_t seed, uint32_t threshold, uint32_t b, uint32_t h, uint32_t i, uint32_t j) {
-    if (threshold == 0) return 1;
-    uint32_t ctr[4] = {j >> 2, i, h, b};
-    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint32_t out[4];
-    fg_philox4x32_10(ctr, key, out);
-    return out[j & 3] >= threshold;
 }
 
 #ifdef __cplusplus

@@ -22,6 +22,7 @@
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
 #include "ops/attention.h"
+#include "ops/kernels.h"
 #include "ops/ops.h"
 #include "tests/common.h"
 #include "tensor/npy.h"
@@ -1026,6 +1027,52 @@ Test(attention, packed_qkv_equals_the_composite_of_views_bit_for_bit) {
             cr_assert(fg_get(qkv->grad, i) == fg_get(g_ref, i), "case %zu: dqkv[%lld] = %.17g, composite %.17g", c,
                       (long long)i, fg_get(qkv->grad, i), fg_get(g_ref, i));
         fg_release(y), fg_release(y_ref), fg_release(g_ref), fg_release(dy), fg_release(qkv);
+    }
+}
+
+/* fg_attention reaches the CPU kernels through the CPU's kernel table, like any device: the table's
+ * attention member is there, lists every built-in variant, and gives fg_attention's numbers. */
+Test(attention, runs_through_the_cpu_kernel_table) {
+    const fg_kernels *kt = fg_kernels_for(FG_CPU, "attention");
+    cr_assert(kt, "%s", fg_last_error());
+    cr_assert(kt->attention.forward && kt->attention.backward, "the CPU table has no attention kernels");
+    cr_assert_eq(kt->attention.caps, (unsigned)FG_ATTN_CAP_ALL, "caps 0x%x", kt->attention.caps);
+    for (int impl = 0; impl < 2; impl++) {
+        const fg_dtype dt = impl ? FG_F32 : FG_F64;
+        const int64_t B = 2, H = 2, N = 21, d = 8;
+        fg_tensor *q = fgt_leaf(dt, FGT_DIMS(B, H, N, d), 61), *k = fgt_leaf(dt, FGT_DIMS(B, H, N, d), 62);
+        fg_tensor *v = fgt_leaf(dt, FGT_DIMS(B, H, N, d), 63), *dy = fgt_rand(dt, FGT_DIMS(B, H, N, d), 64);
+        fg_attn_opts o = fg_attn_defaults();
+        o.impl = (fg_attn_impl)impl;
+        o.causal = 1;
+        o.dropout_p = 0.2;
+        o.seed = 5;
+        o.block_q = 8;
+        o.block_k = 5;
+        fg_tensor *lse = NULL, *y = fgt_ok(fg_attention(q, k, v, &o, &lse), "attention");
+        cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+        fg_attn_problem pr;
+        cr_assert_eq(fg_attn_problem_init(&pr, B, H, N, N, d, &o), FG_OK, "%s", fg_last_error());
+        fg_tensor *o2 = fg_empty(dt, FG_CPU, FGT_DIMS(B, H, N, d)), *l2 = fg_empty(dt, FG_CPU, FGT_DIMS(B, H, N));
+        fg_tensor *aux = impl ? fg_empty(dt, FG_CPU, FGT_DIMS(B, H, N)) : fg_empty(dt, FG_CPU, FGT_DIMS(B, H, N, N));
+        fg_tensor *g[3] = {fg_zeros(dt, FG_CPU, FGT_DIMS(B, H, N, d)), fg_zeros(dt, FG_CPU, FGT_DIMS(B, H, N, d)),
+                           fg_zeros(dt, FG_CPU, FGT_DIMS(B, H, N, d))};
+        void *lo = impl && dt == FG_F32 ? fg_data(aux) : NULL, *a = impl ? lo : fg_data(aux);
+        cr_assert_eq(kt->attention.forward((fg_attn_impl)impl, dt, fg_data(o2), fg_data(l2), a, fg_data(q), fg_data(k),
+                                           fg_data(v), &pr), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(kt->attention.backward((fg_attn_impl)impl, dt, fg_data(g[0]), fg_data(g[1]), fg_data(g[2]),
+                                            fg_data(dy), fg_data(q), fg_data(k), fg_data(v), fg_data(o2),
+                                            impl ? fg_data(l2) : NULL, a, &pr), FG_OK, "%s", fg_last_error());
+        const fg_tensor *got[5] = {y, lse, q->grad, k->grad, v->grad}, *want[5] = {o2, l2, g[0], g[1], g[2]};
+        const char *nm[5] = {"O", "lse", "dQ", "dK", "dV"};
+        for (int t = 0; t < 5; t++)
+            for (int64_t i = 0; i < fg_numel(want[t]); i++)
+                cr_assert(fg_get(got[t], i) == fg_get(want[t], i), "%s %s[%lld]: fg_attention %.17g, kernel %.17g",
+                          fg_attn_impl_name((fg_attn_impl)impl), nm[t], (long long)i, fg_get(got[t], i),
+                          fg_get(want[t], i));
+        fg_release(y), fg_release(lse), fg_release(o2), fg_release(l2), fg_release(aux);
+        for (int t = 0; t < 3; t++) fg_release(g[t]);
+        fg_release(q), fg_release(k), fg_release(v), fg_release(dy);
     }
 }
 

@@ -1,21 +1,25 @@
 /* test_cuda_shared.c — what the CUDA code shares with the CPU, checked without a GPU:
- *  - cuda/attn_tiles.h (tile classification, kt_end, qt_begin) against brute force over every
+ *  - ops/shared/attn_tiles.h (tile classification, kt_end, qt_begin) against brute force over every
  *    element, for many sizes, tile shapes, causal and not;
  *  - the tile schedule of the GPU flash kernels (cuda/attention.cu), replayed on the CPU in float64
  *    with the GPU's tile sizes: forward over kt < kt_end(qt) with the online softmax, backward's
  *    dK/dV over qt >= qt_begin(kt) and dQ over kt < kt_end(qt), recomputing P from lse — against
  *    the naive CPU kernel, so skipping a tile that has a visible element would fail;
  *  - tensor/philox.h as the GPU uses it: one Philox block serves four consecutive indices (the
- *    GPU dropout kernel's layout), and fg_attn_keep is the documented counter mapping.
+ *    GPU dropout kernel's layout), and fg_attn_keep is the documented counter mapping;
+ *  - that these host/device headers (ops/shared/, tensor/hd.h) include only lower layers, so the
+ *    CPU build never reaches into cuda/, and that FG_HD has one definition.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/attn_tiles.h"
 #include "ops/attention.h"
+#include "ops/shared/attn_dropout.h"
+#include "ops/shared/attn_tiles.h"
 #include "tensor/philox.h"
+#include "tests/common.h"
 
 /* ---- tile arithmetic against brute force ---- */
 
@@ -319,4 +323,19 @@ Test(philox_shared, attention_keep_is_the_documented_counter) {
     cr_assert_eq(fg_attn_keep(seed, 0, 1, 2, 3, 4), 1, "threshold 0 (p = 0) keeps everything");
     cr_assert_eq(fg_dropout_threshold(0.0), 0u);
     cr_assert_eq(fg_dropout_threshold(0.5), 0x80000000u);
+}
+
+/* ---- where the shared headers live ---- */
+
+/* ops/shared/ and tensor/ include no higher layer (tests/lint_layers.sh), and FG_HD is defined in
+ * tensor/hd.h only. */
+Test(attn_tiles, shared_headers_point_down_and_define_fg_hd_once) {
+    char log[16384];
+    fgt_run_cmd("sh tests/lint_layers.sh 2>&1", log, sizeof log);
+    cr_expect(!strstr(log, "layers: ops/shared/") && !strstr(log, "layers: ops/attention") && !strstr(log, "layers: tensor/"),
+              "an attention or tensor header includes a higher layer:\n%s", log);
+    char defs[4096];
+    fgt_run_cmd("grep -rlE '^[[:space:]]*#[[:space:]]*define[[:space:]]+FG_HD([[:space:]]|$)' tensor autograd ops cuda "
+                "datasets train 2>/dev/null | sort | tr '\\n' ' '", defs, sizeof defs);
+    cr_expect_str_eq(defs, "tensor/hd.h ", "FG_HD is defined in: %s", defs);
 }

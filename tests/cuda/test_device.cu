@@ -1,12 +1,13 @@
-/* test_device.cu — what only device code can check: tensor/philox.h compiled for the GPU gives the
- * CPU's bits (fg_philox_u32 and fg_attn_keep), cuRAND's own Philox (curand_init + curand) gives
- * the same numbers as fg_philox_u32 (the header's claim), the cuRAND handle works on the stream,
+/* test_device.cu — what only device code can check: tensor/philox.h and ops/shared/attn_dropout.h
+ * compiled for the GPU give the CPU's bits (fg_philox_u32 and fg_attn_keep), cuRAND's own Philox
+ * (curand_init + curand) gives the same numbers as fg_philox_u32 (the header's claim), the cuRAND handle works on the stream,
  * and a failing CUDA call is reported with file, line and CUDA's error string. */
 #include <curand_kernel.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "ops/shared/attn_dropout.h"
 #include "tensor/philox.h"
 #include "tests/cuda/cuda_test.h"
 

@@ -11,7 +11,7 @@
  * Global buffers carry guard zones checked after every launch (a write out of bounds fails).
  * The launch geometry is the one cuda/attention.cu uses. First, the tile schedule of the kernels
  * (fa_tile_kind, fa_key_tiles with its FULL range, fa_query_tiles) is checked against
- * ops/attention_variant.h's fg_attn_tile_kind_window and against brute force over the elements, for
+ * ops/shared/attn_variant.h's fg_attn_tile_kind_window and against brute force over the elements, for
  * many windows and sizes.
  * Exit status = number of failed cases.
  */
@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
         {1, 2, 40, 70, 256, 1, 0, 1, 1, 9, -1, 2, 2.0},       /* d = 256 (smaller backward tiles), all */
     };
     int fails = 0, n = 0;
-    printf("flash tile schedule (fa_tile_kind, fa_key_tiles, fa_query_tiles) against ops/attention_variant.h\n");
+    printf("flash tile schedule (fa_tile_kind, fa_key_tiles, fa_query_tiles) against ops/shared/attn_variant.h\n");
     const int sched_fails = check_schedules(&n);
     printf("  %s %d configurations\n", sched_fails ? "FAIL" : "ok  ", n);
     fails += sched_fails;

@@ -1,5 +1,5 @@
 /* attn_tiles.h — tile index and causal-mask arithmetic of flash attention, shared by host C and
- * CUDA device code (the same FG_HD pattern as tensor/philox.h).
+ * CUDA device code (FG_HD, tensor/hd.h).
  *
  * The picture: the Nq × Nk score matrix of one (b, h) is cut into tiles of bq query rows and bk key
  * columns; tile (qt, kt) covers rows [qt·bq, qt·bq + bq) ∩ [0, Nq) and keys [kt·bk, kt·bk + bk) ∩
@@ -15,22 +15,15 @@
  * columns past Nk) is partial.
  *
  * tests/test_cuda_shared.c checks every function here against brute force over the elements, for
- * many (Nq, Nk, bq, bk) including odd sizes and Nq ≠ Nk; cuda/attention.cu and the CPU flash code
- * may call them. Everything is a pure function of its arguments.
+ * many (Nq, Nk, bq, bk) including odd sizes and Nq ≠ Nk; cuda/attention_kernels.cuh and the CPU
+ * flash code may call them. Everything is a pure function of its arguments.
  */
 #ifndef FG_ATTN_TILES_H
 #define FG_ATTN_TILES_H
 
 #include <stdint.h>
 
-/* The same definition as tensor/philox.h (an identical redefinition is legal C and C++). */
-#ifndef FG_HD
-#ifdef __CUDACC__
-#define FG_HD __host__ __device__ __forceinline__
-#else
-#define FG_HD static inline
-#endif
-#endif
+#include "tensor/hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,7 +76,7 @@ FG_HD int64_t fg_attn_qt_begin(int64_t kt, int64_t Nq, int64_t Nk, int64_t bq, i
     return i_first / bq;
 }
 
-/* Classify tile (qt, kt) under the causal mask alone (ops/attention_variant.h adds windows and
+/* Classify tile (qt, kt) under the causal mask alone (ops/shared/attn_variant.h adds windows and
  * masks on top). Rows past Nq (padding of the last query tile) are ignored: the kernels
  * give them zero weight on their own; key padding past Nk makes a tile PARTIAL. */
 FG_HD fg_tile_kind fg_attn_causal_tile_kind(int64_t qt, int64_t kt, int64_t Nq, int64_t Nk, int64_t bq, int64_t bk,

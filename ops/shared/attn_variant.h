@@ -1,6 +1,6 @@
-/* attention_variant.h — the built-in attention variants as plain data and pure functions, shared by
- * the CPU kernels (ops/attention_*.c) and, later, device code (the FG_HD pattern of tensor/philox.h
- * and cuda/attn_tiles.h). Everything here is a pure function of its arguments: no allocation, no
+/* attn_variant.h — the built-in attention variants as plain data and pure functions, shared by the
+ * CPU kernels (ops/attention_*.c) and the CUDA kernels (cuda/attention_kernels.cuh) through FG_HD
+ * (tensor/hd.h), like ops/shared/attn_tiles.h. Everything here is a pure function of its arguments: no allocation, no
  * global state, usable in any thread or kernel. ops/attention.h documents the full semantics; the
  * short form:
  *
@@ -18,13 +18,14 @@
  * are nondecreasing in i. fg_attn_tile_kind_window() classifies a tile of the score matrix from
  * that: the first row has the smallest hi, the last row the largest lo.
  */
-#ifndef FG_ATTENTION_VARIANT_H
-#define FG_ATTENTION_VARIANT_H
+#ifndef FG_ATTN_VARIANT_H
+#define FG_ATTN_VARIANT_H
 
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda/attn_tiles.h" /* FG_HD, fg_tile_kind */
+#include "ops/shared/attn_tiles.h" /* fg_tile_kind */
+#include "tensor/hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,4 +121,4 @@ FG_HD fg_tile_kind fg_attn_tile_kind_and(fg_tile_kind a, fg_tile_kind b) {
 #ifdef __cplusplus
 }
 #endif
-#endif /* FG_ATTENTION_VARIANT_H */
+#endif /* FG_ATTN_VARIANT_H */
