@@ -25,13 +25,22 @@ deps_missing = $(strip $(if $(HAVE_PKGCONFIG),,pkg-config) \
     $(if $(OPENBLAS_LIB),,libopenblas-dev) \
     $(if $(wildcard /usr/include/criterion/criterion.h),,$(if $(NEED_CRITERION),libcriterion-dev)))
 
-BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+# FG_CBLAS=fallback builds without OpenBLAS, on ops/cpu/compat's plain C GEMM (for machines that
+# cannot install it, such as the GPU machines; `make cuda` sets it there by itself).
+ifeq ($(FG_CBLAS),fallback)
+  BLAS_CFLAGS := -Iops/cpu/compat
+  BLAS_LIBS   :=
+  BLAS_SRC    := ops/cpu/compat/cblas_fallback.c
+else
+  BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+  BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+  BLAS_SRC    :=
+endif
 LDLIBS      += $(BLAS_LIBS) -lm -pthread
 CFLAGS      += $(BLAS_CFLAGS)
 
 LIB_DIRS := tensor autograd ops ops/cpu datasets train
-LIB_SRC  := $(wildcard $(addsuffix /*.c,$(LIB_DIRS)))
+LIB_SRC  := $(wildcard $(addsuffix /*.c,$(LIB_DIRS))) $(BLAS_SRC)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 PROG_SRC := $(wildcard cli/*.c bench/*.c)
 PROG_OBJ := $(PROG_SRC:%.c=$(BUILD)/%.o)
@@ -41,7 +50,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # (tests/test_cli_io.c: the atomic CSV writer of cli/cli_util.c).
 TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o
 
-.PHONY: all deps deps-test lint test sanitize kill-test train train-shakespeare clean cuda gpu-check bench plots fuzz valgrind
+.PHONY: all deps deps-test lint test sanitize kill-test train train-shakespeare clean cuda cuda-cpu gpu-check bench plots fuzz valgrind
 all: deps
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.a $(BUILD)/flashgrad
 
@@ -149,37 +158,41 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 # =================================================================================================
 # CUDA — make cuda, make gpu-check            (this section only; the CPU rules above are untouched)
 # =================================================================================================
-# `make cuda` builds, with nvcc, into $(CUDA_BUILD)/:
-#   libflashgrad.a   every library .c file (compiled with -DFG_WITH_CUDA) + cuda/*.cu
-#   flashgrad        the program (cli/*.c + bench/*.c) over it: --device cuda works
+# `make cuda` builds, with nvcc, into $(CUDA_BUILD)/, ON TOP of the CPU library — the same objects
+# as `make` (build/libflashgrad.a: ops/ is never recompiled for CUDA):
+#   cuda/*.o         the kernels, their launchers, the FG_CUDA kernel table and the runtime, linked
+#                    as objects (libflashgrad_cuda.a holds them too, for programs that link it with
+#                    --whole-archive): the CPU library reaches fg_cuda_init through a weak symbol
+#   flashgrad        the program (cli/*.c + bench/*.c) over both: --device cuda works
 #   fg_cuda_tests    the GPU test runner (tests/cuda/): every op's GPU result against the CPU's
 #   fg_cuda_bench    the GPU attention benchmark (bench/fg_cuda_bench.cu), CSV on stdout
-# `make gpu-check` runs bench/gpu_check.sh (build, tests, GPU-vs-CPU training, benchmark vs PyTorch,
-# one report in $OUT or bench/results/). Plain `make` never needs nvcc.
+# `make gpu-check` runs bench/gpu_check.sh (build, tests, sanitizer, GPU-vs-CPU training, benchmark
+# vs PyTorch; the report in $OUT or bench/results/gpu-check/). Plain `make` never needs nvcc, and
+# `make cuda` never installs packages (it runs on machines that cannot).
 #   NVCC=/path/to/nvcc    CUDA_ARCH=90 (sm_90, H100/H200)    CUDA_BUILD=build-cuda
-#   FG_CBLAS=fallback     use cuda/compat's C GEMM instead of the system OpenBLAS (automatic when
-#                         libopenblas is not installed, as on the GPU machines)
+#   Without libopenblas (or with FG_CBLAS=fallback) the CPU library under the CUDA build is made
+#   with ops/cpu/compat's C GEMM in $(CUDA_BUILD)/cpu; otherwise it is build/ itself.
 NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_ARCH  ?= 90
 CUDA_BUILD ?= build-cuda
 NVCC_OPT   ?= -O3
-NVCCFLAGS  ?= -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVCC_OPT) -lineinfo -I. -DFG_WITH_CUDA \
-              -Xcompiler -Wall,-Wextra,-pthread
+NVCCFLAGS  ?= -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVCC_OPT) -lineinfo -I. -Xcompiler -Wall,-Wextra,-pthread
 # NVCC_HOST_FLAGS=-allow-unsupported-compiler when nvcc refuses the host gcc (gpu-check finds out);
 # PTXAS_VERBOSE=1 prints registers, spills and shared memory of the attention kernels.
 NVCC_HOST_FLAGS ?=
 NVCCFLAGS  += $(NVCC_HOST_FLAGS)
-CUDA_SYS_CBLAS := $(OPENBLAS_LIB)
-ifeq ($(if $(filter fallback,$(FG_CBLAS)),,$(CUDA_SYS_CBLAS)),)
-  CUDA_BLAS_KIND   := fallback (cuda/compat)
-  CUDA_BLAS_CFLAGS := -Icuda/compat
-  CUDA_BLAS_SRC    := cuda/compat/cblas_fallback.c
-  CUDA_BLAS_LIBS   :=
-else
+ifneq ($(if $(filter fallback,$(FG_CBLAS)),,$(OPENBLAS_LIB)),)
+  CUDA_CPU_BUILD   := $(BUILD)
+  CUDA_CPU_FLAGS   :=
   CUDA_BLAS_KIND   := system OpenBLAS
   CUDA_BLAS_CFLAGS := $(BLAS_CFLAGS)
-  CUDA_BLAS_SRC    :=
   CUDA_BLAS_LIBS   := $(BLAS_LIBS)
+else
+  CUDA_CPU_BUILD   := $(CUDA_BUILD)/cpu
+  CUDA_CPU_FLAGS   := FG_CBLAS=fallback
+  CUDA_BLAS_KIND   := fallback (ops/cpu/compat: no libopenblas here)
+  CUDA_BLAS_CFLAGS := -Iops/cpu/compat
+  CUDA_BLAS_LIBS   :=
 endif
 # cuBLAS and cuRAND: the toolkit's, else (an image with nvcc but only PyTorch's pip wheels of the
 # libraries) the nvidia-cublas / nvidia-curand packages python3 can import; rpath'd either way, so
@@ -200,24 +213,29 @@ else
                                     $(firstword $(wildcard $(addsuffix /curand/lib/libcurand.so.*,$(CUDA_PIP))))))
 endif
 NVCCFLAGS      += $(CUDA_INC_FLAGS)
-CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread -DFG_WITH_CUDA $(CUDA_BLAS_CFLAGS)
+# the GPU test runner's C files: plain C over the CPU library's headers
+CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread $(CUDA_BLAS_CFLAGS)
 CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
+CUDA_CPU_LIB   := $(CUDA_CPU_BUILD)/libflashgrad.a
 CUDA_CU_SRC    := $(wildcard cuda/*.cu)
-CUDA_LIB_OBJ   := $(LIB_SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BLAS_SRC:%.c=$(CUDA_BUILD)/%.o) \
-                  $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)
-CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_BUILD)/%.o)
+CUDA_CU_OBJ    := $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)
+CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_CPU_BUILD)/%.o)
 CUDA_TEST_SRC  := $(wildcard tests/cuda/*.c tests/cuda/*.cu)
 # tests/cuda/test_attention.c runs the attention and gradcheck commands in-process (fg_cmd_attention,
 # fg_cmd_gradcheck) on the device: their CLI objects are linked into the GPU test runners by name.
-CUDA_TEST_CLI  := cli/cmd_attention.c cli/cmd_gradcheck.c cli/attn_flags.c cli/cli_util.c
-CUDA_TEST_OBJ  := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_TEST_SRC))) \
-                  $(CUDA_TEST_CLI:%.c=$(CUDA_BUILD)/%.o)
+CUDA_TEST_CLI  := $(addprefix $(CUDA_CPU_BUILD)/,cli/cmd_attention.o cli/cmd_gradcheck.o cli/attn_flags.o cli/cli_util.o)
+CUDA_TEST_OBJ  := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_TEST_SRC))) $(CUDA_TEST_CLI)
 CUDA_BENCH_OBJ := $(CUDA_BUILD)/bench/fg_cuda_bench.o
+
+# the CPU library and program objects the CUDA build stands on (built without any package install)
+cuda-cpu:
+	@$(MAKE) --no-print-directory BUILD=$(CUDA_CPU_BUILD) $(CUDA_CPU_FLAGS) $(CUDA_CPU_LIB) $(CUDA_PROG_OBJ) $(CUDA_TEST_CLI)
 
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "make cuda: nvcc not found (install the CUDA toolkit or pass NVCC=/path/to/nvcc)" >&2; exit 1; fi
 	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND)"
-	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
+	@$(MAKE) --no-print-directory cuda-cpu
+	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad_cuda.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
 	    $(CUDA_BUILD)/fg_cuda_bench
 
 gpu-check:
@@ -234,20 +252,20 @@ ifeq ($(PTXAS_VERBOSE),1)
 $(CUDA_BUILD)/cuda/attention.o: NVCCFLAGS += -Xptxas -v
 endif
 
-$(CUDA_BUILD)/libflashgrad.a: $(CUDA_LIB_OBJ) Makefile
+$(CUDA_BUILD)/libflashgrad_cuda.a: $(CUDA_CU_OBJ) Makefile
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
 
-$(CUDA_BUILD)/flashgrad: $(CUDA_PROG_OBJ) $(CUDA_BUILD)/libflashgrad.a
+$(CUDA_BUILD)/flashgrad: $(CUDA_PROG_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
 
-$(CUDA_BUILD)/fg_cuda_tests: $(CUDA_TEST_OBJ) $(CUDA_BUILD)/libflashgrad.a
+$(CUDA_BUILD)/fg_cuda_tests: $(CUDA_TEST_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
 
-$(CUDA_BUILD)/fg_cuda_bench: $(CUDA_BENCH_OBJ) $(CUDA_BUILD)/libflashgrad.a
+$(CUDA_BUILD)/fg_cuda_bench: $(CUDA_BENCH_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
 
--include $(CUDA_LIB_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d) $(CUDA_BENCH_OBJ:.o=.d) $(CUDA_PROG_OBJ:.o=.d)
+-include $(CUDA_CU_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d) $(CUDA_BENCH_OBJ:.o=.d)
 
 # ---- cuda-emu: the CUDA code on the CPU, without a GPU or nvcc (tests/cuda/emu/) ----
 # Every cuda/*.cu is copied with its <<<...>>> launches rewritten, compiled by g++ against a small
@@ -257,16 +275,18 @@ $(CUDA_BUILD)/fg_cuda_bench: $(CUDA_BENCH_OBJ) $(CUDA_BUILD)/libflashgrad.a
 # without the device-only suite). Slow, but it runs the real kernel and host source.
 CUDA_EMU_BUILD ?= $(CUDA_BUILD)/emu
 EMU_CXX        ?= g++
-EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread -DFG_WITH_CUDA \
+EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread \
                   -include tests/cuda/emu/cuda_emu.h -Itests/cuda/emu/include -I$(CUDA_EMU_BUILD) -I. $(CUDA_BLAS_CFLAGS)
 EMU_CU_OBJ     := $(CUDA_CU_SRC:%.cu=$(CUDA_EMU_BUILD)/%.o)
 EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
-EMU_LIB_OBJ    := $(LIB_SRC:%.c=$(CUDA_BUILD)/%.o) $(CUDA_BLAS_SRC:%.c=$(CUDA_BUILD)/%.o) $(EMU_CU_OBJ)
+EMU_LIB_OBJ    := $(EMU_CU_OBJ)
 EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
-                  $(CUDA_TEST_CLI:%.c=$(CUDA_BUILD)/%.o)
+                  $(CUDA_TEST_CLI)
 
 .PHONY: cuda-emu
-cuda-emu: $(CUDA_EMU_BUILD)/fg_flash_emu $(CUDA_EMU_BUILD)/fg_cuda_tests_emu
+cuda-emu:
+	@$(MAKE) --no-print-directory cuda-cpu
+	@$(MAKE) --no-print-directory $(CUDA_EMU_BUILD)/fg_flash_emu $(CUDA_EMU_BUILD)/fg_cuda_tests_emu
 	$(CUDA_EMU_BUILD)/fg_flash_emu
 	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
 
@@ -284,11 +304,14 @@ $(CUDA_EMU_BUILD)/device_cases_stub.o: tests/cuda/emu/device_cases_stub.c
 $(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ) Makefile
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
-$(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a
-	$(EMU_CXX) -o $@ $^ $(CUDA_BLAS_LIBS) -lm -lpthread
-$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h tests/cuda/emu/*.h)
-	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -o $@ $< $(CUDA_EMU_BUILD)/libflashgrad.a \
-	    $(CUDA_BLAS_LIBS) -lm -lpthread
+# the emulated CUDA objects as a whole (--whole-archive: the CPU library reaches them through a weak
+# symbol only), then the CPU library they stand on
+$(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a $(CUDA_CPU_LIB)
+	$(EMU_CXX) -o $@ $(EMU_TEST_OBJ) -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a -Wl,--no-whole-archive \
+	    $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread
+$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(CUDA_CPU_LIB) $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h tests/cuda/emu/*.h)
+	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -o $@ $< \
+	    -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a -Wl,--no-whole-archive $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread
 
 -include $(EMU_CU_OBJ:.o=.d)
 

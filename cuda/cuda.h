@@ -17,9 +17,9 @@
  * Errors from a kernel surface at the next checked call; every CUDA call goes through one check
  * (cuda/cuda_common.cuh) that records file, line and CUDA's error string in fg_last_error().
  *
- * In a build without CUDA (plain `make`), this header still compiles and fg_cuda_init() is an
- * inline function that fails with a clear message, so command-line code can call it
- * unconditionally. The CUDA build (`make cuda`) compiles every C file with -DFG_WITH_CUDA.
+ * Only the CUDA objects (cuda/) and their tests include this header. The library and the program
+ * reach the device through fg_device_start (ops/kernels.h), which finds fg_cuda_init when the CUDA
+ * objects are linked in and says "built without CUDA" otherwise.
  */
 #ifndef FG_CUDA_H
 #define FG_CUDA_H
@@ -33,7 +33,6 @@
 extern "C" {
 #endif
 
-#if defined(FG_WITH_CUDA) || defined(__CUDACC__)
 
 /* Start the device and register the backends (see above). FG_OK or FG_ERR_DEVICE. */
 fg_status fg_cuda_init(void);
@@ -52,17 +51,6 @@ void *fg_cuda_stream(void);
 void *fg_cuda_cublas(void);
 void *fg_cuda_curand(void);
 
-#else /* no CUDA in this build */
-
-static inline fg_status fg_cuda_init(void) {
-    return fg_error(FG_ERR_DEVICE, "this flashgrad was built without CUDA (build it with `make cuda`)");
-}
-static inline int fg_cuda_ready(void) { return 0; }
-static inline fg_status fg_cuda_synchronize(void) { return FG_OK; }
-static inline const char *fg_cuda_device_string(void) { return "no CUDA in this build"; }
-static inline int fg_cuda_arch(void) { return 0; }
-
-#endif
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,4 @@
-/* cblas_fallback.c — row-major GEMM for the CUDA build on machines without OpenBLAS (see
- * cuda/compat/cblas.h). C = alpha · op(A) op(B) + beta · C.
+/* cblas_fallback.c — row-major GEMM for machines without OpenBLAS (see ops/cpu/compat/cblas.h). C = alpha · op(A) op(B) + beta · C.
  *
  * Method: op(B) is packed once into a contiguous (K, N) buffer when it is transposed; then each
  * thread owns a band of rows of C and, for each row i and each p, adds alpha · op(A)[i, p] times

@@ -1,10 +1,10 @@
-/* cblas.h — a stand-in for the system CBLAS, used only by the CUDA build on machines that have
- * nvcc but no OpenBLAS headers (the GPU machines this project is checked on cannot install
- * packages). `make cuda` puts cuda/compat/ on the include path and links cblas_fallback.c only
- * when no system cblas.h is found; the CPU build never sees this file.
+/* cblas.h — a stand-in for the system CBLAS, for machines without OpenBLAS that cannot install it
+ * (the GPU machines this project is checked on). The CPU library is built with ops/cpu/compat/ on
+ * the include path and cblas_fallback.c in it when FG_CBLAS=fallback, which `make cuda` sets by
+ * itself when libopenblas is not installed; otherwise nothing includes this file.
  *
  * It declares what flashgrad's CPU code calls: row-major cblas_sgemm / cblas_dgemm and OpenBLAS's
- * thread-count functions. The implementation (cuda/compat/cblas_fallback.c) is a plain blocked C
+ * thread-count functions. The implementation (ops/cpu/compat/cblas_fallback.c) is a plain blocked C
  * GEMM split over threads: correct and reasonably quick, not tuned — the CPU side is the
  * reference there, not the thing measured.
  */
