@@ -316,7 +316,7 @@ $(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/l
 -include $(EMU_CU_OBJ:.o=.d)
 
 # =================================================================================================
-# bench — CPU speed (issue 7): attention, the GPT's matmuls, training
+# bench — CPU speed: attention, the GPT's matmuls, training
 # =================================================================================================
 # `make bench` runs three benchmarks on $(BENCH_THREADS) threads. First float32 flash attention,
 # forward + backward through autograd, B=4 H=4 d=64, N = $(BENCH_N), with and without the causal
@@ -352,7 +352,7 @@ bench: all
 	        --threads $(BENCH_THREADS) --repeat $(BENCH_REPEAT) --causal; \
 	fi
 	@$(BUILD)/flashgrad bench matmul --threads $(BENCH_THREADS)
-	@# training (issue 7): Tiny Shakespeare, train's text defaults, side by side with the same GPT in PyTorch
+	@# training: Tiny Shakespeare, train's text defaults, side by side with the same GPT in PyTorch
 	@# (bench/train_torch_cpu.py: same data, batches, initial weights and AdamW; tokens/s, ratio, val loss).
 	@# Options pass through BENCH_TRAIN_ARGS, e.g. BENCH_TRAIN_ARGS='--steps 1000 --seeds 1,2,3'.
 	@sh datasets/get_tinyshakespeare.sh datasets/tinyshakespeare.txt >/dev/null
@@ -365,7 +365,7 @@ bench: all
 	        --warmup-steps 10 --steps 100; \
 	fi
 
-# ---- the recomputation study (issue 8; README.md, "Recomputation tradeoffs") ----
+# ---- the recomputation study (README.md, "Recomputation tradeoffs") ----
 # make recompute-bench : the CSV files (attention naive vs flash over N, and --recompute per setting)
 # make plots           : bench/results/{attention_memory,attention_time,train_recompute}.png from them
 RECOMPUTE_N ?= 256,512,1024,2048,4096,8192,16384

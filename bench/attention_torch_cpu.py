@@ -12,7 +12,7 @@ For each N and with and without the causal mask, in alternating rounds in one ru
              the two is the one compared. Each configuration runs in a forked child process, so its
              peak RSS is its own (PyTorch's is quadratic in N, flashgrad's linear).
 The speed-up is PyTorch's (forward + backward) median time over flashgrad's, per round, then the
-median over rounds. Targets (issue 7): >= 1.5x without the mask, >= 2.5x with it.
+median over rounds. Targets: >= 1.5x without the mask, >= 2.5x with it.
 
 Run with Debian's python3 (the one with torch):
     /usr/bin/python3 bench/attention_torch_cpu.py --flashgrad build/flashgrad

@@ -9,7 +9,7 @@
  * Times are medians over --repeat runs after one warm-up run. FLOPs follow the FlashAttention
  * papers: forward 4·Nq·Nk·d per head, backward 2.5× forward, both halved when causal.
  *
- * The CPU reference (issue 7): for each N, another child process times OpenBLAS's sgemm on the
+ * The CPU reference: for each N, another child process times OpenBLAS's sgemm on the
  * products flash attention is made of, Nq×d by d×Nk (one per head, B·H of them, C written), in the
  * same run and environment, with the same thread count; the table then gives flash's forward +
  * backward GFLOP/s as a percentage of sgemm's. The machine line says which kernel OpenBLAS chose

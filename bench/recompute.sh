@@ -1,5 +1,5 @@
 #!/bin/sh
-# recompute.sh — activation checkpointing on the Tiny Shakespeare configuration (issue 8).
+# recompute.sh — activation checkpointing on the Tiny Shakespeare configuration.
 #
 # For each --recompute setting (none, attn, block) runs
 #     flashgrad bench train --data tinyshakespeare --recompute S [--attn A] --steps N --warmup-steps W

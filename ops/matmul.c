@@ -149,20 +149,18 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *         count, the SIMD level, or the BLAS build.
  *   blas: everything else (float64, big B', a CPU without AVX2, FG_MATMUL=blas in the environment).
  *
- * Why not BLAS everywhere: on the 2-core AVX-512 Xeon here, for the GPT's shapes (768 rows, B' of
- * 64-400 KiB) the tile kernel ran at ~290 GFLOP/s on 2 threads against ~160 for OpenBLAS 0.3.21's
- * Haswell kernels (the OPENBLAS_CORETYPE these machines set) and ~300 for its SkylakeX kernels; for
- * B' past the L2 cache OpenBLAS, which packs and blocks, is faster. `flashgrad bench matmul` times both
- * kernels on a GPT's products. */
+ * Why not BLAS everywhere: for the GPT's shapes with B' in L2 the tile kernel is faster than
+ * OpenBLAS's kernels (much faster than the Haswell ones some machines select through
+ * OPENBLAS_CORETYPE); for B' past the L2 cache OpenBLAS, which packs and blocks, is faster.
+ * `flashgrad bench matmul` times both kernels on a GPT's products (bench/results/ has the figures). */
 
 #define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
 
 /* Bytes of B' up to which the tile kernel runs: three quarters of a core's L2 cache (sysconf;
- * 1.5 MiB when unknown). Measured here (2 MiB L2 per core, 2 threads): B' of 1.5 MiB (the MLP's
- * dW, 128 x 512 x 768) ran at ~200 GFLOP/s against OpenBLAS Haswell's ~160; B' of 2.4 MiB ran at
- * ~120 against ~170. */
+ * 1.5 MiB when unknown): past that the tile kernel's reads of B' miss L2 and BLAS's packing wins
+ * (`flashgrad bench matmul` shows where on a given machine). */
 static double gemm_tile_max_b(void) {
     static _Atomic long v; /* bytes; 0 until the first call */
     long b = atomic_load_explicit(&v, memory_order_relaxed);

@@ -1,4 +1,4 @@
-/* test_recompute.c — the recomputation study (issue 8):
+/* test_recompute.c — the recomputation study:
  *   - fg_recompute (autograd/recompute.h) gives the same gradients, bit for bit, as the graph it
  *     replaces, frees its nodes, and records nothing under no-grad;
  *   - GPT training with --recompute none / attn / block: identical losses and parameters, bit for

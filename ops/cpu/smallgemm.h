@@ -26,8 +26,8 @@
  * 24 (12) FMAs. n that is not a multiple of the vector width is handled with masked loads and
  * stores (nothing is read or written past column n).
  *
- * Speed, per core on the 2-core Xeon (AVX-512, 2 FMA ports, ~182 GFLOP/s peak) for 64×64×64 in L1:
- * ~165 GFLOP/s with AVX-512, ~90 with AVX2 (peak ~94). The plain C form is the bit-exact reference,
+ * Speed: close to the FMA peak per core for tiles in L1 (bench/results/ has the figures). The plain C
+ * form is the bit-exact reference,
  * not a fast path: where the CPU has no FMA instruction (x86 before AVX2) each fmaf is a library
  * call — callers that need speed there should use BLAS (ops/attention_flash.c does).
  */

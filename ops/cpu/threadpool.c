@@ -13,15 +13,15 @@
  * publishes the next job only when the count is back to 0, so a joined worker reads the fields of
  * its own job.
  *
- * Waiting. A training step is a few hundred short jobs back to back (a GEMM, a layernorm, …, each
- * 20 µs to 1 ms). Waking a thread blocked on a condition variable took ~60 µs on the 2-core VMs
- * here — longer than many of the jobs — so a worker that finishes a job first spins on the
+ * Waiting. A training step is a few hundred short jobs back to back (a GEMM, a layernorm, …), many
+ * of them shorter than the time it takes to wake a thread blocked on a condition variable, so a
+ * worker that finishes a job first spins on the
  * generation for up to SPIN_NS (with the CPU's pause hint), and only then sleeps on the condition
  * variable; the caller wakes sleepers only when there are any. The caller, waiting for the
  * workers to check out, spins the same way and then yields. Between steps (data loading,
  * logging, evaluation on the caller alone) the workers go back to sleep after SPIN_NS, so an idle
- * pool costs nothing. Measured here with 2 threads, two items of ~14 µs: ~84 µs per run with
- * sleep-only workers, ~16 µs with the spin (tests/test_simd.c has the pool's correctness tests).
+ * pool costs nothing. (bench/results/train_cpu.md has the timings; tests/test_simd.c has the pool's
+ * correctness tests.)
  */
 #include "ops/cpu/threadpool.h"
 

@@ -47,10 +47,10 @@ extern "C" {
 
 /* ---- 1. parallel ranges ---- */
 
-/* A pool run costs ~16 µs on an idle 2-core VM here (ops/cpu/threadpool.c: workers spin between jobs;
- * far more while another process holds a core), so a loop goes parallel only when its serial time
- * is well above that. Each caller passes its measured cost per element (one thread, AVX-512, data
- * in L2). */
+/* A pool run has a fixed cost (waking or reaching the workers: ops/cpu/threadpool.c), far more while
+ * another process holds a core, so a loop goes parallel only when its serial time is well above
+ * that. Each caller passes its cost per element (one thread, AVX-512, data in L2;
+ * bench/results/train_cpu.md has the measurements). */
 #define FG_PAR_MIN_NS 60000.0
 /* The piece of an element-wise loop: 16 Ki floats (64 KiB), a few µs of work. */
 #define FG_PAR_CHUNK 16384
