@@ -267,28 +267,47 @@ $(CUDA_BUILD)/fg_cuda_bench: $(CUDA_BENCH_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
 
 -include $(CUDA_CU_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d) $(CUDA_BENCH_OBJ:.o=.d)
 
-# ---- cuda-emu: the CUDA code on the CPU, without a GPU or nvcc (tests/cuda/emu/) ----
-# Every cuda/*.cu is copied with its <<<...>>> launches rewritten, compiled by g++ against a small
-# CPU emulator (threads as fibers, barriers and warp shuffles modelled) and fake CUDA runtime /
-# cuBLAS / cuRAND headers; then the flash kernels are checked against the CPU reference
-# (fg_flash_emu) and the whole GPU test suite runs on the emulated device (fg_cuda_tests_emu,
-# without the device-only suite). Slow, but it runs the real kernel and host source.
+# ---- cuda-emu: the CUDA code on the CPU, without a GPU or nvcc (tests/cuda/emu/README.md) ----
+# Every cuda/*.cu is copied with its <<<...>>> launches rewritten and compiled by g++ against a CPU
+# emulator of GPU threads and fake CUDA runtime / cuBLAS / cuRAND headers, with GCC's
+# ThreadSanitizer instrumentation (and no SRA, so a float4 copy stays one 16-byte access) whose
+# hooks the emulator's runtime implements itself (emu_runtime.cpp: not instrumented, no TSan
+# runtime linked), so it sees every memory access. fg_emu_detectors shows each check firing on a
+# seeded bug; fg_flash_emu checks the flash kernels against the CPU reference; fg_cuda_tests_emu
+# runs the GPU test suite (without the device-only suite). Every block runs under EMU_SCHEDULES
+# thread schedules (thread-id order, reversed, seeded random orders; FG_EMU_SEED picks them).
 CUDA_EMU_BUILD ?= $(CUDA_BUILD)/emu
 EMU_CXX        ?= g++
-EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread \
+EMU_INSTR      := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -fno-tree-sra
+EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread $(EMU_INSTR) \
                   -include tests/cuda/emu/cuda_emu.h -Itests/cuda/emu/include -I$(CUDA_EMU_BUILD) -I. $(CUDA_BLAS_CFLAGS)
 EMU_CU_OBJ     := $(CUDA_CU_SRC:%.cu=$(CUDA_EMU_BUILD)/%.o)
 EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
 EMU_LIB_OBJ    := $(EMU_CU_OBJ)
 EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
                   $(CUDA_TEST_CLI)
+EMU_RT_OBJ     := $(CUDA_EMU_BUILD)/emu_runtime.o
+EMU_HDRS       := $(wildcard tests/cuda/emu/*.h tests/cuda/emu/include/*.h)
+EMU_SCHEDULES  ?= 3
+# objects compiled with other flags (say, without the instrumentation the checks depend on) are
+# rebuilt: the flags are kept in a stamp that changes when they do
+EMU_STAMP      := $(CUDA_EMU_BUILD)/.flags
+ifneq ($(filter cuda-emu $(CUDA_EMU_BUILD)/%,$(MAKECMDGOALS)),)
+  $(shell mkdir -p $(CUDA_EMU_BUILD) && (echo '$(EMU_CXXFLAGS)' | cmp -s - $(EMU_STAMP) || echo '$(EMU_CXXFLAGS)' > $(EMU_STAMP)))
+endif
+$(EMU_STAMP):
+	@mkdir -p $(dir $@)
+	echo '$(EMU_CXXFLAGS)' > $@
 
 .PHONY: cuda-emu
 cuda-emu:
 	@$(MAKE) --no-print-directory cuda-cpu
-	@$(MAKE) --no-print-directory $(CUDA_EMU_BUILD)/fg_flash_emu $(CUDA_EMU_BUILD)/fg_cuda_tests_emu
-	$(CUDA_EMU_BUILD)/fg_flash_emu
-	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
+	@$(MAKE) --no-print-directory $(CUDA_EMU_BUILD)/fg_emu_detectors $(CUDA_EMU_BUILD)/fg_flash_emu \
+	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu
+	$(CUDA_EMU_BUILD)/fg_emu_detectors
+	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_flash_emu
+	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} \
+	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
 
 $(CUDA_EMU_BUILD)/cuda/%.cpp: cuda/%.cu tests/cuda/emu/rewrite_launches.py
 	@mkdir -p $(dir $@)
@@ -296,22 +315,32 @@ $(CUDA_EMU_BUILD)/cuda/%.cpp: cuda/%.cu tests/cuda/emu/rewrite_launches.py
 $(CUDA_EMU_BUILD)/cuda/%.cuh: cuda/%.cuh tests/cuda/emu/rewrite_launches.py
 	@mkdir -p $(dir $@)
 	python3 tests/cuda/emu/rewrite_launches.py $< $@
-$(CUDA_EMU_BUILD)/cuda/%.o: $(CUDA_EMU_BUILD)/cuda/%.cpp $(EMU_CUH_GEN) $(wildcard tests/cuda/emu/*.h tests/cuda/emu/include/*.h)
+$(CUDA_EMU_BUILD)/cuda/%.o: $(CUDA_EMU_BUILD)/cuda/%.cpp $(EMU_CUH_GEN) $(EMU_HDRS) $(EMU_STAMP)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
 $(CUDA_EMU_BUILD)/device_cases_stub.o: tests/cuda/emu/device_cases_stub.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c $< -o $@
-$(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ) Makefile
+$(EMU_RT_OBJ): tests/cuda/emu/emu_runtime.cpp tests/cuda/emu/cuda_emu.h $(EMU_STAMP)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -std=c++17 -O2 -g -Wall -Wextra -pthread -I. -c $< -o $@
+$(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $(filter %.o,$^)
+	ar rcs $@ $^
 # the emulated CUDA objects as a whole (--whole-archive: the CPU library reaches them through a weak
 # symbol only), then the CPU library they stand on
-$(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a $(CUDA_CPU_LIB)
+$(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
 	$(EMU_CXX) -o $@ $(EMU_TEST_OBJ) -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a -Wl,--no-whole-archive \
-	    $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread
-$(CUDA_EMU_BUILD)/fg_flash_emu: tests/cuda/emu/flash_emu.cpp $(CUDA_EMU_BUILD)/libflashgrad.a $(CUDA_CPU_LIB) $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h tests/cuda/emu/*.h)
-	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -o $@ $< \
-	    -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a -Wl,--no-whole-archive $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread
+	    $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread -ldl
+# compiled with the instrumentation, linked without it (-fsanitize at link time would add the TSan
+# runtime, which the emulator replaces)
+$(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp $(EMU_HDRS) $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h) $(EMU_STAMP)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -c $< -o $@
+$(CUDA_EMU_BUILD)/fg_flash_emu: $(CUDA_EMU_BUILD)/flash_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
+	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/flash_emu.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
+	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
+$(CUDA_EMU_BUILD)/fg_emu_detectors: $(CUDA_EMU_BUILD)/detectors.o $(EMU_RT_OBJ)
+	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl
 
 -include $(EMU_CU_OBJ:.o=.d)
 

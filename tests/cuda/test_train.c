@@ -5,9 +5,10 @@
  * and AdamW done by cuda/adamw.cu. The reference for every GPU number here is the CPU trainer
  * with the same seed and configuration (itself tested by tests/test_trainer.c): losses and
  * gradient norms step by step, then the parameters and moments, within float32 tolerance (cuBLAS
- * and the deterministic device reductions sum in other orders than the CPU). Checkpoints of a
- * device run go through host copies and must restore bit for bit; `flashgrad sample` reads them
- * on the CPU.
+ * and the deterministic device reductions sum in other orders than the CPU), all but the key
+ * bias: its exact gradient is zero, so what each device has there is rounding noise, checked as
+ * such (compare_trained). Checkpoints of a device run go through host copies and must restore bit
+ * for bit; `flashgrad sample` reads them on the CPU.
  *
  * bench/gpu_check.sh runs these (and the CLI comparison) as its training step.
  */
@@ -49,6 +50,116 @@ static fg_train_config tiny_config(const fg_source *src, fg_device dev, fg_attn_
 
 static int rel_close(double got, double want, double tol) { return fabs(got - want) <= tol * fmax(fabs(want), 1e-3); }
 
+/* The key bias, the middle third (K) of each block's c_attn.bias, has a gradient that is exactly
+ * zero in exact arithmetic: q·(k + b) = q·k + q·b adds the same amount to every score of a query
+ * row, and the softmax ignores that. What a device computes there is rounding noise, which AdamW's
+ * m̂ / (sqrt(v̂) + eps) turns into steps of up to about lr once the noise outgrows eps; the slice
+ * then takes a random walk that differs between devices and that no loss can see. So those
+ * elements are left out of the parameter and moment comparisons, and checked on their own:
+ *   - the gradient there is noise on both devices: at most 1e-5 · max|g| (a wrong attention
+ *     backward, whose rows of dS no longer sum to zero, puts a real gradient there);
+ *   - the moments are noise-sized likewise (|m| at most 1e-5 · max|m|, v at most 1e-10 · max|v|);
+ *   - each device's key bias moved at most 2.5 · Σ lr from its start (AdamW's step is at most
+ *     about 2.3 · lr for β1 = 0.9, β2 = 0.99; biases get no weight decay).
+ * key[i] = 1 marks the key-bias elements of the flat buffers. */
+static int8_t *key_bias_mask(const fg_gpt *g) {
+    int8_t *key = calloc((size_t)g->num_elements, 1);
+    if (!key) return NULL;
+    const int64_t C = g->cfg.n_embd;
+    for (int i = 0; i < g->n_params; i++)
+        if (g->params[i].kind == FG_GPT_ATTN_B)
+            memset(key + g->params[i].offset + C, 1, (size_t)C);
+    return key;
+}
+
+/* the elements of x where key[i] == keep (a new array of *n) */
+static double *pick(const double *x, const int8_t *key, int64_t P, int keep, int64_t *n) {
+    double *r = malloc((size_t)(P ? P : 1) * sizeof(double));
+    *n = 0;
+    if (r)
+        for (int64_t i = 0; i < P; i++)
+            if (key[i] == keep) r[(*n)++] = x[i];
+    return r;
+}
+
+static double max_abs(const double *x, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* The four flat buffers of a trained run as host float64 arrays: params, grads, exp_avg, exp_avg_sq
+ * (free with free_trained). */
+typedef struct {
+    double *b[4];
+} trained_host;
+static void free_trained(trained_host *t) {
+    for (int i = 0; i < 4; i++) free(t->b[i]);
+}
+static int get_trained(const fg_trainer *tr, trained_host *t) {
+    const fg_tensor *src[4] = {tr->model->params_flat, tr->model->grads_flat, tr->opt.m, tr->opt.v};
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= (t->b[i] = fgt_host_f64(src[i])) != NULL;
+    if (!ok) printf("    could not read the trained buffers: %s\n", fg_last_error());
+    return ok;
+}
+
+/* The device run (dev) against the CPU run (ref), the key bias apart (see above); key from
+ * key_bias_mask, P elements, lr_sum = Σ lr over the steps taken. */
+static int compare_trained(const trained_host *dev, const trained_host *ref, const int8_t *key, int64_t P,
+                           double lr_sum) {
+    int r = FGT_PASS;
+    /* everything but the key bias, as tight as the rest of this test: AdamW's m / (sqrt(v) + eps)
+     * amplifies tiny gradient differences where v is small, so the parameters get a looser (still
+     * float32-scale) tolerance than the losses */
+    static const char *names[4] = {"parameters after training (without the key bias)", NULL,
+                                   "AdamW exp_avg (without the key bias)", "AdamW exp_avg_sq (without the key bias)"};
+    static const double tols[4] = {1e-4, 0, 5e-3, 5e-3};
+    for (int b = 0; b < 4 && r == FGT_PASS; b++) {
+        if (!names[b]) continue;
+        int64_t n;
+        double *g = pick(dev->b[b], key, P, 0, &n), *w = pick(ref->b[b], key, P, 0, &n);
+        r = g && w ? fgt_compare(names[b], g, w, n, tols[b]) : FGT_FAIL;
+        free(g);
+        free(w);
+    }
+    /* the key bias: noise on both devices, and a bounded walk */
+    const trained_host *runs[2] = {dev, ref};
+    static const char *run_names[2] = {"device", "CPU"};
+    for (int d = 0; d < 2 && r == FGT_PASS; d++) {
+        double *const *h = runs[d]->b;
+        int64_t nk, nr;
+        double *kp = pick(h[0], key, P, 1, &nk);
+        double *kg = pick(h[1], key, P, 1, &nk), *rg = pick(h[1], key, P, 0, &nr);
+        double *km = pick(h[2], key, P, 1, &nk), *rm = pick(h[2], key, P, 0, &nr);
+        double *kv = pick(h[3], key, P, 1, &nk), *rv = pick(h[3], key, P, 0, &nr);
+        if (!kp || !kg || !rg || !km || !rm || !kv || !rv) r = FGT_FAIL;
+        else if (max_abs(kg, nk) > 1e-5 * max_abs(rg, nr) || max_abs(km, nk) > 1e-5 * max_abs(rm, nr) ||
+                 max_abs(kv, nk) > 1e-10 * max_abs(rv, nr) || max_abs(kp, nk) > 2.5 * lr_sum) {
+            printf("    key bias on the %s: max |grad| %.3e (others %.3e), |exp_avg| %.3e (others %.3e), exp_avg_sq "
+                   "%.3e (others %.3e), |value| %.3e (2.5 x sum of lr %.3e): not the rounding noise that exact "
+                   "arithmetic's zero gradient leaves\n",
+                   run_names[d], max_abs(kg, nk), max_abs(rg, nr), max_abs(km, nk), max_abs(rm, nr), max_abs(kv, nk),
+                   max_abs(rv, nr), max_abs(kp, nk), 2.5 * lr_sum);
+            r = FGT_FAIL;
+        }
+        free(kp), free(kg), free(rg), free(km), free(rm), free(kv), free(rv);
+    }
+    return r;
+}
+
+static int compare_trainers(fg_trainer *gpu, fg_trainer *cpu, double lr_sum) {
+    trained_host g = {{0}}, c = {{0}};
+    int8_t *key = key_bias_mask(cpu->model);
+    int r = key && get_trained(gpu, &g) && get_trained(cpu, &c)
+                ? compare_trained(&g, &c, key, cpu->model->num_elements, lr_sum)
+                : FGT_FAIL;
+    free_trained(&g);
+    free_trained(&c);
+    free(key);
+    return r;
+}
+
 static int train_matches_cpu(fg_attn_impl attn) {
     const int steps = fgt_quick ? 3 : 6;
     fg_addition_config ac = fg_addition_default_config();
@@ -74,6 +185,7 @@ static int train_matches_cpu(fg_attn_impl attn) {
      * (other summation orders); 2e-4 leaves room without hiding a wrong gradient (those are off
      * by percent) */
     const double tol = 2e-4;
+    double lr_sum = 0;
     for (int s = 0; s < steps; s++) {
         fg_step_stats a, b;
         if (fg_trainer_step(cpu, &a) != FG_OK || fg_trainer_step(gpu, &b) != FG_OK) {
@@ -87,13 +199,9 @@ static int train_matches_cpu(fg_attn_impl attn) {
                    s + 1, b.loss, b.grad_norm, b.lr, a.loss, a.grad_norm, a.lr, tol);
             goto out;
         }
+        lr_sum += a.lr;
     }
-    /* AdamW's m / (sqrt(v) + eps) amplifies tiny gradient differences where v is small, so the
-     * parameters get a looser (still float32-scale) tolerance than the losses */
-    if (fgt_compare_tensors("parameters after training", gpu->model->params_flat, cpu->model->params_flat, 1e-4) != FGT_PASS ||
-        fgt_compare_tensors("AdamW exp_avg", gpu->opt.m, cpu->opt.m, 5e-3) != FGT_PASS ||
-        fgt_compare_tensors("AdamW exp_avg_sq", gpu->opt.v, cpu->opt.v, 5e-3) != FGT_PASS)
-        goto out;
+    if (compare_trainers(gpu, cpu, lr_sum) != FGT_PASS) goto out;
     double lc = 0, lg = 0;
     if (fg_trainer_eval_loss(cpu, FG_SPLIT_VAL, &lc) != FG_OK || fg_trainer_eval_loss(gpu, FG_SPLIT_VAL, &lg) != FG_OK) {
         printf("    eval: %s\n", fg_last_error());
@@ -113,6 +221,84 @@ out:
 
 static int gpt_training_flash_on_device_matches_cpu_step_by_step(void) { return train_matches_cpu(FG_ATTN_FLASH); }
 static int gpt_training_naive_on_device_matches_cpu_step_by_step(void) { return train_matches_cpu(FG_ATTN_NAIVE); }
+
+/* compare_trained on what a device whose rounding noise outgrows AdamW's eps would leave: two
+ * identical CPU runs, then the "device" key bias walked by ±lr per step. The whole-buffer
+ * comparison rejects that; compare_trained must accept it, and must still reject a real gradient
+ * in the key bias and a wrong parameter elsewhere. */
+static int key_bias_noise_passes_the_comparison_and_a_real_key_gradient_fails_it(void) {
+    fg_addition_config ac = fg_addition_default_config();
+    ac.n_digits = 2;
+    fg_source *src = fg_source_addition(&ac);
+    FGT_NOTNULL(src);
+    const int steps = 2;
+    fg_train_config cc = tiny_config(src, FG_CPU, FG_ATTN_FLASH, steps);
+    fg_trainer *a = fg_trainer_create(&cc, src), *b = fg_trainer_create(&cc, src);
+    trained_host ta = {{0}}, tb = {{0}};
+    int8_t *key = NULL;
+    int r = FGT_FAIL;
+    double lr_sum = 0;
+    if (!a || !b) goto fail;
+    for (int s = 0; s < steps; s++) {
+        fg_step_stats sa, sb;
+        if (fg_trainer_step(a, &sa) != FG_OK || fg_trainer_step(b, &sb) != FG_OK) goto fail;
+        lr_sum += sa.lr;
+    }
+    const int64_t P = a->model->num_elements;
+    if (!(key = key_bias_mask(a->model)) || !get_trained(a, &ta) || !get_trained(b, &tb)) goto out;
+    if (compare_trained(&tb, &ta, key, P, lr_sum) != FGT_PASS) {
+        printf("    two identical runs do not compare equal\n");
+        goto out;
+    }
+    /* the walk: each key-bias element of the "device" off by lr per step, alternating in sign */
+    int64_t nkey = 0;
+    for (int64_t i = 0; i < P; i++)
+        if (key[i]) tb.b[0][i] = ta.b[0][i] + ((nkey++ & 1) ? -1 : 1) * lr_sum;
+    printf("    seeded: the key bias walked by lr per step; the whole-buffer comparison (must reject it):\n");
+    if (fgt_compare("parameters, whole buffer", tb.b[0], ta.b[0], P, 1e-4) == FGT_PASS) {
+        printf("    the whole-buffer comparison accepts a key bias off by lr per step; this test shows nothing\n");
+        goto out;
+    }
+    if (compare_trained(&tb, &ta, key, P, lr_sum) != FGT_PASS) {
+        printf("    compare_trained rejects the key bias's noise walk\n");
+        goto out;
+    }
+    /* a real gradient there: 1% of the largest one */
+    double gmax = 0;
+    for (int64_t i = 0; i < P; i++) gmax = fmax(gmax, fabs(ta.b[1][i]));
+    int64_t k0 = -1, w0 = -1;
+    for (int64_t i = 0; i < P && (k0 < 0 || w0 < 0); i++) {
+        if (key[i] && k0 < 0) k0 = i;
+        if (!key[i] && w0 < 0) w0 = i;
+    }
+    const double g_saved = tb.b[1][k0];
+    tb.b[1][k0] = 0.01 * gmax;
+    printf("    seeded: a key-bias gradient of 1%% of the largest gradient (must be rejected):\n");
+    if (compare_trained(&tb, &ta, key, P, lr_sum) == FGT_PASS) {
+        printf("    compare_trained accepts a key-bias gradient of 1%% of the largest gradient\n");
+        goto out;
+    }
+    tb.b[1][k0] = g_saved;
+    /* and a parameter outside the key bias off by 1% of the largest one */
+    tb.b[0][w0] += 0.01 * max_abs(ta.b[0], P);
+    printf("    seeded: a parameter outside the key bias off by 1%% (must be rejected):\n");
+    if (compare_trained(&tb, &ta, key, P, lr_sum) == FGT_PASS) {
+        printf("    compare_trained accepts a wrong parameter outside the key bias\n");
+        goto out;
+    }
+    r = FGT_PASS;
+    goto out;
+fail:
+    printf("    %s\n", fg_last_error());
+out:
+    free_trained(&ta);
+    free_trained(&tb);
+    free(key);
+    fg_trainer_free(a);
+    fg_trainer_free(b);
+    fg_source_free(src);
+    return r;
+}
 
 /* Bitwise equality of two tensors' bytes (any devices), via host copies. */
 static int same_bytes(const char *what, const fg_tensor *a, const fg_tensor *b) {
@@ -229,5 +415,7 @@ const fgt_case fgt_train_cases[] = {
     {"gpt_training_flash_on_device_matches_cpu_step_by_step", gpt_training_flash_on_device_matches_cpu_step_by_step},
     {"gpt_training_naive_on_device_matches_cpu_step_by_step", gpt_training_naive_on_device_matches_cpu_step_by_step},
     {"device_checkpoint_restores_bit_for_bit_and_samples_on_cpu", device_checkpoint_restores_bit_for_bit_and_samples_on_cpu},
+    {"key_bias_noise_passes_the_comparison_and_a_real_key_gradient_fails_it",
+     key_bias_noise_passes_the_comparison_and_a_real_key_gradient_fails_it},
     {NULL, NULL},
 };

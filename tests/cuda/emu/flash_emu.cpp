@@ -8,7 +8,8 @@
  * slopes, softcapping, all of them at once):
  *   forward (O, lse poisoned with NaN first), then the three backward kernels into gradient
  *   buffers pre-filled with random values (the kernels must add), against the reference.
- * Global buffers carry guard zones checked after every launch (a write out of bounds fails).
+ * The buffers are emulated device memory (cudaMalloc'd, filled and read back with cudaMemcpy) with
+ * guard zones on both sides, checked after the launches (a write out of bounds fails).
  * The launch geometry is the one cuda/attention.cu uses. First, the tile schedule of the kernels
  * (fa_tile_kind, fa_key_tiles with its FULL range, fa_query_tiles) is checked against
  * ops/shared/attn_variant.h's fg_attn_tile_kind_window and against brute force over the elements, for
@@ -17,23 +18,42 @@
  */
 #include "tests/cuda/emu/cuda_emu.h"
 
+#include <cuda_runtime.h>
 #include <math.h>
 
 #include "cuda/attention_kernels.cuh"
 #include "ops/attention.h"
 
-/* an array with guard zones on both sides */
+/* n elements of device memory between two guard zones, with a host copy (h) that upload() sends
+ * and download() fetches */
 template <typename T> struct gbuf {
     static constexpr size_t G = 1024;
-    std::vector<T> mem;
+    static constexpr double GUARD = -12345.5;
     size_t n;
-    explicit gbuf(size_t n_) : mem(n_ + 2 * G), n(n_) {
-        for (size_t i = 0; i < G; i++) mem[i] = mem[G + n + i] = (T)-12345.5;
+    std::vector<T> h;
+    T *d = nullptr;
+    explicit gbuf(size_t n_) : n(n_), h(n_) {
+        if (cudaMalloc(&d, (n + 2 * G) * sizeof(T)) != cudaSuccess) {
+            fprintf(stderr, "flash_emu: cudaMalloc of %zu elements failed\n", n + 2 * G);
+            exit(1);
+        }
     }
-    T *p() { return mem.data() + G; }
-    bool intact() const {
+    ~gbuf() { cudaFree(d); }
+    gbuf(const gbuf &) = delete;
+    gbuf &operator=(const gbuf &) = delete;
+    T *p() { return d + G; }
+    void upload() {
+        std::vector<T> all(n + 2 * G, (T)GUARD);
+        std::copy(h.begin(), h.end(), all.begin() + G);
+        cudaMemcpy(d, all.data(), all.size() * sizeof(T), cudaMemcpyHostToDevice);
+    }
+    /* false when a guard element changed */
+    bool download() {
+        std::vector<T> all(n + 2 * G);
+        cudaMemcpy(all.data(), d, all.size() * sizeof(T), cudaMemcpyDeviceToHost);
+        std::copy(all.begin() + G, all.begin() + G + n, h.begin());
         for (size_t i = 0; i < G; i++)
-            if (mem[i] != (T)-12345.5 || mem[G + n + i] != (T)-12345.5) return false;
+            if (all[i] != (T)GUARD || all[G + n + i] != (T)GUARD) return false;
         return true;
     }
 };
@@ -175,27 +195,34 @@ static int run(const shape &s, uint64_t seed) {
         const std::vector<double> *src;
     } fill[] = {{&tq, &q}, {&tk, &k}, {&tv, &v}, {&tdo, &dout}, {&tdq, &g0q}, {&tdk, &g0k}, {&tdv, &g0v}};
     for (auto &f : fill)
-        for (size_t i = 0; i < f.b->n; i++) f.b->p()[i] = (T)(*f.src)[i];
-    for (size_t i = 0; i < nq; i++) to.p()[i] = (T)NAN;
-    for (size_t i = 0; i < nl; i++) tl.p()[i] = (T)NAN, tlo.p()[i] = (T)NAN, tD.p()[i] = (T)NAN;
+        for (size_t i = 0; i < f.b->n; i++) f.b->h[i] = (T)(*f.src)[i];
+    for (size_t i = 0; i < nq; i++) to.h[i] = (T)NAN;
+    for (size_t i = 0; i < nl; i++) tl.h[i] = (T)NAN, tlo.h[i] = (T)NAN, tD.h[i] = (T)NAN;
+    gbuf<T> *all[] = {&tq, &tk, &tv, &tdo, &to, &tl, &tlo, &tdq, &tdk, &tdv, &tD};
+    for (gbuf<T> *b : all) b->upload();
+    /* user ALiBi slopes: device memory, as cuda/attention.cu uploads them */
+    gbuf<double> slopes(pr.var.alibi_slopes ? (size_t)s.H : 0);
+    if (pr.var.alibi_slopes) {
+        for (int64_t h = 0; h < s.H; h++) slopes.h[(size_t)h] = pr.var.alibi_slopes[h];
+        slopes.upload();
+    }
     /* float32 runs with lse_lo (as fg_attention does), float64 without */
     T *lo = sizeof(T) == 4 ? tlo.p() : nullptr;
     fa_args<T> a = make_args<T>(&pr);
-    a.slopes = pr.var.alibi_slopes; /* the emulated device reads host memory */
+    a.slopes = pr.var.alibi_slopes ? slopes.p() : nullptr;
     a.q = tq.p(), a.k = tk.p(), a.v = tv.p(), a.o_out = to.p(), a.lse_out = tl.p(), a.lse_lo_out = lo;
     const int D = flash_width(s.d);
     dispatch<T>(D, a, tD.p(), false);
     a.o = to.p(), a.lse = tl.p(), a.lse_lo = lo, a.dout = tdo.p(), a.dq = tdq.p(), a.dk = tdk.p(), a.dv = tdv.p();
     dispatch<T>(D, a, tD.p(), true);
-    gbuf<T> *all[] = {&tq, &tk, &tv, &tdo, &to, &tl, &tlo, &tdq, &tdk, &tdv, &tD};
     for (gbuf<T> *b : all)
-        if (!b->intact()) {
+        if (!b->download()) {
             printf("  FAIL %s: a kernel wrote outside a global buffer\n", label);
             return 1;
         }
     auto as_f64 = [](gbuf<T> &b) {
         std::vector<double> r(b.n);
-        for (size_t i = 0; i < b.n; i++) r[i] = (double)b.p()[i];
+        for (size_t i = 0; i < b.n; i++) r[i] = (double)b.h[i];
         return r;
     };
     const double tol = sizeof(T) == 8 ? 1e-10 : 1e-4;

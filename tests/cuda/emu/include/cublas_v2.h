@@ -1,7 +1,10 @@
 /* cublas_v2.h (emulator) — the cuBLAS calls flashgrad makes, as plain column-major loops that
  * follow the BLAS definition literally (op(A) is m × k, op(B) k × n, C m × n, leading dimensions
  * checked as cuBLAS checks them). They do not reuse the row-major CBLAS path, so the emulator
- * tests cuda/matmul.cu's row-major-to-column-major mapping independently. */
+ * tests cuda/matmul.cu's row-major-to-column-major mapping independently. Like the GPU's cuBLAS,
+ * they reach only device memory: every matrix, with its leading dimension and batch stride, must
+ * lie inside one device allocation (else the run stops with a message, as a GPU would stop with an
+ * illegal address). */
 #ifndef FG_EMU_CUBLAS_V2_H
 #define FG_EMU_CUBLAS_V2_H
 
@@ -27,14 +30,31 @@ inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
 inline cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 
+/* the bytes of a column-major rows × cols matrix with leading dimension ld, `batch` of them stride
+ * apart, inside one device allocation */
 template <typename T>
-cublasStatus_t fg_emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const T *alpha, const T *A,
-                           int lda, long long sA, const T *B, int ldb, long long sB, const T *beta, T *C, int ldc,
-                           long long sC, int batch) {
+inline void fg_emu_blas_range(const char *fn, const char *name, const T *p, int rows, int cols, int ld, long long stride,
+                              int batch) {
+    if (rows <= 0 || cols <= 0 || batch <= 0) return;
+    const long long last = (long long)(cols - 1) * ld + (rows - 1) + (long long)(batch - 1) * stride;
+    char what[96];
+    snprintf(what, sizeof what, "%s: matrix %s (%d x %d, ld %d, %d of them)", fn, name, rows, cols, ld, batch);
+    if (!fg_emu_dev_check(p, (size_t)(last + 1) * sizeof(T), what)) fg_emu_fatal("%s reaches outside device memory", fn);
+}
+
+template <typename T>
+__attribute__((no_sanitize("thread"))) /* host loops: no access hooks */
+cublasStatus_t fg_emu_gemm(const char *fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const T *alpha, const T *A, int lda, long long sA, const T *B, int ldb, long long sB,
+                           const T *beta, T *C, int ldc, long long sC, int batch) {
     const int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
     if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
         ldc < (m > 1 ? m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
+    fg_emu_blas_range(fn, "A", A, arows, ta == CUBLAS_OP_N ? k : m, lda, sA, batch);
+    fg_emu_blas_range(fn, "B", B, brows, tb == CUBLAS_OP_N ? n : k, ldb, sB, batch);
+    fg_emu_blas_range(fn, "C", C, m, n, ldc, sC, batch);
+    fg_emu_device_scope scope;
     for (int b = 0; b < batch; b++) {
         const T *Ab = A + b * sA, *Bb = B + b * sB;
         T *Cb = C + b * sC;
@@ -55,24 +75,26 @@ cublasStatus_t fg_emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, in
 inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                   const float *al, const float *A, int lda, const float *B, int ldb, const float *be,
                                   float *C, int ldc) {
-    return fg_emu_gemm<float>(ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
+    return fg_emu_gemm<float>("cublasSgemm", ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
 }
 inline cublasStatus_t cublasDgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                   const double *al, const double *A, int lda, const double *B, int ldb, const double *be,
                                   double *C, int ldc) {
-    return fg_emu_gemm<double>(ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
+    return fg_emu_gemm<double>("cublasDgemm", ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
 }
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                                 int k, const float *al, const float *A, int lda, long long sA,
                                                 const float *B, int ldb, long long sB, const float *be, float *C, int ldc,
                                                 long long sC, int batch) {
-    return fg_emu_gemm<float>(ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC, batch);
+    return fg_emu_gemm<float>("cublasSgemmStridedBatched", ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC,
+                              batch);
 }
 inline cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                                 int k, const double *al, const double *A, int lda, long long sA,
                                                 const double *B, int ldb, long long sB, const double *be, double *C,
                                                 int ldc, long long sC, int batch) {
-    return fg_emu_gemm<double>(ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC, batch);
+    return fg_emu_gemm<double>("cublasDgemmStridedBatched", ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC,
+                               batch);
 }
 
 #endif /* FG_EMU_CUBLAS_V2_H */

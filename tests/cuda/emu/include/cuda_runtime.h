@@ -1,16 +1,26 @@
 /* cuda_runtime.h (emulator) — the part of the CUDA runtime API flashgrad's host code uses, on the
- * CPU: "device" memory is host memory from malloc (filled with NaN bytes, as real device memory is
- * garbage), copies are memcpy, streams are synchronous, and launches (rewritten from <<<...>>> by
- * tests/cuda/emu/rewrite_launches.py) run through cuda_emu.h. Launch errors are checked as the
- * GPU checks them: an empty or oversized grid, too many threads, dynamic shared memory above 48 KB
- * without cudaFuncSetAttribute, or above the device's opt-in limit, fail with the real error code
- * and are reported by cudaGetLastError. Only for tests/cuda/emu (`make cuda-emu`).
+ * CPU, with the host/device discipline checks a GPU would enforce by crashing or by silently wrong
+ * data. Device memory comes from the emulator's own address range (cuda_emu.h: PROT_NONE outside
+ * device work, so host code that dereferences a device pointer faults with a message saying so),
+ * starts as NaN bytes, and is freed for good (a later use faults). Copies check their kind against
+ * the pointers (a device pointer where the kind says host, or the reverse, or a range past the end
+ * of an allocation, fails with cudaErrorInvalidValue and a line on stderr). The one stream is in
+ * order, and kernels run at launch; a device-to-host cudaMemcpyAsync lands in host memory only at
+ * the next synchronization (cudaStreamSynchronize, cudaDeviceSynchronize, cudaMemcpy, cudaFree),
+ * the host buffer holding NaN bytes until then, so a missing stream sync reads garbage. Launches
+ * (rewritten from <<<...>>> by tests/cuda/emu/rewrite_launches.py) run through cuda_emu.h. Launch
+ * errors are checked as the GPU checks them: an empty or oversized grid, too many threads, dynamic
+ * shared memory above 48 KB without cudaFuncSetAttribute, or above the device's opt-in limit, fail
+ * with the real error code and are reported by cudaGetLastError. Only for tests/cuda/emu
+ * (`make cuda-emu`).
  */
 #ifndef FG_EMU_CUDA_RUNTIME_H
 #define FG_EMU_CUDA_RUNTIME_H
 
 #include <map>
+#include <vector>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,36 +135,111 @@ inline cudaError_t cudaStreamCreate(cudaStream_t *s) {
     *s = (cudaStream_t)malloc(1);
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
-/* allocations: malloc'd, poisoned; a table catches frees of unknown pointers */
-/* never destroyed: the caching allocator frees its blocks from an exit-time destructor */
-inline std::map<void *, size_t> &fg_emu_allocs() {
-    static auto *m = new std::map<void *, size_t>;
-    return *m;
-}
+/* ---- memory ---- */
 inline cudaError_t cudaMalloc(void **p, size_t n) {
-    *p = malloc(n ? n : 1);
-    if (!*p) return fg_emu_err(cudaErrorMemoryAllocation);
-    memset(*p, 0xff, n);
-    fg_emu_allocs()[*p] = n;
-    return cudaSuccess;
+    *p = fg_emu_dev_malloc(n);
+    return *p ? cudaSuccess : fg_emu_err(cudaErrorMemoryAllocation);
 }
 template <typename T> inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+
+/* device-to-host copies not yet delivered (they land at the next synchronization) */
+struct fg_emu_pending_copy {
+    void *dst;
+    std::vector<unsigned char> bytes;
+};
+inline std::vector<fg_emu_pending_copy> &fg_emu_pending() {
+    static auto *v = new std::vector<fg_emu_pending_copy>;
+    return *v;
+}
+inline void fg_emu_deliver() {
+    for (auto &c : fg_emu_pending()) memcpy(c.dst, c.bytes.data(), c.bytes.size());
+    fg_emu_pending().clear();
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    fg_emu_deliver();
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() {
+    fg_emu_deliver();
+    return cudaSuccess;
+}
+
 inline cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess; /* cudaFree(0) initializes the context */
-    auto it = fg_emu_allocs().find(p);
-    if (it == fg_emu_allocs().end()) return fg_emu_err(cudaErrorInvalidValue);
-    fg_emu_allocs().erase(it);
-    free(p);
+    fg_emu_deliver();           /* cudaFree synchronizes the device */
+    if (fg_emu_dev_free(p) != 0) {
+        fprintf(stderr, "cuda_emu: cudaFree(%p): not a live device allocation\n", p);
+        return fg_emu_err(cudaErrorInvalidValue);
+    }
     return cudaSuccess;
+}
+
+inline const char *fg_emu_kind_name(cudaMemcpyKind k) {
+    switch (k) {
+    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
+    default: return "cudaMemcpyDefault";
+    }
+}
+/* cudaSuccess, or cudaErrorInvalidValue (with a line on stderr) when a pointer is not where `k`
+ * says, or a device range is not inside one live allocation */
+inline cudaError_t fg_emu_copy_check(const char *fn, void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+    const int dk = fg_emu_dev_find(dst, nullptr, nullptr), sk = fg_emu_dev_find(src, nullptr, nullptr);
+    /* where the kind says they are (cudaMemcpyDefault: wherever they are) */
+    const bool to_dev = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
+    const bool from_dev = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
+    const int want_d = to_dev ? 1 : k == cudaMemcpyDefault ? dk : 0;
+    const int want_s = from_dev ? 1 : k == cudaMemcpyDefault ? sk : 0;
+    const char *why = nullptr;
+    const void *bad = nullptr;
+    if (dk != want_d) why = "destination", bad = dst;
+    else if (sk != want_s) why = "source", bad = src;
+    if (why) {
+        const int got = why[0] == 'd' ? dk : sk, want = why[0] == 'd' ? want_d : want_s;
+        fprintf(stderr, "cuda_emu: %s(%p, %p, %zu, %s): the %s %p is %s, but the kind says %s memory\n", fn, dst, src,
+                n, fg_emu_kind_name(k), why, bad,
+                got == 1 ? "device memory" : got == 0 ? "host memory" : "in the device range but in no live allocation",
+                want ? "device" : "host");
+        return cudaErrorInvalidValue;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s(..., %s): the destination", fn, fg_emu_kind_name(k));
+    if (want_d && !fg_emu_dev_check(dst, n, what)) return cudaErrorInvalidValue;
+    snprintf(what, sizeof what, "%s(..., %s): the source", fn, fg_emu_kind_name(k));
+    if (want_s && !fg_emu_dev_check(src, n, what)) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+inline cudaError_t fg_emu_copy(const char *fn, void *d, const void *s, size_t n, cudaMemcpyKind k, bool sync) {
+    if (n == 0) return cudaSuccess;
+    cudaError_t e = fg_emu_copy_check(fn, d, s, n, k);
+    if (e != cudaSuccess) return fg_emu_err(e);
+    const bool to_host = fg_emu_dev_find(d, nullptr, nullptr) == 0;
+    const bool from_dev = fg_emu_dev_find(s, nullptr, nullptr) == 1;
+    fg_emu_device_scope scope;
+    if (to_host && from_dev && !sync) { /* in stream order now, in host memory at the next sync */
+        const unsigned char *b = (const unsigned char *)s;
+        fg_emu_pending().push_back({d, std::vector<unsigned char>(b, b + n)});
+        memset(d, 0xff, n);
+        return cudaSuccess;
+    }
+    if (sync) fg_emu_deliver();
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
+    return fg_emu_copy("cudaMemcpyAsync", d, s, n, k, false);
+}
+inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
+    return fg_emu_copy("cudaMemcpy", d, s, n, k, true);
 }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t = nullptr) {
+    if (n == 0) return cudaSuccess;
+    if (!fg_emu_dev_check(p, n, "cudaMemsetAsync")) return fg_emu_err(cudaErrorInvalidValue);
+    fg_emu_device_scope scope;
     memset(p, v, n);
-    return cudaSuccess;
-}
-inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
-    if (n) memmove(d, s, n);
     return cudaSuccess;
 }
 

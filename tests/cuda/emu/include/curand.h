@@ -1,5 +1,6 @@
 /* curand.h (emulator) — the cuRAND host calls flashgrad makes, with a simple generator (the
- * numbers are not cuRAND's; nothing in the emulated suite depends on their exact values). */
+ * numbers are not cuRAND's; nothing in the emulated suite depends on their exact values). The
+ * output must be device memory, as for cuRAND's host API. */
 #ifndef FG_EMU_CURAND_H
 #define FG_EMU_CURAND_H
 
@@ -26,10 +27,16 @@ inline curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t g, un
     return CURAND_STATUS_SUCCESS;
 }
 inline curandStatus_t curandGenerateUniform(curandGenerator_t g, float *x, size_t n) {
+    if (n && !fg_emu_dev_check(x, n * sizeof *x, "curandGenerateUniform"))
+        fg_emu_fatal("curandGenerateUniform: bad output");
+    fg_emu_device_scope scope;
     for (size_t i = 0; i < n; i++) x[i] = fg_u32_to_uniform(fg_philox_u32(g->seed, 0, g->offset++));
     return CURAND_STATUS_SUCCESS;
 }
 inline curandStatus_t curandGenerateNormalDouble(curandGenerator_t g, double *x, size_t n, double mean, double sd) {
+    if (n && !fg_emu_dev_check(x, n * sizeof *x, "curandGenerateNormalDouble"))
+        fg_emu_fatal("curandGenerateNormalDouble: bad output");
+    fg_emu_device_scope scope;
     for (size_t i = 0; i < n; i++) {
         double a, b;
         fg_box_muller(fg_philox_u32(g->seed, 0, g->offset), fg_philox_u32(g->seed, 0, g->offset + 1), &a, &b);
@@ -39,10 +46,14 @@ inline curandStatus_t curandGenerateNormalDouble(curandGenerator_t g, double *x,
     return CURAND_STATUS_SUCCESS;
 }
 inline curandStatus_t curandGenerateNormal(curandGenerator_t g, float *x, size_t n, float mean, float sd) {
+    if (n && !fg_emu_dev_check(x, n * sizeof *x, "curandGenerateNormal"))
+        fg_emu_fatal("curandGenerateNormal: bad output");
+    fg_emu_device_scope scope;
     for (size_t i = 0; i < n; i++) {
-        double v;
-        curandGenerateNormalDouble(g, &v, 1, mean, sd);
-        x[i] = (float)v;
+        double a, b;
+        fg_box_muller(fg_philox_u32(g->seed, 0, g->offset), fg_philox_u32(g->seed, 0, g->offset + 1), &a, &b);
+        g->offset += 2;
+        x[i] = (float)(mean + sd * a);
     }
     return CURAND_STATUS_SUCCESS;
 }
