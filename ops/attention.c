@@ -244,7 +244,7 @@ fg_status fg_cpu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, vo
                         : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
 }
 
-/* The attention kernels of device dev; NULL (and the error) when it has none for direction `what`. */
+/* The attention kernels of device dev; NULL (and the error) when it has none for that direction. */
 static const fg_attention_kernels *attention_kernels(fg_device dev, int backward) {
     const fg_kernels *kt = fg_kernels_for(dev, "attention");
     if (!kt) return NULL;

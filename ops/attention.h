@@ -62,6 +62,7 @@
  *   fg_attn_block_mask      per-tile summary of a mask callback (ops/attention_variant.c)
  *   fg_attn_gradcheck       the checks of `flashgrad gradcheck attention` (ops/attention_check.c)
  *   fg_attn_online_update_* the online-softmax step of one query row over one block of keys
+ *                           (ops/cpu/flash_tiles.c, with flash's other tile operations)
  */
 #ifndef FG_ATTENTION_H
 #define FG_ATTENTION_H
@@ -347,7 +348,9 @@ fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape 
  * output accumulator before adding this block's Σ_j s_j·v_j. Start a row with m = -inf, l = 0.
  * A NaN score (the max passes over it) gives s_j = NaN and so l = NaN from then on, also while
  * m' is -inf: the caller reads l NaN as a NaN row, l = 0 as a row that saw no key.
- * The flash forward calls exactly these functions, so a test can trace m and l block by block. */
+ * The flash forward's portable tile operations (ops/cpu/flash_tiles.h) are exactly these
+ * functions, so a test can trace m and l block by block; the float32 vector ones take the same step
+ * down the columns of a transposed tile. */
 float fg_attn_online_update_f32(float *m, float *l, float *s, int64_t n);
 double fg_attn_online_update_f64(double *m, double *l, double *s, int64_t n);
 

@@ -25,35 +25,23 @@
  *     dS  = P ∘ (dP − D) [∘ Gt]     (D_i = Σ_j P_ij dP_ij = dO_i · O_i, dropout included)
  *     dQi += scale · dS Kj;  dKj += scale · dSᵀ Qi
  *
+ * One driver per direction walks the tiles; the arithmetic on a tile goes through a table of tile
+ * operations (ops/cpu/flash_tiles.h): the portable one (BLAS tile products, libm's exp) for float64,
+ * and for float32 on a CPU without AVX2+FMA or with FG_ATTN_GEMM=blas set; else the x86 one, whose
+ * forward tile is Sᵀ = scale · Kj Qiᵀ (Qiᵀ packed once per item: every query row in its own vector
+ * lane for the online softmax), handed to the variants code and to dropout transposed back.
+ *
  * Threads. The work splits into items that share nothing but the read-only inputs: a query block
  * of one (b, h) in the forward (its rows of O and lse), one (b, K/V head) in the backward (its dK,
- * dV rows and the dQ rows of its G query heads). The library's pool (ops/cpu/threadpool.h) hands them
- * to its threads, costly ones first (causal: the last query blocks). Each item computes its outputs
- * in a fixed order — key blocks in increasing order, and inside a product every sum in index order
- * — so the results are bit-identical for any thread count and any schedule (float32 tile kernels:
- * tests/test_simd.c, flash_is_bit_identical_for_any_thread_count_and_instruction_set; the BLAS
- * path as far as BLAS is deterministic for one thread). Scratch is per thread, one item's tiles for each thread
- * that can take part, taken from fg_alloc before the items start (peak scratch: threads × tiles). User
- * callbacks (score_mod, mask) are called from the calling thread only: a problem that has them
- * runs its items serially, in order, since a callback need not be thread-safe. The backward has
- * B·H_kv items: with fewer than there are threads (multi-query attention at batch 1) threads idle;
- * splitting an item's key blocks would need dQ partials per chunk summed in a fixed order (not done:
- * the shapes here have B·H_kv >= 8).
- *
- * Two inner kernels:
- *   float32 (the default): register-blocked tile products (ops/cpu/smallgemm.h) and a vectorized exp
- *     (ops/cpu/vexp.h), AVX-512 or AVX2 chosen at run time, the same bits on either (and on the plain
- *     C path). The forward computes the transposed tile Sᵀ = scale · Kj Qiᵀ, with Qiᵀ packed once
- *     per item, so that the online softmax runs down the
- *     columns of Sᵀ — every query row in its own vector lane: no horizontal max or sum, and each
- *     row's sum is taken key by key in order whatever the lane count. P·V then reads Pᵀ with
- *     swapped strides. The backward keeps the row-major tile (S = scale · Qi Kjᵀ, with Kjᵀ and
- *     Vjᵀ packed once per key block) so the variants code (fg_attn_score_tile) applies as is;
- *     the forward hands a tile to it (and to dropout) transposed when a variant or dropout is on.
- *   float64, and float32 when FG_ATTN_GEMM=blas is set in the environment (for comparing) or the
- *     CPU has no AVX2+FMA: each tile product is one BLAS call, BLAS set to one thread while the
- *     pool runs. (Measured on the 2-core Xeon here, per core: 27 / 45 GFLOP/s forward / backward
- *     through BLAS tiles, 110-120 / 130-140 through the AVX-512 tile kernels.)
+ * dV rows and the dQ rows of its G query heads), handed out by the pool (ops/cpu/threadpool.h),
+ * costly ones first (causal: the last query blocks). Each item computes its outputs in a fixed
+ * order — key blocks in increasing order, every sum of a product in index order — so the results
+ * are bit-identical for any thread count and schedule (tests/test_simd.c; the BLAS path as far as
+ * BLAS is for one thread). Scratch is one item's tiles per thread that can take part, allocated
+ * before the items start. User callbacks (score_mod, mask) need not be thread-safe: a problem that
+ * has them runs its items serially, in order, on the calling thread. The backward has B·H_kv items
+ * (fewer than threads, e.g. multi-query attention at batch 1, leaves threads idle: splitting an
+ * item's key blocks would need dQ partials summed in a fixed order).
  *
  * Precision in float32. Two quantities are kept better than float32 because their errors do not
  * average out: L is evaluated in double and its rounding remainder kept as lse_lo (one more float
@@ -62,12 +50,11 @@
  * Without them, flash float32 gradients were up to ~6x less accurate than naive float32 on
  * peaked softmaxes (tests/test_attention.c, flash_f32_error_at_most_twice_naive_f32_error).
  *
- * The BLAS path is a template: the file includes itself twice, once per dtype (T = float, then
- * double); the float32 tile kernels follow it.
+ * The drivers are a template: the file includes itself twice, once per dtype (T = float, then
+ * double).
  */
 #ifndef FG_ATTN_FLASH_TEMPLATE
 
-#include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -75,10 +62,9 @@
 #include <string.h>
 
 #include "ops/attention.h"
+#include "ops/cpu/flash_tiles.h"
 #include "ops/cpu/simd.h"
-#include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
-#include "ops/cpu/vexp.h"
 #include "tensor/alloc.h"
 #include "tensor/philox.h"
 
@@ -129,623 +115,7 @@ static fg_status flash_run(int64_t n, fg_pool_fn fn, void *ctx, flash_scratch *s
     return FG_OK;
 }
 
-/* Item i of the forward -> (b·H + h, query block), the last query blocks first: under a causal
- * mask they see the most keys, and taking them first evens out the threads' loads. */
-static void flash_fwd_item(int64_t item, int64_t BH, int64_t nqb, int64_t *bh, int64_t *qb) {
-    *qb = nqb - 1 - item / BH;
-    *bh = item % BH;
-}
-
-/* float32 through the BLAS path: with FG_ATTN_GEMM=blas in the environment (read once), and on a
- * CPU without AVX2+FMA (or not x86), where the plain C tile kernels would compute every
- * multiply-add with a call to fmaf — they stay the bit-exact reference that tests force with
- * fg_simd_set(FG_SIMD_SCALAR) on vector hardware. */
-static int flash_f32_uses_blas(void) {
-    static atomic_int v = -1;
-    int x = atomic_load_explicit(&v, memory_order_relaxed);
-    if (x < 0) {
-        const char *e = getenv("FG_ATTN_GEMM");
-        x = e && !strcmp(e, "blas");
-        atomic_store_explicit(&v, x, memory_order_relaxed);
-    }
-    return x || fg_simd_detect() == FG_SIMD_SCALAR;
-}
-
-#define FG_ATTN_FLASH_TEMPLATE 1
-
-#define T float
-#define SFX(name) name##_f32
-#define GEMM cblas_sgemm
-#define EXP expf
-#include "ops/attention_flash.c"
-#undef T
-#undef SFX
-#undef GEMM
-#undef EXP
-
-#define T double
-#define SFX(name) name##_f64
-#define GEMM cblas_dgemm
-#define EXP exp
-#include "ops/attention_flash.c"
-#undef T
-#undef SFX
-#undef GEMM
-#undef EXP
-
-#undef FG_ATTN_FLASH_TEMPLATE
-
-/* =============================================================================================
- * float32 tile kernels
- * ============================================================================================= */
-
-/* ---- the online softmax down the columns of Sᵀ ----
- * ST is nk × nq (row j: key j0 + j; column r: query i0 + r), row stride ld. For every column r:
- *     m' = max(m_r, max_j ST[j][r]);  m̃ = m' (0 while m' = −inf, so that exp(−inf − m̃) = 0)
- *     ST[j][r] = exp(ST[j][r] − m̃);  alpha_r = exp(m_r − m̃);  l_r = alpha_r·l_r + Σ_j ST[j][r]
- * (the sum in key order j = 0, 1, ...), m_r = m'. The same step as fg_attn_online_update_f32, with
- * the vectorized exp; alpha is 0 rather than 1 while a row has seen no key (O and l are 0 then). */
-static void softmax_cols_scalar(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
-                                float *alpha) {
-    for (int64_t r = r0; r < r1; r++) {
-        float mx = m[r];
-        for (int64_t j = 0; j < nk; j++) {
-            const float s = ST[j * ld + r];
-            mx = s > mx ? s : mx; /* a NaN score does not become the max (as vmaxps(s, mx)) */
-        }
-        const float ms = mx == -INFINITY ? 0.0f : mx;
-        const float a = fg_expf_ref(m[r] - ms);
-        float sum = 0;
-        for (int64_t j = 0; j < nk; j++) {
-            const float p = fg_expf_ref(ST[j * ld + r] - ms);
-            ST[j * ld + r] = p;
-            sum += p;
-        }
-        l[r] = a * l[r] + sum;
-        m[r] = mx;
-        alpha[r] = a;
-    }
-}
-
-/* P = exp((S − L_r) − lo_r) along the rows of the row-major tile S (nq × nk, stride ld); rows with
- * L = −inf (they see no key) become 0. */
-static void exp_rows_scalar(float *S, int64_t ld, int64_t r0, int64_t r1, int64_t nk, const float *L,
-                            const float *lo) {
-    for (int64_t r = r0; r < r1; r++) {
-        float *row = S + r * ld;
-        const float Lr = L[r], lr = lo ? lo[r] : 0.0f;
-        if (Lr == -INFINITY) {
-            for (int64_t j = 0; j < nk; j++) row[j] = 0;
-            continue;
-        }
-        for (int64_t j = 0; j < nk; j++) row[j] = fg_expf_ref((row[j] - Lr) - lr);
-    }
-}
-
-#if FG_SIMD_X86
-/* Four vectors of columns at a time: each column's max and sum are chains of dependent operations
- * down the rows (the sum must stay in key order), so four independent chains keep the vector units
- * busy where one would wait on its own latency. */
-FG_TARGET_AVX512 static void softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l,
-                                                 float *alpha) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
-    for (int64_t r0 = 0; r0 < nq; r0 += 64) {
-        __mmask16 km[4];
-        __m512 mo[4], mx[4], ms[4], sum[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const int64_t left = nq - r0 - 16 * v;
-            km[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
-            mo[v] = _mm512_maskz_loadu_ps(km[v], m + r0 + 16 * v);
-            mx[v] = mo[v];
-            sum[v] = zero;
-        }
-        for (int64_t j = 0; j < nk; j++) {
-            const float *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) mx[v] = _mm512_max_ps(_mm512_maskz_loadu_ps(km[v], sp + 16 * v), mx[v]);
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) ms[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], ninf, _CMP_EQ_OQ), mx[v], zero);
-        for (int64_t j = 0; j < nk; j++) {
-            float *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                const __m512 p = fg_vexp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(km[v], sp + 16 * v), ms[v]));
-                _mm512_mask_storeu_ps(sp + 16 * v, km[v], p);
-                sum[v] = _mm512_add_ps(sum[v], p);
-            }
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const int64_t r = r0 + 16 * v;
-            const __m512 a = fg_vexp_avx512(_mm512_sub_ps(mo[v], ms[v]));
-            const __m512 lo = _mm512_maskz_loadu_ps(km[v], l + r);
-            _mm512_mask_storeu_ps(l + r, km[v], _mm512_add_ps(_mm512_mul_ps(a, lo), sum[v]));
-            _mm512_mask_storeu_ps(m + r, km[v], mx[v]);
-            _mm512_mask_storeu_ps(alpha + r, km[v], a);
-        }
-    }
-}
-
-FG_TARGET_AVX512 static void exp_rows_avx512(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L,
-                                             const float *lo) {
-    for (int64_t r = 0; r < nq; r++) {
-        float *row = S + r * ld;
-        if (L[r] == -INFINITY) {
-            memset(row, 0, (size_t)nk * sizeof(float));
-            continue;
-        }
-        const __m512 Lr = _mm512_set1_ps(L[r]), lr = _mm512_set1_ps(lo ? lo[r] : 0.0f);
-        for (int64_t j = 0; j < nk; j += 16) {
-            const __mmask16 km = nk - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - j)) - 1);
-            const __m512 s = _mm512_maskz_loadu_ps(km, row + j);
-            _mm512_mask_storeu_ps(row + j, km, fg_vexp_avx512(_mm512_sub_ps(_mm512_sub_ps(s, Lr), lr)));
-        }
-    }
-}
-
-FG_TARGET_AVX2 static void softmax_cols_avx2(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l,
-                                             float *alpha) {
-    const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
-    int64_t r0 = 0;
-    for (; r0 + 32 <= nq; r0 += 32) { /* four vectors of eight columns, as in the AVX-512 form */
-        __m256 mo[4], mx[4], ms[4], sum[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            mo[v] = _mm256_loadu_ps(m + r0 + 8 * v);
-            mx[v] = mo[v];
-            sum[v] = zero;
-        }
-        for (int64_t j = 0; j < nk; j++) {
-            const float *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) mx[v] = _mm256_max_ps(_mm256_loadu_ps(sp + 8 * v), mx[v]);
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) ms[v] = _mm256_blendv_ps(mx[v], zero, _mm256_cmp_ps(mx[v], ninf, _CMP_EQ_OQ));
-        for (int64_t j = 0; j < nk; j++) {
-            float *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                const __m256 p = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp + 8 * v), ms[v]));
-                _mm256_storeu_ps(sp + 8 * v, p);
-                sum[v] = _mm256_add_ps(sum[v], p);
-            }
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const int64_t r = r0 + 8 * v;
-            const __m256 a = fg_vexp_avx2(_mm256_sub_ps(mo[v], ms[v]));
-            _mm256_storeu_ps(l + r, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(l + r)), sum[v]));
-            _mm256_storeu_ps(m + r, mx[v]);
-            _mm256_storeu_ps(alpha + r, a);
-        }
-    }
-    for (; r0 + 8 <= nq; r0 += 8) {
-        const __m256 mo = _mm256_loadu_ps(m + r0);
-        __m256 mx = mo;
-        for (int64_t j = 0; j < nk; j++) mx = _mm256_max_ps(_mm256_loadu_ps(ST + j * ld + r0), mx);
-        const __m256 ms = _mm256_blendv_ps(mx, zero, _mm256_cmp_ps(mx, ninf, _CMP_EQ_OQ));
-        const __m256 a = fg_vexp_avx2(_mm256_sub_ps(mo, ms));
-        __m256 sum = zero;
-        for (int64_t j = 0; j < nk; j++) {
-            float *sp = ST + j * ld + r0;
-            const __m256 p = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), ms));
-            _mm256_storeu_ps(sp, p);
-            sum = _mm256_add_ps(sum, p);
-        }
-        _mm256_storeu_ps(l + r0, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(l + r0)), sum));
-        _mm256_storeu_ps(m + r0, mx);
-        _mm256_storeu_ps(alpha + r0, a);
-    }
-    softmax_cols_scalar(ST, ld, nk, r0, nq, m, l, alpha); /* the same bits, one column at a time */
-}
-
-FG_TARGET_AVX2 static void exp_rows_avx2(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L,
-                                         const float *lo) {
-    for (int64_t r = 0; r < nq; r++) {
-        float *row = S + r * ld;
-        if (L[r] == -INFINITY) {
-            memset(row, 0, (size_t)nk * sizeof(float));
-            continue;
-        }
-        const float Lf = L[r], lf = lo ? lo[r] : 0.0f;
-        const __m256 Lr = _mm256_set1_ps(Lf), lr = _mm256_set1_ps(lf);
-        int64_t j = 0;
-        for (; j + 8 <= nk; j += 8)
-            _mm256_storeu_ps(row + j, fg_vexp_avx2(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), Lr), lr)));
-        for (; j < nk; j++) row[j] = fg_expf_ref((row[j] - Lf) - lf);
-    }
-}
-#endif
-
-static void softmax_cols(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha) {
-#if FG_SIMD_X86
-    switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: softmax_cols_avx512(ST, ld, nk, nq, m, l, alpha); return;
-    case FG_SIMD_AVX2: softmax_cols_avx2(ST, ld, nk, nq, m, l, alpha); return;
-    default: break;
-    }
-#endif
-    softmax_cols_scalar(ST, ld, nk, 0, nq, m, l, alpha);
-}
-
-static void exp_rows(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo) {
-#if FG_SIMD_X86
-    switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: exp_rows_avx512(S, ld, nq, nk, L, lo); return;
-    case FG_SIMD_AVX2: exp_rows_avx2(S, ld, nq, nk, L, lo); return;
-    default: break;
-    }
-#endif
-    exp_rows_scalar(S, ld, 0, nq, nk, L, lo);
-}
-
-/* dst (cols × rows, stride ldd) = srcᵀ, src rows × cols with stride lds; in 8 × 8 blocks, so that
- * both sides are read and written a cache line at a time. */
-static void transpose_scalar(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols) {
-    for (int64_t r0 = 0; r0 < rows; r0 += 8)
-        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            const int64_t r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
-            for (int64_t c = c0; c < c1; c++)
-                for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
-        }
-}
-
-#if FG_SIMD_X86
-/* one 16 × 16 block: pairs of rows interleaved by 1, 2, then 4 and 8 elements */
-FG_TARGET_AVX512 static void transpose16_avx512(float *dst, int64_t ldd, const float *src, int64_t lds) {
-    __m512 r[16], t[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), e = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-        t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
-        t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-        t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-        r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-        r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
-}
-#endif
-
-/* dst (cols × rows, stride ldd) = srcᵀ (src rows × cols, stride lds): moves only, the same on every
- * level. */
-static void transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols) {
-#if FG_SIMD_X86
-    if (fg_simd_active() == FG_SIMD_AVX512 && rows >= 16 && cols >= 16) {
-        const int64_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
-        for (int64_t r0 = 0; r0 < r16; r0 += 16)
-            for (int64_t c0 = 0; c0 < c16; c0 += 16) transpose16_avx512(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
-        /* the edges: the last cols % 16 columns of every row, then the last rows % 16 rows */
-        if (c16 < cols) transpose_scalar(dst + c16 * ldd, ldd, src + c16, lds, r16, cols - c16);
-        if (r16 < rows) transpose_scalar(dst + r16, ldd, src + r16 * lds, lds, rows - r16, cols);
-        return;
-    }
-#endif
-    transpose_scalar(dst, ldd, src, lds, rows, cols);
-}
-
-/* D_i = Σ_c a[i, c]·b[i, c] in double, each row's sum in column order; eight rows at a time, so
- * that eight independent chains of additions overlap (one chain alone waits on its own latency). */
-static void rows_dot_f64(float *D, const float *a, const float *b, int64_t rows, int64_t d) {
-    int64_t i = 0;
-    for (; i + 8 <= rows; i += 8) {
-        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t c = 0; c < d; c++)
-            for (int r = 0; r < 8; r++) s[r] += (double)a[(i + r) * d + c] * (double)b[(i + r) * d + c];
-        for (int r = 0; r < 8; r++) D[i + r] = (float)s[r];
-    }
-    for (; i < rows; i++) {
-        double s = 0;
-        for (int64_t c = 0; c < d; c++) s += (double)a[i * d + c] * (double)b[i * d + c];
-        D[i] = (float)s;
-    }
-}
-
-/* dS = P ∘ (dP − D_r) along the rows of the tile (dS holds dP on entry): element by element, so the
- * vector forms give the same bits as the scalar one. */
-static void ds_rows_scalar(float *dS, const float *P, int64_t ld, int64_t r0, int64_t r1, int64_t nk, const float *D) {
-    for (int64_t r = r0; r < r1; r++) {
-        float *dsrow = dS + r * ld;
-        const float *prow = P + r * ld;
-        const float Di = D[r];
-        for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - Di);
-    }
-}
-#if FG_SIMD_X86
-FG_TARGET_AVX512 static void ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D) {
-    for (int64_t r = 0; r < nq; r++) {
-        float *dsrow = dS + r * ld;
-        const float *prow = P + r * ld;
-        const __m512 Di = _mm512_set1_ps(D[r]);
-        for (int64_t j = 0; j < nk; j += 16) {
-            const __mmask16 km = nk - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - j)) - 1);
-            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(km, dsrow + j), Di);
-            _mm512_mask_storeu_ps(dsrow + j, km, _mm512_mul_ps(_mm512_maskz_loadu_ps(km, prow + j), x));
-        }
-    }
-}
-FG_TARGET_AVX2 static void ds_rows_avx2(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D) {
-    for (int64_t r = 0; r < nq; r++) {
-        float *dsrow = dS + r * ld;
-        const float *prow = P + r * ld;
-        const __m256 Di = _mm256_set1_ps(D[r]);
-        int64_t j = 0;
-        for (; j + 8 <= nk; j += 8)
-            _mm256_storeu_ps(dsrow + j, _mm256_mul_ps(_mm256_loadu_ps(prow + j), _mm256_sub_ps(_mm256_loadu_ps(dsrow + j), Di)));
-        for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
-    }
-}
-#endif
-static void ds_rows(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D) {
-#if FG_SIMD_X86
-    switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: ds_rows_avx512(dS, P, ld, nq, nk, D); return;
-    case FG_SIMD_AVX2: ds_rows_avx2(dS, P, ld, nq, nk, D); return;
-    default: break;
-    }
-#endif
-    ds_rows_scalar(dS, P, ld, 0, nq, nk, D);
-}
-
-/* ---- forward ---- */
-typedef struct {
-    const fg_attn_problem *pr; /* blocks resolved to the problem's sizes */
-    float *o, *lse, *lse_lo;
-    const float *q, *k, *v;
-    int64_t nqb, Hkv, G;
-    int general;               /* variants or a mask callback: tiles go through fg_attn_score_tile */
-    size_t ld;                 /* column stride of Qᵀ and Sᵀ: bq rounded up to 16 */
-    flash_scratch scratch;
-} fwd32_job;
-
-/* One item: query rows [i0, i0 + nq) of head (b, h). Scratch: Qᵀ (d × ld), Sᵀ (bk × ld), m, l, alpha
- * (ld each), and a row-major tile R (bq × bk) for variants and dropout. */
-static void fwd32_item(void *ctx, int64_t item, int worker) {
-    fwd32_job *J = ctx;
-    const fg_attn_problem *pr = J->pr;
-    const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k;
-    const int64_t ld = (int64_t)J->ld;
-    float *scr = flash_scratch_get(&J->scratch, worker);
-    if (!scr) return;
-    float *QT = scr, *ST = QT + d * ld, *m = ST + bk * ld, *l = m + ld, *alpha = l + ld, *R = alpha + ld;
-    int64_t bh, qb;
-    flash_fwd_item(item, pr->B * H, J->nqb, &bh, &qb);
-    const int64_t b = bh / H, h = bh % H, bg = b * J->Hkv + h / J->G;
-    const int64_t i0 = qb * bq, nq = Nq - i0 < bq ? Nq - i0 : bq;
-    const float *Qi = J->q + (bh * Nq + i0) * d, *K = J->k + bg * Nk * d, *V = J->v + bg * Nk * d;
-    float *Oi = J->o + (bh * Nq + i0) * d, *Li = J->lse + bh * Nq + i0, *lo = J->lse_lo ? J->lse_lo + bh * Nq + i0 : NULL;
-    const float scale = (float)pr->scale;
-    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
-    const float inv_keep = (float)(1.0 / (1.0 - pr->dropout_p));
-    const fg_attn_variant *var = &pr->var;
-
-    transpose_f32(QT, ld, Qi, d, nq, d); /* Qiᵀ, d × nq */
-    for (int64_t r = 0; r < nq; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0;
-    }
-    memset(Oi, 0, (size_t)(nq * d) * sizeof(float));
-
-    /* causal ∧ window: the block's rows see keys in [lo(i0), hi(last row)) at most */
-    int64_t lo_first, hi_first, lo_last, hi_last;
-    fg_attn_row_range(i0, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &lo_first, &hi_first);
-    fg_attn_row_range(i0 + nq - 1, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &lo_last,
-                      &hi_last);
-    for (int64_t j0 = (lo_first / bk) * bk; j0 < hi_last; j0 += bk) {
-        const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
-        int wp, mp;
-        const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
-        if (kind == FG_TILE_MASKED) continue;
-        /* Sᵀ = scale · Kj Qiᵀ   (nk × nq) */
-        fg_sgemm_small(nk, nq, d, scale, K + j0 * d, d, 1, QT, ld, ST, ld, NULL, 0);
-        if (J->general) {
-            /* variants on the row-major tile: the code every kernel shares */
-            transpose_f32(R, bk, ST, ld, nk, nq);
-            fg_attn_score_tile_f32(R, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
-            transpose_f32(ST, ld, R, bk, nq, nk);
-        } else if (kind == FG_TILE_PARTIAL) {
-            /* causal ∧ window only: column r sees keys [lo, hi) of the tile */
-            for (int64_t r = 0; r < nq; r++) {
-                int64_t a, e;
-                fg_attn_row_range(i0 + r, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &a,
-                                  &e);
-                a -= j0;
-                e -= j0;
-                for (int64_t j = 0; j < nk && j < a; j++) ST[j * ld + r] = -INFINITY;
-                for (int64_t j = e > 0 ? e : 0; j < nk; j++) ST[j * ld + r] = -INFINITY;
-            }
-        }
-        softmax_cols(ST, ld, nk, nq, m, l, alpha);
-        if (thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
-            transpose_f32(R, bk, ST, ld, nk, nq);
-            for (int64_t r = 0; r < nq; r++) fg_attn_dropout_scale_f32(R + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
-            transpose_f32(ST, ld, R, bk, nq, nk);
-        }
-        /* Oi = alpha ∘ Oi + P Vj, P read from Sᵀ (element (r, j) at ST[j·ld + r]) */
-        fg_sgemm_small(nq, d, nk, 1.0f, ST, 1, ld, V + j0 * d, d, Oi, d, alpha, 1);
-    }
-    for (int64_t r = 0; r < nq; r++) {
-        float *orow = Oi + r * d;
-        if (l[r] != 0) { /* l > 0; or NaN (a NaN score in the row: softmax_cols's exp keeps it): O and L NaN */
-            const float inv = 1 / l[r];
-            for (int64_t c = 0; c < d; c++) orow[c] *= inv;
-            /* L = m + log l, evaluated in double and rounded once; lo keeps what the rounding lost */
-            const double Ld = (double)m[r] + log((double)l[r]);
-            Li[r] = (float)Ld;
-            if (lo) lo[r] = (float)(Ld - (double)(float)Ld);
-        } else { /* a row that sees no key: O = 0 (it is), L = -inf */
-            Li[r] = -INFINITY;
-            if (lo) lo[r] = 0;
-        }
-    }
-}
-
-static fg_status flash_forward_tiles_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
-                                         const float *v, const fg_attn_problem *p2) {
-    const int64_t bq = p2->block_q, bk = p2->block_k, d = p2->d, H = p2->H;
-    fwd32_job J = {.pr = p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
-    J.nqb = (p2->Nq + bq - 1) / bq;
-    J.Hkv = p2->var.n_kv_heads > 0 ? p2->var.n_kv_heads : H;
-    J.G = J.Hkv > 0 ? H / J.Hkv : 1;
-    J.general = fg_attn_modifies_scores(p2) || p2->custom.mask != NULL;
-    J.ld = (size_t)((bq + 15) / 16 * 16);
-    const int need_r = J.general || fg_dropout_threshold(p2->dropout_p) != 0;
-    J.scratch.bytes = ((size_t)(d + bk + 3) * J.ld + (need_r ? (size_t)(bq * bk) : 0)) * sizeof(float);
-    return flash_run(p2->B * H * J.nqb, fwd32_item, &J, &J.scratch, p2, 0, "forward");
-}
-
-/* ---- backward ---- */
-typedef struct {
-    const fg_attn_problem *pr;
-    float *dq, *dk, *dv;
-    const float *dout, *q, *k, *v, *o, *lse, *lse_lo;
-    int64_t Hkv, G;
-    int dropout, chain, mods;
-    flash_scratch scratch;
-} bwd32_job;
-
-/* One item: K/V head (b, g) with its G query heads. Scratch: Kjᵀ, Vjᵀ (d × bk each), P, dS
- * (bq × bk each), Z (dropout), Gt (softcap or score_mod), D (G × Nq). */
-static void bwd32_item(void *ctx, int64_t item, int worker) {
-    bwd32_job *J = ctx;
-    const fg_attn_problem *pr = J->pr;
-    const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k, G = J->G;
-    float *scr = flash_scratch_get(&J->scratch, worker);
-    if (!scr) return;
-    const int64_t tile = bq * bk;
-    float *KT = scr, *VT = KT + d * bk, *P = VT + d * bk, *dS = P + tile, *D = dS + tile;
-    float *Z = J->dropout ? D + G * Nq : NULL, *Gt = J->chain ? D + G * Nq + (J->dropout ? tile : 0) : NULL;
-    const int64_t b = item / J->Hkv, g = item % J->Hkv;
-    const int64_t ko = (b * J->Hkv + g) * Nk * d;
-    const float *K = J->k + ko, *V = J->v + ko;
-    float *dK = J->dk ? J->dk + ko : NULL, *dV = J->dv ? J->dv + ko : NULL;
-    const float scale = (float)pr->scale;
-    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
-    const float inv_keep = (float)(1.0 / (1.0 - pr->dropout_p));
-
-    /* D_i = dO_i · O_i  (= Σ_j P_ij dP_ij, the softmax-gradient correction), per query head of the
-     * group. Summed in double: dS = P∘(dP − D) cancels when P is peaked, so D's own rounding
-     * shows up in dQ and dK. */
-    for (int64_t hh = 0; hh < G; hh++) {
-        const int64_t qo = (b * H + g * G + hh) * Nq * d;
-        rows_dot_f64(D + hh * Nq, J->dout + qo, J->o + qo, Nq, d);
-    }
-    for (int64_t j0 = 0; j0 < Nk; j0 += bk) {
-        const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
-        const float *Kj = K + j0 * d, *Vj = V + j0 * d;
-        int packed = 0;
-        for (int64_t hh = 0; hh < G; hh++) {
-            const int64_t h = g * G + hh, bh = b * H + h, qo = bh * Nq * d;
-            const float *Q = J->q + qo, *dO = J->dout + qo, *Lh = J->lse + bh * Nq;
-            const float *loh = J->lse_lo ? J->lse_lo + bh * Nq : NULL, *Dh = D + hh * Nq;
-            float *dQ = J->dq ? J->dq + qo : NULL;
-            for (int64_t i0 = 0; i0 < Nq; i0 += bq) {
-                const int64_t nq = Nq - i0 < bq ? Nq - i0 : bq;
-                int wp, mp;
-                const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
-                if (kind == FG_TILE_MASKED) continue; /* no query of the block sees a key of Kj */
-                if (!packed) { /* Kjᵀ and Vjᵀ (d × nk), once per key block */
-                    transpose_f32(KT, bk, Kj, d, nk, d);
-                    transpose_f32(VT, bk, Vj, d, nk, d);
-                    packed = 1;
-                }
-                const float *Qi = Q + i0 * d, *dOi = dO + i0 * d;
-                /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
-                fg_sgemm_small(nq, nk, d, scale, Qi, d, 1, KT, bk, P, bk, NULL, 0);
-                if (J->mods || kind == FG_TILE_PARTIAL)
-                    fg_attn_score_tile_f32(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
-                /* S − L is exact near the row max (Sterbenz), so lo, below L's last bit, still counts;
-                 * masked S = -inf gives 0 */
-                exp_rows(P, bk, nq, nk, Lh + i0, loh ? loh + i0 : NULL);
-                if (thr)
-                    for (int64_t r = 0; r < nq; r++) {
-                        float *zrow = Z + r * bk;
-                        for (int64_t j = 0; j < nk; j++) zrow[j] = 1;
-                        fg_attn_dropout_scale_f32(zrow, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
-                    }
-                /* dVj += (P∘Z)ᵀ dOi — the forward's Oi += dropout(P) Vj */
-                if (dV) {
-                    const float *PZ = P;
-                    if (thr) { /* P∘Z into dS, which is free until dP below */
-                        for (int64_t r = 0; r < nq; r++)
-                            for (int64_t j = 0; j < nk; j++) dS[r * bk + j] = P[r * bk + j] * Z[r * bk + j];
-                        PZ = dS;
-                    }
-                    fg_sgemm_small(nk, d, nq, 1.0f, PZ, 1, bk, dOi, d, dV + j0 * d, d, NULL, 1);
-                }
-                if (!dQ && !dK) continue;
-                /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
-                fg_sgemm_small(nq, nk, d, 1.0f, dOi, d, 1, VT, bk, dS, bk, NULL, 0);
-                if (thr)
-                    for (int64_t r = 0; r < nq; r++) {
-                        float *dsrow = dS + r * bk;
-                        const float *prow = P + r * bk, *zrow = Z + r * bk;
-                        const float Di = Dh[i0 + r];
-                        for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] * zrow[j] - Di);
-                    }
-                else
-                    ds_rows(dS, P, bk, nq, nk, Dh + i0);
-                /* the forward's S = variants(S1): dS1 = dS ∘ ∂S/∂S1 (P = 0 where it is masked) */
-                if (J->chain)
-                    for (int64_t r = 0; r < nq; r++) {
-                        float *dsrow = dS + r * bk;
-                        const float *grow = Gt + r * bk;
-                        for (int64_t j = 0; j < nk; j++)
-                            if (dsrow[j] != 0) dsrow[j] *= grow[j];
-                    }
-                /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
-                if (dQ) fg_sgemm_small(nq, d, nk, scale, dS, bk, 1, Kj, d, dQ + i0 * d, d, NULL, 1);
-                if (dK) fg_sgemm_small(nk, d, nq, scale, dS, 1, bk, Qi, d, dK + j0 * d, d, NULL, 1);
-            }
-        }
-    }
-}
-
-static fg_status flash_backward_tiles_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                          const float *k, const float *v, const float *o, const float *lse,
-                                          const float *lse_lo, const fg_attn_problem *p2) {
-    const int64_t bq = p2->block_q, bk = p2->block_k, d = p2->d, H = p2->H;
-    bwd32_job J = {.pr = p2, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = o,
-                   .lse = lse, .lse_lo = lse_lo};
-    J.Hkv = p2->var.n_kv_heads > 0 ? p2->var.n_kv_heads : H;
-    J.G = J.Hkv > 0 ? H / J.Hkv : 1;
-    J.dropout = fg_dropout_threshold(p2->dropout_p) != 0;
-    J.chain = fg_attn_needs_score_grad(p2);
-    J.mods = fg_attn_modifies_scores(p2);
-    const size_t tile = (size_t)(bq * bk);
-    J.scratch.bytes = ((size_t)(2 * d * bk) + (2 + (size_t)J.dropout + (size_t)J.chain) * tile +
-                       (size_t)(J.G * (p2->Nq > 0 ? p2->Nq : 1))) * sizeof(float);
-    return flash_run(p2->B * J.Hkv, bwd32_item, &J, &J.scratch, p2, 0, "backward");
-}
-
-/* ---- the float32 entry points: tile kernels, or the BLAS path with FG_ATTN_GEMM=blas ---- */
-
-/* block sizes clamped to the problem (a block never exceeds Nq or Nk, and is >= 1) */
+/* The problem with its blocks clamped to its sizes: a block never exceeds Nq or Nk, and is >= 1. */
 static fg_attn_problem flash_resolved(const fg_attn_problem *pr) {
     fg_attn_problem p2 = *pr;
     p2.block_q = (int)(pr->block_q < pr->Nq ? pr->block_q : (pr->Nq > 0 ? pr->Nq : 1));
@@ -753,319 +123,330 @@ static fg_attn_problem flash_resolved(const fg_attn_problem *pr) {
     return p2;
 }
 
-fg_status fg_attn_flash_forward_lo_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
-                                       const float *v, const fg_attn_problem *pr) {
-    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F32);
-    if (fits != FG_OK) return fits;
-    if (flash_f32_uses_blas()) return flash_forward_blas_f32(o, lse, lse_lo, q, k, v, pr);
-    const fg_attn_problem p2 = flash_resolved(pr);
-    if (p2.B * p2.H * p2.Nq == 0) return FG_OK;
-    return flash_forward_tiles_f32(o, lse, lse_lo, q, k, v, &p2);
+/* The key blocks that query rows [i0, i0 + nq) can see under causal ∧ window start at *j0 and end
+ * before *j1: the rows see keys in [lo(i0), hi(i0 + nq − 1)) at most (both ends of a row's range
+ * grow with i); key blocks outside are never visited. */
+static void flash_key_blocks(const fg_attn_problem *pr, int64_t i0, int64_t nq, int64_t *j0, int64_t *j1) {
+    const fg_attn_variant *v = &pr->var;
+    int64_t lo, hi, unused;
+    fg_attn_row_range(i0, pr->Nq, pr->Nk, pr->causal, v->window, v->window_left, v->window_right, &lo, &unused);
+    fg_attn_row_range(i0 + nq - 1, pr->Nq, pr->Nk, pr->causal, v->window, v->window_left, v->window_right, &unused,
+                      &hi);
+    *j0 = lo / pr->block_k * pr->block_k;
+    *j1 = hi;
 }
 
-fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *o, const float *lse,
-                                        const float *lse_lo, const fg_attn_problem *pr) {
-    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F32);
-    if (fits != FG_OK) return fits;
-    if (flash_f32_uses_blas()) return flash_backward_blas_f32(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
-    if (!dq && !dk && !dv) return FG_OK;
-    const fg_attn_problem p2 = flash_resolved(pr);
-    if (p2.B * p2.H == 0) return FG_OK;
-    return flash_backward_tiles_f32(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, &p2);
-}
-
-fg_status fg_attn_flash_forward_lo_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
-                                       const double *v, const fg_attn_problem *pr) {
-    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F64);
-    if (fits != FG_OK) return fits;
-    return flash_forward_blas_f64(o, lse, lse_lo, q, k, v, pr);
-}
-
-fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                        const double *k, const double *v, const double *o, const double *lse,
-                                        const double *lse_lo, const fg_attn_problem *pr) {
-    const fg_status fits = fg_attn_problem_check_dtype(pr, FG_F64);
-    if (fits != FG_OK) return fits;
-    return flash_backward_blas_f64(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
-}
-
-#else /* ---- the per-dtype template: the BLAS path ---- */
-
-/* C (m × n, row stride ldc) = alpha · op(A) op(B) + beta · C, with BLAS's shapes; a no-op on empty
- * sizes (BLAS wants leading dimensions >= 1 even then). */
-static void SFX(flash_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t kk, T alpha, const T *A,
-                            int64_t lda, const T *Bm, int64_t ldb, T beta, T *C, int64_t ldc) {
-    if (m == 0 || n == 0) return;
-    if (kk == 0) {
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t c = 0; c < n; c++) C[r * ldc + c] = beta == 0 ? 0 : beta * C[r * ldc + c];
-        return;
+/* float32 through the portable table: with FG_ATTN_GEMM=blas in the environment (read once), and on
+ * a CPU without AVX2+FMA (or not x86), where the x86 table's plain C forms would compute every
+ * multiply-add with a call to fmaf — they stay the bit-exact reference that tests force with
+ * fg_simd_set(FG_SIMD_SCALAR) on vector hardware. */
+static const fg_flash_ops_f32 *flash_ops_f32(void) {
+    static atomic_int v = -1;
+    int x = atomic_load_explicit(&v, memory_order_relaxed);
+    if (x < 0) {
+        const char *e = getenv("FG_ATTN_GEMM");
+        x = e && !strcmp(e, "blas");
+        atomic_store_explicit(&v, x, memory_order_relaxed);
     }
-    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-         (int)kk, alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
+    return x || fg_simd_detect() == FG_SIMD_SCALAR ? &fg_flash_portable_f32 : &fg_flash_x86_f32;
 }
 
-T SFX(fg_attn_online_update)(T *m, T *l, T *s, int64_t n) {
-    T m_old = *m, m_new = m_old;
-    for (int64_t j = 0; j < n; j++)
-        if (s[j] > m_new) m_new = s[j];
-    if (m_new == -INFINITY) { /* nothing seen yet: every weight is 0, nothing to rescale */
-        T sum = 0;
-        for (int64_t j = 0; j < n; j++) { /* each score -inf or NaN: a NaN stays, and makes l NaN */
-            if (s[j] == -INFINITY) s[j] = 0;
-            sum += s[j];
+#define FG_ATTN_FLASH_TEMPLATE 1
+
+/* OPS: the table of tile operations the dtype's kernels use */
+#define T float
+#define SFX(name) name##_f32
+#define DT FG_F32
+#define OPS flash_ops_f32()
+#include "ops/attention_flash.c"
+#undef T
+#undef SFX
+#undef DT
+#undef OPS
+
+#define T double
+#define SFX(name) name##_f64
+#define DT FG_F64
+#define OPS (&fg_flash_portable_f64)
+#include "ops/attention_flash.c"
+#undef T
+#undef SFX
+#undef DT
+#undef OPS
+
+#undef FG_ATTN_FLASH_TEMPLATE
+
+#else /* ---- the per-dtype template: the drivers ---- */
+
+/* The variants code and dropout take the forward's score tile row-major (row stride bk): S itself,
+ * or with the x86 table Sᵀ transposed into R (bq × bk), and back into Sᵀ when `back`. */
+static T *SFX(rows_view)(const SFX(fg_flash_ops) *op, T *S, T *R, int64_t ld, int64_t bk, int64_t nq, int64_t nk,
+                         int back) {
+    if (!op->packs) return S;
+    if (back) op->transpose(S, ld, R, bk, nq, nk);
+    else op->transpose(R, bk, S, ld, nk, nq);
+    return R;
+}
+
+/* The end of a forward item: Oi /= l and L = m + log l, evaluated in double and rounded once, lo
+ * keeping what the rounding lost. l = 0: the row sees no key (O = 0 already, L = −inf); l NaN (a
+ * NaN score in the row, which the softmax's exp keeps): O and L NaN. */
+static void SFX(flash_epilogue)(T *Oi, T *Li, T *lo, const T *m, const T *l, int64_t nq, int64_t d) {
+    for (int64_t r = 0; r < nq; r++) {
+        T *orow = Oi + r * d;
+        if (l[r] != 0) {
+            const T inv = 1 / l[r];
+            for (int64_t c = 0; c < d; c++) orow[c] *= inv;
+            const double Ld = (double)m[r] + log((double)l[r]);
+            Li[r] = (T)Ld;
+            if (lo) lo[r] = (T)(Ld - (double)(T)Ld);
+        } else {
+            Li[r] = -INFINITY;
+            if (lo) lo[r] = 0;
         }
-        *l += sum;
-        return 1;
     }
-    /* exp(-inf - m') = 0, so the first block (m = -inf) gets alpha = 0 and l starts from 0 */
-    T alpha = EXP(m_old - m_new), sum = 0;
-    for (int64_t j = 0; j < n; j++) {
-        s[j] = EXP(s[j] - m_new);
-        sum += s[j];
-    }
-    *m = m_new;
-    *l = alpha * *l + sum;
-    return alpha;
 }
 
-/* The forward of one work item: query rows [i0, i0 + nq) of head (b, h).
- * qh, oh, lseh point at head (b, h), kh, vh at its K/V head; S is a bq × bk scratch tile, m and l
- * hold bq. */
-static void SFX(flash_forward_block)(T *oh, T *lseh, T *loh, const T *qh, const T *kh, const T *vh, int64_t b,
-                                     int64_t h, int64_t i0, int64_t nq, T *S, T *m, T *l,
-                                     const fg_attn_problem *pr) {
-    const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, bk = pr->block_k;
+typedef struct {
+    const SFX(fg_flash_ops) *op;
+    const fg_attn_problem *pr; /* blocks resolved */
+    T *o, *lse, *lse_lo;
+    const T *q, *k, *v;
+    int64_t nqb, Hkv, G;
+    int64_t ld;                /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
+    flash_scratch scratch;
+} SFX(fwd_job);
+
+/* One item: query rows [i0, i0 + nq) of head (b, h); the last query blocks come first (under a
+ * causal mask they see the most keys, and taking them first evens out the threads' loads).
+ * Scratch: Qiᵀ (d × ld, x86 only), the score tile (S bq × bk, or Sᵀ bk × ld), m, l, alpha (one per
+ * row), and with the x86 table a row-major tile R (bq × bk) for variants and dropout. */
+static void SFX(fwd_item)(void *ctx, int64_t item, int worker) {
+    SFX(fwd_job) *J = ctx;
+    const SFX(fg_flash_ops) *op = J->op;
+    const fg_attn_problem *pr = J->pr;
+    const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, BH = pr->B * H, bq = pr->block_q, bk = pr->block_k;
+    const int64_t ld = J->ld, nm = op->packs ? ld : bq, rs = op->packs ? 1 : ld, cs = op->packs ? ld : 1;
+    T *scr = flash_scratch_get(&J->scratch, worker);
+    if (!scr) return;
+    T *QT = scr, *S = QT + (op->packs ? d * ld : 0), *m = S + (op->packs ? bk : bq) * ld, *l = m + nm;
+    T *alpha = l + nm, *R = alpha + nm;
+    const int64_t bh = item % BH, i0 = (J->nqb - 1 - item / BH) * bq, nq = Nq - i0 < bq ? Nq - i0 : bq;
+    const int64_t b = bh / H, h = bh % H, bg = b * J->Hkv + h / J->G;
+    const T *Qi = J->q + (bh * Nq + i0) * d, *K = J->k + bg * Nk * d, *V = J->v + bg * Nk * d;
+    T *Oi = J->o + (bh * Nq + i0) * d;
     const T scale = (T)pr->scale;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
     const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
     const int mods = fg_attn_modifies_scores(pr);
     const fg_attn_variant *var = &pr->var;
-    const T *Qi = qh + i0 * d;
-    T *Oi = oh + i0 * d;
-    for (int64_t r = 0; r < nq; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0;
-    }
-    memset(Oi, 0, (size_t)(nq * d) * sizeof(T));
 
-    /* causal ∧ window: the block's rows see keys in [lo(i0), hi(last row)) at most (both ends of
-     * a row's range grow with i); key blocks outside are never visited */
-    int64_t lo_first, hi_first, lo_last, hi_last;
-    fg_attn_row_range(i0, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &lo_first, &hi_first);
-    fg_attn_row_range(i0 + nq - 1, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &lo_last,
-                      &hi_last);
-    (void)hi_first;
-    (void)lo_last;
-    for (int64_t j0 = (lo_first / bk) * bk; j0 < hi_last; j0 += bk) {
-        const int64_t nk = (Nk - j0 < bk) ? Nk - j0 : bk;
+    if (op->packs) op->transpose(QT, ld, Qi, d, nq, d); /* Qiᵀ, d × nq */
+    for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
+    memset(Oi, 0, (size_t)(nq * d) * sizeof(T));
+    int64_t jb, je;
+    flash_key_blocks(pr, i0, nq, &jb, &je);
+    for (int64_t j0 = jb; j0 < je; j0 += bk) {
+        const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
         int wp, mp;
         const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
         if (kind == FG_TILE_MASKED) continue;
-        /* S = variants(scale · Qi Kjᵀ)   (nq × nk) */
-        SFX(flash_gemm)(0, 1, nq, nk, d, scale, Qi, d, kh + j0 * d, d, 0, S, bk);
-        if (mods || kind == FG_TILE_PARTIAL) SFX(fg_attn_score_tile)(S, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
-        for (int64_t r = 0; r < nq; r++) {
-            T *srow = S + r * bk;
-            const int64_t i = i0 + r;
-            T alpha = SFX(fg_attn_online_update)(&m[r], &l[r], srow, nk);
-            if (alpha != 1) {
-                T *orow = Oi + r * d;
-                for (int64_t c = 0; c < d; c++) orow[c] *= alpha;
+        /* S = scale · Qi Kjᵀ (nq × nk), or Sᵀ = scale · Kj Qiᵀ (nk × nq) */
+        if (op->packs) op->gemm(0, 0, nk, nq, d, scale, K + j0 * d, d, QT, ld, S, ld, NULL, 0);
+        else op->gemm(0, 1, nq, nk, d, scale, Qi, d, K + j0 * d, d, S, ld, NULL, 0);
+        if (mods || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* the code every kernel shares */
+            T *Sr = SFX(rows_view)(op, S, R, ld, bk, nq, nk, 0);
+            SFX(fg_attn_score_tile)(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+            SFX(rows_view)(op, S, R, ld, bk, nq, nk, 1);
+        } else if (kind == FG_TILE_PARTIAL) { /* causal ∧ window only: row r sees keys [a, e) */
+            for (int64_t r = 0; r < nq; r++) {
+                int64_t a, e;
+                fg_attn_row_range(i0 + r, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &a,
+                                  &e);
+                for (int64_t j = 0; j < nk && j < a - j0; j++) S[r * rs + j * cs] = -INFINITY;
+                for (int64_t j = e - j0 > 0 ? e - j0 : 0; j < nk; j++) S[r * rs + j * cs] = -INFINITY;
             }
-            /* dropout acts on the weights after the softmax; l keeps the full sum */
-            if (thr) SFX(fg_attn_dropout_scale)(srow, nk, pr->seed, thr, inv_keep, b, h, i, j0);
         }
-        /* Oi += P Vj */
-        SFX(flash_gemm)(0, 0, nq, d, nk, 1, S, bk, vh + j0 * d, d, 1, Oi, d);
+        op->softmax(S, ld, nq, nk, m, l, alpha);
+        if (thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
+            T *Sr = SFX(rows_view)(op, S, R, ld, bk, nq, nk, 0);
+            for (int64_t r = 0; r < nq; r++)
+                SFX(fg_attn_dropout_scale)(Sr + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+            SFX(rows_view)(op, S, R, ld, bk, nq, nk, 1);
+        }
+        /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand) */
+        op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * d, d, Oi, d, alpha, 1);
     }
-    for (int64_t r = 0; r < nq; r++) {
-        T *orow = Oi + r * d;
-        if (l[r] != 0) { /* l > 0; or NaN (a NaN score in the row): O and L NaN */
-            T inv = 1 / l[r];
-            for (int64_t c = 0; c < d; c++) orow[c] *= inv;
-            /* L = m + log l, evaluated in double and rounded once; lo keeps what the rounding lost */
-            const double Ld = (double)m[r] + log((double)l[r]);
-            lseh[i0 + r] = (T)Ld;
-            if (loh) loh[i0 + r] = (T)(Ld - (double)(T)Ld);
-        } else { /* a row that sees no key: O = 0 (already), L = -inf */
-            lseh[i0 + r] = -INFINITY;
-            if (loh) loh[i0 + r] = 0;
-        }
+    SFX(flash_epilogue)(Oi, J->lse + bh * Nq + i0, J->lse_lo ? J->lse_lo + bh * Nq + i0 : NULL, m, l, nq, d);
+}
+
+fg_status SFX(fg_attn_flash_forward_lo)(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
+                                        const fg_attn_problem *pr) {
+    const SFX(fg_flash_ops) *op = OPS;
+    FG_TRY(fg_attn_problem_check_dtype(pr, DT));
+    const fg_attn_problem p2 = flash_resolved(pr);
+    if (p2.B * p2.H * p2.Nq == 0) return FG_OK;
+    const int64_t bq = p2.block_q, bk = p2.block_k, d = p2.d, H = p2.H;
+    SFX(fwd_job) J = {.op = op, .pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
+    J.nqb = (p2.Nq + bq - 1) / bq;
+    J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
+    J.G = J.Hkv > 0 ? H / J.Hkv : 1;
+    J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
+    const int need_r = op->packs && (fg_attn_modifies_scores(&p2) || p2.custom.mask || fg_dropout_threshold(p2.dropout_p));
+    const int64_t n = op->packs ? (d + bk + 3) * J.ld + (need_r ? bq * bk : 0) : bq * bk + 3 * bq;
+    J.scratch.bytes = (size_t)n * sizeof(T);
+    return flash_run(p2.B * H * J.nqb, SFX(fwd_item), &J, &J.scratch, &p2, op->pool_flags, "forward");
+}
+
+/* D_i = Σ_c a[i, c]·b[i, c] in double, each row's sum in column order; eight rows at a time, so
+ * that eight independent chains of additions overlap (one chain alone waits on its own latency). */
+static void SFX(rows_dot)(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
+    int64_t i = 0;
+    for (; i + 8 <= rows; i += 8) {
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t c = 0; c < d; c++)
+            for (int r = 0; r < 8; r++) s[r] += (double)a[(i + r) * d + c] * (double)b[(i + r) * d + c];
+        for (int r = 0; r < 8; r++) D[i + r] = (T)s[r];
+    }
+    for (; i < rows; i++) {
+        double s = 0;
+        for (int64_t c = 0; c < d; c++) s += (double)a[i * d + c] * (double)b[i * d + c];
+        D[i] = (T)s;
     }
 }
 
 typedef struct {
-    const fg_attn_problem *pr;
-    T *o, *lse, *lse_lo;
-    const T *q, *k, *v;
-    int64_t nqb, Hkv, G;
+    const SFX(fg_flash_ops) *op;
+    const fg_attn_problem *pr; /* blocks resolved */
+    T *dq, *dk, *dv;
+    const T *dout, *q, *k, *v, *o, *lse, *lse_lo;
+    int64_t Hkv, G, nd;        /* nd = max(Nq, 1): D's entries per query head */
+    int dropout, chain, mods;
     flash_scratch scratch;
-} SFX(fwd_blas_job);
+} SFX(bwd_job);
 
-/* scratch: the score tile S (bq × bk), m and l (bq each) */
-static void SFX(fwd_blas_item)(void *ctx, int64_t item, int worker) {
-    SFX(fwd_blas_job) *J = ctx;
+/* One item: K/V head (b, g) with its G query heads, which add into the same dK, dV rows. Scratch:
+ * Kjᵀ, Vjᵀ (d × bk each, x86 only), P, dS (bq × bk each), D (G × Nq), Z (bq × bk, with dropout),
+ * Gt (bq × bk, with softcap or score_mod). */
+static void SFX(bwd_item)(void *ctx, int64_t item, int worker) {
+    SFX(bwd_job) *J = ctx;
+    const SFX(fg_flash_ops) *op = J->op;
     const fg_attn_problem *pr = J->pr;
-    const int64_t H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, bq = pr->block_q, bk = pr->block_k;
-    T *S = flash_scratch_get(&J->scratch, worker);
-    if (!S) return;
-    T *m = S + bq * bk, *l = m + bq;
-    int64_t bh, qb;
-    flash_fwd_item(item, pr->B * H, J->nqb, &bh, &qb);
-    const int64_t b = bh / H, h = bh % H, bg = b * J->Hkv + h / J->G, i0 = qb * bq;
-    const int64_t nq = (Nq - i0 < bq) ? Nq - i0 : bq;
-    SFX(flash_forward_block)(J->o + bh * Nq * d, J->lse + bh * Nq, J->lse_lo ? J->lse_lo + bh * Nq : NULL,
-                             J->q + bh * Nq * d, J->k + bg * Nk * d, J->v + bg * Nk * d, b, h, i0, nq, S, m, l, pr);
-}
-
-static fg_status SFX(flash_forward_blas)(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
-                                         const fg_attn_problem *pr) {
-    const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk;
-    const int64_t bq = pr->block_q < Nq ? pr->block_q : (Nq > 0 ? Nq : 1);
-    const int64_t bk = pr->block_k < Nk ? pr->block_k : (Nk > 0 ? Nk : 1);
-    fg_attn_problem p2 = *pr;
-    p2.block_q = (int)bq;
-    p2.block_k = (int)bk;
-    SFX(fwd_blas_job) J = {.pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
-    J.nqb = Nq > 0 ? (Nq + bq - 1) / bq : 0;
-    J.Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H;
-    J.G = J.Hkv > 0 ? H / J.Hkv : 1;
-    J.scratch.bytes = (size_t)(bq * bk + 2 * bq) * sizeof(T);
-    return flash_run(B * H * J.nqb, SFX(fwd_blas_item), &J, &J.scratch, &p2, FG_POOL_BLAS_SERIAL, "forward");
-}
-
-/* The backward of one query head h of a work item: its gradients add into dkh, dvh, which the
- * other heads of the group share. Scratch: P, dS (bq × bk each), Z (bq × bk, only with dropout),
- * Gt (bq × bk, only with softcap or score_mod) and D (Nq). */
-static void SFX(flash_backward_head)(T *dqh, T *dkh, T *dvh, const T *doh, const T *qh, const T *kh,
-                                     const T *vh, const T *oh, const T *lseh, const T *loh, int64_t b, int64_t h,
-                                     T *P, T *dS, T *Z, T *Gt, T *D, const fg_attn_problem *pr) {
-    const int64_t Nq = pr->Nq, Nk = pr->Nk, d = pr->d, bq = pr->block_q, bk = pr->block_k;
+    const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k, G = J->G;
+    T *scr = flash_scratch_get(&J->scratch, worker);
+    if (!scr) return;
+    const int64_t tile = bq * bk;
+    T *KT = scr, *VT = KT + d * bk, *P = op->packs ? VT + d * bk : scr, *dS = P + tile, *D = dS + tile;
+    T *Z = J->dropout ? D + G * J->nd : NULL, *Gt = J->chain ? D + G * J->nd + (J->dropout ? tile : 0) : NULL;
+    const int64_t b = item / J->Hkv, g = item % J->Hkv, ko = (b * J->Hkv + g) * Nk * d;
+    const T *K = J->k + ko, *V = J->v + ko;
+    T *dK = J->dk ? J->dk + ko : NULL, *dV = J->dv ? J->dv + ko : NULL;
     const T scale = (T)pr->scale;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
     const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
-    const int mods = fg_attn_modifies_scores(pr), chain = fg_attn_needs_score_grad(pr);
 
-    /* D_i = dO_i · O_i  (= Σ_j P_ij dP_ij, the softmax-gradient correction). Accumulated in double:
-     * dS = P∘(dP − D) cancels when P is peaked, so D's own rounding shows up in dQ and dK. */
-    for (int64_t i = 0; i < Nq; i++) {
-        double s = 0;
-        for (int64_t c = 0; c < d; c++) s += (double)doh[i * d + c] * (double)oh[i * d + c];
-        D[i] = (T)s;
+    /* D_i = dO_i · O_i  (= Σ_j P_ij dP_ij, the softmax-gradient correction), per query head of the
+     * group. Summed in double: dS = P∘(dP − D) cancels when P is peaked, so D's own rounding
+     * shows up in dQ and dK. */
+    for (int64_t hh = 0; hh < G; hh++) {
+        const int64_t qo = (b * H + g * G + hh) * Nq * d;
+        SFX(rows_dot)(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
     }
     for (int64_t j0 = 0; j0 < Nk; j0 += bk) {
-        const int64_t nk = (Nk - j0 < bk) ? Nk - j0 : bk;
-        const T *Kj = kh + j0 * d, *Vj = vh + j0 * d;
-        for (int64_t i0 = 0; i0 < Nq; i0 += bq) {
-            const int64_t nq = (Nq - i0 < bq) ? Nq - i0 : bq;
-            int wp, mp;
-            const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
-            if (kind == FG_TILE_MASKED) continue; /* no query of the block sees a key of Kj */
-            const T *Qi = qh + i0 * d, *dOi = doh + i0 * d;
-            /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
-            SFX(flash_gemm)(0, 1, nq, nk, d, scale, Qi, d, Kj, d, 0, P, bk);
-            if (mods || kind == FG_TILE_PARTIAL)
-                SFX(fg_attn_score_tile)(P, chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
-            for (int64_t r = 0; r < nq; r++) {
-                const int64_t i = i0 + r;
-                T *prow = P + r * bk;
-                const T L = lseh[i], lo = loh ? loh[i] : 0;
-                if (L == -INFINITY) { /* the row sees no key at all */
-                    for (int64_t j = 0; j < nk; j++) prow[j] = 0;
-                } else {
-                    /* S − L is exact near the row max (Sterbenz), so lo, below L's last bit, still
-                     * counts; masked S = -inf gives 0 */
-                    for (int64_t j = 0; j < nk; j++) prow[j] = EXP((prow[j] - L) - lo);
+        const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
+        const T *Kj = K + j0 * d, *Vj = V + j0 * d;
+        /* Kjᵀ and Vjᵀ, the B operands of S and dP: packed (d × nk, once per key block) or read
+         * transposed */
+        const T *KB = op->packs ? KT : Kj, *VB = op->packs ? VT : Vj;
+        const int tb = !op->packs;
+        const int64_t ldb = op->packs ? bk : d;
+        int packed = 0;
+        for (int64_t hh = 0; hh < G; hh++) {
+            const int64_t h = g * G + hh, bh = b * H + h, qo = bh * Nq * d;
+            const T *Q = J->q + qo, *dO = J->dout + qo, *Lh = J->lse + bh * Nq;
+            const T *loh = J->lse_lo ? J->lse_lo + bh * Nq : NULL, *Dh = D + hh * J->nd;
+            T *dQ = J->dq ? J->dq + qo : NULL;
+            for (int64_t i0 = 0; i0 < Nq; i0 += bq) {
+                const int64_t nq = Nq - i0 < bq ? Nq - i0 : bq;
+                int wp, mp;
+                const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
+                if (kind == FG_TILE_MASKED) continue; /* no query of the block sees a key of Kj */
+                if (op->packs && !packed) {
+                    op->transpose(KT, bk, Kj, d, nk, d);
+                    op->transpose(VT, bk, Vj, d, nk, d);
+                    packed = 1;
                 }
-                if (thr) {
-                    T *zrow = Z + r * bk;
-                    for (int64_t j = 0; j < nk; j++) zrow[j] = 1;
-                    SFX(fg_attn_dropout_scale)(zrow, nk, pr->seed, thr, inv_keep, b, h, i, j0);
-                }
-            }
-            /* dVj += (P∘Z)ᵀ dOi — the forward's Oi += dropout(P) Vj */
-            if (dvh) {
-                const T *PZ = P;
-                if (thr) { /* P∘Z into dS, which is free until dP below */
-                    for (int64_t r = 0; r < nq; r++)
-                        for (int64_t j = 0; j < nk; j++) dS[r * bk + j] = P[r * bk + j] * Z[r * bk + j];
-                    PZ = dS;
-                }
-                SFX(flash_gemm)(1, 0, nk, d, nq, 1, PZ, bk, dOi, d, 1, dvh + j0 * d, d);
-            }
-            if (!dqh && !dkh) continue;
-            /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
-            SFX(flash_gemm)(0, 1, nq, nk, d, 1, dOi, d, Vj, d, 0, dS, bk);
-            for (int64_t r = 0; r < nq; r++) {
-                T *dsrow = dS + r * bk;
-                const T *prow = P + r * bk, *zrow = Z + r * bk;
-                const T Di = D[i0 + r];
+                const T *Qi = Q + i0 * d, *dOi = dO + i0 * d;
+                /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
+                op->gemm(0, tb, nq, nk, d, scale, Qi, d, KB, ldb, P, bk, NULL, 0);
+                if (J->mods || kind == FG_TILE_PARTIAL)
+                    SFX(fg_attn_score_tile)(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+                /* S − L is exact near the row max (Sterbenz), so lo, below L's last bit, still counts;
+                 * masked S = -inf gives 0 */
+                op->exp_rows(P, bk, nq, nk, Lh + i0, loh ? loh + i0 : NULL);
                 if (thr)
-                    for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] * zrow[j] - Di);
-                else
-                    for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - Di);
-                /* the forward's S = variants(S1): dS1 = dS ∘ ∂S/∂S1 (P = 0 where it is masked) */
-                if (chain) {
-                    const T *grow = Gt + r * bk;
-                    for (int64_t j = 0; j < nk; j++)
-                        if (dsrow[j] != 0) dsrow[j] *= grow[j];
+                    for (int64_t r = 0; r < nq; r++) {
+                        T *zrow = Z + r * bk;
+                        for (int64_t j = 0; j < nk; j++) zrow[j] = 1;
+                        SFX(fg_attn_dropout_scale)(zrow, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+                    }
+                /* dVj += (P∘Z)ᵀ dOi — the forward's Oi += dropout(P) Vj */
+                if (dV) {
+                    const T *PZ = P;
+                    if (thr) { /* P∘Z into dS, which is free until dP below */
+                        for (int64_t r = 0; r < nq; r++)
+                            for (int64_t j = 0; j < nk; j++) dS[r * bk + j] = P[r * bk + j] * Z[r * bk + j];
+                        PZ = dS;
+                    }
+                    op->gemm(1, 0, nk, d, nq, 1, PZ, bk, dOi, d, dV + j0 * d, d, NULL, 1);
                 }
+                if (!dQ && !dK) continue;
+                /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
+                op->gemm(0, tb, nq, nk, d, 1, dOi, d, VB, ldb, dS, bk, NULL, 0);
+                if (thr)
+                    for (int64_t r = 0; r < nq; r++) {
+                        T *dsrow = dS + r * bk;
+                        const T *prow = P + r * bk, *zrow = Z + r * bk;
+                        const T Di = Dh[i0 + r];
+                        for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] * zrow[j] - Di);
+                    }
+                else
+                    op->ds_rows(dS, P, bk, nq, nk, Dh + i0);
+                /* the forward's S = variants(S1): dS1 = dS ∘ ∂S/∂S1 (P = 0 where it is masked) */
+                if (J->chain)
+                    for (int64_t r = 0; r < nq; r++) {
+                        T *dsrow = dS + r * bk;
+                        const T *grow = Gt + r * bk;
+                        for (int64_t j = 0; j < nk; j++)
+                            if (dsrow[j] != 0) dsrow[j] *= grow[j];
+                    }
+                /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
+                if (dQ) op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, d, dQ + i0 * d, d, NULL, 1);
+                if (dK) op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, d, dK + j0 * d, d, NULL, 1);
             }
-            /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
-            if (dqh) SFX(flash_gemm)(0, 0, nq, d, nk, scale, dS, bk, Kj, d, 1, dqh + i0 * d, d);
-            if (dkh) SFX(flash_gemm)(1, 0, nk, d, nq, scale, dS, bk, Qi, d, 1, dkh + j0 * d, d);
         }
     }
 }
 
-typedef struct {
-    const fg_attn_problem *pr;
-    T *dq, *dk, *dv;
-    const T *dout, *q, *k, *v, *o, *lse, *lse_lo;
-    int64_t Hkv, G;
-    int dropout, chain;
-    flash_scratch scratch;
-} SFX(bwd_blas_job);
-
-/* one item per (b, K/V head g): the G query heads of the group add into the same dK, dV */
-static void SFX(bwd_blas_item)(void *ctx, int64_t item, int worker) {
-    SFX(bwd_blas_job) *J = ctx;
-    const fg_attn_problem *pr = J->pr;
-    const int64_t H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d, G = J->G;
-    T *P = flash_scratch_get(&J->scratch, worker);
-    if (!P) return;
-    const int64_t tile = (int64_t)pr->block_q * pr->block_k, nd = Nq > 0 ? Nq : 1;
-    T *dS = P + tile, *D = dS + tile, *Z = J->dropout ? D + nd : NULL;
-    T *Gt = J->chain ? D + nd + (J->dropout ? tile : 0) : NULL;
-    const int64_t b = item / J->Hkv, g = item % J->Hkv, ko = (b * J->Hkv + g) * Nk * d;
-    for (int64_t h = g * G; h < (g + 1) * G; h++) {
-        const int64_t bh = b * H + h, qo = bh * Nq * d;
-        SFX(flash_backward_head)(J->dq ? J->dq + qo : NULL, J->dk ? J->dk + ko : NULL, J->dv ? J->dv + ko : NULL,
-                                 J->dout + qo, J->q + qo, J->k + ko, J->v + ko, J->o + qo, J->lse + bh * Nq,
-                                 J->lse_lo ? J->lse_lo + bh * Nq : NULL, b, h, P, dS, Z, Gt, D, pr);
-    }
-}
-
-static fg_status SFX(flash_backward_blas)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
-                                          const T *o, const T *lse, const T *lse_lo, const fg_attn_problem *pr) {
-    const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk;
+fg_status SFX(fg_attn_flash_backward_lo)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
+                                         const T *o, const T *lse, const T *lse_lo, const fg_attn_problem *pr) {
+    const SFX(fg_flash_ops) *op = OPS;
+    FG_TRY(fg_attn_problem_check_dtype(pr, DT));
     if (!dq && !dk && !dv) return FG_OK;
-    const int64_t bq = pr->block_q < Nq ? pr->block_q : (Nq > 0 ? Nq : 1);
-    const int64_t bk = pr->block_k < Nk ? pr->block_k : (Nk > 0 ? Nk : 1);
-    fg_attn_problem p2 = *pr;
-    p2.block_q = (int)bq;
-    p2.block_k = (int)bk;
-    SFX(bwd_blas_job) J = {.pr = &p2, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = o,
-                           .lse = lse, .lse_lo = lse_lo};
-    J.Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H;
+    const fg_attn_problem p2 = flash_resolved(pr);
+    if (p2.B * p2.H == 0) return FG_OK;
+    const int64_t bk = p2.block_k, d = p2.d, H = p2.H, tile = (int64_t)p2.block_q * bk;
+    SFX(bwd_job) J = {.op = op, .pr = &p2, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v,
+                      .o = o, .lse = lse, .lse_lo = lse_lo};
+    J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
-    J.dropout = fg_dropout_threshold(pr->dropout_p) != 0;
-    J.chain = fg_attn_needs_score_grad(pr);
-    const size_t tile = (size_t)(bq * bk);
-    J.scratch.bytes = ((2 + (size_t)J.dropout + (size_t)J.chain) * tile + (size_t)(Nq > 0 ? Nq : 1)) * sizeof(T);
-    return flash_run(B * J.Hkv, SFX(bwd_blas_item), &J, &J.scratch, &p2, FG_POOL_BLAS_SERIAL, "backward");
+    J.nd = p2.Nq > 0 ? p2.Nq : 1;
+    J.dropout = fg_dropout_threshold(p2.dropout_p) != 0;
+    J.chain = fg_attn_needs_score_grad(&p2);
+    J.mods = fg_attn_modifies_scores(&p2);
+    const int64_t n = (op->packs ? 2 * d * bk : 0) + (2 + J.dropout + J.chain) * tile + J.G * J.nd;
+    J.scratch.bytes = (size_t)n * sizeof(T);
+    return flash_run(p2.B * J.Hkv, SFX(bwd_item), &J, &J.scratch, &p2, op->pool_flags, "backward");
 }
 
 fg_status SFX(fg_attn_flash_forward)(T *o, T *lse, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {

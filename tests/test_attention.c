@@ -954,6 +954,22 @@ Test(attention, gradcheck_command_passes_and_prints_a_table) {
     cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 2, "unknown target: %s", log);
 }
 
+/* float32 flash through the portable tile operations (BLAS products, libm's exp: what a CPU without
+ * AVX2+FMA runs; FG_ATTN_GEMM=blas selects it, read once per process, hence the subprocess) passes
+ * the same checks as the default path: flash f32 against naive f64, and flash f64 against naive. */
+Test(attention, portable_float32_tiles_pass_gradcheck) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    const char *variants[] = {"--causal --dropout 0.2", "--gqa 1 --window 3,1 --alibi --softcap 2"};
+    for (int c = 0; c < 2; c++) {
+        char cmd[1024], log[8192];
+        snprintf(cmd, sizeof cmd, "FG_ATTN_GEMM=blas %s gradcheck attention --b 2 --h 2 --nq 7 --nk 10 --d 5 %s --seed 4 "
+                                  "--block-q 4 --block-k 3 2>&1", fgt_bin(), variants[c]);
+        int st = fgt_run_cmd(cmd, log, sizeof log);
+        cr_expect_eq(st, 0, "%s: gradcheck exited %d:\n%s", variants[c], st, log);
+        cr_expect(strstr(log, "flash f32") && strstr(log, "PASS"), "%s: table:\n%s", variants[c], log);
+    }
+}
+
 Test(attention, matches_pytorch_autograd_through_the_cli, .timeout = 600) {
     if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no /usr/bin/python3");
     if (access(fgt_bin(), X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no flashgrad binary at %s", fgt_bin());

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ops/attention.h"
+#include "ops/cpu/flash_tiles.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
@@ -456,6 +457,82 @@ Test(simd, flash_is_bit_identical_for_any_thread_count_and_instruction_set) {
         free(dout);
     }
     fg_pool_set_threads(0);
+}
+
+/* Flash attention's two tables of tile operations (ops/cpu/flash_tiles.h) keep one contract: on
+ * the same tile, the x86 table (at every level the CPU has) and the portable float32 one agree —
+ * exactly where both compute the same operations (the max, dS, moves), to a few float32 ulps where
+ * their products or exps are rounded differently. The x86 softmax runs on the transposed tile. */
+static float rel_diff(float a, float b) { return fabsf(a - b) / fmaxf(fabsf(b), 1e-30f); }
+
+Test(simd, flash_tile_tables_agree_on_every_operation) {
+    const fg_flash_ops_f32 *px = &fg_flash_x86_f32, *pp = &fg_flash_portable_f32;
+    cr_assert(px->packs && !pp->packs && px->transpose && !pp->transpose, "packs / transpose of the two tables");
+    enum { NQ = 19, NK = 21, D = 13 };
+    uint64_t seed = 4242;
+    float S[NQ * NK], ST[NK * NQ], A[NQ * D], Bm[D * NK], BT[NK * D], C1[NQ * NK], C2[NQ * NK], rsc[NQ];
+    for (int i = 0; i < NQ * NK; i++) S[i] = 6 * frand(&seed);
+    for (int r = 0; r < NQ; r++) S[r * NK + (r * 5) % NK] = -INFINITY; /* masked scores */
+    for (int j = 0; j < NK; j++) S[3 * NK + j] = -INFINITY;            /* row 3 sees no key */
+    for (int i = 0; i < NQ * D; i++) A[i] = frand(&seed);
+    for (int i = 0; i < D * NK; i++) Bm[i] = frand(&seed);
+    for (int r = 0; r < NQ; r++) rsc[r] = 1 + frand(&seed);
+    const fg_simd_level best = fg_simd_detect();
+    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+        fg_simd_set((fg_simd_level)lv);
+        const char *ln = fg_simd_name((fg_simd_level)lv);
+        /* transpose: moves only, and back again */
+        px->transpose(ST, NQ, S, NK, NQ, NK);
+        for (int r = 0; r < NQ; r++)
+            for (int j = 0; j < NK; j++)
+                cr_assert(memcmp(&ST[j * NQ + r], &S[r * NK + j], sizeof(float)) == 0, "%s: transpose (%d, %d)", ln, r, j);
+        /* gemm: C = rowscale ∘ C + 0.5 · A B, with B given transposed to the portable table */
+        px->transpose(BT, D, Bm, NK, D, NK);
+        for (int i = 0; i < NQ * NK; i++) C1[i] = C2[i] = frand(&seed);
+        px->gemm(0, 0, NQ, NK, D, 0.5f, A, D, Bm, NK, C1, NK, rsc, 1);
+        pp->gemm(0, 1, NQ, NK, D, 0.5f, A, D, BT, D, C2, NK, rsc, 1);
+        for (int i = 0; i < NQ * NK; i++)
+            cr_assert(fabsf(C1[i] - C2[i]) <= 1e-5f * (1 + fabsf(C2[i])), "%s: gemm [%d] %a vs %a", ln, i, C1[i], C2[i]);
+        /* the online softmax: a first block from m = -inf, then a second one */
+        float mx[NQ], lx[NQ], ax[NQ], mp[NQ], lp[NQ], ap[NQ], Sp[NQ * NK];
+        for (int r = 0; r < NQ; r++) mx[r] = mp[r] = -INFINITY, lx[r] = lp[r] = 0;
+        for (int step = 0; step < 2; step++) {
+            memcpy(Sp, S, sizeof Sp);
+            for (int i = 0; step && i < NQ * NK; i++) Sp[i] += 1.5f * frand(&seed); /* -inf stays */
+            px->transpose(ST, NQ, Sp, NK, NQ, NK);
+            px->softmax(ST, NQ, NQ, NK, mx, lx, ax);
+            pp->softmax(Sp, NK, NQ, NK, mp, lp, ap);
+            for (int r = 0; r < NQ; r++) {
+                cr_assert(memcmp(&mx[r], &mp[r], sizeof(float)) == 0, "%s step %d: m[%d] %a vs %a", ln, step, r, mx[r], mp[r]);
+                cr_assert(rel_diff(lx[r], lp[r]) <= 4e-7f || (lx[r] == 0 && lp[r] == 0), "%s step %d: l[%d] %a vs %a", ln,
+                          step, r, lx[r], lp[r]);
+                if (mp[r] != -INFINITY) /* a row that has seen no key: alpha is 0 (x86) or 1 (portable), O is 0 */
+                    cr_assert(fabsf(ax[r] - ap[r]) <= 4e-7f * ap[r], "%s step %d: alpha[%d] %a vs %a", ln, step, r, ax[r],
+                              ap[r]);
+                for (int j = 0; j < NK; j++)
+                    cr_assert(fabsf(ST[j * NQ + r] - Sp[r * NK + j]) <= 4e-7f * fmaxf(Sp[r * NK + j], 1e-30f) ||
+                                  ST[j * NQ + r] == Sp[r * NK + j],
+                              "%s step %d: P(%d, %d) %a vs %a", ln, step, r, j, ST[j * NQ + r], Sp[r * NK + j]);
+            }
+        }
+        /* exp rows: P = exp((S - L) - lo), 0 in a row with L = -inf */
+        float L[NQ], lo[NQ];
+        for (int r = 0; r < NQ; r++) L[r] = r == 3 ? -INFINITY : 4 + frand(&seed), lo[r] = 1e-7f * frand(&seed);
+        memcpy(C1, S, sizeof C1);
+        memcpy(C2, S, sizeof C2);
+        px->exp_rows(C1, NK, NQ, NK, L, lo);
+        pp->exp_rows(C2, NK, NQ, NK, L, lo);
+        for (int i = 0; i < NQ * NK; i++)
+            cr_assert(fabsf(C1[i] - C2[i]) <= 4e-7f * C2[i] || C1[i] == C2[i], "%s: exp_rows [%d] %a vs %a", ln, i, C1[i], C2[i]);
+        /* dS = P ∘ (dP − D): the same elementwise arithmetic, so the same bits */
+        float dS1[NQ * NK], dS2[NQ * NK], Dr[NQ];
+        for (int i = 0; i < NQ * NK; i++) dS1[i] = dS2[i] = frand(&seed);
+        for (int r = 0; r < NQ; r++) Dr[r] = frand(&seed);
+        px->ds_rows(dS1, C2, NK, NQ, NK, Dr);
+        pp->ds_rows(dS2, C2, NK, NQ, NK, Dr);
+        cr_assert(memcmp(dS1, dS2, sizeof dS1) == 0, "%s: ds_rows differs", ln);
+    }
+    fg_simd_set(best);
 }
 
 /* User callbacks need not be thread-safe: flash calls them on the calling thread only. */

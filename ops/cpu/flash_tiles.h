@@ -1,0 +1,90 @@
+/* flash_tiles.h — the tile operations of the CPU flash attention kernels (ops/attention_flash.c).
+ *
+ * One forward driver and one backward driver walk the tiles (ops/attention_flash.c); what they do
+ * to a tile goes through a table of operations, fg_flash_ops_f32 or fg_flash_ops_f64, of which
+ * there are two instances:
+ *
+ *   portable   each tile product is one BLAS call (BLAS kept to one thread while the pool runs),
+ *              exp is libm's, and the forward's score tile is S (nq × nk, row-major) with the
+ *              online softmax row by row (fg_attn_online_update_*, ops/attention.h). float64; and
+ *              float32 where the CPU has no AVX2+FMA (or FG_ATTN_GEMM=blas is set, for comparing).
+ *   x86        float32: register-blocked tile products (ops/cpu/smallgemm.h) and the vectorized
+ *              exp (ops/cpu/vexp.h), AVX-512 or AVX2 chosen at run time (fg_simd_active; the
+ *              intrinsics are in ops/cpu/flash_x86.c), with plain C forms of the very same bits
+ *              (what fg_simd_set(FG_SIMD_SCALAR) runs). The forward's score tile is Sᵀ (nk × nq):
+ *              every query row in its own vector lane, so the online softmax runs down the columns
+ *              with no horizontal max or sum, and each row's sum is taken key by key in order
+ *              whatever the lane count. The tile products take B row-major only, so the drivers
+ *              pack Qiᵀ (once per item) and Kjᵀ, Vjᵀ (once per key block).
+ *
+ * Shapes: a score tile covers nq query rows and nk keys; "row-major tile" means element (r, j) at
+ * S[r·ld + j]. Every operation is elementwise or sums in index order, so the results do not depend
+ * on the SIMD level or on how work is split (tests/test_simd.c).
+ */
+#ifndef FG_FLASH_TILES_H
+#define FG_FLASH_TILES_H
+
+#include <stdint.h>
+
+#include "ops/cpu/simd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The table, for T = float (f32) and double (f64):
+ *   packs      1: gemm's B must be row-major (tb = 0): the drivers pack Qᵀ, Kᵀ, Vᵀ, and the forward's
+ *              score tile is Sᵀ (nk × nq, row stride ld); 0: B may be transposed, the tile is S.
+ *   pool_flags for fg_pool_run (FG_POOL_BLAS_SERIAL when the products are BLAS calls).
+ *   gemm       C (m × n, row stride ldc) = alpha · op(A) op(B), op(X) = X (t = 0) or Xᵀ (t = 1), row
+ *              major like cblas_?gemm; acc = 1 adds it to C, and with rowscale, C[r, :] =
+ *              rowscale[r] · C[r, :] + alpha · (op(A) op(B))[r, :].
+ *   softmax    the online-softmax step on the forward's score tile (S, or Sᵀ with packs) for query
+ *              rows r < nq with running max m[r] and sum l[r]: m' = max(m, max_j s_j), s_j <-
+ *              exp(s_j − m'), l' = alpha_r·l + Σ_j s_j (in key order), alpha[r] = the factor the
+ *              row's output accumulator is rescaled by (ops/attention.h, fg_attn_online_update).
+ *   exp_rows   P = exp((S − L_r) − lo_r) on the rows of a row-major tile; 0 in rows with L = −inf
+ *              (no key seen); lo may be NULL (0).
+ *   ds_rows    dS = P ∘ (dS − D_r) on the rows of row-major tiles (dS holds dP on entry).
+ *   transpose  dst (cols × rows, row stride ldd) = srcᵀ (src rows × cols, row stride lds); moves
+ *              only. NULL in the portable tables (never needed without packs). */
+#define FG_FLASH_OPS_TABLE(T)                                                                                      \
+    struct {                                                                                                       \
+        int packs;                                                                                                 \
+        unsigned pool_flags;                                                                                       \
+        void (*gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t lda, const T *B, \
+                     int64_t ldb, T *C, int64_t ldc, const T *rowscale, int acc);                                 \
+        void (*softmax)(T *S, int64_t ld, int64_t nq, int64_t nk, T *m, T *l, T *alpha);                          \
+        void (*exp_rows)(T *S, int64_t ld, int64_t nq, int64_t nk, const T *L, const T *lo);                      \
+        void (*ds_rows)(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk, const T *D);                       \
+        void (*transpose)(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols);           \
+    }
+typedef FG_FLASH_OPS_TABLE(float) fg_flash_ops_f32;
+typedef FG_FLASH_OPS_TABLE(double) fg_flash_ops_f64;
+
+extern const fg_flash_ops_f64 fg_flash_portable_f64;
+extern const fg_flash_ops_f32 fg_flash_portable_f32;
+extern const fg_flash_ops_f32 fg_flash_x86_f32;
+
+/* ---- internal to ops/cpu/flash_tiles.c and ops/cpu/flash_x86.c: the x86 table's pieces ----
+ * The plain C forms (the bit-exact reference; the vector forms finish their ragged edges with them):
+ * the column softmax of Sᵀ (nk × nq, row stride ld) for columns [r0, r1), and the transpose. */
+void fg_flash_softmax_cols_scalar(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
+                                  float *alpha);
+void fg_flash_transpose_scalar(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+#if FG_SIMD_X86
+/* The vector forms, each compiled for its instruction set (call only at that fg_simd_active level). */
+void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
+void fg_flash_softmax_cols_avx2(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
+void fg_flash_exp_rows_avx512(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
+void fg_flash_exp_rows_avx2(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
+void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
+void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
+/* 16 × 16 blocks where rows, cols >= 16, the edges through fg_flash_transpose_scalar. */
+void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_FLASH_TILES_H */

@@ -1,0 +1,226 @@
+/* flash_x86.c — the AVX-512 and AVX2 forms of the float32 x86 table of flash attention's tile
+ * operations (ops/cpu/flash_tiles.h), each compiled for its instruction set through a target
+ * attribute and chosen at run time by ops/cpu/flash_tiles.c. Every form computes the bits of the
+ * plain C one there: the exp is fg_vexp's (ops/cpu/vexp.h), sums run key by key in each lane, and
+ * the rest is elementwise or moves.
+ */
+#include "ops/cpu/flash_tiles.h"
+
+#if FG_SIMD_X86
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops/cpu/vexp.h"
+
+/* Four vectors of columns at a time: each column's max and sum are chains of dependent operations
+ * down the rows (the sum must stay in key order), so four independent chains keep the vector units
+ * busy where one would wait on its own latency. */
+FG_TARGET_AVX512 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l,
+                                                   float *alpha) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    for (int64_t r0 = 0; r0 < nq; r0 += 64) {
+        __mmask16 km[4];
+        __m512 mo[4], mx[4], ms[4], sum[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const int64_t left = nq - r0 - 16 * v;
+            km[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+            mo[v] = _mm512_maskz_loadu_ps(km[v], m + r0 + 16 * v);
+            mx[v] = mo[v];
+            sum[v] = zero;
+        }
+        for (int64_t j = 0; j < nk; j++) {
+            const float *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) mx[v] = _mm512_max_ps(_mm512_maskz_loadu_ps(km[v], sp + 16 * v), mx[v]);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) ms[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], ninf, _CMP_EQ_OQ), mx[v], zero);
+        for (int64_t j = 0; j < nk; j++) {
+            float *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m512 p = fg_vexp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(km[v], sp + 16 * v), ms[v]));
+                _mm512_mask_storeu_ps(sp + 16 * v, km[v], p);
+                sum[v] = _mm512_add_ps(sum[v], p);
+            }
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const int64_t r = r0 + 16 * v;
+            const __m512 a = fg_vexp_avx512(_mm512_sub_ps(mo[v], ms[v]));
+            const __m512 lo = _mm512_maskz_loadu_ps(km[v], l + r);
+            _mm512_mask_storeu_ps(l + r, km[v], _mm512_add_ps(_mm512_mul_ps(a, lo), sum[v]));
+            _mm512_mask_storeu_ps(m + r, km[v], mx[v]);
+            _mm512_mask_storeu_ps(alpha + r, km[v], a);
+        }
+    }
+}
+
+FG_TARGET_AVX512 void fg_flash_exp_rows_avx512(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L,
+                                               const float *lo) {
+    for (int64_t r = 0; r < nq; r++) {
+        float *row = S + r * ld;
+        if (L[r] == -INFINITY) {
+            memset(row, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        const __m512 Lr = _mm512_set1_ps(L[r]), lr = _mm512_set1_ps(lo ? lo[r] : 0.0f);
+        for (int64_t j = 0; j < nk; j += 16) {
+            const __mmask16 km = nk - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - j)) - 1);
+            const __m512 s = _mm512_maskz_loadu_ps(km, row + j);
+            _mm512_mask_storeu_ps(row + j, km, fg_vexp_avx512(_mm512_sub_ps(_mm512_sub_ps(s, Lr), lr)));
+        }
+    }
+}
+
+FG_TARGET_AVX2 void fg_flash_softmax_cols_avx2(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l,
+                                               float *alpha) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
+    int64_t r0 = 0;
+    for (; r0 + 32 <= nq; r0 += 32) { /* four vectors of eight columns, as in the AVX-512 form */
+        __m256 mo[4], mx[4], ms[4], sum[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            mo[v] = _mm256_loadu_ps(m + r0 + 8 * v);
+            mx[v] = mo[v];
+            sum[v] = zero;
+        }
+        for (int64_t j = 0; j < nk; j++) {
+            const float *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) mx[v] = _mm256_max_ps(_mm256_loadu_ps(sp + 8 * v), mx[v]);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) ms[v] = _mm256_blendv_ps(mx[v], zero, _mm256_cmp_ps(mx[v], ninf, _CMP_EQ_OQ));
+        for (int64_t j = 0; j < nk; j++) {
+            float *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m256 p = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp + 8 * v), ms[v]));
+                _mm256_storeu_ps(sp + 8 * v, p);
+                sum[v] = _mm256_add_ps(sum[v], p);
+            }
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const int64_t r = r0 + 8 * v;
+            const __m256 a = fg_vexp_avx2(_mm256_sub_ps(mo[v], ms[v]));
+            _mm256_storeu_ps(l + r, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(l + r)), sum[v]));
+            _mm256_storeu_ps(m + r, mx[v]);
+            _mm256_storeu_ps(alpha + r, a);
+        }
+    }
+    for (; r0 + 8 <= nq; r0 += 8) {
+        const __m256 mo = _mm256_loadu_ps(m + r0);
+        __m256 mx = mo;
+        for (int64_t j = 0; j < nk; j++) mx = _mm256_max_ps(_mm256_loadu_ps(ST + j * ld + r0), mx);
+        const __m256 ms = _mm256_blendv_ps(mx, zero, _mm256_cmp_ps(mx, ninf, _CMP_EQ_OQ));
+        const __m256 a = fg_vexp_avx2(_mm256_sub_ps(mo, ms));
+        __m256 sum = zero;
+        for (int64_t j = 0; j < nk; j++) {
+            float *sp = ST + j * ld + r0;
+            const __m256 p = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), ms));
+            _mm256_storeu_ps(sp, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        _mm256_storeu_ps(l + r0, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(l + r0)), sum));
+        _mm256_storeu_ps(m + r0, mx);
+        _mm256_storeu_ps(alpha + r0, a);
+    }
+    fg_flash_softmax_cols_scalar(ST, ld, nk, r0, nq, m, l, alpha); /* the same bits, one column at a time */
+}
+
+FG_TARGET_AVX2 void fg_flash_exp_rows_avx2(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L,
+                                           const float *lo) {
+    for (int64_t r = 0; r < nq; r++) {
+        float *row = S + r * ld;
+        if (L[r] == -INFINITY) {
+            memset(row, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        const float Lf = L[r], lf = lo ? lo[r] : 0.0f;
+        const __m256 Lr = _mm256_set1_ps(Lf), lr = _mm256_set1_ps(lf);
+        int64_t j = 0;
+        for (; j + 8 <= nk; j += 8)
+            _mm256_storeu_ps(row + j, fg_vexp_avx2(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), Lr), lr)));
+        for (; j < nk; j++) row[j] = fg_expf_ref((row[j] - Lf) - lf);
+    }
+}
+
+/* one 16 × 16 block: pairs of rows interleaved by 1, 2, then 4 and 8 elements */
+FG_TARGET_AVX512 static void transpose16_avx512(float *dst, int64_t ldd, const float *src, int64_t lds) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), e = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+        t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+        t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+        t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+        r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+        r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+
+void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols) {
+    const int64_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
+    for (int64_t r0 = 0; r0 < r16; r0 += 16)
+        for (int64_t c0 = 0; c0 < c16; c0 += 16) transpose16_avx512(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
+    /* the edges: the last cols % 16 columns of every row, then the last rows % 16 rows */
+    if (c16 < cols) fg_flash_transpose_scalar(dst + c16 * ldd, ldd, src + c16, lds, r16, cols - c16);
+    if (r16 < rows) fg_flash_transpose_scalar(dst + r16, ldd, src + r16 * lds, lds, rows - r16, cols);
+}
+
+FG_TARGET_AVX512 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk,
+                                              const float *D) {
+    for (int64_t r = 0; r < nq; r++) {
+        float *dsrow = dS + r * ld;
+        const float *prow = P + r * ld;
+        const __m512 Di = _mm512_set1_ps(D[r]);
+        for (int64_t j = 0; j < nk; j += 16) {
+            const __mmask16 km = nk - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - j)) - 1);
+            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(km, dsrow + j), Di);
+            _mm512_mask_storeu_ps(dsrow + j, km, _mm512_mul_ps(_mm512_maskz_loadu_ps(km, prow + j), x));
+        }
+    }
+}
+
+FG_TARGET_AVX2 void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk,
+                                          const float *D) {
+    for (int64_t r = 0; r < nq; r++) {
+        float *dsrow = dS + r * ld;
+        const float *prow = P + r * ld;
+        const __m256 Di = _mm256_set1_ps(D[r]);
+        int64_t j = 0;
+        for (; j + 8 <= nk; j += 8)
+            _mm256_storeu_ps(dsrow + j, _mm256_mul_ps(_mm256_loadu_ps(prow + j), _mm256_sub_ps(_mm256_loadu_ps(dsrow + j), Di)));
+        for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
+    }
+}
+#else
+typedef int fg_flash_x86_unused; /* a translation unit may not be empty */
+#endif
