@@ -14,6 +14,9 @@ int fg_bench_attention(int argc, char **argv);
 /* `flashgrad bench matmul ...`: a GPT's float32 products with each CPU kernel (bench/bench_matmul.c). */
 int fg_bench_matmul(int argc, char **argv);
 
+/* `flashgrad bench peak ...`: the float32 FMA peak and memory bandwidth (bench/bench_peak.c). */
+int fg_bench_peak(int argc, char **argv);
+
 /* qsort's comparison of two doubles, ascending (for medians of timings). */
 int fg_bench_cmp_double(const void *a, const void *b);
 

@@ -16,7 +16,7 @@ static const command commands[] = {
     {"sample", fg_cmd_sample, "generate text from a checkpoint"},
     {"attention", fg_cmd_attention, "run attention on .npy inputs, write O, lse and gradients"},
     {"gradcheck", fg_cmd_gradcheck, "gradient-check attention (naive vs finite differences, flash vs naive)"},
-    {"bench", fg_cmd_bench, "benchmarks: train, attention, matmul"},
+    {"bench", fg_cmd_bench, "benchmarks: train, attention, matmul, peak"},
 };
 
 static void usage(FILE *f) {
