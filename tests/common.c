@@ -61,9 +61,24 @@ static void cmp_one(fgt_cmp *c, int64_t k, double a, double e, double atol, doub
         bad = a != e;
     } else {
         double err = fabs(a - e);
-        if (err > c->max_abs) c->max_abs = err;
+        if (fabs(e) > c->ref_max) c->ref_max = fabs(e);
+        if (!c->nonfinite && (err > c->max_abs || c->worst < 0)) {
+            c->max_abs = err;
+            c->worst = k;
+            c->worst_actual = a;
+            c->worst_expected = e;
+        }
         if (e != 0 && err / fabs(e) > c->max_rel) c->max_rel = err / fabs(e);
         bad = !(err <= atol + rtol * fabs(e));
+    }
+    if (!(isinf(e) && a == e) && !(isfinite(a) && isfinite(e))) {
+        if (!c->nonfinite) {
+            c->worst = k;
+            c->worst_actual = a;
+            c->worst_expected = e;
+        }
+        c->nonfinite++;
+        c->max_abs = INFINITY;
     }
     if (bad) {
         if (c->first_bad < 0) {
@@ -77,7 +92,7 @@ static void cmp_one(fgt_cmp *c, int64_t k, double a, double e, double atol, doub
 }
 
 fgt_cmp fgt_compare_buf(const fg_tensor *actual, const double *expected, int64_t n, double atol, double rtol) {
-    fgt_cmp c = {.first_bad = -1};
+    fgt_cmp c = {.first_bad = -1, .worst = -1};
     cr_assert_eq(fg_numel(actual), n, "compare: %lld elements against %lld expected", (long long)fg_numel(actual),
                  (long long)n);
     for (int64_t k = 0; k < n; k++) cmp_one(&c, k, fg_get(actual, k), expected[k], atol, rtol);
@@ -85,13 +100,15 @@ fgt_cmp fgt_compare_buf(const fg_tensor *actual, const double *expected, int64_t
 }
 
 fgt_cmp fgt_compare(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol) {
-    fgt_cmp c = {.first_bad = -1};
+    fgt_cmp c = {.first_bad = -1, .worst = -1};
     cr_assert_eq(fg_numel(actual), fg_numel(expected), "compare: %lld elements against %lld expected",
                  (long long)fg_numel(actual), (long long)fg_numel(expected));
     for (int64_t k = 0; k < fg_numel(actual); k++)
         cmp_one(&c, k, fg_get(actual, k), fg_get(expected, k), atol, rtol);
     return c;
 }
+
+double fgt_rel_err(fgt_cmp c) { return c.max_abs / (c.ref_max > 0 ? c.ref_max : 1); }
 
 static void assert_cmp(const fgt_cmp *c, double atol, double rtol, const char *what, const char *file, int line) {
     cr_assert(c->n_bad == 0,
@@ -237,6 +254,73 @@ void fgt_expect_same_run_state(const char *a, const char *b) {
         fg_st_close(x);
         fg_st_close(y);
     }
+}
+
+/* ---- tiny models ---- */
+fg_gpt_config fgt_tiny_gpt_config(fg_dtype dt, fg_attn_impl impl, int n_embd, int block_size, int vocab_size,
+                                  double dropout) {
+    fg_gpt_config c = fg_gpt_default_config();
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = n_embd;
+    c.block_size = block_size;
+    c.vocab_size = vocab_size;
+    c.dropout = dropout;
+    c.attn = impl;
+    c.dtype = dt;
+    return c;
+}
+
+fg_train_config fgt_tiny_train_config(const fg_source *src, int T, int batch_size, int steps, int eval_iters,
+                                      uint64_t seed) {
+    fg_train_config c = {0};
+    c.model = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 16, T, fg_source_vocab_size(src), 0.1);
+    c.batch_size = batch_size;
+    c.grad_accum = 2;
+    c.steps = steps;
+    c.eval_every = 0;
+    c.eval_iters = eval_iters;
+    c.seed = seed;
+    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = steps / 4, .decay_steps = steps, .beta1 = 0.9,
+                              .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    return c;
+}
+
+/* ---- Python cross-checks ---- */
+void fgt_skip(const char *what, const char *why) {
+    fprintf(stderr, "[skip] %s: %s\n", what, why);
+    cr_skip_test("%s: %s", what, why);
+}
+
+const char *fgt_python_missing(const char *modules) {
+    static char why[256];
+    if (access(FGT_PYTHON, X_OK) != 0) return "no " FGT_PYTHON;
+    const char *p = modules ? modules : "";
+    while (*p) {
+        while (*p == ' ') p++;
+        size_t len = strcspn(p, " ");
+        if (len == 0) break;
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, FGT_PYTHON " -c 'import %.*s' >/dev/null 2>&1", (int)len, p);
+        if (system(cmd) != 0) {
+            snprintf(why, sizeof why, FGT_PYTHON " cannot import %.*s", (int)len, p);
+            return why;
+        }
+        p += len;
+    }
+    return NULL;
+}
+
+void fgt_python_require(const char *what, const char *modules) {
+    const char *why = fgt_python_missing(modules);
+    if (why) fgt_skip(what, why);
+}
+
+int fgt_python_run(const char *env, const char *script, const char *args, char *out, size_t n) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s%s" FGT_PYTHON " %s %s 2>&1", env ? env : "", env ? " " : "", script,
+             args ? args : "");
+    return fgt_run_cmd(cmd, out, n);
 }
 
 /* ---- pipes ---- */

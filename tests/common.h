@@ -20,6 +20,7 @@
 #include "autograd/gradcheck.h"
 #include "ops/attention.h"
 #include "tensor/tensor.h"
+#include "train/trainer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,13 +57,23 @@ typedef struct {
     int64_t n_bad;        /* elements outside atol + rtol * |expected| (NaN vs number is bad) */
     int64_t first_bad;    /* flat C-order index of the first bad element, -1 if none */
     double bad_actual, bad_expected;
+    /* Tolerance-free view (what the attention tests bound themselves): */
+    double ref_max;       /* max |expected| over the elements where both sides are finite */
+    int64_t nonfinite;    /* elements where a side is NaN or the sides are not the same infinity
+                           * (two NaNs count here, unlike in n_bad); max_abs is +inf when > 0 */
+    int64_t worst;        /* index of the first non-finite element if any, else of the first
+                           * largest |actual - expected|; -1 when nothing was compared */
+    double worst_actual, worst_expected;
 } fgt_cmp;
 
 /* Compare actual (any strides) with expected values (C order, n of them). Equal infinities and
- * two NaNs count as equal. */
+ * two NaNs count as equal for n_bad. */
 fgt_cmp fgt_compare_buf(const fg_tensor *actual, const double *expected, int64_t n, double atol, double rtol);
 /* Compare two tensors of the same numel (any dtypes and strides). */
 fgt_cmp fgt_compare(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol);
+
+/* max_abs relative to the reference's scale: max_abs / ref_max (ref_max 0 counts as 1). */
+double fgt_rel_err(fgt_cmp c);
 
 /* Assert closeness; the message names `what`, the call site, the errors and the first bad index. */
 void fgt_assert_close_at(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol,
@@ -116,6 +127,37 @@ int fgt_run_cmd(const char *cmd, char *log, size_t logn);
 /* Expects the run folders a and b to hold the same training state bit for bit: every tensor of
  * their model.safetensors and optimizer.safetensors (parameters, both AdamW moments, step, RNG). */
 void fgt_expect_same_run_state(const char *a, const char *b);
+/* ---- tiny models ---- */
+/* fg_gpt_default_config() with 2 layers, 2 heads and the given dtype, attention, width, block
+ * size, vocabulary and dropout. */
+fg_gpt_config fgt_tiny_gpt_config(fg_dtype dt, fg_attn_impl impl, int n_embd, int block_size, int vocab_size,
+                                  double dropout);
+/* A tiny training run on src: fgt_tiny_gpt_config(float32, flash, 16 wide, block T, src's
+ * vocabulary, dropout 0.1); batch_size sequences, 2 micro-batches, `steps` steps, no periodic
+ * evaluation, eval_iters batches per evaluation, seed; AdamW lr 3e-3 -> 3e-4 with steps / 4
+ * warm-up steps and cosine decay over all the steps, betas (0.9, 0.99), eps 1e-8, weight decay
+ * 0.1, grad clip 1. */
+fg_train_config fgt_tiny_train_config(const fg_source *src, int T, int batch_size, int steps, int eval_iters,
+                                      uint64_t seed);
+
+/* ---- Python cross-checks ---- */
+/* The interpreter the cross-checks run: Debian's, whose packages (python3-numpy, python3-torch)
+ * the project documents. */
+#define FGT_PYTHON "/usr/bin/python3"
+/* Exit status by which a cross-check script says it cannot run (the reason on its output). */
+#define FGT_PYTHON_CANNOT_RUN 77
+/* Skip the current test visibly: one line "[skip] <what>: <why>" on stderr (shown without
+ * --verbose) and cr_skip_test with the same text. Does not return. */
+void fgt_skip(const char *what, const char *why);
+/* Skip (fgt_skip) unless FGT_PYTHON exists and imports every module in `modules` (separated by
+ * spaces, e.g. "numpy torch"); the line names the interpreter or the first missing module. */
+void fgt_python_require(const char *what, const char *modules);
+/* Same check without skipping: NULL when usable, else the reason (a static string). */
+const char *fgt_python_missing(const char *modules);
+/* Run "<env> FGT_PYTHON <script> <args> 2>&1" (env: NULL or "NAME='value' ..."), its output into
+ * out[0..n); returns its exit status, -1 if it could not run or died by a signal. */
+int fgt_python_run(const char *env, const char *script, const char *args, char *out, size_t n);
+
 /* ---- pipes ---- */
 /* A pipe that holds data[0..n) (n <= 65536, what a pipe buffers) with its write end closed, so a
  * reader gets the bytes, then end of file. Returns the read end (the caller closes it) and puts a

@@ -45,37 +45,6 @@ static fg_tensor *from_values(fg_dtype dt, int64_t B, int64_t H, int64_t N, int6
     return t;
 }
 
-typedef struct {
-    double max_abs;  /* max |a - b| */
-    double ref_max;  /* max |b| */
-    int64_t where;   /* flat index of max_abs */
-    double a, b;     /* the values there */
-    int nonfinite;   /* a has a NaN or Inf where b is finite */
-} cmp_result;
-
-/* a against the reference b (same numel). Entries where b is -inf must be -inf in a too. */
-static cmp_result compare(const fg_tensor *a, const fg_tensor *b) {
-    cmp_result r = {0};
-    r.where = -1;
-    cr_assert_eq(fg_numel(a), fg_numel(b), "numel %lld vs %lld", (long long)fg_numel(a), (long long)fg_numel(b));
-    for (int64_t i = 0; i < fg_numel(a); i++) {
-        double x = fg_get(a, i), y = fg_get(b, i);
-        if (isinf(y) && x == y) continue;
-        if (!isfinite(x) || !isfinite(y)) {
-            if (!r.nonfinite) { r.where = i; r.a = x; r.b = y; }
-            r.nonfinite = 1;
-            r.max_abs = INFINITY;
-            continue;
-        }
-        if (fabs(y) > r.ref_max) r.ref_max = fabs(y);
-        double e = fabs(x - y);
-        if (e > r.max_abs || r.where < 0) {
-            if (!r.nonfinite) { r.max_abs = e; r.where = i; r.a = x; r.b = y; }
-        }
-    }
-    return r;
-}
-static double rel_of(cmp_result r) { return r.max_abs / (r.ref_max > 0 ? r.ref_max : 1); }
 
 static int all_finite(const fg_tensor *t, int allow_neg_inf, int64_t *bad) {
     for (int64_t i = 0; i < fg_numel(t); i++) {
@@ -286,12 +255,12 @@ Test(attention, naive_and_flash_forward_match_scalar_reference_f64) {
         for (int impl = 0; impl < 2; impl++) {
             o = case_opts(c, (fg_attn_impl)impl);
             fgt_attn_run r = fgt_run_attention(q, k, v, NULL, &o);
-            cmp_result eo = compare(r.o, o_ref), el = compare(r.lse, l_ref);
-            cr_expect(!eo.nonfinite && rel_of(eo) < 1e-12,
+            fgt_cmp eo = fgt_compare(r.o, o_ref, 0, 0), el = fgt_compare(r.lse, l_ref, 0, 0);
+            cr_expect(!eo.nonfinite && fgt_rel_err(eo) < 1e-12,
                       "case %d %s: O rel err %.3g at %lld (%.17g vs ref %.17g)", ci, fg_attn_impl_name(o.impl),
-                      rel_of(eo), (long long)eo.where, eo.a, eo.b);
-            cr_expect(!el.nonfinite && rel_of(el) < 1e-12, "case %d %s: lse rel err %.3g at %lld (%.17g vs ref %.17g)",
-                      ci, fg_attn_impl_name(o.impl), rel_of(el), (long long)el.where, el.a, el.b);
+                      fgt_rel_err(eo), (long long)eo.worst, eo.worst_actual, eo.worst_expected);
+            cr_expect(!el.nonfinite && fgt_rel_err(el) < 1e-12, "case %d %s: lse rel err %.3g at %lld (%.17g vs ref %.17g)",
+                      ci, fg_attn_impl_name(o.impl), fgt_rel_err(el), (long long)el.worst, el.worst_actual, el.worst_expected);
             fgt_attn_run_free(&r);
         }
         fg_release(o_ref);
@@ -313,12 +282,12 @@ Test(attention, flash_matches_naive_f64_to_1e_12) {
         const fg_tensor *fa[5] = {f.o, f.lse, f.dq, f.dk, f.dv}, *na[5] = {n.o, n.lse, n.dq, n.dk, n.dv};
         const char *names[5] = {"O", "lse", "dQ", "dK", "dV"};
         for (int t = 0; t < 5; t++) {
-            cmp_result e = compare(fa[t], na[t]);
-            cr_expect(!e.nonfinite && rel_of(e) <= 1e-12,
+            fgt_cmp e = fgt_compare(fa[t], na[t], 0, 0);
+            cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-12,
                       "case %d (B%lld H%lld Nq%lld Nk%lld d%lld causal %d p %g blocks %d,%d): %s rel err %.3g at %lld: "
                       "flash %.17g naive %.17g",
                       ci, (long long)c->B, (long long)c->H, (long long)c->Nq, (long long)c->Nk, (long long)c->d,
-                      c->causal, c->p, c->bq, c->bk, names[t], rel_of(e), (long long)e.where, e.a, e.b);
+                      c->causal, c->p, c->bq, c->bk, names[t], fgt_rel_err(e), (long long)e.worst, e.worst_actual, e.worst_expected);
         }
         fgt_attn_run_free(&n);
         fgt_attn_run_free(&f);
@@ -358,15 +327,15 @@ Test(attention, flash_f32_error_at_most_twice_naive_f32_error) {
                         *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
         const char *names[4] = {"O", "dQ", "dK", "dV"};
         for (int t = 0; t < 4; t++) {
-            cmp_result ef = compare(fa[t], ra[t]), en = compare(na[t], ra[t]);
+            fgt_cmp ef = fgt_compare(fa[t], ra[t], 0, 0), en = fgt_compare(na[t], ra[t], 0, 0);
             double floor = ldexp(ef.ref_max > qk_std ? ef.ref_max : qk_std, -21);
             double ratio = ef.max_abs / (en.max_abs + floor);
             if (ratio > worst_f32_ratio[pass]) worst_f32_ratio[pass] = ratio;
             if (en.max_abs > floor && ef.max_abs / en.max_abs > worst_f32_tight[pass])
                 worst_f32_tight[pass] = ef.max_abs / en.max_abs;
-            cmp_result efn = compare(fa[t], na[t]);
-            if (rel_of(efn) > worst_f32_rel[pass]) {
-                worst_f32_rel[pass] = rel_of(efn);
+            fgt_cmp efn = fgt_compare(fa[t], na[t], 0, 0);
+            if (fgt_rel_err(efn) > worst_f32_rel[pass]) {
+                worst_f32_rel[pass] = fgt_rel_err(efn);
                 snprintf(worst_f32_where[pass], sizeof worst_f32_where[pass], "case %d %s (abs %.3g)", ci, names[t],
                          efn.max_abs);
             }
@@ -374,7 +343,7 @@ Test(attention, flash_f32_error_at_most_twice_naive_f32_error) {
                       "case %d qk std %g (Nq%lld Nk%lld d%lld causal %d p %g blocks %d,%d): %s flash32 err %.3g at %lld > "
                       "%g x naive32 err %.3g + %.2g (flash %.9g ref %.9g)",
                       ci, qk_std, (long long)c->Nq, (long long)c->Nk, (long long)c->d, c->causal, c->p, c->bq, c->bk, names[t],
-                      ef.max_abs, (long long)ef.where, factor, en.max_abs, floor, ef.a, ef.b);
+                      ef.max_abs, (long long)ef.worst, factor, en.max_abs, floor, ef.worst_actual, ef.worst_expected);
         }
         fgt_attn_run_free(&ref);
         fgt_attn_run_free(&n);
@@ -519,10 +488,10 @@ Test(attention, dropout_changes_the_output_and_depends_on_the_seed) {
     z.dropout_p = 0;
     fgt_attn_run ra = fgt_run_attention(q, k, v, NULL, &a), rb = fgt_run_attention(q, k, v, NULL, &b),
              rz = fgt_run_attention(q, k, v, NULL, &z);
-    cmp_result e1 = compare(ra.o, rb.o), e2 = compare(ra.o, rz.o);
+    fgt_cmp e1 = fgt_compare(ra.o, rb.o, 0, 0), e2 = fgt_compare(ra.o, rz.o, 0, 0);
     cr_expect(e1.max_abs > 1e-3 && e2.max_abs > 1e-3, "dropout had no effect: %g %g", e1.max_abs, e2.max_abs);
     /* lse is the logsumexp of the scores: dropout does not touch it */
-    cmp_result el = compare(ra.lse, rz.lse);
+    fgt_cmp el = fgt_compare(ra.lse, rz.lse, 0, 0);
     cr_expect(el.max_abs == 0, "lse changed with dropout: %g", el.max_abs);
     fgt_attn_run_free(&ra);
     fgt_attn_run_free(&rb);
@@ -624,8 +593,8 @@ Test(attention, huge_scores_stay_finite_in_float32) {
                               bad >= 0 ? fg_get(x[t], bad) : 0.0);
                 }
                 /* with softmax this peaked, O is close to the V row of each row's top key */
-                cmp_result e = compare(r.o, ref.o);
-                cr_expect(rel_of(e) < 1e-2, "%s: O rel err %g against float64", fg_attn_impl_name(o.impl), rel_of(e));
+                fgt_cmp e = fgt_compare(r.o, ref.o, 0, 0);
+                cr_expect(fgt_rel_err(e) < 1e-2, "%s: O rel err %g against float64", fg_attn_impl_name(o.impl), fgt_rel_err(e));
                 fgt_attn_run_free(&r);
             }
             fgt_attn_run_free(&ref);
@@ -658,8 +627,8 @@ Test(attention, non_contiguous_inputs_match_contiguous_ones) {
     /* the view does not carry autograd from base (fg_view_* are plain views), so check values only */
     fg_tensor *o1 = fg_attention(qv, k, v, &o, NULL), *o2 = fg_attention(qc, k, v, &o, NULL);
     cr_assert(o1 && o2, "%s", fg_last_error());
-    cmp_result e = compare(o1, o2);
-    cr_expect(e.max_abs == 0, "strided q gives a different O: %g at %lld", e.max_abs, (long long)e.where);
+    fgt_cmp e = fgt_compare(o1, o2, 0, 0);
+    cr_expect(e.max_abs == 0, "strided q gives a different O: %g at %lld", e.max_abs, (long long)e.worst);
     fg_release(o1);
     fg_release(o2);
     fg_release(qv);
@@ -686,14 +655,14 @@ Test(attention, one_tensor_as_q_k_and_v_accumulates_all_three_gradients) {
         fg_tensor *sum = fg_clone(sep.dq);
         fg_axpy(sum, 1, sep.dk);
         fg_axpy(sum, 1, sep.dv);
-        cmp_result e = compare(lx->grad, sum);
-        cr_expect(rel_of(e) < 1e-14, "%s: dX vs dQ+dK+dV rel err %g", fg_attn_impl_name(o.impl), rel_of(e));
+        fgt_cmp e = fgt_compare(lx->grad, sum, 0, 0);
+        cr_expect(fgt_rel_err(e) < 1e-14, "%s: dX vs dQ+dK+dV rel err %g", fg_attn_impl_name(o.impl), fgt_rel_err(e));
         /* a second backward through a new graph adds to the gradient */
         fg_tensor *out2 = fg_attention(lx, lx, lx, &o, NULL);
         cr_assert_eq(fg_backward(out2, dout), FG_OK, "%s", fg_last_error());
         fg_axpy(sum, 1, sum);
-        e = compare(lx->grad, sum);
-        cr_expect(rel_of(e) < 1e-14, "%s: gradients did not accumulate: rel err %g", fg_attn_impl_name(o.impl), rel_of(e));
+        e = fgt_compare(lx->grad, sum, 0, 0);
+        cr_expect(fgt_rel_err(e) < 1e-14, "%s: gradients did not accumulate: rel err %g", fg_attn_impl_name(o.impl), fgt_rel_err(e));
         fg_release(out);
         fg_release(out2);
         fg_release(sum);
@@ -715,7 +684,7 @@ Test(attention, only_the_inputs_that_want_a_gradient_get_one) {
     cr_assert(out && out->requires_grad, "%s", fg_last_error());
     cr_assert_eq(fg_backward(out, dout), FG_OK, "%s", fg_last_error());
     cr_expect(q->grad == NULL && k->grad == NULL);
-    cmp_result e = compare(lv->grad, full.dv);
+    fgt_cmp e = fgt_compare(lv->grad, full.dv, 0, 0);
     cr_expect(e.max_abs == 0, "dV alone differs: %g", e.max_abs);
     fg_release(out);
     fg_release(lv);
@@ -971,17 +940,15 @@ Test(attention, portable_float32_tiles_pass_gradcheck) {
 }
 
 Test(attention, matches_pytorch_autograd_through_the_cli, .timeout = 600) {
-    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no /usr/bin/python3");
-    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no flashgrad binary at %s", fgt_bin());
+    const char *what = "PyTorch cross-check";
+    fgt_python_require(what, "numpy torch");
+    if (access(fgt_bin(), X_OK) != 0) fgt_skip(what, "no flashgrad binary (set FG_BIN; make test does)");
     const char *script = "tests/attention_torch_check.py";
-    if (access(script, R_OK) != 0) cr_skip_test("PyTorch cross-check skipped: %s not found (run from the repo root)", script);
-    char cmd[1024], log[16384];
-    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, fgt_sanitize() ? "--quick" : "");
-    int st = fgt_run_cmd(cmd, log, sizeof log);
-    if (st == 77) {
-        fprintf(stderr, "[attention] %s", log);
-        cr_skip_test("PyTorch cross-check skipped: %s", log);
-    }
+    if (access(script, R_OK) != 0) fgt_skip(what, "tests/attention_torch_check.py not found (run from the repo root)");
+    char env[1024], log[16384];
+    snprintf(env, sizeof env, "FG_BIN='%s'", fgt_bin());
+    int st = fgt_python_run(env, script, fgt_sanitize() ? "--quick" : "", log, sizeof log);
+    if (st == FGT_PYTHON_CANNOT_RUN) fgt_skip(what, log);
     cr_expect_eq(st, 0, "attention_torch_check.py exited %d:\n%s", st, log);
 }
 

@@ -41,43 +41,6 @@ TestSuite(attention_variants, .fini = leak_check, .timeout = 300);
  * helpers
  * ------------------------------------------------------------------------------------------- */
 
-typedef struct {
-    double max_abs, ref_max;
-    int64_t where;
-    double a, b;
-    int nonfinite;
-} cmp_result;
-
-/* a against the reference b: max |a − b|, where, and max |b|. Equal infinities match. */
-static cmp_result compare(const fg_tensor *a, const fg_tensor *b) {
-    cmp_result r = {0};
-    r.where = -1;
-    cr_assert_eq(fg_numel(a), fg_numel(b), "numel %lld vs %lld", (long long)fg_numel(a), (long long)fg_numel(b));
-    for (int64_t i = 0; i < fg_numel(a); i++) {
-        double x = fg_get(a, i), y = fg_get(b, i);
-        if (isinf(y) && x == y) continue;
-        if (!isfinite(x) || !isfinite(y)) {
-            if (!r.nonfinite) {
-                r.where = i;
-                r.a = x;
-                r.b = y;
-            }
-            r.nonfinite = 1;
-            r.max_abs = INFINITY;
-            continue;
-        }
-        if (fabs(y) > r.ref_max) r.ref_max = fabs(y);
-        double e = fabs(x - y);
-        if (!r.nonfinite && (e > r.max_abs || r.where < 0)) {
-            r.max_abs = e;
-            r.where = i;
-            r.a = x;
-            r.b = y;
-        }
-    }
-    return r;
-}
-static double rel_of(cmp_result r) { return r.max_abs / (r.ref_max > 0 ? r.ref_max : 1); }
 
 static fg_tensor *to_dt(const fg_tensor *t, fg_dtype dt) {
     fg_tensor *r = fg_to(t, FG_CPU, dt);
@@ -338,14 +301,14 @@ Test(attention_variants, forward_matches_scalar_reference_f64) {
                 for (int impl = 0; impl < 2; impl++) {
                     o.impl = (fg_attn_impl)impl;
                     fgt_attn_run r = fgt_run_attention(q, k, v, NULL, &o);
-                    cmp_result eo = compare(r.o, o_ref), el = compare(r.lse, l_ref);
-                    cr_expect(!eo.nonfinite && rel_of(eo) < 1e-12 && !el.nonfinite && rel_of(el) < 1e-12,
+                    fgt_cmp eo = fgt_compare(r.o, o_ref, 0, 0), el = fgt_compare(r.lse, l_ref, 0, 0);
+                    cr_expect(!eo.nonfinite && fgt_rel_err(eo) < 1e-12 && !el.nonfinite && fgt_rel_err(el) < 1e-12,
                               "%s, shape %d, causal %d, p %g, %s: O rel err %.3g at %lld (%.17g vs %.17g), lse rel err "
                               "%.3g at %lld (%.17g vs %.17g)",
-                              c->name, si, causal, p, fg_attn_impl_name(o.impl), rel_of(eo), (long long)eo.where, eo.a,
-                              eo.b, rel_of(el), (long long)el.where, el.a, el.b);
-                    if (rel_of(eo) > worst) {
-                        worst = rel_of(eo);
+                              c->name, si, causal, p, fg_attn_impl_name(o.impl), fgt_rel_err(eo), (long long)eo.worst, eo.worst_actual,
+                              eo.worst_expected, fgt_rel_err(el), (long long)el.worst, el.worst_actual, el.worst_expected);
+                    if (fgt_rel_err(eo) > worst) {
+                        worst = fgt_rel_err(eo);
                         worst_at = c->name;
                     }
                     fgt_attn_run_free(&r);
@@ -382,11 +345,11 @@ Test(attention_variants, flash_matches_naive_f64_to_1e_12) {
                 fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
                 const fg_tensor *fa[5] = {f.o, f.lse, f.dq, f.dk, f.dv}, *na[5] = {n.o, n.lse, n.dq, n.dk, n.dv};
                 for (int t = 0; t < 5; t++) {
-                    cmp_result e = compare(fa[t], na[t]);
-                    if (rel_of(e) > case_f64_err[ci]) case_f64_err[ci] = rel_of(e);
-                    cr_expect(!e.nonfinite && rel_of(e) <= 1e-12,
+                    fgt_cmp e = fgt_compare(fa[t], na[t], 0, 0);
+                    if (fgt_rel_err(e) > case_f64_err[ci]) case_f64_err[ci] = fgt_rel_err(e);
+                    cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-12,
                               "%s, shape %d, causal %d, p %g: %s rel err %.3g at %lld: flash %.17g naive %.17g", c->name,
-                              si, causal, p, names[t], rel_of(e), (long long)e.where, e.a, e.b);
+                              si, causal, p, names[t], fgt_rel_err(e), (long long)e.worst, e.worst_actual, e.worst_expected);
                 }
                 fgt_attn_run_free(&n);
                 fgt_attn_run_free(&f);
@@ -438,11 +401,11 @@ Test(attention_variants, flash_f32_error_at_most_twice_naive_f32_error) {
                                 *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
                 double gscale = 1;
                 for (int t = 0; t < 4; t++) {
-                    cmp_result e = compare(ra[t], ra[t]);
+                    fgt_cmp e = fgt_compare(ra[t], ra[t], 0, 0);
                     if (e.ref_max > gscale) gscale = e.ref_max;
                 }
                 for (int t = 0; t < 4; t++) {
-                    cmp_result ef = compare(fa[t], ra[t]), en = compare(na[t], ra[t]);
+                    fgt_cmp ef = fgt_compare(fa[t], ra[t], 0, 0), en = fgt_compare(na[t], ra[t], 0, 0);
                     const double floor = en.max_abs == 0 ? ldexp(gscale * (pass ? 3 : 1), -20)
                                                          : ldexp(ef.ref_max > 1 ? ef.ref_max : 1.0, -21);
                     double ratio = ef.max_abs / (en.max_abs + floor);
@@ -452,8 +415,8 @@ Test(attention_variants, flash_f32_error_at_most_twice_naive_f32_error) {
                     cr_expect(!ef.nonfinite && ef.max_abs <= factor * en.max_abs + floor,
                               "%s, shape %d, causal %d, p %g, qk std %d: %s flash32 err %.3g at %lld > %g x naive32 err "
                               "%.3g + %.2g (flash %.9g ref %.9g)",
-                              c->name, si, causal, p, pass ? 3 : 1, names[t], ef.max_abs, (long long)ef.where, factor,
-                              en.max_abs, floor, ef.a, ef.b);
+                              c->name, si, causal, p, pass ? 3 : 1, names[t], ef.max_abs, (long long)ef.worst, factor,
+                              en.max_abs, floor, ef.worst_actual, ef.worst_expected);
                 }
                 fgt_attn_run_free(&ref);
                 fgt_attn_run_free(&n);
@@ -562,10 +525,10 @@ Test(attention_variants, gqa_equals_multi_head_on_repeated_kv_and_sums_dk_dv_per
                 const fg_tensor *ga[5] = {g.o, g.lse, g.dq, g.dk, g.dv}, *ma[5] = {m.o, m.lse, m.dq, dk, dv};
                 const char *names[5] = {"O", "lse", "dQ", "dK", "dV"};
                 for (int x = 0; x < 5; x++) {
-                    cmp_result e = compare(ga[x], ma[x]);
-                    cr_expect(!e.nonfinite && rel_of(e) <= 1e-13, "H_kv %lld %s causal %d p %g: %s rel err %.3g at %lld",
-                              (long long)Hkv, fg_attn_impl_name(o.impl), o.causal, o.dropout_p, names[x], rel_of(e),
-                              (long long)e.where);
+                    fgt_cmp e = fgt_compare(ga[x], ma[x], 0, 0);
+                    cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-13, "H_kv %lld %s causal %d p %g: %s rel err %.3g at %lld",
+                              (long long)Hkv, fg_attn_impl_name(o.impl), o.causal, o.dropout_p, names[x], fgt_rel_err(e),
+                              (long long)e.worst);
                 }
                 fgt_attn_run_free(&g);
                 fgt_attn_run_free(&m);
@@ -642,9 +605,9 @@ Test(attention_variants, builtin_variants_equal_their_callback_form) {
             fgt_attn_run ra = fgt_run_attention(q, k, v, dout, &a), rb = fgt_run_attention(q, k, v, dout, &b);
             const fg_tensor *x[5] = {ra.o, ra.lse, ra.dq, ra.dk, ra.dv}, *y[5] = {rb.o, rb.lse, rb.dq, rb.dk, rb.dv};
             for (int t = 0; t < 5; t++) {
-                cmp_result e = compare(x[t], y[t]);
-                cr_expect(!e.nonfinite && rel_of(e) <= 1e-14, "%s %s: output %d built-in vs callback rel err %.3g at %lld",
-                          what, fg_attn_impl_name(a.impl), t, rel_of(e), (long long)e.where);
+                fgt_cmp e = fgt_compare(x[t], y[t], 0, 0);
+                cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-14, "%s %s: output %d built-in vs callback rel err %.3g at %lld",
+                          what, fg_attn_impl_name(a.impl), t, fgt_rel_err(e), (long long)e.worst);
             }
             fgt_attn_run_free(&ra);
             fgt_attn_run_free(&rb);
@@ -786,8 +749,8 @@ Test(attention_variants, flash_tests_the_mask_only_in_partial_tiles) {
     fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on);
     const fg_tensor *x[5] = {r.o, r.lse, r.dq, r.dk, r.dv}, *y[5] = {n.o, n.lse, n.dq, n.dk, n.dv};
     for (int t = 0; t < 5; t++) {
-        cmp_result e = compare(x[t], y[t]);
-        cr_expect(!e.nonfinite && rel_of(e) <= 1e-12, "output %d: flash vs naive rel err %.3g", t, rel_of(e));
+        fgt_cmp e = fgt_compare(x[t], y[t], 0, 0);
+        cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-12, "output %d: flash vs naive rel err %.3g", t, fgt_rel_err(e));
     }
     fgt_attn_run_free(&r);
     fgt_attn_run_free(&n);
@@ -888,7 +851,7 @@ Test(attention_variants, raw_flash_kernel_without_block_mask_tests_every_element
     cr_assert(pr.custom.block_mask == NULL);
     fg_tensor *out = fg_empty(FG_F64, FG_CPU, 4, (int64_t[]){B, H, Nq, d}), *lse = fg_empty(FG_F64, FG_CPU, 3, (int64_t[]){B, H, Nq});
     cr_assert_eq(fg_attn_flash_forward_f64(fg_data(out), fg_data(lse), fg_data(q), fg_data(k), fg_data(v), &pr), FG_OK);
-    cmp_result e = compare(out, ref), el = compare(lse, lse_ref);
+    fgt_cmp e = fgt_compare(out, ref, 0, 0), el = fgt_compare(lse, lse_ref, 0, 0);
     cr_expect(e.max_abs == 0 && el.max_abs == 0, "with and without the block mask: O differs by %g, lse by %g", e.max_abs,
               el.max_abs);
     fg_tensor *all[] = {q, k, v, ref, lse_ref, out, lse};
@@ -1209,7 +1172,7 @@ Test(attention_variants, attention_command_applies_the_variants) {
             fg_tensor *got = fg_npy_load(p);
             cr_expect(got != NULL, "%s: %s", p, fg_last_error());
             if (!got) continue;
-            cmp_result e = compare(got, want[x]);
+            fgt_cmp e = fgt_compare(got, want[x], 0, 0);
             cr_expect(e.max_abs == 0, "%s: CLI and library differ by %g", p, e.max_abs);
             fg_release(got);
         }
@@ -1229,17 +1192,15 @@ Test(attention_variants, attention_command_applies_the_variants) {
 }
 
 Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600) {
-    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no /usr/bin/python3");
-    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no flashgrad binary at %s", fgt_bin());
+    const char *what = "PyTorch cross-check";
+    fgt_python_require(what, "numpy torch");
+    if (access(fgt_bin(), X_OK) != 0) fgt_skip(what, "no flashgrad binary (set FG_BIN; make test does)");
     const char *script = "tests/attention_variants_torch_check.py";
-    if (access(script, R_OK) != 0) cr_skip_test("PyTorch cross-check skipped: %s not found (run from the repo root)", script);
-    char cmd[1024], log[16384];
-    snprintf(cmd, sizeof cmd, "FG_BIN='%s' /usr/bin/python3 %s %s 2>&1", fgt_bin(), script, fgt_sanitize() ? "--quick" : "");
-    int st = fgt_run_cmd(cmd, log, sizeof log);
-    if (st == 77) {
-        fprintf(stderr, "[attention_variants] %s", log);
-        cr_skip_test("PyTorch cross-check skipped: %s", log);
-    }
+    if (access(script, R_OK) != 0) fgt_skip(what, "tests/attention_variants_torch_check.py not found (run from the repo root)");
+    char env[1024], log[16384];
+    snprintf(env, sizeof env, "FG_BIN='%s'", fgt_bin());
+    int st = fgt_python_run(env, script, fgt_sanitize() ? "--quick" : "", log, sizeof log);
+    if (st == FGT_PYTHON_CANNOT_RUN) fgt_skip(what, log);
     cr_expect_eq(st, 0, "attention_variants_torch_check.py exited %d:\n%s", st, log);
 }
 

@@ -64,28 +64,8 @@ static fg_source *text_source(const char *path) {
     return s;
 }
 
-static fg_train_config tiny_config(const fg_source *src) {
-    fg_train_config c = {0};
-    c.model = fg_gpt_default_config();
-    c.model.n_layer = 2;
-    c.model.n_head = 2;
-    c.model.n_embd = 16;
-    c.model.block_size = 8;
-    c.model.vocab_size = fg_source_vocab_size(src);
-    c.model.dropout = 0.1;
-    c.batch_size = 2;
-    c.grad_accum = 2;
-    c.steps = 10;
-    c.eval_every = 0;
-    c.eval_iters = 1;
-    c.seed = 5;
-    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = 2, .decay_steps = 10, .beta1 = 0.9,
-                              .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
-    return c;
-}
-
 static fg_trainer *trained(const fg_source *src, int n) {
-    fg_train_config c = tiny_config(src);
+    fg_train_config c = fgt_tiny_train_config(src, 8, 2, 10, 1, 5);
     fg_trainer *tr = fg_trainer_create(&c, src);
     cr_assert(tr, "%s", fg_last_error());
     for (int i = 0; i < n; i++) {

@@ -20,19 +20,6 @@
 #include "train/checkpoint.h"
 #include "train/gpt.h"
 
-static fg_gpt_config tiny_config(fg_dtype dt, fg_attn_impl impl, double dropout) {
-    fg_gpt_config c = fg_gpt_default_config();
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 8;
-    c.block_size = 6;
-    c.vocab_size = 7;
-    c.dropout = dropout;
-    c.attn = impl;
-    c.dtype = dt;
-    return c;
-}
-
 static fg_gpt *make(const fg_gpt_config *c, uint64_t seed) {
     fg_gpt *g = fg_gpt_create(c, seed);
     cr_assert(g != NULL, "fg_gpt_create: %s", fg_last_error());
@@ -45,7 +32,7 @@ static void fill_tokens(int32_t *t, int n, int V, uint64_t seed) {
 }
 
 Test(gpt, parameter_table_tiles_one_buffer_with_nanogpt_names) {
-    fg_gpt_config c = tiny_config(FG_F32, FG_ATTN_FLASH, 0);
+    fg_gpt_config c = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 8, 6, 7, 0);
     fg_gpt *g = make(&c, 1);
     const int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size, L = c.n_layer;
     /* P = V C + T C + L (12 C^2 + 13 C) + 2 C, counted independently of the X-macro list */
@@ -127,7 +114,7 @@ static fg_tensor *gpt_fn(fg_tensor *const *in, int n, void *user) {
 }
 
 static void check_all_gradients(fg_attn_impl impl, double dropout, int logits) {
-    fg_gpt_config c = tiny_config(FG_F64, impl, dropout);
+    fg_gpt_config c = fgt_tiny_gpt_config(FG_F64, impl, 8, 6, 7, dropout);
     fg_gpt *g = make(&c, 3);
     /* larger weights than GPT-2's init so that every path carries a visible gradient */
     for (int j = 0; j < g->n_params; j++) {
@@ -172,9 +159,7 @@ Test(gpt, every_parameter_gradient_matches_finite_differences_with_dropout, .tim
 }
 
 Test(gpt, flash_and_naive_attention_give_the_same_model) {
-    fg_gpt_config c = tiny_config(FG_F32, FG_ATTN_FLASH, 0);
-    c.block_size = 16;
-    c.n_embd = 16;
+    fg_gpt_config c = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 16, 16, 7, 0);
     fg_gpt *g = make(&c, 8);
     enum { B = 3, T = 16 };
     int32_t x[B * T];
@@ -190,7 +175,7 @@ Test(gpt, flash_and_naive_attention_give_the_same_model) {
 }
 
 Test(gpt, causal_logits_do_not_see_the_future) {
-    fg_gpt_config c = tiny_config(FG_F64, FG_ATTN_FLASH, 0);
+    fg_gpt_config c = fgt_tiny_gpt_config(FG_F64, FG_ATTN_FLASH, 8, 6, 7, 0);
     fg_gpt *g = make(&c, 2);
     int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 0, 0, 0};
     fg_tensor *la = fg_gpt_forward(g, a, 1, 6, NULL), *lb = fg_gpt_forward(g, b, 1, 6, NULL);
@@ -221,7 +206,7 @@ Test(gpt, dropout_seeds_differ_by_step_micro_layer_and_site) {
 }
 
 Test(gpt, dropout_changes_training_logits_and_not_evaluation) {
-    fg_gpt_config c = tiny_config(FG_F32, FG_ATTN_FLASH, 0.3);
+    fg_gpt_config c = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 8, 6, 7, 0.3);
     fg_gpt *g = make(&c, 4);
     int32_t x[12];
     fill_tokens(x, 12, c.vocab_size, 4);
@@ -239,11 +224,8 @@ Test(gpt, dropout_changes_training_logits_and_not_evaluation) {
 }
 
 Test(gpt, tiny_model_overfits_one_batch, .timeout = 120) {
-    fg_gpt_config c = tiny_config(FG_F32, FG_ATTN_FLASH, 0);
-    c.n_embd = 32;
+    fg_gpt_config c = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 32, 8, 11, 0);
     c.n_head = 4;
-    c.block_size = 8;
-    c.vocab_size = 11;
     fg_gpt *g = make(&c, 5);
     enum { B = 4, T = 8 };
     int32_t x[B * T], y[B * T];
@@ -273,7 +255,7 @@ Test(gpt, tiny_model_overfits_one_batch, .timeout = 120) {
 }
 
 Test(gpt, greedy_generation_is_argmax_and_sampling_is_seeded) {
-    fg_gpt_config c = tiny_config(FG_F32, FG_ATTN_FLASH, 0);
+    fg_gpt_config c = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 8, 6, 7, 0);
     fg_gpt *g = make(&c, 6);
     int32_t a[20] = {1, 2}, b[20] = {1, 2};
     fg_sample_opts greedy = {.temperature = 0};
@@ -302,19 +284,11 @@ Test(gpt, greedy_generation_is_argmax_and_sampling_is_seeded) {
 }
 
 /* ---- against PyTorch ---- */
-static int run_cmd(const char *cmd, char *out, size_t n) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t k = fread(out, 1, n - 1, p);
-    out[k] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 Test(gpt, logits_loss_and_an_adamw_step_match_pytorch, .timeout = 300) {
-    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("PyTorch cross-check skipped: no /usr/bin/python3");
+    const char *what = "PyTorch cross-check";
+    fgt_python_require(what, "numpy torch");
     const char *script = "tests/gpt_torch_check.py";
-    if (access(script, R_OK) != 0) cr_skip_test("PyTorch cross-check skipped: %s not found (run from the repo root)", script);
+    if (access(script, R_OK) != 0) fgt_skip(what, "tests/gpt_torch_check.py not found (run from the repo root)");
     char dir[] = "/tmp/fg_gpt_torch_XXXXXX";
     cr_assert(mkdtemp(dir), "mkdtemp");
     char d0[600], d1[600], path[700];
@@ -328,18 +302,8 @@ Test(gpt, logits_loss_and_an_adamw_step_match_pytorch, .timeout = 300) {
     ac.n_digits = 2;
     fg_source *src = fg_source_addition(&ac);
     cr_assert(src, "%s", fg_last_error());
-    fg_train_config tc = {0};
-    tc.model = fg_gpt_default_config();
-    tc.model.n_layer = 2;
-    tc.model.n_head = 2;
-    tc.model.n_embd = 16;
-    tc.model.block_size = fg_source_fixed_block(src);
-    tc.model.vocab_size = fg_source_vocab_size(src);
-    tc.batch_size = 3;
-    tc.grad_accum = 2;
-    tc.steps = 10;
-    tc.eval_iters = 1;
-    tc.seed = 3;
+    fg_train_config tc = fgt_tiny_train_config(src, fg_source_fixed_block(src), 3, 10, 1, 3);
+    tc.model.dropout = 0; /* the reference has none */
     /* lr large enough to move the weights visibly; clip small enough to be active */
     tc.opt = (fg_adamw_config){.lr = 1e-2, .min_lr = 1e-3, .warmup = 0, .decay_steps = 10, .beta1 = 0.8, .beta2 = 0.95,
                                .eps = 1e-8, .weight_decay = 0.5, .grad_clip = 0.5};
@@ -371,13 +335,13 @@ Test(gpt, logits_loss_and_an_adamw_step_match_pytorch, .timeout = 300) {
     cr_assert_eq(fg_trainer_step(tr, &s), FG_OK, "%s", fg_last_error());
     cr_assert_eq(fg_ckpt_save(d1, tr), FG_OK, "%s", fg_last_error());
     char cmd[2048], log[16384];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s %.17g %.17g 2>&1", script, dir, s.lr, s.loss);
-    int st = run_cmd(cmd, log, sizeof log);
+    snprintf(cmd, sizeof cmd, "%s %.17g %.17g", dir, s.lr, s.loss);
+    int st = fgt_python_run(NULL, script, cmd, log, sizeof log);
     fg_trainer_free(tr);
     fg_source_free(src);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
-    if (st == 77) cr_skip_test("PyTorch cross-check skipped: %s", log);
+    if (st == FGT_PYTHON_CANNOT_RUN) fgt_skip(what, log);
     if (fgt_verbose()) fprintf(stderr, "[gpt] %s", log);
     cr_expect_eq(st, 0, "gpt_torch_check.py exited %d:\n%s", st, log);
 }

@@ -408,23 +408,6 @@ Test(npy, save_refuses_bad_arguments_and_unwritable_paths) {
 
 /* ---- NumPy cross-check ---- */
 
-static int have_numpy(void) {
-    if (access("/usr/bin/python3", X_OK) != 0) return 0;
-    return system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
-}
-
-/* Runs a Python script; returns its exit status and its output in out. */
-static int run_python(const char *script_path, const char *arg, char *out, size_t cap) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s 2>&1", script_path, arg);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen: %s", strerror(errno));
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 static const char *g_numpy_script =
     "import sys, os, numpy as np\n"
     "d, phase = sys.argv[1], sys.argv[2]\n"
@@ -456,16 +439,17 @@ static const char *g_numpy_script =
     "    sys.exit(1 if bad else 0)\n";
 
 Test(npy, numpy_cross_check_both_ways) {
-    if (!have_numpy()) {
+    const char *missing = fgt_python_missing("numpy");
+    if (missing) {
         remove_dir(); /* .fini does not run after a skip */
-        cr_skip_test("/usr/bin/python3 with numpy not found: NumPy cross-check skipped");
+        fgt_skip("NumPy cross-check", missing);
     }
     char script[128], out[4096];
     snprintf(script, sizeof script, "%s/cross.py", g_dir);
     write_bytes(script, g_numpy_script, strlen(g_numpy_script));
     char args[160];
     snprintf(args, sizeof args, "%s write", g_dir);
-    int rc = run_python(script, args, out, sizeof out);
+    int rc = fgt_python_run(NULL, script, args, out, sizeof out);
     cr_assert_eq(rc, 0, "numpy writer failed: %s", out);
 
     /* NumPy's files that we must read */
@@ -527,6 +511,6 @@ Test(npy, numpy_cross_check_both_ways) {
     fg_release(tr);
     fg_release(base);
     snprintf(args, sizeof args, "%s check", g_dir);
-    rc = run_python(script, args, out, sizeof out);
+    rc = fgt_python_run(NULL, script, args, out, sizeof out);
     cr_expect_eq(rc, 0, "numpy could not read our files: %s", out);
 }

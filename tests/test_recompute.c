@@ -111,30 +111,12 @@ static fg_source *addition_source(void) {
     return s;
 }
 
-static fg_train_config tiny_config(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc) {
-    fg_train_config c = {0};
-    c.model = fg_gpt_default_config();
-    c.model.n_layer = 2;
-    c.model.n_head = 2;
-    c.model.n_embd = 16;
-    c.model.block_size = fg_source_fixed_block(src);
-    c.model.vocab_size = fg_source_vocab_size(src);
-    c.model.dropout = 0.1; /* the recomputation must redraw the same masks */
-    c.model.attn = attn;
-    c.model.recompute = rc;
-    c.batch_size = 4;
-    c.grad_accum = 2;
-    c.steps = 4;
-    c.eval_iters = 1;
-    c.seed = 5;
-    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = 1, .decay_steps = 4, .beta1 = 0.9, .beta2 = 0.99,
-                              .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
-    return c;
-}
-
 /* run 3 steps; losses[3], the final parameters (malloc'd float32 copy), and the largest per-step peak */
 static float *run3(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc, double *losses, size_t *peak) {
-    fg_train_config c = tiny_config(src, attn, rc);
+    /* dropout 0.1: the recomputation must redraw the same masks */
+    fg_train_config c = fgt_tiny_train_config(src, fg_source_fixed_block(src), 4, 4, 1, 5);
+    c.model.attn = attn;
+    c.model.recompute = rc;
     fg_trainer *tr = fg_trainer_create(&c, src);
     cr_assert(tr, "fg_trainer_create: %s", fg_last_error());
     *peak = 0;
@@ -161,7 +143,8 @@ static void same_training(fg_attn_impl attn) {
     size_t peak[FG_RECOMPUTE_COUNT];
     float *w[FG_RECOMPUTE_COUNT];
     for (int r = 0; r < FG_RECOMPUTE_COUNT; r++) w[r] = run3(src, attn, (fg_gpt_recompute)r, loss[r], &peak[r]);
-    fg_train_config c = tiny_config(src, attn, FG_RECOMPUTE_NONE);
+    fg_train_config c = fgt_tiny_train_config(src, fg_source_fixed_block(src), 4, 4, 1, 5);
+    c.model.attn = attn;
     fg_trainer *tr = fg_trainer_create(&c, src);
     const size_t n = (size_t)tr->model->num_elements;
     fg_trainer_free(tr);
@@ -297,15 +280,25 @@ Test(recompute, bench_attention_csv_has_the_columns_and_flash_memory_is_linear_n
     }
 }
 
-/* the hex-float losses line of `flashgrad bench train` */
-static void bench_losses(const char *rc, char *out, size_t n) {
-    char cmd[1024], log[16384];
+/* The hex-float losses line of `flashgrad bench train --recompute rc` into out; its peak bytes
+ * (the allocation counter during a timed step) into *peak. Asserts that the header line names rc,
+ * so the setting reached the run. */
+static void bench_losses(const char *rc, char *out, size_t n, long long *peak) {
+    char cmd[1024], log[16384], want[64];
     snprintf(cmd, sizeof cmd,
              "%s bench train --n-layer 2 --n-head 2 --n-embd 16 --batch-size 4 --dropout 0.1 --steps 2 "
              "--warmup-steps 1 --recompute %s 2>&1",
              fg_bin(), rc);
     int st = run_cmd(cmd, log, sizeof log);
     cr_assert_eq(st, 0, "bench train --recompute %s exited %d: %s", rc, st, log);
+    char *h = strstr(log, "bench train: ");
+    cr_assert(h, "no 'bench train:' header line in: %s", log);
+    snprintf(want, sizeof want, ", recompute %s\n", rc);
+    char *he = strchr(h, '\n');
+    cr_assert(he && (size_t)(he + 1 - h) >= strlen(want) && !strncmp(he + 1 - strlen(want), want, strlen(want)),
+              "--recompute %s: the header does not name the setting: %.*s", rc, he ? (int)(he - h) : 80, h);
+    char *pk = strstr(log, "peak bytes: ");
+    cr_assert(pk && sscanf(pk, "peak bytes: %lld", peak) == 1, "no 'peak bytes:' line in: %s", log);
     char *p = strstr(log, "losses: ");
     cr_assert(p, "no 'losses:' line in: %s", log);
     char *e = strchr(p, '\n');
@@ -316,11 +309,15 @@ static void bench_losses(const char *rc, char *out, size_t n) {
 Test(recompute, bench_train_losses_are_identical_across_settings, .timeout = 300) {
     if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
     char none[512], attn[512], block[512], log[4096];
-    bench_losses("none", none, sizeof none);
-    bench_losses("attn", attn, sizeof attn);
-    bench_losses("block", block, sizeof block);
+    long long pk_none, pk_attn, pk_block;
+    bench_losses("none", none, sizeof none, &pk_none);
+    bench_losses("attn", attn, sizeof attn, &pk_attn);
+    bench_losses("block", block, sizeof block, &pk_block);
     cr_expect_str_eq(attn, none, "attn: '%s', none: '%s'", attn, none);
     cr_expect_str_eq(block, none, "block: '%s', none: '%s'", block, none);
+    /* the setting took effect: recomputation keeps fewer activations alive during a step */
+    cr_expect(pk_attn < pk_none && pk_block < pk_attn, "peak bytes none %lld, attn %lld, block %lld: expected decreasing",
+              pk_none, pk_attn, pk_block);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s bench train --recompute full --steps 1 --warmup-steps 1 2>&1", fg_bin());
     int st = run_cmd(cmd, log, sizeof log);

@@ -739,7 +739,7 @@ Test(safetensors, writer_refuses_bad_names_and_reserved_keys) {
     cr_expect_eq(fg_last_status(), FG_ERR_IO);
 }
 
-/* ---- Python cross-check: json + numpy (and `safetensors` if installed) ---- */
+/* ---- Python cross-checks: json + numpy, and the `safetensors` package (a test of its own) ---- */
 
 static const char *g_py =
     "import sys, os, json, struct\n"
@@ -775,14 +775,17 @@ static const char *g_py =
     "    assert np.array_equal(arr('v'), F(5, np.float64)), arr('v')\n"
     "    assert arr('step').shape == () and int(arr('step')) == -42\n"
     "    assert list(arr('bytes')) == [0, 255, 7]\n"
-    "    try:\n"
-    "        from safetensors.numpy import load_file\n"
-    "    except ImportError:\n"
-    "        load_file = None\n"
-    "    if load_file is not None:\n"
-    "        t = load_file(os.path.join(d, 'fg.safetensors'))\n"
-    "        assert np.array_equal(t['w'], arr('w')) and np.array_equal(t['v'], arr('v'))\n"
-    "    print('OK' + (' (safetensors package too)' if load_file else ''))\n"
+    "    print('OK')\n"
+    "elif phase == 'package':\n"
+    "    # the reference reader, Hugging Face's safetensors package\n"
+    "    from safetensors.numpy import load_file\n"
+    "    t = load_file(os.path.join(d, 'fg.safetensors'))\n"
+    "    assert sorted(t) == ['bytes', 'step', 'v', 'w'], sorted(t)\n"
+    "    assert t['w'].dtype == np.float32 and np.array_equal(t['w'], F(12, np.float32).reshape(3, 4)), t['w']\n"
+    "    assert t['v'].dtype == np.float64 and np.array_equal(t['v'], F(5, np.float64)), t['v']\n"
+    "    assert t['step'].shape == () and int(t['step']) == -42, t['step']\n"
+    "    assert list(t['bytes']) == [0, 255, 7], t['bytes']\n"
+    "    print('OK')\n"
     "else:\n"
     "    # a file as another writer might make it: unaligned layout, ASCII-escaped metadata\n"
     "    parts = [('tag', 'U8', [3], np.array([1, 2, 3], 'u1')),\n"
@@ -800,28 +803,9 @@ static const char *g_py =
     "        f.write(struct.pack('<Q', len(h)) + h + buf)\n"
     "    print('wrote')\n";
 
-static int run_python(const char *script, const char *args, char *out, size_t cap) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s 2>&1", script, args);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen: %s", strerror(errno));
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-Test(safetensors, python_reads_ours_and_we_read_pythons) {
-    if (access("/usr/bin/python3", X_OK) != 0 ||
-        system("/usr/bin/python3 -c 'import numpy, json' >/dev/null 2>&1") != 0) {
-        remove_dir(); /* .fini does not run after a skip */
-        cr_skip_test("/usr/bin/python3 with numpy not found: Python cross-check skipped");
-    }
-    char script[128], args[160], out[4096], path[160];
-    snprintf(script, sizeof script, "%s/cross.py", g_dir);
-    write_bytes(script, g_py, strlen(g_py));
-
-    /* ours -> Python */
+/* Our writer's file for the Python checks: bytes (u8 3), w (f32 3x4), step (i64 scalar), v (f64 5)
+ * and a "note" metadata entry, into path. */
+static void write_ours(const char *path) {
     float w[12];
     double v[5];
     for (int k = 0; k < 12; k++) w[k] = (float)formula(k);
@@ -835,16 +819,39 @@ Test(safetensors, python_reads_ours_and_we_read_pythons) {
     cr_assert_eq(fg_st_writer_add(wr, "step", FG_ST_I64, 0, NULL, &step), FG_OK);
     cr_assert_eq(fg_st_writer_add(wr, "v", FG_ST_F64, 1, s_v, v), FG_OK);
     cr_assert_eq(fg_st_writer_set_metadata(wr, "note", "h\xc3\xa9llo \xf0\x9d\x84\x9e"), FG_OK);
-    snprintf(path, sizeof path, "%s/fg.safetensors", g_dir);
     cr_assert_eq(fg_st_writer_write(wr, path), FG_OK, "%s", fg_last_error());
     fg_st_writer_free(wr);
+}
+
+/* Skip visibly, with the suite's folder removed, unless /usr/bin/python3 imports `modules`. */
+static void python_require(const char *what, const char *modules) {
+    const char *missing = fgt_python_missing(modules);
+    if (missing) {
+        remove_dir(); /* .fini does not run after a skip */
+        fgt_skip(what, missing);
+    }
+}
+
+static void write_script(char *script, size_t n) {
+    snprintf(script, n, "%s/cross.py", g_dir);
+    write_bytes(script, g_py, strlen(g_py));
+}
+
+Test(safetensors, python_reads_ours_and_we_read_pythons) {
+    python_require("Python (json + numpy) cross-check", "numpy");
+    char script[128], args[160], out[4096], path[160];
+    write_script(script, sizeof script);
+
+    /* ours -> Python */
+    snprintf(path, sizeof path, "%s/fg.safetensors", g_dir);
+    write_ours(path);
     snprintf(args, sizeof args, "%s check", g_dir);
-    int rc = run_python(script, args, out, sizeof out);
+    int rc = fgt_python_run(NULL, script, args, out, sizeof out);
     cr_expect_eq(rc, 0, "Python rejected our file: %s", out);
 
     /* Python -> ours */
     snprintf(args, sizeof args, "%s write", g_dir);
-    rc = run_python(script, args, out, sizeof out);
+    rc = fgt_python_run(NULL, script, args, out, sizeof out);
     cr_assert_eq(rc, 0, "Python writer failed: %s", out);
     snprintf(path, sizeof path, "%s/py.safetensors", g_dir);
     fg_st_file *f = fg_st_load(path);
@@ -869,4 +876,16 @@ Test(safetensors, python_reads_ours_and_we_read_pythons) {
     cr_expect_eq(fg_st_read(f, "tag", FG_ST_U8, 1, s3, tag), FG_OK, "%s", fg_last_error());
     cr_expect(tag[0] == 1 && tag[1] == 2 && tag[2] == 3);
     fg_st_close(f);
+}
+
+/* The reference reader: Hugging Face's `safetensors` package loads our file to the same arrays. */
+Test(safetensors, the_safetensors_package_reads_ours) {
+    python_require("safetensors package cross-check", "numpy safetensors");
+    char script[128], args[160], out[4096], path[160];
+    write_script(script, sizeof script);
+    snprintf(path, sizeof path, "%s/fg.safetensors", g_dir);
+    write_ours(path);
+    snprintf(args, sizeof args, "%s package", g_dir);
+    int rc = fgt_python_run(NULL, script, args, out, sizeof out);
+    cr_expect_eq(rc, 0, "the safetensors package rejected our file: %s", out);
 }

@@ -54,26 +54,6 @@ static const char *some_text(void) {
            "First Citizen:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n";
 }
 
-static fg_train_config tiny_train_config(const fg_source *src, int T) {
-    fg_train_config c = {0};
-    c.model = fg_gpt_default_config();
-    c.model.n_layer = 2;
-    c.model.n_head = 2;
-    c.model.n_embd = 16;
-    c.model.block_size = T;
-    c.model.vocab_size = fg_source_vocab_size(src);
-    c.model.dropout = 0.1; /* so resume must reproduce the masks too */
-    c.batch_size = 4;
-    c.grad_accum = 2;
-    c.steps = 12;
-    c.eval_every = 0;
-    c.eval_iters = 2;
-    c.seed = 77;
-    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = 3, .decay_steps = 12, .beta1 = 0.9, .beta2 = 0.99,
-                              .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
-    return c;
-}
-
 static fg_source *addition_source(int digits) {
     fg_addition_config ac = fg_addition_default_config();
     ac.n_digits = digits;
@@ -169,7 +149,7 @@ Test(train, adamw_matches_a_hand_computed_step_and_decays_only_2d_tensors) {
 
 Test(train, same_seed_gives_the_same_losses_bit_for_bit) {
     fg_source *s = addition_source(2);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     fg_trainer *a = trainer(&c, s), *b = trainer(&c, s);
     double la[6], lb[6];
     steps(a, 6, la);
@@ -193,7 +173,7 @@ Test(train, same_seed_gives_the_same_losses_bit_for_bit) {
  * takes the pool. */
 Test(train, training_is_bit_identical_for_any_thread_count_and_vector_level) {
     fg_source *s = addition_source(2);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     c.model.n_embd = 64;
     c.model.n_head = 4;
     c.batch_size = 16;
@@ -230,7 +210,7 @@ Test(train, training_is_bit_identical_for_any_thread_count_and_vector_level) {
 
 Test(train, resume_reproduces_the_uninterrupted_run_bit_for_bit, .init = make_tmpdir, .fini = remove_tmpdir) {
     fg_source *s = addition_source(2);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     const int N = 5;
     /* uninterrupted: 2N steps */
     fg_trainer *full = trainer(&c, s);
@@ -270,7 +250,7 @@ Test(train, resume_reproduces_the_uninterrupted_run_bit_for_bit, .init = make_tm
 
 Test(train, a_step_after_warmup_takes_nothing_from_the_system) {
     fg_source *s = addition_source(2);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     fg_trainer *tr = trainer(&c, s);
     steps(tr, 2, NULL);
     fg_alloc_stats before = fg_alloc_get_stats(FG_CPU);
@@ -292,7 +272,7 @@ Test(train, a_step_after_warmup_takes_nothing_from_the_system) {
 
 Test(train, a_non_finite_loss_stops_with_the_step_and_keeps_the_parameters) {
     fg_source *s = addition_source(2);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     fg_trainer *tr = trainer(&c, s);
     steps(tr, 2, NULL);
     fg_set(fg_gpt_weight(tr->model, FG_GPT_LNF_W, 0), 0, NAN);
@@ -312,7 +292,7 @@ Test(train, a_non_finite_loss_stops_with_the_step_and_keeps_the_parameters) {
 Test(train, addition_model_learns_something_quickly, .timeout = 300) {
     /* a short run on 1-digit addition: the loss must move well towards the optimum */
     fg_source *s = addition_source(1);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     c.model.dropout = 0;
     c.model.n_embd = 32;
     c.grad_accum = 1;
@@ -340,7 +320,7 @@ Test(checkpoint, save_then_load_gives_identical_logits_and_the_tokenizer, .init 
     fg_text_options to = fg_text_default_options(8);
     fg_source *s = fg_source_text(p, &to);
     cr_assert(s, "%s", fg_last_error());
-    fg_train_config c = tiny_train_config(s, 8);
+    fg_train_config c = fgt_tiny_train_config(s, 8, 4, 12, 2, 77);
     fg_trainer *tr = trainer(&c, s);
     steps(tr, 3, NULL);
     cr_assert_eq(fg_ckpt_save(tmpdir, tr), FG_OK, "%s", fg_last_error());
@@ -381,7 +361,7 @@ Test(checkpoint, save_then_load_gives_identical_logits_and_the_tokenizer, .init 
 /* A good checkpoint in tmpdir, then the bytes of its model file. */
 static void good_checkpoint(void **buf, size_t *n) {
     fg_source *s = addition_source(1);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     fg_trainer *tr = trainer(&c, s);
     steps(tr, 1, NULL);
     cr_assert_eq(fg_ckpt_save(tmpdir, tr), FG_OK, "%s", fg_last_error());
@@ -465,7 +445,7 @@ Test(checkpoint, truncated_corrupted_and_foreign_files_are_refused_by_name, .ini
     /* a model from another step beside the optimizer file: the pair is refused for resuming */
     write_file(mp, buf, n);
     fg_source *s = addition_source(1);
-    fg_train_config c = tiny_train_config(s, fg_source_fixed_block(s));
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
     fg_trainer *tr = trainer(&c, s);
     steps(tr, 2, NULL);
     char other[512];
