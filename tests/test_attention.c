@@ -940,7 +940,7 @@ Test(attention, portable_float32_tiles_pass_gradcheck) {
 }
 
 Test(attention, matches_pytorch_autograd_through_the_cli, .timeout = 600) {
-    const char *what = "PyTorch cross-check";
+    const char *what = "PyTorch cross-check of attention";
     fgt_python_require(what, "numpy torch");
     if (access(fgt_bin(), X_OK) != 0) fgt_skip(what, "no flashgrad binary (set FG_BIN; make test does)");
     const char *script = "tests/attention_torch_check.py";

@@ -1192,7 +1192,7 @@ Test(attention_variants, attention_command_applies_the_variants) {
 }
 
 Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600) {
-    const char *what = "PyTorch cross-check";
+    const char *what = "PyTorch cross-check of the attention variants";
     fgt_python_require(what, "numpy torch");
     if (access(fgt_bin(), X_OK) != 0) fgt_skip(what, "no flashgrad binary (set FG_BIN; make test does)");
     const char *script = "tests/attention_variants_torch_check.py";

@@ -285,7 +285,7 @@ Test(gpt, greedy_generation_is_argmax_and_sampling_is_seeded) {
 
 /* ---- against PyTorch ---- */
 Test(gpt, logits_loss_and_an_adamw_step_match_pytorch, .timeout = 300) {
-    const char *what = "PyTorch cross-check";
+    const char *what = "PyTorch cross-check of the GPT";
     fgt_python_require(what, "numpy torch");
     const char *script = "tests/gpt_torch_check.py";
     if (access(script, R_OK) != 0) fgt_skip(what, "tests/gpt_torch_check.py not found (run from the repo root)");
