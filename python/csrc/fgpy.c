@@ -162,8 +162,9 @@ fg_status fgpy_attn_forward(const fgpy_attn_args *a, void *o, void *lse, void *l
     return st;
 }
 
-fg_status fgpy_attn_backward(const fgpy_attn_args *a, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                             const void *k, const void *v, const void *o, const void *lse, const void *lse_lo) {
+fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *dk, void *dv, const void *dout,
+                             const void *q, const void *k, const void *v, const void *o, const void *lse,
+                             const void *lse_lo) {
     call c;
     fg_status st = call_begin(&c, a);
     if (st != FG_OK) {
@@ -172,6 +173,12 @@ fg_status fgpy_attn_backward(const fgpy_attn_args *a, void *dq, void *dk, void *
     }
     const fg_attn_problem *pr = &c.pr;
     const size_t es = fg_dtype_size(c.dt);
+    if (zero) {
+        const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d), nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
+        if (dq) memset(dq, 0, nq * es);
+        if (dk) memset(dk, 0, nk * es);
+        if (dv) memset(dv, 0, nk * es);
+    }
     if (a->impl == FG_ATTN_FLASH) {
         st = c.dt == FG_F32 ? fg_attn_flash_backward_lo_f32(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr)
                             : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr);

@@ -76,11 +76,13 @@ size_t fgpy_check_report_size(void);
 fg_status fgpy_attn_forward(const fgpy_attn_args *a, void *o, void *lse, void *lse_lo, const void *q, const void *k,
                             const void *v);
 
-/* ADDS dQ, dK, dV (any may be NULL) for dout, as fg_attention's backward: flash recomputes P from
- * q, k and lse (+ lse_lo, may be NULL); naive, whose op saves P, recomputes it with its forward
- * first (o and lse are then not read). */
-fg_status fgpy_attn_backward(const fgpy_attn_args *a, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                             const void *k, const void *v, const void *o, const void *lse, const void *lse_lo);
+/* dQ, dK, dV (any may be NULL) for dout, as fg_attention's backward: flash recomputes P from q, k
+ * and lse (+ lse_lo, may be NULL); naive, whose op saves P, recomputes it with its forward first
+ * (o and lse are then not read). The kernels ADD into dq, dk, dv; with zero = 1 they are set to
+ * zero first (on the calling thread, so a caller need not run a fill of its own). */
+fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *dk, void *dv, const void *dout,
+                             const void *q, const void *k, const void *v, const void *o, const void *lse,
+                             const void *lse_lo);
 
 /* fg_attn_gradcheck for a's sizes and options (a->dtype and a->impl are ignored: both are run),
  * inputs from seed with Q, K std qk_std (0 = 1). FG_OK when the checks ran (rep->passed says how). */

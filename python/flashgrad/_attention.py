@@ -346,9 +346,9 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, dropout
                              % (name, _shape_str(q.shape), _shape_str(t.shape)))
     B, H, Nq, d = q.shape
     hi, lo = _split_lse(lse, q, B, H, Nq, opts.impl)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     a = opts.args(_DTYPES[q.dtype], B, H, k.shape[1], Nq, k.shape[2], d)
-    _call(opts, lib.fgpy_attn_backward, ctypes.byref(a), _ptr(dq), _ptr(dk), _ptr(dv), _ptr(do), _ptr(q), _ptr(k),
+    _call(opts, lib.fgpy_attn_backward, ctypes.byref(a), 1, _ptr(dq), _ptr(dk), _ptr(dv), _ptr(do), _ptr(q), _ptr(k),
           _ptr(v), _ptr(o), _ptr(hi), _ptr(lo))
     return dq, dk, dv
 
@@ -442,9 +442,9 @@ def _worst(name, a, b):
 def _run(opts, impl, q, k, v, do):
     o, lse, lo = _forward(opts, q, k, v, impl)
     B, H, Nq, d = q.shape
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     a = opts.args(_DTYPES[q.dtype], B, H, k.shape[1], Nq, k.shape[2], d, impl)
-    _call(opts, lib.fgpy_attn_backward, ctypes.byref(a), _ptr(dq), _ptr(dk), _ptr(dv), _ptr(do), _ptr(q), _ptr(k),
+    _call(opts, lib.fgpy_attn_backward, ctypes.byref(a), 1, _ptr(dq), _ptr(dk), _ptr(dv), _ptr(do), _ptr(q), _ptr(k),
           _ptr(v), _ptr(o), _ptr(lse), _ptr(lo))
     return o, dq, dk, dv
 

@@ -98,7 +98,7 @@ for _name, _res, _argt in [
     ("fgpy_attn_args_size", ctypes.c_size_t, []),
     ("fgpy_check_report_size", ctypes.c_size_t, []),
     ("fgpy_attn_forward", ctypes.c_int, [_ARGS_P, _P, _P, _P, _P, _P, _P]),
-    ("fgpy_attn_backward", ctypes.c_int, [_ARGS_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    ("fgpy_attn_backward", ctypes.c_int, [_ARGS_P, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
     ("fgpy_attn_gradcheck", ctypes.c_int, [_ARGS_P, ctypes.c_uint64, ctypes.c_double, ctypes.POINTER(CheckReport)]),
     ("fgpy_variant_name", ctypes.c_char_p, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
     ("fgpy_last_error", ctypes.c_char_p, []),

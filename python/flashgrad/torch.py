@@ -62,23 +62,27 @@ def _shapes(q, k, v):
 
 
 class AttentionFunction(torch.autograd.Function):
-    """forward(q, k, v, opts) -> (O, L): L the float64 logsumexp (B, H, Nq), not differentiable.
-    opts is a flashgrad._attention._Options. Saved: q, k, v, O and L (as float32 L + lo for float32)."""
+    """forward(q, k, v, opts, want_lse) -> O, or (O, L) with want_lse: L the float64 logsumexp (B, H,
+    Nq), not differentiable. opts is a flashgrad._attention._Options. Saved: q, k, v, O and L (for
+    float32 flash as float32 L and its rounding remainder)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, opts):
+    def forward(ctx, q, k, v, opts, want_lse):
         B, H, Nq, d = q.shape
-        Hkv, Nk = k.shape[1], k.shape[2]
         dt = _DT[q.dtype]
-        a = opts.args(dt, B, H, Hkv, Nq, Nk, d)
+        a = opts.args(dt, B, H, k.shape[1], Nq, k.shape[2], d)
         o = torch.empty((B, H, Nq, d), dtype=q.dtype)
         lse = torch.empty((B, H, Nq), dtype=q.dtype)
         lo = torch.empty((B, H, Nq), dtype=torch.float32) if dt == _lib.F32 and opts.impl == _lib.FLASH else None
         _A._call(opts, lib.fgpy_attn_forward, ctypes.byref(a), o.data_ptr(), lse.data_ptr(),
                  lo.data_ptr() if lo is not None else None, q.data_ptr(), k.data_ptr(), v.data_ptr())
-        ctx.opts = opts
-        ctx.has_lo = lo is not None
-        ctx.save_for_backward(q, k, v, o, lse, *(() if lo is None else (lo,)))
+        ctx.opts, ctx.args, ctx.has_lo = opts, a, lo is not None
+        if lo is None:
+            ctx.save_for_backward(q, k, v, o, lse)
+        else:
+            ctx.save_for_backward(q, k, v, o, lse, lo)
+        if not want_lse:
+            return o
         L = lse.double()
         if lo is not None:
             L += lo
@@ -87,23 +91,26 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, do, _dL):
-        q, k, v, o, lse = ctx.saved_tensors[:5]
-        lo = ctx.saved_tensors[5] if ctx.has_lo else None
+    def backward(ctx, do, *_dL):
+        saved = ctx.saved_tensors
+        q, k, v, o, lse = saved[:5]
+        lo = saved[5] if ctx.has_lo else None
         wq, wk, wv = ctx.needs_input_grad[:3]
-        dq = torch.zeros_like(q) if wq else None
-        dk = torch.zeros_like(k) if wk else None
-        dv = torch.zeros_like(v) if wv else None
         if do is None or not (wq or wk or wv):
-            return dq, dk, dv, None
-        do = do.to(q.dtype).contiguous()
-        B, H, Nq, d = q.shape
-        opts = ctx.opts
-        a = opts.args(_DT[q.dtype], B, H, k.shape[1], Nq, k.shape[2], d)
-        ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
-        _A._call(opts, lib.fgpy_attn_backward, ctypes.byref(a), ptr(dq), ptr(dk), ptr(dv), do.data_ptr(),
-                 q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), ptr(lo))
-        return dq, dk, dv, None
+            return (torch.zeros_like(q) if wq else None, torch.zeros_like(k) if wk else None,
+                    torch.zeros_like(v) if wv else None, None, None)
+        # set to zero by the C call (the kernels add into them): no fill of torch's in between
+        dq = torch.empty_like(q) if wq else None
+        dk = torch.empty_like(k) if wk else None
+        dv = torch.empty_like(v) if wv else None
+        if do.dtype != q.dtype:
+            do = do.to(q.dtype)
+        if not do.is_contiguous():
+            do = do.contiguous()
+        _A._call(ctx.opts, lib.fgpy_attn_backward, ctypes.byref(ctx.args), 1, dq.data_ptr() if wq else None,
+                 dk.data_ptr() if wk else None, dv.data_ptr() if wv else None, do.data_ptr(), q.data_ptr(),
+                 k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), lo.data_ptr() if lo is not None else None)
+        return dq, dk, dv, None, None
 
 
 def attention(q, k, v, *, causal=False, scale=None, dropout=0.0, seed=None, impl="flash", kv_heads=None, window=None,
@@ -120,5 +127,4 @@ def attention(q, k, v, *, causal=False, scale=None, dropout=0.0, seed=None, impl
     k = _check(k, "k", q.dtype)
     v = _check(v, "v", q.dtype)
     _shapes(q, k, v)
-    o, L = AttentionFunction.apply(q, k, v, opts)
-    return (o, L) if return_lse else o
+    return AttentionFunction.apply(q, k, v, opts, bool(return_lse))
