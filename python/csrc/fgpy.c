@@ -173,6 +173,10 @@ fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *
     }
     const fg_attn_problem *pr = &c.pr;
     const size_t es = fg_dtype_size(c.dt);
+    if (pr->B * pr->H * pr->Nq > 0 && (!dout || !q || !k || !v || (a->impl == FG_ATTN_FLASH && (!o || !lse)))) {
+        call_end(&c);
+        return fg_error(FG_ERR_ARG, "attention backward: NULL array");
+    }
     if (zero) {
         const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d), nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
         if (dq) memset(dq, 0, nq * es);

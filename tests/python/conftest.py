@@ -4,6 +4,7 @@ The tests marked `torch` (test_torch.py) need PyTorch: they are skipped when it 
 unless FG_TORCH=1 says it must be there (then its absence fails them). The CLI agreement tests find
 the program at $FG_BIN (default build/flashgrad of this checkout).
 """
+import faulthandler
 import os
 import sys
 
@@ -16,8 +17,18 @@ sys.path.insert(0, HERE)  # reference.py
 if os.path.join(ROOT, "python") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "python"))
 
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "torch: needs PyTorch (flashgrad.torch); tests/python/test_torch.py")
+
+
+@pytest.fixture(autouse=True)
+def _no_test_hangs():
+    """A test that hangs (a deadlock between flashgrad's threads and Python's, say) ends the run with
+    every thread's traceback instead of blocking `make test` forever."""
+    faulthandler.dump_traceback_later(300, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
