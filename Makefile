@@ -407,3 +407,56 @@ plots:
 	@command -v gnuplot >/dev/null 2>&1 || sh tests/deps.sh gnuplot-nox
 	gnuplot bench/plots.gp
 	@ls -1 bench/results/*.png
+
+# =================================================================================================
+# shared library and Python package — make shared, make python-test   (this section only)
+# =================================================================================================
+# `make shared` builds $(BUILD)/libflashgrad.so: the static library's sources compiled again with
+# -fPIC (into $(BUILD)/pic/) plus python/csrc/fgpy.c, the flat interface the Python package
+# (python/flashgrad, ctypes) calls. With nvcc present it also builds $(CUDA_BUILD)/libflashgrad.so,
+# the same with the CUDA kernels (objects in $(CUDA_BUILD)/pic/; SHARED_CUDA=0 skips it).
+# `make python-test` runs the pytest suite (tests/python/) with /usr/bin/python3 against that library
+# (installing python3-numpy and python3-pytest when root, else skipping with one line); the torch
+# tests run when $(FG_TORCH_PYTHON) names an interpreter with torch, numpy and pytest, or when
+# /usr/bin/python3 has torch. `make test` runs it first (the prerequisite below).
+PY_SHIM_SRC := python/csrc/fgpy.c
+PIC_OBJ     := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIB_SRC) $(PY_SHIM_SRC))
+SHARED_CUDA ?= 1
+FG_PYTHON   ?= /usr/bin/python3
+FG_TORCH_PYTHON ?=
+PYTEST_ARGS ?=
+
+.PHONY: shared python-test
+shared: deps
+	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.so
+	@if [ -n "$(NVCC)" ] && [ "$(SHARED_CUDA)" != 0 ]; then $(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.so; fi
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -MMD -MP -c $< -o $@
+
+$(BUILD)/libflashgrad.so: $(PIC_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libflashgrad.so -o $@ $^ $(LDLIBS)
+
+CUDA_PIC_OBJ := $(patsubst %.c,$(CUDA_BUILD)/pic/%.o,$(LIB_SRC) $(CUDA_BLAS_SRC) $(PY_SHIM_SRC)) \
+                $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/pic/%.o)
+$(CUDA_BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -fPIC -MMD -MP -c $< -o $@
+$(CUDA_BUILD)/pic/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -c $< -o $@
+$(CUDA_BUILD)/libflashgrad.so: $(CUDA_PIC_OBJ)
+	$(NVCC) -arch=sm_$(CUDA_ARCH) -shared -Xlinker -soname=libflashgrad.so -o $@ $^ $(CUDA_LDLIBS)
+
+# The Python tests (tests/python/run_pytest.sh says which interpreter runs which tests). A
+# `make test TEST_ARGS=...` that picks Criterion suites leaves them out. (Under `make test` the
+# dependency check is deps-test, the one `test` makes, so that two checks never run apt-get at once.)
+python-test: $(if $(filter test,$(MAKECMDGOALS)),deps-test,deps)
+	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.so $(BUILD)/flashgrad
+	@FG_PYTHON="$(FG_PYTHON)" FG_TORCH_PYTHON="$(FG_TORCH_PYTHON)" FLASHGRAD_LIB=$(abspath $(BUILD))/libflashgrad.so \
+	    FG_BIN=$(abspath $(BUILD))/flashgrad sh tests/python/run_pytest.sh $(PYTEST_ARGS)
+
+test: $(if $(TEST_ARGS),,python-test)
+
+-include $(PIC_OBJ:.o=.d)

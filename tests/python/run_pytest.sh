@@ -1,0 +1,43 @@
+#!/bin/sh
+# run_pytest.sh [PYTEST ARGS] — the Python package's tests (tests/python/), as `make python-test`
+# and `make test` run them. The environment names the library (FLASHGRAD_LIB) and the CLI (FG_BIN).
+#
+#   FG_PYTHON        the interpreter for the numpy tests (default /usr/bin/python3). Without numpy
+#                    or pytest, Debian's python3-numpy and python3-pytest are installed when root;
+#                    otherwise the tests are skipped with one line (exit 0).
+#   FG_TORCH_PYTHON  an interpreter with torch, numpy and pytest for the torch tests
+#                    (tests/python/test_torch.py); unset: FG_PYTHON, when it has torch; else they
+#                    are skipped with one line.
+cd "$(dirname "$0")/../.." || exit 2
+py=${FG_PYTHON:-/usr/bin/python3}
+tpy=${FG_TORCH_PYTHON:-}
+has() { "$1" -c "import $2" >/dev/null 2>&1; }
+
+if ! has "$py" "numpy, pytest" && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    sh tests/deps.sh python3-numpy python3-pytest || true
+fi
+py_ok=0
+has "$py" "numpy, pytest" && py_ok=1
+if [ -n "$tpy" ] && ! has "$tpy" "torch, numpy, pytest"; then
+    echo "python tests: FG_TORCH_PYTHON=$tpy cannot import torch, numpy and pytest" >&2
+    exit 1
+fi
+[ -z "$tpy" ] && [ "$py_ok" = 1 ] && has "$py" torch && tpy=$py
+
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+
+if [ "$py_ok" = 0 ] && [ -z "$tpy" ]; then
+    echo "python tests: skipped ($py lacks numpy or pytest; install python3-numpy python3-pytest)"
+    exit 0
+fi
+if [ -z "$tpy" ]; then
+    echo "python tests: torch tests skipped (no torch for $py; set FG_TORCH_PYTHON=/path/to/python with torch)"
+    FG_TORCH=0 "$py" -m pytest -q -p no:cacheprovider tests/python --ignore=tests/python/test_torch.py "$@"
+elif [ "$py_ok" = 0 ] || [ "$tpy" = "$py" ]; then
+    [ "$py_ok" = 0 ] && echo "python tests: $py lacks numpy or pytest; all tests with $tpy"
+    FG_TORCH=1 "$tpy" -m pytest -q -p no:cacheprovider tests/python "$@"
+else
+    FG_TORCH=0 "$py" -m pytest -q -p no:cacheprovider tests/python --ignore=tests/python/test_torch.py "$@" || exit 1
+    FG_TORCH=1 "$tpy" -m pytest -q -p no:cacheprovider tests/python/test_torch.py "$@"
+fi
