@@ -13,7 +13,8 @@
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v2 -mtune=native
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread
+# -fPIC: the static library's objects are also the shared library's (make shared)
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread -fPIC
 DEPS_PKGS := libcriterion-dev libopenblas-dev pkg-config
 
 # ---- dependencies: install what is missing (root), else stop with one line naming it ----
@@ -411,16 +412,16 @@ plots:
 # =================================================================================================
 # shared library and Python package — make shared, make python-test   (this section only)
 # =================================================================================================
-# `make shared` builds $(BUILD)/libflashgrad.so: the static library's sources compiled again with
-# -fPIC (into $(BUILD)/pic/) plus python/csrc/fgpy.c, the flat interface the Python package
-# (python/flashgrad, ctypes) calls. With nvcc present it also builds $(CUDA_BUILD)/libflashgrad.so,
-# the same with the CUDA kernels (objects in $(CUDA_BUILD)/pic/; SHARED_CUDA=0 skips it).
+# `make shared` builds $(BUILD)/libflashgrad.so: the static library's own objects (compiled with
+# -fPIC) plus python/csrc/fgpy.c, the flat interface the Python package (python/flashgrad, ctypes)
+# calls. With nvcc present it also builds $(CUDA_BUILD)/libflashgrad.so: those objects and the CUDA
+# kernels (compiled again with -fPIC into $(CUDA_BUILD)/pic/; SHARED_CUDA=0 skips it).
 # `make python-test` runs the pytest suite (tests/python/) with /usr/bin/python3 against that library
 # (installing python3-numpy and python3-pytest when root, else skipping with one line); the torch
 # tests run when $(FG_TORCH_PYTHON) names an interpreter with torch, numpy and pytest, or when
 # /usr/bin/python3 has torch. `make test` runs it first (the prerequisite below).
 PY_SHIM_SRC := python/csrc/fgpy.c
-PIC_OBJ     := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIB_SRC) $(PY_SHIM_SRC))
+PIC_OBJ     := $(LIB_OBJ) $(PY_SHIM_SRC:%.c=$(BUILD)/%.o)
 SHARED_CUDA ?= 1
 FG_PYTHON   ?= /usr/bin/python3
 FG_TORCH_PYTHON ?=
@@ -429,20 +430,15 @@ PYTEST_ARGS ?=
 .PHONY: shared python-test
 shared: deps
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.so
-	@if [ -n "$(NVCC)" ] && [ "$(SHARED_CUDA)" != 0 ]; then $(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.so; fi
-
-$(BUILD)/pic/%.o: %.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC -MMD -MP -c $< -o $@
+	@if [ -n "$(NVCC)" ] && [ "$(SHARED_CUDA)" != 0 ]; then \
+	    $(MAKE) --no-print-directory BUILD=$(CUDA_CPU_BUILD) $(CUDA_CPU_FLAGS) $(filter $(CUDA_CPU_BUILD)/%,$(CUDA_PIC_OBJ)) && \
+	    $(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.so; fi
 
 $(BUILD)/libflashgrad.so: $(PIC_OBJ)
 	$(CC) $(CFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libflashgrad.so -o $@ $^ $(LDLIBS)
 
-CUDA_PIC_OBJ := $(patsubst %.c,$(CUDA_BUILD)/pic/%.o,$(LIB_SRC) $(CUDA_BLAS_SRC) $(PY_SHIM_SRC)) \
+CUDA_PIC_OBJ := $(patsubst %.c,$(CUDA_CPU_BUILD)/%.o,$(LIB_SRC) $(if $(CUDA_CPU_FLAGS),ops/cpu/compat/cblas_fallback.c) $(PY_SHIM_SRC)) \
                 $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/pic/%.o)
-$(CUDA_BUILD)/pic/%.o: %.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CUDA_CFLAGS) -fPIC -MMD -MP -c $< -o $@
 $(CUDA_BUILD)/pic/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -MMD -MP -c $< -o $@
