@@ -1209,6 +1209,7 @@ Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600)
  * guide's code block, character for character (guide_example_matches_the_guide checks it)
  * ------------------------------------------------------------------------------------------- */
 
+/* clang-format off: the README holds this block character for character */
 /* ---- guide example: begin ---- */
 /* A prefix-LM mask (every query sees the first `prefix` keys, the rest causally) and a learned-style
  * per-head temperature on the scores: s -> temp[h] * s. */
@@ -1291,6 +1292,7 @@ static int guide_example(void) {
     return failed;
 }
 /* ---- guide example: end ---- */
+/* clang-format on */
 
 Test(attention_variants, guide_example_passes) {
     cr_expect_eq(guide_example(), 0, "the worked example in README.md failed (see above)");
