@@ -83,8 +83,7 @@ fg_status fg_set_requires_grad(fg_tensor *t, int on) {
     return FG_OK;
 }
 
-fg_node *fg_record(fg_tensor *out, const char *op, fg_backward_fn backward, int n_inputs,
-                   fg_tensor *const *inputs) {
+fg_node *fg_record(fg_tensor *out, const char *op, fg_backward_fn backward, int n_inputs, fg_tensor *const *inputs) {
     if (!fg_grad_enabled()) return NULL;
     FG_ASSERT(n_inputs >= 0 && n_inputs <= FG_MAX_INPUTS, "too many inputs for one node");
     int any = 0;
@@ -160,7 +159,8 @@ fg_status fg_set_grad_storage(fg_tensor *leaf, fg_tensor *storage) {
                         leaf->grad_fn->op);
     if (!fg_same_shape(leaf, storage) || leaf->dtype != storage->dtype || leaf->device != storage->device ||
         !fg_is_contiguous(storage))
-        return fg_error(FG_ERR_SHAPE, "grad storage: %s must be a contiguous tensor of the leaf's shape %s, dtype and device",
+        return fg_error(FG_ERR_SHAPE,
+                        "grad storage: %s must be a contiguous tensor of the leaf's shape %s, dtype and device",
                         fg_shape_str(storage, b1, sizeof b1), fg_shape_str(leaf, b2, sizeof b2));
     fg_retain(storage);
     fg_release(leaf->grad);
@@ -190,7 +190,10 @@ static fg_node **topo_order(fg_node *root, size_t *count) {
     uint64_t epoch = atomic_fetch_add(&visit_epoch, 1) + 1;
     size_t cap = 64, n = 0, scap = 64, sn = 0;
     fg_node **order = malloc(cap * sizeof *order);
-    struct frame { fg_node *node; int next; } *stack = malloc(scap * sizeof *stack);
+    struct frame {
+        fg_node *node;
+        int next;
+    } *stack = malloc(scap * sizeof *stack);
     if (!order || !stack) goto oom;
     root->visit = epoch;
     stack[sn++] = (struct frame){root, 0};
@@ -260,8 +263,10 @@ fg_status fg_backward(fg_tensor *root, const fg_tensor *grad_root) {
     for (size_t i = count; i-- > 0 && st == FG_OK;) {
         fg_node *n = order[i];
         if (n->grad_out) { /* no gradient reached this node: its rule has nothing to add */
-            if (!n->backward) st = fg_error(FG_ERR_STATE, "backward: op '%s' has no backward rule", n->op);
-            else st = n->backward(n);
+            if (!n->backward)
+                st = fg_error(FG_ERR_STATE, "backward: op '%s' has no backward rule", n->op);
+            else
+                st = n->backward(n);
         }
         node_drop_graph(n); /* inputs, saved tensors, grad_out: no longer needed */
     }

@@ -37,30 +37,30 @@ typedef struct fg_node fg_node;
 typedef fg_status (*fg_backward_fn)(fg_node *node);
 
 struct fg_node {
-    const char *op;                       /* name, for messages: "matmul", "layernorm", ... */
+    const char *op; /* name, for messages: "matmul", "layernorm", ... */
     fg_backward_fn backward;
     int n_inputs;
-    fg_tensor *inputs[FG_MAX_INPUTS];     /* retained; NULL entries allowed (optional inputs) */
+    fg_tensor *inputs[FG_MAX_INPUTS]; /* retained; NULL entries allowed (optional inputs) */
     int n_saved;
-    fg_tensor *saved[FG_MAX_SAVED];       /* retained; the tensors of the op's state (fg_node_keep) */
-    union {                               /* the op's typed state: FG_NODE_STATE(node, T) */
+    fg_tensor *saved[FG_MAX_SAVED]; /* retained; the tensors of the op's state (fg_node_keep) */
+    union {                         /* the op's typed state: FG_NODE_STATE(node, T) */
         unsigned char bytes[FG_NODE_STATE_BYTES];
         double align_d;
         int64_t align_i;
         void *align_p;
     } state;
-    double fargs[8];                      /* small op parameters: eps, scale, p, ... */
-    int64_t iargs[8];                     /* axis, seed, flags, ... */
-    void *ctx;                            /* larger op state (e.g. copied indices), freed by ctx_free */
+    double fargs[8];  /* small op parameters: eps, scale, p, ... */
+    int64_t iargs[8]; /* axis, seed, flags, ... */
+    void *ctx;        /* larger op state (e.g. copied indices), freed by ctx_free */
     void (*ctx_free)(void *ctx);
-    fg_tensor *grad_out;                  /* d loss / d output, only while backward runs */
-    int64_t out_shape[FG_MAX_DIMS];       /* the output's shape and dtype, to build grad_out */
+    fg_tensor *grad_out;            /* d loss / d output, only while backward runs */
+    int64_t out_shape[FG_MAX_DIMS]; /* the output's shape and dtype, to build grad_out */
     int out_ndim;
     fg_dtype out_dtype;
     fg_device out_device;
     int refcount;
-    int freed;                            /* inputs already dropped by a backward */
-    uint64_t visit;                       /* topological-sort mark */
+    int freed;      /* inputs already dropped by a backward */
+    uint64_t visit; /* topological-sort mark */
 };
 
 /* ---- grad mode ---- */
@@ -77,8 +77,7 @@ fg_status fg_set_requires_grad(fg_tensor *t, int on);
  * If grad mode is on and any non-NULL input requires grad, create a node for `out`, make `out`
  * require grad and own the node, and return the node so the caller can save tensors and args.
  * Otherwise return NULL and record nothing (that is not an error). */
-fg_node *fg_record(fg_tensor *out, const char *op, fg_backward_fn backward,
-                   int n_inputs, fg_tensor *const *inputs);
+fg_node *fg_record(fg_tensor *out, const char *op, fg_backward_fn backward, int n_inputs, fg_tensor *const *inputs);
 /* Keep `t` (retained) for the backward; returns its slot. */
 int fg_node_save(fg_node *n, fg_tensor *t);
 

@@ -5,12 +5,13 @@
 #include <stdlib.h>
 
 /* loss = sum_k R[k] * out[k], computed in double without recording a graph. */
-static fg_status weighted_loss(fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user,
-                               const fg_tensor *R, double *loss) {
+static fg_status weighted_loss(fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user, const fg_tensor *R,
+                               double *loss) {
     fg_no_grad_enter();
     fg_tensor *out = fn(inputs, n, user);
     fg_no_grad_exit();
-    if (!out) return fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_STATE, "gradcheck: fn returned NULL");
+    if (!out)
+        return fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_STATE, "gradcheck: fn returned NULL");
     if (fg_numel(out) != fg_numel(R)) {
         fg_release(out);
         return fg_error(FG_ERR_SHAPE, "gradcheck: the output changed size between calls");
@@ -23,8 +24,8 @@ static fg_status weighted_loss(fg_gradcheck_fn fn, fg_tensor *const *inputs, int
     return FG_OK;
 }
 
-fg_status fg_gradcheck(fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user,
-                       const fg_gradcheck_opts *opts, fg_gradcheck_report *rep) {
+fg_status fg_gradcheck(fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user, const fg_gradcheck_opts *opts,
+                       fg_gradcheck_report *rep) {
     double eps = opts && opts->eps > 0 ? opts->eps : 1e-6;
     double atol = opts && opts->atol > 0 ? opts->atol : 1e-7;
     double rtol = opts && opts->rtol > 0 ? opts->rtol : 1e-5;

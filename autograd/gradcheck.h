@@ -21,8 +21,8 @@ extern "C" {
 typedef fg_tensor *(*fg_gradcheck_fn)(fg_tensor *const *inputs, int n, void *user);
 
 typedef struct {
-    double eps, atol, rtol;   /* defaults used when 0: 1e-6, 1e-7, 1e-5 */
-    uint64_t seed;            /* for R */
+    double eps, atol, rtol; /* defaults used when 0: 1e-6, 1e-7, 1e-5 */
+    uint64_t seed;          /* for R */
 } fg_gradcheck_opts;
 
 typedef struct {
@@ -36,8 +36,8 @@ typedef struct {
 } fg_gradcheck_report;
 
 /* FG_OK when the check ran (see report->passed for the verdict); an error status otherwise. */
-fg_status fg_gradcheck(fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user,
-                       const fg_gradcheck_opts *opts, fg_gradcheck_report *report);
+fg_status fg_gradcheck(fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user, const fg_gradcheck_opts *opts,
+                       fg_gradcheck_report *report);
 
 #ifdef __cplusplus
 }

@@ -68,8 +68,7 @@ done:
     return st;
 }
 
-fg_tensor *fg_recompute(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs,
-                         fg_tensor *const *inputs) {
+fg_tensor *fg_recompute(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs, fg_tensor *const *inputs) {
     if (!fn) {
         fg_error(FG_ERR_ARG, "checkpoint: NULL function");
         return NULL;

@@ -41,8 +41,7 @@ typedef fg_tensor *(*fg_recompute_fn)(void *ctx, fg_tensor *const *inputs);
 /* y = fn(ctx, inputs) with the intermediates recomputed in the backward (see the top). ctx points
  * to ctx_size bytes that are copied (the backward uses the copy; ctx may be a stack variable).
  * 1 <= n_inputs <= 4 (FG_MAX_INPUTS). New reference; NULL with fg_last_error() on failure. */
-fg_tensor *fg_recompute(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs,
-                         fg_tensor *const *inputs);
+fg_tensor *fg_recompute(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs, fg_tensor *const *inputs);
 
 #ifdef __cplusplus
 }

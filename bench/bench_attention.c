@@ -192,8 +192,10 @@ static void measure_sgemm(const attn_cfg *c, attn_result *r) {
         goto done;
     }
     uint64_t s = 1;
-    for (size_t i = 0; i < na; i++) A[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
-    for (size_t i = 0; i < nb; i++) Bm[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
+    for (size_t i = 0; i < na; i++)
+        A[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
+    for (size_t i = 0; i < nb; i++)
+        Bm[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
     for (int it = -1; it < reps; it++) {
         const double c0 = cpu_now(), t0 = fg_now();
         for (int64_t p = 0; p < c->b * c->h; p++)
@@ -235,8 +237,10 @@ static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int b
         close(fd[0]);
         attn_result cr;
         memset(&cr, 0, sizeof cr);
-        if ((int)impl < 0) measure_sgemm(c, &cr);
-        else measure(c, impl, bq, bk, &cr);
+        if ((int)impl < 0)
+            measure_sgemm(c, &cr);
+        else
+            measure(c, impl, bq, bk, &cr);
         ssize_t w = write(fd[1], &cr, sizeof cr);
         _exit(w == (ssize_t)sizeof cr ? 0 : 1);
     }
@@ -255,19 +259,18 @@ static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int b
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: flashgrad bench attention [--n N1,N2,...] [--nk M] [--d D] [--b B] [--h H] [--causal]\n"
-            "         [--dropout P] [--device cpu|cuda] [--repeat R] [--block-q N] [--block-k N]\n"
-            "         [--sweep-blocks S1,S2,...] [--impl naive|flash|both] [--max-naive-gib G] [--csv FILE]\n"
-            "         [--threads T] [--no-sgemm]\n"
-            "  times forward and backward of naive and flash attention (float32), median of R repeats;\n"
-            "  GFLOP/s: forward 4*Nq*Nk*d per head, backward 2.5x, halved when causal;\n"
-            "  peak bytes from flashgrad's allocation counter; peak RSS of a process per configuration.\n"
-            "  --nk defaults to N. --sweep-blocks times flash for every (block_q, block_k) pair of the list.\n"
-            "  Naive is skipped when its score matrices would exceed --max-naive-gib (default 6).\n"
-            "  CPU: also times OpenBLAS sgemm on the same-shaped products (Nq x d by d x Nk, B*H of them)\n"
-            "  in the same run (--no-sgemm: don't) and prints flash's forward+backward GFLOP/s against it.\n"
-            "  --threads T: T threads for flashgrad's pool and for OpenBLAS (default: their defaults).\n");
+    fprintf(f, "usage: flashgrad bench attention [--n N1,N2,...] [--nk M] [--d D] [--b B] [--h H] [--causal]\n"
+               "         [--dropout P] [--device cpu|cuda] [--repeat R] [--block-q N] [--block-k N]\n"
+               "         [--sweep-blocks S1,S2,...] [--impl naive|flash|both] [--max-naive-gib G] [--csv FILE]\n"
+               "         [--threads T] [--no-sgemm]\n"
+               "  times forward and backward of naive and flash attention (float32), median of R repeats;\n"
+               "  GFLOP/s: forward 4*Nq*Nk*d per head, backward 2.5x, halved when causal;\n"
+               "  peak bytes from flashgrad's allocation counter; peak RSS of a process per configuration.\n"
+               "  --nk defaults to N. --sweep-blocks times flash for every (block_q, block_k) pair of the list.\n"
+               "  Naive is skipped when its score matrices would exceed --max-naive-gib (default 6).\n"
+               "  CPU: also times OpenBLAS sgemm on the same-shaped products (Nq x d by d x Nk, B*H of them)\n"
+               "  in the same run (--no-sgemm: don't) and prints flash's forward+backward GFLOP/s against it.\n"
+               "  --threads T: T threads for flashgrad's pool and for OpenBLAS (default: their defaults).\n");
 }
 
 int fg_bench_attention(int argc, char **argv) {
@@ -297,7 +300,8 @@ int fg_bench_attention(int argc, char **argv) {
         i++;
         if (!strcmp(a, "--n")) {
             if (fg_parse_int_list(val, ns, 64, &nn, 1, 1 << 20) != 0) {
-                fprintf(stderr, "bench attention: --n wants a comma-separated list of positive integers, got '%s'\n", val);
+                fprintf(stderr, "bench attention: --n wants a comma-separated list of positive integers, got '%s'\n",
+                        val);
                 return 2;
             }
         } else if (!strcmp(a, "--sweep-blocks")) {
@@ -308,15 +312,19 @@ int fg_bench_attention(int argc, char **argv) {
             }
             for (int s = 0; s < nsweep; s++) sweep[s] = (int)tmp[s];
         } else if (!strcmp(a, "--impl")) {
-            if (!strcmp(val, "naive")) want_flash = 0;
-            else if (!strcmp(val, "flash")) want_naive = 0;
+            if (!strcmp(val, "naive"))
+                want_flash = 0;
+            else if (!strcmp(val, "flash"))
+                want_naive = 0;
             else if (strcmp(val, "both")) {
                 fprintf(stderr, "bench attention: --impl must be naive, flash or both, got '%s'\n", val);
                 return 2;
             }
         } else if (!strcmp(a, "--device")) {
-            if (!strcmp(val, "cpu")) c.device = FG_CPU;
-            else if (!strcmp(val, "cuda")) c.device = FG_CUDA;
+            if (!strcmp(val, "cpu"))
+                c.device = FG_CPU;
+            else if (!strcmp(val, "cuda"))
+                c.device = FG_CUDA;
             else {
                 fprintf(stderr, "bench attention: --device must be cpu or cuda, got '%s'\n", val);
                 return 2;
@@ -338,14 +346,22 @@ int fg_bench_attention(int argc, char **argv) {
             int64_t x;
             int64_t *dst = NULL;
             int ix = 0;
-            if (!strcmp(a, "--d")) dst = &c.d;
-            else if (!strcmp(a, "--b")) dst = &c.b;
-            else if (!strcmp(a, "--h")) dst = &c.h;
-            else if (!strcmp(a, "--nk")) dst = &nk_fixed;
-            else if (!strcmp(a, "--repeat")) ix = 1;
-            else if (!strcmp(a, "--block-q")) ix = 2;
-            else if (!strcmp(a, "--block-k")) ix = 3;
-            else if (!strcmp(a, "--threads")) ix = 4;
+            if (!strcmp(a, "--d"))
+                dst = &c.d;
+            else if (!strcmp(a, "--b"))
+                dst = &c.b;
+            else if (!strcmp(a, "--h"))
+                dst = &c.h;
+            else if (!strcmp(a, "--nk"))
+                dst = &nk_fixed;
+            else if (!strcmp(a, "--repeat"))
+                ix = 1;
+            else if (!strcmp(a, "--block-q"))
+                ix = 2;
+            else if (!strcmp(a, "--block-k"))
+                ix = 3;
+            else if (!strcmp(a, "--threads"))
+                ix = 4;
             else {
                 fprintf(stderr, "bench attention: unknown option '%s' (see --help)\n", a);
                 return 2;
@@ -354,16 +370,21 @@ int fg_bench_attention(int argc, char **argv) {
                 fprintf(stderr, "bench attention: %s must be a positive integer, got '%s'\n", a, val);
                 return 2;
             }
-            if (dst) *dst = x;
-            else if (ix == 1) c.repeat = (int)x;
-            else if (ix == 2) bq = (int)x;
+            if (dst)
+                *dst = x;
+            else if (ix == 1)
+                c.repeat = (int)x;
+            else if (ix == 2)
+                bq = (int)x;
             else if (ix == 4) {
                 if (x > FG_POOL_MAX_THREADS) {
-                    fprintf(stderr, "bench attention: --threads must be at most %d, got '%s'\n", FG_POOL_MAX_THREADS, val);
+                    fprintf(stderr, "bench attention: --threads must be at most %d, got '%s'\n", FG_POOL_MAX_THREADS,
+                            val);
                     return 2;
                 }
                 c.threads = (int)x;
-            } else bk = (int)x;
+            } else
+                bk = (int)x;
         }
     }
     if (nn == 0) {
@@ -389,10 +410,11 @@ int fg_bench_attention(int argc, char **argv) {
     fg_print_machine_line(stdout);
     fg_blas_hint(stdout);
     printf("flashgrad: float32 flash tiles use %s (FG_SIMD to cap); %d threads (pool) and %d OpenBLAS threads in the "
-           "measuring processes%s\n", fg_simd_name(fg_simd_active()), c.threads > 0 ? c.threads : fg_pool_threads(),
+           "measuring processes%s\n",
+           fg_simd_name(fg_simd_active()), c.threads > 0 ? c.threads : fg_pool_threads(),
            c.threads > 0 ? c.threads : openblas_get_num_threads(), c.threads > 0 ? " (--threads)" : "");
-    printf("%-6s %6s %6s %4s %4s %4s | %9s %9s | %8s %8s %8s | %12s %12s | %10s\n", "impl", "Nq", "Nk", "d", "bq",
-           "bk", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "f+b GF/s", "fwd peak B", "bwd peak B", "peak RSS");
+    printf("%-6s %6s %6s %4s %4s %4s | %9s %9s | %8s %8s %8s | %12s %12s | %10s\n", "impl", "Nq", "Nk", "d", "bq", "bk",
+           "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "f+b GF/s", "fwd peak B", "bwd peak B", "peak RSS");
     int n_pairs = nsweep ? nsweep * nsweep : 1;
     for (int in = 0; in < nn; in++) {
         c.nq = ns[in];
@@ -407,8 +429,9 @@ int fg_bench_attention(int argc, char **argv) {
             if (r.ok) {
                 sgemm_gf = sf / (r.sgemm_ms * 1e-3) / 1e9;
                 sgemm_cgf = r.sgemm_cpu_ms > 0 ? sf / (r.sgemm_cpu_ms * 1e-3) / 1e9 : 0;
-            }
-            else printf("sgemm  %6lld %6lld %4lld | failed: %s\n", (long long)c.nq, (long long)c.nk, (long long)c.d, r.err);
+            } else
+                printf("sgemm  %6lld %6lld %4lld | failed: %s\n", (long long)c.nq, (long long)c.nk, (long long)c.d,
+                       r.err);
         }
         for (int impl = 0; impl < 2; impl++) {
             if ((impl == FG_ATTN_NAIVE && !want_naive) || (impl == FG_ATTN_FLASH && !want_flash)) continue;
@@ -417,20 +440,23 @@ int fg_bench_attention(int argc, char **argv) {
                 attn_result r;
                 double naive_bytes = 3.0 * (double)c.nq * (double)c.nk * 4.0 * (double)(c.b * c.h);
                 if (impl == FG_ATTN_NAIVE && naive_bytes > max_naive_gib * 1073741824.0) {
-                    printf("%-6s %6lld %6lld %4lld %4s %4s | skipped: its score matrices need ~%.1f GiB (--max-naive-gib)\n",
-                           "naive", (long long)c.nq, (long long)c.nk, (long long)c.d, "-", "-", naive_bytes / 1073741824.0);
+                    printf("%-6s %6lld %6lld %4lld %4s %4s | skipped: its score matrices need ~%.1f GiB "
+                           "(--max-naive-gib)\n",
+                           "naive", (long long)c.nq, (long long)c.nk, (long long)c.d, "-", "-",
+                           naive_bytes / 1073741824.0);
                     continue;
                 }
                 measure_isolated(&c, (fg_attn_impl)impl, ibq, ibk, &r);
                 const char *name = impl == FG_ATTN_NAIVE ? "naive" : "flash";
                 if (!r.ok) {
-                    printf("%-6s %6lld %6lld %4lld | failed: %s\n", name, (long long)c.nq, (long long)c.nk, (long long)c.d,
-                           r.err);
+                    printf("%-6s %6lld %6lld %4lld | failed: %s\n", name, (long long)c.nq, (long long)c.nk,
+                           (long long)c.d, r.err);
                     continue;
                 }
                 double gf = flops / (r.fwd_ms * 1e-3) / 1e9, gb = 2.5 * flops / (r.bwd_ms * 1e-3) / 1e9;
                 double gfb = 3.5 * flops / ((r.fwd_ms + r.bwd_ms) * 1e-3) / 1e9;
-                double cgfb = r.fwd_cpu_ms + r.bwd_cpu_ms > 0 ? 3.5 * flops / ((r.fwd_cpu_ms + r.bwd_cpu_ms) * 1e-3) / 1e9 : 0;
+                double cgfb =
+                    r.fwd_cpu_ms + r.bwd_cpu_ms > 0 ? 3.5 * flops / ((r.fwd_cpu_ms + r.bwd_cpu_ms) * 1e-3) / 1e9 : 0;
                 if (impl == FG_ATTN_FLASH && pi == 0) {
                     flash_gf = gfb;
                     flash_cgf = cgfb;
@@ -440,27 +466,32 @@ int fg_bench_attention(int argc, char **argv) {
                 snprintf(sbk, sizeof sbk, "%d", impl == FG_ATTN_FLASH ? ibk : 0);
                 printf("%-6s %6lld %6lld %4lld %4s %4s | %9.3f %9.3f | %8.1f %8.1f %8.1f | %12.0f %12.0f | %7.0f MiB\n",
                        name, (long long)c.nq, (long long)c.nk, (long long)c.d,
-                       impl == FG_ATTN_FLASH ? (ibq ? sbq : "def") : "-", impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-",
-                       r.fwd_ms, r.bwd_ms, gf, gb, gfb, r.fwd_peak, r.bwd_peak, r.rss_kb / 1024);
+                       impl == FG_ATTN_FLASH ? (ibq ? sbq : "def") : "-",
+                       impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-", r.fwd_ms, r.bwd_ms, gf, gb, gfb, r.fwd_peak,
+                       r.bwd_peak, r.rss_kb / 1024);
                 fflush(stdout);
                 if (out)
-                    fprintf(out, "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,%.2f,%.2f,%d,%s,"
-                                 "%.2f,%.2f\n",
-                            name, (long long)c.b, (long long)c.h, (long long)c.nq, (long long)c.nk, (long long)c.d,
-                            c.causal, c.dropout, impl == FG_ATTN_FLASH ? ibq : 0, impl == FG_ATTN_FLASH ? ibk : 0, r.fwd_ms,
-                            r.bwd_ms, gf, gb, r.fwd_peak, r.bwd_peak, r.rss_kb, fg_device_name(c.device), gfb, sgemm_gf,
-                            r.pool_threads, c.device == FG_CPU ? fg_simd_name(fg_simd_active()) : "-", cgfb, sgemm_cgf);
+                    fprintf(
+                        out,
+                        "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,%.2f,%.2f,%d,%s,"
+                        "%.2f,%.2f\n",
+                        name, (long long)c.b, (long long)c.h, (long long)c.nq, (long long)c.nk, (long long)c.d,
+                        c.causal, c.dropout, impl == FG_ATTN_FLASH ? ibq : 0, impl == FG_ATTN_FLASH ? ibk : 0, r.fwd_ms,
+                        r.bwd_ms, gf, gb, r.fwd_peak, r.bwd_peak, r.rss_kb, fg_device_name(c.device), gfb, sgemm_gf,
+                        r.pool_threads, c.device == FG_CPU ? fg_simd_name(fg_simd_active()) : "-", cgfb, sgemm_cgf);
             }
         }
         if (sgemm_gf > 0) {
-            printf("sgemm  %6lld %6lld %4lld | OpenBLAS %s, %lld products %lldx%lld by %lldx%lld: %.1f GFLOP/s", (long long)c.nq,
-                   (long long)c.nk, (long long)c.d, openblas_get_corename(), (long long)(c.b * c.h), (long long)c.nq,
-                   (long long)c.d, (long long)c.d, (long long)c.nk, sgemm_gf);
-            if (flash_gf > 0) printf("; flash fwd+bwd%s = %.0f%% of it", c.causal ? " (causal)" : "", 100.0 * flash_gf / sgemm_gf);
+            printf("sgemm  %6lld %6lld %4lld | OpenBLAS %s, %lld products %lldx%lld by %lldx%lld: %.1f GFLOP/s",
+                   (long long)c.nq, (long long)c.nk, (long long)c.d, openblas_get_corename(), (long long)(c.b * c.h),
+                   (long long)c.nq, (long long)c.d, (long long)c.d, (long long)c.nk, sgemm_gf);
+            if (flash_gf > 0)
+                printf("; flash fwd+bwd%s = %.0f%% of it", c.causal ? " (causal)" : "", 100.0 * flash_gf / sgemm_gf);
             printf("\n");
             if (flash_cgf > 0 && sgemm_cgf > 0)
                 printf("per CPU-second (what other processes on the machine disturb less): flash fwd+bwd %.1f, sgemm "
-                       "%.1f GFLOP/s: %.0f%%\n", flash_cgf, sgemm_cgf, 100.0 * flash_cgf / sgemm_cgf);
+                       "%.1f GFLOP/s: %.0f%%\n",
+                       flash_cgf, sgemm_cgf, 100.0 * flash_cgf / sgemm_cgf);
             fflush(stdout);
         }
     }

@@ -47,8 +47,8 @@ static double time_product(const mm_shape *s, int mode, int repeat, fg_tensor *a
             }
             fg_release(o);
         } else {
-            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
-                        (int)s->M, (int)s->N, (int)s->K, 1.0f, fg_data(a), s->ta ? (int)s->M : (int)s->K, fg_data(b),
+            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, (int)s->M,
+                        (int)s->N, (int)s->K, 1.0f, fg_data(a), s->ta ? (int)s->M : (int)s->K, fg_data(b),
                         s->tb ? (int)s->K : (int)s->N, 0.0f, c, (int)s->N);
         }
         if (r >= 0) t[r] = fg_now() - t0;
@@ -100,7 +100,10 @@ int fg_bench_matmul(int argc, char **argv) {
     fg_blas_hint(stdout);
     printf("bench matmul: R = %lld rows, C = %lld, V = %lld; pool %d threads, OpenBLAS %d threads; median of %d\n",
            (long long)R, (long long)C, (long long)V, fg_pool_threads(), openblas_get_num_threads(), repeat);
-    const struct { const char *name; int64_t N, K; } lin[] = {
+    const struct {
+        const char *name;
+        int64_t N, K;
+    } lin[] = {
         {"c_attn", 3 * C, C}, {"attn.c_proj", C, C}, {"c_fc", 4 * C, C}, {"mlp.c_proj", C, 4 * C}, {"lm_head", V, C}};
     printf("%-12s %-8s %6s %6s %6s   %12s %12s %14s\n", "linear", "product", "M", "N", "K", "tile GFLOP/s",
            "BLAS GFLOP/s", "BLAS threads");

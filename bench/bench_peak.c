@@ -76,9 +76,12 @@ static void peak_item(void *ctx, int64_t item, int worker) {
     (void)item;
     double r;
 #if FG_SIMD_X86
-    if (j->level == FG_SIMD_AVX512) r = chains_avx512(j->iters);
-    else if (j->level == FG_SIMD_AVX2) r = chains_avx2(j->iters);
-    else r = chains_scalar(j->iters);
+    if (j->level == FG_SIMD_AVX512)
+        r = chains_avx512(j->iters);
+    else if (j->level == FG_SIMD_AVX2)
+        r = chains_avx2(j->iters);
+    else
+        r = chains_scalar(j->iters);
 #else
     r = chains_scalar(j->iters);
 #endif
@@ -100,9 +103,24 @@ static void triad_item(void *ctx, int64_t item, int worker) {
 
 int fg_bench_peak(int argc, char **argv) {
     fg_flag f[] = {
-        {.name = "--threads", .type = FG_FLAG_INT, .meta = "N", .help = "threads of flashgrad's pool (default: all cores)", .lo = 1, .hi = 1024},
-        {.name = "--rounds", .type = FG_FLAG_INT, .meta = "N", .help = "timed rounds; the best is reported", .lo = 1, .hi = 1000},
-        {.name = "--mib", .type = FG_FLAG_INT, .meta = "N", .help = "MiB per array of the bandwidth triad", .lo = 16, .hi = 1 << 16},
+        {.name = "--threads",
+         .type = FG_FLAG_INT,
+         .meta = "N",
+         .help = "threads of flashgrad's pool (default: all cores)",
+         .lo = 1,
+         .hi = 1024},
+        {.name = "--rounds",
+         .type = FG_FLAG_INT,
+         .meta = "N",
+         .help = "timed rounds; the best is reported",
+         .lo = 1,
+         .hi = 1000},
+        {.name = "--mib",
+         .type = FG_FLAG_INT,
+         .meta = "N",
+         .help = "MiB per array of the bandwidth triad",
+         .lo = 16,
+         .hi = 1 << 16},
     };
     f[1].i = 5;
     f[2].i = 256;
@@ -128,8 +146,8 @@ int fg_bench_peak(int argc, char **argv) {
         if (dt < best) best = dt;
     }
     const double flops = 2.0 * CHAINS * lanes(level) * (double)ITERS * threads;
-    printf("fma peak: %.1f GFLOP/s float32 (%s, %d threads, %.1f per thread; best of %lld rounds)\n", flops / best / 1e9,
-           fg_simd_name(level), threads, flops / best / 1e9 / threads, (long long)f[1].i);
+    printf("fma peak: %.1f GFLOP/s float32 (%s, %d threads, %.1f per thread; best of %lld rounds)\n",
+           flops / best / 1e9, fg_simd_name(level), threads, flops / best / 1e9 / threads, (long long)f[1].i);
 
     const int64_t n = (int64_t)f[2].i << 18; /* MiB / 4 bytes */
     float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *c = malloc((size_t)n * 4);

@@ -82,9 +82,11 @@ static void init_bench_flags(fg_flag *f) {
     fg_train_flags_init(f);
     f[B_STEPS] = (fg_flag){"--steps", FG_FLAG_INT, "N", "timed steps", 1, 1e6, 0, .i = 20};
     f[B_WARM] = (fg_flag){"--warmup-steps", FG_FLAG_INT, "N", "untimed steps first", 1, 1e6, 0, .i = 3};
-    f[B_EVAL_ITERS] = (fg_flag){"--eval-iters", FG_FLAG_INT, "N",
-                                "validation batches evaluated after the timed steps (0: none)", 0, 1e6, 0, .i = 0};
-    f[B_STEP_TIMES] = (fg_flag){.name = "--print-step-times", .type = FG_FLAG_BOOL, .help = "print every timed step's time"};
+    f[B_EVAL_ITERS] = (fg_flag){
+        "--eval-iters", FG_FLAG_INT, "N", "validation batches evaluated after the timed steps (0: none)", 0, 1e6, 0,
+        .i = 0};
+    f[B_STEP_TIMES] =
+        (fg_flag){.name = "--print-step-times", .type = FG_FLAG_BOOL, .help = "print every timed step's time"};
 }
 
 int fg_bench_train(int argc, char **argv) {
@@ -151,8 +153,9 @@ int fg_bench_train(int argc, char **argv) {
     printf("step: %d x %d tokens x %d micro-batches = %lld tokens; %d warm-up steps, %d timed\n", cfg.batch_size, tr->T,
            cfg.grad_accum, (long long)tokens, W, N);
     printf("optimizer: AdamW lr %g -> %g (warm-up %lld, cosine to step %lld), betas (%g, %g), eps %g, weight decay %g, "
-           "grad clip %g, seed %llu\n", cfg.opt.lr, cfg.opt.min_lr, (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps,
-           cfg.opt.beta1, cfg.opt.beta2, cfg.opt.eps, cfg.opt.weight_decay, cfg.opt.grad_clip, (unsigned long long)cfg.seed);
+           "grad clip %g, seed %llu\n",
+           cfg.opt.lr, cfg.opt.min_lr, (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps, cfg.opt.beta1,
+           cfg.opt.beta2, cfg.opt.eps, cfg.opt.weight_decay, cfg.opt.grad_clip, (unsigned long long)cfg.seed);
 
     int code = 0;
     double *t = malloc((size_t)N * sizeof *t), *t_order = f[B_STEP_TIMES].given ? malloc((size_t)N * sizeof *t) : NULL;
@@ -192,8 +195,7 @@ int fg_bench_train(int argc, char **argv) {
                sum / N * 1e3);
         printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
         printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
-               fg_device_name(dev),
-               end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
+               fg_device_name(dev), end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
         printf("peak bytes: %zu (allocation counter, during a timed step)\n", (size_t)end.peak);
         printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
                end.system_allocs,

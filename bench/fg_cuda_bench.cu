@@ -48,20 +48,20 @@ static double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-#define CHECK(x)                                                                                      \
-    do {                                                                                              \
-        if ((x) != FG_OK) {                                                                           \
-            fprintf(stderr, "fg_cuda_bench: %s\n", fg_last_error());                                  \
-            exit(1);                                                                                  \
-        }                                                                                             \
+#define CHECK(x)                                                                                                       \
+    do {                                                                                                               \
+        if ((x) != FG_OK) {                                                                                            \
+            fprintf(stderr, "fg_cuda_bench: %s\n", fg_last_error());                                                   \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
     } while (0)
-#define CUCHECK(x)                                                                                    \
-    do {                                                                                              \
-        cudaError_t e_ = (x);                                                                         \
-        if (e_ != cudaSuccess) {                                                                      \
-            fprintf(stderr, "fg_cuda_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                                  \
-        }                                                                                             \
+#define CUCHECK(x)                                                                                                     \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "fg_cuda_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 /* time `fn` (enqueues work on the stream) with events: median ms of at least 3 runs within budget */
@@ -148,8 +148,10 @@ int main(int argc, char **argv) {
                  (long)var.window_right);
     if (var.alibi) snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "alibi ");
     if (var.softcap > 0) snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "softcap%g ", var.softcap);
-    if (!*vname) snprintf(vname, sizeof vname, "none");
-    else vname[strlen(vname) - 1] = '\0';
+    if (!*vname)
+        snprintf(vname, sizeof vname, "none");
+    else
+        vname[strlen(vname) - 1] = '\0';
     printf("impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops,variant\n");
     curandGenerator_t gen = (curandGenerator_t)fg_cuda_curand();
     const size_t es = fg_dtype_size(dt);
@@ -187,12 +189,13 @@ int main(int argc, char **argv) {
                     }
                 }
                 CHECK(fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, &pr));
-                double fwd = time_ms([&] { CHECK(fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, &pr)); }, budget);
-                double bwd = time_ms([&] {
-                    CHECK(fg_cuda_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr));
-                }, budget);
+                double fwd =
+                    time_ms([&] { CHECK(fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, &pr)); }, budget);
+                double bwd = time_ms(
+                    [&] { CHECK(fg_cuda_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr)); },
+                    budget);
                 double pairs = (double)N * N * (causal ? 0.5 : 1.0); /* the papers' convention */
-                if (var.window) { /* exactly the visible pairs */
+                if (var.window) {                                    /* exactly the visible pairs */
                     pairs = 0;
                     for (long i = 0; i < N; i++) {
                         int64_t lo, hi;

@@ -54,7 +54,8 @@ int fg_attn_variant_flag(const char *cmd, int argc, char **argv, int *i, fg_attn
         if (!strcmp(val, "list")) {
             printf("registered attention variants (--custom NAME):\n");
             const char *help;
-            for (int k = 0; fg_attn_custom_name(k, &help); k++) printf("  %-16s %s\n", fg_attn_custom_name(k, NULL), help);
+            for (int k = 0; fg_attn_custom_name(k, &help); k++)
+                printf("  %-16s %s\n", fg_attn_custom_name(k, NULL), help);
             return 3;
         }
         if (!c) {
@@ -88,17 +89,21 @@ int fg_attn_device_flag(const char *cmd, int argc, char **argv, int *i, fg_devic
         return 2;
     }
     const char *val = argv[++*i];
-    if (!strcmp(val, "cpu")) *dev = FG_CPU;
-    else if (!strcmp(val, "cuda")) *dev = FG_CUDA;
-    else return bad(cmd, "--device", val, "must be cpu or cuda");
+    if (!strcmp(val, "cpu"))
+        *dev = FG_CPU;
+    else if (!strcmp(val, "cuda"))
+        *dev = FG_CUDA;
+    else
+        return bad(cmd, "--device", val, "must be cpu or cuda");
     return 1;
 }
 
 int fg_attn_device_ready(const char *cmd, fg_device dev, const fg_attn_opts *o) {
     if (dev == FG_CPU) return 0;
     if (o && (o->custom.score_mod || o->custom.mask)) {
-        fprintf(stderr, "%s: --device %s: --custom variants are user callbacks, which run on the CPU only (use "
-                        "--device cpu, or the built-in --gqa, --window, --alibi, --softcap)\n",
+        fprintf(stderr,
+                "%s: --device %s: --custom variants are user callbacks, which run on the CPU only (use "
+                "--device cpu, or the built-in --gqa, --window, --alibi, --softcap)\n",
                 cmd, fg_device_name(dev));
         return 2;
     }

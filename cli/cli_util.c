@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 int fg_parse_int(const char *s, int64_t *out) {
     if (!s || !*s) return -1;
     char *end;

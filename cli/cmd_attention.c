@@ -203,8 +203,8 @@ int fg_cmd_attention(int argc, char **argv) {
         vf = fg_attn_device_flag(CMD, argc, argv, &i, &dev);
         if (vf == 2) return 2;
         if (vf == 1) continue;
-        static const char *valued[] = {"--q", "--k", "--v", "--do", "--out", "--impl", "--dropout", "--seed",
-                                       "--scale", "--block-q", "--block-k"};
+        static const char *valued[] = {"--q",       "--k",    "--v",     "--do",      "--out",    "--impl",
+                                       "--dropout", "--seed", "--scale", "--block-q", "--block-k"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= !strcmp(a, valued[j]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
@@ -212,24 +212,33 @@ int fg_cmd_attention(int argc, char **argv) {
         const char *val = argv[++i];
         int64_t iv;
         double dv;
-        int is_path = !strcmp(a, "--q") || !strcmp(a, "--k") || !strcmp(a, "--v") || !strcmp(a, "--do") ||
-                      !strcmp(a, "--out");
+        int is_path =
+            !strcmp(a, "--q") || !strcmp(a, "--k") || !strcmp(a, "--v") || !strcmp(a, "--do") || !strcmp(a, "--out");
         if (is_path && !*val) return usage_error("%s: empty path%s", a, "");
-        if (!strcmp(a, "--q")) qp = val;
-        else if (!strcmp(a, "--k")) kp = val;
-        else if (!strcmp(a, "--v")) vp = val;
-        else if (!strcmp(a, "--do")) dop = val;
-        else if (!strcmp(a, "--out")) out = val;
+        if (!strcmp(a, "--q"))
+            qp = val;
+        else if (!strcmp(a, "--k"))
+            kp = val;
+        else if (!strcmp(a, "--v"))
+            vp = val;
+        else if (!strcmp(a, "--do"))
+            dop = val;
+        else if (!strcmp(a, "--out"))
+            out = val;
         else if (!strcmp(a, "--impl")) {
-            if (!strcmp(val, "naive")) opts.impl = FG_ATTN_NAIVE;
-            else if (!strcmp(val, "flash")) opts.impl = FG_ATTN_FLASH;
-            else return usage_error("--impl must be naive or flash, got '%s'%s", val, "");
+            if (!strcmp(val, "naive"))
+                opts.impl = FG_ATTN_NAIVE;
+            else if (!strcmp(val, "flash"))
+                opts.impl = FG_ATTN_FLASH;
+            else
+                return usage_error("--impl must be naive or flash, got '%s'%s", val, "");
         } else if (!strcmp(a, "--dropout")) {
             if (fg_parse_double(val, &dv) || !(dv >= 0 && dv < 1))
                 return usage_error("--dropout must be a number in [0, 1), got '%s'%s", val, "");
             opts.dropout_p = dv;
         } else if (!strcmp(a, "--seed")) {
-            if (fg_parse_int(val, &iv) || iv < 0) return usage_error("--seed must be an integer >= 0, got '%s'%s", val, "");
+            if (fg_parse_int(val, &iv) || iv < 0)
+                return usage_error("--seed must be an integer >= 0, got '%s'%s", val, "");
             opts.seed = (uint64_t)iv;
         } else if (!strcmp(a, "--scale")) {
             if (fg_parse_double(val, &dv) || dv == 0)
@@ -238,8 +247,10 @@ int fg_cmd_attention(int argc, char **argv) {
         } else { /* --block-q / --block-k */
             if (fg_parse_int(val, &iv) || iv < 1 || iv > FG_ATTN_MAX_BLOCK)
                 return usage_error("%s must be an integer in [1, 65536], got '%s'", a, val);
-            if (!strcmp(a, "--block-q")) opts.block_q = (int)iv;
-            else opts.block_k = (int)iv;
+            if (!strcmp(a, "--block-q"))
+                opts.block_q = (int)iv;
+            else
+                opts.block_k = (int)iv;
         }
     }
     if (!qp || !kp || !vp) return usage_error("--q, --k and --v are required%s%s", "", "");
@@ -250,14 +261,20 @@ int fg_cmd_attention(int argc, char **argv) {
     int rc = 1;
     fg_tensor *q = NULL, *k = NULL, *v = NULL, *dout = NULL, *o = NULL, *lse = NULL;
     const char *what = NULL;
-    if (!(q = fg_npy_load(qp))) what = qp;
-    else if (!(k = fg_npy_load(kp))) what = kp;
-    else if (!(v = fg_npy_load(vp))) what = vp;
-    else if (dop && !(dout = fg_npy_load(dop))) what = dop;
+    if (!(q = fg_npy_load(qp)))
+        what = qp;
+    else if (!(k = fg_npy_load(kp)))
+        what = kp;
+    else if (!(v = fg_npy_load(vp)))
+        what = vp;
+    else if (dop && !(dout = fg_npy_load(dop)))
+        what = dop;
     if (what) {
         const char *msg = fg_last_error();
-        if (strstr(msg, what)) fprintf(stderr, CMD ": %s\n", msg); /* the message names the file already */
-        else fprintf(stderr, CMD ": %s: %s\n", what, msg);
+        if (strstr(msg, what))
+            fprintf(stderr, CMD ": %s\n", msg); /* the message names the file already */
+        else
+            fprintf(stderr, CMD ": %s: %s\n", what, msg);
         goto done;
     }
     if (dev != FG_CPU) { /* the same tensors on the device, in their own dtype */

@@ -62,12 +62,12 @@ static const char gradcheck_usage[] =
 
 static int parse_count(const char *flag, const char *val, int64_t lo, int64_t hi, int64_t *out) {
     if (fg_parse_int(val, out) || *out < lo || *out > hi) {
-        fprintf(stderr, CMD ": %s must be an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo, (long long)hi, val);
+        fprintf(stderr, CMD ": %s must be an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo, (long long)hi,
+                val);
         return 0;
     }
     return 1;
 }
-
 
 /* ---- --device: the GPU kernels against the CPU ---- */
 
@@ -226,8 +226,8 @@ static int gradcheck_attention_device(fg_device dev, const fg_attn_opts *base, i
     }
 
     /* 2. GPU flash and naive float64 against CPU naive float64 */
-    ok = ok && dev_run(FG_CPU, FG_F64, q, k, v, dout, &on, cpu_ref) && dev_run(dev, FG_F64, q, k, v, dout, &of, dflash) &&
-         dev_run(dev, FG_F64, q, k, v, dout, &on, dnaive);
+    ok = ok && dev_run(FG_CPU, FG_F64, q, k, v, dout, &on, cpu_ref) &&
+         dev_run(dev, FG_F64, q, k, v, dout, &of, dflash) && dev_run(dev, FG_F64, q, k, v, dout, &on, dnaive);
     for (int pass = 0; ok && pass < 2; pass++) {
         char check[48];
         snprintf(check, sizeof check, "%s %s f64 vs cpu naive f64", dn, pass == 0 ? "flash" : "naive");
@@ -307,7 +307,8 @@ static int gradcheck_attention(int argc, char **argv) {
             if (!strcmp(a, "--custom")) custom_name = argv[i];
             continue;
         }
-        static const char *valued[] = {"--b", "--h", "--nq", "--nk", "--d", "--dropout", "--seed", "--block-q", "--block-k"};
+        static const char *valued[] = {"--b",       "--h",    "--nq",      "--nk",     "--d",
+                                       "--dropout", "--seed", "--block-q", "--block-k"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= !strcmp(a, valued[j]);
         if (!known) {
@@ -320,14 +321,22 @@ static int gradcheck_attention(int argc, char **argv) {
         }
         const char *val = argv[++i];
         int ok = 1;
-        if (!strcmp(a, "--b")) ok = parse_count(a, val, 1, 64, &B);
-        else if (!strcmp(a, "--h")) ok = parse_count(a, val, 1, 64, &H);
-        else if (!strcmp(a, "--nq")) ok = parse_count(a, val, 0, 512, &Nq);
-        else if (!strcmp(a, "--nk")) ok = parse_count(a, val, 0, 512, &Nk);
-        else if (!strcmp(a, "--d")) ok = parse_count(a, val, 1, 256, &d);
-        else if (!strcmp(a, "--seed")) ok = parse_count(a, val, 0, INT64_MAX, &seed);
-        else if (!strcmp(a, "--block-q")) ok = parse_count(a, val, 1, FG_ATTN_MAX_BLOCK, &bq);
-        else if (!strcmp(a, "--block-k")) ok = parse_count(a, val, 1, FG_ATTN_MAX_BLOCK, &bk);
+        if (!strcmp(a, "--b"))
+            ok = parse_count(a, val, 1, 64, &B);
+        else if (!strcmp(a, "--h"))
+            ok = parse_count(a, val, 1, 64, &H);
+        else if (!strcmp(a, "--nq"))
+            ok = parse_count(a, val, 0, 512, &Nq);
+        else if (!strcmp(a, "--nk"))
+            ok = parse_count(a, val, 0, 512, &Nk);
+        else if (!strcmp(a, "--d"))
+            ok = parse_count(a, val, 1, 256, &d);
+        else if (!strcmp(a, "--seed"))
+            ok = parse_count(a, val, 0, INT64_MAX, &seed);
+        else if (!strcmp(a, "--block-q"))
+            ok = parse_count(a, val, 1, FG_ATTN_MAX_BLOCK, &bq);
+        else if (!strcmp(a, "--block-k"))
+            ok = parse_count(a, val, 1, FG_ATTN_MAX_BLOCK, &bk);
         else { /* --dropout */
             double p;
             if (fg_parse_double(val, &p) || !(p >= 0 && p < 1)) {
@@ -339,7 +348,8 @@ static int gradcheck_attention(int argc, char **argv) {
         if (!ok) return 2;
     }
     if (opts.variant.n_kv_heads && H % opts.variant.n_kv_heads != 0) {
-        fprintf(stderr, CMD ": --h %lld is not a multiple of --gqa %lld\n", (long long)H, (long long)opts.variant.n_kv_heads);
+        fprintf(stderr, CMD ": --h %lld is not a multiple of --gqa %lld\n", (long long)H,
+                (long long)opts.variant.n_kv_heads);
         return 2;
     }
     opts.seed = (uint64_t)seed;
@@ -352,8 +362,9 @@ static int gradcheck_attention(int argc, char **argv) {
     char vbuf[256];
     printf("gradcheck attention: B=%lld H=%lld H_kv=%lld Nq=%lld Nk=%lld d=%lld causal=%d dropout=%g seed=%lld "
            "block_q=%lld block_k=%lld scale=%.6g\n",
-           (long long)B, (long long)H, (long long)(opts.variant.n_kv_heads ? opts.variant.n_kv_heads : H), (long long)Nq,
-           (long long)Nk, (long long)d, opts.causal, opts.dropout_p, (long long)seed, (long long)bq, (long long)bk, scale);
+           (long long)B, (long long)H, (long long)(opts.variant.n_kv_heads ? opts.variant.n_kv_heads : H),
+           (long long)Nq, (long long)Nk, (long long)d, opts.causal, opts.dropout_p, (long long)seed, (long long)bq,
+           (long long)bk, scale);
     printf("variant: %s\n", fg_attn_variant_str(&opts, custom_name, vbuf, sizeof vbuf));
     printf("relative error = max|a-b| / max|b| (finite differences: max over elements of |a-n|/|n|)\n\n");
     if (dev != FG_CPU) {
@@ -377,7 +388,9 @@ static int gradcheck_attention(int argc, char **argv) {
         for (int r = 0; r < rep.n; r++) {
             const dev_row *w = &rep.rows[r];
             printf("%-32s %-6s %-12.3e %-12.3e %-40s %s\n", w->check, w->tensor, w->max_abs, w->max_rel, w->limit_text,
-                   w->passed < 0 ? "-" : w->passed ? "PASS" : "FAIL");
+                   w->passed < 0 ? "-"
+                   : w->passed   ? "PASS"
+                                 : "FAIL");
         }
         if (rep.fd_tensor)
             printf("    worst finite-difference element: input %s index %lld analytic %.12g numeric %.12g\n",
@@ -398,12 +411,18 @@ static int gradcheck_attention(int argc, char **argv) {
     for (int r = 0; r < rep.n_rows; r++) {
         const fg_attn_check_row *w = &rep.rows[r];
         char limit[64];
-        if (!strcmp(w->check, "naive f64 vs finite diff")) snprintf(limit, sizeof limit, "|a-n| <= 1e-7 + 1e-5|n| (eps 1e-6)");
-        else if (!strcmp(w->check, "flash f64 vs naive f64")) snprintf(limit, sizeof limit, "rel <= 1e-12");
-        else if (w->passed < 0) snprintf(limit, sizeof limit, "(reference for the row above)");
-        else snprintf(limit, sizeof limit, "abs <= 2 x naive f32 + floor = %.2e", w->limit);
+        if (!strcmp(w->check, "naive f64 vs finite diff"))
+            snprintf(limit, sizeof limit, "|a-n| <= 1e-7 + 1e-5|n| (eps 1e-6)");
+        else if (!strcmp(w->check, "flash f64 vs naive f64"))
+            snprintf(limit, sizeof limit, "rel <= 1e-12");
+        else if (w->passed < 0)
+            snprintf(limit, sizeof limit, "(reference for the row above)");
+        else
+            snprintf(limit, sizeof limit, "abs <= 2 x naive f32 + floor = %.2e", w->limit);
         printf("%-30s %-6s %-12.3e %-12.3e %-34s %s\n", w->check, w->tensor, w->max_abs, w->max_rel, limit,
-               w->passed < 0 ? "-" : w->passed ? "PASS" : "FAIL");
+               w->passed < 0 ? "-"
+               : w->passed   ? "PASS"
+                             : "FAIL");
     }
     if (rep.fd_worst_tensor)
         printf("    worst finite-difference element: input %s index %lld analytic %.12g numeric %.12g\n",

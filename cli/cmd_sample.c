@@ -29,8 +29,8 @@ int fg_cmd_sample(int argc, char **argv) {
     };
     int rc = fg_flags_parse("sample", f, S_COUNT, argc, argv);
     if (rc == -1) {
-        fg_flags_help(stdout, "sample", "--ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]",
-                      f, S_COUNT);
+        fg_flags_help(stdout, "sample",
+                      "--ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]", f, S_COUNT);
         return 0;
     }
     if (rc) return rc;

@@ -56,18 +56,23 @@
 /* train's own flags; they follow the flags it shares with `bench train` (cli/train_flags.h), whose
  * indices are FG_TF_<ID>. X(id, name, type, meta, help, lo, hi, lo_open) — defaults are set in
  * set_defaults(). */
-#define TRAIN_FLAGS(X)                                                                                         \
-    X(TASK, "--task", FG_FLAG_STR, "NAME", "synthetic task: addition (default when --data is absent)", 0, 0, 0) \
-    X(ANSWER_ONLY, "--answer-only", FG_FLAG_INT, "0|1", "addition: 1 = loss on the answer tokens only (optimum 0), 0 = on every token", 0, 1, 0) \
-    X(STEPS, "--steps", FG_FLAG_INT, "N", "optimizer steps", 0, 1e12, 1)                                      \
-    X(OUT, "--out", FG_FLAG_STR, "DIR", "output folder: checkpoint, log.csv (created if missing)", 0, 0, 0)    \
-    X(RESUME, "--resume", FG_FLAG_BOOL, NULL, "continue the run saved in --out", 0, 0, 0)                     \
-    X(OVERWRITE, "--overwrite", FG_FLAG_BOOL, NULL, "start afresh in an --out that holds another run, replacing it at this run's first checkpoint", 0, 0, 0) \
-    X(EVAL_EVERY, "--eval-every", FG_FLAG_INT, "N", "evaluate and checkpoint every N steps (0: at the end)", 0, 1e12, 0) \
-    X(EVAL_ITERS, "--eval-iters", FG_FLAG_INT, "N", "batches per evaluation", 1, 1e6, 0)                      \
-    X(EVAL_PROBLEMS, "--eval-problems", FG_FLAG_INT, "N", "addition: held-out problems for the accuracy", 1, 1e7, 0) \
-    X(CKPT_EVERY, "--ckpt-every", FG_FLAG_INT, "N", "checkpoint every N steps (default: at each evaluation)", 0, 1e12, 0) \
-    X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0, 1e12, 0) \
+#define TRAIN_FLAGS(X)                                                                                                 \
+    X(TASK, "--task", FG_FLAG_STR, "NAME", "synthetic task: addition (default when --data is absent)", 0, 0, 0)        \
+    X(ANSWER_ONLY, "--answer-only", FG_FLAG_INT, "0|1",                                                                \
+      "addition: 1 = loss on the answer tokens only (optimum 0), 0 = on every token", 0, 1, 0)                         \
+    X(STEPS, "--steps", FG_FLAG_INT, "N", "optimizer steps", 0, 1e12, 1)                                               \
+    X(OUT, "--out", FG_FLAG_STR, "DIR", "output folder: checkpoint, log.csv (created if missing)", 0, 0, 0)            \
+    X(RESUME, "--resume", FG_FLAG_BOOL, NULL, "continue the run saved in --out", 0, 0, 0)                              \
+    X(OVERWRITE, "--overwrite", FG_FLAG_BOOL, NULL,                                                                    \
+      "start afresh in an --out that holds another run, replacing it at this run's first checkpoint", 0, 0, 0)         \
+    X(EVAL_EVERY, "--eval-every", FG_FLAG_INT, "N", "evaluate and checkpoint every N steps (0: at the end)", 0, 1e12,  \
+      0)                                                                                                               \
+    X(EVAL_ITERS, "--eval-iters", FG_FLAG_INT, "N", "batches per evaluation", 1, 1e6, 0)                               \
+    X(EVAL_PROBLEMS, "--eval-problems", FG_FLAG_INT, "N", "addition: held-out problems for the accuracy", 1, 1e7, 0)   \
+    X(CKPT_EVERY, "--ckpt-every", FG_FLAG_INT, "N", "checkpoint every N steps (default: at each evaluation)", 0, 1e12, \
+      0)                                                                                                               \
+    X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0,  \
+      1e12, 0)                                                                                                         \
     X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)
 
 enum {
@@ -75,12 +80,13 @@ enum {
 #define TF_ENUM(id, name, type, meta, help, lo, hi, lo_open) F_##id,
     TRAIN_FLAGS(TF_ENUM)
 #undef TF_ENUM
-    F_COUNT
+        F_COUNT
 };
 
 static void init_flags(fg_flag *f) {
     static const fg_flag own[F_COUNT - FG_TF_COUNT] = {
-#define TF_INIT(id, nm, ty, me, he, l, h, lop) {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
+#define TF_INIT(id, nm, ty, me, he, l, h, lop)                                                                         \
+    {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
         TRAIN_FLAGS(TF_INIT)
 #undef TF_INIT
     };
@@ -111,15 +117,16 @@ static void help(void) {
     set_defaults(t, &fg_defaults_text);
     printf("Train a GPT-2 style model on the addition task (the default) or a text file (--data).\n"
            "Where a default differs for text files it is shown after 'text'.\n\n");
-    fg_flags_help_alt(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]", a,
-                      t, "text", F_COUNT);
-    printf("\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
-           "The character-level tokenizer works on bytes: its vocabulary is the distinct bytes of the file, so a\n"
-           "non-ASCII UTF-8 character is several tokens, and samples of such text may hold invalid UTF-8.\n"
-           "One train at a time writes a folder (DIR/train.lock); a fresh run refuses a folder that holds another\n"
-           "run's checkpoint or log unless --overwrite is given.\n"
-           "Exit status: 0 done, 1 runtime error, 2 usage error; after SIGINT, SIGTERM or SIGHUP the step in flight\n"
-           "finishes, a checkpoint is written and the exit status is 128 + the signal (130, 143, 129): use --resume.\n");
+    fg_flags_help_alt(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]",
+                      a, t, "text", F_COUNT);
+    printf(
+        "\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
+        "The character-level tokenizer works on bytes: its vocabulary is the distinct bytes of the file, so a\n"
+        "non-ASCII UTF-8 character is several tokens, and samples of such text may hold invalid UTF-8.\n"
+        "One train at a time writes a folder (DIR/train.lock); a fresh run refuses a folder that holds another\n"
+        "run's checkpoint or log unless --overwrite is given.\n"
+        "Exit status: 0 done, 1 runtime error, 2 usage error; after SIGINT, SIGTERM or SIGHUP the step in flight\n"
+        "finishes, a checkpoint is written and the exit status is 128 + the signal (130, 143, 129): use --resume.\n");
 }
 
 /* ---- SIGINT, SIGTERM, SIGHUP: finish the step, checkpoint, exit 128 + signal ---- */
@@ -189,7 +196,8 @@ static int is_our_temporary(const char *name) {
         if (strncmp(name, run_files[i], a) || strncmp(name + a, FG_TMP_MARK, b)) continue;
         const char *x = name + a + b;
         int k = 0;
-        while (k < 6 && ((x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') || (x[k] >= '0' && x[k] <= '9'))) k++;
+        while (k < 6 && ((x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') || (x[k] >= '0' && x[k] <= '9')))
+            k++;
         if (k == 6 && x[6] == '\0') return 1;
     }
     return 0;
@@ -243,22 +251,29 @@ static int on_tty;
 static void fmt_time(char *buf, size_t n, double s) {
     if (!isfinite(s) || s < 0) s = 0;
     long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+    if (t >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
 /* A loss: 4 decimals, or 3 significant digits once it is below 0.001 (answer-only runs reach 1e-5). */
 static const char *fmt_loss(char *buf, size_t n, double x) {
-    if (x != 0 && fabs(x) < 1e-3) snprintf(buf, n, "%.2e", x);
-    else snprintf(buf, n, "%.4f", x);
+    if (x != 0 && fabs(x) < 1e-3)
+        snprintf(buf, n, "%.2e", x);
+    else
+        snprintf(buf, n, "%.4f", x);
     return buf;
 }
 #define LOSS(x) fmt_loss((char[24]){0}, 24, (x))
 
 static void fmt_rate(char *buf, size_t n, double r) {
-    if (r >= 1e6) snprintf(buf, n, "%.2fM", r / 1e6);
-    else if (r >= 1e3) snprintf(buf, n, "%.1fk", r / 1e3);
-    else snprintf(buf, n, "%.0f", r);
+    if (r >= 1e6)
+        snprintf(buf, n, "%.2fM", r / 1e6);
+    else if (r >= 1e3)
+        snprintf(buf, n, "%.1fk", r / 1e3);
+    else
+        snprintf(buf, n, "%.0f", r);
 }
 
 /* A full line on stdout, clearing the progress line first. */
@@ -292,7 +307,8 @@ static void die(int code, const char *fmt, ...) {
 static void show_addition_samples(fg_trainer *tr, int n) {
     const fg_addition *task = tr->data->add;
     const fg_tokenizer *tok = fg_addition_tokenizer(task);
-    const int pl = fg_addition_prompt_len(task), al = fg_addition_answer_len(task), nd = fg_addition_get_config(task)->n_digits;
+    const int pl = fg_addition_prompt_len(task), al = fg_addition_answer_len(task),
+              nd = fg_addition_get_config(task)->n_digits;
     int32_t seq[64], ans[64];
     say("samples (held-out problems, greedy; the model writes the sum's digits least significant first):\n");
     for (int i = 0; i < n; i++) {
@@ -375,13 +391,16 @@ static void lock_run_folder(const char *out) {
         if (r > 0) pid[r] = '\0';
         pid[strcspn(pid, "\n")] = '\0';
         if (e == EWOULDBLOCK)
-            die(1, "--out: another `flashgrad train`%s%s%s is writing to '%s' (it holds %s); wait for it to end or "
-                   "choose another --out", *pid ? " (pid " : "", pid, *pid ? ")" : "", out, p);
+            die(1,
+                "--out: another `flashgrad train`%s%s%s is writing to '%s' (it holds %s); wait for it to end or "
+                "choose another --out",
+                *pid ? " (pid " : "", pid, *pid ? ")" : "", out, p);
         die(1, "--out: cannot lock '%s': %s", p, strerror(e));
     }
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) { /* the pid is only for messages */ }
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) { /* the pid is only for messages */
+    }
 }
 
 /* A fresh run's folder: does it hold another run's files? Stops (exit 2) unless --overwrite;
@@ -409,8 +428,10 @@ static int64_t other_run_in_folder(const char *out, int overwrite) {
         return step > 0 ? step : 0;
     }
     if (!overwrite)
-        die(2, "--out '%s' already holds the log.csv of an earlier run (no checkpoint); replace it with --overwrite, or "
-               "choose another --out", out);
+        die(2,
+            "--out '%s' already holds the log.csv of an earlier run (no checkpoint); replace it with --overwrite, or "
+            "choose another --out",
+            out);
     return 0;
 }
 
@@ -442,11 +463,14 @@ static void stop_failed(const csv_log *rows, const char *log_path, const char *o
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", fg_last_error());
     if (other_pending && other_step > 0)
-        die(1, "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run (checkpoint at step %lld), "
-               "untouched.", msg, out, (long long)other_step);
+        die(1,
+            "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run (checkpoint at step "
+            "%lld), "
+            "untouched.",
+            msg, out, (long long)other_step);
     if (other_pending)
-        die(1, "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run's files, untouched.", msg,
-            out);
+        die(1, "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run's files, untouched.",
+            msg, out);
     int logged = csv_write(rows, log_path) == FG_OK;
     if (last_ckpt >= 0)
         die(1, "%s; stopped. The last good checkpoint is in %s (step %lld)%s.", msg, out, (long long)last_ckpt,
@@ -470,17 +494,17 @@ typedef struct {
 /* The run: configuration, data, trainer, its log, and the folder's state. */
 typedef struct {
     fg_train_config cfg;
-    fg_source *src;      /* owned */
-    fg_trainer *tr;      /* owned */
-    fg_ckpt *ck;         /* --resume: the checkpoint, open until the trainer is restored from it */
-    csv_log log;         /* the rows of log.csv */
-    int64_t other_step;  /* a fresh --overwrite run: the step of the run it will replace */
-    int other_pending;   /* ... and that run's files are still in place */
+    fg_source *src;     /* owned */
+    fg_trainer *tr;     /* owned */
+    fg_ckpt *ck;        /* --resume: the checkpoint, open until the trainer is restored from it */
+    csv_log log;        /* the rows of log.csv */
+    int64_t other_step; /* a fresh --overwrite run: the step of the run it will replace */
+    int other_pending;  /* ... and that run's files are still in place */
 } train_run;
 
 /* What the loop measured, for the final report. */
 typedef struct {
-    double t_start, step_time;  /* wall clock at the first step; seconds inside training steps */
+    double t_start, step_time; /* wall clock at the first step; seconds inside training steps */
     int64_t tokens_done;
     double last_train, last_val, last_acc; /* the last evaluation */
 } train_totals;
@@ -514,7 +538,8 @@ static int train_parse(int argc, char **argv, train_args *a) {
 
     /* the output folder: created if missing (with parents), and it must be writable */
     a->out = f[F_OUT].s;
-    if (snprintf(a->model_path, sizeof a->model_path, "%s/%s", a->out, FG_CKPT_MODEL_FILE) >= (int)sizeof a->model_path ||
+    if (snprintf(a->model_path, sizeof a->model_path, "%s/%s", a->out, FG_CKPT_MODEL_FILE) >=
+            (int)sizeof a->model_path ||
         snprintf(a->log_path, sizeof a->log_path, "%s/log.csv", a->out) >= (int)sizeof a->log_path)
         die(2, "--out: the path is too long");
     return -1;
@@ -538,21 +563,22 @@ static void configure_resumed(const train_args *a, train_run *r) {
     fg_train_config cfg = in->train;
     /* Settings that shape the run must match the checkpoint's, or the resumed curve would not
      * be the uninterrupted one. */
-#define KEEP_I(k, val)                                                                                       \
-    if (f[k].given && f[k].i != (int64_t)(val))                                                              \
-        die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", f[k].name,    \
+#define KEEP_I(k, val)                                                                                                 \
+    if (f[k].given && f[k].i != (int64_t)(val))                                                                        \
+        die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", f[k].name,              \
             (long long)f[k].i, (long long)(val));
-#define KEEP_D(k, val)                                                                                       \
-    if (f[k].given && !same_d(f[k].d, (val)))                                                                \
-        die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", f[k].name, f[k].d, \
+#define KEEP_D(k, val)                                                                                                 \
+    if (f[k].given && !same_d(f[k].d, (val)))                                                                          \
+        die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", f[k].name, f[k].d,          \
             (double)(val));
-    KEEP_I(FG_TF_N_LAYER, cfg.model.n_layer) KEEP_I(FG_TF_N_HEAD, cfg.model.n_head)
-    KEEP_I(FG_TF_N_EMBD, cfg.model.n_embd) KEEP_I(FG_TF_BLOCK, cfg.model.block_size)
-    KEEP_I(FG_TF_BATCH, cfg.batch_size) KEEP_I(FG_TF_ACCUM, cfg.grad_accum) KEEP_I(FG_TF_WARMUP, cfg.opt.warmup)
-    KEEP_D(FG_TF_LR, cfg.opt.lr) KEEP_D(FG_TF_MIN_LR, cfg.opt.min_lr) KEEP_D(FG_TF_WD, cfg.opt.weight_decay)
-    KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2) KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
-    KEEP_D(FG_TF_DROPOUT, cfg.model.dropout)
-    if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed) die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
+    KEEP_I(FG_TF_N_LAYER, cfg.model.n_layer)
+    KEEP_I(FG_TF_N_HEAD, cfg.model.n_head) KEEP_I(FG_TF_N_EMBD, cfg.model.n_embd) KEEP_I(
+        FG_TF_BLOCK, cfg.model.block_size) KEEP_I(FG_TF_BATCH, cfg.batch_size) KEEP_I(FG_TF_ACCUM, cfg.grad_accum)
+        KEEP_I(FG_TF_WARMUP, cfg.opt.warmup) KEEP_D(FG_TF_LR, cfg.opt.lr) KEEP_D(FG_TF_MIN_LR, cfg.opt.min_lr)
+            KEEP_D(FG_TF_WD, cfg.opt.weight_decay) KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2)
+                KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
+                    KEEP_D(FG_TF_DROPOUT, cfg.model.dropout) if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed)
+                        die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
     if (f[FG_TF_BYTE].given && fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE)
         die(2, "--byte: the checkpoint uses a character-level tokenizer");
     if (in->source == FG_SOURCE_ADDITION) {
@@ -601,8 +627,10 @@ static void train_configure(const train_args *a, train_run *r) {
     memset(r, 0, sizeof *r);
     r->other_step = -1;
     const char *out = a->out;
-    if (a->f[F_RESUME].given) configure_resumed(a, r);
-    else configure_fresh(a, r);
+    if (a->f[F_RESUME].given)
+        configure_resumed(a, r);
+    else
+        configure_fresh(a, r);
 
     /* The folder: after the data loaded, so a bad dataset leaves nothing behind. A fresh run takes
      * the lock here; a resumed one took it before reading the checkpoint. */
@@ -637,8 +665,9 @@ static void print_header(const train_args *a, const train_run *r) {
     char data_desc[4400];
     if (src->kind == FG_SOURCE_ADDITION) {
         const fg_addition_config *ac = fg_addition_get_config(src->add);
-        snprintf(data_desc, sizeof data_desc, "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)",
-                 ac->n_digits, 100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
+        snprintf(data_desc, sizeof data_desc,
+                 "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)", ac->n_digits,
+                 100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
                  fg_source_optimal_loss(src));
     } else {
         snprintf(data_desc, sizeof data_desc, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", src->path,
@@ -648,7 +677,8 @@ static void print_header(const train_args *a, const train_run *r) {
     }
     say("data: %s, vocabulary %d\n", data_desc, mc->vocab_size);
     say("model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, %s attention, dropout %g\n", mc->n_layer,
-        mc->n_head, mc->n_embd, mc->block_size, tr->model->num_elements / 1e6, fg_attn_impl_name(mc->attn), mc->dropout);
+        mc->n_head, mc->n_embd, mc->block_size, tr->model->num_elements / 1e6, fg_attn_impl_name(mc->attn),
+        mc->dropout);
     say("training: %lld steps of %d x %d x %d tokens, lr %g -> %g (warmup %lld, cosine to step %lld), AdamW "
         "betas (%g, %g) wd %g, clip %g, seed %" PRIu64 "\n",
         (long long)cfg->steps, cfg->batch_size, tr->T, cfg->grad_accum, cfg->opt.lr, cfg->opt.min_lr,
@@ -707,7 +737,8 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         char row[256], val[48] = "";
         if (do_eval) {
             double tl = NAN, vl = NAN;
-            if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK) {
+            if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK ||
+                fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK) {
                 fg_error(fg_last_status(), "evaluation at step %lld: %s", (long long)step, fg_last_error());
                 stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
             }
@@ -720,7 +751,8 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
                     stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
                 }
                 say("step %lld: train loss %s, val loss %s (optimum %.4f), held-out exact match %.1f%% (%d problems)\n",
-                    (long long)step, LOSS(tl), LOSS(vl), fg_source_optimal_loss(r->src), 100 * t->last_acc, eval_problems);
+                    (long long)step, LOSS(tl), LOSS(vl), fg_source_optimal_loss(r->src), 100 * t->last_acc,
+                    eval_problems);
             } else {
                 say("step %lld: train loss %s, val loss %s\n", (long long)step, LOSS(tl), LOSS(vl));
             }
@@ -814,9 +846,12 @@ int fg_cmd_train(int argc, char **argv) {
     if (stdout_lost) {
         /* Only the progress lines were lost (log.csv and the checkpoint are written): say so once,
          * and give stdio a sink so the program's final check of stdout does not fail the run. */
-        fprintf(stderr, "flashgrad train: standard output could not be written (closed or full); training went on, "
-                        "the log is in %s\n", a.log_path);
-        if (!freopen("/dev/null", "w", stdout)) { /* nothing more to lose */ }
+        fprintf(stderr,
+                "flashgrad train: standard output could not be written (closed or full); training went on, "
+                "the log is in %s\n",
+                a.log_path);
+        if (!freopen("/dev/null", "w", stdout)) { /* nothing more to lose */
+        }
     }
     return code;
 }

@@ -67,8 +67,8 @@ int fg_flags_parse(const char *cmd, fg_flag *flags, int n, int argc, char **argv
         const char *arg = argv[a];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) return -1;
         if (strncmp(arg, "--", 2)) {
-            fprintf(stderr, "flashgrad %s: unexpected argument '%s' (flags start with --; see flashgrad %s --help)\n", cmd,
-                    arg, cmd);
+            fprintf(stderr, "flashgrad %s: unexpected argument '%s' (flags start with --; see flashgrad %s --help)\n",
+                    cmd, arg, cmd);
             return 2;
         }
         const char *eq = strchr(arg, '=');
@@ -107,11 +107,20 @@ int fg_flags_parse(const char *cmd, fg_flag *flags, int n, int argc, char **argv
 static void value_str(const fg_flag *f, char *buf, size_t n) {
     buf[0] = '\0';
     switch (f->type) {
-    case FG_FLAG_INT: snprintf(buf, n, "%" PRId64, f->i); break;
-    case FG_FLAG_F64: snprintf(buf, n, "%g", f->d); break;
-    case FG_FLAG_U64: snprintf(buf, n, "%" PRIu64, f->u); break;
-    case FG_FLAG_STR: if (f->s) snprintf(buf, n, "%s", f->s); break;
-    case FG_FLAG_BOOL: break;
+    case FG_FLAG_INT:
+        snprintf(buf, n, "%" PRId64, f->i);
+        break;
+    case FG_FLAG_F64:
+        snprintf(buf, n, "%g", f->d);
+        break;
+    case FG_FLAG_U64:
+        snprintf(buf, n, "%" PRIu64, f->u);
+        break;
+    case FG_FLAG_STR:
+        if (f->s) snprintf(buf, n, "%s", f->s);
+        break;
+    case FG_FLAG_BOOL:
+        break;
     }
 }
 
@@ -127,8 +136,10 @@ void fg_flags_help_alt(FILE *out, const char *cmd, const char *synopsis, const f
         if (!f->help || !strstr(f->help, "(default")) {
             value_str(f, v, sizeof v);
             if (alt) value_str(&alt[k], va, sizeof va);
-            if (alt && strcmp(v, va)) fprintf(out, " (default %s; %s %s)", v, alt_label, va);
-            else if (v[0]) fprintf(out, " (default %s)", v);
+            if (alt && strcmp(v, va))
+                fprintf(out, " (default %s; %s %s)", v, alt_label, va);
+            else if (v[0])
+                fprintf(out, " (default %s)", v);
         }
         fputc('\n', out);
     }

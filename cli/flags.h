@@ -20,12 +20,12 @@
 typedef enum { FG_FLAG_INT, FG_FLAG_F64, FG_FLAG_STR, FG_FLAG_BOOL, FG_FLAG_U64 } fg_flag_type;
 
 typedef struct {
-    const char *name;  /* "--n-layer" */
+    const char *name; /* "--n-layer" */
     fg_flag_type type;
-    const char *meta;  /* "N", "FILE", ... (shown in --help) */
-    const char *help;  /* one line; the default is appended unless the text has "(default" */
-    double lo, hi;     /* range of INT and F64 values (both 0: any) */
-    int lo_open;       /* 1: the value must be > lo */
+    const char *meta; /* "N", "FILE", ... (shown in --help) */
+    const char *help; /* one line; the default is appended unless the text has "(default" */
+    double lo, hi;    /* range of INT and F64 values (both 0: any) */
+    int lo_open;      /* 1: the value must be > lo */
     /* the value (set the default before parsing) and whether the command line gave it */
     int64_t i;
     double d;

@@ -11,7 +11,8 @@ extern void openblas_set_num_threads(int n);
 
 void fg_train_flags_init(fg_flag *f) {
     static const fg_flag table[FG_TF_COUNT] = {
-#define FG_TF_INIT(id, nm, ty, me, he, l, h, lop) {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
+#define FG_TF_INIT(id, nm, ty, me, he, l, h, lop)                                                                      \
+    {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
         FG_TRAIN_FLAGS(FG_TF_INIT)
 #undef FG_TF_INIT
     };
@@ -44,9 +45,12 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d) {
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
     if (!f[FG_TF_DATA].given && f[FG_TF_BYTE].given) return fg_error(FG_ERR_ARG, "--byte applies to --data files only");
     const char *dev = f[FG_TF_DEVICE].s;
-    if (!strcmp(dev, "cpu")) run->device = FG_CPU;
-    else if (!strcmp(dev, "cuda")) run->device = FG_CUDA;
-    else return fg_error(FG_ERR_ARG, "--device: unknown device '%s' (cpu or cuda)", dev);
+    if (!strcmp(dev, "cpu"))
+        run->device = FG_CPU;
+    else if (!strcmp(dev, "cuda"))
+        run->device = FG_CUDA;
+    else
+        return fg_error(FG_ERR_ARG, "--device: unknown device '%s' (cpu or cuda)", dev);
     /* a CPU build says "built without CUDA" here; a CUDA build starts the device */
     if (fg_device_start(run->device) != FG_OK) {
         char why[1024]; /* fg_error must not read the buffer it writes */
@@ -54,9 +58,12 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
         return fg_error(FG_ERR_DEVICE, "--device %s: %s", fg_device_name(run->device), why);
     }
     const char *attn = f[FG_TF_ATTN].s;
-    if (!strcmp(attn, "flash")) run->attn = FG_ATTN_FLASH;
-    else if (!strcmp(attn, "naive")) run->attn = FG_ATTN_NAIVE;
-    else return fg_error(FG_ERR_ARG, "--attn: unknown implementation '%s' (naive or flash)", attn);
+    if (!strcmp(attn, "flash"))
+        run->attn = FG_ATTN_FLASH;
+    else if (!strcmp(attn, "naive"))
+        run->attn = FG_ATTN_NAIVE;
+    else
+        return fg_error(FG_ERR_ARG, "--attn: unknown implementation '%s' (naive or flash)", attn);
     int recompute = fg_gpt_recompute_parse(f[FG_TF_RECOMPUTE].s);
     if (recompute < 0)
         return fg_error(FG_ERR_ARG, "--recompute: unknown setting '%s' (none, attn or block)", f[FG_TF_RECOMPUTE].s);
@@ -103,10 +110,15 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
     cfg->batch_size = (int)f[FG_TF_BATCH].i;
     cfg->grad_accum = (int)f[FG_TF_ACCUM].i;
     cfg->seed = f[FG_TF_SEED].u;
-    cfg->opt = (fg_adamw_config){.lr = f[FG_TF_LR].d, .min_lr = f[FG_TF_MIN_LR].d, .warmup = f[FG_TF_WARMUP].i,
+    cfg->opt = (fg_adamw_config){.lr = f[FG_TF_LR].d,
+                                 .min_lr = f[FG_TF_MIN_LR].d,
+                                 .warmup = f[FG_TF_WARMUP].i,
                                  .decay_steps = f[FG_TF_DECAY].given ? f[FG_TF_DECAY].i : cfg->steps,
-                                 .beta1 = f[FG_TF_BETA1].d, .beta2 = f[FG_TF_BETA2].d, .eps = 1e-8,
-                                 .weight_decay = f[FG_TF_WD].d, .grad_clip = f[FG_TF_CLIP].d};
+                                 .beta1 = f[FG_TF_BETA1].d,
+                                 .beta2 = f[FG_TF_BETA2].d,
+                                 .eps = 1e-8,
+                                 .weight_decay = f[FG_TF_WD].d,
+                                 .grad_clip = f[FG_TF_CLIP].d};
     return fg_train_config_check(cfg);
 }
 

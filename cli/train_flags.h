@@ -23,41 +23,41 @@
 
 /* X(id, name, type, meta, help, lo, hi, lo_open): the value must lie in [lo, hi] ((lo, hi] when
  * lo_open; lo = hi = 0: any). Defaults come from fg_train_flags_defaults. */
-#define FG_TRAIN_FLAGS(X)                                                                                            \
-    X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer unless --byte)", 0, 0, 0) \
-    X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)             \
-    X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)               \
-    X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                     \
-    X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)                 \
-    X(N_EMBD, "--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536, 0)                                         \
-    X(BLOCK, "--block-size", FG_FLAG_INT, "N",                                                                       \
-      "context length (default: 64 for text; 3 x digits + 3 for the addition task, which needs at least that)", \
-      1, 1 << 20, 0)                                                                                                 \
-    X(BATCH, "--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24, 0)                          \
-    X(ACCUM, "--grad-accum", FG_FLAG_INT, "N", "micro-batches per optimizer step", 1, 1 << 20, 0)                   \
-    X(LR, "--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 10, 1)                                                  \
-    X(MIN_LR, "--min-lr", FG_FLAG_F64, "X", "learning rate at the end of the cosine decay", 0, 10, 0)              \
-    X(WARMUP, "--warmup", FG_FLAG_INT, "N", "linear learning-rate warm-up steps", 0, 1e12, 0)                       \
-    X(DECAY, "--lr-decay-steps", FG_FLAG_INT, "N", "step where the cosine reaches --min-lr (default: the last step)", \
-      0, 1e12, 1)                                                                                                    \
-    X(WD, "--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e6, 0)                  \
-    X(BETA1, "--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999999, 0)                                         \
-    X(BETA2, "--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999999, 0)                                         \
-    X(CLIP, "--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0)                 \
-    X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability (embeddings, attention, residuals)", 0, 0.99, 0) \
-    X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)                \
-    X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)                    \
-    X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                               \
-    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)       \
-    X(THREADS, "--threads", FG_FLAG_INT, "N",                                                                        \
-      "threads of flashgrad's pool and of OpenBLAS (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or all cores)", \
-      1, 1024, 0)
+#define FG_TRAIN_FLAGS(X)                                                                                              \
+    X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer unless --byte)", 0, 0, 0)  \
+    X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)                 \
+    X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)                   \
+    X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                        \
+    X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)                     \
+    X(N_EMBD, "--n-embd", FG_FLAG_INT, "N", "embedding width", 1, 65536, 0)                                            \
+    X(BLOCK, "--block-size", FG_FLAG_INT, "N",                                                                         \
+      "context length (default: 64 for text; 3 x digits + 3 for the addition task, which needs at least that)", 1,     \
+      1 << 20, 0)                                                                                                      \
+    X(BATCH, "--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24, 0)                             \
+    X(ACCUM, "--grad-accum", FG_FLAG_INT, "N", "micro-batches per optimizer step", 1, 1 << 20, 0)                      \
+    X(LR, "--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 10, 1)                                                    \
+    X(MIN_LR, "--min-lr", FG_FLAG_F64, "X", "learning rate at the end of the cosine decay", 0, 10, 0)                  \
+    X(WARMUP, "--warmup", FG_FLAG_INT, "N", "linear learning-rate warm-up steps", 0, 1e12, 0)                          \
+    X(DECAY, "--lr-decay-steps", FG_FLAG_INT, "N", "step where the cosine reaches --min-lr (default: the last step)",  \
+      0, 1e12, 1)                                                                                                      \
+    X(WD, "--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e6, 0)                      \
+    X(BETA1, "--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999999, 0)                                            \
+    X(BETA2, "--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999999, 0)                                            \
+    X(CLIP, "--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0)                     \
+    X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability (embeddings, attention, residuals)", 0, 0.99, 0)    \
+    X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)                    \
+    X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)                        \
+    X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                                  \
+    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)         \
+    X(THREADS, "--threads", FG_FLAG_INT, "N",                                                                          \
+      "threads of flashgrad's pool and of OpenBLAS (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or all cores)", 1,  \
+      1024, 0)
 
 enum {
 #define FG_TF_ENUM(id, name, type, meta, help, lo, hi, lo_open) FG_TF_##id,
     FG_TRAIN_FLAGS(FG_TF_ENUM)
 #undef FG_TF_ENUM
-    FG_TF_COUNT
+        FG_TF_COUNT
 };
 
 /* The named settings the flags choose, parsed and checked by fg_train_flags_check. */

@@ -27,14 +27,12 @@ __global__ void adamw_kernel(T *p, const T *g, T *m, T *v, int64_t n, double df,
     }
 }
 
-template <typename T>
-__global__ void scale_kernel(T *x, int64_t n, T s) {
+template <typename T> __global__ void scale_kernel(T *x, int64_t n, T s) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] *= s;
 }
 
-template <typename T>
-struct square_term {
+template <typename T> struct square_term {
     const T *x;
     __device__ double operator()(int64_t k) const { return (double)x[k] * (double)x[k]; }
 };
@@ -48,7 +46,7 @@ static fg_status adamw_t(void *p, const void *g, void *m, void *v, int64_t n, do
                          double step, double bc2_sqrt, double eps) {
     if (n <= 0) return FG_OK;
     adamw_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)p, (const T *)g, (T *)m, (T *)v, n, df,
-                                                                          b1, b2, step, bc2_sqrt, eps);
+                                                                           b1, b2, step, bc2_sqrt, eps);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -67,8 +65,7 @@ extern "C" fg_status fg_cu_adamw(fg_dtype dt, void *p, const void *g, void *m, v
     return FG_OK;
 }
 
-template <typename T>
-static fg_status sum_squares_t(const void *x, int64_t n, double *out) {
+template <typename T> static fg_status sum_squares_t(const void *x, int64_t n, double *out) {
     fg_cu_scratch total;
     FG_TRY(total.get(sizeof(double), "sum_squares"));
     FG_TRY(fg_cu_sum(total.as<double>(), n, square_term<T>{(const T *)x}, "sum_squares"));
@@ -81,8 +78,7 @@ extern "C" fg_status fg_cu_sum_squares(fg_dtype dt, const void *x, int64_t n, do
     return FG_CU_DISPATCH(dt, sum_squares_t, x, n, out);
 }
 
-template <typename T>
-static fg_status scale_t(void *x, int64_t n, double s) {
+template <typename T> static fg_status scale_t(void *x, int64_t n, double s) {
     if (n <= 0) return FG_OK;
     scale_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)x, n, (T)s);
     FG_CU_LAUNCHED();

@@ -82,14 +82,14 @@ static fg_status allow_smem(const void *kernel, size_t bytes, const char *what) 
     FG_CU(cudaGetDevice(&dev));
     FG_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if ((size_t)optin < bytes)
-        return fg_error(FG_ERR_DEVICE, "flash attention %s needs %zu bytes of shared memory per block; this GPU offers %d",
-                        what, bytes, optin);
+        return fg_error(FG_ERR_DEVICE,
+                        "flash attention %s needs %zu bytes of shared memory per block; this GPU offers %d", what,
+                        bytes, optin);
     FG_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return FG_OK;
 }
 
-template <typename T, int D, bool MODS>
-static fg_status flash_fwd_launch(const fa_args<T> &a) {
+template <typename T, int D, bool MODS> static fg_status flash_fwd_launch(const fa_args<T> &a) {
     using C = flash_cfg<T, D>;
     const size_t smem = fwd_smem<T, D>();
     FG_TRY(allow_smem((const void *)flash_fwd_kernel<T, D, MODS>, smem, "forward"));
@@ -99,8 +99,7 @@ static fg_status flash_fwd_launch(const fa_args<T> &a) {
     return FG_OK;
 }
 
-template <typename T, int D, bool MODS>
-static fg_status flash_bwd_launch(const fa_args<T> &a) {
+template <typename T, int D, bool MODS> static fg_status flash_bwd_launch(const fa_args<T> &a) {
     using C = flash_cfg<T, D>;
     if (a.dk || a.dv) {
         const size_t smem = dkdv_smem<T, D>();
@@ -122,17 +121,19 @@ static fg_status flash_bwd_launch(const fa_args<T> &a) {
 }
 
 /* The instance for (D, MODS): the kernels' head-dim width and whether softcap / ALiBi are on. */
-template <typename T, bool MODS>
-static fg_status flash_launch_d(int D, const fa_args<T> &a, bool backward) {
+template <typename T, bool MODS> static fg_status flash_launch_d(int D, const fa_args<T> &a, bool backward) {
     switch (D) {
-    case 32: return backward ? flash_bwd_launch<T, 32, MODS>(a) : flash_fwd_launch<T, 32, MODS>(a);
-    case 64: return backward ? flash_bwd_launch<T, 64, MODS>(a) : flash_fwd_launch<T, 64, MODS>(a);
-    case 128: return backward ? flash_bwd_launch<T, 128, MODS>(a) : flash_fwd_launch<T, 128, MODS>(a);
-    default: return backward ? flash_bwd_launch<T, 256, MODS>(a) : flash_fwd_launch<T, 256, MODS>(a);
+    case 32:
+        return backward ? flash_bwd_launch<T, 32, MODS>(a) : flash_fwd_launch<T, 32, MODS>(a);
+    case 64:
+        return backward ? flash_bwd_launch<T, 64, MODS>(a) : flash_fwd_launch<T, 64, MODS>(a);
+    case 128:
+        return backward ? flash_bwd_launch<T, 128, MODS>(a) : flash_fwd_launch<T, 128, MODS>(a);
+    default:
+        return backward ? flash_bwd_launch<T, 256, MODS>(a) : flash_fwd_launch<T, 256, MODS>(a);
     }
 }
-template <typename T>
-static fg_status flash_launch(int D, const fa_args<T> &a, bool backward) {
+template <typename T> static fg_status flash_launch(int D, const fa_args<T> &a, bool backward) {
     return fa_mods(a) ? flash_launch_d<T, true>(D, a, backward) : flash_launch_d<T, false>(D, a, backward);
 }
 
@@ -141,12 +142,14 @@ static fg_status flash_launch(int D, const fa_args<T> &a, bool backward) {
  * them on cuda before calling us; direct callers get the same answer here). */
 static fg_status check_problem(const fg_attn_problem *pr, const char *what) {
     if (pr->custom.score_mod || pr->custom.score_mod_grad || pr->custom.mask || pr->custom.block_mask)
-        return fg_error(FG_ERR_DEVICE, "%s on cuda: user callbacks (score_mod, mask, block mask) run on the CPU only; "
-                        "move the tensors to the CPU, or use the built-in variants (GQA, window, ALiBi, softcap)", what);
+        return fg_error(FG_ERR_DEVICE,
+                        "%s on cuda: user callbacks (score_mod, mask, block mask) run on the CPU only; "
+                        "move the tensors to the CPU, or use the built-in variants (GQA, window, ALiBi, softcap)",
+                        what);
     const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
     if (pr->H > 0 && (Hkv < 1 || pr->H % Hkv != 0))
-        return fg_error(FG_ERR_SHAPE, "%s: H = %lld query heads is not a multiple of H_kv = %lld", what, (long long)pr->H,
-                        (long long)Hkv);
+        return fg_error(FG_ERR_SHAPE, "%s: H = %lld query heads is not a multiple of H_kv = %lld", what,
+                        (long long)pr->H, (long long)Hkv);
     if (pr->var.softcap < 0 || !isfinite(pr->var.softcap))
         return fg_error(FG_ERR_ARG, "%s: softcap must be finite and >= 0, got %g", what, pr->var.softcap);
     if (pr->B > 65535 || pr->H > 65535)
@@ -176,8 +179,7 @@ static fg_status device_slopes(const fg_attn_problem *pr, fg_cu_scratch &buf, co
 }
 
 template <typename T>
-static fg_status flash_forward(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
-                               const fg_attn_problem *pr) {
+static fg_status flash_forward(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {
     const int D = flash_width(pr->d);
     if (!D)
         return fg_error(FG_ERR_ARG, "flash attention on the GPU supports head dims up to 256, got d = %lld",
@@ -207,8 +209,8 @@ static fg_status flash_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
     fg_cu_scratch Dbuf;
     FG_TRY(Dbuf.get((size_t)rows * sizeof(T), "flash attention backward"));
     /* kernel 1: D = rowsum(dO ∘ O) */
-    flash_bwd_rowdot_kernel<T><<<fg_cu_blocks(rows * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(Dbuf.as<T>(), dout, o,
-                                                                                            rows, (int)pr->d);
+    flash_bwd_rowdot_kernel<T>
+        <<<fg_cu_blocks(rows * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(Dbuf.as<T>(), dout, o, rows, (int)pr->d);
     FG_CU_LAUNCHED();
     fa_args<T> a = make_args<T>(pr);
     fg_cu_scratch slopes;
@@ -294,13 +296,14 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
     const T *W = p;
     if (thr) {
         FG_TRY(sW.get((size_t)(BH * nn) * sizeof(T), "naive attention backward"));
-        naive_dropout_kernel<T><<<fg_cu_blocks(BH * nn), FG_CU_THREADS, 0, fg_cu_stream()>>>(sW.as<T>(), p, BH * nn, pr->H,
-                                                                                           n.Nq, n.Nk, pr->seed, thr, inv_keep);
+        naive_dropout_kernel<T><<<fg_cu_blocks(BH * nn), FG_CU_THREADS, 0, fg_cu_stream()>>>(
+            sW.as<T>(), p, BH * nn, pr->H, n.Nq, n.Nk, pr->seed, thr, inv_keep);
         FG_CU_LAUNCHED();
         W = sW.as<T>();
     }
     /* the forward's O = (P∘Z) V:  dV += (P∘Z)ᵀ dO  (the inner dimension runs over the group's G·Nq rows) */
-    if (dv) FG_TRY(fg_cuda_gemm(dt, 1, 0, n.Nk, n.d, n.GNq, 1.0, W, n.ldn, sS, dout, n.d, sQ, 1.0, dv, n.d, sK, n.batch));
+    if (dv)
+        FG_TRY(fg_cuda_gemm(dt, 1, 0, n.Nk, n.d, n.GNq, 1.0, W, n.ldn, sS, dout, n.d, sQ, 1.0, dv, n.d, sK, n.batch));
     if (!dq && !dk) return FG_OK;
     /* d(P∘Z) = dO Vᵀ;  dP = d(P∘Z) ∘ Z;  the forward's P = softmax(S): dS = P ∘ (dP − rowsum(dP ∘ P)) */
     FG_TRY(sdS.get((size_t)(BH * nn) * sizeof(T), "naive attention backward"));
@@ -321,8 +324,12 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
         dS, p, S1, inv_c, BH * n.Nq, pr->H, n.Nq, n.Nk, pr->seed, thr, inv_keep);
     FG_CU_LAUNCHED();
     /* the forward's S1 = scale · Q Kᵀ:  dQ += scale dS K,  dK += scale dSᵀ Q (summed over the group) */
-    if (dq) FG_TRY(fg_cuda_gemm(dt, 0, 0, n.GNq, n.d, n.Nk, pr->scale, dS, n.ldn, sS, k, n.d, sK, 1.0, dq, n.d, sQ, n.batch));
-    if (dk) FG_TRY(fg_cuda_gemm(dt, 1, 0, n.Nk, n.d, n.GNq, pr->scale, dS, n.ldn, sS, q, n.d, sQ, 1.0, dk, n.d, sK, n.batch));
+    if (dq)
+        FG_TRY(
+            fg_cuda_gemm(dt, 0, 0, n.GNq, n.d, n.Nk, pr->scale, dS, n.ldn, sS, k, n.d, sK, 1.0, dq, n.d, sQ, n.batch));
+    if (dk)
+        FG_TRY(
+            fg_cuda_gemm(dt, 1, 0, n.Nk, n.d, n.GNq, pr->scale, dS, n.ldn, sS, q, n.d, sQ, 1.0, dk, n.d, sK, n.batch));
     return FG_OK;
 }
 
@@ -331,8 +338,7 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
  * ============================================================================================ */
 
 extern "C" fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux,
-                                               const void *q, const void *k, const void *v,
-                                               const fg_attn_problem *pr) {
+                                               const void *q, const void *k, const void *v, const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention"));
     FG_TRY(check_problem(pr, "attention"));
     if (impl == FG_ATTN_FLASH)
@@ -355,19 +361,18 @@ extern "C" fg_status fg_cuda_attention_backward(fg_attn_impl impl, fg_dtype dt, 
     FG_TRY(fg_cu_require("attention backward"));
     FG_TRY(check_problem(pr, "attention backward"));
     if (impl == FG_ATTN_FLASH)
-        return dt == FG_F64
-                   ? flash_backward<double>((double *)dq, (double *)dk, (double *)dv, (const double *)dout,
-                                            (const double *)q, (const double *)k, (const double *)v, (const double *)o,
-                                            (const double *)lse, (const double *)aux, pr)
-                   : flash_backward<float>((float *)dq, (float *)dk, (float *)dv, (const float *)dout, (const float *)q,
-                                           (const float *)k, (const float *)v, (const float *)o, (const float *)lse,
-                                           (const float *)aux, pr);
-    if (impl == FG_ATTN_NAIVE)
-        return dt == FG_F64 ? naive_backward<double>((double *)dq, (double *)dk, (double *)dv, (const double *)dout,
+        return dt == FG_F64 ? flash_backward<double>((double *)dq, (double *)dk, (double *)dv, (const double *)dout,
                                                      (const double *)q, (const double *)k, (const double *)v,
-                                                     (const double *)aux, pr)
-                            : naive_backward<float>((float *)dq, (float *)dk, (float *)dv, (const float *)dout,
+                                                     (const double *)o, (const double *)lse, (const double *)aux, pr)
+                            : flash_backward<float>((float *)dq, (float *)dk, (float *)dv, (const float *)dout,
                                                     (const float *)q, (const float *)k, (const float *)v,
-                                                    (const float *)aux, pr);
+                                                    (const float *)o, (const float *)lse, (const float *)aux, pr);
+    if (impl == FG_ATTN_NAIVE)
+        return dt == FG_F64
+                   ? naive_backward<double>((double *)dq, (double *)dk, (double *)dv, (const double *)dout,
+                                            (const double *)q, (const double *)k, (const double *)v,
+                                            (const double *)aux, pr)
+                   : naive_backward<float>((float *)dq, (float *)dk, (float *)dv, (const float *)dout, (const float *)q,
+                                           (const float *)k, (const float *)v, (const float *)aux, pr);
     return fg_error(FG_ERR_ARG, "attention backward: unknown implementation %d", (int)impl);
 }

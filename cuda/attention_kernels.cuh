@@ -38,23 +38,22 @@
 
 /* Kernel arguments (one struct for all kernels; unused pointers are NULL).
  * q, o, dout, dq (B, H, Nq, d); k, v, dk, dv (B, Hkv, Nk, d); lse, lse_lo, Drow (B, H, Nq). */
-template <typename T>
-struct fa_args {
+template <typename T> struct fa_args {
     const T *q, *k, *v, *o, *dout, *lse, *lse_lo, *Drow;
     T *o_out, *lse_out, *lse_lo_out, *dq, *dk, *dv;
     int64_t B, H, Nq, Nk;
-    int64_t Hkv, G;        /* K/V heads; query head h reads K/V head h / G, G = H / Hkv */
+    int64_t Hkv, G; /* K/V heads; query head h reads K/V head h / G, G = H / Hkv */
     int d;
     T scale;
     int causal;
     uint64_t seed;
-    uint32_t thr;          /* fg_dropout_threshold(p); 0 = no dropout */
-    T inv_keep;            /* 1 / (1 − p) */
-    int window;            /* 1: keys i' − wl .. i' + wr only (a negative side is unbounded) */
+    uint32_t thr; /* fg_dropout_threshold(p); 0 = no dropout */
+    T inv_keep;   /* 1 / (1 − p) */
+    int window;   /* 1: keys i' − wl .. i' + wr only (a negative side is unbounded) */
     int64_t wl, wr;
-    int alibi;             /* 1: s −= slope_h · |i' − j| */
-    const double *slopes;  /* device memory, H slopes; NULL: fg_attn_alibi_slope(h, H) */
-    T softcap, inv_softcap;/* softcap c > 0: s = c · tanh(s · (1/c)); 0 = off */
+    int alibi;              /* 1: s −= slope_h · |i' − j| */
+    const double *slopes;   /* device memory, H slopes; NULL: fg_attn_alibi_slope(h, H) */
+    T softcap, inv_softcap; /* softcap c > 0: s = c · tanh(s · (1/c)); 0 = off */
 };
 
 /* ---- the variants, per element and per tile ---- */
@@ -89,7 +88,8 @@ __device__ __forceinline__ T fa_modify(const fa_args<T> &a, T x, double slope, i
 
 /* The keys [*lo, *hi) query i sees under causal ∧ window (rows past Nq: whatever the formula says;
  * the kernels never store them). */
-template <typename T> __device__ __forceinline__ void fa_row_range(const fa_args<T> &a, int64_t i, int64_t *lo, int64_t *hi) {
+template <typename T>
+__device__ __forceinline__ void fa_row_range(const fa_args<T> &a, int64_t i, int64_t *lo, int64_t *hi) {
     fg_attn_row_range(i, a.Nq, a.Nk, a.causal, a.window, a.wl, a.wr, lo, hi);
 }
 
@@ -148,8 +148,10 @@ __device__ __forceinline__ void fa_query_tiles(const fa_args<T> &a, int64_t j0, 
         const int64_t mid = x + (y - x) / 2;
         int64_t lo, hi;
         fa_row_range(a, mid, &lo, &hi);
-        if (hi > j0) y = mid;
-        else x = mid + 1;
+        if (hi > j0)
+            y = mid;
+        else
+            x = mid + 1;
     }
     const int64_t i_first = x;
     y = a.Nq; /* the first row with lo >= j1 is in [x, y] */
@@ -157,8 +159,10 @@ __device__ __forceinline__ void fa_query_tiles(const fa_args<T> &a, int64_t j0, 
         const int64_t mid = x + (y - x) / 2;
         int64_t lo, hi;
         fa_row_range(a, mid, &lo, &hi);
-        if (lo >= j1) y = mid;
-        else x = mid + 1;
+        if (lo >= j1)
+            y = mid;
+        else
+            x = mid + 1;
     }
     *qt0 = i_first / BQ;
     *qt1 = x > i_first ? fg_attn_ntiles(x, BQ) : *qt0;
@@ -314,7 +318,7 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
                 if (a.thr && p != (T)0) {
                     const int64_t j = j0 + tx + 16 * c;
                     p = fg_attn_keep(a.seed, a.thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? p * a.inv_keep
-                                                                                                       : (T)0;
+                                                                                                        : (T)0;
                 }
                 Ps[(ty + 16 * r) * LDS + tx + 16 * c] = p;
             }
@@ -362,8 +366,7 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
 
 /* kernel 1 of the backward: D[row] = Σ_c dout[row, c] · o[row, c], one warp per row, summed in
  * float64 (dS = P ∘ (dP − D) cancels for a peaked row, so D's rounding matters; as on the CPU) */
-template <typename T>
-__global__ void flash_bwd_rowdot_kernel(T *Drow, const T *dout, const T *o, int64_t rows, int d) {
+template <typename T> __global__ void flash_bwd_rowdot_kernel(T *Drow, const T *dout, const T *o, int64_t rows, int d) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
@@ -391,7 +394,7 @@ __device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, i
     for (int r = 0; r < RQ; r++)
 #pragma unroll
         for (int c = 0; c < RK; c++) s[r][c] = dp[r][c] = 0;
-    /* S = Q Kᵀ and dP = dO Vᵀ in one pass over the head dim */
+            /* S = Q Kᵀ and dP = dO Vᵀ in one pass over the head dim */
 #pragma unroll 8
     for (int e = 0; e < D; e++) {
         T qv[RQ], dov[RQ], kv[RK], vv[RK];
@@ -459,8 +462,7 @@ __device__ __forceinline__ void load_rows(T *Ls, T *Los, T *Ds, const T *lse, co
 /* kernel 2: dK, dV of one key tile of K/V head (b, g), summed over the G query heads of the group
  * (g·G, ..., g·G + G − 1, in that order) and their query tiles: one block owns these rows of dk
  * and dv, so grouped-query attention needs no atomics either. */
-template <typename T, int D, bool MODS>
-__global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
+template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
     constexpr int BQ = C::BBQ, BK = C::BBK, RK = BK / 16, RD = D / 16;
     constexpr int LD = D + 1, LDS = BK + C::SPAD;
@@ -491,7 +493,7 @@ __global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
             const int64_t i0 = qt * BQ;
             const fg_tile_kind kind = fa_tile_kind<T, BQ, BK>(a, i0, j0);
             if (kind == FG_TILE_MASKED) continue; /* uniform over the block */
-            __syncthreads(); /* the previous query tile is no longer read */
+            __syncthreads();                      /* the previous query tile is no longer read */
             load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
             load_tile<T, D, BQ>(dOs, dout, i0, Nq, d);
             load_rows<T, BQ>(Ls, Los, Ds, lse, lse_lo, Drow, i0, Nq);
@@ -540,8 +542,7 @@ __global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
 
 /* kernel 3: dQ of one query tile of head (b, h), looping over the key tiles its rows see (no
  * atomics) */
-template <typename T, int D, bool MODS>
-__global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
+template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
     constexpr int BQ = C::BBQ, BK = C::BBK, RQ = BQ / 16, RD = D / 16;
     constexpr int LD = D + 1, LDS = BK + C::SPAD;
@@ -610,8 +611,7 @@ __global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
  * lse — ops/attention_naive.c's row loop: softcap and ALiBi on the visible keys [lo, hi) of the row
  * (fa_modify), the max and the sum over them in T, masked entries 0, L = max + log(sum) in float64
  * rounded once. Only a's sizes and variant fields are read. */
-template <typename T>
-__global__ void naive_softmax_kernel(T *P, T *lse, int64_t rows, fa_args<T> a) {
+template <typename T> __global__ void naive_softmax_kernel(T *P, T *lse, int64_t rows, fa_args<T> a) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32), Nq = a.Nq, Nk = a.Nk;
     const bool mods = a.softcap > (T)0 || a.alibi;
@@ -667,8 +667,8 @@ __global__ void naive_dropout_kernel(T *W, const T *P, int64_t total, int64_t H,
  * scaled scores before the variants, recomputed) also through the softcap: dS1 = dS ∘ (1 − tanh²(S1/c))
  * where dS ≠ 0 — ops/attention_naive.c's backward. */
 template <typename T>
-__global__ void naive_dsoftmax_kernel(T *dS, const T *P, const T *S1, T inv_softcap, int64_t rows, int64_t H, int64_t Nq,
-                                      int64_t Nk, uint64_t seed, uint32_t thr, T inv_keep) {
+__global__ void naive_dsoftmax_kernel(T *dS, const T *P, const T *S1, T inv_softcap, int64_t rows, int64_t H,
+                                      int64_t Nq, int64_t Nk, uint64_t seed, uint32_t thr, T inv_keep) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
@@ -678,7 +678,8 @@ __global__ void naive_dsoftmax_kernel(T *dS, const T *P, const T *S1, T inv_soft
         T r = 0;
         for (int64_t j = lane; j < Nk; j += 32) {
             T x = ds[j];
-            if (thr) x = fg_attn_keep(seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? x * inv_keep : (T)0;
+            if (thr)
+                x = fg_attn_keep(seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? x * inv_keep : (T)0;
             ds[j] = x;
             r += x * p[j];
         }
@@ -704,17 +705,16 @@ template <typename T, int D> static size_t fwd_smem() {
 }
 template <typename T, int D> static size_t dkdv_smem() {
     using C = flash_cfg<T, D>;
-    return sizeof(T) * ((size_t)(2 * C::BBK + 2 * C::BBQ) * (D + 1) + 2 * (size_t)C::BBQ * (C::BBK + C::SPAD) +
-                        3 * (size_t)C::BBQ);
+    return sizeof(T) *
+           ((size_t)(2 * C::BBK + 2 * C::BBQ) * (D + 1) + 2 * (size_t)C::BBQ * (C::BBK + C::SPAD) + 3 * (size_t)C::BBQ);
 }
 template <typename T, int D> static size_t dq_smem() {
     using C = flash_cfg<T, D>;
-    return sizeof(T) * ((size_t)(2 * C::BBQ + 2 * C::BBK) * (D + 1) + (size_t)C::BBQ * (C::BBK + C::SPAD) +
-                        3 * (size_t)C::BBQ);
+    return sizeof(T) *
+           ((size_t)(2 * C::BBQ + 2 * C::BBK) * (D + 1) + (size_t)C::BBQ * (C::BBK + C::SPAD) + 3 * (size_t)C::BBQ);
 }
 
-template <typename T>
-static fa_args<T> make_args(const fg_attn_problem *pr) {
+template <typename T> static fa_args<T> make_args(const fg_attn_problem *pr) {
     fa_args<T> a;
     memset(&a, 0, sizeof a);
     a.B = pr->B;
@@ -740,8 +740,6 @@ static fa_args<T> make_args(const fg_attn_problem *pr) {
 }
 
 /* The compile-time width D for head dim d; 0 if unsupported. */
-static inline int flash_width(int64_t d) {
-    return d <= 32 ? 32 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
-}
+static inline int flash_width(int64_t d) { return d <= 32 ? 32 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
 
 #endif /* FG_ATTENTION_KERNELS_CUH */

@@ -63,8 +63,7 @@ __global__ void cross_entropy_bwd_kernel(T *dx, const T *x, const T *lse, const 
     }
 }
 
-template <typename T>
-__global__ void store_mean_kernel(T *out, const double *total, double inv_count) {
+template <typename T> __global__ void store_mean_kernel(T *out, const double *total, double inv_count) {
     out[0] = (T)(inv_count > 0 ? total[0] * inv_count : 0.0);
 }
 

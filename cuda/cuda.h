@@ -33,7 +33,6 @@
 extern "C" {
 #endif
 
-
 /* Start the device and register the backends (see above). FG_OK or FG_ERR_DEVICE. */
 fg_status fg_cuda_init(void);
 /* 1 once fg_cuda_init() has succeeded. */
@@ -50,7 +49,6 @@ int fg_cuda_arch(void);
 void *fg_cuda_stream(void);
 void *fg_cuda_cublas(void);
 void *fg_cuda_curand(void);
-
 
 #ifdef __cplusplus
 }

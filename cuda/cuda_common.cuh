@@ -35,26 +35,26 @@ fg_status fg_curand_fail(curandStatus_t s, const char *call, const char *file, i
 /* As fg_cu_fail, and also prints the message on stderr (for void contexts). */
 void fg_cu_report(cudaError_t e, const char *call, const char *file, int line);
 
-#define FG_CU(call)                                                                                   \
-    do {                                                                                              \
-        cudaError_t fg_e_ = (call);                                                                   \
-        if (fg_e_ != cudaSuccess) return fg_cu_fail(fg_e_, #call, __FILE__, __LINE__);                \
+#define FG_CU(call)                                                                                                    \
+    do {                                                                                                               \
+        cudaError_t fg_e_ = (call);                                                                                    \
+        if (fg_e_ != cudaSuccess) return fg_cu_fail(fg_e_, #call, __FILE__, __LINE__);                                 \
     } while (0)
 #define FG_CU_LAUNCHED() FG_CU(cudaGetLastError())
-#define FG_CUBLAS(call)                                                                               \
-    do {                                                                                              \
-        cublasStatus_t fg_s_ = (call);                                                                \
-        if (fg_s_ != CUBLAS_STATUS_SUCCESS) return fg_cublas_fail(fg_s_, #call, __FILE__, __LINE__);  \
+#define FG_CUBLAS(call)                                                                                                \
+    do {                                                                                                               \
+        cublasStatus_t fg_s_ = (call);                                                                                 \
+        if (fg_s_ != CUBLAS_STATUS_SUCCESS) return fg_cublas_fail(fg_s_, #call, __FILE__, __LINE__);                   \
     } while (0)
-#define FG_CURAND(call)                                                                               \
-    do {                                                                                              \
-        curandStatus_t fg_s_ = (call);                                                                \
-        if (fg_s_ != CURAND_STATUS_SUCCESS) return fg_curand_fail(fg_s_, #call, __FILE__, __LINE__);  \
+#define FG_CURAND(call)                                                                                                \
+    do {                                                                                                               \
+        curandStatus_t fg_s_ = (call);                                                                                 \
+        if (fg_s_ != CURAND_STATUS_SUCCESS) return fg_curand_fail(fg_s_, #call, __FILE__, __LINE__);                   \
     } while (0)
-#define FG_CU_REPORT(call)                                                                            \
-    do {                                                                                              \
-        cudaError_t fg_e_ = (call);                                                                   \
-        if (fg_e_ != cudaSuccess) fg_cu_report(fg_e_, #call, __FILE__, __LINE__);                     \
+#define FG_CU_REPORT(call)                                                                                             \
+    do {                                                                                                               \
+        cudaError_t fg_e_ = (call);                                                                                    \
+        if (fg_e_ != cudaSuccess) fg_cu_report(fg_e_, #call, __FILE__, __LINE__);                                      \
     } while (0)
 /* FG_TRY (tensor/error.h) propagates an fg_status from a helper. */
 
@@ -87,7 +87,9 @@ struct fg_cu_scratch {
     fg_cu_scratch() = default;
     fg_cu_scratch(const fg_cu_scratch &) = delete;
     fg_cu_scratch &operator=(const fg_cu_scratch &) = delete;
-    ~fg_cu_scratch() { if (p) fg_free(FG_CUDA, p); }
+    ~fg_cu_scratch() {
+        if (p) fg_free(FG_CUDA, p);
+    }
     /* FG_OK or FG_ERR_OOM (message names `what`). */
     fg_status get(size_t nbytes, const char *what) {
         p = fg_alloc(FG_CUDA, nbytes ? nbytes : 1);
@@ -141,16 +143,14 @@ __global__ void fg_colsum_partial_kernel(double *part, int64_t R, int64_t C, int
     for (int64_t r = r0; r < r1; r++) acc += f(r, c);
     part[chunk * C + c] = acc;
 }
-template <typename T>
-__global__ void fg_colsum_finish_kernel(T *dst, const double *part, int64_t nchunks, int64_t C) {
+template <typename T> __global__ void fg_colsum_finish_kernel(T *dst, const double *part, int64_t nchunks, int64_t C) {
     int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
     double acc = 0;
     for (int64_t k = 0; k < nchunks; k++) acc += part[k * C + c];
     dst[c] += (T)acc;
 }
-template <typename T, typename F>
-static fg_status fg_cu_colsum(T *dst, int64_t R, int64_t C, F f, const char *what) {
+template <typename T, typename F> static fg_status fg_cu_colsum(T *dst, int64_t R, int64_t C, F f, const char *what) {
     if (R <= 0 || C <= 0) return FG_OK;
     int64_t rpc = (R + 1023) / 1024;
     if (rpc < 32) rpc = 32;
@@ -160,8 +160,8 @@ static fg_status fg_cu_colsum(T *dst, int64_t R, int64_t C, F f, const char *wha
     dim3 grid((unsigned)((C + 255) / 256), (unsigned)nchunks);
     fg_colsum_partial_kernel<F><<<grid, 256, 0, fg_cu_stream()>>>(part.as<double>(), R, C, rpc, f);
     FG_CU_LAUNCHED();
-    fg_colsum_finish_kernel<T><<<(unsigned)((C + 255) / 256), 256, 0, fg_cu_stream()>>>(dst, part.as<double>(),
-                                                                                        nchunks, C);
+    fg_colsum_finish_kernel<T>
+        <<<(unsigned)((C + 255) / 256), 256, 0, fg_cu_stream()>>>(dst, part.as<double>(), nchunks, C);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -170,8 +170,7 @@ static fg_status fg_cu_colsum(T *dst, int64_t R, int64_t C, F f, const char *wha
  * FG_SUM_BLOCKS blocks strides over k; each block reduces in shared memory in a fixed tree; one
  * block then adds the block sums in order. f: `__device__ double operator()(int64_t k) const`. */
 #define FG_SUM_BLOCKS 256
-template <typename F>
-__global__ void fg_sum_partial_kernel(double *part, int64_t n, F f) {
+template <typename F> __global__ void fg_sum_partial_kernel(double *part, int64_t n, F f) {
     __shared__ double sh[256];
     double acc = 0;
     for (int64_t k = blockIdx.x * 256 + threadIdx.x; k < n; k += (int64_t)FG_SUM_BLOCKS * 256) acc += f(k);
@@ -183,8 +182,7 @@ __global__ void fg_sum_partial_kernel(double *part, int64_t n, F f) {
     }
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
-template <int NB>
-__global__ void fg_sum_finish_kernel(double *out, const double *part) {
+template <int NB> __global__ void fg_sum_finish_kernel(double *out, const double *part) {
     __shared__ double sh[256];
     sh[threadIdx.x] = threadIdx.x < NB ? part[threadIdx.x] : 0.0;
     __syncthreads();
@@ -194,8 +192,7 @@ __global__ void fg_sum_finish_kernel(double *out, const double *part) {
     }
     if (threadIdx.x == 0) *out = sh[0];
 }
-template <typename F>
-static fg_status fg_cu_sum(double *out_dev, int64_t n, F f, const char *what) {
+template <typename F> static fg_status fg_cu_sum(double *out_dev, int64_t n, F f, const char *what) {
     fg_cu_scratch part;
     FG_TRY(part.get(FG_SUM_BLOCKS * sizeof(double), what));
     fg_sum_partial_kernel<F><<<FG_SUM_BLOCKS, 256, 0, fg_cu_stream()>>>(part.as<double>(), n, f);

@@ -20,7 +20,6 @@
 extern "C" {
 #endif
 
-
 /* ---- 2. raw-pointer kernels ---- */
 
 /* cuda/matmul.cu — row-major GEMM like cblas_?gemm(CblasRowMajor, ...):

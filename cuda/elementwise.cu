@@ -102,8 +102,7 @@ __global__ void binary_bwd_kernel(T *g, const T *dy, const T *P, const T *Q, bwd
 }
 
 /* out[k] = a[k'] + s  or  a[k'] * s, out contiguous */
-template <typename T>
-__global__ void scalar_kernel(T *out, const T *a, fg_cu_layout La, int64_t n, T s, int is_mul) {
+template <typename T> __global__ void scalar_kernel(T *out, const T *a, fg_cu_layout La, int64_t n, T s, int is_mul) {
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
         T x = a[fg_cu_offset(k, La.ndim, La.shape, La.stride)];
         out[k] = is_mul ? x * s : x + s;
@@ -171,10 +170,18 @@ static fg_status binary_fwd(int kind, void *out, const void *a, const int64_t *s
     unsigned nb = fg_cu_blocks(n);
     cudaStream_t s = fg_cu_stream();
     switch (kind) {
-    case F_ADD: binary_kernel<T, F_ADD><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous); break;
-    case F_SUB: binary_kernel<T, F_SUB><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous); break;
-    case F_MUL: binary_kernel<T, F_MUL><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous); break;
-    default: binary_kernel<T, F_DIV><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous); break;
+    case F_ADD:
+        binary_kernel<T, F_ADD><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous);
+        break;
+    case F_SUB:
+        binary_kernel<T, F_SUB><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous);
+        break;
+    case F_MUL:
+        binary_kernel<T, F_MUL><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous);
+        break;
+    default:
+        binary_kernel<T, F_DIV><<<nb, FG_CU_THREADS, 0, s>>>(po, pa, La, pb, Lb, n, contiguous);
+        break;
     }
     FG_CU_LAUNCHED();
     return FG_OK;
@@ -215,11 +222,21 @@ static fg_status binary_bwd_side(int rule, void *g, int g_nd, const int64_t *g_s
     unsigned nb = fg_cu_blocks(ng);
     cudaStream_t s = fg_cu_stream();
     switch (rule) {
-    case R_PLUS: binary_bwd_kernel<T, R_PLUS><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng); break;
-    case R_MINUS: binary_bwd_kernel<T, R_MINUS><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng); break;
-    case R_TIMES: binary_bwd_kernel<T, R_TIMES><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng); break;
-    case R_OVER: binary_bwd_kernel<T, R_OVER><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng); break;
-    default: binary_bwd_kernel<T, R_QUOT><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng); break;
+    case R_PLUS:
+        binary_bwd_kernel<T, R_PLUS><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng);
+        break;
+    case R_MINUS:
+        binary_bwd_kernel<T, R_MINUS><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng);
+        break;
+    case R_TIMES:
+        binary_bwd_kernel<T, R_TIMES><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng);
+        break;
+    case R_OVER:
+        binary_bwd_kernel<T, R_OVER><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng);
+        break;
+    default:
+        binary_bwd_kernel<T, R_QUOT><<<nb, FG_CU_THREADS, 0, s>>>(pg, pd, pp, pq, S, ng);
+        break;
     }
     FG_CU_LAUNCHED();
     return FG_OK;
@@ -231,7 +248,7 @@ static fg_status scalar_fwd(int is_mul, void *out, const void *a, const int64_t 
     int64_t n = numel_of(nd, shape);
     if (n == 0) return FG_OK;
     scalar_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)a,
-                                                                           layout_of(nd, shape, sa), n, (T)s, is_mul);
+                                                                            layout_of(nd, shape, sa), n, (T)s, is_mul);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -260,8 +277,8 @@ extern "C" fg_status fg_cu_elementwise_backward(fg_binary_rule rule, fg_dtype dt
     return FG_CU_DISPATCH(dt, binary_bwd_side, (int)rule, g, g_nd, g_shape, dout, p, sp, q, sq, nd, shape);
 }
 
-extern "C" fg_status fg_cu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a,
-                                              const int64_t *sa, int nd, const int64_t *shape, double s) {
+extern "C" fg_status fg_cu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa,
+                                              int nd, const int64_t *shape, double s) {
     return FG_CU_DISPATCH(dt, scalar_fwd, op == FG_BINARY_MUL, out, a, sa, nd, shape, s);
 }
 

@@ -83,10 +83,9 @@ static int64_t group_ids(int32_t *h, int64_t *cnt, const int32_t *idx, int64_t n
 }
 
 template <typename T>
-static fg_status embedding_fwd(void *out, const void *weight, int64_t ws, const int32_t *d_idx, int64_t n,
-                               int64_t C) {
-    embedding_fwd_kernel<T><<<fg_cu_blocks(n * C), FG_CU_THREADS, 0, fg_cu_stream()>>>(
-        (T *)out, (const T *)weight, d_idx, n, C, ws);
+static fg_status embedding_fwd(void *out, const void *weight, int64_t ws, const int32_t *d_idx, int64_t n, int64_t C) {
+    embedding_fwd_kernel<T>
+        <<<fg_cu_blocks(n * C), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)weight, d_idx, n, C, ws);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -96,8 +95,8 @@ static fg_status embedding_bwd(void *dw, const void *dout, const int32_t *d_grou
     const int32_t *order = d_group, *uniq = d_group + n, *start = uniq + nu;
     unsigned blocks = (unsigned)(nu < 65535 ? nu : 65535);
     int threads = C >= 256 ? 256 : (C >= 128 ? 128 : 64);
-    embedding_bwd_kernel<T><<<blocks, threads, 0, fg_cu_stream()>>>((T *)dw, (const T *)dout, order, uniq, start, nu,
-                                                                    C);
+    embedding_bwd_kernel<T>
+        <<<blocks, threads, 0, fg_cu_stream()>>>((T *)dw, (const T *)dout, order, uniq, start, nu, C);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -108,8 +107,8 @@ static fg_status check_count(int64_t n) {
     return FG_OK;
 }
 
-extern "C" fg_status fg_cu_embedding_forward(fg_dtype dt, void *out, const void *weight, int64_t ws,
-                                             const int32_t *idx, int64_t n, int64_t V, int64_t C) {
+extern "C" fg_status fg_cu_embedding_forward(fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx,
+                                             int64_t n, int64_t V, int64_t C) {
     (void)V;
     FG_TRY(check_count(n));
     if (n * C == 0) return FG_OK;

@@ -28,15 +28,13 @@ template <typename T> __device__ __forceinline__ T gelu_grad(T x) {
  * kernels
  * ============================================================================================ */
 
-template <typename T>
-__global__ void gelu_fwd_kernel(T *out, const T *x, int64_t n) {
+template <typename T> __global__ void gelu_fwd_kernel(T *out, const T *x, int64_t n) {
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
         out[k] = gelu(x[k]);
 }
 
 /* forward: out = gelu(x)  ->  dx += dout * gelu'(x) */
-template <typename T>
-__global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, int64_t n) {
+template <typename T> __global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, int64_t n) {
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
         dx[k] += dout[k] * gelu_grad(x[k]);
 }
@@ -45,18 +43,17 @@ __global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, int64_t n) {
  * host side: the launchers of the kernel table (ops/kernels.h)
  * ============================================================================================ */
 
-template <typename T>
-static fg_status gelu_fwd(void *out, const void *x, int64_t n) {
+template <typename T> static fg_status gelu_fwd(void *out, const void *x, int64_t n) {
     if (n == 0) return FG_OK;
     gelu_fwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, n);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-template <typename T>
-static fg_status gelu_bwd(void *dx, const void *dout, const void *x, int64_t n) {
+template <typename T> static fg_status gelu_bwd(void *dx, const void *dout, const void *x, int64_t n) {
     if (n == 0) return FG_OK;
-    gelu_bwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, (const T *)x, n);
+    gelu_bwd_kernel<T>
+        <<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, (const T *)x, n);
     FG_CU_LAUNCHED();
     return FG_OK;
 }

@@ -41,8 +41,8 @@ fg_status fg_cu_reduce_all_forward(fg_dtype dt, void *out, const void *x, int nd
 fg_status fg_cu_reduce_all_backward(fg_dtype dt, void *dx, const void *dout, int64_t n, double scale);
 
 /* cuda/embedding.cu */
-fg_status fg_cu_embedding_forward(fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx,
-                                  int64_t n, int64_t V, int64_t C);
+fg_status fg_cu_embedding_forward(fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx, int64_t n,
+                                  int64_t V, int64_t C);
 fg_status fg_cu_embedding_backward(fg_dtype dt, void *dweight, const void *dout, const int32_t *idx, int64_t n,
                                    int64_t V, int64_t C);
 
@@ -91,9 +91,9 @@ fg_status fg_cu_scale(fg_dtype dt, void *x, int64_t n, double s);
  * atomics, also under GQA). */
 fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
                                     const void *k, const void *v, const fg_attn_problem *pr);
-fg_status fg_cuda_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv,
-                                     const void *dout, const void *q, const void *k, const void *v,
-                                     const void *o, const void *lse, const void *aux, const fg_attn_problem *pr);
+fg_status fg_cuda_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                                     const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                     const void *aux, const fg_attn_problem *pr);
 
 #ifdef __cplusplus
 }

@@ -20,8 +20,8 @@
  * ============================================================================================ */
 
 template <typename T>
-__global__ void layernorm_fwd_kernel(T *out, T *mean, T *rstd, const T *x, const T *w, const T *b, int64_t R,
-                                     int64_t C, double eps) {
+__global__ void layernorm_fwd_kernel(T *out, T *mean, T *rstd, const T *x, const T *w, const T *b, int64_t R, int64_t C,
+                                     double eps) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; r < R; r += warps) {
@@ -74,8 +74,7 @@ __global__ void layernorm_bwd_dx_kernel(T *dx, const T *dout, const T *x, const 
 }
 
 /* dw_c += Σ_r dout[r, c] · norm[r, c] */
-template <typename T>
-struct dw_term {
+template <typename T> struct dw_term {
     const T *dout, *x, *mean, *rstd;
     int64_t C;
     __device__ double operator()(int64_t r, int64_t c) const {
@@ -84,8 +83,7 @@ struct dw_term {
     }
 };
 /* db_c += Σ_r dout[r, c] */
-template <typename T>
-struct db_term {
+template <typename T> struct db_term {
     const T *dout;
     int64_t C;
     __device__ double operator()(int64_t r, int64_t c) const { return (double)dout[r * C + c]; }
@@ -112,8 +110,8 @@ static fg_status layernorm_bwd(void *dx, void *dw, void *db, const void *dout, c
     if (dw) FG_TRY(fg_cu_colsum<T>((T *)dw, R, C, dw_term<T>{pd, px, pm, ps, C}, "layernorm backward"));
     if (db) FG_TRY(fg_cu_colsum<T>((T *)db, R, C, db_term<T>{pd, C}, "layernorm backward"));
     if (dx && R > 0) {
-        layernorm_bwd_dx_kernel<T><<<fg_cu_blocks(R * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(
-            (T *)dx, pd, px, pm, ps, (const T *)w, R, C);
+        layernorm_bwd_dx_kernel<T>
+            <<<fg_cu_blocks(R * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, pd, px, pm, ps, (const T *)w, R, C);
         FG_CU_LAUNCHED();
     }
     return FG_OK;

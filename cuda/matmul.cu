@@ -44,8 +44,7 @@ __global__ void fill_rows_kernel(T *C, const T *bias, int64_t M, int64_t N, int6
 }
 
 /* dbias[c] += Σ_r dout[r, c] (through fg_cu_colsum) */
-template <typename T>
-struct dout_col {
+template <typename T> struct dout_col {
     const T *dout;
     int64_t N;
     __device__ double operator()(int64_t r, int64_t c) const { return (double)dout[r * N + c]; }
@@ -79,8 +78,8 @@ static fg_status gemm_t(int ta, int tb, int64_t M, int64_t N, int64_t K, double 
     const T alpha = (T)alpha_, beta = (T)beta_;
     if (M == 0 || N == 0 || batch == 0) return FG_OK;
     if (K == 0) { /* C = beta · C */
-        scale_matrix_kernel<T><<<fg_cu_blocks(batch * M * N), FG_CU_THREADS, 0, fg_cu_stream()>>>(C, M, N, ldc, sC,
-                                                                                                 batch, beta);
+        scale_matrix_kernel<T>
+            <<<fg_cu_blocks(batch * M * N), FG_CU_THREADS, 0, fg_cu_stream()>>>(C, M, N, ldc, sC, batch, beta);
         FG_CU_LAUNCHED();
         return FG_OK;
     }
@@ -103,21 +102,22 @@ static fg_status fill_rows(void *C, const void *bias, int64_t M, int64_t N, int6
     if (sC == 0) batch = 1; /* the batches add into one C: its rows start as bias once */
     if (batch * M * N == 0) return FG_OK;
     fill_rows_kernel<T><<<fg_cu_blocks(batch * M * N), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)C, (const T *)bias, M,
-                                                                                          N, ldc, sC, batch);
+                                                                                           N, ldc, sC, batch);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
 extern "C" fg_status fg_cu_matmul_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                                        const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
-                                       double beta, const void *bias, void *C, int64_t ldc, int64_t sC,
-                                       int64_t batch) {
+                                       double beta, const void *bias, void *C, int64_t ldc, int64_t sC, int64_t batch) {
     const int64_t lim = INT_MAX;
     if (M < 0 || N < 0 || K < 0 || batch < 0 || M > lim || N > lim || K > lim || batch > lim || lda > lim ||
         ldb > lim || ldc > lim || lda < 1 || ldb < 1 || ldc < 1)
-        return fg_error(FG_ERR_ARG, "gemm: sizes M=%lld N=%lld K=%lld batch=%lld lda=%lld ldb=%lld ldc=%lld must fit "
-                        "cuBLAS (int, leading dimensions >= 1)", (long long)M, (long long)N, (long long)K,
-                        (long long)batch, (long long)lda, (long long)ldb, (long long)ldc);
+        return fg_error(FG_ERR_ARG,
+                        "gemm: sizes M=%lld N=%lld K=%lld batch=%lld lda=%lld ldb=%lld ldc=%lld must fit "
+                        "cuBLAS (int, leading dimensions >= 1)",
+                        (long long)M, (long long)N, (long long)K, (long long)batch, (long long)lda, (long long)ldb,
+                        (long long)ldc);
     if (bias) {
         FG_TRY(FG_CU_DISPATCH(dt, fill_rows, C, bias, M, N, ldc, sC, batch));
         beta = 1.0;
@@ -136,8 +136,7 @@ extern "C" fg_status fg_cuda_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_
  * linear's bias gradient: db (N) += Σ_r dout (R, N)
  * ============================================================================================ */
 
-template <typename T>
-static fg_status colsum(void *db, const void *dout, int64_t R, int64_t N) {
+template <typename T> static fg_status colsum(void *db, const void *dout, int64_t R, int64_t N) {
     return fg_cu_colsum<T>((T *)db, R, N, dout_col<T>{(const T *)dout, N}, "linear backward");
 }
 

@@ -32,8 +32,7 @@ __global__ void sum_axis_kernel(T *out, const T *x, int64_t O, int64_t N, int64_
 }
 
 /* the same for I == 1: one warp per row o */
-template <typename T>
-__global__ void sum_rows_kernel(T *out, const T *x, int64_t O, int64_t N, double scale) {
+template <typename T> __global__ void sum_rows_kernel(T *out, const T *x, int64_t O, int64_t N, double scale) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t o = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; o < O; o += warps) {
@@ -47,34 +46,31 @@ __global__ void sum_rows_kernel(T *out, const T *x, int64_t O, int64_t N, double
 /* forward: out[o, i] = scale · Σ_k x[o, k, i]  ->  dx[o, k, i] += scale · dout[o, i] */
 template <typename T>
 __global__ void sum_axis_bwd_kernel(T *dx, const T *dout, int64_t O, int64_t N, int64_t I, T scale) {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < O * N * I; e += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < O * N * I;
+         e += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = e % I, o = e / (N * I);
         dx[e] += scale * dout[o * I + i];
     }
 }
 
 /* out[0] = (T)(sum · scale) */
-template <typename T>
-__global__ void store_total_kernel(T *out, const double *sum, double scale) {
+template <typename T> __global__ void store_total_kernel(T *out, const double *sum, double scale) {
     out[0] = (T)(sum[0] * scale);
 }
 
 /* forward: out = scale · Σ_k x[k]  ->  dx[k] += scale · dout */
-template <typename T>
-__global__ void sum_all_bwd_kernel(T *dx, const T *dout, int64_t n, double scale) {
+template <typename T> __global__ void sum_all_bwd_kernel(T *dx, const T *dout, int64_t n, double scale) {
     T g = (T)(scale * (double)dout[0]);
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
         dx[k] += g;
 }
 
-template <typename T>
-struct elem_term {
+template <typename T> struct elem_term {
     const T *x;
     __device__ double operator()(int64_t k) const { return (double)x[k]; }
 };
 /* the same over a strided view: element k in C order */
-template <typename T>
-struct strided_term {
+template <typename T> struct strided_term {
     const T *x;
     fg_cu_layout L;
     __device__ double operator()(int64_t k) const { return (double)x[fg_cu_offset(k, L.ndim, L.shape, L.stride)]; }
@@ -88,11 +84,11 @@ template <typename T>
 static fg_status sum_axis_fwd(void *out, const void *x, int64_t O, int64_t N, int64_t I, double scale) {
     if (O * I == 0) return FG_OK;
     if (I == 1)
-        sum_rows_kernel<T><<<fg_cu_blocks(O * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, O, N,
-                                                                                     scale);
+        sum_rows_kernel<T>
+            <<<fg_cu_blocks(O * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, O, N, scale);
     else
-        sum_axis_kernel<T><<<fg_cu_blocks(O * I), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, O, N, I,
-                                                                                    scale);
+        sum_axis_kernel<T>
+            <<<fg_cu_blocks(O * I), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)out, (const T *)x, O, N, I, scale);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -100,8 +96,8 @@ static fg_status sum_axis_fwd(void *out, const void *x, int64_t O, int64_t N, in
 template <typename T>
 static fg_status sum_axis_bwd(void *dx, const void *dout, int64_t O, int64_t N, int64_t I, double scale) {
     if (O * N * I == 0) return FG_OK;
-    sum_axis_bwd_kernel<T><<<fg_cu_blocks(O * N * I), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, O,
-                                                                                         N, I, (T)scale);
+    sum_axis_bwd_kernel<T>
+        <<<fg_cu_blocks(O * N * I), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, O, N, I, (T)scale);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -135,16 +131,15 @@ static fg_status sum_all_fwd(void *out, const void *x, int nd, const int64_t *sh
     return FG_OK;
 }
 
-template <typename T>
-static fg_status sum_all_bwd(void *dx, const void *dout, int64_t n, double scale) {
+template <typename T> static fg_status sum_all_bwd(void *dx, const void *dout, int64_t n, double scale) {
     if (n == 0) return FG_OK;
     sum_all_bwd_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, n, scale);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-extern "C" fg_status fg_cu_reduce_axis_forward(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N,
-                                               int64_t I, double scale) {
+extern "C" fg_status fg_cu_reduce_axis_forward(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t I,
+                                               double scale) {
     return FG_CU_DISPATCH(dt, sum_axis_fwd, out, x, O, N, I, scale);
 }
 

@@ -19,8 +19,7 @@
  * ============================================================================================ */
 
 /* t[k] = v for every element k of a strided view */
-template <typename T>
-__global__ void fill_kernel(T *t, fg_cu_layout L, int64_t n, T v) {
+template <typename T> __global__ void fill_kernel(T *t, fg_cu_layout L, int64_t n, T v) {
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
         t[fg_cu_offset(k, L.ndim, L.shape, L.stride)] = v;
 }
@@ -130,8 +129,7 @@ static fg_cu_layout layout_of(const fg_tensor *t) {
     return L;
 }
 
-template <typename T>
-static fg_status launch_fill(fg_tensor *t, double value) {
+template <typename T> static fg_status launch_fill(fg_tensor *t, double value) {
     int64_t n = fg_numel(t);
     if (n == 0) return FG_OK;
     if (value == 0.0 && fg_is_contiguous(t)) {
@@ -202,8 +200,9 @@ static fg_status init_locked(void) {
     FG_CUBLAS(cublasSetMathMode(g_blas, CUBLAS_DEFAULT_MATH));
     FG_CURAND(curandCreateGenerator(&g_rand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
     FG_CURAND(curandSetStream(g_rand, g_stream));
-    snprintf(g_devstr, sizeof g_devstr, "%.256s (sm_%d, %d SMs, %.1f GiB, %d KiB smem/block opt-in, driver %d.%d, runtime %d.%d)",
-             prop.name, g_arch, g_sms, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+    snprintf(g_devstr, sizeof g_devstr,
+             "%.256s (sm_%d, %d SMs, %.1f GiB, %d KiB smem/block opt-in, driver %d.%d, runtime %d.%d)", prop.name,
+             g_arch, g_sms, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
              (int)(prop.sharedMemPerBlockOptin / 1024), drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
     fg_register_backend(FG_CUDA, &g_mem_backend);
     fg_register_tensor_backend(FG_CUDA, &g_tensor_backend);

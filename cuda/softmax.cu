@@ -15,8 +15,7 @@
  * kernels
  * ============================================================================================ */
 
-template <typename T>
-__global__ void softmax_fwd_kernel(T *out, const T *x, int64_t R, int64_t C) {
+template <typename T> __global__ void softmax_fwd_kernel(T *out, const T *x, int64_t R, int64_t C) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; r < R; r += warps) {
@@ -42,8 +41,7 @@ __global__ void softmax_fwd_kernel(T *out, const T *x, int64_t R, int64_t C) {
 }
 
 /* forward: y_i = exp(x_i) / Σ_j exp(x_j)  ->  dx_i += y_i (dy_i − Σ_j dy_j y_j) */
-template <typename T>
-__global__ void softmax_bwd_kernel(T *dx, const T *dout, const T *y, int64_t R, int64_t C) {
+template <typename T> __global__ void softmax_bwd_kernel(T *dx, const T *dout, const T *y, int64_t R, int64_t C) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; r < R; r += warps) {
@@ -62,19 +60,17 @@ __global__ void softmax_bwd_kernel(T *dx, const T *dout, const T *y, int64_t R, 
 
 static unsigned row_blocks(int64_t R) { return fg_cu_blocks(R * 32); } /* 8 rows (warps) per block */
 
-template <typename T>
-static fg_status softmax_fwd(void *y, const void *x, int64_t R, int64_t C) {
+template <typename T> static fg_status softmax_fwd(void *y, const void *x, int64_t R, int64_t C) {
     if (R * C == 0) return FG_OK;
     softmax_fwd_kernel<T><<<row_blocks(R), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)y, (const T *)x, R, C);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
-template <typename T>
-static fg_status softmax_bwd(void *dx, const void *dy, const void *y, int64_t R, int64_t C) {
+template <typename T> static fg_status softmax_bwd(void *dx, const void *dy, const void *y, int64_t R, int64_t C) {
     if (R * C == 0) return FG_OK;
-    softmax_bwd_kernel<T><<<row_blocks(R), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dy, (const T *)y,
-                                                                              R, C);
+    softmax_bwd_kernel<T>
+        <<<row_blocks(R), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dy, (const T *)y, R, C);
     FG_CU_LAUNCHED();
     return FG_OK;
 }

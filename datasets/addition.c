@@ -77,10 +77,11 @@ fg_addition *fg_addition_create(const fg_addition_config *cfg) {
         for (uint64_t a = 0; a < t->p10; a++)
             for (uint64_t b = 0; b < t->p10; b++) n_val += (uint64_t)is_val(t, a, b);
         if (n_val == 0 || n_val == total) {
-            fg_error(FG_ERR_ARG, "addition: with n_digits=%d and val_fraction=%g the %s split is empty "
-                     "(%llu of %llu pairs held out); raise val_fraction or n_digits", t->n,
-                     cfg->val_fraction, n_val == 0 ? "validation" : "training",
-                     (unsigned long long)n_val, (unsigned long long)total);
+            fg_error(FG_ERR_ARG,
+                     "addition: with n_digits=%d and val_fraction=%g the %s split is empty "
+                     "(%llu of %llu pairs held out); raise val_fraction or n_digits",
+                     t->n, cfg->val_fraction, n_val == 0 ? "validation" : "training", (unsigned long long)n_val,
+                     (unsigned long long)total);
             fg_addition_free(t);
             return NULL;
         }
@@ -97,19 +98,21 @@ fg_addition *fg_addition_create(const fg_addition_config *cfg) {
         fg_addition_free(t);
         return NULL;
     }
-    FG_ASSERT(fg_tokenizer_token_of(t->tok, '\n') == FG_ADD_TOK_NL &&
-              fg_tokenizer_token_of(t->tok, '+') == FG_ADD_TOK_PLUS &&
-              fg_tokenizer_token_of(t->tok, '0') == FG_ADD_TOK_DIGIT(0) &&
-              fg_tokenizer_token_of(t->tok, '9') == FG_ADD_TOK_DIGIT(9) &&
-              fg_tokenizer_token_of(t->tok, '=') == FG_ADD_TOK_EQ &&
-              fg_tokenizer_vocab_size(t->tok) == FG_ADD_VOCAB,
-              "the FG_ADD_TOK_* ids must match the sorted vocabulary");
+    FG_ASSERT(
+        fg_tokenizer_token_of(t->tok, '\n') == FG_ADD_TOK_NL && fg_tokenizer_token_of(t->tok, '+') == FG_ADD_TOK_PLUS &&
+            fg_tokenizer_token_of(t->tok, '0') == FG_ADD_TOK_DIGIT(0) &&
+            fg_tokenizer_token_of(t->tok, '9') == FG_ADD_TOK_DIGIT(9) &&
+            fg_tokenizer_token_of(t->tok, '=') == FG_ADD_TOK_EQ && fg_tokenizer_vocab_size(t->tok) == FG_ADD_VOCAB,
+        "the FG_ADD_TOK_* ids must match the sorted vocabulary");
     return t;
 }
 
 const fg_addition_config *fg_addition_get_config(const fg_addition *t) { return &t->cfg; }
 const fg_tokenizer *fg_addition_tokenizer(const fg_addition *t) { return t->tok; }
-int fg_addition_vocab_size(const fg_addition *t) { (void)t; return FG_ADD_VOCAB; }
+int fg_addition_vocab_size(const fg_addition *t) {
+    (void)t;
+    return FG_ADD_VOCAB;
+}
 int fg_addition_seq_len(const fg_addition *t) { return 3 * t->n + 4; }
 int fg_addition_block_size(const fg_addition *t) { return 3 * t->n + 3; }
 int fg_addition_prompt_len(const fg_addition *t) { return 2 * t->n + 2; }
@@ -117,8 +120,8 @@ int fg_addition_answer_len(const fg_addition *t) { return t->n + 2; }
 
 int fg_addition_is_val(const fg_addition *t, uint64_t a, uint64_t b) {
     if (a >= t->p10 || b >= t->p10) {
-        fg_error(FG_ERR_ARG, "addition: operands must be < %llu, got %llu and %llu",
-                 (unsigned long long)t->p10, (unsigned long long)a, (unsigned long long)b);
+        fg_error(FG_ERR_ARG, "addition: operands must be < %llu, got %llu and %llu", (unsigned long long)t->p10,
+                 (unsigned long long)a, (unsigned long long)b);
         return -1;
     }
     return is_val(t, a, b);
@@ -139,8 +142,8 @@ static void encode(const fg_addition *t, uint64_t a, uint64_t b, int32_t *seq) {
 fg_status fg_addition_encode(const fg_addition *t, uint64_t a, uint64_t b, int32_t *seq) {
     if (!t || !seq) return fg_error(FG_ERR_ARG, "addition: encode needs a task and an output buffer");
     if (a >= t->p10 || b >= t->p10)
-        return fg_error(FG_ERR_ARG, "addition: operands must be < %llu, got %llu and %llu",
-                        (unsigned long long)t->p10, (unsigned long long)a, (unsigned long long)b);
+        return fg_error(FG_ERR_ARG, "addition: operands must be < %llu, got %llu and %llu", (unsigned long long)t->p10,
+                        (unsigned long long)a, (unsigned long long)b);
     encode(t, a, b, seq);
     return FG_OK;
 }
@@ -155,17 +158,26 @@ fg_status fg_addition_decode(const fg_addition *t, const int32_t *seq, uint64_t 
     int n = t->n, L = 3 * n + 4;
     uint64_t a = 0, b = 0, c = 0, place = 1;
     for (int i = 0; i < L; i++) {
-        int32_t want = i == n ? FG_ADD_TOK_PLUS : i == 2 * n + 1 ? FG_ADD_TOK_EQ
-                     : i == L - 1 ? FG_ADD_TOK_NL : -1; /* -1: a digit belongs here */
+        int32_t want = i == n           ? FG_ADD_TOK_PLUS
+                       : i == 2 * n + 1 ? FG_ADD_TOK_EQ
+                       : i == L - 1     ? FG_ADD_TOK_NL
+                                        : -1; /* -1: a digit belongs here */
         int d = digit_of(seq[i]);
         if (want >= 0 ? seq[i] != want : d < 0)
             return fg_error(FG_ERR_FORMAT, "addition: token %d at position %d is not %s", (int)seq[i], i,
-                            want == FG_ADD_TOK_PLUS ? "'+'" : want == FG_ADD_TOK_EQ ? "'='"
-                            : want == FG_ADD_TOK_NL ? "'\\n'" : "a digit");
+                            want == FG_ADD_TOK_PLUS ? "'+'"
+                            : want == FG_ADD_TOK_EQ ? "'='"
+                            : want == FG_ADD_TOK_NL ? "'\\n'"
+                                                    : "a digit");
         if (want >= 0) continue;
-        if (i < n) a = a * 10 + (uint64_t)d;
-        else if (i <= 2 * n) b = b * 10 + (uint64_t)d;
-        else { c += (uint64_t)d * place; place *= 10; }
+        if (i < n)
+            a = a * 10 + (uint64_t)d;
+        else if (i <= 2 * n)
+            b = b * 10 + (uint64_t)d;
+        else {
+            c += (uint64_t)d * place;
+            place *= 10;
+        }
     }
     if (a_out) *a_out = a;
     if (b_out) *b_out = b;
@@ -178,8 +190,8 @@ fg_status fg_addition_decode(const fg_addition *t, const int32_t *seq, uint64_t 
  * 2^64 mod 10^n values); a pair in the other split is redrawn. After MAX_ATTEMPTS rejections
  * (never seen in practice: each try succeeds with probability >= val_fraction) scan forward through
  * all pairs from the last draw; create() made sure the wanted split is not empty. */
-static void sample_problem(const fg_addition *t, uint64_t seed, uint64_t stream, uint64_t base,
-                           int want_val, uint64_t *a, uint64_t *b) {
+static void sample_problem(const fg_addition *t, uint64_t seed, uint64_t stream, uint64_t base, int want_val,
+                           uint64_t *a, uint64_t *b) {
     const uint64_t P = t->p10, max_ok = UINT64_MAX - (0 - P) % P;
     uint64_t pa = 0, pb = 0;
     for (uint32_t k = 0; k < MAX_ATTEMPTS; k++) {
@@ -204,21 +216,23 @@ static void sample_problem(const fg_addition *t, uint64_t seed, uint64_t stream,
     *b = idx % P;
 }
 
-fg_status fg_addition_batch(const fg_addition *t, fg_split s, int B, int T, uint64_t seed,
-                            uint64_t step, int32_t *x, int32_t *y) {
+fg_status fg_addition_batch(const fg_addition *t, fg_split s, int B, int T, uint64_t seed, uint64_t step, int32_t *x,
+                            int32_t *y) {
     if (!t || !x || !y) return fg_error(FG_ERR_ARG, "addition batch: NULL task or output buffer");
     if (s < 0 || s >= FG_SPLIT_COUNT) return fg_error(FG_ERR_ARG, "addition batch: unknown split %d", (int)s);
     int n = t->n, L = 3 * n + 4;
     if (B < 1) return fg_error(FG_ERR_ARG, "addition batch: need B >= 1, got %d", B);
     if (T != L - 1)
-        return fg_error(FG_ERR_ARG, "addition batch: T must be the task's block size 3n+3 = %d for "
-                        "n_digits=%d, got %d", L - 1, n, T);
+        return fg_error(FG_ERR_ARG,
+                        "addition batch: T must be the task's block size 3n+3 = %d for "
+                        "n_digits=%d, got %d",
+                        L - 1, n, T);
     /* x is (B, T) = seq[0 .. L-1); y is (B, T) = seq[1 .. L), or -1 before the answer if masked. */
     int32_t seq[MAX_L];
     for (int r = 0; r < B; r++) {
         uint64_t a, b;
-        sample_problem(t, seed, FG_ADDITION_STREAM(s), (step * (uint64_t)B + (uint64_t)r) << 16,
-                       s == FG_SPLIT_VAL, &a, &b);
+        sample_problem(t, seed, FG_ADDITION_STREAM(s), (step * (uint64_t)B + (uint64_t)r) << 16, s == FG_SPLIT_VAL, &a,
+                       &b);
         encode(t, a, b, seq);
         int32_t *xr = x + (size_t)r * T, *yr = y + (size_t)r * T;
         for (int i = 0; i < T; i++) {
@@ -230,8 +244,8 @@ fg_status fg_addition_batch(const fg_addition *t, fg_split s, int B, int T, uint
     return FG_OK;
 }
 
-fg_status fg_addition_problem(const fg_addition *t, fg_split s, uint64_t i, int32_t *prompt,
-                              int32_t *answer, uint64_t *a_out, uint64_t *b_out) {
+fg_status fg_addition_problem(const fg_addition *t, fg_split s, uint64_t i, int32_t *prompt, int32_t *answer,
+                              uint64_t *a_out, uint64_t *b_out) {
     if (!t || !prompt || !answer) return fg_error(FG_ERR_ARG, "addition problem: NULL task or buffer");
     if (s < 0 || s >= FG_SPLIT_COUNT) return fg_error(FG_ERR_ARG, "addition problem: unknown split %d", (int)s);
     uint64_t a, b;
@@ -253,8 +267,8 @@ double fg_addition_optimal_loss(const fg_addition *t) {
     return (2.0 * t->n - 1.0) * log(10.0) / (3.0 * t->n + 3.0);
 }
 
-fg_status fg_addition_accuracy(const fg_addition *t, fg_split s, int K, fg_addition_complete_fn fn,
-                               void *ctx, double *accuracy) {
+fg_status fg_addition_accuracy(const fg_addition *t, fg_split s, int K, fg_addition_complete_fn fn, void *ctx,
+                               double *accuracy) {
     if (!t || !fn || !accuracy) return fg_error(FG_ERR_ARG, "addition accuracy: NULL task, function or result");
     if (K < 1) return fg_error(FG_ERR_ARG, "addition accuracy: need K >= 1 problems, got %d", K);
     int pl = fg_addition_prompt_len(t), al = fg_addition_answer_len(t);
@@ -282,7 +296,7 @@ static fg_status add_batch(const fg_source *d, fg_split s, int B, int T, uint64_
 static double add_optimal_loss(const fg_source *d) { return fg_addition_optimal_loss(d->add); }
 static void add_free(fg_source *d) { fg_addition_free(d->add); }
 
-static const fg_source_ops addition_source_ops = {add_tokenizer, add_vocab_size, add_fixed_block,
+static const fg_source_ops addition_source_ops = {add_tokenizer, add_vocab_size,   add_fixed_block,
                                                   add_batch,     add_optimal_loss, add_free};
 
 fg_source *fg_source_addition(const fg_addition_config *c) {

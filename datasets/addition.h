@@ -93,11 +93,11 @@ void fg_addition_free(fg_addition *t);
 const fg_addition_config *fg_addition_get_config(const fg_addition *t);
 /* The task's tokenizer (borrowed; char-level over "\n+0123456789="). */
 const fg_tokenizer *fg_addition_tokenizer(const fg_addition *t);
-int fg_addition_vocab_size(const fg_addition *t);  /* 13 */
-int fg_addition_seq_len(const fg_addition *t);     /* L = 3n+4 */
-int fg_addition_block_size(const fg_addition *t);  /* T = 3n+3 */
-int fg_addition_prompt_len(const fg_addition *t);  /* 2n+2: "a+b=" */
-int fg_addition_answer_len(const fg_addition *t);  /* n+2: reversed c, then '\n' */
+int fg_addition_vocab_size(const fg_addition *t); /* 13 */
+int fg_addition_seq_len(const fg_addition *t);    /* L = 3n+4 */
+int fg_addition_block_size(const fg_addition *t); /* T = 3n+3 */
+int fg_addition_prompt_len(const fg_addition *t); /* 2n+2: "a+b=" */
+int fg_addition_answer_len(const fg_addition *t); /* n+2: reversed c, then '\n' */
 
 /* 1 if (a, b) is a held-out (validation) problem, 0 if training; -1 (+ fg_error) if a or b is
  * outside [0, 10^n). */
@@ -110,22 +110,21 @@ fg_status fg_addition_encode(const fg_addition *t, uint64_t a, uint64_t b, int32
  * returns a, b and the answer c as written (un-reversed). Does NOT check c == a + b, so it can score
  * a model's output. Malformed layout is FG_ERR_FORMAT naming the first bad position. Outputs may
  * be NULL. */
-fg_status fg_addition_decode(const fg_addition *t, const int32_t *seq, uint64_t *a, uint64_t *b,
-                             uint64_t *c);
+fg_status fg_addition_decode(const fg_addition *t, const int32_t *seq, uint64_t *a, uint64_t *b, uint64_t *c);
 
 /* Fills x and y, both (B, T) int32 row-major with T = fg_addition_block_size(t) (the T argument
  * must equal it: FG_ERR_ARG otherwise), with batch `step` of split s. One problem per row;
  * y[r, t] = x[r, t+1] except the last column, which is '\n'; in answer_only mode the non-answer
  * targets are -1. */
-fg_status fg_addition_batch(const fg_addition *t, fg_split s, int B, int T, uint64_t seed,
-                            uint64_t step, int32_t *x, int32_t *y);
+fg_status fg_addition_batch(const fg_addition *t, fg_split s, int B, int T, uint64_t seed, uint64_t step, int32_t *x,
+                            int32_t *y);
 
 /* Evaluation problem i of split s (deterministic in (split_seed, s, i); may repeat for small n):
  * prompt[0 .. prompt_len) = "a+b=" and answer[0 .. answer_len) = reversed c then '\n', as tokens.
  * a_out/b_out may be NULL. To score a model: feed the prompt, greedily decode answer_len tokens,
  * and count an exact match when all answer_len tokens agree. */
-fg_status fg_addition_problem(const fg_addition *t, fg_split s, uint64_t i, int32_t *prompt,
-                              int32_t *answer, uint64_t *a_out, uint64_t *b_out);
+fg_status fg_addition_problem(const fg_addition *t, fg_split s, uint64_t i, int32_t *prompt, int32_t *answer,
+                              uint64_t *a_out, uint64_t *b_out);
 
 /* The best achievable mean cross-entropy over the targets of fg_addition_batch (nats):
  * (2n-1) ln 10 / (3n+3), or 0 in answer_only mode. */
@@ -133,13 +132,13 @@ double fg_addition_optimal_loss(const fg_addition *t);
 
 /* A model as a completion function: given prompt[0 .. prompt_len), write out[0 .. out_len)
  * (greedy decoding). Return FG_OK, or an error status that aborts the evaluation. */
-typedef fg_status (*fg_addition_complete_fn)(void *ctx, const int32_t *prompt, int prompt_len,
-                                              int32_t *out, int out_len);
+typedef fg_status (*fg_addition_complete_fn)(void *ctx, const int32_t *prompt, int prompt_len, int32_t *out,
+                                             int out_len);
 
 /* Exact-match accuracy over evaluation problems 0 .. K-1 of split s: the share whose completion
  * equals the answer in all answer_len tokens. Writes it to *accuracy (in [0, 1]). K >= 1. */
-fg_status fg_addition_accuracy(const fg_addition *t, fg_split s, int K, fg_addition_complete_fn fn,
-                               void *ctx, double *accuracy);
+fg_status fg_addition_accuracy(const fg_addition *t, fg_split s, int K, fg_addition_complete_fn fn, void *ctx,
+                               double *accuracy);
 
 #ifdef __cplusplus
 }

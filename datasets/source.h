@@ -42,13 +42,13 @@ typedef struct {
 struct fg_source {
     const fg_source_ops *ops;
     fg_source_kind kind;
-    fg_addition *add;              /* the dataset: addition ... */
-    fg_text_dataset *text;         /* ... or text (the other is NULL) */
+    fg_addition *add;      /* the dataset: addition ... */
+    fg_text_dataset *text; /* ... or text (the other is NULL) */
     /* identity, as the checkpoints record it */
-    char path[4096];               /* the text file as given ("" for addition) */
-    char path_abs[4096];           /* its absolute path (realpath when it was read), or "" */
-    uint64_t file_hash;            /* XXH64 of the file's bytes (0 for addition) */
-    double val_fraction;           /* text: the validation share it was split with */
+    char path[4096];     /* the text file as given ("" for addition) */
+    char path_abs[4096]; /* its absolute path (realpath when it was read), or "" */
+    uint64_t file_hash;  /* XXH64 of the file's bytes (0 for addition) */
+    double val_fraction; /* text: the validation share it was split with */
 };
 
 /* The addition task (datasets/addition.c). Caller frees with fg_source_free. NULL + fg_last_error(). */

@@ -16,7 +16,7 @@
 
 struct fg_text_dataset {
     fg_tokenizer *tok;
-    int32_t *tokens;     /* the whole file, n tokens */
+    int32_t *tokens; /* the whole file, n tokens */
     size_t n;
     size_t split_len[FG_SPLIT_COUNT];
     size_t split_off[FG_SPLIT_COUNT];
@@ -45,14 +45,28 @@ static size_t utf8_len(const unsigned char *p, size_t n) {
     if (c < 0x80) return 1;
     size_t len;
     unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) { len = 3; lo = 0xA0; }
-    else if (c == 0xED) { len = 3; hi = 0x9F; }            /* no surrogates D800..DFFF */
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) { len = 4; lo = 0x90; }
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) { len = 4; hi = 0x8F; }            /* <= U+10FFFF */
-    else return 0;                                         /* 0x80..0xC1, 0xF5..0xFF */
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c == 0xE0) {
+        len = 3;
+        lo = 0xA0;
+    } else if (c == 0xED) {
+        len = 3;
+        hi = 0x9F;
+    } /* no surrogates D800..DFFF */
+    else if (c >= 0xE1 && c <= 0xEF)
+        len = 3;
+    else if (c == 0xF0) {
+        len = 4;
+        lo = 0x90;
+    } else if (c >= 0xF1 && c <= 0xF3)
+        len = 4;
+    else if (c == 0xF4) {
+        len = 4;
+        hi = 0x8F;
+    } /* <= U+10FFFF */
+    else
+        return 0; /* 0x80..0xC1, 0xF5..0xFF */
     if (n < len) return 0;
     if (p[1] < lo || p[1] > hi) return 0;
     for (size_t i = 2; i < len; i++)
@@ -61,28 +75,32 @@ static size_t utf8_len(const unsigned char *p, size_t n) {
 }
 
 /* A control byte that does not belong in text: C0 controls except \t \n \v \f \r, and DEL. */
-static int is_bad_control(unsigned char c) {
-    return (c < 0x20 && !(c >= '\t' && c <= '\r')) || c == 0x7F;
-}
+static int is_bad_control(unsigned char c) { return (c < 0x20 && !(c >= '\t' && c <= '\r')) || c == 0x7F; }
 
 /* FG_OK when data[0..n) looks like text to a char-level model (rule in text.h). */
 static fg_status check_text(const unsigned char *p, size_t n, const char *name) {
     const void *nul = memchr(p, 0, n);
     if (nul)
-        return fg_error(FG_ERR_FORMAT, "%s: looks binary: NUL byte at offset %zu (use the byte-level "
-                        "tokenizer for binary data)", name, (size_t)((const unsigned char *)nul - p));
+        return fg_error(FG_ERR_FORMAT,
+                        "%s: looks binary: NUL byte at offset %zu (use the byte-level "
+                        "tokenizer for binary data)",
+                        name, (size_t)((const unsigned char *)nul - p));
     size_t ctrl = 0, first_ctrl = 0;
     for (size_t i = 0; i < n;) {
         size_t l = utf8_len(p + i, n - i);
         if (l == 0)
-            return fg_error(FG_ERR_FORMAT, "%s: not valid UTF-8 at offset %zu (byte 0x%02x); use the "
-                            "byte-level tokenizer for non-UTF-8 data", name, i, p[i]);
+            return fg_error(FG_ERR_FORMAT,
+                            "%s: not valid UTF-8 at offset %zu (byte 0x%02x); use the "
+                            "byte-level tokenizer for non-UTF-8 data",
+                            name, i, p[i]);
         if (l == 1 && is_bad_control(p[i]) && ctrl++ == 0) first_ctrl = i;
         i += l;
     }
     if (ctrl > n / 100)
-        return fg_error(FG_ERR_FORMAT, "%s: looks binary: %zu control bytes in %zu (more than 1%%), "
-                        "the first at offset %zu (byte 0x%02x)", name, ctrl, n, first_ctrl, p[first_ctrl]);
+        return fg_error(FG_ERR_FORMAT,
+                        "%s: looks binary: %zu control bytes in %zu (more than 1%%), "
+                        "the first at offset %zu (byte 0x%02x)",
+                        name, ctrl, n, first_ctrl, p[first_ctrl]);
     return FG_OK;
 }
 
@@ -100,15 +118,13 @@ static fg_status check_options(const fg_text_options *opt) {
     if (opt->block_size < 1)
         return fg_error(FG_ERR_ARG, "text dataset: block_size must be >= 1, got %d", opt->block_size);
     if (!(opt->val_fraction >= 0.0 && opt->val_fraction <= 0.5))
-        return fg_error(FG_ERR_ARG, "text dataset: val_fraction must be in [0, 0.5], got %g",
-                        opt->val_fraction);
+        return fg_error(FG_ERR_ARG, "text dataset: val_fraction must be in [0, 0.5], got %g", opt->val_fraction);
     if (!opt->tokenizer && opt->kind != FG_TOK_CHAR && opt->kind != FG_TOK_BYTE)
         return fg_error(FG_ERR_ARG, "text dataset: unknown tokenizer kind %d", (int)opt->kind);
     return FG_OK;
 }
 
-fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *name,
-                                     const fg_text_options *opt) {
+fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *name, const fg_text_options *opt) {
     if (!name) name = "<memory>";
     if (check_options(opt) != FG_OK) return NULL;
     if (n == 0 || !data) {
@@ -125,19 +141,23 @@ fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *nam
     size_t need = (size_t)opt->block_size + 1;
     if (n_train < need || (opt->val_fraction > 0 && n_val < need)) {
         if (opt->val_fraction > 0)
-            fg_error(FG_ERR_FORMAT, "%s: too short: %zu tokens (train %zu, val %zu) but block_size %d "
+            fg_error(FG_ERR_FORMAT,
+                     "%s: too short: %zu tokens (train %zu, val %zu) but block_size %d "
                      "needs at least %zu tokens in each split; use a longer text or a smaller block size",
                      name, n, n_train, n_val, opt->block_size, need);
         else
-            fg_error(FG_ERR_FORMAT, "%s: too short: %zu tokens but block_size %d needs at least %zu; use "
-                     "a longer text or a smaller block size", name, n, opt->block_size, need);
+            fg_error(FG_ERR_FORMAT,
+                     "%s: too short: %zu tokens but block_size %d needs at least %zu; use "
+                     "a longer text or a smaller block size",
+                     name, n, opt->block_size, need);
         return NULL;
     }
 
     fg_text_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) goto oom;
-    ds->tok = opt->tokenizer ? fg_tokenizer_clone(opt->tokenizer)
-              : kind == FG_TOK_BYTE ? fg_tokenizer_byte() : fg_tokenizer_char_from_text(p, n);
+    ds->tok = opt->tokenizer        ? fg_tokenizer_clone(opt->tokenizer)
+              : kind == FG_TOK_BYTE ? fg_tokenizer_byte()
+                                    : fg_tokenizer_char_from_text(p, n);
     if (!ds->tok) {
         fg_text_free(ds);
         return NULL;
@@ -210,16 +230,15 @@ uint64_t fg_text_window_offset(uint64_t seed, uint64_t stream, uint64_t row, uin
     }
 }
 
-fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uint64_t seed,
-                        uint64_t step, int32_t *x, int32_t *y) {
+fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uint64_t seed, uint64_t step, int32_t *x,
+                        int32_t *y) {
     if (!ds || !x || !y) return fg_error(FG_ERR_ARG, "text batch: NULL dataset or output buffer");
     if (s < 0 || s >= FG_SPLIT_COUNT) return fg_error(FG_ERR_ARG, "text batch: unknown split %d", (int)s);
     if (B < 1 || T < 1) return fg_error(FG_ERR_ARG, "text batch: need B >= 1 and T >= 1, got B=%d T=%d", B, T);
     size_t len = ds->split_len[s];
     if (len < (size_t)T + 1)
         return fg_error(FG_ERR_ARG, "text batch: the %s split has %zu tokens, fewer than T + 1 = %d%s",
-                        fg_split_name(s), len, T + 1,
-                        len == 0 ? " (it is empty: val_fraction was 0)" : "");
+                        fg_split_name(s), len, T + 1, len == 0 ? " (it is empty: val_fraction was 0)" : "");
     /* x is (B, T), y is (B, T): row r is the window at offset o, y shifted one to the right. */
     const int32_t *tok = ds->tokens + ds->split_off[s];
     uint64_t range = (uint64_t)(len - (size_t)T); /* offsets 0 .. len-T-1 */
@@ -255,9 +274,9 @@ static const fg_source_ops text_source_ops = {text_tokenizer, text_vocab_size,  
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
     void *buf = NULL;
     size_t n = 0;
-    if (strlen(path) >= sizeof ((fg_source *)0)->path) {
+    if (strlen(path) >= sizeof((fg_source *)0)->path) {
         fg_error(FG_ERR_ARG, "data: the path '%.60s...' is too long (%zu bytes; at most %zu)", path, strlen(path),
-                 sizeof ((fg_source *)0)->path - 1);
+                 sizeof((fg_source *)0)->path - 1);
         return NULL;
     }
     if (fg_read_file(path, FG_TEXT_MAX_BYTES, &buf, &n) != FG_OK) return NULL;

@@ -51,13 +51,13 @@ const char *fg_split_name(fg_split s);
 uint64_t fg_text_window_offset(uint64_t seed, uint64_t stream, uint64_t row, uint64_t range);
 
 typedef struct {
-    fg_tok_kind kind;          /* tokenizer to build when `tokenizer` is NULL; default FG_TOK_CHAR */
+    fg_tok_kind kind;              /* tokenizer to build when `tokenizer` is NULL; default FG_TOK_CHAR */
     const fg_tokenizer *tokenizer; /* use this one (e.g. from a checkpoint) instead of building a
                                     * vocabulary; borrowed, the dataset keeps its own copy. Its kind
                                     * decides the accept rule. A byte outside its vocabulary is an
                                     * FG_ERR_FORMAT error naming the byte and offset. */
-    double val_fraction;       /* in [0, 0.5]; default 0.1. 0 = no validation split. */
-    int block_size;            /* T the model will use; both splits (val only if val_fraction > 0)
+    double val_fraction;           /* in [0, 0.5]; default 0.1. 0 = no validation split. */
+    int block_size;                /* T the model will use; both splits (val only if val_fraction > 0)
                                 * must hold >= block_size + 1 tokens. Must be >= 1. */
 } fg_text_options;
 
@@ -78,8 +78,7 @@ fg_text_dataset *fg_text_load(const char *path, const fg_text_options *opt);
 
 /* Same from a memory buffer data[0..n) (copied; data is not kept). `name` labels messages (NULL =
  * "<memory>"). Total for any bytes: this is the fuzzing entry point. */
-fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *name,
-                                     const fg_text_options *opt);
+fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *name, const fg_text_options *opt);
 
 /* NULL is a no-op. */
 void fg_text_free(fg_text_dataset *ds);
@@ -96,8 +95,8 @@ const int32_t *fg_text_split_data(const fg_text_dataset *ds, fg_split s);
 /* Fills x and y, both (B, T) int32 row-major, caller-owned, with batch `step` of split s (rule at
  * the top). Needs B >= 1, 1 <= T and len(s) >= T + 1 (FG_ERR_ARG otherwise, e.g. asking for the
  * validation split when val_fraction was 0). */
-fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uint64_t seed,
-                        uint64_t step, int32_t *x, int32_t *y);
+fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uint64_t seed, uint64_t step, int32_t *x,
+                        int32_t *y);
 
 #ifdef __cplusplus
 }

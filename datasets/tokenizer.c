@@ -7,9 +7,9 @@
 
 struct fg_tokenizer {
     fg_tok_kind kind;
-    int vocab;                /* 1..256 */
-    unsigned char byte[256];  /* byte[id], strictly increasing in id */
-    int16_t id[256];          /* id[byte], -1 when the byte is not in the vocabulary */
+    int vocab;               /* 1..256 */
+    unsigned char byte[256]; /* byte[id], strictly increasing in id */
+    int16_t id[256];         /* id[byte], -1 when the byte is not in the vocabulary */
 };
 
 #define FG_TOK_BYTE_STR "byte-v1"
@@ -36,8 +36,10 @@ static fg_tokenizer *tok_from_present(fg_tok_kind kind, const unsigned char pres
 
 /* Writes a byte as it should appear in a message: 'a' or \xNN. buf holds >= 8 chars. */
 static const char *show_byte(unsigned char c, char *buf) {
-    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') snprintf(buf, 8, "'%c'", c);
-    else snprintf(buf, 8, "\\x%02x", c);
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
+        snprintf(buf, 8, "'%c'", c);
+    else
+        snprintf(buf, 8, "\\x%02x", c);
     return buf;
 }
 
@@ -62,8 +64,8 @@ fg_tokenizer *fg_tokenizer_char_from_vocab(const void *vocab, size_t n) {
     char b[8];
     for (size_t i = 0; i < n; i++) {
         if (present[p[i]]) {
-            fg_error(FG_ERR_ARG, "tokenizer: byte %s appears twice in the vocabulary (index %zu)",
-                     show_byte(p[i], b), i);
+            fg_error(FG_ERR_ARG, "tokenizer: byte %s appears twice in the vocabulary (index %zu)", show_byte(p[i], b),
+                     i);
             return NULL;
         }
         present[p[i]] = 1;
@@ -110,8 +112,7 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *tok, const void *text, size_t 
         int16_t id = tok->id[p[i]];
         if (id < 0) {
             char b[8];
-            return fg_error(FG_ERR_ARG,
-                            "tokenizer: byte %s at offset %zu is not in the vocabulary (%d tokens)",
+            return fg_error(FG_ERR_ARG, "tokenizer: byte %s at offset %zu is not in the vocabulary (%d tokens)",
                             show_byte(p[i], b), i, tok->vocab);
         }
         out[i] = id;
@@ -124,8 +125,8 @@ fg_status fg_tokenizer_decode(const fg_tokenizer *tok, const int32_t *ids, size_
         return fg_error(FG_ERR_ARG, "tokenizer: decode needs a tokenizer, ids and an output buffer");
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= tok->vocab)
-            return fg_error(FG_ERR_ARG, "tokenizer: token id %d at index %zu is outside [0, %d)",
-                            (int)ids[i], i, tok->vocab);
+            return fg_error(FG_ERR_ARG, "tokenizer: token id %d at index %zu is outside [0, %d)", (int)ids[i], i,
+                            tok->vocab);
         out[i] = (char)tok->byte[ids[i]];
     }
     return FG_OK;
@@ -136,8 +137,8 @@ char *fg_tokenizer_serialize(const fg_tokenizer *tok) {
         fg_error(FG_ERR_ARG, "tokenizer: serialize of NULL");
         return NULL;
     }
-    size_t need = tok->kind == FG_TOK_BYTE ? sizeof FG_TOK_BYTE_STR
-                                           : strlen(FG_TOK_CHAR_PREFIX) + 2 * (size_t)tok->vocab + 1;
+    size_t need =
+        tok->kind == FG_TOK_BYTE ? sizeof FG_TOK_BYTE_STR : strlen(FG_TOK_CHAR_PREFIX) + 2 * (size_t)tok->vocab + 1;
     char *s = malloc(need);
     if (!s) {
         fg_error(FG_ERR_OOM, "tokenizer: out of memory");
@@ -173,14 +174,18 @@ fg_tokenizer *fg_tokenizer_parse(const char *s, size_t len) {
     const size_t blen = strlen(FG_TOK_BYTE_STR), plen = strlen(FG_TOK_CHAR_PREFIX);
     if (len == blen && memcmp(s, FG_TOK_BYTE_STR, blen) == 0) return fg_tokenizer_byte();
     if (len < plen || memcmp(s, FG_TOK_CHAR_PREFIX, plen) != 0) {
-        fg_error(FG_ERR_FORMAT, "tokenizer: unknown tokenizer string (expected \"%s\" or \"%s<hex>\", "
-                 "got %zu bytes)", FG_TOK_BYTE_STR, FG_TOK_CHAR_PREFIX, len);
+        fg_error(FG_ERR_FORMAT,
+                 "tokenizer: unknown tokenizer string (expected \"%s\" or \"%s<hex>\", "
+                 "got %zu bytes)",
+                 FG_TOK_BYTE_STR, FG_TOK_CHAR_PREFIX, len);
         return NULL;
     }
     size_t h = len - plen;
     if (h == 0 || h % 2 != 0 || h > 512) {
-        fg_error(FG_ERR_FORMAT, "tokenizer: char vocabulary must be 2..512 hex digits, an even "
-                 "number; got %zu", h);
+        fg_error(FG_ERR_FORMAT,
+                 "tokenizer: char vocabulary must be 2..512 hex digits, an even "
+                 "number; got %zu",
+                 h);
         return NULL;
     }
     unsigned char present[256] = {0};
@@ -194,8 +199,10 @@ fg_tokenizer *fg_tokenizer_parse(const char *s, size_t len) {
         }
         int c = hi * 16 + lo;
         if (c <= prev) {
-            fg_error(FG_ERR_FORMAT, "tokenizer: vocabulary byte 0x%02x at offset %zu is not greater "
-                     "than the one before (0x%02x): bytes must be sorted and distinct", c, plen + i, prev);
+            fg_error(FG_ERR_FORMAT,
+                     "tokenizer: vocabulary byte 0x%02x at offset %zu is not greater "
+                     "than the one before (0x%02x): bytes must be sorted and distinct",
+                     c, plen + i, prev);
             return NULL;
         }
         present[c] = 1;

@@ -19,9 +19,9 @@
 struct fg_token_file {
     char path[4096];
     fg_token_format format;
-    void *map;             /* the whole file */
+    void *map; /* the whole file */
     size_t map_bytes;
-    const uint16_t *tok;   /* into map */
+    const uint16_t *tok; /* into map */
     size_t count;
     uint64_t hash;
 };
@@ -84,8 +84,10 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
         }
         size_t have = (f->map_bytes - LLMC_HEADER_BYTES) / 2;
         if (count < 0 || (size_t)count != have || (f->map_bytes - LLMC_HEADER_BYTES) % 2) {
-            fg_error(FG_ERR_FORMAT, "token file '%s': the llm.c header says %d tokens but the file holds %zu bytes of "
-                                    "tokens (%s)", path, (int)count, f->map_bytes - LLMC_HEADER_BYTES,
+            fg_error(FG_ERR_FORMAT,
+                     "token file '%s': the llm.c header says %d tokens but the file holds %zu bytes of "
+                     "tokens (%s)",
+                     path, (int)count, f->map_bytes - LLMC_HEADER_BYTES,
                      (size_t)count > have ? "truncated" : "extra bytes");
             goto fail;
         }
@@ -93,8 +95,9 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
     } else {
         f->format = FG_TOKFILE_NANOGPT;
         if (f->map_bytes % 2) {
-            fg_error(FG_ERR_FORMAT, "token file '%s': %zu bytes is not a whole number of uint16 tokens (nanoGPT's "
-                                    "format is raw little-endian uint16; llm.c's starts with magic %d)",
+            fg_error(FG_ERR_FORMAT,
+                     "token file '%s': %zu bytes is not a whole number of uint16 tokens (nanoGPT's "
+                     "format is raw little-endian uint16; llm.c's starts with magic %d)",
                      path, f->map_bytes, FG_LLMC_DATA_MAGIC);
             goto fail;
         }
@@ -160,8 +163,8 @@ static int find_one(const char *dir, const char *word, char *out, size_t n) {
             snprintf(first, sizeof first, "%s", e->d_name);
             snprintf(out, n, "%s/%s", dir, e->d_name);
         } else {
-            fg_error(FG_ERR_ARG, "--data-bin '%s': several *%s*.bin files (%s, %s, ...): name the file", dir, word, first,
-                     e->d_name);
+            fg_error(FG_ERR_ARG, "--data-bin '%s': several *%s*.bin files (%s, %s, ...): name the file", dir, word,
+                     first, e->d_name);
         }
     }
     closedir(d);
@@ -190,8 +193,10 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
             int a = find_one(path, "train", tr, sizeof tr), b = a == -2 ? -2 : find_one(path, "val", va, sizeof va);
             if (a == -2 || b == -2) return NULL;
             if (a || b) {
-                fg_error(FG_ERR_IO, "--data-bin '%s': the folder holds neither train.bin and val.bin (nanoGPT) nor one "
-                                    "*train*.bin and one *val*.bin (llm.c)", path);
+                fg_error(FG_ERR_IO,
+                         "--data-bin '%s': the folder holds neither train.bin and val.bin (nanoGPT) nor one "
+                         "*train*.bin and one *val*.bin (llm.c)",
+                         path);
                 return NULL;
             }
         }
@@ -232,8 +237,8 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
     }
     for (int s = 0; s < FG_SPLIT_COUNT; s++)
         if (d->len[s] < (size_t)block_size + 1) {
-            fg_error(FG_ERR_FORMAT, "--data-bin '%s': the %s split has %zu tokens, fewer than block size + 1 = %d", path,
-                     fg_split_name((fg_split)s), d->len[s], block_size + 1);
+            fg_error(FG_ERR_FORMAT, "--data-bin '%s': the %s split has %zu tokens, fewer than block size + 1 = %d",
+                     path, fg_split_name((fg_split)s), d->len[s], block_size + 1);
             goto fail;
         }
     return d;
@@ -276,7 +281,7 @@ fg_status fg_token_data_batch(const fg_token_data *d, fg_split s, int B, int T, 
 
 struct fg_token_vocab {
     int n;
-    size_t *off;          /* token i's bytes are bytes[off[i] .. off[i+1]) */
+    size_t *off; /* token i's bytes are bytes[off[i] .. off[i+1]) */
     unsigned char *bytes;
 };
 
@@ -316,7 +321,8 @@ fg_token_vocab *fg_token_vocab_load(const char *path) {
     size_t p = 256 * 4, used = 0;
     for (int i = 0; i < size; i++) {
         if (p >= n) {
-            fg_error(FG_ERR_FORMAT, "tokenizer '%s' is truncated: token %d of %d has no length byte", path, i, (int)size);
+            fg_error(FG_ERR_FORMAT, "tokenizer '%s' is truncated: token %d of %d has no length byte", path, i,
+                     (int)size);
             goto bad;
         }
         size_t len = b[p++];

@@ -30,15 +30,25 @@
 
 const char *fg_attn_impl_name(fg_attn_impl impl) {
     switch (impl) {
-    case FG_ATTN_NAIVE: return "naive";
-    case FG_ATTN_FLASH: return "flash";
-    default: return "unknown-impl";
+    case FG_ATTN_NAIVE:
+        return "naive";
+    case FG_ATTN_FLASH:
+        return "flash";
+    default:
+        return "unknown-impl";
     }
 }
 
 fg_attn_opts fg_attn_defaults(void) {
-    return (fg_attn_opts){.impl = FG_ATTN_FLASH, .scale = 0, .causal = 0, .dropout_p = 0, .seed = 0,
-                          .block_q = 0, .block_k = 0, .variant = {0}, .custom = {0}};
+    return (fg_attn_opts){.impl = FG_ATTN_FLASH,
+                          .scale = 0,
+                          .causal = 0,
+                          .dropout_p = 0,
+                          .seed = 0,
+                          .block_q = 0,
+                          .block_k = 0,
+                          .variant = {0},
+                          .custom = {0}};
 }
 
 int fg_attn_has_variant(const fg_attn_opts *o) {
@@ -54,20 +64,20 @@ int fg_attn_has_variant(const fg_attn_opts *o) {
  * of a row segment come DROP_BLOCKS at a time from fg_philox_blocks (ops/cpu/vphilox.h: the same words,
  * 16 blocks per AVX-512 instruction sequence). */
 #define DROP_BLOCKS 64
-#define FG_DEFINE_DROPOUT_SCALE(T, SFX)                                                             \
-    void fg_attn_dropout_scale_##SFX(T *x, int64_t n, uint64_t seed, uint32_t threshold, T inv_keep, \
-                                     int64_t b, int64_t h, int64_t i, int64_t j0) {                 \
-        if (threshold == 0) return;                                                                 \
-        const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};                           \
-        uint32_t w[4 * DROP_BLOCKS];                                                                 \
-        for (int64_t jj = 0; jj < n;) {                                                             \
-            const int64_t j = j0 + jj, blk = j >> 2, last = (j0 + n - 1) >> 2;                     \
-            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? last - blk + 1 : DROP_BLOCKS;         \
-            fg_philox_blocks((uint32_t)blk, (uint32_t)i, (uint32_t)h, (uint32_t)b, key, nb, w);     \
-            /* w[j' - 4·blk] is key j''s word, for j' up to 4·(blk + nb) */                          \
-            const int64_t end = 4 * (blk + nb) - j0 < n ? 4 * (blk + nb) - j0 : n;                 \
-            for (; jj < end; jj++) x[jj] = w[j0 + jj - 4 * blk] >= threshold ? x[jj] * inv_keep : (T)0; \
-        }                                                                                            \
+#define FG_DEFINE_DROPOUT_SCALE(T, SFX)                                                                                \
+    void fg_attn_dropout_scale_##SFX(T *x, int64_t n, uint64_t seed, uint32_t threshold, T inv_keep, int64_t b,        \
+                                     int64_t h, int64_t i, int64_t j0) {                                               \
+        if (threshold == 0) return;                                                                                    \
+        const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};                                              \
+        uint32_t w[4 * DROP_BLOCKS];                                                                                   \
+        for (int64_t jj = 0; jj < n;) {                                                                                \
+            const int64_t j = j0 + jj, blk = j >> 2, last = (j0 + n - 1) >> 2;                                         \
+            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? last - blk + 1 : DROP_BLOCKS;                            \
+            fg_philox_blocks((uint32_t)blk, (uint32_t)i, (uint32_t)h, (uint32_t)b, key, nb, w);                        \
+            /* w[j' - 4·blk] is key j''s word, for j' up to 4·(blk + nb) */                                          \
+            const int64_t end = 4 * (blk + nb) - j0 < n ? 4 * (blk + nb) - j0 : n;                                     \
+            for (; jj < end; jj++) x[jj] = w[j0 + jj - 4 * blk] >= threshold ? x[jj] * inv_keep : (T)0;                \
+        }                                                                                                              \
     }
 FG_DEFINE_DROPOUT_SCALE(float, f32)
 FG_DEFINE_DROPOUT_SCALE(double, f64)
@@ -87,12 +97,12 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
                         (long long)B, (long long)H, (long long)Nq, (long long)Nk, (long long)d);
     if (o.impl != FG_ATTN_NAIVE && o.impl != FG_ATTN_FLASH)
         return fg_error(FG_ERR_ARG, "attention: unknown implementation %d (naive or flash)", (int)o.impl);
-    if (!isfinite(o.scale))
-        return fg_error(FG_ERR_ARG, "attention: scale must be finite, got %g", o.scale);
+    if (!isfinite(o.scale)) return fg_error(FG_ERR_ARG, "attention: scale must be finite, got %g", o.scale);
     if (!(o.dropout_p >= 0 && o.dropout_p < 1))
         return fg_error(FG_ERR_ARG, "attention: dropout p must be in [0, 1), got %g", o.dropout_p);
     if (o.block_q < 0 || o.block_q > FG_ATTN_MAX_BLOCK || o.block_k < 0 || o.block_k > FG_ATTN_MAX_BLOCK)
-        return fg_error(FG_ERR_ARG, "attention: block sizes must be in [1, %d] (0 = default), got block_q=%d block_k=%d",
+        return fg_error(FG_ERR_ARG,
+                        "attention: block sizes must be in [1, %d] (0 = default), got block_q=%d block_k=%d",
                         FG_ATTN_MAX_BLOCK, o.block_q, o.block_k);
     /* ---- variants ---- */
     fg_attn_variant var = o.variant;
@@ -117,27 +127,33 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
     if (!var.alibi) var.alibi_slopes = NULL;
     const fg_attn_custom *c = &o.custom;
     if ((c->score_mod == NULL) != (c->score_mod_grad == NULL))
-        return fg_error(FG_ERR_ARG, "attention: a score_mod needs its derivative score_mod_grad, and the reverse (got %s "
-                                    "without %s)", c->score_mod ? "score_mod" : "score_mod_grad",
-                        c->score_mod ? "score_mod_grad" : "score_mod");
+        return fg_error(FG_ERR_ARG,
+                        "attention: a score_mod needs its derivative score_mod_grad, and the reverse (got %s "
+                        "without %s)",
+                        c->score_mod ? "score_mod" : "score_mod_grad", c->score_mod ? "score_mod_grad" : "score_mod");
     if (c->block_mask) {
         int64_t bB, bH, bNq, bNk;
         int bbq, bbk;
         fg_attn_block_mask_dims(c->block_mask, &bB, &bH, &bNq, &bNk, &bbq, &bbk);
-        if (!c->mask)
-            return fg_error(FG_ERR_ARG, "attention: a block mask needs the mask callback it was built from");
+        if (!c->mask) return fg_error(FG_ERR_ARG, "attention: a block mask needs the mask callback it was built from");
         if (bNq != Nq || bNk != Nk || (bB != 1 && bB != B) || (bH != 1 && bH != H))
-            return fg_error(FG_ERR_SHAPE, "attention: the block mask was built for B=%lld H=%lld Nq=%lld Nk=%lld, the "
-                                          "inputs are B=%lld H=%lld Nq=%lld Nk=%lld", (long long)bB, (long long)bH,
-                            (long long)bNq, (long long)bNk, (long long)B, (long long)H, (long long)Nq, (long long)Nk);
+            return fg_error(FG_ERR_SHAPE,
+                            "attention: the block mask was built for B=%lld H=%lld Nq=%lld Nk=%lld, the "
+                            "inputs are B=%lld H=%lld Nq=%lld Nk=%lld",
+                            (long long)bB, (long long)bH, (long long)bNq, (long long)bNk, (long long)B, (long long)H,
+                            (long long)Nq, (long long)Nk);
         if (o.block_q == 0) o.block_q = bbq;
         if (o.block_k == 0) o.block_k = bbk;
         if (o.block_q != bbq || o.block_k != bbk)
-            return fg_error(FG_ERR_ARG, "attention: the block mask has %dx%d tiles but the flash blocks are %dx%d",
-                            bbq, bbk, o.block_q, o.block_k);
+            return fg_error(FG_ERR_ARG, "attention: the block mask has %dx%d tiles but the flash blocks are %dx%d", bbq,
+                            bbk, o.block_q, o.block_k);
     }
     *pr = (fg_attn_problem){
-        .B = B, .H = H, .Nq = Nq, .Nk = Nk, .d = d,
+        .B = B,
+        .H = H,
+        .Nq = Nq,
+        .Nk = Nk,
+        .d = d,
         .scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d),
         .causal = o.causal ? 1 : 0,
         .dropout_p = o.dropout_p,
@@ -159,17 +175,20 @@ fg_status fg_attn_problem_check_dtype(const fg_attn_problem *pr, fg_dtype dt) {
                         tmax);
     const double c = pr->var.softcap;
     if (c != 0 && !(c >= tmin && c <= tmax))
-        return fg_error(FG_ERR_ARG, "attention: softcap %g does not fit %s: it must be 0 (off) or in [%.3g, %.3g] (c and "
-                                    "1/c are both %s)", c, dn, tmin, tmax, dn);
+        return fg_error(FG_ERR_ARG,
+                        "attention: softcap %g does not fit %s: it must be 0 (off) or in [%.3g, %.3g] (c and "
+                        "1/c are both %s)",
+                        c, dn, tmin, tmax, dn);
     if (pr->var.alibi) {
         /* the bias slope_h · |i' − j| is rounded to dt once; |i' − j| <= max(Nq, Nk) − 1 */
         const int64_t far = (pr->Nq > pr->Nk ? pr->Nq : pr->Nk) - 1;
         for (int64_t h = 0; far > 0 && h < pr->H; h++) {
             const double slope = pr->var.alibi_slopes ? pr->var.alibi_slopes[h] : fg_attn_alibi_slope(h, pr->H);
             if (!(fabs(slope) * (double)far <= tmax))
-                return fg_error(FG_ERR_ARG, "attention: ALiBi slope %g of head %lld does not fit %s at distance %lld: "
-                                            "|slope| must be at most %.3g", slope, (long long)h, dn, (long long)far,
-                                tmax / (double)far);
+                return fg_error(FG_ERR_ARG,
+                                "attention: ALiBi slope %g of head %lld does not fit %s at distance %lld: "
+                                "|slope| must be at most %.3g",
+                                slope, (long long)h, dn, (long long)far, tmax / (double)far);
         }
     }
     return FG_OK;
@@ -192,8 +211,8 @@ static fg_status check_qkv(const fg_tensor *q, const fg_tensor *k, const fg_tens
             return fg_error(FG_ERR_DTYPE, "attention: %s is %s but q is %s", nm[i], fg_dtype_name(t[i]->dtype),
                             fg_dtype_name(q->dtype));
         if (t[i]->device != q->device)
-            return fg_error(FG_ERR_DEVICE, "attention: %s is on %s but q is on %s", nm[i],
-                            fg_device_name(t[i]->device), fg_device_name(q->device));
+            return fg_error(FG_ERR_DEVICE, "attention: %s is on %s but q is on %s", nm[i], fg_device_name(t[i]->device),
+                            fg_device_name(q->device));
     }
     /* K and V share their H_kv heads; H_kv divides H (grouped-query attention) */
     const int64_t H = q->shape[1], Hkv = k->shape[1];
@@ -213,10 +232,14 @@ static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev, 
     const char *what = NULL;
     if (dev != FG_CPU && (pr->custom.score_mod || pr->custom.mask))
         what = "user callbacks (score_mod, mask), which run on the CPU only";
-    else if (pr->var.n_kv_heads != pr->H && !(caps & FG_ATTN_CAP_GQA)) what = "grouped-query attention";
-    else if (pr->var.window && !(caps & FG_ATTN_CAP_WINDOW)) what = "sliding windows";
-    else if (pr->var.alibi && !(caps & FG_ATTN_CAP_ALIBI)) what = "ALiBi";
-    else if (pr->var.softcap > 0 && !(caps & FG_ATTN_CAP_SOFTCAP)) what = "softcapping";
+    else if (pr->var.n_kv_heads != pr->H && !(caps & FG_ATTN_CAP_GQA))
+        what = "grouped-query attention";
+    else if (pr->var.window && !(caps & FG_ATTN_CAP_WINDOW))
+        what = "sliding windows";
+    else if (pr->var.alibi && !(caps & FG_ATTN_CAP_ALIBI))
+        what = "ALiBi";
+    else if (pr->var.softcap > 0 && !(caps & FG_ATTN_CAP_SOFTCAP))
+        what = "softcapping";
     if (what)
         return fg_error(FG_ERR_DEVICE, "attention on %s: this build's kernels do not support %s", fg_device_name(dev),
                         what);
@@ -376,7 +399,8 @@ static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const fg_t
     int64_t bad = -1;
     for (int64_t r = 0; r < rows && bad < 0; r++) {
         const double L = dt == FG_F32 ? (double)((const float *)fg_data(lse))[r] : ((const double *)fg_data(lse))[r];
-        if (isnan(L) || L == INFINITY) bad = r;
+        if (isnan(L) || L == INFINITY)
+            bad = r;
         else if (L == -INFINITY && inf_rows) {
             int64_t lo, hi;
             fg_attn_row_range(r % pr->Nq, pr->Nq, pr->Nk, pr->causal, pr->var.window, pr->var.window_left,
@@ -388,11 +412,12 @@ static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const fg_t
         !all_finite(dt, fg_data(v), fg_numel(v)))
         return FG_OK;
     const int64_t b = bad / (pr->H * pr->Nq), h = bad / pr->Nq % pr->H, i = bad % pr->Nq;
-    return fg_error(FG_ERR_NUMERIC, "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
-                                    "k and v are finite: |scale * q.k| exceeds %.3g (scale %g)%s; use float64 inputs or "
-                                    "a smaller scale", (long long)i, (long long)b, (long long)h, fg_dtype_name(dt),
-                    dt == FG_F32 ? FLT_MAX : DBL_MAX, pr->scale,
-                    pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
+    return fg_error(FG_ERR_NUMERIC,
+                    "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
+                    "k and v are finite: |scale * q.k| exceeds %.3g (scale %g)%s; use float64 inputs or "
+                    "a smaller scale",
+                    (long long)i, (long long)b, (long long)h, fg_dtype_name(dt), dt == FG_F32 ? FLT_MAX : DBL_MAX,
+                    pr->scale, pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
 }
 
 /* Resolve the problem (B, H, Nq, Nk, d; H_kv = op.variant.n_kv_heads) and run the forward kernel on
@@ -499,8 +524,10 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
         fg_release(c.lse);
         return NULL;
     }
-    if (lse_out) *lse_out = c.lse;
-    else fg_release(c.lse);
+    if (lse_out)
+        *lse_out = c.lse;
+    else
+        fg_release(c.lse);
     return c.o;
 }
 
@@ -531,9 +558,9 @@ typedef struct {
     int64_t B, T, W, Hs, d, off;
 } repack_job;
 
-#define REPACK_ADD_KERNEL(T_, SFX)                                                   \
-    static void add_row_##SFX(T_ *dst, const T_ *src, int64_t n) {                    \
-        for (int64_t i = 0; i < n; i++) dst[i] += src[i];                             \
+#define REPACK_ADD_KERNEL(T_, SFX)                                                                                     \
+    static void add_row_##SFX(T_ *dst, const T_ *src, int64_t n) {                                                     \
+        for (int64_t i = 0; i < n; i++) dst[i] += src[i];                                                              \
     }
 REPACK_ADD_KERNEL(float, f32)
 REPACK_ADD_KERNEL(double, f64)
@@ -548,16 +575,19 @@ static void repack_item(void *ctx, int64_t item, int worker) {
         for (int64_t t = t0; t < t1; t++) {
             char *r = J->rows + (size_t)((b * J->T + t) * J->W + J->off + h * J->d) * esz;
             char *hd = J->heads + (size_t)(((b * J->Hs + h) * J->T + t) * J->d) * esz;
-            if (J->dir == REPACK_GATHER) memcpy(hd, r, row);
-            else if (J->dir == REPACK_SCATTER) memcpy(r, hd, row);
-            else FG_DISPATCH(J->dt, add_row, (void *)r, (const void *)hd, J->d);
+            if (J->dir == REPACK_GATHER)
+                memcpy(hd, r, row);
+            else if (J->dir == REPACK_SCATTER)
+                memcpy(r, hd, row);
+            else
+                FG_DISPATCH(J->dt, add_row, (void *)r, (const void *)hd, J->d);
         }
 }
 
 static void repack(fg_dtype dt, int dir, void *rows, void *heads, int64_t B, int64_t T, int64_t W, int64_t Hs,
                    int64_t d, int64_t off) {
-    repack_job J = {.dt = dt, .dir = dir, .rows = rows, .heads = heads, .B = B, .T = T, .W = W, .Hs = Hs, .d = d,
-                    .off = off};
+    repack_job J = {
+        .dt = dt, .dir = dir, .rows = rows, .heads = heads, .B = B, .T = T, .W = W, .Hs = Hs, .d = d, .off = off};
     const int64_t items = B * ((T + REPACK_T - 1) / REPACK_T);
     if ((double)B * (double)T * (double)(Hs * d) < 32768) /* too small to pay for a pool run */
         for (int64_t i = 0; i < items; i++) repack_item(&J, i, 0);
@@ -592,8 +622,7 @@ static fg_status attention_qkv_backward(fg_node *n) {
     fg_tensor *dk = dq ? fg_zeros(q->dtype, FG_CPU, 4, k->shape) : NULL;
     fg_tensor *dv = dk ? fg_zeros(q->dtype, FG_CPU, 4, v->shape) : NULL;
     fg_status st = dv ? FG_OK : fg_last_status();
-    if (st == FG_OK)
-        st = attn_node_backward(n, fg_data(dq), fg_data(dk), fg_data(dv), dout);
+    if (st == FG_OK) st = attn_node_backward(n, fg_data(dq), fg_data(dk), fg_data(dv), dout);
     if (st == FG_OK) { /* forward: q, k, v = the head groups of qkv  ->  dqkv += dq, dk, dv in place */
         repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dq), B, T, W, H, d, 0);
         repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dk), B, T, W, Hkv, d, H * d);
@@ -604,8 +633,7 @@ static fg_status attention_qkv_backward(fg_node *n) {
 }
 
 /* Off the CPU: the composite of views and fg_attention (the device kernels take that layout). */
-static fg_tensor *attention_qkv_composite(fg_tensor *qkv, int64_t H, int64_t Hkv, int64_t d,
-                                          const fg_attn_opts *opts) {
+static fg_tensor *attention_qkv_composite(fg_tensor *qkv, int64_t H, int64_t Hkv, int64_t d, const fg_attn_opts *opts) {
     const int64_t B = qkv->shape[0], T = qkv->shape[1];
     fg_tensor *r = fg_reshape(qkv, 4, (int64_t[]){B, T, H + 2 * Hkv, d});
     fg_tensor *part[3] = {NULL, NULL, NULL}, *y = NULL;
@@ -641,9 +669,10 @@ fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *
     fg_attn_opts op = opts ? *opts : fg_attn_defaults();
     const int64_t H = n_head, Hkv = op.variant.n_kv_heads ? op.variant.n_kv_heads : n_head, W = qkv->shape[2];
     if (H < 1 || Hkv < 1 || H % Hkv != 0 || W % (H + 2 * Hkv) != 0 || W == 0) {
-        fg_error(FG_ERR_SHAPE, "attention_qkv: qkv %s does not split into %lld query heads and 2 x %lld K/V heads of "
-                 "one width (H must be a multiple of H_kv)", fg_shape_str(qkv, b1, sizeof b1), (long long)H,
-                 (long long)Hkv);
+        fg_error(FG_ERR_SHAPE,
+                 "attention_qkv: qkv %s does not split into %lld query heads and 2 x %lld K/V heads of "
+                 "one width (H must be a multiple of H_kv)",
+                 fg_shape_str(qkv, b1, sizeof b1), (long long)H, (long long)Hkv);
         return NULL;
     }
     const int64_t d = W / (H + 2 * Hkv), B = qkv->shape[0], T = qkv->shape[1];
@@ -655,8 +684,8 @@ fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *
     fg_tensor *kc = qc ? gather_heads(x, Hkv, d, H * d) : NULL;
     fg_tensor *vc = kc ? gather_heads(x, Hkv, d, (H + Hkv) * d) : NULL;
     attn_call c = {0};
-    fg_status st = vc ? attn_call_forward(&c, op, B, H, T, T, d, FG_CPU, qkv->dtype, wants_grad, qc, kc, vc)
-                      : fg_last_status();
+    fg_status st =
+        vc ? attn_call_forward(&c, op, B, H, T, T, d, FG_CPU, qkv->dtype, wants_grad, qc, kc, vc) : fg_last_status();
     fg_tensor *y = st == FG_OK ? fg_empty(qkv->dtype, FG_CPU, 3, (int64_t[]){B, T, H * d}) : NULL;
     if (st == FG_OK && !y) st = fg_last_status();
     if (st == FG_OK) {

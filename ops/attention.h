@@ -104,10 +104,10 @@ typedef int (*fg_attn_mask_fn)(int64_t b, int64_t h, int64_t i, int64_t j, void 
 typedef struct fg_attn_block_mask fg_attn_block_mask;
 
 typedef struct {
-    fg_attn_score_mod_fn score_mod;       /* NULL: none */
-    fg_attn_score_mod_fn score_mod_grad;  /* with score_mod */
-    fg_attn_mask_fn mask;                 /* NULL: every key (that causal and window allow) */
-    void *user;                           /* passed to the three callbacks */
+    fg_attn_score_mod_fn score_mod;      /* NULL: none */
+    fg_attn_score_mod_fn score_mod_grad; /* with score_mod */
+    fg_attn_mask_fn mask;                /* NULL: every key (that causal and window allow) */
+    void *user;                          /* passed to the three callbacks */
     /* optional, flash only: fg_attn_block_mask_create(mask, user, ...) for these sizes and
      * blocks. Without one, fg_attention builds one per call (B·H·Nq·Nk mask calls); build it once
      * and pass it to reuse it across calls and layers. */
@@ -116,11 +116,11 @@ typedef struct {
 
 typedef struct {
     fg_attn_impl impl;
-    double scale;        /* 0 means 1/sqrt(d) */
+    double scale; /* 0 means 1/sqrt(d) */
     int causal;
-    double dropout_p;    /* 0 <= p < 1 */
-    uint64_t seed;       /* dropout seed */
-    int block_q, block_k;/* flash tile sizes; 0 means the default (or the block mask's) */
+    double dropout_p;        /* 0 <= p < 1 */
+    uint64_t seed;           /* dropout seed */
+    int block_q, block_k;    /* flash tile sizes; 0 means the default (or the block mask's) */
     fg_attn_variant variant; /* built-in variants; all zero = none. n_kv_heads 0: from K's shape */
     fg_attn_custom custom;   /* user variants; all zero = none */
 } fg_attn_opts;
@@ -145,8 +145,7 @@ int fg_attn_has_variant(const fg_attn_opts *opts);
  * also FG_ERR_NUMERIC when q, k and v are finite but the scores overflow the dtype (|scale · q·k|
  * above its range: a row's lse would be NaN, or −inf though it sees keys). A NaN or infinite input
  * is no error: it makes NaN rows (see the notes at the top). */
-fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_opts *opts,
-                        fg_tensor **lse_out);
+fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_opts *opts, fg_tensor **lse_out);
 
 /* Attention on a packed projection, as a GPT's c_attn makes it: qkv is (B, T, (H + 2·H_kv)·d),
  * each row [q heads 0..H-1 | k heads 0..H_kv-1 | v heads 0..H_kv-1] (H = n_head; H_kv =
@@ -171,20 +170,20 @@ fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *
  * backward therefore takes one (b, K/V head) — all its query heads — per work item. */
 typedef struct {
     int64_t B, H, Nq, Nk, d;
-    double scale;        /* resolved (never 0) */
+    double scale; /* resolved (never 0) */
     int causal;
     double dropout_p;
     uint64_t seed;
-    int block_q, block_k;/* resolved (>= 1) */
-    fg_attn_variant var; /* resolved: var.n_kv_heads >= 1 divides H */
+    int block_q, block_k; /* resolved (>= 1) */
+    fg_attn_variant var;  /* resolved: var.n_kv_heads >= 1 divides H */
     fg_attn_custom custom;
 } fg_attn_problem;
 
 /* Validates the sizes and options and fills *pr, resolving the defaults (scale 0, blocks 0 — to the
  * block mask's when there is one —, n_kv_heads 0 = H). FG_ERR_ARG / FG_ERR_SHAPE with a message on
  * bad values (the list of fg_attention). k and v of the kernels below are (B, H_kv, Nk, d). */
-fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
-                               int64_t d, const fg_attn_opts *opts);
+fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
+                               const fg_attn_opts *opts);
 /* Do the resolved problem's options fit dtype dt (FG_F32 or FG_F64), in which the kernels compute?
  * With T_MAX and T_MIN dt's largest and smallest normal numbers: |scale| <= T_MAX; softcap 0 or in
  * [T_MIN, T_MAX] (the kernels use c and 1/c); every ALiBi bias slope_h · |i' − j| <= T_MAX, i.e.
@@ -195,30 +194,27 @@ fg_status fg_attn_problem_check_dtype(const fg_attn_problem *pr, fg_dtype dt);
 
 /* naive forward: o and lse out; p, if not NULL, receives the softmax P (before dropout), saved for
  * the backward. With p NULL the kernel uses one Nq×Nk scratch for all (b, h). */
-fg_status fg_attn_naive_forward_f32(float *o, float *lse, float *p, const float *q, const float *k,
-                                    const float *v, const fg_attn_problem *pr);
+fg_status fg_attn_naive_forward_f32(float *o, float *lse, float *p, const float *q, const float *k, const float *v,
+                                    const fg_attn_problem *pr);
 fg_status fg_attn_naive_forward_f64(double *o, double *lse, double *p, const double *q, const double *k,
                                     const double *v, const fg_attn_problem *pr);
 /* naive backward from the saved P. */
-fg_status fg_attn_naive_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                     const float *k, const float *v, const float *p,
-                                     const fg_attn_problem *pr);
+fg_status fg_attn_naive_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                     const float *v, const float *p, const fg_attn_problem *pr);
 fg_status fg_attn_naive_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                     const double *k, const double *v, const double *p,
-                                     const fg_attn_problem *pr);
+                                     const double *k, const double *v, const double *p, const fg_attn_problem *pr);
 
 /* flash forward: o and lse out (lse is what the backward needs; it is not optional). */
 fg_status fg_attn_flash_forward_f32(float *o, float *lse, const float *q, const float *k, const float *v,
                                     const fg_attn_problem *pr);
-fg_status fg_attn_flash_forward_f64(double *o, double *lse, const double *q, const double *k,
-                                    const double *v, const fg_attn_problem *pr);
+fg_status fg_attn_flash_forward_f64(double *o, double *lse, const double *q, const double *k, const double *v,
+                                    const fg_attn_problem *pr);
 /* flash backward: recomputes P tile by tile from q, k and lse; o is the forward's output. */
-fg_status fg_attn_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                     const float *k, const float *v, const float *o, const float *lse,
+fg_status fg_attn_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                     const float *v, const float *o, const float *lse, const fg_attn_problem *pr);
+fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                     const double *k, const double *v, const double *o, const double *lse,
                                      const fg_attn_problem *pr);
-fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout,
-                                     const double *q, const double *k, const double *v, const double *o,
-                                     const double *lse, const fg_attn_problem *pr);
 /* The same with lse_lo (B, H, Nq), the part of L = m + log l that rounding L to the dtype lost
  * (L ≈ lse + lse_lo); NULL in either call means "none" (the forms above pass NULL). In float32 with
  * large scores (|L| ~ 100 and up) one ulp of L is a relative error of ~|L|·6e-8 in every recomputed
@@ -232,9 +228,9 @@ fg_status fg_attn_flash_forward_lo_f64(double *o, double *lse, double *lse_lo, c
 fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                         const float *k, const float *v, const float *o, const float *lse,
                                         const float *lse_lo, const fg_attn_problem *pr);
-fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout,
-                                        const double *q, const double *k, const double *v, const double *o,
-                                        const double *lse, const double *lse_lo, const fg_attn_problem *pr);
+fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                        const double *k, const double *v, const double *o, const double *lse,
+                                        const double *lse_lo, const fg_attn_problem *pr);
 
 /* ---- variants on a tile (ops/attention_variant.c) ----
  * S is the tile of scaled scores (step 1) of rows [i0, i0 + nq) and keys [j0, j0 + nk) of head
@@ -243,11 +239,11 @@ fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, cons
  * callback says no (mask_partial); then score_mod on the elements still visible. With G not NULL,
  * G (same layout) receives ∂s_final/∂s_1 (1 where no variant changes the score, 0 where s_final is
  * −inf). FG_TILE_FULL: no element is masked, nothing is tested. Never called with MASKED. */
-void fg_attn_score_tile_f32(float *S, float *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                            int64_t j0, int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
+void fg_attn_score_tile_f32(float *S, float *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
                             const fg_attn_problem *pr);
-void fg_attn_score_tile_f64(double *S, double *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                            int64_t j0, int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
+void fg_attn_score_tile_f64(double *S, double *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
                             const fg_attn_problem *pr);
 /* 1 when steps 2–4 change any score (softcap, ALiBi or score_mod); 0 for the plain path. */
 int fg_attn_modifies_scores(const fg_attn_problem *pr);
@@ -308,17 +304,17 @@ const char *fg_attn_custom_name(int i, const char **help);
  * (unless opts has a block mask). */
 typedef struct {
     int64_t B, H, Nq, Nk, d;
-    uint64_t seed;       /* inputs; the finite-difference weights use seed + 17 */
-    double qk_std;       /* std of Q and K entries; 0 = 1 */
+    uint64_t seed; /* inputs; the finite-difference weights use seed + 17 */
+    double qk_std; /* std of Q and K entries; 0 = 1 */
 } fg_attn_check_shape;
 
 #define FG_ATTN_CHECK_MAX_ROWS 16
 typedef struct {
-    const char *check;   /* "naive f64 vs finite diff", "flash f64 vs naive f64", ... */
-    const char *tensor;  /* "O", "dQ", "dK", "dV" */
+    const char *check;  /* "naive f64 vs finite diff", "flash f64 vs naive f64", ... */
+    const char *tensor; /* "O", "dQ", "dK", "dV" */
     double max_abs, max_rel;
-    double limit;        /* the bound max_abs (1, 3) or max_rel (2) was held to; 0 for info rows */
-    int passed;          /* -1 for rows that only inform (naive f32 error) */
+    double limit; /* the bound max_abs (1, 3) or max_rel (2) was held to; 0 for info rows */
+    int passed;   /* -1 for rows that only inform (naive f32 error) */
 } fg_attn_check_row;
 
 typedef struct {
@@ -358,10 +354,10 @@ double fg_attn_online_update_f64(double *m, double *l, double *s, int64_t n);
  * x[j] *= Z(b, h, i, j0 + j) for j in [0, n): Z = inv_keep where
  * fg_attn_keep(seed, threshold, b, h, i, j0 + j), else 0. One Philox call serves four keys; the
  * result equals fg_attn_keep element by element. threshold = fg_dropout_threshold(p) (0: no-op). */
-void fg_attn_dropout_scale_f32(float *x, int64_t n, uint64_t seed, uint32_t threshold, float inv_keep,
-                               int64_t b, int64_t h, int64_t i, int64_t j0);
-void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t threshold, double inv_keep,
-                               int64_t b, int64_t h, int64_t i, int64_t j0);
+void fg_attn_dropout_scale_f32(float *x, int64_t n, uint64_t seed, uint32_t threshold, float inv_keep, int64_t b,
+                               int64_t h, int64_t i, int64_t j0);
+void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t threshold, double inv_keep, int64_t b,
+                               int64_t h, int64_t i, int64_t j0);
 
 /* ---- devices ----
  * fg_attention reaches a device's kernels through its kernel table (ops/kernels.h, the `attention`
@@ -370,10 +366,10 @@ void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t thr
  * refuses the others on that device (FG_ERR_DEVICE), and always refuses user callbacks off the
  * CPU. */
 enum {
-    FG_ATTN_CAP_GQA = 1,     /* var.n_kv_heads != H */
-    FG_ATTN_CAP_WINDOW = 2,  /* var.window */
-    FG_ATTN_CAP_ALIBI = 4,   /* var.alibi */
-    FG_ATTN_CAP_SOFTCAP = 8  /* var.softcap > 0 */
+    FG_ATTN_CAP_GQA = 1,    /* var.n_kv_heads != H */
+    FG_ATTN_CAP_WINDOW = 2, /* var.window */
+    FG_ATTN_CAP_ALIBI = 4,  /* var.alibi */
+    FG_ATTN_CAP_SOFTCAP = 8 /* var.softcap > 0 */
 };
 #define FG_ATTN_CAP_ALL (FG_ATTN_CAP_GQA | FG_ATTN_CAP_WINDOW | FG_ATTN_CAP_ALIBI | FG_ATTN_CAP_SOFTCAP)
 

@@ -57,8 +57,8 @@ static int run(fg_tensor *q, fg_tensor *k, fg_tensor *v, fg_tensor *dout, const 
 static void add_row(fg_attn_check_report *rep, const char *check, const char *tensor, double max_abs, double max_rel,
                     double limit, int passed) {
     if (rep->n_rows >= FG_ATTN_CHECK_MAX_ROWS) return;
-    rep->rows[rep->n_rows++] = (fg_attn_check_row){.check = check, .tensor = tensor, .max_abs = max_abs,
-                                                   .max_rel = max_rel, .limit = limit, .passed = passed};
+    rep->rows[rep->n_rows++] = (fg_attn_check_row){
+        .check = check, .tensor = tensor, .max_abs = max_abs, .max_rel = max_rel, .limit = limit, .passed = passed};
     if (passed == 0) rep->passed = 0;
 }
 
@@ -92,7 +92,8 @@ fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape 
     fg_tensor *k = q ? fg_rand_normal(FG_F64, FG_CPU, 4, ks, 0, qk_std, seed, 2) : NULL;
     fg_tensor *v = k ? fg_rand_normal(FG_F64, FG_CPU, 4, ks, 0, 1, seed, 3) : NULL;
     fg_tensor *dout = v ? fg_rand_normal(FG_F64, FG_CPU, 4, qs, 0, 1, seed, 4) : NULL;
-    fg_tensor *q32 = NULL, *k32 = NULL, *v32 = NULL, *d32 = NULL, *q64r = NULL, *k64r = NULL, *v64r = NULL, *d64r = NULL;
+    fg_tensor *q32 = NULL, *k32 = NULL, *v32 = NULL, *d32 = NULL, *q64r = NULL, *k64r = NULL, *v64r = NULL,
+              *d64r = NULL;
     fg_tensor *nf[4] = {0}, *ff[4] = {0}, *n32[4] = {0}, *f32r[4] = {0}, *ref32[4] = {0};
     static const char *names[4] = {"O", "dQ", "dK", "dV"};
     st = FG_OK;

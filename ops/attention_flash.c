@@ -180,11 +180,13 @@ static const fg_flash_ops_f32 *flash_ops_f32(void) {
 
 /* The variants code and dropout take the forward's score tile row-major (row stride bk): S itself,
  * or with the x86 table Sᵀ transposed into R (bq × bk), and back into Sᵀ when `back`. */
-static T *SFX(rows_view)(const SFX(fg_flash_ops) *op, T *S, T *R, int64_t ld, int64_t bk, int64_t nq, int64_t nk,
+static T *SFX(rows_view)(const SFX(fg_flash_ops) * op, T *S, T *R, int64_t ld, int64_t bk, int64_t nq, int64_t nk,
                          int back) {
     if (!op->packs) return S;
-    if (back) op->transpose(S, ld, R, bk, nq, nk);
-    else op->transpose(R, bk, S, ld, nk, nq);
+    if (back)
+        op->transpose(S, ld, R, bk, nq, nk);
+    else
+        op->transpose(R, bk, S, ld, nk, nq);
     return R;
 }
 
@@ -208,12 +210,12 @@ static void SFX(flash_epilogue)(T *Oi, T *Li, T *lo, const T *m, const T *l, int
 }
 
 typedef struct {
-    const SFX(fg_flash_ops) *op;
+    const SFX(fg_flash_ops) * op;
     const fg_attn_problem *pr; /* blocks resolved */
     T *o, *lse, *lse_lo;
     const T *q, *k, *v;
     int64_t nqb, Hkv, G;
-    int64_t ld;                /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
+    int64_t ld; /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
     flash_scratch scratch;
 } SFX(fwd_job);
 
@@ -252,8 +254,10 @@ static void SFX(fwd_item)(void *ctx, int64_t item, int worker) {
         const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
         if (kind == FG_TILE_MASKED) continue;
         /* S = scale · Qi Kjᵀ (nq × nk), or Sᵀ = scale · Kj Qiᵀ (nk × nq) */
-        if (op->packs) op->gemm(0, 0, nk, nq, d, scale, K + j0 * d, d, QT, ld, S, ld, NULL, 0);
-        else op->gemm(0, 1, nq, nk, d, scale, Qi, d, K + j0 * d, d, S, ld, NULL, 0);
+        if (op->packs)
+            op->gemm(0, 0, nk, nq, d, scale, K + j0 * d, d, QT, ld, S, ld, NULL, 0);
+        else
+            op->gemm(0, 1, nq, nk, d, scale, Qi, d, K + j0 * d, d, S, ld, NULL, 0);
         if (mods || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* the code every kernel shares */
             T *Sr = SFX(rows_view)(op, S, R, ld, bk, nq, nk, 0);
             SFX(fg_attn_score_tile)(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
@@ -261,8 +265,7 @@ static void SFX(fwd_item)(void *ctx, int64_t item, int worker) {
         } else if (kind == FG_TILE_PARTIAL) { /* causal ∧ window only: row r sees keys [a, e) */
             for (int64_t r = 0; r < nq; r++) {
                 int64_t a, e;
-                fg_attn_row_range(i0 + r, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &a,
-                                  &e);
+                fg_attn_row_range(i0 + r, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &a, &e);
                 for (int64_t j = 0; j < nk && j < a - j0; j++) S[r * rs + j * cs] = -INFINITY;
                 for (int64_t j = e - j0 > 0 ? e - j0 : 0; j < nk; j++) S[r * rs + j * cs] = -INFINITY;
             }
@@ -292,7 +295,8 @@ fg_status SFX(fg_attn_flash_forward_lo)(T *o, T *lse, T *lse_lo, const T *q, con
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
-    const int need_r = op->packs && (fg_attn_modifies_scores(&p2) || p2.custom.mask || fg_dropout_threshold(p2.dropout_p));
+    const int need_r =
+        op->packs && (fg_attn_modifies_scores(&p2) || p2.custom.mask || fg_dropout_threshold(p2.dropout_p));
     const int64_t n = op->packs ? (d + bk + 3) * J.ld + (need_r ? bq * bk : 0) : bq * bk + 3 * bq;
     J.scratch.bytes = (size_t)n * sizeof(T);
     return flash_run(p2.B * H * J.nqb, SFX(fwd_item), &J, &J.scratch, &p2, op->pool_flags, "forward");
@@ -316,11 +320,11 @@ static void SFX(rows_dot)(T *D, const T *a, const T *b, int64_t rows, int64_t d)
 }
 
 typedef struct {
-    const SFX(fg_flash_ops) *op;
+    const SFX(fg_flash_ops) * op;
     const fg_attn_problem *pr; /* blocks resolved */
     T *dq, *dk, *dv;
     const T *dout, *q, *k, *v, *o, *lse, *lse_lo;
-    int64_t Hkv, G, nd;        /* nd = max(Nq, 1): D's entries per query head */
+    int64_t Hkv, G, nd; /* nd = max(Nq, 1): D's entries per query head */
     int dropout, chain, mods;
     flash_scratch scratch;
 } SFX(bwd_job);
@@ -436,8 +440,19 @@ fg_status SFX(fg_attn_flash_backward_lo)(T *dq, T *dk, T *dv, const T *dout, con
     const fg_attn_problem p2 = flash_resolved(pr);
     if (p2.B * p2.H == 0) return FG_OK;
     const int64_t bk = p2.block_k, d = p2.d, H = p2.H, tile = (int64_t)p2.block_q * bk;
-    SFX(bwd_job) J = {.op = op, .pr = &p2, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v,
-                      .o = o, .lse = lse, .lse_lo = lse_lo};
+    SFX(bwd_job)
+    J = {.op = op,
+         .pr = &p2,
+         .dq = dq,
+         .dk = dk,
+         .dv = dv,
+         .dout = dout,
+         .q = q,
+         .k = k,
+         .v = v,
+         .o = o,
+         .lse = lse,
+         .lse_lo = lse_lo};
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.nd = p2.Nq > 0 ? p2.Nq : 1;

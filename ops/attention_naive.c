@@ -57,17 +57,16 @@
 #else /* ---- the per-dtype template ---- */
 
 /* C (m × n) = alpha · op(A) op(B) + beta · C; a no-op on empty sizes. */
-static void SFX(naive_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t kk, T alpha, const T *A,
-                            int64_t lda, const T *Bm, int64_t ldb, T beta, T *C, int64_t ldc) {
+static void SFX(naive_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t kk, T alpha, const T *A, int64_t lda,
+                            const T *Bm, int64_t ldb, T beta, T *C, int64_t ldc) {
     if (m == 0 || n == 0) return;
     if (kk == 0) {
         for (int64_t r = 0; r < m; r++)
             for (int64_t c = 0; c < n; c++) C[r * ldc + c] = beta == 0 ? 0 : beta * C[r * ldc + c];
         return;
     }
-    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-         (int)kk, alpha, A, (int)(lda > 0 ? lda : 1), Bm, (int)(ldb > 0 ? ldb : 1), beta, C,
-         (int)(ldc > 0 ? ldc : 1));
+    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)kk, alpha,
+         A, (int)(lda > 0 ? lda : 1), Bm, (int)(ldb > 0 ? ldb : 1), beta, C, (int)(ldc > 0 ? ldc : 1));
 }
 
 /* The variants' tile kind for the whole matrix: naive tests every element it needs to. */
@@ -94,8 +93,9 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
     T *scratch = NULL;
     if (n_scratch) {
         scratch = fg_alloc(FG_CPU, n_scratch * sizeof(T));
-        if (!scratch) return fg_error(FG_ERR_OOM, "naive attention: cannot allocate %zu bytes for the %lldx%lld score matrix",
-                                      n_scratch * sizeof(T), (long long)Nq, (long long)Nk);
+        if (!scratch)
+            return fg_error(FG_ERR_OOM, "naive attention: cannot allocate %zu bytes for the %lldx%lld score matrix",
+                            n_scratch * sizeof(T), (long long)Nq, (long long)Nk);
     }
     T *PZ = thr ? scratch + (p ? 0 : (nn ? nn : 1)) : NULL;
     for (int64_t b = 0; b < B; b++)
@@ -149,8 +149,8 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
     return FG_OK;
 }
 
-fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k,
-                                      const T *v, const T *p, const fg_attn_problem *pr) {
+fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
+                                      const T *p, const fg_attn_problem *pr) {
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
     const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H, G = Hkv > 0 ? H / Hkv : 1;
     if (!dq && !dk && !dv) return FG_OK;
@@ -166,8 +166,8 @@ fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const 
     /* scratch: dP/dS (Nq × Nk), P∘Z with dropout, S1 and G with softcap or score_mod */
     size_t n_scratch = (nn ? nn : 1) + (thr ? nn : 0) + (chain ? 2 * nn : 0);
     T *scratch = fg_alloc(FG_CPU, n_scratch * sizeof(T));
-    if (!scratch) return fg_error(FG_ERR_OOM, "naive attention backward: cannot allocate %zu bytes",
-                                  n_scratch * sizeof(T));
+    if (!scratch)
+        return fg_error(FG_ERR_OOM, "naive attention backward: cannot allocate %zu bytes", n_scratch * sizeof(T));
     T *dS = scratch, *PZ = thr ? scratch + nn : NULL;
     T *S1 = chain ? scratch + nn + (thr ? nn : 0) : NULL, *Gm = chain ? S1 + nn : NULL;
     for (int64_t b = 0; b < B; b++)

@@ -56,9 +56,7 @@
 int fg_attn_modifies_scores(const fg_attn_problem *pr) {
     return pr->var.softcap > 0 || pr->var.alibi || pr->custom.score_mod != NULL;
 }
-int fg_attn_needs_score_grad(const fg_attn_problem *pr) {
-    return pr->var.softcap > 0 || pr->custom.score_mod != NULL;
-}
+int fg_attn_needs_score_grad(const fg_attn_problem *pr) { return pr->var.softcap > 0 || pr->custom.score_mod != NULL; }
 
 /* ---- block masks ---- */
 struct fg_attn_block_mask {
@@ -76,8 +74,10 @@ fg_attn_block_mask *fg_attn_block_mask_create(fg_attn_mask_fn mask, void *user, 
         return NULL;
     }
     if (B < 1 || H < 1 || Nq < 0 || Nk < 0 || B > INT32_MAX || H > INT32_MAX || Nq > INT32_MAX || Nk > INT32_MAX) {
-        fg_error(FG_ERR_SHAPE, "attention block mask: need 1 <= B, H and 0 <= Nq, Nk (all < 2^31), got B=%lld H=%lld "
-                               "Nq=%lld Nk=%lld", (long long)B, (long long)H, (long long)Nq, (long long)Nk);
+        fg_error(FG_ERR_SHAPE,
+                 "attention block mask: need 1 <= B, H and 0 <= Nq, Nk (all < 2^31), got B=%lld H=%lld "
+                 "Nq=%lld Nk=%lld",
+                 (long long)B, (long long)H, (long long)Nq, (long long)Nk);
         return NULL;
     }
     if (block_q < 0 || block_q > FG_ATTN_MAX_BLOCK || block_k < 0 || block_k > FG_ATTN_MAX_BLOCK) {
@@ -99,8 +99,16 @@ fg_attn_block_mask *fg_attn_block_mask_create(fg_attn_mask_fn mask, void *user, 
         fg_error(FG_ERR_OOM, "attention block mask: cannot allocate %g bytes", n);
         return NULL;
     }
-    *bm = (fg_attn_block_mask){.B = B, .H = H, .Nq = Nq, .Nk = Nk, .block_q = bq, .block_k = bk, .nqt = nqt,
-                               .nkt = nkt, .refs = 1, .kind = kind};
+    *bm = (fg_attn_block_mask){.B = B,
+                               .H = H,
+                               .Nq = Nq,
+                               .Nk = Nk,
+                               .block_q = bq,
+                               .block_k = bk,
+                               .nqt = nqt,
+                               .nkt = nkt,
+                               .refs = 1,
+                               .kind = kind};
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t qt = 0; qt < nqt; qt++)
@@ -111,8 +119,9 @@ fg_attn_block_mask *fg_attn_block_mask_create(fg_attn_mask_fn mask, void *user, 
                     for (int64_t i = i0; i < i1; i++)
                         for (int64_t j = j0; j < j1; j++) seen += mask(b, h, i, j, user) != 0;
                     const int64_t all = (i1 - i0) * (j1 - j0);
-                    kind[((b * H + h) * nqt + qt) * nkt + kt] =
-                        (uint8_t)(seen == 0 ? FG_TILE_MASKED : seen == all ? FG_TILE_FULL : FG_TILE_PARTIAL);
+                    kind[((b * H + h) * nqt + qt) * nkt + kt] = (uint8_t)(seen == 0     ? FG_TILE_MASKED
+                                                                          : seen == all ? FG_TILE_FULL
+                                                                                        : FG_TILE_PARTIAL);
                 }
     return bm;
 }
@@ -198,8 +207,9 @@ static int example_doc_mask(int64_t b, int64_t h, int64_t i, int64_t j, void *us
 static void registry_init(void) {
     if (registry_ready) return;
     registry_ready = 1;
-    fg_attn_register_custom("softcap-cb", "softcap 5 written as a score_mod callback (equals --softcap 5)",
-                            &(fg_attn_custom){.score_mod = example_softcap_mod, .score_mod_grad = example_softcap_grad});
+    fg_attn_register_custom(
+        "softcap-cb", "softcap 5 written as a score_mod callback (equals --softcap 5)",
+        &(fg_attn_custom){.score_mod = example_softcap_mod, .score_mod_grad = example_softcap_grad});
     fg_attn_register_custom("doc-mask", "mask callback: documents of 5 tokens, query i sees key j iff i/5 == j/5",
                             &(fg_attn_custom){.mask = example_doc_mask});
 }
@@ -323,7 +333,9 @@ void SFX(fg_attn_score_tile)(T *S, T *G, int64_t ld, int64_t b, int64_t h, int64
                 if (*s == -INFINITY) continue;
                 const double x = (double)*s;
                 *s = (T)f(x, b, h, i0 + r, j0 + j, user);
-                if (G) G[r * ld + j] = *s == -INFINITY ? 0 : (T)((double)G[r * ld + j] * df(x, b, h, i0 + r, j0 + j, user));
+                if (G)
+                    G[r * ld + j] =
+                        *s == -INFINITY ? 0 : (T)((double)G[r * ld + j] * df(x, b, h, i0 + r, j0 + j, user));
             }
     }
 }

@@ -20,39 +20,39 @@
 #include "ops/ops_internal.h"
 #include "ops/cpu/vmath.h"
 
-#define CROSS_ENTROPY_KERNELS(T, SFX)                                                                  \
-    /* returns the summed loss of the counted rows (in double); fills lse for them (0 elsewhere) */   \
-    static void cross_entropy_fwd_##SFX(double *total, T *lse, const T *x, const int32_t *targets,     \
-                                        int64_t R, int64_t V) {                                        \
-        double s = 0;                                                                                  \
-        for (int64_t r = 0; r < R; r++) {                                                              \
-            if (targets[r] < 0) {                                                                      \
-                lse[r] = 0;                                                                            \
-                continue;                                                                              \
-            }                                                                                          \
-            const T *xr = x + r * V;                                                                   \
-            T mx = xr[0];                                                                              \
-            for (int64_t j = 1; j < V; j++) mx = xr[j] > mx ? xr[j] : mx;                              \
-            double sum = 0;                                                                            \
-            for (int64_t j = 0; j < V; j++) sum += FG_EXP(xr[j] - mx);                                 \
-            T l = mx + (T)log(sum);                                                                    \
-            lse[r] = l;                                                                                \
-            s += (double)l - (double)xr[targets[r]];                                                   \
-        }                                                                                              \
-        *total = s;                                                                                    \
-    }                                                                                                  \
+#define CROSS_ENTROPY_KERNELS(T, SFX)                                                                                  \
+    /* returns the summed loss of the counted rows (in double); fills lse for them (0 elsewhere) */                    \
+    static void cross_entropy_fwd_##SFX(double *total, T *lse, const T *x, const int32_t *targets, int64_t R,          \
+                                        int64_t V) {                                                                   \
+        double s = 0;                                                                                                  \
+        for (int64_t r = 0; r < R; r++) {                                                                              \
+            if (targets[r] < 0) {                                                                                      \
+                lse[r] = 0;                                                                                            \
+                continue;                                                                                              \
+            }                                                                                                          \
+            const T *xr = x + r * V;                                                                                   \
+            T mx = xr[0];                                                                                              \
+            for (int64_t j = 1; j < V; j++) mx = xr[j] > mx ? xr[j] : mx;                                              \
+            double sum = 0;                                                                                            \
+            for (int64_t j = 0; j < V; j++) sum += FG_EXP(xr[j] - mx);                                                 \
+            T l = mx + (T)log(sum);                                                                                    \
+            lse[r] = l;                                                                                                \
+            s += (double)l - (double)xr[targets[r]];                                                                   \
+        }                                                                                                              \
+        *total = s;                                                                                                    \
+    }                                                                                                                  \
     /* forward: loss = sum_r (lse_r - x_r,t_r) / count                                               \
-     *   ->  dx_rj += dloss / count * (exp(x_rj - lse_r) - [j == t_r])   for counted rows */         \
-    static void cross_entropy_bwd_##SFX(T *dx, const T *x, const T *lse, const int32_t *targets,       \
-                                        int64_t R, int64_t V, double g_) {                             \
-        T g = (T)g_;                                                                                   \
-        for (int64_t r = 0; r < R; r++) {                                                              \
-            if (targets[r] < 0) continue;                                                              \
-            const T *xr = x + r * V;                                                                   \
-            T *d = dx + r * V, l = lse[r];                                                             \
-            for (int64_t j = 0; j < V; j++) d[j] += g * FG_EXP(xr[j] - l);                             \
-            d[targets[r]] -= g;                                                                        \
-        }                                                                                              \
+     *   ->  dx_rj += dloss / count * (exp(x_rj - lse_r) - [j == t_r])   for counted rows */                 \
+    static void cross_entropy_bwd_##SFX(T *dx, const T *x, const T *lse, const int32_t *targets, int64_t R, int64_t V, \
+                                        double g_) {                                                                   \
+        T g = (T)g_;                                                                                                   \
+        for (int64_t r = 0; r < R; r++) {                                                                              \
+            if (targets[r] < 0) continue;                                                                              \
+            const T *xr = x + r * V;                                                                                   \
+            T *d = dx + r * V, l = lse[r];                                                                             \
+            for (int64_t j = 0; j < V; j++) d[j] += g * FG_EXP(xr[j] - l);                                             \
+            d[targets[r]] -= g;                                                                                        \
+        }                                                                                                              \
     }
 CROSS_ENTROPY_KERNELS(double, f64)
 
@@ -195,8 +195,14 @@ static void ce_fwd_piece(void *ctx, int64_t b, int64_t e) {
             continue;
         }
 #if FG_SIMD_X86
-        if (lv == FG_SIMD_AVX512) { ce_fwd_row_avx512(j, r); continue; }
-        if (lv == FG_SIMD_AVX2) { ce_fwd_row_avx2(j, r); continue; }
+        if (lv == FG_SIMD_AVX512) {
+            ce_fwd_row_avx512(j, r);
+            continue;
+        }
+        if (lv == FG_SIMD_AVX2) {
+            ce_fwd_row_avx2(j, r);
+            continue;
+        }
 #endif
         (void)lv;
         ce_fwd_row_scalar(j, r);
@@ -210,8 +216,10 @@ static void ce_bwd_piece(void *ctx, int64_t b, int64_t e) {
     for (int64_t r = b; r < e; r++) {
         if (j->t[r] < 0) continue;
 #if FG_SIMD_X86
-        if (lv == FG_SIMD_AVX512) ce_bwd_row_avx512(j, r);
-        else if (lv == FG_SIMD_AVX2) ce_bwd_row_avx2(j, r);
+        if (lv == FG_SIMD_AVX512)
+            ce_bwd_row_avx512(j, r);
+        else if (lv == FG_SIMD_AVX2)
+            ce_bwd_row_avx2(j, r);
         else
 #endif
             ce_bwd_row_scalar(j, r);
@@ -244,8 +252,10 @@ fg_status fg_cpu_cross_entropy_forward(fg_dtype dt, void *loss, void *lse, const
     double total;
     FG_DISPATCH(dt, cross_entropy_fwd, &total, lse, x, targets, R, V);
     const double mean = count ? total / (double)count : 0.0;
-    if (dt == FG_F32) *(float *)loss = (float)mean;
-    else *(double *)loss = mean;
+    if (dt == FG_F32)
+        *(float *)loss = (float)mean;
+    else
+        *(double *)loss = mean;
     return FG_OK;
 }
 
@@ -261,8 +271,8 @@ fg_status fg_cpu_cross_entropy_backward(fg_dtype dt, void *dx, const void *dloss
 /* The targets' copy in device d's memory (R int32 ids; freed by targets_free[d]). */
 static void targets_free_cpu(void *p) { fg_free(FG_CPU, p); }
 static void targets_free_cuda(void *p) { fg_free(FG_CUDA, p); }
-static void (*const targets_free[FG_DEVICE_COUNT])(void *) = {[FG_CPU] = targets_free_cpu,
-                                                              [FG_CUDA] = targets_free_cuda};
+static void (*const targets_free[FG_DEVICE_COUNT])(void *) = {
+    [FG_CPU] = targets_free_cpu, [FG_CUDA] = targets_free_cuda};
 
 static int32_t *targets_copy(const char *op, fg_device d, const int32_t *targets, int64_t R) {
     const size_t nbytes = (size_t)R * sizeof(int32_t);
@@ -271,8 +281,10 @@ static int32_t *targets_copy(const char *op, fg_device d, const int32_t *targets
         fg_error(FG_ERR_OOM, "%s: out of memory for %zu bytes of targets on %s", op, nbytes, fg_device_name(d));
         return NULL;
     }
-    if (nbytes && d == FG_CPU) memcpy(t, targets, nbytes);
-    else if (nbytes) fg_backend(d)->copy_from_host(t, targets, nbytes); /* waits for the copy */
+    if (nbytes && d == FG_CPU)
+        memcpy(t, targets, nbytes);
+    else if (nbytes)
+        fg_backend(d)->copy_from_host(t, targets, nbytes); /* waits for the copy */
     return t;
 }
 

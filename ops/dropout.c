@@ -26,31 +26,31 @@
 #define DROP_CHUNK 16384 /* elements per piece: a multiple of 4 */
 
 typedef struct {
-    void *y;        /* out (forward) or dx (backward) */
-    const void *x;  /* x (forward) or dout (backward) */
+    void *y;       /* out (forward) or dx (backward) */
+    const void *x; /* x (forward) or dout (backward) */
     uint64_t seed, stream;
     uint32_t thr;
     double scale;
-    int backward;   /* 0: y = keep ? x·scale : 0;  1: y += keep ? x·scale : 0 */
+    int backward; /* 0: y = keep ? x·scale : 0;  1: y += keep ? x·scale : 0 */
 } drop_job;
 
-#define DROPOUT_KERNELS(T, SFX)                                                                        \
-    static void drop_range_##SFX(const drop_job *J, int64_t k0, int64_t k1) {                          \
-        T *y = J->y;                                                                                   \
-        const T *x = J->x;                                                                             \
-        const T scale = (T)J->scale;                                                                   \
-        uint32_t w[4 * DROP_BLOCKS];                                                                   \
-        for (int64_t k = k0; k < k1;) {                                                                \
-            const uint64_t blk = (uint64_t)k >> 2, last = (uint64_t)(k1 - 1) >> 2;                     \
-            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? (int64_t)(last - blk + 1) : DROP_BLOCKS; \
-            fg_philox_stream_blocks(J->seed, J->stream, blk, nb, w);                                   \
-            const int64_t end = (int64_t)(4 * (blk + (uint64_t)nb)) < k1 ? (int64_t)(4 * (blk + (uint64_t)nb)) : k1; \
-            const int64_t k4 = (int64_t)(4 * blk); /* w[k - k4] is element k's word */              \
-            if (J->backward)                                                                           \
-                for (; k < end; k++) y[k] += w[k - k4] >= J->thr ? x[k] * scale : (T)0;                \
-            else                                                                                       \
-                for (; k < end; k++) y[k] = w[k - k4] >= J->thr ? x[k] * scale : (T)0;                 \
-        }                                                                                              \
+#define DROPOUT_KERNELS(T, SFX)                                                                                        \
+    static void drop_range_##SFX(const drop_job *J, int64_t k0, int64_t k1) {                                          \
+        T *y = J->y;                                                                                                   \
+        const T *x = J->x;                                                                                             \
+        const T scale = (T)J->scale;                                                                                   \
+        uint32_t w[4 * DROP_BLOCKS];                                                                                   \
+        for (int64_t k = k0; k < k1;) {                                                                                \
+            const uint64_t blk = (uint64_t)k >> 2, last = (uint64_t)(k1 - 1) >> 2;                                     \
+            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? (int64_t)(last - blk + 1) : DROP_BLOCKS;                 \
+            fg_philox_stream_blocks(J->seed, J->stream, blk, nb, w);                                                   \
+            const int64_t end = (int64_t)(4 * (blk + (uint64_t)nb)) < k1 ? (int64_t)(4 * (blk + (uint64_t)nb)) : k1;   \
+            const int64_t k4 = (int64_t)(4 * blk); /* w[k - k4] is element k's word */                                 \
+            if (J->backward)                                                                                           \
+                for (; k < end; k++) y[k] += w[k - k4] >= J->thr ? x[k] * scale : (T)0;                                \
+            else                                                                                                       \
+                for (; k < end; k++) y[k] = w[k - k4] >= J->thr ? x[k] * scale : (T)0;                                 \
+        }                                                                                                              \
     }
 DROPOUT_KERNELS(float, f32)
 DROPOUT_KERNELS(double, f64)
@@ -64,16 +64,18 @@ typedef struct {
 /* elements [b, e): one piece of fg_par_range */
 static void drop_piece(void *ctx, int64_t b, int64_t e) {
     const drop_ctx *c = ctx;
-    if (c->dt == FG_F32) drop_range_f32(&c->job, b, e);
-    else drop_range_f64(&c->job, b, e);
+    if (c->dt == FG_F32)
+        drop_range_f32(&c->job, b, e);
+    else
+        drop_range_f64(&c->job, b, e);
 }
 
 /* y = / += keep ? x·scale : 0 over n contiguous elements */
 static void drop_contiguous(fg_dtype dt, void *y, const void *x, int64_t n, uint64_t seed, uint64_t stream,
                             uint32_t thr, double scale, int backward) {
-    drop_ctx c = {.job = {.y = y, .x = x, .seed = seed, .stream = stream, .thr = thr, .scale = scale,
-                          .backward = backward},
-                  .dt = dt};
+    drop_ctx c = {
+        .job = {.y = y, .x = x, .seed = seed, .stream = stream, .thr = thr, .scale = scale, .backward = backward},
+        .dt = dt};
     fg_par_range(n, DROP_CHUNK, 1.0, drop_piece, &c); /* ~1 ns an element on one core */
 }
 

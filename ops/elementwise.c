@@ -23,87 +23,105 @@
 /* ---- kernels ---- */
 
 /* out = EXPR(x, y), x from a and y from b, over the iterator (operands: out, a, b). */
-#define BINARY_FWD(T, SFX, NAME, EXPR)                                                                 \
-    static void NAME##_fwd_##SFX(T *out, const T *a, const T *b, fg_iter *it) {                        \
-        while (fg_iter_next(it)) {                                                                     \
-            T *o = out + it->off[0];                                                                   \
-            const T *pa = a + it->off[1], *pb = b + it->off[2];                                        \
-            int64_t so = it->inner[0], sa = it->inner[1], sb = it->inner[2], n = it->n;                \
-            if (so == 1 && sa == 1 && sb == 1) {                                                       \
-                for (int64_t i = 0; i < n; i++) { T x = pa[i], y = pb[i]; o[i] = (EXPR); }             \
-            } else if (so == 1 && sa == 1 && sb == 0) {                                                \
-                T y = pb[0];                                                                           \
-                for (int64_t i = 0; i < n; i++) { T x = pa[i]; o[i] = (EXPR); }                        \
-            } else if (so == 1 && sa == 0 && sb == 1) {                                                \
-                T x = pa[0];                                                                           \
-                for (int64_t i = 0; i < n; i++) { T y = pb[i]; o[i] = (EXPR); }                        \
-            } else {                                                                                   \
-                for (int64_t i = 0; i < n; i++) { T x = pa[i * sa], y = pb[i * sb]; o[i * so] = (EXPR); } \
-            }                                                                                          \
-        }                                                                                              \
+#define BINARY_FWD(T, SFX, NAME, EXPR)                                                                                 \
+    static void NAME##_fwd_##SFX(T *out, const T *a, const T *b, fg_iter *it) {                                        \
+        while (fg_iter_next(it)) {                                                                                     \
+            T *o = out + it->off[0];                                                                                   \
+            const T *pa = a + it->off[1], *pb = b + it->off[2];                                                        \
+            int64_t so = it->inner[0], sa = it->inner[1], sb = it->inner[2], n = it->n;                                \
+            if (so == 1 && sa == 1 && sb == 1) {                                                                       \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T x = pa[i], y = pb[i];                                                                            \
+                    o[i] = (EXPR);                                                                                     \
+                }                                                                                                      \
+            } else if (so == 1 && sa == 1 && sb == 0) {                                                                \
+                T y = pb[0];                                                                                           \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T x = pa[i];                                                                                       \
+                    o[i] = (EXPR);                                                                                     \
+                }                                                                                                      \
+            } else if (so == 1 && sa == 0 && sb == 1) {                                                                \
+                T x = pa[0];                                                                                           \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T y = pb[i];                                                                                       \
+                    o[i] = (EXPR);                                                                                     \
+                }                                                                                                      \
+            } else {                                                                                                   \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T x = pa[i * sa], y = pb[i * sb];                                                                  \
+                    o[i * so] = (EXPR);                                                                                \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
     }
 
 /* g += EXPR(d, p, q) over the iterator (operands: g, dy, p, q). g may have stride 0 along the row
  * (its input was broadcast there): then the row is summed first and added once. */
-#define BINARY_BWD(T, SFX, NAME, EXPR)                                                                 \
-    static void NAME##_bwd_##SFX(T *g, const T *dy, const T *P, const T *Q, fg_iter *it) {             \
-        while (fg_iter_next(it)) {                                                                     \
-            T *pg = g + it->off[0];                                                                    \
-            const T *pd = dy + it->off[1], *pp = P + it->off[2], *pq = Q + it->off[3];                 \
-            int64_t sg = it->inner[0], sd = it->inner[1], sp = it->inner[2], sq = it->inner[3], n = it->n; \
-            if (sg == 1 && sd == 1 && sp == 1 && sq == 1) {                                            \
-                for (int64_t i = 0; i < n; i++) {                                                      \
-                    T d = pd[i], p = pp[i], q = pq[i];                                                 \
-                    (void)p, (void)q;                                                                  \
-                    pg[i] += (EXPR);                                                                   \
-                }                                                                                      \
-            } else if (sg == 0) {                                                                      \
-                T acc = 0;                                                                             \
-                for (int64_t i = 0; i < n; i++) {                                                      \
-                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                  \
-                    (void)p, (void)q;                                                                  \
-                    acc += (EXPR);                                                                     \
-                }                                                                                      \
-                pg[0] += acc;                                                                          \
-            } else {                                                                                   \
-                for (int64_t i = 0; i < n; i++) {                                                      \
-                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                  \
-                    (void)p, (void)q;                                                                  \
-                    pg[i * sg] += (EXPR);                                                              \
-                }                                                                                      \
-            }                                                                                          \
-        }                                                                                              \
+#define BINARY_BWD(T, SFX, NAME, EXPR)                                                                                 \
+    static void NAME##_bwd_##SFX(T *g, const T *dy, const T *P, const T *Q, fg_iter *it) {                             \
+        while (fg_iter_next(it)) {                                                                                     \
+            T *pg = g + it->off[0];                                                                                    \
+            const T *pd = dy + it->off[1], *pp = P + it->off[2], *pq = Q + it->off[3];                                 \
+            int64_t sg = it->inner[0], sd = it->inner[1], sp = it->inner[2], sq = it->inner[3], n = it->n;             \
+            if (sg == 1 && sd == 1 && sp == 1 && sq == 1) {                                                            \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T d = pd[i], p = pp[i], q = pq[i];                                                                 \
+                    (void)p, (void)q;                                                                                  \
+                    pg[i] += (EXPR);                                                                                   \
+                }                                                                                                      \
+            } else if (sg == 0) {                                                                                      \
+                T acc = 0;                                                                                             \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                                  \
+                    (void)p, (void)q;                                                                                  \
+                    acc += (EXPR);                                                                                     \
+                }                                                                                                      \
+                pg[0] += acc;                                                                                          \
+            } else {                                                                                                   \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                                  \
+                    (void)p, (void)q;                                                                                  \
+                    pg[i * sg] += (EXPR);                                                                              \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
     }
 
 /* out = EXPR(x, s) with a scalar s (operands: out, a). */
-#define SCALAR_FWD(T, SFX, NAME, EXPR)                                                                 \
-    static void NAME##_fwd_##SFX(T *out, const T *a, double s_, fg_iter *it) {                         \
-        T s = (T)s_;                                                                                   \
-        while (fg_iter_next(it)) {                                                                     \
-            T *o = out + it->off[0];                                                                   \
-            const T *pa = a + it->off[1];                                                              \
-            int64_t so = it->inner[0], sa = it->inner[1], n = it->n;                                   \
-            if (so == 1 && sa == 1)                                                                    \
-                for (int64_t i = 0; i < n; i++) { T x = pa[i]; o[i] = (EXPR); }                        \
-            else                                                                                       \
-                for (int64_t i = 0; i < n; i++) { T x = pa[i * sa]; o[i * so] = (EXPR); }              \
-        }                                                                                              \
+#define SCALAR_FWD(T, SFX, NAME, EXPR)                                                                                 \
+    static void NAME##_fwd_##SFX(T *out, const T *a, double s_, fg_iter *it) {                                         \
+        T s = (T)s_;                                                                                                   \
+        while (fg_iter_next(it)) {                                                                                     \
+            T *o = out + it->off[0];                                                                                   \
+            const T *pa = a + it->off[1];                                                                              \
+            int64_t so = it->inner[0], sa = it->inner[1], n = it->n;                                                   \
+            if (so == 1 && sa == 1)                                                                                    \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T x = pa[i];                                                                                       \
+                    o[i] = (EXPR);                                                                                     \
+                }                                                                                                      \
+            else                                                                                                       \
+                for (int64_t i = 0; i < n; i++) {                                                                      \
+                    T x = pa[i * sa];                                                                                  \
+                    o[i * so] = (EXPR);                                                                                \
+                }                                                                                                      \
+        }                                                                                                              \
     }
 
 /* the forward kernels and the add / sub backward: float64 here, float32 below (in pieces) */
 BINARY_FWD(double, f64, add, x + y)
 BINARY_FWD(double, f64, sub, x - y)
-BINARY_FWD(double, f64, mul, x * y)
+BINARY_FWD(double, f64, mul, x *y)
 BINARY_FWD(double, f64, div, x / y)
-BINARY_BWD(double, f64, plus, d)                     /* add (a and b), sub (a) */
-BINARY_BWD(double, f64, minus, -d)                   /* sub (b) */
+BINARY_BWD(double, f64, plus, d)   /* add (a and b), sub (a) */
+BINARY_BWD(double, f64, minus, -d) /* sub (b) */
 SCALAR_FWD(double, f64, adds, x + s)
-SCALAR_FWD(double, f64, muls, x * s)
+SCALAR_FWD(double, f64, muls, x *s)
 /* the mul and div backward, both dtypes */
-#define PRODUCT_RULE_KERNELS(T, SFX)                                                                   \
-    BINARY_BWD(T, SFX, times, d * p)                 /* mul: p is the other input */                   \
-    BINARY_BWD(T, SFX, over, d / p)                  /* div (a): p = b */                              \
-    BINARY_BWD(T, SFX, quot, -d * q / (p * p))       /* div (b): p = b, q = a */
+#define PRODUCT_RULE_KERNELS(T, SFX)                                                                                   \
+    BINARY_BWD(T, SFX, times, d *p)           /* mul: p is the other input */                                          \
+    BINARY_BWD(T, SFX, over, d / p)           /* div (a): p = b */                                                     \
+    BINARY_BWD(T, SFX, quot, -d *q / (p * p)) /* div (b): p = b, q = a */
 PRODUCT_RULE_KERNELS(float, f32)
 PRODUCT_RULE_KERNELS(double, f64)
 
@@ -119,10 +137,14 @@ typedef struct {
 
 static inline float vop1(int kind, float x, float y) {
     switch (kind) {
-    case FG_VOP_ADD: return x + y;
-    case FG_VOP_SUB: return x - y;
-    case FG_VOP_MUL: return x * y;
-    default: return x / y;
+    case FG_VOP_ADD:
+        return x + y;
+    case FG_VOP_SUB:
+        return x - y;
+    case FG_VOP_MUL:
+        return x * y;
+    default:
+        return x / y;
     }
 }
 
@@ -133,8 +155,10 @@ static void binary_rows_f32(void *ctx, fg_iter *it) {
         float *o = j->o + it->off[0];
         const float *pa = j->a + it->off[1], *pb = j->b + it->off[2];
         const int64_t so = it->inner[0], sa = it->inner[1], sb = it->inner[2], n = it->n;
-        if (so == 1 && sa == 1 && sb == 1) fg_vbinary_f32(j->kind, o, pa, pb, n);
-        else if (so == 1 && sa == 1 && sb == 0) fg_vbinary_scalar_f32(j->kind, o, pa, pb[0], n);
+        if (so == 1 && sa == 1 && sb == 1)
+            fg_vbinary_f32(j->kind, o, pa, pb, n);
+        else if (so == 1 && sa == 1 && sb == 0)
+            fg_vbinary_scalar_f32(j->kind, o, pa, pb[0], n);
         else
             for (int64_t i = 0; i < n; i++) o[i * so] = vop1(j->kind, pa[i * sa], pb[i * sb]);
     }
@@ -179,12 +203,21 @@ fg_status fg_cpu_elementwise_forward(fg_binary_op op, fg_dtype dt, void *out, co
     if (dt == FG_F32) {
         vjob j = {op, out, a, b}; /* out is contiguous: pieces never meet; ~0.2 ns per element */
         fg_par_iter(&it, 1, 0.2, binary_rows_f32, &j);
-    } else switch (op) {
-    case FG_BINARY_ADD: add_fwd_f64(out, a, b, &it); break;
-    case FG_BINARY_SUB: sub_fwd_f64(out, a, b, &it); break;
-    case FG_BINARY_MUL: mul_fwd_f64(out, a, b, &it); break;
-    default: div_fwd_f64(out, a, b, &it); break;
-    }
+    } else
+        switch (op) {
+        case FG_BINARY_ADD:
+            add_fwd_f64(out, a, b, &it);
+            break;
+        case FG_BINARY_SUB:
+            sub_fwd_f64(out, a, b, &it);
+            break;
+        case FG_BINARY_MUL:
+            mul_fwd_f64(out, a, b, &it);
+            break;
+        default:
+            div_fwd_f64(out, a, b, &it);
+            break;
+        }
     return FG_OK;
 }
 
@@ -209,17 +242,27 @@ fg_status fg_cpu_elementwise_backward(fg_binary_rule rule, fg_dtype dt, void *g,
     fg_iter it;
     fg_iter_init(&it, nd, shape, 4, st);
     switch (rule) { /* plus and minus: float64 here */
-    case FG_BINARY_RULE_PLUS: plus_bwd_f64(g, dout, p, q, &it); break;
-    case FG_BINARY_RULE_MINUS: minus_bwd_f64(g, dout, p, q, &it); break;
-    case FG_BINARY_RULE_TIMES: FG_DISPATCH(dt, times_bwd, g, dout, p, q, &it); break;
-    case FG_BINARY_RULE_OVER: FG_DISPATCH(dt, over_bwd, g, dout, p, q, &it); break;
-    default: FG_DISPATCH(dt, quot_bwd, g, dout, p, q, &it); break;
+    case FG_BINARY_RULE_PLUS:
+        plus_bwd_f64(g, dout, p, q, &it);
+        break;
+    case FG_BINARY_RULE_MINUS:
+        minus_bwd_f64(g, dout, p, q, &it);
+        break;
+    case FG_BINARY_RULE_TIMES:
+        FG_DISPATCH(dt, times_bwd, g, dout, p, q, &it);
+        break;
+    case FG_BINARY_RULE_OVER:
+        FG_DISPATCH(dt, over_bwd, g, dout, p, q, &it);
+        break;
+    default:
+        FG_DISPATCH(dt, quot_bwd, g, dout, p, q, &it);
+        break;
     }
     return FG_OK;
 }
 
-fg_status fg_cpu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa,
-                                    int nd, const int64_t *shape, double s) {
+fg_status fg_cpu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, int nd,
+                                    const int64_t *shape, double s) {
     const int is_mul = op == FG_BINARY_MUL;
     int64_t st[3][FG_MAX_DIMS] = {{0}}; /* out, a; float32 also reads s as an operand of stride 0 */
     fg_contig_strides(nd, shape, st[0]);
@@ -269,9 +312,15 @@ static fg_status binary_backward(fg_node *n, fg_binary_op kind) {
         fg_binary_rule rule;
         const fg_tensor *p = other, *q = self;
         switch (kind) {
-        case FG_BINARY_ADD: rule = FG_BINARY_RULE_PLUS; break;
-        case FG_BINARY_SUB: rule = side ? FG_BINARY_RULE_MINUS : FG_BINARY_RULE_PLUS; break;
-        case FG_BINARY_MUL: rule = FG_BINARY_RULE_TIMES; break;
+        case FG_BINARY_ADD:
+            rule = FG_BINARY_RULE_PLUS;
+            break;
+        case FG_BINARY_SUB:
+            rule = side ? FG_BINARY_RULE_MINUS : FG_BINARY_RULE_PLUS;
+            break;
+        case FG_BINARY_MUL:
+            rule = FG_BINARY_RULE_TIMES;
+            break;
         default:
             if (side) { /* db -= dout * a / b²: p = b, q = a */
                 rule = FG_BINARY_RULE_QUOT;

@@ -13,23 +13,22 @@
 #include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 
-#define EMBEDDING_KERNELS(T, SFX)                                                                      \
-    /* out[r, :] = weight[idx[r], :]; weight rows are ws elements apart */                            \
-    static void embedding_fwd_##SFX(T *out, const T *weight, const int32_t *idx, int64_t n, int64_t C,  \
-                                    int64_t ws) {                                                      \
-        for (int64_t r = 0; r < n; r++) memcpy(out + r * C, weight + (int64_t)idx[r] * ws, (size_t)C * sizeof(T)); \
-    }                                                                                                  \
-    /* forward: out[r, :] = weight[idx[r], :]  ->  dweight[idx[r], :] += dout[r, :] */                \
-    static void embedding_bwd_##SFX(T *dweight, const T *dout, const int32_t *idx, int64_t n, int64_t C) { \
-        for (int64_t r = 0; r < n; r++) {                                                              \
-            T *dw = dweight + (int64_t)idx[r] * C;                                                     \
-            const T *d = dout + r * C;                                                                 \
-            EMBEDDING_ROW_ADD_##SFX(dw, d, C);                                                         \
-        }                                                                                              \
+#define EMBEDDING_KERNELS(T, SFX)                                                                                      \
+    /* out[r, :] = weight[idx[r], :]; weight rows are ws elements apart */                                             \
+    static void embedding_fwd_##SFX(T *out, const T *weight, const int32_t *idx, int64_t n, int64_t C, int64_t ws) {   \
+        for (int64_t r = 0; r < n; r++) memcpy(out + r * C, weight + (int64_t)idx[r] * ws, (size_t)C * sizeof(T));     \
+    }                                                                                                                  \
+    /* forward: out[r, :] = weight[idx[r], :]  ->  dweight[idx[r], :] += dout[r, :] */                                 \
+    static void embedding_bwd_##SFX(T *dweight, const T *dout, const int32_t *idx, int64_t n, int64_t C) {             \
+        for (int64_t r = 0; r < n; r++) {                                                                              \
+            T *dw = dweight + (int64_t)idx[r] * C;                                                                     \
+            const T *d = dout + r * C;                                                                                 \
+            EMBEDDING_ROW_ADD_##SFX(dw, d, C);                                                                         \
+        }                                                                                                              \
     }
 /* float32 adds each row with the vector kernel (the same bits: one add per element) */
 #define EMBEDDING_ROW_ADD_f32(dw, d, C) fg_vaxpy_f32((dw), 1.0f, (d), (C))
-#define EMBEDDING_ROW_ADD_f64(dw, d, C)                                                                \
+#define EMBEDDING_ROW_ADD_f64(dw, d, C)                                                                                \
     for (int64_t c = 0; c < (C); c++) (dw)[c] += (d)[c]
 EMBEDDING_KERNELS(float, f32)
 EMBEDDING_KERNELS(double, f64)
@@ -68,8 +67,8 @@ static fg_status embedding_backward(fg_node *n) {
     if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    fg_status st = k->embedding.backward(dw->dtype, fg_data(dw), fg_data(dout), s->idx, s->n, dw->shape[0],
-                                         dw->shape[1]);
+    fg_status st =
+        k->embedding.backward(dw->dtype, fg_data(dw), fg_data(dout), s->idx, s->n, dw->shape[0], dw->shape[1]);
     fg_release(dout);
     return st;
 }

@@ -80,20 +80,20 @@ static inline float gelu_one_f32(const gelu_job *j, int64_t i) {
 
 #if FG_SIMD_X86
 /* the scalar form above on a vector of lanes, one instruction for each of its operations */
-#define GELU_VEC(TGT, V, PFX, NAME, EXP, SELECT_LE)                                                    \
-    static inline __attribute__((always_inline)) TGT V NAME##_e(V x, V x2) {                           \
-        const V w = PFX##_fmadd_ps(PFX##_mul_ps(PFX##_set1_ps(G_K), x2), x, x);                        \
-        return EXP(PFX##_mul_ps(w, PFX##_set1_ps(G_M2S)));                                             \
-    }                                                                                                  \
-    static inline __attribute__((always_inline)) TGT V NAME(V x) {                                     \
-        return PFX##_div_ps(x, PFX##_add_ps(PFX##_set1_ps(1.0f), NAME##_e(x, PFX##_mul_ps(x, x))));    \
-    }                                                                                                  \
-    static inline __attribute__((always_inline)) TGT V NAME##_grad(V x) {                              \
-        const V one = PFX##_set1_ps(1.0f), x2 = PFX##_mul_ps(x, x);                                    \
-        const V e = NAME##_e(x, x2), s = PFX##_div_ps(one, PFX##_add_ps(one, e));                      \
-        const V oms = SELECT_LE(e, one, PFX##_mul_ps(e, s), PFX##_sub_ps(one, s));                     \
-        const V du = PFX##_fmadd_ps(x2, PFX##_set1_ps(G_K3S), PFX##_set1_ps(G_S));                     \
-        return PFX##_fmadd_ps(PFX##_mul_ps(PFX##_add_ps(x, x), du), PFX##_mul_ps(s, oms), s);          \
+#define GELU_VEC(TGT, V, PFX, NAME, EXP, SELECT_LE)                                                                    \
+    static inline __attribute__((always_inline)) TGT V NAME##_e(V x, V x2) {                                           \
+        const V w = PFX##_fmadd_ps(PFX##_mul_ps(PFX##_set1_ps(G_K), x2), x, x);                                        \
+        return EXP(PFX##_mul_ps(w, PFX##_set1_ps(G_M2S)));                                                             \
+    }                                                                                                                  \
+    static inline __attribute__((always_inline)) TGT V NAME(V x) {                                                     \
+        return PFX##_div_ps(x, PFX##_add_ps(PFX##_set1_ps(1.0f), NAME##_e(x, PFX##_mul_ps(x, x))));                    \
+    }                                                                                                                  \
+    static inline __attribute__((always_inline)) TGT V NAME##_grad(V x) {                                              \
+        const V one = PFX##_set1_ps(1.0f), x2 = PFX##_mul_ps(x, x);                                                    \
+        const V e = NAME##_e(x, x2), s = PFX##_div_ps(one, PFX##_add_ps(one, e));                                      \
+        const V oms = SELECT_LE(e, one, PFX##_mul_ps(e, s), PFX##_sub_ps(one, s));                                     \
+        const V du = PFX##_fmadd_ps(x2, PFX##_set1_ps(G_K3S), PFX##_set1_ps(G_S));                                     \
+        return PFX##_fmadd_ps(PFX##_mul_ps(PFX##_add_ps(x, x), du), PFX##_mul_ps(s, oms), s);                          \
     }
 /* a <= b ? p : q, lane by lane (false for NaN) */
 #define SEL512(a, b, p, q) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LE_OQ), q, p)
@@ -136,9 +136,14 @@ static void gelu_piece(void *ctx, int64_t b, int64_t e) {
     const gelu_job *j = ctx;
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: gelu_piece_avx512(j, b, e); return;
-    case FG_SIMD_AVX2: gelu_piece_avx2(j, b, e); return;
-    default: break;
+    case FG_SIMD_AVX512:
+        gelu_piece_avx512(j, b, e);
+        return;
+    case FG_SIMD_AVX2:
+        gelu_piece_avx2(j, b, e);
+        return;
+    default:
+        break;
     }
 #endif
     for (int64_t i = b; i < e; i++) j->y[i] = gelu_one_f32(j, i);
@@ -152,14 +157,18 @@ static void gelu_fast_f32(float *y, const float *x, const float *dout, int64_t n
 
 /* ---- the CPU kernels (ops/kernels.h) ---- */
 fg_status fg_cpu_gelu_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
-    if (dt == FG_F32) gelu_fast_f32(out, x, NULL, n);
-    else gelu_fwd_f64(out, x, n);
+    if (dt == FG_F32)
+        gelu_fast_f32(out, x, NULL, n);
+    else
+        gelu_fwd_f64(out, x, n);
     return FG_OK;
 }
 
 fg_status fg_cpu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
-    if (dt == FG_F32) gelu_fast_f32(dx, x, dout, n);
-    else gelu_bwd_f64(dx, dout, x, n);
+    if (dt == FG_F32)
+        gelu_fast_f32(dx, x, dout, n);
+    else
+        gelu_bwd_f64(dx, dout, x, n);
     return FG_OK;
 }
 

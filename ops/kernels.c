@@ -44,7 +44,8 @@ fg_status fg_device_start(fg_device d) {
     if (d == FG_CPU) return FG_OK;
     if (d == FG_CUDA) {
         if (!fg_cuda_init)
-            return fg_error(FG_ERR_DEVICE, "flashgrad was built without CUDA (build with `make cuda` and use build-cuda/flashgrad)");
+            return fg_error(FG_ERR_DEVICE,
+                            "flashgrad was built without CUDA (build with `make cuda` and use build-cuda/flashgrad)");
         return fg_cuda_init();
     }
     return fg_error(FG_ERR_DEVICE, "unknown device %d", (int)d);

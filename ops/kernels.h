@@ -71,9 +71,9 @@ typedef struct {
     /* g += rule(dout, p, q), summed over the dims of out along which g's input was stretched. g is
      * contiguous with the input's shape (g_nd, g_shape); dout is contiguous with out's shape; p and q
      * are read through sp, sq. Each element of g is summed in a fixed order. */
-    fg_status (*backward)(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape,
-                          const void *dout, const void *p, const int64_t *sp, const void *q, const int64_t *sq,
-                          int nd, const int64_t *shape);
+    fg_status (*backward)(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape, const void *dout,
+                          const void *p, const int64_t *sp, const void *q, const int64_t *sq, int nd,
+                          const int64_t *shape);
     /* out = a + s (op FG_BINARY_ADD) or a · s (FG_BINARY_MUL); a (nd, shape) read through its
      * strides sa; float32 computes with (float)s */
     fg_status (*scalar)(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, int nd,
@@ -88,8 +88,7 @@ typedef struct {
     /* out (O, In) = scale · Σ_n x (O, N, In) */
     fg_status (*axis_forward)(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t In, double scale);
     /* dx (O, N, In) += scale · dout (O, In), the same for every n */
-    fg_status (*axis_backward)(fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N, int64_t In,
-                               double scale);
+    fg_status (*axis_backward)(fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N, int64_t In, double scale);
     /* out (1) = scale · Σ x, over every element of x (nd, shape) read through its strides */
     fg_status (*all_forward)(fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape,
                              const int64_t *strides, double scale);
@@ -121,11 +120,11 @@ typedef struct {
 /* ---- layernorm (ops/layernorm.c) ----
  * x is (R, C); w, b (C) or NULL (1 and 0); saved: mean (R), rstd (R) = 1/sqrt(var + eps). */
 typedef struct {
-    fg_status (*forward)(fg_dtype dt, void *out, void *mean, void *rstd, const void *x, const void *w,
-                         const void *b, int64_t R, int64_t C, double eps);
+    fg_status (*forward)(fg_dtype dt, void *out, void *mean, void *rstd, const void *x, const void *w, const void *b,
+                         int64_t R, int64_t C, double eps);
     /* dx, dw, db += ...; any of them NULL when not wanted */
-    fg_status (*backward)(fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x,
-                          const void *mean, const void *rstd, const void *w, int64_t R, int64_t C);
+    fg_status (*backward)(fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x, const void *mean,
+                          const void *rstd, const void *w, int64_t R, int64_t C);
 } fg_layernorm_kernels;
 
 /* ---- gelu (ops/gelu.c) ----
@@ -162,8 +161,7 @@ typedef struct {
  * with scale = 1 / (1 - p) rounded to the dtype. */
 typedef struct {
     fg_status (*forward)(fg_dtype dt, void *out, const void *x, int64_t n, uint64_t seed, uint64_t stream, double p);
-    fg_status (*backward)(fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream,
-                          double p);
+    fg_status (*backward)(fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream, double p);
 } fg_dropout_kernels;
 
 /* ---- optimizer (ops/optim.c; train/adamw.c uses them) ----
@@ -195,16 +193,16 @@ typedef struct {
  * on that device, and always refuses user callbacks off the CPU. With FG_ATTN_CAP_ALIBI,
  * pr->var.alibi_slopes is a HOST pointer (H doubles) or NULL (standard slopes). */
 typedef struct {
-    fg_status (*forward)(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
-                         const void *k, const void *v, const fg_attn_problem *pr);
-    fg_status (*backward)(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
-                          const void *q, const void *k, const void *v, const void *o, const void *lse,
-                          const void *aux, const fg_attn_problem *pr);
+    fg_status (*forward)(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q, const void *k,
+                         const void *v, const fg_attn_problem *pr);
+    fg_status (*backward)(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                          const void *k, const void *v, const void *o, const void *lse, const void *aux,
+                          const fg_attn_problem *pr);
     unsigned caps;
 } fg_attention_kernels;
 
 typedef struct fg_kernels {
-    const char *device;              /* "cpu", "cuda": for messages */
+    const char *device; /* "cpu", "cuda": for messages */
     fg_matmul_kernels matmul;
     fg_elementwise_kernels elementwise;
     fg_reduce_kernels reduce;

@@ -21,8 +21,8 @@ fg_status fg_cpu_elementwise_forward(fg_binary_op op, fg_dtype dt, void *out, co
 fg_status fg_cpu_elementwise_backward(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape,
                                       const void *dout, const void *p, const int64_t *sp, const void *q,
                                       const int64_t *sq, int nd, const int64_t *shape);
-fg_status fg_cpu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa,
-                                    int nd, const int64_t *shape, double s);
+fg_status fg_cpu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, int nd,
+                                    const int64_t *shape, double s);
 
 /* ops/reduce.c */
 fg_status fg_cpu_reduce_axis_forward(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t In,

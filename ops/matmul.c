@@ -38,10 +38,10 @@
 
 /* A (rows, cols) strided matrix as a row-major GEMM sees it. */
 typedef struct {
-    char *p;                        /* element (0, 0) of batch 0 */
-    int tr;                         /* 0: as it is, 1: transposed */
+    char *p; /* element (0, 0) of batch 0 */
+    int tr;  /* 0: as it is, 1: transposed */
     int64_t ld;
-    int64_t bstride[FG_MAX_DIMS];   /* elements from one batch to the next, per batch dim; 0 = shared */
+    int64_t bstride[FG_MAX_DIMS]; /* elements from one batch to the next, per batch dim; 0 = shared */
 } blas_mat;
 
 /* Can a (rows, cols) matrix with strides (s_r, s_c) go to BLAS directly? Sets the flag and ld.
@@ -95,12 +95,14 @@ static int fold_rows(const fg_tensor *t, int64_t *rows, int64_t *rs) {
     int64_t stride = -1, span = 1;
     for (int d = nd - 2; d >= 0; d--) {
         if (t->shape[d] == 1) continue;
-        if (stride < 0) stride = t->strides[d];
-        else if (t->strides[d] != stride * span) return 0;
+        if (stride < 0)
+            stride = t->strides[d];
+        else if (t->strides[d] != stride * span)
+            return 0;
         span *= t->shape[d];
     }
-    if (stride < 0) return 1; /* a single row */
-    if (stride < need) return 0;  /* rows overlap (e.g. a broadcast stride of 0) */
+    if (stride < 0) return 1;    /* a single row */
+    if (stride < need) return 0; /* rows overlap (e.g. a broadcast stride of 0) */
     *rs = stride;
     return 1;
 }
@@ -255,15 +257,32 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha
     if (K == 0) { /* an empty sum: C = beta * C, or bias */
         for (int64_t i = 0; i < M && (bias || beta != 1.0); i++) {
             char *row = C + (size_t)(i * ldc) * esz;
-            if (bias) memcpy(row, bias, (size_t)N * esz);
-            else if (beta == 0.0) memset(row, 0, (size_t)N * esz);
-            else if (dt == FG_F32) for (int64_t j = 0; j < N; j++) ((float *)row)[j] *= (float)beta;
-            else for (int64_t j = 0; j < N; j++) ((double *)row)[j] *= beta;
+            if (bias)
+                memcpy(row, bias, (size_t)N * esz);
+            else if (beta == 0.0)
+                memset(row, 0, (size_t)N * esz);
+            else if (dt == FG_F32)
+                for (int64_t j = 0; j < N; j++) ((float *)row)[j] *= (float)beta;
+            else
+                for (int64_t j = 0; j < N; j++) ((double *)row)[j] *= beta;
         }
         return;
     }
-    gemm_job J = {.dt = dt, .M = M, .N = N, .K = K, .alpha = alpha, .A = A, .ta = ta, .lda = lda, .B = B, .tb = tb,
-                  .ldb = ldb, .beta = bias ? 0.0 : beta, .bias = bias, .C = C, .ldc = ldc};
+    gemm_job J = {.dt = dt,
+                  .M = M,
+                  .N = N,
+                  .K = K,
+                  .alpha = alpha,
+                  .A = A,
+                  .ta = ta,
+                  .lda = lda,
+                  .B = B,
+                  .tb = tb,
+                  .ldb = ldb,
+                  .beta = bias ? 0.0 : beta,
+                  .bias = bias,
+                  .C = C,
+                  .ldc = ldc};
     float *packed = NULL;
     /* the tile kernel overwrites or adds to C: beta 0 or 1 */
     J.tile = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (double)K * (double)N * 4 <= gemm_tile_max_b() &&
@@ -494,19 +513,19 @@ typedef struct {
     int64_t R, N;
 } colsum_job;
 
-#define COLSUM_KERNELS(T, SFX)                                                                        \
-    static void col_sums_##SFX(T *dbias, const T *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) { \
-        T acc[COLSUM_COLS];                                                                           \
-        const int64_t w = c1 - c0;                                                                    \
-        for (int64_t j = 0; j < w; j++) acc[j] = dbias[c0 + j];                                       \
-        for (int64_t r = 0; r < R; r++) {                                                             \
-            const T *row = dout + r * N + c0;                                                         \
-            if (w == COLSUM_COLS) /* the common case, a fixed trip count the compiler vectorizes */   \
-                for (int j = 0; j < COLSUM_COLS; j++) acc[j] += row[j];                               \
-            else                                                                                      \
-                for (int64_t j = 0; j < w; j++) acc[j] += row[j];                                     \
-        }                                                                                             \
-        for (int64_t j = 0; j < w; j++) dbias[c0 + j] = acc[j];                                       \
+#define COLSUM_KERNELS(T, SFX)                                                                                         \
+    static void col_sums_##SFX(T *dbias, const T *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {                \
+        T acc[COLSUM_COLS];                                                                                            \
+        const int64_t w = c1 - c0;                                                                                     \
+        for (int64_t j = 0; j < w; j++) acc[j] = dbias[c0 + j];                                                        \
+        for (int64_t r = 0; r < R; r++) {                                                                              \
+            const T *row = dout + r * N + c0;                                                                          \
+            if (w == COLSUM_COLS) /* the common case, a fixed trip count the compiler vectorizes */                    \
+                for (int j = 0; j < COLSUM_COLS; j++) acc[j] += row[j];                                                \
+            else                                                                                                       \
+                for (int64_t j = 0; j < w; j++) acc[j] += row[j];                                                      \
+        }                                                                                                              \
+        for (int64_t j = 0; j < w; j++) dbias[c0 + j] = acc[j];                                                        \
     }
 COLSUM_KERNELS(float, f32)
 COLSUM_KERNELS(double, f64)

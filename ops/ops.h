@@ -42,8 +42,8 @@ fg_tensor *fg_add(fg_tensor *a, fg_tensor *b);
 fg_tensor *fg_sub(fg_tensor *a, fg_tensor *b);
 fg_tensor *fg_mul(fg_tensor *a, fg_tensor *b);
 fg_tensor *fg_div(fg_tensor *a, fg_tensor *b);
-fg_tensor *fg_add_scalar(fg_tensor *a, double s);  /* a + s */
-fg_tensor *fg_mul_scalar(fg_tensor *a, double s);  /* a * s */
+fg_tensor *fg_add_scalar(fg_tensor *a, double s); /* a + s */
+fg_tensor *fg_mul_scalar(fg_tensor *a, double s); /* a * s */
 
 /* ---- reduce.c ---- */
 /* Sum / mean over one axis (negative counts from the end); keepdim keeps it as size 1. */
@@ -56,10 +56,10 @@ fg_tensor *fg_mean_all(fg_tensor *t);
 /* ---- shape.c (differentiable views; the gradient flows back through the inverse view) ---- */
 /* A view when t is contiguous, else a contiguous copy. One size may be -1. */
 fg_tensor *fg_reshape(fg_tensor *t, int ndim, const int64_t *shape);
-fg_tensor *fg_permute(fg_tensor *t, const int *perm);       /* view */
-fg_tensor *fg_transpose(fg_tensor *t, int d0, int d1);      /* view */
+fg_tensor *fg_permute(fg_tensor *t, const int *perm);                    /* view */
+fg_tensor *fg_transpose(fg_tensor *t, int d0, int d1);                   /* view */
 fg_tensor *fg_slice(fg_tensor *t, int axis, int64_t start, int64_t end); /* view */
-fg_tensor *fg_make_contiguous(fg_tensor *t);                /* copy (or t retained) */
+fg_tensor *fg_make_contiguous(fg_tensor *t);                             /* copy (or t retained) */
 
 /* ---- embedding.c ---- */
 /* weight (V, C), idx: n int32 token ids laid out as `shape` (ndim dims) -> (shape..., C).

@@ -24,8 +24,7 @@ fg_status fg_op_check_like(const char *op, const char *what, const fg_tensor *t,
                         fg_dtype_name(ref->dtype), FG_SHP(ref, b1), what, fg_dtype_name(t->dtype), FG_SHP(t, b2));
     if (t->device != ref->device)
         return fg_error(FG_ERR_DEVICE, "%s: device mismatch: %s is on %s %s, %s on %s %s", op, ref_what,
-                        fg_device_name(ref->device), FG_SHP(ref, b1), what, fg_device_name(t->device),
-                        FG_SHP(t, b2));
+                        fg_device_name(ref->device), FG_SHP(ref, b1), what, fg_device_name(t->device), FG_SHP(t, b2));
     return FG_OK;
 }
 
@@ -68,8 +67,8 @@ fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor
     return FG_OK;
 }
 
-void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim,
-                          const int64_t *shape, int64_t *out) {
+void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim, const int64_t *shape,
+                          int64_t *out) {
     for (int i = 0; i < ndim; i++) {
         int it = i - (ndim - t_ndim);
         out[i] = (it >= 0 && t_shape[it] == shape[i]) ? t_strides[it] : 0;
@@ -142,40 +141,40 @@ typedef struct {
     double alpha;
 } rows_job;
 
-#define ADD_INTO(T, SFX, VEC)                                                                         \
-    static void add_into_##SFX(void *ctx, fg_iter *it) {                                              \
-        const rows_job *j = ctx;                                                                      \
-        T *dst = j->dst, a = (T)j->alpha;                                                             \
-        const T *src = j->src;                                                                        \
-        while (fg_iter_next(it)) {                                                                    \
-            T *d = dst + it->off[0];                                                                  \
-            const T *s = src + it->off[1];                                                            \
-            int64_t sd = it->inner[0], ss = it->inner[1], n = it->n;                                  \
-            if (sd == 1 && ss == 1)                                                                   \
-                VEC(d, a, s, n);                                                                      \
-            else                                                                                      \
-                for (int64_t i = 0; i < n; i++) d[i * sd] += a * s[i * ss];                           \
-        }                                                                                             \
+#define ADD_INTO(T, SFX, VEC)                                                                                          \
+    static void add_into_##SFX(void *ctx, fg_iter *it) {                                                               \
+        const rows_job *j = ctx;                                                                                       \
+        T *dst = j->dst, a = (T)j->alpha;                                                                              \
+        const T *src = j->src;                                                                                         \
+        while (fg_iter_next(it)) {                                                                                     \
+            T *d = dst + it->off[0];                                                                                   \
+            const T *s = src + it->off[1];                                                                             \
+            int64_t sd = it->inner[0], ss = it->inner[1], n = it->n;                                                   \
+            if (sd == 1 && ss == 1)                                                                                    \
+                VEC(d, a, s, n);                                                                                       \
+            else                                                                                                       \
+                for (int64_t i = 0; i < n; i++) d[i * sd] += a * s[i * ss];                                            \
+        }                                                                                                              \
     }
-#define ADD_INTO_LOOP_F64(d, a, s, n)                                                                 \
+#define ADD_INTO_LOOP_F64(d, a, s, n)                                                                                  \
     for (int64_t i = 0; i < (n); i++) (d)[i] += (a) * (s)[i]
 ADD_INTO(float, f32, fg_vaxpy_f32)
 ADD_INTO(double, f64, ADD_INTO_LOOP_F64)
 
-#define COPY_ROWS(T, SFX)                                                                             \
-    static void copy_rows_##SFX(void *ctx, fg_iter *it) {                                             \
-        const rows_job *j = ctx;                                                                      \
-        T *dst = j->dst;                                                                              \
-        const T *src = j->src;                                                                        \
-        while (fg_iter_next(it)) {                                                                    \
-            T *d = dst + it->off[0];                                                                  \
-            const T *s = src + it->off[1];                                                            \
-            int64_t ss = it->inner[1], n = it->n;                                                     \
-            if (ss == 1)                                                                              \
-                memcpy(d, s, (size_t)n * sizeof(T));                                                  \
-            else                                                                                      \
-                for (int64_t i = 0; i < n; i++) d[i] = s[i * ss];                                     \
-        }                                                                                             \
+#define COPY_ROWS(T, SFX)                                                                                              \
+    static void copy_rows_##SFX(void *ctx, fg_iter *it) {                                                              \
+        const rows_job *j = ctx;                                                                                       \
+        T *dst = j->dst;                                                                                               \
+        const T *src = j->src;                                                                                         \
+        while (fg_iter_next(it)) {                                                                                     \
+            T *d = dst + it->off[0];                                                                                   \
+            const T *s = src + it->off[1];                                                                             \
+            int64_t ss = it->inner[1], n = it->n;                                                                      \
+            if (ss == 1)                                                                                               \
+                memcpy(d, s, (size_t)n * sizeof(T));                                                                   \
+            else                                                                                                       \
+                for (int64_t i = 0; i < n; i++) d[i] = s[i * ss];                                                      \
+        }                                                                                                              \
     }
 COPY_ROWS(float, f32)
 COPY_ROWS(double, f64)
@@ -221,8 +220,8 @@ fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {
     const fg_kernels *k = fg_kernels_for(dst->device, op);
     if (!k) return fg_last_status();
     if (!k->memory.add_into) return fg_op_no_kernel(op, k->device);
-    return k->memory.add_into(dst->dtype, fg_data(dst), dst->strides, fg_data(src), src->strides, dst->ndim,
-                              dst->shape, alpha);
+    return k->memory.add_into(dst->dtype, fg_data(dst), dst->strides, fg_data(src), src->strides, dst->ndim, dst->shape,
+                              alpha);
 }
 
 fg_tensor *fg_op_grad_out(fg_node *n) {

@@ -50,17 +50,17 @@ fg_status fg_op_no_kernel(const char *op, const char *device);
 #define FG_DISPATCH(dt, fn, ...) ((dt) == FG_F32 ? fn##_f32(__VA_ARGS__) : fn##_f64(__VA_ARGS__))
 
 /* Type-generic exp for kernels written once for float and double (expf for float). */
-#define FG_EXP(x) _Generic((x), float: expf, default: exp)(x)
+#define FG_EXP(x) _Generic((x), float : expf, default : exp)(x)
 
 /* ---- the strided row iterator (see the top of this file) ---- */
 #define FG_ITER_MAX_OPS 4
 typedef struct {
-    int nops, ndim;                               /* after merging; ndim >= 1 */
+    int nops, ndim; /* after merging; ndim >= 1 */
     int64_t shape[FG_MAX_DIMS];
     int64_t strides[FG_ITER_MAX_OPS][FG_MAX_DIMS];
-    int64_t n;                                    /* row length = shape[ndim-1] */
-    int64_t inner[FG_ITER_MAX_OPS];               /* each operand's stride along the row */
-    int64_t off[FG_ITER_MAX_OPS];                 /* each operand's offset of the current row */
+    int64_t n;                      /* row length = shape[ndim-1] */
+    int64_t inner[FG_ITER_MAX_OPS]; /* each operand's stride along the row */
+    int64_t off[FG_ITER_MAX_OPS];   /* each operand's offset of the current row */
     int64_t idx[FG_MAX_DIMS];
     int64_t rows_left;
     int started;
@@ -77,8 +77,8 @@ void fg_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
 fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor *b, int *ndim, int64_t *shape);
 /* Strides that read a tensor of shape (t_ndim, t_shape) with strides t_strides as if it had the
  * broadcast shape (ndim, shape): dims aligned at the right; missing or stretched dims get 0. */
-void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim,
-                          const int64_t *shape, int64_t *out);
+void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim, const int64_t *shape,
+                          int64_t *out);
 
 /* ---- backward helpers ---- */
 /* dst += alpha * src: same shape, dtype and device, any strides on either (dst must not overlap

@@ -58,9 +58,12 @@ FG_TARGET_AVX2 static double sumsq_avx2(const float *g, int64_t n) {
 static double sumsq_f32(const float *g, int64_t n) {
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: return sumsq_avx512(g, n);
-    case FG_SIMD_AVX2: return sumsq_avx2(g, n);
-    default: break;
+    case FG_SIMD_AVX512:
+        return sumsq_avx512(g, n);
+    case FG_SIMD_AVX2:
+        return sumsq_avx2(g, n);
+    default:
+        break;
     }
 #endif
     double l[16] = {0};
@@ -127,13 +130,13 @@ fg_status fg_cpu_scale(fg_dtype dt, void *x, int64_t n, double s) {
 
 /* The update of one range [0, n) of the arrays; T is float or double. The float32 vector kernels
  * below do these operations in this order (no FMA), and cuda/adamw.cu mirrors it too. */
-#define ADAMW_RANGE(T, p, g, m, v, n, decay_factor, b1, b2, step_size, bc2_sqrt, eps)      \
-    for (int64_t i = 0; i < (n); i++) {                                                    \
-        T gi = (g)[i];                                                                     \
-        T mi = (m)[i] = (T)(b1) * (m)[i] + (T)(1.0 - (b1)) * gi;                           \
-        T vi = (v)[i] = (T)(b2) * (v)[i] + (T)(1.0 - (b2)) * gi * gi;                      \
-        T denom = (T)sqrt((double)vi) / (T)(bc2_sqrt) + (T)(eps);                          \
-        (p)[i] = (p)[i] * (T)(decay_factor) - (T)(step_size) * mi / denom;                 \
+#define ADAMW_RANGE(T, p, g, m, v, n, decay_factor, b1, b2, step_size, bc2_sqrt, eps)                                  \
+    for (int64_t i = 0; i < (n); i++) {                                                                                \
+        T gi = (g)[i];                                                                                                 \
+        T mi = (m)[i] = (T)(b1) * (m)[i] + (T)(1.0 - (b1)) * gi;                                                       \
+        T vi = (v)[i] = (T)(b2) * (v)[i] + (T)(1.0 - (b2)) * gi * gi;                                                  \
+        T denom = (T)sqrt((double)vi) / (T)(bc2_sqrt) + (T)(eps);                                                      \
+        (p)[i] = (p)[i] * (T)(decay_factor) - (T)(step_size)*mi / denom;                                               \
     }
 
 /* the scalars of one update, as the float32 constants ADAMW_RANGE makes of them */
@@ -143,25 +146,24 @@ typedef struct {
 
 #if FG_SIMD_X86
 /* sqrt is correctly rounded in float32 and in double, so sqrt_ps(v) = (float)sqrt((double)v) */
-#define ADAMW_VEC(TGT, V, PFX, W, NAME)                                                    \
-    TGT static int64_t NAME(float *p, const float *g, float *m, float *v, int64_t n, float df, \
-                            const adamw_f32c *c) {                                         \
-        const V b1 = PFX##_set1_ps(c->b1), omb1 = PFX##_set1_ps(c->omb1), b2 = PFX##_set1_ps(c->b2); \
-        const V omb2 = PFX##_set1_ps(c->omb2), step = PFX##_set1_ps(c->step);              \
-        const V bc2s = PFX##_set1_ps(c->bc2s), eps = PFX##_set1_ps(c->eps), vdf = PFX##_set1_ps(df); \
-        int64_t i = 0;                                                                     \
-        for (; i + W <= n; i += W) {                                                       \
-            const V gi = PFX##_loadu_ps(g + i);                                            \
-            const V mi = PFX##_add_ps(PFX##_mul_ps(b1, PFX##_loadu_ps(m + i)), PFX##_mul_ps(omb1, gi)); \
-            const V vi = PFX##_add_ps(PFX##_mul_ps(b2, PFX##_loadu_ps(v + i)),             \
-                                      PFX##_mul_ps(PFX##_mul_ps(omb2, gi), gi));           \
-            const V denom = PFX##_add_ps(PFX##_div_ps(PFX##_sqrt_ps(vi), bc2s), eps);      \
-            const V upd = PFX##_div_ps(PFX##_mul_ps(step, mi), denom);                     \
-            PFX##_storeu_ps(m + i, mi);                                                    \
-            PFX##_storeu_ps(v + i, vi);                                                    \
-            PFX##_storeu_ps(p + i, PFX##_sub_ps(PFX##_mul_ps(PFX##_loadu_ps(p + i), vdf), upd)); \
-        }                                                                                  \
-        return i;                                                                          \
+#define ADAMW_VEC(TGT, V, PFX, W, NAME)                                                                                \
+    TGT static int64_t NAME(float *p, const float *g, float *m, float *v, int64_t n, float df, const adamw_f32c *c) {  \
+        const V b1 = PFX##_set1_ps(c->b1), omb1 = PFX##_set1_ps(c->omb1), b2 = PFX##_set1_ps(c->b2);                   \
+        const V omb2 = PFX##_set1_ps(c->omb2), step = PFX##_set1_ps(c->step);                                          \
+        const V bc2s = PFX##_set1_ps(c->bc2s), eps = PFX##_set1_ps(c->eps), vdf = PFX##_set1_ps(df);                   \
+        int64_t i = 0;                                                                                                 \
+        for (; i + W <= n; i += W) {                                                                                   \
+            const V gi = PFX##_loadu_ps(g + i);                                                                        \
+            const V mi = PFX##_add_ps(PFX##_mul_ps(b1, PFX##_loadu_ps(m + i)), PFX##_mul_ps(omb1, gi));                \
+            const V vi =                                                                                               \
+                PFX##_add_ps(PFX##_mul_ps(b2, PFX##_loadu_ps(v + i)), PFX##_mul_ps(PFX##_mul_ps(omb2, gi), gi));       \
+            const V denom = PFX##_add_ps(PFX##_div_ps(PFX##_sqrt_ps(vi), bc2s), eps);                                  \
+            const V upd = PFX##_div_ps(PFX##_mul_ps(step, mi), denom);                                                 \
+            PFX##_storeu_ps(m + i, mi);                                                                                \
+            PFX##_storeu_ps(v + i, vi);                                                                                \
+            PFX##_storeu_ps(p + i, PFX##_sub_ps(PFX##_mul_ps(PFX##_loadu_ps(p + i), vdf), upd));                       \
+        }                                                                                                              \
+        return i;                                                                                                      \
     }
 ADAMW_VEC(FG_TARGET_AVX512, __m512, _mm512, 16, adamw_avx512)
 ADAMW_VEC(FG_TARGET_AVX2, __m256, _mm256, 8, adamw_avx2)
@@ -172,12 +174,17 @@ static void adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, d
                       double step_size, double bc2_sqrt, double eps) {
     int64_t i = 0;
 #if FG_SIMD_X86
-    const adamw_f32c c = {(float)b1, (float)(1.0 - b1), (float)b2, (float)(1.0 - b2), (float)step_size,
-                          (float)bc2_sqrt, (float)eps};
+    const adamw_f32c c = {(float)b1,        (float)(1.0 - b1), (float)b2, (float)(1.0 - b2),
+                          (float)step_size, (float)bc2_sqrt,   (float)eps};
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: i = adamw_avx512(p, g, m, v, n, (float)df, &c); break;
-    case FG_SIMD_AVX2: i = adamw_avx2(p, g, m, v, n, (float)df, &c); break;
-    default: break;
+    case FG_SIMD_AVX512:
+        i = adamw_avx512(p, g, m, v, n, (float)df, &c);
+        break;
+    case FG_SIMD_AVX2:
+        i = adamw_avx2(p, g, m, v, n, (float)df, &c);
+        break;
+    default:
+        break;
     }
 #endif
     const int64_t done = i, rest = n - i; /* (ADAMW_RANGE has a loop variable i of its own) */

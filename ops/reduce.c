@@ -15,53 +15,52 @@
 #include "ops/ops_internal.h"
 #include "tensor/alloc.h"
 
-#define REDUCE_KERNELS(T, SFX)                                                                         \
-    /* out[o, i] = scale * sum_k x[o, k, i]; acc is I doubles of scratch */                           \
-    static void sum_axis_fwd_##SFX(T *out, const T *x, double *acc, int64_t O, int64_t N, int64_t I,   \
-                                   double scale) {                                                     \
-        for (int64_t o = 0; o < O; o++) {                                                              \
-            const T *xo = x + o * N * I;                                                               \
-            if (I == 1) {                                                                              \
-                double s = 0;                                                                          \
-                for (int64_t k = 0; k < N; k++) s += xo[k];                                            \
-                out[o] = (T)(s * scale);                                                               \
-                continue;                                                                              \
-            }                                                                                          \
-            for (int64_t i = 0; i < I; i++) acc[i] = 0;                                                \
-            for (int64_t k = 0; k < N; k++) {                                                          \
-                const T *row = xo + k * I;                                                             \
-                for (int64_t i = 0; i < I; i++) acc[i] += row[i];                                      \
-            }                                                                                          \
-            for (int64_t i = 0; i < I; i++) out[o * I + i] = (T)(acc[i] * scale);                      \
-        }                                                                                              \
-    }                                                                                                  \
-    /* forward: out[o, i] = scale * sum_k x[o, k, i]  ->  dx[o, k, i] += scale * dout[o, i] */         \
-    static void sum_axis_bwd_##SFX(T *dx, const T *dout, int64_t O, int64_t N, int64_t I, double scale_) { \
-        T scale = (T)scale_;                                                                           \
-        for (int64_t o = 0; o < O; o++)                                                                \
-            for (int64_t k = 0; k < N; k++) {                                                          \
-                T *row = dx + (o * N + k) * I;                                                         \
-                const T *d = dout + o * I;                                                             \
-                for (int64_t i = 0; i < I; i++) row[i] += scale * d[i];                                \
-            }                                                                                          \
-    }                                                                                                  \
-    /* the sum of every element of a strided tensor, in C order */                                    \
-    static void sum_all_fwd_##SFX(double *sum, const T *x, fg_iter *it) {                              \
-        double s = 0;                                                                                  \
-        while (fg_iter_next(it)) {                                                                     \
-            const T *px = x + it->off[0];                                                              \
-            int64_t sx = it->inner[0], n = it->n;                                                      \
-            if (sx == 1)                                                                               \
-                for (int64_t i = 0; i < n; i++) s += px[i];                                            \
-            else                                                                                       \
-                for (int64_t i = 0; i < n; i++) s += px[i * sx];                                       \
-        }                                                                                              \
-        *sum = s;                                                                                      \
-    }                                                                                                  \
-    /* forward: out = scale * sum_k x[k]  ->  dx[k] += scale * dout */                               \
-    static void sum_all_bwd_##SFX(T *dx, const T *dout, int64_t n, double scale) {                     \
-        T g = (T)(scale * (double)dout[0]);                                                            \
-        for (int64_t k = 0; k < n; k++) dx[k] += g;                                                    \
+#define REDUCE_KERNELS(T, SFX)                                                                                         \
+    /* out[o, i] = scale * sum_k x[o, k, i]; acc is I doubles of scratch */                                            \
+    static void sum_axis_fwd_##SFX(T *out, const T *x, double *acc, int64_t O, int64_t N, int64_t I, double scale) {   \
+        for (int64_t o = 0; o < O; o++) {                                                                              \
+            const T *xo = x + o * N * I;                                                                               \
+            if (I == 1) {                                                                                              \
+                double s = 0;                                                                                          \
+                for (int64_t k = 0; k < N; k++) s += xo[k];                                                            \
+                out[o] = (T)(s * scale);                                                                               \
+                continue;                                                                                              \
+            }                                                                                                          \
+            for (int64_t i = 0; i < I; i++) acc[i] = 0;                                                                \
+            for (int64_t k = 0; k < N; k++) {                                                                          \
+                const T *row = xo + k * I;                                                                             \
+                for (int64_t i = 0; i < I; i++) acc[i] += row[i];                                                      \
+            }                                                                                                          \
+            for (int64_t i = 0; i < I; i++) out[o * I + i] = (T)(acc[i] * scale);                                      \
+        }                                                                                                              \
+    }                                                                                                                  \
+    /* forward: out[o, i] = scale * sum_k x[o, k, i]  ->  dx[o, k, i] += scale * dout[o, i] */                         \
+    static void sum_axis_bwd_##SFX(T *dx, const T *dout, int64_t O, int64_t N, int64_t I, double scale_) {             \
+        T scale = (T)scale_;                                                                                           \
+        for (int64_t o = 0; o < O; o++)                                                                                \
+            for (int64_t k = 0; k < N; k++) {                                                                          \
+                T *row = dx + (o * N + k) * I;                                                                         \
+                const T *d = dout + o * I;                                                                             \
+                for (int64_t i = 0; i < I; i++) row[i] += scale * d[i];                                                \
+            }                                                                                                          \
+    }                                                                                                                  \
+    /* the sum of every element of a strided tensor, in C order */                                                     \
+    static void sum_all_fwd_##SFX(double *sum, const T *x, fg_iter *it) {                                              \
+        double s = 0;                                                                                                  \
+        while (fg_iter_next(it)) {                                                                                     \
+            const T *px = x + it->off[0];                                                                              \
+            int64_t sx = it->inner[0], n = it->n;                                                                      \
+            if (sx == 1)                                                                                               \
+                for (int64_t i = 0; i < n; i++) s += px[i];                                                            \
+            else                                                                                                       \
+                for (int64_t i = 0; i < n; i++) s += px[i * sx];                                                       \
+        }                                                                                                              \
+        *sum = s;                                                                                                      \
+    }                                                                                                                  \
+    /* forward: out = scale * sum_k x[k]  ->  dx[k] += scale * dout */                                                 \
+    static void sum_all_bwd_##SFX(T *dx, const T *dout, int64_t n, double scale) {                                     \
+        T g = (T)(scale * (double)dout[0]);                                                                            \
+        for (int64_t k = 0; k < n; k++) dx[k] += g;                                                                    \
     }
 REDUCE_KERNELS(float, f32)
 REDUCE_KERNELS(double, f64)
@@ -92,8 +91,10 @@ fg_status fg_cpu_reduce_all_forward(fg_dtype dt, void *out, const void *x, int n
     fg_iter_init(&it, nd, shape, 1, st);
     double sum;
     FG_DISPATCH(dt, sum_all_fwd, &sum, x, &it);
-    if (dt == FG_F32) *(float *)out = (float)(sum * scale);
-    else *(double *)out = sum * scale;
+    if (dt == FG_F32)
+        *(float *)out = (float)(sum * scale);
+    else
+        *(double *)out = sum * scale;
     return FG_OK;
 }
 
@@ -156,8 +157,10 @@ static fg_tensor *reduce_axis(const char *op, int is_mean, fg_tensor *t, int axi
     split_at(t, a, &O, &N, &I);
     int nd = 0;
     for (int d = 0; d < t->ndim; d++) {
-        if (d != a) shape[nd++] = t->shape[d];
-        else if (keepdim) shape[nd++] = 1;
+        if (d != a)
+            shape[nd++] = t->shape[d];
+        else if (keepdim)
+            shape[nd++] = 1;
     }
     double scale = is_mean ? 1.0 / (double)N : 1.0; /* mean over an empty axis is 0/0 = NaN, like NumPy */
     fg_tensor *x = fg_op_contiguous(t);

@@ -40,7 +40,7 @@ fg_tensor *fg_reshape(fg_tensor *t, int ndim, const int64_t *shape) {
         return NULL;
     }
     if (!fg_kernels_for(t->device, op)) return NULL; /* the backward's fg_op_add_into needs the device */
-    fg_tensor *src = fg_op_contiguous(t); /* t itself when contiguous: then out is a view */
+    fg_tensor *src = fg_op_contiguous(t);            /* t itself when contiguous: then out is a view */
     fg_tensor *out = src ? fg_view_reshape(src, ndim, shape) : NULL;
     fg_release(src);
     if (out) fg_record(out, op, reshape_backward, 1, (fg_tensor *[]){t});
@@ -88,8 +88,8 @@ fg_tensor *fg_permute(fg_tensor *t, const int *perm) {
     int seen[FG_MAX_DIMS] = {0};
     for (int i = 0; i < t->ndim; i++) {
         if (perm[i] < 0 || perm[i] >= t->ndim || seen[perm[i]]) {
-            fg_error(FG_ERR_ARG, "%s: perm[%d] = %d: not a permutation of the %d dims of t %s", op, i, perm[i],
-                     t->ndim, FG_SHP(t, b));
+            fg_error(FG_ERR_ARG, "%s: perm[%d] = %d: not a permutation of the %d dims of t %s", op, i, perm[i], t->ndim,
+                     FG_SHP(t, b));
             return NULL;
         }
         seen[perm[i]] = 1;

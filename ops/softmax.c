@@ -36,36 +36,36 @@
 #include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 
-#define SOFTMAX_KERNELS(T, SFX)                                                                        \
-    static void softmax_fwd_##SFX(T *out, const T *x, int64_t R, int64_t C) {                          \
-        for (int64_t r = 0; r < R; r++) {                                                              \
-            const T *xr = x + r * C;                                                                   \
-            T *o = out + r * C;                                                                        \
-            T mx = (T)-INFINITY;                                                                       \
-            for (int64_t i = 0; i < C; i++) mx = xr[i] > mx ? xr[i] : mx;                              \
-            if (mx == (T)-INFINITY) { /* every entry masked */                                         \
-                for (int64_t i = 0; i < C; i++) o[i] = 0;                                              \
-                continue;                                                                              \
-            }                                                                                          \
-            double sum = 0;                                                                            \
-            for (int64_t i = 0; i < C; i++) {                                                          \
-                o[i] = FG_EXP(xr[i] - mx);                                                             \
-                sum += o[i];                                                                           \
-            }                                                                                          \
-            T inv = (T)(1.0 / sum);                                                                    \
-            for (int64_t i = 0; i < C; i++) o[i] *= inv;                                               \
-        }                                                                                              \
-    }                                                                                                  \
-    /* forward: y_i = exp(x_i) / sum_j exp(x_j)  ->  dx_i += y_i (dy_i - sum_j dy_j y_j) */           \
-    static void softmax_bwd_##SFX(T *dx, const T *dout, const T *y, int64_t R, int64_t C) {            \
-        for (int64_t r = 0; r < R; r++) {                                                              \
-            const T *yr = y + r * C, *d = dout + r * C;                                                \
-            T *g = dx + r * C;                                                                         \
-            double dot = 0;                                                                            \
-            for (int64_t i = 0; i < C; i++) dot += (double)d[i] * yr[i];                               \
-            T tdot = (T)dot;                                                                           \
-            for (int64_t i = 0; i < C; i++) g[i] += yr[i] * (d[i] - tdot);                             \
-        }                                                                                              \
+#define SOFTMAX_KERNELS(T, SFX)                                                                                        \
+    static void softmax_fwd_##SFX(T *out, const T *x, int64_t R, int64_t C) {                                          \
+        for (int64_t r = 0; r < R; r++) {                                                                              \
+            const T *xr = x + r * C;                                                                                   \
+            T *o = out + r * C;                                                                                        \
+            T mx = (T)-INFINITY;                                                                                       \
+            for (int64_t i = 0; i < C; i++) mx = xr[i] > mx ? xr[i] : mx;                                              \
+            if (mx == (T)-INFINITY) { /* every entry masked */                                                         \
+                for (int64_t i = 0; i < C; i++) o[i] = 0;                                                              \
+                continue;                                                                                              \
+            }                                                                                                          \
+            double sum = 0;                                                                                            \
+            for (int64_t i = 0; i < C; i++) {                                                                          \
+                o[i] = FG_EXP(xr[i] - mx);                                                                             \
+                sum += o[i];                                                                                           \
+            }                                                                                                          \
+            T inv = (T)(1.0 / sum);                                                                                    \
+            for (int64_t i = 0; i < C; i++) o[i] *= inv;                                                               \
+        }                                                                                                              \
+    }                                                                                                                  \
+    /* forward: y_i = exp(x_i) / sum_j exp(x_j)  ->  dx_i += y_i (dy_i - sum_j dy_j y_j) */                            \
+    static void softmax_bwd_##SFX(T *dx, const T *dout, const T *y, int64_t R, int64_t C) {                            \
+        for (int64_t r = 0; r < R; r++) {                                                                              \
+            const T *yr = y + r * C, *d = dout + r * C;                                                                \
+            T *g = dx + r * C;                                                                                         \
+            double dot = 0;                                                                                            \
+            for (int64_t i = 0; i < C; i++) dot += (double)d[i] * yr[i];                                               \
+            T tdot = (T)dot;                                                                                           \
+            for (int64_t i = 0; i < C; i++) g[i] += yr[i] * (d[i] - tdot);                                             \
+        }                                                                                                              \
     }
 SOFTMAX_KERNELS(float, f32)
 SOFTMAX_KERNELS(double, f64)

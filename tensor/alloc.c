@@ -18,9 +18,12 @@
 
 const char *fg_device_name(fg_device d) {
     switch (d) {
-    case FG_CPU: return "cpu";
-    case FG_CUDA: return "cuda";
-    default: return "unknown-device";
+    case FG_CPU:
+        return "cpu";
+    case FG_CUDA:
+        return "cuda";
+    default:
+        return "unknown-device";
     }
 }
 
@@ -35,14 +38,23 @@ static size_t size_class(size_t n) {
 }
 
 /* ---- pointer -> size table (live blocks) ---- */
-typedef struct { void *ptr; size_t size; } live_entry;
+typedef struct {
+    void *ptr;
+    size_t size;
+} live_entry;
 /* ---- class size -> stack of free blocks ---- */
-typedef struct { size_t size; void **blocks; size_t n, cap; } free_list;
+typedef struct {
+    size_t size;
+    void **blocks;
+    size_t n, cap;
+} free_list;
 
 typedef struct {
     pthread_mutex_t mu;
-    live_entry *live; size_t live_cap, live_n;
-    free_list *lists; size_t lists_cap, lists_n;
+    live_entry *live;
+    size_t live_cap, live_n;
+    free_list *lists;
+    size_t lists_cap, lists_n;
     fg_alloc_stats st;
 } device_pool;
 
@@ -56,13 +68,13 @@ static int caching = 1;
 void fg_register_backend(fg_device d, const fg_device_backend *be) {
     if (d > FG_CPU && d < FG_DEVICE_COUNT) backends[d] = be;
 }
-const fg_device_backend *fg_backend(fg_device d) {
-    return (d >= 0 && d < FG_DEVICE_COUNT) ? backends[d] : NULL;
-}
+const fg_device_backend *fg_backend(fg_device d) { return (d >= 0 && d < FG_DEVICE_COUNT) ? backends[d] : NULL; }
 
 static size_t hash_ptr(const void *p, size_t cap) {
     uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
     return (size_t)x & (cap - 1);
 }
 static size_t hash_size(size_t s, size_t cap) {
@@ -74,10 +86,13 @@ static size_t hash_size(size_t s, size_t cap) {
 static int live_insert(device_pool *p, void *ptr, size_t size);
 static int live_grow(device_pool *p) {
     size_t ncap = p->live_cap ? p->live_cap * 2 : 1024;
-    live_entry *old = p->live; size_t ocap = p->live_cap;
+    live_entry *old = p->live;
+    size_t ocap = p->live_cap;
     live_entry *nt = calloc(ncap, sizeof *nt);
     if (!nt) return 0;
-    p->live = nt; p->live_cap = ncap; p->live_n = 0;
+    p->live = nt;
+    p->live_cap = ncap;
+    p->live_n = 0;
     for (size_t i = 0; i < ocap; i++)
         if (old[i].ptr) live_insert(p, old[i].ptr, old[i].size);
     free(old);
@@ -87,7 +102,8 @@ static int live_insert(device_pool *p, void *ptr, size_t size) {
     if ((p->live_n + 1) * 2 > p->live_cap && !live_grow(p)) return 0;
     size_t i = hash_ptr(ptr, p->live_cap);
     while (p->live[i].ptr) i = (i + 1) & (p->live_cap - 1);
-    p->live[i].ptr = ptr; p->live[i].size = size;
+    p->live[i].ptr = ptr;
+    p->live[i].size = size;
     p->live_n++;
     return 1;
 }
@@ -129,7 +145,8 @@ static free_list *list_find(device_pool *p, size_t size, int create) {
             nt[i] = p->lists[k];
         }
         free(p->lists);
-        p->lists = nt; p->lists_cap = ncap;
+        p->lists = nt;
+        p->lists_cap = ncap;
     }
     size_t i = hash_size(size, p->lists_cap);
     while (p->lists[i].size) i = (i + 1) & (p->lists_cap - 1);
@@ -144,8 +161,10 @@ static void *system_alloc(fg_device d, size_t size) {
     return be ? be->alloc(size) : NULL;
 }
 static void system_free(fg_device d, void *ptr) {
-    if (d == FG_CPU) free(ptr);
-    else if (backends[d]) backends[d]->free(ptr);
+    if (d == FG_CPU)
+        free(ptr);
+    else if (backends[d])
+        backends[d]->free(ptr);
 }
 
 void *fg_alloc(fg_device d, size_t nbytes) {
@@ -208,7 +227,10 @@ void fg_free(fg_device d, void *ptr) {
     if (fl && fl->n == fl->cap) {
         size_t ncap = fl->cap ? fl->cap * 2 : 8;
         void **nb = realloc(fl->blocks, ncap * sizeof *nb);
-        if (nb) { fl->blocks = nb; fl->cap = ncap; }
+        if (nb) {
+            fl->blocks = nb;
+            fl->cap = ncap;
+        }
     }
     if (fl && fl->n < fl->cap) {
         fl->blocks[fl->n++] = ptr;
@@ -259,7 +281,13 @@ __attribute__((destructor)) static void alloc_shutdown(void) {
         fg_alloc_empty_cache((fg_device)d);
         device_pool *p = &pools[d];
         for (size_t i = 0; i < p->lists_cap; i++) free(p->lists[i].blocks);
-        free(p->lists); p->lists = NULL; p->lists_cap = p->lists_n = 0;
-        if (p->live_n == 0) { free(p->live); p->live = NULL; p->live_cap = 0; }
+        free(p->lists);
+        p->lists = NULL;
+        p->lists_cap = p->lists_n = 0;
+        if (p->live_n == 0) {
+            free(p->live);
+            p->live = NULL;
+            p->live_cap = 0;
+        }
     }
 }

@@ -30,11 +30,11 @@ typedef enum { FG_CPU = 0, FG_CUDA = 1, FG_DEVICE_COUNT } fg_device;
 const char *fg_device_name(fg_device d);
 
 typedef struct {
-    size_t current;        /* bytes live in tensors now */
-    size_t peak;           /* high-water mark of current since the last reset */
-    size_t reserved;       /* current + bytes parked in the cache */
+    size_t current;         /* bytes live in tensors now */
+    size_t peak;            /* high-water mark of current since the last reset */
+    size_t reserved;        /* current + bytes parked in the cache */
     uint64_t system_allocs; /* blocks ever taken from the system (malloc / cudaMalloc) */
-    uint64_t allocs;       /* fg_alloc calls that succeeded */
+    uint64_t allocs;        /* fg_alloc calls that succeeded */
 } fg_alloc_stats;
 
 /* A backend's raw memory functions. alloc returns NULL on failure; copies are synchronous. */
@@ -45,7 +45,7 @@ typedef struct {
     void (*copy_to_host)(void *dst_host, const void *src_dev, size_t nbytes);
     void (*copy_from_host)(void *dst_dev, const void *src_host, size_t nbytes);
     void (*copy_dev)(void *dst_dev, const void *src_dev, size_t nbytes);
-    void (*synchronize)(void);     /* wait for all queued work (for timing); may be NULL */
+    void (*synchronize)(void); /* wait for all queued work (for timing); may be NULL */
 } fg_device_backend;
 
 /* Register the backend of a non-CPU device (called by cuda/ at init). */

@@ -32,8 +32,8 @@ fg_status fg_error(fg_status st, const char *fmt, ...) {
 
 const char *fg_status_name(fg_status st) {
     static const char *names[FG_STATUS_COUNT] = {
-        "ok", "bad argument", "shape mismatch", "dtype mismatch", "device mismatch",
-        "out of memory", "i/o error", "bad file format", "bad state", "non-finite value",
+        "ok",        "bad argument",    "shape mismatch", "dtype mismatch",   "device mismatch", "out of memory",
+        "i/o error", "bad file format", "bad state",      "non-finite value",
     };
     return (st >= 0 && st < FG_STATUS_COUNT) ? names[st] : "unknown status";
 }

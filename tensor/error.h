@@ -14,15 +14,15 @@ extern "C" {
 
 typedef enum {
     FG_OK = 0,
-    FG_ERR_ARG,         /* a bad argument: negative size, NULL where a tensor is needed, ... */
-    FG_ERR_SHAPE,       /* shapes that do not fit together */
-    FG_ERR_DTYPE,       /* dtypes that differ or are unsupported here */
-    FG_ERR_DEVICE,      /* tensors on different devices, or a device that is not built in */
-    FG_ERR_OOM,         /* an allocation failed */
-    FG_ERR_IO,          /* a file could not be opened, read or written */
-    FG_ERR_FORMAT,      /* a file is malformed, truncated, corrupted or of an unsupported kind */
-    FG_ERR_STATE,       /* an operation out of order: backward twice through a freed graph, ... */
-    FG_ERR_NUMERIC,     /* a non-finite value where a finite one is required */
+    FG_ERR_ARG,     /* a bad argument: negative size, NULL where a tensor is needed, ... */
+    FG_ERR_SHAPE,   /* shapes that do not fit together */
+    FG_ERR_DTYPE,   /* dtypes that differ or are unsupported here */
+    FG_ERR_DEVICE,  /* tensors on different devices, or a device that is not built in */
+    FG_ERR_OOM,     /* an allocation failed */
+    FG_ERR_IO,      /* a file could not be opened, read or written */
+    FG_ERR_FORMAT,  /* a file is malformed, truncated, corrupted or of an unsupported kind */
+    FG_ERR_STATE,   /* an operation out of order: backward twice through a freed graph, ... */
+    FG_ERR_NUMERIC, /* a non-finite value where a finite one is required */
     FG_STATUS_COUNT
 } fg_status;
 
@@ -44,14 +44,16 @@ const char *fg_status_name(fg_status st);
 /* Internal invariant: a failure here is a flashgrad bug, not a user error. */
 void fg_assert_fail(const char *expr, const char *file, int line, const char *hint);
 /* Return the status of `expr` from the enclosing function unless it is FG_OK. */
-#define FG_TRY(expr)                                                                                  \
-    do {                                                                                              \
-        fg_status fg_t_ = (expr);                                                                     \
-        if (fg_t_ != FG_OK) return fg_t_;                                                             \
+#define FG_TRY(expr)                                                                                                   \
+    do {                                                                                                               \
+        fg_status fg_t_ = (expr);                                                                                      \
+        if (fg_t_ != FG_OK) return fg_t_;                                                                              \
     } while (0)
 
-#define FG_ASSERT(cond, hint) \
-    do { if (!(cond)) fg_assert_fail(#cond, __FILE__, __LINE__, (hint)); } while (0)
+#define FG_ASSERT(cond, hint)                                                                                          \
+    do {                                                                                                               \
+        if (!(cond)) fg_assert_fail(#cond, __FILE__, __LINE__, (hint));                                                \
+    } while (0)
 
 #ifdef __cplusplus
 }

@@ -60,23 +60,20 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
     return 0;
 }
 
-fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
-                               int nparts) {
+fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts) {
     if (!path || !*path) return fg_error(FG_ERR_ARG, "write: empty file path");
     if (nparts < 0 || (nparts > 0 && (!parts || !sizes)))
         return fg_error(FG_ERR_ARG, "write '%s': bad part list (nparts %d)", path, nparts);
     for (int i = 0; i < nparts; i++)
         if (sizes[i] > 0 && !parts[i])
-            return fg_error(FG_ERR_ARG, "write '%s': part %d has %zu bytes but no data", path, i,
-                            sizes[i]);
+            return fg_error(FG_ERR_ARG, "write '%s': part %d has %zu bytes but no data", path, i, sizes[i]);
 
     /* The new file keeps the mode of the one it replaces (a checkpoint someone made group-readable
      * stays so); a new file gets the usual 0666 & ~umask. */
     mode_t mode;
     struct stat st;
     if (stat(path, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return fg_error(FG_ERR_IO, "cannot write '%s': it is a directory", path);
+        if (S_ISDIR(st.st_mode)) return fg_error(FG_ERR_IO, "cannot write '%s': it is a directory", path);
         mode = st.st_mode & 07777;
     } else {
         mode = 0666 & ~current_umask();
@@ -106,8 +103,8 @@ fg_status fg_write_file_atomic(const char *path, const void *const *parts, const
     fg_status rc = FG_OK;
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot create a temporary file in '%s': %s",
-                      path, dir, strerror(errno));
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot create a temporary file in '%s': %s", path, dir,
+                      strerror(errno));
         goto done;
     }
     int err = 0;
@@ -134,8 +131,8 @@ fg_status fg_write_file_atomic(const char *path, const void *const *parts, const
     }
     if (err) {
         unlink(tmp);
-        rc = fg_error(FG_ERR_IO, "cannot write '%s': %s of temporary file '%s' failed: %s", path,
-                      what, tmp, strerror(err));
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': %s of temporary file '%s' failed: %s", path, what, tmp,
+                      strerror(err));
         goto done;
     }
     /* The data is in place; make the rename durable. Some filesystems cannot fsync a directory
@@ -143,8 +140,7 @@ fg_status fg_write_file_atomic(const char *path, const void *const *parts, const
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
-            rc = fg_error(FG_ERR_IO, "wrote '%s' but could not fsync its folder '%s': %s", path,
-                          dir, strerror(errno));
+            rc = fg_error(FG_ERR_IO, "wrote '%s' but could not fsync its folder '%s': %s", path, dir, strerror(errno));
         close(dfd);
     }
 done:
@@ -255,15 +251,17 @@ fg_status fg_read_fd(int fd, const char *path, size_t max_bytes, void **buf, siz
         if (len > limit) {
             free(p);
             if (regular && !max_bytes)
-                return fg_error(FG_ERR_IO, "cannot read '%s': it grew while being read (%lld bytes at the start)",
-                                path, (long long)st.st_size);
+                return fg_error(FG_ERR_IO, "cannot read '%s': it grew while being read (%lld bytes at the start)", path,
+                                (long long)st.st_size);
             return fg_error(FG_ERR_IO, "cannot read '%s': it is too large (more than %zu bytes)", path, limit);
         }
     }
     if (!regular && len == 0) {
         free(p);
-        return fg_error(FG_ERR_IO, "cannot read '%s': it is a FIFO/pipe that gave no data (no process has it "
-                        "open for writing, or the writer wrote nothing)", path);
+        return fg_error(FG_ERR_IO,
+                        "cannot read '%s': it is a FIFO/pipe that gave no data (no process has it "
+                        "open for writing, or the writer wrote nothing)",
+                        path);
     }
     p[len] = '\0';
     *buf = p;

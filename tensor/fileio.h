@@ -30,14 +30,12 @@ extern "C" {
  * replaces, or 0666 minus the umask when there is none. On failure returns FG_ERR_IO (FG_ERR_ARG for
  * bad arguments) with the path and the system's reason; the old target, if any, is untouched and no
  * temporary file is left. Symlinks at `path` are replaced, not followed. */
-fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes,
-                               int nparts);
+fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts);
 
 /* The temporary of fg_write_file_atomic(path) is named path FG_TMP_MARK "XXXXXX" (mkstemp's six
  * letters and digits): distinctive, so that a writer's leftovers after a kill can be told from a
  * user's own files. */
 #define FG_TMP_MARK ".flashgrad-tmp."
-
 
 /* Reads the whole of `path` into a new malloc'ed buffer: *buf (caller frees with free()) holds *n
  * bytes followed by one extra '\0' (so text can be used as a C string). Never reads without a
@@ -75,8 +73,8 @@ uint64_t fg_xxh64(const void *data, size_t n, uint64_t seed);
 
 /* Streaming form: the digest of several updates equals fg_xxh64 of their concatenation. */
 typedef struct {
-    uint64_t total;       /* bytes seen so far */
-    uint64_t v[4];        /* the four lane accumulators */
+    uint64_t total; /* bytes seen so far */
+    uint64_t v[4];  /* the four lane accumulators */
     uint64_t seed;
     unsigned char buf[32]; /* a partial 32-byte stripe */
     unsigned buffered;     /* bytes in buf */

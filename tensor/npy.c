@@ -64,20 +64,21 @@ static void shape_repr(char *buf, size_t cap, int ndim, const int64_t *shape) {
 
 typedef struct {
     const unsigned char *p, *end;
-    const char *path;   /* for messages */
+    const char *path; /* for messages */
 } npy_cursor;
 
 static void skip_ws(npy_cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-        c->p++;
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
 }
 
 /* What is at the cursor, for messages: "'x'", "end of header". */
 static const char *here(const npy_cursor *c, char *buf, size_t cap) {
     if (c->p >= c->end) return "the end of the header";
     unsigned ch = *c->p;
-    if (ch >= 0x20 && ch < 0x7f) snprintf(buf, cap, "'%c'", (char)ch);
-    else snprintf(buf, cap, "byte 0x%02x", ch);
+    if (ch >= 0x20 && ch < 0x7f)
+        snprintf(buf, cap, "'%c'", (char)ch);
+    else
+        snprintf(buf, cap, "byte 0x%02x", ch);
     return buf;
 }
 
@@ -87,8 +88,7 @@ static const char *here(const npy_cursor *c, char *buf, size_t cap) {
 static fg_status parse_pystr(npy_cursor *c, char *out, size_t cap, size_t *len) {
     char hb[16];
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
-        return npy_fail(c->path, "header: expected a quoted string, found %s",
-                        here(c, hb, sizeof hb));
+        return npy_fail(c->path, "header: expected a quoted string, found %s", here(c, hb, sizeof hb));
     unsigned char q = *c->p++;
     size_t n = 0;
     while (c->p < c->end && *c->p != q) {
@@ -99,8 +99,7 @@ static fg_status parse_pystr(npy_cursor *c, char *out, size_t cap, size_t *len) 
         n++;
         c->p++;
     }
-    if (c->p >= c->end || *c->p != q)
-        return npy_fail(c->path, "header: unterminated string");
+    if (c->p >= c->end || *c->p != q) return npy_fail(c->path, "header: unterminated string");
     c->p++;
     out[n + 1 < cap ? n : cap - 1] = '\0';
     *len = n;
@@ -111,16 +110,13 @@ static fg_status parse_pystr(npy_cursor *c, char *out, size_t cap, size_t *len) 
 static fg_status parse_pyint(npy_cursor *c, int64_t *v) {
     char hb[16];
     if (c->p >= c->end || *c->p < '0' || *c->p > '9') {
-        if (c->p < c->end && *c->p == '-')
-            return npy_fail(c->path, "header: negative dimension in shape");
-        return npy_fail(c->path, "header: expected a dimension in shape, found %s",
-                        here(c, hb, sizeof hb));
+        if (c->p < c->end && *c->p == '-') return npy_fail(c->path, "header: negative dimension in shape");
+        return npy_fail(c->path, "header: expected a dimension in shape, found %s", here(c, hb, sizeof hb));
     }
     uint64_t x = 0;
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
         unsigned d = (unsigned)(*c->p - '0');
-        if (x > ((uint64_t)INT64_MAX - d) / 10)
-            return npy_fail(c->path, "header: dimension in shape is too large");
+        if (x > ((uint64_t)INT64_MAX - d) / 10) return npy_fail(c->path, "header: dimension in shape is too large");
         x = x * 10 + d;
         c->p++;
     }
@@ -134,8 +130,7 @@ static fg_status parse_pyint(npy_cursor *c, int64_t *v) {
 static fg_status parse_shape(npy_cursor *c, int *ndim, int64_t *shape) {
     char hb[16];
     if (c->p >= c->end || *c->p != '(')
-        return npy_fail(c->path, "header: 'shape' must be a tuple, found %s",
-                        here(c, hb, sizeof hb));
+        return npy_fail(c->path, "header: 'shape' must be a tuple, found %s", here(c, hb, sizeof hb));
     c->p++;
     int n = 0, trailing_comma = 0;
     skip_ws(c);
@@ -152,18 +147,18 @@ static fg_status parse_shape(npy_cursor *c, int *ndim, int64_t *shape) {
             trailing_comma = 1;
             skip_ws(c);
         } else if (c->p < c->end && *c->p != ')') {
-            return npy_fail(c->path, "header: expected ',' or ')' in shape, found %s",
-                            here(c, hb, sizeof hb));
+            return npy_fail(c->path, "header: expected ',' or ')' in shape, found %s", here(c, hb, sizeof hb));
         }
     }
     if (c->p >= c->end) return npy_fail(c->path, "header: unterminated shape tuple");
     c->p++; /* ')' */
     if (n == 1 && !trailing_comma)
-        return npy_fail(c->path, "header: shape (%lld) is not a tuple (a 1-d shape is written "
-                        "(%lld,))", (long long)shape[0], (long long)shape[0]);
+        return npy_fail(c->path,
+                        "header: shape (%lld) is not a tuple (a 1-d shape is written "
+                        "(%lld,))",
+                        (long long)shape[0], (long long)shape[0]);
     if (n > FG_MAX_DIMS)
-        return npy_fail(c->path, "rank %d arrays are not supported (at most %d dimensions)", n,
-                        FG_MAX_DIMS);
+        return npy_fail(c->path, "rank %d arrays are not supported (at most %d dimensions)", n, FG_MAX_DIMS);
     *ndim = n;
     return FG_OK;
 }
@@ -174,9 +169,7 @@ static int match_word(npy_cursor *c, const char *w) {
     /* "Trueish" is not True */
     if ((size_t)(c->end - c->p) > n) {
         unsigned char nx = c->p[n];
-        if ((nx >= 'a' && nx <= 'z') || (nx >= 'A' && nx <= 'Z') || (nx >= '0' && nx <= '9') ||
-            nx == '_')
-            return 0;
+        if ((nx >= 'a' && nx <= 'z') || (nx >= 'A' && nx <= 'Z') || (nx >= '0' && nx <= '9') || nx == '_') return 0;
     }
     c->p += n;
     return 1;
@@ -184,11 +177,19 @@ static int match_word(npy_cursor *c, const char *w) {
 
 /* The dtype string: only little-endian float32 / float64. */
 static fg_status check_descr(const char *path, const char *d, size_t len, fg_dtype *dt) {
-    if (len == 3 && strcmp(d, "<f4") == 0) { *dt = FG_F32; return FG_OK; }
-    if (len == 3 && strcmp(d, "<f8") == 0) { *dt = FG_F64; return FG_OK; }
+    if (len == 3 && strcmp(d, "<f4") == 0) {
+        *dt = FG_F32;
+        return FG_OK;
+    }
+    if (len == 3 && strcmp(d, "<f8") == 0) {
+        *dt = FG_F64;
+        return FG_OK;
+    }
     if (len == 3 && (strcmp(d, ">f4") == 0 || strcmp(d, ">f8") == 0))
-        return npy_fail(path, "dtype '%s' is not supported (big-endian data; float32 and float64 "
-                        "little-endian only)", d);
+        return npy_fail(path,
+                        "dtype '%s' is not supported (big-endian data; float32 and float64 "
+                        "little-endian only)",
+                        d);
     return npy_fail(path, "dtype '%s%s' is not supported (float32 and float64 only)", d,
                     len > 47 ? "..." : ""); /* 47: what parse_dict keeps */
 }
@@ -201,8 +202,7 @@ static fg_status parse_dict(npy_cursor *c, fg_npy_info *info) {
     size_t descr_len = 0;
     skip_ws(c);
     if (c->p >= c->end || *c->p != '{')
-        return npy_fail(c->path, "header is not a dict: expected '{', found %s",
-                        here(c, hb, sizeof hb));
+        return npy_fail(c->path, "header is not a dict: expected '{', found %s", here(c, hb, sizeof hb));
     c->p++;
     for (;;) {
         skip_ws(c);
@@ -213,8 +213,7 @@ static fg_status parse_dict(npy_cursor *c, fg_npy_info *info) {
         if (st) return st;
         skip_ws(c);
         if (c->p >= c->end || *c->p != ':')
-            return npy_fail(c->path, "header: expected ':' after key '%s', found %s", key,
-                            here(c, hb, sizeof hb));
+            return npy_fail(c->path, "header: expected ':' after key '%s', found %s", key, here(c, hb, sizeof hb));
         c->p++;
         skip_ws(c);
         if (klen == 5 && strcmp(key, "descr") == 0) {
@@ -222,14 +221,16 @@ static fg_status parse_dict(npy_cursor *c, fg_npy_info *info) {
             seen_descr = 1;
             if (c->p < c->end && (*c->p == '[' || *c->p == '{'))
                 return npy_fail(c->path, "structured dtypes are not supported (float32 and float64 "
-                                "only)");
+                                         "only)");
             st = parse_pystr(c, descr, sizeof descr, &descr_len);
             if (st) return st;
         } else if (klen == 13 && strcmp(key, "fortran_order") == 0) {
             if (seen_fortran) return npy_fail(c->path, "header: key 'fortran_order' appears twice");
             seen_fortran = 1;
-            if (match_word(c, "True")) fortran = 1;
-            else if (match_word(c, "False")) fortran = 0;
+            if (match_word(c, "True"))
+                fortran = 1;
+            else if (match_word(c, "False"))
+                fortran = 0;
             else
                 return npy_fail(c->path, "header: 'fortran_order' must be True or False, found %s",
                                 here(c, hb, sizeof hb));
@@ -239,8 +240,10 @@ static fg_status parse_dict(npy_cursor *c, fg_npy_info *info) {
             st = parse_shape(c, &info->ndim, info->shape);
             if (st) return st;
         } else {
-            return npy_fail(c->path, "header: unexpected key '%s%s' (expected 'descr', "
-                            "'fortran_order', 'shape')", key, klen >= sizeof key ? "..." : "");
+            return npy_fail(c->path,
+                            "header: unexpected key '%s%s' (expected 'descr', "
+                            "'fortran_order', 'shape')",
+                            key, klen >= sizeof key ? "..." : "");
         }
         skip_ws(c);
         if (c->p < c->end && *c->p == ',') {
@@ -248,16 +251,16 @@ static fg_status parse_dict(npy_cursor *c, fg_npy_info *info) {
             continue;
         }
         if (c->p < c->end && *c->p == '}') break;
-        return npy_fail(c->path, "header: expected ',' or '}' in dict, found %s",
-                        here(c, hb, sizeof hb));
+        return npy_fail(c->path, "header: expected ',' or '}' in dict, found %s", here(c, hb, sizeof hb));
     }
     c->p++; /* '}' */
     skip_ws(c);
-    if (c->p < c->end)
-        return npy_fail(c->path, "header: unexpected %s after the dict", here(c, hb, sizeof hb));
+    if (c->p < c->end) return npy_fail(c->path, "header: unexpected %s after the dict", here(c, hb, sizeof hb));
     if (!seen_descr || !seen_fortran || !seen_shape)
         return npy_fail(c->path, "header lacks key '%s'",
-                        !seen_descr ? "descr" : !seen_fortran ? "fortran_order" : "shape");
+                        !seen_descr     ? "descr"
+                        : !seen_fortran ? "fortran_order"
+                                        : "shape");
     /* Checked after parsing, so a dtype problem is reported even when another key is odd. */
     fg_status st = check_descr(c->path, descr, descr_len, &info->dtype);
     if (st) return st;
@@ -268,8 +271,7 @@ static fg_status parse_dict(npy_cursor *c, fg_npy_info *info) {
 /* The preamble (magic, version, length) and the dict. `b` holds at least `avail` bytes of the file,
  * whose full size is `total`; avail must cover the header (the caller ensures it, or the header is
  * reported truncated). */
-static fg_status npy_header(const unsigned char *b, size_t avail, uint64_t total, const char *path,
-                            fg_npy_info *info) {
+static fg_status npy_header(const unsigned char *b, size_t avail, uint64_t total, const char *path, fg_npy_info *info) {
     memset(info, 0, sizeof *info);
     if (avail < NPY_MAGIC_LEN || memcmp(b, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
         if (total < NPY_MAGIC_LEN)
@@ -284,15 +286,15 @@ static fg_status npy_header(const unsigned char *b, size_t avail, uint64_t total
     size_t lenbytes = major == 1 ? 2 : 4;
     if (avail < 8 + lenbytes) return npy_fail(path, "truncated file (no header length)");
     size_t hlen = major == 1 ? (size_t)b[8] | (size_t)b[9] << 8
-                             : (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 |
-                                   (size_t)b[11] << 24;
+                             : (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
     size_t hstart = 8 + lenbytes;
     if (hlen > NPY_MAX_HEADER)
-        return npy_fail(path, "header length %zu is implausibly large (limit %zu)", hlen,
-                        NPY_MAX_HEADER);
+        return npy_fail(path, "header length %zu is implausibly large (limit %zu)", hlen, NPY_MAX_HEADER);
     if (hstart + hlen > total)
-        return npy_fail(path, "truncated header (header says %zu bytes, file has %llu after the "
-                        "preamble)", hlen, (unsigned long long)(total - hstart));
+        return npy_fail(path,
+                        "truncated header (header says %zu bytes, file has %llu after the "
+                        "preamble)",
+                        hlen, (unsigned long long)(total - hstart));
     if (hstart + hlen > avail) return npy_fail(path, "file shrank while being read");
     info->version_major = major;
     npy_cursor c = {b + hstart, b + hstart + hlen, path};
@@ -305,16 +307,16 @@ static fg_status npy_header(const unsigned char *b, size_t avail, uint64_t total
     uint64_t numel = 1, nonzero = 1;
     for (int i = 0; i < info->ndim; i++) {
         if (__builtin_mul_overflow(numel, (uint64_t)info->shape[i], &numel) || numel > (uint64_t)INT64_MAX ||
-            (info->shape[i] > 0 &&
-             (__builtin_mul_overflow(nonzero, (uint64_t)info->shape[i], &nonzero) || nonzero > (uint64_t)INT64_MAX / 8))) {
+            (info->shape[i] > 0 && (__builtin_mul_overflow(nonzero, (uint64_t)info->shape[i], &nonzero) ||
+                                    nonzero > (uint64_t)INT64_MAX / 8))) {
             char sb[160];
             shape_repr(sb, sizeof sb, info->ndim, info->shape);
             return npy_fail(path, "shape %s has too many elements", sb);
         }
     }
     uint64_t bytes;
-    if (__builtin_mul_overflow(numel, (uint64_t)fg_dtype_size(info->dtype), &bytes) ||
-        bytes > (uint64_t)INT64_MAX || bytes > (uint64_t)SIZE_MAX) {
+    if (__builtin_mul_overflow(numel, (uint64_t)fg_dtype_size(info->dtype), &bytes) || bytes > (uint64_t)INT64_MAX ||
+        bytes > (uint64_t)SIZE_MAX) {
         char sb[160];
         shape_repr(sb, sizeof sb, info->ndim, info->shape);
         return npy_fail(path, "shape %s has too many elements", sb);
@@ -325,8 +327,8 @@ static fg_status npy_header(const unsigned char *b, size_t avail, uint64_t total
     if (have != bytes) {
         char sb[160];
         shape_repr(sb, sizeof sb, info->ndim, info->shape);
-        return npy_fail(path, "file holds %llu bytes of data, shape %s needs %llu",
-                        (unsigned long long)have, sb, (unsigned long long)bytes);
+        return npy_fail(path, "file holds %llu bytes of data, shape %s needs %llu", (unsigned long long)have, sb,
+                        (unsigned long long)bytes);
     }
     return FG_OK;
 }
@@ -404,9 +406,9 @@ fg_tensor *fg_npy_load(const char *path) {
     }
     size_t hend = (size_t)got;
     if (got >= 12 && memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) == 0 && (pre[6] == 1 || pre[6] == 2)) {
-        size_t hlen = pre[6] == 1 ? (size_t)pre[8] | (size_t)pre[9] << 8
-                                  : (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
-                                        (size_t)pre[11] << 24;
+        size_t hlen = pre[6] == 1
+                          ? (size_t)pre[8] | (size_t)pre[9] << 8
+                          : (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
         size_t hstart = pre[6] == 1 ? 10 : 12;
         if (hlen <= NPY_MAX_HEADER && hstart + hlen <= total) hend = hstart + hlen;
     }
@@ -445,8 +447,7 @@ out:
  * save
  * ------------------------------------------------------------------------------------------- */
 
-fg_status fg_npy_save_raw(const char *path, fg_dtype dt, int ndim, const int64_t *shape,
-                          const void *data) {
+fg_status fg_npy_save_raw(const char *path, fg_dtype dt, int ndim, const int64_t *shape, const void *data) {
     if (!path || !*path) return fg_error(FG_ERR_ARG, "npy save: empty file path");
     if (dt != FG_F32 && dt != FG_F64)
         return fg_error(FG_ERR_DTYPE, "npy save '%s': unsupported dtype %d", path, (int)dt);
@@ -455,8 +456,7 @@ fg_status fg_npy_save_raw(const char *path, fg_dtype dt, int ndim, const int64_t
     uint64_t bytes = fg_dtype_size(dt);
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return fg_error(FG_ERR_ARG, "npy save '%s': negative dimension %lld", path,
-                            (long long)shape[i]);
+            return fg_error(FG_ERR_ARG, "npy save '%s': negative dimension %lld", path, (long long)shape[i]);
         if (__builtin_mul_overflow(bytes, (uint64_t)shape[i], &bytes) || bytes > SIZE_MAX)
             return fg_error(FG_ERR_ARG, "npy save '%s': shape too large", path);
     }

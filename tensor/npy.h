@@ -19,10 +19,10 @@ extern "C" {
 /* What a .npy header says. data_offset is where the array bytes start in the file; data_bytes is
  * numel * element size (the file must hold exactly that many bytes after the header). */
 typedef struct {
-    int version_major;            /* 1 or 2 */
-    fg_dtype dtype;               /* FG_F32 ('<f4') or FG_F64 ('<f8') */
-    int ndim;                     /* 0 .. FG_MAX_DIMS */
-    int64_t shape[FG_MAX_DIMS];   /* outermost first */
+    int version_major;          /* 1 or 2 */
+    fg_dtype dtype;             /* FG_F32 ('<f4') or FG_F64 ('<f8') */
+    int ndim;                   /* 0 .. FG_MAX_DIMS */
+    int64_t shape[FG_MAX_DIMS]; /* outermost first */
     size_t data_offset;
     size_t data_bytes;
 } fg_npy_info;
@@ -45,8 +45,7 @@ fg_tensor *fg_npy_parse(const void *buf, size_t n);
  * folder, fsync, rename. Any device; the data is copied to the host first. */
 fg_status fg_npy_save(const char *path, const fg_tensor *t);
 /* The same for a host buffer of `dt` elements in C order, shape (ndim, shape) — no tensor needed. */
-fg_status fg_npy_save_raw(const char *path, fg_dtype dt, int ndim, const int64_t *shape,
-                          const void *data);
+fg_status fg_npy_save_raw(const char *path, fg_dtype dt, int ndim, const int64_t *shape, const void *data);
 
 #ifdef __cplusplus
 }

@@ -51,7 +51,10 @@ FG_HD void fg_philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], 
         k[1] += FG_PHILOX_W1;
     }
     fg_philox_round(c, k);
-    out[0] = c[0]; out[1] = c[1]; out[2] = c[2]; out[3] = c[3];
+    out[0] = c[0];
+    out[1] = c[1];
+    out[2] = c[2];
+    out[3] = c[3];
 }
 
 /* The 4 words of block `block` (= index/4) of stream `stream` under `seed`. */
@@ -69,14 +72,10 @@ FG_HD uint32_t fg_philox_u32(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 /* Uniform float in (0, 1], cuRAND's mapping: x * 2^-32 + 2^-33. Never 0, so log() is safe. */
-FG_HD float fg_u32_to_uniform(uint32_t x) {
-    return (float)x * 2.3283064e-10f + (2.3283064e-10f / 2.0f);
-}
+FG_HD float fg_u32_to_uniform(uint32_t x) { return (float)x * 2.3283064e-10f + (2.3283064e-10f / 2.0f); }
 
 /* Uniform double in (0, 1] from one 32-bit word, for float64 tensors (same draw as the float one). */
-FG_HD double fg_u32_to_uniform_f64(uint32_t x) {
-    return (double)x * 2.3283064365386963e-10 + 1.1641532182693481e-10;
-}
+FG_HD double fg_u32_to_uniform_f64(uint32_t x) { return (double)x * 2.3283064365386963e-10 + 1.1641532182693481e-10; }
 
 /* Box-Muller: two uniforms in (0,1] -> two independent standard normals. */
 FG_HD void fg_box_muller(uint32_t a, uint32_t b, double *n0, double *n1) {

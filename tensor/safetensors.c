@@ -23,27 +23,22 @@
  * allocate or scan gigabytes). */
 #define ST_MAX_HEADER ((uint64_t)100000000)
 #define ST_CHECKSUM_KEY "fg_checksum"
-#define ST_CHECKSUM_PREFIX "xxh64:"     /* data only (files of older writers) */
-#define ST_CHECKSUM2_PREFIX "xxh64v2:"  /* header content, then data */
+#define ST_CHECKSUM_PREFIX "xxh64:"    /* data only (files of older writers) */
+#define ST_CHECKSUM2_PREFIX "xxh64v2:" /* header content, then data */
 
 static const struct {
     const char *name;
     size_t size;
 } st_dtypes[FG_ST_DTYPE_COUNT] = {
-    [FG_ST_F32] = {"F32", 4},       [FG_ST_F64] = {"F64", 8},   [FG_ST_I32] = {"I32", 4},
-    [FG_ST_I64] = {"I64", 8},       [FG_ST_U8] = {"U8", 1},     [FG_ST_I8] = {"I8", 1},
-    [FG_ST_I16] = {"I16", 2},       [FG_ST_U16] = {"U16", 2},   [FG_ST_U32] = {"U32", 4},
-    [FG_ST_U64] = {"U64", 8},       [FG_ST_F16] = {"F16", 2},   [FG_ST_BF16] = {"BF16", 2},
-    [FG_ST_BOOL] = {"BOOL", 1},     [FG_ST_F8_E4M3] = {"F8_E4M3", 1},
-    [FG_ST_F8_E5M2] = {"F8_E5M2", 1},
+    [FG_ST_F32] = {"F32", 4},   [FG_ST_F64] = {"F64", 8},         [FG_ST_I32] = {"I32", 4},
+    [FG_ST_I64] = {"I64", 8},   [FG_ST_U8] = {"U8", 1},           [FG_ST_I8] = {"I8", 1},
+    [FG_ST_I16] = {"I16", 2},   [FG_ST_U16] = {"U16", 2},         [FG_ST_U32] = {"U32", 4},
+    [FG_ST_U64] = {"U64", 8},   [FG_ST_F16] = {"F16", 2},         [FG_ST_BF16] = {"BF16", 2},
+    [FG_ST_BOOL] = {"BOOL", 1}, [FG_ST_F8_E4M3] = {"F8_E4M3", 1}, [FG_ST_F8_E5M2] = {"F8_E5M2", 1},
 };
 
-const char *fg_st_dtype_name(fg_st_dtype dt) {
-    return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].name : "?";
-}
-size_t fg_st_dtype_size(fg_st_dtype dt) {
-    return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].size : 0;
-}
+const char *fg_st_dtype_name(fg_st_dtype dt) { return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].name : "?"; }
+size_t fg_st_dtype_size(fg_st_dtype dt) { return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].size : 0; }
 fg_st_dtype fg_st_from_dtype(fg_dtype dt) { return dt == FG_F64 ? FG_ST_F64 : FG_ST_F32; }
 
 /* "(2, 3)" for messages. */
@@ -61,15 +56,28 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
     if (c < 0x80) return 1;
     size_t len;
     unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) { len = 3; lo = 0xA0; }
-    else if (c >= 0xE1 && c <= 0xEC) len = 3;
-    else if (c == 0xED) { len = 3; hi = 0x9F; }
-    else if (c >= 0xEE && c <= 0xEF) len = 3;
-    else if (c == 0xF0) { len = 4; lo = 0x90; }
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) { len = 4; hi = 0x8F; }
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c == 0xE0) {
+        len = 3;
+        lo = 0xA0;
+    } else if (c >= 0xE1 && c <= 0xEC)
+        len = 3;
+    else if (c == 0xED) {
+        len = 3;
+        hi = 0x9F;
+    } else if (c >= 0xEE && c <= 0xEF)
+        len = 3;
+    else if (c == 0xF0) {
+        len = 4;
+        lo = 0x90;
+    } else if (c >= 0xF1 && c <= 0xF3)
+        len = 4;
+    else if (c == 0xF4) {
+        len = 4;
+        hi = 0x8F;
+    } else
+        return 0;
     if (n < len) return 0;
     if (s[1] < lo || s[1] > hi) return 0;
     for (size_t i = 2; i < len; i++)
@@ -94,8 +102,7 @@ static size_t array_bytes(int ndim, const int64_t *shape, size_t elem, int *ok) 
     uint64_t b = elem;
     *ok = 1;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 || __builtin_mul_overflow(b, (uint64_t)shape[i], &b) ||
-            b > (uint64_t)INT64_MAX) {
+        if (shape[i] < 0 || __builtin_mul_overflow(b, (uint64_t)shape[i], &b) || b > (uint64_t)INT64_MAX) {
             *ok = 0;
             return 0;
         }
@@ -116,10 +123,10 @@ typedef struct {
     fg_st_dtype dtype;
     int ndim;
     int64_t shape[FG_ST_MAX_DIMS];
-    const void *data;  /* borrowed, or == owned */
-    void *owned;       /* a copy the writer frees, or NULL */
+    const void *data; /* borrowed, or == owned */
+    void *owned;      /* a copy the writer frees, or NULL */
     size_t nbytes;
-    size_t begin;      /* offset in the data buffer, set by write */
+    size_t begin; /* offset in the data buffer, set by write */
 } st_entry;
 
 struct fg_st_writer {
@@ -152,19 +159,17 @@ void fg_st_writer_free(fg_st_writer *w) {
 }
 
 /* Checks and appends an entry; `copy` decides whether data is copied now. */
-static fg_status writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim,
-                            const int64_t *shape, const void *data, int copy, void *take) {
+static fg_status writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape,
+                            const void *data, int copy, void *take) {
     if (!w) return fg_error(FG_ERR_ARG, "safetensors: NULL writer");
     if (!name || !*name) return fg_error(FG_ERR_ARG, "safetensors: empty tensor name");
-    if (!utf8_valid(name))
-        return fg_error(FG_ERR_ARG, "safetensors: tensor name is not valid UTF-8");
+    if (!utf8_valid(name)) return fg_error(FG_ERR_ARG, "safetensors: tensor name is not valid UTF-8");
     if (strcmp(name, "__metadata__") == 0)
         return fg_error(FG_ERR_ARG, "safetensors: the name '__metadata__' is reserved");
     if (dt < 0 || dt >= FG_ST_DTYPE_COUNT)
         return fg_error(FG_ERR_DTYPE, "safetensors: tensor '%s': unknown dtype %d", name, (int)dt);
     if (ndim < 0 || ndim > FG_ST_MAX_DIMS || (ndim > 0 && !shape))
-        return fg_error(FG_ERR_ARG, "safetensors: tensor '%s': rank %d (0..%d supported)", name,
-                        ndim, FG_ST_MAX_DIMS);
+        return fg_error(FG_ERR_ARG, "safetensors: tensor '%s': rank %d (0..%d supported)", name, ndim, FG_ST_MAX_DIMS);
     int ok;
     size_t nb = array_bytes(ndim, shape, st_dtypes[dt].size, &ok);
     if (!ok) {
@@ -174,8 +179,7 @@ static fg_status writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, i
     }
     if (nb && !data) return fg_error(FG_ERR_ARG, "safetensors: tensor '%s': NULL data", name);
     for (int i = 0; i < w->n; i++)
-        if (strcmp(w->e[i].name, name) == 0)
-            return fg_error(FG_ERR_ARG, "safetensors: tensor '%s' added twice", name);
+        if (strcmp(w->e[i].name, name) == 0) return fg_error(FG_ERR_ARG, "safetensors: tensor '%s' added twice", name);
     if (w->n == w->cap) {
         int nc = w->cap ? 2 * w->cap : 16;
         st_entry *ne = realloc(w->e, (size_t)nc * sizeof *ne);
@@ -198,8 +202,7 @@ static fg_status writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, i
         e->owned = malloc(nb);
         if (!e->owned) {
             free(e->name);
-            return fg_error(FG_ERR_OOM, "safetensors: out of memory copying '%s' (%zu bytes)",
-                            name, nb);
+            return fg_error(FG_ERR_OOM, "safetensors: out of memory copying '%s' (%zu bytes)", name, nb);
         }
         memcpy(e->owned, data, nb);
         e->data = e->owned;
@@ -210,13 +213,13 @@ static fg_status writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, i
     return FG_OK;
 }
 
-fg_status fg_st_writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim,
-                           const int64_t *shape, const void *data) {
+fg_status fg_st_writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape,
+                           const void *data) {
     return writer_add(w, name, dt, ndim, shape, data, 0, NULL);
 }
 
-fg_status fg_st_writer_add_copy(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim,
-                                const int64_t *shape, const void *data) {
+fg_status fg_st_writer_add_copy(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape,
+                                const void *data) {
     return writer_add(w, name, dt, ndim, shape, data, 1, NULL);
 }
 
@@ -228,8 +231,7 @@ fg_status fg_st_writer_add_tensor(fg_st_writer *w, const char *name, const fg_te
     /* strided or on a device: gather it on the host now, in C order */
     size_t nb = fg_nbytes(t);
     void *host = malloc(nb ? nb : 1);
-    if (!host)
-        return fg_error(FG_ERR_OOM, "safetensors: out of memory copying '%s'", name ? name : "");
+    if (!host) return fg_error(FG_ERR_OOM, "safetensors: out of memory copying '%s'", name ? name : "");
     fg_status st = fg_to_host(t, host);
     if (st == FG_OK) st = writer_add(w, name, dt, t->ndim, t->shape, host, 0, host);
     if (st != FG_OK) free(host);
@@ -239,8 +241,7 @@ fg_status fg_st_writer_add_tensor(fg_st_writer *w, const char *name, const fg_te
 fg_status fg_st_writer_set_metadata(fg_st_writer *w, const char *key, const char *value) {
     if (!w || !key || !value) return fg_error(FG_ERR_ARG, "safetensors: NULL metadata argument");
     if (strcmp(key, ST_CHECKSUM_KEY) == 0)
-        return fg_error(FG_ERR_ARG, "safetensors: metadata key '%s' is reserved for the writer",
-                        ST_CHECKSUM_KEY);
+        return fg_error(FG_ERR_ARG, "safetensors: metadata key '%s' is reserved for the writer", ST_CHECKSUM_KEY);
     if (!utf8_valid(key) || !utf8_valid(value))
         return fg_error(FG_ERR_ARG, "safetensors: metadata '%s' is not valid UTF-8", key);
     char *v = strdup(value);
@@ -311,11 +312,21 @@ static void sb_jstr(sbuf *b, const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char t[8];
         switch (*p) {
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        case '\t': sb_put(b, "\\t", 2); break;
-        case '\r': sb_put(b, "\\r", 2); break;
+        case '"':
+            sb_put(b, "\\\"", 2);
+            break;
+        case '\\':
+            sb_put(b, "\\\\", 2);
+            break;
+        case '\n':
+            sb_put(b, "\\n", 2);
+            break;
+        case '\t':
+            sb_put(b, "\\t", 2);
+            break;
+        case '\r':
+            sb_put(b, "\\r", 2);
+            break;
         default:
             if (*p < 0x20) {
                 snprintf(t, sizeof t, "\\u%04x", *p);
@@ -328,9 +339,7 @@ static void sb_jstr(sbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
-static int cmp_str_ptr(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_str_ptr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 /* Entries compared by name. */
 static int cmp_entry_name(const void *a, const void *b) {
     return strcmp((*(st_entry *const *)a)->name, (*(st_entry *const *)b)->name);
@@ -418,8 +427,8 @@ static fg_status st_build(fg_st_writer *w, const char *path, sbuf *js, st_entry 
         hx_tensor(&hs, e->name, e->dtype, e->ndim, e->shape, e->begin, e->begin + e->nbytes);
     }
     char sum[64];
-    snprintf(sum, sizeof sum, ST_CHECKSUM2_PREFIX "%016llx:%016llx",
-             (unsigned long long)fg_xxh64_digest(&hs), (unsigned long long)data_sum);
+    snprintf(sum, sizeof sum, ST_CHECKSUM2_PREFIX "%016llx:%016llx", (unsigned long long)fg_xxh64_digest(&hs),
+             (unsigned long long)data_sum);
 
     /* the header */
     sb_puts(js, "{\"__metadata__\":{");
@@ -458,15 +467,17 @@ static fg_status st_build(fg_st_writer *w, const char *path, sbuf *js, st_entry 
         goto done;
     }
     if (js->n > ST_MAX_HEADER) {
-        rc = fg_error(FG_ERR_ARG, "safetensors: header of '%s' would be %zu bytes (limit %llu)",
-                      path, js->n, (unsigned long long)ST_MAX_HEADER);
+        rc = fg_error(FG_ERR_ARG, "safetensors: header of '%s' would be %zu bytes (limit %llu)", path, js->n,
+                      (unsigned long long)ST_MAX_HEADER);
         goto done;
     }
 done:
     free(by_name);
     free(mk);
-    if (rc == FG_OK) *layout_out = by_layout;
-    else free(by_layout);
+    if (rc == FG_OK)
+        *layout_out = by_layout;
+    else
+        free(by_layout);
     return rc;
 }
 
@@ -538,13 +549,13 @@ void fg_st_writer_metadata_at(const fg_st_writer *w, int i, const char **key, co
 struct fg_st_file {
     unsigned char *buf; /* the whole file */
     size_t n;
-    char *label;        /* file name for messages */
-    fg_st_array *a;     /* sorted by name */
+    char *label;    /* file name for messages */
+    fg_st_array *a; /* sorted by name */
     int count, cap;
     char **mkey, **mval; /* sorted by key */
     int mcount, mcap;
-    size_t data_start;   /* offset of the data buffer in buf */
-    fg_st_sum sum;       /* what the verified checksum covered */
+    size_t data_start; /* offset of the data buffer in buf */
+    fg_st_sum sum;     /* what the verified checksum covered */
 };
 
 void fg_st_close(fg_st_file *f) {
@@ -583,22 +594,24 @@ typedef struct {
 } jcur;
 
 static void j_ws(jcur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-        c->p++;
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
 }
 
 /* "expected X at header byte K (found 'c')" */
 static fg_status j_expected(jcur *c, const char *what) {
     size_t at = (size_t)(c->p - c->start);
     if (c->p >= c->end)
-        return st_fail(c->f, "malformed header JSON: expected %s at header byte %zu (found the end "
-                       "of the header)", what, at);
+        return st_fail(c->f,
+                       "malformed header JSON: expected %s at header byte %zu (found the end "
+                       "of the header)",
+                       what, at);
     unsigned ch = *c->p;
     if (ch >= 0x20 && ch < 0x7f)
-        return st_fail(c->f, "malformed header JSON: expected %s at header byte %zu (found '%c')",
-                       what, at, (char)ch);
-    return st_fail(c->f, "malformed header JSON: expected %s at header byte %zu (found byte "
-                   "0x%02x)", what, at, ch);
+        return st_fail(c->f, "malformed header JSON: expected %s at header byte %zu (found '%c')", what, at, (char)ch);
+    return st_fail(c->f,
+                   "malformed header JSON: expected %s at header byte %zu (found byte "
+                   "0x%02x)",
+                   what, at, ch);
 }
 
 static int j_char(jcur *c, char ch) {
@@ -640,12 +653,16 @@ static fg_status j_string(jcur *c, const char *what, char **out) {
     /* pass 1: find the closing quote (a backslash always escapes the next byte) */
     const unsigned char *q = s;
     while (q < c->end && *q != '"') {
-        if (*q == '\\' && c->end - q < 2) q = c->end; /* a backslash as the last header byte */
-        else q += (*q == '\\') ? 2 : 1;
+        if (*q == '\\' && c->end - q < 2)
+            q = c->end; /* a backslash as the last header byte */
+        else
+            q += (*q == '\\') ? 2 : 1;
     }
     if (q >= c->end) {
-        return st_fail(c->f, "malformed header JSON: unterminated string starting at header byte "
-                       "%zu", (size_t)(s - 1 - c->start));
+        return st_fail(c->f,
+                       "malformed header JSON: unterminated string starting at header byte "
+                       "%zu",
+                       (size_t)(s - 1 - c->start));
     }
     /* pass 2: decode; the result is never longer than the literal */
     char *o = malloc((size_t)(q - s) + 1);
@@ -657,28 +674,45 @@ static fg_status j_string(jcur *c, const char *what, char **out) {
         unsigned ch = *p;
         if (ch < 0x20) {
             free(o);
-            return st_fail(c->f, "malformed header JSON: control character 0x%02x in a string at "
-                           "header byte %zu", ch, at);
+            return st_fail(c->f,
+                           "malformed header JSON: control character 0x%02x in a string at "
+                           "header byte %zu",
+                           ch, at);
         }
         if (ch == '\\') {
             unsigned e = p[1]; /* p + 1 < q: pass 1 never stops inside an escape */
             p += 2;
             unsigned long cp;
             switch (e) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
+            case '"':
+                cp = '"';
+                break;
+            case '\\':
+                cp = '\\';
+                break;
+            case '/':
+                cp = '/';
+                break;
+            case 'b':
+                cp = '\b';
+                break;
+            case 'f':
+                cp = '\f';
+                break;
+            case 'n':
+                cp = '\n';
+                break;
+            case 'r':
+                cp = '\r';
+                break;
+            case 't':
+                cp = '\t';
+                break;
             case 'u': {
                 long u = hex4(p, q);
                 if (u < 0) {
                     free(o);
-                    return st_fail(c->f, "malformed header JSON: bad \\u escape at header byte %zu",
-                                   at);
+                    return st_fail(c->f, "malformed header JSON: bad \\u escape at header byte %zu", at);
                 }
                 p += 4;
                 cp = (unsigned long)u;
@@ -686,19 +720,25 @@ static fg_status j_string(jcur *c, const char *what, char **out) {
                     long lo = (q - p >= 6 && p[0] == '\\' && p[1] == 'u') ? hex4(p + 2, q) : -1;
                     if (lo < 0xDC00 || lo > 0xDFFF) {
                         free(o);
-                        return st_fail(c->f, "malformed header JSON: unpaired surrogate \\u%04lx "
-                                       "at header byte %zu", cp, at);
+                        return st_fail(c->f,
+                                       "malformed header JSON: unpaired surrogate \\u%04lx "
+                                       "at header byte %zu",
+                                       cp, at);
                     }
                     p += 6;
                     cp = 0x10000 + ((cp - 0xD800) << 10) + ((unsigned long)lo - 0xDC00);
                 } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                     free(o);
-                    return st_fail(c->f, "malformed header JSON: unpaired surrogate \\u%04lx at "
-                                   "header byte %zu", cp, at);
+                    return st_fail(c->f,
+                                   "malformed header JSON: unpaired surrogate \\u%04lx at "
+                                   "header byte %zu",
+                                   cp, at);
                 } else if (cp == 0) {
                     free(o);
-                    return st_fail(c->f, "\\u0000 in a header string (at byte %zu) is not "
-                                   "supported", at);
+                    return st_fail(c->f,
+                                   "\\u0000 in a header string (at byte %zu) is not "
+                                   "supported",
+                                   at);
                 }
                 break;
             }
@@ -743,16 +783,14 @@ static fg_status j_string(jcur *c, const char *what, char **out) {
 static fg_status j_uint(jcur *c, const char *what, int64_t *v) {
     j_ws(c);
     if (c->p < c->end && *c->p == '-')
-        return st_fail(c->f, "negative number for %s at header byte %zu", what,
-                       (size_t)(c->p - c->start));
+        return st_fail(c->f, "negative number for %s at header byte %zu", what, (size_t)(c->p - c->start));
     if (c->p >= c->end || *c->p < '0' || *c->p > '9') return j_expected(c, what);
     const unsigned char *s = c->p;
     uint64_t x = 0;
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
         unsigned d = (unsigned)(*c->p - '0');
         if (x > ((uint64_t)INT64_MAX - d) / 10)
-            return st_fail(c->f, "number too large for %s at header byte %zu", what,
-                           (size_t)(s - c->start));
+            return st_fail(c->f, "number too large for %s at header byte %zu", what, (size_t)(s - c->start));
         x = x * 10 + d;
         c->p++;
     }
@@ -760,8 +798,7 @@ static fg_status j_uint(jcur *c, const char *what, int64_t *v) {
         return st_fail(c->f, "malformed header JSON: number with a leading zero at header byte %zu",
                        (size_t)(s - c->start));
     if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
-        return st_fail(c->f, "%s must be an integer (header byte %zu)", what,
-                       (size_t)(s - c->start));
+        return st_fail(c->f, "%s must be an integer (header byte %zu)", what, (size_t)(s - c->start));
     *v = (int64_t)x;
     return FG_OK;
 }
@@ -827,8 +864,11 @@ static fg_status j_tensor(jcur *c, fg_st_array *a, size_t *begin, size_t *end) {
         snprintf(what, sizeof what, "'{' (the entry of tensor '%.40s')", nm);
         return j_expected(c, what);
     }
-    if (j_char(c, '}')) return st_fail(c->f, "tensor '%s': empty entry (needs dtype, shape, "
-                                       "data_offsets)", nm);
+    if (j_char(c, '}'))
+        return st_fail(c->f,
+                       "tensor '%s': empty entry (needs dtype, shape, "
+                       "data_offsets)",
+                       nm);
     for (;;) {
         char *key;
         fg_status st = j_string(c, "a key of a tensor entry", &key);
@@ -864,8 +904,10 @@ static fg_status j_tensor(jcur *c, fg_st_array *a, size_t *begin, size_t *end) {
                     st = j_uint(c, "a shape dimension", &d);
                     if (st) return st;
                     if (nd >= FG_ST_MAX_DIMS)
-                        return st_fail(c->f, "tensor '%s': more than %d dimensions are not "
-                                       "supported", nm, FG_ST_MAX_DIMS);
+                        return st_fail(c->f,
+                                       "tensor '%s': more than %d dimensions are not "
+                                       "supported",
+                                       nm, FG_ST_MAX_DIMS);
                     a->shape[nd++] = d;
                     if (j_char(c, ',')) continue;
                     if (j_char(c, ']')) break;
@@ -875,8 +917,7 @@ static fg_status j_tensor(jcur *c, fg_st_array *a, size_t *begin, size_t *end) {
             a->ndim = nd;
         } else if (strcmp(key, "data_offsets") == 0) {
             free(key);
-            if (have_off++)
-                return st_fail(c->f, "tensor '%s': key 'data_offsets' appears twice", nm);
+            if (have_off++) return st_fail(c->f, "tensor '%s': key 'data_offsets' appears twice", nm);
             int64_t b, e;
             if (!j_char(c, '[')) return j_expected(c, "'[' (data_offsets)");
             if ((st = j_uint(c, "a data offset", &b))) return st;
@@ -886,8 +927,10 @@ static fg_status j_tensor(jcur *c, fg_st_array *a, size_t *begin, size_t *end) {
             *begin = (size_t)b;
             *end = (size_t)e;
         } else {
-            st = st_fail(c->f, "tensor '%s': unexpected key '%.40s' (expected dtype, shape, "
-                         "data_offsets)", nm, key);
+            st = st_fail(c->f,
+                         "tensor '%s': unexpected key '%.40s' (expected dtype, shape, "
+                         "data_offsets)",
+                         nm, key);
             free(key);
             return st;
         }
@@ -897,7 +940,9 @@ static fg_status j_tensor(jcur *c, fg_st_array *a, size_t *begin, size_t *end) {
     }
     if (!have_dt || !have_shape || !have_off)
         return st_fail(c->f, "tensor '%s': entry lacks '%s'", nm,
-                       !have_dt ? "dtype" : !have_shape ? "shape" : "data_offsets");
+                       !have_dt      ? "dtype"
+                       : !have_shape ? "shape"
+                                     : "data_offsets");
     return FG_OK;
 }
 
@@ -919,18 +964,19 @@ static int cmp_array_name(const void *a, const void *b) {
 typedef struct {
     char *k, *v;
 } kv;
-static int cmp_kv(const void *a, const void *b) {
-    return strcmp(((const kv *)a)->k, ((const kv *)b)->k);
-}
+static int cmp_kv(const void *a, const void *b) { return strcmp(((const kv *)a)->k, ((const kv *)b)->k); }
 
 /* Exactly 16 lowercase hex digits (as the writer writes them) into *v; 0 if not. */
 static int hex16(const char *s, uint64_t *v) {
     uint64_t x = 0;
     for (int i = 0; i < 16; i++) {
         unsigned ch = (unsigned char)s[i];
-        if (ch >= '0' && ch <= '9') x = x << 4 | (ch - '0');
-        else if (ch >= 'a' && ch <= 'f') x = x << 4 | (ch - 'a' + 10);
-        else return 0;
+        if (ch >= '0' && ch <= '9')
+            x = x << 4 | (ch - '0');
+        else if (ch >= 'a' && ch <= 'f')
+            x = x << 4 | (ch - 'a' + 10);
+        else
+            return 0;
     }
     *v = x;
     return 1;
@@ -962,17 +1008,22 @@ static fg_status st_validate(fg_st_file *f) {
     const unsigned char *b = f->buf;
     size_t n = f->n;
     if (n < 8)
-        return st_fail(f, "truncated (file has %zu bytes; a safetensors file starts with an 8-byte "
-                       "header length)", n);
+        return st_fail(f,
+                       "truncated (file has %zu bytes; a safetensors file starts with an 8-byte "
+                       "header length)",
+                       n);
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)b[i] << (8 * i);
     if (hlen > ST_MAX_HEADER)
-        return st_fail(f, "header length %llu is implausible (limit %llu bytes): not a "
-                       "safetensors file, or a corrupted one", (unsigned long long)hlen,
-                       (unsigned long long)ST_MAX_HEADER);
+        return st_fail(f,
+                       "header length %llu is implausible (limit %llu bytes): not a "
+                       "safetensors file, or a corrupted one",
+                       (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
     if (hlen > n - 8)
-        return st_fail(f, "truncated (header says %llu bytes of header, file has %zu after the "
-                       "length)", (unsigned long long)hlen, n - 8);
+        return st_fail(f,
+                       "truncated (header says %llu bytes of header, file has %zu after the "
+                       "length)",
+                       (unsigned long long)hlen, n - 8);
     size_t dstart = 8 + (size_t)hlen;
     size_t dsize = n - dstart;
     f->data_start = dstart;
@@ -1011,8 +1062,7 @@ static fg_status st_validate(fg_st_file *f) {
                     if (ne) ends = ne;
                     if (!na || !nb || !ne) {
                         free(key);
-                        st = fg_error(FG_ERR_OOM, "%s: out of memory parsing the header",
-                                      f->label);
+                        st = fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
                         goto fail;
                     }
                     f->cap = nc;
@@ -1033,8 +1083,10 @@ static fg_status st_validate(fg_st_file *f) {
     }
     j_ws(&c);
     if (c.p < c.end) {
-        st = st_fail(f, "unexpected data after the header object at header byte %zu (the header "
-                     "may only be padded with spaces)", (size_t)(c.p - c.start));
+        st = st_fail(f,
+                     "unexpected data after the header object at header byte %zu (the header "
+                     "may only be padded with spaces)",
+                     (size_t)(c.p - c.start));
         goto fail;
     }
 
@@ -1048,8 +1100,7 @@ static fg_status st_validate(fg_st_file *f) {
         for (int i = 0; i < f->count; i++) names[i] = f->a[i].name;
         qsort(names, (size_t)f->count, sizeof *names, cmp_str_ptr);
         for (int i = 1; i < f->count && !st; i++)
-            if (strcmp(names[i - 1], names[i]) == 0)
-                st = st_fail(f, "tensor name '%s' appears twice", names[i]);
+            if (strcmp(names[i - 1], names[i]) == 0) st = st_fail(f, "tensor name '%s' appears twice", names[i]);
         free(names);
         if (st) goto fail;
     }
@@ -1067,14 +1118,14 @@ static fg_status st_validate(fg_st_file *f) {
             goto fail;
         }
         if (ends[i] < begins[i]) {
-            st = st_fail(f, "tensor '%s': data_offsets [%zu, %zu] end before they begin", a->name,
-                         begins[i], ends[i]);
+            st = st_fail(f, "tensor '%s': data_offsets [%zu, %zu] end before they begin", a->name, begins[i], ends[i]);
             goto fail;
         }
         if (ends[i] - begins[i] != need) {
-            st = st_fail(f, "tensor '%s': shape %s of %s needs %zu bytes, but data_offsets [%zu, "
-                         "%zu] hold %zu", a->name, sb, st_dtypes[a->dtype].name, need, begins[i],
-                         ends[i], ends[i] - begins[i]);
+            st = st_fail(f,
+                         "tensor '%s': shape %s of %s needs %zu bytes, but data_offsets [%zu, "
+                         "%zu] hold %zu",
+                         a->name, sb, st_dtypes[a->dtype].name, need, begins[i], ends[i], ends[i] - begins[i]);
             goto fail;
         }
         a->nbytes = need;
@@ -1096,11 +1147,11 @@ static fg_status st_validate(fg_st_file *f) {
         int prev = -1;
         for (int i = 0; i < f->count && !st; i++) {
             if (r[i].begin < pos)
-                st = st_fail(f, "tensors '%s' and '%s' overlap in the data buffer",
-                             f->a[prev].name, f->a[r[i].idx].name);
+                st = st_fail(f, "tensors '%s' and '%s' overlap in the data buffer", f->a[prev].name,
+                             f->a[r[i].idx].name);
             else if (r[i].begin > pos)
-                st = st_fail(f, "data bytes [%zu, %zu) belong to no tensor (a hole before '%s')",
-                             pos, r[i].begin, f->a[r[i].idx].name);
+                st = st_fail(f, "data bytes [%zu, %zu) belong to no tensor (a hole before '%s')", pos, r[i].begin,
+                             f->a[r[i].idx].name);
             pos = r[i].end;
             prev = r[i].idx;
         }
@@ -1109,8 +1160,10 @@ static fg_status st_validate(fg_st_file *f) {
         max_end = pos;
     }
     if (max_end < dsize) {
-        st = st_fail(f, "the last %zu bytes of the file belong to no tensor (header says %zu bytes "
-                     "of data, file has %zu)", dsize - max_end, max_end, dsize);
+        st = st_fail(f,
+                     "the last %zu bytes of the file belong to no tensor (header says %zu bytes "
+                     "of data, file has %zu)",
+                     dsize - max_end, max_end, dsize);
         goto fail;
     }
     for (int i = 0; i < f->count; i++) f->a[i].data = b + dstart + begins[i];
@@ -1140,24 +1193,29 @@ static fg_status st_validate(fg_st_file *f) {
     if (sum) {
         const size_t pl1 = strlen(ST_CHECKSUM_PREFIX), pl2 = strlen(ST_CHECKSUM2_PREFIX);
         uint64_t want_head = 0, want_data = 0;
-        int v2 = strncmp(sum, ST_CHECKSUM2_PREFIX, pl2) == 0 && strlen(sum) == pl2 + 33 &&
-                 sum[pl2 + 16] == ':' && hex16(sum + pl2, &want_head) && hex16(sum + pl2 + 17, &want_data);
+        int v2 = strncmp(sum, ST_CHECKSUM2_PREFIX, pl2) == 0 && strlen(sum) == pl2 + 33 && sum[pl2 + 16] == ':' &&
+                 hex16(sum + pl2, &want_head) && hex16(sum + pl2 + 17, &want_data);
         int v1 = !v2 && strncmp(sum, ST_CHECKSUM_PREFIX, pl1) == 0 && strlen(sum) == pl1 + 16 &&
                  hex16(sum + pl1, &want_data);
         if (!v1 && !v2)
-            return st_fail(f, "unrecognized checksum '%.60s' in the metadata (expected "
-                           ST_CHECKSUM2_PREFIX "<16 hex digits>:<16 hex digits>, or "
-                           ST_CHECKSUM_PREFIX "<16 hex digits> from older writers)", sum);
+            return st_fail(f,
+                           "unrecognized checksum '%.60s' in the metadata (expected " ST_CHECKSUM2_PREFIX
+                           "<16 hex digits>:<16 hex digits>, or " ST_CHECKSUM_PREFIX
+                           "<16 hex digits> from older writers)",
+                           sum);
         if (v2) {
             uint64_t got = header_digest(f);
             if (got != want_head)
-                return st_fail(f, "checksum mismatch in the header (file corrupted or edited): the "
+                return st_fail(f,
+                               "checksum mismatch in the header (file corrupted or edited): the "
                                "metadata and tensor table hash to xxh64 %016llx, the header records "
-                               "%016llx", (unsigned long long)got, (unsigned long long)want_head);
+                               "%016llx",
+                               (unsigned long long)got, (unsigned long long)want_head);
         }
         uint64_t got = fg_xxh64(b + dstart, dsize, 0);
         if (got != want_data)
-            return st_fail(f, "checksum mismatch in tensor data (file corrupted): the header "
+            return st_fail(f,
+                           "checksum mismatch in tensor data (file corrupted): the header "
                            "records xxh64 %016llx, the data hashes to %016llx",
                            (unsigned long long)want_data, (unsigned long long)got);
         f->sum = v2 ? FG_ST_SUM_ALL : FG_ST_SUM_DATA;
@@ -1218,9 +1276,7 @@ fg_st_file *fg_st_parse(const void *buf, size_t n, const char *label) {
 
 int fg_st_count(const fg_st_file *f) { return f ? f->count : 0; }
 
-const fg_st_array *fg_st_at(const fg_st_file *f, int i) {
-    return (f && i >= 0 && i < f->count) ? &f->a[i] : NULL;
-}
+const fg_st_array *fg_st_at(const fg_st_file *f, int i) { return (f && i >= 0 && i < f->count) ? &f->a[i] : NULL; }
 
 const fg_st_array *fg_st_find(const fg_st_file *f, const char *name) {
     if (!f || !name) return NULL;
@@ -1229,8 +1285,10 @@ const fg_st_array *fg_st_find(const fg_st_file *f, const char *name) {
         int mid = lo + (hi - lo) / 2;
         int c = strcmp(f->a[mid].name, name);
         if (c == 0) return &f->a[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return NULL;
 }
@@ -1254,8 +1312,8 @@ void fg_st_metadata_at(const fg_st_file *f, int i, const char **key, const char 
 }
 
 /* The array, checked against an expected dtype and shape; NULL with an error. */
-static const fg_st_array *find_checked(const fg_st_file *f, const char *name, fg_st_dtype dt,
-                                       int ndim, const int64_t *shape) {
+static const fg_st_array *find_checked(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim,
+                                       const int64_t *shape) {
     if (!f || !name) {
         fg_error(FG_ERR_ARG, "safetensors: NULL file or name");
         return NULL;
@@ -1274,19 +1332,16 @@ static const fg_st_array *find_checked(const fg_st_file *f, const char *name, fg
             shape_str(want, sizeof want, ndim, shape);
         else
             snprintf(want, sizeof want, "(rank %d)", ndim);
-        fg_error(a->dtype != dt ? FG_ERR_DTYPE : FG_ERR_SHAPE,
-                 "%s: tensor '%s' is %s %s in the file, expected %s %s", f->label, name,
-                 st_dtypes[a->dtype].name, have, fg_st_dtype_name(dt), want);
+        fg_error(a->dtype != dt ? FG_ERR_DTYPE : FG_ERR_SHAPE, "%s: tensor '%s' is %s %s in the file, expected %s %s",
+                 f->label, name, st_dtypes[a->dtype].name, have, fg_st_dtype_name(dt), want);
         return NULL;
     }
     return a;
 }
 
-fg_status fg_st_read(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim,
-                     const int64_t *shape, void *dst) {
+fg_status fg_st_read(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape, void *dst) {
     if (ndim < 0 || ndim > FG_ST_MAX_DIMS || (ndim > 0 && !shape))
-        return fg_error(FG_ERR_ARG, "safetensors: bad expected rank %d for '%s'", ndim,
-                        name ? name : "");
+        return fg_error(FG_ERR_ARG, "safetensors: bad expected rank %d for '%s'", ndim, name ? name : "");
     const fg_st_array *a = find_checked(f, name, dt, ndim, shape);
     if (!a) return fg_last_status();
     if (a->nbytes && !dst) return fg_error(FG_ERR_ARG, "safetensors: NULL destination");
@@ -1305,13 +1360,15 @@ fg_tensor *fg_st_tensor(const fg_st_file *f, const char *name) {
         return NULL;
     }
     if (a->dtype != FG_ST_F32 && a->dtype != FG_ST_F64) {
-        fg_error(FG_ERR_DTYPE, "%s: tensor '%s' is %s; only F32 and F64 convert to a tensor "
-                 "(read it raw with fg_st_read)", f->label, name, st_dtypes[a->dtype].name);
+        fg_error(FG_ERR_DTYPE,
+                 "%s: tensor '%s' is %s; only F32 and F64 convert to a tensor "
+                 "(read it raw with fg_st_read)",
+                 f->label, name, st_dtypes[a->dtype].name);
         return NULL;
     }
     if (a->ndim > FG_MAX_DIMS) {
-        fg_error(FG_ERR_SHAPE, "%s: tensor '%s' has rank %d (tensors have at most %d)", f->label,
-                 name, a->ndim, FG_MAX_DIMS);
+        fg_error(FG_ERR_SHAPE, "%s: tensor '%s' has rank %d (tensors have at most %d)", f->label, name, a->ndim,
+                 FG_MAX_DIMS);
         return NULL;
     }
     fg_tensor *t = fg_empty(a->dtype == FG_ST_F64 ? FG_F64 : FG_F32, FG_CPU, a->ndim, a->shape);
@@ -1321,8 +1378,7 @@ fg_tensor *fg_st_tensor(const fg_st_file *f, const char *name) {
 
 fg_status fg_st_read_into(const fg_st_file *f, const char *name, fg_tensor *dst) {
     if (!dst) return fg_error(FG_ERR_ARG, "safetensors: NULL destination tensor");
-    const fg_st_array *a = find_checked(f, name, fg_st_from_dtype(dst->dtype), dst->ndim,
-                                        dst->shape);
+    const fg_st_array *a = find_checked(f, name, fg_st_from_dtype(dst->dtype), dst->ndim, dst->shape);
     if (!a) return fg_last_status();
     /* A host tensor over the file's bytes (copied first if they are not aligned for the dtype,
      * which can happen in files from other writers), then an ordinary strided copy. */

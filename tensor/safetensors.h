@@ -80,10 +80,10 @@ fg_st_dtype fg_st_from_dtype(fg_dtype dt);
 typedef struct {
     const char *name;
     fg_st_dtype dtype;
-    int ndim;                         /* 0 .. FG_ST_MAX_DIMS */
-    int64_t shape[FG_ST_MAX_DIMS];    /* outermost first */
+    int ndim;                      /* 0 .. FG_ST_MAX_DIMS */
+    int64_t shape[FG_ST_MAX_DIMS]; /* outermost first */
     const void *data;
-    size_t nbytes;                    /* numel * dtype size */
+    size_t nbytes; /* numel * dtype size */
 } fg_st_array;
 
 /* ---- writing ---- */
@@ -97,11 +97,11 @@ void fg_st_writer_free(fg_st_writer *w); /* NULL is fine */
 /* Adds an array of `dt` elements in C order. BORROWS `data`: it is read during
  * fg_st_writer_write, so it must stay valid and unchanged until then. Names must be non-empty,
  * valid UTF-8, unique, and not "__metadata__". */
-fg_status fg_st_writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim,
-                           const int64_t *shape, const void *data);
+fg_status fg_st_writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape,
+                           const void *data);
 /* The same, but copies the bytes now (for small state that lives on the stack: RNG, counters). */
-fg_status fg_st_writer_add_copy(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim,
-                                const int64_t *shape, const void *data);
+fg_status fg_st_writer_add_copy(fg_st_writer *w, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape,
+                                const void *data);
 /* Adds a tensor (any device, any strides). A contiguous CPU tensor is BORROWED like
  * fg_st_writer_add (keep it alive and unchanged until the write); others are copied to the host
  * now. Rank at most FG_MAX_DIMS. */
@@ -144,8 +144,7 @@ const fg_st_array *fg_st_find(const fg_st_file *f, const char *name);
 /* Copies array `name` into host memory dst (nbytes of it), after checking that it exists and has
  * exactly dtype dt and shape (ndim, shape): FG_ERR_ARG (missing), FG_ERR_DTYPE or FG_ERR_SHAPE
  * with a message that gives both. */
-fg_status fg_st_read(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim,
-                     const int64_t *shape, void *dst);
+fg_status fg_st_read(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape, void *dst);
 /* A new contiguous CPU tensor holding F32/F64 array `name` (caller releases), or NULL. */
 fg_tensor *fg_st_tensor(const fg_st_file *f, const char *name);
 /* Copies F32/F64 array `name` into an existing tensor of the same shape and dtype (any device,

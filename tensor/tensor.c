@@ -18,9 +18,12 @@ void fg_set_node_release_hook(void (*hook)(struct fg_node *)) { node_release_hoo
 
 const char *fg_dtype_name(fg_dtype t) {
     switch (t) {
-    case FG_F32: return "float32";
-    case FG_F64: return "float64";
-    default: return "unknown-dtype";
+    case FG_F32:
+        return "float32";
+    case FG_F64:
+        return "float64";
+    default:
+        return "unknown-dtype";
     }
 }
 size_t fg_dtype_size(fg_dtype t) { return t == FG_F64 ? 8 : 4; }
@@ -57,9 +60,7 @@ int fg_same_shape(const fg_tensor *a, const fg_tensor *b) {
     return 1;
 }
 
-void *fg_data(const fg_tensor *t) {
-    return (char *)t->storage->data + (size_t)t->offset * fg_dtype_size(t->dtype);
-}
+void *fg_data(const fg_tensor *t) { return (char *)t->storage->data + (size_t)t->offset * fg_dtype_size(t->dtype); }
 
 const char *fg_shape_str(const fg_tensor *t, char *buf, size_t n) {
     size_t used = 0;
@@ -86,7 +87,10 @@ static int64_t flat_to_offset(const fg_tensor *t, int64_t k) {
 double fg_get(const fg_tensor *t, int64_t k) {
     int64_t off = flat_to_offset(t, k);
     size_t es = fg_dtype_size(t->dtype);
-    union { float f; double d; } v = {0};
+    union {
+        float f;
+        double d;
+    } v = {0};
     if (t->device == FG_CPU) {
         memcpy(&v, (char *)t->storage->data + (size_t)off * es, es);
     } else {
@@ -103,9 +107,14 @@ double fg_get(const fg_tensor *t, int64_t k) {
 fg_status fg_set(fg_tensor *t, int64_t k, double x) {
     int64_t off = flat_to_offset(t, k);
     size_t es = fg_dtype_size(t->dtype);
-    union { float f; double d; } v;
-    if (t->dtype == FG_F64) v.d = x;
-    else v.f = (float)x;
+    union {
+        float f;
+        double d;
+    } v;
+    if (t->dtype == FG_F64)
+        v.d = x;
+    else
+        v.f = (float)x;
     if (t->device == FG_CPU) {
         memcpy((char *)t->storage->data + (size_t)off * es, &v, es);
         return FG_OK;
@@ -203,8 +212,10 @@ fg_tensor *fg_from_buffer(fg_dtype dt, fg_device dev, int ndim, const int64_t *s
     }
     fg_tensor *t = fg_empty(dt, dev, ndim, shape);
     if (!t) return NULL;
-    if (dev == FG_CPU) memcpy(t->storage->data, data, t->storage->nbytes);
-    else fg_backend(dev)->copy_from_host(t->storage->data, data, t->storage->nbytes);
+    if (dev == FG_CPU)
+        memcpy(t->storage->data, data, t->storage->nbytes);
+    else
+        fg_backend(dev)->copy_from_host(t->storage->data, data, t->storage->nbytes);
     return t;
 }
 
@@ -233,8 +244,8 @@ fg_tensor *fg_from_blob(fg_dtype dt, int ndim, const int64_t *shape, void *data)
 
 /* Random fills are generated on the host (element k uses number k of the stream) and copied to
  * the device, so a tensor's values never depend on where it lives. */
-static fg_tensor *rand_fill(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape, int normal,
-                            double a, double b, uint64_t seed, uint64_t stream) {
+static fg_tensor *rand_fill(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape, int normal, double a, double b,
+                            uint64_t seed, uint64_t stream) {
     fg_tensor *host = fg_empty(dt, FG_CPU, ndim, shape);
     if (!host) return NULL;
     int64_t n = fg_numel(host);
@@ -242,15 +253,17 @@ static fg_tensor *rand_fill(fg_dtype dt, fg_device dev, int ndim, const int64_t 
         double v;
         if (normal) {
             double n0, n1;
-            fg_box_muller(fg_philox_u32(seed, stream, 2 * (uint64_t)k), fg_philox_u32(seed, stream, 2 * (uint64_t)k + 1),
-                          &n0, &n1);
+            fg_box_muller(fg_philox_u32(seed, stream, 2 * (uint64_t)k),
+                          fg_philox_u32(seed, stream, 2 * (uint64_t)k + 1), &n0, &n1);
             v = a + b * n0;
         } else {
             /* uniform in (lo, hi]: lo + (hi - lo) * u with u in (0, 1] */
             v = a + (b - a) * fg_u32_to_uniform_f64(fg_philox_u32(seed, stream, (uint64_t)k));
         }
-        if (dt == FG_F64) ((double *)host->storage->data)[k] = v;
-        else ((float *)host->storage->data)[k] = (float)v;
+        if (dt == FG_F64)
+            ((double *)host->storage->data)[k] = v;
+        else
+            ((float *)host->storage->data)[k] = (float)v;
     }
     if (dev == FG_CPU) return host;
     fg_tensor *t = fg_to(host, dev, dt);
@@ -434,14 +447,18 @@ static void for_each_row(const fg_tensor *dst, const fg_tensor *src, row_fn fn, 
     }
 }
 
-typedef struct { void *d; const void *s; double alpha; } row_ctx;
+typedef struct {
+    void *d;
+    const void *s;
+    double alpha;
+} row_ctx;
 
-#define COPY_ROW(NAME, TD, TS)                                                                       \
-    static void NAME(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {      \
-        row_ctx *x = c;                                                                              \
-        TD *d = (TD *)x->d + doff;                                                                   \
-        const TS *s = (const TS *)x->s + soff;                                                       \
-        for (int64_t k = 0; k < n; k++) d[k * ds] = (TD)s[k * ss];                                   \
+#define COPY_ROW(NAME, TD, TS)                                                                                         \
+    static void NAME(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {                         \
+        row_ctx *x = c;                                                                                                \
+        TD *d = (TD *)x->d + doff;                                                                                     \
+        const TS *s = (const TS *)x->s + soff;                                                                         \
+        for (int64_t k = 0; k < n; k++) d[k * ds] = (TD)s[k * ss];                                                     \
     }
 COPY_ROW(copy_ff, float, float)
 COPY_ROW(copy_fd, float, double)
@@ -456,8 +473,8 @@ static void cpu_copy(fg_tensor *dst, const fg_tensor *src) {
         return;
     }
     row_ctx c = {dst->storage->data, src->storage->data, 0};
-    row_fn fn = dst->dtype == FG_F64 ? (src->dtype == FG_F64 ? copy_dd : copy_df)
-                                     : (src->dtype == FG_F64 ? copy_fd : copy_ff);
+    row_fn fn =
+        dst->dtype == FG_F64 ? (src->dtype == FG_F64 ? copy_dd : copy_df) : (src->dtype == FG_F64 ? copy_fd : copy_ff);
     for_each_row(dst, src, fn, &c);
 }
 
@@ -588,7 +605,8 @@ fg_status fg_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
         return fg_error(FG_ERR_SHAPE, "axpy: shapes differ: %s vs %s", fg_shape_str(y, b1, sizeof b1),
                         fg_shape_str(x, b2, sizeof b2));
     if (y->dtype != x->dtype)
-        return fg_error(FG_ERR_DTYPE, "axpy: dtypes differ: %s vs %s", fg_dtype_name(y->dtype), fg_dtype_name(x->dtype));
+        return fg_error(FG_ERR_DTYPE, "axpy: dtypes differ: %s vs %s", fg_dtype_name(y->dtype),
+                        fg_dtype_name(x->dtype));
     if (y->device != x->device) return fg_error(FG_ERR_DEVICE, "axpy: tensors on different devices");
     if (y->device != FG_CPU) {
         const fg_tensor_backend *be = tensor_backends[y->device];

@@ -38,11 +38,11 @@ const char *fg_dtype_name(fg_dtype t);
 size_t fg_dtype_size(fg_dtype t);
 
 typedef struct fg_storage {
-    void *data;       /* device memory of `device`; CPU memory is plain host memory */
+    void *data; /* device memory of `device`; CPU memory is plain host memory */
     size_t nbytes;
     fg_device device;
     int refcount;
-    int borrowed;     /* 1: data belongs to someone else and is not freed (fg_from_blob) */
+    int borrowed; /* 1: data belongs to someone else and is not freed (fg_from_blob) */
 } fg_storage;
 
 struct fg_node; /* autograd/ */
@@ -57,10 +57,10 @@ typedef struct fg_tensor {
     fg_storage *storage;
     int refcount;
     /* autograd (see autograd/autograd.h) */
-    int requires_grad;            /* a leaf whose gradient is wanted, or an op output that needs one */
-    struct fg_tensor *grad;       /* leaves only: accumulated gradient, same shape, owned */
-    struct fg_node *grad_fn;      /* the node that produced this tensor, owned reference, or NULL */
-    const char *name;             /* optional label for messages (static string or NULL) */
+    int requires_grad;       /* a leaf whose gradient is wanted, or an op output that needs one */
+    struct fg_tensor *grad;  /* leaves only: accumulated gradient, same shape, owned */
+    struct fg_node *grad_fn; /* the node that produced this tensor, owned reference, or NULL */
+    const char *name;        /* optional label for messages (static string or NULL) */
 } fg_tensor;
 
 /* ---- creation (each returns a new reference, contiguous, or NULL on error) ---- */
@@ -75,19 +75,19 @@ fg_tensor *fg_from_blob(fg_dtype dt, int ndim, const int64_t *shape, void *data)
 /* Uniform in (lo, hi] / normal(mean, std) from Philox stream (seed, stream): element k (C order)
  * uses the k-th number of the stream (normals use numbers 2k and 2k+1), so the values do not depend
  * on threads or device. */
-fg_tensor *fg_rand_uniform(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape,
-                           double lo, double hi, uint64_t seed, uint64_t stream);
-fg_tensor *fg_rand_normal(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape,
-                          double mean, double std, uint64_t seed, uint64_t stream);
+fg_tensor *fg_rand_uniform(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape, double lo, double hi,
+                           uint64_t seed, uint64_t stream);
+fg_tensor *fg_rand_normal(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape, double mean, double std,
+                          uint64_t seed, uint64_t stream);
 fg_tensor *fg_zeros_like(const fg_tensor *t);
 
 /* ---- references ---- */
-fg_tensor *fg_retain(fg_tensor *t);   /* returns t */
-void fg_release(fg_tensor *t);        /* NULL is fine */
+fg_tensor *fg_retain(fg_tensor *t); /* returns t */
+void fg_release(fg_tensor *t);      /* NULL is fine */
 
 /* ---- inspection ---- */
 int64_t fg_numel(const fg_tensor *t);
-size_t fg_nbytes(const fg_tensor *t);   /* numel * dtype size */
+size_t fg_nbytes(const fg_tensor *t); /* numel * dtype size */
 int fg_is_contiguous(const fg_tensor *t);
 int fg_same_shape(const fg_tensor *a, const fg_tensor *b);
 /* Pointer to element 0 of the view (storage data + offset). Device memory for non-CPU tensors. */

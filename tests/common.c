@@ -103,8 +103,7 @@ fgt_cmp fgt_compare(const fg_tensor *actual, const fg_tensor *expected, double a
     fgt_cmp c = {.first_bad = -1, .worst = -1};
     cr_assert_eq(fg_numel(actual), fg_numel(expected), "compare: %lld elements against %lld expected",
                  (long long)fg_numel(actual), (long long)fg_numel(expected));
-    for (int64_t k = 0; k < fg_numel(actual); k++)
-        cmp_one(&c, k, fg_get(actual, k), fg_get(expected, k), atol, rtol);
+    for (int64_t k = 0; k < fg_numel(actual); k++) cmp_one(&c, k, fg_get(actual, k), fg_get(expected, k), atol, rtol);
     return c;
 }
 
@@ -118,8 +117,8 @@ static void assert_cmp(const fgt_cmp *c, double atol, double rtol, const char *w
               (long long)c->first_bad, c->bad_actual, c->bad_expected);
 }
 
-void fgt_assert_close_at(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol,
-                         const char *what, const char *file, int line) {
+void fgt_assert_close_at(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol, const char *what,
+                         const char *file, int line) {
     cr_assert(actual != NULL && expected != NULL, "%s:%d: %s: NULL tensor (%s)", file, line, what, fg_last_error());
     fgt_cmp c = fgt_compare(actual, expected, atol, rtol);
     assert_cmp(&c, atol, rtol, what, file, line);
@@ -133,8 +132,8 @@ void fgt_assert_close_buf_at(const fg_tensor *actual, const double *expected, in
 }
 
 /* ---- gradcheck ---- */
-fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_tensor *const *inputs, int n,
-                                     void *user, double atol, double rtol, const char *file, int line) {
+fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user,
+                                     double atol, double rtol, const char *file, int line) {
     fg_gradcheck_opts opts = {.atol = atol, .rtol = rtol, .seed = 7};
     fg_gradcheck_report rep;
     fg_status st = fg_gradcheck(fn, inputs, n, user, &opts, &rep);
@@ -145,8 +144,8 @@ fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_te
     cr_assert(rep.passed,
               "%s:%d: gradcheck %s failed: worst element is input %d index %lld: analytic %.12g, numeric %.12g; "
               "max abs err %.3e, max rel err %.3e over %lld elements",
-              file, line, what, rep.worst_input, (long long)rep.worst_index, rep.analytic, rep.numeric,
-              rep.max_abs_err, rep.max_rel_err, (long long)rep.checked);
+              file, line, what, rep.worst_input, (long long)rep.worst_index, rep.analytic, rep.numeric, rep.max_abs_err,
+              rep.max_rel_err, (long long)rep.checked);
     cr_assert(rep.checked > 0, "%s:%d: gradcheck %s checked nothing", file, line, what);
     return rep;
 }
@@ -248,8 +247,8 @@ void fgt_expect_same_run_state(const char *a, const char *b) {
         for (int i = 0; i < fg_st_count(x); i++) {
             const fg_st_array *ax = fg_st_at(x, i), *ay = fg_st_find(y, ax->name);
             cr_assert(ay, "%s has no %s", pb, ax->name);
-            cr_expect(ax->nbytes == ay->nbytes && !memcmp(ax->data, ay->data, ax->nbytes), "%s differs between %s and %s",
-                      ax->name, a, b);
+            cr_expect(ax->nbytes == ay->nbytes && !memcmp(ax->data, ay->data, ax->nbytes),
+                      "%s differs between %s and %s", ax->name, a, b);
         }
         fg_st_close(x);
         fg_st_close(y);
@@ -281,8 +280,15 @@ fg_train_config fgt_tiny_train_config(const fg_source *src, int T, int batch_siz
     c.eval_every = 0;
     c.eval_iters = eval_iters;
     c.seed = seed;
-    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = steps / 4, .decay_steps = steps, .beta1 = 0.9,
-                              .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    c.opt = (fg_adamw_config){.lr = 3e-3,
+                              .min_lr = 3e-4,
+                              .warmup = steps / 4,
+                              .decay_steps = steps,
+                              .beta1 = 0.9,
+                              .beta2 = 0.99,
+                              .eps = 1e-8,
+                              .weight_decay = 0.1,
+                              .grad_clip = 1.0};
     return c;
 }
 

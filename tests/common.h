@@ -27,8 +27,7 @@ extern "C" {
 #endif
 
 /* `ndim, shape` for the fg_ creation functions: fg_zeros(FG_F64, FG_CPU, FGT_DIMS(2, 3)). */
-#define FGT_DIMS(...) \
-    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), ((const int64_t[]){__VA_ARGS__})
+#define FGT_DIMS(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), ((const int64_t[]){__VA_ARGS__})
 
 /* 1 when FG_SANITIZE is set (make sanitize): tests shrink their largest cases. */
 int fgt_sanitize(void);
@@ -51,17 +50,17 @@ double *fgt_values(const fg_tensor *t);
 
 /* ---- comparison ---- */
 typedef struct {
-    int64_t n;            /* elements compared */
-    double max_abs;       /* max |actual - expected| */
-    double max_rel;       /* max |actual - expected| / |expected| over |expected| > 0 */
-    int64_t n_bad;        /* elements outside atol + rtol * |expected| (NaN vs number is bad) */
-    int64_t first_bad;    /* flat C-order index of the first bad element, -1 if none */
+    int64_t n;         /* elements compared */
+    double max_abs;    /* max |actual - expected| */
+    double max_rel;    /* max |actual - expected| / |expected| over |expected| > 0 */
+    int64_t n_bad;     /* elements outside atol + rtol * |expected| (NaN vs number is bad) */
+    int64_t first_bad; /* flat C-order index of the first bad element, -1 if none */
     double bad_actual, bad_expected;
     /* Tolerance-free view (what the attention tests bound themselves): */
-    double ref_max;       /* max |expected| over the elements where both sides are finite */
-    int64_t nonfinite;    /* elements where a side is NaN or the sides are not the same infinity
+    double ref_max;    /* max |expected| over the elements where both sides are finite */
+    int64_t nonfinite; /* elements where a side is NaN or the sides are not the same infinity
                            * (two NaNs count here, unlike in n_bad); max_abs is +inf when > 0 */
-    int64_t worst;        /* index of the first non-finite element if any, else of the first
+    int64_t worst;     /* index of the first non-finite element if any, else of the first
                            * largest |actual - expected|; -1 when nothing was compared */
     double worst_actual, worst_expected;
 } fgt_cmp;
@@ -76,21 +75,21 @@ fgt_cmp fgt_compare(const fg_tensor *actual, const fg_tensor *expected, double a
 double fgt_rel_err(fgt_cmp c);
 
 /* Assert closeness; the message names `what`, the call site, the errors and the first bad index. */
-void fgt_assert_close_at(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol,
-                         const char *what, const char *file, int line);
+void fgt_assert_close_at(const fg_tensor *actual, const fg_tensor *expected, double atol, double rtol, const char *what,
+                         const char *file, int line);
 void fgt_assert_close_buf_at(const fg_tensor *actual, const double *expected, int64_t n, double atol, double rtol,
                              const char *what, const char *file, int line);
-#define FGT_ASSERT_CLOSE(actual, expected, atol, rtol, what) \
+#define FGT_ASSERT_CLOSE(actual, expected, atol, rtol, what)                                                           \
     fgt_assert_close_at((actual), (expected), (atol), (rtol), (what), __FILE__, __LINE__)
-#define FGT_ASSERT_CLOSE_BUF(actual, expected, n, atol, rtol, what) \
+#define FGT_ASSERT_CLOSE_BUF(actual, expected, n, atol, rtol, what)                                                    \
     fgt_assert_close_buf_at((actual), (expected), (n), (atol), (rtol), (what), __FILE__, __LINE__)
 
 /* ---- gradcheck ---- */
 /* Run fg_gradcheck (atol, rtol 0 = its defaults) and assert that it ran and passed; on failure
  * print the whole report. Returns the report so callers can track the largest error. */
-fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_tensor *const *inputs, int n,
-                                     void *user, double atol, double rtol, const char *file, int line);
-#define FGT_GRADCHECK(what, fn, inputs, n, user) \
+fg_gradcheck_report fgt_gradcheck_at(const char *what, fg_gradcheck_fn fn, fg_tensor *const *inputs, int n, void *user,
+                                     double atol, double rtol, const char *file, int line);
+#define FGT_GRADCHECK(what, fn, inputs, n, user)                                                                       \
     fgt_gradcheck_at((what), (fn), (inputs), (n), (user), 0.0, 0.0, __FILE__, __LINE__)
 
 /* ---- leak checks ---- */

@@ -29,7 +29,9 @@
 #include "tensor/philox.h"
 #include "ops/cpu/threadpool.h"
 
-static void leak_check(void) { cr_expect_eq(fg_nodes_alive(), 0, "%lld autograd nodes still alive", (long long)fg_nodes_alive()); }
+static void leak_check(void) {
+    cr_expect_eq(fg_nodes_alive(), 0, "%lld autograd nodes still alive", (long long)fg_nodes_alive());
+}
 
 TestSuite(attention, .fini = leak_check, .timeout = 300);
 
@@ -45,7 +47,6 @@ static fg_tensor *from_values(fg_dtype dt, int64_t B, int64_t H, int64_t N, int6
     return t;
 }
 
-
 static int all_finite(const fg_tensor *t, int allow_neg_inf, int64_t *bad) {
     for (int64_t i = 0; i < fg_numel(t); i++) {
         double x = fg_get(t, i);
@@ -56,7 +57,6 @@ static int all_finite(const fg_tensor *t, int allow_neg_inf, int64_t *bad) {
     }
     return 1;
 }
-
 
 static fg_tensor *to_f64(const fg_tensor *t) {
     fg_tensor *r = fg_to(t, FG_CPU, FG_F64);
@@ -92,8 +92,10 @@ static void reference_forward(const fg_tensor *q, const fg_tensor *k, const fg_t
                     for (int64_t j = 0; j < Nk; j++) {
                         if (sum == 0 || s[j] == -INFINITY) continue;
                         long double p = expl(s[j] - mx) / sum;
-                        if (thr) p = fg_attn_keep(opts->seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j)
-                                         ? p / (1.0L - opts->dropout_p) : 0;
+                        if (thr)
+                            p = fg_attn_keep(opts->seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j)
+                                    ? p / (1.0L - opts->dropout_p)
+                                    : 0;
                         acc += p * fg_get(v, ((b * H + h) * Nk + j) * d + c);
                     }
                     fg_set(o, qi + c, (double)acc);
@@ -133,9 +135,8 @@ Test(attention, seed_three_scores_give_25_752104) {
                     double shift = sh ? 1000 : 0;
                     double got = three_scores((fg_dtype)dt, (fg_attn_impl)impl, bk, shift);
                     double tol = dt == FG_F64 ? 5e-7 : 5e-5; /* the article prints 6 decimals */
-                    cr_expect(fabs(got - 25.752104) <= tol,
-                              "%s %s block_k=%d shift=%g: got %.9f, want 25.752104", fg_dtype_name((fg_dtype)dt),
-                              fg_attn_impl_name((fg_attn_impl)impl), bk, shift, got);
+                    cr_expect(fabs(got - 25.752104) <= tol, "%s %s block_k=%d shift=%g: got %.9f, want 25.752104",
+                              fg_dtype_name((fg_dtype)dt), fg_attn_impl_name((fg_attn_impl)impl), bk, shift, got);
                 }
     /* the exact value, to float64 precision: (10 + 20e + 30e^2) / (1 + e + e^2) */
     const double e = exp(1.0), want = (10 + 20 * e + 30 * e * e) / (1 + e + e * e);
@@ -160,7 +161,8 @@ Test(attention, online_update_traces_the_six_score_example) {
         cr_expect(fabs(l - want_l[blk]) < 5e-5, "block %d: l = %.5f, want %.4f", blk, l, want_l[blk]);
         cr_expect(fabs(alpha - want_alpha[blk]) < 5e-5, "block %d: rescale = %.5f, want %.4f", blk, alpha,
                   want_alpha[blk]);
-        cr_expect(fabs(mf - want_m[blk]) < 5e-5 && fabs(lf - want_l[blk]) < 5e-5 && fabs(alphaf - want_alpha[blk]) < 5e-5,
+        cr_expect(fabs(mf - want_m[blk]) < 5e-5 && fabs(lf - want_l[blk]) < 5e-5 &&
+                      fabs(alphaf - want_alpha[blk]) < 5e-5,
                   "float32 block %d: m = %.5f l = %.5f rescale = %.5f", blk, mf, lf, alphaf);
         /* the block's weights are exp(s - m') */
         for (int j = 0; j < 2; j++)
@@ -198,16 +200,16 @@ typedef struct {
 static const shape_case cases[] = {
     {1, 1, 1, 1, 8, 0, 0, 0, 0},
     {1, 1, 1, 1, 8, 1, 0, 0, 0},
-    {2, 3, 7, 7, 16, 0, 0, 3, 2},        /* blocks that do not divide N */
+    {2, 3, 7, 7, 16, 0, 0, 3, 2}, /* blocks that do not divide N */
     {2, 3, 7, 7, 16, 1, 0.3, 7, 7},
-    {1, 2, 64, 64, 32, 0, 0, 16, 32},    /* blocks that divide N */
+    {1, 2, 64, 64, 32, 0, 0, 16, 32}, /* blocks that divide N */
     {1, 2, 64, 64, 32, 1, 0.2, 16, 32},
     {1, 2, 129, 129, 64, 1, 0, 64, 64},
     {1, 2, 129, 129, 64, 0, 0.1, 0, 0},
     {1, 1, 1000, 1000, 64, 1, 0, 0, 0},
     {1, 1, 1000, 1000, 64, 0, 0.3, 128, 100},
-    {2, 2, 7, 19, 8, 1, 0, 4, 5},        /* Nq < Nk, causal: bottom-right */
-    {2, 2, 19, 7, 8, 1, 0.5, 4, 5},      /* Nq > Nk, causal: the first 12 rows see nothing */
+    {2, 2, 7, 19, 8, 1, 0, 4, 5},   /* Nq < Nk, causal: bottom-right */
+    {2, 2, 19, 7, 8, 1, 0.5, 4, 5}, /* Nq > Nk, causal: the first 12 rows see nothing */
     {1, 3, 64, 129, 16, 0, 0.5, 32, 64},
     {1, 1, 129, 64, 16, 1, 0.25, 17, 13},
     {1, 1, 5, 3, 1, 0, 0, 2, 2},         /* d = 1 */
@@ -228,8 +230,8 @@ static fg_attn_opts case_opts(const shape_case *c, fg_attn_impl impl) {
     return o;
 }
 
-static void case_inputs_std(const shape_case *c, fg_dtype dt, uint64_t seed, double qk_std, fg_tensor **q, fg_tensor **k,
-                            fg_tensor **v, fg_tensor **dout) {
+static void case_inputs_std(const shape_case *c, fg_dtype dt, uint64_t seed, double qk_std, fg_tensor **q,
+                            fg_tensor **k, fg_tensor **v, fg_tensor **dout) {
     *q = fgt_randn4(dt, c->B, c->H, c->Nq, c->d, qk_std, seed, 1);
     *k = fgt_randn4(dt, c->B, c->H, c->Nk, c->d, qk_std, seed, 2);
     *v = fgt_randn4(dt, c->B, c->H, c->Nk, c->d, 1.0, seed, 3);
@@ -259,8 +261,9 @@ Test(attention, naive_and_flash_forward_match_scalar_reference_f64) {
             cr_expect(!eo.nonfinite && fgt_rel_err(eo) < 1e-12,
                       "case %d %s: O rel err %.3g at %lld (%.17g vs ref %.17g)", ci, fg_attn_impl_name(o.impl),
                       fgt_rel_err(eo), (long long)eo.worst, eo.worst_actual, eo.worst_expected);
-            cr_expect(!el.nonfinite && fgt_rel_err(el) < 1e-12, "case %d %s: lse rel err %.3g at %lld (%.17g vs ref %.17g)",
-                      ci, fg_attn_impl_name(o.impl), fgt_rel_err(el), (long long)el.worst, el.worst_actual, el.worst_expected);
+            cr_expect(!el.nonfinite && fgt_rel_err(el) < 1e-12,
+                      "case %d %s: lse rel err %.3g at %lld (%.17g vs ref %.17g)", ci, fg_attn_impl_name(o.impl),
+                      fgt_rel_err(el), (long long)el.worst, el.worst_actual, el.worst_expected);
             fgt_attn_run_free(&r);
         }
         fg_release(o_ref);
@@ -287,7 +290,8 @@ Test(attention, flash_matches_naive_f64_to_1e_12) {
                       "case %d (B%lld H%lld Nq%lld Nk%lld d%lld causal %d p %g blocks %d,%d): %s rel err %.3g at %lld: "
                       "flash %.17g naive %.17g",
                       ci, (long long)c->B, (long long)c->H, (long long)c->Nq, (long long)c->Nk, (long long)c->d,
-                      c->causal, c->p, c->bq, c->bk, names[t], fgt_rel_err(e), (long long)e.worst, e.worst_actual, e.worst_expected);
+                      c->causal, c->p, c->bq, c->bk, names[t], fgt_rel_err(e), (long long)e.worst, e.worst_actual,
+                      e.worst_expected);
         }
         fgt_attn_run_free(&n);
         fgt_attn_run_free(&f);
@@ -314,53 +318,56 @@ static char worst_f32_where[2][128];
  * took it down from ~6x), so that pass checks 8x: loose for rounding, tight for any bug. */
 Test(attention, flash_f32_error_at_most_twice_naive_f32_error) {
     for (int pass = 0; pass < 2; pass++)
-    for (int ci = 0; ci < N_CASES; ci++) {
-        const shape_case *c = &cases[ci];
-        fg_tensor *q, *k, *v, *dout;
-        const double qk_std = pass ? 3.0 : 1.0, factor = pass ? 8.0 : 2.0;
-        case_inputs_std(c, FG_F32, 300 + ci + 50 * pass, qk_std, &q, &k, &v, &dout);
-        fg_tensor *q64 = to_f64(q), *k64 = to_f64(k), *v64 = to_f64(v), *d64 = to_f64(dout);
-        fg_attn_opts on = case_opts(c, FG_ATTN_NAIVE), of = case_opts(c, FG_ATTN_FLASH);
-        fgt_attn_run ref = fgt_run_attention(q64, k64, v64, d64, &on);
-        fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
-        const fg_tensor *fa[4] = {f.o, f.dq, f.dk, f.dv}, *na[4] = {n.o, n.dq, n.dk, n.dv},
-                        *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
-        const char *names[4] = {"O", "dQ", "dK", "dV"};
-        for (int t = 0; t < 4; t++) {
-            fgt_cmp ef = fgt_compare(fa[t], ra[t], 0, 0), en = fgt_compare(na[t], ra[t], 0, 0);
-            double floor = ldexp(ef.ref_max > qk_std ? ef.ref_max : qk_std, -21);
-            double ratio = ef.max_abs / (en.max_abs + floor);
-            if (ratio > worst_f32_ratio[pass]) worst_f32_ratio[pass] = ratio;
-            if (en.max_abs > floor && ef.max_abs / en.max_abs > worst_f32_tight[pass])
-                worst_f32_tight[pass] = ef.max_abs / en.max_abs;
-            fgt_cmp efn = fgt_compare(fa[t], na[t], 0, 0);
-            if (fgt_rel_err(efn) > worst_f32_rel[pass]) {
-                worst_f32_rel[pass] = fgt_rel_err(efn);
-                snprintf(worst_f32_where[pass], sizeof worst_f32_where[pass], "case %d %s (abs %.3g)", ci, names[t],
-                         efn.max_abs);
+        for (int ci = 0; ci < N_CASES; ci++) {
+            const shape_case *c = &cases[ci];
+            fg_tensor *q, *k, *v, *dout;
+            const double qk_std = pass ? 3.0 : 1.0, factor = pass ? 8.0 : 2.0;
+            case_inputs_std(c, FG_F32, 300 + ci + 50 * pass, qk_std, &q, &k, &v, &dout);
+            fg_tensor *q64 = to_f64(q), *k64 = to_f64(k), *v64 = to_f64(v), *d64 = to_f64(dout);
+            fg_attn_opts on = case_opts(c, FG_ATTN_NAIVE), of = case_opts(c, FG_ATTN_FLASH);
+            fgt_attn_run ref = fgt_run_attention(q64, k64, v64, d64, &on);
+            fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
+            const fg_tensor *fa[4] = {f.o, f.dq, f.dk, f.dv}, *na[4] = {n.o, n.dq, n.dk, n.dv},
+                            *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
+            const char *names[4] = {"O", "dQ", "dK", "dV"};
+            for (int t = 0; t < 4; t++) {
+                fgt_cmp ef = fgt_compare(fa[t], ra[t], 0, 0), en = fgt_compare(na[t], ra[t], 0, 0);
+                double floor = ldexp(ef.ref_max > qk_std ? ef.ref_max : qk_std, -21);
+                double ratio = ef.max_abs / (en.max_abs + floor);
+                if (ratio > worst_f32_ratio[pass]) worst_f32_ratio[pass] = ratio;
+                if (en.max_abs > floor && ef.max_abs / en.max_abs > worst_f32_tight[pass])
+                    worst_f32_tight[pass] = ef.max_abs / en.max_abs;
+                fgt_cmp efn = fgt_compare(fa[t], na[t], 0, 0);
+                if (fgt_rel_err(efn) > worst_f32_rel[pass]) {
+                    worst_f32_rel[pass] = fgt_rel_err(efn);
+                    snprintf(worst_f32_where[pass], sizeof worst_f32_where[pass], "case %d %s (abs %.3g)", ci, names[t],
+                             efn.max_abs);
+                }
+                cr_expect(!ef.nonfinite && ef.max_abs <= factor * en.max_abs + floor,
+                          "case %d qk std %g (Nq%lld Nk%lld d%lld causal %d p %g blocks %d,%d): %s flash32 err %.3g at "
+                          "%lld > "
+                          "%g x naive32 err %.3g + %.2g (flash %.9g ref %.9g)",
+                          ci, qk_std, (long long)c->Nq, (long long)c->Nk, (long long)c->d, c->causal, c->p, c->bq,
+                          c->bk, names[t], ef.max_abs, (long long)ef.worst, factor, en.max_abs, floor, ef.worst_actual,
+                          ef.worst_expected);
             }
-            cr_expect(!ef.nonfinite && ef.max_abs <= factor * en.max_abs + floor,
-                      "case %d qk std %g (Nq%lld Nk%lld d%lld causal %d p %g blocks %d,%d): %s flash32 err %.3g at %lld > "
-                      "%g x naive32 err %.3g + %.2g (flash %.9g ref %.9g)",
-                      ci, qk_std, (long long)c->Nq, (long long)c->Nk, (long long)c->d, c->causal, c->p, c->bq, c->bk, names[t],
-                      ef.max_abs, (long long)ef.worst, factor, en.max_abs, floor, ef.worst_actual, ef.worst_expected);
+            fgt_attn_run_free(&ref);
+            fgt_attn_run_free(&n);
+            fgt_attn_run_free(&f);
+            fg_release(q64);
+            fg_release(k64);
+            fg_release(v64);
+            fg_release(d64);
+            fg_release(q);
+            fg_release(k);
+            fg_release(v);
+            fg_release(dout);
         }
-        fgt_attn_run_free(&ref);
-        fgt_attn_run_free(&n);
-        fgt_attn_run_free(&f);
-        fg_release(q64);
-        fg_release(k64);
-        fg_release(v64);
-        fg_release(d64);
-        fg_release(q);
-        fg_release(k);
-        fg_release(v);
-        fg_release(dout);
-    }
     for (int pass = 0; pass < 2; pass++)
-        fprintf(stderr, "[attention] float32, qk std %d, against the f64 reference: worst err(flash)/(err(naive)+floor) "
-                        "%.3f, worst err(flash)/err(naive) where err(naive) > floor %.3f; worst flash-vs-naive rel err "
-                        "%.3g at %s\n",
+        fprintf(stderr,
+                "[attention] float32, qk std %d, against the f64 reference: worst err(flash)/(err(naive)+floor) "
+                "%.3f, worst err(flash)/err(naive) where err(naive) > floor %.3f; worst flash-vs-naive rel err "
+                "%.3g at %s\n",
                 pass ? 3 : 1, worst_f32_ratio[pass], worst_f32_tight[pass], worst_f32_rel[pass], worst_f32_where[pass]);
 }
 
@@ -392,11 +399,8 @@ static fg_tensor *attention_fn(fg_tensor *const *in, int n, void *user) {
 
 Test(attention, naive_and_flash_backward_match_finite_differences) {
     const shape_case gc[] = {
-        {2, 2, 5, 5, 4, 0, 0, 2, 3},
-        {2, 2, 5, 5, 4, 1, 0, 2, 3},
-        {1, 2, 6, 4, 3, 0, 0.3, 4, 3},
-        {1, 2, 4, 7, 3, 1, 0.3, 3, 2},
-        {1, 1, 7, 3, 2, 1, 0.5, 2, 2}, /* rows with no key */
+        {2, 2, 5, 5, 4, 0, 0, 2, 3},   {2, 2, 5, 5, 4, 1, 0, 2, 3},   {1, 2, 6, 4, 3, 0, 0.3, 4, 3},
+        {1, 2, 4, 7, 3, 1, 0.3, 3, 2}, {1, 1, 7, 3, 2, 1, 0.5, 2, 2}, /* rows with no key */
     };
     for (size_t ci = 0; ci < sizeof gc / sizeof gc[0]; ci++)
         for (int impl = 0; impl < 2; impl++) {
@@ -487,7 +491,7 @@ Test(attention, dropout_changes_the_output_and_depends_on_the_seed) {
     b.seed = a.seed + 1;
     z.dropout_p = 0;
     fgt_attn_run ra = fgt_run_attention(q, k, v, NULL, &a), rb = fgt_run_attention(q, k, v, NULL, &b),
-             rz = fgt_run_attention(q, k, v, NULL, &z);
+                 rz = fgt_run_attention(q, k, v, NULL, &z);
     fgt_cmp e1 = fgt_compare(ra.o, rb.o, 0, 0), e2 = fgt_compare(ra.o, rz.o, 0, 0);
     cr_expect(e1.max_abs > 1e-3 && e2.max_abs > 1e-3, "dropout had no effect: %g %g", e1.max_abs, e2.max_abs);
     /* lse is the logsumexp of the scores: dropout does not touch it */
@@ -594,7 +598,8 @@ Test(attention, huge_scores_stay_finite_in_float32) {
                 }
                 /* with softmax this peaked, O is close to the V row of each row's top key */
                 fgt_cmp e = fgt_compare(r.o, ref.o, 0, 0);
-                cr_expect(fgt_rel_err(e) < 1e-2, "%s: O rel err %g against float64", fg_attn_impl_name(o.impl), fgt_rel_err(e));
+                cr_expect(fgt_rel_err(e) < 1e-2, "%s: O rel err %g against float64", fg_attn_impl_name(o.impl),
+                          fgt_rel_err(e));
                 fgt_attn_run_free(&r);
             }
             fgt_attn_run_free(&ref);
@@ -662,7 +667,8 @@ Test(attention, one_tensor_as_q_k_and_v_accumulates_all_three_gradients) {
         cr_assert_eq(fg_backward(out2, dout), FG_OK, "%s", fg_last_error());
         fg_axpy(sum, 1, sum);
         e = fgt_compare(lx->grad, sum, 0, 0);
-        cr_expect(fgt_rel_err(e) < 1e-14, "%s: gradients did not accumulate: rel err %g", fg_attn_impl_name(o.impl), fgt_rel_err(e));
+        cr_expect(fgt_rel_err(e) < 1e-14, "%s: gradients did not accumulate: rel err %g", fg_attn_impl_name(o.impl),
+                  fgt_rel_err(e));
         fg_release(out);
         fg_release(out2);
         fg_release(sum);
@@ -739,17 +745,19 @@ Test(attention, flash_allocates_nothing_of_size_nq_by_nk) {
     const int64_t N = fgt_sanitize() ? 1024 : 4096, d = 64;
     const size_t nn = (size_t)(N * N) * sizeof(float), nd = (size_t)(N * d) * sizeof(float);
     peak_pair f = measure_peaks(FG_ATTN_FLASH, N, d), n = measure_peaks(FG_ATTN_NAIVE, N, d);
-    fprintf(stderr,
-            "[attention] peak extra bytes, N=%lld d=%lld float32 causal (Nq*Nk*4 = %zu): flash forward %zu backward %zu; "
-            "naive forward %zu backward %zu\n",
-            (long long)N, (long long)d, nn, f.fwd, f.bwd, n.fwd, n.bwd);
+    fprintf(
+        stderr,
+        "[attention] peak extra bytes, N=%lld d=%lld float32 causal (Nq*Nk*4 = %zu): flash forward %zu backward %zu; "
+        "naive forward %zu backward %zu\n",
+        (long long)N, (long long)d, nn, f.fwd, f.bwd, n.fwd, n.bwd);
     /* forward: O and lse plus tiles; backward: dQ, dK, dV, the seeded dO, plus tiles */
     cr_expect(f.fwd <= nd + (size_t)N * 4 + (1u << 20), "flash forward peak %zu bytes (O is %zu)", f.fwd, nd);
     cr_expect(f.bwd <= 4 * nd + (size_t)N * 4 + (1u << 20), "flash backward peak %zu bytes (Q is %zu)", f.bwd, nd);
     /* beyond those O(N d) tensors, flash's scratch is tiny next to one Nq x Nk matrix */
     const size_t T = (size_t)fg_pool_threads(); /* flash's scratch is per thread */
     cr_expect(f.fwd - nd < T * nn / 32 && f.bwd - 4 * nd < T * nn / 32,
-              "flash scratch: forward %zu backward %zu bytes, not small against Nq*Nk*4 = %zu", f.fwd - nd, f.bwd - 4 * nd, nn);
+              "flash scratch: forward %zu backward %zu bytes, not small against Nq*Nk*4 = %zu", f.fwd - nd,
+              f.bwd - 4 * nd, nn);
     cr_expect(n.fwd >= nn && n.bwd >= nn, "naive should hold the Nq x Nk matrix: forward %zu backward %zu, Nq*Nk*4 %zu",
               n.fwd, n.bwd, nn);
 }
@@ -770,8 +778,7 @@ Test(attention, flash_kernels_take_only_tile_scratch) {
     cr_assert_eq(fg_attn_flash_forward_f32(out, lse, q, k, v, &pr), FG_OK, "%s", fg_last_error());
     size_t fwd = fg_alloc_get_stats(FG_CPU).peak - before;
     fg_alloc_reset_peak(FG_CPU);
-    cr_assert_eq(fg_attn_flash_backward_f32(dq, dk, NULL, dout, q, k, v, out, lse, &pr), FG_OK, "%s",
-                 fg_last_error());
+    cr_assert_eq(fg_attn_flash_backward_f32(dq, dk, NULL, dout, q, k, v, out, lse, &pr), FG_OK, "%s", fg_last_error());
     size_t bwd = fg_alloc_get_stats(FG_CPU).peak - before;
     size_t tile = (size_t)pr.block_q * pr.block_k * sizeof(float);
     const size_t T = (size_t)fg_pool_threads(); /* flash's scratch is per thread */
@@ -812,8 +819,8 @@ Test(attention, bad_arguments_give_null_and_a_message) {
         {"p NaN", q, k, v, (fg_attn_opts){.impl = FG_ATTN_FLASH, .dropout_p = NAN}, FG_ERR_ARG, "[0, 1)"},
         {"scale inf", q, k, v, (fg_attn_opts){.impl = FG_ATTN_FLASH, .scale = INFINITY}, FG_ERR_ARG, "scale"},
         {"block_q < 0", q, k, v, (fg_attn_opts){.impl = FG_ATTN_FLASH, .block_q = -1}, FG_ERR_ARG, "block"},
-        {"block_k too big", q, k, v, (fg_attn_opts){.impl = FG_ATTN_FLASH, .block_k = FG_ATTN_MAX_BLOCK + 1}, FG_ERR_ARG,
-         "block"},
+        {"block_k too big", q, k, v, (fg_attn_opts){.impl = FG_ATTN_FLASH, .block_k = FG_ATTN_MAX_BLOCK + 1},
+         FG_ERR_ARG, "block"},
         {"unknown impl", q, k, v, (fg_attn_opts){.impl = (fg_attn_impl)7}, FG_ERR_ARG, "implementation"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -834,7 +841,6 @@ Test(attention, bad_arguments_give_null_and_a_message) {
 /* ---------------------------------------------------------------------------------------------
  * the command line and PyTorch
  * ------------------------------------------------------------------------------------------- */
-
 
 static int file_exists(const char *path) {
     struct stat s;
@@ -861,8 +867,8 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
         int want;
     } rows[] = {
         {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --out %1$s/out --bogus", 2},
-        {"--q %1$s/q.npy --k %1$s/k.npy --out %1$s/out", 2},                                   /* no --v */
-        {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy", 2},                                   /* no --out */
+        {"--q %1$s/q.npy --k %1$s/k.npy --out %1$s/out", 2}, /* no --v */
+        {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy", 2}, /* no --out */
         {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --out %1$s/out --impl fast", 2},
         {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --out %1$s/out --dropout 1", 2},
         {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --out %1$s/out --dropout abc", 2},
@@ -870,8 +876,8 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
         {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --out %1$s/out --block-k -3", 2},
         {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --out %1$s/out --scale", 2},
         {"--q %1$s/missing.npy --k %1$s/k.npy --v %1$s/v.npy --out %1$s/out", 1},
-        {"--q %1$s/q.npy --k %1$s/kbad.npy --v %1$s/v.npy --out %1$s/out", 1},               /* d differs */
-        {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --do %1$s/k.npy --out %1$s/out", 1},  /* dO shape */
+        {"--q %1$s/q.npy --k %1$s/kbad.npy --v %1$s/v.npy --out %1$s/out", 1},              /* d differs */
+        {"--q %1$s/q.npy --k %1$s/k.npy --v %1$s/v.npy --do %1$s/k.npy --out %1$s/out", 1}, /* dO shape */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char args[1024];
@@ -888,8 +894,8 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
         cr_expect(!file_exists(o_path), "'%s' left %s behind", args, o_path);
     }
     /* and a good run writes all five files */
-    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --do %s --out %s --impl naive --causal 2>&1", fgt_bin(),
-             qp, kp, vp, qp, out);
+    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --do %s --out %s --impl naive --causal 2>&1",
+             fgt_bin(), qp, kp, vp, qp, out);
     int st = fgt_run_cmd(cmd, log, sizeof log);
     cr_expect_eq(st, 0, "good run exited %d: %s", st, log);
     const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
@@ -912,8 +918,10 @@ Test(attention, cli_rejects_bad_usage_and_writes_nothing) {
 Test(attention, gradcheck_command_passes_and_prints_a_table) {
     if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
     char cmd[1024], log[8192];
-    snprintf(cmd, sizeof cmd, "%s gradcheck attention --b 1 --h 2 --nq 6 --nk 9 --d 4 --causal --dropout 0.2 --seed 3 "
-                              "--block-q 4 --block-k 3 2>&1", fgt_bin());
+    snprintf(cmd, sizeof cmd,
+             "%s gradcheck attention --b 1 --h 2 --nq 6 --nk 9 --d 4 --causal --dropout 0.2 --seed 3 "
+             "--block-q 4 --block-k 3 2>&1",
+             fgt_bin());
     int st = fgt_run_cmd(cmd, log, sizeof log);
     cr_expect_eq(st, 0, "gradcheck exited %d:\n%s", st, log);
     cr_expect(strstr(log, "dQ") && strstr(log, "dK") && strstr(log, "dV") && strstr(log, "PASS"), "table:\n%s", log);
@@ -931,8 +939,10 @@ Test(attention, portable_float32_tiles_pass_gradcheck) {
     const char *variants[] = {"--causal --dropout 0.2", "--gqa 1 --window 3,1 --alibi --softcap 2"};
     for (int c = 0; c < 2; c++) {
         char cmd[1024], log[8192];
-        snprintf(cmd, sizeof cmd, "FG_ATTN_GEMM=blas %s gradcheck attention --b 2 --h 2 --nq 7 --nk 10 --d 5 %s --seed 4 "
-                                  "--block-q 4 --block-k 3 2>&1", fgt_bin(), variants[c]);
+        snprintf(cmd, sizeof cmd,
+                 "FG_ATTN_GEMM=blas %s gradcheck attention --b 2 --h 2 --nq 7 --nk 10 --d 5 %s --seed 4 "
+                 "--block-q 4 --block-k 3 2>&1",
+                 fgt_bin(), variants[c]);
         int st = fgt_run_cmd(cmd, log, sizeof log);
         cr_expect_eq(st, 0, "%s: gradcheck exited %d:\n%s", variants[c], st, log);
         cr_expect(strstr(log, "flash f32") && strstr(log, "PASS"), "%s: table:\n%s", variants[c], log);
@@ -979,12 +989,17 @@ static void qkv_composite(fg_tensor *qkv, int64_t H, int64_t Hkv, const fg_attn_
 }
 
 Test(attention, packed_qkv_equals_the_composite_of_views_bit_for_bit) {
-    typedef struct { int64_t B, T, H, Hkv, d; int impl, causal; double p; fg_dtype dt; } qkv_case;
+    typedef struct {
+        int64_t B, T, H, Hkv, d;
+        int impl, causal;
+        double p;
+        fg_dtype dt;
+    } qkv_case;
     const qkv_case cases[] = {
-        {2, 64, 4, 4, 32, FG_ATTN_FLASH, 1, 0.0, FG_F32},  /* the Tiny Shakespeare block */
-        {3, 37, 4, 2, 8, FG_ATTN_FLASH, 1, 0.2, FG_F32},   /* GQA, dropout, T past a block */
+        {2, 64, 4, 4, 32, FG_ATTN_FLASH, 1, 0.0, FG_F32}, /* the Tiny Shakespeare block */
+        {3, 37, 4, 2, 8, FG_ATTN_FLASH, 1, 0.2, FG_F32},  /* GQA, dropout, T past a block */
         {2, 19, 3, 3, 5, FG_ATTN_NAIVE, 0, 0.1, FG_F64},
-        {1, 70, 2, 1, 16, FG_ATTN_FLASH, 0, 0.0, FG_F64},  /* multi-query */
+        {1, 70, 2, 1, 16, FG_ATTN_FLASH, 0, 0.0, FG_F64}, /* multi-query */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const qkv_case *k = &cases[c];
@@ -1042,10 +1057,12 @@ Test(attention, runs_through_the_cpu_kernel_table) {
                            fg_zeros(dt, FG_CPU, FGT_DIMS(B, H, N, d))};
         void *lo = impl && dt == FG_F32 ? fg_data(aux) : NULL, *a = impl ? lo : fg_data(aux);
         cr_assert_eq(kt->attention.forward((fg_attn_impl)impl, dt, fg_data(o2), fg_data(l2), a, fg_data(q), fg_data(k),
-                                           fg_data(v), &pr), FG_OK, "%s", fg_last_error());
+                                           fg_data(v), &pr),
+                     FG_OK, "%s", fg_last_error());
         cr_assert_eq(kt->attention.backward((fg_attn_impl)impl, dt, fg_data(g[0]), fg_data(g[1]), fg_data(g[2]),
                                             fg_data(dy), fg_data(q), fg_data(k), fg_data(v), fg_data(o2),
-                                            impl ? fg_data(l2) : NULL, a, &pr), FG_OK, "%s", fg_last_error());
+                                            impl ? fg_data(l2) : NULL, a, &pr),
+                     FG_OK, "%s", fg_last_error());
         const fg_tensor *got[5] = {y, lse, q->grad, k->grad, v->grad}, *want[5] = {o2, l2, g[0], g[1], g[2]};
         const char *nm[5] = {"O", "lse", "dQ", "dK", "dV"};
         for (int t = 0; t < 5; t++)

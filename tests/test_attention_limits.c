@@ -68,7 +68,8 @@ static void expect_refused(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_at
     cr_expect_eq(fg_last_status(), st, "%s: status %s, want %s (%s)", what, fg_status_name(fg_last_status()),
                  fg_status_name(st), fg_last_error());
     for (int i = 0; i < n_want; i++)
-        cr_expect(strstr(fg_last_error(), want[i]) != NULL, "%s: message lacks '%s': %s", what, want[i], fg_last_error());
+        cr_expect(strstr(fg_last_error(), want[i]) != NULL, "%s: message lacks '%s': %s", what, want[i],
+                  fg_last_error());
     fg_release(out);
     fg_release(lse);
 }
@@ -79,10 +80,10 @@ static void expect_refused(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_at
 
 typedef struct {
     const char *name;
-    fg_dtype dt;        /* refused in this dtype */
+    fg_dtype dt; /* refused in this dtype */
     double scale, softcap, slope;
-    const char *word;   /* the option, as the message names it */
-    int fits_f64;       /* and runs in float64 */
+    const char *word; /* the option, as the message names it */
+    int fits_f64;     /* and runs in float64 */
 } fit_case;
 
 static const fit_case fit_cases[] = {
@@ -138,22 +139,27 @@ Test(attention_limits, options_that_do_not_fit_the_dtype_are_refused_by_the_libr
             fg_tensor *lse = fgt_ok(fg_empty(c->dt, FG_CPU, FGT_DIMS(1, 2, 16)), "lse");
             fg_status st;
             if (c->dt == FG_F32)
-                st = impl ? fg_attn_flash_forward_f32(fg_data(out), fg_data(lse), fg_data(q), fg_data(k), fg_data(v), &pr)
+                st = impl ? fg_attn_flash_forward_f32(fg_data(out), fg_data(lse), fg_data(q), fg_data(k), fg_data(v),
+                                                      &pr)
                           : fg_attn_naive_forward_f32(fg_data(out), fg_data(lse), NULL, fg_data(q), fg_data(k),
                                                       fg_data(v), &pr);
             else
-                st = impl ? fg_attn_flash_forward_f64(fg_data(out), fg_data(lse), fg_data(q), fg_data(k), fg_data(v), &pr)
+                st = impl ? fg_attn_flash_forward_f64(fg_data(out), fg_data(lse), fg_data(q), fg_data(k), fg_data(v),
+                                                      &pr)
                           : fg_attn_naive_forward_f64(fg_data(out), fg_data(lse), NULL, fg_data(q), fg_data(k),
                                                       fg_data(v), &pr);
             cr_expect_eq(st, FG_ERR_ARG, "%s: the raw forward kernel ran", what);
             fg_release(out), fg_release(lse), fg_release(q), fg_release(k), fg_release(v);
             /* float32's refusals run in float64, with finite outputs */
             if (c->dt == FG_F32 && c->fits_f64) {
-                fg_tensor *q64 = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 1), *k64 = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 2);
-                fg_tensor *v64 = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 3), *dout = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 4);
+                fg_tensor *q64 = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 1),
+                          *k64 = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 2);
+                fg_tensor *v64 = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 3),
+                          *dout = fgt_randn4(FG_F64, 1, 2, 16, 4, 1, 3, 4);
                 fgt_attn_run r = fgt_run_attention(q64, k64, v64, dout, &o);
                 cr_expect(finite_all(r.o) && finite_all(r.lse) && finite_all(r.dq) && finite_all(r.dk) &&
-                              finite_all(r.dv), "%s: float64 outputs not finite", what);
+                              finite_all(r.dv),
+                          "%s: float64 outputs not finite", what);
                 fgt_attn_run_free(&r);
                 fg_release(q64), fg_release(k64), fg_release(v64), fg_release(dout);
             }
@@ -226,8 +232,10 @@ Test(attention_limits, a_huge_scale_that_fits_gives_one_hot_weights) {
                     }
                     s *= 1e30;
                     if (a * 1e30 > mag) mag = a * 1e30;
-                    if (s > best) second = best, best = s, arg = j;
-                    else if (s > second) second = s;
+                    if (s > best)
+                        second = best, best = s, arg = j;
+                    else if (s > second)
+                        second = s;
                 }
                 if (best - second < 1e-5 * mag) continue;
                 const double L = fg_get(r.lse, h * N + i);
@@ -291,7 +299,8 @@ Test(attention_limits, scores_that_overflow_the_dtype_are_an_error) {
         fg_tensor *out = fg_attention(qn, k, v, &o, NULL);
         cr_expect(out != NULL, "%s: a NaN input is not an error: %s", impl ? "flash" : "naive", fg_last_error());
         fg_release(out);
-        fg_release(q), fg_release(k), fg_release(v), fg_release(ones), fg_release(q64), fg_release(q64b), fg_release(qn);
+        fg_release(q), fg_release(k), fg_release(v), fg_release(ones), fg_release(q64), fg_release(q64b),
+            fg_release(qn);
     }
 }
 
@@ -352,14 +361,16 @@ static void check_nan_rows(int which, fg_dtype dt, fg_attn_impl impl, int causal
                 n_nan += want;
                 const double L = fg_get(lse1, r);
                 if (want) {
-                    cr_expect(isnan(L), "%s: row (%lld, %lld, %lld): lse %g, want NaN", what, (long long)b, (long long)h,
-                              (long long)i, L);
+                    cr_expect(isnan(L), "%s: row (%lld, %lld, %lld): lse %g, want NaN", what, (long long)b,
+                              (long long)h, (long long)i, L);
                     for (int64_t c = 0; c < d; c++)
                         cr_expect(isnan(fg_get(o1, r * d + c)), "%s: row (%lld, %lld, %lld): O[%lld] = %g, want NaN",
                                   what, (long long)b, (long long)h, (long long)i, (long long)c, fg_get(o1, r * d + c));
                 } else {
-                    cr_expect(L == fg_get(lse0, r), "%s: row (%lld, %lld, %lld) does not see the NaN: lse %.17g, want "
-                              "%.17g", what, (long long)b, (long long)h, (long long)i, L, fg_get(lse0, r));
+                    cr_expect(L == fg_get(lse0, r),
+                              "%s: row (%lld, %lld, %lld) does not see the NaN: lse %.17g, want "
+                              "%.17g",
+                              what, (long long)b, (long long)h, (long long)i, L, fg_get(lse0, r));
                     for (int64_t c = 0; c < d; c++)
                         cr_expect(fg_get(o1, r * d + c) == fg_get(o0, r * d + c),
                                   "%s: row (%lld, %lld, %lld) does not see the NaN: O[%lld] = %.17g, want %.17g", what,
@@ -410,7 +421,8 @@ Test(attention_limits, window_bounds_of_2_to_the_32_and_more_are_unbounded) {
         for (int impl = 0; impl < 2; impl++)
             for (int causal = 0; causal < 2; causal++) {
                 fg_tensor *q = fgt_randn4(FG_F64, 1, 2, 12, 4, 1, 6, 1), *k = fgt_randn4(FG_F64, 1, 2, 7, 4, 1, 6, 2);
-                fg_tensor *v = fgt_randn4(FG_F64, 1, 2, 7, 4, 1, 6, 3), *dout = fgt_randn4(FG_F64, 1, 2, 12, 4, 1, 6, 4);
+                fg_tensor *v = fgt_randn4(FG_F64, 1, 2, 7, 4, 1, 6, 3),
+                          *dout = fgt_randn4(FG_F64, 1, 2, 12, 4, 1, 6, 4);
                 fg_attn_opts o = fg_attn_defaults();
                 o.impl = (fg_attn_impl)impl;
                 o.causal = causal;
@@ -457,7 +469,8 @@ Test(attention_limits, gradcheck_with_a_softcap_float32_cannot_hold_passes_and_s
         cr_expect(strstr(rep.rows[r].check, "f32") == NULL, "a float32 row ran: %s", rep.rows[r].check);
     o.variant.softcap = 5;
     cr_assert_eq(fg_attn_gradcheck(&o, &sh, &rep), FG_OK, "%s", fg_last_error());
-    cr_expect(rep.passed && rep.f32_skipped[0] == '\0', "softcap 5: passed %d, skipped '%s'", rep.passed, rep.f32_skipped);
+    cr_expect(rep.passed && rep.f32_skipped[0] == '\0', "softcap 5: passed %d, skipped '%s'", rep.passed,
+              rep.f32_skipped);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -499,11 +512,11 @@ Test(attention_limits, attention_command_refuses_options_the_dtype_cannot_hold) 
     };
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         const int base = rows[r].f64 ? 3 : 0;
-        snprintf(cmd, sizeof cmd, "rm -rf '%s/out'; %s attention --q %s --k %s --v %s --out %s/out %s 2>&1", dir, fgt_bin(),
-                 p[base], p[base + 1], p[base + 2], dir, rows[r].flags);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/out'; %s attention --q %s --k %s --v %s --out %s/out %s 2>&1", dir,
+                 fgt_bin(), p[base], p[base + 1], p[base + 2], dir, rows[r].flags);
         const int st = fgt_run_cmd(cmd, log, sizeof log);
-        cr_expect_eq(st, rows[r].want, "'%s' (%s) exited %d, want %d: %s", rows[r].flags, rows[r].f64 ? "f64" : "f32", st,
-                     rows[r].want, log);
+        cr_expect_eq(st, rows[r].want, "'%s' (%s) exited %d, want %d: %s", rows[r].flags, rows[r].f64 ? "f64" : "f32",
+                     st, rows[r].want, log);
         char o_path[400];
         snprintf(o_path, sizeof o_path, "%s/out/o.npy", dir);
         if (rows[r].want != 0) {
@@ -520,7 +533,8 @@ Test(attention_limits, attention_command_refuses_options_the_dtype_cannot_hold) 
         fg_release(o);
     }
     /* --softcap 1e38 in float32 is plain attention, exactly */
-    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/plain 2>&1", fgt_bin(), p[0], p[1], p[2], dir);
+    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/plain 2>&1", fgt_bin(), p[0], p[1], p[2],
+             dir);
     cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "plain run: %s", log);
     char a[400], b[400];
     snprintf(a, sizeof a, "%s/out/o.npy", dir);

@@ -41,13 +41,11 @@ TestSuite(attention_variants, .fini = leak_check, .timeout = 300);
  * helpers
  * ------------------------------------------------------------------------------------------- */
 
-
 static fg_tensor *to_dt(const fg_tensor *t, fg_dtype dt) {
     fg_tensor *r = fg_to(t, FG_CPU, dt);
     cr_assert(r, "%s", fg_last_error());
     return r;
 }
-
 
 /* ---------------------------------------------------------------------------------------------
  * user variants used by the cases
@@ -121,7 +119,8 @@ static void reference_forward(const fg_tensor *q, const fg_tensor *k, const fg_t
                 long double mx = -INFINITY;
                 for (int64_t j = 0; j < Nk; j++) {
                     long double acc = 0;
-                    for (int64_t c = 0; c < d; c++) acc += (long double)fg_get(q, qi + c) * fg_get(k, (kvh * Nk + j) * d + c);
+                    for (int64_t c = 0; c < d; c++)
+                        acc += (long double)fg_get(q, qi + c) * fg_get(k, (kvh * Nk + j) * d + c);
                     long double x = acc * scale;
                     if (var->softcap > 0) x = var->softcap * tanhl(x / var->softcap);
                     if (var->alibi) x -= slopes[h] * fabsl((long double)(ip - j));
@@ -144,7 +143,8 @@ static void reference_forward(const fg_tensor *q, const fg_tensor *k, const fg_t
                         long double p = expl(s[j] - mx) / sum;
                         if (thr)
                             p = fg_attn_keep(o->seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j)
-                                    ? p / (1.0L - o->dropout_p) : 0;
+                                    ? p / (1.0L - o->dropout_p)
+                                    : 0;
                         acc += p * fg_get(v, (kvh * Nk + j) * d + c);
                     }
                     fg_set(out, qi + c, (double)acc);
@@ -159,14 +159,14 @@ static void reference_forward(const fg_tensor *q, const fg_tensor *k, const fg_t
 
 typedef struct {
     const char *name;
-    int64_t hkv;          /* K/V heads (of H = 4) */
+    int64_t hkv; /* K/V heads (of H = 4) */
     int window;
     int64_t wl, wr;
     int alibi, user_slopes;
     double softcap;
-    int mod;              /* 1: mod_wavy */
-    int mask;             /* 1: mask_docs, 2: mask_stripes */
-    int block_mask;       /* pass a prebuilt block mask (else fg_attention builds one for flash) */
+    int mod;        /* 1: mod_wavy */
+    int mask;       /* 1: mask_docs, 2: mask_stripes */
+    int block_mask; /* pass a prebuilt block mask (else fg_attention builds one for flash) */
 } vcase;
 
 static const vcase vcases[] = {
@@ -256,8 +256,9 @@ Test(attention_variants, alibi_standard_slopes_follow_the_paper) {
         double want[12];
     } rows[] = {
         {8, {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625}},
-        {12, {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625, 0.70710678118654752,
-              0.35355339059327376, 0.17677669529663688, 0.08838834764831844}},
+        {12,
+         {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625, 0.70710678118654752, 0.35355339059327376,
+          0.17677669529663688, 0.08838834764831844}},
         {1, {0.00390625}},
         {6, {0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125}},
     };
@@ -305,8 +306,9 @@ Test(attention_variants, forward_matches_scalar_reference_f64) {
                     cr_expect(!eo.nonfinite && fgt_rel_err(eo) < 1e-12 && !el.nonfinite && fgt_rel_err(el) < 1e-12,
                               "%s, shape %d, causal %d, p %g, %s: O rel err %.3g at %lld (%.17g vs %.17g), lse rel err "
                               "%.3g at %lld (%.17g vs %.17g)",
-                              c->name, si, causal, p, fg_attn_impl_name(o.impl), fgt_rel_err(eo), (long long)eo.worst, eo.worst_actual,
-                              eo.worst_expected, fgt_rel_err(el), (long long)el.worst, el.worst_actual, el.worst_expected);
+                              c->name, si, causal, p, fg_attn_impl_name(o.impl), fgt_rel_err(eo), (long long)eo.worst,
+                              eo.worst_actual, eo.worst_expected, fgt_rel_err(el), (long long)el.worst, el.worst_actual,
+                              el.worst_expected);
                     if (fgt_rel_err(eo) > worst) {
                         worst = fgt_rel_err(eo);
                         worst_at = c->name;
@@ -321,7 +323,8 @@ Test(attention_variants, forward_matches_scalar_reference_f64) {
                 fg_release(v);
                 fg_release(dout);
             }
-    fprintf(stderr, "[attention_variants] forward vs long-double reference: worst O rel err %.3g (%s)\n", worst, worst_at);
+    fprintf(stderr, "[attention_variants] forward vs long-double reference: worst O rel err %.3g (%s)\n", worst,
+            worst_at);
 }
 
 /* Per case, the worst flash-vs-naive float64 relative error and the worst float32 ratios
@@ -348,8 +351,9 @@ Test(attention_variants, flash_matches_naive_f64_to_1e_12) {
                     fgt_cmp e = fgt_compare(fa[t], na[t], 0, 0);
                     if (fgt_rel_err(e) > case_f64_err[ci]) case_f64_err[ci] = fgt_rel_err(e);
                     cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-12,
-                              "%s, shape %d, causal %d, p %g: %s rel err %.3g at %lld: flash %.17g naive %.17g", c->name,
-                              si, causal, p, names[t], fgt_rel_err(e), (long long)e.worst, e.worst_actual, e.worst_expected);
+                              "%s, shape %d, causal %d, p %g: %s rel err %.3g at %lld: flash %.17g naive %.17g",
+                              c->name, si, causal, p, names[t], fgt_rel_err(e), (long long)e.worst, e.worst_actual,
+                              e.worst_expected);
                 }
                 fgt_attn_run_free(&n);
                 fgt_attn_run_free(&f);
@@ -376,55 +380,56 @@ Test(attention_variants, flash_f32_error_at_most_twice_naive_f32_error) {
     /* pass 0: unit-normal inputs, the 2x rule. pass 1: q, k with std 3 (peaked softmax), where
      * tests/test_attention.c explains why the D = dO·O shortcut costs up to ~3x and checks 8x. */
     for (int pass = 0; pass < 2; pass++)
-    for (int ci = 0; ci < N_VCASES; ci++)
-        for (int si = 0; si < N_VSHAPES; si++)
-            for (int combo = 0; combo < 4; combo++) {
-                const vcase *c = &vcases[ci];
-                const vshape *s = &vshapes[si];
-                const int causal = combo & 1;
-                const double p = (combo & 2) ? 0.3 : 0;
-                fg_tensor *q, *k, *v, *dout;
-                case_inputs(c, s, FG_F32, 300 + ci * 7 + si + 1000 * pass, &q, &k, &v, &dout);
-                const double factor = pass ? 8 : 2;
-                if (pass) { /* q, k *= 3 (exact in float32 up to rounding of the product, same for all) */
-                    for (int64_t e = 0; e < fg_numel(q); e++) fg_set(q, e, 3 * fg_get(q, e));
-                    for (int64_t e = 0; e < fg_numel(k); e++) fg_set(k, e, 3 * fg_get(k, e));
+        for (int ci = 0; ci < N_VCASES; ci++)
+            for (int si = 0; si < N_VSHAPES; si++)
+                for (int combo = 0; combo < 4; combo++) {
+                    const vcase *c = &vcases[ci];
+                    const vshape *s = &vshapes[si];
+                    const int causal = combo & 1;
+                    const double p = (combo & 2) ? 0.3 : 0;
+                    fg_tensor *q, *k, *v, *dout;
+                    case_inputs(c, s, FG_F32, 300 + ci * 7 + si + 1000 * pass, &q, &k, &v, &dout);
+                    const double factor = pass ? 8 : 2;
+                    if (pass) { /* q, k *= 3 (exact in float32 up to rounding of the product, same for all) */
+                        for (int64_t e = 0; e < fg_numel(q); e++) fg_set(q, e, 3 * fg_get(q, e));
+                        for (int64_t e = 0; e < fg_numel(k); e++) fg_set(k, e, 3 * fg_get(k, e));
+                    }
+                    fg_tensor *q64 = to_dt(q, FG_F64), *k64 = to_dt(k, FG_F64), *v64 = to_dt(v, FG_F64),
+                              *d64 = to_dt(dout, FG_F64);
+                    fg_attn_block_mask *bm;
+                    fg_attn_opts on = vcase_opts(c, s, FG_ATTN_NAIVE, causal, p, &bm), of = on;
+                    of.impl = FG_ATTN_FLASH;
+                    fgt_attn_run ref = fgt_run_attention(q64, k64, v64, d64, &on);
+                    fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
+                    const fg_tensor *fa[4] = {f.o, f.dq, f.dk, f.dv}, *na[4] = {n.o, n.dq, n.dk, n.dv},
+                                    *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
+                    double gscale = 1;
+                    for (int t = 0; t < 4; t++) {
+                        fgt_cmp e = fgt_compare(ra[t], ra[t], 0, 0);
+                        if (e.ref_max > gscale) gscale = e.ref_max;
+                    }
+                    for (int t = 0; t < 4; t++) {
+                        fgt_cmp ef = fgt_compare(fa[t], ra[t], 0, 0), en = fgt_compare(na[t], ra[t], 0, 0);
+                        const double floor = en.max_abs == 0 ? ldexp(gscale * (pass ? 3 : 1), -20)
+                                                             : ldexp(ef.ref_max > 1 ? ef.ref_max : 1.0, -21);
+                        double ratio = ef.max_abs / (en.max_abs + floor);
+                        if (ratio > case_f32_ratio[pass][ci]) case_f32_ratio[pass][ci] = ratio;
+                        if (en.max_abs > floor && ef.max_abs / en.max_abs > case_f32_tight[pass][ci])
+                            case_f32_tight[pass][ci] = ef.max_abs / en.max_abs;
+                        cr_expect(
+                            !ef.nonfinite && ef.max_abs <= factor * en.max_abs + floor,
+                            "%s, shape %d, causal %d, p %g, qk std %d: %s flash32 err %.3g at %lld > %g x naive32 err "
+                            "%.3g + %.2g (flash %.9g ref %.9g)",
+                            c->name, si, causal, p, pass ? 3 : 1, names[t], ef.max_abs, (long long)ef.worst, factor,
+                            en.max_abs, floor, ef.worst_actual, ef.worst_expected);
+                    }
+                    fgt_attn_run_free(&ref);
+                    fgt_attn_run_free(&n);
+                    fgt_attn_run_free(&f);
+                    fg_attn_block_mask_release(bm);
+                    fg_tensor *all[] = {q64, k64, v64, d64, q, k, v, dout};
+                    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fg_release(all[i]);
                 }
-                fg_tensor *q64 = to_dt(q, FG_F64), *k64 = to_dt(k, FG_F64), *v64 = to_dt(v, FG_F64),
-                          *d64 = to_dt(dout, FG_F64);
-                fg_attn_block_mask *bm;
-                fg_attn_opts on = vcase_opts(c, s, FG_ATTN_NAIVE, causal, p, &bm), of = on;
-                of.impl = FG_ATTN_FLASH;
-                fgt_attn_run ref = fgt_run_attention(q64, k64, v64, d64, &on);
-                fgt_attn_run n = fgt_run_attention(q, k, v, dout, &on), f = fgt_run_attention(q, k, v, dout, &of);
-                const fg_tensor *fa[4] = {f.o, f.dq, f.dk, f.dv}, *na[4] = {n.o, n.dq, n.dk, n.dv},
-                                *ra[4] = {ref.o, ref.dq, ref.dk, ref.dv};
-                double gscale = 1;
-                for (int t = 0; t < 4; t++) {
-                    fgt_cmp e = fgt_compare(ra[t], ra[t], 0, 0);
-                    if (e.ref_max > gscale) gscale = e.ref_max;
-                }
-                for (int t = 0; t < 4; t++) {
-                    fgt_cmp ef = fgt_compare(fa[t], ra[t], 0, 0), en = fgt_compare(na[t], ra[t], 0, 0);
-                    const double floor = en.max_abs == 0 ? ldexp(gscale * (pass ? 3 : 1), -20)
-                                                         : ldexp(ef.ref_max > 1 ? ef.ref_max : 1.0, -21);
-                    double ratio = ef.max_abs / (en.max_abs + floor);
-                    if (ratio > case_f32_ratio[pass][ci]) case_f32_ratio[pass][ci] = ratio;
-                    if (en.max_abs > floor && ef.max_abs / en.max_abs > case_f32_tight[pass][ci])
-                        case_f32_tight[pass][ci] = ef.max_abs / en.max_abs;
-                    cr_expect(!ef.nonfinite && ef.max_abs <= factor * en.max_abs + floor,
-                              "%s, shape %d, causal %d, p %g, qk std %d: %s flash32 err %.3g at %lld > %g x naive32 err "
-                              "%.3g + %.2g (flash %.9g ref %.9g)",
-                              c->name, si, causal, p, pass ? 3 : 1, names[t], ef.max_abs, (long long)ef.worst, factor,
-                              en.max_abs, floor, ef.worst_actual, ef.worst_expected);
-                }
-                fgt_attn_run_free(&ref);
-                fgt_attn_run_free(&n);
-                fgt_attn_run_free(&f);
-                fg_attn_block_mask_release(bm);
-                fg_tensor *all[] = {q64, k64, v64, d64, q, k, v, dout};
-                for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fg_release(all[i]);
-            }
     for (int pass = 0; pass < 2; pass++)
         for (int ci = 0; ci < N_VCASES; ci++)
             fprintf(stderr,
@@ -460,7 +465,8 @@ Test(attention_variants, naive_and_flash_backward_match_finite_differences) {
                 fg_gradcheck_opts go = {.eps = 1e-6, .atol = 1e-8, .rtol = 1e-6, .seed = 9};
                 cr_assert_eq(fg_gradcheck(attention_fn, in, 3, &o, &go, &rep), FG_OK, "%s", fg_last_error());
                 cr_expect(rep.passed,
-                          "%s causal %d p %g %s: input %d index %lld: analytic %.12g numeric %.12g (max abs err %.3g, rel %.3g)",
+                          "%s causal %d p %g %s: input %d index %lld: analytic %.12g numeric %.12g (max abs err %.3g, "
+                          "rel %.3g)",
                           c->name, causal, p, fg_attn_impl_name(o.impl), rep.worst_input, (long long)rep.worst_index,
                           rep.analytic, rep.numeric, rep.max_abs_err, rep.max_rel_err);
                 cr_expect_eq(rep.checked, s.B * (s.H * s.Nq + 2 * c->hkv * s.Nk) * s.d, "%s: checked %lld elements",
@@ -486,7 +492,8 @@ static fg_tensor *repeat_heads(const fg_tensor *t, int64_t G) {
     cr_assert(r, "%s", fg_last_error());
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hkv * G; h++)
-            for (int64_t e = 0; e < N * d; e++) fg_set(r, ((b * Hkv * G + h) * N) * d + e, fg_get(t, ((b * Hkv + h / G) * N) * d + e));
+            for (int64_t e = 0; e < N * d; e++)
+                fg_set(r, ((b * Hkv * G + h) * N) * d + e, fg_get(t, ((b * Hkv + h / G) * N) * d + e));
     return r;
 }
 /* (B, Hkv·G, N, d) -> (B, Hkv, N, d), summing the G heads of each group */
@@ -510,8 +517,10 @@ Test(attention_variants, gqa_equals_multi_head_on_repeated_kv_and_sums_dk_dv_per
         for (int impl = 0; impl < 2; impl++)
             for (int combo = 0; combo < 4; combo++) {
                 const int64_t Hkv = hkvs[t], G = H / Hkv;
-                fg_tensor *q = fgt_randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 1), *k = fgt_randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 2),
-                          *v = fgt_randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 3), *dout = fgt_randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 4);
+                fg_tensor *q = fgt_randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 1),
+                          *k = fgt_randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 2),
+                          *v = fgt_randn4(FG_F64, B, Hkv, Nk, d, 1, 50 + t, 3),
+                          *dout = fgt_randn4(FG_F64, B, H, Nq, d, 1, 50 + t, 4);
                 fg_tensor *kr = repeat_heads(k, G), *vr = repeat_heads(v, G);
                 fg_attn_opts o = fg_attn_defaults();
                 o.impl = (fg_attn_impl)impl;
@@ -526,8 +535,9 @@ Test(attention_variants, gqa_equals_multi_head_on_repeated_kv_and_sums_dk_dv_per
                 const char *names[5] = {"O", "lse", "dQ", "dK", "dV"};
                 for (int x = 0; x < 5; x++) {
                     fgt_cmp e = fgt_compare(ga[x], ma[x], 0, 0);
-                    cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-13, "H_kv %lld %s causal %d p %g: %s rel err %.3g at %lld",
-                              (long long)Hkv, fg_attn_impl_name(o.impl), o.causal, o.dropout_p, names[x], fgt_rel_err(e),
+                    cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-13,
+                              "H_kv %lld %s causal %d p %g: %s rel err %.3g at %lld", (long long)Hkv,
+                              fg_attn_impl_name(o.impl), o.causal, o.dropout_p, names[x], fgt_rel_err(e),
                               (long long)e.worst);
                 }
                 fgt_attn_run_free(&g);
@@ -606,8 +616,9 @@ Test(attention_variants, builtin_variants_equal_their_callback_form) {
             const fg_tensor *x[5] = {ra.o, ra.lse, ra.dq, ra.dk, ra.dv}, *y[5] = {rb.o, rb.lse, rb.dq, rb.dk, rb.dv};
             for (int t = 0; t < 5; t++) {
                 fgt_cmp e = fgt_compare(x[t], y[t], 0, 0);
-                cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-14, "%s %s: output %d built-in vs callback rel err %.3g at %lld",
-                          what, fg_attn_impl_name(a.impl), t, fgt_rel_err(e), (long long)e.worst);
+                cr_expect(!e.nonfinite && fgt_rel_err(e) <= 1e-14,
+                          "%s %s: output %d built-in vs callback rel err %.3g at %lld", what, fg_attn_impl_name(a.impl),
+                          t, fgt_rel_err(e), (long long)e.worst);
             }
             fgt_attn_run_free(&ra);
             fgt_attn_run_free(&rb);
@@ -648,18 +659,24 @@ Test(attention_variants, window_tile_kind_matches_brute_force) {
                             for (int64_t j = 0; j < Nk; j++)
                                 cr_assert_eq(fg_attn_in_window(i, j, Nq, Nk, causal, window, L, R),
                                              visible_def(i, j, Nq, Nk, causal, window, L, R),
-                                             "Nq %lld Nk %lld causal %d window %d (%lld,%lld): (i %lld, j %lld)", (long long)Nq,
-                                             (long long)Nk, causal, window, (long long)L, (long long)R, (long long)i, (long long)j);
+                                             "Nq %lld Nk %lld causal %d window %d (%lld,%lld): (i %lld, j %lld)",
+                                             (long long)Nq, (long long)Nk, causal, window, (long long)L, (long long)R,
+                                             (long long)i, (long long)j);
                         for (int64_t i0 = 0; i0 < Nq; i0 += bq)
                             for (int64_t j0 = 0; j0 < Nk; j0 += bk) {
                                 const int64_t nq = Nq - i0 < bq ? Nq - i0 : bq, nk = Nk - j0 < bk ? Nk - j0 : bk;
                                 int64_t seen = 0;
                                 for (int64_t i = i0; i < i0 + nq; i++)
-                                    for (int64_t j = j0; j < j0 + nk; j++) seen += visible_def(i, j, Nq, Nk, causal, window, L, R);
-                                fg_tile_kind want = seen == 0 ? FG_TILE_MASKED : seen == nq * nk ? FG_TILE_FULL : FG_TILE_PARTIAL;
-                                fg_tile_kind got = fg_attn_tile_kind_window(i0, nq, j0, nk, Nq, Nk, causal, window, L, R);
+                                    for (int64_t j = j0; j < j0 + nk; j++)
+                                        seen += visible_def(i, j, Nq, Nk, causal, window, L, R);
+                                fg_tile_kind want = seen == 0         ? FG_TILE_MASKED
+                                                    : seen == nq * nk ? FG_TILE_FULL
+                                                                      : FG_TILE_PARTIAL;
+                                fg_tile_kind got =
+                                    fg_attn_tile_kind_window(i0, nq, j0, nk, Nq, Nk, causal, window, L, R);
                                 cr_assert_eq(got, want,
-                                             "Nq %lld Nk %lld blocks %lld,%lld causal %d window %d (%lld,%lld): tile at (%lld, %lld) "
+                                             "Nq %lld Nk %lld blocks %lld,%lld causal %d window %d (%lld,%lld): tile "
+                                             "at (%lld, %lld) "
                                              "is %d, want %d",
                                              (long long)Nq, (long long)Nk, (long long)bq, (long long)bk, causal, window,
                                              (long long)L, (long long)R, (long long)i0, (long long)j0, got, want);
@@ -684,7 +701,8 @@ Test(attention_variants, block_mask_records_each_tile_and_broadcasts) {
                         fg_attn_mask_fn m = which ? mask_docs : mask_stripes;
                         int64_t seen = 0, all = 0;
                         for (int64_t i = qt * bq; i < Nq && i < (qt + 1) * bq; i++)
-                            for (int64_t j = kt * bk; j < Nk && j < (kt + 1) * bk; j++, all++) seen += m(b, h, i, j, NULL) != 0;
+                            for (int64_t j = kt * bk; j < Nk && j < (kt + 1) * bk; j++, all++)
+                                seen += m(b, h, i, j, NULL) != 0;
                         fg_tile_kind want = seen == 0 ? FG_TILE_MASKED : seen == all ? FG_TILE_FULL : FG_TILE_PARTIAL;
                         fg_tile_kind got = fg_attn_block_mask_kind(which ? bcast : full, b, h, qt, kt);
                         cr_expect_eq(got, want, "%s b %lld h %lld tile (%lld, %lld): %d, want %d",
@@ -697,7 +715,8 @@ Test(attention_variants, block_mask_records_each_tile_and_broadcasts) {
         cr_expect_eq(fg_attn_block_mask_count(full, (fg_tile_kind)kd), counts[kd], "kind %d: %lld tiles, want %lld", kd,
                      (long long)fg_attn_block_mask_count(full, (fg_tile_kind)kd), (long long)counts[kd]);
     cr_expect(counts[FG_TILE_PARTIAL] > 0, "the stripes should make some tiles partial");
-    cr_expect(fg_attn_block_mask_count(bcast, FG_TILE_MASKED) > 0 && fg_attn_block_mask_count(bcast, FG_TILE_PARTIAL) > 0,
+    cr_expect(fg_attn_block_mask_count(bcast, FG_TILE_MASKED) > 0 &&
+                  fg_attn_block_mask_count(bcast, FG_TILE_PARTIAL) > 0,
               "the documents should mask some tiles and cut through others");
     fg_attn_block_mask_release(full);
     fg_attn_block_mask_release(bcast);
@@ -739,8 +758,9 @@ Test(attention_variants, flash_tests_the_mask_only_in_partial_tiles) {
     cr_expect(cm.calls > 0 && cm.calls <= 2 * B * H * partial * bq * bk,
               "%lld mask calls for %lld partial tiles of %d elements (forward and backward)", (long long)cm.calls,
               (long long)partial, bq * bk);
-    fprintf(stderr, "[attention_variants] document mask N=%lld tiles %dx%d: %lld masked, %lld partial, %lld full; %lld mask "
-                    "calls in forward+backward against %lld elements\n",
+    fprintf(stderr,
+            "[attention_variants] document mask N=%lld tiles %dx%d: %lld masked, %lld partial, %lld full; %lld mask "
+            "calls in forward+backward against %lld elements\n",
             (long long)N, bq, bk, (long long)fg_attn_block_mask_count(bm, FG_TILE_MASKED), (long long)partial,
             (long long)fg_attn_block_mask_count(bm, FG_TILE_FULL), (long long)cm.calls, (long long)(2 * B * H * N * N));
     /* and the result is the one naive gets, which calls the mask everywhere */
@@ -772,11 +792,8 @@ Test(attention_variants, flash_skips_tiles_outside_the_window_and_the_block_mask
         int64_t L, R;
         int mask;
     } rows[] = {
-        {"window 2,2", 0, 1, 2, 2, 0},
-        {"window 9,0 + causal", 1, 1, 9, 0, 0},
-        {"window -1,3", 0, 1, -1, 3, 0},
-        {"causal", 1, 0, 0, 0, 0},
-        {"document mask", 0, 0, 0, 0, 1},
+        {"window 2,2", 0, 1, 2, 2, 0}, {"window 9,0 + causal", 1, 1, 9, 0, 0}, {"window -1,3", 0, 1, -1, 3, 0},
+        {"causal", 1, 0, 0, 0, 0},     {"document mask", 0, 0, 0, 0, 1},
     };
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         int skipped_tiles = 0;
@@ -810,8 +827,9 @@ Test(attention_variants, flash_skips_tiles_outside_the_window_and_the_block_mask
                                     (!rows[r].mask || mask_docs(0, 0, i, j, NULL));
                     for (int64_t c = 0; c < d; c++) row_nan |= isnan(fg_get(out, i * d + c));
                     if (!seen)
-                        cr_expect(!row_nan, "%s, poisoned key tile %lld: row %lld of query tile %lld (which sees none of "
-                                            "its keys) is NaN: the tile pair was not skipped",
+                        cr_expect(!row_nan,
+                                  "%s, poisoned key tile %lld: row %lld of query tile %lld (which sees none of "
+                                  "its keys) is NaN: the tile pair was not skipped",
                                   rows[r].what, (long long)kt, (long long)i, (long long)qt);
                     else if (!row_sees) {
                         computed_blind_rows++;
@@ -849,11 +867,12 @@ Test(attention_variants, raw_flash_kernel_without_block_mask_tests_every_element
     fg_attn_problem pr;
     cr_assert_eq(fg_attn_problem_init(&pr, B, H, Nq, Nk, d, &o), FG_OK, "%s", fg_last_error());
     cr_assert(pr.custom.block_mask == NULL);
-    fg_tensor *out = fg_empty(FG_F64, FG_CPU, 4, (int64_t[]){B, H, Nq, d}), *lse = fg_empty(FG_F64, FG_CPU, 3, (int64_t[]){B, H, Nq});
+    fg_tensor *out = fg_empty(FG_F64, FG_CPU, 4, (int64_t[]){B, H, Nq, d}),
+              *lse = fg_empty(FG_F64, FG_CPU, 3, (int64_t[]){B, H, Nq});
     cr_assert_eq(fg_attn_flash_forward_f64(fg_data(out), fg_data(lse), fg_data(q), fg_data(k), fg_data(v), &pr), FG_OK);
     fgt_cmp e = fgt_compare(out, ref, 0, 0), el = fgt_compare(lse, lse_ref, 0, 0);
-    cr_expect(e.max_abs == 0 && el.max_abs == 0, "with and without the block mask: O differs by %g, lse by %g", e.max_abs,
-              el.max_abs);
+    cr_expect(e.max_abs == 0 && el.max_abs == 0, "with and without the block mask: O differs by %g, lse by %g",
+              e.max_abs, el.max_abs);
     fg_tensor *all[] = {q, k, v, ref, lse_ref, out, lse};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fg_release(all[i]);
 }
@@ -875,8 +894,10 @@ Test(attention_variants, rows_that_see_no_key_are_zero_with_zero_gradients) {
         for (int dt = 0; dt < 2; dt++)
             for (int impl = 0; impl < 2; impl++)
                 for (int drop = 0; drop < 2; drop++) {
-                    fg_tensor *q = fgt_randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 1), *k = fgt_randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 2),
-                              *v = fgt_randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 3), *dout = fgt_randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 4);
+                    fg_tensor *q = fgt_randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 1),
+                              *k = fgt_randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 2),
+                              *v = fgt_randn4((fg_dtype)dt, B, 1, Nk, d, 1, 95, 3),
+                              *dout = fgt_randn4((fg_dtype)dt, B, H, Nq, d, 1, 95, 4);
                     fg_attn_opts o = fg_attn_defaults();
                     o.impl = (fg_attn_impl)impl;
                     o.dropout_p = drop ? 0.4 : 0;
@@ -906,7 +927,8 @@ Test(attention_variants, rows_that_see_no_key_are_zero_with_zero_gradients) {
                             }
                         }
                     for (int64_t e = 0; e < fg_numel(r.dk); e++)
-                        cr_expect(isfinite(fg_get(r.dk, e)) && isfinite(fg_get(r.dv, e)), "dK/dV[%lld] not finite", (long long)e);
+                        cr_expect(isfinite(fg_get(r.dk, e)) && isfinite(fg_get(r.dv, e)), "dK/dV[%lld] not finite",
+                                  (long long)e);
                     fgt_attn_run_free(&r);
                     fg_release(q);
                     fg_release(k);
@@ -1089,13 +1111,27 @@ Test(attention_variants, has_variant_sees_every_field) {
     for (int f = 0; f < 7; f++) {
         fg_attn_opts x = fg_attn_defaults();
         switch (f) {
-        case 0: x.variant.n_kv_heads = 1; break;
-        case 1: x.variant.window = 1; break;
-        case 2: x.variant.alibi = 1; break;
-        case 3: x.variant.softcap = 1; break;
-        case 4: x.custom.score_mod = mod_wavy; break;
-        case 5: x.custom.score_mod_grad = mod_wavy_grad; break;
-        default: x.custom.mask = mask_docs; break;
+        case 0:
+            x.variant.n_kv_heads = 1;
+            break;
+        case 1:
+            x.variant.window = 1;
+            break;
+        case 2:
+            x.variant.alibi = 1;
+            break;
+        case 3:
+            x.variant.softcap = 1;
+            break;
+        case 4:
+            x.custom.score_mod = mod_wavy;
+            break;
+        case 5:
+            x.custom.score_mod_grad = mod_wavy_grad;
+            break;
+        default:
+            x.custom.mask = mask_docs;
+            break;
         }
         cr_expect(fg_attn_has_variant(&x), "field %d not seen", f);
     }
@@ -1104,7 +1140,6 @@ Test(attention_variants, has_variant_sees_every_field) {
 /* ---------------------------------------------------------------------------------------------
  * the command line
  * ------------------------------------------------------------------------------------------- */
-
 
 Test(attention_variants, gradcheck_command_takes_the_variant_flags) {
     if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
@@ -1121,8 +1156,9 @@ Test(attention_variants, gradcheck_command_takes_the_variant_flags) {
         cr_expect_eq(st, 0, "'%s' exited %d:\n%s", good[i], st, log);
         cr_expect(strstr(log, "variant: ") && strstr(log, "gradcheck attention: PASS"), "'%s':\n%s", good[i], log);
     }
-    const char *bad[] = {"--gqa 0", "--gqa x", "--h 4 --gqa 3", "--window 3", "--window 1,2,3", "--window -2,1",
-                         "--softcap 0", "--softcap -1", "--softcap nan", "--custom nope", "--window"};
+    const char *bad[] = {"--gqa 0",        "--gqa x",       "--h 4 --gqa 3", "--window 3",
+                         "--window 1,2,3", "--window -2,1", "--softcap 0",   "--softcap -1",
+                         "--softcap nan",  "--custom nope", "--window"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s gradcheck attention %s 2>&1", fgt_bin(), bad[i]);
         int st = fgt_run_cmd(cmd, log, sizeof log);
@@ -1148,18 +1184,19 @@ Test(attention_variants, attention_command_applies_the_variants) {
         cr_assert_eq(fg_npy_save(path[i], t[i]), FG_OK, "%s", fg_last_error());
     }
     for (int impl = 0; impl < 2; impl++) {
-        snprintf(cmd, sizeof cmd,
-                 "%s attention --q %s --k %s --v %s --do %s --out %s/out%d --impl %s --causal --gqa 2 --window 4,1 --alibi "
-                 "--softcap 3 --custom doc-mask --block-q 4 --block-k 5 2>&1",
-                 fgt_bin(), path[0], path[1], path[2], path[3], dir, impl, impl ? "flash" : "naive");
+        snprintf(
+            cmd, sizeof cmd,
+            "%s attention --q %s --k %s --v %s --do %s --out %s/out%d --impl %s --causal --gqa 2 --window 4,1 --alibi "
+            "--softcap 3 --custom doc-mask --block-q 4 --block-k 5 2>&1",
+            fgt_bin(), path[0], path[1], path[2], path[3], dir, impl, impl ? "flash" : "naive");
         int st = fgt_run_cmd(cmd, log, sizeof log);
         cr_expect_eq(st, 0, "exited %d: %s", st, log);
         /* the same through the library */
         fg_attn_opts o = fg_attn_defaults();
         o.impl = (fg_attn_impl)impl;
         o.causal = 1;
-        o.variant = (fg_attn_variant){.n_kv_heads = 2, .window = 1, .window_left = 4, .window_right = 1, .alibi = 1,
-                                      .softcap = 3};
+        o.variant = (fg_attn_variant){
+            .n_kv_heads = 2, .window = 1, .window_left = 4, .window_right = 1, .alibi = 1, .softcap = 3};
         o.custom = *fg_attn_find_custom("doc-mask");
         o.block_q = 4;
         o.block_k = 5;
@@ -1179,12 +1216,12 @@ Test(attention_variants, attention_command_applies_the_variants) {
         fgt_attn_run_free(&r);
     }
     /* --gqa must agree with K's heads; bad values are usage errors */
-    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --gqa 1 2>&1", fgt_bin(), path[0], path[1],
-             path[2], dir);
+    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --gqa 1 2>&1", fgt_bin(), path[0],
+             path[1], path[2], dir);
     cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 1, "--gqa 1 with 2 K heads: %s", log);
     cr_expect(strstr(log, "K/V heads") != NULL, "message: %s", log);
-    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --window 1 2>&1", fgt_bin(), path[0], path[1],
-             path[2], dir);
+    snprintf(cmd, sizeof cmd, "%s attention --q %s --k %s --v %s --out %s/bad --window 1 2>&1", fgt_bin(), path[0],
+             path[1], path[2], dir);
     cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 2, "--window 1: %s", log);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     fgt_run_cmd(cmd, NULL, 0);
@@ -1196,7 +1233,8 @@ Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600)
     fgt_python_require(what, "numpy torch");
     if (access(fgt_bin(), X_OK) != 0) fgt_skip(what, "no flashgrad binary (set FG_BIN; make test does)");
     const char *script = "tests/attention_variants_torch_check.py";
-    if (access(script, R_OK) != 0) fgt_skip(what, "tests/attention_variants_torch_check.py not found (run from the repo root)");
+    if (access(script, R_OK) != 0)
+        fgt_skip(what, "tests/attention_variants_torch_check.py not found (run from the repo root)");
     char env[1024], log[16384];
     snprintf(env, sizeof env, "FG_BIN='%s'", fgt_bin());
     int st = fgt_python_run(env, script, fgt_sanitize() ? "--quick" : "", log, sizeof log);
@@ -1209,7 +1247,8 @@ Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600)
  * guide's code block, character for character (guide_example_matches_the_guide checks it)
  * ------------------------------------------------------------------------------------------- */
 
-/* clang-format off: the README holds this block character for character */
+/* The README holds the block below character for character: clang-format leaves it alone. */
+/* clang-format off */
 /* ---- guide example: begin ---- */
 /* A prefix-LM mask (every query sees the first `prefix` keys, the rest causally) and a learned-style
  * per-head temperature on the scores: s -> temp[h] * s. */
@@ -1331,8 +1370,8 @@ Test(attention_variants, guide_example_matches_the_guide) {
     size_t at = 0;
     while (in_test[at] && in_test[at] == g[at]) at++;
     cr_expect(in_test[at] == '\0' && g[at] == '\0',
-              "the example in %s and %s differ at character %zu: test has \"%.40s\", guide has \"%.40s\"", self, guide, at,
-              in_test + at, g + at);
+              "the example in %s and %s differ at character %zu: test has \"%.40s\", guide has \"%.40s\"", self, guide,
+              at, in_test + at, g + at);
     free(in_test);
     free(in_guide);
 }

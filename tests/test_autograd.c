@@ -152,7 +152,8 @@ Test(autograd, grad_get_tells_no_gradient_wanted_from_an_error) {
     cr_expect_null(g, "a tensor without requires_grad has no gradient buffer");
     cr_expect_eq(fg_grad_get(leaf, &g), FG_OK, "%s", fg_last_error());
     cr_assert_not_null(g);
-    cr_expect(fg_same_shape(g, leaf) && fg_get(g, 0) == 0 && fg_get(g, 2) == 0, "a new gradient is zeros of the leaf's shape");
+    cr_expect(fg_same_shape(g, leaf) && fg_get(g, 0) == 0 && fg_get(g, 2) == 0,
+              "a new gradient is zeros of the leaf's shape");
     fg_release(plain);
     fg_release(leaf);
 }
@@ -168,7 +169,8 @@ Test(autograd, a_leaf_can_keep_its_gradient_in_external_storage) {
     cr_assert_eq(fg_backward(loss, NULL), FG_OK, "%s", fg_last_error());
     /* d sum(x^2) / dx = 2x lands in flat[1..4); flat[0] and flat[4] stay 0 */
     const double want[5] = {0, 2, 4, 6, 0};
-    for (int i = 0; i < 5; i++) cr_expect_eq(fg_get(flat, i), want[i], "flat[%d] = %g, want %g", i, fg_get(flat, i), want[i]);
+    for (int i = 0; i < 5; i++)
+        cr_expect_eq(fg_get(flat, i), want[i], "flat[%d] = %g, want %g", i, fg_get(flat, i), want[i]);
     int64_t wrong_n[1] = {2};
     fg_tensor *wrong = fg_zeros(FG_F64, FG_CPU, 1, wrong_n);
     cr_expect_eq(fg_set_grad_storage(x, wrong), FG_ERR_SHAPE, "storage of another shape must be refused");

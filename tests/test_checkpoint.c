@@ -195,10 +195,9 @@ Test(checkpoint, a_metadata_value_edited_in_place_is_refused) {
         int offset; /* into the value */
         char to;
     } edits[] = {
-        {0, "n_head", 0, '4'},        {0, "tokenizer", 9, 'b'}, /* "char-v1:0a..." -> "0b": a vocabulary byte */
-        {0, "dropout", 2, '2'},       {0, "step", 0, '9'},      {0, "text.xxh64", 0, '0'},
-        {0, "attn", 0, 'F'},          {1, "lr", 4, '4'},        {1, "grad_accum", 0, '3'},
-        {1, "adamw_t", 0, '4'},       {1, "seed", 0, '6'},
+        {0, "n_head", 0, '4'},  {0, "tokenizer", 9, 'b'}, /* "char-v1:0a..." -> "0b": a vocabulary byte */
+        {0, "dropout", 2, '2'}, {0, "step", 0, '9'},       {0, "text.xxh64", 0, '0'}, {0, "attn", 0, 'F'},
+        {1, "lr", 4, '4'},      {1, "grad_accum", 0, '3'}, {1, "adamw_t", 0, '4'},    {1, "seed", 0, '6'},
     };
     for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
         unsigned char *b = edits[e].optim ? optim : model;
@@ -366,13 +365,16 @@ Test(checkpoint, non_finite_weights_and_moments_are_refused_naming_the_tensor_an
     const float keep = w[19]; /* element (1, 3) of (48, 16) */
     w[19] = NAN;
     cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
-    expect_refused(run, 0, "tensor 'transformer.h.1.attn.c_attn.weight' holds a non-finite value (nan) at index 19, "
-                   "element (1, 3)", "a NaN weight");
+    expect_refused(run, 0,
+                   "tensor 'transformer.h.1.attn.c_attn.weight' holds a non-finite value (nan) at index 19, "
+                   "element (1, 3)",
+                   "a NaN weight");
     w[19] = keep;
     float *wte = param_data(tr->model, "transformer.wte.weight");
     wte[0] = -INFINITY;
     cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
-    expect_refused(run, 0, "tensor 'transformer.wte.weight' holds a non-finite value (-inf) at index 0", "an -inf weight");
+    expect_refused(run, 0, "tensor 'transformer.wte.weight' holds a non-finite value (-inf) at index 0",
+                   "an -inf weight");
 
     if (access(fgt_bin(), X_OK) == 0) {
         char cmd[1400], log[4096];
@@ -466,7 +468,9 @@ Test(checkpoint, resume_finds_the_data_by_its_absolute_path_from_another_folder)
 Test(checkpoint, check_savable_checks_everything_and_writes_nothing) {
     char data[600], run[512];
     /* a file name that is not UTF-8 is stored escaped, so it is savable */
-    in_dir(data, sizeof data, "d\xff" "ata%.txt");
+    in_dir(data, sizeof data,
+           "d\xff"
+           "ata%.txt");
     fg_source *s = text_source(data);
     fg_trainer *tr = trained(s, 0);
     in_dir(run, sizeof run, "run");
@@ -494,13 +498,18 @@ Test(checkpoint, check_savable_checks_everything_and_writes_nothing) {
 Test(checkpoint, a_run_on_a_file_whose_name_is_not_utf8_trains_checkpoints_and_resumes_elsewhere) {
     need_bin();
     char data[600], elsewhere[512];
-    write_file(in_dir(data, sizeof data, "d\xff" "ata.txt"), some_text(), strlen(some_text()));
+    write_file(in_dir(data, sizeof data,
+                      "d\xff"
+                      "ata.txt"),
+               some_text(), strlen(some_text()));
     mkdir(in_dir(elsewhere, sizeof elsewhere, "elsewhere"), 0777);
     const char *flags = "--steps 2 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --eval-iters 1 "
                         "--samples 0";
     char cmd[2000], log[8192];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' train --data 'd\xff" "ata.txt' --out run %s 2>&1", tmpdir, fgt_bin(),
-             flags);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && '%s' train --data 'd\xff"
+             "ata.txt' --out run %s 2>&1",
+             tmpdir, fgt_bin(), flags);
     int rc = fgt_run_cmd(cmd, log, sizeof log);
     cr_assert_eq(rc, 0, "train on a non-UTF-8 file name exited %d:\n%s", rc, log);
     /* the file gone: one line naming both recorded paths, exit 1 */
@@ -509,7 +518,10 @@ Test(checkpoint, a_run_on_a_file_whose_name_is_not_utf8_trains_checkpoints_and_r
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' train --resume --out ../run --steps 4 2>&1", elsewhere, fgt_bin());
     rc = fgt_run_cmd(cmd, log, sizeof log);
     cr_expect_eq(rc, 1, "resume without the data exited %d:\n%s", rc, log);
-    cr_expect(strstr(log, "recorded in the checkpoint") && strstr(log, "'d\xff" "ata.txt'") && strstr(log, data),
+    cr_expect(strstr(log, "recorded in the checkpoint") &&
+                  strstr(log, "'d\xff"
+                              "ata.txt'") &&
+                  strstr(log, data),
               "the message does not show both recorded paths:\n%s", log);
     int lines = 0;
     for (const char *c = log; *c; c++) lines += *c == '\n';

@@ -235,8 +235,8 @@ Test(cli_io, attention_failed_write_leaves_the_previous_set_intact) {
     first_run("out");
     /* Files may not exceed 8 KiB (ulimit -f counts 512-byte blocks; SIGXFSZ ignored so the write
      * fails with EFBIG): o, lse and dq fit, dk does not, so the fourth write of the set fails. */
-    expect_fg("trap '' XFSZ; ulimit -f 16;",
-              "attention --q q.npy --k kbig.npy --v kbig.npy --do do.npy --out out", 1, "dk.npy");
+    expect_fg("trap '' XFSZ; ulimit -f 16;", "attention --q q.npy --k kbig.npy --v kbig.npy --do do.npy --out out", 1,
+              "dk.npy");
     expect_old_set("out", "after a failed write");
     free_old();
 }

@@ -61,18 +61,21 @@ Test(attn_tiles, tile_kinds_match_brute_force) {
                                 fg_tile_kind want = brute_kind(qt, kt, Nq, Nk, bq, bk, causal);
                                 fg_tile_kind got = fg_attn_causal_tile_kind(qt, kt, Nq, Nk, bq, bk, causal);
                                 cr_assert_eq(got, want,
-                                             "Nq=%lld Nk=%lld bq=%lld bk=%lld causal=%d tile (%lld, %lld): kind %d, brute force %d",
+                                             "Nq=%lld Nk=%lld bq=%lld bk=%lld causal=%d tile (%lld, %lld): kind %d, "
+                                             "brute force %d",
                                              (long long)Nq, (long long)Nk, (long long)bq, (long long)bk, causal,
                                              (long long)qt, (long long)kt, got, want);
                                 /* the non-masked tiles of a row of tiles are exactly the prefix [0, kt_end) */
                                 cr_assert_eq(kt < kt_end, want != FG_TILE_MASKED,
-                                             "Nq=%lld Nk=%lld bq=%lld bk=%lld causal=%d: kt_end(%lld) = %lld but tile %lld is %d",
+                                             "Nq=%lld Nk=%lld bq=%lld bk=%lld causal=%d: kt_end(%lld) = %lld but tile "
+                                             "%lld is %d",
                                              (long long)Nq, (long long)Nk, (long long)bq, (long long)bk, causal,
                                              (long long)qt, (long long)kt_end, (long long)kt, want);
                                 /* ... and of a column of tiles the suffix [qt_begin, nqt) */
                                 int64_t qb = fg_attn_qt_begin(kt, Nq, Nk, bq, bk, causal);
                                 cr_assert_eq(qt >= qb, want != FG_TILE_MASKED,
-                                             "Nq=%lld Nk=%lld bq=%lld bk=%lld causal=%d: qt_begin(%lld) = %lld but tile %lld is %d",
+                                             "Nq=%lld Nk=%lld bq=%lld bk=%lld causal=%d: qt_begin(%lld) = %lld but "
+                                             "tile %lld is %d",
                                              (long long)Nq, (long long)Nk, (long long)bq, (long long)bk, causal,
                                              (long long)kt, (long long)qb, (long long)qt, want);
                                 checked++;
@@ -149,7 +152,8 @@ static void sched_forward(double *o, double *lse, const double *q, const double 
                         double rmax = -INFINITY;
                         for (int64_t c = 0; c < BK; c++) {
                             const int64_t j = kt * BK + c;
-                            s[c] = (j < P->Nk && vis_in(kind, i, j, P)) ? P->scale * dot(qh + i * d, kh + j * d, d) : -INFINITY;
+                            s[c] = (j < P->Nk && vis_in(kind, i, j, P)) ? P->scale * dot(qh + i * d, kh + j * d, d)
+                                                                        : -INFINITY;
                             rmax = fmax(rmax, s[c]);
                         }
                         double mnew = fmax(m[r], rmax), alpha = 1, rsum = 0;
@@ -227,7 +231,8 @@ static void sched_backward(double *dq, double *dk, double *dv, const double *dou
                         for (int64_t j = kt * BK; j < kt * BK + BK && j < P->Nk; j++) {
                             double pz, ds;
                             sched_pds(P, kind, b, h, i, j, qh, kh, vh, doh, lseh, D, &pz, &ds);
-                            for (int64_t c = 0; c < d; c++) dq[(bh * P->Nq + i) * d + c] += P->scale * ds * kh[j * d + c];
+                            for (int64_t c = 0; c < d; c++)
+                                dq[(bh * P->Nq + i) * d + c] += P->scale * ds * kh[j * d + c];
                         }
                 }
             }
@@ -246,17 +251,18 @@ static void expect_close(const char *what, const double *got, const double *want
                          int64_t BK) {
     for (int64_t i = 0; i < n; i++) {
         int both_ninf = got[i] == -INFINITY && want[i] == -INFINITY;
-        cr_assert(both_ninf || fabs(got[i] - want[i]) <= 1e-11 * (1 + fabs(want[i])),
-                  "%s [Nq=%lld Nk=%lld d=%lld causal=%d p=%g tiles %lldx%lld] element %lld: schedule %.15g, naive %.15g",
-                  what, (long long)P->Nq, (long long)P->Nk, (long long)P->d, P->causal, P->p, (long long)BQ,
-                  (long long)BK, (long long)i, got[i], want[i]);
+        cr_assert(
+            both_ninf || fabs(got[i] - want[i]) <= 1e-11 * (1 + fabs(want[i])),
+            "%s [Nq=%lld Nk=%lld d=%lld causal=%d p=%g tiles %lldx%lld] element %lld: schedule %.15g, naive %.15g",
+            what, (long long)P->Nq, (long long)P->Nk, (long long)P->d, P->causal, P->p, (long long)BQ, (long long)BK,
+            (long long)i, got[i], want[i]);
     }
 }
 
 Test(attn_tiles, gpu_tile_schedule_reproduces_naive_attention) {
     static const prob probs[] = {
-        {1, 2, 17, 17, 8, 1, 0, 0, 1},  {1, 1, 70, 33, 5, 1, 0.2, 0, 2}, {2, 1, 33, 70, 4, 1, 0, 0, 3},
-        {1, 1, 65, 65, 3, 0, 0.3, 0, 4}, {1, 1, 40, 1, 6, 1, 0, 0, 5},    {1, 1, 9, 0, 4, 0, 0, 0, 6},
+        {1, 2, 17, 17, 8, 1, 0, 0, 1},     {1, 1, 70, 33, 5, 1, 0.2, 0, 2}, {2, 1, 33, 70, 4, 1, 0, 0, 3},
+        {1, 1, 65, 65, 3, 0, 0.3, 0, 4},   {1, 1, 40, 1, 6, 1, 0, 0, 5},    {1, 1, 9, 0, 4, 0, 0, 0, 6},
         {1, 2, 100, 100, 7, 1, 0.1, 0, 7},
     };
     /* the GPU's tile shapes: float32 64x64 (forward, backward d <= 128), 32x32, float64 16x16 */
@@ -332,10 +338,12 @@ Test(philox_shared, attention_keep_is_the_documented_counter) {
 Test(attn_tiles, shared_headers_point_down_and_define_fg_hd_once) {
     char log[16384];
     fgt_run_cmd("sh tests/lint_layers.sh 2>&1", log, sizeof log);
-    cr_expect(!strstr(log, "layers: ops/shared/") && !strstr(log, "layers: ops/attention") && !strstr(log, "layers: tensor/"),
+    cr_expect(!strstr(log, "layers: ops/shared/") && !strstr(log, "layers: ops/attention") &&
+                  !strstr(log, "layers: tensor/"),
               "an attention or tensor header includes a higher layer:\n%s", log);
     char defs[4096];
     fgt_run_cmd("grep -rlE '^[[:space:]]*#[[:space:]]*define[[:space:]]+FG_HD([[:space:]]|$)' tensor autograd ops cuda "
-                "datasets train 2>/dev/null | sort | tr '\\n' ' '", defs, sizeof defs);
+                "datasets train 2>/dev/null | sort | tr '\\n' ' '",
+                defs, sizeof defs);
     cr_expect_str_eq(defs, "tensor/hd.h ", "FG_HD is defined in: %s", defs);
 }

@@ -174,7 +174,10 @@ Test(tokenizer, parse_refuses_malformed_strings) {
         {"duplicate byte", "char-v1:0a0a", 0},
         {"unsorted bytes", "char-v1:200a", 0},
         {"too long", long_hex, 0},
-        {"NUL inside", "char-v1:0a\0" "20", 13},
+        {"NUL inside",
+         "char-v1:0a\0"
+         "20",
+         13},
         {"truncated length", "char-v1:0a20", 11},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -204,10 +207,18 @@ Test(tokenizer, parse_is_total_and_canonical_on_mutated_strings) {
             uint64_t r = mix(&rng);
             size_t pos = len ? (size_t)(r >> 8) % len : 0;
             switch (r % 4) {
-            case 0: if (len) buf[pos] = (char)(r >> 32); break;                 /* replace */
-            case 1: if (len) len = pos; break;                                  /* truncate */
-            case 2: if (len < 60) buf[len++] = "0123456789abcdefA\0:"[(r >> 40) % 19]; break; /* append */
-            case 3: if (len) buf[pos] = "0123456789abcdef"[(r >> 40) % 16]; break; /* hex digit */
+            case 0:
+                if (len) buf[pos] = (char)(r >> 32);
+                break; /* replace */
+            case 1:
+                if (len) len = pos;
+                break; /* truncate */
+            case 2:
+                if (len < 60) buf[len++] = "0123456789abcdefA\0:"[(r >> 40) % 19];
+                break; /* append */
+            case 3:
+                if (len) buf[pos] = "0123456789abcdef"[(r >> 40) % 16];
+                break; /* hex digit */
             }
         }
         fg_tokenizer *t = fg_tokenizer_parse(buf, len);
@@ -218,8 +229,10 @@ Test(tokenizer, parse_is_total_and_canonical_on_mutated_strings) {
         }
         accepted++;
         char *s = fg_tokenizer_serialize(t);
-        cr_assert(strlen(s) == len && memcmp(s, buf, len) == 0, "iteration %d: accepted '%.*s' but it "
-                  "serializes to '%s'", it, (int)len, buf, s);
+        cr_assert(strlen(s) == len && memcmp(s, buf, len) == 0,
+                  "iteration %d: accepted '%.*s' but it "
+                  "serializes to '%s'",
+                  it, (int)len, buf, s);
         free(s);
         fg_tokenizer_free(t);
     }
@@ -274,8 +287,8 @@ Test(text, split_sizes_follow_val_fraction) {
         fg_text_dataset *ds = fg_text_load(path, &o);
         cr_assert_not_null(ds, "%s", fg_last_error());
         cr_expect_eq(fg_text_num_tokens(ds), 1000);
-        cr_expect_eq(fg_text_split_tokens(ds, FG_SPLIT_VAL), want_val[i], "fraction %g: val %zu, expected %zu",
-                     fr[i], fg_text_split_tokens(ds, FG_SPLIT_VAL), want_val[i]);
+        cr_expect_eq(fg_text_split_tokens(ds, FG_SPLIT_VAL), want_val[i], "fraction %g: val %zu, expected %zu", fr[i],
+                     fg_text_split_tokens(ds, FG_SPLIT_VAL), want_val[i]);
         cr_expect_eq(fg_text_split_tokens(ds, FG_SPLIT_TRAIN), 1000 - want_val[i]);
         /* the splits are the head and the tail of the file, in order */
         const fg_tokenizer *tok = fg_text_tokenizer(ds);
@@ -285,11 +298,13 @@ Test(text, split_sizes_follow_val_fraction) {
         if (want_val[i]) {
             const int32_t *va = fg_text_split_data(ds, FG_SPLIT_VAL);
             for (size_t k = 0; k < want_val[i]; k++)
-                cr_assert_eq(fg_tokenizer_byte_of(tok, va[k]), (unsigned char)s[1000 - want_val[i] + k], "val token %zu", k);
+                cr_assert_eq(fg_tokenizer_byte_of(tok, va[k]), (unsigned char)s[1000 - want_val[i] + k],
+                             "val token %zu", k);
         } else {
             cr_expect_null(fg_text_split_data(ds, FG_SPLIT_VAL));
             int32_t x[16], y[16];
-            cr_expect_eq(fg_text_batch(ds, FG_SPLIT_VAL, 1, 16, 0, 0, x, y), FG_ERR_ARG, "empty val split gave a batch");
+            cr_expect_eq(fg_text_batch(ds, FG_SPLIT_VAL, 1, 16, 0, 0, x, y), FG_ERR_ARG,
+                         "empty val split gave a batch");
         }
         fg_text_free(ds);
     }
@@ -317,13 +332,12 @@ Test(text, batch_rows_are_windows_of_their_split_and_y_is_x_shifted) {
             cr_assert_eq(fg_text_batch(ds, (fg_split)sp, B, T, 7, step, x, y), FG_OK, "%s", fg_last_error());
             for (int r = 0; r < B; r++) {
                 for (int t = 0; t + 1 < T; t++)
-                    cr_assert_eq(y[r * T + t], x[r * T + t + 1], "split %d step %d row %d t %d: y != x shifted",
-                                 sp, (int)step, r, t);
+                    cr_assert_eq(y[r * T + t], x[r * T + t + 1], "split %d step %d row %d t %d: y != x shifted", sp,
+                                 (int)step, r, t);
                 /* find the window in the split: x and y must both match at one offset */
                 int found = 0;
                 for (size_t off = 0; off + T < len && !found; off++)
-                    found = memcmp(tok + off, x + r * T, T * sizeof(int32_t)) == 0 &&
-                            tok[off + T] == y[r * T + T - 1];
+                    found = memcmp(tok + off, x + r * T, T * sizeof(int32_t)) == 0 && tok[off + T] == y[r * T + T - 1];
                 cr_assert(found, "split %d step %d row %d is not a window of the split", sp, (int)step, r);
             }
         }
@@ -451,11 +465,13 @@ Test(text, bad_files_are_refused_with_clear_messages) {
     expect_refused("surrogate.txt", good, 200, FG_TOK_CHAR, FG_ERR_FORMAT, "UTF-8");
     memcpy(good + 150, "\xf4\x90\x80\x80", 4); /* above U+10FFFF */
     expect_refused("toobig.txt", good, 200, FG_TOK_CHAR, FG_ERR_FORMAT, "UTF-8");
-    memcpy(good + 198, "\xe2\x82", 2);         /* truncated at end of file */
+    memcpy(good + 198, "\xe2\x82", 2); /* truncated at end of file */
     memcpy(good + 150, "abcd", 4);
     expect_refused("truncated.txt", good, 200, FG_TOK_CHAR, FG_ERR_FORMAT, "UTF-8 at offset 198");
     memcpy(good + 198, "ab", 2);
-    good[10] = 0x1b; good[20] = 0x07; good[30] = 0x7f; /* 3 control bytes in 200 > 1% */
+    good[10] = 0x1b;
+    good[20] = 0x07;
+    good[30] = 0x7f; /* 3 control bytes in 200 > 1% */
     expect_refused("controls.txt", good, 200, FG_TOK_CHAR, FG_ERR_FORMAT, "binary");
     expect_refused("short.txt", "abcdefgh", 8, FG_TOK_CHAR, FG_ERR_FORMAT, "too short");
     expect_refused("short.bin", "abcdefgh", 8, FG_TOK_BYTE, FG_ERR_FORMAT, "too short");
@@ -500,15 +516,15 @@ Test(text, a_given_tokenizer_is_used_and_unknown_bytes_refused) {
     cr_assert_not_null(ds, "%s", fg_last_error());
     cr_expect_eq(fg_text_vocab_size(ds), 28);
     const int32_t *t = fg_text_split_data(ds, FG_SPLIT_TRAIN);
-    for (int i = 0; i < 450; i++)
-        cr_assert_eq(t[i], fg_tokenizer_token_of(tok, (unsigned char)s[i]), "token %d", i);
+    for (int i = 0; i < 450; i++) cr_assert_eq(t[i], fg_tokenizer_token_of(tok, (unsigned char)s[i]), "token %d", i);
     fg_text_free(ds);
     s[321] = 'Q';
     fg_clear_error();
     cr_expect_null(fg_text_from_memory(s, 500, "given", &o));
     cr_expect_eq(fg_last_status(), FG_ERR_FORMAT);
     cr_expect(strstr(fg_last_error(), "'Q'") && strstr(fg_last_error(), "offset 321") &&
-              strstr(fg_last_error(), "given"), "message: %s", fg_last_error());
+                  strstr(fg_last_error(), "given"),
+              "message: %s", fg_last_error());
     free(s);
     fg_tokenizer_free(tok);
 }
@@ -579,12 +595,15 @@ static int parse_row(const char *s, int n, uint64_t *a, uint64_t *b, uint64_t *c
     int L = 3 * n + 4;
     if ((int)strlen(s) != L || s[n] != '+' || s[2 * n + 1] != '=' || s[L - 1] != '\n') return 0;
     char ra[16], rb[16], rc[16];
-    memcpy(ra, s, n); ra[n] = 0;
-    memcpy(rb, s + n + 1, n); rb[n] = 0;
+    memcpy(ra, s, n);
+    ra[n] = 0;
+    memcpy(rb, s + n + 1, n);
+    rb[n] = 0;
     for (int i = 0; i <= n; i++) rc[i] = s[3 * n + 2 - i]; /* un-reverse */
     rc[n + 1] = 0;
     if (strspn(ra, "0123456789") != (size_t)n || strspn(rb, "0123456789") != (size_t)n ||
-        strspn(rc, "0123456789") != (size_t)n + 1) return 0;
+        strspn(rc, "0123456789") != (size_t)n + 1)
+        return 0;
     *a = strtoull(ra, NULL, 10);
     *b = strtoull(rb, NULL, 10);
     *c = strtoull(rc, NULL, 10);
@@ -710,8 +729,9 @@ Test(addition, validation_problems_never_appear_in_training_batches) {
                     row_string(x, y, T, r, s);
                     cr_assert(parse_row(s, n, &a, &b, &c), "'%s'", s);
                     cr_assert_eq(ref_is_val(3, p10, a, b, 0.1), sp == FG_SPLIT_VAL,
-                                 "n=%d %s batch step %d row %d holds %s problem %llu+%llu", n, fg_split_name((fg_split)sp),
-                                 step, r, sp ? "a training" : "a held-out", (unsigned long long)a, (unsigned long long)b);
+                                 "n=%d %s batch step %d row %d holds %s problem %llu+%llu", n,
+                                 fg_split_name((fg_split)sp), step, r, sp ? "a training" : "a held-out",
+                                 (unsigned long long)a, (unsigned long long)b);
                 }
             }
         free(x);
@@ -782,8 +802,10 @@ Test(addition, optimum_matches_hand_computation) {
         for (int r = 0; r < B; r++)
             for (int q = r + 1; q < B; q++)
                 if (memcmp(x + r * T, x + q * T, sizeof(int32_t) * (pos + 1)) == 0)
-                    cr_assert_eq(y[r * T + pos], y[q * T + pos], "target %d differs for rows %d and %d with the "
-                                 "same prefix: it is not determined", pos, r, q);
+                    cr_assert_eq(y[r * T + pos], y[q * T + pos],
+                                 "target %d differs for rows %d and %d with the "
+                                 "same prefix: it is not determined",
+                                 pos, r, q);
     }
     free(x);
     free(y);
@@ -804,8 +826,10 @@ Test(addition, answer_only_mode_masks_everything_but_the_answer) {
     for (int r = 0; r < B; r++)
         for (int i = 0; i < T; i++) {
             /* answer targets: c0..c3 and '\n' = y[7..11] for n = 3 */
-            if (i >= 7) cr_assert_eq(ym[r * T + i], yf[r * T + i], "row %d target %d", r, i);
-            else cr_assert_eq(ym[r * T + i], -1, "row %d target %d is %d, not masked", r, i, ym[r * T + i]);
+            if (i >= 7)
+                cr_assert_eq(ym[r * T + i], yf[r * T + i], "row %d target %d", r, i);
+            else
+                cr_assert_eq(ym[r * T + i], -1, "row %d target %d is %d, not masked", r, i, ym[r * T + i]);
         }
     fg_addition_free(full);
     fg_addition_free(mask);
@@ -857,7 +881,11 @@ static fg_status half_oracle(void *ctx, const int32_t *prompt, int plen, int32_t
     return FG_OK;
 }
 static fg_status failing(void *ctx, const int32_t *prompt, int plen, int32_t *out, int olen) {
-    (void)ctx; (void)prompt; (void)plen; (void)out; (void)olen;
+    (void)ctx;
+    (void)prompt;
+    (void)plen;
+    (void)out;
+    (void)olen;
     return fg_error(FG_ERR_NUMERIC, "model diverged");
 }
 
@@ -872,7 +900,8 @@ Test(addition, problems_are_held_out_and_accuracy_counts_exact_matches) {
         cr_assert(ref_is_val(0, 1000, a, b, 0.1), "problem %llu (%llu+%llu) is not held out", (unsigned long long)i,
                   (unsigned long long)a, (unsigned long long)b);
         cr_assert_eq(fg_addition_encode(t, a, b, seq), FG_OK);
-        cr_assert(memcmp(p, seq, sizeof p) == 0 && memcmp(ans, seq + 8, sizeof ans) == 0, "problem %llu", (unsigned long long)i);
+        cr_assert(memcmp(p, seq, sizeof p) == 0 && memcmp(ans, seq + 8, sizeof ans) == 0, "problem %llu",
+                  (unsigned long long)i);
         uint64_t a2, b2;
         int32_t p2[8], ans2[5];
         cr_assert_eq(fg_addition_problem(t, FG_SPLIT_VAL, i, p2, ans2, &a2, &b2), FG_OK);
@@ -897,10 +926,20 @@ Test(addition, problems_are_held_out_and_accuracy_counts_exact_matches) {
 }
 
 Test(addition, bad_configs_are_refused) {
-    struct { const char *name; int n; int answer_only; double frac; } cases[] = {
-        {"0 digits", 0, 0, 0.1}, {"10 digits", 10, 0, 0.1}, {"no held-out share", 3, 0, 0.0},
-        {"held-out share above half", 3, 0, 0.6}, {"NaN share", 3, 0, NAN}, {"answer_only 2", 3, 2, 0.1},
-        {"1 digit with a tiny share (empty split)", 1, 0, 1e-6}, {"3 digits with < 1000 held out", 3, 0, 1e-4},
+    struct {
+        const char *name;
+        int n;
+        int answer_only;
+        double frac;
+    } cases[] = {
+        {"0 digits", 0, 0, 0.1},
+        {"10 digits", 10, 0, 0.1},
+        {"no held-out share", 3, 0, 0.0},
+        {"held-out share above half", 3, 0, 0.6},
+        {"NaN share", 3, 0, NAN},
+        {"answer_only 2", 3, 2, 0.1},
+        {"1 digit with a tiny share (empty split)", 1, 0, 1e-6},
+        {"3 digits with < 1000 held out", 3, 0, 1e-4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fg_addition_config cfg = fg_addition_default_config();

@@ -200,8 +200,8 @@ Test(fastpath, gelu_of_large_and_special_values) {
                   fg_simd_name((fg_simd_level)lv), py[3], py[5], pg[3], pg[5]);
         cr_expect(py[0] == 0.0f && pg[0] == 0.5f && pg[1] == 0.5f, "%s: gelu(0) %a, gelu'(0) %a %a",
                   fg_simd_name((fg_simd_level)lv), py[0], pg[0], pg[1]);
-        cr_expect(py[8] == 0.5e-20f && py[9] == -0.5e-20f, "%s: tiny x: %a %a", fg_simd_name((fg_simd_level)lv),
-                  py[8], py[9]);
+        cr_expect(py[8] == 0.5e-20f && py[9] == -0.5e-20f, "%s: tiny x: %a %a", fg_simd_name((fg_simd_level)lv), py[8],
+                  py[9]);
         for (int i = 0; i < n; i++)
             cr_expect(isfinite(py[i]) && isfinite(pg[i]), "finite at %d: %a %a", i, py[i], pg[i]);
         fg_release(y), fg_release(ones), fg_release(x);
@@ -348,8 +348,8 @@ Test(fastpath, cross_entropy_matches_double_and_every_level_and_thread_count) {
             const double lse = mx + log(s);
             if (t[r] >= 0) loss += lse - xr[t[r]];
             for (int64_t j = 0; j < c->V; j++)
-                dx[r * c->V + j] = fdata(g0)[r * c->V + j] +
-                                   (t[r] < 0 ? 0 : 0.75 / (double)count * (exp(xr[j] - lse) - (j == t[r])));
+                dx[r * c->V + j] =
+                    fdata(g0)[r * c->V + j] + (t[r] < 0 ? 0 : 0.75 / (double)count * (exp(xr[j] - lse) - (j == t[r])));
         }
         loss /= (double)count;
         char what[96];
@@ -384,12 +384,18 @@ typedef struct {
 
 static fg_tensor *ew_apply(int kind, fg_tensor *a, fg_tensor *b) {
     switch (kind) {
-    case 0: return fg_add(a, b);
-    case 1: return fg_sub(a, b);
-    case 2: return fg_mul(a, b);
-    case 3: return fg_div(a, b);
-    case 4: return fg_add_scalar(a, 0.3);
-    default: return fg_mul_scalar(a, -1.7);
+    case 0:
+        return fg_add(a, b);
+    case 1:
+        return fg_sub(a, b);
+    case 2:
+        return fg_mul(a, b);
+    case 3:
+        return fg_div(a, b);
+    case 4:
+        return fg_add_scalar(a, 0.3);
+    default:
+        return fg_mul_scalar(a, -1.7);
     }
 }
 
@@ -410,16 +416,16 @@ static void ew_run(outs *o, const void *cfg_) {
 Test(fastpath, elementwise_ops_match_double_and_every_level_and_thread_count) {
     const int64_t big = FG_PAR_CHUNK + 4099; /* two pieces of one long row */
     const ew_cfg cfgs[] = {
-        {0, 1, 1, {big}, {big}},                  /* same shape, contiguous */
+        {0, 1, 1, {big}, {big}}, /* same shape, contiguous */
         {1, 1, 1, {big}, {big}},
         {2, 1, 1, {big}, {big}},
         {3, 1, 1, {big}, {big}},
         {4, 1, 1, {big}, {1}},
         {5, 1, 1, {big}, {1}},
-        {0, 3, 2, {5, 67, 131}, {67, 131}},       /* (B, T, C) + (T, C), as x + pos in the GPT */
+        {0, 3, 2, {5, 67, 131}, {67, 131}}, /* (B, T, C) + (T, C), as x + pos in the GPT */
         {1, 3, 2, {5, 67, 131}, {67, 131}},
-        {0, 3, 3, {301, 3, 37}, {301, 3, 1}},     /* b broadcast along the last dim */
-        {1, 2, 2, {1, 37}, {301, 37}},            /* a broadcast along the first */
+        {0, 3, 3, {301, 3, 37}, {301, 3, 1}}, /* b broadcast along the last dim */
+        {1, 2, 2, {1, 37}, {301, 37}},        /* a broadcast along the first */
         {0, 2, 2, {301, 45}, {301, 45}},
     };
     const fg_simd_level best = fg_simd_detect();
@@ -439,7 +445,8 @@ Test(fastpath, elementwise_ops_match_double_and_every_level_and_thread_count) {
         double *ref = malloc((size_t)(no + na + nb) * sizeof(double)), *ra = ref + no, *rb = ra + na;
         for (int64_t i = 0; i < na; i++) ra[i] = fdata(ga)[i];
         for (int64_t i = 0; i < nb; i++) rb[i] = fdata(gb)[i];
-#define BCAST_INDEX(p, i, j, l) ((((p)[0] > 1 ? (i) : 0) * (p)[1] + ((p)[1] > 1 ? (j) : 0)) * (p)[2] + ((p)[2] > 1 ? (l) : 0))
+#define BCAST_INDEX(p, i, j, l)                                                                                        \
+    ((((p)[0] > 1 ? (i) : 0) * (p)[1] + ((p)[1] > 1 ? (j) : 0)) * (p)[2] + ((p)[2] > 1 ? (l) : 0))
         for (int64_t i = 0; i < po[0]; i++)
             for (int64_t j = 0; j < po[1]; j++)
                 for (int64_t l = 0; l < po[2]; l++) {
@@ -449,11 +456,22 @@ Test(fastpath, elementwise_ops_match_double_and_every_level_and_thread_count) {
                     const double d = fdata(dy)[io];
                     static const double sgn[] = {1, -1};
                     switch (c->kind) {
-                    case 0: case 1: ref[io] = x + sgn[c->kind] * y, ra[ia] += d, rb[ib] += sgn[c->kind] * d; break;
-                    case 2: ref[io] = x * y, ra[ia] += d * y, rb[ib] += d * x; break;
-                    case 3: ref[io] = x / y, ra[ia] += d / y, rb[ib] -= d * x / (y * y); break;
-                    case 4: ref[io] = x + y, ra[ia] += d; break;
-                    default: ref[io] = x * (float)y, ra[ia] += d * (float)y; break;
+                    case 0:
+                    case 1:
+                        ref[io] = x + sgn[c->kind] * y, ra[ia] += d, rb[ib] += sgn[c->kind] * d;
+                        break;
+                    case 2:
+                        ref[io] = x * y, ra[ia] += d * y, rb[ib] += d * x;
+                        break;
+                    case 3:
+                        ref[io] = x / y, ra[ia] += d / y, rb[ib] -= d * x / (y * y);
+                        break;
+                    case 4:
+                        ref[io] = x + y, ra[ia] += d;
+                        break;
+                    default:
+                        ref[io] = x * (float)y, ra[ia] += d * (float)y;
+                        break;
                     }
                 }
         for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
@@ -461,7 +479,8 @@ Test(fastpath, elementwise_ops_match_double_and_every_level_and_thread_count) {
             outs o = {0};
             ew_run(&o, c);
             /* forward: one rounding (the scalar rounded to float32 first, as the op does) */
-            if (c->kind == 4) for (int64_t i = 0; i < no; i++) ref[i] = fdata(a)[i] + (double)0.3f;
+            if (c->kind == 4)
+                for (int64_t i = 0; i < no; i++) ref[i] = fdata(a)[i] + (double)0.3f;
             assert_close_f(what, o.v, ref, no, 0, 1.2e-7);
             /* a gradient summed over broadcast dims: no / na float32 terms of size ~1 */
             assert_close_f(what, o.v + no, ra, na, 1e-6 + 2e-7 * (double)(no / na), 1e-6);
@@ -539,8 +558,8 @@ Test(fastpath, gradients_through_views_and_copies_match_and_every_level_and_thre
         char what[96];
         snprintf(what, sizeof what, "qkv views (%lld, %lld, %lld, %lld)", (long long)c->B, (long long)c->T,
                  (long long)c->H, (long long)c->hd);
-        assert_close_f(what, o.v, ry, ny, 0, 0);            /* a copy */
-        assert_close_f(what, o.v + ny, rg, nx, 0, 6e-8);    /* one rounding */
+        assert_close_f(what, o.v, ry, ny, 0, 0);         /* a copy */
+        assert_close_f(what, o.v + ny, rg, nx, 0, 6e-8); /* one rounding */
         free(ry), free(rg), free(o.v);
         fg_release(x), fg_release(g0), fg_release(dy);
         assert_same_bits_everywhere(what, view_run, c);
@@ -718,8 +737,8 @@ Test(fastpath, philox_blocks_equal_the_scalar_philox_on_every_level) {
         fg_philox_stream_blocks(99, 7, first, 40, got);
         for (int64_t i = 0; i < 40; i++) {
             fg_philox_block(99, 7, first + (uint64_t)i, want);
-            cr_assert(!memcmp(got + 4 * i, want, 4 * sizeof *want), "%s: stream block %llx differs",
-                      fg_simd_name(lv), (unsigned long long)(first + (uint64_t)i));
+            cr_assert(!memcmp(got + 4 * i, want, 4 * sizeof *want), "%s: stream block %llx differs", fg_simd_name(lv),
+                      (unsigned long long)(first + (uint64_t)i));
         }
     }
     fg_simd_set(best);

@@ -142,8 +142,7 @@ Test(fileio, failed_write_keeps_old_target_and_removes_temp) {
     free(data);
     cr_expect_eq(st, FG_ERR_IO, "status %d (%s)", st, fg_last_error());
     cr_expect(strstr(fg_last_error(), path) != NULL, "message lacks the path: %s", fg_last_error());
-    cr_expect(strstr(fg_last_error(), strerror(EFBIG)) != NULL, "message lacks the reason: %s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), strerror(EFBIG)) != NULL, "message lacks the reason: %s", fg_last_error());
     size_t n;
     char *got = slurp(path, &n);
     cr_expect_str_eq(got, "precious");
@@ -168,8 +167,8 @@ Test(fileio, unwritable_dir_reports_io_error_and_keeps_target) {
     fg_status st = fg_write_file_atomic(path, parts, sizes, 1);
     chmod(g_dir, 0700);
     cr_expect_eq(st, FG_ERR_IO, "status %d", st);
-    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(EACCES)),
-              "message: %s", fg_last_error());
+    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(EACCES)), "message: %s",
+              fg_last_error());
     size_t n;
     char *got = slurp(path, &n);
     cr_expect_str_eq(got, "old");
@@ -182,8 +181,8 @@ Test(fileio, write_into_missing_dir_reports_path_and_reason) {
     const void *parts[1] = {"x"};
     size_t sizes[1] = {1};
     cr_expect_eq(fg_write_file_atomic(path, parts, sizes, 1), FG_ERR_IO);
-    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(ENOENT)),
-              "message: %s", fg_last_error());
+    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(ENOENT)), "message: %s",
+              fg_last_error());
     cr_expect_eq(fg_write_file_atomic(g_dir, parts, sizes, 1), FG_ERR_IO);
     cr_expect(strstr(fg_last_error(), "is a directory"), "message: %s", fg_last_error());
 }
@@ -195,8 +194,8 @@ Test(fileio, read_file_reports_missing_directory_and_too_large) {
     snprintf(path, sizeof path, "%s/absent", g_dir);
     cr_expect_eq(fg_read_file(path, 0, &buf, &n), FG_ERR_IO);
     cr_expect(buf == NULL && n == 0);
-    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(ENOENT)),
-              "message: %s", fg_last_error());
+    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(ENOENT)), "message: %s",
+              fg_last_error());
 
     cr_expect_eq(fg_read_file(g_dir, 0, &buf, &n), FG_ERR_IO);
     cr_expect(strstr(fg_last_error(), "is a directory"), "message: %s", fg_last_error());
@@ -225,8 +224,8 @@ Test(fileio, read_file_refuses_devices_without_reading) {
         size_t n = 7;
         cr_expect_eq(fg_read_file(devs[i], (size_t)1 << 20, &buf, &n), FG_ERR_IO, "%s was read", devs[i]);
         cr_expect(buf == NULL && n == 0);
-        cr_expect(strstr(fg_last_error(), devs[i]) && strstr(fg_last_error(), "character device"), "%s: %s",
-                  devs[i], fg_last_error());
+        cr_expect(strstr(fg_last_error(), devs[i]) && strstr(fg_last_error(), "character device"), "%s: %s", devs[i],
+                  fg_last_error());
         /* the same with no limit, which regular files allow: still refused, not read until memory runs out */
         cr_expect_eq(fg_read_file(devs[i], 0, &buf, &n), FG_ERR_IO, "%s was read without a limit", devs[i]);
         cr_expect(strstr(fg_last_error(), "character device"), "%s: %s", devs[i], fg_last_error());
@@ -360,13 +359,12 @@ Test(fileio, xxh64_matches_reference_values) {
         {"0123456789abcdef0123456789abcdef0123456789", 0, 0xa76190c3acf08a1cULL},
         {"", 0x9E3779B97F4A7C15ULL, 0xc4349fc93c010000ULL},
         {"abc", 0x9E3779B97F4A7C15ULL, 0x2ed0f59d6b43ac8bULL},
-        {"0123456789abcdef0123456789abcdef0123456789", 0x9E3779B97F4A7C15ULL,
-         0x38627fea513ea7a4ULL},
+        {"0123456789abcdef0123456789abcdef0123456789", 0x9E3779B97F4A7C15ULL, 0x38627fea513ea7a4ULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint64_t got = fg_xxh64(cases[i].s, strlen(cases[i].s), cases[i].seed);
-        cr_expect_eq(got, cases[i].want, "case %zu ('%s'): got %016llx, expected %016llx", i,
-                     cases[i].s, (unsigned long long)got, (unsigned long long)cases[i].want);
+        cr_expect_eq(got, cases[i].want, "case %zu ('%s'): got %016llx, expected %016llx", i, cases[i].s,
+                     (unsigned long long)got, (unsigned long long)cases[i].want);
     }
     /* 256 bytes 0..255 three times, then "xyz" (771 bytes) */
     unsigned char buf[771];
@@ -386,8 +384,8 @@ Test(fileio, xxh64_streaming_equals_one_shot_for_any_split) {
             fg_xxh64_init(&s, 5);
             for (size_t o = 0; o < n; o += cut) fg_xxh64_update(&s, buf + o, n - o < cut ? n - o : cut);
             uint64_t got = fg_xxh64_digest(&s);
-            cr_assert_eq(got, want, "n %zu, pieces of %zu: %016llx vs %016llx", n, cut,
-                         (unsigned long long)got, (unsigned long long)want);
+            cr_assert_eq(got, want, "n %zu, pieces of %zu: %016llx vs %016llx", n, cut, (unsigned long long)got,
+                         (unsigned long long)want);
         }
     }
 }

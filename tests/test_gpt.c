@@ -45,18 +45,24 @@ Test(gpt, parameter_table_tiles_one_buffer_with_nanogpt_names) {
         cr_expect_eq(p->offset, off, "%s starts at %lld, expected %lld (no gaps, no overlap)", p->name,
                      (long long)p->offset, (long long)off);
         off += p->numel;
-        cr_expect(fg_data(p->w) == (char *)fg_data(g->params_flat) + p->offset * 4, "%s is not a view of params_flat", p->name);
+        cr_expect(fg_data(p->w) == (char *)fg_data(g->params_flat) + p->offset * 4, "%s is not a view of params_flat",
+                  p->name);
         cr_expect(p->w->grad && fg_data(p->w->grad) == (char *)fg_data(g->grads_flat) + p->offset * 4,
                   "%s's grad is not a view of grads_flat", p->name);
         cr_expect(p->decay == (p->ndim == 2), "%s: decay %d but rank %d (nanoGPT decays exactly the 2-d tensors)",
                   p->name, p->decay, p->ndim);
     }
     cr_expect_eq(off, g->num_elements);
-    static const char *names[] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
-                                  "transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_proj.bias",
-                                  "transformer.h.0.mlp.c_fc.weight", "transformer.h.1.mlp.c_proj.weight",
+    static const char *names[] = {"transformer.wte.weight",
+                                  "transformer.wpe.weight",
+                                  "transformer.h.0.ln_1.weight",
+                                  "transformer.h.1.attn.c_attn.weight",
+                                  "transformer.h.1.attn.c_proj.bias",
+                                  "transformer.h.0.mlp.c_fc.weight",
+                                  "transformer.h.1.mlp.c_proj.weight",
                                   "transformer.ln_f.bias"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) cr_expect(fg_gpt_find(g, names[i]) != NULL, "no %s", names[i]);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        cr_expect(fg_gpt_find(g, names[i]) != NULL, "no %s", names[i]);
     const fg_gpt_param *qkv = fg_gpt_find(g, "transformer.h.0.attn.c_attn.weight");
     cr_expect(qkv->shape[0] == 3 * C && qkv->shape[1] == C, "c_attn.weight is (%lld, %lld), nn.Linear wants (3C, C)",
               (long long)qkv->shape[0], (long long)qkv->shape[1]);
@@ -78,19 +84,24 @@ Test(gpt, initialization_is_gpt2s) {
             s2 += v * v;
         }
         double mean = s / p->numel, sd = sqrt(s2 / p->numel - mean * mean);
-        if (p->init == FG_INIT_ONES) cr_expect(mean == 1 && sd == 0, "%s should be ones", p->name);
-        else if (p->init == FG_INIT_ZEROS) cr_expect(mean == 0 && sd == 0, "%s should be zeros", p->name);
+        if (p->init == FG_INIT_ONES)
+            cr_expect(mean == 1 && sd == 0, "%s should be ones", p->name);
+        else if (p->init == FG_INIT_ZEROS)
+            cr_expect(mean == 0 && sd == 0, "%s should be zeros", p->name);
         else {
             double want = p->init == FG_INIT_RESID ? 0.02 / sqrt(2.0 * c.n_layer) : 0.02;
             cr_expect(fabs(sd - want) < 0.15 * want, "%s: std %g, expected %g", p->name, sd, want);
             int resid = strstr(p->name, "c_proj.weight") != NULL;
-            cr_expect_eq(p->init == FG_INIT_RESID, resid, "%s: residual scaling applies to c_proj weights only", p->name);
+            cr_expect_eq(p->init == FG_INIT_RESID, resid, "%s: residual scaling applies to c_proj weights only",
+                         p->name);
         }
     }
     /* the same seed gives the same model; another seed another one */
     fg_gpt *g2 = make(&c, 42), *g3 = make(&c, 43);
-    cr_expect(!memcmp(fg_data(g->params_flat), fg_data(g2->params_flat), fg_nbytes(g->params_flat)), "seed 42 twice differs");
-    cr_expect(memcmp(fg_data(g->params_flat), fg_data(g3->params_flat), fg_nbytes(g->params_flat)), "seeds 42 and 43 agree");
+    cr_expect(!memcmp(fg_data(g->params_flat), fg_data(g2->params_flat), fg_nbytes(g->params_flat)),
+              "seed 42 twice differs");
+    cr_expect(memcmp(fg_data(g->params_flat), fg_data(g3->params_flat), fg_nbytes(g->params_flat)),
+              "seeds 42 and 43 agree");
     fg_gpt_free(g);
     fg_gpt_free(g2);
     fg_gpt_free(g3);
@@ -120,8 +131,10 @@ static void check_all_gradients(fg_attn_impl impl, double dropout, int logits) {
     for (int j = 0; j < g->n_params; j++) {
         fg_gpt_param *p = &g->params[j];
         fg_tensor *r = fg_rand_uniform(FG_F64, FG_CPU, p->w->ndim, p->w->shape, -0.5, 0.5, 9, (uint64_t)j);
-        if (p->init == FG_INIT_ONES) fg_axpy(p->w, 1.0, r);
-        else fg_copy_into(p->w, r);
+        if (p->init == FG_INIT_ONES)
+            fg_axpy(p->w, 1.0, r);
+        else
+            fg_copy_into(p->w, r);
         fg_release(r);
     }
     enum { B = 2, T = 5 };
@@ -138,7 +151,9 @@ static void check_all_gradients(fg_attn_impl impl, double dropout, int logits) {
     cr_assert_eq(fg_gradcheck(gpt_fn, in, g->n_params, &gc, &o, &r), FG_OK, "gradcheck: %s", fg_last_error());
     cr_expect_eq(r.checked, g->num_elements, "checked %lld of %lld parameters", (long long)r.checked,
                  (long long)g->num_elements);
-    cr_expect(r.passed, "%s attention, dropout %g, %s: worst at %s[%lld]: analytic %.10g numeric %.10g (max abs err %.3g, max rel %.3g)",
+    cr_expect(r.passed,
+              "%s attention, dropout %g, %s: worst at %s[%lld]: analytic %.10g numeric %.10g (max abs err %.3g, max "
+              "rel %.3g)",
               fg_attn_impl_name(impl), dropout, logits ? "logits" : "loss",
               r.worst_input >= 0 ? g->params[r.worst_input].name : "?", (long long)r.worst_index, r.analytic, r.numeric,
               r.max_abs_err, r.max_rel_err);
@@ -198,8 +213,8 @@ Test(gpt, dropout_seeds_differ_by_step_micro_layer_and_site) {
     b.step = 11;
     m.micro = 1;
     r.seed = 2;
-    uint64_t others[] = {fg_gpt_dropout_seed(&b, 0, FG_DROP_ATTN), fg_gpt_dropout_seed(&m, 0, FG_DROP_ATTN),
-                         fg_gpt_dropout_seed(&r, 0, FG_DROP_ATTN), fg_gpt_dropout_seed(&a, 1, FG_DROP_ATTN),
+    uint64_t others[] = {fg_gpt_dropout_seed(&b, 0, FG_DROP_ATTN),      fg_gpt_dropout_seed(&m, 0, FG_DROP_ATTN),
+                         fg_gpt_dropout_seed(&r, 0, FG_DROP_ATTN),      fg_gpt_dropout_seed(&a, 1, FG_DROP_ATTN),
                          fg_gpt_dropout_seed(&a, 0, FG_DROP_MLP_RESID), fg_gpt_dropout_seed(&a, -1, FG_DROP_EMB)};
     for (size_t i = 0; i < sizeof others / sizeof *others; i++)
         cr_expect_neq(others[i], s0, "seed %zu collides with the reference", i);
@@ -219,7 +234,11 @@ Test(gpt, dropout_changes_training_logits_and_not_evaluation) {
     cr_expect(!memcmp(fg_data(t1), fg_data(t2), fg_nbytes(t1)), "the same (seed, step, micro) gave other masks");
     cr_expect(memcmp(fg_data(t1), fg_data(e1), fg_nbytes(t1)), "dropout 0.3 changed nothing");
     cr_expect(memcmp(fg_data(t1), fg_data(t3), fg_nbytes(t1)), "the next step drew the same masks");
-    fg_release(e1); fg_release(e2); fg_release(t1); fg_release(t2); fg_release(t3);
+    fg_release(e1);
+    fg_release(e2);
+    fg_release(t1);
+    fg_release(t2);
+    fg_release(t3);
     fg_gpt_free(g);
 }
 
@@ -231,8 +250,15 @@ Test(gpt, tiny_model_overfits_one_batch, .timeout = 120) {
     int32_t x[B * T], y[B * T];
     fill_tokens(x, B * T, c.vocab_size, 6);
     fill_tokens(y, B * T, c.vocab_size, 7); /* arbitrary targets: only memorization can fit them */
-    fg_adamw_config oc = {.lr = 1e-2, .min_lr = 1e-2, .warmup = 0, .decay_steps = 1, .beta1 = 0.9, .beta2 = 0.99,
-                          .eps = 1e-8, .weight_decay = 0.0, .grad_clip = 1.0};
+    fg_adamw_config oc = {.lr = 1e-2,
+                          .min_lr = 1e-2,
+                          .warmup = 0,
+                          .decay_steps = 1,
+                          .beta1 = 0.9,
+                          .beta2 = 0.99,
+                          .eps = 1e-8,
+                          .weight_decay = 0.0,
+                          .grad_clip = 1.0};
     fg_adamw opt;
     cr_assert_eq(fg_adamw_init(&opt, &oc, FG_F32, FG_CPU, g->num_elements), FG_OK);
     double first = 0, last = 0;
@@ -305,8 +331,15 @@ Test(gpt, logits_loss_and_an_adamw_step_match_pytorch, .timeout = 300) {
     fg_train_config tc = fgt_tiny_train_config(src, fg_source_fixed_block(src), 3, 10, 1, 3);
     tc.model.dropout = 0; /* the reference has none */
     /* lr large enough to move the weights visibly; clip small enough to be active */
-    tc.opt = (fg_adamw_config){.lr = 1e-2, .min_lr = 1e-3, .warmup = 0, .decay_steps = 10, .beta1 = 0.8, .beta2 = 0.95,
-                               .eps = 1e-8, .weight_decay = 0.5, .grad_clip = 0.5};
+    tc.opt = (fg_adamw_config){.lr = 1e-2,
+                               .min_lr = 1e-3,
+                               .warmup = 0,
+                               .decay_steps = 10,
+                               .beta1 = 0.8,
+                               .beta2 = 0.95,
+                               .eps = 1e-8,
+                               .weight_decay = 0.5,
+                               .grad_clip = 0.5};
     fg_trainer *tr = fg_trainer_create(&tc, src);
     cr_assert(tr, "%s", fg_last_error());
     fg_step_stats s;

@@ -22,8 +22,11 @@ typedef struct {
     fg_tensor *a23, *b34, *w43, *v4;
 } fx;
 
-#define ROW(name, expr) \
-    static fg_tensor *name(fx *f) { (void)f; return (expr); }
+#define ROW(name, expr)                                                                                                \
+    static fg_tensor *name(fx *f) {                                                                                    \
+        (void)f;                                                                                                       \
+        return (expr);                                                                                                 \
+    }
 static const int32_t ids[2] = {0, 1};
 ROW(row_matmul, fg_matmul(f->a23, f->b34))
 ROW(row_linear, fg_linear(f->a23, f->w43, f->v4))

@@ -66,8 +66,10 @@ static void stand_in(int full) {
     fg_register_tensor_backend(SD, &host_tensors);
     const fg_kernels *cpu = fg_kernels_for(FG_CPU, "test");
     cr_assert(cpu != NULL, "no CPU table");
-    if (full) sd_table = *cpu;
-    else memset(&sd_table, 0, sizeof sd_table);
+    if (full)
+        sd_table = *cpu;
+    else
+        memset(&sd_table, 0, sizeof sd_table);
     sd_table.device = "stand-in";
     fg_register_kernels(SD, &sd_table);
 }
@@ -83,10 +85,14 @@ enum { N_OPS = 4 };
 static const char *const op_names[N_OPS] = {"gelu", "softmax", "cross_entropy", "dropout"};
 static fg_tensor *run_op(int k, fg_tensor *x) {
     switch (k) {
-    case 0: return fg_gelu(x);
-    case 1: return fg_softmax(x);
-    case 2: return fg_cross_entropy(x, targets);
-    default: return fg_dropout(x, 0.25, 0x5eedULL, 7);
+    case 0:
+        return fg_gelu(x);
+    case 1:
+        return fg_softmax(x);
+    case 2:
+        return fg_cross_entropy(x, targets);
+    default:
+        return fg_dropout(x, 0.25, 0x5eedULL, 7);
     }
 }
 
@@ -99,8 +105,7 @@ static void op_on(int k, fg_device d, const fg_tensor *x0, const fg_tensor *g0, 
     cr_assert(out != NULL, "%s on %s: %s", op_names[k], fg_device_name(d), fg_last_error());
     cr_expect_eq(out->device, d, "%s: the output is on %s", op_names[k], fg_device_name(out->device));
     fg_tensor *g = k == 2 ? NULL : on(g0, d); /* cross_entropy: a scalar loss, seeded with 1 */
-    cr_assert_eq(fg_backward(out, g), FG_OK, "%s backward on %s: %s", op_names[k], fg_device_name(d),
-                 fg_last_error());
+    cr_assert_eq(fg_backward(out, g), FG_OK, "%s backward on %s: %s", op_names[k], fg_device_name(d), fg_last_error());
     *y = on(out, FG_CPU);
     *dx = on(x->grad, FG_CPU);
     fg_release(g);
@@ -168,12 +173,12 @@ Test(kernels_nn, grad_norm_and_scale_use_the_arrays_device) {
 }
 
 /* The update of one element, as ops/kernels.h states it, in T. */
-#define ADAMW_ONE(T, p, g, m, v, df, b1, b2, step, bc2s, eps)                 \
-    do {                                                                      \
-        m = (T)(b1) * m + (T)(1.0 - (b1)) * g;                                \
-        v = (T)(b2) * v + (T)(1.0 - (b2)) * g * g;                            \
-        T denom_ = (T)sqrt((double)v) / (T)(bc2s) + (T)(eps);                 \
-        p = p * (T)(df) - (T)(step) * m / denom_;                             \
+#define ADAMW_ONE(T, p, g, m, v, df, b1, b2, step, bc2s, eps)                                                          \
+    do {                                                                                                               \
+        m = (T)(b1)*m + (T)(1.0 - (b1)) * g;                                                                           \
+        v = (T)(b2)*v + (T)(1.0 - (b2)) * g * g;                                                                       \
+        T denom_ = (T)sqrt((double)v) / (T)(bc2s) + (T)(eps);                                                          \
+        p = p * (T)(df) - (T)(step)*m / denom_;                                                                        \
     } while (0)
 
 Test(kernels_nn, adamw_updates_its_spans_only_with_their_decay) {
@@ -206,8 +211,10 @@ Test(kernels_nn, adamw_updates_its_spans_only_with_their_decay) {
             ADAMW_ONE(float, ep, eg, em, ev, df, b1, b2, step, bc2s, eps);
             ADAMW_ONE(double, epd, egd, emd, evd, df, b1, b2, step, bc2s, eps);
         }
-        if (p[i] != ep || m[i] != em || v[i] != ev) bad = i, got = p[i], want = ep;
-        else if (pd[i] != epd || md[i] != emd || vd[i] != evd) bad = i, got = pd[i], want = epd;
+        if (p[i] != ep || m[i] != em || v[i] != ev)
+            bad = i, got = p[i], want = ep;
+        else if (pd[i] != epd || md[i] != emd || vd[i] != evd)
+            bad = i, got = pd[i], want = epd;
     }
     cr_expect(bad < 0, "element %d differs from the formula (p, m or v; p is %.17g, expected %.17g)", bad, got, want);
 }

@@ -24,8 +24,7 @@ TestSuite(npy, .init = make_dir, .fini = remove_dir, .timeout = 60);
 /* A .npy image: magic, version major.minor, the dict text padded with spaces and '\n' to a
  * multiple of `align` (0: no padding, just '\n'), then `ndata` bytes of data (value = index).
  * Caller frees. */
-static unsigned char *make_npy(int major, int minor, const char *dict, size_t ndata, int align,
-                               size_t *n) {
+static unsigned char *make_npy(int major, int minor, const char *dict, size_t ndata, int align, size_t *n) {
     size_t pre = major == 1 ? 10 : 12;
     size_t hlen = strlen(dict) + 1;
     if (align) hlen += (align - (pre + hlen) % align) % align;
@@ -67,8 +66,10 @@ static void expect_same_tensor(const fg_tensor *got, const fg_tensor *want, cons
               fg_shape_str(want, b, sizeof b));
     for (int64_t k = 0; k < fg_numel(want); k++) {
         double x = fg_get(got, k), y = fg_get(want, k);
-        cr_assert(memcmp(&x, &y, sizeof x) == 0, "%s: first difference at flat index %lld: %.17g vs "
-                  "%.17g", what, (long long)k, x, y);
+        cr_assert(memcmp(&x, &y, sizeof x) == 0,
+                  "%s: first difference at flat index %lld: %.17g vs "
+                  "%.17g",
+                  what, (long long)k, x, y);
     }
 }
 
@@ -78,14 +79,14 @@ static const struct {
     int ndim;
     int64_t shape[FG_MAX_DIMS];
 } g_shapes[] = {
-    {0, {0}},          {1, {1}},        {1, {5}},          {2, {1, 1}},          {2, {2, 3}},
-    {3, {3, 1, 4}},    {4, {2, 3, 4, 5}}, {6, {1, 2, 1, 2, 1, 3}}, {2, {0, 3}}, {1, {0}},
+    {0, {0}},    {1, {1}},       {1, {5}},          {2, {1, 1}},
+    {2, {2, 3}}, {3, {3, 1, 4}}, {4, {2, 3, 4, 5}}, {6, {1, 2, 1, 2, 1, 3}},
+    {2, {0, 3}}, {1, {0}},
 };
 
 static void round_trip(fg_dtype dt) {
     for (size_t i = 0; i < sizeof g_shapes / sizeof g_shapes[0]; i++) {
-        fg_tensor *t = fg_rand_normal(dt, FG_CPU, g_shapes[i].ndim, g_shapes[i].shape, 0.0, 1.0,
-                                      1234, i);
+        fg_tensor *t = fg_rand_normal(dt, FG_CPU, g_shapes[i].ndim, g_shapes[i].shape, 0.0, 1.0, 1234, i);
         cr_assert_not_null(t, "%s", fg_last_error());
         char path[128], sb[96], what[160];
         snprintf(path, sizeof path, "%s/t%zu.npy", g_dir, i);
@@ -94,8 +95,7 @@ static void round_trip(fg_dtype dt) {
         fg_tensor *u = fg_npy_load(path);
         cr_assert_not_null(u, "%s: load: %s", what, fg_last_error());
         expect_same_tensor(u, t, what);
-        cr_expect(fg_is_contiguous(u) && u->device == FG_CPU, "%s: not a contiguous CPU tensor",
-                  what);
+        cr_expect(fg_is_contiguous(u) && u->device == FG_CPU, "%s: not a contiguous CPU tensor", what);
 
         /* the file itself: version 1.0, data 64-aligned, exactly the data after the header */
         FILE *f = fopen(path, "rb");
@@ -155,8 +155,7 @@ Test(npy, save_raw_writes_v1_header_numpy_style) {
     cr_expect(memcmp(b, "\x93NUMPY\x01\x00\x76\x00", 10) == 0, "bad preamble");
     const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
     cr_expect(memcmp(b + 10, dict, strlen(dict)) == 0, "header: %.60s", (char *)b + 10);
-    for (size_t i = 10 + strlen(dict); i < 127; i++)
-        cr_assert_eq(b[i], ' ', "padding byte %zu is 0x%02x", i, b[i]);
+    for (size_t i = 10 + strlen(dict); i < 127; i++) cr_assert_eq(b[i], ' ', "padding byte %zu is 0x%02x", i, b[i]);
     cr_expect_eq(b[127], '\n');
     cr_expect(memcmp(b + 128, data, 8) == 0, "data differs");
 }
@@ -175,20 +174,17 @@ Test(npy, parses_header_variants) {
         {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 64, 2, {2, 3}, FG_F32},
         {1, "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f8'}", 64, 2, {2, 3}, FG_F64},
         {1, "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (4,)}", 16, 1, {4}, FG_F32},
-        {1, "{ 'descr' : '<f4' ,\n 'fortran_order' :False,'shape':( 2 ,3 , ) , }", 0, 2, {2, 3},
-         FG_F32},
+        {1, "{ 'descr' : '<f4' ,\n 'fortran_order' :False,'shape':( 2 ,3 , ) , }", 0, 2, {2, 3}, FG_F32},
         {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3L, 2L), }", 16, 2, {3, 2}, FG_F64},
         {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (), }", 64, 0, {0}, FG_F64},
-        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 0, 3), }", 64, 3, {1, 0, 3},
-         FG_F32},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 0, 3), }", 64, 3, {1, 0, 3}, FG_F32},
         {2, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 1), }", 64, 2, {3, 1}, FG_F32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t numel = 1;
         for (int d = 0; d < cases[i].ndim; d++) numel *= cases[i].shape[d];
         size_t es = cases[i].dt == FG_F64 ? 8 : 4, n;
-        unsigned char *b = make_npy(cases[i].major, 0, cases[i].dict, (size_t)numel * es,
-                                    cases[i].align, &n);
+        unsigned char *b = make_npy(cases[i].major, 0, cases[i].dict, (size_t)numel * es, cases[i].align, &n);
         fg_npy_info info;
         fg_status st = fg_npy_parse_header(b, n, &info);
         cr_assert_eq(st, FG_OK, "case %zu (%s): %s", i, cases[i].dict, fg_last_error());
@@ -196,8 +192,7 @@ Test(npy, parses_header_variants) {
         cr_expect_eq(info.dtype, cases[i].dt, "case %zu", i);
         cr_assert_eq(info.ndim, cases[i].ndim, "case %zu: ndim %d", i, info.ndim);
         for (int d = 0; d < info.ndim; d++)
-            cr_expect_eq(info.shape[d], cases[i].shape[d], "case %zu dim %d: %lld", i, d,
-                         (long long)info.shape[d]);
+            cr_expect_eq(info.shape[d], cases[i].shape[d], "case %zu dim %d: %lld", i, d, (long long)info.shape[d]);
         fg_tensor *t = fg_npy_parse(b, n);
         cr_assert_not_null(t, "case %zu: %s", i, fg_last_error());
         cr_expect(memcmp(fg_data(t), b + info.data_offset, info.data_bytes) == 0, "case %zu data", i);
@@ -233,16 +228,13 @@ Test(npy, refuses_unsupported_or_malformed_headers) {
          "npy: dtype '<i4' is not supported (float32 and float64 only)"},
         {1, 0, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8,
          "npy: dtype '>f4' is not supported (big-endian"},
-        {1, 0, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16,
-         "npy: dtype '|O' is not supported"},
+        {1, 0, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16, "npy: dtype '|O' is not supported"},
         {1, 0, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8,
          "structured dtypes are not supported"},
         {1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16,
          "npy: fortran_order arrays are not supported"},
-        {3, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8,
-         "npy: version 3.0 is not supported"},
-        {1, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8,
-         "npy: version 1.1 is not supported"},
+        {3, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8, "npy: version 3.0 is not supported"},
+        {1, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8, "npy: version 1.1 is not supported"},
         {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20,
          "npy: file holds 20 bytes of data, shape (2, 3) needs 24"},
         {1, 0, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", 25,
@@ -250,42 +242,37 @@ Test(npy, refuses_unsupported_or_malformed_headers) {
         {1, 0, "{'descr': '<f8', 'fortran_order': False, 'shape': (), }", 0,
          "npy: file holds 0 bytes of data, shape () needs 8"},
         {1, 0, "{'descr': '<f4', 'shape': (2,), }", 8, "header lacks key 'fortran_order'"},
-        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", 8,
-         "unexpected key 'x'"},
+        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", 8, "unexpected key 'x'"},
         {1, 0, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", 8,
          "key 'descr' appears twice"},
         {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2), }", 8, "is not a tuple"},
-        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", 8,
-         "negative dimension"},
+        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", 8, "negative dimension"},
         {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1), }", 4,
          "rank 7 arrays are not supported"},
-        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, "
-               "4294967296), }", 8, "has too many elements"},
+        {1, 0,
+         "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, "
+         "4294967296), }",
+         8, "has too many elements"},
         {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", 8,
          "dimension in shape is too large"},
-        {1, 0, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }", 8,
-         "'fortran_order' must be True or False"},
+        {1, 0, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }", 8, "'fortran_order' must be True or False"},
         {1, 0, "{'descr': '<f4', 'fortran_order': Falsehood, 'shape': (2,), }", 8,
          "'fortran_order' must be True or False"},
         {1, 0, "{'descr': '<f4, 'fortran_order': False, 'shape': (2,), }", 8, "header:"},
-        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)", 8,
-         "expected ',' or '}' in dict"},
+        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)", 8, "expected ',' or '}' in dict"},
         {1, 0, "['descr', '<f4']", 8, "header is not a dict"},
-        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } junk", 8,
-         "after the dict"},
-        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2 3), }", 8,
-         "expected ',' or ')' in shape"},
+        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } junk", 8, "after the dict"},
+        {1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2 3), }", 8, "expected ',' or ')' in shape"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t n;
-        unsigned char *b = make_npy(cases[i].major, cases[i].minor, cases[i].dict, cases[i].ndata,
-                                    64, &n);
+        unsigned char *b = make_npy(cases[i].major, cases[i].minor, cases[i].dict, cases[i].ndata, 64, &n);
         fg_clear_error();
         fg_tensor *t = fg_npy_parse(b, n);
         cr_expect_null(t, "case %zu (%s) was accepted", i, cases[i].dict);
         cr_expect_eq(fg_last_status(), FG_ERR_FORMAT, "case %zu: status %d", i, fg_last_status());
-        cr_expect(strstr(fg_last_error(), cases[i].want) != NULL,
-                  "case %zu: message \"%s\" lacks \"%s\"", i, fg_last_error(), cases[i].want);
+        cr_expect(strstr(fg_last_error(), cases[i].want) != NULL, "case %zu: message \"%s\" lacks \"%s\"", i,
+                  fg_last_error(), cases[i].want);
         fg_release(t);
         free(b);
     }
@@ -293,15 +280,18 @@ Test(npy, refuses_unsupported_or_malformed_headers) {
 
 Test(npy, refuses_bad_magic_and_truncated_preambles) {
     size_t n;
-    unsigned char *good = make_npy(1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
-                                   8, 64, &n);
+    unsigned char *good = make_npy(1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8, 64, &n);
     static const struct {
-        size_t keep;       /* bytes of the good file kept */
+        size_t keep; /* bytes of the good file kept */
         const char *want;
     } cuts[] = {
-        {0, "not a .npy file"}, {4, "not a .npy file"}, {7, "truncated file (no format version)"},
-        {9, "truncated file (no header length)"}, {40, "truncated header (header says 118 bytes"},
-        {127, "truncated header"}, {130, "file holds 2 bytes of data, shape (2,) needs 8"},
+        {0, "not a .npy file"},
+        {4, "not a .npy file"},
+        {7, "truncated file (no format version)"},
+        {9, "truncated file (no header length)"},
+        {40, "truncated header (header says 118 bytes"},
+        {127, "truncated header"},
+        {130, "file holds 2 bytes of data, shape (2,) needs 8"},
     };
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         /* a copy of exactly `keep` bytes, so ASan catches any read past it */
@@ -310,8 +300,8 @@ Test(npy, refuses_bad_magic_and_truncated_preambles) {
         fg_tensor *t = fg_npy_parse(b, cuts[i].keep);
         cr_expect_null(t, "cut at %zu accepted", cuts[i].keep);
         cr_expect_eq(fg_last_status(), FG_ERR_FORMAT);
-        cr_expect(strstr(fg_last_error(), cuts[i].want), "cut at %zu: \"%s\" lacks \"%s\"",
-                  cuts[i].keep, fg_last_error(), cuts[i].want);
+        cr_expect(strstr(fg_last_error(), cuts[i].want), "cut at %zu: \"%s\" lacks \"%s\"", cuts[i].keep,
+                  fg_last_error(), cuts[i].want);
         fg_release(t);
         free(b);
     }
@@ -323,8 +313,7 @@ Test(npy, refuses_bad_magic_and_truncated_preambles) {
     good[8] = 0xff;
     good[9] = 0xff;
     cr_expect_null(fg_npy_parse(good, n));
-    cr_expect(strstr(fg_last_error(), "truncated header (header says 65535 bytes"), "%s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), "truncated header (header says 65535 bytes"), "%s", fg_last_error());
     free(good);
 }
 
@@ -333,21 +322,19 @@ Test(npy, load_errors_name_the_file) {
     snprintf(path, sizeof path, "%s/missing.npy", g_dir);
     cr_expect_null(fg_npy_load(path));
     cr_expect_eq(fg_last_status(), FG_ERR_IO);
-    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(ENOENT)), "%s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), strerror(ENOENT)), "%s", fg_last_error());
     cr_expect_null(fg_npy_load(g_dir));
     cr_expect(strstr(fg_last_error(), "is a directory"), "%s", fg_last_error());
 
     size_t n;
-    unsigned char *b = make_npy(1, 0, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }",
-                                8, 64, &n);
+    unsigned char *b = make_npy(1, 0, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", 8, 64, &n);
     snprintf(path, sizeof path, "%s/int.npy", g_dir);
     write_bytes(path, b, n);
     free(b);
     cr_expect_null(fg_npy_load(path));
     cr_expect_eq(fg_last_status(), FG_ERR_FORMAT);
     cr_expect(strstr(fg_last_error(), path) &&
-              strstr(fg_last_error(), "dtype '<i4' is not supported (float32 and float64 only)"),
+                  strstr(fg_last_error(), "dtype '<i4' is not supported (float32 and float64 only)"),
               "%s", fg_last_error());
 
     b = make_npy(1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20, 64, &n);
@@ -355,8 +342,7 @@ Test(npy, load_errors_name_the_file) {
     write_bytes(path, b, n);
     free(b);
     cr_expect_null(fg_npy_load(path));
-    cr_expect(strstr(fg_last_error(), "file holds 20 bytes of data, shape (2, 3) needs 24"), "%s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), "file holds 20 bytes of data, shape (2, 3) needs 24"), "%s", fg_last_error());
 }
 
 Test(npy, load_refuses_devices_and_a_fifo_without_writer_at_once) {
@@ -459,7 +445,7 @@ Test(npy, numpy_cross_check_both_ways) {
         int ndim;
         int64_t shape[3];
     } ok[] = {
-        {"np_a.npy", FG_F32, 2, {3, 4}}, {"np_b.npy", FG_F64, 0, {0}}, {"np_c.npy", FG_F32, 1, {5}},
+        {"np_a.npy", FG_F32, 2, {3, 4}},    {"np_b.npy", FG_F64, 0, {0}},     {"np_c.npy", FG_F32, 1, {5}},
         {"np_d.npy", FG_F64, 3, {2, 1, 3}}, {"np_v2.npy", FG_F32, 2, {2, 3}},
     };
     char path[160];
@@ -483,8 +469,8 @@ Test(npy, numpy_cross_check_both_ways) {
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", g_dir, refused[i].name);
         cr_expect_null(fg_npy_load(path), "%s accepted", refused[i].name);
-        cr_expect(strstr(fg_last_error(), refused[i].want), "%s: \"%s\" lacks \"%s\"",
-                  refused[i].name, fg_last_error(), refused[i].want);
+        cr_expect(strstr(fg_last_error(), refused[i].want), "%s: \"%s\" lacks \"%s\"", refused[i].name, fg_last_error(),
+                  refused[i].want);
     }
 
     /* our files that NumPy must read */
@@ -494,7 +480,9 @@ Test(npy, numpy_cross_check_both_ways) {
         int ndim;
         int64_t shape[5];
     } ours[] = {
-        {"fg_a.npy", FG_F32, 2, {3, 4}}, {"fg_b.npy", FG_F64, 0, {0}}, {"fg_c.npy", FG_F32, 1, {1}},
+        {"fg_a.npy", FG_F32, 2, {3, 4}},
+        {"fg_b.npy", FG_F64, 0, {0}},
+        {"fg_c.npy", FG_F32, 1, {1}},
         {"fg_d.npy", FG_F64, 5, {2, 1, 3, 1, 2}},
     };
     for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {

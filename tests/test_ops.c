@@ -26,8 +26,11 @@ typedef struct {
 static const int32_t ids_ok[2] = {0, 1}, ids_big[2] = {0, 4}, ids_neg[2] = {-1, 0};
 static const int32_t tg_ok[2] = {0, 2}, tg_big[2] = {0, 3}, tg_neg2[2] = {-2, 0};
 
-#define ROW(name, expr) \
-    static fg_tensor *name(fx *f) { (void)f; return (expr); }
+#define ROW(name, expr)                                                                                                \
+    static fg_tensor *name(fx *f) {                                                                                    \
+        (void)f;                                                                                                       \
+        return (expr);                                                                                                 \
+    }
 ROW(mm_null_a, fg_matmul(NULL, f->b34))
 ROW(mm_null_b, fg_matmul(f->a23, NULL))
 ROW(mm_inner, fg_matmul(f->a23, f->a23))
@@ -101,8 +104,8 @@ static const struct {
     const char *name;
     fg_tensor *(*call)(fx *);
     fg_status status;
-    const char *op;      /* must appear in the message */
-    const char *detail;  /* must appear too (a shape, an argument name), or NULL */
+    const char *op;     /* must appear in the message */
+    const char *detail; /* must appear too (a shape, an argument name), or NULL */
 } err_rows[] = {
     {"matmul NULL a", mm_null_a, FG_ERR_ARG, "matmul", "a is NULL"},
     {"matmul NULL b", mm_null_b, FG_ERR_ARG, "matmul", "b is NULL"},
@@ -222,7 +225,8 @@ Test(ops, every_user_error_returns_null_with_a_message_naming_the_op) {
 Test(ops, a_tensor_used_twice_gets_the_sum_of_both_gradients) {
     /* y = sum(x * x + x)  ->  dy/dx = 2x + 1 */
     fg_tensor *x = fgt_leaf(FG_F64, FGT_DIMS(3, 4), 1);
-    fg_tensor *xx = fgt_ok(fg_mul(x, x), "mul"), *s = fgt_ok(fg_add(xx, x), "add"), *y = fgt_ok(fg_sum_all(s), "sum_all");
+    fg_tensor *xx = fgt_ok(fg_mul(x, x), "mul"), *s = fgt_ok(fg_add(xx, x), "add"),
+              *y = fgt_ok(fg_sum_all(s), "sum_all");
     cr_assert_eq(fg_backward(y, NULL), FG_OK, "%s", fg_last_error());
     double want[12];
     for (int k = 0; k < 12; k++) want[k] = 2 * fg_get(x, k) + 1;
@@ -291,32 +295,33 @@ typedef struct {
 static fg_tensor *gpt_block(fg_tensor *const *in, int n, void *user) {
     (void)n;
     const block_arg *a = user;
-    fg_tensor *tok = fg_embedding(in[0], a->idx, 2, (const int64_t[]){B_, T_});          /* (B, T, C) */
-    fg_tensor *x = fg_add(tok, in[1]);                                                     /* + wpe (T, C) */
+    fg_tensor *tok = fg_embedding(in[0], a->idx, 2, (const int64_t[]){B_, T_}); /* (B, T, C) */
+    fg_tensor *x = fg_add(tok, in[1]);                                          /* + wpe (T, C) */
     fg_tensor *ln = fg_layernorm(x, in[2], in[3], 1e-5);
     /* attention-like mixing: softmax(ln @ lnᵀ / sqrt(C)) @ ln */
-    fg_tensor *lnT = fg_transpose(ln, 1, 2);                                               /* (B, C, T) view */
-    fg_tensor *sc = fg_matmul(ln, lnT);                                                    /* (B, T, T) */
+    fg_tensor *lnT = fg_transpose(ln, 1, 2); /* (B, C, T) view */
+    fg_tensor *sc = fg_matmul(ln, lnT);      /* (B, T, T) */
     fg_tensor *scs = fg_mul_scalar(sc, 0.5);
     fg_tensor *att = fg_softmax(scs);
-    fg_tensor *mix = fg_matmul(att, ln);                                                   /* (B, T, C) */
-    fg_tensor *h = fg_linear(mix, in[4], in[5]);                                           /* (B, T, 2C) */
+    fg_tensor *mix = fg_matmul(att, ln);         /* (B, T, C) */
+    fg_tensor *h = fg_linear(mix, in[4], in[5]); /* (B, T, 2C) */
     fg_tensor *g = fg_gelu(h);
     fg_tensor *d = fg_dropout(g, a->p, 42, 0);
-    fg_tensor *pr = fg_linear(d, in[6], NULL);                                             /* (B, T, C) */
+    fg_tensor *pr = fg_linear(d, in[6], NULL); /* (B, T, C) */
     fg_tensor *r = fg_add(x, pr);
-    fg_tensor *pm = fg_permute(r, (const int[]){1, 0, 2});                                 /* (T, B, C) view */
+    fg_tensor *pm = fg_permute(r, (const int[]){1, 0, 2}); /* (T, B, C) view */
     fg_tensor *cm = fg_make_contiguous(pm);
     fg_tensor *rs = fg_reshape(cm, 2, (const int64_t[]){T_ * B_, C_});
-    fg_tensor *sl = fg_slice(rs, 0, 1, T_ * B_);                                           /* drop a row */
-    fg_tensor *mn = fg_mean(sl, 1, 1);                                                     /* (TB-1, 1) */
+    fg_tensor *sl = fg_slice(rs, 0, 1, T_ * B_); /* drop a row */
+    fg_tensor *mn = fg_mean(sl, 1, 1);           /* (TB-1, 1) */
     fg_tensor *ctr = fg_sub(sl, mn);
     fg_tensor *mm = fg_mul(mn, mn);
-    fg_tensor *den = fg_add_scalar(mm, 1.0);                                               /* >= 1 */
+    fg_tensor *den = fg_add_scalar(mm, 1.0); /* >= 1 */
     fg_tensor *sq = fg_div(ctr, den);
-    fg_tensor *logits = fg_linear(sq, in[0], NULL);                                        /* tied weights (., V) */
+    fg_tensor *logits = fg_linear(sq, in[0], NULL); /* tied weights (., V) */
     fg_tensor *loss = fg_cross_entropy(logits, a->targets);
-    fg_tensor *all[] = {tok, x, ln, lnT, sc, scs, att, mix, h, g, d, pr, r, pm, cm, rs, sl, mn, ctr, mm, den, sq, logits};
+    fg_tensor *all[] = {tok, x,  ln, lnT, sc, scs, att, mix, h,   g,  d,     pr,
+                        r,   pm, cm, rs,  sl, mn,  ctr, mm,  den, sq, logits};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fg_release(all[i]);
     return loss;
 }
@@ -375,11 +380,14 @@ Test(ops, building_and_backpropagating_1000_graphs_leaks_nothing) {
         cr_assert_null(fg_matmul(in[0], in[0]), "mismatched matmul must fail");
         cr_assert_eq(fg_nodes_alive(), nodes0, "iteration %d: %lld nodes alive after releasing the loss", it,
                      (long long)fg_nodes_alive());
-        if (it == 0) after_first = fgt_alloc_current(); /* now including the leaves' grads */
-        else cr_assert_eq(fgt_alloc_current(), after_first, "iteration %d: %zu bytes live, %zu after the first",
-                          it, fgt_alloc_current(), after_first);
+        if (it == 0)
+            after_first = fgt_alloc_current(); /* now including the leaves' grads */
+        else
+            cr_assert_eq(fgt_alloc_current(), after_first, "iteration %d: %zu bytes live, %zu after the first", it,
+                         fgt_alloc_current(), after_first);
     }
     for (int i = 0; i < 7; i++) fg_release(in[i]);
     cr_assert_eq(fg_nodes_alive(), nodes0, "%lld nodes alive at the end", (long long)fg_nodes_alive());
-    cr_assert_eq(fgt_alloc_current(), baseline, "allocator current %zu bytes, baseline %zu", fgt_alloc_current(), baseline);
+    cr_assert_eq(fgt_alloc_current(), baseline, "allocator current %zu bytes, baseline %zu", fgt_alloc_current(),
+                 baseline);
 }

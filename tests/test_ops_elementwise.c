@@ -323,8 +323,7 @@ Test(shape, permute_transpose_and_slice_are_views_with_the_right_elements) {
     fg_tensor *s = fgt_ok(fg_slice(t, -1, 1, 3), "slice");
     cr_assert(s->shape[2] == 2, "slice shape");
     for (int64_t j = 0; j < 6; j++)
-        for (int64_t k = 0; k < 2; k++)
-            cr_assert_eq(fg_get(s, j * 2 + k), fg_get(t, j * 4 + 1 + k), "slice element");
+        for (int64_t k = 0; k < 2; k++) cr_assert_eq(fg_get(s, j * 2 + k), fg_get(t, j * 4 + 1 + k), "slice element");
     fg_tensor *tr = fgt_ok(fg_transpose(t, 0, -1), "transpose");
     cr_assert(tr->shape[0] == 4 && tr->shape[2] == 2, "transpose shape");
     fg_set(s, 0, 7.0);
@@ -347,11 +346,16 @@ static fg_tensor *view_fn(fg_tensor *const *in, int n, void *user) {
     (void)n;
     fg_tensor *t = in[0];
     switch (((const view_arg *)user)->kind) {
-    case 0: return fg_reshape(t, FGT_DIMS(-1, 2));
-    case 1: return fg_permute(t, (int[]){1, 2, 0});
-    case 2: return fg_transpose(t, 0, 2);
-    case 3: return fg_slice(t, 1, 1, 3);
-    case 4: return fg_make_contiguous(t);
+    case 0:
+        return fg_reshape(t, FGT_DIMS(-1, 2));
+    case 1:
+        return fg_permute(t, (int[]){1, 2, 0});
+    case 2:
+        return fg_transpose(t, 0, 2);
+    case 3:
+        return fg_slice(t, 1, 1, 3);
+    case 4:
+        return fg_make_contiguous(t);
     default: {
         fg_tensor *a = fg_slice(t, 2, 0, 3), *b = fg_slice(t, 2, 1, 4);
         fg_tensor *s = (a && b) ? fg_mul(a, b) : NULL;

@@ -49,10 +49,10 @@ static double *ref_linear(const fg_tensor *x, const fg_tensor *w, const fg_tenso
 /* ---- operand builders ---- */
 
 typedef enum {
-    PLAIN,       /* contiguous */
-    TRANSPOSED,  /* a transposed view of a contiguous tensor with the last two dims swapped */
-    STRIDED,     /* neither dim of the last two has unit stride: needs a copy */
-    PADDED,      /* contiguous columns, rows further apart than their length (a column slice) */
+    PLAIN,      /* contiguous */
+    TRANSPOSED, /* a transposed view of a contiguous tensor with the last two dims swapped */
+    STRIDED,    /* neither dim of the last two has unit stride: needs a copy */
+    PADDED,     /* contiguous columns, rows further apart than their length (a column slice) */
 } layout;
 
 /* A float64 leaf-able tensor of `shape` with the given memory layout. */
@@ -310,8 +310,8 @@ Test(matmul, transposed_operands_are_not_copied) {
     size_t before = fgt_alloc_current();
     fg_tensor *out = fgt_ok(fg_matmul(a, b), "matmul");
     size_t used = fg_alloc_get_stats(FG_CPU).peak - before, out_bytes = (size_t)(M * N) * 8;
-    cr_assert(used <= out_bytes + 4096, "matmul of transposed views allocated %zu bytes; the output alone is %zu",
-              used, out_bytes);
+    cr_assert(used <= out_bytes + 4096, "matmul of transposed views allocated %zu bytes; the output alone is %zu", used,
+              out_bytes);
     double *ref = ref_matmul(a, b);
     FGT_ASSERT_CLOSE_BUF(out, ref, M * N, 1e-12, 1e-12, "transposed operands");
     free(ref);

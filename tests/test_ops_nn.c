@@ -75,7 +75,8 @@ Test(embedding, backward_scatter_adds_repeated_ids) {
 
 Test(embedding, backward_matches_numeric) {
     const int32_t idx[12] = {0, 4, 4, 1, 8, 0, 4, 2, 2, 7, 8, 8};
-    emb_arg cases[] = {{idx, 2, (const int64_t[]){3, 4}}, {idx, 1, (const int64_t[]){1}}, {idx + 1, 1, (const int64_t[]){11}}};
+    emb_arg cases[] = {
+        {idx, 2, (const int64_t[]){3, 4}}, {idx, 1, (const int64_t[]){1}}, {idx + 1, 1, (const int64_t[]){11}}};
     fg_tensor *weights[] = {fgt_leaf(FG_F64, FGT_DIMS(9, 5), 1), fgt_leaf(FG_F64, FGT_DIMS(9, 1), 2), NULL};
     fg_tensor *wt = transposed_rand(FG_F64, 9, 3, 3); /* weight rows with non-unit stride: copied */
     fg_set_requires_grad(wt, 1);
@@ -87,7 +88,8 @@ Test(embedding, backward_matches_numeric) {
 Test(embedding, float32_equals_float64_exactly) {
     fg_tensor *w = fgt_rand(FG_F64, FGT_DIMS(6, 4), 1), *w32 = fgt_ok(fg_to(w, FG_CPU, FG_F32), "to");
     const int32_t idx[3] = {5, 0, 5};
-    fg_tensor *o64 = fgt_ok(fg_embedding(w, idx, FGT_DIMS(3)), "f64"), *o32 = fgt_ok(fg_embedding(w32, idx, FGT_DIMS(3)), "f32");
+    fg_tensor *o64 = fgt_ok(fg_embedding(w, idx, FGT_DIMS(3)), "f64"),
+              *o32 = fgt_ok(fg_embedding(w32, idx, FGT_DIMS(3)), "f32");
     FGT_ASSERT_CLOSE(o32, o64, 1e-7, 1e-7, "embedding f32");
     fg_release(o64), fg_release(o32), fg_release(w), fg_release(w32);
 }
@@ -116,7 +118,8 @@ static double *ref_layernorm(const fg_tensor *x, const fg_tensor *w, const fg_te
         for (int64_t i = 0; i < C; i++) v += (fg_get(x, r * C + i) - m) * (fg_get(x, r * C + i) - m);
         v /= (double)C;
         for (int64_t i = 0; i < C; i++)
-            out[r * C + i] = (fg_get(x, r * C + i) - m) / sqrt(v + eps) * (w ? fg_get(w, i) : 1.0) + (b ? fg_get(b, i) : 0.0);
+            out[r * C + i] =
+                (fg_get(x, r * C + i) - m) / sqrt(v + eps) * (w ? fg_get(w, i) : 1.0) + (b ? fg_get(b, i) : 0.0);
     }
     return out;
 }
@@ -129,18 +132,16 @@ typedef struct {
     ln_arg arg;
 } ln_case;
 static const ln_case ln_cases[] = {
-    {"3x7", 2, {3, 7}, 0, {1, 1, 1e-5}},
-    {"2x3x5", 3, {2, 3, 5}, 0, {1, 1, 1e-5}},
-    {"1x1", 2, {1, 1}, 0, {1, 1, 1e-5}},
-    {"weight_only", 2, {4, 9}, 0, {1, 0, 1e-5}},
-    {"bias_only", 2, {4, 9}, 0, {0, 1, 1e-5}},
-    {"neither", 1, {6}, 0, {0, 0, 1e-3}},
+    {"3x7", 2, {3, 7}, 0, {1, 1, 1e-5}},       {"2x3x5", 3, {2, 3, 5}, 0, {1, 1, 1e-5}},
+    {"1x1", 2, {1, 1}, 0, {1, 1, 1e-5}},       {"weight_only", 2, {4, 9}, 0, {1, 0, 1e-5}},
+    {"bias_only", 2, {4, 9}, 0, {0, 1, 1e-5}}, {"neither", 1, {6}, 0, {0, 0, 1e-3}},
     {"strided_x", 2, {5, 6}, 1, {1, 1, 1e-5}},
 };
 
 static void ln_inputs(const ln_case *lc, fg_dtype dt, uint64_t seed, fg_tensor **in) {
     int64_t C = lc->shape[lc->ndim - 1];
-    in[0] = lc->strided ? transposed_rand(dt, lc->shape[0], lc->shape[1], seed) : fgt_rand(dt, lc->ndim, lc->shape, seed);
+    in[0] =
+        lc->strided ? transposed_rand(dt, lc->shape[0], lc->shape[1], seed) : fgt_rand(dt, lc->ndim, lc->shape, seed);
     in[1] = fgt_uniform(dt, 1, &C, 0.5, 1.5, seed + 1);
     in[2] = fgt_rand(dt, 1, &C, seed + 2);
 }
@@ -298,7 +299,8 @@ Test(softmax, a_fully_masked_row_is_zero_with_zero_gradient) {
     FGT_ASSERT_CLOSE_BUF(out, want, 6, 1e-15, 1e-14, "masked softmax");
     fg_tensor *dy = fgt_rand(FG_F64, FGT_DIMS(2, 3), 5);
     cr_assert_eq(fg_backward(out, dy), FG_OK, "%s", fg_last_error());
-    for (int k = 0; k < 3; k++) cr_assert_eq(fg_get(x->grad, k), 0.0, "masked row gradient %d: %g", k, fg_get(x->grad, k));
+    for (int k = 0; k < 3; k++)
+        cr_assert_eq(fg_get(x->grad, k), 0.0, "masked row gradient %d: %g", k, fg_get(x->grad, k));
     cr_assert_eq(fg_get(x->grad, 4), 0.0, "a -inf entry gets no gradient");
     fg_release(dy), fg_release(out), fg_release(x);
 }
@@ -422,8 +424,7 @@ Test(cross_entropy, gradient_equals_softmax_minus_onehot_over_count) {
     fg_tensor *p = fgt_ok(fg_softmax(x), "softmax");
     double want[20];
     for (int r = 0; r < 4; r++)
-        for (int j = 0; j < 5; j++)
-            want[r * 5 + j] = t[r] < 0 ? 0.0 : (fg_get(p, r * 5 + j) - (j == t[r])) / 3.0;
+        for (int j = 0; j < 5; j++) want[r * 5 + j] = t[r] < 0 ? 0.0 : (fg_get(p, r * 5 + j) - (j == t[r])) / 3.0;
     FGT_ASSERT_CLOSE_BUF(x->grad, want, 20, 1e-15, 1e-13, "softmax - onehot");
     fg_release(p), fg_release(loss), fg_release(x);
 }
@@ -452,12 +453,13 @@ Test(dropout, kept_fraction_is_within_5_sigma_of_1_minus_p) {
         int64_t kept = 0;
         float scale = (float)(1.0 / (1.0 - ps[k]));
         for (int64_t i = 0; i < n; i++) {
-            cr_assert(o[i] == 0.0f || o[i] == scale, "element %lld is %g: neither 0 nor 1/(1-p) = %g", (long long)i, o[i], scale);
+            cr_assert(o[i] == 0.0f || o[i] == scale, "element %lld is %g: neither 0 nor 1/(1-p) = %g", (long long)i,
+                      o[i], scale);
             kept += o[i] != 0.0f;
         }
         double mean = n * (1 - ps[k]), sigma = sqrt(n * ps[k] * (1 - ps[k]));
-        cr_assert(fabs(kept - mean) < 5 * sigma, "p = %g: kept %lld of %lld, expected %.0f +- %.0f", ps[k], (long long)kept,
-                  (long long)n, mean, 5 * sigma);
+        cr_assert(fabs(kept - mean) < 5 * sigma, "p = %g: kept %lld of %lld, expected %.0f +- %.0f", ps[k],
+                  (long long)kept, (long long)n, mean, 5 * sigma);
         fg_release(out);
     }
     fg_release(x);
@@ -477,7 +479,7 @@ Test(dropout, mask_follows_philox_and_the_backward_uses_the_same_mask) {
     const double p = 0.3;
     const uint64_t seed = 99, stream = 5;
     fg_tensor *base = fgt_uniform(FG_F64, FGT_DIMS(7, 6), 0.5, 1.0, 1); /* nonzero, so 0 means dropped */
-    fg_tensor *x = fgt_ok(fg_view_transpose(base, 0, 1), "t");  /* (6, 7), strided */
+    fg_tensor *x = fgt_ok(fg_view_transpose(base, 0, 1), "t");          /* (6, 7), strided */
     fg_set_requires_grad(x, 1);
     fg_tensor *out = fgt_ok(fg_dropout(x, p, seed, stream), "dropout");
     fg_tensor *dy = fgt_rand(FG_F64, FGT_DIMS(6, 7), 2);
@@ -488,7 +490,8 @@ Test(dropout, mask_follows_philox_and_the_backward_uses_the_same_mask) {
         int keep = fg_philox_u32(seed, stream, (uint64_t)k) >= thr;
         double o = fg_get(out, k), g = fg_get(x->grad, k);
         cr_assert_eq(o, keep ? fg_get(x, k) * scale : 0.0, "forward element %lld: %g (keep %d)", (long long)k, o, keep);
-        cr_assert_eq(g, keep ? fg_get(dy, k) * scale : 0.0, "backward element %lld: %g (keep %d)", (long long)k, g, keep);
+        cr_assert_eq(g, keep ? fg_get(dy, k) * scale : 0.0, "backward element %lld: %g (keep %d)", (long long)k, g,
+                     keep);
     }
     fg_release(dy), fg_release(out), fg_release(x), fg_release(base);
 }
@@ -505,7 +508,8 @@ Test(dropout, different_seeds_and_streams_give_different_masks) {
 
 Test(dropout, backward_matches_numeric) {
     const drop_arg args[3] = {{0.25, 3, 0}, {0.5, 4, 1}, {0.9, 5, 2}};
-    fg_tensor *xs[3] = {fgt_rand(FG_F64, FGT_DIMS(5, 7), 1), fgt_rand(FG_F64, FGT_DIMS(1), 2), transposed_rand(FG_F64, 4, 9, 3)};
+    fg_tensor *xs[3] = {fgt_rand(FG_F64, FGT_DIMS(5, 7), 1), fgt_rand(FG_F64, FGT_DIMS(1), 2),
+                        transposed_rand(FG_F64, 4, 9, 3)};
     for (int k = 0; k < 3; k++) {
         fg_set_requires_grad(xs[k], 1);
         FGT_GRADCHECK("dropout", dropout_fn, &xs[k], 1, (void *)&args[k]);

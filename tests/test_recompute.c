@@ -229,8 +229,10 @@ Test(recompute, bench_attention_csv_has_the_columns_and_flash_memory_is_linear_n
     char line[2048];
     cr_assert(fgets(line, sizeof line, f), "empty CSV");
     /* the columns plots.gp and the study read, at the positions it reads them */
-    const char *want[] = {"impl", "b", "h", "nq", "nk", "d", "causal", "dropout", "block_q", "block_k", "fwd_ms",
-                          "bwd_ms", "fwd_gflops", "bwd_gflops", "fwd_peak_bytes", "bwd_peak_bytes", "peak_rss_kb"};
+    const char *want[] = {
+        "impl",       "b",       "h",      "nq",     "nk",         "d",          "causal",         "dropout",
+        "block_q",    "block_k", "fwd_ms", "bwd_ms", "fwd_gflops", "bwd_gflops", "fwd_peak_bytes", "bwd_peak_bytes",
+        "peak_rss_kb"};
     {
         char hdr[2048];
         snprintf(hdr, sizeof hdr, "%s", line);
@@ -271,10 +273,12 @@ Test(recompute, bench_attention_csv_has_the_columns_and_flash_memory_is_linear_n
         double(*pk)[4] = pass ? bwd : fwd;
         double sn = loglog_slope(n_[0], pk[0], 4), sf = loglog_slope(n_[1], pk[1], 4);
         double rn = pk[0][3] / pk[0][2], rf = pk[1][3] / pk[1][2];
-        cr_expect(sn > 1.6 && rn > 3.3, "naive %s peak bytes should grow ~N^2: log-log slope %.2f, 512->1024 x%.2f (%g .. %g)",
-                  what[pass], sn, rn, pk[0][0], pk[0][3]);
-        cr_expect(sf < 1.15 && rf < 2.3, "flash %s peak bytes should grow ~N: log-log slope %.2f, 512->1024 x%.2f (%g .. %g)",
-                  what[pass], sf, rf, pk[1][0], pk[1][3]);
+        cr_expect(sn > 1.6 && rn > 3.3,
+                  "naive %s peak bytes should grow ~N^2: log-log slope %.2f, 512->1024 x%.2f (%g .. %g)", what[pass],
+                  sn, rn, pk[0][0], pk[0][3]);
+        cr_expect(sf < 1.15 && rf < 2.3,
+                  "flash %s peak bytes should grow ~N: log-log slope %.2f, 512->1024 x%.2f (%g .. %g)", what[pass], sf,
+                  rf, pk[1][0], pk[1][3]);
         cr_expect(pk[1][3] < pk[0][3] / 4, "at N=1024 flash %s peak %g is not well below naive's %g", what[pass],
                   pk[1][3], pk[0][3]);
     }
@@ -316,8 +320,8 @@ Test(recompute, bench_train_losses_are_identical_across_settings, .timeout = 300
     cr_expect_str_eq(attn, none, "attn: '%s', none: '%s'", attn, none);
     cr_expect_str_eq(block, none, "block: '%s', none: '%s'", block, none);
     /* the setting took effect: recomputation keeps fewer activations alive during a step */
-    cr_expect(pk_attn < pk_none && pk_block < pk_attn, "peak bytes none %lld, attn %lld, block %lld: expected decreasing",
-              pk_none, pk_attn, pk_block);
+    cr_expect(pk_attn < pk_none && pk_block < pk_attn,
+              "peak bytes none %lld, attn %lld, block %lld: expected decreasing", pk_none, pk_attn, pk_block);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s bench train --recompute full --steps 1 --warmup-steps 1 2>&1", fg_bin());
     int st = run_cmd(cmd, log, sizeof log);

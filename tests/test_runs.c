@@ -35,8 +35,9 @@ static void need_bin(void) {
 }
 
 /* A tiny model: a run of a few hundred steps takes well under a second. */
-#define TINY "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --eval-every 0 " \
-             "--eval-iters 1 --eval-problems 10 --samples 0 --threads 1"
+#define TINY                                                                                                           \
+    "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --eval-every 0 "                     \
+    "--eval-iters 1 --eval-problems 10 --samples 0 --threads 1"
 
 /* `flashgrad <args>` in the test folder, stderr included in log; returns the exit status. */
 static int run(const char *args, char *log, size_t n) {
@@ -127,7 +128,8 @@ Test(runs, a_fresh_run_refuses_a_folder_that_holds_another_run, .init = setup, .
     fputs("step,loss,lr,grad_norm,tokens_per_s,val_loss\n1,2.5,0.001,1.0,100.0,\n", f);
     fclose(f);
     st = run("train " TINY " --steps 3 --out l", log, sizeof log);
-    cr_expect(st == 2 && strstr(log, "log.csv") && strstr(log, "--overwrite"), "log-only folder: exit %d:\n%s", st, log);
+    cr_expect(st == 2 && strstr(log, "log.csv") && strstr(log, "--overwrite"), "log-only folder: exit %d:\n%s", st,
+              log);
     size_t n;
     char *kept = slurp("l/log.csv", &n);
     cr_expect(kept && strstr(kept, "1,2.5,0.001"), "the earlier log was replaced");
@@ -305,7 +307,8 @@ Test(runs, a_closed_stdout_does_not_stop_training, .init = setup, .fini = teardo
     char cmd[2048], log[8192];
     /* head exits after one line; every later line the run prints meets a closed pipe */
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && bash -c \"'%s' train " TINY " --steps 400 --log-every 1 --out p 2>err.log | head -n 1 >/dev/null;"
+             "cd '%s' && bash -c \"'%s' train " TINY
+             " --steps 400 --log-every 1 --out p 2>err.log | head -n 1 >/dev/null;"
              " exit \\${PIPESTATUS[0]}\"",
              dir, fgt_bin());
     int st = fgt_run_cmd(cmd, log, sizeof log);

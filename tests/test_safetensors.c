@@ -66,8 +66,8 @@ static void cn_str(canon *c, const char *s) {
     memcpy(c->b + c->n, s, k);
     c->n += k;
 }
-static void cn_tensor(canon *c, const char *name, const char *dtype, int ndim, const int64_t *shape,
-                      uint64_t begin, uint64_t end) {
+static void cn_tensor(canon *c, const char *name, const char *dtype, int ndim, const int64_t *shape, uint64_t begin,
+                      uint64_t end) {
     cn_str(c, name);
     cn_str(c, dtype);
     cn_u64(c, (uint64_t)ndim);
@@ -114,17 +114,16 @@ static void build_ckpt(ckpt *c, const char *path) {
     cr_assert_eq(fg_st_writer_add_tensor(w, "wte", c->wte), FG_OK, "%s", fg_last_error());
     cr_assert_eq(fg_st_writer_add_tensor(w, "ln.bias", c->bias), FG_OK, "%s", fg_last_error());
     cr_assert_eq(fg_st_writer_add_tensor(w, "perm", c->perm), FG_OK, "%s", fg_last_error());
-    cr_assert_eq(fg_st_writer_add_copy(w, "step", FG_ST_I64, 0, NULL, &step_copy), FG_OK, "%s",
-                 fg_last_error());
+    cr_assert_eq(fg_st_writer_add_copy(w, "step", FG_ST_I64, 0, NULL, &step_copy), FG_OK, "%s", fg_last_error());
     step_copy = 0; /* the copy was taken at add time */
     cr_assert_eq(fg_st_writer_add_copy(w, "rng", FG_ST_U8, 1, s_rng, c->rng), FG_OK);
     cr_assert_eq(fg_st_writer_add(w, "opt.m", FG_ST_I32, 2, s_m, c->m), FG_OK);
-    cr_assert_eq(fg_st_writer_add(w, "empty", FG_ST_F32, 2, s_empty, NULL), FG_OK, "%s",
-                 fg_last_error());
-    cr_assert_eq(fg_st_writer_set_metadata(w, "config", "{\"n_layer\": 2, \"path\": \"a\\\\b\"}"),
+    cr_assert_eq(fg_st_writer_add(w, "empty", FG_ST_F32, 2, s_empty, NULL), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_st_writer_set_metadata(w, "config", "{\"n_layer\": 2, \"path\": \"a\\\\b\"}"), FG_OK);
+    cr_assert_eq(fg_st_writer_set_metadata(w, "note",
+                                           "h\xc3\xa9llo\n\ttab \xe2\x98\x83 "
+                                           "\xf0\x9d\x84\x9e \x01"),
                  FG_OK);
-    cr_assert_eq(fg_st_writer_set_metadata(w, "note", "h\xc3\xa9llo\n\ttab \xe2\x98\x83 "
-                                                      "\xf0\x9d\x84\x9e \x01"), FG_OK);
     cr_assert_eq(fg_st_writer_set_metadata(w, "step", "11"), FG_OK);
     cr_assert_eq(fg_st_writer_set_metadata(w, "step", "12"), FG_OK); /* replaces */
     cr_assert_eq(fg_st_writer_write(w, path), FG_OK, "%s", fg_last_error());
@@ -138,8 +137,8 @@ static void free_ckpt(ckpt *c) {
     fg_release(c->wte);
 }
 
-static void expect_array(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim,
-                         const int64_t *shape, const void *bytes, size_t nbytes) {
+static void expect_array(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape,
+                         const void *bytes, size_t nbytes) {
     const fg_st_array *a = fg_st_find(f, name);
     cr_assert_not_null(a, "'%s' missing", name);
     cr_expect_eq(a->dtype, dt, "'%s': dtype %s", name, fg_st_dtype_name(a->dtype));
@@ -165,8 +164,7 @@ Test(safetensors, round_trip_keeps_arrays_and_metadata) {
 
     cr_assert_eq(fg_st_count(f), 7, "count %d", fg_st_count(f));
     const char *order[7] = {"empty", "ln.bias", "opt.m", "perm", "rng", "step", "wte"};
-    for (int i = 0; i < 7; i++)
-        cr_expect_str_eq(fg_st_at(f, i)->name, order[i], "entry %d", i);
+    for (int i = 0; i < 7; i++) cr_expect_str_eq(fg_st_at(f, i)->name, order[i], "entry %d", i);
 
     expect_array(f, "wte", FG_ST_F32, 2, c.wte->shape, fg_data(c.wte), 48);
     expect_array(f, "ln.bias", FG_ST_F64, 1, c.bias->shape, fg_data(c.bias), 40);
@@ -221,8 +219,8 @@ Test(safetensors, round_trip_keeps_arrays_and_metadata) {
 
     fg_tensor *t = fg_st_tensor(f, "wte");
     cr_assert_not_null(t, "%s", fg_last_error());
-    cr_expect(fg_same_shape(t, c.wte) && t->dtype == FG_F32 &&
-              memcmp(fg_data(t), fg_data(c.wte), 48) == 0, "wte tensor differs");
+    cr_expect(fg_same_shape(t, c.wte) && t->dtype == FG_F32 && memcmp(fg_data(t), fg_data(c.wte), 48) == 0,
+              "wte tensor differs");
     fg_release(t);
     t = fg_st_tensor(f, "ln.bias");
     cr_assert_not_null(t, "%s", fg_last_error());
@@ -273,10 +271,9 @@ Test(safetensors, flipped_data_byte_is_a_checksum_error) {
         fg_st_file *f = fg_st_parse(raw, n, path);
         cr_expect_null(f, "flip at %zu accepted", pos);
         cr_expect_eq(fg_last_status(), FG_ERR_FORMAT);
-        cr_expect(strstr(fg_last_error(), "checksum mismatch in tensor data (file corrupted)"),
-                  "flip at %zu: %s", pos, fg_last_error());
-        cr_expect(strncmp(fg_last_error(), path, strlen(path)) == 0, "no file name: %s",
+        cr_expect(strstr(fg_last_error(), "checksum mismatch in tensor data (file corrupted)"), "flip at %zu: %s", pos,
                   fg_last_error());
+        cr_expect(strncmp(fg_last_error(), path, strlen(path)) == 0, "no file name: %s", fg_last_error());
         fg_st_close(f);
         raw[pos] ^= 0x10;
     }
@@ -311,8 +308,7 @@ Test(safetensors, any_edit_of_the_header_content_is_a_checksum_error) {
         memcpy(b + at, edits[e].to, strlen(edits[e].to));
         fg_st_file *f = fg_st_parse(b, n, path);
         cr_expect_null(f, "%s edited in place was accepted", edits[e].what);
-        cr_expect(strstr(fg_last_error(), "checksum mismatch in the header"), "%s: %s", edits[e].what,
-                  fg_last_error());
+        cr_expect(strstr(fg_last_error(), "checksum mismatch in the header"), "%s: %s", edits[e].what, fg_last_error());
         fg_st_close(f);
         free(b);
     }
@@ -360,8 +356,9 @@ Test(safetensors, a_digest_wrong_only_in_its_low_byte_is_refused) {
         memcpy(b + d, hex, 16);
         fg_st_file *f = fg_st_parse(b, n, path);
         cr_expect_null(f, "%s digest off by its low bit was accepted", which ? "data" : "header");
-        cr_expect(strstr(fg_last_error(), which ? "checksum mismatch in tensor data" : "checksum mismatch in the header"),
-                  "%s", fg_last_error());
+        cr_expect(
+            strstr(fg_last_error(), which ? "checksum mismatch in tensor data" : "checksum mismatch in the header"),
+            "%s", fg_last_error());
         fg_st_close(f);
         free(b);
     }
@@ -409,7 +406,8 @@ Test(safetensors, the_header_digest_ignores_json_layout_and_older_files_still_re
     char json[400];
     snprintf(json, sizeof json,
              "{ \"t\" : {\"shape\": [ 2 ], \"data_offsets\": [0, 8], \"dtype\": \"F32\"},\n"
-             "  \"__metadata__\": {\"fg_checksum\": \"%s\", \"\\u006b\": \"v\\u00e9\", \"a\": \"1\"} }", sum);
+             "  \"__metadata__\": {\"fg_checksum\": \"%s\", \"\\u006b\": \"v\\u00e9\", \"a\": \"1\"} }",
+             sum);
     size_t n;
     unsigned char *b = make_st(json, 3, 8, &n);
     memcpy(b + n - 8, x, 8);
@@ -459,8 +457,10 @@ Test(safetensors, truncated_file_reports_both_sizes) {
 
     write_bytes(path, raw, 8 + hl / 2);
     cr_expect_null(fg_st_load(path));
-    snprintf(want, sizeof want, "%s: truncated (header says %zu bytes of header, file has %zu after "
-             "the length)", path, hl, hl / 2);
+    snprintf(want, sizeof want,
+             "%s: truncated (header says %zu bytes of header, file has %zu after "
+             "the length)",
+             path, hl, hl / 2);
     cr_expect_str_eq(fg_last_error(), want);
 
     write_bytes(path, raw, 5);
@@ -482,11 +482,11 @@ Test(safetensors, reads_check_name_dtype_and_shape) {
     double buf[12];
     int64_t s43[2] = {4, 3}, s34[2] = {3, 4};
     cr_expect_eq(fg_st_read(f, "wte", FG_ST_F64, 2, s43, buf), FG_ERR_DTYPE);
-    cr_expect(strstr(fg_last_error(), "tensor 'wte' is F32 (4, 3) in the file, expected F64 (4, 3)"),
-              "%s", fg_last_error());
+    cr_expect(strstr(fg_last_error(), "tensor 'wte' is F32 (4, 3) in the file, expected F64 (4, 3)"), "%s",
+              fg_last_error());
     cr_expect_eq(fg_st_read(f, "wte", FG_ST_F32, 2, s34, buf), FG_ERR_SHAPE);
-    cr_expect(strstr(fg_last_error(), "tensor 'wte' is F32 (4, 3) in the file, expected F32 (3, 4)"),
-              "%s", fg_last_error());
+    cr_expect(strstr(fg_last_error(), "tensor 'wte' is F32 (4, 3) in the file, expected F32 (3, 4)"), "%s",
+              fg_last_error());
     cr_expect_eq(fg_st_read(f, "wpe", FG_ST_F32, 2, s43, buf), FG_ERR_ARG);
     cr_expect(strstr(fg_last_error(), "no tensor named 'wpe'"), "%s", fg_last_error());
     cr_expect_null(fg_st_find(f, "wpe"));
@@ -540,13 +540,12 @@ Test(safetensors, refuses_malformed_headers_with_a_reason) {
         {"{\"a\":" T1 ",\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
          "tensors 'a' and 'b' overlap"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12,
-         "data bytes [4, 8) belong to no tensor (a hole before 'b')"},
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+         12, "data bytes [4, 8) belong to no tensor (a hole before 'b')"},
         {"{\"a\":" T1 "}", 12, "the last 4 bytes of the file belong to no tensor"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,4]}}", 8,
          "data_offsets [8, 4] end before they begin"},
-        {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
-         "tensor 'a': unknown dtype 'F33'"},
+        {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "tensor 'a': unknown dtype 'F33'"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "tensor 'a': entry lacks 'data_offsets'"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"foo\":1}}", 8,
          "tensor 'a': unexpected key 'foo'"},
@@ -572,8 +571,7 @@ Test(safetensors, refuses_malformed_headers_with_a_reason) {
          "negative number for a shape dimension"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8,
          "a shape dimension must be an integer"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[[2]],\"data_offsets\":[0,8]}}", 8,
-         "expected a shape dimension"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[[2]],\"data_offsets\":[0,8]}}", 8, "expected a shape dimension"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}", 8,
          "more than 8 dimensions"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,9]}}", 8,
@@ -581,7 +579,8 @@ Test(safetensors, refuses_malformed_headers_with_a_reason) {
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", 8,
          "number too large for a shape dimension"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
-         "\"data_offsets\":[0,8]}}", 8, "shape (4294967296, 4294967296, 4294967296) is too large"},
+         "\"data_offsets\":[0,8]}}",
+         8, "shape (4294967296, 4294967296, 4294967296) is too large"},
         {"{\"a\":5}", 8, "expected '{' (the entry of tensor 'a')"},
         {"[]", 0, "expected '{' (the header object) at header byte 0"},
         {"{} x", 0, "unexpected data after the header object at header byte 3"},
@@ -610,8 +609,7 @@ Test(safetensors, refuses_malformed_headers_with_a_reason) {
         fg_clear_error();
         fg_st_file *f = fg_st_parse(b, n, "bad.safetensors");
         cr_expect_null(f, "case %zu (%s) was accepted", i, cases[i].json);
-        cr_expect_eq(fg_last_status(), FG_ERR_FORMAT, "case %zu: status %d (%s)", i,
-                     fg_last_status(), fg_last_error());
+        cr_expect_eq(fg_last_status(), FG_ERR_FORMAT, "case %zu: status %d (%s)", i, fg_last_status(), fg_last_error());
         cr_expect(strstr(fg_last_error(), cases[i].want) != NULL &&
                       strncmp(fg_last_error(), "bad.safetensors: ", 17) == 0,
                   "case %zu: message \"%s\" lacks \"%s\"", i, fg_last_error(), cases[i].want);
@@ -650,16 +648,13 @@ Test(safetensors, refuses_impossible_header_lengths) {
     unsigned char b[16] = {0};
     b[5] = 1; /* 2^40 */
     cr_expect_null(fg_st_parse(b, sizeof b, "x.st"));
-    cr_expect(strstr(fg_last_error(), "x.st: header length 1099511627776 is implausible"), "%s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), "x.st: header length 1099511627776 is implausible"), "%s", fg_last_error());
     memset(b, 0, sizeof b);
     b[0] = 9;
     cr_expect_null(fg_st_parse(b, sizeof b, "x.st"));
-    cr_expect(strstr(fg_last_error(), "truncated (header says 9 bytes of header, file has 8"), "%s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), "truncated (header says 9 bytes of header, file has 8"), "%s", fg_last_error());
     cr_expect_null(fg_st_parse(b, 0, NULL));
-    cr_expect(strstr(fg_last_error(), "safetensors: truncated (file has 0 bytes"), "%s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), "safetensors: truncated (file has 0 bytes"), "%s", fg_last_error());
 }
 
 /* ---- files from other writers ---- */
@@ -667,11 +662,10 @@ Test(safetensors, refuses_impossible_header_lengths) {
 Test(safetensors, accepts_valid_files_from_other_writers) {
     /* no checksum, no metadata, whitespace, keys in another order, escaped names, an unaligned
      * F32 (after 3 bytes of U8) and a zero-size tensor placed between the others */
-    const char *json =
-        "{\n  \"b\\u00e9\\/x\" : { \"shape\" : [ 3 ], \"dtype\" : \"U8\", \"data_offsets\" : [0, 3] },\n"
-        "  \"w\\ud834\\udd1e\": {\"data_offsets\": [3, 11], \"dtype\": \"F32\", \"shape\": [2, 1]},\n"
-        "  \"z\": {\"dtype\": \"BF16\", \"shape\": [0], \"data_offsets\": [11, 11]},\n"
-        "  \"h\": {\"dtype\": \"F16\", \"shape\": [1], \"data_offsets\": [11, 13]}\n}";
+    const char *json = "{\n  \"b\\u00e9\\/x\" : { \"shape\" : [ 3 ], \"dtype\" : \"U8\", \"data_offsets\" : [0, 3] },\n"
+                       "  \"w\\ud834\\udd1e\": {\"data_offsets\": [3, 11], \"dtype\": \"F32\", \"shape\": [2, 1]},\n"
+                       "  \"z\": {\"dtype\": \"BF16\", \"shape\": [0], \"data_offsets\": [11, 11]},\n"
+                       "  \"h\": {\"dtype\": \"F16\", \"shape\": [1], \"data_offsets\": [11, 13]}\n}";
     size_t n;
     unsigned char *b = make_st(json, 5, 13, &n);
     float w[2] = {1.5f, -2.25f};
@@ -860,8 +854,7 @@ Test(safetensors, python_reads_ours_and_we_read_pythons) {
     fg_tensor *x = fg_st_tensor(f, "x");
     cr_assert_not_null(x, "%s", fg_last_error());
     cr_expect(x->ndim == 2 && x->shape[0] == 2 && x->shape[1] == 3);
-    for (int k = 0; k < 6; k++)
-        cr_expect_eq(fg_get(x, k), (double)(float)formula(k), "x[%d] = %g", k, fg_get(x, k));
+    for (int k = 0; k < 6; k++) cr_expect_eq(fg_get(x, k), (double)(float)formula(k), "x[%d] = %g", k, fg_get(x, k));
     fg_release(x);
     int64_t s3[1] = {3};
     int64_t dst_shape[1] = {3};

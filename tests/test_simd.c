@@ -91,16 +91,17 @@ Test(simd, vexp_is_within_one_ulp_of_exp_on_every_level) {
                      fg_simd_name(lv), (long long)n_nonzero_below, nonzero_below);
         cr_expect_eq(differ, 0, "%s: %lld results differ from fg_expf_ref, the first at x = %a", fg_simd_name(lv),
                      (long long)differ, first_differ);
-        fprintf(stderr, "[simd] vexp %s: %lld inputs >= %g, worst %.3f ulp (at %.7g)\n", fg_simd_name(lv),
-                (long long)n, (double)FG_VEXP_LO, worst, worst_x);
+        fprintf(stderr, "[simd] vexp %s: %lld inputs >= %g, worst %.3f ulp (at %.7g)\n", fg_simd_name(lv), (long long)n,
+                (double)FG_VEXP_LO, worst, worst_x);
     }
     free(x);
     free(y);
 }
 
 Test(simd, vexp_special_values_and_tails) {
-    const float in[] = {-INFINITY, INFINITY, NAN, 0.0f, -0.0f, 1.0f, -1.0f, 88.72283f, 88.7229f, 89.0f, 1e30f,
-                        -87.33655f, -87.3f, -87.29999f, -103.9f, -103.98f, -104.0f, -1e30f, 0x1p-30f, -0x1p-30f, 0.5f * 0.6931472f};
+    const float in[] = {-INFINITY, INFINITY, NAN,     0.0f,   -0.0f,      1.0f,      -1.0f,
+                        88.72283f, 88.7229f, 89.0f,   1e30f,  -87.33655f, -87.3f,    -87.29999f,
+                        -103.9f,   -103.98f, -104.0f, -1e30f, 0x1p-30f,   -0x1p-30f, 0.5f * 0.6931472f};
     const int n = (int)(sizeof in / sizeof in[0]);
     const fg_simd_level best = fg_simd_detect();
     for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
@@ -111,13 +112,19 @@ Test(simd, vexp_special_values_and_tails) {
             for (int i = 0; i < 32; i++) y[i] = guard;
             memcpy(y, in, (size_t)len * sizeof(float));
             fg_vexp_f32(y, y, len);
-            for (int i = len; i < 32; i++) cr_assert_eq(y[i], guard, "%s len %d: wrote past the end at %d", fg_simd_name(lv), len, i);
+            for (int i = len; i < 32; i++)
+                cr_assert_eq(y[i], guard, "%s len %d: wrote past the end at %d", fg_simd_name(lv), len, i);
             for (int i = 0; i < len; i++) {
                 const double t = exp((double)in[i]);
-                if (isnan(in[i])) cr_expect(isnan(y[i]), "%s: exp(NaN) = %a", fg_simd_name(lv), y[i]);
-                else if (isinf((float)t)) cr_expect(isinf(y[i]) && y[i] > 0, "%s: exp(%a) = %a, want +inf", fg_simd_name(lv), in[i], y[i]);
-                else if (in[i] < FG_VEXP_LO) cr_expect(y[i] == 0, "%s: exp(%a) = %a, want 0 (flushed)", fg_simd_name(lv), in[i], y[i]);
-                else cr_expect(ulp_error(in[i], y[i]) <= 1.0, "%s: exp(%a) = %a, libm %a", fg_simd_name(lv), in[i], y[i], t);
+                if (isnan(in[i]))
+                    cr_expect(isnan(y[i]), "%s: exp(NaN) = %a", fg_simd_name(lv), y[i]);
+                else if (isinf((float)t))
+                    cr_expect(isinf(y[i]) && y[i] > 0, "%s: exp(%a) = %a, want +inf", fg_simd_name(lv), in[i], y[i]);
+                else if (in[i] < FG_VEXP_LO)
+                    cr_expect(y[i] == 0, "%s: exp(%a) = %a, want 0 (flushed)", fg_simd_name(lv), in[i], y[i]);
+                else
+                    cr_expect(ulp_error(in[i], y[i]) <= 1.0, "%s: exp(%a) = %a, libm %a", fg_simd_name(lv), in[i], y[i],
+                              t);
             }
         }
     }
@@ -146,7 +153,8 @@ Test(simd, smallgemm_matches_a_double_reference_and_every_level_gives_the_same_b
         const int64_t rsa = transA ? 1 : lda, csa = transA ? lda : 1;
         const size_t na = (size_t)((transA ? k : m) * lda + 1), nb = (size_t)(k * ldb + 1), nc = (size_t)(m * ldc + 1);
         float *A = malloc(na * sizeof(float)), *Bm = malloc(nb * sizeof(float)), *C0 = malloc(nc * sizeof(float));
-        float *C = malloc(nc * sizeof(float)), *Cref = malloc(nc * sizeof(float)), *rs = malloc((size_t)(m + 1) * sizeof(float));
+        float *C = malloc(nc * sizeof(float)), *Cref = malloc(nc * sizeof(float)),
+              *rs = malloc((size_t)(m + 1) * sizeof(float));
         for (size_t i = 0; i < na; i++) A[i] = frand(&seed);
         for (size_t i = 0; i < nb; i++) Bm[i] = frand(&seed);
         for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
@@ -174,9 +182,11 @@ Test(simd, smallgemm_matches_a_double_reference_and_every_level_gives_the_same_b
                 const double want = mode == 0 ? alpha * t : mode == 1 ? old + alpha * t : rs[r] * old + alpha * t;
                 const double bound = (double)(k + 3) * FLT_EPSILON * (fabs(alpha) * mag + fabs(old) + 1e-30);
                 const double e = fabs(got - want);
-                cr_assert(e <= bound, "case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.9g, want %.9g "
-                          "(bound %.3g)", cs, (long long)m, (long long)n, (long long)k, transA, mode, (long long)r,
-                          (long long)c, got, want, bound);
+                cr_assert(e <= bound,
+                          "case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.9g, want %.9g "
+                          "(bound %.3g)",
+                          cs, (long long)m, (long long)n, (long long)k, transA, mode, (long long)r, (long long)c, got,
+                          want, bound);
                 if (e / (bound + 1e-300) > worst) worst = e / bound;
             }
         for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++) {
@@ -184,10 +194,12 @@ Test(simd, smallgemm_matches_a_double_reference_and_every_level_gives_the_same_b
             memcpy(C, C0, nc * sizeof(float));
             fg_sgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, C, ldc, mode == 2 ? rs : NULL, mode != 0);
             for (size_t i = 0; i < nc; i++)
-                cr_assert(memcmp(&C[i], &Cref[i], sizeof(float)) == 0,
-                          "case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu (row %lld col "
-                          "%lld): %a vs %a", cs, (long long)m, (long long)n, (long long)k, transA, mode, fg_simd_name(lv), i,
-                          (long long)(i / (size_t)ldc), (long long)(i % (size_t)ldc), C[i], Cref[i]);
+                cr_assert(
+                    memcmp(&C[i], &Cref[i], sizeof(float)) == 0,
+                    "case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu (row %lld col "
+                    "%lld): %a vs %a",
+                    cs, (long long)m, (long long)n, (long long)k, transA, mode, fg_simd_name(lv), i,
+                    (long long)(i / (size_t)ldc), (long long)(i % (size_t)ldc), C[i], Cref[i]);
         }
         free(A);
         free(Bm);
@@ -252,7 +264,8 @@ Test(simd, pool_runs_every_item_once_for_any_thread_count) {
         for (int64_t i = 0; i < 10; i++) atomic_store(&hits[i], 0);
         pool_probe p = {.hits = hits, .threads = threads};
         fg_pool_run(10, nested_outer, &p, FG_POOL_BLAS_SERIAL);
-        for (int64_t i = 0; i < 10; i++) cr_assert_eq(atomic_load(&hits[i]), 1, "nested: outer item %lld", (long long)i);
+        for (int64_t i = 0; i < 10; i++)
+            cr_assert_eq(atomic_load(&hits[i]), 1, "nested: outer item %lld", (long long)i);
         cr_assert_eq(atomic_load(&p.nested_calls), 30, "nested: %d inner calls, want 30", atomic_load(&p.nested_calls));
         cr_assert_eq(atomic_load(&p.bad_worker), 0, "nested: an inner call ran on a worker other than 0");
         cr_assert(!fg_pool_in_run(), "fg_pool_in_run() is 1 after the run");
@@ -282,7 +295,8 @@ static void gather_item(void *ctx, int64_t item, int worker) {
     long long zero = 0;
     atomic_compare_exchange_strong(&g->deadline_ms, &zero, now_ms() + 10000);
     atomic_fetch_or(&g->seen_mask, 1 << worker);
-    while (__builtin_popcount((unsigned)atomic_load(&g->seen_mask)) < g->want && now_ms() < atomic_load(&g->deadline_ms))
+    while (__builtin_popcount((unsigned)atomic_load(&g->seen_mask)) < g->want &&
+           now_ms() < atomic_load(&g->deadline_ms))
         usleep(100);
 }
 
@@ -349,9 +363,10 @@ typedef struct {
     float *o, *lse, *lo, *dq, *dk, *dv;
 } flash_out;
 
-static void flash_run_once(const fg_attn_problem *pr, const float *q, const float *k, const float *v,
-                           const float *dout, flash_out *r) {
-    const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d), nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
+static void flash_run_once(const fg_attn_problem *pr, const float *q, const float *k, const float *v, const float *dout,
+                           flash_out *r) {
+    const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d),
+                 nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
     const size_t nl = (size_t)(pr->B * pr->H * pr->Nq);
     r->o = malloc(nq * sizeof(float));
     r->lse = malloc(nl * sizeof(float));
@@ -360,8 +375,8 @@ static void flash_run_once(const fg_attn_problem *pr, const float *q, const floa
     r->dk = calloc(nk, sizeof(float));
     r->dv = calloc(nk, sizeof(float));
     cr_assert_eq(fg_attn_flash_forward_lo_f32(r->o, r->lse, r->lo, q, k, v, pr), FG_OK, "%s", fg_last_error());
-    cr_assert_eq(fg_attn_flash_backward_lo_f32(r->dq, r->dk, r->dv, dout, q, k, v, r->o, r->lse, r->lo, pr), FG_OK, "%s",
-                 fg_last_error());
+    cr_assert_eq(fg_attn_flash_backward_lo_f32(r->dq, r->dk, r->dv, dout, q, k, v, r->o, r->lse, r->lo, pr), FG_OK,
+                 "%s", fg_last_error());
 }
 static void flash_out_free(flash_out *r) {
     free(r->o);
@@ -439,7 +454,8 @@ Test(simd, flash_is_bit_identical_for_any_thread_count_and_instruction_set) {
                 fg_pool_set_threads(threads);
                 flash_out r;
                 flash_run_once(&pr, q, k, v, dout, &r);
-                const float *a[6] = {r.o, r.lse, r.lo, r.dq, r.dk, r.dv}, *b[6] = {ref.o, ref.lse, ref.lo, ref.dq, ref.dk, ref.dv};
+                const float *a[6] = {r.o, r.lse, r.lo, r.dq, r.dk, r.dv},
+                            *b[6] = {ref.o, ref.lse, ref.lo, ref.dq, ref.dk, ref.dv};
                 const size_t len[6] = {nq, nq / (size_t)c->d, nq / (size_t)c->d, nq, nk, nk};
                 const char *nm[6] = {"O", "lse", "lse_lo", "dQ", "dK", "dV"};
                 for (int t = 0; t < 6; t++) {
@@ -485,14 +501,16 @@ Test(simd, flash_tile_tables_agree_on_every_operation) {
         px->transpose(ST, NQ, S, NK, NQ, NK);
         for (int r = 0; r < NQ; r++)
             for (int j = 0; j < NK; j++)
-                cr_assert(memcmp(&ST[j * NQ + r], &S[r * NK + j], sizeof(float)) == 0, "%s: transpose (%d, %d)", ln, r, j);
+                cr_assert(memcmp(&ST[j * NQ + r], &S[r * NK + j], sizeof(float)) == 0, "%s: transpose (%d, %d)", ln, r,
+                          j);
         /* gemm: C = rowscale ∘ C + 0.5 · A B, with B given transposed to the portable table */
         px->transpose(BT, D, Bm, NK, D, NK);
         for (int i = 0; i < NQ * NK; i++) C1[i] = C2[i] = frand(&seed);
         px->gemm(0, 0, NQ, NK, D, 0.5f, A, D, Bm, NK, C1, NK, rsc, 1);
         pp->gemm(0, 1, NQ, NK, D, 0.5f, A, D, BT, D, C2, NK, rsc, 1);
         for (int i = 0; i < NQ * NK; i++)
-            cr_assert(fabsf(C1[i] - C2[i]) <= 1e-5f * (1 + fabsf(C2[i])), "%s: gemm [%d] %a vs %a", ln, i, C1[i], C2[i]);
+            cr_assert(fabsf(C1[i] - C2[i]) <= 1e-5f * (1 + fabsf(C2[i])), "%s: gemm [%d] %a vs %a", ln, i, C1[i],
+                      C2[i]);
         /* the online softmax: a first block from m = -inf, then a second one */
         float mx[NQ], lx[NQ], ax[NQ], mp[NQ], lp[NQ], ap[NQ], Sp[NQ * NK];
         for (int r = 0; r < NQ; r++) mx[r] = mp[r] = -INFINITY, lx[r] = lp[r] = 0;
@@ -503,12 +521,13 @@ Test(simd, flash_tile_tables_agree_on_every_operation) {
             px->softmax(ST, NQ, NQ, NK, mx, lx, ax);
             pp->softmax(Sp, NK, NQ, NK, mp, lp, ap);
             for (int r = 0; r < NQ; r++) {
-                cr_assert(memcmp(&mx[r], &mp[r], sizeof(float)) == 0, "%s step %d: m[%d] %a vs %a", ln, step, r, mx[r], mp[r]);
-                cr_assert(rel_diff(lx[r], lp[r]) <= 4e-7f || (lx[r] == 0 && lp[r] == 0), "%s step %d: l[%d] %a vs %a", ln,
-                          step, r, lx[r], lp[r]);
+                cr_assert(memcmp(&mx[r], &mp[r], sizeof(float)) == 0, "%s step %d: m[%d] %a vs %a", ln, step, r, mx[r],
+                          mp[r]);
+                cr_assert(rel_diff(lx[r], lp[r]) <= 4e-7f || (lx[r] == 0 && lp[r] == 0), "%s step %d: l[%d] %a vs %a",
+                          ln, step, r, lx[r], lp[r]);
                 if (mp[r] != -INFINITY) /* a row that has seen no key: alpha is 0 (x86) or 1 (portable), O is 0 */
-                    cr_assert(fabsf(ax[r] - ap[r]) <= 4e-7f * ap[r], "%s step %d: alpha[%d] %a vs %a", ln, step, r, ax[r],
-                              ap[r]);
+                    cr_assert(fabsf(ax[r] - ap[r]) <= 4e-7f * ap[r], "%s step %d: alpha[%d] %a vs %a", ln, step, r,
+                              ax[r], ap[r]);
                 for (int j = 0; j < NK; j++)
                     cr_assert(fabsf(ST[j * NQ + r] - Sp[r * NK + j]) <= 4e-7f * fmaxf(Sp[r * NK + j], 1e-30f) ||
                                   ST[j * NQ + r] == Sp[r * NK + j],
@@ -523,7 +542,8 @@ Test(simd, flash_tile_tables_agree_on_every_operation) {
         px->exp_rows(C1, NK, NQ, NK, L, lo);
         pp->exp_rows(C2, NK, NQ, NK, L, lo);
         for (int i = 0; i < NQ * NK; i++)
-            cr_assert(fabsf(C1[i] - C2[i]) <= 4e-7f * C2[i] || C1[i] == C2[i], "%s: exp_rows [%d] %a vs %a", ln, i, C1[i], C2[i]);
+            cr_assert(fabsf(C1[i] - C2[i]) <= 4e-7f * C2[i] || C1[i] == C2[i], "%s: exp_rows [%d] %a vs %a", ln, i,
+                      C1[i], C2[i]);
         /* dS = P ∘ (dP − D): the same elementwise arithmetic, so the same bits */
         float dS1[NQ * NK], dS2[NQ * NK], Dr[NQ];
         for (int i = 0; i < NQ * NK; i++) dS1[i] = dS2[i] = frand(&seed);
@@ -573,7 +593,8 @@ Test(simd, flash_calls_user_callbacks_on_the_calling_thread_only) {
     flash_out r;
     flash_run_once(&pr, q, k, v, dout, &r);
     cr_expect_gt(atomic_load(&total_calls), 0, "score_mod was never called");
-    cr_expect_eq(atomic_load(&foreign_calls), 0, "%d callback calls came from a pool thread", atomic_load(&foreign_calls));
+    cr_expect_eq(atomic_load(&foreign_calls), 0, "%d callback calls came from a pool thread",
+                 atomic_load(&foreign_calls));
     flash_out_free(&r);
     free(q);
     free(k);

@@ -99,8 +99,7 @@ Test(view, permute_and_slice_index_the_original) {
     cr_expect_not(fg_is_contiguous(p));
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 2; j++)
-            for (int k = 0; k < 3; k++)
-                cr_expect_eq(fg_get(p, (i * 2 + j) * 3 + k), fg_get(t, (j * 3 + k) * 4 + i));
+            for (int k = 0; k < 3; k++) cr_expect_eq(fg_get(p, (i * 2 + j) * 3 + k), fg_get(t, (j * 3 + k) * 4 + i));
     fg_tensor *s = fg_view_slice(t, 1, 1, 3); /* (2, 2, 4): rows 1..2 of dim 1 */
     cr_assert_not_null(s);
     cr_expect_eq(fg_get(s, 0), 4.0);

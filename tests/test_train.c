@@ -234,15 +234,20 @@ Test(train, resume_reproduces_the_uninterrupted_run_bit_for_bit, .init = make_tm
     fg_ckpt_close(ck);
     double l2[N];
     steps(second, N, l2);
-    for (int i = 0; i < N; i++) cr_expect(l1[i] == lf[i], "step %d before the checkpoint: %.17g vs %.17g", i + 1, l1[i], lf[i]);
     for (int i = 0; i < N; i++)
-        cr_expect(l2[i] == lf[N + i], "step %d after resuming: %.17g, uninterrupted %.17g", N + i + 1, l2[i], lf[N + i]);
+        cr_expect(l1[i] == lf[i], "step %d before the checkpoint: %.17g vs %.17g", i + 1, l1[i], lf[i]);
+    for (int i = 0; i < N; i++)
+        cr_expect(l2[i] == lf[N + i], "step %d after resuming: %.17g, uninterrupted %.17g", N + i + 1, l2[i],
+                  lf[N + i]);
     cr_expect(!memcmp(fg_data(second->model->params_flat), fg_data(full->model->params_flat),
-                      fg_nbytes(full->model->params_flat)), "final parameters differ");
-    cr_expect(!memcmp(fg_data(second->opt.m), fg_data(full->opt.m), fg_nbytes(full->opt.m)), "final AdamW first moments differ");
-    cr_expect(!memcmp(fg_data(second->opt.v), fg_data(full->opt.v), fg_nbytes(full->opt.v)), "final AdamW second moments differ");
-    cr_expect_eq(second->opt.t, full->opt.t, "AdamW's step counter: resumed %lld, uninterrupted %lld", (long long)second->opt.t,
-                 (long long)full->opt.t);
+                      fg_nbytes(full->model->params_flat)),
+              "final parameters differ");
+    cr_expect(!memcmp(fg_data(second->opt.m), fg_data(full->opt.m), fg_nbytes(full->opt.m)),
+              "final AdamW first moments differ");
+    cr_expect(!memcmp(fg_data(second->opt.v), fg_data(full->opt.v), fg_nbytes(full->opt.v)),
+              "final AdamW second moments differ");
+    cr_expect_eq(second->opt.t, full->opt.t, "AdamW's step counter: resumed %lld, uninterrupted %lld",
+                 (long long)second->opt.t, (long long)full->opt.t);
     fg_trainer_free(full);
     fg_trainer_free(second);
     fg_source_free(s);
@@ -265,7 +270,8 @@ Test(train, a_step_after_warmup_takes_nothing_from_the_system) {
                  (unsigned long long)mid.system_allocs, (unsigned long long)after.system_allocs);
     cr_expect(mid.system_allocs - before.system_allocs <= 16, "warm steps 3-6 took %llu blocks from the system",
               (unsigned long long)(mid.system_allocs - before.system_allocs));
-    cr_expect_eq(after.current, mid.current, "live bytes between steps changed: %zu -> %zu", mid.current, after.current);
+    cr_expect_eq(after.current, mid.current, "live bytes between steps changed: %zu -> %zu", mid.current,
+                 after.current);
     fg_trainer_free(tr);
     fg_source_free(s);
 }
@@ -307,7 +313,8 @@ Test(train, addition_model_learns_something_quickly, .timeout = 300) {
     steps(tr, (int)c.steps, NULL);
     cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &l1), FG_OK);
     double opt = fg_source_optimal_loss(s);
-    cr_expect(l1 - opt < 0.5 * (l0 - opt), "val loss %g -> %g (optimum %g): less than half the gap closed", l0, l1, opt);
+    cr_expect(l1 - opt < 0.5 * (l0 - opt), "val loss %g -> %g (optimum %g): less than half the gap closed", l0, l1,
+              opt);
     fg_trainer_free(tr);
     fg_source_free(s);
 }
@@ -379,7 +386,8 @@ static void expect_refused(int with_optim, const char *phrase, const char *what)
               phrase);
 }
 
-Test(checkpoint, truncated_corrupted_and_foreign_files_are_refused_by_name, .init = make_tmpdir, .fini = remove_tmpdir) {
+Test(checkpoint, truncated_corrupted_and_foreign_files_are_refused_by_name, .init = make_tmpdir,
+     .fini = remove_tmpdir) {
     void *buf;
     size_t n;
     good_checkpoint(&buf, &n);
@@ -564,13 +572,16 @@ Test(cli, train_rejects_bad_flags_and_bad_data_with_one_line, .init = make_tmpdi
 Test(cli, train_and_bench_train_refuse_the_same_settings_alike, .init = make_tmpdir, .fini = remove_tmpdir) {
     need_bin();
     static const char *const bad[] = {
-        "--lr 20",          "--lr 0",          "--min-lr 0.5 --lr 0.1", "--beta1 1",         "--beta2 1",
-        "--weight-decay 1e7", "--grad-clip -1", "--dropout 1",           "--n-embd 30 --n-head 4", "--block-size 3",
-        "--byte",           "--attn fast",     "--recompute full",      "--device tpu",      "--device cuda",
+        "--lr 20",          "--lr 0",       "--min-lr 0.5 --lr 0.1",
+        "--beta1 1",        "--beta2 1",    "--weight-decay 1e7",
+        "--grad-clip -1",   "--dropout 1",  "--n-embd 30 --n-head 4",
+        "--block-size 3",   "--byte",       "--attn fast",
+        "--recompute full", "--device tpu", "--device cuda",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[1024], tr[2048], be[2048];
-        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' train %s --steps 1 --out o 2>&1 >/dev/null", tmpdir, fg_bin(), bad[i]);
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' train %s --steps 1 --out o 2>&1 >/dev/null", tmpdir, fg_bin(),
+                 bad[i]);
         int st_tr = run_cmd(cmd, tr, sizeof tr);
         snprintf(cmd, sizeof cmd, "cd '%s' && '%s' bench train %s --steps 1 --warmup-steps 1 2>&1 >/dev/null", tmpdir,
                  fg_bin(), bad[i]);
@@ -643,7 +654,8 @@ Test(cli, train_writes_log_checkpoint_and_resumes_to_the_same_curve, .init = mak
 
     /* sampling from it: deterministic for a seed, prompt must be in the vocabulary */
     char cmd[1200], o1[512], o2[512];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' sample --ckpt full --prompt '1+2=' --tokens 8 --seed 5 2>&1", tmpdir, fg_bin());
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' sample --ckpt full --prompt '1+2=' --tokens 8 --seed 5 2>&1", tmpdir,
+             fg_bin());
     cr_expect_eq(run_cmd(cmd, o1, sizeof o1), 0, "sample: %s", o1);
     cr_expect_eq(run_cmd(cmd, o2, sizeof o2), 0);
     cr_expect_str_eq(o1, o2, "the same seed sampled differently");
@@ -652,7 +664,8 @@ Test(cli, train_writes_log_checkpoint_and_resumes_to_the_same_curve, .init = mak
     expect_cli("sample --ckpt full/model.safetensors --tokens 3 --temperature 0", 0, "");
 }
 
-Test(cli, train_on_a_text_file_prints_progress_and_samples, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 300) {
+Test(cli, train_on_a_text_file_prints_progress_and_samples, .init = make_tmpdir, .fini = remove_tmpdir,
+     .timeout = 300) {
     need_bin();
     char p[512];
     write_file(path_in(p, sizeof p, "text.txt"), some_text(), strlen(some_text()));
@@ -718,7 +731,8 @@ Test(cli, ctrl_c_checkpoints_exits_130_and_resume_finishes_the_same_curve, .init
     cr_expect_eq(a, steps);
     cr_expect_eq(b, steps, "interrupted + resumed log has %d rows", b);
     for (int i = 0; i < a && i < b; i++)
-        cr_assert_str_eq(part[i], full[i], "loss at step %d: interrupted+resumed %s, uninterrupted %s", i + 1, part[i], full[i]);
+        cr_assert_str_eq(part[i], full[i], "loss at step %d: interrupted+resumed %s, uninterrupted %s", i + 1, part[i],
+                         full[i]);
     char pa[600], pb[600];
     snprintf(pa, sizeof pa, "%s/full", tmpdir);
     snprintf(pb, sizeof pb, "%s/part", tmpdir);

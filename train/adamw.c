@@ -60,7 +60,9 @@ double fg_grad_norm(const fg_tensor *grads) {
 
 void fg_grad_scale(fg_tensor *grads, double s) {
     const fg_optimizer_kernels *k = optimizer_on(grads->device, "grad_scale");
-    if (k) (void)k->scale(grads->dtype, fg_data(grads), fg_numel(grads), s); /* a failure surfaces at the next checked call */
+    if (k)
+        (void)k->scale(grads->dtype, fg_data(grads), fg_numel(grads),
+                       s); /* a failure surfaces at the next checked call */
 }
 
 double fg_clip_grad_norm(fg_tensor *grads, double clip) {
@@ -73,8 +75,9 @@ double fg_clip_grad_norm(fg_tensor *grads, double clip) {
 }
 
 fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr) {
-    if (g->num_elements != o->n) return fg_error(FG_ERR_SHAPE, "adamw: %lld moments for %lld parameters",
-                                                 (long long)o->n, (long long)g->num_elements);
+    if (g->num_elements != o->n)
+        return fg_error(FG_ERR_SHAPE, "adamw: %lld moments for %lld parameters", (long long)o->n,
+                        (long long)g->num_elements);
     const fg_optimizer_kernels *k = optimizer_on(g->params_flat->device, "adamw");
     if (!k) return fg_last_status();
     /* one span per parameter range: weight decay only where the table says so */
@@ -88,8 +91,8 @@ fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr) {
         const fg_gpt_param *pp = &g->params[j];
         spans[j] = (fg_adamw_span){pp->offset, pp->numel, pp->decay ? 1.0 - lr * c->weight_decay : 1.0};
     }
-    fg_status st = k->adamw(g->cfg.dtype, fg_data(g->params_flat), fg_data(g->grads_flat), fg_data(o->m),
-                            fg_data(o->v), o->n, g->n_params, spans, c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
+    fg_status st = k->adamw(g->cfg.dtype, fg_data(g->params_flat), fg_data(g->grads_flat), fg_data(o->m), fg_data(o->v),
+                            o->n, g->n_params, spans, c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
     free(spans);
     return st;
 }

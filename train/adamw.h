@@ -33,13 +33,13 @@ extern "C" {
 #endif
 
 typedef struct {
-    double lr;            /* peak learning rate */
-    double min_lr;        /* the schedule's floor */
-    int64_t warmup;       /* warm-up steps (0: none) */
-    int64_t decay_steps;  /* the step where the cosine reaches min_lr (nanoGPT's lr_decay_iters) */
+    double lr;           /* peak learning rate */
+    double min_lr;       /* the schedule's floor */
+    int64_t warmup;      /* warm-up steps (0: none) */
+    int64_t decay_steps; /* the step where the cosine reaches min_lr (nanoGPT's lr_decay_iters) */
     double beta1, beta2, eps;
     double weight_decay;
-    double grad_clip;     /* 0: no clipping */
+    double grad_clip; /* 0: no clipping */
 } fg_adamw_config;
 
 /* The learning rate at (0-based) step s. */
@@ -47,9 +47,9 @@ double fg_lr_at(const fg_adamw_config *c, int64_t s);
 
 typedef struct {
     fg_adamw_config cfg;
-    int64_t n;            /* P */
-    fg_tensor *m, *v;     /* (P), zero at the start */
-    int64_t t;            /* updates done */
+    int64_t n;        /* P */
+    fg_tensor *m, *v; /* (P), zero at the start */
+    int64_t t;        /* updates done */
 } fg_adamw;
 
 /* Zeroed moments for P parameters of dtype dt. FG_OK or FG_ERR_OOM / FG_ERR_ARG. */

@@ -31,7 +31,8 @@ struct fg_ckpt {
 };
 
 uint64_t fg_ckpt_params_hash(const fg_gpt *g) {
-    if (g->params_flat->device == FG_CPU) return fg_xxh64(fg_data(g->params_flat), (size_t)fg_nbytes(g->params_flat), 0);
+    if (g->params_flat->device == FG_CPU)
+        return fg_xxh64(fg_data(g->params_flat), (size_t)fg_nbytes(g->params_flat), 0);
     /* a device model hashes a host copy of its buffer (same bytes, same hash); 0 if the copy fails */
     fg_tensor *h = fg_to(g->params_flat, FG_CPU, g->params_flat->dtype);
     uint64_t x = h ? fg_xxh64(fg_data(h), (size_t)fg_nbytes(h), 0) : 0;
@@ -50,7 +51,8 @@ static fg_status join(char *dst, size_t n, const char *dir, const char *file) {
 /* "(96, 32)" */
 static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     size_t k = (size_t)snprintf(buf, n, "(");
-    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    for (int d = 0; d < ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
     if (k < n) snprintf(buf + k, n - k, ")");
     return buf;
 }
@@ -88,7 +90,10 @@ static ck_param *param_table(const fg_gpt_config *mc, int *n) {
         FG_GPT_PARAMS(CK_COLS)
 #undef CK_COLS
     };
-    (void)V; (void)T; (void)C3; (void)C4;
+    (void)V;
+    (void)T;
+    (void)C3;
+    (void)C4;
     const int nk = (int)(sizeof kinds / sizeof kinds[0]);
     int total = 0;
     for (int k = 0; k < nk; k++) total += kinds[k].where == 1 ? mc->n_layer : 1;
@@ -138,14 +143,26 @@ static size_t utf8_len(const unsigned char *p, size_t n) {
     if (c < 0x80) return 1;
     size_t len;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) { len = 3; lo = 0xA0; }
-    else if (c == 0xED) { len = 3; hi = 0x9F; }
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) { len = 4; lo = 0x90; }
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) { len = 4; hi = 0x8F; }
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c == 0xE0) {
+        len = 3;
+        lo = 0xA0;
+    } else if (c == 0xED) {
+        len = 3;
+        hi = 0x9F;
+    } else if (c >= 0xE1 && c <= 0xEF)
+        len = 3;
+    else if (c == 0xF0) {
+        len = 4;
+        lo = 0x90;
+    } else if (c >= 0xF1 && c <= 0xF3)
+        len = 4;
+    else if (c == 0xF4) {
+        len = 4;
+        hi = 0x8F;
+    } else
+        return 0;
     if (n < len || p[1] < lo || p[1] > hi) return 0;
     for (size_t i = 2; i < len; i++)
         if (p[i] < 0x80 || p[i] > 0xBF) return 0;
@@ -221,7 +238,7 @@ typedef struct {
     const char *path;      /* names it in messages */
     fg_status st;          /* the first error; later lookups do nothing */
     int nread;
-    const char *read[64];  /* the keys looked up: the only keys the file may hold */
+    const char *read[64]; /* the keys looked up: the only keys the file may hold */
 } meta_rd;
 
 static void m_fail(meta_rd *r, const char *fmt, ...)
@@ -302,7 +319,8 @@ static int64_t m_int(meta_rd *r, const char *key, int64_t lo, int64_t hi) {
 static uint64_t m_u64(meta_rd *r, const char *key) {
     const char *v = m_need(r, key);
     uint64_t x = 0;
-    if (v && !parse_u64(v, &x)) m_fail(r, "metadata '%s' = '%.40s' is not an unsigned integer in plain decimal", key, v);
+    if (v && !parse_u64(v, &x))
+        m_fail(r, "metadata '%s' = '%.40s' is not an unsigned integer in plain decimal", key, v);
     return x;
 }
 
@@ -313,9 +331,12 @@ static uint64_t m_hex(meta_rd *r, const char *key) {
     int ok = strlen(v) == 16;
     for (int i = 0; ok && i < 16; i++) {
         char c = v[i];
-        if (c >= '0' && c <= '9') x = x << 4 | (uint64_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') x = x << 4 | (uint64_t)(c - 'a' + 10);
-        else ok = 0;
+        if (c >= '0' && c <= '9')
+            x = x << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            x = x << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            ok = 0;
     }
     if (!ok) m_fail(r, "metadata '%s' = '%.40s' is not 16 lowercase hex digits", key, v);
     return x;
@@ -345,7 +366,8 @@ static double m_f64(meta_rd *r, const char *key, double lo, double hi) {
 
 static void m_lit(meta_rd *r, const char *key, const char *want) {
     const char *v = m_need(r, key);
-    if (v && strcmp(v, want)) m_fail(r, "metadata '%s' = '%.40s'; flashgrad writes '%s' there and reads nothing else", key, v, want);
+    if (v && strcmp(v, want))
+        m_fail(r, "metadata '%s' = '%.40s'; flashgrad writes '%s' there and reads nothing else", key, v, want);
 }
 
 /* The index of the value among names[0..n), or -1. */
@@ -357,7 +379,8 @@ static int m_enum(meta_rd *r, const char *key, const char *const *names, int n) 
     char list[200];
     size_t k = 0;
     list[0] = '\0';
-    for (int i = 0; i < n && k < sizeof list; i++) k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
+    for (int i = 0; i < n && k < sizeof list; i++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
     m_fail(r, "metadata '%s' = '%.40s' is none of: %s", key, v, list);
     return -1;
 }
@@ -368,8 +391,10 @@ static void m_path(meta_rd *r, const char *key, char *out, size_t cap, int may_b
     out[0] = '\0';
     if (!v) return;
     if (!path_unescape(v, out, cap))
-        m_fail(r, "metadata '%s' = '%.60s' is not a path as flashgrad stores it ('%%' and bytes outside UTF-8 as "
-               "%%XX), or it is longer than %zu bytes", key, v, cap - 1);
+        m_fail(r,
+               "metadata '%s' = '%.60s' is not a path as flashgrad stores it ('%%' and bytes outside UTF-8 as "
+               "%%XX), or it is longer than %zu bytes",
+               key, v, cap - 1);
     else if (!may_be_empty && !out[0])
         m_fail(r, "metadata '%s' is empty", key);
 }
@@ -380,8 +405,10 @@ static void m_no_other_keys(meta_rd *r) {
     int n = r->f ? fg_st_metadata_count(r->f) : fg_st_writer_metadata_count(r->w);
     for (int i = 0; i < n; i++) {
         const char *k;
-        if (r->f) fg_st_metadata_at(r->f, i, &k, NULL);
-        else fg_st_writer_metadata_at(r->w, i, &k, NULL);
+        if (r->f)
+            fg_st_metadata_at(r->f, i, &k, NULL);
+        else
+            fg_st_writer_metadata_at(r->w, i, &k, NULL);
         int known = r->f && !strcmp(k, ST_CHECKSUM_KEY);
         for (int j = 0; j < r->nread && !known; j++) known = !strcmp(k, r->read[j]);
         if (!known) {
@@ -398,15 +425,18 @@ static void m_kind(meta_rd *r, const char *want) {
     m_known(r, "fg_version");
     const char *kind = m_lookup(r, "fg_kind"), *ver = m_lookup(r, "fg_version");
     if (!kind) {
-        m_fail(r, "not a flashgrad checkpoint (its metadata has no 'fg_kind'; a safetensors file from another program?)");
+        m_fail(r,
+               "not a flashgrad checkpoint (its metadata has no 'fg_kind'; a safetensors file from another program?)");
     } else if (strcmp(kind, want)) {
         if (!strcmp(want, KIND_MODEL) && !strcmp(kind, KIND_OPTIM))
             m_fail(r, "holds optimizer state, not a model (pass the model file or its folder)");
         else
             m_fail(r, "is a '%.40s' file, expected '%s'", kind, want);
     } else if (ver && !strcmp(ver, "1")) {
-        m_fail(r, "written by an older flashgrad (checkpoint format version 1, whose metadata no checksum covers); "
-               "this flashgrad reads version %s only: train again, or use the flashgrad that wrote it", CKPT_VERSION);
+        m_fail(r,
+               "written by an older flashgrad (checkpoint format version 1, whose metadata no checksum covers); "
+               "this flashgrad reads version %s only: train again, or use the flashgrad that wrote it",
+               CKPT_VERSION);
     } else if (!ver || strcmp(ver, CKPT_VERSION)) {
         m_fail(r, "checkpoint version '%.20s' is not supported (this flashgrad reads version %s)", ver ? ver : "(none)",
                CKPT_VERSION);
@@ -442,12 +472,15 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     int data = m_enum(r, "data", data_names, 2);
     if (r->st != FG_OK) return r->st;
     in->model.attn = (fg_attn_impl)attn;
-    if (fg_gpt_config_check(&in->model) != FG_OK) m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
+    if (fg_gpt_config_check(&in->model) != FG_OK)
+        m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
     if (r->st != FG_OK) return r->st;
     *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
-    if (!*tok) m_fail(r, "bad tokenizer: %s", fg_last_error());
+    if (!*tok)
+        m_fail(r, "bad tokenizer: %s", fg_last_error());
     else if (fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
-        m_fail(r, "the tokenizer has %d tokens but vocab_size is %d", fg_tokenizer_vocab_size(*tok), in->model.vocab_size);
+        m_fail(r, "the tokenizer has %d tokens but vocab_size is %d", fg_tokenizer_vocab_size(*tok),
+               in->model.vocab_size);
     if (r->st != FG_OK) return r->st;
     in->tokenizer = *tok;
     in->source = (fg_source_kind)data;
@@ -461,9 +494,12 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
         /* the task's own checks, and its tokenizer and sequence length against the model's */
         fg_addition *task = fg_addition_create(&in->addition);
         char *want = task ? fg_tokenizer_serialize(fg_addition_tokenizer(task)) : NULL;
-        if (!task) m_fail(r, "the metadata describes no valid addition task: %s", fg_last_error());
-        else if (!want) r->st = fg_last_status();
-        else if (strcmp(want, tokstr)) m_fail(r, "the tokenizer is not the addition task's");
+        if (!task)
+            m_fail(r, "the metadata describes no valid addition task: %s", fg_last_error());
+        else if (!want)
+            r->st = fg_last_status();
+        else if (strcmp(want, tokstr))
+            m_fail(r, "the tokenizer is not the addition task's");
         else if (in->model.block_size < fg_addition_block_size(task))
             m_fail(r, "block_size %d is shorter than the addition task's sequences (%d)", in->model.block_size,
                    fg_addition_block_size(task));
@@ -545,9 +581,9 @@ static fg_status meta_path(fg_st_writer *w, const char *key, const char *path) {
     return st;
 }
 
-#define CHECK(expr)                          \
-    do {                                     \
-        if ((st = (expr)) != FG_OK) goto out; \
+#define CHECK(expr)                                                                                                    \
+    do {                                                                                                               \
+        if ((st = (expr)) != FG_OK) goto out;                                                                          \
     } while (0)
 
 /* The two files of a save, ready to write: both writers borrow the trainer's buffers (or the host
@@ -721,7 +757,8 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr) {
     meta_rd ro = {.w = cw.ow, .path = opath};
     CHECK(parse_optim_meta(&ro, &in.model, &t, &step, &ph, &adamw_t));
     if (tr->data->kind == FG_SOURCE_TEXT && strcmp(in.data_path, tr->data->path))
-        st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path, in.data_path);
+        st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path,
+                      in.data_path);
 out:
     writers_free(&cw);
     return st;
@@ -780,8 +817,9 @@ static fg_status check_tensors(fg_ckpt *c) {
         for (int d = 0; same && d < p->ndim; d++) same = a->shape[d] == p->shape[d];
         if (!same || a->dtype != wte->dtype) {
             char have[200], want[64];
-            st = fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected %s %s (from the configuration in the metadata)",
-                          path, p->name, shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+            st = fg_error(FG_ERR_FORMAT,
+                          "%s: %s has shape %s %s, expected %s %s (from the configuration in the metadata)", path,
+                          p->name, shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
                           shape_str(want, sizeof want, p->ndim, p->shape), fg_st_dtype_name(wte->dtype));
             break;
         }
@@ -789,9 +827,13 @@ static fg_status check_tensors(fg_ckpt *c) {
         int64_t i = first_bad(a, 0, &bad);
         if (i >= 0) {
             char at[80] = "";
-            if (p->ndim == 2) snprintf(at, sizeof at, ", element (%lld, %lld)", (long long)(i / p->shape[1]), (long long)(i % p->shape[1]));
-            st = fg_error(FG_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value (%g) at index %lld%s; a model with it "
-                          "computes nothing meaningful", path, p->name, bad, (long long)i, at);
+            if (p->ndim == 2)
+                snprintf(at, sizeof at, ", element (%lld, %lld)", (long long)(i / p->shape[1]),
+                         (long long)(i % p->shape[1]));
+            st = fg_error(FG_ERR_FORMAT,
+                          "%s: tensor '%s' holds a non-finite value (%g) at index %lld%s; a model with it "
+                          "computes nothing meaningful",
+                          path, p->name, bad, (long long)i, at);
         }
     }
     free(t);
@@ -817,8 +859,9 @@ static fg_status read_optim(fg_ckpt *c) {
     if (step != in->step || ph != in->params_hash)
         return fg_error(FG_ERR_FORMAT,
                         "%s is from step %lld but %s is from step %lld%s: the pair does not match (a checkpoint "
-                        "write was interrupted?), so the run cannot be resumed exactly", path, (long long)step,
-                        c->model_path, (long long)in->step, step == in->step ? " with other weights" : "");
+                        "write was interrupted?), so the run cannot be resumed exactly",
+                        path, (long long)step, c->model_path, (long long)in->step,
+                        step == in->step ? " with other weights" : "");
     if (fg_st_count(f) != 4)
         return fg_error(FG_ERR_FORMAT, "%s: holds %d tensors, expected 4 (exp_avg, exp_avg_sq, rng, step)", path,
                         fg_st_count(f));
@@ -835,23 +878,26 @@ static fg_status read_optim(fg_ckpt *c) {
         if (!a) return fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", path, names[k]);
         if (a->dtype != dt || a->ndim != 1 || a->shape[0] != P) {
             char have[200];
-            return fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected (%lld) %s (one moment per parameter)", path,
-                            names[k], shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+            return fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected (%lld) %s (one moment per parameter)",
+                            path, names[k], shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
                             (long long)P, fg_st_dtype_name(dt));
         }
         double bad;
         int64_t i = first_bad(a, k == 1, &bad);
         if (i >= 0)
             return fg_error(FG_ERR_FORMAT, "%s: %s holds %s (%g) at index %lld; AdamW cannot continue from it", path,
-                            names[k], isfinite(bad) ? "a negative second moment" : "a non-finite value", bad, (long long)i);
+                            names[k], isfinite(bad) ? "a negative second moment" : "a non-finite value", bad,
+                            (long long)i);
     }
     int64_t st_step = 0, one = 1, two = 2;
     uint64_t rng[2];
-    if (fg_st_read(f, "step", FG_ST_I64, 1, &one, &st_step) != FG_OK || fg_st_read(f, "rng", FG_ST_U64, 1, &two, rng) != FG_OK)
+    if (fg_st_read(f, "step", FG_ST_I64, 1, &one, &st_step) != FG_OK ||
+        fg_st_read(f, "rng", FG_ST_U64, 1, &two, rng) != FG_OK)
         return fg_error(FG_ERR_FORMAT, "%s", fg_last_error());
     if (st_step != step || rng[1] != (uint64_t)step || rng[0] != t.seed)
-        return fg_error(FG_ERR_FORMAT, "%s: its step/rng tensors (%lld, seed %llu) disagree with its metadata (%lld, seed %llu)",
-                        path, (long long)st_step, (unsigned long long)rng[0], (long long)step, (unsigned long long)t.seed);
+        return fg_error(FG_ERR_FORMAT,
+                        "%s: its step/rng tensors (%lld, seed %llu) disagree with its metadata (%lld, seed %llu)", path,
+                        (long long)st_step, (unsigned long long)rng[0], (long long)step, (unsigned long long)t.seed);
     in->train = t;
     c->adamw_t = adamw_t;
     in->has_train = 1;
@@ -945,7 +991,8 @@ static fg_status check_against_model(const fg_ckpt *c, const fg_gpt *g) {
 /* Weights into g (same config as the checkpoint's), then the pairing hash. */
 static fg_status load_weights(const fg_ckpt *c, fg_gpt *g) {
     fg_status st = check_against_model(c, g);
-    for (int j = 0; j < g->n_params && st == FG_OK; j++) st = fg_st_read_into(c->model, g->params[j].name, g->params[j].w);
+    for (int j = 0; j < g->n_params && st == FG_OK; j++)
+        st = fg_st_read_into(c->model, g->params[j].name, g->params[j].w);
     if (st != FG_OK) return st;
     if (fg_ckpt_params_hash(g) != c->info.params_hash)
         return fg_error(FG_ERR_FORMAT, "%s: the weights do not match their recorded params_xxh64", c->model_path);
@@ -967,8 +1014,8 @@ fg_gpt *fg_ckpt_load_model(const fg_ckpt *c) {
 fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr) {
     if (!c->info.has_train) return fg_error(FG_ERR_STATE, "checkpoint: opened without its optimizer state");
     const fg_gpt_config *a = &tr->model->cfg, *b = &c->info.model;
-    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd || a->block_size != b->block_size ||
-        a->vocab_size != b->vocab_size || a->dtype != b->dtype)
+    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
+        a->block_size != b->block_size || a->vocab_size != b->vocab_size || a->dtype != b->dtype)
         return fg_error(FG_ERR_ARG, "checkpoint: the trainer's model differs from the checkpoint's");
     fg_status st = load_weights(c, tr->model);
     if (st == FG_OK) st = fg_st_read_into(c->optim, "exp_avg", tr->opt.m);
@@ -1028,9 +1075,10 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
             continue;
         }
         if (h != in->data_hash) {
-            snprintf(why[i], sizeof why[i], "'%s'%s is not the file the checkpoint trained on (its contents changed: "
-                     "xxh64 %016llx, the checkpoint records %016llx)", cand[i], what[i], (unsigned long long)h,
-                     (unsigned long long)in->data_hash);
+            snprintf(why[i], sizeof why[i],
+                     "'%s'%s is not the file the checkpoint trained on (its contents changed: "
+                     "xxh64 %016llx, the checkpoint records %016llx)",
+                     cand[i], what[i], (unsigned long long)h, (unsigned long long)in->data_hash);
             continue;
         }
         fg_source *s = fg_source_text(cand[i], &to);
@@ -1039,7 +1087,10 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
                  s ? "its contents changed while it was read" : fg_last_error());
         fg_source_free(s);
     }
-    if (n == 1) fg_error(FG_ERR_IO, "%s", why[0]);
-    else fg_error(FG_ERR_IO, "the text file recorded in the checkpoint cannot be used: tried %s; and %s", why[0], why[1]);
+    if (n == 1)
+        fg_error(FG_ERR_IO, "%s", why[0]);
+    else
+        fg_error(FG_ERR_IO, "the text file recorded in the checkpoint cannot be used: tried %s; and %s", why[0],
+                 why[1]);
     return NULL;
 }

@@ -52,16 +52,16 @@ extern "C" {
 typedef struct {
     fg_gpt_config model;
     int64_t step;
-    fg_source_kind source;        /* what it trained on */
-    fg_addition_config addition;  /* the task's settings (addition) */
-    char data_path[4096];         /* the text file as given to train (text) */
-    char data_path_abs[4096];     /* its absolute path when train read it, or "" (text) */
-    uint64_t data_hash;           /* its XXH64 (text) */
-    double val_fraction;          /* text split */
-    const fg_tokenizer *tokenizer;/* owned by the checkpoint */
+    fg_source_kind source;         /* what it trained on */
+    fg_addition_config addition;   /* the task's settings (addition) */
+    char data_path[4096];          /* the text file as given to train (text) */
+    char data_path_abs[4096];      /* its absolute path when train read it, or "" (text) */
+    uint64_t data_hash;            /* its XXH64 (text) */
+    double val_fraction;           /* text split */
+    const fg_tokenizer *tokenizer; /* owned by the checkpoint */
     uint64_t params_hash;
-    int has_train;                /* the optimizer file was read: train and moments are valid */
-    fg_train_config train;        /* the run's configuration (model part = `model`) */
+    int has_train;         /* the optimizer file was read: train and moments are valid */
+    fg_train_config train; /* the run's configuration (model part = `model`) */
 } fg_ckpt_info;
 
 typedef struct fg_ckpt fg_ckpt;

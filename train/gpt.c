@@ -17,25 +17,38 @@
 #include "tensor/philox.h"
 
 fg_gpt_config fg_gpt_default_config(void) {
-    return (fg_gpt_config){.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 0,
-                           .dropout = 0.0, .attn = FG_ATTN_FLASH, .dtype = FG_F32, .device = FG_CPU};
+    return (fg_gpt_config){.n_layer = 4,
+                           .n_head = 4,
+                           .n_embd = 128,
+                           .block_size = 64,
+                           .vocab_size = 0,
+                           .dropout = 0.0,
+                           .attn = FG_ATTN_FLASH,
+                           .dtype = FG_F32,
+                           .device = FG_CPU};
 }
 
 fg_status fg_gpt_config_check(const fg_gpt_config *c) {
     if (!c) return fg_error(FG_ERR_ARG, "gpt: config is NULL");
-    if (c->n_layer < 1 || c->n_layer > 1024) return fg_error(FG_ERR_ARG, "gpt: n_layer %d is outside 1..1024", c->n_layer);
+    if (c->n_layer < 1 || c->n_layer > 1024)
+        return fg_error(FG_ERR_ARG, "gpt: n_layer %d is outside 1..1024", c->n_layer);
     if (c->n_head < 1) return fg_error(FG_ERR_ARG, "gpt: n_head %d must be at least 1", c->n_head);
-    if (c->n_embd < 1 || c->n_embd > (1 << 16)) return fg_error(FG_ERR_ARG, "gpt: n_embd %d is outside 1..65536", c->n_embd);
+    if (c->n_embd < 1 || c->n_embd > (1 << 16))
+        return fg_error(FG_ERR_ARG, "gpt: n_embd %d is outside 1..65536", c->n_embd);
     if (c->n_embd % c->n_head)
         return fg_error(FG_ERR_ARG, "gpt: n_embd %d is not a multiple of n_head %d", c->n_embd, c->n_head);
     if (c->block_size < 1 || c->block_size > (1 << 20))
         return fg_error(FG_ERR_ARG, "gpt: block_size %d is outside 1..1048576", c->block_size);
     if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
         return fg_error(FG_ERR_ARG, "gpt: vocab_size %d is outside 1..16777216", c->vocab_size);
-    if (!(c->dropout >= 0.0 && c->dropout < 1.0)) return fg_error(FG_ERR_ARG, "gpt: dropout %g is outside [0, 1)", c->dropout);
-    if (c->attn < 0 || c->attn >= FG_ATTN_IMPL_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown attention implementation %d", (int)c->attn);
-    if (c->dtype != FG_F32 && c->dtype != FG_F64) return fg_error(FG_ERR_DTYPE, "gpt: dtype must be float32 or float64");
-    if (c->device < 0 || c->device >= FG_DEVICE_COUNT) return fg_error(FG_ERR_DEVICE, "gpt: unknown device %d", (int)c->device);
+    if (!(c->dropout >= 0.0 && c->dropout < 1.0))
+        return fg_error(FG_ERR_ARG, "gpt: dropout %g is outside [0, 1)", c->dropout);
+    if (c->attn < 0 || c->attn >= FG_ATTN_IMPL_COUNT)
+        return fg_error(FG_ERR_ARG, "gpt: unknown attention implementation %d", (int)c->attn);
+    if (c->dtype != FG_F32 && c->dtype != FG_F64)
+        return fg_error(FG_ERR_DTYPE, "gpt: dtype must be float32 or float64");
+    if (c->device < 0 || c->device >= FG_DEVICE_COUNT)
+        return fg_error(FG_ERR_DEVICE, "gpt: unknown device %d", (int)c->device);
     if (c->recompute < 0 || c->recompute >= FG_RECOMPUTE_COUNT)
         return fg_error(FG_ERR_ARG, "gpt: unknown recompute setting %d", (int)c->recompute);
     return FG_OK;
@@ -72,13 +85,20 @@ static const kind_info kinds[FG_GPT_KIND_COUNT] = {
 /* The shape of one kind under config c: the list's rows/cols with V, T, C, C3, C4 bound here. */
 static void kind_shape(const fg_gpt_config *cfg, fg_gpt_kind k, int64_t shape[2]) {
     const int64_t V = cfg->vocab_size, T = cfg->block_size, C = cfg->n_embd, C3 = 3 * C, C4 = 4 * C;
-    (void)V; (void)T; (void)C3; (void)C4;
+    (void)V;
+    (void)T;
+    (void)C3;
+    (void)C4;
     switch (k) {
-#define FG_GPT_KIND_SHAPE(id, where, name, nd, r, c, decay, init) \
-    case FG_GPT_##id: shape[0] = (r); shape[1] = (c); break;
+#define FG_GPT_KIND_SHAPE(id, where, name, nd, r, c, decay, init)                                                      \
+    case FG_GPT_##id:                                                                                                  \
+        shape[0] = (r);                                                                                                \
+        shape[1] = (c);                                                                                                \
+        break;
         FG_GPT_PARAMS(FG_GPT_KIND_SHAPE)
 #undef FG_GPT_KIND_SHAPE
-    default: shape[0] = shape[1] = 0;
+    default:
+        shape[0] = shape[1] = 0;
     }
 }
 
@@ -185,9 +205,9 @@ fg_gpt *fg_gpt_create(const fg_gpt_config *cfg, uint64_t seed) {
             st = fg_fill(p->w, 1.0);
         } else if (p->init == FG_INIT_NORMAL || p->init == FG_INIT_RESID) {
             /* Drawn in float64 and converted, so float32 and float64 models start alike. */
-            fg_tensor *r = fg_rand_normal(FG_F64, FG_CPU, p->w->ndim, p->w->shape, 0.0,
-                                          p->init == FG_INIT_RESID ? resid_std : std, seed,
-                                          FG_GPT_INIT_STREAM + (uint64_t)j);
+            fg_tensor *r =
+                fg_rand_normal(FG_F64, FG_CPU, p->w->ndim, p->w->shape, 0.0, p->init == FG_INIT_RESID ? resid_std : std,
+                               seed, FG_GPT_INIT_STREAM + (uint64_t)j);
             /* on a device: the same host numbers, copied over (fg_to), so a cuda model starts
              * bit-identical to a CPU one */
             fg_tensor *d = r && p->w->device != FG_CPU ? fg_to(r, p->w->device, p->w->dtype) : fg_retain(r);
@@ -241,12 +261,12 @@ uint64_t fg_gpt_dropout_seed(const fg_gpt_train_ctx *ctx, int layer, fg_gpt_drop
 /* ---- forward ---- */
 
 /* Take ownership of an op's result; on NULL jump to the failure path. */
-#define TAKE(var, expr)                 \
-    do {                                \
-        fg_tensor *tmp_ = (expr);       \
-        if (!tmp_) goto fail;           \
-        fg_release(var);                \
-        (var) = tmp_;                   \
+#define TAKE(var, expr)                                                                                                \
+    do {                                                                                                               \
+        fg_tensor *tmp_ = (expr);                                                                                      \
+        if (!tmp_) goto fail;                                                                                          \
+        fg_release(var);                                                                                               \
+        (var) = tmp_;                                                                                                  \
     } while (0)
 
 static fg_tensor *maybe_dropout(fg_gpt *g, fg_tensor *x, const fg_gpt_train_ctx *train, int layer,
@@ -273,10 +293,13 @@ static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_
     TAKE(y, fg_attention_qkv(qkv, H, &o));
     TAKE(y, fg_linear(y, fg_gpt_weight(g, FG_GPT_APROJ_W, l), fg_gpt_weight(g, FG_GPT_APROJ_B, l)));
     TAKE(y, maybe_dropout(g, y, train, l, FG_DROP_ATTN_RESID));
-    fg_release(h); fg_release(qkv);
+    fg_release(h);
+    fg_release(qkv);
     return y;
 fail:
-    fg_release(h); fg_release(qkv); fg_release(y);
+    fg_release(h);
+    fg_release(qkv);
+    fg_release(y);
     return NULL;
 }
 
@@ -284,7 +307,7 @@ fail:
 static fg_tensor *mlp_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
     fg_tensor *h = NULL;
     TAKE(h, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LN2_W, l), fg_gpt_weight(g, FG_GPT_LN2_B, l), 1e-5));
-    TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_FC_W, l), fg_gpt_weight(g, FG_GPT_FC_B, l)));     /* (B,T,4C) */
+    TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_FC_W, l), fg_gpt_weight(g, FG_GPT_FC_B, l))); /* (B,T,4C) */
     TAKE(h, fg_gelu(h));
     TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_MPROJ_W, l), fg_gpt_weight(g, FG_GPT_MPROJ_B, l))); /* (B,T,C) */
     TAKE(h, maybe_dropout(g, h, train, l, FG_DROP_MLP_RESID));

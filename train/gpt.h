@@ -57,14 +57,14 @@ const char *fg_gpt_recompute_name(fg_gpt_recompute r);
 int fg_gpt_recompute_parse(const char *s);
 
 typedef struct {
-    int n_layer;         /* L, >= 1 */
-    int n_head;          /* H, divides n_embd */
-    int n_embd;          /* C */
-    int block_size;      /* longest sequence (rows of wpe) */
-    int vocab_size;      /* V, 1..2^24 */
-    double dropout;      /* every dropout site; 0 <= p < 1 */
-    fg_attn_impl attn;   /* naive or flash */
-    fg_dtype dtype;      /* FG_F32 for training, FG_F64 for gradient checks */
+    int n_layer;       /* L, >= 1 */
+    int n_head;        /* H, divides n_embd */
+    int n_embd;        /* C */
+    int block_size;    /* longest sequence (rows of wpe) */
+    int vocab_size;    /* V, 1..2^24 */
+    double dropout;    /* every dropout site; 0 <= p < 1 */
+    fg_attn_impl attn; /* naive or flash */
+    fg_dtype dtype;    /* FG_F32 for training, FG_F64 for gradient checks */
     fg_device device;
     fg_gpt_recompute recompute; /* activation checkpointing (see above); 0 = none */
 } fg_gpt_config;
@@ -82,29 +82,29 @@ typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } 
  *   rows, cols  the shape in terms of V, T (block size), C, C3 = 3C, C4 = 4C (cols 1 for 1-d);
  *   decay  1 if AdamW's weight decay applies (nanoGPT: every 2-d tensor, i.e. the matmul weights
  *          and the two embeddings; never biases or LayerNorm parameters). */
-#define FG_GPT_PARAMS(X)                                                                     \
-    X(WTE,    0, "transformer.wte.weight",             2, V,  C,  1, FG_INIT_NORMAL)         \
-    X(WPE,    0, "transformer.wpe.weight",             2, T,  C,  1, FG_INIT_NORMAL)         \
-    X(LN1_W,  1, "transformer.h.%d.ln_1.weight",       1, C,  1,  0, FG_INIT_ONES)           \
-    X(LN1_B,  1, "transformer.h.%d.ln_1.bias",         1, C,  1,  0, FG_INIT_ZEROS)          \
-    X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", 2, C3, C, 1, FG_INIT_NORMAL)         \
-    X(ATTN_B, 1, "transformer.h.%d.attn.c_attn.bias",  1, C3, 1,  0, FG_INIT_ZEROS)          \
-    X(APROJ_W,1, "transformer.h.%d.attn.c_proj.weight", 2, C, C,  1, FG_INIT_RESID)          \
-    X(APROJ_B,1, "transformer.h.%d.attn.c_proj.bias",  1, C,  1,  0, FG_INIT_ZEROS)          \
-    X(LN2_W,  1, "transformer.h.%d.ln_2.weight",       1, C,  1,  0, FG_INIT_ONES)           \
-    X(LN2_B,  1, "transformer.h.%d.ln_2.bias",         1, C,  1,  0, FG_INIT_ZEROS)          \
-    X(FC_W,   1, "transformer.h.%d.mlp.c_fc.weight",   2, C4, C,  1, FG_INIT_NORMAL)         \
-    X(FC_B,   1, "transformer.h.%d.mlp.c_fc.bias",     1, C4, 1,  0, FG_INIT_ZEROS)          \
-    X(MPROJ_W,1, "transformer.h.%d.mlp.c_proj.weight", 2, C,  C4, 1, FG_INIT_RESID)          \
-    X(MPROJ_B,1, "transformer.h.%d.mlp.c_proj.bias",   1, C,  1,  0, FG_INIT_ZEROS)          \
-    X(LNF_W,  2, "transformer.ln_f.weight",            1, C,  1,  0, FG_INIT_ONES)           \
-    X(LNF_B,  2, "transformer.ln_f.bias",              1, C,  1,  0, FG_INIT_ZEROS)
+#define FG_GPT_PARAMS(X)                                                                                               \
+    X(WTE, 0, "transformer.wte.weight", 2, V, C, 1, FG_INIT_NORMAL)                                                    \
+    X(WPE, 0, "transformer.wpe.weight", 2, T, C, 1, FG_INIT_NORMAL)                                                    \
+    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", 1, C, 1, 0, FG_INIT_ONES)                                              \
+    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                               \
+    X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", 2, C3, C, 1, FG_INIT_NORMAL)                                   \
+    X(ATTN_B, 1, "transformer.h.%d.attn.c_attn.bias", 1, C3, 1, 0, FG_INIT_ZEROS)                                      \
+    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", 2, C, C, 1, FG_INIT_RESID)                                    \
+    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                      \
+    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", 1, C, 1, 0, FG_INIT_ONES)                                              \
+    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                               \
+    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", 2, C4, C, 1, FG_INIT_NORMAL)                                        \
+    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", 1, C4, 1, 0, FG_INIT_ZEROS)                                           \
+    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", 2, C, C4, 1, FG_INIT_RESID)                                    \
+    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                       \
+    X(LNF_W, 2, "transformer.ln_f.weight", 1, C, 1, 0, FG_INIT_ONES)                                                   \
+    X(LNF_B, 2, "transformer.ln_f.bias", 1, C, 1, 0, FG_INIT_ZEROS)
 
 typedef enum {
 #define FG_GPT_KIND_ENUM(id, where, name, nd, r, c, decay, init) FG_GPT_##id,
     FG_GPT_PARAMS(FG_GPT_KIND_ENUM)
 #undef FG_GPT_KIND_ENUM
-    FG_GPT_KIND_COUNT
+        FG_GPT_KIND_COUNT
 } fg_gpt_kind;
 
 #define FG_GPT_NAME_MAX 64
@@ -113,23 +113,23 @@ typedef enum {
 typedef struct {
     char name[FG_GPT_NAME_MAX]; /* "transformer.h.0.attn.c_attn.weight" */
     fg_gpt_kind kind;
-    int layer;                  /* block index, or -1 */
-    int ndim;                   /* 1 or 2 */
+    int layer; /* block index, or -1 */
+    int ndim;  /* 1 or 2 */
     int64_t shape[2];
-    int64_t offset, numel;      /* elements, into params_flat / grads_flat */
+    int64_t offset, numel; /* elements, into params_flat / grads_flat */
     int decay;
     fg_gpt_init init;
-    fg_tensor *w;               /* the leaf (requires grad); w->grad is the view into grads_flat */
+    fg_tensor *w; /* the leaf (requires grad); w->grad is the view into grads_flat */
 } fg_gpt_param;
 
 typedef struct fg_gpt {
     fg_gpt_config cfg;
-    int n_params;               /* entries in the table */
+    int n_params; /* entries in the table */
     fg_gpt_param *params;
-    int64_t num_elements;       /* total parameter count */
-    fg_tensor *params_flat;     /* (num_elements) */
-    fg_tensor *grads_flat;      /* (num_elements) */
-    fg_tensor **by_kind;        /* [kind * (L + 1) + (layer or 0)]: borrowed from the table */
+    int64_t num_elements;   /* total parameter count */
+    fg_tensor *params_flat; /* (num_elements) */
+    fg_tensor *grads_flat;  /* (num_elements) */
+    fg_tensor **by_kind;    /* [kind * (L + 1) + (layer or 0)]: borrowed from the table */
 } fg_gpt;
 
 /* A model with GPT-2 initialization from `seed` (see the top). Caller frees with fg_gpt_free.
@@ -149,9 +149,9 @@ void fg_gpt_zero_grad(fg_gpt *g);
 /* Dropout during training: masks are pure functions of (seed, step, micro, layer, site), so a
  * resumed run draws exactly the masks the uninterrupted one would have. */
 typedef struct {
-    uint64_t seed;   /* the run's seed */
-    uint64_t step;   /* optimizer step */
-    uint32_t micro;  /* micro-step within it (gradient accumulation) */
+    uint64_t seed;  /* the run's seed */
+    uint64_t step;  /* optimizer step */
+    uint32_t micro; /* micro-step within it (gradient accumulation) */
 } fg_gpt_train_ctx;
 
 typedef enum { FG_DROP_EMB = 0, FG_DROP_ATTN, FG_DROP_ATTN_RESID, FG_DROP_MLP_RESID } fg_gpt_drop_site;
@@ -175,7 +175,7 @@ typedef struct {
     uint64_t seed;
 } fg_sample_opts;
 
-#define FG_GPT_INIT_STREAM 0x494e4954000000ull   /* "INIT" */
+#define FG_GPT_INIT_STREAM 0x494e4954000000ull    /* "INIT" */
 #define FG_GPT_DROPOUT_STREAM 0x44524f50000000ull /* "DROP" */
 #define FG_GPT_SAMPLE_STREAM 0x53414d50000000ull  /* "SAMP" */
 

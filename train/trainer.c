@@ -23,9 +23,11 @@ fg_status fg_train_config_check(const fg_train_config *c) {
     if (c->eval_every < 0) return fg_error(FG_ERR_ARG, "eval-every %d must not be negative", c->eval_every);
     if (c->eval_iters < 1) return fg_error(FG_ERR_ARG, "eval-iters %d must be at least 1", c->eval_iters);
     if (!(o->lr > 0 && isfinite(o->lr))) return fg_error(FG_ERR_ARG, "lr %g must be positive", o->lr);
-    if (!(o->min_lr >= 0 && o->min_lr <= o->lr)) return fg_error(FG_ERR_ARG, "min-lr %g must be in [0, lr = %g]", o->min_lr, o->lr);
+    if (!(o->min_lr >= 0 && o->min_lr <= o->lr))
+        return fg_error(FG_ERR_ARG, "min-lr %g must be in [0, lr = %g]", o->min_lr, o->lr);
     if (o->warmup < 0) return fg_error(FG_ERR_ARG, "warmup %lld must not be negative", (long long)o->warmup);
-    if (o->decay_steps < 1) return fg_error(FG_ERR_ARG, "lr-decay-steps %lld must be at least 1", (long long)o->decay_steps);
+    if (o->decay_steps < 1)
+        return fg_error(FG_ERR_ARG, "lr-decay-steps %lld must be at least 1", (long long)o->decay_steps);
     if (!(o->beta1 >= 0 && o->beta1 < 1)) return fg_error(FG_ERR_ARG, "beta1 %g must be in [0, 1)", o->beta1);
     if (!(o->beta2 >= 0 && o->beta2 < 1)) return fg_error(FG_ERR_ARG, "beta2 %g must be in [0, 1)", o->beta2);
     if (!(o->eps > 0 && isfinite(o->eps))) return fg_error(FG_ERR_ARG, "eps %g must be positive", o->eps);
@@ -77,8 +79,8 @@ fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data)
         return NULL;
     }
     tr->model = fg_gpt_create(&cfg->model, cfg->seed);
-    if (!tr->model || fg_adamw_init(&tr->opt, &cfg->opt, cfg->model.dtype, cfg->model.device,
-                                    tr->model->num_elements) != FG_OK) {
+    if (!tr->model ||
+        fg_adamw_init(&tr->opt, &cfg->opt, cfg->model.dtype, cfg->model.device, tr->model->num_elements) != FG_OK) {
         fg_trainer_free(tr);
         return NULL;
     }
@@ -186,7 +188,8 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
     for (int i0 = 0; i0 < K && st == FG_OK; i0 += chunk) {
         int n = K - i0 < chunk ? K - i0 : chunk;
         for (int r = 0; r < n && st == FG_OK; r++)
-            st = fg_addition_problem(task, s, (uint64_t)(i0 + r), tok + (size_t)r * W, ans + (size_t)r * al, NULL, NULL);
+            st =
+                fg_addition_problem(task, s, (uint64_t)(i0 + r), tok + (size_t)r * W, ans + (size_t)r * al, NULL, NULL);
         if (st == FG_OK) st = fg_gpt_greedy_batch(tr->model, tok, n, pl, al);
         for (int r = 0; r < n && st == FG_OK; r++)
             correct += !memcmp(tok + (size_t)r * W + pl, ans + (size_t)r * al, (size_t)al * sizeof *ans);

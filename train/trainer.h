@@ -38,11 +38,11 @@ extern "C" {
 typedef struct {
     fg_gpt_config model;
     fg_adamw_config opt;
-    int batch_size;        /* B, rows per micro-batch */
-    int grad_accum;        /* micro-batches per optimizer step */
-    int64_t steps;         /* optimizer steps of the run */
-    int eval_every;        /* evaluate every k steps (0: only at the end) */
-    int eval_iters;        /* batches per evaluation */
+    int batch_size; /* B, rows per micro-batch */
+    int grad_accum; /* micro-batches per optimizer step */
+    int64_t steps;  /* optimizer steps of the run */
+    int eval_every; /* evaluate every k steps (0: only at the end) */
+    int eval_iters; /* batches per evaluation */
     uint64_t seed;
 } fg_train_config;
 
@@ -54,7 +54,7 @@ typedef struct {
     fg_train_config cfg;
     fg_gpt *model;         /* owned */
     fg_adamw opt;          /* owned */
-    const fg_source *data;   /* borrowed */
+    const fg_source *data; /* borrowed */
     int64_t step;          /* optimizer steps done */
     int T;                 /* sequence length of the batches */
     int32_t *x, *y;        /* (B, T) batch buffers */
@@ -67,10 +67,10 @@ fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data)
 void fg_trainer_free(fg_trainer *tr);
 
 typedef struct {
-    double loss;           /* mean over the micro-batches */
+    double loss; /* mean over the micro-batches */
     double lr;
-    double grad_norm;      /* before clipping */
-    int64_t tokens;        /* tokens processed: B · T · grad_accum */
+    double grad_norm; /* before clipping */
+    int64_t tokens;   /* tokens processed: B · T · grad_accum */
 } fg_step_stats;
 
 /* One optimizer step (see the top). A non-finite loss or gradient norm returns FG_ERR_NUMERIC

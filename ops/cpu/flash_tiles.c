@@ -75,9 +75,14 @@ void fg_flash_softmax_cols_scalar(float *ST, int64_t ld, int64_t nk, int64_t r0,
 static void softmax_cols(float *ST, int64_t ld, int64_t nq, int64_t nk, float *m, float *l, float *alpha) {
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: fg_flash_softmax_cols_avx512(ST, ld, nk, nq, m, l, alpha); return;
-    case FG_SIMD_AVX2: fg_flash_softmax_cols_avx2(ST, ld, nk, nq, m, l, alpha); return;
-    default: break;
+    case FG_SIMD_AVX512:
+        fg_flash_softmax_cols_avx512(ST, ld, nk, nq, m, l, alpha);
+        return;
+    case FG_SIMD_AVX2:
+        fg_flash_softmax_cols_avx2(ST, ld, nk, nq, m, l, alpha);
+        return;
+    default:
+        break;
     }
 #endif
     fg_flash_softmax_cols_scalar(ST, ld, nk, 0, nq, m, l, alpha);
@@ -87,9 +92,14 @@ static void softmax_cols(float *ST, int64_t ld, int64_t nq, int64_t nk, float *m
 static void exp_rows(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo) {
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: fg_flash_exp_rows_avx512(S, ld, nq, nk, L, lo); return;
-    case FG_SIMD_AVX2: fg_flash_exp_rows_avx2(S, ld, nq, nk, L, lo); return;
-    default: break;
+    case FG_SIMD_AVX512:
+        fg_flash_exp_rows_avx512(S, ld, nq, nk, L, lo);
+        return;
+    case FG_SIMD_AVX2:
+        fg_flash_exp_rows_avx2(S, ld, nq, nk, L, lo);
+        return;
+    default:
+        break;
     }
 #endif
     for (int64_t r = 0; r < nq; r++) {
@@ -107,9 +117,14 @@ static void exp_rows(float *S, int64_t ld, int64_t nq, int64_t nk, const float *
 static void ds_rows(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D) {
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: fg_flash_ds_rows_avx512(dS, P, ld, nq, nk, D); return;
-    case FG_SIMD_AVX2: fg_flash_ds_rows_avx2(dS, P, ld, nq, nk, D); return;
-    default: break;
+    case FG_SIMD_AVX512:
+        fg_flash_ds_rows_avx512(dS, P, ld, nq, nk, D);
+        return;
+    case FG_SIMD_AVX2:
+        fg_flash_ds_rows_avx2(dS, P, ld, nq, nk, D);
+        return;
+    default:
+        break;
     }
 #endif
     flash_ds_rows_f32(dS, P, ld, nq, nk, D);
@@ -142,8 +157,13 @@ static void gemm_small(int ta, int tb, int64_t m, int64_t n, int64_t k, float al
     fg_sgemm_small(m, n, k, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, rowscale, acc);
 }
 
-const fg_flash_ops_f32 fg_flash_x86_f32 = {.packs = 1, .pool_flags = 0, .gemm = gemm_small, .softmax = softmax_cols,
-                                           .exp_rows = exp_rows, .ds_rows = ds_rows, .transpose = transpose};
+const fg_flash_ops_f32 fg_flash_x86_f32 = {.packs = 1,
+                                           .pool_flags = 0,
+                                           .gemm = gemm_small,
+                                           .softmax = softmax_cols,
+                                           .exp_rows = exp_rows,
+                                           .ds_rows = ds_rows,
+                                           .transpose = transpose};
 
 #else /* ---- the per-dtype template: the portable table ---- */
 
@@ -162,8 +182,8 @@ static void SFX(flash_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t kk, T 
             for (int64_t c = 0; c < n; c++) C[r * ldc + c] = beta == 0 ? 0 : beta * C[r * ldc + c];
         return;
     }
-    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)kk,
-         alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
+    GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)kk, alpha,
+         A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
 }
 
 T SFX(fg_attn_online_update)(T *m, T *l, T *s, int64_t n) {
@@ -217,9 +237,12 @@ static void SFX(flash_ds_rows)(T *dS, const T *P, int64_t ld, int64_t nq, int64_
     }
 }
 
-const SFX(fg_flash_ops) SFX(fg_flash_portable) = {.packs = 0, .pool_flags = FG_POOL_BLAS_SERIAL,
-                                                  .gemm = SFX(flash_gemm), .softmax = SFX(softmax_rows),
-                                                  .exp_rows = SFX(exp_rows_libm), .ds_rows = SFX(flash_ds_rows),
+const SFX(fg_flash_ops) SFX(fg_flash_portable) = {.packs = 0,
+                                                  .pool_flags = FG_POOL_BLAS_SERIAL,
+                                                  .gemm = SFX(flash_gemm),
+                                                  .softmax = SFX(softmax_rows),
+                                                  .exp_rows = SFX(exp_rows_libm),
+                                                  .ds_rows = SFX(flash_ds_rows),
                                                   .transpose = NULL};
 
 #endif /* FG_FLASH_TILES_TEMPLATE */

@@ -48,16 +48,16 @@ extern "C" {
  *   ds_rows    dS = P ∘ (dS − D_r) on the rows of row-major tiles (dS holds dP on entry).
  *   transpose  dst (cols × rows, row stride ldd) = srcᵀ (src rows × cols, row stride lds); moves
  *              only. NULL in the portable tables (never needed without packs). */
-#define FG_FLASH_OPS_TABLE(T)                                                                                      \
-    struct {                                                                                                       \
-        int packs;                                                                                                 \
-        unsigned pool_flags;                                                                                       \
-        void (*gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t lda, const T *B, \
-                     int64_t ldb, T *C, int64_t ldc, const T *rowscale, int acc);                                 \
-        void (*softmax)(T *S, int64_t ld, int64_t nq, int64_t nk, T *m, T *l, T *alpha);                          \
-        void (*exp_rows)(T *S, int64_t ld, int64_t nq, int64_t nk, const T *L, const T *lo);                      \
-        void (*ds_rows)(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk, const T *D);                       \
-        void (*transpose)(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols);           \
+#define FG_FLASH_OPS_TABLE(T)                                                                                          \
+    struct {                                                                                                           \
+        int packs;                                                                                                     \
+        unsigned pool_flags;                                                                                           \
+        void (*gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t lda, const T *B,    \
+                     int64_t ldb, T *C, int64_t ldc, const T *rowscale, int acc);                                      \
+        void (*softmax)(T * S, int64_t ld, int64_t nq, int64_t nk, T *m, T *l, T *alpha);                              \
+        void (*exp_rows)(T * S, int64_t ld, int64_t nq, int64_t nk, const T *L, const T *lo);                          \
+        void (*ds_rows)(T * dS, const T *P, int64_t ld, int64_t nq, int64_t nk, const T *D);                           \
+        void (*transpose)(T * dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols);                \
     }
 typedef FG_FLASH_OPS_TABLE(float) fg_flash_ops_f32;
 typedef FG_FLASH_OPS_TABLE(double) fg_flash_ops_f64;

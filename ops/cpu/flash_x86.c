@@ -36,7 +36,8 @@ FG_TARGET_AVX512 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_
             for (int v = 0; v < 4; v++) mx[v] = _mm512_max_ps(_mm512_maskz_loadu_ps(km[v], sp + 16 * v), mx[v]);
         }
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) ms[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], ninf, _CMP_EQ_OQ), mx[v], zero);
+        for (int v = 0; v < 4; v++)
+            ms[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], ninf, _CMP_EQ_OQ), mx[v], zero);
         for (int64_t j = 0; j < nk; j++) {
             float *sp = ST + j * ld + r0;
 #pragma GCC unroll 4
@@ -217,7 +218,8 @@ FG_TARGET_AVX2 void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld,
         const __m256 Di = _mm256_set1_ps(D[r]);
         int64_t j = 0;
         for (; j + 8 <= nk; j += 8)
-            _mm256_storeu_ps(dsrow + j, _mm256_mul_ps(_mm256_loadu_ps(prow + j), _mm256_sub_ps(_mm256_loadu_ps(dsrow + j), Di)));
+            _mm256_storeu_ps(dsrow + j,
+                             _mm256_mul_ps(_mm256_loadu_ps(prow + j), _mm256_sub_ps(_mm256_loadu_ps(dsrow + j), Di)));
         for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
     }
 }

@@ -7,10 +7,14 @@
 
 const char *fg_simd_name(fg_simd_level level) {
     switch (level) {
-    case FG_SIMD_SCALAR: return "scalar";
-    case FG_SIMD_AVX2: return "avx2";
-    case FG_SIMD_AVX512: return "avx512";
-    default: return "unknown-simd";
+    case FG_SIMD_SCALAR:
+        return "scalar";
+    case FG_SIMD_AVX2:
+        return "avx2";
+    case FG_SIMD_AVX512:
+        return "avx512";
+    default:
+        return "unknown-simd";
     }
 }
 
@@ -48,8 +52,10 @@ fg_simd_level fg_simd_active(void) {
     fg_simd_level want = FG_SIMD_AVX512;
     const char *e = getenv("FG_SIMD");
     if (e && *e) {
-        if (!strcmp(e, "scalar")) want = FG_SIMD_SCALAR;
-        else if (!strcmp(e, "avx2")) want = FG_SIMD_AVX2;
+        if (!strcmp(e, "scalar"))
+            want = FG_SIMD_SCALAR;
+        else if (!strcmp(e, "avx2"))
+            want = FG_SIMD_AVX2;
         /* "avx512" or anything else: the best there is */
     }
     l = (int)capped(want);

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* -DFG_NO_SIMD builds the plain C forms only (as on a non-x86 machine). */
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) &&   \
     !defined(FG_NO_SIMD)
 #define FG_SIMD_X86 1
 #else

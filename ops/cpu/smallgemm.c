@@ -60,18 +60,21 @@ blk512(const int MR, const int NV, __mmask16 lm, int64_t k, float alpha, const f
             float *cp = C + r * ldc + 16 * v;
             const __mmask16 m = v == NV - 1 ? lm : (__mmask16)0xFFFF;
             __m512 out;
-            if (!accumulate) out = _mm512_mul_ps(va, c[r][v]);
-            else if (!rs) out = _mm512_fmadd_ps(c[r][v], va, _mm512_maskz_loadu_ps(m, cp));
-            else out = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, cp), _mm512_set1_ps(rs[r]), _mm512_mul_ps(va, c[r][v]));
+            if (!accumulate)
+                out = _mm512_mul_ps(va, c[r][v]);
+            else if (!rs)
+                out = _mm512_fmadd_ps(c[r][v], va, _mm512_maskz_loadu_ps(m, cp));
+            else
+                out = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, cp), _mm512_set1_ps(rs[r]), _mm512_mul_ps(va, c[r][v]));
             _mm512_mask_storeu_ps(cp, m, out);
         }
 }
 
-#define FG_BLK512(MR, NV)                                                                                     \
-    static FG_TARGET_AVX512 void blk512_##MR##_##NV(__mmask16 lm, int64_t k, float alpha, const float *A,      \
-                                                    int64_t rsa, int64_t csa, const float *B, int64_t ldb,     \
-                                                    float *C, int64_t ldc, const float *rs, int accumulate) {  \
-        blk512(MR, NV, lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate);                            \
+#define FG_BLK512(MR, NV)                                                                                              \
+    static FG_TARGET_AVX512 void blk512_##MR##_##NV(__mmask16 lm, int64_t k, float alpha, const float *A, int64_t rsa, \
+                                                    int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc,   \
+                                                    const float *rs, int accumulate) {                                 \
+        blk512(MR, NV, lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate);                                     \
     }
 #define FG_BLK512_ROW(MR) FG_BLK512(MR, 1) FG_BLK512(MR, 2) FG_BLK512(MR, 3) FG_BLK512(MR, 4)
 FG_BLK512_ROW(1)
@@ -83,7 +86,8 @@ FG_BLK512_ROW(6)
 
 typedef void (*blk512_fn)(__mmask16, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t, float *,
                           int64_t, const float *, int);
-#define FG_BLK512_PTRS(MR) {blk512_##MR##_1, blk512_##MR##_2, blk512_##MR##_3, blk512_##MR##_4}
+#define FG_BLK512_PTRS(MR)                                                                                             \
+    { blk512_##MR##_1, blk512_##MR##_2, blk512_##MR##_3, blk512_##MR##_4 }
 static const blk512_fn blk512_table[6][4] = {FG_BLK512_PTRS(1), FG_BLK512_PTRS(2), FG_BLK512_PTRS(3),
                                              FG_BLK512_PTRS(4), FG_BLK512_PTRS(5), FG_BLK512_PTRS(6)};
 
@@ -132,23 +136,27 @@ blk256(const int MR, const int NV, const int MASKED, __m256i lm, int64_t k, floa
             float *cp = C + r * ldc + 8 * v;
             const int mk = MASKED && v == NV - 1;
             __m256 out;
-            if (!accumulate) out = _mm256_mul_ps(va, c[r][v]);
+            if (!accumulate)
+                out = _mm256_mul_ps(va, c[r][v]);
             else {
                 const __m256 old = mk ? _mm256_maskload_ps(cp, lm) : _mm256_loadu_ps(cp);
-                if (!rs) out = _mm256_fmadd_ps(c[r][v], va, old);
-                else out = _mm256_fmadd_ps(old, _mm256_broadcast_ss(rs + r), _mm256_mul_ps(va, c[r][v]));
+                if (!rs)
+                    out = _mm256_fmadd_ps(c[r][v], va, old);
+                else
+                    out = _mm256_fmadd_ps(old, _mm256_broadcast_ss(rs + r), _mm256_mul_ps(va, c[r][v]));
             }
-            if (mk) _mm256_maskstore_ps(cp, lm, out);
-            else _mm256_storeu_ps(cp, out);
+            if (mk)
+                _mm256_maskstore_ps(cp, lm, out);
+            else
+                _mm256_storeu_ps(cp, out);
         }
 }
 
-#define FG_BLK256(MR, NV, MASKED)                                                                              \
-    static FG_TARGET_AVX2 void blk256_##MR##_##NV##_##MASKED(__m256i lm, int64_t k, float alpha, const float *A, \
-                                                             int64_t rsa, int64_t csa, const float *B,          \
-                                                             int64_t ldb, float *C, int64_t ldc, const float *rs, \
-                                                             int accumulate) {                                   \
-        blk256(MR, NV, MASKED, lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate);                     \
+#define FG_BLK256(MR, NV, MASKED)                                                                                      \
+    static FG_TARGET_AVX2 void blk256_##MR##_##NV##_##MASKED(__m256i lm, int64_t k, float alpha, const float *A,       \
+                                                             int64_t rsa, int64_t csa, const float *B, int64_t ldb,    \
+                                                             float *C, int64_t ldc, const float *rs, int accumulate) { \
+        blk256(MR, NV, MASKED, lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate);                             \
     }
 #define FG_BLK256_ROW(MR) FG_BLK256(MR, 1, 0) FG_BLK256(MR, 2, 0) FG_BLK256(MR, 1, 1) FG_BLK256(MR, 2, 1)
 FG_BLK256_ROW(1)
@@ -160,7 +168,10 @@ FG_BLK256_ROW(6)
 
 typedef void (*blk256_fn)(__m256i, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t, float *,
                           int64_t, const float *, int);
-#define FG_BLK256_PTRS(MR) {{blk256_##MR##_1_0, blk256_##MR##_2_0}, {blk256_##MR##_1_1, blk256_##MR##_2_1}}
+#define FG_BLK256_PTRS(MR)                                                                                             \
+    {                                                                                                                  \
+        {blk256_##MR##_1_0, blk256_##MR##_2_0}, { blk256_##MR##_1_1, blk256_##MR##_2_1 }                               \
+    }
 static const blk256_fn blk256_table[6][2][2] = {FG_BLK256_PTRS(1), FG_BLK256_PTRS(2), FG_BLK256_PTRS(3),
                                                 FG_BLK256_PTRS(4), FG_BLK256_PTRS(5), FG_BLK256_PTRS(6)};
 
@@ -194,7 +205,8 @@ void fg_sgemm_small(int64_t m, int64_t n, int64_t k, float alpha, const float *A
     case FG_SIMD_AVX2:
         sgemm_avx2(m, n, k, alpha, A, rsa, csa, B, ldb, C, ldc, rowscale, accumulate);
         return;
-    default: break;
+    default:
+        break;
     }
 #endif
     sgemm_scalar(m, n, k, alpha, A, rsa, csa, B, ldb, C, ldc, rowscale, accumulate);

@@ -56,10 +56,21 @@ static struct {
     fg_pool_fn fn;
     void *ctx;
     int64_t n_items;
-    int n_part;             /* participants, the caller included */
-    atomic_llong next;      /* next item to hand out */
-} P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-       0, 0, 0, 0, NULL, NULL, 0, 0, 0};
+    int n_part;        /* participants, the caller included */
+    atomic_llong next; /* next item to hand out */
+} P = {PTHREAD_MUTEX_INITIALIZER,
+       PTHREAD_COND_INITIALIZER,
+       PTHREAD_COND_INITIALIZER,
+       PTHREAD_MUTEX_INITIALIZER,
+       0,
+       0,
+       0,
+       0,
+       NULL,
+       NULL,
+       0,
+       0,
+       0};
 
 /* OpenBLAS set to one thread while any FG_POOL_BLAS_SERIAL run is in progress, in any thread: the
  * first to enter saves its thread count, the last to leave restores it. */

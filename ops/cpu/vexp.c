@@ -21,9 +21,14 @@ FG_TARGET_AVX2 static void vexp_avx2(float *y, const float *x, int64_t n) {
 void fg_vexp_f32(float *y, const float *x, int64_t n) {
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: vexp_avx512(y, x, n); return;
-    case FG_SIMD_AVX2: vexp_avx2(y, x, n); return;
-    default: break;
+    case FG_SIMD_AVX512:
+        vexp_avx512(y, x, n);
+        return;
+    case FG_SIMD_AVX2:
+        vexp_avx2(y, x, n);
+        return;
+    default:
+        break;
     }
 #endif
     for (int64_t i = 0; i < n; i++) y[i] = fg_expf_ref(x[i]);

@@ -112,25 +112,29 @@ int fg_no_broadcast(int ndim, const int64_t *shape, const int64_t *strides) {
 /* One element of y = a ∘ b: the scalar form of every level. */
 static inline float vop(int op, float a, float b) {
     switch (op) {
-    case FG_VOP_ADD: return a + b;
-    case FG_VOP_SUB: return a - b;
-    case FG_VOP_MUL: return a * b;
-    default: return a / b;
+    case FG_VOP_ADD:
+        return a + b;
+    case FG_VOP_SUB:
+        return a - b;
+    case FG_VOP_MUL:
+        return a * b;
+    default:
+        return a / b;
     }
 }
 
 /* The levels share one body: OP is a compile-time constant in each instantiation (the switch on
  * `op` sits outside the loops), BS says whether b is one value (a scalar) or an array. */
 #if FG_SIMD_X86
-#define VOP512(op, x, y)                                                                               \
-    ((op) == FG_VOP_ADD ? _mm512_add_ps(x, y)                                                          \
-     : (op) == FG_VOP_SUB ? _mm512_sub_ps(x, y)                                                        \
-     : (op) == FG_VOP_MUL ? _mm512_mul_ps(x, y)                                                        \
+#define VOP512(op, x, y)                                                                                               \
+    ((op) == FG_VOP_ADD   ? _mm512_add_ps(x, y)                                                                        \
+     : (op) == FG_VOP_SUB ? _mm512_sub_ps(x, y)                                                                        \
+     : (op) == FG_VOP_MUL ? _mm512_mul_ps(x, y)                                                                        \
                           : _mm512_div_ps(x, y))
-#define VOP256(op, x, y)                                                                               \
-    ((op) == FG_VOP_ADD ? _mm256_add_ps(x, y)                                                          \
-     : (op) == FG_VOP_SUB ? _mm256_sub_ps(x, y)                                                        \
-     : (op) == FG_VOP_MUL ? _mm256_mul_ps(x, y)                                                        \
+#define VOP256(op, x, y)                                                                                               \
+    ((op) == FG_VOP_ADD   ? _mm256_add_ps(x, y)                                                                        \
+     : (op) == FG_VOP_SUB ? _mm256_sub_ps(x, y)                                                                        \
+     : (op) == FG_VOP_MUL ? _mm256_mul_ps(x, y)                                                                        \
                           : _mm256_div_ps(x, y))
 
 static inline __attribute__((always_inline)) FG_TARGET_AVX512 void
@@ -155,14 +159,22 @@ binary_avx2(const int op, const int bs, float *y, const float *a, const float *b
     for (; i < n; i++) y[i] = vop(op, a[i], bs ? b[0] : b[i]);
 }
 
-#define BINARY_LEVEL(LV, TGT)                                                                          \
-    TGT static void binary_##LV##_all(int op, int bs, float *y, const float *a, const float *b, int64_t n) { \
-        switch (op) {                                                                                  \
-        case FG_VOP_ADD: bs ? binary_##LV(FG_VOP_ADD, 1, y, a, b, n) : binary_##LV(FG_VOP_ADD, 0, y, a, b, n); break; \
-        case FG_VOP_SUB: bs ? binary_##LV(FG_VOP_SUB, 1, y, a, b, n) : binary_##LV(FG_VOP_SUB, 0, y, a, b, n); break; \
-        case FG_VOP_MUL: bs ? binary_##LV(FG_VOP_MUL, 1, y, a, b, n) : binary_##LV(FG_VOP_MUL, 0, y, a, b, n); break; \
-        default: bs ? binary_##LV(FG_VOP_DIV, 1, y, a, b, n) : binary_##LV(FG_VOP_DIV, 0, y, a, b, n); break; \
-        }                                                                                              \
+#define BINARY_LEVEL(LV, TGT)                                                                                          \
+    TGT static void binary_##LV##_all(int op, int bs, float *y, const float *a, const float *b, int64_t n) {           \
+        switch (op) {                                                                                                  \
+        case FG_VOP_ADD:                                                                                               \
+            bs ? binary_##LV(FG_VOP_ADD, 1, y, a, b, n) : binary_##LV(FG_VOP_ADD, 0, y, a, b, n);                      \
+            break;                                                                                                     \
+        case FG_VOP_SUB:                                                                                               \
+            bs ? binary_##LV(FG_VOP_SUB, 1, y, a, b, n) : binary_##LV(FG_VOP_SUB, 0, y, a, b, n);                      \
+            break;                                                                                                     \
+        case FG_VOP_MUL:                                                                                               \
+            bs ? binary_##LV(FG_VOP_MUL, 1, y, a, b, n) : binary_##LV(FG_VOP_MUL, 0, y, a, b, n);                      \
+            break;                                                                                                     \
+        default:                                                                                                       \
+            bs ? binary_##LV(FG_VOP_DIV, 1, y, a, b, n) : binary_##LV(FG_VOP_DIV, 0, y, a, b, n);                      \
+            break;                                                                                                     \
+        }                                                                                                              \
     }
 BINARY_LEVEL(avx512, FG_TARGET_AVX512)
 BINARY_LEVEL(avx2, FG_TARGET_AVX2)
@@ -194,9 +206,14 @@ static void binary_scalar(int op, int bs, float *y, const float *a, const float 
 static void binary_any(int op, int bs, float *y, const float *a, const float *b, int64_t n) {
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: binary_avx512_all(op, bs, y, a, b, n); return;
-    case FG_SIMD_AVX2: binary_avx2_all(op, bs, y, a, b, n); return;
-    default: break;
+    case FG_SIMD_AVX512:
+        binary_avx512_all(op, bs, y, a, b, n);
+        return;
+    case FG_SIMD_AVX2:
+        binary_avx2_all(op, bs, y, a, b, n);
+        return;
+    default:
+        break;
     }
 #endif
     binary_scalar(op, bs, y, a, b, n);
@@ -208,9 +225,14 @@ void fg_vbinary_scalar_f32(int op, float *y, const float *a, float s, int64_t n)
 void fg_vaxpy_f32(float *y, float alpha, const float *x, int64_t n) {
 #if FG_SIMD_X86
     switch (fg_simd_active()) {
-    case FG_SIMD_AVX512: axpy_avx512(y, alpha, x, n); return;
-    case FG_SIMD_AVX2: axpy_avx2(y, alpha, x, n); return;
-    default: break;
+    case FG_SIMD_AVX512:
+        axpy_avx512(y, alpha, x, n);
+        return;
+    case FG_SIMD_AVX2:
+        axpy_avx2(y, alpha, x, n);
+        return;
+    default:
+        break;
     }
 #endif
     for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];

@@ -18,8 +18,8 @@
 
 /* the high 32 bits of the lane-wise products a · m (m broadcast) */
 static inline __attribute__((always_inline)) FG_TARGET_AVX512 __m512i mulhi512(__m512i a, __m512i m) {
-    const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, m), 32);   /* lanes 0, 2, …: high half */
-    const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);    /* lanes 1, 3, …: in place */
+    const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, m), 32); /* lanes 0, 2, …: high half */
+    const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);  /* lanes 1, 3, …: in place */
     return _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, odd);
 }
 
@@ -44,8 +44,8 @@ static FG_TARGET_AVX512 void blocks16(uint32_t c0, uint32_t c1, uint32_t c2, uin
     /* interleave to out[4 i + w]: after the two unpacks, 128-bit lane L of u_m holds block 4 L + m */
     const __m512i t0 = _mm512_unpacklo_epi32(x0, x1), t1 = _mm512_unpackhi_epi32(x0, x1);
     const __m512i t2 = _mm512_unpacklo_epi32(x2, x3), t3 = _mm512_unpackhi_epi32(x2, x3);
-    const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                          _mm512_unpackhi_epi64(t1, t3)};
     /* blocks 0-3 are lane 0 of u0..u3, blocks 4-7 lane 1, …: two permutes put them in order */
     const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
     const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
@@ -57,7 +57,7 @@ static FG_TARGET_AVX512 void blocks16(uint32_t c0, uint32_t c1, uint32_t c2, uin
     const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
     _mm512_storeu_si512(out, _mm512_permutex2var_epi32(a01, first, a23));       /* blocks 0-3 */
     _mm512_storeu_si512(out + 16, _mm512_permutex2var_epi32(a01, second, a23)); /* blocks 4-7 */
-    _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi32(b01, first, b23)); /* blocks 8-11 */
+    _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi32(b01, first, b23));  /* blocks 8-11 */
     _mm512_storeu_si512(out + 48, _mm512_permutex2var_epi32(b01, second, b23)); /* blocks 12-15 */
 }
 

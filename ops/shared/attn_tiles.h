@@ -36,9 +36,7 @@ typedef enum {
 } fg_tile_kind;
 
 /* Number of tiles of size `block` covering n elements (0 for n <= 0). */
-FG_HD int64_t fg_attn_ntiles(int64_t n, int64_t block) {
-    return n <= 0 ? 0 : (n + block - 1) / block;
-}
+FG_HD int64_t fg_attn_ntiles(int64_t n, int64_t block) { return n <= 0 ? 0 : (n + block - 1) / block; }
 
 /* Query i sees keys [0, fg_attn_row_end(i)): Nk without the mask, else clamp(i + Nk − Nq + 1, 0, Nk). */
 FG_HD int64_t fg_attn_row_end(int64_t i, int64_t Nq, int64_t Nk, int causal) {
@@ -80,7 +78,7 @@ FG_HD int64_t fg_attn_qt_begin(int64_t kt, int64_t Nq, int64_t Nk, int64_t bq, i
  * masks on top). Rows past Nq (padding of the last query tile) are ignored: the kernels
  * give them zero weight on their own; key padding past Nk makes a tile PARTIAL. */
 FG_HD fg_tile_kind fg_attn_causal_tile_kind(int64_t qt, int64_t kt, int64_t Nq, int64_t Nk, int64_t bq, int64_t bk,
-                                     int causal) {
+                                            int causal) {
     int64_t i0 = qt * bq, j0 = kt * bk;
     if (i0 >= Nq || j0 >= Nk || i0 < 0 || j0 < 0) return FG_TILE_MASKED;
     int64_t i_last = (i0 + bq < Nq ? i0 + bq : Nq) - 1;

@@ -42,16 +42,21 @@ static fg_status opts_of(const fgpy_attn_args *a, fg_attn_opts *o) {
     o->seed = a->seed;
     o->block_q = a->block_q;
     o->block_k = a->block_k;
-    o->variant = (fg_attn_variant){.n_kv_heads = a->H_kv, .window = a->window ? 1 : 0,
-                                   .window_left = a->window_left, .window_right = a->window_right,
-                                   .alibi = a->alibi ? 1 : 0, .alibi_slopes = a->alibi_slopes,
+    o->variant = (fg_attn_variant){.n_kv_heads = a->H_kv,
+                                   .window = a->window ? 1 : 0,
+                                   .window_left = a->window_left,
+                                   .window_right = a->window_right,
+                                   .alibi = a->alibi ? 1 : 0,
+                                   .alibi_slopes = a->alibi_slopes,
                                    .softcap = a->softcap};
-    o->custom = (fg_attn_custom){.score_mod = a->score_mod, .score_mod_grad = a->score_mod_grad, .mask = a->mask,
-                                 .user = a->user};
+    o->custom = (fg_attn_custom){
+        .score_mod = a->score_mod, .score_mod_grad = a->score_mod_grad, .mask = a->mask, .user = a->user};
     if (a->custom) {
         if (a->score_mod || a->score_mod_grad || a->mask)
-            return fg_error(FG_ERR_ARG, "attention: a registered variant ('%s') and score_mod/mask callbacks cannot "
-                                        "be combined", a->custom);
+            return fg_error(FG_ERR_ARG,
+                            "attention: a registered variant ('%s') and score_mod/mask callbacks cannot "
+                            "be combined",
+                            a->custom);
         const fg_attn_custom *c = fg_attn_find_custom(a->custom);
         if (!c) return fg_error(FG_ERR_ARG, "attention: no registered variant named '%s'", a->custom);
         o->custom = *c;
@@ -117,7 +122,8 @@ static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void
     int64_t bad = -1;
     for (int64_t r = 0; r < rows && bad < 0; r++) {
         const double L = dt == FG_F32 ? (double)((const float *)lse)[r] : ((const double *)lse)[r];
-        if (isnan(L) || L == INFINITY) bad = r;
+        if (isnan(L) || L == INFINITY)
+            bad = r;
         else if (L == -INFINITY && inf_rows) {
             int64_t lo, hi;
             fg_attn_row_range(r % pr->Nq, pr->Nq, pr->Nk, pr->causal, pr->var.window, pr->var.window_left,
@@ -128,11 +134,12 @@ static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void
     const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->var.n_kv_heads * pr->Nk * pr->d;
     if (bad < 0 || !all_finite(dt, q, nq) || !all_finite(dt, k, nk) || !all_finite(dt, v, nk)) return FG_OK;
     const int64_t b = bad / (pr->H * pr->Nq), h = bad / pr->Nq % pr->H, i = bad % pr->Nq;
-    return fg_error(FG_ERR_NUMERIC, "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
-                                    "k and v are finite: |scale * q.k| exceeds %.3g (scale %g)%s; use float64 inputs or "
-                                    "a smaller scale", (long long)i, (long long)b, (long long)h, fg_dtype_name(dt),
-                    dt == FG_F32 ? FLT_MAX : DBL_MAX, pr->scale,
-                    pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
+    return fg_error(FG_ERR_NUMERIC,
+                    "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
+                    "k and v are finite: |scale * q.k| exceeds %.3g (scale %g)%s; use float64 inputs or "
+                    "a smaller scale",
+                    (long long)i, (long long)b, (long long)h, fg_dtype_name(dt), dt == FG_F32 ? FLT_MAX : DBL_MAX,
+                    pr->scale, pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
 }
 
 static fg_status forward_kernels(const call *c, int impl, void *o, void *lse, void *lse_lo, void *p, const void *q,
@@ -178,7 +185,8 @@ fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *
         return fg_error(FG_ERR_ARG, "attention backward: NULL array");
     }
     if (zero) {
-        const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d), nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
+        const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d),
+                     nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
         if (dq) memset(dq, 0, nq * es);
         if (dk) memset(dk, 0, nk * es);
         if (dv) memset(dv, 0, nk * es);
@@ -212,16 +220,19 @@ fg_status fgpy_attn_gradcheck(const fgpy_attn_args *a, uint64_t seed, double qk_
     fg_attn_opts o;
     FG_TRY(opts_of(a, &o));
     o.variant.n_kv_heads = a->H_kv;
-    const fg_attn_check_shape sh = {.B = a->B, .H = a->H, .Nq = a->Nq, .Nk = a->Nk, .d = a->d, .seed = seed,
-                                    .qk_std = qk_std};
+    const fg_attn_check_shape sh = {
+        .B = a->B, .H = a->H, .Nq = a->Nq, .Nk = a->Nk, .d = a->d, .seed = seed, .qk_std = qk_std};
     fg_attn_check_report r;
     FG_TRY(fg_attn_gradcheck(&o, &sh, &r));
     rep->passed = r.passed;
     rep->n_rows = r.n_rows < FG_ATTN_CHECK_MAX_ROWS ? r.n_rows : FG_ATTN_CHECK_MAX_ROWS;
     for (int i = 0; i < rep->n_rows; i++)
-        rep->rows[i] = (fgpy_check_row){.check = r.rows[i].check, .tensor = r.rows[i].tensor,
-                                        .max_abs = r.rows[i].max_abs, .max_rel = r.rows[i].max_rel,
-                                        .limit = r.rows[i].limit, .passed = r.rows[i].passed};
+        rep->rows[i] = (fgpy_check_row){.check = r.rows[i].check,
+                                        .tensor = r.rows[i].tensor,
+                                        .max_abs = r.rows[i].max_abs,
+                                        .max_rel = r.rows[i].max_rel,
+                                        .limit = r.rows[i].limit,
+                                        .passed = r.rows[i].passed};
     rep->fd_worst_tensor = r.fd_worst_tensor;
     rep->fd_worst_index = r.fd_worst_index;
     rep->fd_analytic = r.fd_analytic;

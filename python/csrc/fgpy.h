@@ -30,37 +30,37 @@ extern "C" {
 #define FGPY_ABI_VERSION 1
 
 typedef struct {
-    int32_t dtype;                   /* FG_F32 or FG_F64 */
-    int32_t impl;                    /* FG_ATTN_NAIVE or FG_ATTN_FLASH */
+    int32_t dtype; /* FG_F32 or FG_F64 */
+    int32_t impl;  /* FG_ATTN_NAIVE or FG_ATTN_FLASH */
     int64_t B, H, H_kv, Nq, Nk, d;
-    double scale;                    /* 0 = 1/sqrt(d) */
+    double scale; /* 0 = 1/sqrt(d) */
     int32_t causal;
-    int32_t block_q, block_k;        /* 0 = default */
-    double dropout;                  /* 0 <= p < 1 */
+    int32_t block_q, block_k; /* 0 = default */
+    double dropout;           /* 0 <= p < 1 */
     uint64_t seed;
-    int32_t window;                  /* 1: window_left / window_right apply (negative: unbounded) */
+    int32_t window; /* 1: window_left / window_right apply (negative: unbounded) */
     int64_t window_left, window_right;
     int32_t alibi;
-    const double *alibi_slopes;      /* H slopes or NULL (standard ones) */
-    double softcap;                  /* 0 = off */
-    fg_attn_score_mod_fn score_mod;  /* user callbacks (ops/attention.h) or NULL */
+    const double *alibi_slopes;     /* H slopes or NULL (standard ones) */
+    double softcap;                 /* 0 = off */
+    fg_attn_score_mod_fn score_mod; /* user callbacks (ops/attention.h) or NULL */
     fg_attn_score_mod_fn score_mod_grad;
     fg_attn_mask_fn mask;
     void *user;
-    const char *custom;              /* a registered variant's name (fg_attn_register_custom) or NULL */
+    const char *custom; /* a registered variant's name (fg_attn_register_custom) or NULL */
 } fgpy_attn_args;
 
 typedef struct {
-    const char *check, *tensor;      /* static strings of the library */
+    const char *check, *tensor; /* static strings of the library */
     double max_abs, max_rel, limit;
-    int32_t passed;                  /* 1, 0, or -1 for rows that only inform */
+    int32_t passed; /* 1, 0, or -1 for rows that only inform */
 } fgpy_check_row;
 
 typedef struct {
     int32_t passed, n_rows;
     fgpy_check_row rows[FG_ATTN_CHECK_MAX_ROWS];
-    const char *fd_worst_tensor;     /* NULL unless check 1 failed */
-    int64_t fd_worst_index;          /* flat C-order index into that tensor's input (dQ: q, ...) */
+    const char *fd_worst_tensor; /* NULL unless check 1 failed */
+    int64_t fd_worst_index;      /* flat C-order index into that tensor's input (dQ: q, ...) */
     double fd_analytic, fd_numeric;
     char f32_skipped[256];
 } fgpy_check_report;

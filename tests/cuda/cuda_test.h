@@ -44,12 +44,12 @@ void fgt_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-#define FGT_CHECK(cond, ...)                                                                          \
-    do {                                                                                              \
-        if (!(cond)) {                                                                                \
-            fgt_fail(__FILE__, __LINE__, __VA_ARGS__);                                                \
-            return FGT_FAIL;                                                                          \
-        }                                                                                             \
+#define FGT_CHECK(cond, ...)                                                                                           \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fgt_fail(__FILE__, __LINE__, __VA_ARGS__);                                                                 \
+            return FGT_FAIL;                                                                                           \
+        }                                                                                                              \
     } while (0)
 /* A library call that must succeed (non-NULL / FG_OK); prints fg_last_error() otherwise. */
 #define FGT_OK(expr) FGT_CHECK((expr) == FG_OK, "%s failed: %s", #expr, fg_last_error())
@@ -83,7 +83,7 @@ extern const fgt_case fgt_runtime_cases[];
 extern const fgt_case fgt_ops_cases[];
 extern const fgt_case fgt_attention_cases[];
 extern const fgt_case fgt_device_cases[];
-extern const fgt_case fgt_train_cases[];   /* tests/cuda/test_train.c */
+extern const fgt_case fgt_train_cases[]; /* tests/cuda/test_train.c */
 
 #ifdef __cplusplus
 }

@@ -37,7 +37,8 @@ int fgt_compare(const char *what, const double *got, const double *want, int64_t
         if (!isfinite(w) || !isfinite(g)) {
             int same = (isnan(g) && isnan(w)) || g == w;
             if (!same) {
-                printf("    %s: element %lld is %g, expected %g (non-finite values must match)\n", what, (long long)i, g, w);
+                printf("    %s: element %lld is %g, expected %g (non-finite values must match)\n", what, (long long)i,
+                       g, w);
                 return FGT_FAIL;
             }
             continue;
@@ -55,7 +56,8 @@ int fgt_compare(const char *what, const double *got, const double *want, int64_t
     double rel = sqrt(num) / (sqrt(den) > 1e-300 ? sqrt(den) : 1e-300);
     if (den == 0 && num == 0) rel = 0;
     if (rel > tol || first_bad >= 0) {
-        printf("    %s: relative error %.3e (tolerance %.1e) over %lld values; max |diff| %.3e at %lld (got %.9g, want %.9g)",
+        printf("    %s: relative error %.3e (tolerance %.1e) over %lld values; max |diff| %.3e at %lld (got %.9g, want "
+               "%.9g)",
                what, rel, tol, (long long)n, worst, (long long)worst_i, worst_i >= 0 ? got[worst_i] : 0.0,
                worst_i >= 0 ? want[worst_i] : 0.0);
         if (first_bad >= 0)
@@ -84,7 +86,8 @@ int fgt_compare_tensors(const char *what, const fg_tensor *got, const fg_tensor 
         return FGT_FAIL;
     }
     if (!fg_same_shape(got, want)) {
-        printf("    %s: shape %s, expected %s\n", what, fg_shape_str(got, b1, sizeof b1), fg_shape_str(want, b2, sizeof b2));
+        printf("    %s: shape %s, expected %s\n", what, fg_shape_str(got, b1, sizeof b1),
+               fg_shape_str(want, b2, sizeof b2));
         return FGT_FAIL;
     }
     double *g = fgt_host_f64(got), *w = fgt_host_f64(want);
@@ -117,13 +120,17 @@ int main(int argc, char **argv) {
     const char *filters[64];
     int nf = 0, list = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--cpu-self-test")) FGT_DEV = FG_CPU;
-        else if (!strcmp(argv[i], "--quick")) fgt_quick = 1;
-        else if (!strcmp(argv[i], "--list")) list = 1;
+        if (!strcmp(argv[i], "--cpu-self-test"))
+            FGT_DEV = FG_CPU;
+        else if (!strcmp(argv[i], "--quick"))
+            fgt_quick = 1;
+        else if (!strcmp(argv[i], "--list"))
+            list = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: fg_cuda_tests [--cpu-self-test] [--quick] [--list] [FILTER...]\n");
             return 0;
-        } else if (nf < 64) filters[nf++] = argv[i];
+        } else if (nf < 64)
+            filters[nf++] = argv[i];
     }
     if (getenv("FG_SANITIZE")) fgt_quick = 1;
     if (!list) {
@@ -155,9 +162,12 @@ int main(int argc, char **argv) {
             double t0 = now_ms();
             int r = c->fn();
             double ms = now_ms() - t0;
-            if (r == FGT_PASS) passed++;
-            else if (r == FGT_SKIP) skipped++;
-            else failed++;
+            if (r == FGT_PASS)
+                passed++;
+            else if (r == FGT_SKIP)
+                skipped++;
+            else
+                failed++;
             printf("%s %s (%.0f ms)\n", r == FGT_PASS ? "PASS" : r == FGT_SKIP ? "SKIP" : "FAIL", full, ms);
             fflush(stdout);
         }

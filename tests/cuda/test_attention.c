@@ -48,7 +48,7 @@ typedef struct {
 static const double user_slopes[8] = {0.3, 0.05, 1.25, 0.0, 0.7, 0.01, 0.5, 2.0};
 
 /* (B, H, Nq, Nk, d, causal, p, then designated variant fields) */
-#define SHAPE(b_, h_, nq_, nk_, d_, c_, p_, ...) \
+#define SHAPE(b_, h_, nq_, nk_, d_, c_, p_, ...)                                                                       \
     { .B = (b_), .H = (h_), .Nq = (nq_), .Nk = (nk_), .d = (d_), .causal = (c_), .p = (p_), __VA_ARGS__ }
 static const shape_case shapes[] = {
     SHAPE(1, 1, 1, 1, 8, 0, 0),       SHAPE(2, 3, 17, 17, 16, 0, 0),    SHAPE(2, 3, 17, 17, 16, 1, 0),
@@ -62,8 +62,7 @@ static const shape_case big_quick = SHAPE(1, 2, 300, 300, 64, 1, 0.1);
 
 static const shape_case variant_shapes[] = {
     /* GQA */
-    SHAPE(2, 4, 37, 53, 16, 1, 0, .Hkv = 2),
-    SHAPE(1, 6, 65, 65, 32, 0, 0.2, .Hkv = 3),
+    SHAPE(2, 4, 37, 53, 16, 1, 0, .Hkv = 2), SHAPE(1, 6, 65, 65, 32, 0, 0.2, .Hkv = 3),
     SHAPE(1, 3, 100, 37, 24, 1, 0.1, .Hkv = 1), /* multi-query, Nq > Nk: rows that see no key */
     /* sliding windows */
     SHAPE(1, 2, 140, 140, 32, 1, 0, .win = 1, .wl = 20, .wr = -1),
@@ -72,12 +71,10 @@ static const shape_case variant_shapes[] = {
     SHAPE(2, 1, 45, 45, 16, 0, 0, .win = 1, .wl = 0, .wr = 0),
     SHAPE(1, 1, 129, 200, 100, 0, 0.3, .win = 1, .wl = -1, .wr = 10),
     /* ALiBi */
-    SHAPE(1, 6, 45, 77, 16, 1, 0, .alibi = 1),
-    SHAPE(2, 2, 33, 33, 32, 0, 0.25, .alibi = 2),
+    SHAPE(1, 6, 45, 77, 16, 1, 0, .alibi = 1), SHAPE(2, 2, 33, 33, 32, 0, 0.25, .alibi = 2),
     SHAPE(1, 8, 20, 90, 64, 0, 0, .alibi = 1),
     /* softcap */
-    SHAPE(1, 2, 64, 100, 64, 0, 0, .softcap = 3.0, .scale = 1.0),
-    SHAPE(1, 1, 50, 50, 16, 1, 0.1, .softcap = 0.5),
+    SHAPE(1, 2, 64, 100, 64, 0, 0, .softcap = 3.0, .scale = 1.0), SHAPE(1, 1, 50, 50, 16, 1, 0.1, .softcap = 0.5),
     SHAPE(1, 1, 33, 70, 256, 1, 0, .softcap = 1.5, .scale = 0.3),
     /* combinations */
     SHAPE(2, 4, 97, 75, 40, 1, 0.2, .Hkv = 2, .win = 1, .wl = 16, .wr = 2, .alibi = 1, .softcap = 4.0, .scale = 0.8),
@@ -112,7 +109,8 @@ static fg_status dev_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse,
                              const void *v, const fg_attn_problem *pr) {
     if (FGT_DEV == FG_CUDA) return fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, pr);
     if (impl == FG_ATTN_NAIVE)
-        return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, p, q, k, v, pr) : fg_attn_naive_forward_f64(o, lse, p, q, k, v, pr);
+        return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, p, q, k, v, pr)
+                            : fg_attn_naive_forward_f64(o, lse, p, q, k, v, pr);
     /* flash: p is lse_lo (or NULL) */
     return dt == FG_F32 ? fg_attn_flash_forward_lo_f32(o, lse, p, q, k, v, pr)
                         : fg_attn_flash_forward_lo_f64(o, lse, p, q, k, v, pr);
@@ -152,7 +150,7 @@ typedef struct {
     int64_t nq, nk, nl, np; /* element counts of q-like, k-like, lse, p */
     int64_t qs[4], ks[4], ls[3], ps[4];
     double *q, *k, *v, *dout, *g0q, *g0k, *g0v; /* inputs (dt-rounded) and initial gradients */
-    double *o, *lse, *dq, *dk, *dv;            /* float64 reference; grads include g0 */
+    double *o, *lse, *dq, *dk, *dv;             /* float64 reference; grads include g0 */
 } ref_case;
 
 /* The options of a shape case (dropout seed left 0). */
@@ -206,7 +204,8 @@ static int ref_make(ref_case *r, const shape_case *s, fg_dtype dt, uint64_t seed
     r->np = s->B * s->H * s->Nq * s->Nk;
     const int64_t qs[4] = {s->B, s->H, s->Nq, s->d}, ks[4] = {s->B, Hkv, s->Nk, s->d}, ls[3] = {s->B, s->H, s->Nq};
     const int64_t ps[4] = {s->B, s->H, s->Nq, s->Nk};
-    memcpy(r->qs, qs, sizeof qs), memcpy(r->ks, ks, sizeof ks), memcpy(r->ls, ls, sizeof ls), memcpy(r->ps, ps, sizeof ps);
+    memcpy(r->qs, qs, sizeof qs), memcpy(r->ks, ks, sizeof ks), memcpy(r->ls, ls, sizeof ls),
+        memcpy(r->ps, ps, sizeof ps);
     r->q = rand_f64(r->nq, seed + 1), r->k = rand_f64(r->nk, seed + 2), r->v = rand_f64(r->nk, seed + 3);
     r->dout = rand_f64(r->nq, seed + 4);
     r->g0q = rand_f64(r->nq, seed + 5), r->g0k = rand_f64(r->nk, seed + 6), r->g0v = rand_f64(r->nk, seed + 7);
@@ -249,18 +248,21 @@ static int check_impl(const ref_case *r, fg_attn_impl impl, fg_dtype dt, fg_devi
     fg_tensor *dv = dev_tensor(dt, dev, 4, r->ks, r->g0v);
     fg_tensor *o = nan_tensor(dt, dev, 4, r->qs), *lse = nan_tensor(dt, dev, 3, r->ls);
     /* aux: naive's P; for flash in float32 the lse_lo buffer fg_attention passes (poisoned too) */
-    fg_tensor *p = impl == FG_ATTN_NAIVE ? nan_tensor(dt, dev, 4, r->ps) : dt == FG_F32 ? nan_tensor(dt, dev, 3, r->ls) : NULL;
+    fg_tensor *p = impl == FG_ATTN_NAIVE ? nan_tensor(dt, dev, 4, r->ps)
+                   : dt == FG_F32        ? nan_tensor(dt, dev, 3, r->ls)
+                                         : NULL;
     double *ho = NULL, *hl = NULL, *hq = NULL, *hk = NULL, *hv = NULL;
     if (!q || !k || !v || !dout || !dq || !dk || !dv || !o || !lse || ((impl == FG_ATTN_NAIVE || dt == FG_F32) && !p)) {
         printf("    %s: allocation failed: %s\n", label, fg_last_error());
         goto done;
     }
-    if (fwd(impl, dt, fg_data(o), fg_data(lse), p ? fg_data(p) : NULL, fg_data(q), fg_data(k), fg_data(v), &r->pr) != FG_OK) {
+    if (fwd(impl, dt, fg_data(o), fg_data(lse), p ? fg_data(p) : NULL, fg_data(q), fg_data(k), fg_data(v), &r->pr) !=
+        FG_OK) {
         printf("    %s forward: %s\n", label, fg_last_error());
         goto done;
     }
-    if (bwd(impl, dt, fg_data(dq), fg_data(dk), fg_data(dv), fg_data(dout), fg_data(q), fg_data(k), fg_data(v), fg_data(o),
-            fg_data(lse), p ? fg_data(p) : NULL, &r->pr) != FG_OK) {
+    if (bwd(impl, dt, fg_data(dq), fg_data(dk), fg_data(dv), fg_data(dout), fg_data(q), fg_data(k), fg_data(v),
+            fg_data(o), fg_data(lse), p ? fg_data(p) : NULL, &r->pr) != FG_OK) {
         printf("    %s backward: %s\n", label, fg_last_error());
         goto done;
     }
@@ -352,7 +354,8 @@ static int deterministic_run(const shape_case *s) {
         fg_tensor *dq = fg_zeros(FG_F32, FGT_DEV, 4, qs), *dk = fg_zeros(FG_F32, FGT_DEV, 4, ks);
         fg_tensor *dv = fg_zeros(FG_F32, FGT_DEV, 4, ks);
         FGT_NOTNULL(dv);
-        FGT_OK(dev_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(lse), NULL, fg_data(tq), fg_data(tk), fg_data(tv), &r.pr));
+        FGT_OK(dev_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(lse), NULL, fg_data(tq), fg_data(tk), fg_data(tv),
+                           &r.pr));
         FGT_OK(dev_backward(FG_ATTN_FLASH, FG_F32, fg_data(dq), fg_data(dk), fg_data(dv), fg_data(td), fg_data(tq),
                             fg_data(tk), fg_data(tv), fg_data(o), fg_data(lse), NULL, &r.pr));
         res[run][0] = fgt_host_f64(o), res[run][1] = fgt_host_f64(dq), res[run][2] = fgt_host_f64(dk);
@@ -443,8 +446,13 @@ static int autograd_attention_variants_on_the_gpu_match_the_cpu(void) {
         op.dropout_p = 0.2;
         op.seed = 77;
         op.scale = 0.9;
-        op.variant = (fg_attn_variant){.n_kv_heads = 2, .window = 1, .window_left = 6, .window_right = 3, .alibi = 1,
-                                       .alibi_slopes = slopes, .softcap = 2.5};
+        op.variant = (fg_attn_variant){.n_kv_heads = 2,
+                                       .window = 1,
+                                       .window_left = 6,
+                                       .window_right = 3,
+                                       .alibi = 1,
+                                       .alibi_slopes = slopes,
+                                       .softcap = 2.5};
         fg_tensor *lh = NULL, *ld = NULL;
         fg_tensor *oh = fg_attention(hq, hk, hv, &op, &lh), *od = fg_attention(dq, dk, dv, &op, &ld);
         FGT_NOTNULL(oh);
@@ -501,7 +509,8 @@ static int user_callbacks_on_the_gpu_are_a_clear_error(void) {
             const fg_status st = fg_last_status();
             fg_release(o);
             FGT_CHECK(o == NULL && st == FG_ERR_DEVICE, "fg_attention with %s on cuda (%s): result %p, status %d (%s)",
-                      c ? "score_mod" : "mask", fg_attn_impl_name((fg_attn_impl)impl), (void *)o, (int)st, fg_last_error());
+                      c ? "score_mod" : "mask", fg_attn_impl_name((fg_attn_impl)impl), (void *)o, (int)st,
+                      fg_last_error());
             FGT_CHECK(strstr(fg_last_error(), "CPU") != NULL, "the message does not say callbacks are CPU-only: %s",
                       fg_last_error());
             /* the backend, called directly */
@@ -509,8 +518,8 @@ static int user_callbacks_on_the_gpu_are_a_clear_error(void) {
             FGT_OK(fg_attn_problem_init(&pr, 1, 2, 9, 8, 8, &op));
             fg_tensor *out = fg_zeros(FG_F32, FG_CUDA, 4, sh), *lse = fg_zeros(FG_F32, FG_CUDA, 3, ls);
             FGT_NOTNULL(lse);
-            fg_status st2 = fg_cuda_attention_forward((fg_attn_impl)impl, FG_F32, fg_data(out), fg_data(lse), NULL, fg_data(q),
-                                                      fg_data(q), fg_data(q), &pr);
+            fg_status st2 = fg_cuda_attention_forward((fg_attn_impl)impl, FG_F32, fg_data(out), fg_data(lse), NULL,
+                                                      fg_data(q), fg_data(q), fg_data(q), &pr);
             fg_release(out), fg_release(lse);
             FGT_CHECK(st2 == FG_ERR_DEVICE && strstr(fg_last_error(), "CPU"), "backend: status %d (%s)", (int)st2,
                       fg_last_error());
@@ -581,9 +590,12 @@ static int attention_command_on_the_gpu_matches_the_cpu(void) {
         for (int sub = 0; sub < 2; sub++) {
             char out[520];
             snprintf(out, sizeof out, "%s/%s", dir, sub ? "cpu" : "gpu");
-            char *argv[] = {"attention", "--q", paths[0], "--k", paths[1], "--v", paths[2], "--do", paths[3],
-                            "--impl", (char *)impl, "--causal", "--dropout", "0.1", "--seed", "5", "--gqa", "2",
-                            "--window", "4,2", "--alibi", "--softcap", "3", "--device", sub ? "cpu" : "cuda", "--out", out};
+            char *argv[] = {"attention",  "--q",       paths[0],    "--k",      paths[1],
+                            "--v",        paths[2],    "--do",      paths[3],   "--impl",
+                            (char *)impl, "--causal",  "--dropout", "0.1",      "--seed",
+                            "5",          "--gqa",     "2",         "--window", "4,2",
+                            "--alibi",    "--softcap", "3",         "--device", sub ? "cpu" : "cuda",
+                            "--out",      out};
             const int argc = (int)(sizeof argv / sizeof argv[0]);
             const int r = quiet_cmd(fg_cmd_attention, argc, argv);
             FGT_CHECK(r == 0, "flashgrad attention --device %s (%s, %s) exited %d", sub ? "cpu" : "cuda",
@@ -612,11 +624,12 @@ static int attention_command_on_the_gpu_matches_the_cpu(void) {
  * custom (callback) variant it is a usage error (2) */
 static int gradcheck_command_on_the_gpu_passes(void) {
     if (FGT_DEV != FG_CUDA) return FGT_SKIP;
-    char *plain[] = {"gradcheck", "attention", "--device", "cuda", "--b", "1", "--h", "2", "--nq", "6", "--nk", "9",
-                     "--d", "4", "--causal", "--dropout", "0.2", "--seed", "3"};
-    char *all[] = {"gradcheck", "attention", "--device", "cuda", "--b", "2", "--h", "4", "--nq", "7", "--nk", "5",
-                   "--d", "3", "--causal", "--dropout", "0.1", "--gqa", "2", "--window", "2,1", "--alibi", "--softcap",
-                   "1.5"};
+    char *plain[] = {"gradcheck", "attention", "--device", "cuda",   "--b", "1",   "--h",
+                     "2",         "--nq",      "6",        "--nk",   "9",   "--d", "4",
+                     "--causal",  "--dropout", "0.2",      "--seed", "3"};
+    char *all[] = {"gradcheck", "attention", "--device", "cuda",     "--b", "2",       "--h",       "4",
+                   "--nq",      "7",         "--nk",     "5",        "--d", "3",       "--causal",  "--dropout",
+                   "0.1",       "--gqa",     "2",        "--window", "2,1", "--alibi", "--softcap", "1.5"};
     char *custom[] = {"gradcheck", "attention", "--device", "cuda", "--custom", "doc-mask"};
     int r = quiet_cmd(fg_cmd_gradcheck, (int)(sizeof plain / sizeof plain[0]), plain);
     FGT_CHECK(r == 0, "gradcheck attention --device cuda (plain) exited %d", r);
@@ -640,8 +653,10 @@ static int nan_rows_on_the_gpu_match_the_cpu(void) {
                 fg_tensor *hq = fgt_rand(t, FG_CPU, 4, qs, -1, 1, 31), *hk = fgt_rand(t, FG_CPU, 4, ks, -1, 1, 32);
                 fg_tensor *hv = fgt_rand(t, FG_CPU, 4, ks, -1, 1, 33);
                 FGT_NOTNULL(hv);
-                if (which == 0) fg_set(hq, (1 * 70 + 5) * 16 + 3, NAN);  /* q[0, 1, 5, 3] */
-                else fg_set(hk, (0 * 75 + 40) * 16 + 2, NAN);           /* k[0, 0, 40, 2] */
+                if (which == 0)
+                    fg_set(hq, (1 * 70 + 5) * 16 + 3, NAN); /* q[0, 1, 5, 3] */
+                else
+                    fg_set(hk, (0 * 75 + 40) * 16 + 2, NAN); /* k[0, 0, 40, 2] */
                 fg_tensor *dq = fgt_to(hq, FGT_DEV), *dk = fgt_to(hk, FGT_DEV), *dv = fgt_to(hv, FGT_DEV);
                 FGT_NOTNULL(dv);
                 fg_attn_opts op = fg_attn_defaults();
@@ -674,10 +689,11 @@ static int unsupported_head_dim_is_an_error(void) {
     fg_attn_problem pr;
     FGT_OK(fg_attn_problem_init(&pr, 1, 1, 4, 4, 300, NULL));
     const int64_t sh[4] = {1, 1, 4, 300}, ls[3] = {1, 1, 4};
-    fg_tensor *q = fg_zeros(FG_F32, FG_CUDA, 4, sh), *o = fg_zeros(FG_F32, FG_CUDA, 4, sh), *l = fg_zeros(FG_F32, FG_CUDA, 3, ls);
+    fg_tensor *q = fg_zeros(FG_F32, FG_CUDA, 4, sh), *o = fg_zeros(FG_F32, FG_CUDA, 4, sh),
+              *l = fg_zeros(FG_F32, FG_CUDA, 3, ls);
     FGT_NOTNULL(l);
-    fg_status st = fg_cuda_attention_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(l), NULL, fg_data(q), fg_data(q),
-                                             fg_data(q), &pr);
+    fg_status st = fg_cuda_attention_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(l), NULL, fg_data(q),
+                                             fg_data(q), fg_data(q), &pr);
     fg_release(q), fg_release(o), fg_release(l);
     FGT_CHECK(st == FG_ERR_ARG, "d = 300 gave status %d (%s)", (int)st, fg_last_error());
     FGT_CHECK(strstr(fg_last_error(), "256") != NULL, "message does not name the limit: %s", fg_last_error());

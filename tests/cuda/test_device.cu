@@ -37,9 +37,11 @@ static int gpu_philox_bits_equal_the_cpus(void) {
     uint32_t *d = NULL, *h = (uint32_t *)malloc(n * sizeof(uint32_t)), *hc = (uint32_t *)malloc(n * sizeof(uint32_t));
     FGT_CHECK(cudaMalloc(&d, n * sizeof(uint32_t)) == cudaSuccess, "cudaMalloc");
     philox_kernel<<<(n + 255) / 256, 256, 0, fg_cu_stream()>>>(d, n, seed, stream);
-    FGT_CHECK(cudaMemcpyAsync(h, d, n * sizeof(uint32_t), cudaMemcpyDeviceToHost, fg_cu_stream()) == cudaSuccess, "copy");
+    FGT_CHECK(cudaMemcpyAsync(h, d, n * sizeof(uint32_t), cudaMemcpyDeviceToHost, fg_cu_stream()) == cudaSuccess,
+              "copy");
     curand_kernel_<<<(n + 255) / 256, 256, 0, fg_cu_stream()>>>(d, n, seed, stream);
-    FGT_CHECK(cudaMemcpyAsync(hc, d, n * sizeof(uint32_t), cudaMemcpyDeviceToHost, fg_cu_stream()) == cudaSuccess, "copy");
+    FGT_CHECK(cudaMemcpyAsync(hc, d, n * sizeof(uint32_t), cudaMemcpyDeviceToHost, fg_cu_stream()) == cudaSuccess,
+              "copy");
     FGT_CHECK(cudaStreamSynchronize(fg_cu_stream()) == cudaSuccess, "sync: %s", cudaGetErrorString(cudaGetLastError()));
     cudaFree(d);
     int rc = FGT_PASS;
@@ -49,7 +51,8 @@ static int gpu_philox_bits_equal_the_cpus(void) {
             printf("    fg_philox_u32 index %d: GPU %08x, CPU %08x\n", i, h[i], want);
             rc = FGT_FAIL;
         } else if (hc[i] != want) {
-            printf("    cuRAND curand() after curand_init(seed, stream, %d): %08x, fg_philox_u32 %08x\n", i, hc[i], want);
+            printf("    cuRAND curand() after curand_init(seed, stream, %d): %08x, fg_philox_u32 %08x\n", i, hc[i],
+                   want);
             rc = FGT_FAIL;
         }
     }
@@ -66,7 +69,8 @@ static int gpu_attention_keep_equals_the_cpus(void) {
     int *d = NULL, *h = (int *)malloc(nq * nk * sizeof(int));
     FGT_CHECK(cudaMalloc(&d, nq * nk * sizeof(int)) == cudaSuccess, "cudaMalloc");
     keep_kernel<<<(nq * nk + 255) / 256, 256, 0, fg_cu_stream()>>>(d, nq, nk, seed, thr, 3, 5);
-    FGT_CHECK(cudaMemcpyAsync(h, d, nq * nk * sizeof(int), cudaMemcpyDeviceToHost, fg_cu_stream()) == cudaSuccess, "copy");
+    FGT_CHECK(cudaMemcpyAsync(h, d, nq * nk * sizeof(int), cudaMemcpyDeviceToHost, fg_cu_stream()) == cudaSuccess,
+              "copy");
     FGT_CHECK(cudaStreamSynchronize(fg_cu_stream()) == cudaSuccess, "sync");
     cudaFree(d);
     int rc = FGT_PASS, kept = 0;

@@ -63,10 +63,10 @@ static fg_tensor *op_linear_strided_rows(const op_case *c, fg_tensor **in, int d
     fg_release(x);
     return y;
 }
-#define BINARY_OP(NAME)                                                                               \
-    static fg_tensor *op_##NAME(const op_case *c, fg_tensor **in, int direct) {                        \
-        (void)c, (void)direct;                                                                        \
-        return fg_##NAME(in[0], in[1]);                                                               \
+#define BINARY_OP(NAME)                                                                                                \
+    static fg_tensor *op_##NAME(const op_case *c, fg_tensor **in, int direct) {                                        \
+        (void)c, (void)direct;                                                                                         \
+        return fg_##NAME(in[0], in[1]);                                                                                \
     }
 BINARY_OP(add)
 BINARY_OP(sub)
@@ -181,7 +181,8 @@ static void prep_softmax(fg_tensor **in) {
     fg_set(in[0], 4 * C + 3, -INFINITY);
 }
 
-#define S(...) {__VA_ARGS__}
+#define S(...)                                                                                                         \
+    { __VA_ARGS__ }
 static const op_case cases[] = {
     {"matmul_batched", op_matmul, 2, {4, 4}, {S(2, 3, 4, 5), S(2, 3, 5, 6)}, {0}, {0}, {0}, NULL, 0},
     {"matmul_shared_b", op_matmul, 2, {3, 2}, {S(3, 4, 5), S(5, 7)}, {0}, {0}, {0}, NULL, 0},
@@ -255,7 +256,8 @@ static int run_case_dt(const op_case *c, fg_dtype dt, int direct) {
         goto done;
     }
     if (dy->device != FGT_DEV) {
-        printf("    %s: the result is on %s, expected %s\n", c->name, fg_device_name(dy->device), fg_device_name(FGT_DEV));
+        printf("    %s: the result is on %s, expected %s\n", c->name, fg_device_name(dy->device),
+               fg_device_name(FGT_DEV));
         goto done;
     }
     snprintf(what, sizeof what, "%s %s forward", c->name, fg_dtype_name(dt));
@@ -324,11 +326,11 @@ static int run_op(const char *name, int direct) {
     return run_case_dt(c, FG_F64, d);
 }
 
-#define OP_TESTS(id)                                                                                  \
-    static int direct_##id(void) { return run_op(#id, 1); }                                           \
+#define OP_TESTS(id)                                                                                                   \
+    static int direct_##id(void) { return run_op(#id, 1); }                                                            \
     static int dispatch_##id(void) { return run_op(#id, 0); }
 /* cases of views through the shells: one variant */
-#define VIEW_TEST(id)                                                                                 \
+#define VIEW_TEST(id)                                                                                                  \
     static int dispatch_##id(void) { return run_op(#id, 0); }
 OP_TESTS(matmul_batched)
 OP_TESTS(matmul_shared_b)

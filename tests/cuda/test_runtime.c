@@ -80,7 +80,8 @@ static int strided_views_copy_like_the_cpu(void) {
 static int fill_and_axpy_on_views(void) {
     const int64_t sh[2] = {6, 9};
     for (int dt = 0; dt < 2; dt++) {
-        fg_tensor *hy = fgt_rand((fg_dtype)dt, FG_CPU, 2, sh, -1, 1, 3), *hx = fgt_rand((fg_dtype)dt, FG_CPU, 2, sh, -1, 1, 4);
+        fg_tensor *hy = fgt_rand((fg_dtype)dt, FG_CPU, 2, sh, -1, 1, 3),
+                  *hx = fgt_rand((fg_dtype)dt, FG_CPU, 2, sh, -1, 1, 4);
         fg_tensor *dy = fgt_to(hy, FGT_DEV), *dx = fgt_to(hx, FGT_DEV);
         FGT_NOTNULL(dx);
         fg_tensor *hyt = fg_view_transpose(hy, 0, 1), *dyt = fg_view_transpose(dy, 0, 1);
@@ -109,9 +110,11 @@ static int gemm_covers_transposes_batches_and_empty_k(void) {
     double A[BATCH][K][M], Bm[BATCH][N][K], C[M][N], want[M][N]; /* A stored (K, M): ta = 1; B (N, K): tb = 1 */
     uint64_t s = 99;
     for (int b = 0; b < BATCH; b++)
-        for (int i = 0; i < K * M; i++) (&A[b][0][0])[i] = (double)((s = s * 6364136223846793005ULL + 1) >> 40) / 16777216.0 - 0.5;
+        for (int i = 0; i < K * M; i++)
+            (&A[b][0][0])[i] = (double)((s = s * 6364136223846793005ULL + 1) >> 40) / 16777216.0 - 0.5;
     for (int b = 0; b < BATCH; b++)
-        for (int i = 0; i < N * K; i++) (&Bm[b][0][0])[i] = (double)((s = s * 6364136223846793005ULL + 1) >> 40) / 16777216.0 - 0.5;
+        for (int i = 0; i < N * K; i++)
+            (&Bm[b][0][0])[i] = (double)((s = s * 6364136223846793005ULL + 1) >> 40) / 16777216.0 - 0.5;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             C[i][j] = 0.25 * (i - j);
@@ -125,8 +128,8 @@ static int gemm_covers_transposes_batches_and_empty_k(void) {
     fg_tensor *dC = fg_from_buffer(FG_F64, FG_CUDA, 2, sc, C);
     FGT_NOTNULL(dC);
     /* C = 2 C + 0.5 Σ_b A[b]ᵀ B[b]ᵀ: beta applies to the first batch only, the rest add */
-    FGT_OK(fg_cuda_gemm(FG_F64, 1, 1, M, N, K, 0.5, fg_data(dA), M, K * M, fg_data(dB), K, N * K, 2.0, fg_data(dC), N, 0,
-                        BATCH));
+    FGT_OK(fg_cuda_gemm(FG_F64, 1, 1, M, N, K, 0.5, fg_data(dA), M, K * M, fg_data(dB), K, N * K, 2.0, fg_data(dC), N,
+                        0, BATCH));
     double got[M][N];
     FGT_OK(fg_to_host(dC, got));
     int r = fgt_compare("gemm with transposes and sC = 0", &got[0][0], &want[0][0], M * N, 1e-13);
@@ -139,7 +142,8 @@ static int gemm_covers_transposes_batches_and_empty_k(void) {
             r = FGT_FAIL;
         }
     FGT_CHECK(fg_cuda_gemm(FG_F64, 0, 0, M, N, K, 1.0, fg_data(dA), 0, 0, fg_data(dB), N, 0, 0.0, fg_data(dC), N, 0,
-                           1) == FG_ERR_ARG, "lda = 0 was accepted");
+                           1) == FG_ERR_ARG,
+              "lda = 0 was accepted");
     fg_release(dA), fg_release(dB), fg_release(dC);
     return r;
 }
@@ -165,8 +169,8 @@ static int adamw_range_matches_the_host_formula(void) {
     const fg_kernels *kt = fg_kernels_for(FG_CUDA, "adamw");
     FGT_NOTNULL(kt);
     const fg_adamw_span span = {0, N, df};
-    FGT_OK(kt->optimizer.adamw(FG_F32, fg_data(dp), fg_data(dg), fg_data(dm), fg_data(dv), N, 1, &span, b1, b2, step, bc2s,
-                               eps));
+    FGT_OK(kt->optimizer.adamw(FG_F32, fg_data(dp), fg_data(dg), fg_data(dm), fg_data(dv), N, 1, &span, b1, b2, step,
+                               bc2s, eps));
     for (int i = 0; i < N; i++) {
         float gi = g[i];
         float mi = m[i] = (float)b1 * m[i] + (float)(1.0 - b1) * gi;
@@ -191,7 +195,8 @@ static int adamw_range_matches_the_host_formula(void) {
     FGT_CHECK(fabs(ss - want) <= 1e-12 * want, "sum of squares %.17g, expected %.17g", ss, want);
     FGT_OK(kt->optimizer.scale(FG_F32, fg_data(dg), N, 0.5));
     FGT_OK(fg_to_host(dg, p2));
-    for (int i = 0; i < N; i++) FGT_CHECK(p2[i] == g[i] * 0.5f, "scale: element %d is %g, expected %g", i, p2[i], g[i] * 0.5f);
+    for (int i = 0; i < N; i++)
+        FGT_CHECK(p2[i] == g[i] * 0.5f, "scale: element %d is %g, expected %g", i, p2[i], g[i] * 0.5f);
     fg_release(dp), fg_release(dg), fg_release(dm), fg_release(dv);
     return r;
 }
@@ -199,7 +204,8 @@ static int adamw_range_matches_the_host_formula(void) {
 /* The CUDA objects are linked in (fg_device_built), and on a GPU the device starts through the
  * library's one entry point, fg_device_start. */
 static int the_cuda_build_holds_the_device_and_starts_it(void) {
-    FGT_CHECK(fg_device_built(FG_CUDA) == 1, "fg_device_built(FG_CUDA) is %d in a CUDA build", fg_device_built(FG_CUDA));
+    FGT_CHECK(fg_device_built(FG_CUDA) == 1, "fg_device_built(FG_CUDA) is %d in a CUDA build",
+              fg_device_built(FG_CUDA));
     FGT_CHECK(fg_device_built(FG_CPU) == 1, "fg_device_built(FG_CPU) is %d", fg_device_built(FG_CPU));
     if (FGT_DEV != FG_CUDA) return FGT_SKIP;
     FGT_OK(fg_device_start(FG_CUDA));

@@ -43,8 +43,15 @@ static fg_train_config tiny_config(const fg_source *src, fg_device dev, fg_attn_
     c.eval_every = 0;
     c.eval_iters = 2;
     c.seed = 1234;
-    c.opt = (fg_adamw_config){.lr = 3e-3, .min_lr = 3e-4, .warmup = 1, .decay_steps = steps, .beta1 = 0.9,
-                              .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
+    c.opt = (fg_adamw_config){.lr = 3e-3,
+                              .min_lr = 3e-4,
+                              .warmup = 1,
+                              .decay_steps = steps,
+                              .beta1 = 0.9,
+                              .beta2 = 0.99,
+                              .eps = 1e-8,
+                              .weight_decay = 0.1,
+                              .grad_clip = 1.0};
     return c;
 }
 
@@ -67,8 +74,7 @@ static int8_t *key_bias_mask(const fg_gpt *g) {
     if (!key) return NULL;
     const int64_t C = g->cfg.n_embd;
     for (int i = 0; i < g->n_params; i++)
-        if (g->params[i].kind == FG_GPT_ATTN_B)
-            memset(key + g->params[i].offset + C, 1, (size_t)C);
+        if (g->params[i].kind == FG_GPT_ATTN_B) memset(key + g->params[i].offset + C, 1, (size_t)C);
     return key;
 }
 
@@ -133,7 +139,8 @@ static int compare_trained(const trained_host *dev, const trained_host *ref, con
         double *kg = pick(h[1], key, P, 1, &nk), *rg = pick(h[1], key, P, 0, &nr);
         double *km = pick(h[2], key, P, 1, &nk), *rm = pick(h[2], key, P, 0, &nr);
         double *kv = pick(h[3], key, P, 1, &nk), *rv = pick(h[3], key, P, 0, &nr);
-        if (!kp || !kg || !rg || !km || !rm || !kv || !rv) r = FGT_FAIL;
+        if (!kp || !kg || !rg || !km || !rm || !kv || !rv)
+            r = FGT_FAIL;
         else if (max_abs(kg, nk) > 1e-5 * max_abs(rg, nr) || max_abs(km, nk) > 1e-5 * max_abs(rm, nr) ||
                  max_abs(kv, nk) > 1e-10 * max_abs(rv, nr) || max_abs(kp, nk) > 2.5 * lr_sum) {
             printf("    key bias on the %s: max |grad| %.3e (others %.3e), |exp_avg| %.3e (others %.3e), exp_avg_sq "
@@ -192,18 +199,20 @@ static int train_matches_cpu(fg_attn_impl attn) {
             printf("    step %d: %s\n", s + 1, fg_last_error());
             goto out;
         }
-        printf("    step %d: loss cpu %.7f gpu %.7f | grad norm cpu %.6f gpu %.6f\n", s + 1, a.loss, b.loss, a.grad_norm,
-               b.grad_norm);
+        printf("    step %d: loss cpu %.7f gpu %.7f | grad norm cpu %.6f gpu %.6f\n", s + 1, a.loss, b.loss,
+               a.grad_norm, b.grad_norm);
         if (!rel_close(b.loss, a.loss, tol) || !rel_close(b.grad_norm, a.grad_norm, tol) || b.lr != a.lr) {
-            printf("    step %d: GPU loss %.9g / grad norm %.9g / lr %g, CPU %.9g / %.9g / %g (tolerance %g relative)\n",
-                   s + 1, b.loss, b.grad_norm, b.lr, a.loss, a.grad_norm, a.lr, tol);
+            printf(
+                "    step %d: GPU loss %.9g / grad norm %.9g / lr %g, CPU %.9g / %.9g / %g (tolerance %g relative)\n",
+                s + 1, b.loss, b.grad_norm, b.lr, a.loss, a.grad_norm, a.lr, tol);
             goto out;
         }
         lr_sum += a.lr;
     }
     if (compare_trainers(gpu, cpu, lr_sum) != FGT_PASS) goto out;
     double lc = 0, lg = 0;
-    if (fg_trainer_eval_loss(cpu, FG_SPLIT_VAL, &lc) != FG_OK || fg_trainer_eval_loss(gpu, FG_SPLIT_VAL, &lg) != FG_OK) {
+    if (fg_trainer_eval_loss(cpu, FG_SPLIT_VAL, &lc) != FG_OK ||
+        fg_trainer_eval_loss(gpu, FG_SPLIT_VAL, &lg) != FG_OK) {
         printf("    eval: %s\n", fg_last_error());
         goto out;
     }
@@ -396,9 +405,11 @@ out:
     fg_trainer_free(b);
     fg_source_free(src);
     if (made) {
-        const char *files[] = {FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE,
+        const char *files[] = {
+            FG_CKPT_MODEL_FILE,
+            FG_CKPT_OPTIM_FILE,
 #ifdef FG_CKPT_OPTIM_PREV_FILE
-                               FG_CKPT_OPTIM_PREV_FILE,
+            FG_CKPT_OPTIM_PREV_FILE,
 #endif
         };
         char p[4096];
@@ -414,7 +425,8 @@ out:
 const fgt_case fgt_train_cases[] = {
     {"gpt_training_flash_on_device_matches_cpu_step_by_step", gpt_training_flash_on_device_matches_cpu_step_by_step},
     {"gpt_training_naive_on_device_matches_cpu_step_by_step", gpt_training_naive_on_device_matches_cpu_step_by_step},
-    {"device_checkpoint_restores_bit_for_bit_and_samples_on_cpu", device_checkpoint_restores_bit_for_bit_and_samples_on_cpu},
+    {"device_checkpoint_restores_bit_for_bit_and_samples_on_cpu",
+     device_checkpoint_restores_bit_for_bit_and_samples_on_cpu},
     {"key_bias_noise_passes_the_comparison_and_a_real_key_gradient_fails_it",
      key_bias_noise_passes_the_comparison_and_a_real_key_gradient_fails_it},
     {NULL, NULL},

@@ -84,12 +84,16 @@ extern fg_emu_launch_state fg_emu_ls;
 #define FG_DYN_SMEM(name) unsigned char *name = fg_emu_ls.smem
 
 /* ---- CUDA's vector types (vector_types.h), aligned as on the device ---- */
-#define FG_EMU_VEC2(T, N, A)                                                                          \
-    struct __align__(A) N##2 { T x, y; };                                                             \
-    static inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
-#define FG_EMU_VEC4(T, N, A)                                                                          \
-    struct __align__(A) N##4 { T x, y, z, w; };                                                       \
-    static inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+#define FG_EMU_VEC2(T, N, A)                                                                                           \
+    struct __align__(A) N##2 {                                                                                         \
+        T x, y;                                                                                                        \
+    };                                                                                                                 \
+    static inline N##2 make_##N##2(T x, T y) { return N##2 {x, y}; }
+#define FG_EMU_VEC4(T, N, A)                                                                                           \
+    struct __align__(A) N##4 {                                                                                         \
+        T x, y, z, w;                                                                                                  \
+    };                                                                                                                 \
+    static inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4 {x, y, z, w}; }
 FG_EMU_VEC2(float, float, 8)
 FG_EMU_VEC4(float, float, 16)
 FG_EMU_VEC2(double, double, 16)
@@ -138,8 +142,8 @@ inline int __any_sync(unsigned mask, int pred) { return (int)fg_emu_warp_op(FG_E
 inline int __all_sync(unsigned mask, int pred) { return (int)fg_emu_warp_op(FG_EMU_ALL, mask, pred != 0, 0, 32); }
 
 /* ---- launches ---- */
-#define FG_EMU_SMEM_LIMIT 232448  /* Hopper's opt-in shared memory per block (227 KB) */
-#define FG_EMU_PARAM_LIMIT 32764  /* kernel parameter bytes (CUDA 12.1+, sm_70+) */
+#define FG_EMU_SMEM_LIMIT 232448 /* Hopper's opt-in shared memory per block (227 KB) */
+#define FG_EMU_PARAM_LIMIT 32764 /* kernel parameter bytes (CUDA 12.1+, sm_70+) */
 /* kernel arguments live here during a launch (the kernel's parameter space) */
 extern unsigned char fg_emu_param_space[];
 
@@ -172,8 +176,8 @@ void fg_emu_launch(fg_emu_dim3 grid, unsigned threads, size_t smem, void (*kerne
  * (allocations end 256-byte aligned just before it), and are PROT_NONE except while the device
  * works on them (launches, copies, cuBLAS, cuRAND: fg_emu_device_scope). Host code that touches
  * them faults, and the fault is reported as a host dereference of a device pointer. */
-void *fg_emu_dev_malloc(size_t n);  /* NULL: out of (emulated) device memory */
-int fg_emu_dev_free(void *p);       /* 0, or -1 when p is not a live allocation */
+void *fg_emu_dev_malloc(size_t n); /* NULL: out of (emulated) device memory */
+int fg_emu_dev_free(void *p);      /* 0, or -1 when p is not a live allocation */
 /* 1: p is inside a live device allocation (its base and size are returned), 0: p is host memory,
  * -1: p is in the device range but in no live allocation (freed, or out of bounds) */
 int fg_emu_dev_find(const void *p, uintptr_t *base, size_t *size);

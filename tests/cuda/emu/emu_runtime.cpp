@@ -118,7 +118,7 @@ static struct fg_emu_heap {
     std::vector<uintptr_t> ukey;                             /* undo log: 8-byte granules, first-write order */
     std::vector<uint64_t> uold, ufinal;
     std::vector<uint32_t> utab, utab_gen; /* granule -> index, valid where utab_gen == R.ugen */
-} *H;
+} * H;
 
 #if FG_EMU_ASM_SWITCH
 static uint32_t fg_emu_csr_init[2]; /* mxcsr and the x87 control word a new fiber starts with */
@@ -810,10 +810,17 @@ static int shfl_src(int op, int lane, int arg, int width) {
     const int lo = lane & ~(width - 1), hi = lo + width - 1;
     int j;
     switch (op) {
-    case FG_EMU_SHFL_IDX: return lo + (arg & (width - 1));
-    case FG_EMU_SHFL_UP: j = lane - arg; return j >= lo ? j : lane;
-    case FG_EMU_SHFL_DOWN: j = lane + arg; return j <= hi ? j : lane;
-    default: j = lane ^ arg; return j <= hi ? j : lane; /* xor: earlier segments allowed, later ones not */
+    case FG_EMU_SHFL_IDX:
+        return lo + (arg & (width - 1));
+    case FG_EMU_SHFL_UP:
+        j = lane - arg;
+        return j >= lo ? j : lane;
+    case FG_EMU_SHFL_DOWN:
+        j = lane + arg;
+        return j <= hi ? j : lane;
+    default:
+        j = lane ^ arg;
+        return j <= hi ? j : lane; /* xor: earlier segments allowed, later ones not */
     }
 }
 
@@ -832,9 +839,15 @@ static void rdv_complete(unsigned warp, fg_emu_rdv &r) {
         fg_emu_fiber &f = R.fibers[warp * 32 + l];
         uint64_t res;
         switch (r.op) {
-        case FG_EMU_BALLOT: res = vote; break;
-        case FG_EMU_ANY: res = vote != 0; break;
-        case FG_EMU_ALL: res = vote == r.mask; break;
+        case FG_EMU_BALLOT:
+            res = vote;
+            break;
+        case FG_EMU_ANY:
+            res = vote != 0;
+            break;
+        case FG_EMU_ALL:
+            res = vote == r.mask;
+            break;
         default: {
             const int src = shfl_src(r.op, l, r.arg[l], r.width[l]);
             if (!(r.mask >> src & 1u)) {

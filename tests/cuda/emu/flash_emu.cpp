@@ -81,8 +81,7 @@ static unsigned row_blocks(int64_t rows) { /* fg_cu_blocks(rows * 32) without th
     return (unsigned)(b < 1 ? 1 : b);
 }
 
-template <typename T, int D, bool MODS>
-static void launch_all(fa_args<T> a, T *Drow, bool backward) {
+template <typename T, int D, bool MODS> static void launch_all(fa_args<T> a, T *Drow, bool backward) {
     using C = flash_cfg<T, D>;
     if (!backward) {
         fg_emu_launch({(unsigned)fg_attn_ntiles(a.Nq, C::FBQ), (unsigned)a.H, (unsigned)a.B}, 256, fwd_smem<T, D>(),
@@ -95,24 +94,33 @@ static void launch_all(fa_args<T> a, T *Drow, bool backward) {
     /* dK, dV: one block per (key tile, K/V head, b) */
     const unsigned nkt = (unsigned)fg_attn_ntiles(a.Nk, C::BBK);
     if (nkt)
-        fg_emu_launch({nkt, (unsigned)a.Hkv, (unsigned)a.B}, 256, dkdv_smem<T, D>(), flash_bwd_dkdv_kernel<T, D, MODS>, a);
+        fg_emu_launch({nkt, (unsigned)a.Hkv, (unsigned)a.B}, 256, dkdv_smem<T, D>(), flash_bwd_dkdv_kernel<T, D, MODS>,
+                      a);
     fg_emu_launch({(unsigned)fg_attn_ntiles(a.Nq, C::BBQ), (unsigned)a.H, (unsigned)a.B}, 256, dq_smem<T, D>(),
                   flash_bwd_dq_kernel<T, D, MODS>, a);
 }
 
-template <typename T, bool MODS>
-static void dispatch_d(int D, const fa_args<T> &a, T *Drow, bool backward) {
+template <typename T, bool MODS> static void dispatch_d(int D, const fa_args<T> &a, T *Drow, bool backward) {
     switch (D) {
-    case 32: launch_all<T, 32, MODS>(a, Drow, backward); break;
-    case 64: launch_all<T, 64, MODS>(a, Drow, backward); break;
-    case 128: launch_all<T, 128, MODS>(a, Drow, backward); break;
-    default: launch_all<T, 256, MODS>(a, Drow, backward); break;
+    case 32:
+        launch_all<T, 32, MODS>(a, Drow, backward);
+        break;
+    case 64:
+        launch_all<T, 64, MODS>(a, Drow, backward);
+        break;
+    case 128:
+        launch_all<T, 128, MODS>(a, Drow, backward);
+        break;
+    default:
+        launch_all<T, 256, MODS>(a, Drow, backward);
+        break;
     }
 }
-template <typename T>
-static void dispatch(int D, const fa_args<T> &a, T *Drow, bool backward) {
-    if (fa_mods(a)) dispatch_d<T, true>(D, a, Drow, backward);
-    else dispatch_d<T, false>(D, a, Drow, backward);
+template <typename T> static void dispatch(int D, const fa_args<T> &a, T *Drow, bool backward) {
+    if (fa_mods(a))
+        dispatch_d<T, true>(D, a, Drow, backward);
+    else
+        dispatch_d<T, false>(D, a, Drow, backward);
 }
 
 static int compare(const char *what, const char *label, const double *got, const double *want, size_t n, double tol) {
@@ -133,21 +141,21 @@ static int compare(const char *what, const char *label, const double *got, const
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     if (rel > tol) {
-        printf("  FAIL %s %s: relative error %.3e > %.1e; worst element %zu: got %.9g, want %.9g\n", label, what, rel, tol,
-               wi, got[wi], want[wi]);
+        printf("  FAIL %s %s: relative error %.3e > %.1e; worst element %zu: got %.9g, want %.9g\n", label, what, rel,
+               tol, wi, got[wi], want[wi]);
         return 1;
     }
     return 0;
 }
 
-template <typename T>
-static int run(const shape &s, uint64_t seed) {
+template <typename T> static int run(const shape &s, uint64_t seed) {
     const char *dn = sizeof(T) == 8 ? "float64" : "float32";
     char label[200];
     const int64_t Hkv = s.Hkv ? s.Hkv : s.H;
     char var[120] = "";
     if (s.Hkv) snprintf(var + strlen(var), sizeof var - strlen(var), " Hkv=%lld", (long long)s.Hkv);
-    if (s.win) snprintf(var + strlen(var), sizeof var - strlen(var), " window=%lld,%lld", (long long)s.wl, (long long)s.wr);
+    if (s.win)
+        snprintf(var + strlen(var), sizeof var - strlen(var), " window=%lld,%lld", (long long)s.wl, (long long)s.wr);
     if (s.alibi) snprintf(var + strlen(var), sizeof var - strlen(var), " alibi%s", s.alibi == 2 ? "(user)" : "");
     if (s.softcap > 0) snprintf(var + strlen(var), sizeof var - strlen(var), " softcap=%g", s.softcap);
     if (s.scale) snprintf(var + strlen(var), sizeof var - strlen(var), " scale=%g", s.scale);
@@ -262,19 +270,25 @@ static int check_schedule(int64_t Nq, int64_t Nk, int causal, int win, int64_t w
             fa_query_tiles<double, BQ, BK>(a, j0, &qt0, &qt1);
             const fg_tile_kind fast = kt >= kf0 && kt < kf1 ? FG_TILE_FULL : FG_TILE_PARTIAL; /* forward, dQ */
             const char *bad = nullptr;
-            if (got != ref) bad = "fa_tile_kind differs from fg_attn_tile_kind_window";
+            if (got != ref)
+                bad = "fa_tile_kind differs from fg_attn_tile_kind_window";
             else if (kt >= kt0 && kt < kt1 && fast != ref)
                 bad = "fa_key_tiles' FULL range differs from fg_attn_tile_kind_window inside the key-tile range";
-            else if (got == FG_TILE_MASKED && seen) bad = "a MASKED tile has visible elements";
-            else if (got == FG_TILE_FULL && seen != nq * nk) bad = "a FULL tile has masked elements";
-            else if (seen && (kt < kt0 || kt >= kt1)) bad = "fa_key_tiles leaves out a tile with visible elements";
-            else if (seen && (qt < qt0 || qt >= qt1)) bad = "fa_query_tiles leaves out a tile with visible elements";
+            else if (got == FG_TILE_MASKED && seen)
+                bad = "a MASKED tile has visible elements";
+            else if (got == FG_TILE_FULL && seen != nq * nk)
+                bad = "a FULL tile has masked elements";
+            else if (seen && (kt < kt0 || kt >= kt1))
+                bad = "fa_key_tiles leaves out a tile with visible elements";
+            else if (seen && (qt < qt0 || qt >= qt1))
+                bad = "fa_query_tiles leaves out a tile with visible elements";
             if (bad) {
-                printf("  FAIL schedule %dx%d Nq=%lld Nk=%lld causal=%d window=%d(%lld,%lld) tile (%lld, %lld): %s "
-                       "(kind %d, reference %d, %lld of %lld visible, key tiles [%lld, %lld), query tiles [%lld, %lld))\n",
-                       BQ, BK, (long long)Nq, (long long)Nk, causal, win, (long long)wl, (long long)wr, (long long)qt,
-                       (long long)kt, bad, (int)got, (int)ref, (long long)seen, (long long)(nq * nk), (long long)kt0,
-                       (long long)kt1, (long long)qt0, (long long)qt1);
+                printf(
+                    "  FAIL schedule %dx%d Nq=%lld Nk=%lld causal=%d window=%d(%lld,%lld) tile (%lld, %lld): %s "
+                    "(kind %d, reference %d, %lld of %lld visible, key tiles [%lld, %lld), query tiles [%lld, %lld))\n",
+                    BQ, BK, (long long)Nq, (long long)Nk, causal, win, (long long)wl, (long long)wr, (long long)qt,
+                    (long long)kt, bad, (int)got, (int)ref, (long long)seen, (long long)(nq * nk), (long long)kt0,
+                    (long long)kt1, (long long)qt0, (long long)qt1);
                 return 1;
             }
         }
@@ -283,7 +297,7 @@ static int check_schedule(int64_t Nq, int64_t Nk, int causal, int win, int64_t w
 
 static int check_schedules(int *n) {
     static const int64_t Nqs[] = {1, 5, 17, 64, 65, 100, 130}, Nks[] = {0, 1, 7, 64, 65, 99, 150};
-    static const int64_t wins[][3] = {{0, 0, 0},  {1, 0, 0},  {1, 3, -1},  {1, -1, 2}, {1, 10, 5},
+    static const int64_t wins[][3] = {{0, 0, 0},   {1, 0, 0},  {1, 3, -1}, {1, -1, 2},  {1, 10, 5},
                                       {1, -1, -1}, {1, 70, 0}, {1, 0, 70}, {1, 1, 200}, {1, 33, 31}};
     int fails = 0;
     for (int64_t Nq : Nqs)
@@ -301,9 +315,18 @@ static int check_schedules(int *n) {
 int main(int argc, char **argv) {
     const bool quick = (argc > 1 && !strcmp(argv[1], "--quick")) || getenv("FG_SANITIZE");
     static const shape shapes[] = {
-        {1, 1, 1, 1, 8, 0, 0},      {1, 2, 17, 17, 16, 1, 0},  {1, 1, 65, 130, 32, 1, 0},  {1, 1, 130, 65, 32, 1, 0.1},
-        {1, 1, 100, 37, 40, 0, 0.2}, {2, 1, 77, 77, 64, 1, 0.1}, {1, 1, 129, 70, 100, 0, 0}, {1, 1, 64, 64, 128, 1, 0},
-        {1, 1, 33, 70, 256, 1, 0.3}, {1, 1, 40, 1, 24, 1, 0},   {1, 1, 7, 0, 16, 0, 0},     {1, 1, 150, 150, 64, 0, 0},
+        {1, 1, 1, 1, 8, 0, 0},
+        {1, 2, 17, 17, 16, 1, 0},
+        {1, 1, 65, 130, 32, 1, 0},
+        {1, 1, 130, 65, 32, 1, 0.1},
+        {1, 1, 100, 37, 40, 0, 0.2},
+        {2, 1, 77, 77, 64, 1, 0.1},
+        {1, 1, 129, 70, 100, 0, 0},
+        {1, 1, 64, 64, 128, 1, 0},
+        {1, 1, 33, 70, 256, 1, 0.3},
+        {1, 1, 40, 1, 24, 1, 0},
+        {1, 1, 7, 0, 16, 0, 0},
+        {1, 1, 150, 150, 64, 0, 0},
         /* variants (B, H, Nq, Nk, d, causal, p, Hkv, window, wl, wr, alibi, softcap, scale) */
         {2, 4, 37, 53, 16, 1, 0, 2},                          /* GQA 4:2, Nq < Nk */
         {1, 3, 65, 40, 32, 0, 0.2, 1},                        /* multi-query, dropout, Nq > Nk */

@@ -19,7 +19,9 @@ typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0 } cublasMath_t;
 typedef struct fg_emu_blas_s *cublasHandle_t;
 
-inline const char *cublasGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "invalid value"; }
+inline const char *cublasGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "success" : "invalid value";
+}
 inline const char *cublasGetStatusName(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_INVALID_VALUE";
 }
@@ -33,20 +35,22 @@ inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return C
 /* the bytes of a column-major rows × cols matrix with leading dimension ld, `batch` of them stride
  * apart, inside one device allocation */
 template <typename T>
-inline void fg_emu_blas_range(const char *fn, const char *name, const T *p, int rows, int cols, int ld, long long stride,
-                              int batch) {
+inline void fg_emu_blas_range(const char *fn, const char *name, const T *p, int rows, int cols, int ld,
+                              long long stride, int batch) {
     if (rows <= 0 || cols <= 0 || batch <= 0) return;
     const long long last = (long long)(cols - 1) * ld + (rows - 1) + (long long)(batch - 1) * stride;
     char what[96];
     snprintf(what, sizeof what, "%s: matrix %s (%d x %d, ld %d, %d of them)", fn, name, rows, cols, ld, batch);
-    if (!fg_emu_dev_check(p, (size_t)(last + 1) * sizeof(T), what)) fg_emu_fatal("%s reaches outside device memory", fn);
+    if (!fg_emu_dev_check(p, (size_t)(last + 1) * sizeof(T), what))
+        fg_emu_fatal("%s reaches outside device memory", fn);
 }
 
 template <typename T>
 __attribute__((no_sanitize("thread"))) /* host loops: no access hooks */
-cublasStatus_t fg_emu_gemm(const char *fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           const T *alpha, const T *A, int lda, long long sA, const T *B, int ldb, long long sB,
-                           const T *beta, T *C, int ldc, long long sC, int batch) {
+cublasStatus_t
+fg_emu_gemm(const char *fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const T *alpha, const T *A,
+            int lda, long long sA, const T *B, int ldb, long long sB, const T *beta, T *C, int ldc, long long sC,
+            int batch) {
     const int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
     if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
         ldc < (m > 1 ? m : 1))
@@ -78,19 +82,19 @@ inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOp
     return fg_emu_gemm<float>("cublasSgemm", ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
 }
 inline cublasStatus_t cublasDgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                  const double *al, const double *A, int lda, const double *B, int ldb, const double *be,
-                                  double *C, int ldc) {
+                                  const double *al, const double *A, int lda, const double *B, int ldb,
+                                  const double *be, double *C, int ldc) {
     return fg_emu_gemm<double>("cublasDgemm", ta, tb, m, n, k, al, A, lda, 0, B, ldb, 0, be, C, ldc, 0, 1);
 }
-inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                                                int k, const float *al, const float *A, int lda, long long sA,
-                                                const float *B, int ldb, long long sB, const float *be, float *C, int ldc,
-                                                long long sC, int batch) {
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                                int n, int k, const float *al, const float *A, int lda, long long sA,
+                                                const float *B, int ldb, long long sB, const float *be, float *C,
+                                                int ldc, long long sC, int batch) {
     return fg_emu_gemm<float>("cublasSgemmStridedBatched", ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC,
                               batch);
 }
-inline cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                                                int k, const double *al, const double *A, int lda, long long sA,
+inline cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                                int n, int k, const double *al, const double *A, int lda, long long sA,
                                                 const double *B, int ldb, long long sB, const double *be, double *C,
                                                 int ldc, long long sC, int batch) {
     return fg_emu_gemm<double>("cublasDgemmStridedBatched", ta, tb, m, n, k, al, A, lda, sA, B, ldb, sB, be, C, ldc, sC,

@@ -36,7 +36,13 @@ typedef enum cudaError {
     cudaErrorContextIsDestroyed = 709,
 } cudaError_t;
 
-enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost,
+    cudaMemcpyHostToDevice,
+    cudaMemcpyDeviceToHost,
+    cudaMemcpyDeviceToDevice,
+    cudaMemcpyDefault
+};
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
@@ -68,22 +74,34 @@ inline cudaError_t cudaGetLastError() {
 }
 inline const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+        return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    default:
+        return "cudaErrorUnknown";
     }
 }
 inline const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    default: return "unknown error";
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    default:
+        return "unknown error";
     }
 }
 
@@ -177,11 +195,16 @@ inline cudaError_t cudaFree(void *p) {
 
 inline const char *fg_emu_kind_name(cudaMemcpyKind k) {
     switch (k) {
-    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
-    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
-    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
-    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
-    default: return "cudaMemcpyDefault";
+    case cudaMemcpyHostToHost:
+        return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice:
+        return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost:
+        return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice:
+        return "cudaMemcpyDeviceToDevice";
+    default:
+        return "cudaMemcpyDefault";
     }
 }
 /* cudaSuccess, or cudaErrorInvalidValue (with a line on stderr) when a pointer is not where `k`
@@ -195,13 +218,17 @@ inline cudaError_t fg_emu_copy_check(const char *fn, void *dst, const void *src,
     const int want_s = from_dev ? 1 : k == cudaMemcpyDefault ? sk : 0;
     const char *why = nullptr;
     const void *bad = nullptr;
-    if (dk != want_d) why = "destination", bad = dst;
-    else if (sk != want_s) why = "source", bad = src;
+    if (dk != want_d)
+        why = "destination", bad = dst;
+    else if (sk != want_s)
+        why = "source", bad = src;
     if (why) {
         const int got = why[0] == 'd' ? dk : sk, want = why[0] == 'd' ? want_d : want_s;
         fprintf(stderr, "cuda_emu: %s(%p, %p, %zu, %s): the %s %p is %s, but the kind says %s memory\n", fn, dst, src,
                 n, fg_emu_kind_name(k), why, bad,
-                got == 1 ? "device memory" : got == 0 ? "host memory" : "in the device range but in no live allocation",
+                got == 1   ? "device memory"
+                : got == 0 ? "host memory"
+                           : "in the device range but in no live allocation",
                 want ? "device" : "host");
         return cudaErrorInvalidValue;
     }
@@ -260,8 +287,8 @@ inline cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int 
 template <typename G, typename B, typename... KArgs, typename... Args>
 void fg_emu_kernel_call(G grid_, B block_, size_t smem, cudaStream_t, void (*kernel)(KArgs...), Args... args) {
     dim3 grid(grid_), block(block_);
-    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || block.y != 1 ||
-        block.z != 1 || block.x == 0 || block.x > 1024) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || block.y != 1 || block.z != 1 ||
+        block.x == 0 || block.x > 1024) {
         fg_emu_err(cudaErrorInvalidConfiguration);
         return;
     }
