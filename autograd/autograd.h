@@ -49,8 +49,6 @@ struct fg_node {
         int64_t align_i;
         void *align_p;
     } state;
-    double fargs[8];  /* small op parameters: eps, scale, p, ... */
-    int64_t iargs[8]; /* axis, seed, flags, ... */
     void *ctx;        /* larger op state (e.g. copied indices), freed by ctx_free */
     void (*ctx_free)(void *ctx);
     fg_tensor *grad_out;            /* d loss / d output, only while backward runs */
