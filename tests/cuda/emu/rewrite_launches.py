@@ -7,13 +7,20 @@ flashgrad's do); anything else is left alone and then fails to compile, loudly."
 import re
 import sys
 
-LAUNCH = re.compile(r"([A-Za-z_]\w*(?:<[^<>;()]*>)?)<<<(.*?)>>>\(", re.S)
+# the kernel, then optional white space (a formatter may break the line before <<<), the launch
+# parameters, and the opening of the argument list
+LAUNCH = re.compile(r"([A-Za-z_]\w*(?:<[^<>;()]*>)?)(\s*)<<<(.*?)>>>\(", re.S)
+
+
+def call(m):
+    # the line breaks the white space held go after the call's opening, so line numbers stay
+    return "fg_emu_kernel_call(%s, %s, %s" % (m.group(3), m.group(1), "\n" * m.group(2).count("\n"))
 
 
 def main():
     src, dst = sys.argv[1], sys.argv[2]
     text = open(src).read()
-    out = LAUNCH.sub(lambda m: "fg_emu_kernel_call(%s, %s, " % (m.group(2), m.group(1)), text)
+    out = LAUNCH.sub(call, text)
     with open(dst, "w") as f:
         f.write('#line 1 "%s"\n' % src)
         f.write(out)
