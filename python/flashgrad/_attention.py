@@ -389,7 +389,7 @@ class GradcheckReport:
         for r in self.rows:
             res = "-" if r.passed is None else "PASS" if r.passed else "FAIL"
             lim = "-" if r.limit is None else "%.2e" % r.limit
-            w = "-" if r.worst is None else "%s%s %.6g / %.6g" % (r.worst.input, list(r.worst.index), r.worst.got,
+            w = "-" if r.worst is None else "%s%s %.9g / %.9g" % (r.worst.input, list(r.worst.index), r.worst.got,
                                                                   r.worst.want)
             lines.append("%-24s %-6s %-12.3e %-12.3e %-12s %-6s %s" % (r.check, r.tensor, r.max_abs, r.max_rel, lim,
                                                                         res, w))
