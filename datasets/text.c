@@ -13,6 +13,7 @@
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
 #include "datasets/source.h"
+#include "tensor/utf8.h"
 
 struct fg_text_dataset {
     fg_tokenizer *tok;
@@ -37,43 +38,6 @@ fg_text_options fg_text_default_options(int block_size) {
 
 /* ---- "is this text?" for char-level datasets ---- */
 
-/* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 if it is not valid: a stray
- * continuation byte, a truncated sequence, an overlong form, a surrogate, or > U+10FFFF
- * (RFC 3629, section 4). */
-static size_t utf8_len(const unsigned char *p, size_t n) {
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c == 0xE0) {
-        len = 3;
-        lo = 0xA0;
-    } else if (c == 0xED) {
-        len = 3;
-        hi = 0x9F;
-    } /* no surrogates D800..DFFF */
-    else if (c >= 0xE1 && c <= 0xEF)
-        len = 3;
-    else if (c == 0xF0) {
-        len = 4;
-        lo = 0x90;
-    } else if (c >= 0xF1 && c <= 0xF3)
-        len = 4;
-    else if (c == 0xF4) {
-        len = 4;
-        hi = 0x8F;
-    } /* <= U+10FFFF */
-    else
-        return 0; /* 0x80..0xC1, 0xF5..0xFF */
-    if (n < len) return 0;
-    if (p[1] < lo || p[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-    return len;
-}
-
 /* A control byte that does not belong in text: C0 controls except \t \n \v \f \r, and DEL. */
 static int is_bad_control(unsigned char c) { return (c < 0x20 && !(c >= '\t' && c <= '\r')) || c == 0x7F; }
 
@@ -87,7 +51,7 @@ static fg_status check_text(const unsigned char *p, size_t n, const char *name) 
                         name, (size_t)((const unsigned char *)nul - p));
     size_t ctrl = 0, first_ctrl = 0;
     for (size_t i = 0; i < n;) {
-        size_t l = utf8_len(p + i, n - i);
+        size_t l = fg_utf8_seq(p + i, n - i);
         if (l == 0)
             return fg_error(FG_ERR_FORMAT,
                             "%s: not valid UTF-8 at offset %zu (byte 0x%02x); use the "

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "tensor/fileio.h"
+#include "tensor/utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (the format's data is little-endian)"
@@ -47,54 +48,6 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
     for (int i = 0; i < ndim && k < cap; i++)
         k += (size_t)snprintf(buf + k, cap - k, i ? ", %lld" : "%lld", (long long)shape[i]);
     if (k < cap) snprintf(buf + k, cap - k, ")");
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes available), or 0 if invalid (overlong forms,
- * surrogates and code points above U+10FFFF are invalid, as RFC 3629 says). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c == 0xE0) {
-        len = 3;
-        lo = 0xA0;
-    } else if (c >= 0xE1 && c <= 0xEC)
-        len = 3;
-    else if (c == 0xED) {
-        len = 3;
-        hi = 0x9F;
-    } else if (c >= 0xEE && c <= 0xEF)
-        len = 3;
-    else if (c == 0xF0) {
-        len = 4;
-        lo = 0x90;
-    } else if (c >= 0xF1 && c <= 0xF3)
-        len = 4;
-    else if (c == 0xF4) {
-        len = 4;
-        hi = 0x8F;
-    } else
-        return 0;
-    if (n < len) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return len;
-}
-
-static int utf8_valid(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s);
-    while (n) {
-        size_t k = utf8_seq(p, n);
-        if (!k) return 0;
-        p += k;
-        n -= k;
-    }
-    return 1;
 }
 
 /* numel * size with overflow checks; 0 on overflow (sets *ok = 0). */
@@ -163,7 +116,7 @@ static fg_status writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, i
                             const void *data, int copy, void *take) {
     if (!w) return fg_error(FG_ERR_ARG, "safetensors: NULL writer");
     if (!name || !*name) return fg_error(FG_ERR_ARG, "safetensors: empty tensor name");
-    if (!utf8_valid(name)) return fg_error(FG_ERR_ARG, "safetensors: tensor name is not valid UTF-8");
+    if (!fg_utf8_valid(name)) return fg_error(FG_ERR_ARG, "safetensors: tensor name is not valid UTF-8");
     if (strcmp(name, "__metadata__") == 0)
         return fg_error(FG_ERR_ARG, "safetensors: the name '__metadata__' is reserved");
     if (dt < 0 || dt >= FG_ST_DTYPE_COUNT)
@@ -242,7 +195,7 @@ fg_status fg_st_writer_set_metadata(fg_st_writer *w, const char *key, const char
     if (!w || !key || !value) return fg_error(FG_ERR_ARG, "safetensors: NULL metadata argument");
     if (strcmp(key, ST_CHECKSUM_KEY) == 0)
         return fg_error(FG_ERR_ARG, "safetensors: metadata key '%s' is reserved for the writer", ST_CHECKSUM_KEY);
-    if (!utf8_valid(key) || !utf8_valid(value))
+    if (!fg_utf8_valid(key) || !fg_utf8_valid(value))
         return fg_error(FG_ERR_ARG, "safetensors: metadata '%s' is not valid UTF-8", key);
     char *v = strdup(value);
     if (!v) return fg_error(FG_ERR_OOM, "safetensors: out of memory");
@@ -763,7 +716,7 @@ static fg_status j_string(jcur *c, const char *what, char **out) {
                 o[k++] = (char)(0x80 | (cp & 0x3F));
             }
         } else {
-            size_t len = utf8_seq(p, (size_t)(q - p));
+            size_t len = fg_utf8_seq(p, (size_t)(q - p));
             if (!len) {
                 free(o);
                 return st_fail(c->f, "malformed header JSON: invalid UTF-8 at header byte %zu", at);

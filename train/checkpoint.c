@@ -13,6 +13,7 @@
 
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
+#include "tensor/utf8.h"
 
 #define KIND_MODEL "flashgrad.gpt"
 #define KIND_OPTIM "flashgrad.optimizer"
@@ -136,39 +137,6 @@ static ck_param *param_table(const fg_gpt_config *mc, int *n) {
  * is not part of a valid UTF-8 sequence written as %XX (two uppercase hex digits), everything else
  * as is: "data/input.txt" stays readable, and every byte string round-trips. */
 
-/* Length of the valid UTF-8 sequence at p[0..n) (1..4), or 0 (RFC 3629: no overlong forms, no
- * surrogates, nothing above U+10FFFF). */
-static size_t utf8_len(const unsigned char *p, size_t n) {
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c == 0xE0) {
-        len = 3;
-        lo = 0xA0;
-    } else if (c == 0xED) {
-        len = 3;
-        hi = 0x9F;
-    } else if (c >= 0xE1 && c <= 0xEF)
-        len = 3;
-    else if (c == 0xF0) {
-        len = 4;
-        lo = 0x90;
-    } else if (c >= 0xF1 && c <= 0xF3)
-        len = 4;
-    else if (c == 0xF4) {
-        len = 4;
-        hi = 0x8F;
-    } else
-        return 0;
-    if (n < len || p[1] < lo || p[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-    return len;
-}
-
 /* The stored form of path p (malloc'd), or NULL + fg_error. */
 static char *path_escape(const char *p) {
     const unsigned char *u = (const unsigned char *)p;
@@ -179,7 +147,7 @@ static char *path_escape(const char *p) {
         return NULL;
     }
     for (size_t i = 0; i < n;) {
-        size_t l = utf8_len(u + i, n - i);
+        size_t l = fg_utf8_seq(u + i, n - i);
         if (l == 0 || u[i] == '%') {
             k += (size_t)snprintf(o + k, 4, "%%%02X", u[i]);
             i++;
