@@ -480,19 +480,29 @@ done:
     return rc;
 }
 
-const char *fg_st_writer_metadata(const fg_st_writer *w, const char *key) {
-    if (!w || !key) return NULL;
-    for (int i = 0; i < w->mn; i++)
-        if (strcmp(w->mkey[i], key) == 0) return w->mval[i];
+/* The metadata of a writer and of a file are both n (key, value) pairs in two arrays; these look
+ * them up (linearly: there are few, and a file's are searched before they are sorted). */
+static const char *meta_find(char *const *keys, char *const *vals, int n, const char *key) {
+    if (!key) return NULL;
+    for (int i = 0; i < n; i++)
+        if (strcmp(keys[i], key) == 0) return vals[i];
     return NULL;
+}
+
+static void meta_at(char *const *keys, char *const *vals, int n, int i, const char **key, const char **value) {
+    int ok = i >= 0 && i < n;
+    if (key) *key = ok ? keys[i] : NULL;
+    if (value) *value = ok ? vals[i] : NULL;
+}
+
+const char *fg_st_writer_metadata(const fg_st_writer *w, const char *key) {
+    return w ? meta_find(w->mkey, w->mval, w->mn, key) : NULL;
 }
 
 int fg_st_writer_metadata_count(const fg_st_writer *w) { return w ? w->mn : 0; }
 
 void fg_st_writer_metadata_at(const fg_st_writer *w, int i, const char **key, const char **value) {
-    int ok = w && i >= 0 && i < w->mn;
-    if (key) *key = ok ? w->mkey[i] : NULL;
-    if (value) *value = ok ? w->mval[i] : NULL;
+    meta_at(w ? w->mkey : NULL, w ? w->mval : NULL, w ? w->mn : 0, i, key, value);
 }
 
 /* ==============================================================================================
@@ -1247,11 +1257,7 @@ const fg_st_array *fg_st_find(const fg_st_file *f, const char *name) {
 }
 
 const char *fg_st_metadata(const fg_st_file *f, const char *key) {
-    if (!f || !key) return NULL;
-    /* linear: called during validation before the keys are sorted, and there are few */
-    for (int i = 0; i < f->mcount; i++)
-        if (strcmp(f->mkey[i], key) == 0) return f->mval[i];
-    return NULL;
+    return f ? meta_find(f->mkey, f->mval, f->mcount, key) : NULL;
 }
 
 int fg_st_metadata_count(const fg_st_file *f) { return f ? f->mcount : 0; }
@@ -1259,9 +1265,7 @@ int fg_st_metadata_count(const fg_st_file *f) { return f ? f->mcount : 0; }
 fg_st_sum fg_st_checksum_coverage(const fg_st_file *f) { return f ? f->sum : FG_ST_SUM_NONE; }
 
 void fg_st_metadata_at(const fg_st_file *f, int i, const char **key, const char **value) {
-    int ok = f && i >= 0 && i < f->mcount;
-    if (key) *key = ok ? f->mkey[i] : NULL;
-    if (value) *value = ok ? f->mval[i] : NULL;
+    meta_at(f ? f->mkey : NULL, f ? f->mval : NULL, f ? f->mcount : 0, i, key, value);
 }
 
 /* The array, checked against an expected dtype and shape; NULL with an error. */
