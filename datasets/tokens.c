@@ -212,17 +212,27 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
             if (!is_regular(va)) va[0] = '\0';
         }
     }
+    return fg_token_data_open_files(path, tr, va[0] ? va : NULL, vocab_size, block_size);
+}
+
+fg_token_data *fg_token_data_open_files(const char *name, const char *train, const char *val, int vocab_size,
+                                        int block_size) {
+    if (!name) name = train;
+    if (block_size < 1) {
+        fg_error(FG_ERR_ARG, "--data-bin '%s': block size %d must be >= 1", name, block_size);
+        return NULL;
+    }
     fg_token_data *d = calloc(1, sizeof *d);
     if (!d) {
         fg_error(FG_ERR_OOM, "--data-bin: out of memory");
         return NULL;
     }
     d->vocab_size = vocab_size;
-    d->file[FG_SPLIT_TRAIN] = fg_token_file_open(tr, vocab_size);
+    d->file[FG_SPLIT_TRAIN] = fg_token_file_open(train, vocab_size);
     if (!d->file[FG_SPLIT_TRAIN]) goto fail;
     const fg_token_file *t = d->file[FG_SPLIT_TRAIN];
-    if (va[0]) {
-        d->file[FG_SPLIT_VAL] = fg_token_file_open(va, vocab_size);
+    if (val) {
+        d->file[FG_SPLIT_VAL] = fg_token_file_open(val, vocab_size);
         if (!d->file[FG_SPLIT_VAL]) goto fail;
         d->tok[FG_SPLIT_TRAIN] = t->tok;
         d->len[FG_SPLIT_TRAIN] = t->count;
@@ -238,7 +248,7 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
     for (int s = 0; s < FG_SPLIT_COUNT; s++)
         if (d->len[s] < (size_t)block_size + 1) {
             fg_error(FG_ERR_FORMAT, "--data-bin '%s': the %s split has %zu tokens, fewer than block size + 1 = %d",
-                     path, fg_split_name((fg_split)s), d->len[s], block_size + 1);
+                     name, fg_split_name((fg_split)s), d->len[s], block_size + 1);
             goto fail;
         }
     return d;
@@ -281,6 +291,7 @@ fg_status fg_token_data_batch(const fg_token_data *d, fg_split s, int B, int T, 
 
 struct fg_token_vocab {
     int n;
+    int32_t eot; /* version 2: the end-of-text id; -1 when the file does not say */
     size_t *off; /* token i's bytes are bytes[off[i] .. off[i+1]) */
     unsigned char *bytes;
 };
@@ -318,6 +329,12 @@ fg_token_vocab *fg_token_vocab_load(const char *path) {
         goto out;
     }
     v->n = size;
+    v->eot = version == 2 ? rd_i32(b + 12) : -1;
+    if (v->eot < -1 || v->eot >= size) {
+        fg_error(FG_ERR_FORMAT, "tokenizer '%s': end-of-text id %d is outside its vocabulary of %d", path, (int)v->eot,
+                 (int)size);
+        goto bad;
+    }
     size_t p = 256 * 4, used = 0;
     for (int i = 0; i < size; i++) {
         if (p >= n) {
@@ -354,6 +371,7 @@ void fg_token_vocab_free(fg_token_vocab *v) {
 }
 
 int fg_token_vocab_size(const fg_token_vocab *v) { return v->n; }
+int32_t fg_token_vocab_eot(const fg_token_vocab *v) { return v->eot; }
 
 const unsigned char *fg_token_vocab_bytes(const fg_token_vocab *v, int32_t id, size_t *n) {
     if (!v || id < 0 || id >= v->n) return NULL;

@@ -61,6 +61,10 @@ const char *fg_token_file_path(const fg_token_file *f);
  * Each split must hold at least block_size + 1 tokens. NULL + fg_last_error(). */
 typedef struct fg_token_data fg_token_data;
 fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_size);
+/* The same with the files named: `train`, and `val` (NULL: the train file's last tenth is the
+ * validation split). `name` labels messages (NULL: the train file). */
+fg_token_data *fg_token_data_open_files(const char *name, const char *train, const char *val, int vocab_size,
+                                        int block_size);
 void fg_token_data_free(fg_token_data *d); /* NULL is fine */
 int fg_token_data_vocab_size(const fg_token_data *d);
 /* Tokens in split s. */
@@ -77,6 +81,8 @@ typedef struct fg_token_vocab fg_token_vocab;
 fg_token_vocab *fg_token_vocab_load(const char *path);
 void fg_token_vocab_free(fg_token_vocab *v); /* NULL is fine */
 int fg_token_vocab_size(const fg_token_vocab *v);
+/* The end-of-text id a version 2 file names (in 0 .. size-1), or -1 (version 1). */
+int32_t fg_token_vocab_eot(const fg_token_vocab *v);
 /* The bytes of token id (its length in *n), or NULL for an id outside the vocabulary. */
 const unsigned char *fg_token_vocab_bytes(const fg_token_vocab *v, int32_t id, size_t *n);
 
