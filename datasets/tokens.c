@@ -93,6 +93,26 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
         }
         off = LLMC_HEADER_BYTES;
     } else {
+        /* Not llm.c's data magic: raw nanoGPT ids, unless the file is another llm.c file, or has an
+         * llm.c data header (its token count at [2] matches the size) under another magic. */
+        const int32_t magic = f->map_bytes >= 4 ? rd_i32(b) : 0;
+        const char *other = magic == 20240326                  ? "model checkpoint"
+                            : magic == 20240327                ? "debug state"
+                            : magic == FG_LLMC_TOKENIZER_MAGIC ? "tokenizer"
+                                                               : NULL;
+        if (other) {
+            fg_error(FG_ERR_FORMAT, "token file '%s' is an llm.c %s file (magic %d), not token data (magic %d)", path,
+                     other, (int)magic, FG_LLMC_DATA_MAGIC);
+            goto fail;
+        }
+        if (f->map_bytes > LLMC_HEADER_BYTES && (f->map_bytes - LLMC_HEADER_BYTES) % 2 == 0 && rd_i32(b + 8) > 0 &&
+            (size_t)rd_i32(b + 8) == (f->map_bytes - LLMC_HEADER_BYTES) / 2) {
+            fg_error(FG_ERR_FORMAT,
+                     "token file '%s' has an llm.c data header with the wrong magic %d (llm.c's is %d): a damaged or "
+                     "foreign file",
+                     path, (int)magic, FG_LLMC_DATA_MAGIC);
+            goto fail;
+        }
         f->format = FG_TOKFILE_NANOGPT;
         if (f->map_bytes % 2) {
             fg_error(FG_ERR_FORMAT,

@@ -5,7 +5,10 @@
  *     train.bin and val.bin in one folder;
  *   - llm.c (the scripts in its dev/data folder): a header of 256 little-endian int32 — [0] magic 20240520, [1] version 1
  *     (uint16 tokens), [2] the token count — then that many uint16 ids.
- * A file whose first int32 is the llm.c magic is read as llm.c's; any other as nanoGPT's. Opening
+ * A file whose first int32 is the llm.c magic is read as llm.c's; any other as nanoGPT's, except
+ * llm.c's other files (model 20240326, debug state 20240327, tokenizer 20240328) and a file with an
+ * llm.c header under another magic (its [2] is the token count its size implies), which are refused
+ * by name. Opening
  * validates everything before it is used: an llm.c header with another version or a count that
  * disagrees with the file's size (truncated or padded), a nanoGPT file of an odd byte count, an
  * empty file, and any token id >= the vocabulary (one pass over the file) are errors that name the

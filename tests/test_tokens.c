@@ -94,9 +94,15 @@ Test(tokens, bad_files_are_refused_with_the_reason, .init = setup, .fini = teard
     expect_refused("padded.bin", 256, FG_ERR_FORMAT, "extra bytes");
     write_llmc("version.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 2);
     expect_refused("version.bin", 256, FG_ERR_FORMAT, "version 2");
-    /* another magic reads as nanoGPT's raw tokens: the header's words are ids far above 256 */
+    /* an llm.c header under another magic is refused as such, whatever the vocabulary */
     write_llmc("magic.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC + 1, 1);
-    expect_refused("magic.bin", 256, FG_ERR_FORMAT, "outside the vocabulary");
+    expect_refused("magic.bin", 256, FG_ERR_FORMAT, "wrong magic");
+    expect_refused("magic.bin", 65536, FG_ERR_FORMAT, "wrong magic");
+    write_llmc("tokenizer.bin", t, (int32_t)n + 9, n, FG_LLMC_TOKENIZER_MAGIC, 2);
+    expect_refused("tokenizer.bin", 65536, FG_ERR_FORMAT, "llm.c tokenizer file");
+    /* any other first word without that header reads as nanoGPT's raw tokens: the words are ids */
+    write_llmc("raw.bin", t, (int32_t)n + 1, n, FG_LLMC_DATA_MAGIC + 1, 1);
+    expect_refused("raw.bin", 256, FG_ERR_FORMAT, "outside the vocabulary");
     write_bytes("odd.bin", t, 2 * n - 1);
     expect_refused("odd.bin", 256, FG_ERR_FORMAT, "whole number of uint16");
     write_bytes("empty.bin", "", 0);
