@@ -129,13 +129,26 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
         fg_error(FG_ERR_FORMAT, "token file '%s' holds no tokens", path);
         goto fail;
     }
-    for (size_t i = 0; i < f->count; i++)
-        if (f->tok[i] >= vocab_size) {
-            fg_error(FG_ERR_FORMAT, "token file '%s': token %zu is id %u, outside the vocabulary of %d (--vocab-size)",
-                     path, i, (unsigned)f->tok[i], vocab_size);
-            goto fail;
-        }
-    f->hash = fg_xxh64(f->map, f->map_bytes, 0);
+    /* One pass in chunks: the ids against the vocabulary and the hash of every byte; each chunk's
+     * pages are dropped after it (they are the file's, read again on demand), so opening a file
+     * of many GiB does not fill the process's memory with it. */
+    fg_xxh64_state hs;
+    fg_xxh64_init(&hs, 0);
+    const size_t chunk = (size_t)64 << 20; /* a multiple of the page size, and even */
+    for (size_t pos = 0; pos < f->map_bytes; pos += chunk) {
+        const size_t len = f->map_bytes - pos < chunk ? f->map_bytes - pos : chunk;
+        fg_xxh64_update(&hs, b + pos, len);
+        const size_t end = (pos + len - off) / 2; /* ids before the chunk's end (off <= chunk) */
+        for (size_t i = pos > off ? (pos - off) / 2 : 0; i < end; i++)
+            if (f->tok[i] >= vocab_size) {
+                fg_error(FG_ERR_FORMAT,
+                         "token file '%s': token %zu is id %u, outside the vocabulary of %d (--vocab-size)", path, i,
+                         (unsigned)f->tok[i], vocab_size);
+                goto fail;
+            }
+        madvise((char *)f->map + pos, len, MADV_DONTNEED);
+    }
+    f->hash = fg_xxh64_digest(&hs);
     madvise(f->map, f->map_bytes, MADV_RANDOM); /* batches read windows anywhere */
     return f;
 fail:
