@@ -59,8 +59,9 @@ static void write_vocab(const fg_token_vocab *v, const int32_t *ids, size_t n) {
     }
 }
 
-static void write_ids(const int32_t *ids, size_t n, int first) {
-    for (size_t i = 0; i < n; i++) printf(first && i == 0 ? "%d" : " %d", (int)ids[i]);
+/* ids[0..n) in decimal, separated by spaces. */
+static void write_ids(const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
 }
 
 int fg_cmd_sample(int argc, char **argv) {
@@ -201,7 +202,7 @@ int fg_cmd_sample(int argc, char **argv) {
         } else if (vocab) {
             write_vocab(vocab, from, n);
         } else {
-            write_ids(from, n, 1);
+            write_ids(from, n);
         }
         fputc('\n', stdout);
         if (ferror(stdout)) break; /* output lost: main's stdout check reports it and exits 1 */

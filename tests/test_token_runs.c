@@ -18,6 +18,7 @@
 #include "datasets/source.h"
 #include "datasets/tokens.h"
 #include "tensor/fileio.h"
+#include "tensor/safetensors.h"
 #include "tests/common.h"
 #include "train/checkpoint.h"
 
@@ -353,6 +354,7 @@ Test(token_runs, sample_prints_ids_and_decodes_them_with_an_llmc_tokenizer) {
     run_ok("train --data text.txt --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 4 --steps 1 "
            "--eval-every 0 --eval-iters 1 --samples 0 --threads 1 --out tr");
     expect_fails("sample --ckpt tr --tokenizer tok.bin", 2, "has its own character-level tokenizer");
+    expect_fails("train --resume --data-bin data.bin --steps 2 --out tr", 2, "trained on a text file");
     st = run("sample --ckpt tr --tokens 0 --prompt-ids 0,1,2", text, sizeof text);
     cr_expect_eq(st, 0, "%s", text);
     cr_expect_str_eq(text, "\nab\n", "ids 0,1,2 of the vocabulary {\\n, a, b, c} print their bytes");
@@ -421,4 +423,73 @@ Test(token_runs, checkpoint_records_the_token_files_and_reads_them_back) {
     fg_trainer_free(tr);
     fg_source_free(s);
     cr_assert_eq(chdir(cwd), 0);
+}
+
+/* Rewrites safetensors file `path` through the library's writer (so its checksum is right again)
+ * with metadata key set to value. */
+static void resign(const char *path, const char *key, const char *value) {
+    void *buf;
+    size_t n;
+    cr_assert_eq(fg_read_file(path, 0, &buf, &n), FG_OK, "%s", fg_last_error());
+    fg_st_file *f = fg_st_parse(buf, n, path);
+    cr_assert(f, "%s", fg_last_error());
+    fg_st_writer *w = fg_st_writer_new();
+    for (int i = 0; i < fg_st_count(f); i++) {
+        const fg_st_array *a = fg_st_at(f, i);
+        cr_assert_eq(fg_st_writer_add(w, a->name, a->dtype, a->ndim, a->shape, a->data), FG_OK);
+    }
+    for (int i = 0; i < fg_st_metadata_count(f); i++) {
+        const char *k, *v;
+        fg_st_metadata_at(f, i, &k, &v);
+        if (strcmp(k, "fg_checksum") && strcmp(k, key)) fg_st_writer_set_metadata(w, k, v);
+    }
+    cr_assert_eq(fg_st_writer_set_metadata(w, key, value), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_st_writer_write(w, path), FG_OK, "%s", fg_last_error());
+    fg_st_writer_free(w);
+    fg_st_close(f);
+    free(buf);
+}
+
+Test(token_runs, token_checkpoint_metadata_is_read_strictly) {
+    write_nano_folder("nano", 7);
+    fg_source *s = fg_source_tokens(at("nano"), NULL, 256, 8);
+    cr_assert(s, "%s", fg_last_error());
+    fg_train_config c = fgt_tiny_train_config(s, 8, 2, 4, 1, 5);
+    fg_trainer *tr = fg_trainer_create(&c, s);
+    cr_assert(tr, "%s", fg_last_error());
+    cr_assert_eq(mkdir(at("good"), 0777), 0);
+    cr_assert_eq(fg_ckpt_save(at("good"), tr), FG_OK, "%s", fg_last_error());
+    fg_trainer_free(tr);
+    fg_source_free(s);
+    static const struct {
+        const char *key, *value, *phrase;
+    } edits[] = {
+        {"tokenizer", "byte-v1", "has 'none' there"},
+        {"tokens.val", "train_tail", "is not one a flashgrad checkpoint"}, /* its val keys remain */
+        {"tokens.val", "maybe", "is none of: file, train_tail"},
+        {"tokens.train.format", "raw", "is none of: nanogpt, llmc"},
+        {"tokens.train.count", "8", "shorter than block_size + 1"},
+        {"tokens.val.count", "-1", "not an integer"},
+        {"tokens.train.xxh64", "0123", "16 lowercase hex digits"},
+        {"tokens.val.path", "", "is empty"},
+        {"vocab_size", "70000", "vocab_size"},
+        {"data", "text", "bad tokenizer"}, /* "none" is no text tokenizer */
+    };
+    char cmd[1200];
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", at("bad"), at("good"), at("bad"));
+        cr_assert_eq(fgt_run_cmd(cmd, NULL, 0), 0);
+        char mp[700];
+        snprintf(mp, sizeof mp, "%s/%s", at("bad"), FG_CKPT_MODEL_FILE);
+        resign(mp, edits[i].key, edits[i].value);
+        fg_clear_error();
+        fg_ckpt *ck = fg_ckpt_open(at("bad"), 1);
+        cr_expect_null(ck, "%s = '%s' was accepted", edits[i].key, edits[i].value);
+        fg_ckpt_close(ck);
+        cr_expect(strstr(fg_last_error(), edits[i].phrase), "%s = '%s': the message does not say '%s': %s",
+                  edits[i].key, edits[i].value, edits[i].phrase, fg_last_error());
+    }
+    fg_ckpt *ck = fg_ckpt_open(at("good"), 1);
+    cr_expect_not_null(ck, "the unedited checkpoint: %s", fg_last_error());
+    fg_ckpt_close(ck);
 }
