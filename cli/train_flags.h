@@ -30,8 +30,9 @@
       "train on pre-tokenized uint16 ids: a folder with nanoGPT's train.bin and val.bin (or llm.c's *train*.bin and "  \
       "*val*.bin), or one .bin file",                                                                                  \
       0, 0, 0)                                                                                                         \
-    X(VOCAB, "--vocab-size", FG_FLAG_INT, "V", "--data-bin: the vocabulary; every id must be below it (GPT-2: 50257)", \
-      1, FG_TOKEN_MAX_VOCAB, 0)                                                                                        \
+    X(VOCAB, "--vocab-size", FG_FLAG_INT, "V",                                                                         \
+      "--data-bin: the vocabulary, every id below it (GPT-2: 50257) (default: none; required with --data-bin)", 1,     \
+      FG_TOKEN_MAX_VOCAB, 0)                                                                                           \
     X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)                   \
     X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                        \
     X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)                     \
