@@ -551,10 +551,11 @@ static int train_parse(int argc, char **argv, train_args *a) {
     if (rc) return rc;
 
     /* --byte, --data-bin, device (started here), attention, recompute, heads, learning rates:
-     * train_flags.h. A resumed run on token files takes its vocabulary from the checkpoint. */
+     * train_flags.h. A resumed run takes its vocabulary from the checkpoint (configure_resumed
+     * checks a --vocab-size against it). */
     fg_flag chk[F_COUNT];
     memcpy(chk, f, sizeof chk);
-    if (f[F_RESUME].given && a->is_bin) chk[FG_TF_VOCAB].given = 1;
+    if (f[F_RESUME].given) chk[FG_TF_VOCAB].given = a->is_bin;
     if (fg_train_flags_check(chk, &a->run) != FG_OK) die(2, "%s", fg_last_error());
     fg_train_flags_threads(f);
 
@@ -604,8 +605,8 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (f[FG_TF_BYTE].given && (!in->tokenizer || fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE))
         die(2, "--byte: the checkpoint %s",
             in->tokenizer ? "uses a character-level tokenizer" : "trained on token files");
-    if (in->source != FG_SOURCE_TOKENS && a->is_bin)
-        die(2, "--data-bin: the checkpoint in '%s' was trained on %s", out,
+    if (in->source != FG_SOURCE_TOKENS && (a->is_bin || f[FG_TF_VOCAB].given))
+        die(2, "%s: the checkpoint in '%s' was trained on %s", a->is_bin ? "--data-bin" : "--vocab-size", out,
             in->source == FG_SOURCE_ADDITION ? "the addition task" : "a text file (--data)");
     if (in->source == FG_SOURCE_TOKENS) {
         if (a->is_text) die(2, "--data: the checkpoint in '%s' was trained on token files (--data-bin)", out);

@@ -282,6 +282,8 @@ Test(token_runs, resume_refuses_changed_files_and_finds_moved_cwd_by_absolute_pa
     expect_fails("train --resume --data-bin train.bin --steps 5 --out r --samples 0", 1, "splits its data differently");
     /* the vocabulary and the kind of data are the checkpoint's */
     expect_fails("train --resume --data-bin copy --vocab-size 300 --steps 5 --out r", 2, "differs from the checkpoint");
+    expect_fails("train --resume --vocab-size 300 --steps 5 --out r", 2,
+                 "--vocab-size 300 differs from the checkpoint");
     write_bytes("text.txt", "hello hello hello hello hello hello\n", 36);
     expect_fails("train --resume --data text.txt --steps 5 --out r", 2, "trained on token files");
 }
@@ -355,6 +357,7 @@ Test(token_runs, sample_prints_ids_and_decodes_them_with_an_llmc_tokenizer) {
            "--eval-every 0 --eval-iters 1 --samples 0 --threads 1 --out tr");
     expect_fails("sample --ckpt tr --tokenizer tok.bin", 2, "has its own character-level tokenizer");
     expect_fails("train --resume --data-bin data.bin --steps 2 --out tr", 2, "trained on a text file");
+    expect_fails("train --resume --vocab-size 4 --steps 2 --out tr", 2, "--vocab-size: the checkpoint");
     st = run("sample --ckpt tr --tokens 0 --prompt-ids 0,1,2", text, sizeof text);
     cr_expect_eq(st, 0, "%s", text);
     cr_expect_str_eq(text, "\nab\n", "ids 0,1,2 of the vocabulary {\\n, a, b, c} print their bytes");
