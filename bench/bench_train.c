@@ -96,12 +96,13 @@ int fg_bench_train(int argc, char **argv) {
     int rc = fg_flags_parse("bench train", f, B_COUNT, argc, argv);
     if (rc == -1) {
         fg_flags_help(stdout, "bench train", "[--data FILE] [model flags] [--steps N] [--warmup-steps N]", f, B_COUNT);
-        printf("\nModel defaults are the addition task's training defaults; with --data, the text defaults.\n"
+        printf("\nModel defaults are the addition task's training defaults; with --data or --data-bin, the text "
+               "defaults.\n"
                "The optimizer defaults above hold for both (train's text defaults add --warmup 100).\n");
         return 0;
     }
     if (rc) return rc;
-    if (f[FG_TF_DATA].given) {
+    if (f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given) {
         fg_flag g[B_COUNT];
         memcpy(g, f, sizeof g);
         set_bench_defaults(f, &fg_defaults_text);

@@ -4,23 +4,76 @@
  * tokenizer, and writes the prompt plus --tokens generated tokens to stdout for each of
  * --num-samples samples. Sampling is softmax(logits / temperature) over the top-k tokens, with the
  * draws from Philox(seed): the same seed gives the same text. --temperature 0 is greedy decoding.
- * Exit: 0 done, 1 bad or missing checkpoint / prompt not in the vocabulary, 2 usage error.
+ *
+ * A model trained on token files (--data-bin) has no tokenizer of its own: each sample is printed
+ * as its token ids in decimal, separated by spaces, one line per sample, or — with --tokenizer FILE
+ * (llm.c's tokenizer file, datasets/tokens.h) — as the bytes of its tokens. Its prompt is given as
+ * ids, --prompt-ids 50256,464 (comma-separated, each below the vocabulary); without one it starts
+ * from the tokenizer's end-of-text id (a version 2 file), else from id 0. --prompt-ids works for
+ * every model, and the prompt is printed before the generated tokens in the same form.
+ * Exit: 0 done, 1 bad or missing checkpoint or tokenizer / prompt not in the vocabulary, 2 usage error.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "datasets/tokens.h"
 #include "train/checkpoint.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
-enum { S_CKPT, S_PROMPT, S_TOKENS, S_TEMP, S_TOPK, S_SEED, S_NUM, S_COUNT };
+enum { S_CKPT, S_PROMPT, S_PROMPT_IDS, S_TOKENIZER, S_TOKENS, S_TEMP, S_TOPK, S_SEED, S_NUM, S_COUNT };
+
+/* "1,2,3" into ids[0..*n) (at most cap): decimal ids separated by single commas. 0, or 2 after
+ * printing the usage error. */
+static int parse_ids(const char *s, int32_t *ids, size_t cap, size_t *n) {
+    *n = 0;
+    const char *p = s;
+    for (;;) {
+        if (*p < '0' || *p > '9') break;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (errno || v > INT32_MAX || *n >= cap) break;
+        ids[(*n)++] = (int32_t)v;
+        p = end;
+        if (*p == '\0') return 0;
+        if (*p != ',') break;
+        p++;
+    }
+    fprintf(stderr,
+            "flashgrad sample: --prompt-ids: '%.60s' is not a list of token ids (decimal numbers separated by "
+            "commas, e.g. 50256,464)\n",
+            s);
+    return 2;
+}
+
+/* The bytes of ids[0..n) with llm.c's tokenizer v (every id is below its vocabulary). */
+static void write_vocab(const fg_token_vocab *v, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        const unsigned char *b = fg_token_vocab_bytes(v, ids[i], &len);
+        if (b) fwrite(b, 1, len, stdout);
+    }
+}
+
+/* ids[0..n) in decimal, separated by spaces. */
+static void write_ids(const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+}
 
 int fg_cmd_sample(int argc, char **argv) {
     fg_flag f[S_COUNT] = {
         [S_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "checkpoint folder (or its model.safetensors) (required)"},
         [S_PROMPT] = {"--prompt", FG_FLAG_STR, "TEXT", "text to continue (default: a newline, or the first token)"},
+        [S_PROMPT_IDS] = {"--prompt-ids", FG_FLAG_STR, "IDS",
+                          "prompt as token ids, e.g. 50256,464 (models trained on --data-bin token files take no "
+                          "--prompt) (default: end-of-text of --tokenizer, or id 0)"},
+        [S_TOKENIZER] = {"--tokenizer", FG_FLAG_STR, "FILE",
+                         "decode a --data-bin model's ids with llm.c's tokenizer file (gpt2_tokenizer.bin); "
+                         "without it they are printed as numbers"},
         [S_TOKENS] = {"--tokens", FG_FLAG_INT, "N", "tokens to generate", 0, 1e7, 0, .i = 200},
         [S_TEMP] = {"--temperature", FG_FLAG_F64, "T", "softmax temperature (0: greedy)", 0, 100, 0, .d = 0.8},
         [S_TOPK] = {"--top-k", FG_FLAG_INT, "K", "sample among the K likeliest tokens (0: all)", 0, 1 << 24, 0, .i = 0},
@@ -30,12 +83,18 @@ int fg_cmd_sample(int argc, char **argv) {
     int rc = fg_flags_parse("sample", f, S_COUNT, argc, argv);
     if (rc == -1) {
         fg_flags_help(stdout, "sample",
-                      "--ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]", f, S_COUNT);
+                      "--ckpt DIR [--prompt TEXT | --prompt-ids IDS] [--tokenizer FILE] [--tokens N] [--temperature T] "
+                      "[--top-k K] [--seed S]",
+                      f, S_COUNT);
         return 0;
     }
     if (rc) return rc;
     if (!f[S_CKPT].given) {
         fprintf(stderr, "flashgrad sample: --ckpt DIR is required (a folder written by flashgrad train)\n");
+        return 2;
+    }
+    if (f[S_PROMPT].given && f[S_PROMPT_IDS].given) {
+        fprintf(stderr, "flashgrad sample: give either --prompt TEXT or --prompt-ids IDS, not both\n");
         return 2;
     }
     fg_ckpt *ck = fg_ckpt_open(f[S_CKPT].s, 0);
@@ -44,62 +103,115 @@ int fg_cmd_sample(int argc, char **argv) {
         return 1;
     }
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
-    const fg_tokenizer *tok = in->tokenizer;
-    fg_gpt *g = fg_ckpt_load_model(ck);
+    const fg_tokenizer *tok = in->tokenizer; /* NULL: trained on token ids */
+    const int V = in->model.vocab_size;
+    fg_token_vocab *vocab = NULL;
+    fg_gpt *g = NULL;
+    int32_t *t = NULL, *work = NULL;
+    char *text = NULL;
+    int code = 0;
+    if (f[S_TOKENIZER].given && tok) {
+        fprintf(stderr,
+                "flashgrad sample: --tokenizer: this checkpoint has its own %s tokenizer; --tokenizer decodes models "
+                "trained on token files (train --data-bin)\n",
+                fg_tokenizer_kind(tok) == FG_TOK_BYTE ? "byte-level" : "character-level");
+        code = 2;
+        goto out;
+    }
+    if (f[S_PROMPT].given && !tok) {
+        fprintf(stderr,
+                "flashgrad sample: --prompt: this model was trained on token ids (train --data-bin) and flashgrad "
+                "cannot encode text for it; give the prompt as ids with --prompt-ids, e.g. --prompt-ids 50256,464\n");
+        code = 2;
+        goto out;
+    }
+    if (f[S_TOKENIZER].given) {
+        vocab = fg_token_vocab_load(f[S_TOKENIZER].s);
+        if (!vocab) {
+            fprintf(stderr, "flashgrad sample: --tokenizer: %s\n", fg_last_error());
+            code = 1;
+            goto out;
+        }
+        if (fg_token_vocab_size(vocab) < V) {
+            fprintf(stderr,
+                    "flashgrad sample: --tokenizer '%s' has %d tokens but the model's vocabulary is %d: it cannot "
+                    "decode every id the model emits (not this model's tokenizer)\n",
+                    f[S_TOKENIZER].s, fg_token_vocab_size(vocab), V);
+            code = 1;
+            goto out;
+        }
+    }
+    g = fg_ckpt_load_model(ck);
     if (!g) {
         fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
-        fg_ckpt_close(ck);
-        return 1;
+        code = 1;
+        goto out;
     }
-    const char *prompt = f[S_PROMPT].s;
-    size_t plen = prompt ? strlen(prompt) : 0;
+    const char *prompt = f[S_PROMPT].s, *pids = f[S_PROMPT_IDS].s;
+    /* prompt slots: one per byte of text, or at most one per two characters of an id list */
+    size_t cap = prompt ? strlen(prompt) : pids ? strlen(pids) / 2 + 1 : 1;
     const int n_new = (int)f[S_TOKENS].i;
-    int32_t *t = malloc((plen + 1 + (size_t)n_new) * sizeof *t);
-    char *text = malloc(plen + 1 + (size_t)n_new + 1);
-    int code = 0;
-    if (!t || !text) {
+    t = malloc((cap + 1) * sizeof *t);
+    work = malloc((cap + 1 + (size_t)n_new) * sizeof *work);
+    text = malloc(cap + 1 + (size_t)n_new + 1);
+    if (!t || !work || !text) {
         fprintf(stderr, "flashgrad sample: out of memory\n");
         code = 1;
         goto out;
     }
-    int np;
-    if (plen > 0) {
-        if (fg_tokenizer_encode(tok, prompt, plen, t) != FG_OK) {
+    size_t np = 0; /* prompt tokens */
+    int shown = 0; /* the prompt is printed before each sample (not the default one) */
+    if (pids && *pids) {
+        if ((code = parse_ids(pids, t, cap, &np)) != 0) goto out;
+        for (size_t i = 0; i < np; i++)
+            if (t[i] >= V) {
+                fprintf(stderr, "flashgrad sample: --prompt-ids: id %d (number %zu) is outside the vocabulary of %d\n",
+                        (int)t[i], i + 1, V);
+                code = 1;
+                goto out;
+            }
+        shown = 1;
+    } else if (prompt && *prompt) {
+        np = strlen(prompt);
+        if (fg_tokenizer_encode(tok, prompt, np, t) != FG_OK) {
             fprintf(stderr, "flashgrad sample: --prompt: %s\n", fg_last_error());
             code = 1;
             goto out;
         }
-        np = (int)plen;
+        shown = 1;
     } else {
-        int32_t nl = fg_tokenizer_token_of(tok, '\n');
-        t[0] = nl >= 0 ? nl : 0;
+        int32_t start = tok ? fg_tokenizer_token_of(tok, '\n') : vocab ? fg_token_vocab_eot(vocab) : 0;
+        t[0] = start >= 0 && start < V ? start : 0;
         np = 1;
     }
-    int32_t *work = malloc(((size_t)np + (size_t)n_new) * sizeof *work);
-    if (!work) {
-        code = 1;
-        goto out;
-    }
     for (int s = 0; s < (int)f[S_NUM].i; s++) {
-        memcpy(work, t, (size_t)np * sizeof *work);
+        memcpy(work, t, np * sizeof *work);
         fg_sample_opts o = {.temperature = f[S_TEMP].d, .top_k = (int)f[S_TOPK].i, .seed = f[S_SEED].u + (uint64_t)s};
-        if (fg_gpt_generate(g, work, np, n_new, &o) != FG_OK) {
+        if (fg_gpt_generate(g, work, (int)np, n_new, &o) != FG_OK) {
             fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
             code = 1;
             break;
         }
-        /* print the prompt as given, then the new tokens */
-        fg_tokenizer_decode(tok, work + np, (size_t)n_new, text);
         if (f[S_NUM].i > 1) printf("---- sample %d ----\n", s + 1);
-        if (plen) fwrite(prompt, 1, plen, stdout);
-        fwrite(text, 1, (size_t)n_new, stdout);
+        /* the prompt (when given), then the new tokens, in the model's form */
+        const int32_t *from = shown ? work : work + np;
+        const size_t n = (shown ? np : 0) + (size_t)n_new;
+        if (tok) {
+            fg_tokenizer_decode(tok, from, n, text);
+            fwrite(text, 1, n, stdout);
+        } else if (vocab) {
+            write_vocab(vocab, from, n);
+        } else {
+            write_ids(from, n);
+        }
         fputc('\n', stdout);
         if (ferror(stdout)) break; /* output lost: main's stdout check reports it and exits 1 */
     }
-    free(work);
 out:
     free(t);
+    free(work);
     free(text);
+    fg_token_vocab_free(vocab);
     fg_gpt_free(g);
     fg_ckpt_close(ck);
     return code;

@@ -1,4 +1,4 @@
-/* cmd_train.c — `flashgrad train`: train a GPT on the addition task or a text file.
+/* cmd_train.c — `flashgrad train`: train a GPT on the addition task, a text file or token files.
  *
  * The run: parse and check every flag (a bad value is one line and exit 2, before anything is
  * written), load the data (a bad file is one line and exit 1), create or resume the trainer
@@ -115,14 +115,21 @@ static void help(void) {
     set_defaults(a, &fg_defaults_addition);
     init_flags(t);
     set_defaults(t, &fg_defaults_text);
-    printf("Train a GPT-2 style model on the addition task (the default) or a text file (--data).\n"
-           "Where a default differs for text files it is shown after 'text'.\n\n");
-    fg_flags_help_alt(stdout, "train", "[--data FILE | --task addition] [--steps N] [--out DIR] [--resume] [options]",
+    printf("Train a GPT-2 style model on the addition task (the default), a text file (--data) or pre-tokenized\n"
+           "token files (--data-bin with --vocab-size). Where a default differs for text and token files it is\n"
+           "shown after 'text'.\n\n");
+    fg_flags_help_alt(stdout, "train",
+                      "[--data FILE | --data-bin PATH --vocab-size V | --task addition] [--steps N] [--out DIR] "
+                      "[--resume] [options]",
                       a, t, "text", F_COUNT);
     printf(
         "\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
         "The character-level tokenizer works on bytes: its vocabulary is the distinct bytes of the file, so a\n"
         "non-ASCII UTF-8 character is several tokens, and samples of such text may hold invalid UTF-8.\n"
+        "--data-bin reads nanoGPT's train.bin/val.bin (raw little-endian uint16 ids, from its prepare.py) and\n"
+        "llm.c's .bin files (a 1024-byte header, magic 20240520), memory-mapped; a single file without a *val*\n"
+        "sibling keeps its last tenth for validation. Such a model has no tokenizer: `flashgrad sample` prints\n"
+        "its token ids, or decodes them with --tokenizer (llm.c's gpt2_tokenizer.bin).\n"
         "One train at a time writes a folder (DIR/train.lock); a fresh run refuses a folder that holds another\n"
         "run's checkpoint or log unless --overwrite is given.\n"
         "Exit status: 0 done, 1 runtime error, 2 usage error; after SIGINT, SIGTERM or SIGHUP the step in flight\n"
@@ -330,21 +337,28 @@ static void show_addition_samples(fg_trainer *tr, int n) {
     }
 }
 
+/* Samples from a newline (text), or from id 0 as token ids (token files, which have no tokenizer:
+ * `flashgrad sample --tokenizer` decodes them). */
 static void show_text_samples(fg_trainer *tr, int n, uint64_t seed) {
     const fg_tokenizer *tok = fg_source_tokenizer(tr->data);
-    const int len = 200;
+    const int len = tok ? 200 : 64;
     int32_t *t = malloc((len + 1) * sizeof *t);
-    char *s = malloc(len + 2);
+    char *s = malloc(tok ? (size_t)len + 2 : (size_t)len * 7 + 1);
     if (!t || !s) goto out;
-    int32_t start = fg_tokenizer_token_of(tok, '\n');
+    int32_t start = tok ? fg_tokenizer_token_of(tok, '\n') : 0;
     if (start < 0) start = 0;
     for (int i = 0; i < n; i++) {
         t[0] = start;
         fg_sample_opts o = {.temperature = 0.8, .top_k = 0, .seed = seed + (uint64_t)i};
         if (fg_gpt_generate(tr->model, t, 1, len, &o) != FG_OK) break;
-        fg_tokenizer_decode(tok, t + 1, (size_t)len, s);
-        s[len] = '\0';
-        say("---- sample %d (temperature 0.8) ----\n%s\n", i + 1, s);
+        if (tok) {
+            fg_tokenizer_decode(tok, t + 1, (size_t)len, s);
+            s[len] = '\0';
+        } else {
+            size_t k = 0;
+            for (int j = 1; j <= len; j++) k += (size_t)sprintf(s + k, j > 1 ? " %d" : "%d", (int)t[j]);
+        }
+        say("---- sample %d (temperature 0.8%s) ----\n%s\n", i + 1, tok ? "" : ", token ids", s);
     }
 out:
     free(t);
@@ -486,6 +500,7 @@ static int same_d(double a, double b) { return a == b; }
 typedef struct {
     fg_flag f[F_COUNT];
     int is_text;         /* --data: a text file; otherwise the addition task */
+    int is_bin;          /* --data-bin: token files (is_text is 0) */
     fg_train_choice run; /* device (started), attention, recompute */
     const char *out;     /* the run folder */
     char model_path[4096], log_path[4096];
@@ -523,17 +538,25 @@ static int train_parse(int argc, char **argv, train_args *a) {
     }
     if (rc) return rc;
     a->is_text = f[FG_TF_DATA].given;
+    a->is_bin = f[FG_TF_DATA_BIN].given;
     if (a->is_text && f[F_TASK].given) die(2, "give either --data FILE or --task NAME, not both");
+    if (a->is_bin && f[F_TASK].given) die(2, "give either --data-bin PATH or --task NAME, not both");
+    if (a->is_bin && f[F_ANSWER_ONLY].given) die(2, "--answer-only applies to the addition task only");
     if (!a->is_text && strcmp(f[F_TASK].s, "addition"))
         die(2, "--task: unknown task '%s' (available: addition)", f[F_TASK].s);
     if (a->is_text && f[F_ANSWER_ONLY].given) die(2, "--answer-only applies to the addition task only");
     init_flags(f);
-    set_defaults(f, a->is_text ? &fg_defaults_text : &fg_defaults_addition);
+    set_defaults(f, a->is_text || a->is_bin ? &fg_defaults_text : &fg_defaults_addition);
     rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
     if (rc) return rc;
 
-    /* --byte, device (started here), attention, recompute, heads, learning rates: train_flags.h */
-    if (fg_train_flags_check(f, &a->run) != FG_OK) die(2, "%s", fg_last_error());
+    /* --byte, --data-bin, device (started here), attention, recompute, heads, learning rates:
+     * train_flags.h. A resumed run takes its vocabulary from the checkpoint (configure_resumed
+     * checks a --vocab-size against it). */
+    fg_flag chk[F_COUNT];
+    memcpy(chk, f, sizeof chk);
+    if (f[F_RESUME].given) chk[FG_TF_VOCAB].given = a->is_bin;
+    if (fg_train_flags_check(chk, &a->run) != FG_OK) die(2, "%s", fg_last_error());
     fg_train_flags_threads(f);
 
     /* the output folder: created if missing (with parents), and it must be writable */
@@ -579,9 +602,20 @@ static void configure_resumed(const train_args *a, train_run *r) {
                 KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
                     KEEP_D(FG_TF_DROPOUT, cfg.model.dropout) if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed)
                         die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
-    if (f[FG_TF_BYTE].given && fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE)
-        die(2, "--byte: the checkpoint uses a character-level tokenizer");
-    if (in->source == FG_SOURCE_ADDITION) {
+    if (f[FG_TF_BYTE].given && (!in->tokenizer || fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE))
+        die(2, "--byte: the checkpoint %s",
+            in->tokenizer ? "uses a character-level tokenizer" : "trained on token files");
+    if (in->source != FG_SOURCE_TOKENS && (a->is_bin || f[FG_TF_VOCAB].given))
+        die(2, "%s: the checkpoint in '%s' was trained on %s", a->is_bin ? "--data-bin" : "--vocab-size", out,
+            in->source == FG_SOURCE_ADDITION ? "the addition task" : "a text file (--data)");
+    if (in->source == FG_SOURCE_TOKENS) {
+        if (a->is_text) die(2, "--data: the checkpoint in '%s' was trained on token files (--data-bin)", out);
+        if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on token files", out);
+        KEEP_I(FG_TF_VOCAB, in->model.vocab_size)
+        /* --data-bin if given, else the recorded paths, then the recorded absolute ones */
+        r->src = fg_ckpt_tokens_source(ck, a->is_bin ? f[FG_TF_DATA_BIN].s : NULL);
+        if (!r->src) die(1, "--resume: %s%s", fg_last_error(), a->is_bin ? "" : "; give the files with --data-bin");
+    } else if (in->source == FG_SOURCE_ADDITION) {
         if (a->is_text) die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
         KEEP_I(FG_TF_DIGITS, in->addition.n_digits)
         KEEP_I(F_ANSWER_ONLY, in->addition.answer_only)
@@ -662,13 +696,25 @@ static void print_header(const train_args *a, const train_run *r) {
     const fg_source *src = r->src;
     const fg_train_config *cfg = &r->cfg;
     const fg_gpt_config *mc = &tr->model->cfg;
-    char data_desc[4400];
+    char data_desc[8800];
     if (src->kind == FG_SOURCE_ADDITION) {
         const fg_addition_config *ac = fg_addition_get_config(src->add);
         snprintf(data_desc, sizeof data_desc,
                  "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)", ac->n_digits,
                  100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
                  fg_source_optimal_loss(src));
+    } else if (src->kind == FG_SOURCE_TOKENS) {
+        const fg_source_file *ft = &src->files[FG_SPLIT_TRAIN], *fv = &src->files[FG_SPLIT_VAL];
+        const char *fmt = ft->format == FG_TOKFILE_LLMC ? "llm.c" : "nanoGPT";
+        if (fv->path[0])
+            snprintf(data_desc, sizeof data_desc,
+                     "%s token files: %s (%" PRIu64 " ids, train), %s (%" PRIu64 " ids, val), no tokenizer", fmt,
+                     ft->path, ft->count, fv->path, fv->count);
+        else
+            snprintf(data_desc, sizeof data_desc,
+                     "%s token file: %s (%" PRIu64 " ids: %zu train, the last %zu val), no tokenizer", fmt, ft->path,
+                     ft->count, fg_token_data_split_tokens(src->tokens, FG_SPLIT_TRAIN),
+                     fg_token_data_split_tokens(src->tokens, FG_SPLIT_VAL));
     } else {
         snprintf(data_desc, sizeof data_desc, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", src->path,
                  fg_text_num_tokens(src->text), fg_text_split_tokens(src->text, FG_SPLIT_TRAIN),

@@ -43,7 +43,18 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d) {
 }
 
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
-    if (!f[FG_TF_DATA].given && f[FG_TF_BYTE].given) return fg_error(FG_ERR_ARG, "--byte applies to --data files only");
+    if (!f[FG_TF_DATA].given && f[FG_TF_BYTE].given)
+        return fg_error(FG_ERR_ARG, "--byte applies to --data files only%s",
+                        f[FG_TF_DATA_BIN].given ? " (--data-bin files hold token ids already)" : "");
+    if (f[FG_TF_DATA].given && f[FG_TF_DATA_BIN].given)
+        return fg_error(FG_ERR_ARG, "give either --data FILE (text) or --data-bin PATH (token ids), not both");
+    if (f[FG_TF_VOCAB].given && !f[FG_TF_DATA_BIN].given)
+        return fg_error(FG_ERR_ARG,
+                        "--vocab-size applies to --data-bin only (text and the addition task have their own)");
+    if (f[FG_TF_DATA_BIN].given && !f[FG_TF_VOCAB].given)
+        return fg_error(FG_ERR_ARG,
+                        "--data-bin needs --vocab-size V: the number of token ids (every id in the files is below it; "
+                        "GPT-2's is 50257)");
     const char *dev = f[FG_TF_DEVICE].s;
     if (!strcmp(dev, "cpu"))
         run->device = FG_CPU;
@@ -82,6 +93,8 @@ fg_source *fg_train_flags_source(const fg_flag *f, int answer_only) {
         to.kind = f[FG_TF_BYTE].given ? FG_TOK_BYTE : FG_TOK_CHAR;
         return fg_source_text(f[FG_TF_DATA].s, &to);
     }
+    if (f[FG_TF_DATA_BIN].given)
+        return fg_source_tokens(f[FG_TF_DATA_BIN].s, NULL, (int)f[FG_TF_VOCAB].i, (int)f[FG_TF_BLOCK].i);
     fg_addition_config ac = fg_addition_default_config();
     ac.n_digits = (int)f[FG_TF_DIGITS].i;
     ac.answer_only = answer_only;

@@ -26,6 +26,13 @@
 #define FG_TRAIN_FLAGS(X)                                                                                              \
     X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer unless --byte)", 0, 0, 0)  \
     X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)                 \
+    X(DATA_BIN, "--data-bin", FG_FLAG_STR, "PATH",                                                                     \
+      "train on pre-tokenized uint16 ids: a folder with nanoGPT's train.bin and val.bin (or llm.c's *train*.bin and "  \
+      "*val*.bin), or one .bin file",                                                                                  \
+      0, 0, 0)                                                                                                         \
+    X(VOCAB, "--vocab-size", FG_FLAG_INT, "V",                                                                         \
+      "--data-bin: the vocabulary, every id below it (GPT-2: 50257) (default: none; required with --data-bin)", 1,     \
+      FG_TOKEN_MAX_VOCAB, 0)                                                                                           \
     X(DIGITS, "--digits", FG_FLAG_INT, "N", "addition: digits per operand", 1, FG_ADD_MAX_DIGITS, 0)                   \
     X(N_LAYER, "--n-layer", FG_FLAG_INT, "N", "transformer blocks", 1, 1024, 0)                                        \
     X(N_HEAD, "--n-head", FG_FLAG_INT, "N", "attention heads (must divide --n-embd)", 1, 65536, 0)                     \
@@ -73,14 +80,16 @@ void fg_train_flags_init(fg_flag *f);
  * seed 1337, flash attention, the cpu, no recomputation. */
 void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d);
 
-/* The invariants of the flags, checked after parsing, in this order: --byte needs --data; --device
+/* The invariants of the flags, checked after parsing, in this order: --byte needs --data;
+ * --data-bin excludes --data and needs --vocab-size, which needs --data-bin; --device
  * is cpu or cuda, and that device starts (fg_device_start; its reason otherwise, after
  * "--device cuda: "); --attn and --recompute name a setting; --n-head divides --n-embd;
  * --min-lr <= --lr. FG_OK with *run filled, else the error (a usage error). */
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run);
 
-/* The data: --data with its tokenizer (block size --block-size), or the addition task with
- * --digits and the given answer_only. Caller frees. NULL + fg_last_error() when it does not load. */
+/* The data: --data with its tokenizer (block size --block-size), --data-bin with --vocab-size, or
+ * the addition task with --digits and the given answer_only. Caller frees. NULL + fg_last_error()
+ * when it does not load. */
 fg_source *fg_train_flags_source(const fg_flag *f, int answer_only);
 
 /* The configuration of a fresh run on src. The caller sets cfg->steps, cfg->eval_every and

@@ -3,7 +3,8 @@
  * A source is a dataset behind a table of functions (fg_source_ops), as a device is behind its
  * kernel table: the trainer, the checkpoints and the command line only call fg_source_*. Each
  * dataset implements the interface in its own file (the addition task in datasets/addition.c, text
- * files in datasets/text.c) and fills the identity fields the checkpoints record.
+ * files in datasets/text.c, pre-tokenized files in datasets/token_source.c) and fills the identity
+ * fields the checkpoints record.
  *
  * Batch `index` of split s is a pure function of (the data, s, B, T, seed, index): it does not depend
  * on threads or on which batches were drawn before, so a resumed run draws what an uninterrupted
@@ -17,18 +18,28 @@
 #include "datasets/addition.h"
 #include "datasets/text.h"
 #include "datasets/tokenizer.h"
+#include "datasets/tokens.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum { FG_SOURCE_ADDITION = 0, FG_SOURCE_TEXT = 1 } fg_source_kind;
+typedef enum { FG_SOURCE_ADDITION = 0, FG_SOURCE_TEXT = 1, FG_SOURCE_TOKENS = 2 } fg_source_kind;
+
+/* The identity of one token file, as the checkpoints record it. */
+typedef struct {
+    char path[4096];        /* as opened (relative when the --data-bin argument was); "" for none */
+    char path_abs[4096];    /* its absolute path (realpath when it was opened), or "" */
+    uint64_t hash;          /* XXH64 of the file's bytes */
+    fg_token_format format; /* nanoGPT's or llm.c's */
+    uint64_t count;         /* token ids it holds */
+} fg_source_file;
 
 typedef struct fg_source fg_source;
 
 /* What a dataset provides. */
 typedef struct {
-    const fg_tokenizer *(*tokenizer)(const fg_source *d);
+    const fg_tokenizer *(*tokenizer)(const fg_source *d); /* NULL for token ids without a tokenizer */
     int (*vocab_size)(const fg_source *d);
     /* the sequence length the data needs (the addition task's), or 0 when any T works */
     int (*fixed_block)(const fg_source *d);
@@ -43,18 +54,27 @@ struct fg_source {
     const fg_source_ops *ops;
     fg_source_kind kind;
     fg_addition *add;      /* the dataset: addition ... */
-    fg_text_dataset *text; /* ... or text (the other is NULL) */
+    fg_text_dataset *text; /* ... or text ... */
+    fg_token_data *tokens; /* ... or token files (the others are NULL) */
     /* identity, as the checkpoints record it */
-    char path[4096];     /* the text file as given ("" for addition) */
+    char path[4096];     /* the text file or the --data-bin argument as given ("" for addition) */
     char path_abs[4096]; /* its absolute path (realpath when it was read), or "" */
-    uint64_t file_hash;  /* XXH64 of the file's bytes (0 for addition) */
+    uint64_t file_hash;  /* XXH64 of the text file's bytes (0 for addition and token files) */
     double val_fraction; /* text: the validation share it was split with */
+    /* token files: the train file, and the val file (path "" when the validation split is the
+     * train file's last tenth) */
+    fg_source_file files[FG_SPLIT_COUNT];
 };
 
 /* The addition task (datasets/addition.c). Caller frees with fg_source_free. NULL + fg_last_error(). */
 fg_source *fg_source_addition(const fg_addition_config *c);
 /* A text file, tokenized with opt's tokenizer kind or given tokenizer (datasets/text.c). */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt);
+/* Pre-tokenized files of a vocabulary of vocab_size ids for a model of block size block_size
+ * (datasets/token_source.c): `path` as fg_token_data_open takes it, or, when val_path is not NULL,
+ * path is the train file and val_path the val file ("" for the train file's last tenth). The files
+ * stay memory-mapped: batches read from the mapping. */
+fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_size, int block_size);
 void fg_source_free(fg_source *d); /* NULL is fine */
 
 const fg_tokenizer *fg_source_tokenizer(const fg_source *d);

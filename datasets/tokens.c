@@ -93,6 +93,26 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
         }
         off = LLMC_HEADER_BYTES;
     } else {
+        /* Not llm.c's data magic: raw nanoGPT ids, unless the file is another llm.c file, or has an
+         * llm.c data header (its token count at [2] matches the size) under another magic. */
+        const int32_t magic = f->map_bytes >= 4 ? rd_i32(b) : 0;
+        const char *other = magic == 20240326                  ? "model checkpoint"
+                            : magic == 20240327                ? "debug state"
+                            : magic == FG_LLMC_TOKENIZER_MAGIC ? "tokenizer"
+                                                               : NULL;
+        if (other) {
+            fg_error(FG_ERR_FORMAT, "token file '%s' is an llm.c %s file (magic %d), not token data (magic %d)", path,
+                     other, (int)magic, FG_LLMC_DATA_MAGIC);
+            goto fail;
+        }
+        if (f->map_bytes > LLMC_HEADER_BYTES && (f->map_bytes - LLMC_HEADER_BYTES) % 2 == 0 && rd_i32(b + 8) > 0 &&
+            (size_t)rd_i32(b + 8) == (f->map_bytes - LLMC_HEADER_BYTES) / 2) {
+            fg_error(FG_ERR_FORMAT,
+                     "token file '%s' has an llm.c data header with the wrong magic %d (llm.c's is %d): a damaged or "
+                     "foreign file",
+                     path, (int)magic, FG_LLMC_DATA_MAGIC);
+            goto fail;
+        }
         f->format = FG_TOKFILE_NANOGPT;
         if (f->map_bytes % 2) {
             fg_error(FG_ERR_FORMAT,
@@ -109,13 +129,26 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
         fg_error(FG_ERR_FORMAT, "token file '%s' holds no tokens", path);
         goto fail;
     }
-    for (size_t i = 0; i < f->count; i++)
-        if (f->tok[i] >= vocab_size) {
-            fg_error(FG_ERR_FORMAT, "token file '%s': token %zu is id %u, outside the vocabulary of %d (--vocab-size)",
-                     path, i, (unsigned)f->tok[i], vocab_size);
-            goto fail;
-        }
-    f->hash = fg_xxh64(f->map, f->map_bytes, 0);
+    /* One pass in chunks: the ids against the vocabulary and the hash of every byte; each chunk's
+     * pages are dropped after it (they are the file's, read again on demand), so opening a file
+     * of many GiB does not fill the process's memory with it. */
+    fg_xxh64_state hs;
+    fg_xxh64_init(&hs, 0);
+    const size_t chunk = (size_t)64 << 20; /* a multiple of the page size, and even */
+    for (size_t pos = 0; pos < f->map_bytes; pos += chunk) {
+        const size_t len = f->map_bytes - pos < chunk ? f->map_bytes - pos : chunk;
+        fg_xxh64_update(&hs, b + pos, len);
+        const size_t end = (pos + len - off) / 2; /* ids before the chunk's end (off <= chunk) */
+        for (size_t i = pos > off ? (pos - off) / 2 : 0; i < end; i++)
+            if (f->tok[i] >= vocab_size) {
+                fg_error(FG_ERR_FORMAT,
+                         "token file '%s': token %zu is id %u, outside the vocabulary of %d (--vocab-size)", path, i,
+                         (unsigned)f->tok[i], vocab_size);
+                goto fail;
+            }
+        madvise((char *)f->map + pos, len, MADV_DONTNEED);
+    }
+    f->hash = fg_xxh64_digest(&hs);
     madvise(f->map, f->map_bytes, MADV_RANDOM); /* batches read windows anywhere */
     return f;
 fail:
@@ -212,17 +245,27 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
             if (!is_regular(va)) va[0] = '\0';
         }
     }
+    return fg_token_data_open_files(path, tr, va[0] ? va : NULL, vocab_size, block_size);
+}
+
+fg_token_data *fg_token_data_open_files(const char *name, const char *train, const char *val, int vocab_size,
+                                        int block_size) {
+    if (!name) name = train;
+    if (block_size < 1) {
+        fg_error(FG_ERR_ARG, "--data-bin '%s': block size %d must be >= 1", name, block_size);
+        return NULL;
+    }
     fg_token_data *d = calloc(1, sizeof *d);
     if (!d) {
         fg_error(FG_ERR_OOM, "--data-bin: out of memory");
         return NULL;
     }
     d->vocab_size = vocab_size;
-    d->file[FG_SPLIT_TRAIN] = fg_token_file_open(tr, vocab_size);
+    d->file[FG_SPLIT_TRAIN] = fg_token_file_open(train, vocab_size);
     if (!d->file[FG_SPLIT_TRAIN]) goto fail;
     const fg_token_file *t = d->file[FG_SPLIT_TRAIN];
-    if (va[0]) {
-        d->file[FG_SPLIT_VAL] = fg_token_file_open(va, vocab_size);
+    if (val) {
+        d->file[FG_SPLIT_VAL] = fg_token_file_open(val, vocab_size);
         if (!d->file[FG_SPLIT_VAL]) goto fail;
         d->tok[FG_SPLIT_TRAIN] = t->tok;
         d->len[FG_SPLIT_TRAIN] = t->count;
@@ -238,7 +281,7 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
     for (int s = 0; s < FG_SPLIT_COUNT; s++)
         if (d->len[s] < (size_t)block_size + 1) {
             fg_error(FG_ERR_FORMAT, "--data-bin '%s': the %s split has %zu tokens, fewer than block size + 1 = %d",
-                     path, fg_split_name((fg_split)s), d->len[s], block_size + 1);
+                     name, fg_split_name((fg_split)s), d->len[s], block_size + 1);
             goto fail;
         }
     return d;
@@ -281,6 +324,7 @@ fg_status fg_token_data_batch(const fg_token_data *d, fg_split s, int B, int T, 
 
 struct fg_token_vocab {
     int n;
+    int32_t eot; /* version 2: the end-of-text id; -1 when the file does not say */
     size_t *off; /* token i's bytes are bytes[off[i] .. off[i+1]) */
     unsigned char *bytes;
 };
@@ -318,6 +362,12 @@ fg_token_vocab *fg_token_vocab_load(const char *path) {
         goto out;
     }
     v->n = size;
+    v->eot = version == 2 ? rd_i32(b + 12) : -1;
+    if (v->eot < -1 || v->eot >= size) {
+        fg_error(FG_ERR_FORMAT, "tokenizer '%s': end-of-text id %d is outside its vocabulary of %d", path, (int)v->eot,
+                 (int)size);
+        goto bad;
+    }
     size_t p = 256 * 4, used = 0;
     for (int i = 0; i < size; i++) {
         if (p >= n) {
@@ -354,6 +404,7 @@ void fg_token_vocab_free(fg_token_vocab *v) {
 }
 
 int fg_token_vocab_size(const fg_token_vocab *v) { return v->n; }
+int32_t fg_token_vocab_eot(const fg_token_vocab *v) { return v->eot; }
 
 const unsigned char *fg_token_vocab_bytes(const fg_token_vocab *v, int32_t id, size_t *n) {
     if (!v || id < 0 || id >= v->n) return NULL;

@@ -5,7 +5,10 @@
  *     train.bin and val.bin in one folder;
  *   - llm.c (the scripts in its dev/data folder): a header of 256 little-endian int32 — [0] magic 20240520, [1] version 1
  *     (uint16 tokens), [2] the token count — then that many uint16 ids.
- * A file whose first int32 is the llm.c magic is read as llm.c's; any other as nanoGPT's. Opening
+ * A file whose first int32 is the llm.c magic is read as llm.c's; any other as nanoGPT's, except
+ * llm.c's other files (model 20240326, debug state 20240327, tokenizer 20240328) and a file with an
+ * llm.c header under another magic (its [2] is the token count its size implies), which are refused
+ * by name. Opening
  * validates everything before it is used: an llm.c header with another version or a count that
  * disagrees with the file's size (truncated or padded), a nanoGPT file of an odd byte count, an
  * empty file, and any token id >= the vocabulary (one pass over the file) are errors that name the
@@ -61,6 +64,10 @@ const char *fg_token_file_path(const fg_token_file *f);
  * Each split must hold at least block_size + 1 tokens. NULL + fg_last_error(). */
 typedef struct fg_token_data fg_token_data;
 fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_size);
+/* The same with the files named: `train`, and `val` (NULL: the train file's last tenth is the
+ * validation split). `name` labels messages (NULL: the train file). */
+fg_token_data *fg_token_data_open_files(const char *name, const char *train, const char *val, int vocab_size,
+                                        int block_size);
 void fg_token_data_free(fg_token_data *d); /* NULL is fine */
 int fg_token_data_vocab_size(const fg_token_data *d);
 /* Tokens in split s. */
@@ -77,6 +84,8 @@ typedef struct fg_token_vocab fg_token_vocab;
 fg_token_vocab *fg_token_vocab_load(const char *path);
 void fg_token_vocab_free(fg_token_vocab *v); /* NULL is fine */
 int fg_token_vocab_size(const fg_token_vocab *v);
+/* The end-of-text id a version 2 file names (in 0 .. size-1), or -1 (version 1). */
+int32_t fg_token_vocab_eot(const fg_token_vocab *v);
 /* The bytes of token id (its length in *n), or NULL for an id outside the vocabulary. */
 const unsigned char *fg_token_vocab_bytes(const fg_token_vocab *v, int32_t id, size_t *n);
 

@@ -2,6 +2,7 @@
  * llm.c's headed ones, their refusals, batches as windows of the file, and llm.c's tokenizer file.
  * Every file is made here: a byte-level vocabulary (256) over a random uint16 stream. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "datasets/tokens.h"
+#include "tensor/fileio.h"
 #include "tests/common.h"
 
 static char dir[256];
@@ -94,9 +96,15 @@ Test(tokens, bad_files_are_refused_with_the_reason, .init = setup, .fini = teard
     expect_refused("padded.bin", 256, FG_ERR_FORMAT, "extra bytes");
     write_llmc("version.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 2);
     expect_refused("version.bin", 256, FG_ERR_FORMAT, "version 2");
-    /* another magic reads as nanoGPT's raw tokens: the header's words are ids far above 256 */
+    /* an llm.c header under another magic is refused as such, whatever the vocabulary */
     write_llmc("magic.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC + 1, 1);
-    expect_refused("magic.bin", 256, FG_ERR_FORMAT, "outside the vocabulary");
+    expect_refused("magic.bin", 256, FG_ERR_FORMAT, "wrong magic");
+    expect_refused("magic.bin", 65536, FG_ERR_FORMAT, "wrong magic");
+    write_llmc("tokenizer.bin", t, (int32_t)n + 9, n, FG_LLMC_TOKENIZER_MAGIC, 2);
+    expect_refused("tokenizer.bin", 65536, FG_ERR_FORMAT, "llm.c tokenizer file");
+    /* any other first word without that header reads as nanoGPT's raw tokens: the words are ids */
+    write_llmc("raw.bin", t, (int32_t)n + 1, n, FG_LLMC_DATA_MAGIC + 1, 1);
+    expect_refused("raw.bin", 256, FG_ERR_FORMAT, "outside the vocabulary");
     write_bytes("odd.bin", t, 2 * n - 1);
     expect_refused("odd.bin", 256, FG_ERR_FORMAT, "whole number of uint16");
     write_bytes("empty.bin", "", 0);
@@ -207,4 +215,57 @@ Test(tokens, llmc_tokenizer_file_decodes_and_bad_ones_are_refused, .init = setup
     fg_clear_error();
     cr_expect_null(fg_token_vocab_load(at("magic.bin")));
     cr_expect(strstr(fg_last_error(), "magic"), "%s", fg_last_error());
+}
+
+/* The process's peak resident memory (VmHWM), in KiB. */
+static long peak_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    cr_assert(f);
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kib = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kib;
+}
+
+/* An llm.c file of `count` ids, sparse (all ids 0) except id `bad` at index bad_at (when >= 0). */
+static void write_sparse_llmc(const char *rel, int64_t count, int64_t bad_at, uint16_t bad) {
+    int fd = open(at(rel), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0);
+    int32_t h[256] = {FG_LLMC_DATA_MAGIC, 1, (int32_t)count};
+    cr_assert_eq(pwrite(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+    cr_assert_eq(ftruncate(fd, (off_t)sizeof h + 2 * (off_t)count), 0);
+    if (bad_at >= 0) cr_assert_eq(pwrite(fd, &bad, 2, (off_t)sizeof h + 2 * (off_t)bad_at), 2);
+    close(fd);
+}
+
+Test(tokens, files_beyond_a_gib_open_in_flat_memory_and_every_id_is_checked, .init = setup, .fini = teardown) {
+    const int64_t n = (int64_t)600 << 20; /* 1.2 GiB of ids, more than a text file may hold */
+    write_sparse_llmc("big.bin", n, -1, 0);
+    const long before = peak_rss_kib();
+    fg_token_file *f = fg_token_file_open(at("big.bin"), 50257);
+    cr_assert(f, "%s", fg_last_error());
+    const long grew = peak_rss_kib() - before;
+    cr_expect_eq(fg_token_file_count(f), (size_t)n);
+    if (!fgt_sanitize()) /* the sanitizers' shadow memory grows with what is read */
+        cr_expect(grew < 256 * 1024, "opening a %lld MiB file raised the peak memory by %ld MiB", (long long)(n >> 19),
+                  grew / 1024);
+    /* the identity is the XXH64 of every byte, read here independently */
+    FILE *fp = fopen(at("big.bin"), "rb");
+    cr_assert(fp);
+    fg_xxh64_state hs;
+    fg_xxh64_init(&hs, 0);
+    static char buf[1 << 20];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, fp)) > 0) fg_xxh64_update(&hs, buf, k);
+    fclose(fp);
+    cr_expect_eq(fg_token_file_hash(f), fg_xxh64_digest(&hs), "the file's hash is not the XXH64 of its bytes");
+    fg_token_file_close(f);
+    /* one bad id far into the file (past the first chunks the check reads) is found at its index */
+    write_sparse_llmc("bad.bin", n, 40000001, 50257);
+    expect_refused("bad.bin", 50257, FG_ERR_FORMAT, "token 40000001 is id 50257");
+    const int64_t m = (int64_t)70 << 20; /* ids over three of the check's 64 MiB chunks */
+    write_sparse_llmc("last.bin", m, m - 1, 65535);
+    expect_refused("last.bin", 50257, FG_ERR_FORMAT, "token 73400319 is id 65535");
 }

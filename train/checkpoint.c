@@ -415,7 +415,27 @@ static void m_kind(meta_rd *r, const char *want) {
     }
 }
 
-static const char *const data_names[] = {[FG_SOURCE_ADDITION] = "addition", [FG_SOURCE_TEXT] = "text"};
+static const char *const data_names[] = {
+    [FG_SOURCE_ADDITION] = "addition", [FG_SOURCE_TEXT] = "text", [FG_SOURCE_TOKENS] = "tokens"};
+static const char *const tokfile_formats[] = {[FG_TOKFILE_NANOGPT] = "nanogpt", [FG_TOKFILE_LLMC] = "llmc"};
+/* "tokens.val": the validation split is its own file, or the train file's last tenth */
+static const char *const tokens_val_names[] = {"file", "train_tail"};
+/* The tokenizer of a model trained on token ids: none is known (sample decodes with --tokenizer). */
+#define TOKENIZER_NONE "none"
+
+/* One token file's identity under prefix ("tokens.train" / "tokens.val"). */
+static void m_token_file(meta_rd *r, const char *const keys[5], fg_source_file *id) {
+    m_path(r, keys[0], id->path, sizeof id->path, 0);
+    m_path(r, keys[1], id->path_abs, sizeof id->path_abs, 1);
+    id->hash = m_hex(r, keys[2]);
+    int fmt = m_enum(r, keys[3], tokfile_formats, 2);
+    id->format = fmt < 0 ? FG_TOKFILE_NANOGPT : (fg_token_format)fmt;
+    id->count = (uint64_t)m_int(r, keys[4], 1, INT64_MAX / 2);
+}
+static const char *const tok_train_keys[5] = {"tokens.train.path", "tokens.train.path_abs", "tokens.train.xxh64",
+                                              "tokens.train.format", "tokens.train.count"};
+static const char *const tok_val_keys[5] = {"tokens.val.path", "tokens.val.path_abs", "tokens.val.xxh64",
+                                            "tokens.val.format", "tokens.val.count"};
 
 /* The model file's metadata into *in; *tok gets the tokenizer (caller frees, also on error). */
 static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **tok) {
@@ -437,22 +457,47 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     in->step = m_int(r, "step", 0, INT64_MAX / 2);
     in->params_hash = m_hex(r, "params_xxh64");
     const char *tokstr = m_need(r, "tokenizer");
-    int data = m_enum(r, "data", data_names, 2);
+    int data = m_enum(r, "data", data_names, 3);
     if (r->st != FG_OK) return r->st;
     in->model.attn = (fg_attn_impl)attn;
     if (fg_gpt_config_check(&in->model) != FG_OK)
         m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
     if (r->st != FG_OK) return r->st;
-    *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
-    if (!*tok)
-        m_fail(r, "bad tokenizer: %s", fg_last_error());
-    else if (fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
-        m_fail(r, "the tokenizer has %d tokens but vocab_size is %d", fg_tokenizer_vocab_size(*tok),
-               in->model.vocab_size);
+    if (data == FG_SOURCE_TOKENS) { /* token ids: no tokenizer, a vocabulary of uint16 ids */
+        if (strcmp(tokstr, TOKENIZER_NONE))
+            m_fail(r, "metadata 'tokenizer' = '%.40s'; a model trained on token files has '%s' there", tokstr,
+                   TOKENIZER_NONE);
+        else if (in->model.vocab_size > FG_TOKEN_MAX_VOCAB)
+            m_fail(r, "vocab_size %d is larger than token files hold (%d, uint16 ids)", in->model.vocab_size,
+                   FG_TOKEN_MAX_VOCAB);
+    } else {
+        *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
+        if (!*tok)
+            m_fail(r, "bad tokenizer: %s", fg_last_error());
+        else if (fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
+            m_fail(r, "the tokenizer has %d tokens but vocab_size is %d", fg_tokenizer_vocab_size(*tok),
+                   in->model.vocab_size);
+    }
     if (r->st != FG_OK) return r->st;
     in->tokenizer = *tok;
     in->source = (fg_source_kind)data;
-    if (in->source == FG_SOURCE_ADDITION) {
+    if (in->source == FG_SOURCE_TOKENS) {
+        memset(in->files, 0, sizeof in->files);
+        m_token_file(r, tok_train_keys, &in->files[FG_SPLIT_TRAIN]);
+        int val = m_enum(r, "tokens.val", tokens_val_names, 2);
+        if (val == 0) m_token_file(r, tok_val_keys, &in->files[FG_SPLIT_VAL]);
+        if (r->st != FG_OK) return r->st;
+        /* the splits' sizes (tokens.h): each must hold one window of block_size + 1 */
+        uint64_t n_train = in->files[FG_SPLIT_TRAIN].count, n_val = in->files[FG_SPLIT_VAL].count;
+        if (val == 1) {
+            n_val = n_train / 10;
+            n_train -= n_val;
+        }
+        const uint64_t need = (uint64_t)in->model.block_size + 1;
+        if (n_train < need || n_val < need)
+            m_fail(r, "the token splits (train %llu, val %llu ids) are shorter than block_size + 1 = %llu",
+                   (unsigned long long)n_train, (unsigned long long)n_val, (unsigned long long)need);
+    } else if (in->source == FG_SOURCE_ADDITION) {
         in->addition = fg_addition_default_config();
         in->addition.n_digits = (int)m_int(r, "addition.n_digits", 1, FG_ADD_MAX_DIGITS);
         in->addition.answer_only = (int)m_int(r, "addition.answer_only", 0, 1);
@@ -592,7 +637,7 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     const fg_tensor *hp = cw->hp;
     const uint64_t phash = hp ? fg_xxh64(fg_data(hp), (size_t)fg_nbytes(hp), 0) : fg_ckpt_params_hash(g);
     const fg_st_dtype dt = fg_st_from_dtype(mc->dtype);
-    tokstr = fg_tokenizer_serialize(fg_source_tokenizer(src));
+    tokstr = src->kind == FG_SOURCE_TOKENS ? strdup(TOKENIZER_NONE) : fg_tokenizer_serialize(fg_source_tokenizer(src));
     fg_st_writer *mw = cw->mw = fg_st_writer_new(), *ow = cw->ow = fg_st_writer_new();
     if (!tokstr || !mw || !ow) {
         st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
@@ -625,6 +670,18 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
         CHECK(meta_i64(mw, "addition.answer_only", ac->answer_only));
         CHECK(meta_f64(mw, "addition.val_fraction", ac->val_fraction));
         CHECK(meta_u64(mw, "addition.split_seed", ac->split_seed));
+    } else if (src->kind == FG_SOURCE_TOKENS) {
+        for (int k = 0; k < FG_SPLIT_COUNT; k++) {
+            const fg_source_file *id = &src->files[k];
+            const char *const *keys = k == FG_SPLIT_TRAIN ? tok_train_keys : tok_val_keys;
+            if (k == FG_SPLIT_VAL) CHECK(fg_st_writer_set_metadata(mw, "tokens.val", tokens_val_names[!id->path[0]]));
+            if (!id->path[0]) continue;
+            CHECK(meta_path(mw, keys[0], id->path));
+            CHECK(meta_path(mw, keys[1], id->path_abs));
+            CHECK(meta_hex(mw, keys[2], id->hash));
+            CHECK(fg_st_writer_set_metadata(mw, keys[3], tokfile_formats[id->format]));
+            CHECK(meta_i64(mw, keys[4], (int64_t)id->count));
+        }
     } else {
         CHECK(meta_path(mw, "text.path", src->path));
         CHECK(meta_path(mw, "text.path_abs", src->path_abs));
@@ -727,6 +784,10 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr) {
     if (tr->data->kind == FG_SOURCE_TEXT && strcmp(in.data_path, tr->data->path))
         st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path,
                       in.data_path);
+    for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK && tr->data->kind == FG_SOURCE_TOKENS; k++)
+        if (strcmp(in.files[k].path, tr->data->files[k].path))
+            st = fg_error(FG_ERR_STATE, "checkpoint: the token file path '%s' would read back as '%s'",
+                          tr->data->files[k].path, in.files[k].path);
 out:
     writers_free(&cw);
     return st;
@@ -1059,6 +1120,78 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
         fg_error(FG_ERR_IO, "%s", why[0]);
     else
         fg_error(FG_ERR_IO, "the text file recorded in the checkpoint cannot be used: tried %s; and %s", why[0],
+                 why[1]);
+    return NULL;
+}
+
+/* ---- the token files of a run on them ---- */
+
+/* Empty when src holds the files the checkpoint records, else why not (into why[0..n)). */
+static void tokens_mismatch(const fg_ckpt_info *in, const fg_source *src, char *why, size_t n) {
+    why[0] = '\0';
+    for (int k = 0; k < FG_SPLIT_COUNT; k++) {
+        const fg_source_file *want = &in->files[k], *have = &src->files[k];
+        if (!want->path[0] != !have->path[0]) {
+            snprintf(why, n,
+                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
+                     src->path, want->path[0] ? "a file of its own" : "the train file's last tenth",
+                     have->path[0] ? "a file of its own" : "the train file's last tenth");
+            return;
+        }
+        if (!want->path[0]) continue;
+        if (have->hash != want->hash || have->count != want->count || have->format != want->format) {
+            snprintf(why, n,
+                     "'%.600s' is not the %s file the checkpoint trained on (its contents changed: xxh64 %016llx, "
+                     "%llu ids; the checkpoint records %016llx, %llu ids)",
+                     have->path, fg_split_name((fg_split)k), (unsigned long long)have->hash,
+                     (unsigned long long)have->count, (unsigned long long)want->hash, (unsigned long long)want->count);
+            return;
+        }
+    }
+}
+
+fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
+    const fg_ckpt_info *in = &c->info;
+    if (in->source != FG_SOURCE_TOKENS) {
+        fg_error(FG_ERR_STATE, "%s: the checkpoint was not trained on token files", c->model_path);
+        return NULL;
+    }
+    const int V = in->model.vocab_size, T = in->model.block_size;
+    const fg_source_file *tr = &in->files[FG_SPLIT_TRAIN], *va = &in->files[FG_SPLIT_VAL];
+    char why[2][1600];
+    const char *what[2] = {"", ""};
+    int n = 0;
+    /* candidates: the given path alone, or the recorded paths as written, then the absolute ones */
+    for (int i = 0; i < 2; i++) {
+        fg_source *s = NULL;
+        if (i == 0 && given) {
+            s = fg_source_tokens(given, NULL, V, T);
+        } else if (!given) {
+            const int abs = i == 1;
+            if (abs && (!tr->path_abs[0] || (va->path[0] && !va->path_abs[0]) ||
+                        (!strcmp(tr->path_abs, tr->path) && !strcmp(va->path_abs, va->path))))
+                break;
+            what[i] =
+                abs ? " (the absolute paths recorded in the checkpoint)" : " (the paths recorded in the checkpoint)";
+            s = fg_source_tokens(abs ? tr->path_abs : tr->path, abs ? va->path_abs : va->path, V, T);
+        } else {
+            break;
+        }
+        n++;
+        if (!s) {
+            snprintf(why[i], sizeof why[i], "%s%s", fg_last_error(), what[i]);
+            continue;
+        }
+        char m[1400];
+        tokens_mismatch(in, s, m, sizeof m);
+        if (!m[0]) return s;
+        snprintf(why[i], sizeof why[i], "%s%s", m, what[i]);
+        fg_source_free(s);
+    }
+    if (n == 1)
+        fg_error(FG_ERR_IO, "%s", why[0]);
+    else
+        fg_error(FG_ERR_IO, "the token files recorded in the checkpoint cannot be used: tried %s; and %s", why[0],
                  why[1]);
     return NULL;
 }

@@ -30,6 +30,11 @@
  * Version 2 (this one) differs from version 1 in the checksum (safetensors.h: "xxh64v2", over the
  * metadata too), "text.path" stored with '%' and bytes outside UTF-8 escaped as %XX (so any file
  * name can be stored), and "text.path_abs". Version 1 files are refused by name.
+ *
+ * A run on token files (data "tokens", tokenizer "none") records each file as text files are
+ * recorded: "tokens.train.{path,path_abs,xxh64,format,count}", then "tokens.val" ("file" with the
+ * same five keys under "tokens.val.", or "train_tail": the train file's last tenth); the vocabulary
+ * is "vocab_size".
  */
 #ifndef FG_CHECKPOINT_H
 #define FG_CHECKPOINT_H
@@ -58,7 +63,8 @@ typedef struct {
     char data_path_abs[4096];      /* its absolute path when train read it, or "" (text) */
     uint64_t data_hash;            /* its XXH64 (text) */
     double val_fraction;           /* text split */
-    const fg_tokenizer *tokenizer; /* owned by the checkpoint */
+    fg_source_file files[FG_SPLIT_COUNT]; /* token files: train, val (path "": the train file's tail) */
+    const fg_tokenizer *tokenizer;        /* owned by the checkpoint; NULL for token files (no tokenizer) */
     uint64_t params_hash;
     int has_train;         /* the optimizer file was read: train and moments are valid */
     fg_train_config train; /* the run's configuration (model part = `model`) */
@@ -97,6 +103,15 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr);
  * XXH64. NULL + an error naming every path tried and what was wrong with it (FG_ERR_IO), or
  * FG_ERR_STATE when the checkpoint did not train on text. Caller frees with fg_source_free. */
 fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given);
+
+/* The token files of a checkpoint that trained on them (--data-bin), opened for its vocabulary and
+ * block size. `given` (a --data-bin argument: a folder or a train file, tokens.h) is used alone when
+ * not NULL; otherwise the paths recorded in the checkpoint are tried as written (from the current
+ * folder when relative), then the absolute ones recorded beside them. Candidates count only if every
+ * file hashes to its recorded XXH64 (and the validation split is taken the same way). NULL + an error
+ * naming what was tried and what was wrong (FG_ERR_IO), or FG_ERR_STATE when the checkpoint did not
+ * train on token files. Caller frees with fg_source_free. */
+fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given);
 
 /* XXH64 of a model's flat parameter buffer (the pairing check). */
 uint64_t fg_ckpt_params_hash(const fg_gpt *g);

@@ -1,0 +1,498 @@
+/* test_token_runs.c — training on pre-tokenized files end to end (datasets/token_source.c, the
+ * "tokens" checkpoints of train/checkpoint.c, `flashgrad train --data-bin` and `flashgrad sample
+ * --tokenizer / --prompt-ids`).
+ *
+ * Every file is made here in a fresh temporary folder: a nanoGPT folder of byte-level ids (vocabulary
+ * 256), llm.c files over a random uint16 stream, and an llm.c tokenizer file whose token i is the text
+ * "<i>", so a decoded sample can be predicted from its ids. The program tests run the real binary
+ * (FG_BIN) under `timeout`, so a hang fails the test instead of stalling the suite.
+ */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "datasets/source.h"
+#include "datasets/tokens.h"
+#include "tensor/fileio.h"
+#include "tensor/safetensors.h"
+#include "tests/common.h"
+#include "train/checkpoint.h"
+
+static char dir[256];
+static void setup(void) { fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_token_runs.XXXXXX"); }
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+TestSuite(token_runs, .init = setup, .fini = teardown, .timeout = 240);
+
+static const char *at(const char *rel) {
+    static char p[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, rel);
+    return p[k];
+}
+
+static void need_bin(void) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+}
+
+static void write_bytes(const char *rel, const void *data, size_t n) {
+    FILE *f = fopen(at(rel), "wb");
+    cr_assert(f, "cannot create %s", rel);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* n token ids below v, from a fixed linear congruential stream */
+static uint16_t *stream(size_t n, unsigned v, uint32_t seed) {
+    uint16_t *t = malloc(n * sizeof *t);
+    cr_assert(t);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (uint16_t)((seed >> 8) % v);
+    }
+    return t;
+}
+
+/* an llm.c data file: 256 int32 header (magic, version, count) + n tokens */
+static void write_llmc(const char *rel, const uint16_t *t, int32_t count_in_header, size_t n, int32_t magic) {
+    int32_t h[256] = {0};
+    h[0] = magic;
+    h[1] = 1;
+    h[2] = count_in_header;
+    FILE *f = fopen(at(rel), "wb");
+    cr_assert(f);
+    fwrite(h, sizeof h, 1, f);
+    fwrite(t, 2, n, f);
+    fclose(f);
+}
+
+/* A nanoGPT folder rel/{train,val}.bin of byte-level ids. */
+static void write_nano_folder(const char *rel, uint32_t seed) {
+    cr_assert_eq(mkdir(at(rel), 0777), 0);
+    char p[300];
+    uint16_t *tr = stream(4000, 256, seed), *va = stream(900, 256, seed + 1);
+    snprintf(p, sizeof p, "%s/train.bin", rel);
+    write_bytes(p, tr, 4000 * 2);
+    snprintf(p, sizeof p, "%s/val.bin", rel);
+    write_bytes(p, va, 900 * 2);
+    free(tr);
+    free(va);
+}
+
+/* llm.c's tokenizer file (version 2) of V tokens, token i being "<i>", end-of-text eot. */
+static void write_tokenizer(const char *rel, int V, int eot) {
+    uint32_t h[256] = {0};
+    h[0] = FG_LLMC_TOKENIZER_MAGIC;
+    h[1] = 2;
+    h[2] = (uint32_t)V;
+    h[3] = (uint32_t)eot;
+    FILE *f = fopen(at(rel), "wb");
+    cr_assert(f);
+    fwrite(h, sizeof h, 1, f);
+    for (int i = 0; i < V; i++) {
+        char s[16];
+        unsigned char len = (unsigned char)snprintf(s, sizeof s, "<%d>", i);
+        fputc(len, f);
+        fwrite(s, 1, len, f);
+    }
+    fclose(f);
+}
+
+/* `cd <dir>/<cwd> && timeout 120 flashgrad <args> 2>&1`; stdout and stderr into log; the exit status. */
+static int run_in(const char *cwd, const char *args, char *log, size_t n) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s/%s' && timeout 120 '%s' %s 2>&1", dir, cwd, fgt_bin(), args);
+    return fgt_run_cmd(cmd, log, n);
+}
+static int run(const char *args, char *log, size_t n) { return run_in(".", args, log, n); }
+
+static void run_ok(const char *args) {
+    char log[16384];
+    int st = run(args, log, sizeof log);
+    cr_assert_eq(st, 0, "`flashgrad %s` exited %d:\n%s", args, st, log);
+}
+
+static int lines_of(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* `flashgrad <args>` fails with `code`, one line that says `phrase`. */
+static void expect_fails(const char *args, int code, const char *phrase) {
+    char log[16384];
+    int st = run(args, log, sizeof log);
+    cr_expect_eq(st, code, "`flashgrad %s` exited %d (124: hung), expected %d:\n%s", args, st, code, log);
+    cr_expect(strstr(log, phrase), "`flashgrad %s`: the message does not say '%s':\n%s", args, phrase, log);
+    cr_expect_eq(lines_of(log), 1, "`flashgrad %s`: an error should be one line:\n%s", args, log);
+}
+
+/* A tiny model: a few steps take well under a second. */
+#define TINY                                                                                                           \
+    "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --grad-accum 2 --eval-every 0 "                 \
+    "--eval-iters 1 --samples 0 --threads 1 --lr-decay-steps 6 --warmup 2"
+
+/* Six steps in one run against three, then a resume to six: the same state bit for bit. */
+static void expect_resume_is_exact(const char *data_flags) {
+    char args[1024];
+    snprintf(args, sizeof args, "train %s " TINY " --steps 6 --out full", data_flags);
+    run_ok(args);
+    snprintf(args, sizeof args, "train %s " TINY " --steps 3 --out part", data_flags);
+    run_ok(args);
+    run_ok("train --resume --steps 6 --out part --samples 0");
+    fgt_expect_same_run_state(at("full"), at("part"));
+}
+
+Test(token_runs, nanogpt_folder_trains_and_resumes_bit_for_bit) {
+    need_bin();
+    write_nano_folder("nano", 1);
+    char log[16384];
+    int st = run("train --data-bin nano --vocab-size 256 " TINY " --steps 2 --out look", log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(strstr(log, "nanoGPT token files: nano/train.bin (4000 ids, train), nano/val.bin (900 ids, val)") &&
+                  strstr(log, "vocabulary 256"),
+              "the header does not describe the files:\n%s", log);
+    expect_resume_is_exact("--data-bin nano --vocab-size 256");
+}
+
+Test(token_runs, llmc_files_train_and_resume_bit_for_bit) {
+    need_bin();
+    const int V = 5000;
+    uint16_t *tr = stream(6000, V, 7), *va = stream(1500, V, 8);
+    write_llmc("shake_train.bin", tr, 6000, 6000, FG_LLMC_DATA_MAGIC);
+    write_llmc("shake_val.bin", va, 1500, 1500, FG_LLMC_DATA_MAGIC);
+    free(tr);
+    free(va);
+    char log[16384];
+    int st = run("train --data-bin shake_train.bin --vocab-size 5000 " TINY " --steps 1 --out look", log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(strstr(log, "llm.c token files: shake_train.bin (6000 ids, train), shake_val.bin (1500 ids, val)") &&
+                  strstr(log, "vocabulary 5000"),
+              "the header does not describe the files:\n%s", log);
+    expect_resume_is_exact("--data-bin shake_train.bin --vocab-size 5000");
+}
+
+Test(token_runs, single_file_keeps_its_last_tenth_for_validation_and_resumes) {
+    need_bin();
+    uint16_t *t = stream(3000, 300, 3);
+    write_llmc("alone.bin", t, 3000, 3000, FG_LLMC_DATA_MAGIC);
+    free(t);
+    char log[16384];
+    int st = run("train --data-bin alone.bin --vocab-size 300 " TINY " --steps 1 --out look", log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(strstr(log, "alone.bin (3000 ids: 2700 train, the last 300 val)"), "%s", log);
+    expect_resume_is_exact("--data-bin alone.bin --vocab-size 300");
+}
+
+/* ---- bad files and bad flags ---- */
+
+Test(token_runs, bad_token_files_are_one_line_exit_1_and_leave_nothing) {
+    need_bin();
+    const size_t n = 400;
+    uint16_t *t = stream(n, 256, 2);
+    write_llmc("truncated_train.bin", t, (int32_t)n + 5, n, FG_LLMC_DATA_MAGIC);
+    write_llmc("magic_train.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC + 3);
+    write_bytes("odd.bin", t, 2 * n - 1);
+    write_bytes("empty.bin", "", 0);
+    write_bytes("short.bin", t, 2 * 12); /* 12 ids: 11 train, 1 val */
+    t[321] = 256;
+    write_bytes("big.bin", t, 2 * n);
+    free(t);
+    static const struct {
+        const char *file, *phrase;
+    } cases[] = {
+        {"truncated_train.bin", "truncated"},
+        {"magic_train.bin", "wrong magic"},
+        {"odd.bin", "not a whole number of uint16 tokens"},
+        {"empty.bin", "empty"},
+        {"short.bin", "fewer than block size + 1"},
+        {"big.bin", "token 321 is id 256, outside the vocabulary of 256"},
+        {"missing_dir", "cannot open"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "train --data-bin %s --vocab-size 256 " TINY " --steps 2 --out r%zu", cases[i].file,
+                 i);
+        expect_fails(args, 1, cases[i].phrase);
+        char out[16];
+        snprintf(out, sizeof out, "r%zu", i);
+        struct stat sb;
+        cr_expect_neq(stat(at(out), &sb), 0, "`flashgrad %s` created its --out folder", args);
+    }
+    /* a vocabulary of 65536 still catches the wrong magic (no id is out of range then) */
+    expect_fails("train --data-bin magic_train.bin --vocab-size 65536 " TINY " --steps 2 --out r", 1, "wrong magic");
+}
+
+Test(token_runs, data_bin_flag_misuse_is_a_usage_error) {
+    need_bin();
+    write_nano_folder("nano", 4);
+    write_bytes("text.txt", "hello hello hello hello hello hello\n", 36);
+    expect_fails("train --data-bin nano --steps 2 --out r", 2, "--data-bin needs --vocab-size");
+    expect_fails("train --data-bin nano --vocab-size 0 --steps 2 --out r", 2, "--vocab-size");
+    expect_fails("train --data-bin nano --vocab-size 65537 --steps 2 --out r", 2, "--vocab-size");
+    expect_fails("train --data-bin nano --vocab-size 256 --data text.txt --steps 2 --out r", 2, "not both");
+    expect_fails("train --data text.txt --vocab-size 256 --steps 2 --out r", 2, "--vocab-size applies to --data-bin");
+    expect_fails("train --vocab-size 256 --steps 2 --out r", 2, "--vocab-size applies to --data-bin");
+    expect_fails("train --data-bin nano --vocab-size 256 --task addition --steps 2 --out r", 2, "not both");
+    expect_fails("train --data-bin nano --vocab-size 256 --byte --steps 2 --out r", 2, "--byte");
+    expect_fails("train --data-bin nano --vocab-size 256 --answer-only 1 --steps 2 --out r", 2, "--answer-only");
+}
+
+/* ---- resume: the data must be the same ---- */
+
+Test(token_runs, resume_refuses_changed_files_and_finds_moved_cwd_by_absolute_path) {
+    need_bin();
+    write_nano_folder("nano", 5);
+    cr_assert_eq(mkdir(at("sub"), 0777), 0);
+    run_ok("train --data-bin nano --vocab-size 256 " TINY " --steps 2 --out r");
+    /* from another folder the recorded relative paths miss; the absolute ones are found */
+    char log[16384];
+    int st = run_in("sub", "train --resume --steps 3 --out ../r --samples 0", log, sizeof log);
+    cr_expect_eq(st, 0, "a resume from another folder should find the files by their absolute paths:\n%s", log);
+    /* a copy of the folder given with --data-bin is the same data (and the checkpoint records it) */
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", at("nano"), at("copy"));
+    cr_assert_eq(fgt_run_cmd(cmd, NULL, 0), 0);
+    run_ok("train --resume --data-bin copy --steps 4 --out r --samples 0");
+    /* a changed id (still in the vocabulary) in the val file: refused, naming it */
+    FILE *f = fopen(at("copy/val.bin"), "r+b");
+    cr_assert(f);
+    uint16_t v = 7;
+    fseek(f, 2 * 100, SEEK_SET);
+    cr_assert_eq(fread(&v, 2, 1, f), 1);
+    v = (uint16_t)((v + 1) % 256);
+    fseek(f, 2 * 100, SEEK_SET);
+    fwrite(&v, 2, 1, f);
+    fclose(f);
+    expect_fails("train --resume --steps 5 --out r --samples 0", 1, "copy/val.bin' is not the val file");
+    expect_fails("train --resume --steps 5 --out r --samples 0", 1, "contents changed");
+    /* a folder whose validation split is taken otherwise is not the same data either */
+    uint16_t *t = stream(4000, 256, 5);
+    write_bytes("train.bin", t, 4000 * 2);
+    free(t);
+    expect_fails("train --resume --data-bin train.bin --steps 5 --out r --samples 0", 1, "splits its data differently");
+    /* the vocabulary and the kind of data are the checkpoint's */
+    expect_fails("train --resume --data-bin copy --vocab-size 300 --steps 5 --out r", 2, "differs from the checkpoint");
+    expect_fails("train --resume --vocab-size 300 --steps 5 --out r", 2,
+                 "--vocab-size 300 differs from the checkpoint");
+    write_bytes("text.txt", "hello hello hello hello hello hello\n", 36);
+    expect_fails("train --resume --data text.txt --steps 5 --out r", 2, "trained on token files");
+}
+
+/* ---- sample ---- */
+
+/* The ids of the single line `ids` ("3 17 250"), into out; their number. */
+static int parse_id_line(const char *ids, int *out, int cap) {
+    int n = 0;
+    const char *p = ids;
+    while (*p && *p != '\n' && n < cap) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        cr_assert(end != p, "not an id list: %s", ids);
+        out[n++] = (int)v;
+        p = end;
+        while (*p == ' ') p++;
+    }
+    return n;
+}
+
+Test(token_runs, sample_prints_ids_and_decodes_them_with_an_llmc_tokenizer) {
+    need_bin();
+    const int V = 300;
+    uint16_t *t = stream(3000, V, 9);
+    write_bytes("data.bin", t, 3000 * 2);
+    free(t);
+    run_ok("train --data-bin data.bin --vocab-size 300 " TINY " --steps 3 --out r");
+    write_tokenizer("tok.bin", V, 299);
+    write_tokenizer("small.bin", V - 1, 0);
+
+    /* ids: the prompt's, then 12 new ones */
+    char ids[16384], text[16384];
+    int st = run("sample --ckpt r --tokens 12 --seed 5 --prompt-ids 4,250,7", ids, sizeof ids);
+    cr_assert_eq(st, 0, "%s", ids);
+    int id[64];
+    int n = parse_id_line(ids, id, 64);
+    cr_assert_eq(n, 15, "expected 3 prompt ids and 12 new ones: %s", ids);
+    cr_expect(id[0] == 4 && id[1] == 250 && id[2] == 7, "the prompt ids come first: %s", ids);
+    for (int i = 0; i < n; i++) cr_expect(id[i] >= 0 && id[i] < V, "id %d outside the vocabulary: %s", id[i], ids);
+
+    /* the same draws decoded: token i is "<i>" */
+    st = run("sample --ckpt r --tokens 12 --seed 5 --prompt-ids 4,250,7 --tokenizer tok.bin", text, sizeof text);
+    cr_assert_eq(st, 0, "%s", text);
+    char want[1024];
+    size_t k = 0;
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(want + k, sizeof want - k, "<%d>", id[i]);
+    snprintf(want + k, sizeof want - k, "\n");
+    cr_expect_str_eq(text, want, "decoded sample differs from its ids' bytes");
+
+    /* no prompt: the tokenizer's end-of-text (299) starts it, and is not printed */
+    st = run("sample --ckpt r --tokens 12 --seed 5 --prompt-ids 299 --tokenizer tok.bin", want, sizeof want);
+    cr_assert_eq(st, 0, "%s", want);
+    st = run("sample --ckpt r --tokens 12 --seed 5 --tokenizer tok.bin", text, sizeof text);
+    cr_assert_eq(st, 0, "%s", text);
+    cr_expect_str_eq(text, want + strlen("<299>"), "the default prompt is not the end-of-text id");
+
+    expect_fails("sample --ckpt r --tokenizer small.bin", 1, "has 299 tokens but the model's vocabulary is 300");
+    expect_fails("sample --ckpt r --tokenizer data.bin", 1, "not an llm.c tokenizer file");
+    expect_fails("sample --ckpt r --prompt hello", 2, "--prompt-ids");
+    expect_fails("sample --ckpt r --prompt-ids 1,300", 1, "id 300");
+    expect_fails("sample --ckpt r --prompt-ids 1,,2", 2, "not a list of token ids");
+    expect_fails("sample --ckpt r --prompt-ids 1 --prompt x", 2, "not both");
+
+    /* a text model keeps its own tokenizer; --prompt-ids works there too */
+    char abc[121];
+    for (int i = 0; i < 120; i++) abc[i] = "abc"[i % 3];
+    abc[120] = '\n';
+    write_bytes("text.txt", abc, sizeof abc);
+    run_ok("train --data text.txt --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 4 --steps 1 "
+           "--eval-every 0 --eval-iters 1 --samples 0 --threads 1 --out tr");
+    expect_fails("sample --ckpt tr --tokenizer tok.bin", 2, "has its own character-level tokenizer");
+    expect_fails("train --resume --data-bin data.bin --steps 2 --out tr", 2, "trained on a text file");
+    expect_fails("train --resume --vocab-size 4 --steps 2 --out tr", 2, "--vocab-size: the checkpoint");
+    st = run("sample --ckpt tr --tokens 0 --prompt-ids 0,1,2", text, sizeof text);
+    cr_expect_eq(st, 0, "%s", text);
+    cr_expect_str_eq(text, "\nab\n", "ids 0,1,2 of the vocabulary {\\n, a, b, c} print their bytes");
+}
+
+/* ---- the checkpoint records the files ---- */
+
+Test(token_runs, checkpoint_records_the_token_files_and_reads_them_back) {
+    write_nano_folder("nano", 6);
+    char cwd[PATH_MAX];
+    cr_assert(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(dir), 0);
+    fg_source *s = fg_source_tokens("nano", NULL, 256, 8);
+    cr_assert(s, "%s", fg_last_error());
+    cr_expect_eq(s->kind, FG_SOURCE_TOKENS);
+    cr_expect_null(fg_source_tokenizer(s), "token files have no tokenizer");
+    cr_expect_eq(fg_source_vocab_size(s), 256);
+    char abs[PATH_MAX];
+    cr_assert(realpath("nano/train.bin", abs));
+    cr_expect_str_eq(s->files[FG_SPLIT_TRAIN].path, "nano/train.bin");
+    cr_expect_str_eq(s->files[FG_SPLIT_TRAIN].path_abs, abs);
+    cr_expect_str_eq(s->files[FG_SPLIT_VAL].path, "nano/val.bin");
+    cr_expect_eq(s->files[FG_SPLIT_TRAIN].count, 4000);
+    cr_expect_eq(s->files[FG_SPLIT_VAL].count, 900);
+    cr_expect_eq(s->files[FG_SPLIT_TRAIN].format, FG_TOKFILE_NANOGPT);
+    /* the identity is the files' XXH64 */
+    void *buf;
+    size_t n;
+    cr_assert_eq(fg_read_file("nano/val.bin", 0, &buf, &n), FG_OK);
+    cr_expect_eq(s->files[FG_SPLIT_VAL].hash, fg_xxh64(buf, n, 0));
+    free(buf);
+    /* a batch is a window of the file */
+    int32_t x[16], y[16];
+    cr_assert_eq(fg_source_batch(s, FG_SPLIT_TRAIN, 2, 8, 3, 0, x, y), FG_OK, "%s", fg_last_error());
+    for (int i = 0; i < 7; i++) cr_expect_eq(x[i + 1], y[i], "y is x shifted by one");
+
+    fg_train_config c = fgt_tiny_train_config(s, 8, 2, 4, 1, 5);
+    fg_trainer *tr = fg_trainer_create(&c, s);
+    cr_assert(tr, "%s", fg_last_error());
+    fg_step_stats st;
+    cr_assert_eq(fg_trainer_step(tr, &st), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(mkdir("run", 0777), 0);
+    cr_assert_eq(fg_ckpt_check_savable("run", tr), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_ckpt_save("run", tr), FG_OK, "%s", fg_last_error());
+    fg_ckpt *ck = fg_ckpt_open("run", 1);
+    cr_assert(ck, "%s", fg_last_error());
+    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+    cr_expect_eq(in->source, FG_SOURCE_TOKENS);
+    cr_expect_null(in->tokenizer);
+    cr_expect_eq(in->model.vocab_size, 256);
+    for (int k = 0; k < FG_SPLIT_COUNT; k++) {
+        const fg_source_file *a = &s->files[k], *b = &in->files[k];
+        cr_expect(!strcmp(a->path, b->path) && !strcmp(a->path_abs, b->path_abs) && a->hash == b->hash &&
+                      a->count == b->count && a->format == b->format,
+                  "split %d: the checkpoint records %s %s %016llx %llu, the source is %s %s %016llx %llu", k, b->path,
+                  b->path_abs, (unsigned long long)b->hash, (unsigned long long)b->count, a->path, a->path_abs,
+                  (unsigned long long)a->hash, (unsigned long long)a->count);
+    }
+    fg_source *back = fg_ckpt_tokens_source(ck, NULL);
+    cr_expect(back && back->files[FG_SPLIT_VAL].hash == s->files[FG_SPLIT_VAL].hash, "%s", fg_last_error());
+    fg_source_free(back);
+    fg_clear_error();
+    cr_expect_null(fg_ckpt_text_source(ck, NULL), "a token checkpoint has no text file");
+    cr_expect_eq(fg_last_status(), FG_ERR_STATE);
+    fg_ckpt_close(ck);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+    cr_assert_eq(chdir(cwd), 0);
+}
+
+/* Rewrites safetensors file `path` through the library's writer (so its checksum is right again)
+ * with metadata key set to value. */
+static void resign(const char *path, const char *key, const char *value) {
+    void *buf;
+    size_t n;
+    cr_assert_eq(fg_read_file(path, 0, &buf, &n), FG_OK, "%s", fg_last_error());
+    fg_st_file *f = fg_st_parse(buf, n, path);
+    cr_assert(f, "%s", fg_last_error());
+    fg_st_writer *w = fg_st_writer_new();
+    for (int i = 0; i < fg_st_count(f); i++) {
+        const fg_st_array *a = fg_st_at(f, i);
+        cr_assert_eq(fg_st_writer_add(w, a->name, a->dtype, a->ndim, a->shape, a->data), FG_OK);
+    }
+    for (int i = 0; i < fg_st_metadata_count(f); i++) {
+        const char *k, *v;
+        fg_st_metadata_at(f, i, &k, &v);
+        if (strcmp(k, "fg_checksum") && strcmp(k, key)) fg_st_writer_set_metadata(w, k, v);
+    }
+    cr_assert_eq(fg_st_writer_set_metadata(w, key, value), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_st_writer_write(w, path), FG_OK, "%s", fg_last_error());
+    fg_st_writer_free(w);
+    fg_st_close(f);
+    free(buf);
+}
+
+Test(token_runs, token_checkpoint_metadata_is_read_strictly) {
+    write_nano_folder("nano", 7);
+    fg_source *s = fg_source_tokens(at("nano"), NULL, 256, 8);
+    cr_assert(s, "%s", fg_last_error());
+    fg_train_config c = fgt_tiny_train_config(s, 8, 2, 4, 1, 5);
+    fg_trainer *tr = fg_trainer_create(&c, s);
+    cr_assert(tr, "%s", fg_last_error());
+    cr_assert_eq(mkdir(at("good"), 0777), 0);
+    cr_assert_eq(fg_ckpt_save(at("good"), tr), FG_OK, "%s", fg_last_error());
+    fg_trainer_free(tr);
+    fg_source_free(s);
+    static const struct {
+        const char *key, *value, *phrase;
+    } edits[] = {
+        {"tokenizer", "byte-v1", "has 'none' there"},
+        {"tokens.val", "train_tail", "is not one a flashgrad checkpoint"}, /* its val keys remain */
+        {"tokens.val", "maybe", "is none of: file, train_tail"},
+        {"tokens.train.format", "raw", "is none of: nanogpt, llmc"},
+        {"tokens.train.count", "8", "shorter than block_size + 1"},
+        {"tokens.val.count", "-1", "not an integer"},
+        {"tokens.train.xxh64", "0123", "16 lowercase hex digits"},
+        {"tokens.val.path", "", "is empty"},
+        {"vocab_size", "70000", "vocab_size"},
+        {"data", "text", "bad tokenizer"}, /* "none" is no text tokenizer */
+    };
+    char cmd[1200];
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", at("bad"), at("good"), at("bad"));
+        cr_assert_eq(fgt_run_cmd(cmd, NULL, 0), 0);
+        char mp[700];
+        snprintf(mp, sizeof mp, "%s/%s", at("bad"), FG_CKPT_MODEL_FILE);
+        resign(mp, edits[i].key, edits[i].value);
+        fg_clear_error();
+        fg_ckpt *ck = fg_ckpt_open(at("bad"), 1);
+        cr_expect_null(ck, "%s = '%s' was accepted", edits[i].key, edits[i].value);
+        fg_ckpt_close(ck);
+        cr_expect(strstr(fg_last_error(), edits[i].phrase), "%s = '%s': the message does not say '%s': %s",
+                  edits[i].key, edits[i].value, edits[i].phrase, fg_last_error());
+    }
+    fg_ckpt *ck = fg_ckpt_open(at("good"), 1);
+    cr_expect_not_null(ck, "the unedited checkpoint: %s", fg_last_error());
+    fg_ckpt_close(ck);
+}
