@@ -7,7 +7,8 @@
  *
  * A model trained on token files (--data-bin) has no tokenizer of its own: each sample is printed
  * as its token ids in decimal, separated by spaces, one line per sample, or — with --tokenizer FILE
- * (llm.c's tokenizer file, datasets/tokens.h) — as the bytes of its tokens. Its prompt is given as
+ * (llm.c's tokenizer file, datasets/tokens.h) — as the bytes of its tokens; a tokenizer smaller than
+ * the model's (padded) vocabulary restricts the draws to its ids. Its prompt is given as
  * ids, --prompt-ids 50256,464 (comma-separated, each below the vocabulary); without one it starts
  * from the tokenizer's end-of-text id (a version 2 file), else from id 0. --prompt-ids works for
  * every model, and the prompt is printed before the generated tokens in the same form.
@@ -106,6 +107,7 @@ int fg_cmd_sample(int argc, char **argv) {
     const fg_tokenizer *tok = in->tokenizer; /* NULL: trained on token ids */
     const int V = in->model.vocab_size;
     fg_token_vocab *vocab = NULL;
+    int limit = 0; /* sample only ids below it (0: all V) */
     fg_gpt *g = NULL;
     int32_t *t = NULL, *work = NULL;
     char *text = NULL;
@@ -133,14 +135,11 @@ int fg_cmd_sample(int argc, char **argv) {
             goto out;
         }
         if (fg_token_vocab_size(vocab) < V) {
-            fprintf(stderr,
-                    "flashgrad sample: --tokenizer '%s' has %d tokens but the model's vocabulary is %d: it cannot "
-                    "decode every id the model emits (not this model's tokenizer)\n",
-                    f[S_TOKENIZER].s, fg_token_vocab_size(vocab), V);
-            code = 1;
-            goto out;
+            /* a padded vocabulary (GPT-2's 50257 tokens in 50304 ids): only decodable ids are drawn */
+            limit = fg_token_vocab_size(vocab);
         }
     }
+    const int V_out = limit ? limit : V; /* ids a prompt may use and a sample may hold */
     g = fg_ckpt_load_model(ck);
     if (!g) {
         fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
@@ -164,9 +163,9 @@ int fg_cmd_sample(int argc, char **argv) {
     if (pids && *pids) {
         if ((code = parse_ids(pids, t, cap, &np)) != 0) goto out;
         for (size_t i = 0; i < np; i++)
-            if (t[i] >= V) {
+            if (t[i] >= V_out) {
                 fprintf(stderr, "flashgrad sample: --prompt-ids: id %d (number %zu) is outside the vocabulary of %d\n",
-                        (int)t[i], i + 1, V);
+                        (int)t[i], i + 1, V_out);
                 code = 1;
                 goto out;
             }
@@ -181,12 +180,20 @@ int fg_cmd_sample(int argc, char **argv) {
         shown = 1;
     } else {
         int32_t start = tok ? fg_tokenizer_token_of(tok, '\n') : vocab ? fg_token_vocab_eot(vocab) : 0;
-        t[0] = start >= 0 && start < V ? start : 0;
+        t[0] = start >= 0 && start < V_out ? start : 0;
         np = 1;
     }
+    if (limit)
+        fprintf(stderr,
+                "flashgrad sample: --tokenizer '%s' has %d tokens, the model's vocabulary %d ids: sampling only ids "
+                "below %d\n",
+                f[S_TOKENIZER].s, limit, V, limit);
     for (int s = 0; s < (int)f[S_NUM].i; s++) {
         memcpy(work, t, np * sizeof *work);
-        fg_sample_opts o = {.temperature = f[S_TEMP].d, .top_k = (int)f[S_TOPK].i, .seed = f[S_SEED].u + (uint64_t)s};
+        fg_sample_opts o = {.temperature = f[S_TEMP].d,
+                            .top_k = (int)f[S_TOPK].i,
+                            .seed = f[S_SEED].u + (uint64_t)s,
+                            .vocab_limit = limit};
         if (fg_gpt_generate(g, work, (int)np, n_new, &o) != FG_OK) {
             fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
             code = 1;

@@ -313,7 +313,7 @@ Test(token_runs, sample_prints_ids_and_decodes_them_with_an_llmc_tokenizer) {
     free(t);
     run_ok("train --data-bin data.bin --vocab-size 300 " TINY " --steps 3 --out r");
     write_tokenizer("tok.bin", V, 299);
-    write_tokenizer("small.bin", V - 1, 0);
+    write_tokenizer("small.bin", 10, 0);
 
     /* ids: the prompt's, then 12 new ones */
     char ids[16384], text[16384];
@@ -341,7 +341,24 @@ Test(token_runs, sample_prints_ids_and_decodes_them_with_an_llmc_tokenizer) {
     cr_assert_eq(st, 0, "%s", text);
     cr_expect_str_eq(text, want + strlen("<299>"), "the default prompt is not the end-of-text id");
 
-    expect_fails("sample --ckpt r --tokenizer small.bin", 1, "has 299 tokens but the model's vocabulary is 300");
+    /* a tokenizer smaller than the model's vocabulary (a padded one): only its ids are drawn */
+    st = run("sample --ckpt r --tokens 200 --seed 5 --temperature 1", ids, sizeof ids);
+    cr_assert_eq(st, 0, "%s", ids);
+    int all[256], beyond = 0;
+    n = parse_id_line(ids, all, 256);
+    for (int i = 0; i < n; i++) beyond += all[i] >= 10;
+    cr_assert(beyond > 0, "the test needs a model that emits ids >= 10 unrestricted: %s", ids);
+    st = run("sample --ckpt r --tokens 200 --seed 5 --temperature 1 --tokenizer small.bin", text, sizeof text);
+    cr_assert_eq(st, 0, "%s", text);
+    cr_expect(strstr(text, "sampling only ids below 10"), "no note of the restriction: %s", text);
+    int decoded = 0;
+    for (const char *p = text; (p = strchr(p, '<')) != NULL; p++) {
+        int v = atoi(p + 1);
+        cr_expect(v >= 0 && v < 10, "id %d is beyond the tokenizer's 10 tokens", v);
+        decoded++;
+    }
+    cr_expect_eq(decoded, 200, "expected 200 decoded tokens: %s", text);
+    expect_fails("sample --ckpt r --tokenizer small.bin --prompt-ids 250", 1, "outside the vocabulary of 10");
     expect_fails("sample --ckpt r --tokenizer data.bin", 1, "not an llm.c tokenizer file");
     expect_fails("sample --ckpt r --prompt hello", 2, "--prompt-ids");
     expect_fails("sample --ckpt r --prompt-ids 1,300", 1, "id 300");

@@ -476,6 +476,9 @@ fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, c
     if (n_prompt < 1) return fg_error(FG_ERR_ARG, "generate: the prompt needs at least one token");
     if (n_new < 0) return fg_error(FG_ERR_ARG, "generate: n_new %d is negative", n_new);
     const int V = g->cfg.vocab_size;
+    if (o->vocab_limit < 0 || o->vocab_limit > V)
+        return fg_error(FG_ERR_ARG, "generate: vocab_limit %d is outside 0..%d", o->vocab_limit, V);
+    const int n_ids = o->vocab_limit ? o->vocab_limit : V; /* ids that may be drawn */
     double *row = malloc((size_t)V * sizeof *row);
     if (!row) return fg_error(FG_ERR_OOM, "generate: out of memory");
     fg_status st = FG_OK;
@@ -492,7 +495,7 @@ fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, c
         fg_release(logits);
         if (st != FG_OK) break;
         double u = fg_u32_to_uniform_f64(fg_philox_u32(o->seed, FG_GPT_SAMPLE_STREAM, (uint64_t)j));
-        tokens[len] = sample_token(row, V, o->temperature, o->top_k, u);
+        tokens[len] = sample_token(row, n_ids, o->temperature, o->top_k, u);
     }
     fg_no_grad_exit();
     free(row);

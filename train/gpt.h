@@ -168,11 +168,14 @@ fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, in
                        const fg_gpt_train_ctx *train);
 
 /* Sampling. temperature 0 is greedy (argmax, first index on ties); top_k 0 keeps all V tokens.
- * Draw j of a generation uses fg_philox_u32(seed, FG_GPT_SAMPLE_STREAM, j). */
+ * vocab_limit n in 1..V-1 samples only ids below n — the tokenizer's real vocabulary when the model's
+ * was padded (GPT-2's 50257 in 50304: no data id reaches the tail, which is never emitted then, as
+ * llm.c samples); 0 keeps all V. Draw j of a generation uses fg_philox_u32(seed, FG_GPT_SAMPLE_STREAM, j). */
 typedef struct {
     double temperature;
     int top_k;
     uint64_t seed;
+    int vocab_limit;
 } fg_sample_opts;
 
 #define FG_GPT_INIT_STREAM 0x494e4954000000ull    /* "INIT" */
