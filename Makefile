@@ -40,6 +40,18 @@ endif
 LDLIBS      += $(BLAS_LIBS) -lm -pthread
 CFLAGS      += $(BLAS_CFLAGS)
 
+# ---- MPI (optional): data-parallel `mpirun -np P build/flashgrad train` (train/dist.h) ----
+# Found through `mpicc --showme` (Open MPI) or pkg-config's ompi; FG_MPI=0 builds without it. Only
+# the flashgrad program links it (train/mpi/comm_mpi.c, reached through a weak symbol): the library,
+# the tests and the Python package do not depend on MPI.
+FG_MPI ?= 1
+ifneq ($(FG_MPI),0)
+  MPI_CFLAGS := $(or $(shell mpicc --showme:compile 2>/dev/null),$(shell pkg-config --cflags ompi 2>/dev/null))
+  MPI_LIBS   := $(or $(shell mpicc --showme:link 2>/dev/null),$(shell pkg-config --libs ompi 2>/dev/null))
+endif
+MPI_SRC := $(if $(MPI_LIBS),train/mpi/comm_mpi.c)
+MPI_OBJ := $(MPI_SRC:%.c=$(BUILD)/%.o)
+
 LIB_DIRS := tensor autograd ops ops/cpu datasets train
 LIB_SRC  := $(wildcard $(addsuffix /*.c,$(LIB_DIRS))) $(BLAS_SRC)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -57,6 +69,9 @@ all: deps
 
 deps:
 	@missing="$(deps_missing)"; sh tests/deps.sh $$missing
+	@if [ "$(FG_MPI)" != 0 ] && [ -z "$(MPI_LIBS)" ]; then \
+	    sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null || \
+	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them)"; fi
 deps-test:
 	@$(MAKE) --no-print-directory deps NEED_CRITERION=1
 
@@ -69,8 +84,12 @@ $(BUILD)/libflashgrad.a: $(LIB_OBJ) Makefile
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
 
-$(BUILD)/flashgrad: $(PROG_OBJ) $(BUILD)/libflashgrad.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/train/mpi/%.o: train/mpi/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/flashgrad: $(PROG_OBJ) $(MPI_OBJ) $(BUILD)/libflashgrad.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/test_runner: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libflashgrad.a
 	$(CC) $(CFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
@@ -129,7 +148,7 @@ train-shakespeare: all
 clean:
 	rm -rf build build-san build-cuda build-vg build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(PROG_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(PROG_OBJ:.o=.d) $(MPI_OBJ:.o=.d)
 
 # ---- fuzzing (libFuzzer, clang): make fuzz FUZZ_SECONDS=600 ----
 # Each target starts from its committed seed corpus (tests/fuzz/corpus/<name>/); new inputs go to
