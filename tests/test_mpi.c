@@ -256,6 +256,16 @@ Test(mpi, sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoin
     expect_same_run("ref", "run");
 }
 
+/* Two "hosts": network namespaces over a veth pair, TCP between the ranks (tests/mpi_netns.sh). */
+Test(mpi, two_hosts_as_network_namespaces_equal_one_process) {
+    need_mpi();
+    char cmd[1200], log[16384];
+    snprintf(cmd, sizeof cmd, "sh tests/mpi_netns.sh '%s' '%s' 2>&1", fgt_bin(), dir);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    if (st == 77) fgt_skip("mpi two hosts", log);
+    cr_expect_eq(st, 0, "tests/mpi_netns.sh exited %d:\n%s", st, log);
+}
+
 /* The test runner links no MPI: a launcher's several processes are refused with the remedy. */
 Test(mpi, a_build_without_mpi_refuses_several_processes) {
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
