@@ -233,13 +233,25 @@ else
                                     $(firstword $(wildcard $(addsuffix /curand/lib/libcurand.so.*,$(CUDA_PIP))))))
 endif
 NVCCFLAGS      += $(CUDA_INC_FLAGS)
+# NCCL (cuda/nccl.cu, multi-GPU data parallelism over MPI): the toolkit's, else the system's, else
+# the nvidia-nccl pip wheel's; without it cuda/nccl.cu is left out and a multi-process CUDA run
+# says so. FG_NCCL=0 leaves it out.
+FG_NCCL        ?= 1
+NCCL_INC_DIR   := $(if $(filter 0,$(FG_NCCL)),,$(firstword $(foreach d,$(CUDA_HOME)/include /usr/include /usr/local/include \
+                    $(addsuffix /nccl/include,$(CUDA_PIP)),$(if $(wildcard $(d)/nccl.h),$(d)))))
+NCCL_LIB_DIR   := $(if $(NCCL_INC_DIR),$(firstword $(foreach d,$(CUDA_HOME)/lib $(CUDA_HOME)/lib64 \
+                    $(CUDA_HOME)/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu $(addsuffix /nccl/lib,$(CUDA_PIP)), \
+                    $(if $(wildcard $(d)/libnccl.so*),$(d)))))
+NCCL_KIND      := $(if $(NCCL_LIB_DIR),$(NCCL_LIB_DIR),not found)
+NCCL_FLAGS     := $(if $(NCCL_LIB_DIR),-L$(NCCL_LIB_DIR) -Xlinker -rpath=$(NCCL_LIB_DIR) $(if $(wildcard $(NCCL_LIB_DIR)/libnccl.so),-lnccl,-l:libnccl.so.2))
+NVCCFLAGS      += $(if $(NCCL_LIB_DIR),$(filter-out -I/usr/include,-I$(NCCL_INC_DIR)))
 # the GPU test runner's C files: plain C over the CPU library's headers
 CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread $(CUDA_BLAS_CFLAGS)
-CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
+CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(NCCL_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
 CUDA_CPU_LIB   := $(CUDA_CPU_BUILD)/libflashgrad.a
-CUDA_CU_SRC    := $(wildcard cuda/*.cu)
+CUDA_CU_SRC    := $(filter-out $(if $(NCCL_LIB_DIR),,cuda/nccl.cu),$(wildcard cuda/*.cu))
 CUDA_CU_OBJ    := $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)
-CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_CPU_BUILD)/%.o)
+CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_CPU_BUILD)/%.o) $(MPI_SRC:%.c=$(CUDA_CPU_BUILD)/%.o)
 CUDA_TEST_SRC  := $(wildcard tests/cuda/*.c tests/cuda/*.cu)
 # tests/cuda/test_attention.c runs the attention and gradcheck commands in-process (fg_cmd_attention,
 # fg_cmd_gradcheck) on the device: their CLI objects are linked into the GPU test runners by name.
@@ -253,7 +265,7 @@ cuda-cpu:
 
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "make cuda: nvcc not found (install the CUDA toolkit or pass NVCC=/path/to/nvcc)" >&2; exit 1; fi
-	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND)"
+	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND), NCCL: $(NCCL_KIND), MPI: $(if $(MPI_LIBS),yes,no)"
 	@$(MAKE) --no-print-directory cuda-cpu
 	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad_cuda.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
 	    $(CUDA_BUILD)/fg_cuda_bench
@@ -277,7 +289,7 @@ $(CUDA_BUILD)/libflashgrad_cuda.a: $(CUDA_CU_OBJ) Makefile
 	ar rcs $@ $(filter %.o,$^)
 
 $(CUDA_BUILD)/flashgrad: $(CUDA_PROG_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
-	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
+	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS) $(MPI_LIBS)
 
 $(CUDA_BUILD)/fg_cuda_tests: $(CUDA_TEST_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
@@ -301,7 +313,7 @@ EMU_CXX        ?= g++
 EMU_INSTR      := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -fno-tree-sra
 EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread $(EMU_INSTR) \
                   -include tests/cuda/emu/cuda_emu.h -Itests/cuda/emu/include -I$(CUDA_EMU_BUILD) -I. $(CUDA_BLAS_CFLAGS)
-EMU_CU_OBJ     := $(CUDA_CU_SRC:%.cu=$(CUDA_EMU_BUILD)/%.o)
+EMU_CU_OBJ     := $(patsubst %.cu,$(CUDA_EMU_BUILD)/%.o,$(filter-out cuda/nccl.cu,$(CUDA_CU_SRC)))
 EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
 EMU_LIB_OBJ    := $(EMU_CU_OBJ)
 EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
@@ -413,6 +425,13 @@ bench: all
 	    $(BUILD)/flashgrad bench train --data datasets/tinyshakespeare.txt --threads $(BENCH_THREADS) \
 	        --warmup-steps 10 --steps 100; \
 	fi
+
+# ---- data parallelism: P = 1 (2 threads) against P = 2 (mpirun, 1 thread each) at L6 H6 C384 T256 B8:
+# tokens/s and the communication time per step (bench/mpi_bench.sh; STEPS=4 ROUNDS=2 by default) ----
+.PHONY: bench-mpi
+bench-mpi: all
+	@sh datasets/get_tinyshakespeare.sh datasets/tinyshakespeare.txt >/dev/null
+	@sh bench/mpi_bench.sh
 
 # ---- the recomputation study (README.md, "Recomputation tradeoffs") ----
 # make recompute-bench : the CSV files (attention naive vs flash over N, and --recompute per setting)
