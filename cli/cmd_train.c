@@ -705,6 +705,17 @@ static uint64_t build_hash(void) {
     return fg_xxh64_digest(&h);
 }
 
+static void add_field(agree_field *f, int *k, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_field(agree_field *f, int *k, const char *name, const char *fmt, ...) {
+    snprintf(f[*k].name, sizeof f[*k].name, "%s", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f[*k].value, sizeof f[*k].value, fmt, ap);
+    va_end(ap);
+    (*k)++;
+}
+
 /* Every rank describes its run (each flag's value, the data's and the program's identity, the
  * state it starts from); a field that differs from rank 0's stops every rank with one line. */
 static void agree_across_ranks(const train_args *a, const train_run *r) {
@@ -713,25 +724,20 @@ static void agree_across_ranks(const train_args *a, const train_run *r) {
     agree_field mine[N];
     memset(mine, 0, sizeof mine);
     int k = 0;
-    for (int i = 0; i < F_COUNT; i++, k++) {
+    for (int i = 0; i < F_COUNT; i++) {
         const fg_flag *fl = &a->f[i];
-        snprintf(mine[k].name, sizeof mine[k].name, "%s", fl->name);
         switch (fl->type) {
-        case FG_FLAG_INT: snprintf(mine[k].value, sizeof mine[k].value, "%lld", (long long)fl->i); break;
-        case FG_FLAG_F64: snprintf(mine[k].value, sizeof mine[k].value, "%.17g", fl->d); break;
-        case FG_FLAG_STR: snprintf(mine[k].value, sizeof mine[k].value, "%s", fl->s ? fl->s : ""); break;
-        case FG_FLAG_BOOL: snprintf(mine[k].value, sizeof mine[k].value, "%s", fl->given ? "given" : "not given"); break;
-        case FG_FLAG_U64: snprintf(mine[k].value, sizeof mine[k].value, "%" PRIu64, fl->u); break;
+        case FG_FLAG_INT: add_field(mine, &k, fl->name, "%lld", (long long)fl->i); break;
+        case FG_FLAG_F64: add_field(mine, &k, fl->name, "%.17g", fl->d); break;
+        case FG_FLAG_STR: add_field(mine, &k, fl->name, "%s", fl->s ? fl->s : ""); break;
+        case FG_FLAG_BOOL: add_field(mine, &k, fl->name, "%s", fl->given ? "given" : "not given"); break;
+        case FG_FLAG_U64: add_field(mine, &k, fl->name, "%" PRIu64, fl->u); break;
         }
     }
-    snprintf(mine[k].name, sizeof mine[k].name, "data");
-    snprintf(mine[k++].value, sizeof mine[k].value, "xxh64 %016" PRIx64, r->src->file_hash);
-    snprintf(mine[k].name, sizeof mine[k].name, "build");
-    snprintf(mine[k++].value, sizeof mine[k].value, "program xxh64 %016" PRIx64, build_hash());
-    snprintf(mine[k].name, sizeof mine[k].name, "starting step");
-    snprintf(mine[k++].value, sizeof mine[k].value, "%lld", (long long)r->tr->step);
-    snprintf(mine[k].name, sizeof mine[k].name, "starting parameters");
-    snprintf(mine[k++].value, sizeof mine[k].value, "xxh64 %016" PRIx64, fg_ckpt_params_hash(r->tr->model));
+    add_field(mine, &k, "data", "xxh64 %016" PRIx64, r->src->file_hash);
+    add_field(mine, &k, "build", "program xxh64 %016" PRIx64, build_hash());
+    add_field(mine, &k, "starting step", "%lld", (long long)r->tr->step);
+    add_field(mine, &k, "starting parameters", "xxh64 %016" PRIx64, fg_ckpt_params_hash(r->tr->model));
     agree_field *all = malloc((size_t)comm->size * sizeof mine);
     if (!all) die(1, "out of memory for the ranks' configurations");
     if (fg_comm_allgather_bytes(comm, mine, all, sizeof mine) != FG_OK) die(1, "%s", fg_last_error());
