@@ -705,6 +705,24 @@ static uint64_t build_hash(void) {
     return fg_xxh64_digest(&h);
 }
 
+/* The data's identity: the text file's XXH64, and that of a few batches of each split (so that any
+ * kind of source whose contents differ between the ranks is told apart by what it feeds). */
+static uint64_t data_hash(const train_run *r) {
+    fg_trainer *tr = r->tr;
+    const int B = r->cfg.batch_size, T = tr->T;
+    fg_xxh64_state h;
+    fg_xxh64_init(&h, 0);
+    fg_xxh64_update(&h, &r->src->file_hash, sizeof r->src->file_hash);
+    for (int s = 0; s < 2; s++)
+        for (uint64_t i = 0; i < 4; i++) {
+            if (fg_source_batch(r->src, s ? FG_SPLIT_VAL : FG_SPLIT_TRAIN, B, T, r->cfg.seed, i, tr->x, tr->y) != FG_OK)
+                die(1, "%s", fg_last_error());
+            fg_xxh64_update(&h, tr->x, (size_t)B * (size_t)T * sizeof *tr->x);
+            fg_xxh64_update(&h, tr->y, (size_t)B * (size_t)T * sizeof *tr->y);
+        }
+    return fg_xxh64_digest(&h);
+}
+
 static void add_field(agree_field *f, int *k, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void add_field(agree_field *f, int *k, const char *name, const char *fmt, ...) {
@@ -734,7 +752,7 @@ static void agree_across_ranks(const train_args *a, const train_run *r) {
         case FG_FLAG_U64: add_field(mine, &k, fl->name, "%" PRIu64, fl->u); break;
         }
     }
-    add_field(mine, &k, "data", "xxh64 %016" PRIx64, r->src->file_hash);
+    add_field(mine, &k, "data", "xxh64 %016" PRIx64, data_hash(r));
     add_field(mine, &k, "build", "program xxh64 %016" PRIx64, build_hash());
     add_field(mine, &k, "starting step", "%lld", (long long)r->tr->step);
     add_field(mine, &k, "starting parameters", "xxh64 %016" PRIx64, fg_ckpt_params_hash(r->tr->model));

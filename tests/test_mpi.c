@@ -180,6 +180,22 @@ Test(mpi, ranks_with_different_flags_stop_with_one_line_naming_the_difference) {
     cr_expect(access(path("x/model.safetensors"), F_OK) != 0, "a checkpoint was written");
 }
 
+/* The same --data path names different files on the two ranks (each runs in its own folder, as on
+ * two machines): the data's identity differs, and the run stops naming it. */
+Test(mpi, ranks_with_different_data_stop_with_one_line) {
+    need_mpi();
+    char cmd[3072], log[16384];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && mkdir a b && cp text.txt a/ && head -c 8000 text.txt > b/text.txt && " MPIRUN
+             " -np 1 sh -c 'cd a && exec \"%s\" train " TINY " --steps 2 --out ../x' : -np 1 sh -c 'cd b && exec \"%s\" "
+             "train " TINY " --steps 2 --out ../x' 2>&1",
+             dir, fgt_bin(), fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_neq(st, 0, "ranks with different data ran:\n%s", log);
+    cr_expect(strstr(log, "flashgrad train: rank 1's data xxh64 "), "%s", log);
+    cr_expect(access(path("x/model.safetensors"), F_OK) != 0, "a checkpoint was written");
+}
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
