@@ -313,7 +313,8 @@ EMU_CXX        ?= g++
 EMU_INSTR      := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -fno-tree-sra
 EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread $(EMU_INSTR) \
                   -include tests/cuda/emu/cuda_emu.h -Itests/cuda/emu/include -I$(CUDA_EMU_BUILD) -I. $(CUDA_BLAS_CFLAGS)
-EMU_CU_OBJ     := $(patsubst %.cu,$(CUDA_EMU_BUILD)/%.o,$(filter-out cuda/nccl.cu,$(CUDA_CU_SRC)))
+# (cuda/nccl.cu runs on a one-rank loopback stand-in of NCCL, tests/cuda/emu/include/nccl.h)
+EMU_CU_OBJ     := $(patsubst %.cu,$(CUDA_EMU_BUILD)/%.o,$(sort $(CUDA_CU_SRC) $(wildcard cuda/nccl.cu)))
 EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
 EMU_LIB_OBJ    := $(EMU_CU_OBJ)
 EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
