@@ -40,6 +40,18 @@ endif
 LDLIBS      += $(BLAS_LIBS) -lm -pthread
 CFLAGS      += $(BLAS_CFLAGS)
 
+# ---- MPI (optional): data-parallel `mpirun -np P build/flashgrad train` (train/dist.h) ----
+# Found through `mpicc --showme` (Open MPI) or pkg-config's ompi; FG_MPI=0 builds without it. Only
+# the flashgrad program links it (train/mpi/comm_mpi.c, reached through a weak symbol): the library,
+# the tests and the Python package do not depend on MPI.
+FG_MPI ?= 1
+ifneq ($(FG_MPI),0)
+  MPI_CFLAGS := $(or $(shell mpicc --showme:compile 2>/dev/null),$(shell pkg-config --cflags ompi 2>/dev/null))
+  MPI_LIBS   := $(or $(shell mpicc --showme:link 2>/dev/null),$(shell pkg-config --libs ompi 2>/dev/null))
+endif
+MPI_SRC := $(if $(MPI_LIBS),train/mpi/comm_mpi.c)
+MPI_OBJ := $(MPI_SRC:%.c=$(BUILD)/%.o)
+
 LIB_DIRS := tensor autograd ops ops/cpu datasets train
 LIB_SRC  := $(wildcard $(addsuffix /*.c,$(LIB_DIRS))) $(BLAS_SRC)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -57,6 +69,9 @@ all: deps
 
 deps:
 	@missing="$(deps_missing)"; sh tests/deps.sh $$missing
+	@if [ "$(FG_MPI)" != 0 ] && [ -z "$(MPI_LIBS)" ]; then \
+	    sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null || \
+	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them)"; fi
 deps-test:
 	@$(MAKE) --no-print-directory deps NEED_CRITERION=1
 
@@ -69,8 +84,12 @@ $(BUILD)/libflashgrad.a: $(LIB_OBJ) Makefile
 	@rm -f $@
 	ar rcs $@ $(filter %.o,$^)
 
-$(BUILD)/flashgrad: $(PROG_OBJ) $(BUILD)/libflashgrad.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/train/mpi/%.o: train/mpi/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/flashgrad: $(PROG_OBJ) $(MPI_OBJ) $(BUILD)/libflashgrad.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/test_runner: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libflashgrad.a
 	$(CC) $(CFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
@@ -129,7 +148,7 @@ train-shakespeare: all
 clean:
 	rm -rf build build-san build-cuda build-vg build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(PROG_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(PROG_OBJ:.o=.d) $(MPI_OBJ:.o=.d)
 
 # ---- fuzzing (libFuzzer, clang): make fuzz FUZZ_SECONDS=600 ----
 # Each target starts from its committed seed corpus (tests/fuzz/corpus/<name>/); new inputs go to
@@ -214,13 +233,25 @@ else
                                     $(firstword $(wildcard $(addsuffix /curand/lib/libcurand.so.*,$(CUDA_PIP))))))
 endif
 NVCCFLAGS      += $(CUDA_INC_FLAGS)
+# NCCL (cuda/nccl.cu, multi-GPU data parallelism over MPI): the toolkit's, else the system's, else
+# the nvidia-nccl pip wheel's; without it cuda/nccl.cu is left out and a multi-process CUDA run
+# says so. FG_NCCL=0 leaves it out.
+FG_NCCL        ?= 1
+NCCL_INC_DIR   := $(if $(filter 0,$(FG_NCCL)),,$(firstword $(foreach d,$(CUDA_HOME)/include /usr/include /usr/local/include \
+                    $(addsuffix /nccl/include,$(CUDA_PIP)),$(if $(wildcard $(d)/nccl.h),$(d)))))
+NCCL_LIB_DIR   := $(if $(NCCL_INC_DIR),$(firstword $(foreach d,$(CUDA_HOME)/lib $(CUDA_HOME)/lib64 \
+                    $(CUDA_HOME)/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu $(addsuffix /nccl/lib,$(CUDA_PIP)), \
+                    $(if $(wildcard $(d)/libnccl.so*),$(d)))))
+NCCL_KIND      := $(if $(NCCL_LIB_DIR),$(NCCL_LIB_DIR),not found)
+NCCL_FLAGS     := $(if $(NCCL_LIB_DIR),-L$(NCCL_LIB_DIR) -Xlinker -rpath=$(NCCL_LIB_DIR) $(if $(wildcard $(NCCL_LIB_DIR)/libnccl.so),-lnccl,-l:libnccl.so.2))
+NVCCFLAGS      += $(if $(NCCL_LIB_DIR),$(filter-out -I/usr/include,-I$(NCCL_INC_DIR)))
 # the GPU test runner's C files: plain C over the CPU library's headers
 CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread $(CUDA_BLAS_CFLAGS)
-CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
+CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(NCCL_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
 CUDA_CPU_LIB   := $(CUDA_CPU_BUILD)/libflashgrad.a
-CUDA_CU_SRC    := $(wildcard cuda/*.cu)
+CUDA_CU_SRC    := $(filter-out $(if $(NCCL_LIB_DIR),,cuda/nccl.cu),$(wildcard cuda/*.cu))
 CUDA_CU_OBJ    := $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)
-CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_CPU_BUILD)/%.o)
+CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_CPU_BUILD)/%.o) $(MPI_SRC:%.c=$(CUDA_CPU_BUILD)/%.o)
 CUDA_TEST_SRC  := $(wildcard tests/cuda/*.c tests/cuda/*.cu)
 # tests/cuda/test_attention.c runs the attention and gradcheck commands in-process (fg_cmd_attention,
 # fg_cmd_gradcheck) on the device: their CLI objects are linked into the GPU test runners by name.
@@ -234,7 +265,7 @@ cuda-cpu:
 
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "make cuda: nvcc not found (install the CUDA toolkit or pass NVCC=/path/to/nvcc)" >&2; exit 1; fi
-	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND)"
+	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND), NCCL: $(NCCL_KIND), MPI: $(if $(MPI_LIBS),yes,no)"
 	@$(MAKE) --no-print-directory cuda-cpu
 	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad_cuda.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
 	    $(CUDA_BUILD)/fg_cuda_bench
@@ -258,7 +289,7 @@ $(CUDA_BUILD)/libflashgrad_cuda.a: $(CUDA_CU_OBJ) Makefile
 	ar rcs $@ $(filter %.o,$^)
 
 $(CUDA_BUILD)/flashgrad: $(CUDA_PROG_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
-	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
+	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS) $(MPI_LIBS)
 
 $(CUDA_BUILD)/fg_cuda_tests: $(CUDA_TEST_OBJ) $(CUDA_CU_OBJ) $(CUDA_CPU_LIB)
 	$(NVCC) -arch=sm_$(CUDA_ARCH) -o $@ $^ $(CUDA_LDLIBS)
@@ -282,7 +313,8 @@ EMU_CXX        ?= g++
 EMU_INSTR      := -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -fno-tree-sra
 EMU_CXXFLAGS   := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -pthread $(EMU_INSTR) \
                   -include tests/cuda/emu/cuda_emu.h -Itests/cuda/emu/include -I$(CUDA_EMU_BUILD) -I. $(CUDA_BLAS_CFLAGS)
-EMU_CU_OBJ     := $(CUDA_CU_SRC:%.cu=$(CUDA_EMU_BUILD)/%.o)
+# (cuda/nccl.cu runs on a one-rank loopback stand-in of NCCL, tests/cuda/emu/include/nccl.h)
+EMU_CU_OBJ     := $(patsubst %.cu,$(CUDA_EMU_BUILD)/%.o,$(sort $(CUDA_CU_SRC) $(wildcard cuda/nccl.cu)))
 EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
 EMU_LIB_OBJ    := $(EMU_CU_OBJ)
 EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
@@ -394,6 +426,13 @@ bench: all
 	    $(BUILD)/flashgrad bench train --data datasets/tinyshakespeare.txt --threads $(BENCH_THREADS) \
 	        --warmup-steps 10 --steps 100; \
 	fi
+
+# ---- data parallelism: P = 1 (2 threads) against P = 2 (mpirun, 1 thread each) at L6 H6 C384 T256 B8:
+# tokens/s and the communication time per step (bench/mpi_bench.sh; STEPS=4 ROUNDS=2 by default) ----
+.PHONY: bench-mpi
+bench-mpi: all
+	@sh datasets/get_tinyshakespeare.sh datasets/tinyshakespeare.txt >/dev/null
+	@sh bench/mpi_bench.sh
 
 # ---- the recomputation study (README.md, "Recomputation tradeoffs") ----
 # make recompute-bench : the CSV files (attention naive vs flash over N, and --recompute per setting)

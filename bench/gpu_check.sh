@@ -17,6 +17,7 @@
 #   2. tests      each suite of build-cuda/fg_cuda_tests as its own process with its own limit (a
 #                 sticky CUDA fault then costs one suite, not all); attention with
 #                 CUDA_LAUNCH_BLOCKING=1 so a fault names its kernel
+#                 (runtime/ includes NCCL at P = 1: runtime/nccl_one_rank_folds_and_gathers_exactly)
 #   3. sanitizer  compute-sanitizer racecheck, synccheck, memcheck on one small flash
 #                 forward + backward per dtype (flashgrad attention --device cuda)
 #   4. training   flashgrad train --device cuda against --device cpu, same seed, step by step

@@ -45,6 +45,7 @@
 
 #include "tensor/fileio.h"
 #include "train/checkpoint.h"
+#include "train/dist.h"
 #include "ops/cpu/threadpool.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -73,7 +74,9 @@
       0)                                                                                                               \
     X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0,  \
       1e12, 0)                                                                                                         \
-    X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)
+    X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)                                     \
+    X(ZERO, "--zero", FG_FLAG_INT, "0|1", "under mpirun: 1 = each process keeps AdamW's moments for its shard (ZeRO-1)", \
+      0, 1, 0)
 
 enum {
     F_OWN = FG_TF_COUNT - 1, /* the next index, FG_TF_COUNT, is train's first own flag */
@@ -107,6 +110,7 @@ static void set_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[F_CKPT_EVERY].i = 0;
     f[F_LOG_EVERY].i = 0;
     f[F_SAMPLES].i = d->samples;
+    f[F_ZERO].i = 0;
 }
 
 static void help(void) {
@@ -133,7 +137,10 @@ static void help(void) {
         "One train at a time writes a folder (DIR/train.lock); a fresh run refuses a folder that holds another\n"
         "run's checkpoint or log unless --overwrite is given.\n"
         "Exit status: 0 done, 1 runtime error, 2 usage error; after SIGINT, SIGTERM or SIGHUP the step in flight\n"
-        "finishes, a checkpoint is written and the exit status is 128 + the signal (130, 143, 129): use --resume.\n");
+        "finishes, a checkpoint is written and the exit status is 128 + the signal (130, 143, 129): use --resume.\n"
+        "Data parallel: `mpirun -np P flashgrad train ...` runs P processes of --grad-accum micro-batches each (P x\n"
+        "--grad-accum per step, the sequences of one process with --grad-accum P x N, summed in a fixed order: with\n"
+        "--grad-accum 1 the run is bit for bit that one process's); process 0 alone prints, logs and checkpoints.\n");
 }
 
 /* ---- SIGINT, SIGTERM, SIGHUP: finish the step, checkpoint, exit 128 + signal ---- */
@@ -297,16 +304,26 @@ static void say(const char *fmt, ...) {
     check_stdout();
 }
 
+/* The run's processes (train/dist.h): one, unless started by mpirun. */
+static fg_comm *comm;
+
 static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 static void die(int code, const char *fmt, ...) {
     if (on_tty) fputs("\r\033[K", stderr);
     fflush(stdout);
-    fputs("flashgrad train: ", stderr);
+    const int ranks = comm ? comm->size : 1, rank = comm ? comm->rank : 0;
+    /* Most failures happen on every rank alike (a bad flag): rank 0 says it and ends the run
+     * (fg_comm_abort), and the others, a moment later, say it only if it was theirs alone. */
+    if (rank > 0) usleep(300 * 1000);
+    char head[64] = "";
+    if (ranks > 1) snprintf(head, sizeof head, "rank %d: ", rank);
+    fprintf(stderr, "flashgrad train: %s", rank > 0 ? head : "");
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+    if (ranks > 1) fg_comm_abort(comm, code);
     exit(code);
 }
 
@@ -476,6 +493,7 @@ static void stop_failed(const csv_log *rows, const char *log_path, const char *o
                         int other_pending, int64_t other_step) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", fg_last_error());
+    if (comm->rank > 0) die(1, "%s", msg); /* rank 0 keeps the folder */
     if (other_pending && other_step > 0)
         die(1,
             "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run (checkpoint at step "
@@ -522,6 +540,7 @@ typedef struct {
     double t_start, step_time; /* wall clock at the first step; seconds inside training steps */
     int64_t tokens_done;
     double last_train, last_val, last_acc; /* the last evaluation */
+    int64_t first_step;                    /* the step the run started from */
 } train_totals;
 
 /* Parses and checks every flag: a bad value is one line and exit 2, before anything is written.
@@ -579,11 +598,16 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (stat(a->model_path, &sb) != 0)
         die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
     if (f[F_OVERWRITE].given) die(2, "--overwrite starts a new run; it cannot be combined with --resume");
-    lock_run_folder(out);
+    if (comm->rank == 0) lock_run_folder(out);
     fg_ckpt *ck = r->ck = fg_ckpt_open(out, 1);
     if (!ck) die(1, "--resume: %s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
     fg_train_config cfg = in->train;
+    /* the checkpoint counts the micro-batches of the whole step: they must divide among the ranks */
+    if (cfg.grad_accum % comm->size)
+        die(2, "--resume: the checkpoint's steps have %d micro-batches, which do not divide among %d processes",
+            cfg.grad_accum, comm->size);
+    const int accum_per_rank = cfg.grad_accum / comm->size;
     /* Settings that shape the run must match the checkpoint's, or the resumed curve would not
      * be the uninterrupted one. */
 #define KEEP_I(k, val)                                                                                                 \
@@ -596,7 +620,7 @@ static void configure_resumed(const train_args *a, train_run *r) {
             (double)(val));
     KEEP_I(FG_TF_N_LAYER, cfg.model.n_layer)
     KEEP_I(FG_TF_N_HEAD, cfg.model.n_head) KEEP_I(FG_TF_N_EMBD, cfg.model.n_embd) KEEP_I(
-        FG_TF_BLOCK, cfg.model.block_size) KEEP_I(FG_TF_BATCH, cfg.batch_size) KEEP_I(FG_TF_ACCUM, cfg.grad_accum)
+        FG_TF_BLOCK, cfg.model.block_size) KEEP_I(FG_TF_BATCH, cfg.batch_size) KEEP_I(FG_TF_ACCUM, accum_per_rank)
         KEEP_I(FG_TF_WARMUP, cfg.opt.warmup) KEEP_D(FG_TF_LR, cfg.opt.lr) KEEP_D(FG_TF_MIN_LR, cfg.opt.min_lr)
             KEEP_D(FG_TF_WD, cfg.opt.weight_decay) KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2)
                 KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
@@ -653,6 +677,7 @@ static void configure_fresh(const train_args *a, train_run *r) {
     r->cfg.eval_every = (int)f[F_EVAL_EVERY].i;
     r->cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
     if (fg_train_flags_config(f, r->src, &a->run, &r->cfg) != FG_OK) die(2, "%s", fg_last_error());
+    r->cfg.grad_accum *= comm->size; /* --grad-accum is per process; the config counts the whole step */
 }
 
 /* The run's configuration (fresh or resumed), then its folder, then the trainer (restored from
@@ -668,7 +693,9 @@ static void train_configure(const train_args *a, train_run *r) {
 
     /* The folder: after the data loaded, so a bad dataset leaves nothing behind. A fresh run takes
      * the lock here; a resumed one took it before reading the checkpoint. */
-    if (!r->ck) {
+    if (comm->rank > 0) {
+        /* rank 0 alone writes the folder */
+    } else if (!r->ck) {
         make_run_folder(out);
         lock_run_folder(out);
         r->other_step = other_run_in_folder(out, a->f[F_OVERWRITE].given);
@@ -676,22 +703,121 @@ static void train_configure(const train_args *a, train_run *r) {
     } else if (access(out, W_OK) != 0) {
         die(1, "--out: cannot write to '%s': %s", out, strerror(errno));
     }
-    remove_stale_temporaries(out);
+    if (comm->rank == 0) remove_stale_temporaries(out);
 
-    r->tr = fg_trainer_create(&r->cfg, r->src);
+    r->tr = fg_trainer_create_dist(&r->cfg, r->src, comm, (int)a->f[F_ZERO].i);
     if (!r->tr) die(1, "%s", fg_last_error());
-    /* whatever could make a checkpoint fail (except the disk) fails now, before the first step */
-    if (fg_ckpt_check_savable(out, r->tr) != FG_OK) die(1, "%s", fg_last_error());
+    /* whatever could make a checkpoint fail (except the disk) fails now, before the first step
+     * (with --zero the checkpoint's moments are whole: the check sees full-size ones) */
+    if (fg_trainer_unshard(r->tr, 0) != FG_OK) die(1, "%s", fg_last_error());
+    if (comm->rank == 0 && fg_ckpt_check_savable(out, r->tr) != FG_OK) die(1, "%s", fg_last_error());
     if (r->ck) {
         if (fg_ckpt_restore(r->ck, r->tr) != FG_OK) die(1, "--resume: %s", fg_last_error());
         fg_ckpt_close(r->ck);
         r->ck = NULL;
-        csv_load(&r->log, a->log_path, r->tr->step);
+        if (comm->rank == 0) csv_load(&r->log, a->log_path, r->tr->step);
     }
+    fg_trainer_reshard(r->tr, 1);
+}
+
+/* ---- data parallel: the ranks must run the same thing ---- */
+typedef struct {
+    char name[40];
+    char value[120];
+} agree_field;
+
+/* XXH64 of this program's file: the build's identity (0 where /proc is missing). */
+static uint64_t build_hash(void) {
+    FILE *fp = fopen("/proc/self/exe", "rb");
+    if (!fp) return 0;
+    fg_xxh64_state h;
+    fg_xxh64_init(&h, 0);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) fg_xxh64_update(&h, buf, n);
+    fclose(fp);
+    return fg_xxh64_digest(&h);
+}
+
+/* The data's identity: the text file's XXH64, and that of a few batches of each split (so that any
+ * kind of source whose contents differ between the ranks is told apart by what it feeds). */
+static uint64_t data_hash(const train_run *r) {
+    fg_trainer *tr = r->tr;
+    const int B = r->cfg.batch_size, T = tr->T;
+    fg_xxh64_state h;
+    fg_xxh64_init(&h, 0);
+    fg_xxh64_update(&h, &r->src->file_hash, sizeof r->src->file_hash);
+    for (int s = 0; s < 2; s++)
+        for (uint64_t i = 0; i < 4; i++) {
+            if (fg_source_batch(r->src, s ? FG_SPLIT_VAL : FG_SPLIT_TRAIN, B, T, r->cfg.seed, i, tr->x, tr->y) != FG_OK)
+                die(1, "%s", fg_last_error());
+            fg_xxh64_update(&h, tr->x, (size_t)B * (size_t)T * sizeof *tr->x);
+            fg_xxh64_update(&h, tr->y, (size_t)B * (size_t)T * sizeof *tr->y);
+        }
+    return fg_xxh64_digest(&h);
+}
+
+static void add_field(agree_field *f, int *k, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_field(agree_field *f, int *k, const char *name, const char *fmt, ...) {
+    snprintf(f[*k].name, sizeof f[*k].name, "%s", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f[*k].value, sizeof f[*k].value, fmt, ap);
+    va_end(ap);
+    (*k)++;
+}
+
+/* Every rank describes its run (each flag's value, the data's and the program's identity, the
+ * state it starts from); a field that differs from rank 0's stops every rank with one line. */
+static void agree_across_ranks(const train_args *a, const train_run *r) {
+    if (comm->size == 1) return;
+    enum { N = F_COUNT + 4 };
+    agree_field mine[N];
+    memset(mine, 0, sizeof mine);
+    int k = 0;
+    for (int i = 0; i < F_COUNT; i++) {
+        const fg_flag *fl = &a->f[i];
+        switch (fl->type) {
+        case FG_FLAG_INT: add_field(mine, &k, fl->name, "%lld", (long long)fl->i); break;
+        case FG_FLAG_F64: add_field(mine, &k, fl->name, "%.17g", fl->d); break;
+        case FG_FLAG_STR: add_field(mine, &k, fl->name, "%s", fl->s ? fl->s : ""); break;
+        case FG_FLAG_BOOL: add_field(mine, &k, fl->name, "%s", fl->given ? "given" : "not given"); break;
+        case FG_FLAG_U64: add_field(mine, &k, fl->name, "%" PRIu64, fl->u); break;
+        }
+    }
+    add_field(mine, &k, "data", "xxh64 %016" PRIx64, data_hash(r));
+    add_field(mine, &k, "build", "program xxh64 %016" PRIx64, build_hash());
+    add_field(mine, &k, "starting step", "%lld", (long long)r->tr->step);
+    add_field(mine, &k, "starting parameters", "xxh64 %016" PRIx64, fg_ckpt_params_hash(r->tr->model));
+    agree_field *all = malloc((size_t)comm->size * sizeof mine);
+    if (!all) die(1, "out of memory for the ranks' configurations");
+    if (fg_comm_allgather_bytes(comm, mine, all, sizeof mine) != FG_OK) die(1, "%s", fg_last_error());
+    for (int q = 1; q < comm->size; q++)
+        for (int i = 0; i < k; i++) {
+            const agree_field *x = &all[(size_t)q * N + i], *z = &all[i];
+            if (strcmp(x->value, z->value)) {
+                char line[512];
+                snprintf(line, sizeof line, "rank %d's %s %s differs from rank 0's %s; every process must run the same",
+                         q, x->name, x->value, z->value);
+                free(all);
+                die(2, "%s", line);
+            }
+        }
+    free(all);
+}
+
+/* A checkpoint from rank 0 (with --zero the moments are gathered first: every rank calls this). */
+static fg_status save_checkpoint(const char *out, fg_trainer *tr) {
+    fg_status st = fg_trainer_unshard(tr, 1);
+    if (st == FG_OK && comm->rank == 0) st = fg_ckpt_save(out, tr);
+    fg_trainer_reshard(tr, 0);
+    return st;
 }
 
 /* The lines that describe the run before its first step. */
 static void print_header(const train_args *a, const train_run *r) {
+    if (comm->rank > 0) return;
     const fg_trainer *tr = r->tr;
     const fg_source *src = r->src;
     const fg_train_config *cfg = &r->cfg;
@@ -735,6 +861,10 @@ static void print_header(const train_args *a, const train_run *r) {
     fg_blas_hint(stdout);
     say("threads: %d (flashgrad pool); runs are bit-for-bit reproducible for a given seed and thread count\n",
         fg_pool_threads());
+    if (comm->size > 1)
+        say("data parallel: %d processes (%s) x %d micro-batches each, gradients folded in rank order%s\n", comm->size,
+            comm->ops->name, cfg->grad_accum / comm->size,
+            a->f[F_ZERO].i ? "; AdamW's moments sharded (ZeRO-1)" : "");
     if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, a->out);
     say("output: %s/{model,optimizer}.safetensors, %s\n", a->out, a->log_path);
 }
@@ -760,9 +890,11 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
 
-    *t = (train_totals){.t_start = fg_now(), .last_train = NAN, .last_val = NAN, .last_acc = NAN};
+    *t = (train_totals){
+        .t_start = fg_now(), .last_train = NAN, .last_val = NAN, .last_acc = NAN, .first_step = tr->step};
     double last_draw = 0;
     int64_t steps_timed = 0, last_ckpt = tr->step > 0 ? tr->step : -1;
+    const double comm_start = comm->seconds;
     int code = 0;
     while (tr->step < cfg->steps) {
         fg_step_stats s;
@@ -777,7 +909,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         const int last = step == cfg->steps;
         const int do_eval = last || (cfg->eval_every > 0 && step % cfg->eval_every == 0);
         /* read once: a signal that lands later in this iteration is served after the next step */
-        const int stop = stop_requested;
+        const int stop = fg_comm_max_int(comm, stop_requested); /* every rank stops at the same step */
         const int do_ckpt = last || stop || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
 
         char row[256], val[48] = "";
@@ -825,8 +957,11 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
                 last_draw = now;
             }
         } else if ((step % log_every == 0 || last) && !stdout_lost) {
-            printf("step %lld/%lld loss %s lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s\n", (long long)step,
-                   (long long)cfg->steps, LOSS(s.loss), s.lr, s.grad_norm, rt, el, et);
+            char cm[48] = "";
+            if (comm->size > 1)
+                snprintf(cm, sizeof cm, " comm %.1f ms/step", 1e3 * (comm->seconds - comm_start) / (double)steps_timed);
+            printf("step %lld/%lld loss %s lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s%s\n", (long long)step,
+                   (long long)cfg->steps, LOSS(s.loss), s.lr, s.grad_norm, rt, el, et, cm);
             check_stdout();
         }
 
@@ -838,8 +973,9 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
                 remove_other_run(out);
                 r->other_pending = 0;
             }
-            if (csv_write(&r->log, log_path) != FG_OK) die(1, "%s", fg_last_error());
-            if (fg_ckpt_save(out, tr) != FG_OK) die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
+            if (comm->rank == 0 && csv_write(&r->log, log_path) != FG_OK) die(1, "%s", fg_last_error());
+            if (save_checkpoint(out, tr) != FG_OK)
+                die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
             last_ckpt = step;
         }
         if (stop) {
@@ -861,6 +997,10 @@ static void train_report(const train_args *a, const train_run *r, const train_to
     fmt_time(el, sizeof el, wall);
     fmt_rate(rt, sizeof rt, t->step_time > 0 ? t->tokens_done / t->step_time : 0);
     say("done: %lld steps in %s (%.1f s), %s tokens/s during training steps\n", (long long)r->cfg.steps, el, wall, rt);
+    if (comm->size > 1)
+        say("communication: %.1f ms per step (%.1f%% of the step time), %d processes\n",
+            1e3 * comm->seconds / (double)(r->cfg.steps - t->first_step), 100 * comm->seconds / t->step_time,
+            comm->size);
     if (r->src->kind == FG_SOURCE_ADDITION) {
         double opt = fg_source_optimal_loss(r->src);
         say("final: train loss %s, val loss %s (optimum %.4f, gap %s%s), held-out exact match %.1f%% of %d problems\n",
@@ -877,19 +1017,30 @@ static void train_report(const train_args *a, const train_run *r, const train_to
 int fg_cmd_train(int argc, char **argv) {
     on_tty = isatty(STDERR_FILENO);
     signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error (EPIPE), not the end of training */
+    if (fg_comm_world(&comm) != FG_OK) die(1, "%s", fg_last_error());
+    const int quiet = comm->rank > 0; /* rank 0 alone prints */
+    if (quiet) {
+        on_tty = 0;
+        stdout_lost = 1;
+    }
     train_args a;
     int rc = train_parse(argc, argv, &a);
-    if (rc >= 0) return rc;
+    if (rc >= 0) {
+        fg_comm_finish(comm);
+        return rc;
+    }
     train_run r;
     train_configure(&a, &r);
+    agree_across_ranks(&a, &r);
     print_header(&a, &r);
     train_totals t;
     int code = train_loop(&a, &r, &t);
-    if (code == 0) train_report(&a, &r, &t);
+    if (code == 0 && !quiet) train_report(&a, &r, &t);
+    fg_comm_finish(comm);
     csv_free(&r.log);
     fg_trainer_free(r.tr);
     fg_source_free(r.src);
-    if (stdout_lost) {
+    if (stdout_lost && !quiet) {
         /* Only the progress lines were lost (log.csv and the checkpoint are written): say so once,
          * and give stdio a sink so the program's final check of stdout does not fail the run. */
         fprintf(stderr,

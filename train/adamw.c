@@ -75,9 +75,13 @@ double fg_clip_grad_norm(fg_tensor *grads, double clip) {
 }
 
 fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr) {
-    if (g->num_elements != o->n)
-        return fg_error(FG_ERR_SHAPE, "adamw: %lld moments for %lld parameters", (long long)o->n,
-                        (long long)g->num_elements);
+    return fg_adamw_update_range(o, g, lr, 0, g->num_elements);
+}
+
+fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, int64_t lo, int64_t hi) {
+    if (lo < 0 || hi > g->num_elements || hi - lo != o->n)
+        return fg_error(FG_ERR_SHAPE, "adamw: %lld moments for the parameters [%lld, %lld) of %lld", (long long)o->n,
+                        (long long)lo, (long long)hi, (long long)g->num_elements);
     const fg_optimizer_kernels *k = optimizer_on(g->params_flat->device, "adamw");
     if (!k) return fg_last_status();
     /* one span per parameter range: weight decay only where the table says so */
@@ -87,12 +91,18 @@ fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr) {
     const fg_adamw_config *c = &o->cfg;
     const double bc1 = 1.0 - pow(c->beta1, (double)o->t), bc2 = 1.0 - pow(c->beta2, (double)o->t);
     const double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
+    int ns = 0;
     for (int j = 0; j < g->n_params; j++) {
         const fg_gpt_param *pp = &g->params[j];
-        spans[j] = (fg_adamw_span){pp->offset, pp->numel, pp->decay ? 1.0 - lr * c->weight_decay : 1.0};
+        /* the range's part inside [lo, hi), relative to lo */
+        int64_t a = pp->offset > lo ? pp->offset : lo, b = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+        if (b <= a) continue;
+        spans[ns++] = (fg_adamw_span){a - lo, b - a, pp->decay ? 1.0 - lr * c->weight_decay : 1.0};
     }
-    fg_status st = k->adamw(g->cfg.dtype, fg_data(g->params_flat), fg_data(g->grads_flat), fg_data(o->m), fg_data(o->v),
-                            o->n, g->n_params, spans, c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
+    const size_t off = (size_t)lo * fg_dtype_size(g->cfg.dtype);
+    fg_status st = k->adamw(g->cfg.dtype, (char *)fg_data(g->params_flat) + off,
+                            (const char *)fg_data(g->grads_flat) + off, fg_data(o->m), fg_data(o->v), o->n, ns, spans,
+                            c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
     free(spans);
     return st;
 }

@@ -65,6 +65,10 @@ double fg_clip_grad_norm(fg_tensor *grads, double clip);
 
 /* One AdamW update of g's parameters from g's gradients at learning rate lr (t advances by 1). */
 fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr);
+/* The same update of the parameters [lo, hi) of the flat array only, whose moments o holds (o->n is
+ * hi - lo: a ZeRO-1 shard, train/dist.h). Elementwise, so a shard's result is bit for bit that
+ * part of the whole update. */
+fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, int64_t lo, int64_t hi);
 
 #ifdef __cplusplus
 }

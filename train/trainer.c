@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "ops/kernels.h"
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
 
@@ -50,7 +51,21 @@ static double scalar_value(const fg_tensor *t) {
 }
 
 fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data) {
+    return fg_trainer_create_dist(cfg, data, NULL, 0);
+}
+
+fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *data, fg_comm *comm, int zero) {
     if (fg_train_config_check(cfg) != FG_OK) return NULL;
+    if (!comm) comm = fg_comm_single();
+    if (cfg->grad_accum % comm->size) {
+        fg_error(FG_ERR_ARG, "grad-accum %d does not divide among %d processes", cfg->grad_accum, comm->size);
+        return NULL;
+    }
+    if (zero && cfg->model.device != FG_CPU) {
+        fg_error(FG_ERR_ARG, "--zero 1 shards the optimizer on the CPU only (the device here: %s)",
+                 fg_device_name(cfg->model.device));
+        return NULL;
+    }
     int V = fg_source_vocab_size(data);
     if (cfg->model.vocab_size != V) {
         fg_error(FG_ERR_ARG, "the model's vocabulary (%d) differs from the data's (%d)", cfg->model.vocab_size, V);
@@ -70,17 +85,32 @@ fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data)
     tr->cfg = *cfg;
     tr->data = data;
     tr->T = T;
+    tr->comm = comm;
+    tr->zero = zero && comm->size > 1;
     size_t n = (size_t)cfg->batch_size * (size_t)T;
     tr->x = malloc(n * sizeof *tr->x);
     tr->y = malloc(n * sizeof *tr->y);
-    if (!tr->x || !tr->y) {
+    tr->losses = malloc((size_t)cfg->grad_accum * sizeof *tr->losses);
+    if (!tr->x || !tr->y || !tr->losses) {
         fg_error(FG_ERR_OOM, "trainer: out of memory for a (%d, %d) batch", cfg->batch_size, T);
         fg_trainer_free(tr);
         return NULL;
     }
     tr->model = fg_gpt_create(&cfg->model, cfg->seed);
-    if (!tr->model ||
-        fg_adamw_init(&tr->opt, &cfg->opt, cfg->model.dtype, cfg->model.device, tr->model->num_elements) != FG_OK) {
+    if (!tr->model) {
+        fg_trainer_free(tr);
+        return NULL;
+    }
+    const int64_t np = tr->model->num_elements;
+    tr->shard_lo = 0;
+    tr->shard_hi = np;
+    if (tr->zero) fg_comm_shard(np, comm->size, comm->rank, &tr->shard_lo, &tr->shard_hi);
+    if (fg_adamw_init(&tr->opt, &cfg->opt, cfg->model.dtype, cfg->model.device, tr->shard_hi - tr->shard_lo) !=
+        FG_OK) {
+        fg_trainer_free(tr);
+        return NULL;
+    }
+    if (cfg->grad_accum / comm->size > 1 && !(tr->acc = fg_zeros(cfg->model.dtype, cfg->model.device, 1, &np))) {
         fg_trainer_free(tr);
         return NULL;
     }
@@ -95,50 +125,136 @@ fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data)
 
 void fg_trainer_free(fg_trainer *tr) {
     if (!tr) return;
+    fg_trainer_reshard(tr, 0);
     fg_gpt_free(tr->model);
     fg_adamw_free(&tr->opt);
     fg_release(tr->grad_seed);
+    fg_release(tr->acc);
+    free(tr->losses);
     free(tr->x);
     free(tr->y);
     free(tr);
 }
 
+fg_status fg_trainer_unshard(fg_trainer *tr, int gather) {
+    if (!tr->zero || tr->m_shard) return FG_OK;
+    const int64_t np = tr->model->num_elements, k = tr->shard_hi - tr->shard_lo;
+    const fg_dtype dt = tr->cfg.model.dtype;
+    const size_t es = fg_dtype_size(dt), off = (size_t)tr->shard_lo * es;
+    fg_tensor *m = fg_zeros(dt, FG_CPU, 1, &np), *v = m ? fg_zeros(dt, FG_CPU, 1, &np) : NULL;
+    if (!v) {
+        fg_release(m);
+        return fg_last_status();
+    }
+    fg_status st = FG_OK;
+    if (gather) {
+        memcpy((char *)fg_data(m) + off, fg_data(tr->opt.m), (size_t)k * es);
+        memcpy((char *)fg_data(v) + off, fg_data(tr->opt.v), (size_t)k * es);
+        st = fg_comm_allgather(tr->comm, fg_data(m), dt, np, FG_CPU);
+        if (st == FG_OK) st = fg_comm_allgather(tr->comm, fg_data(v), dt, np, FG_CPU);
+    }
+    if (st != FG_OK) {
+        fg_release(m);
+        fg_release(v);
+        return st;
+    }
+    tr->m_shard = tr->opt.m;
+    tr->v_shard = tr->opt.v;
+    tr->opt.m = m;
+    tr->opt.v = v;
+    tr->opt.n = np;
+    return FG_OK;
+}
+
+void fg_trainer_reshard(fg_trainer *tr, int keep) {
+    if (!tr->m_shard) return;
+    const size_t es = fg_dtype_size(tr->cfg.model.dtype), off = (size_t)tr->shard_lo * es;
+    const int64_t k = tr->shard_hi - tr->shard_lo;
+    if (keep) {
+        memcpy(fg_data(tr->m_shard), (char *)fg_data(tr->opt.m) + off, (size_t)k * es);
+        memcpy(fg_data(tr->v_shard), (char *)fg_data(tr->opt.v) + off, (size_t)k * es);
+    }
+    fg_release(tr->opt.m);
+    fg_release(tr->opt.v);
+    tr->opt.m = tr->m_shard;
+    tr->opt.v = tr->v_shard;
+    tr->opt.n = k;
+    tr->m_shard = tr->v_shard = NULL;
+}
+
+/* out (n) = a + b on the arrays' device (out may be a or b): the fold's step */
+static fg_status add_arrays(fg_tensor *out, const fg_tensor *a, const fg_tensor *b) {
+    const fg_kernels *k = fg_kernels_for(out->device, "grad_accum");
+    if (!k) return fg_last_status();
+    const int64_t n = fg_numel(out), s1 = 1;
+    return k->elementwise.forward(FG_BINARY_ADD, out->dtype, fg_data(out), fg_data(a), &s1, fg_data(b), &s1, 1, &n);
+}
+
 fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
     const fg_train_config *c = &tr->cfg;
-    const int B = c->batch_size, T = tr->T;
+    fg_comm *comm = tr->comm;
+    const int B = c->batch_size, T = tr->T, A = c->grad_accum / comm->size;
+    fg_gpt *g = tr->model;
     fg_step_stats st = {.lr = fg_lr_at(&c->opt, tr->step), .tokens = (int64_t)B * T * c->grad_accum};
-    fg_gpt_zero_grad(tr->model);
-    double loss_sum = 0;
-    for (int micro = 0; micro < c->grad_accum; micro++) {
+    fg_gpt_zero_grad(g);
+    /* this rank's micro-batch losses go to their global places; a non-finite one stops the loop */
+    double *mine = tr->losses + (size_t)comm->rank * (size_t)A;
+    for (int a = 0; a < A; a++) mine[a] = 0.0;
+    for (int a = 0; a < A; a++) {
+        const int micro = comm->rank * A + a; /* the global micro-batch */
         uint64_t index = (uint64_t)tr->step * (uint64_t)c->grad_accum + (uint64_t)micro;
         fg_status s = fg_source_batch(tr->data, FG_SPLIT_TRAIN, B, T, c->seed, index, tr->x, tr->y);
         if (s != FG_OK) return s;
         fg_gpt_train_ctx ctx = {.seed = c->seed, .step = (uint64_t)tr->step, .micro = (uint32_t)micro};
-        fg_tensor *loss = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, &ctx);
+        fg_tensor *loss = fg_gpt_loss(g, tr->x, tr->y, B, T, &ctx);
         if (!loss) return fg_last_status();
         double lv = scalar_value(loss);
+        mine[a] = lv;
         if (!isfinite(lv)) {
             fg_release(loss);
-            fg_gpt_zero_grad(tr->model);
-            return fg_error(FG_ERR_NUMERIC, "the loss is not finite (%g) at step %lld", lv, (long long)tr->step + 1);
+            break;
         }
-        s = fg_backward(loss, tr->grad_seed);
+        /* every micro-batch's gradient starts from zero; acc folds them: acc = g_0, acc += g_a */
+        if (a == 1) s = fg_copy_into(tr->acc, g->grads_flat);
+        if (a >= 1) fg_gpt_zero_grad(g);
+        if (s == FG_OK) s = fg_backward(loss, tr->grad_seed);
         fg_release(loss);
+        if (s == FG_OK && a >= 1) s = a < A - 1 ? add_arrays(tr->acc, tr->acc, g->grads_flat)
+                                                : add_arrays(g->grads_flat, tr->acc, g->grads_flat);
         if (s != FG_OK) return s;
-        loss_sum += lv;
+    }
+    fg_status s = FG_OK;
+    if (comm->size > 1) s = fg_comm_allgather_bytes(comm, mine, tr->losses, (size_t)A * sizeof *tr->losses);
+    if (s != FG_OK) return s;
+    double loss_sum = 0;
+    for (int m = 0; m < c->grad_accum; m++) {
+        if (!isfinite(tr->losses[m])) {
+            fg_gpt_zero_grad(g);
+            return fg_error(FG_ERR_NUMERIC, "the loss is not finite (%g) at step %lld", tr->losses[m],
+                            (long long)tr->step + 1);
+        }
+        loss_sum += tr->losses[m];
     }
     st.loss = loss_sum / c->grad_accum;
-    st.grad_norm = fg_grad_norm(tr->model->grads_flat);
+    /* the ranks' sums, folded in rank order; every rank gets the whole gradient */
+    s = fg_comm_fold_sum(comm, fg_data(g->grads_flat), c->model.dtype, g->num_elements, c->model.device, 1);
+    if (s != FG_OK) return s;
+    st.grad_norm = fg_grad_norm(g->grads_flat);
     if (!isfinite(st.grad_norm)) {
-        fg_gpt_zero_grad(tr->model);
+        fg_gpt_zero_grad(g);
         return fg_error(FG_ERR_NUMERIC, "the gradient norm is not finite (%g) at step %lld", st.grad_norm,
                         (long long)tr->step + 1);
     }
     if (c->opt.grad_clip > 0) {
         double coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
-        if (coef < 1.0) fg_grad_scale(tr->model->grads_flat, coef);
+        if (coef < 1.0) fg_grad_scale(g->grads_flat, coef);
     }
-    fg_status s = fg_adamw_update(&tr->opt, tr->model, st.lr);
+    if (tr->zero) {
+        s = fg_adamw_update_range(&tr->opt, g, st.lr, tr->shard_lo, tr->shard_hi);
+        if (s == FG_OK) s = fg_comm_allgather(comm, fg_data(g->params_flat), c->model.dtype, g->num_elements, FG_CPU);
+    } else {
+        s = fg_adamw_update(&tr->opt, g, st.lr);
+    }
     if (s != FG_OK) return s;
     tr->step++;
     if (out) *out = st;

@@ -15,6 +15,16 @@
  * parameters, AdamW's moments and `step`: a run resumed from those continues bit for bit. Given
  * the same thread count, a run is reproducible bit for bit (sums are in a fixed order).
  *
+ * The micro-batch gradients are summed as a left fold, acc = g_0; acc += g_1; ..., each g computed
+ * from zero gradients; so the sum is the same whether the micro-batches run in one process or on P
+ * ranks of a data-parallel run (train/dist.h): grad_accum counts the micro-batches of the WHOLE
+ * step, and rank r runs the global micro-batches r·A .. r·A + A - 1 (A = grad_accum / P, with the
+ * batches and dropout masks of those global indices), folds its own A, and the ranks' sums are
+ * folded in rank order. P ranks with A = 1 therefore give one process's step with grad_accum P
+ * bit for bit. Every rank then clips and applies the same update; with `zero`, each keeps AdamW's
+ * moments for its shard of the flat parameters only (ZeRO-1), updates that shard and all-gathers
+ * the parameters.
+ *
  * Evaluation (fg_trainer_eval_loss) averages the loss over eval_iters FIXED batches of a split —
  * the same batches at every evaluation, drawn with a seed derived from the run's — without dropout
  * and without recording a graph.
@@ -26,6 +36,7 @@
 
 #include "datasets/source.h"
 #include "train/adamw.h"
+#include "train/dist.h"
 #include "train/gpt.h"
 
 #ifdef __cplusplus
@@ -39,7 +50,7 @@ typedef struct {
     fg_gpt_config model;
     fg_adamw_config opt;
     int batch_size; /* B, rows per micro-batch */
-    int grad_accum; /* micro-batches per optimizer step */
+    int grad_accum; /* micro-batches per optimizer step, over all ranks of a data-parallel run */
     int64_t steps;  /* optimizer steps of the run */
     int eval_every; /* evaluate every k steps (0: only at the end) */
     int eval_iters; /* batches per evaluation */
@@ -59,18 +70,35 @@ typedef struct {
     int T;                 /* sequence length of the batches */
     int32_t *x, *y;        /* (B, T) batch buffers */
     fg_tensor *grad_seed;  /* (1) = 1 / grad_accum, the loss gradient of each micro-batch */
+    /* data parallelism (train/dist.h) */
+    fg_comm *comm;                /* borrowed; the one-process communicator by default */
+    int zero;                     /* 1: opt holds the moments of [shard_lo, shard_hi) only */
+    int64_t shard_lo, shard_hi;   /* this rank's shard of the flat parameters */
+    fg_tensor *acc;               /* (P) the fold of the micro-batch gradients (when A > 1), or NULL */
+    double *losses;               /* (grad_accum) the micro-batch losses of a step, global order */
+    fg_tensor *m_shard, *v_shard; /* zero: the shard moments while opt holds full ones (fg_trainer_unshard) */
 } fg_trainer;
 
 /* A fresh run: model initialized from cfg->seed, zero moments, step 0. cfg->model.vocab_size must
  * equal the data's; for the addition task block_size must be at least the task's T. Caller frees. */
 fg_trainer *fg_trainer_create(const fg_train_config *cfg, const fg_source *data);
 void fg_trainer_free(fg_trainer *tr);
+/* The same on rank comm->rank of comm's ranks (NULL: one process); cfg->grad_accum must be a
+ * multiple of comm->size. zero = 1 shards AdamW's moments (CPU only). */
+fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *data, fg_comm *comm, int zero);
+
+/* With zero (a no-op otherwise): fg_trainer_unshard makes opt hold full-size moments (gathered from
+ * every rank when gather, else uninitialized: for a restore), as checkpoints read and write them;
+ * fg_trainer_reshard goes back to the shards, first copying the full moments' part into them when
+ * keep (after a restore). Collective: every rank calls them. */
+fg_status fg_trainer_unshard(fg_trainer *tr, int gather);
+void fg_trainer_reshard(fg_trainer *tr, int keep);
 
 typedef struct {
     double loss; /* mean over the micro-batches */
     double lr;
     double grad_norm; /* before clipping */
-    int64_t tokens;   /* tokens processed: B · T · grad_accum */
+    int64_t tokens;   /* tokens processed: B · T · grad_accum (all ranks) */
 } fg_step_stats;
 
 /* One optimizer step (see the top). A non-finite loss or gradient norm returns FG_ERR_NUMERIC

@@ -212,6 +212,42 @@ static int the_cuda_build_holds_the_device_and_starts_it(void) {
     return FGT_PASS;
 }
 
+/* cuda/nccl.cu, when the build has NCCL (weak: the emulator's runner and a build without NCCL lack it) */
+extern fg_status fg_nccl_id(void *id, size_t cap, size_t *len) __attribute__((weak));
+extern fg_status fg_nccl_start(int rank, int size, const void *id, size_t len) __attribute__((weak));
+extern fg_status fg_nccl_fold_sum(void *buf, fg_dtype dt, int64_t n, int gather) __attribute__((weak));
+extern fg_status fg_nccl_allgather(void *buf, fg_dtype dt, int64_t n) __attribute__((weak));
+
+/* One rank (P = 1) through NCCL: the clique starts from a unique id, and the fold and the
+ * all-gather leave a device buffer exactly as it was (a fold of one rank is that rank's values). */
+static int nccl_one_rank_folds_and_gathers_exactly(void) {
+    if (FGT_DEV != FG_CUDA || !fg_nccl_start) return FGT_SKIP;
+    FGT_OK(fg_device_start(FG_CUDA));
+    char id[256];
+    size_t len = 0;
+    FGT_OK(fg_nccl_id(id, sizeof id, &len));
+    FGT_OK(fg_nccl_start(0, 1, id, len));
+    enum { N = 1003 };
+    float h[N], back[N];
+    for (int i = 0; i < N; i++) h[i] = (float)(i % 17) * 0.37f - 2.0f;
+    int64_t n = N;
+    fg_tensor *d = fg_from_buffer(FG_F32, FG_CUDA, 1, &n, h);
+    FGT_NOTNULL(d);
+    int r = FGT_PASS;
+    if (fg_nccl_fold_sum(fg_data(d), FG_F32, N, 1) != FG_OK || fg_nccl_allgather(fg_data(d), FG_F32, N) != FG_OK ||
+        fg_to_host(d, back) != FG_OK) {
+        fgt_fail(__FILE__, __LINE__, "NCCL at P = 1: %s", fg_last_error());
+        r = FGT_FAIL;
+    }
+    for (int i = 0; i < N && r == FGT_PASS; i++)
+        if (back[i] != h[i]) {
+            fgt_fail(__FILE__, __LINE__, "element %d is %g after the fold, expected %g", i, back[i], h[i]);
+            r = FGT_FAIL;
+        }
+    fg_release(d);
+    return r;
+}
+
 const fgt_case fgt_runtime_cases[] = {
     {"the_cuda_build_holds_the_device_and_starts_it", the_cuda_build_holds_the_device_and_starts_it},
     {"allocator_counts_and_caches_device_blocks", allocator_counts_and_caches_device_blocks},
@@ -220,5 +256,6 @@ const fgt_case fgt_runtime_cases[] = {
     {"fill_and_axpy_on_views", fill_and_axpy_on_views},
     {"gemm_covers_transposes_batches_and_empty_k", gemm_covers_transposes_batches_and_empty_k},
     {"adamw_range_matches_the_host_formula", adamw_range_matches_the_host_formula},
+    {"nccl_one_rank_folds_and_gathers_exactly", nccl_one_rank_folds_and_gathers_exactly},
     {NULL, NULL},
 };

@@ -1,0 +1,133 @@
+/* dist.c — the one-process communicator and the entry points of every communicator (dist.h). */
+#include "train/dist.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tensor/error.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- one process ---- */
+static fg_status single_fold(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev, int gather) {
+    (void)c, (void)buf, (void)dt, (void)n, (void)dev, (void)gather;
+    return FG_OK;
+}
+static fg_status single_allgather(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev) {
+    (void)c, (void)buf, (void)dt, (void)n, (void)dev;
+    return FG_OK;
+}
+static fg_status single_allgather_bytes(fg_comm *c, const void *mine, void *all, size_t nbytes) {
+    (void)c;
+    memmove(all, mine, nbytes);
+    return FG_OK;
+}
+static fg_status single_max_int(fg_comm *c, int v, int *out) {
+    (void)c;
+    *out = v;
+    return FG_OK;
+}
+static void single_abort(fg_comm *c, int code) {
+    (void)c;
+    exit(code);
+}
+static void single_finish(fg_comm *c) { (void)c; }
+
+static const fg_comm_ops single_ops = {"single",           single_fold,    single_allgather, single_allgather_bytes,
+                                       single_max_int,     single_abort,   single_finish};
+static fg_comm single_comm = {&single_ops, 0, 1, 0.0, NULL};
+
+fg_comm *fg_comm_single(void) { return &single_comm; }
+
+/* ---- the world ---- */
+/* Linked in with train/mpi/comm_mpi.o; NULL in a program without MPI. */
+extern fg_status fg_comm_mpi_start(fg_comm **out) __attribute__((weak));
+
+/* The process count a launcher announces in the environment (Open MPI, MPICH / Hydra, PMIx,
+ * Slurm's srun), or 0 when none did. */
+static int launcher_size(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v) > 0 ? atoi(v) : 1;
+    }
+    return 0;
+}
+
+fg_status fg_comm_world(fg_comm **out) {
+    static fg_comm *world;
+    if (world) {
+        *out = world;
+        return FG_OK;
+    }
+    int launched = launcher_size();
+    if (launched == 0 || !fg_comm_mpi_start) {
+        if (launched > 1)
+            return fg_error(FG_ERR_STATE,
+                            "started as one of %d processes, but flashgrad was built without MPI; install "
+                            "libopenmpi-dev openmpi-bin and rebuild (make)",
+                            launched);
+        *out = world = &single_comm;
+        return FG_OK;
+    }
+    fg_status st = fg_comm_mpi_start(&world);
+    if (st != FG_OK) return st;
+    *out = world;
+    return FG_OK;
+}
+
+void fg_comm_shard(int64_t n, int P, int r, int64_t *lo, int64_t *hi) {
+    int64_t base = n / P, rem = n % P;
+    *lo = (int64_t)r * base + (r < rem ? r : rem);
+    *hi = *lo + base + (r < rem ? 1 : 0);
+}
+
+fg_status fg_comm_fold_sum(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev, int gather) {
+    if (c->size == 1) return FG_OK;
+    double t0 = now();
+    fg_status st = c->ops->fold_sum(c, buf, dt, n, dev, gather);
+    c->seconds += now() - t0;
+    return st;
+}
+
+fg_status fg_comm_allgather(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev) {
+    if (c->size == 1) return FG_OK;
+    double t0 = now();
+    fg_status st = c->ops->allgather(c, buf, dt, n, dev);
+    c->seconds += now() - t0;
+    return st;
+}
+
+fg_status fg_comm_allgather_bytes(fg_comm *c, const void *mine, void *all, size_t nbytes) {
+    return c->ops->allgather_bytes(c, mine, all, nbytes);
+}
+
+int fg_comm_max_int(fg_comm *c, int v) {
+    int out = v;
+    if (c->size > 1 && c->ops->max_int(c, v, &out) != FG_OK) return v;
+    return out;
+}
+
+void fg_comm_abort(fg_comm *c, int code) {
+    c->ops->abort(c, code);
+    exit(code); /* an implementation that returned */
+}
+
+void fg_comm_finish(fg_comm *c) { c->ops->finish(c); }
+
+void fg_comm_add_into(fg_dtype dt, void *acc, const void *x, int64_t n) {
+    if (dt == FG_F64) {
+        double *a = acc;
+        const double *b = x;
+        for (int64_t i = 0; i < n; i++) a[i] += b[i];
+    } else {
+        float *a = acc;
+        const float *b = x;
+        for (int64_t i = 0; i < n; i++) a[i] += b[i];
+    }
+}
