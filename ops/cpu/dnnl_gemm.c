@@ -1,0 +1,47 @@
+/* dnnl_gemm.c — fg_dnnl_sgemm over oneDNN's dnnl_sgemm (see dnnl_gemm.h). */
+#include "ops/cpu/dnnl_gemm.h"
+
+#ifdef FG_HAVE_DNNL
+#include <dnnl.h>
+#include <omp.h>
+#include <stdio.h>
+
+int fg_dnnl_available(void) { return 1; }
+
+const char *fg_dnnl_version(void) {
+    static char buf[64];
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, sizeof buf, "%d.%d.%d (cpu runtime %s)", v->major, v->minor, v->patch,
+             v->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
+             : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
+                                                  : "other");
+    return buf;
+}
+
+/* The OpenMP team size last set on this thread (0: never set, OpenMP's default then). */
+static _Thread_local int tl_omp_threads;
+
+int fg_dnnl_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
+    if (threads < 1) threads = 1;
+    if (tl_omp_threads != threads) { /* this thread's nthreads-var: the team oneDNN's loops get */
+        omp_set_num_threads(threads);
+        tl_omp_threads = threads;
+    }
+    return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success;
+}
+
+#else
+
+int fg_dnnl_available(void) { return 0; }
+
+const char *fg_dnnl_version(void) { return "none"; }
+
+int fg_dnnl_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+    (void)C, (void)ldc, (void)threads;
+    return 1;
+}
+
+#endif
