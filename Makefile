@@ -77,9 +77,9 @@ all: deps
 deps:
 	@missing="$(deps_missing)"; sh tests/deps.sh $$missing
 ifeq ($(DNNL_DEPS),install)
-	@sh tests/deps.sh libdnnl-dev || echo "flashgrad: building without oneDNN: large products use OpenBLAS"
+	@sh tests/deps.sh libdnnl-dev || echo "flashgrad: building without oneDNN: float32 products use the tile kernel and OpenBLAS"
 else ifeq ($(DNNL_DEPS),without)
-	@echo "flashgrad: building without oneDNN (libdnnl-dev not installed): large products use OpenBLAS"
+	@echo "flashgrad: building without oneDNN (libdnnl-dev not installed): float32 products use the tile kernel and OpenBLAS"
 endif
 deps-test:
 	@$(MAKE) --no-print-directory deps NEED_CRITERION=1
