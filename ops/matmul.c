@@ -158,10 +158,11 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  * step from nanoGPT's CPU model to GPT-2 small's shape (with each kernel single-threaded per block,
  * timed by CPU time, and on the pool):
  *   - float64: blas.
- *   - float32 with oneDNN: dnnl, except a product whose A is read transposed (a weight gradient,
- *     xᵀ @ dout) with K >= GEMM_BLAS_MIN_K and M >= GEMM_BLAS_MIN_M, which is blas. oneDNN is
- *     ahead of the tile kernel at every shape measured, small ones included, and of OpenBLAS
- *     except on those deep transposed-A products, where OpenBLAS is ahead.
+ *   - float32 with oneDNN: dnnl, except a small weight gradient over many rows (A read
+ *     transposed, K >= GEMM_BLAS_MIN_K, M >= GEMM_BLAS_MIN_M, M·N <= GEMM_BLAS_MAX_MN: a narrow
+ *     model's dW = doutᵀ @ x), which is blas. oneDNN is ahead of the tile kernel at every shape
+ *     measured, small ones included, and of OpenBLAS everywhere but on those weight gradients,
+ *     where oneDNN's blocks are narrow and OpenBLAS is ahead.
  *   - float32 without oneDNN: tile where B' fits in the L2 cache (at most 3/4 of a core's L2;
  *     there it is ahead of OpenBLAS), else blas.
  *   - FG_MATMUL (or fg_matmul_set_kernel) forces one kernel where it can run.
@@ -177,8 +178,9 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 #define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
 #define GEMM_DNNL_ROWS 512         /* fewest rows per item for oneDNN */
-#define GEMM_BLAS_MIN_K 512        /* a transposed-A product this deep (K) ... */
-#define GEMM_BLAS_MIN_M 128        /* ... and this tall (M) goes to OpenBLAS */
+#define GEMM_BLAS_MIN_K 512        /* a transposed-A product at least this deep (K), */
+#define GEMM_BLAS_MIN_M 128        /* this tall (M) */
+#define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
 
 /* Bytes of B' up to which the tile kernel runs: three quarters of a core's L2 cache (sysconf;
@@ -299,7 +301,9 @@ static void dnnl_grid(int64_t M, int64_t N, int64_t *rows, int64_t *cols) {
 static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta, double beta) {
     const int tile_ok = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (beta == 0.0 || beta == 1.0);
     if (dt == FG_F32 && fg_dnnl_available())
-        return ta && K >= GEMM_BLAS_MIN_K && M >= GEMM_BLAS_MIN_M ? GEMM_BLAS : GEMM_DNNL;
+        return ta && K >= GEMM_BLAS_MIN_K && M >= GEMM_BLAS_MIN_M && (double)M * (double)N <= GEMM_BLAS_MAX_MN
+                   ? GEMM_BLAS
+                   : GEMM_DNNL;
     if (tile_ok && (double)K * (double)N * 4 <= gemm_tile_max_b()) return GEMM_TILE;
     return GEMM_BLAS;
 }
