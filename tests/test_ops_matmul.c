@@ -360,7 +360,7 @@ static void linear_run(fg_dtype dt, int64_t R, int64_t K, int64_t N, int w_trans
 
 /* GPT-like and odd shapes: several row blocks, the register tiles' tails (rows not a multiple of
  * 6, columns not of 16), a transposed w (the forward then reads w as it is stored), and a B' too
- * big for the tile kernel (BLAS). Every SIMD level (scalar: the BLAS kernel) and thread count must
+ * big for the tile kernel. Every SIMD level (scalar: oneDNN or BLAS) and thread count must
  * give the float64 answer to float32 accuracy, and the same bits for 1 and 3 threads. */
 Test(matmul, float32_linear_on_the_pool_matches_float64_for_every_level_and_thread_count) {
     static const int64_t shapes[][4] = {{768, 128, 384, 0}, {97, 37, 53, 0}, {131, 64, 65, 1}, {50, 1100, 400, 0}};

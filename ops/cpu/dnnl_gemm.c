@@ -8,13 +8,38 @@
 
 int fg_dnnl_available(void) { return 1; }
 
+/* The widest instruction set oneDNN's kernels may use on this CPU. */
+static const char *isa_name(dnnl_cpu_isa_t isa) {
+    switch ((int)isa) {
+    case dnnl_cpu_isa_sse41:
+        return "sse4.1";
+    case dnnl_cpu_isa_avx:
+        return "avx";
+    case dnnl_cpu_isa_avx2:
+        return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+        return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core:
+        return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+        return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+        return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+        return "avx512_core_amx";
+    default:
+        return "other";
+    }
+}
+
 const char *fg_dnnl_version(void) {
-    static char buf[64];
+    static char buf[96];
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, sizeof buf, "%d.%d.%d (cpu runtime %s)", v->major, v->minor, v->patch,
+    snprintf(buf, sizeof buf, "%d.%d.%d (%s, isa %s)", v->major, v->minor, v->patch,
              v->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
              : v->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
-                                                  : "other");
+                                                  : "other runtime",
+             isa_name(dnnl_get_effective_cpu_isa()));
     return buf;
 }
 

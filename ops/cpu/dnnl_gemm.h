@@ -27,7 +27,8 @@ extern "C" {
 
 /* 1 when flashgrad was built with oneDNN, else 0. */
 int fg_dnnl_available(void);
-/* The oneDNN version as "2.6.0 (cpu runtime OpenMP)", or "none". Static storage. */
+/* The oneDNN version, threading runtime and instruction set, as "2.6.3 (OpenMP, isa avx2)", or
+ * "none". Static storage; not thread-safe on its first call. */
 const char *fg_dnnl_version(void);
 
 /* C (m, n), row stride ldc  =  alpha · A' (m, k) @ B' (k, n)  +  beta · C, all row-major, where
