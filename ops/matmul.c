@@ -405,17 +405,18 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha
      * are split (their kernels for a block's tail rows may sum differently), and a split that
      * followed the thread count would make results follow it too. */
     const int64_t threads = fg_pool_threads();
+    J.cols = N;
     if (2.0 * (double)M * (double)N * (double)K < GEMM_MIN_PARALLEL || (J.kind == GEMM_TILE && threads <= 1)) {
         J.rows = M;
     } else if (J.kind == GEMM_TILE) {
         J.rows = (M + threads - 1) / threads;
         if (J.rows > GEMM_TILE_ROWS) J.rows = (M + 2 * threads - 1) / (2 * threads);
         J.rows = (J.rows + 5) / 6 * 6;
+    } else if (J.kind == GEMM_DNNL) {
+        dnnl_grid(M, N, &J.rows, &J.cols);
     } else {
         J.rows = GEMM_BLAS_ROWS;
     }
-    J.cols = N;
-    if (J.kind == GEMM_DNNL && J.rows < M) dnnl_grid(M, N, &J.rows, &J.cols);
     J.col_blocks = (N + J.cols - 1) / J.cols;
     fg_pool_run((M + J.rows - 1) / J.rows * J.col_blocks, gemm_item, &J, J.kind == GEMM_BLAS ? FG_POOL_BLAS_SERIAL : 0);
     if (packed) fg_free(FG_CPU, packed);
