@@ -167,17 +167,16 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *     there it is ahead of OpenBLAS), else blas.
  *   - FG_MATMUL (or fg_matmul_set_kernel) forces one kernel where it can run.
  *
- * Blocks. oneDNN is faster the more rows one call has (below a few hundred rows its kernel for
- * wide B' slows down): its blocks are at least GEMM_DNNL_ROWS rows, an even number of them, or
- * two column blocks when there is a single row block (dnnl_grid). BLAS's blocks are
- * GEMM_BLAS_ROWS rows. Both follow from the shape alone, never from the thread count: a block's
- * result can depend on the block's size (a kernel's tail rows may sum differently), so a split
+ * Blocks. oneDNN is faster the larger one call is: its grid has as few blocks as give each of the
+ * machine's CPUs one (dnnl_grid). BLAS's blocks are GEMM_BLAS_ROWS rows. Both follow from the shape
+ * (and, for oneDNN, the machine's CPU count), never from the thread count: a block's result can
+ * depend on the block's size (a kernel's tail rows may sum differently; oneDNN's do), so a split
  * that followed the thread count would make the bits follow it too. The tile kernel's blocks
  * follow the thread count (its bits do not depend on the split). */
 
 #define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
-#define GEMM_DNNL_ROWS 512         /* fewest rows per item for oneDNN */
+#define GEMM_DNNL_ROWS 256         /* fewest rows per item for oneDNN */
 #define GEMM_BLAS_MIN_K 512        /* a transposed-A product at least this deep (K), */
 #define GEMM_BLAS_MIN_M 128        /* this tall (M) */
 #define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
@@ -284,16 +283,32 @@ static void transpose_f32(float *dst, const float *src, int64_t N, int64_t K, in
                 for (int64_t p = p0; p < K && p < p0 + 16; p++) dst[p * N + c] = src[c * ld + p];
 }
 
-/* oneDNN's blocks of C (rows × cols), from the shape alone: row blocks of at least
- * GEMM_DNNL_ROWS rows, an even count of them where there are several; a product with a single
- * row block is cut into two column blocks instead, so that it still takes two threads. */
+/* The CPUs this machine has (configured, whatever this process's affinity or thread count):
+ * oneDNN's grid follows it, so the grid is fixed on a machine. */
+static int64_t machine_cpus(void) {
+    static _Atomic long v;
+    long n = atomic_load_explicit(&v, memory_order_relaxed);
+    if (n == 0) {
+        n = sysconf(_SC_NPROCESSORS_CONF);
+        n = n < 1 ? 1 : n > FG_POOL_MAX_THREADS ? FG_POOL_MAX_THREADS : n;
+        atomic_store_explicit(&v, n, memory_order_relaxed);
+    }
+    return n;
+}
+
+/* oneDNN's blocks of C (rows × cols), from the shape and the machine's CPU count P, never from
+ * the thread count: oneDNN is faster the larger one call is, so the grid has as few blocks as
+ * give every CPU one: up to P row blocks of at least GEMM_DNNL_ROWS rows, and where there are
+ * fewer than P, column blocks of at least 128 columns to make up the count. */
 static void dnnl_grid(int64_t M, int64_t N, int64_t *rows, int64_t *cols) {
+    const int64_t P = machine_cpus();
     int64_t rb = M / GEMM_DNNL_ROWS;
-    if (rb > 1 && rb % 2) rb--;
-    if (rb < 1) rb = 1;
+    rb = rb < 1 ? 1 : rb > P ? P : rb;
+    int64_t cb = (P + rb - 1) / rb, cb_max = N / 128;
+    cb = cb > cb_max ? cb_max : cb;
+    cb = cb < 1 ? 1 : cb;
     *rows = ((M + rb - 1) / rb + 15) / 16 * 16;
-    *cols = N;
-    if (rb == 1 && N >= 128) *cols = ((N + 1) / 2 + 15) / 16 * 16;
+    *cols = ((N + cb - 1) / cb + 15) / 16 * 16;
 }
 
 /* FG_MATMUL_AUTO's kernel for one product (the rule is stated at "the CPU GEMM" above); ta: A' is
