@@ -15,9 +15,9 @@
  * or one given by --rows, --n-embd and --vocab.
  *
  * Kernels, each through fg_matmul with fg_matmul_set_kernel on --threads threads:
- *   tile      flashgrad's register-blocked kernel (ops/cpu/smallgemm.h), row blocks on the pool
- *   blas      OpenBLAS, single-threaded per row block on the pool
- *   dnnl      oneDNN's sgemm, single-threaded per row block on the pool
+ *   tile      flashgrad's register-blocked kernel (ops/cpu/smallgemm.h), blocks of C on the pool
+ *   blas      OpenBLAS, single-threaded per block of C on the pool
+ *   dnnl      oneDNN's sgemm, single-threaded per block of C on the pool
  *   dnnl-omp  oneDNN's sgemm given the whole product on its own OpenMP threads, the pool idle
  * and "pick": the kernel the automatic choice takes for that shape. Each figure is the best of
  * --repeat timed runs after one warm-up (best, not median: others' processes only ever slow a run

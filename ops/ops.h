@@ -32,7 +32,7 @@ fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias);
 /* The kernel of float32 products on the CPU (ops/matmul.c): FG_MATMUL_AUTO, the default — chosen
  * per product by its shape (ops/matmul.c states the rule) — or one kernel for every float32
  * product it can run: FG_MATMUL_BLAS, OpenBLAS; FG_MATMUL_TILE, the register-blocked tile kernel
- * (AVX2+FMA or AVX-512); FG_MATMUL_DNNL, oneDNN single-threaded per row block on the pool;
+ * (AVX2+FMA or AVX-512); FG_MATMUL_DNNL, oneDNN single-threaded per block of C on the pool;
  * FG_MATMUL_DNNL_OMP, oneDNN given the whole product on its own OpenMP threads (as many as the
  * pool's) while the pool waits. A kernel that cannot run a product (no oneDNN in the build, no
  * AVX2, float64) leaves it to the automatic choice. FG_MATMUL=blas|tile|dnnl|dnnl-omp in the

@@ -43,17 +43,16 @@ const char *fg_dnnl_version(void) {
     return buf;
 }
 
-/* The OpenMP team size last set on this thread (0: never set, OpenMP's default then). */
-static _Thread_local int tl_omp_threads;
-
 int fg_dnnl_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads) {
     if (threads < 1) threads = 1;
-    if (tl_omp_threads != threads) { /* this thread's nthreads-var: the team oneDNN's loops get */
-        omp_set_num_threads(threads);
-        tl_omp_threads = threads;
-    }
-    return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success;
+    /* this thread's nthreads-var is the team oneDNN's loops get; the caller's own OpenMP code on
+     * this thread gets its setting back afterwards */
+    const int was = omp_get_max_threads();
+    if (was != threads) omp_set_num_threads(threads);
+    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (was != threads) omp_set_num_threads(was);
+    return st != dnnl_success;
 }
 
 #else

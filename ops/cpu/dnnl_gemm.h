@@ -3,9 +3,9 @@
  *
  * Threads. Debian's oneDNN runs its parallel loops on OpenMP, a second thread runtime beside
  * flashgrad's pool (ops/cpu/threadpool.h). fg_dnnl_sgemm with threads = 1 runs on the calling
- * thread alone: it sets that thread's OpenMP team size to 1 (omp_set_num_threads), so no OpenMP
- * worker is ever started and the pool's threads are the only ones; each pool item calls it on its
- * own block of rows. threads > 1 hands the whole product to an OpenMP team of that size, for
+ * thread alone: it sets that thread's OpenMP team size to 1 for the call (omp_set_num_threads,
+ * restored after), so no OpenMP worker is ever started and the pool's threads are the only ones;
+ * each pool item calls it on its own block of C. threads > 1 hands the whole product to an OpenMP team of that size, for
  * `flashgrad bench matmul` to compare the two ways (the pool must be idle meanwhile).
  *
  * Rounding: the result of one call depends on its shape, its threads and the kernel oneDNN picks
