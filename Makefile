@@ -26,6 +26,23 @@ deps_missing = $(strip $(if $(HAVE_PKGCONFIG),,pkg-config) \
     $(if $(OPENBLAS_LIB),,libopenblas-dev) \
     $(if $(wildcard /usr/include/criterion/criterion.h),,$(if $(NEED_CRITERION),libcriterion-dev)))
 
+# oneDNN (libdnnl-dev), the GEMM of large products (ops/cpu/dnnl_gemm.h): installed like the others
+# when root; where it cannot be, the build goes on without it (saying so once) and those products
+# use OpenBLAS. FG_DNNL=0 builds without it.
+DNNL_HDR  := $(firstword $(wildcard /usr/include/dnnl.h /usr/local/include/dnnl.h))
+DNNL_LIB  := $(firstword $(wildcard /usr/lib/*/libdnnl.so /usr/lib/libdnnl.so /usr/lib64/libdnnl.so /usr/local/lib/libdnnl.so))
+DNNL_GOMP := $(firstword $(wildcard /usr/lib/*/libgomp.so.1 /usr/lib/libgomp.so.1 /usr/lib64/libgomp.so.1))
+DNNL_OFF  := $(filter 0,$(FG_DNNL))$(filter fallback,$(FG_CBLAS))
+FG_WITH_DNNL := $(if $(DNNL_OFF),,$(and $(DNNL_HDR),$(DNNL_LIB),$(DNNL_GOMP),yes))
+ifeq ($(FG_WITH_DNNL),yes)
+  DNNL_CFLAGS := -DFG_HAVE_DNNL
+  # libgomp by file: ops/cpu/dnnl_gemm.c sets OpenMP's team size itself (Debian's oneDNN runs on GNU OpenMP)
+  DNNL_LIBS   := -ldnnl $(DNNL_GOMP)
+endif
+# what `make deps` does about oneDNN: nothing (present, or turned off), install it (root), or say
+# once that this build goes without it
+DNNL_DEPS := $(if $(FG_WITH_DNNL)$(DNNL_OFF),,$(if $(filter 0,$(shell id -u)),install,without))
+
 # FG_CBLAS=fallback builds without OpenBLAS, on ops/cpu/compat's plain C GEMM (for machines that
 # cannot install it, such as the GPU machines; `make cuda` sets it there by itself).
 ifeq ($(FG_CBLAS),fallback)
@@ -34,11 +51,13 @@ ifeq ($(FG_CBLAS),fallback)
   BLAS_SRC    := ops/cpu/compat/cblas_fallback.c
 else
   BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-  BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+  BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas) $(DNNL_LIBS)
   BLAS_SRC    :=
 endif
 LDLIBS      += $(BLAS_LIBS) -lm -pthread
 CFLAGS      += $(BLAS_CFLAGS)
+# objects that see FG_HAVE_DNNL are rebuilt when it changes (oneDNN installed or removed)
+DNNL_STAMP  := $(BUILD)/.dnnl-$(if $(FG_WITH_DNNL),yes,no)
 
 # ---- MPI (optional): data-parallel `mpirun -np P build/flashgrad train` (train/dist.h) ----
 # Found through `mpicc --showme` (Open MPI) or pkg-config's ompi; FG_MPI=0 builds without it. Only
@@ -72,12 +91,24 @@ deps:
 	@if [ "$(FG_MPI)" != 0 ] && [ -z "$(MPI_LIBS)" ]; then \
 	    sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null || \
 	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them)"; fi
+ifeq ($(DNNL_DEPS),install)
+	@sh tests/deps.sh libdnnl-dev || echo "flashgrad: building without oneDNN: float32 products use the tile kernel and OpenBLAS"
+else ifeq ($(DNNL_DEPS),without)
+	@echo "flashgrad: building without oneDNN (libdnnl-dev not installed): float32 products use the tile kernel and OpenBLAS"
+endif
 deps-test:
 	@$(MAKE) --no-print-directory deps NEED_CRITERION=1
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/ops/cpu/dnnl_gemm.o: CFLAGS += $(DNNL_CFLAGS)
+$(BUILD)/ops/cpu/dnnl_gemm.o: $(DNNL_STAMP)
+$(DNNL_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/.dnnl-*
+	@touch $@
 
 # (rebuilt when the Makefile changes too, so that an object no longer in the library leaves it)
 $(BUILD)/libflashgrad.a: $(LIB_OBJ) Makefile

@@ -17,6 +17,10 @@ int fg_bench_matmul(int argc, char **argv);
 /* `flashgrad bench peak ...`: the float32 FMA peak and memory bandwidth (bench/bench_peak.c). */
 int fg_bench_peak(int argc, char **argv);
 
+/* This machine's float32 FMA peak in GFLOP/s on the pool's threads at the active SIMD level, the
+ * best of `rounds` timed rounds of ~0.1 s (bench/bench_peak.c). */
+double fg_bench_fma_peak(int rounds);
+
 /* qsort's comparison of two doubles, ascending (for medians of timings). */
 int fg_bench_cmp_double(const void *a, const void *b);
 

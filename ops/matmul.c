@@ -1,6 +1,6 @@
 /* matmul.c — matrix products: fg_matmul (batched) and fg_linear (x @ wᵀ + b), for every device,
  * through the device's GEMM kernel (ops/kernels.h); the CPU's runs on the library's thread pool,
- * through OpenBLAS or a register-blocked float32 kernel (see "the CPU GEMM" below).
+ * through oneDNN, OpenBLAS or a register-blocked float32 kernel (see "the CPU GEMM" below).
  *
  * Legend (outermost first):
  *   matmul: a is (..., M, K), b is (..., K, N) or (K, N) shared by every batch, out is (..., M, N)
@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/cpu/dnnl_gemm.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
@@ -138,26 +139,47 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 
 /* ---- the CPU GEMM, on the library's thread pool ----
  *
- * Every product is split over row blocks of C, one pool item per block (ops/cpu/threadpool.h); BLAS
- * runs single-threaded inside an item, so flashgrad's threads are the only ones (BLAS's own
- * threads, spinning between calls, would fight the pool's on a 2-core machine: measured, ~30% of a
- * training step went to sched_yield). Each block is computed by one of two kernels:
+ * Every product is split over blocks of C, one pool item per block (ops/cpu/threadpool.h); the
+ * kernel runs single-threaded inside an item, so flashgrad's threads are the only ones (BLAS's
+ * own threads, spinning between calls, would fight the pool's on a 2-core machine: measured, ~30%
+ * of a training step went to sched_yield; oneDNN's OpenMP team, handed whole products while the
+ * pool waits, loses to the per-block calls on small products and ties on big ones). Each block is
+ * computed by one of three kernels:
  *
- *   tile: float32 when the CPU has AVX2+FMA or AVX-512 (ops/cpu/simd.h) and B' fits in the L2 cache
- *         (B' at most 3/4 of a core's L2): ops/cpu/smallgemm.h's register-blocked kernel, which reads B'
- *         row-major straight from L2 without repacking it per call. A transposed B (linear's
+ *   dnnl: oneDNN's sgemm (ops/cpu/dnnl_gemm.h), when the build has oneDNN.
+ *   blas: OpenBLAS's sgemm/dgemm.
+ *   tile: ops/cpu/smallgemm.h's register-blocked kernel (AVX2+FMA or AVX-512), which reads B'
+ *         row-major straight from the cache without repacking it. A transposed B (linear's
  *         forward: x @ wᵀ) is first transposed once into scratch. Each element of C is one sum in
  *         index order (smallgemm.h), so the result does not depend on the block split, the thread
  *         count, the SIMD level, or the BLAS build.
- *   blas: everything else (float64, big B', a CPU without AVX2, FG_MATMUL=blas in the environment).
  *
- * Why not BLAS everywhere: for the GPT's shapes with B' in L2 the tile kernel is faster than
- * OpenBLAS's kernels (much faster than the Haswell ones some machines select through
- * OPENBLAS_CORETYPE); for B' past the L2 cache OpenBLAS, which packs and blocks, is faster.
- * `flashgrad bench matmul` times both kernels on a GPT's products (bench/results/ has the figures). */
+ * The rule (FG_MATMUL_AUTO), from `flashgrad bench matmul` over every product of a GPT's training
+ * step from nanoGPT's CPU model to GPT-2 small's shape (with each kernel single-threaded per block,
+ * timed by CPU time, and on the pool):
+ *   - float64: blas.
+ *   - float32 with oneDNN: dnnl, except a small weight gradient over many rows (A read
+ *     transposed, K >= GEMM_BLAS_MIN_K, M >= GEMM_BLAS_MIN_M, M·N <= GEMM_BLAS_MAX_MN: a narrow
+ *     model's dW = doutᵀ @ x), which is blas. oneDNN is ahead of the tile kernel at every shape
+ *     measured, small ones included, and of OpenBLAS everywhere but on those weight gradients,
+ *     where oneDNN's blocks are narrow and OpenBLAS is ahead.
+ *   - float32 without oneDNN: tile where B' fits in the L2 cache (at most 3/4 of a core's L2;
+ *     there it is ahead of OpenBLAS), else blas.
+ *   - FG_MATMUL (or fg_matmul_set_kernel) forces one kernel where it can run.
+ *
+ * Blocks. oneDNN is faster the larger one call is: its grid has as few blocks as give each of the
+ * machine's CPUs one (dnnl_grid). BLAS's blocks are GEMM_BLAS_ROWS rows. Both follow from the shape
+ * (and, for oneDNN, the machine's CPU count), never from the thread count: a block's result can
+ * depend on the block's size (a kernel's tail rows may sum differently; oneDNN's do), so a split
+ * that followed the thread count would make the bits follow it too. The tile kernel's blocks
+ * follow the thread count (its bits do not depend on the split). */
 
 #define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
+#define GEMM_DNNL_ROWS 256         /* fewest rows per item for oneDNN */
+#define GEMM_BLAS_MIN_K 512        /* a transposed-A product at least this deep (K), */
+#define GEMM_BLAS_MIN_M 128        /* this tall (M) */
+#define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
 
 /* Bytes of B' up to which the tile kernel runs: three quarters of a core's L2 cache (sysconf;
@@ -174,25 +196,33 @@ static double gemm_tile_max_b(void) {
     return (double)b;
 }
 
-/* fg_matmul_set_kernel's setting; -1 until the first product reads FG_MATMUL=blas from the
- * environment. */
+/* fg_matmul_set_kernel's setting; -1 until the first product reads FG_MATMUL from the environment
+ * (blas, tile, dnnl or dnnl-omp; anything else is the automatic choice). */
 static atomic_int gemm_kernel_setting = -1;
 
-static int gemm_force_blas(void) {
+static fg_matmul_kernel gemm_setting(void) {
     int k = atomic_load_explicit(&gemm_kernel_setting, memory_order_relaxed);
     if (k < 0) {
+        static const char *names[] = {[FG_MATMUL_BLAS] = "blas",
+                                      [FG_MATMUL_TILE] = "tile",
+                                      [FG_MATMUL_DNNL] = "dnnl",
+                                      [FG_MATMUL_DNNL_OMP] = "dnnl-omp"};
         const char *e = getenv("FG_MATMUL");
-        k = e && !strcmp(e, "blas") ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
+        k = FG_MATMUL_AUTO;
+        for (int i = 1; e && i < (int)(sizeof names / sizeof names[0]); i++)
+            if (!strcmp(e, names[i])) k = i;
         atomic_store_explicit(&gemm_kernel_setting, k, memory_order_relaxed);
     }
-    return k == FG_MATMUL_BLAS;
+    return (fg_matmul_kernel)k;
 }
 
 fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k) {
-    const fg_matmul_kernel was = gemm_force_blas() ? FG_MATMUL_BLAS : FG_MATMUL_AUTO;
-    atomic_store(&gemm_kernel_setting, k == FG_MATMUL_BLAS ? FG_MATMUL_BLAS : FG_MATMUL_AUTO);
+    const fg_matmul_kernel was = gemm_setting();
+    atomic_store(&gemm_kernel_setting, k >= FG_MATMUL_AUTO && k <= FG_MATMUL_DNNL_OMP ? (int)k : FG_MATMUL_AUTO);
     return was;
 }
+
+typedef enum { GEMM_TILE, GEMM_BLAS, GEMM_DNNL, GEMM_DNNL_OMP } gemm_kind;
 
 typedef struct {
     fg_dtype dt;
@@ -208,33 +238,40 @@ typedef struct {
     const char *bias; /* (N) or NULL: with beta = 0, every row of C starts as bias */
     char *C;
     int64_t ldc;
-    int tile;
-    int64_t rows; /* rows of C per item */
+    gemm_kind kind;
+    int64_t rows, cols; /* the block of C per item */
+    int64_t col_blocks; /* ceil(N / cols): items are row block major */
 } gemm_job;
 
-/* Item i: rows [i·rows, (i+1)·rows) of C. */
+/* Item i: the block of C at row block i / col_blocks and column block i % col_blocks. */
 static void gemm_item(void *ctx, int64_t item, int worker) {
     (void)worker;
     const gemm_job *J = ctx;
     const size_t esz = fg_dtype_size(J->dt);
-    const int64_t r0 = item * J->rows, m = J->M - r0 < J->rows ? J->M - r0 : J->rows;
+    const int64_t r0 = item / J->col_blocks * J->rows, m = J->M - r0 < J->rows ? J->M - r0 : J->rows;
+    const int64_t c0 = item % J->col_blocks * J->cols, n = J->N - c0 < J->cols ? J->N - c0 : J->cols;
     const char *A = J->A + (size_t)(J->ta == CblasNoTrans ? r0 * J->lda : r0) * esz;
-    char *C = J->C + (size_t)(r0 * J->ldc) * esz;
+    const char *B = J->B + (size_t)(J->tb == CblasNoTrans || J->kind == GEMM_TILE ? c0 : c0 * J->ldb) * esz;
+    char *C = J->C + (size_t)(r0 * J->ldc + c0) * esz;
     double beta = J->beta;
     if (J->bias) { /* out = bias + A'B' */
-        for (int64_t r = 0; r < m; r++) memcpy(C + (size_t)(r * J->ldc) * esz, J->bias, (size_t)J->N * esz);
+        for (int64_t r = 0; r < m; r++) memcpy(C + (size_t)(r * J->ldc) * esz, J->bias + c0 * esz, (size_t)n * esz);
         beta = 1.0;
     }
-    if (J->tile) {
+    if (J->kind == GEMM_DNNL &&
+        !fg_dnnl_sgemm(J->ta == CblasTrans, J->tb == CblasTrans, m, n, J->K, (float)J->alpha, (const float *)A, J->lda,
+                       (const float *)B, J->ldb, (float)beta, (float *)C, J->ldc, 1))
+        return; /* (oneDNN refuses only arguments BLAS refuses too: then BLAS says why) */
+    if (J->kind == GEMM_TILE) {
         const int nt = J->ta == CblasNoTrans;
-        fg_sgemm_small(m, J->N, J->K, (float)J->alpha, (const float *)A, nt ? J->lda : 1, nt ? 1 : J->lda,
-                       (const float *)J->B, J->ldb, (float *)C, J->ldc, NULL, beta != 0.0);
+        fg_sgemm_small(m, n, J->K, (float)J->alpha, (const float *)A, nt ? J->lda : 1, nt ? 1 : J->lda,
+                       (const float *)B, J->ldb, (float *)C, J->ldc, NULL, beta != 0.0);
     } else if (J->dt == FG_F32) {
-        cblas_sgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, (float)J->alpha, (const float *)A,
-                    (int)J->lda, (const float *)J->B, (int)J->ldb, (float)beta, (float *)C, (int)J->ldc);
+        cblas_sgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)n, (int)J->K, (float)J->alpha, (const float *)A,
+                    (int)J->lda, (const float *)B, (int)J->ldb, (float)beta, (float *)C, (int)J->ldc);
     } else {
-        cblas_dgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)J->N, (int)J->K, J->alpha, (const double *)A, (int)J->lda,
-                    (const double *)J->B, (int)J->ldb, beta, (double *)C, (int)J->ldc);
+        cblas_dgemm(CblasRowMajor, J->ta, J->tb, (int)m, (int)n, (int)J->K, J->alpha, (const double *)A, (int)J->lda,
+                    (const double *)B, (int)J->ldb, beta, (double *)C, (int)J->ldc);
     }
 }
 
@@ -244,6 +281,75 @@ static void transpose_f32(float *dst, const float *src, int64_t N, int64_t K, in
         for (int64_t p0 = 0; p0 < K; p0 += 16)
             for (int64_t c = c0; c < N && c < c0 + 16; c++)
                 for (int64_t p = p0; p < K && p < p0 + 16; p++) dst[p * N + c] = src[c * ld + p];
+}
+
+/* The CPUs this machine has (configured, whatever this process's affinity or thread count):
+ * oneDNN's grid follows it, so the grid is fixed on a machine. */
+static int64_t machine_cpus(void) {
+    static _Atomic long v;
+    long n = atomic_load_explicit(&v, memory_order_relaxed);
+    if (n == 0) {
+        n = sysconf(_SC_NPROCESSORS_CONF);
+        n = n < 1 ? 1 : n > FG_POOL_MAX_THREADS ? FG_POOL_MAX_THREADS : n;
+        atomic_store_explicit(&v, n, memory_order_relaxed);
+    }
+    return n;
+}
+
+/* oneDNN's blocks of C (rows × cols), from the shape and the machine's CPU count P, never from
+ * the thread count: oneDNN is faster the larger one call is, so the grid has as few blocks as
+ * give every CPU one: up to P row blocks of at least GEMM_DNNL_ROWS rows, and where there are
+ * fewer than P, column blocks of at least 128 columns to make up the count. */
+static void dnnl_grid(int64_t M, int64_t N, int64_t *rows, int64_t *cols) {
+    const int64_t P = machine_cpus();
+    int64_t rb = M / GEMM_DNNL_ROWS;
+    rb = rb < 1 ? 1 : rb > P ? P : rb;
+    int64_t cb = (P + rb - 1) / rb, cb_max = N / 128;
+    cb = cb > cb_max ? cb_max : cb;
+    cb = cb < 1 ? 1 : cb;
+    *rows = ((M + rb - 1) / rb + 15) / 16 * 16;
+    *cols = ((N + cb - 1) / cb + 15) / 16 * 16;
+}
+
+/* FG_MATMUL_AUTO's kernel for one product (the rule is stated at "the CPU GEMM" above); ta: A' is
+ * the transpose of A as stored. */
+static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta, double beta) {
+    const int tile_ok = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (beta == 0.0 || beta == 1.0);
+    if (dt == FG_F32 && fg_dnnl_available())
+        return ta && K >= GEMM_BLAS_MIN_K && M >= GEMM_BLAS_MIN_M && (double)M * (double)N <= GEMM_BLAS_MAX_MN
+                   ? GEMM_BLAS
+                   : GEMM_DNNL;
+    if (tile_ok && (double)K * (double)N * 4 <= gemm_tile_max_b()) return GEMM_TILE;
+    return GEMM_BLAS;
+}
+
+/* The kernel of one product (the rule is stated at "the CPU GEMM" above). beta is the job's
+ * (0 when a bias initializes C). */
+static gemm_kind gemm_choose(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta, double beta) {
+    /* the tile kernel overwrites or adds to C: beta 0 or 1 */
+    const int tile_ok = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (beta == 0.0 || beta == 1.0);
+    const int dnnl_ok = dt == FG_F32 && fg_dnnl_available();
+    switch (gemm_setting()) {
+    case FG_MATMUL_BLAS:
+        return GEMM_BLAS;
+    case FG_MATMUL_TILE:
+        if (tile_ok) return GEMM_TILE;
+        break;
+    case FG_MATMUL_DNNL:
+        if (dnnl_ok) return GEMM_DNNL;
+        break;
+    case FG_MATMUL_DNNL_OMP:
+        if (dnnl_ok) return GEMM_DNNL_OMP;
+        break;
+    case FG_MATMUL_AUTO:
+        break;
+    }
+    return gemm_auto(dt, M, N, K, ta, beta);
+}
+
+fg_matmul_kernel fg_matmul_auto_kernel(int64_t M, int64_t N, int64_t K, int ta) {
+    const gemm_kind k = gemm_auto(FG_F32, M, N, K, ta, 0.0);
+    return k == GEMM_TILE ? FG_MATMUL_TILE : k == GEMM_DNNL ? FG_MATMUL_DNNL : FG_MATMUL_BLAS;
 }
 
 /* C (M, N), row stride ldc  =  alpha * A' (M, K) @ B' (K, N)  +  beta * C    (bias NULL)
@@ -283,37 +389,51 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha
                   .bias = bias,
                   .C = C,
                   .ldc = ldc};
+    J.kind = gemm_choose(dt, M, N, K, ta == CblasTrans, J.beta);
     float *packed = NULL;
-    /* the tile kernel overwrites or adds to C: beta 0 or 1 */
-    J.tile = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (double)K * (double)N * 4 <= gemm_tile_max_b() &&
-             !gemm_force_blas() && (J.beta == 0.0 || J.beta == 1.0);
-    if (J.tile && tb == CblasTrans) {
+    if (J.kind == GEMM_TILE && tb == CblasTrans) {
         packed = fg_alloc(FG_CPU, (size_t)(K * N) * sizeof(float));
         if (packed) { /* B' (K, N) = the transpose of B (N, K) */
             transpose_f32(packed, (const float *)B, N, K, ldb);
             J.B = (const char *)packed;
             J.ldb = N;
         } else {
-            J.tile = 0; /* no memory for the copy: BLAS reads B transposed as it is */
+            J.kind = GEMM_BLAS; /* no memory for the copy: BLAS reads B transposed as it is */
             fg_clear_error();
         }
     }
-    /* Row blocks. The tile kernel's results do not depend on the split, so its blocks follow the
-     * thread count: one or two per thread, in whole register tiles (6 rows). BLAS's blocks have a
-     * fixed size whatever the thread count: its results can depend on how the rows are split (its
-     * kernels for a block's tail rows may sum differently), and a split that followed the thread
-     * count would make results follow it too. */
-    const int64_t threads = fg_pool_threads();
-    if (2.0 * (double)M * (double)N * (double)K < GEMM_MIN_PARALLEL || (J.tile && threads <= 1)) {
+    if (J.kind == GEMM_DNNL_OMP) { /* the whole product on oneDNN's threads; the pool's wait */
         J.rows = M;
-    } else if (J.tile) {
+        if (J.bias)
+            for (int64_t r = 0; r < M; r++) memcpy(C + (size_t)(r * ldc) * esz, bias, (size_t)N * esz);
+        const int threads = fg_pool_in_run() ? 1 : fg_pool_threads();
+        if (!fg_dnnl_sgemm(ta == CblasTrans, tb == CblasTrans, M, N, K, (float)alpha, (const float *)A, lda,
+                           (const float *)B, ldb, J.bias ? 1.0f : (float)J.beta, (float *)C, ldc, threads))
+            return;
+        J.kind = GEMM_BLAS;
+        J.bias = NULL;
+        J.beta = bias ? 1.0 : beta;
+    }
+    /* Row blocks. The tile kernel's results do not depend on the split, so its blocks follow the
+     * thread count: one or two per thread, in whole register tiles (6 rows). BLAS's and oneDNN's
+     * blocks have a fixed size whatever the thread count: their results can depend on how the rows
+     * are split (their kernels for a block's tail rows may sum differently), and a split that
+     * followed the thread count would make results follow it too. */
+    const int64_t threads = fg_pool_threads();
+    J.cols = N;
+    if (2.0 * (double)M * (double)N * (double)K < GEMM_MIN_PARALLEL || (J.kind == GEMM_TILE && threads <= 1)) {
+        J.rows = M;
+    } else if (J.kind == GEMM_TILE) {
         J.rows = (M + threads - 1) / threads;
         if (J.rows > GEMM_TILE_ROWS) J.rows = (M + 2 * threads - 1) / (2 * threads);
         J.rows = (J.rows + 5) / 6 * 6;
+    } else if (J.kind == GEMM_DNNL) {
+        dnnl_grid(M, N, &J.rows, &J.cols);
     } else {
         J.rows = GEMM_BLAS_ROWS;
     }
-    fg_pool_run((M + J.rows - 1) / J.rows, gemm_item, &J, J.tile ? 0 : FG_POOL_BLAS_SERIAL);
+    J.col_blocks = (N + J.cols - 1) / J.cols;
+    fg_pool_run((M + J.rows - 1) / J.rows * J.col_blocks, gemm_item, &J, J.kind == GEMM_BLAS ? FG_POOL_BLAS_SERIAL : 0);
     if (packed) fg_free(FG_CPU, packed);
 }
 

@@ -29,13 +29,27 @@ extern "C" {
 fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b);
 /* x (..., K) @ w^T + bias: w is (N, K) like torch.nn.Linear, bias (N) or NULL -> (..., N). */
 fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias);
-/* The kernel of float32 products on the CPU (ops/matmul.c): FG_MATMUL_AUTO, the default — the
- * register-blocked tile kernel where the right operand fits in the L2 cache and the CPU has
- * AVX2+FMA, OpenBLAS elsewhere — or FG_MATMUL_BLAS, OpenBLAS always (FG_MATMUL=blas in the
- * environment starts with it). Returns the previous setting. For benchmarks and tests; not to be
- * called while products run in other threads. */
-typedef enum { FG_MATMUL_AUTO = 0, FG_MATMUL_BLAS = 1 } fg_matmul_kernel;
+/* The kernel of float32 products on the CPU (ops/matmul.c): FG_MATMUL_AUTO, the default — chosen
+ * per product by its shape (ops/matmul.c states the rule) — or one kernel for every float32
+ * product it can run: FG_MATMUL_BLAS, OpenBLAS; FG_MATMUL_TILE, the register-blocked tile kernel
+ * (AVX2+FMA or AVX-512); FG_MATMUL_DNNL, oneDNN single-threaded per block of C on the pool;
+ * FG_MATMUL_DNNL_OMP, oneDNN given the whole product on its own OpenMP threads (as many as the
+ * pool's) while the pool waits. A kernel that cannot run a product (no oneDNN in the build, no
+ * AVX2, float64) leaves it to the automatic choice. FG_MATMUL=blas|tile|dnnl|dnnl-omp in the
+ * environment starts with that setting. Returns the previous setting. For benchmarks and tests;
+ * not to be called while products run in other threads. */
+typedef enum {
+    FG_MATMUL_AUTO = 0,
+    FG_MATMUL_BLAS = 1,
+    FG_MATMUL_TILE = 2,
+    FG_MATMUL_DNNL = 3,
+    FG_MATMUL_DNNL_OMP = 4
+} fg_matmul_kernel;
 fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k);
+/* The kernel FG_MATMUL_AUTO gives a float32 product C (M, N) = A' (M, K) @ B' (K, N) on the CPU
+ * (FG_MATMUL_TILE, _DNNL or _BLAS), whatever fg_matmul_set_kernel says; ta: A' is the transpose
+ * of A as stored (as in a weight gradient, xᵀ @ dout). */
+fg_matmul_kernel fg_matmul_auto_kernel(int64_t M, int64_t N, int64_t K, int ta);
 
 /* ---- elementwise.c (NumPy broadcasting: shapes align at the right; size 1 stretches) ---- */
 fg_tensor *fg_add(fg_tensor *a, fg_tensor *b);

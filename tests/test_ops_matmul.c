@@ -360,7 +360,7 @@ static void linear_run(fg_dtype dt, int64_t R, int64_t K, int64_t N, int w_trans
 
 /* GPT-like and odd shapes: several row blocks, the register tiles' tails (rows not a multiple of
  * 6, columns not of 16), a transposed w (the forward then reads w as it is stored), and a B' too
- * big for the tile kernel (BLAS). Every SIMD level (scalar: the BLAS kernel) and thread count must
+ * big for the tile kernel. Every SIMD level (scalar: oneDNN or BLAS) and thread count must
  * give the float64 answer to float32 accuracy, and the same bits for 1 and 3 threads. */
 Test(matmul, float32_linear_on_the_pool_matches_float64_for_every_level_and_thread_count) {
     static const int64_t shapes[][4] = {{768, 128, 384, 0}, {97, 37, 53, 0}, {131, 64, 65, 1}, {50, 1100, 400, 0}};
@@ -394,4 +394,80 @@ Test(matmul, float32_linear_on_the_pool_matches_float64_for_every_level_and_thre
     }
     fg_simd_set(best);
     fg_pool_set_threads(0);
+}
+
+/* ---- the oneDNN kernel (ops/cpu/dnnl_gemm.h), forced for every float32 product ---- */
+
+#include <dirent.h>
+
+#include "ops/cpu/dnnl_gemm.h"
+
+/* Shapes that give oneDNN (on a machine of two or more CPUs) several row blocks, a single row block
+ * cut into column blocks (B' read as stored and transposed), an odd tail, a transposed w, and a
+ * deep weight gradient (K = R). The forward
+ * and both backward products (dw reads dout transposed) must give the float64 answer to float32
+ * accuracy, and the same bits for 1, 2 and 3 threads. */
+Test(matmul, dnnl_products_give_the_same_bits_for_any_thread_count) {
+    if (!fg_dnnl_available()) cr_skip_test("this build has no oneDNN");
+    static const int64_t shapes[][4] = {
+        {1100, 70, 150, 0}, {300, 96, 200, 1}, {97, 37, 53, 0}, {640, 600, 130, 0}, {200, 300, 400, 0}};
+    static const char *names[4] = {"out", "dx", "dw", "db"};
+    const fg_matmul_kernel was = fg_matmul_set_kernel(FG_MATMUL_DNNL);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t R = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        const int wt = (int)shapes[s][3];
+        fg_tensor *ref[4], *runs[3][4];
+        linear_run(FG_F64, R, K, N, wt, ref);
+        for (int t = 0; t < 3; t++) {
+            fg_pool_set_threads(t + 1);
+            linear_run(FG_F32, R, K, N, wt, runs[t]);
+        }
+        for (int i = 0; i < 4; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "shape %zu (R %lld K %lld N %lld) %s", s, (long long)R, (long long)K,
+                     (long long)N, names[i]);
+            double tol = 2e-7 * (double)(i >= 2 ? R : (i == 1 ? N : K)) + 1e-6;
+            FGT_ASSERT_CLOSE(runs[0][i], ref[i], tol, 1e-5, what);
+            for (int t = 1; t < 3; t++)
+                cr_assert(!memcmp(fg_data(runs[0][i]), fg_data(runs[t][i]), fg_nbytes(runs[0][i])),
+                          "%s: 1 thread and %d threads give different bits", what, t + 1);
+            for (int t = 0; t < 3; t++) fg_release(runs[t][i]);
+            fg_release(ref[i]);
+        }
+    }
+    fg_matmul_set_kernel(was);
+    fg_pool_set_threads(0);
+}
+
+/* The threads of this process (entries of /proc/self/task), or -1 where /proc is missing. */
+static int thread_count(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* oneDNN runs on OpenMP; called per block from the pool it must not start a team of its own next
+ * to the pool's workers (they would fight for the cores). After a product has started the pool,
+ * products on the oneDNN kernel leave the process's thread count as it was. */
+Test(matmul, dnnl_products_start_no_threads_of_their_own) {
+    if (!fg_dnnl_available()) cr_skip_test("this build has no oneDNN");
+    if (thread_count() < 0) cr_skip_test("no /proc/self/task here");
+    fg_pool_set_threads(2);
+    const fg_matmul_kernel was = fg_matmul_set_kernel(FG_MATMUL_BLAS);
+    fg_tensor *res[4];
+    linear_run(FG_F32, 1100, 300, 200, 0, res); /* starts the pool's worker */
+    for (int i = 0; i < 4; i++) fg_release(res[i]);
+    const int before = thread_count();
+    fg_matmul_set_kernel(FG_MATMUL_DNNL);
+    for (int r = 0; r < 2; r++) {
+        linear_run(FG_F32, 1100, 300, 200, r, res);
+        for (int i = 0; i < 4; i++) fg_release(res[i]);
+    }
+    const int after = thread_count();
+    fg_matmul_set_kernel(was);
+    fg_pool_set_threads(0);
+    cr_expect_eq(after, before, "oneDNN products took the process from %d to %d threads", before, after);
 }

@@ -1,0 +1,44 @@
+/* dnnl_gemm.h — float32 GEMM through oneDNN (dnnl_sgemm, row-major), the CPU GEMM's main float32
+ * kernel when the build has oneDNN (ops/matmul.c states which kernel runs where).
+ *
+ * Threads. Debian's oneDNN runs its parallel loops on OpenMP, a second thread runtime beside
+ * flashgrad's pool (ops/cpu/threadpool.h). fg_dnnl_sgemm with threads = 1 runs on the calling
+ * thread alone: it sets that thread's OpenMP team size to 1 for the call (omp_set_num_threads,
+ * restored after), so no OpenMP worker is ever started and the pool's threads are the only ones;
+ * each pool item calls it on its own block of C. threads > 1 hands the whole product to an OpenMP team of that size, for
+ * `flashgrad bench matmul` to compare the two ways (the pool must be idle meanwhile).
+ *
+ * Rounding: the result of one call depends on its shape, its threads and the kernel oneDNN picks
+ * for the CPU's instruction set (AVX2, AVX-512, ...), not on which thread runs it. With threads = 1
+ * and a fixed split of the rows, a product gives the same bits for any pool thread count; across
+ * machines with different instruction sets it need not.
+ *
+ * Built without oneDNN (no dnnl.h / libdnnl at build time), fg_dnnl_available() is 0 and
+ * fg_dnnl_sgemm does nothing and returns nonzero.
+ */
+#ifndef FG_DNNL_GEMM_H
+#define FG_DNNL_GEMM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when flashgrad was built with oneDNN, else 0. */
+int fg_dnnl_available(void);
+/* The oneDNN version, threading runtime and instruction set, as "2.6.3 (OpenMP, isa avx2)", or
+ * "none". Static storage; not thread-safe on its first call. */
+const char *fg_dnnl_version(void);
+
+/* C (m, n), row stride ldc  =  alpha · A' (m, k) @ B' (k, n)  +  beta · C, all row-major, where
+ * A' = A (row stride lda) or, with ta, the transpose of the (k, m) matrix A; B' likewise with tb.
+ * threads = 1: on the calling thread only; > 1: an OpenMP team of that many threads.
+ * Returns 0 on success, nonzero when oneDNN is absent or refuses the arguments (C untouched then). */
+int fg_dnnl_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_DNNL_GEMM_H */
