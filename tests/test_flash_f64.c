@@ -127,7 +127,8 @@ Test(flash_f64, dgemm_small_matches_a_long_double_reference_and_every_level_give
                 }
                 const long double old = C0[r * ldc + c];
                 const long double want = mode == 0 ? alpha * t : mode == 1 ? old + alpha * t : rs[r] * old + alpha * t;
-                const long double bound = (long double)(k + 3) * DBL_EPSILON * (fabsl(alpha) * mag + fabsl(old) + 1e-300L);
+                const long double bound =
+                    (long double)(k + 3) * DBL_EPSILON * (fabsl(alpha) * mag + fabsl(old) + 1e-300L);
                 cr_assert(fabsl(got - want) <= bound,
                           "case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.17g, want %.17Lg", cs,
                           (long long)m, (long long)n, (long long)k, transA, mode, (long long)r, (long long)c, got,
@@ -140,8 +141,8 @@ Test(flash_f64, dgemm_small_matches_a_long_double_reference_and_every_level_give
             for (size_t i = 0; i < nc; i++)
                 cr_assert(memcmp(&C[i], &Cref[i], sizeof(double)) == 0,
                           "case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu: %a vs %a",
-                          cs, (long long)m, (long long)n, (long long)k, transA, mode,
-                          fg_simd_name((fg_simd_level)lv), i, C[i], Cref[i]);
+                          cs, (long long)m, (long long)n, (long long)k, transA, mode, fg_simd_name((fg_simd_level)lv),
+                          i, C[i], Cref[i]);
         }
         free(A);
         free(Bm);
@@ -177,8 +178,8 @@ Test(flash_f64, tile_tables_agree_on_every_operation) {
         px->transpose(ST, NQ, S, NK, NQ, NK);
         for (int r = 0; r < NQ; r++)
             for (int j = 0; j < NK; j++)
-                cr_assert(memcmp(&ST[j * NQ + r], &S[r * NK + j], sizeof(double)) == 0, "%s: transpose (%d, %d)", ln,
-                          r, j);
+                cr_assert(memcmp(&ST[j * NQ + r], &S[r * NK + j], sizeof(double)) == 0, "%s: transpose (%d, %d)", ln, r,
+                          j);
         px->transpose(BT, D, Bm, NK, D, NK);
         for (int i = 0; i < NQ * NK; i++) C1[i] = C2[i] = drand(&seed);
         px->gemm(0, 0, NQ, NK, D, 0.5, A, D, Bm, NK, C1, NK, rsc, 1);
@@ -194,10 +195,10 @@ Test(flash_f64, tile_tables_agree_on_every_operation) {
             px->softmax(ST, NQ, NQ, NK, mx, lx, ax);
             pp->softmax(Sp, NK, NQ, NK, mp, lp, ap);
             for (int r = 0; r < NQ; r++) {
-                cr_assert(memcmp(&mx[r], &mp[r], sizeof(double)) == 0, "%s step %d: m[%d] %a vs %a", ln, step, r,
-                          mx[r], mp[r]);
-                cr_assert(rel_diff(lx[r], lp[r]) <= tol || (lx[r] == 0 && lp[r] == 0), "%s step %d: l[%d] %a vs %a",
-                          ln, step, r, lx[r], lp[r]);
+                cr_assert(memcmp(&mx[r], &mp[r], sizeof(double)) == 0, "%s step %d: m[%d] %a vs %a", ln, step, r, mx[r],
+                          mp[r]);
+                cr_assert(rel_diff(lx[r], lp[r]) <= tol || (lx[r] == 0 && lp[r] == 0), "%s step %d: l[%d] %a vs %a", ln,
+                          step, r, lx[r], lp[r]);
                 if (mp[r] != -INFINITY) /* a row that has seen no key: alpha is 0 (x86) or 1 (portable), O is 0 */
                     cr_assert(fabs(ax[r] - ap[r]) <= tol * ap[r], "%s step %d: alpha[%d] %a vs %a", ln, step, r, ax[r],
                               ap[r]);

@@ -67,7 +67,8 @@ Test(npy_map, an_aligned_file_is_a_view_of_the_mapping) {
     cr_assert_not_null(t, "%s", fg_last_error());
     cr_assert_not_null(m.addr, "an aligned regular file was copied, not mapped");
     cr_expect_eq(m.len, n);
-    cr_expect_eq((const unsigned char *)fg_data(t), (const unsigned char *)m.addr + 128, "the data is not the mapping's");
+    cr_expect_eq((const unsigned char *)fg_data(t), (const unsigned char *)m.addr + 128,
+                 "the data is not the mapping's");
     fg_tensor *want = fg_npy_parse(b, n);
     cr_assert_not_null(want, "%s", fg_last_error());
     expect_same(t, want, "mapped");
@@ -121,7 +122,8 @@ Test(npy_map, refuses_what_load_refuses_with_the_same_messages) {
     free(b);
     cr_expect_null(fg_npy_map(path, &m));
     cr_expect_eq(fg_last_status(), FG_ERR_FORMAT);
-    cr_expect(strstr(fg_last_error(), path) && strstr(fg_last_error(), "file holds 20 bytes of data, shape (2, 3) needs 24"),
+    cr_expect(strstr(fg_last_error(), path) &&
+                  strstr(fg_last_error(), "file holds 20 bytes of data, shape (2, 3) needs 24"),
               "%s", fg_last_error());
     cr_expect_null(m.addr, "a refused file was left mapped");
     b = make_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 128, 24, &n);

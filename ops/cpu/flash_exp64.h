@@ -86,7 +86,8 @@ static inline double fg_exp64_ref(double x) {
 
 #if FG_SIMD_X86
 static inline __attribute__((always_inline)) FG_TARGET_AVX2 __m256d fg_vexp64_pow2_avx2(__m256d k) {
-    return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(_mm256_add_pd(k, _mm256_set1_pd(FG_EXP64_POW2))), 52));
+    return _mm256_castsi256_pd(
+        _mm256_slli_epi64(_mm256_castpd_si256(_mm256_add_pd(k, _mm256_set1_pd(FG_EXP64_POW2))), 52));
 }
 
 static inline __attribute__((always_inline)) FG_TARGET_AVX2 __m256d fg_vexp64_avx2(__m256d x0) {

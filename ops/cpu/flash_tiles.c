@@ -241,8 +241,7 @@ static void ds_rows64(double *dS, const double *P, int64_t ld, int64_t nq, int64
 }
 
 /* in 8 × 8 blocks, as the float32 one */
-void fg_flash_transpose64_scalar(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
-                                 int64_t cols) {
+void fg_flash_transpose64_scalar(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols) {
     for (int64_t r0 = 0; r0 < rows; r0 += 8)
         for (int64_t c0 = 0; c0 < cols; c0 += 8) {
             const int64_t r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;

@@ -76,8 +76,7 @@ void fg_flash_transpose_scalar(float *dst, int64_t ldd, const float *src, int64_
 /* ... and the float64 ones */
 void fg_flash_softmax_cols64_scalar(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m, double *l,
                                     double *alpha);
-void fg_flash_transpose64_scalar(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
-                                 int64_t cols);
+void fg_flash_transpose64_scalar(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols);
 #if FG_SIMD_X86
 /* The vector forms, each compiled for its instruction set (call only at that fg_simd_active level). */
 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
@@ -89,8 +88,7 @@ void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld, int64_t nq, in
 /* 16 × 16 blocks where rows, cols >= 16, the edges through fg_flash_transpose_scalar. */
 void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 /* float64, AVX2+FMA (run on AVX-512 CPUs too); the transpose in 4 × 4 blocks, rows, cols >= 4 */
-void fg_flash_softmax_cols64_avx2(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l,
-                                  double *alpha);
+void fg_flash_softmax_cols64_avx2(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l, double *alpha);
 void fg_flash_exp_rows64_avx2(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L, const double *lo);
 void fg_flash_ds_rows64_avx2(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk, const double *D);
 void fg_flash_transpose64_avx2(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols);

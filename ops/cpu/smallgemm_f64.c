@@ -31,9 +31,8 @@ static void dgemm_scalar(int64_t m, int64_t n, int64_t k, double alpha, const do
 #if FG_SIMD_X86
 /* 6 rows × up to 2 vectors of 4 columns; a partial last vector uses maskload */
 static inline __attribute__((always_inline)) FG_TARGET_AVX2 void
-dblk256(const int MR, const int NV, const int MASKED, __m256i lm, int64_t k, double alpha, const double *A,
-        int64_t rsa, int64_t csa, const double *B, int64_t ldb, double *C, int64_t ldc, const double *rs,
-        int accumulate) {
+dblk256(const int MR, const int NV, const int MASKED, __m256i lm, int64_t k, double alpha, const double *A, int64_t rsa,
+        int64_t csa, const double *B, int64_t ldb, double *C, int64_t ldc, const double *rs, int accumulate) {
     __m256d c[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++)
@@ -77,10 +76,9 @@ dblk256(const int MR, const int NV, const int MASKED, __m256i lm, int64_t k, dou
 }
 
 #define FG_DBLK256(MR, NV, MASKED)                                                                                     \
-    static FG_TARGET_AVX2 void dblk256_##MR##_##NV##_##MASKED(__m256i lm, int64_t k, double alpha, const double *A,   \
-                                                              int64_t rsa, int64_t csa, const double *B, int64_t ldb,  \
-                                                              double *C, int64_t ldc, const double *rs,                \
-                                                              int accumulate) {                                        \
+    static FG_TARGET_AVX2 void dblk256_##MR##_##NV##_##MASKED(                                                         \
+        __m256i lm, int64_t k, double alpha, const double *A, int64_t rsa, int64_t csa, const double *B, int64_t ldb,  \
+        double *C, int64_t ldc, const double *rs, int accumulate) {                                                    \
         dblk256(MR, NV, MASKED, lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate);                            \
     }
 #define FG_DBLK256_ROW(MR) FG_DBLK256(MR, 1, 0) FG_DBLK256(MR, 2, 0) FG_DBLK256(MR, 1, 1) FG_DBLK256(MR, 2, 1)
