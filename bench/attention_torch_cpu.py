@@ -13,7 +13,9 @@ For each N and with and without the causal mask, in alternating rounds in one ru
              peak RSS is its own (PyTorch's is quadratic in N, flashgrad's linear).
 The speed-up is PyTorch's (forward + backward) median time over flashgrad's, per round, then the
 median over rounds; "best" is PyTorch's fastest round over flashgrad's fastest (on a shared machine
-the minima are the figures least disturbed by others). --dtype float64 runs both in float64.
+the minima are the figures least disturbed by others); "per CPU-s" is the same ratio of CPU time
+(user + system of all threads, spinning included), which other processes on the machine disturb less
+than wall time. --dtype float64 runs both in float64.
 Targets: float32 >= 2.5x without the mask, >= 3x with it; float64 >= 1.5x.
 
 Run with Debian's python3 (the one with torch):
@@ -96,21 +98,28 @@ def torch_child(b, h, n, d, causal, threads, repeat, wfd, dtype="float32"):
     forms = [("textbook", textbook)]
     if hasattr(F, "scaled_dot_product_attention"):
         forms.append(("sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))))
+    def cpu():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
     out = []
     for name, fn in forms:
-        tf, tb = [], []
+        tf, tb, tc = [], [], []
         for it in range(repeat + 1):  # it = 0: warm-up
             q.grad = k.grad = v.grad = None
+            c0 = cpu()
             t0 = time.perf_counter()
             y = fn()
             t1 = time.perf_counter()
             y.backward(dout)
             t2 = time.perf_counter()
+            c1 = cpu()
             del y
             if it > 0:
                 tf.append((t1 - t0) * 1e3)
                 tb.append((t2 - t1) * 1e3)
-        out.append("%s %.4f %.4f" % (name, statistics.median(tf), statistics.median(tb)))
+                tc.append((c1 - c0) * 1e3)
+        out.append("%s %.4f %.4f %.4f" % (name, statistics.median(tf), statistics.median(tb), statistics.median(tc)))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     os.write(wfd, ("\n".join(l + " %d" % rss for l in out) + "\n").encode())
 
@@ -143,7 +152,7 @@ def run_torch(b, h, n, d, causal, threads, repeat, dtype="float32"):
         parts = line.split()
         if parts and parts[0] == "error":
             raise RuntimeError("PyTorch run failed: " + line)
-        res[parts[0]] = (float(parts[1]), float(parts[2]), int(parts[3]))
+        res[parts[0]] = (float(parts[1]), float(parts[2]), int(parts[4]), float(parts[3]))
     if not res:
         raise RuntimeError("PyTorch child died (status %d; out of memory?)" % status)
     return res
@@ -184,10 +193,13 @@ def main():
     machine = ""
     for n in a.n:
         for causal in causals:
-            speedups, fg_runs, th_runs = [], [], []
+            speedups, fg_runs, th_runs, cpu_speedups = [], [], [], []
             for rnd in range(a.rounds):
                 fg, machine = run_flashgrad(a.flashgrad, a.b, a.h, n, a.d, causal, a.threads, a.repeat, a.dtype, a.peak)
                 fg_ms = float(fg["fwd_ms"]) + float(fg["bwd_ms"])
+                flops = 3.5 * 4.0 * n * n * a.d * a.b * a.h / (2 if causal else 1)
+                cgf = float(fg["fwdbwd_gflops_per_cpu_s"])
+                fg_cpu_ms = flops / cgf / 1e6 if cgf > 0 else 0
                 fg_runs.append(fg)
                 if not have_torch:
                     continue
@@ -196,6 +208,8 @@ def main():
                 th_ms = th[form][0] + th[form][1]
                 th_runs.append((form, th[form]))
                 speedups.append(th_ms / fg_ms)
+                if fg_cpu_ms > 0:
+                    cpu_speedups.append(th[form][3] / fg_cpu_ms)
                 print("  round %d: flashgrad %.1f ms, PyTorch %s %.1f ms (fwd %.1f + bwd %.1f, peak RSS %.0f MiB): %.2fx"
                       % (rnd + 1, fg_ms, form, th_ms, th[form][0], th[form][1], th[form][2] / 1024, th_ms / fg_ms),
                       flush=True)
@@ -217,6 +231,8 @@ def main():
                 row["th_form"] = th_runs[0][0]
                 row["th_rss"] = max(t[1][2] for t in th_runs) / 1024
                 row["best"] = min(t[1][0] + t[1][1] for t in th_runs) / row["fg_best_ms"]
+                if cpu_speedups:
+                    row["cpu_speedup"] = statistics.median(cpu_speedups)
             rows.append(row)
 
     lines = []
@@ -225,9 +241,9 @@ def main():
                  % (a.dtype, a.b, a.h, a.d, a.threads, torch_version or "(absent)", a.threads))
     lines.append("")
     lines.append("| N | causal | flash f+b ms | flash GFLOP/s | sgemm GFLOP/s | flash/sgemm (>= 50%) | per CPU-s: flash, "
-                 "sgemm | flash of FMA peak | PyTorch f+b ms | speed-up vs PyTorch (target) | best | flash peak RSS | "
-                 "PyTorch peak RSS |")
-    lines.append("|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                 "sgemm | flash of FMA peak | PyTorch f+b ms | speed-up vs PyTorch (target) | best | per CPU-s | "
+                 "flash peak RSS | PyTorch peak RSS |")
+    lines.append("|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pct = 100.0 * r["fg_gf"] / r["sgemm_gf"] if r["sgemm_gf"] > 0 else float("nan")
         target = 1.5 if a.dtype == "float64" else 3.0 if r["causal"] else 2.5
@@ -238,11 +254,12 @@ def main():
         else:
             sp, th, th_rss = "-", "-", "-"
         best = "%.2fx" % r["best"] if "best" in r else "-"
+        cpus = "%.2fx" % r["cpu_speedup"] if "cpu_speedup" in r else "-"
         cpct = 100.0 * r["fg_cgf"] / r["sgemm_cgf"] if r["sgemm_cgf"] > 0 else float("nan")
-        lines.append("| %d | %s | %.0f | %.1f | %.1f | %.0f%% %s | %.0f, %.0f (%.0f%%) | %.0f%% | %s | %s | %s | %.0f MiB | %s |"
+        lines.append("| %d | %s | %.0f | %.1f | %.1f | %.0f%% %s | %.0f, %.0f (%.0f%%) | %.0f%% | %s | %s | %s | %s | %.0f MiB | %s |"
                      % (r["n"], "yes" if r["causal"] else "no", r["fg_ms"], r["fg_gf"], r["sgemm_gf"], pct,
                         "met" if pct >= 50 else "NOT met", r["fg_cgf"], r["sgemm_cgf"], cpct, 100 * r["peak"], th, sp,
-                        best, r["fg_rss"], th_rss))
+                        best, cpus, r["fg_rss"], th_rss))
     print()
     print("\n".join(lines))
     if a.md:
