@@ -2,7 +2,7 @@
 """attention_torch_cpu.py — flashgrad's flash attention against PyTorch's CPU attention, side by side.
 
 For each N and with and without the causal mask, in alternating rounds in one run:
-  flashgrad: `flashgrad bench attention --impl flash ...` (float32 forward + backward through
+  flashgrad: `flashgrad bench attention --impl flash ...` (forward + backward through
              autograd, median of --repeat; it also times OpenBLAS sgemm on the same-shaped products
              and reports flash's GFLOP/s against it);
   PyTorch:   the textbook formula with autograd, as nanoGPT writes it on the CPU
@@ -12,13 +12,17 @@ For each N and with and without the causal mask, in alternating rounds in one ru
              the two is the one compared. Each configuration runs in a forked child process, so its
              peak RSS is its own (PyTorch's is quadratic in N, flashgrad's linear).
 The speed-up is PyTorch's (forward + backward) median time over flashgrad's, per round, then the
-median over rounds. Targets: >= 1.5x without the mask, >= 2.5x with it.
+median over rounds; "best" is PyTorch's fastest round over flashgrad's fastest (on a shared machine
+the minima are the figures least disturbed by others); "per CPU-s" is the same ratio of CPU time
+(user + system of all threads, spinning included), which other processes on the machine disturb less
+than wall time. --dtype float64 runs both in float64.
+Targets: float32 >= 2.5x without the mask, >= 3x with it; float64 >= 1.5x.
 
 Run with Debian's python3 (the one with torch):
     /usr/bin/python3 bench/attention_torch_cpu.py --flashgrad build/flashgrad
         [--n 1024,2048,4096] [--b 4] [--h 4] [--d 64] [--threads 2] [--repeat 3] [--torch-repeat R]
         [--rounds 1]
-        [--causal both|0|1] [--md FILE]
+        [--causal both|0|1] [--dtype float32|float64] [--peak GFLOPS] [--md FILE]
 Exits 0 whether or not the targets are met (it is a measurement); 2 on usage errors, 1 when a run
 fails. Without torch it says so and exits 0 after the flashgrad runs.
 """
@@ -43,12 +47,14 @@ def parse_list(s):
     return v
 
 
-def run_flashgrad(binary, b, h, n, d, causal, threads, repeat):
+def run_flashgrad(binary, b, h, n, d, causal, threads, repeat, dtype="float32", peak=0):
     """One `flashgrad bench attention` run; returns the flash row of its CSV as a dict."""
     fd, path = tempfile.mkstemp(suffix=".csv", prefix="fg_attn_")
     os.close(fd)
     cmd = [binary, "bench", "attention", "--impl", "flash", "--b", str(b), "--h", str(h), "--n", str(n),
-           "--d", str(d), "--threads", str(threads), "--repeat", str(repeat), "--csv", path]
+           "--d", str(d), "--threads", str(threads), "--repeat", str(repeat), "--csv", path, "--dtype", dtype]
+    if peak > 0:
+        cmd += ["--peak", str(peak)]
     if causal:
         cmd.append("--causal")
     print("$ " + " ".join(cmd), flush=True)
@@ -68,17 +74,18 @@ def run_flashgrad(binary, b, h, n, d, causal, threads, repeat):
         os.unlink(path)
 
 
-def torch_child(b, h, n, d, causal, threads, repeat, wfd):
+def torch_child(b, h, n, d, causal, threads, repeat, wfd, dtype="float32"):
     """In a forked child: time the PyTorch forms, write 'form fwd_ms bwd_ms rss_kib' lines to wfd."""
     import resource
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    q = torch.randn(b, h, n, d, requires_grad=True)
-    k = torch.randn(b, h, n, d, requires_grad=True)
-    v = torch.randn(b, h, n, d, requires_grad=True)
-    dout = torch.randn(b, h, n, d)
+    dt = torch.float64 if dtype == "float64" else torch.float32
+    q = torch.randn(b, h, n, d, dtype=dt, requires_grad=True)
+    k = torch.randn(b, h, n, d, dtype=dt, requires_grad=True)
+    v = torch.randn(b, h, n, d, dtype=dt, requires_grad=True)
+    dout = torch.randn(b, h, n, d, dtype=dt)
     scale = 1.0 / math.sqrt(d)
     mask = torch.ones(n, n, dtype=torch.bool).triu(1) if causal else None
 
@@ -91,26 +98,33 @@ def torch_child(b, h, n, d, causal, threads, repeat, wfd):
     forms = [("textbook", textbook)]
     if hasattr(F, "scaled_dot_product_attention"):
         forms.append(("sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))))
+    def cpu():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
     out = []
     for name, fn in forms:
-        tf, tb = [], []
+        tf, tb, tc = [], [], []
         for it in range(repeat + 1):  # it = 0: warm-up
             q.grad = k.grad = v.grad = None
+            c0 = cpu()
             t0 = time.perf_counter()
             y = fn()
             t1 = time.perf_counter()
             y.backward(dout)
             t2 = time.perf_counter()
+            c1 = cpu()
             del y
             if it > 0:
                 tf.append((t1 - t0) * 1e3)
                 tb.append((t2 - t1) * 1e3)
-        out.append("%s %.4f %.4f" % (name, statistics.median(tf), statistics.median(tb)))
+                tc.append((c1 - c0) * 1e3)
+        out.append("%s %.4f %.4f %.4f" % (name, statistics.median(tf), statistics.median(tb), statistics.median(tc)))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     os.write(wfd, ("\n".join(l + " %d" % rss for l in out) + "\n").encode())
 
 
-def run_torch(b, h, n, d, causal, threads, repeat):
+def run_torch(b, h, n, d, causal, threads, repeat, dtype="float32"):
     """Fork a child for one configuration; returns {form: (fwd_ms, bwd_ms, rss_kib)}."""
     r, w = os.pipe()
     sys.stdout.flush()
@@ -119,7 +133,7 @@ def run_torch(b, h, n, d, causal, threads, repeat):
         os.close(r)
         code = 0
         try:
-            torch_child(b, h, n, d, causal, threads, repeat, w)
+            torch_child(b, h, n, d, causal, threads, repeat, w, dtype)
         except BaseException as e:  # report and leave without running the parent's cleanup
             os.write(w, ("error %r\n" % (e,)).encode())
             code = 1
@@ -138,7 +152,7 @@ def run_torch(b, h, n, d, causal, threads, repeat):
         parts = line.split()
         if parts and parts[0] == "error":
             raise RuntimeError("PyTorch run failed: " + line)
-        res[parts[0]] = (float(parts[1]), float(parts[2]), int(parts[3]))
+        res[parts[0]] = (float(parts[1]), float(parts[2]), int(parts[4]), float(parts[3]))
     if not res:
         raise RuntimeError("PyTorch child died (status %d; out of memory?)" % status)
     return res
@@ -156,6 +170,9 @@ def main():
     ap.add_argument("--torch-repeat", type=int, default=0, help="PyTorch's repeats per run (0: as --repeat, at most 3)")
     ap.add_argument("--rounds", type=int, default=1, help="alternating flashgrad/PyTorch rounds per configuration")
     ap.add_argument("--causal", choices=["both", "0", "1"], default="both")
+    ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    ap.add_argument("--peak", type=float, default=0,
+                    help="the float32 FMA peak in GFLOP/s (from a quiet `flashgrad bench peak`); default: measured")
     ap.add_argument("--md", help="also write the summary as a Markdown table to this file")
     a = ap.parse_args()
     if min(a.b, a.h, a.d, a.threads, a.repeat, a.rounds) < 1 or a.torch_repeat < 0:
@@ -176,18 +193,23 @@ def main():
     machine = ""
     for n in a.n:
         for causal in causals:
-            speedups, fg_runs, th_runs = [], [], []
+            speedups, fg_runs, th_runs, cpu_speedups = [], [], [], []
             for rnd in range(a.rounds):
-                fg, machine = run_flashgrad(a.flashgrad, a.b, a.h, n, a.d, causal, a.threads, a.repeat)
+                fg, machine = run_flashgrad(a.flashgrad, a.b, a.h, n, a.d, causal, a.threads, a.repeat, a.dtype, a.peak)
                 fg_ms = float(fg["fwd_ms"]) + float(fg["bwd_ms"])
+                flops = 3.5 * 4.0 * n * n * a.d * a.b * a.h / (2 if causal else 1)
+                cgf = float(fg["fwdbwd_gflops_per_cpu_s"])
+                fg_cpu_ms = flops / cgf / 1e6 if cgf > 0 else 0
                 fg_runs.append(fg)
                 if not have_torch:
                     continue
-                th = run_torch(a.b, a.h, n, a.d, causal, a.threads, torch_repeat)
+                th = run_torch(a.b, a.h, n, a.d, causal, a.threads, torch_repeat, a.dtype)
                 form = min(th, key=lambda f: th[f][0] + th[f][1])
                 th_ms = th[form][0] + th[form][1]
                 th_runs.append((form, th[form]))
                 speedups.append(th_ms / fg_ms)
+                if fg_cpu_ms > 0:
+                    cpu_speedups.append(th[form][3] / fg_cpu_ms)
                 print("  round %d: flashgrad %.1f ms, PyTorch %s %.1f ms (fwd %.1f + bwd %.1f, peak RSS %.0f MiB): %.2fx"
                       % (rnd + 1, fg_ms, form, th_ms, th[form][0], th[form][1], th[form][2] / 1024, th_ms / fg_ms),
                       flush=True)
@@ -200,36 +222,44 @@ def main():
                 "fg_rss": max(float(r["peak_rss_kb"]) for r in fg_runs) / 1024,
                 "fg_cgf": statistics.median(float(r["fwdbwd_gflops_per_cpu_s"]) for r in fg_runs),
                 "sgemm_cgf": statistics.median(float(r["sgemm_gflops_per_cpu_s"]) for r in fg_runs),
+                "fg_best_ms": min(float(r["fwd_ms"]) + float(r["bwd_ms"]) for r in fg_runs),
+                "peak": max(float(r.get("fwdbwd_frac_peak") or 0) for r in fg_runs),
             }
             if speedups:
                 row["speedup"] = statistics.median(speedups)
                 row["th_ms"] = statistics.median(t[1][0] + t[1][1] for t in th_runs)
                 row["th_form"] = th_runs[0][0]
                 row["th_rss"] = max(t[1][2] for t in th_runs) / 1024
+                row["best"] = min(t[1][0] + t[1][1] for t in th_runs) / row["fg_best_ms"]
+                if cpu_speedups:
+                    row["cpu_speedup"] = statistics.median(cpu_speedups)
             rows.append(row)
 
     lines = []
     lines.append(machine)
-    lines.append("flashgrad float32 flash attention, forward + backward, B=%d H=%d d=%d, %d threads; PyTorch %s, %d threads"
-                 % (a.b, a.h, a.d, a.threads, torch_version or "(absent)", a.threads))
+    lines.append("flashgrad %s flash attention, forward + backward, B=%d H=%d d=%d, %d threads; PyTorch %s, %d threads"
+                 % (a.dtype, a.b, a.h, a.d, a.threads, torch_version or "(absent)", a.threads))
     lines.append("")
     lines.append("| N | causal | flash f+b ms | flash GFLOP/s | sgemm GFLOP/s | flash/sgemm (>= 50%) | per CPU-s: flash, "
-                 "sgemm | PyTorch f+b ms | speed-up vs PyTorch (target) | flash peak RSS | PyTorch peak RSS |")
-    lines.append("|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                 "sgemm | flash of FMA peak | PyTorch f+b ms | speed-up vs PyTorch (target) | best | per CPU-s | "
+                 "flash peak RSS | PyTorch peak RSS |")
+    lines.append("|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         pct = 100.0 * r["fg_gf"] / r["sgemm_gf"] if r["sgemm_gf"] > 0 else float("nan")
-        target = 2.5 if r["causal"] else 1.5
+        target = 1.5 if a.dtype == "float64" else 3.0 if r["causal"] else 2.5
         if "speedup" in r:
             sp = "%.2fx (%.1fx %s)" % (r["speedup"], target, "met" if r["speedup"] >= target else "NOT met")
             th = "%.0f (%s)" % (r["th_ms"], r["th_form"])
             th_rss = "%.0f MiB" % r["th_rss"]
         else:
             sp, th, th_rss = "-", "-", "-"
+        best = "%.2fx" % r["best"] if "best" in r else "-"
+        cpus = "%.2fx" % r["cpu_speedup"] if "cpu_speedup" in r else "-"
         cpct = 100.0 * r["fg_cgf"] / r["sgemm_cgf"] if r["sgemm_cgf"] > 0 else float("nan")
-        lines.append("| %d | %s | %.0f | %.1f | %.1f | %.0f%% %s | %.0f, %.0f (%.0f%%) | %s | %s | %.0f MiB | %s |"
+        lines.append("| %d | %s | %.0f | %.1f | %.1f | %.0f%% %s | %.0f, %.0f (%.0f%%) | %.0f%% | %s | %s | %s | %s | %.0f MiB | %s |"
                      % (r["n"], "yes" if r["causal"] else "no", r["fg_ms"], r["fg_gf"], r["sgemm_gf"], pct,
-                        "met" if pct >= 50 else "NOT met", r["fg_cgf"], r["sgemm_cgf"], cpct, th, sp, r["fg_rss"],
-                        th_rss))
+                        "met" if pct >= 50 else "NOT met", r["fg_cgf"], r["sgemm_cgf"], cpct, 100 * r["peak"], th, sp,
+                        best, cpus, r["fg_rss"], th_rss))
     print()
     print("\n".join(lines))
     if a.md:

@@ -9,6 +9,15 @@
  * Times are medians over --repeat runs after one warm-up run. FLOPs follow the FlashAttention
  * papers: forward 4·Nq·Nk·d per head, backward 2.5× forward, both halved when causal.
  *
+ * --dtype float64 times the float64 kernels (the gradient checks' dtype) the same way, with dgemm
+ * as the reference.
+ *
+ * The FMA peak: a child process measures the float32 FMA peak on the measuring processes' threads
+ * as `flashgrad bench peak` does (12 independent FMA chains per thread, best of a few short
+ * rounds; --peak G takes a figure measured on a quiet machine instead), and every line gives its
+ * forward + backward GFLOP/s as a fraction of it — of half of it in float64 (a vector holds half
+ * as many doubles, at the same FMA rate).
+ *
  * The CPU reference: for each N, another child process times OpenBLAS's sgemm on the
  * products flash attention is made of, Nq×d by d×Nk (one per head, B·H of them, C written), in the
  * same run and environment, with the same thread count; the table then gives flash's forward +
@@ -43,6 +52,7 @@ typedef struct {
     int repeat;
     int threads; /* 0: the libraries' defaults */
     fg_device device;
+    fg_dtype dtype; /* FG_F32 or FG_F64 */
 } attn_cfg;
 
 typedef struct {
@@ -51,6 +61,7 @@ typedef struct {
     double rss_kb;
     double fwd_cpu_ms, bwd_cpu_ms; /* CPU time of the process (all its threads), same runs as the medians */
     double sgemm_ms, sgemm_cpu_ms; /* the sgemm reference: B·H products Nq×d by d×Nk */
+    double peak_gf;                /* the float32 FMA peak of the measuring threads */
     int pool_threads, blas_threads;
     int ok;
     char err[200];
@@ -97,10 +108,10 @@ static void median_pair(double *t, double *c, int n, double *tm, double *cm) {
 static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_result *r) {
     set_threads(c, r);
     int64_t qs[4] = {c->b, c->h, c->nq, c->d}, ks[4] = {c->b, c->h, c->nk, c->d};
-    fg_tensor *q = fg_rand_normal(FG_F32, c->device, 4, qs, 0, 1, 1, 0);
-    fg_tensor *k = fg_rand_normal(FG_F32, c->device, 4, ks, 0, 1, 1, 1);
-    fg_tensor *v = fg_rand_normal(FG_F32, c->device, 4, ks, 0, 1, 1, 2);
-    fg_tensor *dout = fg_rand_normal(FG_F32, c->device, 4, qs, 0, 1, 1, 3);
+    fg_tensor *q = fg_rand_normal(c->dtype, c->device, 4, qs, 0, 1, 1, 0);
+    fg_tensor *k = fg_rand_normal(c->dtype, c->device, 4, ks, 0, 1, 1, 1);
+    fg_tensor *v = fg_rand_normal(c->dtype, c->device, 4, ks, 0, 1, 1, 2);
+    fg_tensor *dout = fg_rand_normal(c->dtype, c->device, 4, qs, 0, 1, 1, 3);
     if (!q || !k || !v || !dout) {
         snprintf(r->err, sizeof r->err, "%s", fg_last_error());
         goto done;
@@ -182,9 +193,11 @@ done:
  * median over --repeat. Inputs uniform in [-1, 1). */
 static void measure_sgemm(const attn_cfg *c, attn_result *r) {
     set_threads(c, r);
+    const int f64 = c->dtype == FG_F64;
+    const size_t es = f64 ? sizeof(double) : sizeof(float);
     const size_t na = (size_t)(c->nq * c->d), nb = (size_t)(c->d * c->nk), nc = (size_t)(c->nq * c->nk);
-    float *A = fg_alloc(FG_CPU, na * sizeof(float)), *Bm = fg_alloc(FG_CPU, nb * sizeof(float));
-    float *C = fg_alloc(FG_CPU, nc * sizeof(float));
+    void *A = fg_alloc(FG_CPU, na * es), *Bm = fg_alloc(FG_CPU, nb * es);
+    void *C = fg_alloc(FG_CPU, nc * es);
     const int reps = c->repeat < 1 ? 1 : c->repeat;
     double *t = calloc((size_t)reps, sizeof *t), *cp = calloc((size_t)reps, sizeof *cp);
     if (!A || !Bm || !C || !t || !cp) {
@@ -192,15 +205,24 @@ static void measure_sgemm(const attn_cfg *c, attn_result *r) {
         goto done;
     }
     uint64_t s = 1;
-    for (size_t i = 0; i < na; i++)
-        A[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
-    for (size_t i = 0; i < nb; i++)
-        Bm[i] = (float)((double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1);
+    for (size_t i = 0; i < na + nb; i++) {
+        const double x = (double)((s = s * 6364136223846793005ULL + 1) >> 40) / 8388608.0 - 1;
+        void *base = i < na ? A : Bm;
+        const size_t at = i < na ? i : i - na;
+        if (f64)
+            ((double *)base)[at] = x;
+        else
+            ((float *)base)[at] = (float)x;
+    }
     for (int it = -1; it < reps; it++) {
         const double c0 = cpu_now(), t0 = fg_now();
         for (int64_t p = 0; p < c->b * c->h; p++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->nq, (int)c->nk, (int)c->d, 1.0f, A,
-                        (int)c->d, Bm, (int)c->nk, 0.0f, C, (int)c->nk);
+            if (f64)
+                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->nq, (int)c->nk, (int)c->d, 1.0, A,
+                            (int)c->d, Bm, (int)c->nk, 0.0, C, (int)c->nk);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->nq, (int)c->nk, (int)c->d, 1.0f, A,
+                            (int)c->d, Bm, (int)c->nk, 0.0f, C, (int)c->nk);
         if (it >= 0) {
             t[it] = (fg_now() - t0) * 1e3;
             cp[it] = (cpu_now() - c0) * 1e3;
@@ -216,8 +238,81 @@ done:
     if (C) fg_free(FG_CPU, C);
 }
 
-/* Run one measurement in a child process; the result comes back through a pipe. impl < 0: the
- * sgemm reference. */
+/* The float32 FMA peak on the measuring threads (the method of bench/bench_peak.c): every worker
+ * runs 12 independent chains of vector FMAs; the best of several short rounds. The chain loop is
+ * unrolled so that the chains live in registers: rolled, GCC keeps x[] on the stack at -O2 and
+ * every FMA waits on a store and a reload, which measures half the peak. */
+#define PEAK_CHAINS 12
+#define PEAK_ITERS 4000000L
+typedef struct {
+    fg_simd_level level;
+    double sink[FG_POOL_MAX_THREADS];
+} peak_job;
+
+#if FG_SIMD_X86
+#include <immintrin.h>
+__attribute__((target("avx512f"))) static double peak_chains_avx512(long n) {
+    __m512 x[PEAK_CHAINS];
+    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < PEAK_CHAINS; i++) x[i] = _mm512_set1_ps(1.0f + 0.01f * (float)i);
+    for (long i = 0; i < n; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < PEAK_CHAINS; j++) x[j] = _mm512_fmadd_ps(x[j], a, b);
+    __m512 s = x[0];
+    for (int i = 1; i < PEAK_CHAINS; i++) s = _mm512_add_ps(s, x[i]);
+    return (double)_mm512_reduce_add_ps(s);
+}
+__attribute__((target("avx2,fma"))) static double peak_chains_avx2(long n) {
+    __m256 x[PEAK_CHAINS];
+    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < PEAK_CHAINS; i++) x[i] = _mm256_set1_ps(1.0f + 0.01f * (float)i);
+    for (long i = 0; i < n; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < PEAK_CHAINS; j++) x[j] = _mm256_fmadd_ps(x[j], a, b);
+    __m256 s = x[0];
+    for (int i = 1; i < PEAK_CHAINS; i++) s = _mm256_add_ps(s, x[i]);
+    float f[8];
+    _mm256_storeu_ps(f, s);
+    return (double)(f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7]);
+}
+#endif
+
+static void peak_item(void *ctx, int64_t item, int worker) {
+    peak_job *j = ctx;
+    (void)item;
+    double v = 0;
+#if FG_SIMD_X86
+    if (j->level == FG_SIMD_AVX512)
+        v = peak_chains_avx512(PEAK_ITERS);
+    else if (j->level == FG_SIMD_AVX2)
+        v = peak_chains_avx2(PEAK_ITERS);
+#endif
+    j->sink[worker] += v;
+}
+
+static void measure_peak(const attn_cfg *c, attn_result *r) {
+    set_threads(c, r);
+    const fg_simd_level level = fg_simd_active();
+    if (level == FG_SIMD_SCALAR) { /* no vector FMA: no peak to speak of */
+        r->ok = 1;
+        return;
+    }
+    peak_job j = {.level = level};
+    const int threads = fg_pool_threads();
+    double best = 1e30;
+    for (int round = 0; round < 8; round++) { /* round 0 wakes the workers and settles the clocks */
+        const double t0 = fg_now();
+        fg_pool_run(threads, peak_item, &j, 0);
+        const double dt = fg_now() - t0;
+        if (round > 0 && dt < best) best = dt;
+    }
+    const double lanes = level == FG_SIMD_AVX512 ? 16 : 8;
+    r->peak_gf = 2.0 * PEAK_CHAINS * lanes * (double)PEAK_ITERS * threads / best / 1e9;
+    r->ok = 1;
+}
+
+/* Run one measurement in a child process; the result comes back through a pipe. impl -1: the
+ * sgemm reference; -2: the FMA peak. */
 static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_result *r) {
     memset(r, 0, sizeof *r);
     int fd[2];
@@ -237,7 +332,9 @@ static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int b
         close(fd[0]);
         attn_result cr;
         memset(&cr, 0, sizeof cr);
-        if ((int)impl < 0)
+        if ((int)impl == -2)
+            measure_peak(c, &cr);
+        else if ((int)impl < 0)
             measure_sgemm(c, &cr);
         else
             measure(c, impl, bq, bk, &cr);
@@ -262,19 +359,23 @@ static void usage(FILE *f) {
     fprintf(f, "usage: flashgrad bench attention [--n N1,N2,...] [--nk M] [--d D] [--b B] [--h H] [--causal]\n"
                "         [--dropout P] [--device cpu|cuda] [--repeat R] [--block-q N] [--block-k N]\n"
                "         [--sweep-blocks S1,S2,...] [--impl naive|flash|both] [--max-naive-gib G] [--csv FILE]\n"
-               "         [--threads T] [--no-sgemm]\n"
-               "  times forward and backward of naive and flash attention (float32), median of R repeats;\n"
+               "         [--threads T] [--no-sgemm] [--dtype float32|float64] [--peak GFLOPS]\n"
+               "  times forward and backward of naive and flash attention (float32, or --dtype float64), median\n"
+               "  of R repeats;\n"
                "  GFLOP/s: forward 4*Nq*Nk*d per head, backward 2.5x, halved when causal;\n"
                "  peak bytes from flashgrad's allocation counter; peak RSS of a process per configuration.\n"
                "  --nk defaults to N. --sweep-blocks times flash for every (block_q, block_k) pair of the list.\n"
                "  Naive is skipped when its score matrices would exceed --max-naive-gib (default 6).\n"
                "  CPU: also times OpenBLAS sgemm on the same-shaped products (Nq x d by d x Nk, B*H of them)\n"
                "  in the same run (--no-sgemm: don't) and prints flash's forward+backward GFLOP/s against it.\n"
-               "  --threads T: T threads for flashgrad's pool and for OpenBLAS (default: their defaults).\n");
+               "  --threads T: T threads for flashgrad's pool and for OpenBLAS (default: their defaults).\n"
+               "  %%peak: forward+backward GFLOP/s against the float32 FMA peak of the measuring threads (half of\n"
+               "  it in float64), measured at the start like `flashgrad bench peak`, or --peak G (GFLOP/s float32).\n");
 }
 
 int fg_bench_attention(int argc, char **argv) {
-    attn_cfg c = {.b = 1, .h = 1, .d = 64, .repeat = 3, .device = FG_CPU};
+    attn_cfg c = {.b = 1, .h = 1, .d = 64, .repeat = 3, .device = FG_CPU, .dtype = FG_F32};
+    double peak_given = 0;
     int64_t ns[64];
     int nn = 0, nsweep = 0, sweep[16], bq = 0, bk = 0, want_naive = 1, want_flash = 1, want_sgemm = 1;
     int64_t nk_fixed = 0;
@@ -327,6 +428,20 @@ int fg_bench_attention(int argc, char **argv) {
                 c.device = FG_CUDA;
             else {
                 fprintf(stderr, "bench attention: --device must be cpu or cuda, got '%s'\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(val, "float32"))
+                c.dtype = FG_F32;
+            else if (!strcmp(val, "float64"))
+                c.dtype = FG_F64;
+            else {
+                fprintf(stderr, "bench attention: --dtype must be float32 or float64, got '%s'\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--peak")) {
+            if (fg_parse_double(val, &peak_given) || !(peak_given > 0) || peak_given > 1e9) {
+                fprintf(stderr, "bench attention: --peak must be a positive GFLOP/s figure, got '%s'\n", val);
                 return 2;
             }
         } else if (!strcmp(a, "--csv")) {
@@ -404,17 +519,38 @@ int fg_bench_attention(int argc, char **argv) {
         }
         fprintf(out, "impl,b,h,nq,nk,d,causal,dropout,block_q,block_k,fwd_ms,bwd_ms,fwd_gflops,bwd_gflops,"
                      "fwd_peak_bytes,bwd_peak_bytes,peak_rss_kb,device,fwdbwd_gflops,sgemm_gflops,threads,simd,"
-                     "fwdbwd_gflops_per_cpu_s,sgemm_gflops_per_cpu_s\n");
+                     "fwdbwd_gflops_per_cpu_s,sgemm_gflops_per_cpu_s,dtype,peak_gflops,fwdbwd_frac_peak\n");
     }
     if (c.device != FG_CPU) want_sgemm = 0;
+    const int f64 = c.dtype == FG_F64;
+    const char *dtn = f64 ? "float64" : "float32";
     fg_print_machine_line(stdout);
     fg_blas_hint(stdout);
-    printf("flashgrad: float32 flash tiles use %s (FG_SIMD to cap); %d threads (pool) and %d OpenBLAS threads in the "
+    fg_simd_level tiles = fg_simd_active();
+    if (f64 && tiles == FG_SIMD_AVX512) tiles = FG_SIMD_AVX2; /* the float64 tiles have AVX2 forms only */
+    printf("flashgrad: %s flash tiles use %s (FG_SIMD to cap); %d threads (pool) and %d OpenBLAS threads in the "
            "measuring processes%s\n",
-           fg_simd_name(fg_simd_active()), c.threads > 0 ? c.threads : fg_pool_threads(),
+           dtn, fg_simd_name(tiles), c.threads > 0 ? c.threads : fg_pool_threads(),
            c.threads > 0 ? c.threads : openblas_get_num_threads(), c.threads > 0 ? " (--threads)" : "");
-    printf("%-6s %6s %6s %4s %4s %4s | %9s %9s | %8s %8s %8s | %12s %12s | %10s\n", "impl", "Nq", "Nk", "d", "bq", "bk",
-           "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "f+b GF/s", "fwd peak B", "bwd peak B", "peak RSS");
+    double peak32 = peak_given; /* float32 GFLOP/s; the dtype's peak is half of it in float64 */
+    if (c.device == FG_CPU) {
+        if (peak32 <= 0) {
+            attn_result pr;
+            measure_isolated(&c, (fg_attn_impl)-2, 0, 0, &pr);
+            peak32 = pr.ok ? pr.peak_gf : 0;
+        }
+        const char *how = peak_given > 0 ? "--peak" : "measured now: low when others share the cores";
+        if (peak32 > 0 && f64)
+            printf("peak: float64 FMA peak %.1f GFLOP/s, half the float32 FMA peak %.1f GFLOP/s of the measuring "
+                   "threads (%s)\n",
+                   peak32 / 2, peak32, how);
+        else if (peak32 > 0)
+            printf("peak: float32 FMA peak %.1f GFLOP/s of the measuring threads (%s)\n", peak32, how);
+    }
+    const double peak = f64 ? peak32 / 2 : peak32;
+    printf("%-6s %6s %6s %4s %4s %4s | %9s %9s | %8s %8s %8s %5s | %12s %12s | %10s\n", "impl", "Nq", "Nk", "d", "bq",
+           "bk", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s", "f+b GF/s", "%peak", "fwd peak B", "bwd peak B",
+           "peak RSS");
     int n_pairs = nsweep ? nsweep * nsweep : 1;
     for (int in = 0; in < nn; in++) {
         c.nq = ns[in];
@@ -438,7 +574,7 @@ int fg_bench_attention(int argc, char **argv) {
             for (int pi = 0; pi < (impl == FG_ATTN_FLASH ? n_pairs : 1); pi++) {
                 int ibq = nsweep ? sweep[pi / nsweep] : bq, ibk = nsweep ? sweep[pi % nsweep] : bk;
                 attn_result r;
-                double naive_bytes = 3.0 * (double)c.nq * (double)c.nk * 4.0 * (double)(c.b * c.h);
+                double naive_bytes = 3.0 * (double)c.nq * (double)c.nk * (f64 ? 8.0 : 4.0) * (double)(c.b * c.h);
                 if (impl == FG_ATTN_NAIVE && naive_bytes > max_naive_gib * 1073741824.0) {
                     printf("%-6s %6lld %6lld %4lld %4s %4s | skipped: its score matrices need ~%.1f GiB "
                            "(--max-naive-gib)\n",
@@ -464,27 +600,32 @@ int fg_bench_attention(int argc, char **argv) {
                 char sbq[16], sbk[16];
                 snprintf(sbq, sizeof sbq, "%d", impl == FG_ATTN_FLASH ? ibq : 0);
                 snprintf(sbk, sizeof sbk, "%d", impl == FG_ATTN_FLASH ? ibk : 0);
-                printf("%-6s %6lld %6lld %4lld %4s %4s | %9.3f %9.3f | %8.1f %8.1f %8.1f | %12.0f %12.0f | %7.0f MiB\n",
+                char spk[16] = "-";
+                if (peak > 0) snprintf(spk, sizeof spk, "%.0f%%", 100.0 * gfb / peak);
+                printf("%-6s %6lld %6lld %4lld %4s %4s | %9.3f %9.3f | %8.1f %8.1f %8.1f %5s | %12.0f %12.0f | %7.0f "
+                       "MiB\n",
                        name, (long long)c.nq, (long long)c.nk, (long long)c.d,
                        impl == FG_ATTN_FLASH ? (ibq ? sbq : "def") : "-",
-                       impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-", r.fwd_ms, r.bwd_ms, gf, gb, gfb, r.fwd_peak,
-                       r.bwd_peak, r.rss_kb / 1024);
+                       impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-", r.fwd_ms, r.bwd_ms, gf, gb, gfb, spk,
+                       r.fwd_peak, r.bwd_peak, r.rss_kb / 1024);
                 fflush(stdout);
                 if (out)
                     fprintf(
                         out,
                         "%s,%lld,%lld,%lld,%lld,%lld,%d,%g,%d,%d,%.4f,%.4f,%.2f,%.2f,%.0f,%.0f,%.0f,%s,%.2f,%.2f,%d,%s,"
-                        "%.2f,%.2f\n",
+                        "%.2f,%.2f,%s,%.2f,%.4f\n",
                         name, (long long)c.b, (long long)c.h, (long long)c.nq, (long long)c.nk, (long long)c.d,
                         c.causal, c.dropout, impl == FG_ATTN_FLASH ? ibq : 0, impl == FG_ATTN_FLASH ? ibk : 0, r.fwd_ms,
                         r.bwd_ms, gf, gb, r.fwd_peak, r.bwd_peak, r.rss_kb, fg_device_name(c.device), gfb, sgemm_gf,
-                        r.pool_threads, c.device == FG_CPU ? fg_simd_name(fg_simd_active()) : "-", cgfb, sgemm_cgf);
+                        r.pool_threads, c.device == FG_CPU ? fg_simd_name(tiles) : "-", cgfb, sgemm_cgf, dtn, peak,
+                        peak > 0 ? gfb / peak : 0.0);
             }
         }
         if (sgemm_gf > 0) {
-            printf("sgemm  %6lld %6lld %4lld | OpenBLAS %s, %lld products %lldx%lld by %lldx%lld: %.1f GFLOP/s",
-                   (long long)c.nq, (long long)c.nk, (long long)c.d, openblas_get_corename(), (long long)(c.b * c.h),
-                   (long long)c.nq, (long long)c.d, (long long)c.d, (long long)c.nk, sgemm_gf);
+            printf("%s  %6lld %6lld %4lld | OpenBLAS %s, %lld products %lldx%lld by %lldx%lld: %.1f GFLOP/s",
+                   f64 ? "dgemm" : "sgemm", (long long)c.nq, (long long)c.nk, (long long)c.d, openblas_get_corename(),
+                   (long long)(c.b * c.h), (long long)c.nq, (long long)c.d, (long long)c.d, (long long)c.nk, sgemm_gf);
+            if (peak > 0) printf(" (%.0f%% of peak)", 100.0 * sgemm_gf / peak);
             if (flash_gf > 0)
                 printf("; flash fwd+bwd%s = %.0f%% of it", c.causal ? " (causal)" : "", 100.0 * flash_gf / sgemm_gf);
             printf("\n");

@@ -18,6 +18,8 @@
  * file or folder is left. Only a kill during the final renames (a few system calls) can mix the
  * two sets, and a kill before them can leave a ".flashgrad-attention.*" folder behind. Other files
  * in DIR are never touched.
+ * The inputs are mapped, not read (fg_npy_map, tensor/npy.h): they must not be truncated while the
+ * command runs.
  * --device cuda reads the files on the host, moves the tensors to the GPU (fg_to), runs the same
  * fg_attention there and writes the results back as .npy (fg_npy_save copies them to the host).
  * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write, no usable
@@ -260,14 +262,17 @@ int fg_cmd_attention(int argc, char **argv) {
 
     int rc = 1;
     fg_tensor *q = NULL, *k = NULL, *v = NULL, *dout = NULL, *o = NULL, *lse = NULL;
+    /* the inputs are read-only views of their mapped files where the files allow (fg_npy_map): no
+     * copy and no first touch of fresh memory; the mappings outlive the tensors */
+    fg_npy_mapping maps[4] = {{0}};
     const char *what = NULL;
-    if (!(q = fg_npy_load(qp)))
+    if (!(q = fg_npy_map(qp, &maps[0])))
         what = qp;
-    else if (!(k = fg_npy_load(kp)))
+    else if (!(k = fg_npy_map(kp, &maps[1])))
         what = kp;
-    else if (!(v = fg_npy_load(vp)))
+    else if (!(v = fg_npy_map(vp, &maps[2])))
         what = vp;
-    else if (dop && !(dout = fg_npy_load(dop)))
+    else if (dop && !(dout = fg_npy_map(dop, &maps[3])))
         what = dop;
     if (what) {
         const char *msg = fg_last_error();
@@ -328,5 +333,6 @@ done:
     fg_release(k);
     fg_release(v);
     fg_release(dout);
+    for (int i = 0; i < 4; i++) fg_npy_unmap(&maps[i]);
     return rc;
 }

@@ -151,6 +151,12 @@ static const fg_flash_ops_f32 *flash_ops_f32(void) {
     return x || fg_simd_detect() == FG_SIMD_SCALAR ? &fg_flash_portable_f32 : &fg_flash_x86_f32;
 }
 
+/* float64 the same way: the x86 table (AVX2+FMA forms, run on AVX-512 CPUs too) unless
+ * FG_ATTN_GEMM=blas or the CPU has no AVX2+FMA. */
+static const fg_flash_ops_f64 *flash_ops_f64(void) {
+    return flash_ops_f32() == &fg_flash_portable_f32 ? &fg_flash_portable_f64 : &fg_flash_x86_f64;
+}
+
 #define FG_ATTN_FLASH_TEMPLATE 1
 
 /* OPS: the table of tile operations the dtype's kernels use */
@@ -167,7 +173,7 @@ static const fg_flash_ops_f32 *flash_ops_f32(void) {
 #define T double
 #define SFX(name) name##_f64
 #define DT FG_F64
-#define OPS (&fg_flash_portable_f64)
+#define OPS flash_ops_f64()
 #include "ops/attention_flash.c"
 #undef T
 #undef SFX

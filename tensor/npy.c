@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tensor/fileio.h"
@@ -372,14 +373,9 @@ static ssize_t pread_full(int fd, void *dst, size_t n, off_t off) {
     return (ssize_t)got;
 }
 
-fg_tensor *fg_npy_load(const char *path) {
-    if (!path || !*path) {
-        fg_error(FG_ERR_ARG, "npy: empty file path");
-        return NULL;
-    }
-    int fd;
-    int64_t size;
-    if (fg_open_read(path, 1, &fd, &size) != FG_OK) return NULL;
+/* The load from a descriptor of fg_open_read (size: the regular file's, or -1 for a stream); closes
+ * fd. */
+static fg_tensor *load_fd(int fd, int64_t size, const char *path) {
     if (size < 0) {
         /* A FIFO/pipe: take it whole (up to FG_NPY_STREAM_MAX_BYTES) and parse from memory. */
         void *buf;
@@ -441,6 +437,63 @@ out:
     free(hdr);
     close(fd);
     return t;
+}
+
+fg_tensor *fg_npy_load(const char *path) {
+    if (!path || !*path) {
+        fg_error(FG_ERR_ARG, "npy: empty file path");
+        return NULL;
+    }
+    int fd;
+    int64_t size;
+    if (fg_open_read(path, 1, &fd, &size) != FG_OK) return NULL;
+    return load_fd(fd, size, path);
+}
+
+fg_tensor *fg_npy_map(const char *path, fg_npy_mapping *m) {
+    if (!m) {
+        fg_error(FG_ERR_ARG, "npy: NULL mapping");
+        return NULL;
+    }
+    m->addr = NULL;
+    m->len = 0;
+    if (!path || !*path) {
+        fg_error(FG_ERR_ARG, "npy: empty file path");
+        return NULL;
+    }
+    int fd;
+    int64_t size;
+    if (fg_open_read(path, 1, &fd, &size) != FG_OK) return NULL;
+    if (size <= 0 || (uint64_t)size > (uint64_t)SIZE_MAX) return load_fd(fd, size, path); /* a stream, or empty */
+    /* MAP_POPULATE: the page-table entries in one call, not one fault per page later */
+    void *a = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (a == MAP_FAILED) return load_fd(fd, size, path); /* a file system without mmap */
+    close(fd);
+    fg_npy_info info;
+    if (npy_header(a, (size_t)size, (uint64_t)size, path, &info) != FG_OK) {
+        munmap(a, (size_t)size);
+        return NULL;
+    }
+    unsigned char *data = (unsigned char *)a + info.data_offset;
+    fg_tensor *t;
+    if (info.data_offset % fg_dtype_size(info.dtype) == 0) { /* the mapping is page-aligned */
+        t = fg_from_blob(info.dtype, info.ndim, info.shape, data);
+        if (t) {
+            m->addr = a;
+            m->len = (size_t)size;
+            return t;
+        }
+    } else
+        t = tensor_from(&info, data);
+    munmap(a, (size_t)size);
+    return t;
+}
+
+void fg_npy_unmap(fg_npy_mapping *m) {
+    if (!m || !m->addr) return;
+    munmap(m->addr, m->len);
+    m->addr = NULL;
+    m->len = 0;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -39,6 +39,22 @@ fg_status fg_npy_parse_header(const void *buf, size_t n, fg_npy_info *info);
 fg_tensor *fg_npy_load(const char *path);
 /* The largest .npy taken from a FIFO/pipe (1 GiB); larger arrays must come from a regular file. */
 #define FG_NPY_STREAM_MAX_BYTES ((size_t)1 << 30)
+/* Zero-copy loading: a regular file is mapped read-only (mmap, MAP_PRIVATE) and, when its data is
+ * aligned for its dtype (numpy aligns it to 64 bytes), the tensor is a view of the mapping (its
+ * data belongs to the mapping: never write to it, release the tensor before fg_npy_unmap(m)). The
+ * header gets fg_npy_load's checks, and what fg_npy_load refuses is refused the same way; a
+ * FIFO/pipe, a misaligned data offset or a file system without mmap give a copy as fg_npy_load
+ * does (m->addr is then NULL). The mapping holds the file's pages, not a copy: another process that
+ * truncates the file while it is mapped makes later reads fault (SIGBUS), as with numpy's
+ * mmap_mode — for inputs a run owns, as `flashgrad attention`'s. The tensor is a new reference, or
+ * NULL with fg_last_error() (m->addr NULL). */
+typedef struct {
+    void *addr; /* NULL: nothing mapped (the tensor is a copy) */
+    size_t len;
+} fg_npy_mapping;
+fg_tensor *fg_npy_map(const char *path, fg_npy_mapping *m);
+/* Unmaps what fg_npy_map mapped (nothing when m->addr is NULL); m is cleared. */
+void fg_npy_unmap(fg_npy_mapping *m);
 /* The same from bytes in memory (used by the file loader and the fuzzer). */
 fg_tensor *fg_npy_parse(const void *buf, size_t n);
 /* Writes version 1.0 (2.0 if the header needs it), atomically: a temporary file in the same

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ops/attention.h"
+#include "ops/cpu/flash_exp64.h"
 #include "ops/cpu/flash_tiles.h"
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
@@ -164,6 +165,114 @@ const fg_flash_ops_f32 fg_flash_x86_f32 = {.packs = 1,
                                            .exp_rows = exp_rows,
                                            .ds_rows = ds_rows,
                                            .transpose = transpose};
+
+/* =============================================================================================
+ * the x86 table (float64): the float32 one's structure, with fg_dgemm_small and fg_exp64 (four
+ * lanes; AVX2+FMA, which AVX-512 CPUs run too)
+ * ============================================================================================= */
+
+/* the column softmax of fg_flash_softmax_cols_scalar, in double */
+void fg_flash_softmax_cols64_scalar(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m, double *l,
+                                    double *alpha) {
+    for (int64_t r = r0; r < r1; r++) {
+        double mx = m[r];
+        for (int64_t j = 0; j < nk; j++) {
+            const double s = ST[j * ld + r];
+            mx = s > mx ? s : mx; /* a NaN score does not become the max (as vmaxpd(s, mx)) */
+        }
+        const double ms = mx == -INFINITY ? 0.0 : mx;
+        const double a = fg_exp64_ref(m[r] - ms);
+        double sum = 0;
+        for (int64_t j = 0; j < nk; j++) {
+            const double p = fg_exp64_ref(ST[j * ld + r] - ms);
+            ST[j * ld + r] = p;
+            sum += p;
+        }
+        l[r] = a * l[r] + sum;
+        m[r] = mx;
+        alpha[r] = a;
+    }
+}
+
+static int x86_f64_vector(void) {
+#if FG_SIMD_X86
+    return fg_simd_active() >= FG_SIMD_AVX2;
+#else
+    return 0;
+#endif
+}
+
+static void softmax_cols64(double *ST, int64_t ld, int64_t nq, int64_t nk, double *m, double *l, double *alpha) {
+#if FG_SIMD_X86
+    if (x86_f64_vector()) {
+        fg_flash_softmax_cols64_avx2(ST, ld, nk, nq, m, l, alpha);
+        return;
+    }
+#endif
+    fg_flash_softmax_cols64_scalar(ST, ld, nk, 0, nq, m, l, alpha);
+}
+
+static void exp_rows64(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L, const double *lo) {
+#if FG_SIMD_X86
+    if (x86_f64_vector()) {
+        fg_flash_exp_rows64_avx2(S, ld, nq, nk, L, lo);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < nq; r++) {
+        double *row = S + r * ld;
+        const double Lr = L[r], lr = lo ? lo[r] : 0.0;
+        if (Lr == -INFINITY) {
+            for (int64_t j = 0; j < nk; j++) row[j] = 0;
+            continue;
+        }
+        for (int64_t j = 0; j < nk; j++) row[j] = fg_exp64_ref((row[j] - Lr) - lr);
+    }
+}
+
+static void ds_rows64(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk, const double *D) {
+#if FG_SIMD_X86
+    if (x86_f64_vector()) {
+        fg_flash_ds_rows64_avx2(dS, P, ld, nq, nk, D);
+        return;
+    }
+#endif
+    flash_ds_rows_f64(dS, P, ld, nq, nk, D);
+}
+
+/* in 8 × 8 blocks, as the float32 one */
+void fg_flash_transpose64_scalar(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8)
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            const int64_t r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
+        }
+}
+
+static void transpose64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols) {
+#if FG_SIMD_X86
+    if (x86_f64_vector() && rows >= 4 && cols >= 4) {
+        fg_flash_transpose64_avx2(dst, ldd, src, lds, rows, cols);
+        return;
+    }
+#endif
+    fg_flash_transpose64_scalar(dst, ldd, src, lds, rows, cols);
+}
+
+static void gemm_small64(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const double *A, int64_t lda,
+                         const double *B, int64_t ldb, double *C, int64_t ldc, const double *rowscale, int acc) {
+    (void)tb;
+    fg_dgemm_small(m, n, k, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, rowscale, acc);
+}
+
+const fg_flash_ops_f64 fg_flash_x86_f64 = {.packs = 1,
+                                           .pool_flags = 0,
+                                           .gemm = gemm_small64,
+                                           .softmax = softmax_cols64,
+                                           .exp_rows = exp_rows64,
+                                           .ds_rows = ds_rows64,
+                                           .transpose = transpose64};
 
 #else /* ---- the per-dtype template: the portable table ---- */
 

@@ -65,6 +65,7 @@ typedef FG_FLASH_OPS_TABLE(double) fg_flash_ops_f64;
 extern const fg_flash_ops_f64 fg_flash_portable_f64;
 extern const fg_flash_ops_f32 fg_flash_portable_f32;
 extern const fg_flash_ops_f32 fg_flash_x86_f32;
+extern const fg_flash_ops_f64 fg_flash_x86_f64;
 
 /* ---- internal to ops/cpu/flash_tiles.c and ops/cpu/flash_x86.c: the x86 table's pieces ----
  * The plain C forms (the bit-exact reference; the vector forms finish their ragged edges with them):
@@ -72,6 +73,10 @@ extern const fg_flash_ops_f32 fg_flash_x86_f32;
 void fg_flash_softmax_cols_scalar(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
                                   float *alpha);
 void fg_flash_transpose_scalar(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+/* ... and the float64 ones */
+void fg_flash_softmax_cols64_scalar(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m, double *l,
+                                    double *alpha);
+void fg_flash_transpose64_scalar(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols);
 #if FG_SIMD_X86
 /* The vector forms, each compiled for its instruction set (call only at that fg_simd_active level). */
 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
@@ -82,6 +87,11 @@ void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, 
 void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
 /* 16 × 16 blocks where rows, cols >= 16, the edges through fg_flash_transpose_scalar. */
 void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+/* float64, AVX2+FMA (run on AVX-512 CPUs too); the transpose in 4 × 4 blocks, rows, cols >= 4 */
+void fg_flash_softmax_cols64_avx2(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l, double *alpha);
+void fg_flash_exp_rows64_avx2(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L, const double *lo);
+void fg_flash_ds_rows64_avx2(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk, const double *D);
+void fg_flash_transpose64_avx2(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols);
 #endif
 
 #ifdef __cplusplus

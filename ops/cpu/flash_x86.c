@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cpu/flash_exp64.h"
 #include "ops/cpu/vexp.h"
 
 /* Four vectors of columns at a time: each column's max and sum are chains of dependent operations
@@ -222,6 +223,122 @@ FG_TARGET_AVX2 void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld,
                              _mm256_mul_ps(_mm256_loadu_ps(prow + j), _mm256_sub_ps(_mm256_loadu_ps(dsrow + j), Di)));
         for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
     }
+}
+
+/* ---- float64 (four lanes) ---- */
+
+/* four vectors of four columns at a time, as the float32 forms (independent chains) */
+FG_TARGET_AVX2 void fg_flash_softmax_cols64_avx2(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l,
+                                                 double *alpha) {
+    const __m256d ninf = _mm256_set1_pd(-INFINITY), zero = _mm256_setzero_pd();
+    int64_t r0 = 0;
+    for (; r0 + 16 <= nq; r0 += 16) {
+        __m256d mo[4], mx[4], ms[4], sum[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            mo[v] = _mm256_loadu_pd(m + r0 + 4 * v);
+            mx[v] = mo[v];
+            sum[v] = zero;
+        }
+        for (int64_t j = 0; j < nk; j++) {
+            const double *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) mx[v] = _mm256_max_pd(_mm256_loadu_pd(sp + 4 * v), mx[v]);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) ms[v] = _mm256_blendv_pd(mx[v], zero, _mm256_cmp_pd(mx[v], ninf, _CMP_EQ_OQ));
+        for (int64_t j = 0; j < nk; j++) {
+            double *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m256d p = fg_vexp64_avx2(_mm256_sub_pd(_mm256_loadu_pd(sp + 4 * v), ms[v]));
+                _mm256_storeu_pd(sp + 4 * v, p);
+                sum[v] = _mm256_add_pd(sum[v], p);
+            }
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const int64_t r = r0 + 4 * v;
+            const __m256d a = fg_vexp64_avx2(_mm256_sub_pd(mo[v], ms[v]));
+            _mm256_storeu_pd(l + r, _mm256_add_pd(_mm256_mul_pd(a, _mm256_loadu_pd(l + r)), sum[v]));
+            _mm256_storeu_pd(m + r, mx[v]);
+            _mm256_storeu_pd(alpha + r, a);
+        }
+    }
+    for (; r0 + 4 <= nq; r0 += 4) {
+        const __m256d mo = _mm256_loadu_pd(m + r0);
+        __m256d mx = mo;
+        for (int64_t j = 0; j < nk; j++) mx = _mm256_max_pd(_mm256_loadu_pd(ST + j * ld + r0), mx);
+        const __m256d ms = _mm256_blendv_pd(mx, zero, _mm256_cmp_pd(mx, ninf, _CMP_EQ_OQ));
+        const __m256d a = fg_vexp64_avx2(_mm256_sub_pd(mo, ms));
+        __m256d sum = zero;
+        for (int64_t j = 0; j < nk; j++) {
+            double *sp = ST + j * ld + r0;
+            const __m256d p = fg_vexp64_avx2(_mm256_sub_pd(_mm256_loadu_pd(sp), ms));
+            _mm256_storeu_pd(sp, p);
+            sum = _mm256_add_pd(sum, p);
+        }
+        _mm256_storeu_pd(l + r0, _mm256_add_pd(_mm256_mul_pd(a, _mm256_loadu_pd(l + r0)), sum));
+        _mm256_storeu_pd(m + r0, mx);
+        _mm256_storeu_pd(alpha + r0, a);
+    }
+    fg_flash_softmax_cols64_scalar(ST, ld, nk, r0, nq, m, l, alpha); /* the same bits, one column at a time */
+}
+
+FG_TARGET_AVX2 void fg_flash_exp_rows64_avx2(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L,
+                                             const double *lo) {
+    for (int64_t r = 0; r < nq; r++) {
+        double *row = S + r * ld;
+        if (L[r] == -INFINITY) {
+            memset(row, 0, (size_t)nk * sizeof(double));
+            continue;
+        }
+        const double Lf = L[r], lf = lo ? lo[r] : 0.0;
+        const __m256d Lr = _mm256_set1_pd(Lf), lr = _mm256_set1_pd(lf);
+        int64_t j = 0;
+        for (; j + 4 <= nk; j += 4)
+            _mm256_storeu_pd(row + j, fg_vexp64_avx2(_mm256_sub_pd(_mm256_sub_pd(_mm256_loadu_pd(row + j), Lr), lr)));
+        for (; j < nk; j++) row[j] = fg_exp64_ref((row[j] - Lf) - lf);
+    }
+}
+
+FG_TARGET_AVX2 void fg_flash_ds_rows64_avx2(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk,
+                                            const double *D) {
+    for (int64_t r = 0; r < nq; r++) {
+        double *dsrow = dS + r * ld;
+        const double *prow = P + r * ld;
+        const __m256d Di = _mm256_set1_pd(D[r]);
+        int64_t j = 0;
+        for (; j + 4 <= nk; j += 4)
+            _mm256_storeu_pd(dsrow + j,
+                             _mm256_mul_pd(_mm256_loadu_pd(prow + j), _mm256_sub_pd(_mm256_loadu_pd(dsrow + j), Di)));
+        for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
+    }
+}
+
+/* one 4 × 4 block: pairs of rows interleaved, then 128-bit halves swapped */
+FG_TARGET_AVX2 static void transpose4x4_pd(double *dst, int64_t ldd, const double *src, int64_t lds) {
+    const __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + lds), r2 = _mm256_loadu_pd(src + 2 * lds),
+                  r3 = _mm256_loadu_pd(src + 3 * lds);
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1), t2 = _mm256_unpacklo_pd(r2, r3),
+                  t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(dst, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(dst + ldd, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(dst + 2 * ldd, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(dst + 3 * ldd, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+
+FG_TARGET_AVX2 void fg_flash_transpose64_avx2(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
+                                              int64_t cols) {
+    const int64_t r4 = rows / 4 * 4, c4 = cols / 4 * 4;
+    /* 16 × 16 panels of 4 × 4 blocks, so that both sides stay in a few cache lines */
+    for (int64_t R = 0; R < r4; R += 16)
+        for (int64_t Cc = 0; Cc < c4; Cc += 16)
+            for (int64_t r0 = R; r0 < R + 16 && r0 < r4; r0 += 4)
+                for (int64_t c0 = Cc; c0 < Cc + 16 && c0 < c4; c0 += 4)
+                    transpose4x4_pd(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
+    if (c4 < cols) fg_flash_transpose64_scalar(dst + c4 * ldd, ldd, src + c4, lds, r4, cols - c4);
+    if (r4 < rows) fg_flash_transpose64_scalar(dst + r4, ldd, src + r4 * lds, lds, rows - r4, cols);
 }
 #else
 typedef int fg_flash_x86_unused; /* a translation unit may not be empty */

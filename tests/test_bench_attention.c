@@ -1,0 +1,60 @@
+/* test_bench_attention.c — `flashgrad bench attention` in float64 and with the fraction of the FMA
+ * peak: it runs, says which dtype and peak it used, writes them to its CSV, and refuses bad
+ * --dtype / --peak values with one line. (The timings are measurements, not checked here.) */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/common.h"
+
+static char g_dir[64];
+static void make_dir(void) { fgt_make_tmpdir(g_dir, sizeof g_dir, "/tmp/fg_bench_attn_XXXXXX"); }
+static void remove_dir(void) { fgt_remove_tmpdir(g_dir); }
+
+TestSuite(bench_attention, .init = make_dir, .fini = remove_dir, .timeout = 120);
+
+Test(bench_attention, float64_runs_and_reports_its_dtype_and_the_fraction_of_the_peak) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    char cmd[1024], log[8192], csv[128];
+    snprintf(csv, sizeof csv, "%s/a.csv", g_dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench attention --impl flash --n 48 --b 1 --h 2 --d 16 --repeat 1 --threads 1 --dtype float64 "
+             "--peak 10 --csv '%s' 2>&1",
+             fgt_bin(), csv);
+    cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "bench attention --dtype float64 failed:\n%s", log);
+    cr_expect(strstr(log, "float64 flash tiles"), "no dtype line:\n%s", log);
+    cr_expect(strstr(log, "peak: float64 FMA peak 5.0 GFLOP/s, half the float32 FMA peak 10.0"), "no peak line:\n%s",
+              log);
+    cr_expect(strstr(log, "dgemm "), "no dgemm reference:\n%s", log);
+    FILE *f = fopen(csv, "r");
+    cr_assert_not_null(f, "no CSV at %s", csv);
+    char head[1024], row[1024];
+    cr_assert_not_null(fgets(head, sizeof head, f));
+    cr_assert_not_null(fgets(row, sizeof row, f));
+    fclose(f);
+    cr_expect(strstr(head, ",dtype,peak_gflops,fwdbwd_frac_peak"), "CSV header: %s", head);
+    cr_expect(strncmp(row, "flash,", 6) == 0 && strstr(row, ",float64,5.00,"), "CSV row: %s", row);
+    const char *last = strrchr(row, ',');
+    cr_expect(last && atof(last + 1) > 0, "fwdbwd_frac_peak not positive: %s", row);
+
+    /* measured peak (no --peak): a positive figure is printed */
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench attention --impl flash --n 32 --b 1 --h 1 --d 8 --repeat 1 --threads 1 --no-sgemm 2>&1",
+             fgt_bin());
+    cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "bench attention failed:\n%s", log);
+    cr_expect(strstr(log, "float32 flash tiles") && strstr(log, "%peak"), "%s", log);
+}
+
+Test(bench_attention, refuses_a_bad_dtype_or_peak_with_one_line) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    const char *bad[] = {"--dtype float16", "--dtype", "--peak 0", "--peak -3", "--peak x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[1024], log[4096];
+        snprintf(cmd, sizeof cmd, "'%s' bench attention --n 32 %s 2>&1", fgt_bin(), bad[i]);
+        cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 2, "'%s' should be a usage error:\n%s", bad[i], log);
+        const char *nl = strchr(log, '\n');
+        cr_expect(nl && nl[1] == '\0', "'%s': more than one line:\n%s", bad[i], log);
+    }
+}

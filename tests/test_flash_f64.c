@@ -1,0 +1,329 @@
+/* test_flash_f64.c — the float64 tile kernels of CPU flash attention: the exp (ops/cpu/flash_exp64.h),
+ * the tile products (fg_dgemm_small, ops/cpu/smallgemm.h), the x86 float64 table of tile operations
+ * (ops/cpu/flash_tiles.h) against the portable one, and the promise on top: the same bits for any
+ * thread count and any instruction set.
+ *
+ * References: expl (long double) for the exp; a long double triple loop for the products; the
+ * plain C forms for the claim that every level computes the same bits. Every level the CPU has is
+ * tried (fg_simd_set). Sizes shrink under FG_SANITIZE=1.
+ */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/attention.h"
+#include "ops/cpu/flash_exp64.h"
+#include "ops/cpu/flash_tiles.h"
+#include "ops/cpu/simd.h"
+#include "ops/cpu/smallgemm.h"
+#include "ops/cpu/threadpool.h"
+#include "tests/common.h"
+
+TestSuite(flash_f64, .timeout = 300);
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+static double drand(uint64_t *s) { return (double)lcg(s) / 2147483648.0 * 2.0 - 1.0; }
+
+/* the exp, applied to n values at the given level: the array form through the x86 table's exp_rows
+ * (one row, L = 0, no lo) */
+static void exp_at_level(fg_simd_level lv, double *y, const double *x, int64_t n) {
+    fg_simd_set(lv);
+    memcpy(y, x, (size_t)n * sizeof(double));
+    const double L = 0;
+    fg_flash_x86_f64.exp_rows(y, n, 1, n, &L, NULL);
+}
+
+Test(flash_f64, exp_is_within_two_ulps_of_expl_and_every_level_gives_the_same_bits) {
+    enum { N = 4096 };
+    static double x[N], y0[N], y1[N];
+    const int rounds = fgt_sanitize() ? 4 : 64;
+    uint64_t seed = 2024;
+    const fg_simd_level best = fg_simd_detect();
+    double worst = 0;
+    for (int rd = 0; rd < rounds; rd++) {
+        for (int i = 0; i < N; i++) /* [-708, 709.7], denser near 0 where softmax lives */
+            x[i] = rd % 2 ? 708.0 * drand(&seed) : 20.0 * drand(&seed);
+        x[0] = 0, x[1] = -708.0, x[2] = 709.7, x[3] = 1e-300, x[4] = -1e-17;
+        exp_at_level(FG_SIMD_SCALAR, y0, x, N);
+        for (int i = 0; i < N; i++) {
+            const long double t = expl((long double)x[i]);
+            const double td = (double)t;
+            const long double ulp = (long double)nextafter(td, INFINITY) - (long double)td;
+            const double e = (double)(fabsl((long double)y0[i] - t) / ulp);
+            cr_assert(e <= 2.0, "exp(%a) = %a, expl says %La (%.2f ulp)", x[i], y0[i], t, e);
+            if (e > worst) worst = e;
+        }
+        for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++) {
+            exp_at_level((fg_simd_level)lv, y1, x, N);
+            for (int i = 0; i < N; i++)
+                cr_assert(memcmp(&y0[i], &y1[i], sizeof(double)) == 0, "%s: exp(%a) = %a, scalar %a",
+                          fg_simd_name((fg_simd_level)lv), x[i], y1[i], y0[i]);
+        }
+    }
+    fg_simd_set(best);
+    cr_assert(worst > 0 || rounds == 0, "the ulp error was never measured");
+}
+
+Test(flash_f64, exp_special_values) {
+    const double x[8] = {-INFINITY, INFINITY, NAN, -709.0, -1000.0, 710.0, 1e6, -0.0};
+    const fg_simd_level best = fg_simd_detect();
+    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+        double y[8];
+        exp_at_level((fg_simd_level)lv, y, x, 8);
+        const char *ln = fg_simd_name((fg_simd_level)lv);
+        cr_expect(y[0] == 0 && !signbit(y[0]), "%s: exp(-inf) = %a", ln, y[0]);
+        cr_expect(isinf(y[1]) && y[1] > 0, "%s: exp(inf) = %a", ln, y[1]);
+        cr_expect(isnan(y[2]), "%s: exp(nan) = %a", ln, y[2]);
+        cr_expect(y[3] == 0 && y[4] == 0, "%s: exp below the flush point: %a %a (no subnormals)", ln, y[3], y[4]);
+        cr_expect(isinf(y[5]) && isinf(y[6]), "%s: exp(710), exp(1e6) = %a %a", ln, y[5], y[6]);
+        cr_expect(y[7] == 1, "%s: exp(-0) = %a", ln, y[7]);
+    }
+    fg_simd_set(best);
+    cr_assert(fg_exp64_ref(0.5) == fg_exp64_ref(0.5) && fabs(fg_exp64_ref(1.0) - M_E) <= 2 * DBL_EPSILON * M_E,
+              "fg_exp64_ref(1) = %a", fg_exp64_ref(1.0));
+}
+
+Test(flash_f64, dgemm_small_matches_a_long_double_reference_and_every_level_gives_the_same_bits) {
+    uint64_t seed = 777;
+    const int n_cases = fgt_sanitize() ? 30 : 200;
+    const fg_simd_level best = fg_simd_detect();
+    for (int cs = 0; cs < n_cases; cs++) {
+        const int64_t m = (int64_t)(lcg(&seed) % 40), n = (int64_t)(lcg(&seed) % 75) + (cs % 7 == 0 ? 64 : 0),
+                      k = (int64_t)(lcg(&seed) % 70);
+        const int transA = (int)(lcg(&seed) & 1), mode = (int)(lcg(&seed) % 3); /* 0: =, 1: +=, 2: rowscale */
+        const double alpha = cs % 3 == 0 ? 1.0 : 0.37;
+        const int64_t lda = (transA ? m : k) + 3, ldb = n + 5, ldc = n + 7; /* padding that must stay untouched */
+        const int64_t rsa = transA ? 1 : lda, csa = transA ? lda : 1;
+        const size_t na = (size_t)((transA ? k : m) * lda + 1), nb = (size_t)(k * ldb + 1), nc = (size_t)(m * ldc + 1);
+        double *A = malloc(na * sizeof(double)), *Bm = malloc(nb * sizeof(double)), *C0 = malloc(nc * sizeof(double));
+        double *C = malloc(nc * sizeof(double)), *Cref = malloc(nc * sizeof(double)),
+               *rs = malloc((size_t)(m + 1) * sizeof(double));
+        for (size_t i = 0; i < na; i++) A[i] = drand(&seed);
+        for (size_t i = 0; i < nb; i++) Bm[i] = drand(&seed);
+        for (size_t i = 0; i < nc; i++) C0[i] = drand(&seed);
+        for (int64_t r = 0; r <= m; r++) rs[r] = drand(&seed);
+        fg_simd_set(FG_SIMD_SCALAR);
+        memcpy(Cref, C0, nc * sizeof(double));
+        fg_dgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, Cref, ldc, mode == 2 ? rs : NULL, mode != 0);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < ldc; c++) {
+                const double got = Cref[r * ldc + c];
+                if (c >= n) {
+                    cr_assert(memcmp(&got, &C0[r * ldc + c], sizeof got) == 0,
+                              "case %d: column %lld of row %lld (past n = %lld) was written", cs, (long long)c,
+                              (long long)r, (long long)n);
+                    continue;
+                }
+                long double t = 0, mag = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    t += (long double)A[r * rsa + p * csa] * Bm[p * ldb + c];
+                    mag += fabsl((long double)A[r * rsa + p * csa] * Bm[p * ldb + c]);
+                }
+                const long double old = C0[r * ldc + c];
+                const long double want = mode == 0 ? alpha * t : mode == 1 ? old + alpha * t : rs[r] * old + alpha * t;
+                const long double bound =
+                    (long double)(k + 3) * DBL_EPSILON * (fabsl(alpha) * mag + fabsl(old) + 1e-300L);
+                cr_assert(fabsl(got - want) <= bound,
+                          "case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.17g, want %.17Lg", cs,
+                          (long long)m, (long long)n, (long long)k, transA, mode, (long long)r, (long long)c, got,
+                          want);
+            }
+        for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++) {
+            fg_simd_set((fg_simd_level)lv);
+            memcpy(C, C0, nc * sizeof(double));
+            fg_dgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, C, ldc, mode == 2 ? rs : NULL, mode != 0);
+            for (size_t i = 0; i < nc; i++)
+                cr_assert(memcmp(&C[i], &Cref[i], sizeof(double)) == 0,
+                          "case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu: %a vs %a",
+                          cs, (long long)m, (long long)n, (long long)k, transA, mode, fg_simd_name((fg_simd_level)lv),
+                          i, C[i], Cref[i]);
+        }
+        free(A);
+        free(Bm);
+        free(C0);
+        free(C);
+        free(Cref);
+        free(rs);
+    }
+    fg_simd_set(best);
+}
+
+static double rel_diff(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-300); }
+
+/* The x86 float64 table and the portable one agree on a tile: exactly on the max, dS and moves, to
+ * a few double ulps where the products or exps round differently (the x86 softmax runs on Sᵀ). */
+Test(flash_f64, tile_tables_agree_on_every_operation) {
+    const fg_flash_ops_f64 *px = &fg_flash_x86_f64, *pp = &fg_flash_portable_f64;
+    cr_assert(px->packs && !pp->packs && px->transpose && !pp->transpose, "packs / transpose of the two tables");
+    enum { NQ = 19, NK = 21, D = 13 };
+    uint64_t seed = 4243;
+    double S[NQ * NK], ST[NK * NQ], A[NQ * D], Bm[D * NK], BT[NK * D], C1[NQ * NK], C2[NQ * NK], rsc[NQ];
+    for (int i = 0; i < NQ * NK; i++) S[i] = 6 * drand(&seed);
+    for (int r = 0; r < NQ; r++) S[r * NK + (r * 5) % NK] = -INFINITY; /* masked scores */
+    for (int j = 0; j < NK; j++) S[3 * NK + j] = -INFINITY;            /* row 3 sees no key */
+    for (int i = 0; i < NQ * D; i++) A[i] = drand(&seed);
+    for (int i = 0; i < D * NK; i++) Bm[i] = drand(&seed);
+    for (int r = 0; r < NQ; r++) rsc[r] = 1 + drand(&seed);
+    const double tol = 16 * DBL_EPSILON;
+    const fg_simd_level best = fg_simd_detect();
+    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+        fg_simd_set((fg_simd_level)lv);
+        const char *ln = fg_simd_name((fg_simd_level)lv);
+        px->transpose(ST, NQ, S, NK, NQ, NK);
+        for (int r = 0; r < NQ; r++)
+            for (int j = 0; j < NK; j++)
+                cr_assert(memcmp(&ST[j * NQ + r], &S[r * NK + j], sizeof(double)) == 0, "%s: transpose (%d, %d)", ln, r,
+                          j);
+        px->transpose(BT, D, Bm, NK, D, NK);
+        for (int i = 0; i < NQ * NK; i++) C1[i] = C2[i] = drand(&seed);
+        px->gemm(0, 0, NQ, NK, D, 0.5, A, D, Bm, NK, C1, NK, rsc, 1);
+        pp->gemm(0, 1, NQ, NK, D, 0.5, A, D, BT, D, C2, NK, rsc, 1);
+        for (int i = 0; i < NQ * NK; i++)
+            cr_assert(fabs(C1[i] - C2[i]) <= 1e-14 * (1 + fabs(C2[i])), "%s: gemm [%d] %a vs %a", ln, i, C1[i], C2[i]);
+        double mx[NQ], lx[NQ], ax[NQ], mp[NQ], lp[NQ], ap[NQ], Sp[NQ * NK];
+        for (int r = 0; r < NQ; r++) mx[r] = mp[r] = -INFINITY, lx[r] = lp[r] = 0;
+        for (int step = 0; step < 2; step++) {
+            memcpy(Sp, S, sizeof Sp);
+            for (int i = 0; step && i < NQ * NK; i++) Sp[i] += 1.5 * drand(&seed); /* -inf stays */
+            px->transpose(ST, NQ, Sp, NK, NQ, NK);
+            px->softmax(ST, NQ, NQ, NK, mx, lx, ax);
+            pp->softmax(Sp, NK, NQ, NK, mp, lp, ap);
+            for (int r = 0; r < NQ; r++) {
+                cr_assert(memcmp(&mx[r], &mp[r], sizeof(double)) == 0, "%s step %d: m[%d] %a vs %a", ln, step, r, mx[r],
+                          mp[r]);
+                cr_assert(rel_diff(lx[r], lp[r]) <= tol || (lx[r] == 0 && lp[r] == 0), "%s step %d: l[%d] %a vs %a", ln,
+                          step, r, lx[r], lp[r]);
+                if (mp[r] != -INFINITY) /* a row that has seen no key: alpha is 0 (x86) or 1 (portable), O is 0 */
+                    cr_assert(fabs(ax[r] - ap[r]) <= tol * ap[r], "%s step %d: alpha[%d] %a vs %a", ln, step, r, ax[r],
+                              ap[r]);
+                for (int j = 0; j < NK; j++)
+                    cr_assert(fabs(ST[j * NQ + r] - Sp[r * NK + j]) <= tol * fmax(Sp[r * NK + j], 1e-300) ||
+                                  ST[j * NQ + r] == Sp[r * NK + j],
+                              "%s step %d: P(%d, %d) %a vs %a", ln, step, r, j, ST[j * NQ + r], Sp[r * NK + j]);
+            }
+        }
+        double L[NQ], lo[NQ];
+        for (int r = 0; r < NQ; r++) L[r] = r == 3 ? -INFINITY : 4 + drand(&seed), lo[r] = 1e-16 * drand(&seed);
+        memcpy(C1, S, sizeof C1);
+        memcpy(C2, S, sizeof C2);
+        px->exp_rows(C1, NK, NQ, NK, L, lo);
+        pp->exp_rows(C2, NK, NQ, NK, L, lo);
+        for (int i = 0; i < NQ * NK; i++)
+            cr_assert(fabs(C1[i] - C2[i]) <= tol * C2[i] || C1[i] == C2[i], "%s: exp_rows [%d] %a vs %a", ln, i, C1[i],
+                      C2[i]);
+        double dS1[NQ * NK], dS2[NQ * NK], Dr[NQ];
+        for (int i = 0; i < NQ * NK; i++) dS1[i] = dS2[i] = drand(&seed);
+        for (int r = 0; r < NQ; r++) Dr[r] = drand(&seed);
+        px->ds_rows(dS1, C2, NK, NQ, NK, Dr);
+        pp->ds_rows(dS2, C2, NK, NQ, NK, Dr);
+        cr_assert(memcmp(dS1, dS2, sizeof dS1) == 0, "%s: ds_rows differs", ln);
+    }
+    fg_simd_set(best);
+}
+
+/* ---- flash float64 end to end: the same bits for any thread count and instruction set ---- */
+
+typedef struct {
+    double *o, *lse, *dq, *dk, *dv;
+} out64;
+
+static void run64(const fg_attn_problem *pr, const double *q, const double *k, const double *v, const double *dout,
+                  out64 *r) {
+    const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d),
+                 nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d), nl = (size_t)(pr->B * pr->H * pr->Nq);
+    r->o = malloc(nq * sizeof(double));
+    r->lse = malloc(nl * sizeof(double));
+    r->dq = calloc(nq, sizeof(double));
+    r->dk = calloc(nk, sizeof(double));
+    r->dv = calloc(nk, sizeof(double));
+    cr_assert_eq(fg_attn_flash_forward_f64(r->o, r->lse, q, k, v, pr), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_attn_flash_backward_f64(r->dq, r->dk, r->dv, dout, q, k, v, r->o, r->lse, pr), FG_OK, "%s",
+                 fg_last_error());
+}
+static void free64(out64 *r) {
+    free(r->o);
+    free(r->lse);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+}
+
+Test(flash_f64, flash_is_bit_identical_for_any_thread_count_and_instruction_set) {
+    typedef struct {
+        const char *name;
+        int64_t B, H, Hkv, Nq, Nk, d;
+        int causal, window, alibi;
+        double p, softcap;
+        int bq, bk;
+    } fcase;
+    const int small = fgt_sanitize();
+    const fcase cases[] = {
+        {"plain", 2, 2, 2, small ? 50 : 130, small ? 50 : 130, 64, 0, 0, 0, 0, 0, 0, 0},
+        {"causal, ragged blocks", 1, 2, 2, small ? 45 : 133, small ? 60 : 150, 24, 1, 0, 0, 0, 0, 32, 48},
+        {"gqa window alibi dropout", 1, 4, 2, small ? 40 : 97, small ? 40 : 97, 16, 1, 1, 1, 0.2, 0, 16, 16},
+        {"softcap, d not a multiple of 4", 2, 3, 3, 37, 41, 13, 0, 0, 0, 0, 3.0, 8, 16},
+    };
+    const fg_simd_level best = fg_simd_detect();
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const fcase *c = &cases[ci];
+        fg_attn_opts o = fg_attn_defaults();
+        o.causal = c->causal;
+        o.dropout_p = c->p;
+        o.seed = 99;
+        o.block_q = c->bq;
+        o.block_k = c->bk;
+        o.variant.n_kv_heads = c->Hkv;
+        o.variant.window = c->window;
+        o.variant.window_left = 20;
+        o.variant.window_right = 3;
+        o.variant.alibi = c->alibi;
+        o.variant.softcap = c->softcap;
+        fg_attn_problem pr;
+        cr_assert_eq(fg_attn_problem_init(&pr, c->B, c->H, c->Nq, c->Nk, c->d, &o), FG_OK, "%s", fg_last_error());
+        const size_t nq = (size_t)(c->B * c->H * c->Nq * c->d), nk = (size_t)(c->B * c->Hkv * c->Nk * c->d);
+        double *q = malloc(nq * sizeof(double)), *k = malloc(nk * sizeof(double)), *v = malloc(nk * sizeof(double)),
+               *dout = malloc(nq * sizeof(double));
+        uint64_t seed = 555 + ci;
+        for (size_t i = 0; i < nq; i++) q[i] = 2 * drand(&seed);
+        for (size_t i = 0; i < nk; i++) k[i] = 2 * drand(&seed);
+        for (size_t i = 0; i < nk; i++) v[i] = drand(&seed);
+        for (size_t i = 0; i < nq; i++) dout[i] = drand(&seed);
+        fg_simd_set(FG_SIMD_SCALAR);
+        fg_pool_set_threads(1);
+        out64 ref;
+        run64(&pr, q, k, v, dout, &ref);
+        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++)
+            for (int threads = 1; threads <= 3; threads++) {
+                if (lv == FG_SIMD_SCALAR && threads == 1) continue;
+                fg_simd_set((fg_simd_level)lv);
+                fg_pool_set_threads(threads);
+                out64 r;
+                run64(&pr, q, k, v, dout, &r);
+                const double *a[5] = {r.o, r.lse, r.dq, r.dk, r.dv}, *b[5] = {ref.o, ref.lse, ref.dq, ref.dk, ref.dv};
+                const size_t len[5] = {nq, nq / (size_t)c->d, nq, nk, nk};
+                const char *nm[5] = {"O", "lse", "dQ", "dK", "dV"};
+                for (int t = 0; t < 5; t++) {
+                    int64_t at = -1;
+                    for (size_t i = 0; i < len[t] && at < 0; i++)
+                        if (memcmp(&a[t][i], &b[t][i], sizeof(double))) at = (int64_t)i;
+                    cr_expect(at < 0, "%s, %s, %d threads: %s differs from the 1-thread scalar run at %lld (%a vs %a)",
+                              c->name, fg_simd_name((fg_simd_level)lv), threads, nm[t], (long long)at,
+                              at < 0 ? 0.0 : a[t][at], at < 0 ? 0.0 : b[t][at]);
+                }
+                free64(&r);
+            }
+        free64(&ref);
+        free(q);
+        free(k);
+        free(v);
+        free(dout);
+    }
+    fg_simd_set(best);
+    fg_pool_set_threads(0);
+}
