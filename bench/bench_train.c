@@ -11,16 +11,19 @@
  * trained model on E fixed validation batches — the batches `flashgrad train` evaluates on
  * (fg_trainer_eval_seed) — and prints each batch's loss and their mean: bench/train_torch_cpu.py
  * compares that with the same model trained by PyTorch. --print-step-times prints every timed
- * step's time.
+ * step's time. On the CPU it also prints MFU at the median step time (fg_trainer_mfu: model FLOPs
+ * per token × tokens/s over the FMA peak of ops/cpu/peak.h) and the process's peak RSS.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "autograd/autograd.h"
 #include "bench/bench.h"
 #include "tensor/alloc.h"
+#include "ops/cpu/peak.h"
 #include "ops/cpu/threadpool.h"
 #include "cli/cli_util.h"
 #include "cli/flags.h"
@@ -194,12 +197,21 @@ int fg_bench_train(int argc, char **argv) {
         printf("step time: median %.2f ms (min %.2f, max %.2f, mean %.2f)\n", med * 1e3, t[0] * 1e3, t[N - 1] * 1e3,
                sum / N * 1e3);
         printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
+        if (dev == FG_CPU) {
+            const double peak = fg_fma_peak_gflops();
+            printf("mfu: %.1f%% at the median step time (%.4g model flop/token = 6 N + 12 L C T; fma peak %.1f GFLOP/s, "
+                   "%s, %d threads)\n",
+                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr), peak,
+                   fg_simd_name(fg_simd_active()), fg_pool_threads());
+        }
         printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
                fg_device_name(dev), end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
         printf("peak bytes: %zu (allocation counter, during a timed step)\n", (size_t)end.peak);
         printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
                end.system_allocs,
                end.system_allocs == warm.system_allocs ? "none during the timed steps" : "GREW during the timed steps");
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) == 0) printf("peak RSS: %.1f MiB (the process)\n", ru.ru_maxrss / 1024.0);
     }
     if (code == 0 && E > 0) code = eval_val(tr, E);
     free(t);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "ops/cpu/peak.h"
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
 
@@ -198,4 +199,16 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
     free(ans);
     if (st == FG_OK) *acc = (double)correct / K;
     return st;
+}
+
+/* ---- model FLOPs ---- */
+
+double fg_trainer_flops_per_token(const fg_trainer *tr) {
+    const fg_gpt_config *m = &tr->cfg.model;
+    return 6.0 * (double)tr->model->num_elements + 12.0 * m->n_layer * (double)m->n_embd * tr->T;
+}
+
+double fg_trainer_mfu(const fg_trainer *tr, double tokens_per_s) {
+    if (tr->cfg.model.device != FG_CPU) return NAN;
+    return tokens_per_s * fg_trainer_flops_per_token(tr) / (fg_fma_peak_gflops() * 1e9);
 }
