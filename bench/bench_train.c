@@ -68,6 +68,22 @@ static int eval_val(fg_trainer *tr, int E) {
     return 0;
 }
 
+/* The process's peak resident memory in KiB: VmHWM of /proc/self/status, the high-water mark of
+ * this program's own address space. getrusage's ru_maxrss is the fallback only: Linux carries it
+ * over from the process image before execve, so a benchmark started by a large parent (a Python
+ * with torch loaded) would report the parent's size. 0 when neither is available. */
+static double peak_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kib = atof(line + 6);
+    if (f) fclose(f);
+    struct rusage ru;
+    if (kib <= 0 && getrusage(RUSAGE_SELF, &ru) == 0) kib = (double)ru.ru_maxrss;
+    return kib;
+}
+
 /* A task's model defaults (train's, train_defaults.h) with the benchmark's optimizer defaults,
  * the same for every task: lr 1e-3 -> 1e-4 without warm-up. */
 static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
@@ -199,10 +215,10 @@ int fg_bench_train(int argc, char **argv) {
         printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
         if (dev == FG_CPU) {
             const double peak = fg_fma_peak_gflops();
-            printf("mfu: %.1f%% at the median step time (%.4g model flop/token = 6 N + 12 L C T; fma peak %.1f GFLOP/s, "
-                   "%s, %d threads)\n",
-                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr), peak,
-                   fg_simd_name(fg_simd_active()), fg_pool_threads());
+            printf("mfu: %.1f%% at the median step time (%.6g model flop/token = 6 N + 12 L C T, N = %lld; fma peak "
+                   "%.1f GFLOP/s, %s, %d threads)\n",
+                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr),
+                   (long long)tr->model->num_elements, peak, fg_simd_name(fg_simd_active()), fg_pool_threads());
         }
         printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
                fg_device_name(dev), end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
@@ -210,8 +226,8 @@ int fg_bench_train(int argc, char **argv) {
         printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
                end.system_allocs,
                end.system_allocs == warm.system_allocs ? "none during the timed steps" : "GREW during the timed steps");
-        struct rusage ru;
-        if (getrusage(RUSAGE_SELF, &ru) == 0) printf("peak RSS: %.1f MiB (the process)\n", ru.ru_maxrss / 1024.0);
+        const double rss = peak_rss_kib();
+        if (rss > 0) printf("peak RSS: %.1f MiB (the process)\n", rss / 1024.0);
     }
     if (code == 0 && E > 0) code = eval_val(tr, E);
     free(t);
