@@ -359,7 +359,8 @@ static fg_tensor *ckpt_block(void *ctx, fg_tensor *const *in) {
     return block_forward(a->g, in[0], a->l, a->has_train ? &a->train : NULL);
 }
 
-fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
+/* idx (B, T) -> the final layernorm's output (B, T, C), the LM head's input */
+static fg_tensor *gpt_hidden(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
     if (B < 1 || T < 1 || T > g->cfg.block_size) {
         fg_error(FG_ERR_ARG, "gpt: batch (%d, %d) needs B >= 1 and 1 <= T <= block_size %d", B, T, g->cfg.block_size);
         return NULL;
@@ -379,7 +380,6 @@ fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_
         }
     }
     TAKE(x, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0), 1e-5));
-    TAKE(x, fg_linear(x, fg_gpt_weight(g, FG_GPT_WTE, 0), NULL)); /* (B,T,V): the tied LM head */
     fg_release(pos);
     fg_release(br);
     return x;
@@ -390,12 +390,20 @@ fail:
     return NULL;
 }
 
+fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
+    fg_tensor *h = gpt_hidden(g, idx, B, T, train);
+    fg_tensor *logits = h ? fg_linear(h, fg_gpt_weight(g, FG_GPT_WTE, 0), NULL) : NULL; /* (B,T,V): the tied head */
+    fg_release(h);
+    return logits;
+}
+
+/* The tied LM head and the loss as one op (fg_linear_cross_entropy): the (B, T, V) logits are
+ * never all live, the same numbers as cross_entropy(fg_gpt_forward(...)). */
 fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, int B, int T,
                        const fg_gpt_train_ctx *train) {
-    fg_tensor *logits = fg_gpt_forward(g, idx, B, T, train);
-    if (!logits) return NULL;
-    fg_tensor *loss = fg_cross_entropy(logits, targets);
-    fg_release(logits);
+    fg_tensor *h = gpt_hidden(g, idx, B, T, train);
+    fg_tensor *loss = h ? fg_linear_cross_entropy(h, fg_gpt_weight(g, FG_GPT_WTE, 0), targets, 0) : NULL;
+    fg_release(h);
     return loss;
 }
 

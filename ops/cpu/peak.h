@@ -23,7 +23,8 @@ extern "C" {
 double fg_fma_peak_measure(long iters, int rounds);
 
 /* The float32 FMA peak in GFLOP/s for the pool's current thread count and SIMD level: measured
- * once (about 50-100 ms: 5 rounds of 2,500,000 iters) on the first call, and again only when the
+ * once (about 50-100 ms: the best of 40 rounds of 500,000 iters, short rounds so that one of them
+ * likely runs while no other process holds the cores) on the first call, and again only when the
  * thread count or the SIMD level has changed since; later calls return the cached figure.
  * Thread-safe. Benchmarks divide their GFLOP/s by it; `train` divides its model FLOPs by it. */
 double fg_fma_peak_gflops(void);
