@@ -57,7 +57,6 @@ if (system("test -f " . tr . " && echo yes") eq "yes") {
 
 sc = "bench/results/train_scale.csv"
 if (system("test -f " . sc . " && echo yes") eq "yes") {
-    unset style
     set style data linespoints
     unset y2label
     unset y2tics
