@@ -249,12 +249,15 @@ static fg_tensor *rand_fill(fg_dtype dt, fg_device dev, int ndim, const int64_t 
     fg_tensor *host = fg_empty(dt, FG_CPU, ndim, shape);
     if (!host) return NULL;
     int64_t n = fg_numel(host);
+    uint32_t w[4];
     for (int64_t k = 0; k < n; k++) {
         double v;
         if (normal) {
+            /* numbers 2k and 2k+1 of the stream: words 2(k&1), 2(k&1)+1 of Philox block k/2, so one
+             * block serves two elements (fg_philox_u32 would compute it once per number) */
+            if ((k & 1) == 0) fg_philox_block(seed, stream, (uint64_t)k >> 1, w);
             double n0, n1;
-            fg_box_muller(fg_philox_u32(seed, stream, 2 * (uint64_t)k),
-                          fg_philox_u32(seed, stream, 2 * (uint64_t)k + 1), &n0, &n1);
+            fg_box_muller(w[2 * (k & 1)], w[2 * (k & 1) + 1], &n0, &n1);
             v = a + b * n0;
         } else {
             /* uniform in (lo, hi]: lo + (hi - lo) * u with u in (0, 1] */
