@@ -17,6 +17,11 @@ int fg_bench_matmul(int argc, char **argv);
 /* `flashgrad bench peak ...`: the float32 FMA peak and memory bandwidth (bench/bench_peak.c). */
 int fg_bench_peak(int argc, char **argv);
 
+/* gflops as a percentage of this machine's float32 FMA peak on the pool's current threads
+ * (fg_fma_peak_gflops, ops/cpu/peak.h: measured once per process and thread count, ~0.1 s, on the
+ * first call; call it once before timing anything). Every benchmark prints its GFLOP/s with it. */
+double fg_bench_pct_of_peak(double gflops);
+
 /* qsort's comparison of two doubles, ascending (for medians of timings). */
 int fg_bench_cmp_double(const void *a, const void *b);
 
