@@ -23,8 +23,9 @@ frameworks alike. params counts every parameter once (the LM head is tied to the
 Data: a synthetic file of 2^20 characters drawn uniformly from 65 symbols (vocabulary 65, the size of
 Tiny Shakespeare's), written to a temporary folder; both read it and see the same batches (the
 script reimplements flashgrad's batch draws). Its losses are not the point here: the model shapes are.
---vocab V > 256 writes pre-tokenized nanoGPT files (train.bin, val.bin: uint16 ids uniform in [0, V))
-instead and passes them to flashgrad with --fg-tokens-flag (a GPT-2 vocabulary is 50304).
+--vocab V (GPT-2's is 50304) trains on synthetic tokens uniform in [0, V) instead: flashgrad's
+`bench train --synthetic-vocab V` and, for PyTorch, 2^21 uniform tokens from numpy (speed only: the
+two see different batches, which costs the same).
 
 Timings on a shared machine are noisy: the configurations run one after the other, flashgrad then
 PyTorch (--repeat R alternates the order and reports the best of R per framework).
@@ -66,16 +67,6 @@ def write_text(path, n=1 << 20, seed=1):
     alphabet = [chr(c) for c in range(32, 97)]  # 65 symbols
     with open(path, "w") as f:
         f.write("".join(r.choice(alphabet) for _ in range(n)))
-
-
-def write_tokens(folder, V, n=1 << 21, seed=1):
-    import random
-    import array
-    r = random.Random(seed)
-    for name, k in (("train.bin", n), ("val.bin", n // 8)):
-        a = array.array("H", (r.randrange(V) for _ in range(k)))
-        with open(os.path.join(folder, name), "wb") as f:
-            a.tofile(f)  # little-endian on the machines this runs on
 
 
 def run_flashgrad(a, name, c, data_args):
@@ -133,9 +124,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--repeat", type=int, default=1, help="rounds per configuration; the best of each is kept")
-    ap.add_argument("--vocab", type=int, default=65, help="65: a synthetic text; > 256: synthetic token files")
-    ap.add_argument("--fg-tokens-flag", default="--data",
-                    help="flashgrad's flag for a pre-tokenized train.bin (with --vocab > 256)")
+    ap.add_argument("--vocab", type=int, default=65, help="65: a synthetic text; any other: synthetic tokens")
     ap.add_argument("--no-torch", action="store_true", help="flashgrad only")
     ap.add_argument("--csv", help="write the rows to this file")
     a = ap.parse_args()
@@ -154,8 +143,8 @@ def main():
     if len(steps) < len(names) or len(warm) < len(names) or min(steps) < 1 or min(warm) < 1 or a.threads < 1 \
             or a.repeat < 1:
         ap.error("need a positive --steps per configuration, --warmup-steps >= 1, --threads >= 1, --repeat >= 1")
-    if not (a.vocab == 65 or 256 < a.vocab <= 65536):
-        ap.error("--vocab is 65 (a text file) or in (256, 65536] (token files)")
+    if not 2 <= a.vocab <= 1 << 24:
+        ap.error("--vocab is in [2, 2^24] (65: a synthetic text; else synthetic tokens)")
     if not os.access(a.flashgrad, os.X_OK):
         ap.error("no flashgrad binary at %s (run make first)" % a.flashgrad)
     have_torch = False
@@ -176,16 +165,14 @@ def main():
             write_text(data)
             data_args = ["--data", data]
         else:
-            write_tokens(tmp, a.vocab)
-            data_args = [a.fg_tokens_flag, os.path.join(tmp, "train.bin")]
+            data_args = ["--synthetic-vocab", str(a.vocab)]
         if have_torch:
             import numpy as np
             if a.vocab == 65:
                 tr_tok, va_tok, V, _ = ttc.load_text(np, data)
             else:
-                tr_tok = np.fromfile(os.path.join(tmp, "train.bin"), dtype="<u2").astype(np.int64)
-                va_tok = np.fromfile(os.path.join(tmp, "val.bin"), dtype="<u2").astype(np.int64)
-                V = a.vocab
+                g = np.random.default_rng(1)
+                tr_tok, va_tok = g.integers(0, a.vocab, 1 << 21), g.integers(0, a.vocab, 1 << 18)
             np.save(os.path.join(tmp, "train.npy"), tr_tok)
             np.save(os.path.join(tmp, "val.npy"), va_tok)
         for name, n, w in zip(names, steps, warm):

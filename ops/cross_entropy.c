@@ -70,6 +70,7 @@ typedef struct {
     const int32_t *t;
     int64_t V;
     float g;
+    int set; /* backward: dx = g * exp(x - lse) instead of +=, and dx may be x itself (in place) */
 } ce_job;
 
 static inline float max2(float a, float b) { return a > b ? a : b; } /* the rule of max_ps(a, b) */
@@ -91,7 +92,10 @@ static void ce_fwd_row_scalar(const ce_job *j, int64_t r) {
 static void ce_bwd_row_scalar(const ce_job *j, int64_t r) {
     const float *x = j->x + r * j->V, l = j->lse[r];
     float *d = j->dx + r * j->V;
-    for (int64_t i = 0; i < j->V; i++) d[i] += j->g * fg_expf_ref(x[i] - l);
+    for (int64_t i = 0; i < j->V; i++) {
+        const float e = j->g * fg_expf_ref(x[i] - l);
+        d[i] = (j->set ? 0.0f : d[i]) + e;
+    }
 }
 
 #if FG_SIMD_X86
@@ -132,7 +136,8 @@ FG_TARGET_AVX512 static void ce_bwd_row_avx512(const ce_job *j, int64_t r) {
     for (int64_t i = 0; i < V; i += 16) {
         const __mmask16 k = V - i >= 16 ? 0xffff : fg_mask16(V - i);
         const __m512 e = fg_vexp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vl));
-        _mm512_mask_storeu_ps(d + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, d + i), _mm512_mul_ps(vg, e)));
+        const __m512 base = j->set ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k, d + i);
+        _mm512_mask_storeu_ps(d + i, k, _mm512_add_ps(base, _mm512_mul_ps(vg, e)));
     }
 }
 
@@ -179,9 +184,13 @@ FG_TARGET_AVX2 static void ce_bwd_row_avx2(const ce_job *j, int64_t r) {
     int64_t i = 0;
     for (; i + 8 <= V; i += 8) {
         const __m256 e = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vl));
-        _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_mul_ps(vg, e)));
+        const __m256 base = j->set ? _mm256_setzero_ps() : _mm256_loadu_ps(d + i);
+        _mm256_storeu_ps(d + i, _mm256_add_ps(base, _mm256_mul_ps(vg, e)));
     }
-    for (; i < V; i++) d[i] += j->g * fg_expf_ref(x[i] - l);
+    for (; i < V; i++) {
+        const float e = j->g * fg_expf_ref(x[i] - l);
+        d[i] = (j->set ? 0.0f : d[i]) + e;
+    }
 }
 #endif /* FG_SIMD_X86 */
 
@@ -243,6 +252,15 @@ static void cross_entropy_fwd_f32(double *total, float *lse, const float *x, con
 static void cross_entropy_bwd_f32(float *dx, const float *x, const float *lse, const int32_t *targets, int64_t R,
                                   int64_t V, double g) {
     ce_job j = {.lse = lse, .dx = dx, .x = x, .t = targets, .V = V, .g = (float)g};
+    fg_par_range(R, fg_par_rows(V), 0.6 * (double)V, ce_bwd_piece, &j);
+}
+
+/* cross_entropy_bwd_f32 into a zeroed dx, written over x itself: x (R, V) becomes
+ * g * (softmax(x) - onehot) in the rows whose target is not -1 (the same bits as the zeroed-dx
+ * form: 0 + v is v); ignored rows are left as they were. */
+static void cross_entropy_bwd_inplace_f32(float *x, const float *lse, const int32_t *targets, int64_t R, int64_t V,
+                                          double g) {
+    ce_job j = {.lse = lse, .dx = x, .x = x, .t = targets, .V = V, .g = (float)g, .set = 1};
     fg_par_range(R, fg_par_rows(V), 0.6 * (double)V, ce_bwd_piece, &j);
 }
 
@@ -372,12 +390,13 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
  *
  * Legend: x (..., C) seen as R rows, w (V, C) (the head's weight, nn.Linear's layout), targets R
  * ids (-1 = ignore); out (1) = cross_entropy(x @ wᵀ, targets), the mean over the `count` counted
- * rows. Rows go in chunks of Rc (chunk_rows, or by default about LCE_CHUNK_ELEMS logits at a time):
+ * rows. Rows go in chunks of Rc (chunk_rows, or by default about LCE_CHUNK_ELEMS logits at a time,
+ * at least LCE_MIN_ROWS rows):
  *     logits_c (Rc, V) = x_c @ wᵀ                              (one GEMM per chunk)
  *     lse_r = logsumexp(logits_c row r); loss = sum_r (lse_r - logits_r,t_r) / count
  * and, when a gradient is wanted, the gradient for dloss = 1 right away, from the chunk still in
  * the cache (as llm.c's fused classifier does), so nothing has to be recomputed later:
- *     dlogits_c = (softmax(logits_c) - onehot) / count          (the chunk's scratch)
+ *     dlogits_c = (softmax(logits_c) - onehot) / count          (float32: over logits_c, in place)
  *     dx1_c (Rc, C) = dlogits_c @ w         dw1 (V, C) += dlogits_cᵀ @ x_c
  * saved for backward: dx1 (R, C) and dw1 (V, C), the gradients for dloss = 1. The backward is
  * linear in dloss:  dx += dloss · dx1,  dw += dloss · dw1  (exact when dloss is 1 or a power of 2).
@@ -388,14 +407,17 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
  * sums the chunks' products in chunk order, a different rounding of the same sum.
  * The CPU only (float32, float64); on other devices the op is the composition.
  * ============================================================================================ */
-#define LCE_CHUNK_ELEMS ((int64_t)1 << 22) /* logits per chunk: 16 MiB of float32 */
+#define LCE_CHUNK_ELEMS ((int64_t)1 << 24) /* logits per chunk: 64 MiB of float32 */
+/* Fewer rows make the GEMMs slow: each chunk's products read all of w again (V C elements) for a
+ * few rows of work, and the dw product's depth is the chunk's rows. */
+#define LCE_MIN_ROWS 256
 
 static int64_t lce_chunk_rows(int64_t R, int64_t V, int64_t chunk) {
     int64_t rc = chunk > 0 ? chunk : LCE_CHUNK_ELEMS / (V > 0 ? V : 1);
     if (chunk > 0) return rc < R ? rc : (R > 0 ? R : 1);
-    if (rc >= 64) rc &= ~(int64_t)15; /* whole blocks of 16 rows for the GEMM */
-    if (rc < 1) rc = 1;
-    return rc < R ? rc : R;
+    if (rc < LCE_MIN_ROWS) rc = LCE_MIN_ROWS;
+    rc &= ~(int64_t)15; /* whole blocks of 16 rows for the GEMM */
+    return rc < R ? rc : (R > 0 ? R : 1);
 }
 
 /* y[i] += a · x[i] over [b, e) */
@@ -452,12 +474,14 @@ static fg_status lce_forward_cpu(fg_dtype dt, void *loss, fg_tensor *X, fg_tenso
     const int want_grad = dx1 || dw1;
     fg_tensor *lse = fg_empty(dt, FG_CPU, 1, &R);
     fg_tensor *logits = lse ? fg_empty(dt, FG_CPU, 2, (int64_t[]){Rc, V}) : NULL;
-    fg_tensor *dl = logits && want_grad ? fg_empty(dt, FG_CPU, 2, (int64_t[]){Rc, V}) : NULL;
-    double *xt = logits && (dl || !want_grad) ? fg_alloc(FG_CPU, (size_t)(R > 0 ? R : 1) * sizeof *xt) : NULL;
+    /* float32 turns the logits into their gradient in place; float64 (gradient checks) uses a
+     * second buffer and the plain backward kernel */
+    fg_tensor *dl = logits && want_grad && dt == FG_F64 ? fg_empty(dt, FG_CPU, 2, (int64_t[]){Rc, V}) : NULL;
+    const int dl_ok = !want_grad || dt == FG_F32 || dl;
+    double *xt = logits && dl_ok ? fg_alloc(FG_CPU, (size_t)(R > 0 ? R : 1) * sizeof *xt) : NULL;
     fg_status st = xt ? FG_OK : fg_last_status();
     const char *xp = X ? fg_data(X) : NULL, *wp = fg_data(W);
     const double one = 1.0;
-    const float onef = 1.0f;
     for (int64_t c = 0; c < nchunk && st == FG_OK; c++) {
         const int64_t r0 = c * Rc, rn = R - r0 < Rc ? R - r0 : Rc;
         const char *xc = xp + (size_t)(r0 * C) * esz;
@@ -473,11 +497,18 @@ static fg_status lce_forward_cpu(fg_dtype dt, void *loss, fg_tensor *X, fg_tenso
                 xt[r0 + r] = dt == FG_F32 ? (double)((const float *)lg)[r * V + tc[r]]
                                           : ((const double *)lg)[r * V + tc[r]];
         if (!want_grad || count == 0) continue;
-        /* dlogits_c = (softmax - onehot) / count, into zeros (as the composition's fresh gradient) */
-        char *d = fg_data(dl);
-        memset(d, 0, (size_t)(rn * V) * esz);
-        st = fg_cpu_cross_entropy_backward(dt, d, dt == FG_F32 ? (const void *)&onef : (const void *)&one, lg, ls, tc,
-                                           rn, V, count);
+        /* dlogits_c = (softmax - onehot) / count, as into the composition's fresh (zero) gradient */
+        char *d = lg;
+        if (dt == FG_F32) {
+            cross_entropy_bwd_inplace_f32((float *)lg, (const float *)ls, tc, rn, V, 1.0 / (double)count);
+            /* an ignored row's gradient is zero: clear its logits */
+            for (int64_t r = 0; r < rn; r++)
+                if (tc[r] < 0) memset(lg + (size_t)(r * V) * esz, 0, (size_t)V * esz);
+        } else {
+            d = fg_data(dl);
+            memset(d, 0, (size_t)(rn * V) * esz);
+            st = fg_cpu_cross_entropy_backward(dt, d, &one, lg, ls, tc, rn, V, count);
+        }
         /* dx1_c (rn, C) = dlogits_c (rn, V) @ w (V, C);  dw1 (V, C) += dlogits_cᵀ (V, rn) @ x_c (rn, C) */
         if (st == FG_OK && dx1)
             st = fg_cpu_matmul_gemm(dt, 0, 0, rn, C, V, 1.0, d, V, 0, wp, C, 0, 0.0, NULL,
