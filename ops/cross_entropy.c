@@ -416,7 +416,7 @@ static int64_t lce_chunk_rows(int64_t R, int64_t V, int64_t chunk) {
     int64_t rc = chunk > 0 ? chunk : LCE_CHUNK_ELEMS / (V > 0 ? V : 1);
     if (chunk > 0) return rc < R ? rc : (R > 0 ? R : 1);
     if (rc < LCE_MIN_ROWS) rc = LCE_MIN_ROWS;
-    rc &= ~(int64_t)15; /* whole blocks of 16 rows for the GEMM */
+    if (rc >= 16) rc &= ~(int64_t)15; /* whole blocks of 16 rows for the GEMM */
     return rc < R ? rc : (R > 0 ? R : 1);
 }
 
