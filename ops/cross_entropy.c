@@ -494,8 +494,8 @@ static fg_status lce_forward_cpu(fg_dtype dt, void *loss, fg_tensor *X, fg_tenso
         FG_DISPATCH(dt, cross_entropy_fwd, &unused, (void *)ls, (const void *)lg, tc, rn, V);
         for (int64_t r = 0; r < rn; r++)
             if (tc[r] >= 0)
-                xt[r0 + r] = dt == FG_F32 ? (double)((const float *)lg)[r * V + tc[r]]
-                                          : ((const double *)lg)[r * V + tc[r]];
+                xt[r0 + r] =
+                    dt == FG_F32 ? (double)((const float *)lg)[r * V + tc[r]] : ((const double *)lg)[r * V + tc[r]];
         if (!want_grad || count == 0) continue;
         /* dlogits_c = (softmax - onehot) / count, as into the composition's fresh (zero) gradient */
         char *d = lg;
@@ -514,15 +514,16 @@ static fg_status lce_forward_cpu(fg_dtype dt, void *loss, fg_tensor *X, fg_tenso
             st = fg_cpu_matmul_gemm(dt, 0, 0, rn, C, V, 1.0, d, V, 0, wp, C, 0, 0.0, NULL,
                                     (char *)fg_data(dx1) + (size_t)(r0 * C) * esz, C, 0, 1);
         if (st == FG_OK && dw1)
-            st = fg_cpu_matmul_gemm(dt, 1, 0, V, C, rn, 1.0, d, V, 0, xc, C, 0, c == 0 ? 0.0 : 1.0, NULL,
-                                    fg_data(dw1), C, 0, 1);
+            st = fg_cpu_matmul_gemm(dt, 1, 0, V, C, rn, 1.0, d, V, 0, xc, C, 0, c == 0 ? 0.0 : 1.0, NULL, fg_data(dw1),
+                                    C, 0, 1);
     }
     if (st == FG_OK) {
         /* the loss in row order, as cross_entropy_fwd sums it */
         double s = 0;
         for (int64_t r = 0; r < R; r++)
             if (t[r] >= 0) {
-                const double l = dt == FG_F32 ? (double)((const float *)fg_data(lse))[r] : ((const double *)fg_data(lse))[r];
+                const double l =
+                    dt == FG_F32 ? (double)((const float *)fg_data(lse))[r] : ((const double *)fg_data(lse))[r];
                 s += l - xt[r];
             }
         const double mean = count ? s / (double)count : 0.0;

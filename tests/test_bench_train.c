@@ -37,7 +37,8 @@ Test(bench_train, synthetic_vocab_trains_at_log_v_and_reports_mfu_and_rss) {
 
 Test(bench_train, synthetic_vocab_refuses_data_and_bad_sizes_in_one_line) {
     need_bin();
-    const char *bad[3] = {"--synthetic-vocab 100 --data x.txt", "--synthetic-vocab 1", "--synthetic-vocab 70 --digits 2"};
+    const char *bad[3] = {"--synthetic-vocab 100 --data x.txt", "--synthetic-vocab 1",
+                          "--synthetic-vocab 70 --digits 2"};
     for (int k = 0; k < 3; k++) {
         char cmd[1024], log[4096];
         snprintf(cmd, sizeof cmd, "'%s' bench train %s 2>&1", fgt_bin(), bad[k]);

@@ -155,8 +155,8 @@ Test(train, flops_per_token_is_six_n_plus_twelve_l_c_t) {
     fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 2, 1, 1, 5); /* 2 layers, 16 wide */
     fg_trainer *tr = trainer(&c, s);
     const double L = 2, C = 16, V = c.model.vocab_size, Tb = c.model.block_size, T = tr->T;
-    const double N = V * C + Tb * C + L * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C) +
-                     2 * C;
+    const double N =
+        V * C + Tb * C + L * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C;
     cr_expect_eq(tr->model->num_elements, (int64_t)N, "parameters %lld, counted %.0f",
                  (long long)tr->model->num_elements, N);
     cr_expect_eq(fg_trainer_flops_per_token(tr), 6 * N + 12 * L * C * T, "flops/token %.17g, want %.17g",
@@ -714,7 +714,8 @@ Test(cli, resume_keeps_a_log_written_without_the_mfu_column, .init = make_tmpdir
     free(old);
     cr_assert(!strncmp(buf, "step,loss,lr,grad_norm,tokens_per_s,val_loss\n", 45), "%s", buf);
     write_file(path_in(p, sizeof p, "r/log.csv"), buf, (size_t)(o - buf));
-    expect_cli("train --resume --steps 6 --out r --threads 1 --eval-problems 10 --samples 0", 0, "resuming from step 4");
+    expect_cli("train --resume --steps 6 --out r --threads 1 --eval-problems 10 --samples 0", 0,
+               "resuming from step 4");
     char header[256], step[16][32], mfu[16][32];
     int rows = read_log_column("r", 0, step, 16, header, sizeof header);
     cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu\n");
