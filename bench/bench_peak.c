@@ -1,8 +1,9 @@
 /* bench_peak.c — `flashgrad bench peak`: this machine's float32 FMA peak and memory bandwidth, on
  * the threads flashgrad's pool uses, the ceiling every other figure is a fraction of.
  *
- * FMA peak: fg_fma_peak_measure (ops/cpu/peak.h says how) with long rounds, best of --rounds.
- * Benchmarks and `train` use the short cached form of the same measurement, fg_fma_peak_gflops.
+ * FMA peak: fg_fma_peak_measure (ops/cpu/peak.h says how), the best of --rounds rounds of ITERS
+ * steps. Benchmarks and `train` use the quick cached form of the same measurement,
+ * fg_fma_peak_gflops. The bandwidth takes the best of at most 5 of the rounds.
  *
  * Bandwidth: a STREAM-like triad a[i] = b[i] + s * c[i] over arrays far larger than the caches,
  * split over the pool; bytes counted are 3 × 4 per element (two reads, one write), as STREAM does.
@@ -19,7 +20,8 @@
 #include "ops/cpu/simd.h"
 #include "ops/cpu/threadpool.h"
 
-#define ITERS 20000000L /* FMA steps per chain per round: ~0.1 s on one core */
+#define ITERS 2500000L /* FMA steps per chain per round: ~10 ms on one core; short rounds, many of them, so that
+                             * the best one likely ran while no other process held the cores */
 
 typedef struct {
     float *a;
@@ -55,7 +57,7 @@ int fg_bench_peak(int argc, char **argv) {
          .lo = 16,
          .hi = 1 << 16},
     };
-    f[1].i = 5;
+    f[1].i = 40;
     f[2].i = 256;
     int rc = fg_flags_parse("bench peak", f, 3, argc, argv);
     if (rc == -1) {
@@ -90,7 +92,8 @@ int fg_bench_peak(int argc, char **argv) {
     triad_job tj = {a, b, c, n, (n + 4 * threads - 1) / (4 * threads)};
     const int64_t items = (n + tj.per - 1) / tj.per;
     double tbest = 1e30;
-    for (int r = 0; r < (int)f[1].i + 1; r++) {
+    const int triads = f[1].i < 5 ? (int)f[1].i : 5;
+    for (int r = 0; r < triads + 1; r++) {
         double t0 = fg_now();
         fg_pool_run(items, triad_item, &tj, 0);
         double dt = fg_now() - t0;
