@@ -17,9 +17,10 @@ int fg_bench_matmul(int argc, char **argv);
 /* `flashgrad bench peak ...`: the float32 FMA peak and memory bandwidth (bench/bench_peak.c). */
 int fg_bench_peak(int argc, char **argv);
 
-/* This machine's float32 FMA peak in GFLOP/s on the pool's threads at the active SIMD level, the
- * best of `rounds` timed rounds of ~0.1 s (bench/bench_peak.c). */
-double fg_bench_fma_peak(int rounds);
+/* gflops as a percentage of this machine's float32 FMA peak on the pool's current threads
+ * (fg_fma_peak_gflops, ops/cpu/peak.h: measured once per process and thread count, ~0.1 s, on the
+ * first call; call it once before timing anything). Every benchmark prints its GFLOP/s with it. */
+double fg_bench_pct_of_peak(double gflops);
 
 /* qsort's comparison of two doubles, ascending (for medians of timings). */
 int fg_bench_cmp_double(const void *a, const void *b);

@@ -39,6 +39,7 @@
 
 #include "bench/bench.h"
 #include "ops/attention.h"
+#include "ops/cpu/peak.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/threadpool.h"
 #include "tensor/alloc.h"
@@ -238,76 +239,11 @@ done:
     if (C) fg_free(FG_CPU, C);
 }
 
-/* The float32 FMA peak on the measuring threads (the method of bench/bench_peak.c): every worker
- * runs 12 independent chains of vector FMAs; the best of several short rounds. The chain loop is
- * unrolled so that the chains live in registers: rolled, GCC keeps x[] on the stack at -O2 and
- * every FMA waits on a store and a reload, which measures half the peak. */
-#define PEAK_CHAINS 12
-#define PEAK_ITERS 4000000L
-typedef struct {
-    fg_simd_level level;
-    double sink[FG_POOL_MAX_THREADS];
-} peak_job;
-
-#if FG_SIMD_X86
-#include <immintrin.h>
-__attribute__((target("avx512f"))) static double peak_chains_avx512(long n) {
-    __m512 x[PEAK_CHAINS];
-    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-    for (int i = 0; i < PEAK_CHAINS; i++) x[i] = _mm512_set1_ps(1.0f + 0.01f * (float)i);
-    for (long i = 0; i < n; i++)
-#pragma GCC unroll 12
-        for (int j = 0; j < PEAK_CHAINS; j++) x[j] = _mm512_fmadd_ps(x[j], a, b);
-    __m512 s = x[0];
-    for (int i = 1; i < PEAK_CHAINS; i++) s = _mm512_add_ps(s, x[i]);
-    return (double)_mm512_reduce_add_ps(s);
-}
-__attribute__((target("avx2,fma"))) static double peak_chains_avx2(long n) {
-    __m256 x[PEAK_CHAINS];
-    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-    for (int i = 0; i < PEAK_CHAINS; i++) x[i] = _mm256_set1_ps(1.0f + 0.01f * (float)i);
-    for (long i = 0; i < n; i++)
-#pragma GCC unroll 12
-        for (int j = 0; j < PEAK_CHAINS; j++) x[j] = _mm256_fmadd_ps(x[j], a, b);
-    __m256 s = x[0];
-    for (int i = 1; i < PEAK_CHAINS; i++) s = _mm256_add_ps(s, x[i]);
-    float f[8];
-    _mm256_storeu_ps(f, s);
-    return (double)(f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7]);
-}
-#endif
-
-static void peak_item(void *ctx, int64_t item, int worker) {
-    peak_job *j = ctx;
-    (void)item;
-    double v = 0;
-#if FG_SIMD_X86
-    if (j->level == FG_SIMD_AVX512)
-        v = peak_chains_avx512(PEAK_ITERS);
-    else if (j->level == FG_SIMD_AVX2)
-        v = peak_chains_avx2(PEAK_ITERS);
-#endif
-    j->sink[worker] += v;
-}
-
+/* The float32 FMA peak on the measuring threads (fg_fma_peak_measure, ops/cpu/peak.h: 12 independent
+ * vector FMA chains per thread, the best of several short rounds); none without vector FMAs. */
 static void measure_peak(const attn_cfg *c, attn_result *r) {
     set_threads(c, r);
-    const fg_simd_level level = fg_simd_active();
-    if (level == FG_SIMD_SCALAR) { /* no vector FMA: no peak to speak of */
-        r->ok = 1;
-        return;
-    }
-    peak_job j = {.level = level};
-    const int threads = fg_pool_threads();
-    double best = 1e30;
-    for (int round = 0; round < 8; round++) { /* round 0 wakes the workers and settles the clocks */
-        const double t0 = fg_now();
-        fg_pool_run(threads, peak_item, &j, 0);
-        const double dt = fg_now() - t0;
-        if (round > 0 && dt < best) best = dt;
-    }
-    const double lanes = level == FG_SIMD_AVX512 ? 16 : 8;
-    r->peak_gf = 2.0 * PEAK_CHAINS * lanes * (double)PEAK_ITERS * threads / best / 1e9;
+    if (fg_simd_active() != FG_SIMD_SCALAR) r->peak_gf = fg_fma_peak_measure(4000000L, 8);
     r->ok = 1;
 }
 

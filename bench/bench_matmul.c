@@ -33,6 +33,7 @@
 #include "bench/bench.h"
 #include "cli/cli_util.h"
 #include "cli/flags.h"
+#include "ops/cpu/peak.h"
 #include "ops/cpu/dnnl_gemm.h"
 #include "ops/cpu/threadpool.h"
 #include "ops/ops.h"
@@ -261,7 +262,7 @@ int fg_bench_matmul(int argc, char **argv) {
     }
     fg_print_machine_line(stdout);
     fg_blas_hint(stdout);
-    const double peak = f[M_PEAK].i > 0 ? (double)f[M_PEAK].i : fg_bench_fma_peak(5);
+    const double peak = f[M_PEAK].i > 0 ? (double)f[M_PEAK].i : fg_fma_peak_gflops();
     printf("bench matmul: pool %d threads; oneDNN %s; FMA peak %.1f GFLOP/s (%s); best of %d runs\n"
            "each kernel: GFLOP/s and %% of the peak; pick: the automatic choice\n",
            fg_pool_threads(), fg_dnnl_version(), peak, f[M_PEAK].i > 0 ? "--peak" : "measured", (int)f[M_REPEAT].i);

@@ -11,16 +11,22 @@
  * trained model on E fixed validation batches — the batches `flashgrad train` evaluates on
  * (fg_trainer_eval_seed) — and prints each batch's loss and their mean: bench/train_torch_cpu.py
  * compares that with the same model trained by PyTorch. --print-step-times prints every timed
- * step's time.
+ * step's time. --synthetic-vocab V trains on synthetic tokens of a V-word vocabulary (no file; for
+ * speed at GPT-2's vocabulary until a dataset is at hand). On the CPU it also prints MFU at the median step time (fg_trainer_mfu: model FLOPs
+ * per token × tokens/s over the FMA peak of ops/cpu/peak.h) and the process's peak RSS.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "autograd/autograd.h"
+#include "tensor/philox.h"
 #include "bench/bench.h"
 #include "tensor/alloc.h"
+#include "ops/cpu/peak.h"
 #include "ops/cpu/threadpool.h"
 #include "cli/cli_util.h"
 #include "cli/flags.h"
@@ -29,7 +35,7 @@
 #include "train/trainer.h"
 
 /* bench train's own flags; they follow the ones it shares with train (cli/train_flags.h). */
-enum { B_STEPS = FG_TF_COUNT, B_WARM, B_EVAL_ITERS, B_STEP_TIMES, B_COUNT };
+enum { B_STEPS = FG_TF_COUNT, B_WARM, B_EVAL_ITERS, B_STEP_TIMES, B_SYNTH, B_COUNT };
 
 /* The loss of the trained model on E fixed validation batches (batch i of the split under the run's
  * evaluation seed, as fg_trainer_eval_loss draws them), one by one so that the spread shows:
@@ -65,6 +71,73 @@ static int eval_val(fg_trainer *tr, int E) {
     return 0;
 }
 
+/* The process's peak resident memory in KiB: VmHWM of /proc/self/status, the high-water mark of
+ * this program's own address space. getrusage's ru_maxrss is the fallback only: Linux carries it
+ * over from the process image before execve, so a benchmark started by a large parent (a Python
+ * with torch loaded) would report the parent's size. 0 when neither is available. */
+static double peak_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kib = atof(line + 6);
+    if (f) fclose(f);
+    struct rusage ru;
+    if (kib <= 0 && getrusage(RUSAGE_SELF, &ru) == 0) kib = (double)ru.ru_maxrss;
+    return kib;
+}
+
+/* ---- synthetic tokens (--synthetic-vocab V): a dataset of no file, for measuring speed at any
+ * vocabulary (GPT-2's 50,304). Token t of row b of batch `index` of split s is Philox number
+ * (index · B + b) · (T + 1) + t of stream SYNT|s under the run's seed, mod V; x is tokens 0..T-1 of
+ * the row and y tokens 1..T. Nothing to learn: the loss stays near log V. ---- */
+#define FG_SYNTH_MAX_VOCAB (1 << 24)
+#define SYNTH_STREAM (0x53594e54ull << 32) /* "SYNT" */
+
+typedef struct {
+    fg_source base; /* first: fg_source_free frees the whole struct */
+    int V;
+} synth_source;
+
+static const fg_tokenizer *synth_tokenizer(const fg_source *d) {
+    (void)d;
+    return NULL;
+}
+static int synth_vocab(const fg_source *d) { return ((const synth_source *)d)->V; }
+static int synth_fixed_block(const fg_source *d) {
+    (void)d;
+    return 0;
+}
+static double synth_optimal(const fg_source *d) { return log((double)((const synth_source *)d)->V); }
+static fg_status synth_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
+                             int32_t *y) {
+    const uint32_t V = (uint32_t)((const synth_source *)d)->V;
+    for (int b = 0; b < B; b++) {
+        const uint64_t row = (index * (uint64_t)B + (uint64_t)b) * (uint64_t)(T + 1);
+        for (int t = 0; t <= T; t++) {
+            const int32_t tok = (int32_t)(fg_philox_u32(seed, SYNTH_STREAM | (uint64_t)s, row + (uint64_t)t) % V);
+            if (t < T) x[(size_t)b * T + t] = tok;
+            if (t > 0) y[(size_t)b * T + t - 1] = tok;
+        }
+    }
+    return FG_OK;
+}
+static const fg_source_ops synth_ops = {synth_tokenizer, synth_vocab, synth_fixed_block, synth_batch, synth_optimal,
+                                        NULL};
+
+static fg_source *synth_source_new(int V) {
+    synth_source *d = calloc(1, sizeof *d);
+    if (!d) {
+        fg_error(FG_ERR_OOM, "out of memory");
+        return NULL;
+    }
+    d->base.ops = &synth_ops;
+    d->base.kind = FG_SOURCE_TEXT;
+    snprintf(d->base.path, sizeof d->base.path, "synthetic tokens, vocabulary %d", V);
+    d->V = V;
+    return &d->base;
+}
+
 /* A task's model defaults (train's, train_defaults.h) with the benchmark's optimizer defaults,
  * the same for every task: lr 1e-3 -> 1e-4 without warm-up. */
 static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
@@ -87,6 +160,9 @@ static void init_bench_flags(fg_flag *f) {
         .i = 0};
     f[B_STEP_TIMES] =
         (fg_flag){.name = "--print-step-times", .type = FG_FLAG_BOOL, .help = "print every timed step's time"};
+    f[B_SYNTH] = (fg_flag){"--synthetic-vocab", FG_FLAG_INT, "V",
+                           "train on synthetic tokens uniform in [0, V) instead (text model defaults; for speed only)",
+                           2, FG_SYNTH_MAX_VOCAB, 0, .i = 0};
 }
 
 int fg_bench_train(int argc, char **argv) {
@@ -102,7 +178,13 @@ int fg_bench_train(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    if (f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given) {
+    if (f[B_SYNTH].given && (f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given || f[FG_TF_BYTE].given ||
+                             f[FG_TF_DIGITS].given)) {
+        fprintf(stderr, "flashgrad bench train: --synthetic-vocab is a dataset of its own: drop --data, --data-bin, "
+                        "--byte and --digits\n");
+        return 2;
+    }
+    if (f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given || f[B_SYNTH].given) {
         fg_flag g[B_COUNT];
         memcpy(g, f, sizeof g);
         set_bench_defaults(f, &fg_defaults_text);
@@ -119,7 +201,8 @@ int fg_bench_train(int argc, char **argv) {
     const fg_device dev = run.device;
 
     /* the data; the addition task keeps its default loss (on every token) */
-    fg_source *src = fg_train_flags_source(f, fg_addition_default_config().answer_only);
+    fg_source *src = f[B_SYNTH].given ? synth_source_new((int)f[B_SYNTH].i)
+                                      : fg_train_flags_source(f, fg_addition_default_config().answer_only);
     if (!src) {
         fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
         return 1;
@@ -195,12 +278,21 @@ int fg_bench_train(int argc, char **argv) {
         printf("step time: median %.2f ms (min %.2f, max %.2f, mean %.2f)\n", med * 1e3, t[0] * 1e3, t[N - 1] * 1e3,
                sum / N * 1e3);
         printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
+        if (dev == FG_CPU) {
+            const double peak = fg_fma_peak_gflops();
+            printf("mfu: %.1f%% at the median step time (%.6g model flop/token = 6 N + 12 L C T, N = %lld; fma peak "
+                   "%.1f GFLOP/s, %s, %d threads)\n",
+                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr),
+                   (long long)tr->model->num_elements, peak, fg_simd_name(fg_simd_active()), fg_pool_threads());
+        }
         printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
                fg_device_name(dev), end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
         printf("peak bytes: %zu (allocation counter, during a timed step)\n", (size_t)end.peak);
         printf("system allocations: %" PRIu64 " after warm-up, %" PRIu64 " at the end (%s)\n", warm.system_allocs,
                end.system_allocs,
                end.system_allocs == warm.system_allocs ? "none during the timed steps" : "GREW during the timed steps");
+        const double rss = peak_rss_kib();
+        if (rss > 0) printf("peak RSS: %.1f MiB (the process)\n", rss / 1024.0);
     }
     if (code == 0 && E > 0) code = eval_val(tr, E);
     free(t);

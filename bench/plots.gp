@@ -2,6 +2,8 @@
 #   attention_memory.png : peak bytes of forward and backward against N, naive and flash (log-log)
 #   attention_time.png   : forward and backward time against N, naive and flash (log-log)
 #   train_recompute.png  : training peak memory and step time per --recompute setting
+#   train_scale.png      : MFU against model size, flashgrad and PyTorch (make bench-scale's CSV,
+#                          bench/results/train_scale.csv, when it is there)
 # Inputs: bench/results/attention_cpu.csv (flashgrad bench attention --csv) and
 #         bench/results/train_recompute.csv (bench/recompute.sh).
 set datafile separator ","
@@ -51,4 +53,25 @@ if (system("test -f " . tr . " && echo yes") eq "yes") {
     # columns: setting,attn,peak_bytes,peak_mib,step_ms,... (row 0 is the header)
     plot tr every ::1 using ($3/1048576):xtic(1) title "peak memory (MiB)" axes x1y1, \
          tr every ::1 using 5 title "step time (ms)" axes x1y2
+}
+
+sc = "bench/results/train_scale.csv"
+if (system("test -f " . sc . " && echo yes") eq "yes") {
+    set style data linespoints
+    unset y2label
+    unset y2tics
+    set ytics mirror
+    set logscale x 10
+    unset logscale y
+    set xlabel "parameters"
+    set ylabel "MFU, % of the float32 FMA peak"
+    set yrange [0:100]
+    set key top left
+    set output "bench/results/train_scale.png"
+    set title "GPT training step on the CPU: MFU = tokens/s x (6 N + 12 L C T) / FMA peak"
+    # columns: config,framework,version,n_layer,...,params (10),...,mfu (14)
+    fw(name) = "< grep ',".name.",' " . sc
+    plot fw("flashgrad") using 10:($14*100) lw 2 pt 7 title "flashgrad", \
+         fw("flashgrad") using 10:($14*100):1 with labels offset 0,1 notitle, \
+         fw("pytorch") using 10:($14*100) lw 2 pt 5 title "PyTorch"
 }

@@ -247,6 +247,20 @@ def torch_blas_core():
     return "?"
 
 
+def peak_rss_kib():
+    """This process's peak resident memory in KiB: VmHWM (its own address space's high-water mark;
+    ru_maxrss would include the parent's size before execve on Linux), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    import resource
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def torch_worker(cfg_path, out_path):
     import numpy as np
     import torch
@@ -377,6 +391,7 @@ def torch_worker(cfg_path, out_path):
         for i in range(c["eval_iters"]):
             val.append(model(ex[i], ey[i]).item())
     res = {"losses": losses, "times": times, "val": val, "n_params": n_params, "torch": torch.__version__,
+           "peak_rss_kb": peak_rss_kib(),
            "attention": "F.scaled_dot_product_attention" if sdpa else "explicit softmax(QK^T/sqrt(d) + mask) V",
            "threads": torch.get_num_threads(), "blas": torch_blas_core(),
            "env": "OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s" % (os.environ.get("OMP_NUM_THREADS", "unset"),
@@ -409,7 +424,7 @@ def run_torch(cfg, tmp):
     W = cfg["untimed"]
     r["median_s"] = statistics.median(r["times"][W:])
     r["tok_s"] = cfg["batch_size"] * cfg["block_size"] / r["median_s"]
-    r["val_loss"] = statistics.fmean(r["val"])
+    r["val_loss"] = statistics.fmean(r["val"]) if r["val"] else float("nan")
     return r
 
 

@@ -8,8 +8,10 @@
  *   - every --eval-every steps and at the end: train and validation loss on fixed batches (and,
  *     for the addition task, exact-match accuracy on held-out problems by greedy decoding);
  *   - checkpoints (train/checkpoint.h) at every evaluation (or every --ckpt-every steps) and at the
- *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss) rewritten atomically with
- *     each checkpoint, so it always describes the steps the checkpoint has seen;
+ *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu) rewritten atomically
+ *     with each checkpoint, so it always describes the steps the checkpoint has seen (mfu: the
+ *     step's model FLOPs utilization as a fraction, fg_trainer_mfu; empty off the CPU and in the
+ *     rows of a log written before the column existed, which --resume keeps);
  *   - at the end, a few samples from the model.
  * Exit: 0 done; 1 runtime error (bad data, unwritable or busy folder, non-finite loss — the last
  * good checkpoint is kept); 2 usage error (also: a fresh run into a folder that holds another
@@ -46,6 +48,7 @@
 #include "tensor/fileio.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
+#include "ops/cpu/peak.h"
 #include "ops/cpu/threadpool.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -181,7 +184,9 @@ static void csv_free(csv_log *l) {
     free(l->rows);
 }
 
-#define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss"
+#define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu"
+/* The header of logs written before the mfu column: their rows are kept with an empty mfu. */
+#define CSV_HEADER_NO_MFU "step,loss,lr,grad_norm,tokens_per_s,val_loss"
 
 /* The whole log, header and rows, replaced atomically (fileio.h). FG_OK or an error. */
 static fg_status csv_write(const csv_log *l, const char *path) {
@@ -244,17 +249,20 @@ static void csv_load(csv_log *l, const char *path, int64_t step) {
         return;
     }
     char *s = buf, *save = NULL;
-    int first = 1;
+    int first = 1, no_mfu = 0;
     for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (first) {
             first = 0;
-            if (strcmp(line, CSV_HEADER)) break; /* not our log: start over */
+            no_mfu = !strcmp(line, CSV_HEADER_NO_MFU);
+            if (strcmp(line, CSV_HEADER) && !no_mfu) break; /* not our log: start over */
             continue;
         }
         char *end;
         long long st = strtoll(line, &end, 10);
         if (end == line || *end != ',' || st < 1 || st > step) continue;
-        if (csv_add(l, line)) break;
+        char row[512];
+        if (no_mfu && snprintf(row, sizeof row, "%s,", line) >= (int)sizeof row) continue;
+        if (csv_add(l, no_mfu ? row : line)) break;
     }
     free(buf);
 }
@@ -865,6 +873,9 @@ static void print_header(const train_args *a, const train_run *r) {
         say("data parallel: %d processes (%s) x %d micro-batches each, gradients folded in rank order%s\n", comm->size,
             comm->ops->name, cfg->grad_accum / comm->size,
             a->f[F_ZERO].i ? "; AdamW's moments sharded (ZeRO-1)" : "");
+    if (mc->device == FG_CPU) /* measured here, before the first step, not inside one */
+        say("fma peak: %.1f GFLOP/s float32 (%s); MFU = tokens/s x %.4g model flop/token (6 N + 12 L C T) / peak\n",
+            fg_fma_peak_gflops(), fg_simd_name(fg_simd_active()), fg_trainer_flops_per_token(tr));
     if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, a->out);
     say("output: %s/{model,optimizer}.safetensors, %s\n", a->out, a->log_path);
 }
@@ -935,8 +946,11 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
                 say("step %lld: train loss %s, val loss %s\n", (long long)step, LOSS(tl), LOSS(vl));
             }
         }
-        snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s", (long long)step, s.loss, s.lr, s.grad_norm,
-                 dt > 0 ? s.tokens / dt : 0.0, val);
+        const double step_rate = dt > 0 ? s.tokens / dt : 0.0, step_mfu = fg_trainer_mfu(tr, step_rate);
+        char mfu[32] = "";
+        if (isfinite(step_mfu)) snprintf(mfu, sizeof mfu, "%.4f", step_mfu);
+        snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
+                 step_rate, val, mfu);
         if (csv_add(&r->log, row)) {
             fg_error(FG_ERR_OOM, "out of memory for the log");
             stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
@@ -945,14 +959,16 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         /* progress */
         double now = fg_now(), rate = t->step_time > 0 ? t->tokens_done / t->step_time : 0;
         double eta = steps_timed ? (t->step_time / steps_timed) * (double)(cfg->steps - step) : 0;
-        char el[32], et[32], rt[32];
+        char el[32], et[32], rt[32], mf[32] = "";
         fmt_time(el, sizeof el, now - t->t_start);
         fmt_time(et, sizeof et, eta);
         fmt_rate(rt, sizeof rt, rate);
+        const double run_mfu = fg_trainer_mfu(tr, rate);
+        if (isfinite(run_mfu)) snprintf(mf, sizeof mf, " MFU %.1f%%", 100 * run_mfu);
         if (on_tty) {
             if (now - last_draw > 0.1 || last || do_eval) {
-                fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %s | lr %.2e | %s tok/s | %s elapsed | ETA %s",
-                        (long long)step, (long long)cfg->steps, LOSS(s.loss), s.lr, rt, el, et);
+                fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %s | lr %.2e | %s tok/s%s | %s elapsed | ETA %s",
+                        (long long)step, (long long)cfg->steps, LOSS(s.loss), s.lr, rt, mf, el, et);
                 fflush(stderr);
                 last_draw = now;
             }
@@ -960,8 +976,8 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
             char cm[48] = "";
             if (comm->size > 1)
                 snprintf(cm, sizeof cm, " comm %.1f ms/step", 1e3 * (comm->seconds - comm_start) / (double)steps_timed);
-            printf("step %lld/%lld loss %s lr %.3e grad_norm %.3f %s tok/s elapsed %s ETA %s%s\n", (long long)step,
-                   (long long)cfg->steps, LOSS(s.loss), s.lr, s.grad_norm, rt, el, et, cm);
+            printf("step %lld/%lld loss %s lr %.3e grad_norm %.3f %s tok/s%s elapsed %s ETA %s%s\n", (long long)step,
+                   (long long)cfg->steps, LOSS(s.loss), s.lr, s.grad_norm, rt, mf, el, et, cm);
             check_stdout();
         }
 

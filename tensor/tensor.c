@@ -244,26 +244,38 @@ fg_tensor *fg_from_blob(fg_dtype dt, int ndim, const int64_t *shape, void *data)
 
 /* Random fills are generated on the host (element k uses number k of the stream) and copied to
  * the device, so a tensor's values never depend on where it lives. */
+void fg_rand_normal_range(double *out, int64_t k0, int64_t k1, double mean, double std, uint64_t seed,
+                          uint64_t stream) {
+    uint32_t w[4];
+    for (int64_t k = k0; k < k1; k++) {
+        /* numbers 2k and 2k+1 of the stream: words 2(k&1), 2(k&1)+1 of Philox block k/2, so one
+         * block serves two elements (fg_philox_u32 would compute it once per number) */
+        if (k == k0 || (k & 1) == 0) fg_philox_block(seed, stream, (uint64_t)k >> 1, w);
+        double n0, n1;
+        fg_box_muller(w[2 * (k & 1)], w[2 * (k & 1) + 1], &n0, &n1);
+        out[k - k0] = mean + std * n0;
+    }
+}
+
 static fg_tensor *rand_fill(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape, int normal, double a, double b,
                             uint64_t seed, uint64_t stream) {
     fg_tensor *host = fg_empty(dt, FG_CPU, ndim, shape);
     if (!host) return NULL;
     int64_t n = fg_numel(host);
-    for (int64_t k = 0; k < n; k++) {
-        double v;
-        if (normal) {
-            double n0, n1;
-            fg_box_muller(fg_philox_u32(seed, stream, 2 * (uint64_t)k),
-                          fg_philox_u32(seed, stream, 2 * (uint64_t)k + 1), &n0, &n1);
-            v = a + b * n0;
-        } else {
-            /* uniform in (lo, hi]: lo + (hi - lo) * u with u in (0, 1] */
-            v = a + (b - a) * fg_u32_to_uniform_f64(fg_philox_u32(seed, stream, (uint64_t)k));
+    double buf[256];
+    for (int64_t k0 = 0; k0 < n; k0 += 256) {
+        const int64_t k1 = n - k0 < 256 ? n : k0 + 256;
+        if (normal)
+            fg_rand_normal_range(buf, k0, k1, a, b, seed, stream);
+        else /* uniform in (lo, hi]: lo + (hi - lo) * u with u in (0, 1] */
+            for (int64_t k = k0; k < k1; k++)
+                buf[k - k0] = a + (b - a) * fg_u32_to_uniform_f64(fg_philox_u32(seed, stream, (uint64_t)k));
+        for (int64_t k = k0; k < k1; k++) {
+            if (dt == FG_F64)
+                ((double *)host->storage->data)[k] = buf[k - k0];
+            else
+                ((float *)host->storage->data)[k] = (float)buf[k - k0];
         }
-        if (dt == FG_F64)
-            ((double *)host->storage->data)[k] = v;
-        else
-            ((float *)host->storage->data)[k] = (float)v;
     }
     if (dev == FG_CPU) return host;
     fg_tensor *t = fg_to(host, dev, dt);

@@ -79,6 +79,10 @@ fg_tensor *fg_rand_uniform(fg_dtype dt, fg_device dev, int ndim, const int64_t *
                            uint64_t seed, uint64_t stream);
 fg_tensor *fg_rand_normal(fg_dtype dt, fg_device dev, int ndim, const int64_t *shape, double mean, double std,
                           uint64_t seed, uint64_t stream);
+/* Elements [k0, k1) of fg_rand_normal's float64 values for (mean, std, seed, stream) into out[0 ..
+ * k1 - k0): element k is mean + std · (Box-Muller's first normal of numbers 2k and 2k+1 of the
+ * stream). A pure function, so pieces filled on any threads give the tensor's exact values. */
+void fg_rand_normal_range(double *out, int64_t k0, int64_t k1, double mean, double std, uint64_t seed, uint64_t stream);
 fg_tensor *fg_zeros_like(const fg_tensor *t);
 
 /* ---- references ---- */

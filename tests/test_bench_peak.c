@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/cpu/peak.h"
+#include "ops/cpu/threadpool.h"
 #include "tests/common.h"
 
 Test(bench_peak, prints_a_positive_peak_and_bandwidth_and_refuses_bad_flags) {
@@ -19,4 +21,21 @@ Test(bench_peak, prints_a_positive_peak_and_bandwidth_and_refuses_bad_flags) {
     cr_expect_gt(atof(b + strlen("memory bandwidth: ")), 0.0, "%s", log);
     snprintf(cmd, sizeof cmd, "'%s' bench peak --rounds 0 2>&1", fgt_bin());
     cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 2, "--rounds 0 should be a usage error:\n%s", log);
+}
+
+/* The library's cached peak: positive, measured once per thread count and SIMD level (the same
+ * figure again until one changes), and of the order of lanes x 2 flops x threads per ns at most
+ * a few GHz (a bound that no real core exceeds: 8 GHz with 4 FMA pipes). */
+Test(bench_peak, the_cached_peak_is_positive_and_measured_once_per_setting) {
+    fg_pool_set_threads(1);
+    const double a = fg_fma_peak_gflops(), b = fg_fma_peak_gflops();
+    cr_expect_gt(a, 0.0);
+    cr_expect_eq(a, b, "a second call measured again: %g then %g", a, b);
+    const double bound = 8.0 * 4 * 2 * fg_simd_float_lanes(fg_simd_active());
+    cr_expect_lt(a, bound, "one thread's peak %g GFLOP/s is above %g", a, bound);
+    fg_pool_set_threads(2);
+    const double c = fg_fma_peak_gflops();
+    cr_expect_gt(c, 0.0);
+    cr_expect_eq(fg_fma_peak_gflops(), c, "the two-thread figure is not cached");
+    fg_pool_set_threads(0);
 }

@@ -14,6 +14,7 @@
 
 #include "autograd/gradcheck.h"
 #include "tensor/npy.h"
+#include "ops/cpu/threadpool.h"
 #include "tensor/philox.h"
 #include "tests/common.h"
 #include "train/adamw.h"
@@ -105,6 +106,38 @@ Test(gpt, initialization_is_gpt2s) {
     fg_gpt_free(g);
     fg_gpt_free(g2);
     fg_gpt_free(g3);
+}
+
+/* The initial values are fg_rand_normal's of the parameter's stream (float64, then the model's
+ * dtype), whatever the thread count that fills them in pieces. */
+Test(gpt, initial_weights_are_the_streams_normals_for_any_thread_count) {
+    fg_gpt_config c = fg_gpt_default_config();
+    c.n_layer = 2;
+    c.n_embd = 64;
+    c.vocab_size = 300;
+    c.block_size = 1100; /* wpe: 70,400 values, more than one piece */
+    fg_pool_set_threads(1);
+    fg_gpt *a = make(&c, 9);
+    fg_pool_set_threads(3);
+    fg_gpt *b = make(&c, 9);
+    fg_pool_set_threads(0);
+    cr_expect(!memcmp(fg_data(a->params_flat), fg_data(b->params_flat), fg_nbytes(a->params_flat)),
+              "1 and 3 threads initialized differently");
+    const double resid = 0.02 / sqrt(2.0 * c.n_layer);
+    for (int j = 0; j < a->n_params; j++) {
+        const fg_gpt_param *p = &a->params[j];
+        if (p->init != FG_INIT_NORMAL && p->init != FG_INIT_RESID) continue;
+        fg_tensor *want = fg_rand_normal(FG_F64, FG_CPU, p->w->ndim, p->w->shape, 0.0,
+                                         p->init == FG_INIT_RESID ? resid : 0.02, 9, FG_GPT_INIT_STREAM + (uint64_t)j);
+        cr_assert(want, "%s", fg_last_error());
+        for (int64_t k = 0; k < p->numel; k++)
+            if (fg_get(p->w, k) != (double)(float)fg_get(want, k))
+                cr_assert_fail("%s[%lld] = %.9g, the stream's normal %.9g", p->name, (long long)k, fg_get(p->w, k),
+                               (double)(float)fg_get(want, k));
+        fg_release(want);
+    }
+    fg_gpt_free(a);
+    fg_gpt_free(b);
 }
 
 /* ---- gradients of every parameter against finite differences ---- */

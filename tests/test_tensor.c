@@ -214,3 +214,24 @@ Test(alloc, views_share_storage_and_free_it_once) {
     fg_release(v);
     cr_expect_eq(fg_alloc_get_stats(FG_CPU).current, s0.current);
 }
+
+/* Element k of a normal fill is Box-Muller's first normal of numbers 2k and 2k+1 of the stream
+ * (the contract the GPU fill and bench/train_torch_cpu.py rely on), in both dtypes, for even
+ * and odd sizes. */
+Test(philox, normal_fill_is_box_muller_of_numbers_2k_and_2k_plus_1) {
+    const int64_t sizes[3] = {1, 6, 11};
+    for (int dt = 0; dt < 2; dt++)
+        for (int s = 0; s < 3; s++) {
+            fg_tensor *t = fg_rand_normal(dt ? FG_F64 : FG_F32, FG_CPU, 1, &sizes[s], 0.5, 0.02, 77, 5);
+            cr_assert(t, "%s", fg_last_error());
+            for (int64_t k = 0; k < sizes[s]; k++) {
+                double n0, n1;
+                fg_box_muller(fg_philox_u32(77, 5, 2 * (uint64_t)k), fg_philox_u32(77, 5, 2 * (uint64_t)k + 1), &n0,
+                              &n1);
+                const double want = dt ? 0.5 + 0.02 * n0 : (double)(float)(0.5 + 0.02 * n0);
+                cr_expect_eq(fg_get(t, k), want, "size %lld element %lld: %.17g, want %.17g", (long long)sizes[s],
+                             (long long)k, fg_get(t, k), want);
+            }
+            fg_release(t);
+        }
+}

@@ -147,6 +147,26 @@ Test(train, adamw_matches_a_hand_computed_step_and_decays_only_2d_tensors) {
 
 /* ---- determinism and resume ---- */
 
+/* Model FLOPs per token: 6 N + 12 L C T, N counted here from the parameter shapes (embeddings
+ * V C + T C, per block 2 layernorms 4 C, qkv 3 C C + 3 C, proj C C + C, fc 4 C C + 4 C, fc-proj
+ * 4 C C + C; final layernorm 2 C; the LM head tied). */
+Test(train, flops_per_token_is_six_n_plus_twelve_l_c_t) {
+    fg_source *s = addition_source(2);
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 2, 1, 1, 5); /* 2 layers, 16 wide */
+    fg_trainer *tr = trainer(&c, s);
+    const double L = 2, C = 16, V = c.model.vocab_size, Tb = c.model.block_size, T = tr->T;
+    const double N =
+        V * C + Tb * C + L * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C;
+    cr_expect_eq(tr->model->num_elements, (int64_t)N, "parameters %lld, counted %.0f",
+                 (long long)tr->model->num_elements, N);
+    cr_expect_eq(fg_trainer_flops_per_token(tr), 6 * N + 12 * L * C * T, "flops/token %.17g, want %.17g",
+                 fg_trainer_flops_per_token(tr), 6 * N + 12 * L * C * T);
+    const double m = fg_trainer_mfu(tr, 1000.0);
+    cr_expect(m > 0 && isfinite(m), "mfu %g", m);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+}
+
 Test(train, same_seed_gives_the_same_losses_bit_for_bit) {
     fg_source *s = addition_source(2);
     fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 12, 2, 77);
@@ -629,8 +649,13 @@ Test(cli, train_writes_log_checkpoint_and_resumes_to_the_same_curve, .init = mak
     expect_cli(args, 0, "final:");
     char header[256], full[16][32], part[16][32], val[16][32];
     int n = read_log_column("full", 1, full, 16, header, sizeof header);
-    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss\n");
+    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu\n");
     cr_expect_eq(n, 10, "log.csv has %d rows", n);
+    char mfu[16][32];
+    read_log_column("full", 6, mfu, 16, header, sizeof header);
+    for (int i = 0; i < 10; i++)
+        cr_expect(atof(mfu[i]) > 0 && atof(mfu[i]) < 10, "mfu at step %d is '%s', want a positive fraction", i + 1,
+                  mfu[i]);
     read_log_column("full", 5, val, 16, header, sizeof header);
     cr_expect(val[3][0] && !val[2][0] && val[9][0], "val_loss should be at steps 4, 8, 10 only: '%s' '%s' '%s'", val[2],
               val[3], val[9]);
@@ -662,6 +687,47 @@ Test(cli, train_writes_log_checkpoint_and_resumes_to_the_same_curve, .init = mak
     cr_expect(!strncmp(o1, "1+2=", 4) && strlen(o1) == 4 + 8 + 1, "sample output: '%s'", o1);
     expect_cli("sample --ckpt full --prompt 'abc'", 1, "--prompt");
     expect_cli("sample --ckpt full/model.safetensors --tokens 3 --temperature 0", 0, "");
+}
+
+/* A run folder whose log.csv was written before the mfu column: --resume keeps its rows (mfu
+ * empty), appends the new steps with an mfu, and writes the whole log with the current header. */
+Test(cli, resume_keeps_a_log_written_without_the_mfu_column, .init = make_tmpdir, .fini = remove_tmpdir,
+     .timeout = 300) {
+    need_bin();
+    const char *model = "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --eval-every 0 "
+                        "--eval-iters 1 --eval-problems 10 --samples 0 --threads 1";
+    char args[1024], p[600];
+    snprintf(args, sizeof args, "train %s --steps 4 --lr-decay-steps 6 --out r", model);
+    expect_cli(args, 0, "final:");
+    /* rewrite the log as the format without mfu: header and rows lose their last field */
+    size_t n = 0;
+    void *file = NULL;
+    cr_assert_eq(fg_read_file(path_in(p, sizeof p, "r/log.csv"), 1 << 20, &file, &n), FG_OK, "%s", fg_last_error());
+    char *old = realloc(file, n + 1), buf[8192], *o = buf;
+    cr_assert(old);
+    old[n] = '\0';
+    for (char *save = NULL, *line = strtok_r(old, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *last = strrchr(line, ',');
+        cr_assert(last, "row without a comma: %s", line);
+        o += sprintf(o, "%.*s\n", (int)(last - line), line);
+    }
+    free(old);
+    cr_assert(!strncmp(buf, "step,loss,lr,grad_norm,tokens_per_s,val_loss\n", 45), "%s", buf);
+    write_file(path_in(p, sizeof p, "r/log.csv"), buf, (size_t)(o - buf));
+    expect_cli("train --resume --steps 6 --out r --threads 1 --eval-problems 10 --samples 0", 0,
+               "resuming from step 4");
+    char header[256], step[16][32], mfu[16][32];
+    int rows = read_log_column("r", 0, step, 16, header, sizeof header);
+    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu\n");
+    cr_assert_eq(rows, 6, "resumed log.csv has %d rows", rows);
+    read_log_column("r", 6, mfu, 16, header, sizeof header);
+    for (int i = 0; i < 6; i++) {
+        cr_expect_eq(atoi(step[i]), i + 1, "row %d is step '%s'", i + 1, step[i]);
+        if (i < 4)
+            cr_expect_str_eq(mfu[i], "", "old row %d has mfu '%s'", i + 1, mfu[i]);
+        else
+            cr_expect(atof(mfu[i]) > 0, "new row %d has mfu '%s'", i + 1, mfu[i]);
+    }
 }
 
 Test(cli, train_on_a_text_file_prints_progress_and_samples, .init = make_tmpdir, .fini = remove_tmpdir,

@@ -14,6 +14,7 @@
 #include "autograd/autograd.h"
 #include "ops/ops.h"
 #include "autograd/recompute.h"
+#include "ops/cpu/threadpool.h"
 #include "tensor/philox.h"
 
 fg_gpt_config fg_gpt_default_config(void) {
@@ -194,6 +195,22 @@ fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
     return g;
 }
 
+/* One piece of a parameter's initial values (fg_rand_normal_range; any thread). */
+#define INIT_PIECE 65536
+typedef struct {
+    double *out;
+    int64_t n;
+    double std;
+    uint64_t seed, stream;
+} init_job;
+
+static void init_piece(void *ctx, int64_t item, int worker) {
+    (void)worker;
+    const init_job *J = ctx;
+    const int64_t k0 = item * INIT_PIECE, k1 = J->n - k0 < INIT_PIECE ? J->n : k0 + INIT_PIECE;
+    fg_rand_normal_range(J->out + k0, k0, k1, 0.0, J->std, J->seed, J->stream);
+}
+
 fg_gpt *fg_gpt_create(const fg_gpt_config *cfg, uint64_t seed) {
     fg_gpt *g = fg_gpt_create_empty(cfg);
     if (!g) return NULL;
@@ -204,10 +221,14 @@ fg_gpt *fg_gpt_create(const fg_gpt_config *cfg, uint64_t seed) {
         if (p->init == FG_INIT_ONES) {
             st = fg_fill(p->w, 1.0);
         } else if (p->init == FG_INIT_NORMAL || p->init == FG_INIT_RESID) {
-            /* Drawn in float64 and converted, so float32 and float64 models start alike. */
-            fg_tensor *r =
-                fg_rand_normal(FG_F64, FG_CPU, p->w->ndim, p->w->shape, 0.0, p->init == FG_INIT_RESID ? resid_std : std,
-                               seed, FG_GPT_INIT_STREAM + (uint64_t)j);
+            /* Drawn in float64 and converted, so float32 and float64 models start alike: the
+             * values of fg_rand_normal, filled in pieces on the pool */
+            fg_tensor *r = fg_empty(FG_F64, FG_CPU, p->w->ndim, p->w->shape);
+            if (r) {
+                init_job J = {fg_data(r), fg_numel(r), p->init == FG_INIT_RESID ? resid_std : std, seed,
+                              FG_GPT_INIT_STREAM + (uint64_t)j};
+                fg_pool_run((J.n + INIT_PIECE - 1) / INIT_PIECE, init_piece, &J, 0);
+            }
             /* on a device: the same host numbers, copied over (fg_to), so a cuda model starts
              * bit-identical to a CPU one */
             fg_tensor *d = r && p->w->device != FG_CPU ? fg_to(r, p->w->device, p->w->dtype) : fg_retain(r);
@@ -359,7 +380,8 @@ static fg_tensor *ckpt_block(void *ctx, fg_tensor *const *in) {
     return block_forward(a->g, in[0], a->l, a->has_train ? &a->train : NULL);
 }
 
-fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
+/* idx (B, T) -> the final layernorm's output (B, T, C), the LM head's input */
+static fg_tensor *gpt_hidden(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
     if (B < 1 || T < 1 || T > g->cfg.block_size) {
         fg_error(FG_ERR_ARG, "gpt: batch (%d, %d) needs B >= 1 and 1 <= T <= block_size %d", B, T, g->cfg.block_size);
         return NULL;
@@ -379,7 +401,6 @@ fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_
         }
     }
     TAKE(x, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0), 1e-5));
-    TAKE(x, fg_linear(x, fg_gpt_weight(g, FG_GPT_WTE, 0), NULL)); /* (B,T,V): the tied LM head */
     fg_release(pos);
     fg_release(br);
     return x;
@@ -390,12 +411,20 @@ fail:
     return NULL;
 }
 
+fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
+    fg_tensor *h = gpt_hidden(g, idx, B, T, train);
+    fg_tensor *logits = h ? fg_linear(h, fg_gpt_weight(g, FG_GPT_WTE, 0), NULL) : NULL; /* (B,T,V): the tied head */
+    fg_release(h);
+    return logits;
+}
+
+/* The tied LM head and the loss as one op (fg_linear_cross_entropy): the (B, T, V) logits are
+ * never all live, the same numbers as cross_entropy(fg_gpt_forward(...)). */
 fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, int B, int T,
                        const fg_gpt_train_ctx *train) {
-    fg_tensor *logits = fg_gpt_forward(g, idx, B, T, train);
-    if (!logits) return NULL;
-    fg_tensor *loss = fg_cross_entropy(logits, targets);
-    fg_release(logits);
+    fg_tensor *h = gpt_hidden(g, idx, B, T, train);
+    fg_tensor *loss = h ? fg_linear_cross_entropy(h, fg_gpt_weight(g, FG_GPT_WTE, 0), targets, 0) : NULL;
+    fg_release(h);
     return loss;
 }
 

@@ -9,6 +9,7 @@
 
 #include "autograd/autograd.h"
 #include "ops/kernels.h"
+#include "ops/cpu/peak.h"
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
 
@@ -314,4 +315,18 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
     free(ans);
     if (st == FG_OK) *acc = (double)correct / K;
     return st;
+}
+
+/* ---- model FLOPs ---- */
+
+double fg_trainer_flops_per_token(const fg_trainer *tr) {
+    const fg_gpt_config *m = &tr->cfg.model;
+    return 6.0 * (double)tr->model->num_elements + 12.0 * m->n_layer * (double)m->n_embd * tr->T;
+}
+
+double fg_trainer_mfu(const fg_trainer *tr, double tokens_per_s) {
+    if (tr->cfg.model.device != FG_CPU) return NAN;
+    /* tokens/s counts every rank's tokens; each rank has its own cores and measured their peak */
+    const int ranks = tr->comm ? tr->comm->size : 1;
+    return tokens_per_s * fg_trainer_flops_per_token(tr) / (ranks * fg_fma_peak_gflops() * 1e9);
 }

@@ -115,6 +115,18 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc);
 /* The seed of the fixed evaluation batches (derived from the run seed). */
 uint64_t fg_trainer_eval_seed(uint64_t run_seed);
 
+/* Model FLOPs per trained token, as nanoGPT's estimate_mfu counts them (PaLM, appendix B):
+ * 6 N for the parameters' products in forward and backward (N = every parameter, the tied token
+ * embedding once) plus 12 L C T for attention's two products QK^T and PV, forward and backward,
+ * at the trained sequence length T. Recomputation and masked (causal) work are not counted. */
+double fg_trainer_flops_per_token(const fg_trainer *tr);
+
+/* Model FLOPs utilization at `tokens_per_s`: tokens/s × fg_trainer_flops_per_token / the CPU's
+ * float32 FMA peak on the pool's threads (fg_fma_peak_gflops, ops/cpu/peak.h; measured once per
+ * process, ~0.1 s, on first use) of every rank (tokens/s counts all ranks' tokens). A fraction (0.41 is 41%);
+ * NAN for a model not on the CPU. */
+double fg_trainer_mfu(const fg_trainer *tr, double tokens_per_s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,129 @@
+/* peak.c — the float32 FMA peak on the pool's threads (see peak.h). */
+#include "ops/cpu/peak.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include "ops/cpu/threadpool.h"
+
+#if FG_SIMD_X86
+#include <immintrin.h>
+#endif
+
+#define CHAINS 12
+#define QUICK_ITERS 500000L
+#define QUICK_ROUNDS 40
+
+/* The chains must live in registers: a loop over the array that the compiler keeps rolled puts
+ * them on the stack, and each FMA then waits for a store and a load (several times slower). */
+#if defined(__clang__)
+#define UNROLLED _Pragma("clang loop unroll(full)")
+#elif defined(__GNUC__)
+#define UNROLLED _Pragma("GCC unroll 12")
+#else
+#define UNROLLED
+#endif
+
+typedef struct {
+    long iters;
+    fg_simd_level level;
+    double sink[FG_POOL_MAX_THREADS]; /* per worker, so the chains are not optimized away */
+} peak_job;
+
+#if FG_SIMD_X86
+__attribute__((target("avx512f"))) static double chains_avx512(long n) {
+    __m512 x[CHAINS];
+    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+    for (int c = 0; c < CHAINS; c++) x[c] = _mm512_set1_ps(1.0f + 0.01f * (float)c);
+    for (long i = 0; i < n; i++)
+        UNROLLED for (int c = 0; c < CHAINS; c++) x[c] = _mm512_fmadd_ps(x[c], a, b);
+    __m512 s = x[0];
+    for (int c = 1; c < CHAINS; c++) s = _mm512_add_ps(s, x[c]);
+    return (double)_mm512_reduce_add_ps(s);
+}
+__attribute__((target("avx2,fma"))) static double chains_avx2(long n) {
+    __m256 x[CHAINS];
+    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+    for (int c = 0; c < CHAINS; c++) x[c] = _mm256_set1_ps(1.0f + 0.01f * (float)c);
+    for (long i = 0; i < n; i++)
+        UNROLLED for (int c = 0; c < CHAINS; c++) x[c] = _mm256_fmadd_ps(x[c], a, b);
+    __m256 s = x[0];
+    for (int c = 1; c < CHAINS; c++) s = _mm256_add_ps(s, x[c]);
+    float f[8];
+    _mm256_storeu_ps(f, s);
+    return (double)(f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7]);
+}
+#endif
+
+static double chains_scalar(long n) {
+    float x[CHAINS];
+    for (int c = 0; c < CHAINS; c++) x[c] = 1.0f + 0.01f * (float)c;
+    for (long i = 0; i < n; i++)
+        UNROLLED for (int c = 0; c < CHAINS; c++) x[c] = __builtin_fmaf(x[c], 0.999999f, 1e-7f);
+    double s = 0;
+    for (int c = 0; c < CHAINS; c++) s += x[c];
+    return s;
+}
+
+int fg_simd_float_lanes(fg_simd_level l) { return l == FG_SIMD_AVX512 ? 16 : l == FG_SIMD_AVX2 ? 8 : 1; }
+
+static void peak_item(void *ctx, int64_t item, int worker) {
+    peak_job *j = ctx;
+    (void)item;
+    double r;
+#if FG_SIMD_X86
+    if (j->level == FG_SIMD_AVX512)
+        r = chains_avx512(j->iters);
+    else if (j->level == FG_SIMD_AVX2)
+        r = chains_avx2(j->iters);
+    else
+        r = chains_scalar(j->iters);
+#else
+    r = chains_scalar(j->iters);
+#endif
+    j->sink[worker] += r;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double fg_fma_peak_measure(long iters, int rounds) {
+    if (iters < 1) iters = 1;
+    if (rounds < 1) rounds = 1;
+    const int threads = fg_pool_threads();
+    peak_job pj = {.iters = iters, .level = fg_simd_active()};
+    fg_pool_run(threads, peak_item, &pj, 0); /* wakes the workers, settles the clocks */
+    double best = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now_s();
+        fg_pool_run(threads, peak_item, &pj, 0);
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    volatile double keep = pj.sink[0];
+    (void)keep;
+    if (!(best > 0)) best = 1e-9;
+    return 2.0 * CHAINS * fg_simd_float_lanes(pj.level) * (double)iters * threads / best / 1e9;
+}
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static double cached;
+static int cached_threads;
+static fg_simd_level cached_level;
+
+double fg_fma_peak_gflops(void) {
+    pthread_mutex_lock(&cache_lock);
+    const int threads = fg_pool_threads();
+    const fg_simd_level level = fg_simd_active();
+    if (!(cached > 0) || threads != cached_threads || level != cached_level) {
+        cached = fg_fma_peak_measure(QUICK_ITERS, QUICK_ROUNDS);
+        cached_threads = threads;
+        cached_level = level;
+    }
+    double g = cached;
+    pthread_mutex_unlock(&cache_lock);
+    return g;
+}
