@@ -148,9 +148,7 @@ def _ptr(t):
 
 
 def _run_backward(ctx, do):
-    saved = ctx.saved_tensors
-    q, k, v, o, lse = saved[:5]
-    lo = saved[5] if len(saved) > 5 else None
+    q, k, v, o, lse = ctx.saved_tensors
     wq, wk, wv = ctx.needs_input_grad[:3]
     if do is None or not (wq or wk or wv):
         return (torch.zeros_like(q) if wq else None, torch.zeros_like(k) if wk else None,
@@ -163,8 +161,9 @@ def _run_backward(ctx, do):
         do = do.to(q.dtype)
     if not do.is_contiguous():
         do = do.contiguous()
+    L = lse.data_ptr()
     st = _bwd(ctx.a, 1, _ptr(dq), _ptr(dk), _ptr(dv), do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-              o.data_ptr(), lse.data_ptr(), _ptr(lo))
+              o.data_ptr(), L, L + ctx.lo_offset if ctx.lo_offset else None)
     if ctx.opts.callbacks is not None:
         ctx.opts.callbacks.check()
     if st:
@@ -179,31 +178,28 @@ _fwd, _bwd = lib.fgpy_attn_forward, lib.fgpy_attn_backward
 class AttentionFunction(torch.autograd.Function):
     """forward(q, k, v, opts, a, want_lse) -> O, or (O, L) with want_lse: L the float64 logsumexp
     (B, H, Nq), not differentiable. opts is a flashgrad._attention._Options, a its C arguments for
-    these sizes (opts.cached_args). Saved: q, k, v, O and L (for float32 flash as float32 L and its
-    rounding remainder). The gradients are fresh tensors on every call (autograd may hand them to
-    the caller as .grad)."""
+    these sizes (opts.cached_args). Saved: q, k, v, O and L, which for float32 flash is one
+    (2, B, H, Nq) float32 tensor: L, then what rounding it to float32 lost. The outputs and the
+    gradients are fresh tensors on every call (autograd may hand the gradients to the caller as
+    .grad)."""
 
     @staticmethod
     def forward(ctx, q, k, v, opts, a, want_lse):
         o = torch.empty_like(q)
-        rows = (a.B, a.H, a.Nq)
-        lse = q.new_empty(rows)
-        lo = q.new_empty(rows) if a.dtype == _lib.F32 and a.impl == _lib.FLASH else None
-        st = _fwd(a, o.data_ptr(), lse.data_ptr(), _ptr(lo), q.data_ptr(), k.data_ptr(), v.data_ptr())
+        lo = a.dtype == _lib.F32 and a.impl == _lib.FLASH
+        lse = q.new_empty((2, a.B, a.H, a.Nq) if lo else (a.B, a.H, a.Nq))
+        L = lse.data_ptr()
+        ctx.lo_offset = lo_offset = 4 * a.B * a.H * a.Nq if lo else 0
+        st = _fwd(a, o.data_ptr(), L, L + lo_offset if lo else None, q.data_ptr(), k.data_ptr(), v.data_ptr())
         if opts.callbacks is not None:
             opts.callbacks.check()
         if st:
             _lib.raise_status(st)
         ctx.opts, ctx.a = opts, a
-        if lo is None:
-            ctx.save_for_backward(q, k, v, o, lse)
-        else:
-            ctx.save_for_backward(q, k, v, o, lse, lo)
+        ctx.save_for_backward(q, k, v, o, lse)
         if not want_lse:
             return o
-        L = lse.double()
-        if lo is not None:
-            L += lo
+        L = lse[0].double() + lse[1] if lo else lse.double()
         ctx.mark_non_differentiable(L)
         return o, L
 

@@ -160,7 +160,8 @@ def test_memory_is_shared_and_only_o_and_the_logsumexp_are_saved():
     saved = y.grad_fn.saved_tensors
     # q, k, v themselves (no copies), O (the output's memory), then L as float32 and its remainder
     assert [t.data_ptr() for t in saved[:4]] == [q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr()]
-    assert [tuple(t.shape) for t in saved[4:]] == [(2, 2, 64), (2, 2, 64)]
+    assert [(tuple(t.shape), t.dtype) for t in saved[4:]] == [((2, 2, 2, 64), torch.float32)]
+    assert torch.equal(lse, saved[4][0].double() + saved[4][1])
     assert lse.dtype == torch.float64 and not lse.requires_grad
     want = torch.logsumexp(torch_reference_scores(q, k, causal=True), -1)
     assert float((lse - want.double()).abs().max()) < 1e-5
