@@ -569,7 +569,8 @@ def variants():
 
 
 def threads():
-    """The threads flashgrad's pool computes with (the calling one included)."""
+    """The threads flashgrad's pool computes with (the calling one included). Once flashgrad.torch
+    is imported its loops run on torch's OpenMP threads, at most torch.get_num_threads() of them."""
     return lib.fgpy_threads()
 
 

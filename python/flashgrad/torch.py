@@ -16,6 +16,10 @@ backward is not supported. In nanoGPT's CausalSelfAttention,
 becomes
 
     y = flashgrad.torch.attention(q, k, v, causal=True, dropout=p)
+
+Importing this module runs flashgrad's parallel loops on torch's OpenMP threads (share_threads),
+so that torch's threads and flashgrad's do not compete for the cores; FLASHGRAD_TORCH_THREADS=0 in
+the environment, or share_threads(False), keeps flashgrad's own pool.
 """
 import ctypes
 import os

@@ -330,7 +330,7 @@ _THREADS_PROBE = r"""
 import os, sys, torch, flashgrad, flashgrad.torch as fgt
 torch.set_num_threads(2)
 flashgrad.set_threads(2)
-on = fgt.share_threads(sys.argv[1] == "1")
+on = fgt._sharing if sys.argv[1] == "env" else fgt.share_threads(sys.argv[1] == "1")
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(2, 2, 256, 16, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
 y = fgt.attention(q, k, v, causal=True)
@@ -344,22 +344,26 @@ print(int(on), names.count("flashgrad-pool"), float(y.sum()), float(q.grad.sum()
 def test_flashgrad_loops_run_on_torchs_openmp_threads():
     """Importing flashgrad.torch puts flashgrad's parallel loops on torch's OpenMP threads: a fresh
     process that runs attention forward and backward on 2 threads has none of flashgrad's own pool
-    threads then (share_threads(False): one), and both give the same bits."""
+    threads then (share_threads(False), or FLASHGRAD_TORCH_THREADS=0 in its environment: one), and
+    all give the same bits."""
     import subprocess
     import sys
 
     if not os.path.isdir("/proc/self/task"):
         pytest.skip("no /proc/self/task to count threads in")
     out = {}
-    for share in ("1", "0"):
-        r = subprocess.run([sys.executable, "-c", _THREADS_PROBE, share], capture_output=True, text=True, timeout=120)
+    for share in ("1", "0", "env"):
+        env = dict(os.environ, FLASHGRAD_TORCH_THREADS="0") if share == "env" else None
+        r = subprocess.run([sys.executable, "-c", _THREADS_PROBE, share], capture_output=True, text=True, timeout=120,
+                           env=env)
         assert r.returncode == 0, r.stderr
         out[share] = r.stdout.split()
     if out["1"][0] == "0":
         pytest.skip("torch's parallel backend is not OpenMP")
     assert out["1"][1] == "0", "flashgrad started pool threads of its own on torch's OpenMP runtime"
     assert out["0"][:2] == ["0", "1"], "share_threads(False) did not bring flashgrad's pool back: %s" % out["0"]
-    assert out["1"][2:] == out["0"][2:]
+    assert out["env"][:2] == ["0", "1"], "FLASHGRAD_TORCH_THREADS=0 did not keep flashgrad's pool: %s" % out["env"]
+    assert out["1"][2:] == out["0"][2:] == out["env"][2:]
 
 
 @pytest.mark.parametrize("accumulate", [False, True], ids=["grad", "accumulated"])
