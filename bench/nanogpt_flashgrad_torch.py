@@ -17,7 +17,7 @@ agree closely; the speed is the attention's difference.
 
     PYTHONPATH=python /work/torch2/bin/python bench/nanogpt_flashgrad_torch.py [--data FILE]
         [--block 256] [--batch 12] [--layers 4] [--heads 4] [--embd 128] [--steps 200] [--threads 2]
-        [--dropout 0] [--rounds 1] [--md FILE]
+        [--dropout 0] [--rounds 1] [--pool] [--md FILE]
 """
 import argparse
 import math
@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--embd", type=int, default=128)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--pool", action="store_true",
+                    help="flashgrad on its own pool (flashgrad.torch.share_threads(False)), not torch's threads")
     ap.add_argument("--untimed", type=int, default=5)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--dropout", type=float, default=0.0)
@@ -56,6 +58,7 @@ def main():
 
     torch.set_num_threads(a.threads)
     flashgrad.set_threads(a.threads)
+    sharing = fgt.share_threads(not a.pool)
     if not os.path.exists(a.data):
         sys.exit("nanogpt bench: no %s (sh datasets/get_tinyshakespeare.sh %s)" % (a.data, a.data))
     raw = np.frombuffer(open(a.data, "rb").read(), np.uint8)
@@ -183,8 +186,10 @@ def main():
     ratio = statistics.median(f[0] / s[0] for f, s in zip(fg, sd))
     dl = max(abs(x - y) for f, s in zip(fg, sd) for x, y in zip(f[1], s[1]))
     lines = ["nanoGPT (n_layer %d, n_head %d, n_embd %d, block %d, batch %d, dropout %g), Tiny Shakespeare chars, "
-             "%d AdamW steps, %d threads, torch %s" % (a.layers, a.heads, a.embd, T, Bsz, a.dropout, a.steps,
-                                                       a.threads, torch.__version__), "",
+             "%d AdamW steps, %d threads (flashgrad on %s), torch %s, OMP_WAIT_POLICY %s"
+             % (a.layers, a.heads, a.embd, T, Bsz, a.dropout, a.steps, a.threads,
+                "torch's OpenMP threads" if sharing else "its own pool", torch.__version__,
+                os.environ.get("OMP_WAIT_POLICY") or "unset"), "",
              "| attention | tokens/s | final train loss | final val loss |", "|---|---:|---:|---:|"]
     for name, rr in (("F.scaled_dot_product_attention", sd), ("flashgrad.torch.attention", fg)):
         lines.append("| %s | %.0f | %.4f | %.4f |" % (name, statistics.median(x[0] for x in rr),

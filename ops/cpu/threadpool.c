@@ -204,6 +204,7 @@ static uint64_t wait_job(uint32_t seen) {
 
 static void *worker_main(void *arg) {
     const int id = (int)(intptr_t)arg; /* 1 .. */
+    pthread_setname_np(pthread_self(), "flashgrad-pool"); /* as top -H and /proc/<pid>/task/<tid>/comm show it */
     tl_in_run = 1;
     uint32_t seen = start_gen[id];
     for (;;) {
@@ -253,6 +254,32 @@ static void run_serial(int64_t n_items, fg_pool_fn fn, void *ctx) {
     tl_in_run = was;
 }
 
+/* ---- an outside team (fg_pool_set_team): one job on the stack, items from its own counter ---- */
+static _Atomic(fg_pool_team_fn) team_fn;
+
+typedef struct {
+    fg_pool_fn fn;
+    void *ctx;
+    int64_t n_items;
+    int n_part;
+    atomic_llong next;
+} team_job;
+
+static void team_body(void *data, int t) {
+    team_job *j = data;
+    if (t < 0 || t >= j->n_part) return;
+    const int was = tl_in_run;
+    tl_in_run = 1;
+    for (;;) {
+        int64_t it = (int64_t)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= j->n_items) break;
+        j->fn(j->ctx, it, t);
+    }
+    tl_in_run = was;
+}
+
+void fg_pool_set_team(fg_pool_team_fn team) { atomic_store(&team_fn, team); }
+
 void fg_pool_run(int64_t n_items, fg_pool_fn fn, void *ctx, unsigned flags) {
     if (n_items <= 0 || !fn) return;
     pthread_once(&atfork_once, pool_register_atfork);
@@ -262,6 +289,14 @@ void fg_pool_run(int64_t n_items, fg_pool_fn fn, void *ctx, unsigned flags) {
     if (tl_in_run || want <= 1 || n_items == 1 || pthread_mutex_trylock(&P.run_mu) != 0) {
         /* nested, single-threaded or another run in progress: this thread does it all */
         run_serial(n_items, fn, ctx);
+        if (blas) blas_serial_exit();
+        return;
+    }
+    const fg_pool_team_fn team = atomic_load(&team_fn);
+    if (team) {
+        team_job j = {fn, ctx, n_items, (int64_t)want < n_items ? want : (int)n_items, 0};
+        team(team_body, &j, j.n_part);
+        pthread_mutex_unlock(&P.run_mu);
         if (blas) blas_serial_exit();
         return;
     }

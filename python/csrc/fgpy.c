@@ -30,6 +30,46 @@ void fgpy_set_threads(int n) { fg_pool_set_threads(n); }
 
 const char *fgpy_variant_name(int i, const char **help) { return fg_attn_custom_name(i, help); }
 
+/* The OpenMP team of fgpy_use_openmp: GOMP_parallel(fn, data, num_threads, flags) runs fn(data) on
+ * a team of up to num_threads threads, the caller as thread 0 (flags 0: no proc_bind). */
+typedef void (*gomp_parallel_fn)(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
+typedef int (*omp_int_fn)(void);
+static struct {
+    gomp_parallel_fn parallel;
+    omp_int_fn thread_num, max_threads;
+} omp;
+
+typedef struct {
+    void (*body)(void *, int);
+    void *data;
+} omp_call;
+
+static void omp_thread(void *p) {
+    const omp_call *c = p;
+    c->body(c->data, omp.thread_num());
+}
+
+static void omp_team(void (*body)(void *, int), void *data, int n) {
+    const int m = omp.max_threads();
+    if (m < n) n = m;
+    if (n <= 1) {
+        body(data, 0);
+        return;
+    }
+    omp_call c = {body, data};
+    omp.parallel(omp_thread, &c, (unsigned)n, 0);
+}
+
+int fgpy_use_openmp(void *parallel, void *thread_num, void *max_threads) {
+    fg_pool_set_team(NULL);
+    if (!parallel || !thread_num || !max_threads) return 0;
+    omp.parallel = (gomp_parallel_fn)parallel;
+    omp.thread_num = (omp_int_fn)thread_num;
+    omp.max_threads = (omp_int_fn)max_threads;
+    fg_pool_set_team(omp_team);
+    return 1;
+}
+
 /* a's options as the library's; FG_ERR_ARG for an unknown variant name or a name with callbacks. */
 static fg_status opts_of(const fgpy_attn_args *a, fg_attn_opts *o) {
     *o = fg_attn_defaults();

@@ -100,6 +100,15 @@ void fgpy_clear_error(void);
 int fgpy_threads(void);
 void fgpy_set_threads(int n);
 
+/* Run the pool's parallel loops on the threads of an OpenMP runtime already in the process
+ * (fg_pool_set_team) instead of flashgrad's own workers: flashgrad.torch passes PyTorch's, so that
+ * the two sets of threads do not fight for the cores. parallel, thread_num and max_threads are
+ * that runtime's GOMP_parallel, omp_get_thread_num and omp_get_max_threads (the GOMP ABI, which
+ * the GNU, LLVM and Intel runtimes all export); a loop runs on min(fgpy_threads(),
+ * omp_get_max_threads()) of its threads. All NULL: flashgrad's own workers again. Returns 1 when
+ * the runtime is in use, 0 when not (any NULL). Not while a call is running. */
+int fgpy_use_openmp(void *parallel, void *thread_num, void *max_threads);
+
 #ifdef __cplusplus
 }
 #endif

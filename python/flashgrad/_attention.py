@@ -110,7 +110,7 @@ def _mask_tramp(fn, err):
 class _Options:
     """The attention options, checked; args() makes the C struct for given sizes."""
     __slots__ = ("impl", "causal", "scale", "dropout", "seed", "kv_heads", "window", "alibi", "slopes",
-                 "softcap", "block_q", "block_k", "callbacks", "variant")
+                 "softcap", "block_q", "block_k", "callbacks", "variant", "_args")
 
     def __init__(self, causal=False, scale=None, dropout=0.0, seed=0, impl="flash", kv_heads=None, window=None,
                  alibi=False, softcap=None, block_q=None, block_k=None, score_mod=None, score_mod_grad=None,
@@ -166,6 +166,19 @@ class _Options:
             raise ValueError("attention: a registered variant ('%s') and score_mod/mask callbacks cannot be "
                              "combined" % variant)
         self.variant = variant.encode() if variant is not None else None
+        self._args = {}
+
+    def cached_args(self, dtype, B, H, H_kv, Nq, Nk, d):
+        """args(dtype, sizes) for this implementation, made once per set of sizes and kept: the
+        struct is only read by the library, so calls with the same sizes may share it."""
+        key = (dtype, B, H, H_kv, Nq, Nk, d)
+        a = self._args.get(key)
+        if a is None:
+            a = self.args(dtype, B, H, H_kv, Nq, Nk, d)
+            if len(self._args) >= 16:
+                self._args.clear()
+            self._args[key] = a
+        return a
 
     def args(self, dtype, B, H, H_kv, Nq, Nk, d, impl=None):
         if self.kv_heads is not None and self.kv_heads != H_kv:
@@ -192,6 +205,38 @@ class _Options:
     def check_callbacks(self):
         if self.callbacks is not None:
             self.callbacks.check()
+
+
+_OPTIONS = {}
+
+
+def options(causal=False, scale=None, dropout=0.0, seed=0, impl="flash", kv_heads=None, window=None, alibi=False,
+            softcap=None, block_q=None, block_k=None, score_mod=None, score_mod_grad=None, mask=None, variant=None,
+            cache=True):
+    """_Options(...), made once per set of option values and kept (at most 64 sets): a call with
+    options seen before skips their checks. Options with callbacks (whose errors are per call), or
+    that are not hashable (alibi slopes as a list), or cache=False (a seed drawn per call) are made
+    anew each time. The key carries the values' types as well, since the checks tell True from 1."""
+    if cache and score_mod is None and score_mod_grad is None and mask is None:
+        try:
+            key = (causal, scale, dropout, seed, impl, kv_heads, window, alibi, softcap, block_q, block_k, variant,
+                   type(causal), type(scale), type(dropout), type(seed), type(kv_heads), type(softcap),
+                   type(block_q), type(block_k), type(alibi), None if window is None else tuple(map(type, window)))
+            o = _OPTIONS.get(key)
+        except TypeError:  # not hashable, or a window that is no pair (the checks below say so)
+            key = None
+        else:
+            if o is not None:
+                return o
+        o = _Options(causal, scale, dropout, seed, impl, kv_heads, window, alibi, softcap, block_q, block_k, None,
+                     None, None, variant)
+        if key is not None:
+            if len(_OPTIONS) >= 64:
+                _OPTIONS.clear()
+            _OPTIONS[key] = o
+        return o
+    return _Options(causal, scale, dropout, seed, impl, kv_heads, window, alibi, softcap, block_q, block_k,
+                    score_mod, score_mod_grad, mask, variant)
 
 
 def _call(opts, fn, *args):
@@ -524,7 +569,8 @@ def variants():
 
 
 def threads():
-    """The threads flashgrad's pool computes with (the calling one included)."""
+    """The threads flashgrad's pool computes with (the calling one included). Once flashgrad.torch
+    is imported its loops run on torch's OpenMP threads, at most torch.get_num_threads() of them."""
     return lib.fgpy_threads()
 
 

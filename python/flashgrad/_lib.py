@@ -106,6 +106,7 @@ for _name, _res, _argt in [
     ("fgpy_clear_error", None, []),
     ("fgpy_threads", ctypes.c_int, []),
     ("fgpy_set_threads", None, [ctypes.c_int]),
+    ("fgpy_use_openmp", ctypes.c_int, [_P, _P, _P]),
 ]:
     try:
         _f = getattr(lib, _name)

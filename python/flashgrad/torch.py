@@ -16,8 +16,13 @@ backward is not supported. In nanoGPT's CausalSelfAttention,
 becomes
 
     y = flashgrad.torch.attention(q, k, v, causal=True, dropout=p)
+
+Importing this module runs flashgrad's parallel loops on torch's OpenMP threads (share_threads),
+so that torch's threads and flashgrad's do not compete for the cores; FLASHGRAD_TORCH_THREADS=0 in
+the environment, or share_threads(False), keeps flashgrad's own pool.
 """
 import ctypes
+import os
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -26,9 +31,69 @@ from . import _attention as _A
 from . import _lib
 from ._lib import lib
 
-__all__ = ["attention"]
+__all__ = ["attention", "share_threads"]
 
 _DT = {torch.float32: _lib.F32, torch.float64: _lib.F64}
+
+
+# ---- threads: flashgrad's loops on torch's OpenMP threads ---------------------------------------
+#
+# PyTorch's CPU ops run on the threads of its OpenMP runtime, which spin for a while after each
+# parallel op, waiting for the next one. flashgrad's own pool would be a second set of busy threads
+# on the same cores: its workers then get the cores late (a scheduler tick), and the caller waits for
+# them. So, when torch's parallel backend is OpenMP, flashgrad's loops run on torch's threads
+# (python/csrc/fgpy.h: fgpy_use_openmp): one set of threads for both, as for torch's own ops.
+
+def _openmp_runtime():
+    """(path, (GOMP_parallel, omp_get_thread_num, omp_get_max_threads)) of the OpenMP runtime torch's
+    own ops run on, the functions as addresses, or None. The runtime is one already loaded in the
+    process, and is checked to be torch's: its thread count follows torch.set_num_threads."""
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return None
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({w for line in f for w in line.split()[5:6]
+                            if os.path.basename(w).startswith(("libgomp", "libiomp", "libomp"))})
+    except OSError:
+        return None
+    t = torch.get_num_threads()
+    for p in paths:
+        try:
+            rt = ctypes.CDLL(p, mode=os.RTLD_NOLOAD)
+            fns = [rt.GOMP_parallel, rt.omp_get_thread_num, rt.omp_get_max_threads]
+        except (OSError, AttributeError):
+            continue
+        fns[2].restype, fns[2].argtypes = ctypes.c_int, []
+        try:
+            torch.set_num_threads(t + 1)
+            ours = fns[2]() == t + 1
+        finally:
+            torch.set_num_threads(t)
+        if ours:
+            return p, tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
+    return None
+
+
+_omp = None  # _openmp_runtime(), () when there is none
+_sharing = False
+
+
+def share_threads(enable=True):
+    """Run flashgrad's parallel loops on torch's OpenMP threads (enable=True, what importing
+    flashgrad.torch does) or on flashgrad's own pool (False). A loop then uses the smaller of
+    flashgrad.threads() and torch.get_num_threads() threads. Returns whether torch's threads are in
+    use (False when torch's parallel backend is not OpenMP). Affects every flashgrad call in the
+    process, the numpy API's included; not to be called while one is running."""
+    global _omp, _sharing
+    if enable and _omp is None:
+        _omp = _openmp_runtime() or ()
+    args = _omp[1] if enable and _omp else (None, None, None)
+    _sharing = bool(lib.fgpy_use_openmp(*args))
+    return _sharing
+
+
+if os.environ.get("FLASHGRAD_TORCH_THREADS", "1") != "0":
+    share_threads(True)
 
 
 def _check(t, name, dtype=None):
@@ -61,56 +126,95 @@ def _shapes(q, k, v):
                                                    _A._shape_str(v.shape)))
 
 
+def _inputs(q, k, v):
+    """q, k, v checked and made contiguous (copies only of the non-contiguous ones); the common case
+    (CPU, dense, one float dtype, contiguous, shapes that fit) takes one test of each property."""
+    if (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and
+            q.dtype in _DT and k.dtype is q.dtype and v.dtype is q.dtype and q.is_cpu and k.is_cpu and v.is_cpu and
+            q.layout is _STRIDED and k.layout is _STRIDED and v.layout is _STRIDED):
+        qs, ks = q.shape, k.shape
+        if len(qs) == 4 and len(ks) == 4 and ks == v.shape and ks[0] == qs[0] and ks[3] == qs[3] and ks[1] and \
+                qs[1] % ks[1] == 0:
+            return (q if q.is_contiguous() else q.contiguous(), k if k.is_contiguous() else k.contiguous(),
+                    v if v.is_contiguous() else v.contiguous())
+    q = _check(q, "q")
+    k = _check(k, "k", q.dtype)
+    v = _check(v, "v", q.dtype)
+    _shapes(q, k, v)
+    return q, k, v
+
+
+_STRIDED = torch.strided
+
+
+def _ptr(t):
+    return t.data_ptr() if t is not None else None
+
+
+def _run_backward(ctx, do):
+    q, k, v, o, lse = ctx.saved_tensors
+    wq, wk, wv = ctx.needs_input_grad[:3]
+    if do is None or not (wq or wk or wv):
+        return (torch.zeros_like(q) if wq else None, torch.zeros_like(k) if wk else None,
+                torch.zeros_like(v) if wv else None, None, None, None)
+    # set to zero by the C call (the kernels add into them): no fill of torch's in between
+    dq = torch.empty_like(q) if wq else None
+    dk = torch.empty_like(k) if wk else None
+    dv = torch.empty_like(v) if wv else None
+    if do.dtype is not q.dtype:
+        do = do.to(q.dtype)
+    if not do.is_contiguous():
+        do = do.contiguous()
+    L = lse.data_ptr()
+    st = _bwd(ctx.a, 1, _ptr(dq), _ptr(dk), _ptr(dv), do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+              o.data_ptr(), L, L + ctx.lo_offset if ctx.lo_offset else None)
+    if ctx.opts.callbacks is not None:
+        ctx.opts.callbacks.check()
+    if st:
+        _lib.raise_status(st)
+    return dq, dk, dv, None, None, None
+
+
+_run_backward_once = once_differentiable(_run_backward)
+_fwd, _bwd = lib.fgpy_attn_forward, lib.fgpy_attn_backward
+
+
 class AttentionFunction(torch.autograd.Function):
-    """forward(q, k, v, opts, want_lse) -> O, or (O, L) with want_lse: L the float64 logsumexp (B, H,
-    Nq), not differentiable. opts is a flashgrad._attention._Options. Saved: q, k, v, O and L (for
-    float32 flash as float32 L and its rounding remainder)."""
+    """forward(q, k, v, opts, a, want_lse) -> O, or (O, L) with want_lse: L the float64 logsumexp
+    (B, H, Nq), not differentiable. opts is a flashgrad._attention._Options, a its C arguments for
+    these sizes (opts.cached_args). Saved: q, k, v, O and L, which for float32 flash is one
+    (2, B, H, Nq) float32 tensor: L, then what rounding it to float32 lost. The outputs and the
+    gradients are fresh tensors on every call (autograd may hand the gradients to the caller as
+    .grad)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, opts, want_lse):
-        B, H, Nq, d = q.shape
-        dt = _DT[q.dtype]
-        a = opts.args(dt, B, H, k.shape[1], Nq, k.shape[2], d)
-        o = torch.empty((B, H, Nq, d), dtype=q.dtype)
-        lse = torch.empty((B, H, Nq), dtype=q.dtype)
-        lo = torch.empty((B, H, Nq), dtype=torch.float32) if dt == _lib.F32 and opts.impl == _lib.FLASH else None
-        _A._call(opts, lib.fgpy_attn_forward, ctypes.byref(a), o.data_ptr(), lse.data_ptr(),
-                 lo.data_ptr() if lo is not None else None, q.data_ptr(), k.data_ptr(), v.data_ptr())
-        ctx.opts, ctx.args, ctx.has_lo = opts, a, lo is not None
-        if lo is None:
-            ctx.save_for_backward(q, k, v, o, lse)
-        else:
-            ctx.save_for_backward(q, k, v, o, lse, lo)
+    def forward(ctx, q, k, v, opts, a, want_lse):
+        o = torch.empty_like(q)
+        lo = a.dtype == _lib.F32 and a.impl == _lib.FLASH
+        lse = q.new_empty((2, a.B, a.H, a.Nq) if lo else (a.B, a.H, a.Nq))
+        L = lse.data_ptr()
+        ctx.lo_offset = lo_offset = 4 * a.B * a.H * a.Nq if lo else 0
+        st = _fwd(a, o.data_ptr(), L, L + lo_offset if lo else None, q.data_ptr(), k.data_ptr(), v.data_ptr())
+        if opts.callbacks is not None:
+            opts.callbacks.check()
+        if st:
+            _lib.raise_status(st)
+        ctx.opts, ctx.a = opts, a
+        ctx.save_for_backward(q, k, v, o, lse)
         if not want_lse:
             return o
-        L = lse.double()
-        if lo is not None:
-            L += lo
+        L = lse[0].double() + lse[1] if lo else lse.double()
         ctx.mark_non_differentiable(L)
         return o, L
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, do, *_dL):
-        saved = ctx.saved_tensors
-        q, k, v, o, lse = saved[:5]
-        lo = saved[5] if ctx.has_lo else None
-        wq, wk, wv = ctx.needs_input_grad[:3]
-        if do is None or not (wq or wk or wv):
-            return (torch.zeros_like(q) if wq else None, torch.zeros_like(k) if wk else None,
-                    torch.zeros_like(v) if wv else None, None, None)
-        # set to zero by the C call (the kernels add into them): no fill of torch's in between
-        dq = torch.empty_like(q) if wq else None
-        dk = torch.empty_like(k) if wk else None
-        dv = torch.empty_like(v) if wv else None
-        if do.dtype != q.dtype:
-            do = do.to(q.dtype)
-        if not do.is_contiguous():
-            do = do.contiguous()
-        _A._call(ctx.opts, lib.fgpy_attn_backward, ctypes.byref(ctx.args), 1, dq.data_ptr() if wq else None,
-                 dk.data_ptr() if wk else None, dv.data_ptr() if wv else None, do.data_ptr(), q.data_ptr(),
-                 k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), lo.data_ptr() if lo is not None else None)
-        return dq, dk, dv, None, None
+        # Double backward is not supported: with create_graph (grad mode on here) the gradients
+        # get once_differentiable's grad_fn, which refuses a second differentiation; without it
+        # (the usual case) grad mode is already off and the wrapper would only cost time.
+        if torch.is_grad_enabled():
+            return _run_backward_once(ctx, do)
+        return _run_backward(ctx, do)
 
 
 def attention(q, k, v, *, causal=False, scale=None, dropout=0.0, seed=None, impl="flash", kv_heads=None, window=None,
@@ -119,12 +223,12 @@ def attention(q, k, v, *, causal=False, scale=None, dropout=0.0, seed=None, impl
     """Attention on CPU tensors with autograd; the options of flashgrad.attention. Returns O (B, H,
     Nq, d), or (O, lse) with return_lse (lse float64, no gradient). seed=None: drawn from torch's
     generator when dropout > 0 (give the same seed to repeat a forward exactly)."""
+    drawn = seed is None and bool(dropout)
     if seed is None:
         seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64)) if dropout else 0
-    opts = _A._Options(causal, scale, dropout, seed, impl, kv_heads, window, alibi, softcap, block_q, block_k,
-                       score_mod, score_mod_grad, mask, variant)
-    q = _check(q, "q")
-    k = _check(k, "k", q.dtype)
-    v = _check(v, "v", q.dtype)
-    _shapes(q, k, v)
-    return AttentionFunction.apply(q, k, v, opts, bool(return_lse))
+    opts = _A.options(causal, scale, dropout, seed, impl, kv_heads, window, alibi, softcap, block_q, block_k,
+                      score_mod, score_mod_grad, mask, variant, cache=not drawn)
+    q, k, v = _inputs(q, k, v)
+    B, H, Nq, d = q.shape
+    a = opts.cached_args(_DT[q.dtype], B, H, k.shape[1], Nq, k.shape[2], d)
+    return AttentionFunction.apply(q, k, v, opts, a, bool(return_lse))

@@ -160,7 +160,8 @@ def test_memory_is_shared_and_only_o_and_the_logsumexp_are_saved():
     saved = y.grad_fn.saved_tensors
     # q, k, v themselves (no copies), O (the output's memory), then L as float32 and its remainder
     assert [t.data_ptr() for t in saved[:4]] == [q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr()]
-    assert [tuple(t.shape) for t in saved[4:]] == [(2, 2, 64), (2, 2, 64)]
+    assert [(tuple(t.shape), t.dtype) for t in saved[4:]] == [((2, 2, 2, 64), torch.float32)]
+    assert torch.equal(lse, saved[4][0].double() + saved[4][1])
     assert lse.dtype == torch.float64 and not lse.requires_grad
     want = torch.logsumexp(torch_reference_scores(q, k, causal=True), -1)
     assert float((lse - want.double()).abs().max()) < 1e-5
@@ -321,3 +322,93 @@ def test_drops_into_nanogpt_causal_self_attention(dtype):
     b.dropout = 0.1  # and with dropout in training mode it runs
     b.train()
     b(x).sum().backward()
+
+
+# ---- the call path: threads, cached options, fresh results ----
+
+_THREADS_PROBE = r"""
+import os, sys, torch, flashgrad, flashgrad.torch as fgt
+torch.set_num_threads(2)
+flashgrad.set_threads(2)
+on = fgt._sharing if sys.argv[1] == "env" else fgt.share_threads(sys.argv[1] == "1")
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(2, 2, 256, 16, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+y = fgt.attention(q, k, v, causal=True)
+y.backward(torch.ones_like(y))
+torch.ones(1 << 16).add_(1)  # a parallel op of torch's own
+names = [open("/proc/self/task/%s/comm" % t).read().strip() for t in os.listdir("/proc/self/task")]
+print(int(on), names.count("flashgrad-pool"), float(y.sum()), float(q.grad.sum()), float(v.grad.sum()))
+"""
+
+
+def test_flashgrad_loops_run_on_torchs_openmp_threads():
+    """Importing flashgrad.torch puts flashgrad's parallel loops on torch's OpenMP threads: a fresh
+    process that runs attention forward and backward on 2 threads has none of flashgrad's own pool
+    threads then (share_threads(False), or FLASHGRAD_TORCH_THREADS=0 in its environment: one), and
+    all give the same bits."""
+    import subprocess
+    import sys
+
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("no /proc/self/task to count threads in")
+    out = {}
+    for share in ("1", "0", "env"):
+        env = dict(os.environ, FLASHGRAD_TORCH_THREADS="0") if share == "env" else None
+        r = subprocess.run([sys.executable, "-c", _THREADS_PROBE, share], capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert r.returncode == 0, r.stderr
+        out[share] = r.stdout.split()
+    if out["1"][0] == "0":
+        pytest.skip("torch's parallel backend is not OpenMP")
+    assert out["1"][1] == "0", "flashgrad started pool threads of its own on torch's OpenMP runtime"
+    assert out["0"][:2] == ["0", "1"], "share_threads(False) did not bring flashgrad's pool back: %s" % out["0"]
+    assert out["env"][:2] == ["0", "1"], "FLASHGRAD_TORCH_THREADS=0 did not keep flashgrad's pool: %s" % out["env"]
+    assert out["1"][2:] == out["0"][2:] == out["env"][2:]
+
+
+@pytest.mark.parametrize("accumulate", [False, True], ids=["grad", "accumulated"])
+def test_results_of_one_call_are_not_overwritten_by_the_next(accumulate):
+    """Outputs and gradients are fresh memory on every call: what call 1 returned (its O, the
+    gradients autograd handed out or accumulated) is unchanged after call 2 on other inputs."""
+    q, k, v = leaves(torch.float32, 2, B=2, H=2, nq=16, nk=16, d=8, seed=1)
+    q2, k2, v2 = leaves(torch.float32, 2, B=2, H=2, nq=16, nk=16, d=8, seed=2)
+    do = torch.randn_like(q)
+    if accumulate:
+        y1 = fgt.attention(q, k, v, causal=True)
+        y1.backward(do)
+        g1 = (q.grad, k.grad, v.grad)
+    else:
+        y1 = fgt.attention(q, k, v, causal=True)
+        g1 = torch.autograd.grad(y1, (q, k, v), do)
+    keep = [t.detach().clone() for t in (y1,) + tuple(g1)]
+    y2 = fgt.attention(q2, k2, v2, causal=True)
+    y2.backward(2 * do)
+    g2 = (q2.grad, k2.grad, v2.grad)
+    for a, b, name in zip((y1,) + tuple(g1), keep, ("O", "dq", "dk", "dv")):
+        assert torch.equal(a.detach(), b), "call 1's %s changed in call 2" % name
+    for a, b in zip((y1,) + tuple(g1), (y2,) + g2):
+        assert a.data_ptr() != b.data_ptr()
+    if accumulate:  # and the next backward into the same leaves adds to the kept gradients
+        fgt.attention(q, k, v, causal=True).backward(do)
+        for g, kept in zip((q.grad, k.grad, v.grad), keep[1:]):
+            assert torch.allclose(g, 2 * kept, rtol=1e-6, atol=1e-6)
+
+
+def test_cached_options_still_refuse_what_the_checks_refuse():
+    """Options are checked once per set of values and kept: equal-looking values the checks tell
+    apart (False vs 0.0, True vs 1) are still refused after the accepted one was cached, and
+    different values give their own results."""
+    q, k, v = leaves(torch.float64, 2)
+    a = fgt.attention(q, k, v, dropout=0.0, block_q=2)
+    with pytest.raises(TypeError, match="dropout must be a real number"):
+        fgt.attention(q, k, v, dropout=False, block_q=2)
+    with pytest.raises(TypeError, match="block_q must be an integer"):
+        fgt.attention(q, k, v, dropout=0.0, block_q=True)
+    with pytest.raises(TypeError, match="window left must be an integer"):
+        fgt.attention(q, k, v, window=(True, 1))
+    fgt.attention(q, k, v, window=(1, 1))
+    with pytest.raises(TypeError, match="window left must be an integer"):
+        fgt.attention(q, k, v, window=(True, 1))
+    assert torch.equal(fgt.attention(q, k, v, dropout=0.0, block_q=2), a)
+    assert not torch.equal(fgt.attention(q, k, v, causal=True, block_q=2), a)
+    assert torch.equal(fgt.attention(q, k, v, alibi=[0.3, -0.7]), fgt.attention(q, k, v, alibi=(0.3, -0.7)))
