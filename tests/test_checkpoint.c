@@ -538,3 +538,57 @@ Test(checkpoint, a_run_on_a_file_whose_name_is_not_utf8_trains_checkpoints_and_r
     cr_expect_eq(fg_ckpt_get_info(ck)->step, 4);
     fg_ckpt_close(ck);
 }
+
+/* The "step" of the checkpoint file at path. */
+static long long file_step(const char *path) {
+    fg_st_file *f = fg_st_load(path);
+    cr_assert(f, "%s", fg_last_error());
+    const char *v = fg_st_metadata(f, "step");
+    cr_assert(v, "%s has no step", path);
+    long long s = atoll(v);
+    fg_st_close(f);
+    return s;
+}
+
+Test(checkpoint, a_save_after_an_interrupted_save_keeps_the_models_own_optimizer_state) {
+    char data[512], run[512], other[512], opt[1024], prev[1024], oopt[1024];
+    fg_source *s = text_source(in_dir(data, sizeof data, "data.txt"));
+    fg_trainer *tr = trained(s, 3);
+    in_dir(run, sizeof run, "run");
+    in_dir(other, sizeof other, "other");
+    mkdir(run, 0777);
+    mkdir(other, 0777);
+    cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
+    fg_step_stats st;
+    cr_assert_eq(fg_trainer_step(tr, &st), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_ckpt_save(other, tr), FG_OK, "%s", fg_last_error());
+    snprintf(opt, sizeof opt, "%s/" FG_CKPT_OPTIM_FILE, run);
+    snprintf(prev, sizeof prev, "%s/" FG_CKPT_OPTIM_PREV_FILE, run);
+    snprintf(oopt, sizeof oopt, "%s/" FG_CKPT_OPTIM_FILE, other);
+
+    /* a save of step 4 killed between its optimizer and its model: model 3, optimizer 4, .prev 3 */
+    cr_assert_eq(rename(opt, prev), 0);
+    size_t n;
+    unsigned char *b = slurp(oopt, &n);
+    write_file(opt, b, n);
+    free(b);
+    expect_opens(run, "the model with its state in .prev");
+
+    /* the next save (the resumed run's) must keep the model's own state on disk until its model is
+     * in place: .prev stays step 3 while optimizer.safetensors is replaced */
+    cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(file_step(prev), 3, "the stale optimizer file was renamed over the model's own state");
+    cr_expect_eq(file_step(opt), 4);
+    fg_ckpt *ck = fg_ckpt_open(run, 1);
+    cr_assert(ck, "%s", fg_last_error());
+    cr_expect_eq(fg_ckpt_get_info(ck)->step, 4);
+    fg_ckpt_close(ck);
+
+    /* and a save over a matching pair moves the pair's optimizer file to .prev as before */
+    cr_assert_eq(fg_trainer_step(tr, &st), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(file_step(prev), 4);
+    cr_expect_eq(file_step(opt), 5);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+}

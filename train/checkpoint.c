@@ -733,6 +733,47 @@ static fg_status save_paths(const char *dir, char mpath[4096], char opath[4096],
     return st;
 }
 
+/* The string value of metadata `key` in the safetensors file at `path`, read from its header alone
+ * (flashgrad writes compact JSON: "key":"value"; a tensor entry is "name":{...}, never a string), into
+ * out[0..cap). 0 when the file, its header or the key cannot be read. */
+static int header_value(const char *path, const char *key, char *out, size_t cap) {
+    int ok = 0;
+    char *h = NULL;
+    struct stat sb;
+    FILE *f = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
+    unsigned char len8[8];
+    if (!f || fread(len8, 1, 8, f) != 8) goto done;
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)len8[i] << (8 * i);
+    if (n == 0 || n > (64u << 20) || !(h = malloc((size_t)n + 1)) || fread(h, 1, (size_t)n, f) != (size_t)n) goto done;
+    h[n] = '\0';
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *v = strstr(h, pat), *e = v ? strchr(v + strlen(pat), '"') : NULL;
+    if (e && (size_t)(e - v - strlen(pat)) < cap) {
+        v += strlen(pat);
+        memcpy(out, v, (size_t)(e - v));
+        out[e - v] = '\0';
+        ok = 1;
+    }
+done:
+    free(h);
+    if (f) fclose(f);
+    return ok;
+}
+
+/* 1 when the optimizer file at opath is the model file's own state (the same step and parameter
+ * hash), as fg_ckpt_open would pair them. */
+static int pair_on_disk(const char *mpath, const char *opath) {
+    static const char *const keys[] = {"step", "params_xxh64"};
+    for (int i = 0; i < 2; i++) {
+        char a[64], b[64];
+        if (!header_value(mpath, keys[i], a, sizeof a) || !header_value(opath, keys[i], b, sizeof b) || strcmp(a, b))
+            return 0;
+    }
+    return 1;
+}
+
 fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
     char mpath[4096], opath[4096], ppath[4096];
     ckpt_writers cw;
@@ -746,9 +787,12 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
      *   2. write the new optimizer.safetensors              (old model + prev still pair up)
      *   3. write the new model.safetensors                  (new model + new optimizer pair up)
      * A kill anywhere leaves a model whose optimizer state is one of the two files, and
-     * fg_ckpt_open picks the one whose step and parameter hash match the model. */
+     * fg_ckpt_open picks the one whose step and parameter hash match the model. Step 1 only when
+     * optimizer.safetensors is the model's own state: after a save killed between 2 and 3 it is
+     * not (the model's is .prev), and renaming it over .prev would leave the model unpaired should
+     * this save be killed too; the stale file is simply replaced in step 2. */
     struct stat sb;
-    if (stat(opath, &sb) == 0 && stat(mpath, &sb) == 0 && rename(opath, ppath) != 0) {
+    if (stat(opath, &sb) == 0 && stat(mpath, &sb) == 0 && pair_on_disk(mpath, opath) && rename(opath, ppath) != 0) {
         st = fg_error(FG_ERR_IO, "checkpoint: cannot rename %s to %s: %s", opath, ppath, strerror(errno));
         goto out;
     }

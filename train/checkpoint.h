@@ -14,7 +14,9 @@
  * the XXH64 of the flat parameter buffer, and a resume checks that they agree. A save first renames
  * the old optimizer file to optimizer.prev.safetensors, then writes the new optimizer file, then the
  * new model: a kill at any moment leaves a model whose own optimizer state is on disk (the new file
- * or the .prev one), and a resume picks the one that pairs with the model. A pair that still does
+ * or the .prev one), and a resume picks the one that pairs with the model. (The rename only happens
+ * when the optimizer file pairs with the model: after a killed save the model's state is .prev, and
+ * the next save keeps it there until its own model is in place.) A pair that still does
  * not match (files copied from elsewhere) is refused with a message naming both steps.
  *
  * Reading validates everything before allocating the model: the format (fileio/safetensors do the
