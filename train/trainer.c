@@ -220,9 +220,9 @@ static fg_status shard_grad_norm(fg_trainer *tr, double *norm) {
     const int64_t per = (blocks + c->size - 1) / c->size; /* the most blocks a rank has */
     double *mine = tr->norm_parts, *all = mine + per;
     for (int64_t i = 0; i < per; i++) mine[i] = 0.0;
-    fg_status st = k->sum_squares_blocks(g->cfg.dtype, fg_data(g->grads_flat), n, tr->shard_lo / B,
-                                         (tr->shard_hi + B - 1) / B, mine);
-    if (st != FG_OK) mine[0] = NAN; /* every rank still joins the all-gather; the norm reads as NaN */
+    const int64_t b0 = tr->shard_lo / B, b1 = b0 + (tr->shard_hi - tr->shard_lo + B - 1) / B; /* own blocks */
+    fg_status st = k->sum_squares_blocks(g->cfg.dtype, fg_data(g->grads_flat), n, b0, b1, mine);
+    if (st != FG_OK) mine[0] = NAN; /* every rank still joins the all-gather; the norm reads as NaN on all */
     fg_status s = fg_comm_allgather_bytes(c, mine, all, (size_t)per * sizeof *mine);
     if (s != FG_OK) return s;
     double sum = 0;
@@ -230,7 +230,6 @@ static fg_status shard_grad_norm(fg_trainer *tr, double *norm) {
         int64_t lo, hi;
         fg_comm_shard_of(c, n, q, &lo, &hi);
         for (int64_t i = 0; i < (hi - lo + B - 1) / B; i++) sum += all[(size_t)q * (size_t)per + (size_t)i];
-        if (st != FG_OK && q == c->rank) sum = NAN;
     }
     *norm = sqrt(sum);
     return FG_OK;
