@@ -547,6 +547,7 @@ typedef struct {
 typedef struct {
     double t_start, step_time; /* wall clock at the first step; seconds inside training steps */
     int64_t tokens_done;
+    uint64_t comm_bytes; /* moved by this rank's collectives inside training steps */
     double last_train, last_val, last_acc; /* the last evaluation */
     int64_t first_step;                    /* the step the run started from */
 } train_totals;
@@ -917,6 +918,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         if (st != FG_OK) stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
         t->step_time += dt;
         t->tokens_done += s.tokens;
+        t->comm_bytes += s.comm_bytes;
         steps_timed++;
         const int64_t step = tr->step; /* 1-based: steps done */
         const int last = step == cfg->steps;
@@ -1016,9 +1018,10 @@ static void train_report(const train_args *a, const train_run *r, const train_to
     fmt_rate(rt, sizeof rt, t->step_time > 0 ? t->tokens_done / t->step_time : 0);
     say("done: %lld steps in %s (%.1f s), %s tokens/s during training steps\n", (long long)r->cfg.steps, el, wall, rt);
     if (comm->size > 1)
-        say("communication: %.1f ms per step (%.1f%% of the step time), %d processes\n",
+        say("communication: %.1f ms per step (%.1f%% of the step time), %d processes, %.0f bytes sent and "
+            "received per step by rank 0\n",
             1e3 * comm->seconds / (double)(r->cfg.steps - t->first_step), 100 * comm->seconds / t->step_time,
-            comm->size);
+            comm->size, (double)t->comm_bytes / (double)(r->cfg.steps - t->first_step));
     if (r->src->kind == FG_SOURCE_ADDITION) {
         double opt = fg_source_optimal_loss(r->src);
         say("final: train loss %s, val loss %s (optimum %.4f, gap %s%s), held-out exact match %.1f%% of %d problems\n",

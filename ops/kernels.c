@@ -18,7 +18,7 @@ static const fg_kernels cpu_kernels = {
     .softmax = {fg_cpu_softmax_forward, fg_cpu_softmax_backward},
     .cross_entropy = {fg_cpu_cross_entropy_forward, fg_cpu_cross_entropy_backward},
     .dropout = {fg_cpu_dropout_forward, fg_cpu_dropout_backward},
-    .optimizer = {fg_cpu_adamw, fg_cpu_sum_squares, fg_cpu_scale},
+    .optimizer = {fg_cpu_adamw, fg_cpu_sum_squares, fg_cpu_scale, fg_cpu_norm_block, fg_cpu_sum_squares_blocks},
     .attention = {fg_cpu_attention_forward, fg_cpu_attention_backward, FG_ATTN_CAP_ALL},
 };
 

@@ -172,7 +172,12 @@ typedef struct {
  *     p = p * df - step_size * m / (sqrt(v) / bc2_sqrt + eps)
  * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math).
  * sum_squares: *out = sum_i x[i]² in float64, in an order that depends on n only; it waits for the
- * result. scale: x[i] *= s, with s rounded to the dtype. */
+ * result. scale: x[i] *= s, with s rounded to the dtype.
+ * The CPU's order (ops/optim.c): norm_block(n) = B fixes blocks [kB, (k+1)B) of the array (the
+ * last one shorter); sum_squares adds the blocks' float64 sums in block order, starting from 0.
+ * sum_squares_blocks writes part[k - b0] = block k's sum for the blocks [b0, b1) of the whole (n)
+ * array x, so that adding every block's part in block order gives sum_squares's bits (a ZeRO-1
+ * rank sums its own blocks, train/trainer.c). Both are NULL on devices without that order. */
 typedef struct {
     int64_t offset, count;
     double decay_factor;
@@ -183,6 +188,8 @@ typedef struct {
                        const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps);
     fg_status (*sum_squares)(fg_dtype dt, const void *x, int64_t n, double *out);
     fg_status (*scale)(fg_dtype dt, void *x, int64_t n, double s);
+    int64_t (*norm_block)(int64_t n);
+    fg_status (*sum_squares_blocks)(fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part);
 } fg_optimizer_kernels;
 
 /* ---- attention (ops/attention.c) ----

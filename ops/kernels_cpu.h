@@ -73,6 +73,8 @@ fg_status fg_cpu_dropout_backward(fg_dtype dt, void *dx, const void *dout, int64
 fg_status fg_cpu_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
                        const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps);
 fg_status fg_cpu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out);
+int64_t fg_cpu_norm_block(int64_t n);
+fg_status fg_cpu_sum_squares_blocks(fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part);
 fg_status fg_cpu_scale(fg_dtype dt, void *x, int64_t n, double s);
 /* ops/attention.c: naive or flash (ops/attention_naive.c, ops/attention_flash.c) by impl */
 fg_status fg_cpu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,

@@ -25,8 +25,8 @@
 
 typedef struct {
     const void *g;
-    int64_t n, block;
-    double *part; /* one sum per block */
+    int64_t n, block, b0;
+    double *part; /* one sum per block, from block b0 */
     int f32;
 } norm_job;
 
@@ -77,22 +77,43 @@ static void norm_piece(void *ctx, int64_t b, int64_t e) {
     for (int64_t k = b; k < e; k++) {
         const int64_t lo = k * j->block, hi = lo + j->block < j->n ? lo + j->block : j->n;
         if (j->f32) {
-            j->part[k] = sumsq_f32((const float *)j->g + lo, hi - lo);
+            j->part[k - j->b0] = sumsq_f32((const float *)j->g + lo, hi - lo);
         } else {
             const double *g = (const double *)j->g;
             double s = 0;
             for (int64_t i = lo; i < hi; i++) s += g[i] * g[i];
-            j->part[k] = s;
+            j->part[k - j->b0] = s;
         }
     }
 }
 
+int64_t fg_cpu_norm_block(int64_t n) {
+    const int64_t per = (n + NORM_MAX_BLOCKS - 1) / NORM_MAX_BLOCKS;
+    return per > NORM_BLOCK ? per : NORM_BLOCK;
+}
+
+/* the pieces [b, e) of fg_par_range: blocks [b0 + b, b0 + e) */
+static void norm_piece_from(void *ctx, int64_t b, int64_t e) {
+    const norm_job *j = ctx;
+    norm_piece(ctx, j->b0 + b, j->b0 + e);
+}
+
+fg_status fg_cpu_sum_squares_blocks(fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part) {
+    const int64_t block = fg_cpu_norm_block(n);
+    if (b0 < 0 || b1 < b0 || b1 > fg_par_pieces(n, block))
+        return fg_error(FG_ERR_ARG, "sum_squares: blocks [%lld, %lld) of an array of %lld blocks", (long long)b0,
+                        (long long)b1, (long long)fg_par_pieces(n, block));
+    norm_job j = {x, n, block, b0, part, dt == FG_F32};
+    /* blocks [b0, b1) as pieces [0, b1 - b0), shifted */
+    fg_par_range(b1 - b0, 1, 0.15 * (double)block, norm_piece_from, &j); /* ~0.15 ns per element */
+    return FG_OK;
+}
+
 fg_status fg_cpu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
     double part[NORM_MAX_BLOCKS], s = 0;
-    const int64_t per = (n + NORM_MAX_BLOCKS - 1) / NORM_MAX_BLOCKS;
-    norm_job j = {x, n, per > NORM_BLOCK ? per : NORM_BLOCK, part, dt == FG_F32};
-    const int64_t blocks = fg_par_pieces(n, j.block);
-    fg_par_range(blocks, 1, 0.15 * (double)j.block, norm_piece, &j); /* ~0.15 ns per element */
+    const int64_t blocks = fg_par_pieces(n, fg_cpu_norm_block(n));
+    fg_status st = fg_cpu_sum_squares_blocks(dt, x, n, 0, blocks, part);
+    if (st != FG_OK) return st;
     for (int64_t k = 0; k < blocks; k++) s += part[k];
     *out = s;
     return FG_OK;

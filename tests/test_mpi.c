@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "tensor/fileio.h"
+#include "tensor/safetensors.h"
 #include "tests/common.h"
 #include "train/dist.h"
 
@@ -146,6 +147,61 @@ Test(mpi, zero1_on_two_ranks_equals_one_process) {
     train_ok(0, "--steps 3 --grad-accum 2 --out one");
     train_ok(2, "--steps 3 --grad-accum 1 --zero 1 --out zero");
     expect_same_run("one", "zero");
+}
+
+/* The bytes rank 0 sent and received per step, from the run's last line. */
+static double step_bytes(const char *log) {
+    const char *p = strstr(log, "communication: ");
+    cr_assert(p, "no communication line:\n%s", log);
+    const char *q = strstr(p, " processes, ");
+    double b = -1;
+    cr_assert(q && sscanf(q, " processes, %lf bytes sent and received per step by rank 0", &b) == 1, "%s", p);
+    return b;
+}
+
+/* The bytes of a run's parameters (its checkpoint's model file). */
+static double param_bytes(const char *run) {
+    char rel[300];
+    snprintf(rel, sizeof rel, "%s/model.safetensors", run);
+    fg_st_file *f = fg_st_load(path(rel));
+    cr_assert(f, "%s: %s", rel, fg_last_error());
+    double n = 0;
+    for (int i = 0; i < fg_st_count(f); i++) n += (double)fg_st_at(f, i)->nbytes;
+    fg_st_close(f);
+    return n;
+}
+
+/* A model of several blocks of the gradient norm (65536 parameters each, ops/kernels.h), so that
+ * ZeRO-1's ranks each sum their own blocks (at P = 4 one rank has none), with clipping on: the
+ * norm assembled from the shards is one process's, bit for bit. */
+#define WIDE "--n-layer 2 --n-embd 80 --grad-clip 0.5"
+Test(mpi, zero1_with_several_norm_blocks_and_clipping_equals_one_process) {
+    need_mpi();
+    train_ok(0, "--steps 3 --grad-accum 4 " WIDE " --out one4");
+    train_ok(4, "--steps 3 --grad-accum 1 --zero 1 " WIDE " --out zero4");
+    cr_assert_gt(param_bytes("one4"), 2 * 65536 * 4, "the model fits in two norm blocks");
+    expect_same_run("one4", "zero4");
+    train_ok(0, "--steps 3 --grad-accum 2 " WIDE " --out one2");
+    train_ok(2, "--steps 3 --grad-accum 1 --zero 1 " WIDE " --out zero2");
+    expect_same_run("one2", "zero2");
+}
+
+/* ZeRO-1 as in llm.c: a step reduce-scatters the gradient (the norm comes from the shards' sums
+ * of squares) and all-gathers the parameters. At P = 2 each of the two moves the whole array
+ * through each rank once (its own shard out or in, the other's the other way), so a step is twice
+ * the parameters' bytes plus the losses and the norm's sums (16 bytes each here): no more than
+ * plain data parallelism's all-reduce of the gradient, and a third less than a gathered gradient. */
+Test(mpi, zero1_moves_the_gradient_reduce_scatter_and_the_parameter_all_gather_only) {
+    need_mpi();
+    static char log[65536];
+    cr_assert_eq(train(2, "--steps 3 --grad-accum 1 --zero 1 --out zero", log, sizeof log), 0, "%s", log);
+    const double zero = step_bytes(log), params = param_bytes("zero");
+    cr_assert_eq(train(2, "--steps 3 --grad-accum 1 --out plain", log, sizeof log), 0, "%s", log);
+    const double plain = step_bytes(log);
+    cr_expect(zero >= 2 * params && zero <= 2 * params + 64, "--zero 1: %.0f bytes per step, parameters %.0f", zero,
+              params);
+    cr_expect(plain >= 2 * params && plain <= 2 * params + 64, "all-reduce: %.0f bytes per step, parameters %.0f",
+              plain, params);
 }
 
 /* A run saved at one P continues at another, bit for bit where the micro-batches per rank stay 1

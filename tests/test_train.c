@@ -18,6 +18,7 @@
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
 #include "ops/cpu/simd.h"
+#include "ops/kernels.h"
 #include "ops/cpu/threadpool.h"
 #include "tests/common.h"
 #include "train/checkpoint.h"
@@ -87,6 +88,53 @@ Test(train, lr_schedule_is_warmup_then_cosine_to_min_lr) {
     cr_expect_float_eq(fg_lr_at(&c, 2000), 1e-4, 1e-15);
     cr_expect_float_eq(fg_lr_at(&c, 5000), 1e-4, 1e-15);
     for (int s = 101; s < 2000; s++) cr_assert(fg_lr_at(&c, s) <= fg_lr_at(&c, s - 1), "not decreasing at %d", s);
+}
+
+/* The CPU's blocks of the norm (ops/kernels.h): B = max(65536, ceil(n / 1024)); every split of the
+ * blocks into contiguous ranges, each range's sums from sum_squares_blocks, added in block order
+ * from 0, gives sum_squares's bits (a ZeRO-1 rank's part of the norm, train/trainer.c). */
+Test(train, blockwise_sums_of_squares_add_up_to_the_sum_of_squares_bit_for_bit) {
+    const fg_optimizer_kernels *k = &fg_kernels_for(FG_CPU, "test")->optimizer;
+    cr_assert(k->norm_block && k->sum_squares_blocks, "the CPU has no blockwise sum of squares");
+    cr_expect_eq(k->norm_block(1), 65536);
+    cr_expect_eq(k->norm_block(1024 * 65536), 65536);
+    cr_expect_eq(k->norm_block(1024 * 65536 + 1), 65537);
+    cr_expect_eq(k->norm_block((int64_t)1 << 40), ((int64_t)1 << 40) / 1024);
+    static const int64_t sizes[] = {1, 1000, 65536, 65537, 3 * 65536 + 17, 5 * 65536, 7 * 65536 - 1};
+    double part[16];
+    for (int d = 0; d < 2; d++) {
+        const fg_dtype dt = d ? FG_F64 : FG_F32;
+        for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+            const int64_t n = sizes[t], B = k->norm_block(n), blocks = (n + B - 1) / B;
+            void *x = malloc((size_t)n * fg_dtype_size(dt));
+            uint64_t r = 0x9e3779b97f4a7c15ull + (uint64_t)n;
+            for (int64_t i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                /* magnitudes over 2^-20 .. 2^20, so that the order of the additions shows */
+                double v = ldexp((double)(r >> 11) / 9007199254740992.0 - 0.5, (int)((r >> 3) % 41) - 20);
+                if (d) ((double *)x)[i] = v;
+                else ((float *)x)[i] = (float)v;
+            }
+            double want = 0;
+            cr_assert_eq(k->sum_squares(dt, x, n, &want), FG_OK);
+            for (int P = 1; P <= 5; P++) {
+                double sum = 0;
+                for (int q = 0; q < P; q++) {
+                    const int64_t b0 = blocks * q / P, b1 = blocks * (q + 1) / P;
+                    for (int64_t b = 0; b < 16; b++) part[b] = NAN;
+                    cr_assert_eq(k->sum_squares_blocks(dt, x, n, b0, b1, part), FG_OK, "%s", fg_last_error());
+                    for (int64_t b = b0; b < b1; b++) sum += part[b - b0];
+                    cr_expect(isnan(part[b1 - b0]), "n %lld: a block past [%lld, %lld) was written", (long long)n,
+                              (long long)b0, (long long)b1);
+                }
+                cr_expect(sum == want, "%s n %lld, %d ranges: %a, sum_squares %a", fg_dtype_name(dt), (long long)n, P,
+                          sum, want);
+            }
+            cr_expect_neq(k->sum_squares_blocks(dt, x, n, 0, blocks + 1, part), FG_OK, "a block past the end");
+            fg_clear_error();
+            free(x);
+        }
+    }
 }
 
 Test(train, clipping_scales_to_the_clip_norm_and_leaves_small_gradients) {

@@ -31,7 +31,7 @@ static const fg_optimizer_kernels *optimizer_on(fg_device d, const char *what) {
 
 fg_status fg_adamw_init(fg_adamw *o, const fg_adamw_config *c, fg_dtype dt, fg_device dev, int64_t P) {
     memset(o, 0, sizeof *o);
-    if (P < 1) return fg_error(FG_ERR_ARG, "adamw: %lld parameters", (long long)P);
+    if (P < 0) return fg_error(FG_ERR_ARG, "adamw: %lld parameters", (long long)P);
     if (!optimizer_on(dev, "adamw")) return fg_last_status();
     o->cfg = *c;
     o->n = P;

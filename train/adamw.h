@@ -52,7 +52,8 @@ typedef struct {
     int64_t t;        /* updates done */
 } fg_adamw;
 
-/* Zeroed moments for P parameters of dtype dt. FG_OK or FG_ERR_OOM / FG_ERR_ARG. */
+/* Zeroed moments for P >= 0 parameters of dtype dt (0: an empty ZeRO-1 shard). FG_OK or FG_ERR_OOM /
+ * FG_ERR_ARG. */
 fg_status fg_adamw_init(fg_adamw *o, const fg_adamw_config *c, fg_dtype dt, fg_device dev, int64_t P);
 void fg_adamw_free(fg_adamw *o);
 

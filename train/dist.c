@@ -40,7 +40,7 @@ static void single_finish(fg_comm *c) { (void)c; }
 
 static const fg_comm_ops single_ops = {"single",           single_fold,    single_allgather, single_allgather_bytes,
                                        single_max_int,     single_abort,   single_finish};
-static fg_comm single_comm = {&single_ops, 0, 1, 0.0, NULL};
+static fg_comm single_comm = {&single_ops, 0, 1, 0.0, NULL, NULL, 0};
 
 fg_comm *fg_comm_single(void) { return &single_comm; }
 
@@ -87,11 +87,33 @@ void fg_comm_shard(int64_t n, int P, int r, int64_t *lo, int64_t *hi) {
     *hi = *lo + base + (r < rem ? 1 : 0);
 }
 
+void fg_comm_shard_of(const fg_comm *c, int64_t n, int r, int64_t *lo, int64_t *hi) {
+    if (!c->block) {
+        fg_comm_shard(n, c->size, r, lo, hi);
+        return;
+    }
+    const int64_t b = c->block(n) > 0 ? c->block(n) : 1, blocks = (n + b - 1) / b;
+    int64_t blo, bhi;
+    fg_comm_shard(blocks, c->size, r, &blo, &bhi);
+    *lo = blo * b < n ? blo * b : n;
+    *hi = bhi * b < n ? bhi * b : n;
+}
+
+/* the bytes of this rank's shard of n elements of dt (dist.h, `bytes`) */
+static uint64_t shard_bytes(const fg_comm *c, int64_t n, fg_dtype dt) {
+    int64_t lo, hi;
+    fg_comm_shard_of(c, n, c->rank, &lo, &hi);
+    return (uint64_t)(hi - lo) * fg_dtype_size(dt);
+}
+
 fg_status fg_comm_fold_sum(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev, int gather) {
     if (c->size == 1) return FG_OK;
     double t0 = now();
     fg_status st = c->ops->fold_sum(c, buf, dt, n, dev, gather);
     c->seconds += now() - t0;
+    /* reduce-scatter + all-gather (if gather): each moves the others' shards and P - 1 of its own */
+    const uint64_t all = (uint64_t)n * fg_dtype_size(dt), own = shard_bytes(c, n, dt);
+    c->bytes += ((all - own) + (uint64_t)(c->size - 1) * own) * (gather ? 2 : 1);
     return st;
 }
 
@@ -100,10 +122,13 @@ fg_status fg_comm_allgather(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_de
     double t0 = now();
     fg_status st = c->ops->allgather(c, buf, dt, n, dev);
     c->seconds += now() - t0;
+    const uint64_t all = (uint64_t)n * fg_dtype_size(dt), own = shard_bytes(c, n, dt);
+    c->bytes += (all - own) + (uint64_t)(c->size - 1) * own;
     return st;
 }
 
 fg_status fg_comm_allgather_bytes(fg_comm *c, const void *mine, void *all, size_t nbytes) {
+    if (c->size > 1) c->bytes += 2 * (uint64_t)(c->size - 1) * nbytes;
     return c->ops->allgather_bytes(c, mine, all, nbytes);
 }
 

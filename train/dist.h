@@ -10,7 +10,7 @@
  *
  * The one reduction that shapes the numbers, fold_sum, is a FIXED-ORDER left fold over ranks:
  *     out = ((x_0 + x_1) + x_2) + ... + x_{P-1}      (x_r: rank r's buffer, elementwise)
- * done as a reduce-scatter (rank q receives every rank's slice of its shard fg_comm_shard(q) and
+ * done as a reduce-scatter (rank q receives every rank's slice of its shard fg_comm_shard_of(q) and
  * folds them in rank order) followed by an all-gather. A single process that accumulates
  * micro-batch gradients as acc = g_0; acc += g_1; ... (train/trainer.c) computes the same fold, so
  * P processes with one micro-batch each reproduce one process with P micro-batches bit for bit.
@@ -35,7 +35,7 @@ typedef struct {
     /* buf (n) of dtype dt on device dev: the fold of all ranks' buffers (see the top); with
      * gather 0 only this rank's shard of buf holds it (a reduce-scatter). */
     fg_status (*fold_sum)(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev, int gather);
-    /* buf (n): every rank's shard of buf (fg_comm_shard) copied to every rank. */
+    /* buf (n): every rank's shard of buf (fg_comm_shard_of) copied to every rank. */
     fg_status (*allgather)(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev);
     /* all (P · nbytes) = the nbytes of `mine` of every rank, rank order (host memory). */
     fg_status (*allgather_bytes)(fg_comm *c, const void *mine, void *all, size_t nbytes);
@@ -51,6 +51,13 @@ struct fg_comm {
     int rank, size;
     double seconds; /* wall time spent inside fold_sum and allgather so far */
     void *impl;     /* the implementation's state */
+    /* When set, the shards of host buffers (fg_comm_shard_of) are whole blocks of block(n)
+     * elements: a ZeRO-1 trainer sets the blocks of the gradient norm (train/trainer.c). */
+    int64_t (*block)(int64_t n);
+    /* bytes this rank sent plus received in fold_sum, allgather and allgather_bytes so far,
+     * counted as the data a collective moves: a reduce-scatter of n elements sends the n - s of
+     * the other shards and receives P - 1 slices of this rank's s, an all-gather the reverse */
+    uint64_t bytes;
 };
 
 /* The run's communicator, started once: MPI's world when the program was started by mpirun (or
@@ -65,6 +72,10 @@ fg_comm *fg_comm_single(void);
 /* Rank r's shard [lo, hi) of n elements split among P ranks: contiguous, sizes differ by at
  * most one, the larger ones first. */
 void fg_comm_shard(int64_t n, int P, int r, int64_t *lo, int64_t *hi);
+/* Rank r's shard [lo, hi) of a host buffer of n elements in c's collectives: fg_comm_shard's
+ * split of the elements, or with c->block of the ceil(n / b) blocks of b = c->block(n) elements
+ * (the last block shorter; a rank may get none). */
+void fg_comm_shard_of(const fg_comm *c, int64_t n, int r, int64_t *lo, int64_t *hi);
 
 /* The operations above, with their time added to c->seconds for fold_sum and allgather. */
 fg_status fg_comm_fold_sum(fg_comm *c, void *buf, fg_dtype dt, int64_t n, fg_device dev, int gather);

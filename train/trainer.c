@@ -105,7 +105,23 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
     const int64_t np = tr->model->num_elements;
     tr->shard_lo = 0;
     tr->shard_hi = np;
-    if (tr->zero) fg_comm_shard(np, comm->size, comm->rank, &tr->shard_lo, &tr->shard_hi);
+    if (tr->zero) {
+        /* shards of whole norm blocks, so that each rank sums squares over blocks of its own */
+        const fg_kernels *k = fg_kernels_for(FG_CPU, "zero");
+        if (!k || !k->optimizer.norm_block || !k->optimizer.sum_squares_blocks) {
+            if (k) fg_error(FG_ERR_DEVICE, "--zero 1: the CPU kernels have no blockwise sum of squares");
+            fg_trainer_free(tr);
+            return NULL;
+        }
+        comm->block = k->optimizer.norm_block;
+        fg_comm_shard_of(comm, np, comm->rank, &tr->shard_lo, &tr->shard_hi);
+        const int64_t B = comm->block(np), per = ((np + B - 1) / B + comm->size - 1) / comm->size;
+        if (!(tr->norm_parts = malloc((size_t)(comm->size + 1) * (size_t)per * sizeof *tr->norm_parts))) {
+            fg_error(FG_ERR_OOM, "trainer: out of memory");
+            fg_trainer_free(tr);
+            return NULL;
+        }
+    }
     if (fg_adamw_init(&tr->opt, &cfg->opt, cfg->model.dtype, cfg->model.device, tr->shard_hi - tr->shard_lo) !=
         FG_OK) {
         fg_trainer_free(tr);
@@ -127,6 +143,8 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
 void fg_trainer_free(fg_trainer *tr) {
     if (!tr) return;
     fg_trainer_reshard(tr, 0);
+    if (tr->zero) tr->comm->block = NULL;
+    free(tr->norm_parts);
     fg_gpt_free(tr->model);
     fg_adamw_free(&tr->opt);
     fg_release(tr->grad_seed);
@@ -149,8 +167,8 @@ fg_status fg_trainer_unshard(fg_trainer *tr, int gather) {
     }
     fg_status st = FG_OK;
     if (gather) {
-        memcpy((char *)fg_data(m) + off, fg_data(tr->opt.m), (size_t)k * es);
-        memcpy((char *)fg_data(v) + off, fg_data(tr->opt.v), (size_t)k * es);
+        if (k > 0) memcpy((char *)fg_data(m) + off, fg_data(tr->opt.m), (size_t)k * es);
+        if (k > 0) memcpy((char *)fg_data(v) + off, fg_data(tr->opt.v), (size_t)k * es);
         st = fg_comm_allgather(tr->comm, fg_data(m), dt, np, FG_CPU);
         if (st == FG_OK) st = fg_comm_allgather(tr->comm, fg_data(v), dt, np, FG_CPU);
     }
@@ -171,7 +189,7 @@ void fg_trainer_reshard(fg_trainer *tr, int keep) {
     if (!tr->m_shard) return;
     const size_t es = fg_dtype_size(tr->cfg.model.dtype), off = (size_t)tr->shard_lo * es;
     const int64_t k = tr->shard_hi - tr->shard_lo;
-    if (keep) {
+    if (keep && k > 0) {
         memcpy(fg_data(tr->m_shard), (char *)fg_data(tr->opt.m) + off, (size_t)k * es);
         memcpy(fg_data(tr->v_shard), (char *)fg_data(tr->opt.v) + off, (size_t)k * es);
     }
@@ -191,12 +209,39 @@ static fg_status add_arrays(fg_tensor *out, const fg_tensor *a, const fg_tensor 
     return k->elementwise.forward(FG_BINARY_ADD, out->dtype, fg_data(out), fg_data(a), &s1, fg_data(b), &s1, 1, &n);
 }
 
+/* ZeRO-1's ‖g‖₂ from the shards: each rank's blocks' float64 sums of squares (the blocks of
+ * sum_squares, ops/kernels.h), all-gathered, then added in block order from 0 as sum_squares adds
+ * them, so every rank gets one process's fg_grad_norm bit for bit. Collective. */
+static fg_status shard_grad_norm(fg_trainer *tr, double *norm) {
+    fg_comm *c = tr->comm;
+    const fg_gpt *g = tr->model;
+    const fg_optimizer_kernels *k = &fg_kernels_for(FG_CPU, "grad_norm")->optimizer;
+    const int64_t n = g->num_elements, B = c->block(n), blocks = (n + B - 1) / B;
+    const int64_t per = (blocks + c->size - 1) / c->size; /* the most blocks a rank has */
+    double *mine = tr->norm_parts, *all = mine + per;
+    for (int64_t i = 0; i < per; i++) mine[i] = 0.0;
+    const int64_t b0 = tr->shard_lo / B, b1 = b0 + (tr->shard_hi - tr->shard_lo + B - 1) / B; /* own blocks */
+    fg_status st = k->sum_squares_blocks(g->cfg.dtype, fg_data(g->grads_flat), n, b0, b1, mine);
+    if (st != FG_OK) mine[0] = NAN; /* every rank still joins the all-gather; the norm reads as NaN on all */
+    fg_status s = fg_comm_allgather_bytes(c, mine, all, (size_t)per * sizeof *mine);
+    if (s != FG_OK) return s;
+    double sum = 0;
+    for (int q = 0; q < c->size; q++) {
+        int64_t lo, hi;
+        fg_comm_shard_of(c, n, q, &lo, &hi);
+        for (int64_t i = 0; i < (hi - lo + B - 1) / B; i++) sum += all[(size_t)q * (size_t)per + (size_t)i];
+    }
+    *norm = sqrt(sum);
+    return FG_OK;
+}
+
 fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
     const fg_train_config *c = &tr->cfg;
     fg_comm *comm = tr->comm;
     const int B = c->batch_size, T = tr->T, A = c->grad_accum / comm->size;
     fg_gpt *g = tr->model;
     fg_step_stats st = {.lr = fg_lr_at(&c->opt, tr->step), .tokens = (int64_t)B * T * c->grad_accum};
+    const uint64_t bytes0 = comm->bytes;
     fg_gpt_zero_grad(g);
     /* this rank's micro-batch losses go to their global places; a non-finite one stops the loop */
     double *mine = tr->losses + (size_t)comm->rank * (size_t)A;
@@ -237,10 +282,12 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
         loss_sum += tr->losses[m];
     }
     st.loss = loss_sum / c->grad_accum;
-    /* the ranks' sums, folded in rank order; every rank gets the whole gradient */
-    s = fg_comm_fold_sum(comm, fg_data(g->grads_flat), c->model.dtype, g->num_elements, c->model.device, 1);
+    /* the ranks' sums, folded in rank order: every rank gets the whole gradient, or with zero
+     * its own shard alone (a reduce-scatter), whose blocks give the norm */
+    s = fg_comm_fold_sum(comm, fg_data(g->grads_flat), c->model.dtype, g->num_elements, c->model.device, !tr->zero);
+    if (s == FG_OK && tr->zero) s = shard_grad_norm(tr, &st.grad_norm);
+    else if (s == FG_OK) st.grad_norm = fg_grad_norm(g->grads_flat);
     if (s != FG_OK) return s;
-    st.grad_norm = fg_grad_norm(g->grads_flat);
     if (!isfinite(st.grad_norm)) {
         fg_gpt_zero_grad(g);
         return fg_error(FG_ERR_NUMERIC, "the gradient norm is not finite (%g) at step %lld", st.grad_norm,
@@ -248,14 +295,22 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
     }
     if (c->opt.grad_clip > 0) {
         double coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
-        if (coef < 1.0) fg_grad_scale(g->grads_flat, coef);
+        if (coef < 1.0 && tr->zero) {
+            /* the same coefficient on every rank; each scales the shard it updates */
+            const fg_optimizer_kernels *k = &fg_kernels_for(FG_CPU, "grad_scale")->optimizer;
+            const size_t off = (size_t)tr->shard_lo * fg_dtype_size(c->model.dtype);
+            s = k->scale(c->model.dtype, (char *)fg_data(g->grads_flat) + off, tr->shard_hi - tr->shard_lo, coef);
+        } else if (coef < 1.0) {
+            fg_grad_scale(g->grads_flat, coef);
+        }
     }
-    if (tr->zero) {
+    if (s == FG_OK && tr->zero) {
         s = fg_adamw_update_range(&tr->opt, g, st.lr, tr->shard_lo, tr->shard_hi);
         if (s == FG_OK) s = fg_comm_allgather(comm, fg_data(g->params_flat), c->model.dtype, g->num_elements, FG_CPU);
-    } else {
+    } else if (s == FG_OK) {
         s = fg_adamw_update(&tr->opt, g, st.lr);
     }
+    st.comm_bytes = comm->bytes - bytes0;
     if (s != FG_OK) return s;
     tr->step++;
     if (out) *out = st;

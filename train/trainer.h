@@ -72,8 +72,12 @@ typedef struct {
     fg_tensor *grad_seed;  /* (1) = 1 / grad_accum, the loss gradient of each micro-batch */
     /* data parallelism (train/dist.h) */
     fg_comm *comm;                /* borrowed; the one-process communicator by default */
-    int zero;                     /* 1: opt holds the moments of [shard_lo, shard_hi) only */
+    /* zero: opt holds the moments of [shard_lo, shard_hi) only, whole blocks of the gradient
+     * norm (ops/kernels.h, norm_block); a step folds the gradient on that shard alone, so after it
+     * grads_flat outside the shard holds this rank's own micro-batch sum, not the step's gradient */
+    int zero;
     int64_t shard_lo, shard_hi;   /* this rank's shard of the flat parameters */
+    double *norm_parts;           /* zero: this rank's blocks' sums of squares, then every rank's */
     fg_tensor *acc;               /* (P) the fold of the micro-batch gradients (when A > 1), or NULL */
     double *losses;               /* (grad_accum) the micro-batch losses of a step, global order */
     fg_tensor *m_shard, *v_shard; /* zero: the shard moments while opt holds full ones (fg_trainer_unshard) */
@@ -99,6 +103,7 @@ typedef struct {
     double lr;
     double grad_norm; /* before clipping */
     int64_t tokens;   /* tokens processed: B · T · grad_accum (all ranks) */
+    uint64_t comm_bytes; /* bytes this rank's collectives moved in the step (train/dist.h, `bytes`) */
 } fg_step_stats;
 
 /* One optimizer step (see the top). A non-finite loss or gradient norm returns FG_ERR_NUMERIC

@@ -40,7 +40,7 @@ static fg_status layout(fg_comm *c, int64_t n) {
     mpi_state *s = c->impl;
     for (int q = 0; q < c->size; q++) {
         int64_t lo, hi;
-        fg_comm_shard(n, c->size, q, &lo, &hi);
+        fg_comm_shard_of(c, n, q, &lo, &hi);
         if (hi - lo > 0x7fffffff || lo > 0x7fffffff)
             return fg_error(FG_ERR_ARG, "MPI: %lld elements are too many for one collective", (long long)n);
         s->counts[q] = (int)(hi - lo);
