@@ -41,11 +41,11 @@ typedef struct fg_source fg_source;
 typedef struct {
     const fg_tokenizer *(*tokenizer)(const fg_source *d); /* NULL for token ids without a tokenizer */
     int (*vocab_size)(const fg_source *d);
-    /* the sequence length the data needs (the addition task's), or 0 when any T works */
+    /* the sequence length the data needs (the addition task's); NULL when any T works */
     int (*fixed_block)(const fg_source *d);
     fg_status (*batch)(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
                        int32_t *y);
-    /* the best achievable loss when it is known, else NAN */
+    /* the best achievable loss; NULL when it is not known */
     double (*optimal_loss)(const fg_source *d);
     void (*free_data)(fg_source *d); /* releases the dataset itself; the source struct is freed after */
 } fg_source_ops;

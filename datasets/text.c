@@ -217,22 +217,16 @@ fg_status fg_text_batch(const fg_text_dataset *ds, fg_split s, int B, int T, uin
 /* ---- a text file as a training source (datasets/source.h) ---- */
 static const fg_tokenizer *text_tokenizer(const fg_source *d) { return fg_text_tokenizer(d->text); }
 static int text_vocab_size(const fg_source *d) { return fg_text_vocab_size(d->text); }
-static int text_fixed_block(const fg_source *d) {
-    (void)d;
-    return 0;
-}
 static fg_status text_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
                             int32_t *y) {
     return fg_text_batch(d->text, s, B, T, seed, index, x, y);
 }
-static double text_optimal_loss(const fg_source *d) {
-    (void)d;
-    return NAN;
-}
 static void text_free_data(fg_source *d) { fg_text_free(d->text); }
 
-static const fg_source_ops text_source_ops = {text_tokenizer, text_vocab_size,   text_fixed_block,
-                                              text_batch,     text_optimal_loss, text_free_data};
+static const fg_source_ops text_source_ops = {.tokenizer = text_tokenizer,
+                                              .vocab_size = text_vocab_size,
+                                              .batch = text_batch,
+                                              .free_data = text_free_data};
 
 /* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {

@@ -17,22 +17,16 @@ static const fg_tokenizer *tokens_tokenizer(const fg_source *d) {
     return NULL;
 }
 static int tokens_vocab_size(const fg_source *d) { return fg_token_data_vocab_size(d->tokens); }
-static int tokens_fixed_block(const fg_source *d) {
-    (void)d;
-    return 0;
-}
 static fg_status tokens_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
                               int32_t *y) {
     return fg_token_data_batch(d->tokens, s, B, T, seed, index, x, y);
 }
-static double tokens_optimal_loss(const fg_source *d) {
-    (void)d;
-    return NAN;
-}
 static void tokens_free_data(fg_source *d) { fg_token_data_free(d->tokens); }
 
-static const fg_source_ops tokens_source_ops = {tokens_tokenizer, tokens_vocab_size,   tokens_fixed_block,
-                                                tokens_batch,     tokens_optimal_loss, tokens_free_data};
+static const fg_source_ops tokens_source_ops = {.tokenizer = tokens_tokenizer,
+                                                .vocab_size = tokens_vocab_size,
+                                                .batch = tokens_batch,
+                                                .free_data = tokens_free_data};
 
 static void set_identity(fg_source_file *id, const fg_token_file *f) {
     snprintf(id->path, sizeof id->path, "%s", fg_token_file_path(f));
