@@ -223,10 +223,8 @@ static fg_status text_batch(const fg_source *d, fg_split s, int B, int T, uint64
 }
 static void text_free_data(fg_source *d) { fg_text_free(d->text); }
 
-static const fg_source_ops text_source_ops = {.tokenizer = text_tokenizer,
-                                              .vocab_size = text_vocab_size,
-                                              .batch = text_batch,
-                                              .free_data = text_free_data};
+static const fg_source_ops text_source_ops = {
+    .tokenizer = text_tokenizer, .vocab_size = text_vocab_size, .batch = text_batch, .free_data = text_free_data};
 
 /* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
