@@ -534,6 +534,14 @@ Test(matmul, dnnl_weight_gradients_split_over_k_match_long_double_for_any_thread
                               (long long)M, (long long)N, (long long)K, tb, beta, t);
             }
         }
+        /* a product again takes its partial sums from the allocator's cache, not from the system */
+        const fg_alloc_stats a0 = fg_alloc_get_stats(FG_CPU);
+        cr_assert_eq(kern->matmul.gemm(FG_F32, 1, tb, M, N, K, 1.0, A, lda, 0, B, ldb, 0, 0.0, NULL, C, ldc, 0, 1),
+                     FG_OK, "%s", fg_last_error());
+        const fg_alloc_stats a1 = fg_alloc_get_stats(FG_CPU);
+        cr_expect_eq(a1.system_allocs, a0.system_allocs, "a repeated product took %llu blocks from the system",
+                     (unsigned long long)(a1.system_allocs - a0.system_allocs));
+        cr_expect_eq(a1.current, a0.current, "a product left %zu bytes live", a1.current - a0.current);
         free(A), free(B), free(C0), free(C), free(first), free(ref);
     }
     fg_matmul_set_kernel(was);
