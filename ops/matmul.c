@@ -172,7 +172,18 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  * (and, for oneDNN, the machine's CPU count), never from the thread count: a block's result can
  * depend on the block's size (a kernel's tail rows may sum differently; oneDNN's do), so a split
  * that followed the thread count would make the bits follow it too. The tile kernel's blocks
- * follow the thread count (its bits do not depend on the split). */
+ * follow the thread count (its bits do not depend on the split).
+ *
+ * K split. A oneDNN product with A read transposed (a weight gradient, dW = doutᵀ @ x, whose K is
+ * the batch's rows) and no bias, for which dnnl_grid gives S >= 2 blocks, with K at least
+ * S · GEMM_KSPLIT_MIN_K and (S − 1) · M · N floats at most GEMM_KSPLIT_MAX_SCRATCH bytes, is cut
+ * into S pieces of K instead (gemm_ksplit): piece p computes the whole of C over its range of K
+ * (piece 0 into C with the caller's beta, the others into scratch with beta 0), one pool item each,
+ * then C += piece 1 + piece 2 + ... element by element in piece order. Single-threaded, oneDNN's
+ * transposed-A kernel keeps its speed when K is halved but loses much of it when M or N is: its
+ * blocks of C would be narrow. S and the pieces follow the shape and the machine's CPU count as
+ * the grid does, so the bits do not depend on the thread count; the scratch comes from the caching
+ * allocator (fg_alloc), so a warm training step takes nothing new from the system. */
 
 #define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
