@@ -192,7 +192,7 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 #define GEMM_BLAS_MIN_M 128        /* this tall (M) */
 #define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
-#define GEMM_KSPLIT_MIN_K 256      /* fewest rows of K per piece of a K-split oneDNN product */
+#define GEMM_KSPLIT_MIN_K 128      /* fewest rows of K per piece of a K-split oneDNN product */
 #define GEMM_KSPLIT_MAX_SCRATCH (64.0 * 1024 * 1024) /* most bytes of partial C a K split may hold */
 
 /* Bytes of B' up to which the tile kernel runs: three quarters of a core's L2 cache (sysconf;
