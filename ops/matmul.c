@@ -175,15 +175,17 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  * follow the thread count (its bits do not depend on the split).
  *
  * K split. A oneDNN product with A read transposed (a weight gradient, dW = doutᵀ @ x, whose K is
- * the batch's rows) and no bias, for which dnnl_grid gives S >= 2 blocks, with K at least
- * S · GEMM_KSPLIT_MIN_K and (S − 1) · M · N floats at most GEMM_KSPLIT_MAX_SCRATCH bytes, is cut
- * into S pieces of K instead (gemm_ksplit): piece p computes the whole of C over its range of K
+ * the batch's rows) and no bias, for which dnnl_grid gives S >= 2 blocks (other than full-width
+ * blocks of at least GEMM_KSPLIT_MAX_ROWS rows, where oneDNN is as fast as on the whole), with K at
+ * least S · GEMM_KSPLIT_MIN_K and (S − 1) · M · N floats at most GEMM_KSPLIT_MAX_SCRATCH bytes, is
+ * cut into S pieces of K instead (gemm_ksplit): piece p computes the whole of C over its range of K
  * (piece 0 into C with the caller's beta, the others into scratch with beta 0), one pool item each,
  * then C += piece 1 + piece 2 + ... element by element in piece order. Single-threaded, oneDNN's
- * transposed-A kernel keeps its speed when K is halved but loses much of it when M or N is: its
- * blocks of C would be narrow. S and the pieces follow the shape and the machine's CPU count as
- * the grid does, so the bits do not depend on the thread count; the scratch comes from the caching
- * allocator (fg_alloc), so a warm training step takes nothing new from the system. */
+ * transposed-A kernel keeps its speed when K is halved but loses much of it when M or N is (unless
+ * the blocks stay tall and full-width), and the fold costs a pass over C per extra piece. S and the
+ * pieces follow the shape and the machine's CPU count as the grid does, so the bits do not depend
+ * on the thread count; the scratch comes from the caching allocator (fg_alloc), so a warm training
+ * step takes nothing new from the system. */
 
 #define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
@@ -193,6 +195,7 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 #define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
 #define GEMM_KSPLIT_MIN_K 128      /* fewest rows of K per piece of a K-split oneDNN product */
+#define GEMM_KSPLIT_MAX_ROWS 1024  /* a grid of full-width blocks this tall is kept (no K split) */
 #define GEMM_KSPLIT_MAX_SCRATCH (64.0 * 1024 * 1024) /* most bytes of partial C a K split may hold */
 
 /* Bytes of B' up to which the tile kernel runs: three quarters of a core's L2 cache (sysconf;
@@ -372,6 +375,7 @@ static int gemm_ksplit(const gemm_job *J) {
     if (J->kind != GEMM_DNNL || J->ta != CblasTrans || J->bias) return 0;
     int64_t rows, cols;
     dnnl_grid(J->M, J->N, &rows, &cols);
+    if (cols >= J->N && rows >= GEMM_KSPLIT_MAX_ROWS) return 0; /* tall blocks: as fast, and no fold */
     const int64_t pieces = (J->M + rows - 1) / rows * ((J->N + cols - 1) / cols);
     if (pieces < 2 || J->K < pieces * GEMM_KSPLIT_MIN_K ||
         (double)(pieces - 1) * (double)J->M * (double)J->N * sizeof(float) > GEMM_KSPLIT_MAX_SCRATCH)
