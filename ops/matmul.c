@@ -172,7 +172,20 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  * (and, for oneDNN, the machine's CPU count), never from the thread count: a block's result can
  * depend on the block's size (a kernel's tail rows may sum differently; oneDNN's do), so a split
  * that followed the thread count would make the bits follow it too. The tile kernel's blocks
- * follow the thread count (its bits do not depend on the split). */
+ * follow the thread count (its bits do not depend on the split).
+ *
+ * K split. A oneDNN product with A read transposed (a weight gradient, dW = doutᵀ @ x, whose K is
+ * the batch's rows) and no bias, for which dnnl_grid gives S >= 2 blocks (other than full-width
+ * blocks of at least GEMM_KSPLIT_MAX_ROWS rows, where oneDNN is as fast as on the whole), with K at
+ * least S · GEMM_KSPLIT_MIN_K and (S − 1) · M · N floats at most GEMM_KSPLIT_MAX_SCRATCH bytes, is
+ * cut into S pieces of K instead (gemm_ksplit): piece p computes the whole of C over its range of K
+ * (piece 0 into C with the caller's beta, the others into scratch with beta 0), one pool item each,
+ * then C += piece 1 + piece 2 + ... element by element in piece order. Single-threaded, oneDNN's
+ * transposed-A kernel keeps its speed when K is halved but loses much of it when M or N is (unless
+ * the blocks stay tall and full-width), and the fold costs a pass over C per extra piece. S and the
+ * pieces follow the shape and the machine's CPU count as the grid does, so the bits do not depend
+ * on the thread count; the scratch comes from the caching allocator (fg_alloc), so a warm training
+ * step takes nothing new from the system. */
 
 #define GEMM_TILE_ROWS 96          /* past this many rows per thread, the tile kernel takes two items per thread */
 #define GEMM_BLAS_ROWS 128         /* rows per item for BLAS (it repacks B' in every call) */
@@ -181,6 +194,9 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 #define GEMM_BLAS_MIN_M 128        /* this tall (M) */
 #define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
+#define GEMM_KSPLIT_MIN_K 128      /* fewest rows of K per piece of a K-split oneDNN product */
+#define GEMM_KSPLIT_MAX_ROWS 1024  /* a grid of full-width blocks this tall is kept (no K split) */
+#define GEMM_KSPLIT_MAX_SCRATCH (64.0 * 1024 * 1024) /* most bytes of partial C a K split may hold */
 
 /* Bytes of B' up to which the tile kernel runs: three quarters of a core's L2 cache (sysconf;
  * 1.5 MiB when unknown): past that the tile kernel's reads of B' miss L2 and BLAS's packing wins
@@ -311,6 +327,73 @@ static void dnnl_grid(int64_t M, int64_t N, int64_t *rows, int64_t *cols) {
     *cols = ((N + cb - 1) / cb + 15) / 16 * 16;
 }
 
+/* A K-split oneDNN product: piece p computes the whole C over its range of K; piece 0 into C with
+ * the job's beta, pieces 1.. into scratch (M, N) each with beta 0; ksplit_fold then adds them to C. */
+typedef struct {
+    const gemm_job *J;
+    int64_t pieces, kstep; /* piece p covers K rows [p·kstep, min((p+1)·kstep, K)) */
+    float *scratch;        /* pieces − 1 matrices (M, N), row stride N */
+    int64_t fold_rows;     /* rows of C per item of the fold */
+} ksplit_job;
+
+static void ksplit_item(void *ctx, int64_t p, int worker) {
+    (void)worker;
+    const ksplit_job *S = ctx;
+    const gemm_job *J = S->J;
+    const int64_t k0 = p * S->kstep, k = J->K - k0 < S->kstep ? J->K - k0 : S->kstep;
+    const float *A = (const float *)J->A + k0 * J->lda; /* A stored (K, M): A' transposed */
+    const float *B = (const float *)J->B + (J->tb == CblasNoTrans ? k0 * J->ldb : k0);
+    float *C = p == 0 ? (float *)J->C : S->scratch + (size_t)(p - 1) * (size_t)(J->M * J->N);
+    const int64_t ldc = p == 0 ? J->ldc : J->N;
+    if (!fg_dnnl_sgemm(1, J->tb == CblasTrans, J->M, J->N, k, (float)J->alpha, A, J->lda, B, J->ldb,
+                       p == 0 ? (float)J->beta : 0.0f, C, ldc, 1))
+        return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, J->tb, (int)J->M, (int)J->N, (int)k, (float)J->alpha, A, (int)J->lda, B,
+                (int)J->ldb, p == 0 ? (float)J->beta : 0.0f, C, (int)ldc); /* (then BLAS says why) */
+}
+
+/* C += scratch piece 1, then piece 2, ...: element by element in piece order, so the sum does not
+ * depend on the fold's row split. */
+static void ksplit_fold(void *ctx, int64_t item, int worker) {
+    (void)worker;
+    const ksplit_job *S = ctx;
+    const gemm_job *J = S->J;
+    const int64_t r0 = item * S->fold_rows, r1 = J->M - r0 < S->fold_rows ? J->M : r0 + S->fold_rows;
+    for (int64_t r = r0; r < r1; r++) {
+        float *c = (float *)J->C + r * J->ldc;
+        for (int64_t p = 1; p < S->pieces; p++) {
+            const float *s = S->scratch + (size_t)(p - 1) * (size_t)(J->M * J->N) + r * J->N;
+            for (int64_t j = 0; j < J->N; j++) c[j] += s[j];
+        }
+    }
+}
+
+/* The K split of a oneDNN product, if it takes one (the rule is stated at "the CPU GEMM" above):
+ * the pieces are as many as dnnl_grid's blocks for the shape, so they follow the shape and the
+ * machine's CPU count, never the thread count. Returns 1 when the product is done. */
+static int gemm_ksplit(const gemm_job *J) {
+    if (J->kind != GEMM_DNNL || J->ta != CblasTrans || J->bias) return 0;
+    int64_t rows, cols;
+    dnnl_grid(J->M, J->N, &rows, &cols);
+    if (cols >= J->N && rows >= GEMM_KSPLIT_MAX_ROWS) return 0; /* tall blocks: as fast, and no fold */
+    const int64_t pieces = (J->M + rows - 1) / rows * ((J->N + cols - 1) / cols);
+    if (pieces < 2 || J->K < pieces * GEMM_KSPLIT_MIN_K ||
+        (double)(pieces - 1) * (double)J->M * (double)J->N * sizeof(float) > GEMM_KSPLIT_MAX_SCRATCH)
+        return 0;
+    ksplit_job S = {.J = J, .pieces = pieces, .kstep = (J->K + pieces - 1) / pieces};
+    S.scratch = fg_alloc(FG_CPU, (size_t)(pieces - 1) * (size_t)(J->M * J->N) * sizeof(float));
+    if (!S.scratch) { /* no memory for the partial sums: the row and column grid needs none */
+        fg_clear_error();
+        return 0;
+    }
+    fg_pool_run(pieces, ksplit_item, &S, 0);
+    const int64_t threads = fg_pool_threads();
+    S.fold_rows = (J->M + 2 * threads - 1) / (2 * threads);
+    fg_pool_run((J->M + S.fold_rows - 1) / S.fold_rows, ksplit_fold, &S, 0);
+    fg_free(FG_CPU, S.scratch);
+    return 1;
+}
+
 /* FG_MATMUL_AUTO's kernel for one product (the rule is stated at "the CPU GEMM" above); ta: A' is
  * the transpose of A as stored. */
 static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta, double beta) {
@@ -428,6 +511,7 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha
         if (J.rows > GEMM_TILE_ROWS) J.rows = (M + 2 * threads - 1) / (2 * threads);
         J.rows = (J.rows + 5) / 6 * 6;
     } else if (J.kind == GEMM_DNNL) {
+        if (gemm_ksplit(&J)) return;
         dnnl_grid(M, N, &J.rows, &J.cols);
     } else {
         J.rows = GEMM_BLAS_ROWS;

@@ -401,16 +401,17 @@ Test(matmul, float32_linear_on_the_pool_matches_float64_for_every_level_and_thre
 #include <dirent.h>
 
 #include "ops/cpu/dnnl_gemm.h"
+#include "ops/kernels.h"
 
 /* Shapes that give oneDNN (on a machine of two or more CPUs) several row blocks, a single row block
- * cut into column blocks (B' read as stored and transposed), an odd tail, a transposed w, and a
- * deep weight gradient (K = R). The forward
+ * cut into column blocks (B' read as stored and transposed), an odd tail, a transposed w, and
+ * deep weight gradients (K = R; the last one deep enough to be split over K). The forward
  * and both backward products (dw reads dout transposed) must give the float64 answer to float32
  * accuracy, and the same bits for 1, 2 and 3 threads. */
 Test(matmul, dnnl_products_give_the_same_bits_for_any_thread_count) {
     if (!fg_dnnl_available()) cr_skip_test("this build has no oneDNN");
-    static const int64_t shapes[][4] = {
-        {1100, 70, 150, 0}, {300, 96, 200, 1}, {97, 37, 53, 0}, {640, 600, 130, 0}, {200, 300, 400, 0}};
+    static const int64_t shapes[][4] = {{1100, 70, 150, 0}, {300, 96, 200, 1},  {97, 37, 53, 0},
+                                        {640, 600, 130, 0}, {200, 300, 400, 0}, {1030, 300, 270, 0}};
     static const char *names[4] = {"out", "dx", "dw", "db"};
     const fg_matmul_kernel was = fg_matmul_set_kernel(FG_MATMUL_DNNL);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -470,4 +471,79 @@ Test(matmul, dnnl_products_start_no_threads_of_their_own) {
     fg_matmul_set_kernel(was);
     fg_pool_set_threads(0);
     cr_expect_eq(after, before, "oneDNN products took the process from %d to %d threads", before, after);
+}
+
+/* oneDNN's products with A transposed and a deep K (weight gradients) are split over K on a machine
+ * of two or more CPUs: each piece computes the whole C over its range of K and the pieces are added
+ * in a fixed order. Odd sizes (K not a multiple of the piece count), strided A, B and C, B read as
+ * stored and transposed, beta 0 and 1: C must be the long double answer to float32 accuracy, and
+ * the same bits for 1, 2 and 3 threads. */
+Test(matmul, dnnl_weight_gradients_split_over_k_match_long_double_for_any_thread_count) {
+    if (!fg_dnnl_available()) cr_skip_test("this build has no oneDNN");
+    static const int64_t shapes[][4] = {
+        /* M, N, K, tb */ {301, 263, 1201, 0}, {700, 150, 1537, 1}, {270, 300, 1030, 1}};
+    const fg_kernels *kern = fg_kernels_for(FG_CPU, "matmul");
+    cr_assert(kern, "%s", fg_last_error());
+    const fg_matmul_kernel was = fg_matmul_set_kernel(FG_MATMUL_DNNL);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const int tb = (int)shapes[s][3];
+        const int64_t lda = M + 3, ldb = (tb ? K : N) + 5, ldc = N + 7; /* A (K, M); B (K, N) or (N, K) */
+        float *A = malloc(sizeof(float) * (size_t)(K * lda)), *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+        float *C0 = malloc(sizeof(float) * (size_t)(M * ldc)), *C = malloc(sizeof(float) * (size_t)(M * ldc));
+        float *first = malloc(sizeof(float) * (size_t)(M * ldc));
+        long double *ref = malloc(sizeof(long double) * (size_t)(M * N));
+        cr_assert(A && B && C0 && C && first && ref);
+        uint64_t r = 0x9e3779b97f4a7c15ull + s;
+        for (int64_t i = 0; i < K * lda; i++)
+            A[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24) - 0.5);
+        for (int64_t i = 0; i < (tb ? N : K) * ldb; i++)
+            B[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24) - 0.5);
+        for (int64_t i = 0; i < M * ldc; i++)
+            C0[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24) - 0.5);
+        for (int beta = 0; beta <= 1; beta++) {
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    long double acc = beta ? (long double)C0[i * ldc + j] : 0.0L;
+                    for (int64_t p = 0; p < K; p++)
+                        acc += (long double)A[p * lda + i] * (long double)(tb ? B[j * ldb + p] : B[p * ldb + j]);
+                    ref[i * N + j] = acc;
+                }
+            for (int t = 1; t <= 3; t++) {
+                fg_pool_set_threads(t);
+                memcpy(C, C0, sizeof(float) * (size_t)(M * ldc));
+                cr_assert_eq(
+                    kern->matmul.gemm(FG_F32, 1, tb, M, N, K, 1.0, A, lda, 0, B, ldb, 0, beta, NULL, C, ldc, 0, 1),
+                    FG_OK, "%s", fg_last_error());
+                double worst = 0;
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        const double e = fabs((double)((long double)C[i * ldc + j] - ref[i * N + j]));
+                        worst = e > worst ? e : worst;
+                    }
+                /* a sum of K products of terms below 1/2 in size, each rounded to float32 */
+                cr_assert(worst <= 1e-7 * (double)K, "M %lld N %lld K %lld tb %d beta %d, %d threads: off by %g",
+                          (long long)M, (long long)N, (long long)K, tb, beta, t, worst);
+                for (int64_t i = 0; i < M; i++) /* the padding of C is not written */
+                    for (int64_t j = N; j < ldc; j++) cr_assert_eq(C[i * ldc + j], C0[i * ldc + j]);
+                if (t == 1)
+                    memcpy(first, C, sizeof(float) * (size_t)(M * ldc));
+                else
+                    cr_assert(!memcmp(first, C, sizeof(float) * (size_t)(M * ldc)),
+                              "M %lld N %lld K %lld tb %d beta %d: 1 thread and %d threads give different bits",
+                              (long long)M, (long long)N, (long long)K, tb, beta, t);
+            }
+        }
+        /* a product again takes its partial sums from the allocator's cache, not from the system */
+        const fg_alloc_stats a0 = fg_alloc_get_stats(FG_CPU);
+        cr_assert_eq(kern->matmul.gemm(FG_F32, 1, tb, M, N, K, 1.0, A, lda, 0, B, ldb, 0, 0.0, NULL, C, ldc, 0, 1),
+                     FG_OK, "%s", fg_last_error());
+        const fg_alloc_stats a1 = fg_alloc_get_stats(FG_CPU);
+        cr_expect_eq(a1.system_allocs, a0.system_allocs, "a repeated product took %llu blocks from the system",
+                     (unsigned long long)(a1.system_allocs - a0.system_allocs));
+        cr_expect_eq(a1.current, a0.current, "a product left %zu bytes live", a1.current - a0.current);
+        free(A), free(B), free(C0), free(C), free(first), free(ref);
+    }
+    fg_matmul_set_kernel(was);
+    fg_pool_set_threads(0);
 }
