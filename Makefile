@@ -36,8 +36,9 @@ DNNL_OFF  := $(filter 0,$(FG_DNNL))$(filter fallback,$(FG_CBLAS))
 FG_WITH_DNNL := $(if $(DNNL_OFF),,$(and $(DNNL_HDR),$(DNNL_LIB),$(DNNL_GOMP),yes))
 ifeq ($(FG_WITH_DNNL),yes)
   DNNL_CFLAGS := -DFG_HAVE_DNNL
-  # libgomp by file: ops/cpu/dnnl_gemm.c sets OpenMP's team size itself (Debian's oneDNN runs on GNU OpenMP)
-  DNNL_LIBS   := -ldnnl $(DNNL_GOMP)
+  # libgomp: ops/cpu/dnnl_gemm.c sets OpenMP's team size itself (Debian's oneDNN runs on GNU OpenMP);
+  # -lgomp (gcc's own library folder has it) so that nvcc links it too
+  DNNL_LIBS   := -ldnnl -lgomp
 endif
 # what `make deps` does about oneDNN: nothing (present, or turned off), install it (root), or say
 # once that this build goes without it
