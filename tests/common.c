@@ -1,6 +1,8 @@
 /* common.c — shared test helpers (see common.h). */
 #include "tests/common.h"
 
+#include "ops/cpu/simd.h"
+#include "ops/cpu/threadpool.h"
 #include "tensor/safetensors.h"
 
 #include <math.h>
@@ -344,4 +346,92 @@ int fgt_pipe_with(const void *data, size_t n, char *path, size_t pn) {
     close(fds[1]);
     snprintf(path, pn, "/dev/fd/%d", fds[0]);
     return fds[0];
+}
+
+/* ---- flash attention: bit identity across SIMD levels and thread counts ---- */
+
+enum { FLASH_OUTS = 6 }; /* O, lse, lse_lo, dQ, dK, dV */
+static const char *const flash_out_name[FLASH_OUTS] = {"O", "lse", "lse_lo", "dQ", "dK", "dV"};
+
+/* the outputs of one forward + backward in dt; out[2] (lse_lo) only in float32 */
+static void flash_once(fg_dtype dt, const fg_attn_problem *pr, void *const in[4], void *out[FLASH_OUTS],
+                       const size_t len[FLASH_OUTS]) {
+    const size_t es = fg_dtype_size(dt);
+    for (int t = 0; t < FLASH_OUTS; t++) out[t] = len[t] ? calloc(len[t], es) : NULL;
+    fg_status st;
+    if (dt == FG_F32) {
+        const float *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
+        st = fg_attn_flash_forward_lo_f32(out[0], out[1], out[2], q, k, v, pr);
+        if (st == FG_OK)
+            st = fg_attn_flash_backward_lo_f32(out[3], out[4], out[5], dout, q, k, v, out[0], out[1], out[2], pr);
+    } else {
+        const double *q = in[0], *k = in[1], *v = in[2], *dout = in[3];
+        st = fg_attn_flash_forward_f64(out[0], out[1], q, k, v, pr);
+        if (st == FG_OK) st = fg_attn_flash_backward_f64(out[3], out[4], out[5], dout, q, k, v, out[0], out[1], pr);
+    }
+    cr_assert_eq(st, FG_OK, "%s", fg_last_error());
+}
+
+static double elem(fg_dtype dt, const void *p, size_t i) {
+    return dt == FG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+void fgt_flash_bit_identity(fg_dtype dt, const fgt_flash_case *cases, size_t n, uint64_t seed) {
+    const fg_simd_level best = fg_simd_detect();
+    const size_t es = fg_dtype_size(dt);
+    for (size_t ci = 0; ci < n; ci++) {
+        const fgt_flash_case *c = &cases[ci];
+        fg_attn_opts o = fg_attn_defaults();
+        o.causal = c->causal;
+        o.dropout_p = c->p;
+        o.seed = 99;
+        o.block_q = c->bq;
+        o.block_k = c->bk;
+        o.variant.n_kv_heads = c->Hkv;
+        o.variant.window = c->window;
+        o.variant.window_left = 20;
+        o.variant.window_right = 3;
+        o.variant.alibi = c->alibi;
+        o.variant.softcap = c->softcap;
+        fg_attn_problem pr;
+        cr_assert_eq(fg_attn_problem_init(&pr, c->B, c->H, c->Nq, c->Nk, c->d, &o), FG_OK, "%s", fg_last_error());
+        const size_t nq = (size_t)(c->B * c->H * c->Nq * c->d), nk = (size_t)(c->B * c->Hkv * c->Nk * c->d);
+        const size_t nl = (size_t)(c->B * c->H * c->Nq);
+        const size_t len[FLASH_OUTS] = {nq, nl, dt == FG_F32 ? nl : 0, nq, nk, nk};
+        /* q, k in (-2, 2), v and dout in (-1, 1) */
+        const size_t in_len[4] = {nq, nk, nk, nq};
+        const double in_scale[4] = {2, 2, 1, 1};
+        void *in[4];
+        fg_tensor *src[4];
+        for (int t = 0; t < 4; t++) {
+            src[t] = fgt_uniform(dt, FGT_DIMS((int64_t)in_len[t]), -in_scale[t], in_scale[t], seed + 16 * ci + t);
+            in[t] = fg_data(src[t]);
+        }
+        fg_simd_set(FG_SIMD_SCALAR);
+        fg_pool_set_threads(1);
+        void *ref[FLASH_OUTS];
+        flash_once(dt, &pr, in, ref, len);
+        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++)
+            for (int threads = 1; threads <= 3; threads++) {
+                if (lv == FG_SIMD_SCALAR && threads == 1) continue;
+                fg_simd_set((fg_simd_level)lv);
+                fg_pool_set_threads(threads);
+                void *r[FLASH_OUTS];
+                flash_once(dt, &pr, in, r, len);
+                for (int t = 0; t < FLASH_OUTS; t++) {
+                    int64_t at = -1;
+                    for (size_t i = 0; i < len[t] && at < 0; i++)
+                        if (memcmp((char *)r[t] + i * es, (char *)ref[t] + i * es, es)) at = (int64_t)i;
+                    cr_expect(at < 0, "%s, %s, %s, %d threads: %s differs from the 1-thread scalar run at %lld (%a vs %a)",
+                              fg_dtype_name(dt), c->name, fg_simd_name((fg_simd_level)lv), threads, flash_out_name[t],
+                              (long long)at, at < 0 ? 0.0 : elem(dt, r[t], (size_t)at),
+                              at < 0 ? 0.0 : elem(dt, ref[t], (size_t)at));
+                }
+                for (int t = 0; t < FLASH_OUTS; t++) free(r[t]);
+            }
+        for (int t = 0; t < FLASH_OUTS; t++) free(ref[t]);
+        for (int t = 0; t < 4; t++) fg_release(src[t]);
+    }
+    fg_simd_set(best);
+    fg_pool_set_threads(0);
 }

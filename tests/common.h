@@ -163,6 +163,22 @@ int fgt_python_run(const char *env, const char *script, const char *args, char *
  * name that opens it, "/dev/fd/N" (a FIFO to fstat), into path; asserts success. */
 int fgt_pipe_with(const void *data, size_t n, char *path, size_t pn);
 
+/* ---- flash attention: bit identity across SIMD levels and thread counts ---- */
+typedef struct {
+    const char *name;
+    int64_t B, H, Hkv, Nq, Nk, d;
+    int causal, window, alibi; /* window: window_left 20, window_right 3 */
+    double p, softcap;         /* dropout (seed 99), softcap */
+    int bq, bk;                /* 0: the default blocks */
+} fgt_flash_case;
+
+/* For every case: flash forward and backward in dt (FG_F32, with lse_lo, or FG_F64) on random
+ * inputs, first with the plain C forms on one thread (the reference), then at every SIMD level the
+ * CPU has with 1, 2 and 3 threads; expects O, lse (and lse_lo), dQ, dK, dV bit-identical to the
+ * reference, naming the case, level, threads, output and first differing element. Leaves the SIMD
+ * level at the CPU's best and the pool at its default size. */
+void fgt_flash_bit_identity(fg_dtype dt, const fgt_flash_case *cases, size_t n, uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

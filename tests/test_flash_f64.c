@@ -229,101 +229,13 @@ Test(flash_f64, tile_tables_agree_on_every_operation) {
 
 /* ---- flash float64 end to end: the same bits for any thread count and instruction set ---- */
 
-typedef struct {
-    double *o, *lse, *dq, *dk, *dv;
-} out64;
-
-static void run64(const fg_attn_problem *pr, const double *q, const double *k, const double *v, const double *dout,
-                  out64 *r) {
-    const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d),
-                 nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d), nl = (size_t)(pr->B * pr->H * pr->Nq);
-    r->o = malloc(nq * sizeof(double));
-    r->lse = malloc(nl * sizeof(double));
-    r->dq = calloc(nq, sizeof(double));
-    r->dk = calloc(nk, sizeof(double));
-    r->dv = calloc(nk, sizeof(double));
-    cr_assert_eq(fg_attn_flash_forward_f64(r->o, r->lse, q, k, v, pr), FG_OK, "%s", fg_last_error());
-    cr_assert_eq(fg_attn_flash_backward_f64(r->dq, r->dk, r->dv, dout, q, k, v, r->o, r->lse, pr), FG_OK, "%s",
-                 fg_last_error());
-}
-static void free64(out64 *r) {
-    free(r->o);
-    free(r->lse);
-    free(r->dq);
-    free(r->dk);
-    free(r->dv);
-}
-
 Test(flash_f64, flash_is_bit_identical_for_any_thread_count_and_instruction_set) {
-    typedef struct {
-        const char *name;
-        int64_t B, H, Hkv, Nq, Nk, d;
-        int causal, window, alibi;
-        double p, softcap;
-        int bq, bk;
-    } fcase;
     const int small = fgt_sanitize();
-    const fcase cases[] = {
+    const fgt_flash_case cases[] = {
         {"plain", 2, 2, 2, small ? 50 : 130, small ? 50 : 130, 64, 0, 0, 0, 0, 0, 0, 0},
         {"causal, ragged blocks", 1, 2, 2, small ? 45 : 133, small ? 60 : 150, 24, 1, 0, 0, 0, 0, 32, 48},
         {"gqa window alibi dropout", 1, 4, 2, small ? 40 : 97, small ? 40 : 97, 16, 1, 1, 1, 0.2, 0, 16, 16},
         {"softcap, d not a multiple of 4", 2, 3, 3, 37, 41, 13, 0, 0, 0, 0, 3.0, 8, 16},
     };
-    const fg_simd_level best = fg_simd_detect();
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const fcase *c = &cases[ci];
-        fg_attn_opts o = fg_attn_defaults();
-        o.causal = c->causal;
-        o.dropout_p = c->p;
-        o.seed = 99;
-        o.block_q = c->bq;
-        o.block_k = c->bk;
-        o.variant.n_kv_heads = c->Hkv;
-        o.variant.window = c->window;
-        o.variant.window_left = 20;
-        o.variant.window_right = 3;
-        o.variant.alibi = c->alibi;
-        o.variant.softcap = c->softcap;
-        fg_attn_problem pr;
-        cr_assert_eq(fg_attn_problem_init(&pr, c->B, c->H, c->Nq, c->Nk, c->d, &o), FG_OK, "%s", fg_last_error());
-        const size_t nq = (size_t)(c->B * c->H * c->Nq * c->d), nk = (size_t)(c->B * c->Hkv * c->Nk * c->d);
-        double *q = malloc(nq * sizeof(double)), *k = malloc(nk * sizeof(double)), *v = malloc(nk * sizeof(double)),
-               *dout = malloc(nq * sizeof(double));
-        uint64_t seed = 555 + ci;
-        for (size_t i = 0; i < nq; i++) q[i] = 2 * drand(&seed);
-        for (size_t i = 0; i < nk; i++) k[i] = 2 * drand(&seed);
-        for (size_t i = 0; i < nk; i++) v[i] = drand(&seed);
-        for (size_t i = 0; i < nq; i++) dout[i] = drand(&seed);
-        fg_simd_set(FG_SIMD_SCALAR);
-        fg_pool_set_threads(1);
-        out64 ref;
-        run64(&pr, q, k, v, dout, &ref);
-        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++)
-            for (int threads = 1; threads <= 3; threads++) {
-                if (lv == FG_SIMD_SCALAR && threads == 1) continue;
-                fg_simd_set((fg_simd_level)lv);
-                fg_pool_set_threads(threads);
-                out64 r;
-                run64(&pr, q, k, v, dout, &r);
-                const double *a[5] = {r.o, r.lse, r.dq, r.dk, r.dv}, *b[5] = {ref.o, ref.lse, ref.dq, ref.dk, ref.dv};
-                const size_t len[5] = {nq, nq / (size_t)c->d, nq, nk, nk};
-                const char *nm[5] = {"O", "lse", "dQ", "dK", "dV"};
-                for (int t = 0; t < 5; t++) {
-                    int64_t at = -1;
-                    for (size_t i = 0; i < len[t] && at < 0; i++)
-                        if (memcmp(&a[t][i], &b[t][i], sizeof(double))) at = (int64_t)i;
-                    cr_expect(at < 0, "%s, %s, %d threads: %s differs from the 1-thread scalar run at %lld (%a vs %a)",
-                              c->name, fg_simd_name((fg_simd_level)lv), threads, nm[t], (long long)at,
-                              at < 0 ? 0.0 : a[t][at], at < 0 ? 0.0 : b[t][at]);
-                }
-                free64(&r);
-            }
-        free64(&ref);
-        free(q);
-        free(k);
-        free(v);
-        free(dout);
-    }
-    fg_simd_set(best);
-    fg_pool_set_threads(0);
+    fgt_flash_bit_identity(FG_F64, cases, sizeof cases / sizeof cases[0], 555);
 }

@@ -386,11 +386,6 @@ static void flash_out_free(flash_out *r) {
     free(r->dk);
     free(r->dv);
 }
-static int64_t first_diff(const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return (int64_t)i;
-    return -1;
-}
 
 static double softcap_mod(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *u) {
     (void)b, (void)h, (void)i, (void)j, (void)u;
@@ -403,76 +398,14 @@ static double softcap_mod_grad(double s, int64_t b, int64_t h, int64_t i, int64_
 }
 
 Test(simd, flash_is_bit_identical_for_any_thread_count_and_instruction_set) {
-    typedef struct {
-        const char *name;
-        int64_t B, H, Hkv, Nq, Nk, d;
-        int causal, window, alibi;
-        double p, softcap;
-        int bq, bk;
-    } fcase;
     const int small = fgt_sanitize();
-    const fcase cases[] = {
+    const fgt_flash_case cases[] = {
         {"plain", 2, 4, 4, small ? 70 : 200, small ? 70 : 200, 64, 0, 0, 0, 0, 0, 0, 0},
         {"causal, ragged blocks", 2, 2, 2, small ? 45 : 133, small ? 60 : 150, 24, 1, 0, 0, 0, 0, 32, 48},
         {"gqa window alibi dropout", 1, 4, 2, small ? 40 : 97, small ? 40 : 97, 16, 1, 1, 1, 0.2, 0, 16, 16},
         {"softcap, d not a multiple of 8", 2, 3, 3, 37, 41, 13, 0, 0, 0, 0, 3.0, 8, 16},
     };
-    const fg_simd_level best = fg_simd_detect();
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const fcase *c = &cases[ci];
-        fg_attn_opts o = fg_attn_defaults();
-        o.causal = c->causal;
-        o.dropout_p = c->p;
-        o.seed = 99;
-        o.block_q = c->bq;
-        o.block_k = c->bk;
-        o.variant.n_kv_heads = c->Hkv;
-        o.variant.window = c->window;
-        o.variant.window_left = 20;
-        o.variant.window_right = 3;
-        o.variant.alibi = c->alibi;
-        o.variant.softcap = c->softcap;
-        fg_attn_problem pr;
-        cr_assert_eq(fg_attn_problem_init(&pr, c->B, c->H, c->Nq, c->Nk, c->d, &o), FG_OK, "%s", fg_last_error());
-        const size_t nq = (size_t)(c->B * c->H * c->Nq * c->d), nk = (size_t)(c->B * c->Hkv * c->Nk * c->d);
-        float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float)),
-              *dout = malloc(nq * sizeof(float));
-        uint64_t seed = 777 + ci;
-        for (size_t i = 0; i < nq; i++) q[i] = 2 * frand(&seed);
-        for (size_t i = 0; i < nk; i++) k[i] = 2 * frand(&seed);
-        for (size_t i = 0; i < nk; i++) v[i] = frand(&seed);
-        for (size_t i = 0; i < nq; i++) dout[i] = frand(&seed);
-        /* the reference: one thread, plain C */
-        fg_simd_set(FG_SIMD_SCALAR);
-        fg_pool_set_threads(1);
-        flash_out ref;
-        flash_run_once(&pr, q, k, v, dout, &ref);
-        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++)
-            for (int threads = 1; threads <= 3; threads++) {
-                if (lv == FG_SIMD_SCALAR && threads == 1) continue;
-                fg_simd_set((fg_simd_level)lv);
-                fg_pool_set_threads(threads);
-                flash_out r;
-                flash_run_once(&pr, q, k, v, dout, &r);
-                const float *a[6] = {r.o, r.lse, r.lo, r.dq, r.dk, r.dv},
-                            *b[6] = {ref.o, ref.lse, ref.lo, ref.dq, ref.dk, ref.dv};
-                const size_t len[6] = {nq, nq / (size_t)c->d, nq / (size_t)c->d, nq, nk, nk};
-                const char *nm[6] = {"O", "lse", "lse_lo", "dQ", "dK", "dV"};
-                for (int t = 0; t < 6; t++) {
-                    const int64_t at = first_diff(a[t], b[t], len[t]);
-                    cr_expect(at < 0, "%s, %s, %d threads: %s differs from the 1-thread scalar run at %lld (%a vs %a)",
-                              c->name, fg_simd_name(lv), threads, nm[t], (long long)at, at < 0 ? 0.0 : a[t][at],
-                              at < 0 ? 0.0 : b[t][at]);
-                }
-                flash_out_free(&r);
-            }
-        flash_out_free(&ref);
-        free(q);
-        free(k);
-        free(v);
-        free(dout);
-    }
-    fg_pool_set_threads(0);
+    fgt_flash_bit_identity(FG_F32, cases, sizeof cases / sizeof cases[0], 777);
 }
 
 /* Flash attention's two tables of tile operations (ops/cpu/flash_tiles.h) keep one contract: on

@@ -2,16 +2,17 @@
  *
  * One forward driver and one backward driver walk the tiles (ops/attention_flash.c); what they do
  * to a tile goes through a table of operations, fg_flash_ops_f32 or fg_flash_ops_f64, of which
- * there are two instances:
+ * there are two instances per dtype:
  *
  *   portable   each tile product is one BLAS call (BLAS kept to one thread while the pool runs),
  *              exp is libm's, and the forward's score tile is S (nq × nk, row-major) with the
- *              online softmax row by row (fg_attn_online_update_*, ops/attention.h). float64; and
- *              float32 where the CPU has no AVX2+FMA (or FG_ATTN_GEMM=blas is set, for comparing).
- *   x86        float32: register-blocked tile products (ops/cpu/smallgemm.h) and the vectorized
- *              exp (ops/cpu/vexp.h), AVX-512 or AVX2 chosen at run time (fg_simd_active; the
- *              intrinsics are in ops/cpu/flash_x86.c), with plain C forms of the very same bits
- *              (what fg_simd_set(FG_SIMD_SCALAR) runs). The forward's score tile is Sᵀ (nk × nq):
+ *              online softmax row by row (fg_attn_online_update_*, ops/attention.h): where the CPU
+ *              has no AVX2+FMA, or with FG_ATTN_GEMM=blas set, for comparing.
+ *   x86        register-blocked tile products (ops/cpu/smallgemm.h) and the vectorized exp
+ *              (ops/cpu/vexp.h, ops/cpu/flash_exp64.h), chosen at run time (fg_simd_active;
+ *              AVX-512 or AVX2 for float32, AVX2 for float64; the intrinsics are in
+ *              ops/cpu/flash_x86.c), with plain C forms of the very same bits (what
+ *              fg_simd_set(FG_SIMD_SCALAR) runs). The forward's score tile is Sᵀ (nk × nq):
  *              every query row in its own vector lane, so the online softmax runs down the columns
  *              with no horizontal max or sum, and each row's sum is taken key by key in order
  *              whatever the lane count. The tile products take B row-major only, so the drivers
@@ -67,31 +68,34 @@ extern const fg_flash_ops_f32 fg_flash_portable_f32;
 extern const fg_flash_ops_f32 fg_flash_x86_f32;
 extern const fg_flash_ops_f64 fg_flash_x86_f64;
 
-/* ---- internal to ops/cpu/flash_tiles.c and ops/cpu/flash_x86.c: the x86 table's pieces ----
+/* ---- internal to ops/cpu/flash_tiles.c and ops/cpu/flash_x86.c: the x86 tables' pieces ----
  * The plain C forms (the bit-exact reference; the vector forms finish their ragged edges with them):
  * the column softmax of Sᵀ (nk × nq, row stride ld) for columns [r0, r1), and the transpose. */
-void fg_flash_softmax_cols_scalar(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
-                                  float *alpha);
-void fg_flash_transpose_scalar(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
-/* ... and the float64 ones */
-void fg_flash_softmax_cols64_scalar(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m, double *l,
-                                    double *alpha);
-void fg_flash_transpose64_scalar(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols);
+void fg_flash_softmax_cols_scalar_f32(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
+                                      float *alpha);
+void fg_flash_softmax_cols_scalar_f64(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m,
+                                      double *l, double *alpha);
+void fg_flash_transpose_scalar_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+void fg_flash_transpose_scalar_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
+                                   int64_t cols);
 #if FG_SIMD_X86
-/* The vector forms, each compiled for its instruction set (call only at that fg_simd_active level). */
+/* The vector forms, each compiled for its instruction set (call only at that fg_simd_active level).
+ * AVX-512, float32 only (float64 runs its AVX2 forms there); the transpose in 16 × 16 blocks where
+ * rows, cols >= 16, the edges through fg_flash_transpose_scalar_f32. */
 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
-void fg_flash_softmax_cols_avx2(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
 void fg_flash_exp_rows_avx512(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
-void fg_flash_exp_rows_avx2(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
-void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
-/* 16 × 16 blocks where rows, cols >= 16, the edges through fg_flash_transpose_scalar. */
 void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
-/* float64, AVX2+FMA (run on AVX-512 CPUs too); the transpose in 4 × 4 blocks, rows, cols >= 4 */
-void fg_flash_softmax_cols64_avx2(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l, double *alpha);
-void fg_flash_exp_rows64_avx2(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L, const double *lo);
-void fg_flash_ds_rows64_avx2(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk, const double *D);
-void fg_flash_transpose64_avx2(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows, int64_t cols);
+/* AVX2+FMA, both dtypes (one template); the float64 transpose in 4 × 4 blocks, rows, cols >= 4 */
+void fg_flash_softmax_cols_avx2_f32(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
+void fg_flash_softmax_cols_avx2_f64(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l,
+                                    double *alpha);
+void fg_flash_exp_rows_avx2_f32(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
+void fg_flash_exp_rows_avx2_f64(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L, const double *lo);
+void fg_flash_ds_rows_avx2_f32(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
+void fg_flash_ds_rows_avx2_f64(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk, const double *D);
+void fg_flash_transpose_avx2_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
+                                 int64_t cols);
 #endif
 
 #ifdef __cplusplus

@@ -1,9 +1,14 @@
-/* flash_x86.c — the AVX-512 and AVX2 forms of the float32 x86 table of flash attention's tile
- * operations (ops/cpu/flash_tiles.h), each compiled for its instruction set through a target
- * attribute and chosen at run time by ops/cpu/flash_tiles.c. Every form computes the bits of the
- * plain C one there: the exp is fg_vexp's (ops/cpu/vexp.h), sums run key by key in each lane, and
- * the rest is elementwise or moves.
+/* flash_x86.c — the vector forms of the x86 tables of flash attention's tile operations
+ * (ops/cpu/flash_tiles.h): AVX-512 for float32, and AVX2+FMA for float32 and float64, each compiled
+ * for its instruction set through a target attribute and chosen at run time by
+ * ops/cpu/flash_tiles.c. Every form computes the bits of the plain C one there: the exp is
+ * fg_vexp's (ops/cpu/vexp.h) or fg_vexp64's (ops/cpu/flash_exp64.h), sums run key by key in each
+ * lane, and the rest is elementwise or moves.
+ *
+ * The AVX2 softmax, exp and dS forms are one template for both dtypes: this file includes itself
+ * twice (T = float, 8 lanes; T = double, 4 lanes), the vector operations named by ops/cpu/vec256.h.
  */
+#ifndef FG_FLASH_X86_TEMPLATE
 #include "ops/cpu/flash_tiles.h"
 
 #if FG_SIMD_X86
@@ -77,80 +82,6 @@ FG_TARGET_AVX512 void fg_flash_exp_rows_avx512(float *S, int64_t ld, int64_t nq,
     }
 }
 
-FG_TARGET_AVX2 void fg_flash_softmax_cols_avx2(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l,
-                                               float *alpha) {
-    const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
-    int64_t r0 = 0;
-    for (; r0 + 32 <= nq; r0 += 32) { /* four vectors of eight columns, as in the AVX-512 form */
-        __m256 mo[4], mx[4], ms[4], sum[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            mo[v] = _mm256_loadu_ps(m + r0 + 8 * v);
-            mx[v] = mo[v];
-            sum[v] = zero;
-        }
-        for (int64_t j = 0; j < nk; j++) {
-            const float *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) mx[v] = _mm256_max_ps(_mm256_loadu_ps(sp + 8 * v), mx[v]);
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) ms[v] = _mm256_blendv_ps(mx[v], zero, _mm256_cmp_ps(mx[v], ninf, _CMP_EQ_OQ));
-        for (int64_t j = 0; j < nk; j++) {
-            float *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                const __m256 p = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp + 8 * v), ms[v]));
-                _mm256_storeu_ps(sp + 8 * v, p);
-                sum[v] = _mm256_add_ps(sum[v], p);
-            }
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const int64_t r = r0 + 8 * v;
-            const __m256 a = fg_vexp_avx2(_mm256_sub_ps(mo[v], ms[v]));
-            _mm256_storeu_ps(l + r, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(l + r)), sum[v]));
-            _mm256_storeu_ps(m + r, mx[v]);
-            _mm256_storeu_ps(alpha + r, a);
-        }
-    }
-    for (; r0 + 8 <= nq; r0 += 8) {
-        const __m256 mo = _mm256_loadu_ps(m + r0);
-        __m256 mx = mo;
-        for (int64_t j = 0; j < nk; j++) mx = _mm256_max_ps(_mm256_loadu_ps(ST + j * ld + r0), mx);
-        const __m256 ms = _mm256_blendv_ps(mx, zero, _mm256_cmp_ps(mx, ninf, _CMP_EQ_OQ));
-        const __m256 a = fg_vexp_avx2(_mm256_sub_ps(mo, ms));
-        __m256 sum = zero;
-        for (int64_t j = 0; j < nk; j++) {
-            float *sp = ST + j * ld + r0;
-            const __m256 p = fg_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), ms));
-            _mm256_storeu_ps(sp, p);
-            sum = _mm256_add_ps(sum, p);
-        }
-        _mm256_storeu_ps(l + r0, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(l + r0)), sum));
-        _mm256_storeu_ps(m + r0, mx);
-        _mm256_storeu_ps(alpha + r0, a);
-    }
-    fg_flash_softmax_cols_scalar(ST, ld, nk, r0, nq, m, l, alpha); /* the same bits, one column at a time */
-}
-
-FG_TARGET_AVX2 void fg_flash_exp_rows_avx2(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L,
-                                           const float *lo) {
-    for (int64_t r = 0; r < nq; r++) {
-        float *row = S + r * ld;
-        if (L[r] == -INFINITY) {
-            memset(row, 0, (size_t)nk * sizeof(float));
-            continue;
-        }
-        const float Lf = L[r], lf = lo ? lo[r] : 0.0f;
-        const __m256 Lr = _mm256_set1_ps(Lf), lr = _mm256_set1_ps(lf);
-        int64_t j = 0;
-        for (; j + 8 <= nk; j += 8)
-            _mm256_storeu_ps(row + j, fg_vexp_avx2(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), Lr), lr)));
-        for (; j < nk; j++) row[j] = fg_expf_ref((row[j] - Lf) - lf);
-    }
-}
-
 /* one 16 × 16 block: pairs of rows interleaved by 1, 2, then 4 and 8 elements */
 FG_TARGET_AVX512 static void transpose16_avx512(float *dst, int64_t ldd, const float *src, int64_t lds) {
     __m512 r[16], t[16];
@@ -193,8 +124,8 @@ void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_
     for (int64_t r0 = 0; r0 < r16; r0 += 16)
         for (int64_t c0 = 0; c0 < c16; c0 += 16) transpose16_avx512(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
     /* the edges: the last cols % 16 columns of every row, then the last rows % 16 rows */
-    if (c16 < cols) fg_flash_transpose_scalar(dst + c16 * ldd, ldd, src + c16, lds, r16, cols - c16);
-    if (r16 < rows) fg_flash_transpose_scalar(dst + r16, ldd, src + r16 * lds, lds, rows - r16, cols);
+    if (c16 < cols) fg_flash_transpose_scalar_f32(dst + c16 * ldd, ldd, src + c16, lds, r16, cols - c16);
+    if (r16 < rows) fg_flash_transpose_scalar_f32(dst + r16, ldd, src + r16 * lds, lds, rows - r16, cols);
 }
 
 FG_TARGET_AVX512 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk,
@@ -211,111 +142,6 @@ FG_TARGET_AVX512 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t
     }
 }
 
-FG_TARGET_AVX2 void fg_flash_ds_rows_avx2(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk,
-                                          const float *D) {
-    for (int64_t r = 0; r < nq; r++) {
-        float *dsrow = dS + r * ld;
-        const float *prow = P + r * ld;
-        const __m256 Di = _mm256_set1_ps(D[r]);
-        int64_t j = 0;
-        for (; j + 8 <= nk; j += 8)
-            _mm256_storeu_ps(dsrow + j,
-                             _mm256_mul_ps(_mm256_loadu_ps(prow + j), _mm256_sub_ps(_mm256_loadu_ps(dsrow + j), Di)));
-        for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
-    }
-}
-
-/* ---- float64 (four lanes) ---- */
-
-/* four vectors of four columns at a time, as the float32 forms (independent chains) */
-FG_TARGET_AVX2 void fg_flash_softmax_cols64_avx2(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l,
-                                                 double *alpha) {
-    const __m256d ninf = _mm256_set1_pd(-INFINITY), zero = _mm256_setzero_pd();
-    int64_t r0 = 0;
-    for (; r0 + 16 <= nq; r0 += 16) {
-        __m256d mo[4], mx[4], ms[4], sum[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            mo[v] = _mm256_loadu_pd(m + r0 + 4 * v);
-            mx[v] = mo[v];
-            sum[v] = zero;
-        }
-        for (int64_t j = 0; j < nk; j++) {
-            const double *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) mx[v] = _mm256_max_pd(_mm256_loadu_pd(sp + 4 * v), mx[v]);
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) ms[v] = _mm256_blendv_pd(mx[v], zero, _mm256_cmp_pd(mx[v], ninf, _CMP_EQ_OQ));
-        for (int64_t j = 0; j < nk; j++) {
-            double *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                const __m256d p = fg_vexp64_avx2(_mm256_sub_pd(_mm256_loadu_pd(sp + 4 * v), ms[v]));
-                _mm256_storeu_pd(sp + 4 * v, p);
-                sum[v] = _mm256_add_pd(sum[v], p);
-            }
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const int64_t r = r0 + 4 * v;
-            const __m256d a = fg_vexp64_avx2(_mm256_sub_pd(mo[v], ms[v]));
-            _mm256_storeu_pd(l + r, _mm256_add_pd(_mm256_mul_pd(a, _mm256_loadu_pd(l + r)), sum[v]));
-            _mm256_storeu_pd(m + r, mx[v]);
-            _mm256_storeu_pd(alpha + r, a);
-        }
-    }
-    for (; r0 + 4 <= nq; r0 += 4) {
-        const __m256d mo = _mm256_loadu_pd(m + r0);
-        __m256d mx = mo;
-        for (int64_t j = 0; j < nk; j++) mx = _mm256_max_pd(_mm256_loadu_pd(ST + j * ld + r0), mx);
-        const __m256d ms = _mm256_blendv_pd(mx, zero, _mm256_cmp_pd(mx, ninf, _CMP_EQ_OQ));
-        const __m256d a = fg_vexp64_avx2(_mm256_sub_pd(mo, ms));
-        __m256d sum = zero;
-        for (int64_t j = 0; j < nk; j++) {
-            double *sp = ST + j * ld + r0;
-            const __m256d p = fg_vexp64_avx2(_mm256_sub_pd(_mm256_loadu_pd(sp), ms));
-            _mm256_storeu_pd(sp, p);
-            sum = _mm256_add_pd(sum, p);
-        }
-        _mm256_storeu_pd(l + r0, _mm256_add_pd(_mm256_mul_pd(a, _mm256_loadu_pd(l + r0)), sum));
-        _mm256_storeu_pd(m + r0, mx);
-        _mm256_storeu_pd(alpha + r0, a);
-    }
-    fg_flash_softmax_cols64_scalar(ST, ld, nk, r0, nq, m, l, alpha); /* the same bits, one column at a time */
-}
-
-FG_TARGET_AVX2 void fg_flash_exp_rows64_avx2(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L,
-                                             const double *lo) {
-    for (int64_t r = 0; r < nq; r++) {
-        double *row = S + r * ld;
-        if (L[r] == -INFINITY) {
-            memset(row, 0, (size_t)nk * sizeof(double));
-            continue;
-        }
-        const double Lf = L[r], lf = lo ? lo[r] : 0.0;
-        const __m256d Lr = _mm256_set1_pd(Lf), lr = _mm256_set1_pd(lf);
-        int64_t j = 0;
-        for (; j + 4 <= nk; j += 4)
-            _mm256_storeu_pd(row + j, fg_vexp64_avx2(_mm256_sub_pd(_mm256_sub_pd(_mm256_loadu_pd(row + j), Lr), lr)));
-        for (; j < nk; j++) row[j] = fg_exp64_ref((row[j] - Lf) - lf);
-    }
-}
-
-FG_TARGET_AVX2 void fg_flash_ds_rows64_avx2(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk,
-                                            const double *D) {
-    for (int64_t r = 0; r < nq; r++) {
-        double *dsrow = dS + r * ld;
-        const double *prow = P + r * ld;
-        const __m256d Di = _mm256_set1_pd(D[r]);
-        int64_t j = 0;
-        for (; j + 4 <= nk; j += 4)
-            _mm256_storeu_pd(dsrow + j,
-                             _mm256_mul_pd(_mm256_loadu_pd(prow + j), _mm256_sub_pd(_mm256_loadu_pd(dsrow + j), Di)));
-        for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
-    }
-}
-
 /* one 4 × 4 block: pairs of rows interleaved, then 128-bit halves swapped */
 FG_TARGET_AVX2 static void transpose4x4_pd(double *dst, int64_t ldd, const double *src, int64_t lds) {
     const __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + lds), r2 = _mm256_loadu_pd(src + 2 * lds),
@@ -328,8 +154,8 @@ FG_TARGET_AVX2 static void transpose4x4_pd(double *dst, int64_t ldd, const doubl
     _mm256_storeu_pd(dst + 3 * ldd, _mm256_permute2f128_pd(t1, t3, 0x31));
 }
 
-FG_TARGET_AVX2 void fg_flash_transpose64_avx2(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
-                                              int64_t cols) {
+FG_TARGET_AVX2 void fg_flash_transpose_avx2_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
+                                                int64_t cols) {
     const int64_t r4 = rows / 4 * 4, c4 = cols / 4 * 4;
     /* 16 × 16 panels of 4 × 4 blocks, so that both sides stay in a few cache lines */
     for (int64_t R = 0; R < r4; R += 16)
@@ -337,9 +163,127 @@ FG_TARGET_AVX2 void fg_flash_transpose64_avx2(double *dst, int64_t ldd, const do
             for (int64_t r0 = R; r0 < R + 16 && r0 < r4; r0 += 4)
                 for (int64_t c0 = Cc; c0 < Cc + 16 && c0 < c4; c0 += 4)
                     transpose4x4_pd(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
-    if (c4 < cols) fg_flash_transpose64_scalar(dst + c4 * ldd, ldd, src + c4, lds, r4, cols - c4);
-    if (r4 < rows) fg_flash_transpose64_scalar(dst + r4, ldd, src + r4 * lds, lds, rows - r4, cols);
+    if (c4 < cols) fg_flash_transpose_scalar_f64(dst + c4 * ldd, ldd, src + c4, lds, r4, cols - c4);
+    if (r4 < rows) fg_flash_transpose_scalar_f64(dst + r4, ldd, src + r4 * lds, lds, rows - r4, cols);
 }
+
+#define FG_FLASH_X86_TEMPLATE 1
+
+#define T float
+#define SFX(name) name##_f32
+#define VEXP fg_vexp_avx2
+#define EXP_REF fg_expf_ref
+#define FG_VEC256_DOUBLE 0
+#include "ops/cpu/flash_x86.c"
+#undef T
+#undef SFX
+#undef VEXP
+#undef EXP_REF
+#undef FG_VEC256_DOUBLE
+
+#define T double
+#define SFX(name) name##_f64
+#define VEXP fg_vexp64_avx2
+#define EXP_REF fg_exp64_ref
+#define FG_VEC256_DOUBLE 1
+#include "ops/cpu/flash_x86.c"
+#undef T
+#undef SFX
+#undef VEXP
+#undef EXP_REF
+#undef FG_VEC256_DOUBLE
+
+#undef FG_FLASH_X86_TEMPLATE
 #else
 typedef int fg_flash_x86_unused; /* a translation unit may not be empty */
-#endif
+#endif /* FG_SIMD_X86 */
+
+#else /* ---- the per-dtype template: the AVX2 forms ---- */
+#include "ops/cpu/vec256.h" /* VT, LANES, V_*: this dtype's vector operations */
+
+/* four vectors of columns at a time, as in the AVX-512 form */
+FG_TARGET_AVX2 void SFX(fg_flash_softmax_cols_avx2)(T *ST, int64_t ld, int64_t nk, int64_t nq, T *m, T *l, T *alpha) {
+    const VT ninf = V_SET1(-INFINITY), zero = V_ZERO();
+    int64_t r0 = 0;
+    for (; r0 + 4 * LANES <= nq; r0 += 4 * LANES) {
+        VT mo[4], mx[4], ms[4], sum[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            mo[v] = V_LOADU(m + r0 + LANES * v);
+            mx[v] = mo[v];
+            sum[v] = zero;
+        }
+        for (int64_t j = 0; j < nk; j++) {
+            const T *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) mx[v] = V_MAX(V_LOADU(sp + LANES * v), mx[v]);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) ms[v] = V_BLENDV(mx[v], zero, V_CMP_EQ(mx[v], ninf));
+        for (int64_t j = 0; j < nk; j++) {
+            T *sp = ST + j * ld + r0;
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const VT p = VEXP(V_SUB(V_LOADU(sp + LANES * v), ms[v]));
+                V_STOREU(sp + LANES * v, p);
+                sum[v] = V_ADD(sum[v], p);
+            }
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const int64_t r = r0 + LANES * v;
+            const VT a = VEXP(V_SUB(mo[v], ms[v]));
+            V_STOREU(l + r, V_ADD(V_MUL(a, V_LOADU(l + r)), sum[v]));
+            V_STOREU(m + r, mx[v]);
+            V_STOREU(alpha + r, a);
+        }
+    }
+    for (; r0 + LANES <= nq; r0 += LANES) {
+        const VT mo = V_LOADU(m + r0);
+        VT mx = mo;
+        for (int64_t j = 0; j < nk; j++) mx = V_MAX(V_LOADU(ST + j * ld + r0), mx);
+        const VT ms = V_BLENDV(mx, zero, V_CMP_EQ(mx, ninf));
+        const VT a = VEXP(V_SUB(mo, ms));
+        VT sum = zero;
+        for (int64_t j = 0; j < nk; j++) {
+            T *sp = ST + j * ld + r0;
+            const VT p = VEXP(V_SUB(V_LOADU(sp), ms));
+            V_STOREU(sp, p);
+            sum = V_ADD(sum, p);
+        }
+        V_STOREU(l + r0, V_ADD(V_MUL(a, V_LOADU(l + r0)), sum));
+        V_STOREU(m + r0, mx);
+        V_STOREU(alpha + r0, a);
+    }
+    SFX(fg_flash_softmax_cols_scalar)(ST, ld, nk, r0, nq, m, l, alpha); /* the same bits, one column at a time */
+}
+
+FG_TARGET_AVX2 void SFX(fg_flash_exp_rows_avx2)(T *S, int64_t ld, int64_t nq, int64_t nk, const T *L, const T *lo) {
+    for (int64_t r = 0; r < nq; r++) {
+        T *row = S + r * ld;
+        if (L[r] == -INFINITY) {
+            memset(row, 0, (size_t)nk * sizeof(T));
+            continue;
+        }
+        const T Lf = L[r], lf = lo ? lo[r] : 0;
+        const VT Lr = V_SET1(Lf), lr = V_SET1(lf);
+        int64_t j = 0;
+        for (; j + LANES <= nk; j += LANES) V_STOREU(row + j, VEXP(V_SUB(V_SUB(V_LOADU(row + j), Lr), lr)));
+        for (; j < nk; j++) row[j] = EXP_REF((row[j] - Lf) - lf);
+    }
+}
+
+FG_TARGET_AVX2 void SFX(fg_flash_ds_rows_avx2)(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk, const T *D) {
+    for (int64_t r = 0; r < nq; r++) {
+        T *dsrow = dS + r * ld;
+        const T *prow = P + r * ld;
+        const VT Di = V_SET1(D[r]);
+        int64_t j = 0;
+        for (; j + LANES <= nk; j += LANES) V_STOREU(dsrow + j, V_MUL(V_LOADU(prow + j), V_SUB(V_LOADU(dsrow + j), Di)));
+        for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
+    }
+}
+
+#define FG_VEC256_UNDEF
+#include "ops/cpu/vec256.h"
+#endif /* FG_FLASH_X86_TEMPLATE */

@@ -43,8 +43,9 @@ extern "C" {
 void fg_sgemm_small(int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t rsa, int64_t csa,
                     const float *B, int64_t ldb, float *C, int64_t ldc, const float *rowscale, int accumulate);
 
-/* The same contract in float64 (fma in place of fmaf; ops/cpu/smallgemm_f64.c): a register tile of
- * 6 rows × 8 columns with AVX2+FMA (also what AVX-512 CPUs run), and the plain C form. */
+/* The same contract in float64 (fma in place of fmaf; the same code as the float32 AVX2 and plain C
+ * forms, ops/cpu/smallgemm.c): a register tile of 6 rows × 8 columns with AVX2+FMA (also what
+ * AVX-512 CPUs run), and the plain C form. */
 void fg_dgemm_small(int64_t m, int64_t n, int64_t k, double alpha, const double *A, int64_t rsa, int64_t csa,
                     const double *B, int64_t ldb, double *C, int64_t ldc, const double *rowscale, int accumulate);
 
