@@ -467,11 +467,12 @@ bench-mpi: all
 	@sh bench/mpi_bench.sh
 # ---- bench-scale: training speed from a toy GPT to GPT-2 small, flashgrad and PyTorch 2 ----
 # bench/bench_scale.py trains L4 H4 C128 T64 B12, L6 H6 C384 T256 B8 and GPT-2 small (L12 H12 C768
-# T1024 B1) for a few steps in each framework, vocabulary 65 (a synthetic text): median step ms,
-# tokens/s, MFU against flashgrad's measured FMA peak, peak RSS. Rows to $(SCALE_CSV); the plot of
-# MFU against model size (bench/results/train_scale.png) follows when gnuplot is there (make plots
-# draws it later otherwise). The Python: FG_TORCH_PYTHON when set, else ../torch2/bin/python when
-# present (a PyTorch 2 venv: python3 -m venv ../torch2 && ../torch2/bin/pip install torch numpy), else
+# T1024 B1) for a few steps in each framework, vocabulary 65 (a synthetic text; GPT-2 small: 50304,
+# synthetic tokens): median step ms, tokens/s, MFU against flashgrad's measured FMA peak, peak RSS.
+# Rows to $(SCALE_CSV); the plot of MFU against model size (bench/results/train_scale.png) follows
+# when gnuplot is there (make plots draws it later otherwise). The Python: FG_TORCH_PYTHON when set,
+# else ../torch2/bin/python when present (a PyTorch 2 venv: python3 -m venv ../torch2 &&
+# ../torch2/bin/pip install torch numpy), else
 # python3 with whatever torch it has; without torch the script says so and measures flashgrad only.
 # Options pass through BENCH_SCALE_ARGS, e.g. '--configs L6-C384 --repeat 3' or '--steps 5'.
 SCALE_CSV    ?= bench/results/train_scale.csv

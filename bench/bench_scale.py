@@ -5,9 +5,9 @@ For each configuration (default: the three below) it trains the same GPT in both
 few steps and reports the steady-state step: median step time, tokens/s, MFU and the process's
 peak resident memory (ru_maxrss), as a table and as CSV rows (--csv):
 
-  L4  H4  C128 T64   B12   nanoGPT's CPU quick start (the Tiny Shakespeare config)
-  L6  H6  C384 T256  B8    nanoGPT's shakespeare-char model
-  L12 H12 C768 T1024 B1    GPT-2 small's shape
+  L4  H4  C128 T64   B12   nanoGPT's CPU quick start (the Tiny Shakespeare config), vocabulary 65
+  L6  H6  C384 T256  B8    nanoGPT's shakespeare-char model, vocabulary 65
+  L12 H12 C768 T1024 B1    GPT-2 small, vocabulary 50304 (GPT-2's 50257 padded, as nanoGPT does)
 
   flashgrad: `flashgrad bench train --data FILE ... --warmup-steps W --steps N` (its MFU line,
              its peak RSS line, its FMA peak);
@@ -20,12 +20,13 @@ MFU = tokens/s × (6 · params + 12 · L · C · T) / the float32 FMA peak that 
 same threads in the same run (ops/cpu/peak.h; `flashgrad bench peak` prints the long form), for both
 frameworks alike. params counts every parameter once (the LM head is tied to the token embedding).
 
-Data: a synthetic file of 2^20 characters drawn uniformly from 65 symbols (vocabulary 65, the size of
+Data. Vocabulary 65: a synthetic file of 2^20 characters drawn uniformly from 65 symbols (the size of
 Tiny Shakespeare's), written to a temporary folder; both read it and see the same batches (the
-script reimplements flashgrad's batch draws). Its losses are not the point here: the model shapes are.
---vocab V (GPT-2's is 50304) trains on synthetic tokens uniform in [0, V) instead: flashgrad's
-`bench train --synthetic-vocab V` and, for PyTorch, 2^21 uniform tokens from numpy (speed only: the
-two see different batches, which costs the same).
+script reimplements flashgrad's batch draws). Any other vocabulary V: synthetic tokens uniform in
+[0, V), flashgrad's `bench train --synthetic-vocab V` and, for PyTorch, 2^21 uniform tokens from
+numpy (speed only: the two see different batches, which costs the same). The losses are not the
+point here: the model shapes are. --vocab V gives every configuration vocabulary V instead of its
+own.
 
 Timings on a shared machine are noisy: the configurations run one after the other, flashgrad then
 PyTorch (--repeat R alternates the order and reports the best of R per framework).
@@ -47,9 +48,9 @@ sys.path.insert(0, HERE)
 import train_torch_cpu as ttc  # noqa: E402  (the PyTorch model, the batch draws, the worker)
 
 CONFIGS = {
-    "L4-C128": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12),
-    "L6-C384": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=8),
-    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=1),
+    "L4-C128": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, vocab=65),
+    "L6-C384": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=8, vocab=65),
+    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=1, vocab=50304),
 }
 OPT = dict(lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0)
 CSV_FIELDS = ["config", "framework", "version", "n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab",
@@ -124,7 +125,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--repeat", type=int, default=1, help="rounds per configuration; the best of each is kept")
-    ap.add_argument("--vocab", type=int, default=65, help="65: a synthetic text; any other: synthetic tokens")
+    ap.add_argument("--vocab", type=int, default=0,
+                    help="every configuration's vocabulary (0: each its own; 65: a synthetic text; any other: "
+                         "synthetic tokens)")
     ap.add_argument("--no-torch", action="store_true", help="flashgrad only")
     ap.add_argument("--csv", help="write the rows to this file")
     a = ap.parse_args()
@@ -143,8 +146,8 @@ def main():
     if len(steps) < len(names) or len(warm) < len(names) or min(steps) < 1 or min(warm) < 1 or a.threads < 1 \
             or a.repeat < 1:
         ap.error("need a positive --steps per configuration, --warmup-steps >= 1, --threads >= 1, --repeat >= 1")
-    if not 2 <= a.vocab <= 1 << 24:
-        ap.error("--vocab is in [2, 2^24] (65: a synthetic text; else synthetic tokens)")
+    if a.vocab != 0 and not 2 <= a.vocab <= 1 << 24:
+        ap.error("--vocab is 0 or in [2, 2^24] (65: a synthetic text; else synthetic tokens)")
     if not os.access(a.flashgrad, os.X_OK):
         ap.error("no flashgrad binary at %s (run make first)" % a.flashgrad)
     have_torch = False
@@ -160,26 +163,37 @@ def main():
     tmp = tempfile.mkdtemp(prefix="fg_bench_scale_")
     rows, failed = [], False
     try:
-        if a.vocab == 65:
-            data = os.path.join(tmp, "text.txt")
-            write_text(data)
-            data_args = ["--data", data]
-        else:
-            data_args = ["--synthetic-vocab", str(a.vocab)]
-        if have_torch:
-            import numpy as np
-            if a.vocab == 65:
-                tr_tok, va_tok, V, _ = ttc.load_text(np, data)
+        prepared = {}
+
+        def prepare(V):
+            """flashgrad's data flags and PyTorch's token files for vocabulary V, made once per V"""
+            if V in prepared:
+                return prepared[V]
+            tr, va = os.path.join(tmp, "train_%d.npy" % V), os.path.join(tmp, "val_%d.npy" % V)
+            if V == 65:
+                data = os.path.join(tmp, "text.txt")
+                write_text(data)
+                data_args = ["--data", data]
             else:
-                g = np.random.default_rng(1)
-                tr_tok, va_tok = g.integers(0, a.vocab, 1 << 21), g.integers(0, a.vocab, 1 << 18)
-            np.save(os.path.join(tmp, "train.npy"), tr_tok)
-            np.save(os.path.join(tmp, "val.npy"), va_tok)
+                data_args = ["--synthetic-vocab", str(V)]
+            if have_torch:
+                import numpy as np
+                if V == 65:
+                    tr_tok, va_tok, _, _ = ttc.load_text(np, data)
+                else:
+                    g = np.random.default_rng(1)
+                    tr_tok, va_tok = g.integers(0, V, 1 << 21), g.integers(0, V, 1 << 18)
+                np.save(tr, tr_tok)
+                np.save(va, va_tok)
+            prepared[V] = (data_args, tr, va)
+            return prepared[V]
+
         for name, n, w in zip(names, steps, warm):
-            c = dict(CONFIGS[name], steps=n, warmup_steps=w, vocab=a.vocab, train_npy=os.path.join(tmp, "train.npy"),
-                     val_npy=os.path.join(tmp, "val.npy"))
+            V = a.vocab or CONFIGS[name]["vocab"]
+            data_args, tr, va = prepare(V)
+            c = dict(CONFIGS[name], steps=n, warmup_steps=w, vocab=V, train_npy=tr, val_npy=va)
             print("\n-- %s: L%d H%d C%d T%d B%d, vocabulary %d, %d + %d steps --" % (
-                name, c["n_layer"], c["n_head"], c["n_embd"], c["block_size"], c["batch_size"], a.vocab,
+                name, c["n_layer"], c["n_head"], c["n_embd"], c["block_size"], c["batch_size"], V,
                 w, n), flush=True)
             fg = th = None
             try:
@@ -198,7 +212,7 @@ def main():
                 continue
             fpt = flops_per_token(fg["params"], c)
             rows.append(dict(config=name, framework="flashgrad", version="", n_layer=c["n_layer"], n_head=c["n_head"],
-                             n_embd=c["n_embd"], block_size=c["block_size"], batch_size=c["batch_size"], vocab=a.vocab,
+                             n_embd=c["n_embd"], block_size=c["block_size"], batch_size=c["batch_size"], vocab=V,
                              params=fg["params"], flops_per_token="%.6g" % fpt, step_ms="%.2f" % fg["step_ms"],
                              tokens_per_s="%.1f" % fg["tokens_per_s"], mfu="%.4f" % fg["mfu"],
                              peak_rss_mib="%.1f" % fg["rss_mib"], fma_peak_gflops="%.1f" % fg["peak"],

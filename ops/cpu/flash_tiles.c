@@ -184,69 +184,53 @@ void SFX(fg_flash_softmax_cols_scalar)(T *ST, int64_t ld, int64_t nk, int64_t r0
     }
 }
 
+/* X86_VECTOR(op, args…): run op's vector form at the level the CPU runs (AVX-512 for float32,
+ * AVX2+FMA for both dtypes) and return; without one, go on (to the plain C form that follows). */
 #if FG_SIMD_X86
-/* the vector forms' level: 2 AVX-512 (float32 only), 1 AVX2+FMA, 0 none (the plain C forms) */
-static int SFX(x86_level)(void) {
+static int SFX(x86_level)(void) { /* 2 AVX-512 (float32 only), 1 AVX2+FMA, 0 none */
     const fg_simd_level s = fg_simd_active();
     if (X86_AVX512 && s == FG_SIMD_AVX512) return 2;
     return s >= FG_SIMD_AVX2;
 }
+#if X86_AVX512
+#define X86_AVX512_FORM(lv, op, ...)                                                                                   \
+    if (lv == 2) {                                                                                                     \
+        fg_flash_##op##_avx512(__VA_ARGS__);                                                                           \
+        return;                                                                                                        \
+    }
+#else
+#define X86_AVX512_FORM(lv, op, ...)
+#endif
+#define X86_VECTOR(op, ...)                                                                                            \
+    do {                                                                                                               \
+        const int lv = SFX(x86_level)();                                                                               \
+        X86_AVX512_FORM(lv, op, __VA_ARGS__)                                                                           \
+        if (lv == 1) {                                                                                                 \
+            SFX(fg_flash_##op##_avx2)(__VA_ARGS__);                                                                    \
+            return;                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+#else
+#define X86_VECTOR(op, ...) ((void)0)
 #endif
 
 static void SFX(x86_softmax)(T *ST, int64_t ld, int64_t nq, int64_t nk, T *m, T *l, T *alpha) {
-#if FG_SIMD_X86
-    switch (SFX(x86_level)()) {
-#if X86_AVX512
-    case 2:
-        fg_flash_softmax_cols_avx512(ST, ld, nk, nq, m, l, alpha);
-        return;
-#endif
-    case 1:
-        SFX(fg_flash_softmax_cols_avx2)(ST, ld, nk, nq, m, l, alpha);
-        return;
-    default:
-        break;
-    }
-#endif
+    X86_VECTOR(softmax_cols, ST, ld, nk, nq, m, l, alpha);
     SFX(fg_flash_softmax_cols_scalar)(ST, ld, nk, 0, nq, m, l, alpha);
 }
 
 static void SFX(x86_exp_rows)(T *S, int64_t ld, int64_t nq, int64_t nk, const T *L, const T *lo) {
-#if FG_SIMD_X86
-    switch (SFX(x86_level)()) {
-#if X86_AVX512
-    case 2:
-        fg_flash_exp_rows_avx512(S, ld, nq, nk, L, lo);
-        return;
-#endif
-    case 1:
-        SFX(fg_flash_exp_rows_avx2)(S, ld, nq, nk, L, lo);
-        return;
-    default:
-        break;
-    }
-#endif
+    X86_VECTOR(exp_rows, S, ld, nq, nk, L, lo);
     SFX(exp_rows_with)(S, ld, nq, nk, L, lo, EXP_REF);
 }
 
 /* dS = P ∘ (dP − D_r): element by element, so the vector forms give the portable form's bits */
 static void SFX(x86_ds_rows)(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk, const T *D) {
-#if FG_SIMD_X86
-    switch (SFX(x86_level)()) {
-#if X86_AVX512
-    case 2:
-        fg_flash_ds_rows_avx512(dS, P, ld, nq, nk, D);
-        return;
-#endif
-    case 1:
-        SFX(fg_flash_ds_rows_avx2)(dS, P, ld, nq, nk, D);
-        return;
-    default:
-        break;
-    }
-#endif
+    X86_VECTOR(ds_rows, dS, P, ld, nq, nk, D);
     SFX(flash_ds_rows)(dS, P, ld, nq, nk, D);
 }
+#undef X86_VECTOR
+#undef X86_AVX512_FORM
 
 /* in 8 × 8 blocks, so that both sides are read and written a cache line at a time */
 void SFX(fg_flash_transpose_scalar)(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
