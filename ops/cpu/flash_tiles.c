@@ -21,8 +21,7 @@
 
 /* GEMM, EXP: the portable table's product and exp; GEMM_SMALL, EXP_REF: the x86 table's (the
  * register-blocked products, the vectorized exp's plain C form); X86_AVX512: the dtype has AVX-512
- * forms (float32; float64 runs its AVX2 forms on AVX-512 CPUs); X86_TRANSPOSE: the vector transpose
- * and the smallest tile it takes */
+ * forms (float32; float64 runs its AVX2 forms on AVX-512 CPUs) */
 #define T float
 #define SFX(name) name##_f32
 #define GEMM cblas_sgemm
@@ -30,9 +29,6 @@
 #define GEMM_SMALL fg_sgemm_small
 #define EXP_REF fg_expf_ref
 #define X86_AVX512 1
-#define X86_TRANSPOSE fg_flash_transpose_avx512
-#define X86_TRANSPOSE_LEVEL FG_SIMD_AVX512
-#define X86_TRANSPOSE_MIN 16
 #include "ops/cpu/flash_tiles.c"
 #undef T
 #undef SFX
@@ -41,9 +37,6 @@
 #undef GEMM_SMALL
 #undef EXP_REF
 #undef X86_AVX512
-#undef X86_TRANSPOSE
-#undef X86_TRANSPOSE_LEVEL
-#undef X86_TRANSPOSE_MIN
 
 #define T double
 #define SFX(name) name##_f64
@@ -52,9 +45,6 @@
 #define GEMM_SMALL fg_dgemm_small
 #define EXP_REF fg_exp64_ref
 #define X86_AVX512 0
-#define X86_TRANSPOSE fg_flash_transpose_avx2_f64
-#define X86_TRANSPOSE_LEVEL FG_SIMD_AVX2
-#define X86_TRANSPOSE_MIN 4
 #include "ops/cpu/flash_tiles.c"
 #undef T
 #undef SFX
@@ -63,9 +53,6 @@
 #undef GEMM_SMALL
 #undef EXP_REF
 #undef X86_AVX512
-#undef X86_TRANSPOSE
-#undef X86_TRANSPOSE_LEVEL
-#undef X86_TRANSPOSE_MIN
 
 #undef FG_FLASH_TILES_TEMPLATE
 
@@ -229,9 +216,6 @@ static void SFX(x86_ds_rows)(T *dS, const T *P, int64_t ld, int64_t nq, int64_t 
     X86_VECTOR(ds_rows, dS, P, ld, nq, nk, D);
     SFX(flash_ds_rows)(dS, P, ld, nq, nk, D);
 }
-#undef X86_VECTOR
-#undef X86_AVX512_FORM
-
 /* in 8 × 8 blocks, so that both sides are read and written a cache line at a time */
 void SFX(fg_flash_transpose_scalar)(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
     for (int64_t r0 = 0; r0 < rows; r0 += 8)
@@ -243,14 +227,12 @@ void SFX(fg_flash_transpose_scalar)(T *dst, int64_t ldd, const T *src, int64_t l
 }
 
 static void SFX(x86_transpose)(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
-#if FG_SIMD_X86
-    if (fg_simd_active() >= X86_TRANSPOSE_LEVEL && rows >= X86_TRANSPOSE_MIN && cols >= X86_TRANSPOSE_MIN) {
-        X86_TRANSPOSE(dst, ldd, src, lds, rows, cols);
-        return;
-    }
-#endif
+    X86_VECTOR(transpose, dst, ldd, src, lds, rows, cols);
     SFX(fg_flash_transpose_scalar)(dst, ldd, src, lds, rows, cols);
 }
+
+#undef X86_VECTOR
+#undef X86_AVX512_FORM
 
 /* the register-blocked products with BLAS's transpose flags (B is always row-major: the table packs) */
 static void SFX(x86_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t lda,

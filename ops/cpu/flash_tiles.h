@@ -80,13 +80,14 @@ void fg_flash_transpose_scalar_f64(double *dst, int64_t ldd, const double *src, 
                                    int64_t cols);
 #if FG_SIMD_X86
 /* The vector forms, each compiled for its instruction set (call only at that fg_simd_active level).
- * AVX-512, float32 only (float64 runs its AVX2 forms there); the transpose in 16 × 16 blocks where
- * rows, cols >= 16, the edges through fg_flash_transpose_scalar_f32. */
+ * AVX-512, float32 only (float64 runs its AVX2 forms there); the transpose in 16 × 16 blocks, the
+ * edges through fg_flash_transpose_scalar_f32. */
 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
 void fg_flash_exp_rows_avx512(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
 void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
-/* AVX2+FMA, both dtypes (one template); the float64 transpose in 4 × 4 blocks, rows, cols >= 4 */
+/* AVX2+FMA, both dtypes (the softmax, exp and dS forms one template); the transposes in 8 × 8
+ * (float32) and 4 × 4 (float64) blocks, the edges through the plain C form. */
 void fg_flash_softmax_cols_avx2_f32(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
 void fg_flash_softmax_cols_avx2_f64(double *ST, int64_t ld, int64_t nk, int64_t nq, double *m, double *l,
                                     double *alpha);
@@ -94,6 +95,7 @@ void fg_flash_exp_rows_avx2_f32(float *S, int64_t ld, int64_t nq, int64_t nk, co
 void fg_flash_exp_rows_avx2_f64(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L, const double *lo);
 void fg_flash_ds_rows_avx2_f32(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
 void fg_flash_ds_rows_avx2_f64(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk, const double *D);
+void fg_flash_transpose_avx2_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 void fg_flash_transpose_avx2_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
                                  int64_t cols);
 #endif

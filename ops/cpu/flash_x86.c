@@ -142,6 +142,39 @@ FG_TARGET_AVX512 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t
     }
 }
 
+/* one 8 × 8 block: pairs of rows interleaved by 1, then 2 elements, then the 128-bit halves swapped */
+FG_TARGET_AVX2 static void transpose8x8_ps(float *dst, int64_t ldd, const float *src, int64_t lds) {
+    __m256 r[8], t[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[4 + i], 0x20));
+        _mm256_storeu_ps(dst + (4 + i) * ldd, _mm256_permute2f128_ps(r[i], r[4 + i], 0x31));
+    }
+}
+
+FG_TARGET_AVX2 void fg_flash_transpose_avx2_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                                                int64_t cols) {
+    const int64_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+    for (int64_t r0 = 0; r0 < r8; r0 += 8)
+        for (int64_t c0 = 0; c0 < c8; c0 += 8) transpose8x8_ps(dst + c0 * ldd + r0, ldd, src + r0 * lds + c0, lds);
+    if (c8 < cols) fg_flash_transpose_scalar_f32(dst + c8 * ldd, ldd, src + c8, lds, r8, cols - c8);
+    if (r8 < rows) fg_flash_transpose_scalar_f32(dst + r8, ldd, src + r8 * lds, lds, rows - r8, cols);
+}
+
 /* one 4 × 4 block: pairs of rows interleaved, then 128-bit halves swapped */
 FG_TARGET_AVX2 static void transpose4x4_pd(double *dst, int64_t ldd, const double *src, int64_t lds) {
     const __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + lds), r2 = _mm256_loadu_pd(src + 2 * lds),
