@@ -7,8 +7,9 @@
  * end — a training step after warm-up should take nothing new from the system, so the two numbers
  * should be equal. The optimizer settings (--lr, --min-lr, --warmup, --lr-decay-steps,
  * --weight-decay, --beta1, --beta2, --grad-clip) are train's; their defaults here are lr 1e-3 ->
- * 1e-4 with no warm-up, cosine over all W + N steps. With --eval-iters E > 0 it then evaluates the
- * trained model on E fixed validation batches — the batches `flashgrad train` evaluates on
+ * 1e-4 with no warm-up, cosine over all W + N steps. With --eval-iters E > 0 (and a dataset with a
+ * validation split: --data or --data-bin) it then evaluates the trained model on E fixed
+ * validation batches — the batches `flashgrad train` evaluates on
  * (fg_trainer_eval_seed) — and prints each batch's loss and their mean: bench/train_torch_cpu.py
  * compares that with the same model trained by PyTorch. --print-step-times prints every timed
  * step's time. --synthetic-vocab V trains on synthetic tokens of a V-word vocabulary (no file; for
@@ -156,8 +157,8 @@ static void init_bench_flags(fg_flag *f) {
     f[B_STEPS] = (fg_flag){"--steps", FG_FLAG_INT, "N", "timed steps", 1, 1e6, 0, .i = 20};
     f[B_WARM] = (fg_flag){"--warmup-steps", FG_FLAG_INT, "N", "untimed steps first", 1, 1e6, 0, .i = 3};
     f[B_EVAL_ITERS] = (fg_flag){
-        "--eval-iters", FG_FLAG_INT, "N", "validation batches evaluated after the timed steps (0: none)", 0, 1e6, 0,
-        .i = 0};
+        "--eval-iters", FG_FLAG_INT, "N",
+        "validation batches evaluated after the timed steps (0: none; needs --data or --data-bin)", 0, 1e6, 0, .i = 0};
     f[B_STEP_TIMES] =
         (fg_flag){.name = "--print-step-times", .type = FG_FLAG_BOOL, .help = "print every timed step's time"};
     f[B_SYNTH] = (fg_flag){"--synthetic-vocab", FG_FLAG_INT, "V",
@@ -215,8 +216,9 @@ int fg_bench_train(int argc, char **argv) {
         return 2;
     }
     const int E = (int)f[B_EVAL_ITERS].i;
-    if (E > 0 && (!f[FG_TF_DATA].given || dev != FG_CPU)) {
-        fprintf(stderr, "flashgrad bench train: --eval-iters needs --data (a text file) on the cpu\n");
+    if (E > 0 && ((!f[FG_TF_DATA].given && !f[FG_TF_DATA_BIN].given) || dev != FG_CPU)) {
+        fprintf(stderr, "flashgrad bench train: --eval-iters needs a validation split (--data or --data-bin) on the "
+                        "cpu\n");
         fg_source_free(src);
         return 2;
     }

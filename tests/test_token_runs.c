@@ -513,3 +513,36 @@ Test(token_runs, token_checkpoint_metadata_is_read_strictly) {
     cr_expect_not_null(ck, "the unedited checkpoint: %s", fg_last_error());
     fg_ckpt_close(ck);
 }
+
+/* `bench train --eval-iters` on a token folder: the validation loss `flashgrad train` reports after
+ * the same steps and schedule (bench train's defaults: no warm-up, cosine over its W + N steps),
+ * within train's four printed decimals; and one line with exit 2 where there is no validation
+ * split. */
+Test(token_runs, bench_train_evaluates_a_token_folder_as_train_does) {
+    need_bin();
+    write_nano_folder("nano", 3);
+#define EVAL_MODEL                                                                                                     \
+    "--data-bin nano --vocab-size 256 --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 "              \
+    "--threads 1 --eval-iters 2"
+    char blog[16384], tlog[16384];
+    int st = run("bench train " EVAL_MODEL " --warmup-steps 1 --steps 2", blog, sizeof blog);
+    cr_assert_eq(st, 0, "%s", blog);
+    st = run("train " EVAL_MODEL " --steps 3 --warmup 0 --eval-every 0 --samples 0 --out ev", tlog, sizeof tlog);
+    cr_assert_eq(st, 0, "%s", tlog);
+#undef EVAL_MODEL
+    const char *vs = strstr(blog, "val losses: "), *vm = strstr(blog, "val loss: "), *tf = strstr(tlog, "final: ");
+    cr_assert(vs && vm && tf, "no validation lines:\n%s\n%s", blog, tlog);
+    char *end;
+    const double a = strtod(vs + strlen("val losses: "), &end), b = strtod(end, NULL);
+    const double mean = strtod(vm + strlen("val loss: "), NULL);
+    const char *tv = strstr(tf, "val loss ");
+    cr_assert(tv, "%s", tlog);
+    const double train_val = strtod(tv + strlen("val loss "), NULL);
+    cr_expect(fabs(mean - (a + b) / 2) < 1e-6, "val loss %.9g is not the mean of %.9g and %.9g", mean, a, b);
+    cr_expect(fabs(mean - train_val) <= 5e-5 + 1e-9, "bench train's val loss %.6f, train's %.4f:\n%s\n%s", mean,
+              train_val, blog, tlog);
+    /* random bytes: a 3-step model is near the uniform loss log 256 */
+    cr_expect(fabs(mean - log(256.0)) < 0.5, "val loss %g, log 256 = %g", mean, log(256.0));
+    expect_fails("bench train --synthetic-vocab 100 --eval-iters 1 --steps 1 --warmup-steps 1", 2,
+                 "--eval-iters needs a validation split");
+}
