@@ -2,9 +2,11 @@
 #include "tests/common.h"
 
 #include "ops/cpu/simd.h"
+#include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
 #include "tensor/safetensors.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,4 +436,100 @@ void fgt_flash_bit_identity(fg_dtype dt, const fgt_flash_case *cases, size_t n, 
     }
     fg_simd_set(best);
     fg_pool_set_threads(0);
+}
+
+/* ---- the register-blocked tile products ---- */
+
+static uint64_t gemm_lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+
+static void set_elem(fg_dtype dt, void *p, size_t i, double v) {
+    if (dt == FG_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+/* C = alpha A B (mode 0), C += alpha A B (1), C = rs ∘ C + alpha A B (2) in dt */
+static void small_gemm(fg_dtype dt, int64_t m, int64_t n, int64_t k, double alpha, const void *A, int64_t rsa,
+                       int64_t csa, const void *B, int64_t ldb, void *C, int64_t ldc, const void *rs, int mode) {
+    if (dt == FG_F32)
+        fg_sgemm_small(m, n, k, (float)alpha, A, rsa, csa, B, ldb, C, ldc, mode == 2 ? rs : NULL, mode != 0);
+    else
+        fg_dgemm_small(m, n, k, alpha, A, rsa, csa, B, ldb, C, ldc, mode == 2 ? rs : NULL, mode != 0);
+}
+
+void fgt_small_gemm_check(fg_dtype dt, int n_cases, int64_t max_m, int64_t max_n, uint64_t seed) {
+    const fg_simd_level best = fg_simd_detect();
+    const size_t es = fg_dtype_size(dt);
+    const long double eps = dt == FG_F32 ? FLT_EPSILON : DBL_EPSILON;
+    for (int cs = 0; cs < n_cases; cs++) {
+        const int64_t m = (int64_t)(gemm_lcg(&seed) % (uint64_t)max_m),
+                      n = (int64_t)(gemm_lcg(&seed) % (uint64_t)max_n) + (cs % 7 == 0 ? 64 : 0),
+                      k = (int64_t)(gemm_lcg(&seed) % 70);
+        const int transA = (int)(gemm_lcg(&seed) & 1), mode = (int)(gemm_lcg(&seed) % 3);
+        const double alpha = cs % 3 == 0 ? 1.0 : (dt == FG_F32 ? (double)0.37f : 0.37);
+        const int64_t lda = (transA ? m : k) + 3, ldb = n + 5, ldc = n + 7; /* padding that must stay untouched */
+        const int64_t rsa = transA ? 1 : lda, csa = transA ? lda : 1;
+        const size_t na = (size_t)((transA ? k : m) * lda + 1), nb = (size_t)(k * ldb + 1), nc = (size_t)(m * ldc + 1);
+        void *A = malloc(na * es), *Bm = malloc(nb * es), *C0 = malloc(nc * es), *C = malloc(nc * es),
+             *Cref = malloc(nc * es), *rs = malloc((size_t)(m + 1) * es);
+        cr_assert(A && Bm && C0 && C && Cref && rs);
+        void *fill[4] = {A, Bm, C0, rs};
+        const size_t fill_n[4] = {na, nb, nc, (size_t)(m + 1)};
+        for (int f = 0; f < 4; f++)
+            for (size_t i = 0; i < fill_n[f]; i++)
+                set_elem(dt, fill[f], i, (double)gemm_lcg(&seed) / 2147483648.0 * 2.0 - 1.0);
+        /* the plain C level is the bit-exact reference for the others ... */
+        fg_simd_set(FG_SIMD_SCALAR);
+        memcpy(Cref, C0, nc * es);
+        small_gemm(dt, m, n, k, alpha, A, rsa, csa, Bm, ldb, Cref, ldc, rs, mode);
+        /* ... and a long double triple loop checks it */
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < ldc; c++) {
+                const size_t at = (size_t)(r * ldc + c);
+                const double got = elem(dt, Cref, at);
+                if (c >= n) {
+                    cr_assert(memcmp((char *)Cref + at * es, (char *)C0 + at * es, es) == 0,
+                              "%s case %d: column %lld of row %lld (past n = %lld) was written", fg_dtype_name(dt), cs,
+                              (long long)c, (long long)r, (long long)n);
+                    continue;
+                }
+                long double t = 0, mag = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    const long double x = (long double)elem(dt, A, (size_t)(r * rsa + p * csa)) *
+                                          elem(dt, Bm, (size_t)(p * ldb + c));
+                    t += x;
+                    mag += fabsl(x);
+                }
+                const long double old = elem(dt, C0, at), rsr = elem(dt, rs, (size_t)r);
+                const long double want = mode == 0 ? alpha * t : mode == 1 ? old + alpha * t : rsr * old + alpha * t;
+                const long double bound = (long double)(k + 3) * eps * (fabsl(alpha) * mag + fabsl(old) + 1e-300L);
+                cr_assert(fabsl(got - want) <= bound,
+                          "%s case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.17g, want %.17Lg",
+                          fg_dtype_name(dt), cs, (long long)m, (long long)n, (long long)k, transA, mode, (long long)r,
+                          (long long)c, got, want);
+            }
+        for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++) {
+            fg_simd_set((fg_simd_level)lv);
+            memcpy(C, C0, nc * es);
+            small_gemm(dt, m, n, k, alpha, A, rsa, csa, Bm, ldb, C, ldc, rs, mode);
+            for (size_t i = 0; i < nc; i++)
+                cr_assert(memcmp((char *)C + i * es, (char *)Cref + i * es, es) == 0,
+                          "%s case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu (row "
+                          "%lld col %lld): %a vs %a",
+                          fg_dtype_name(dt), cs, (long long)m, (long long)n, (long long)k, transA, mode,
+                          fg_simd_name((fg_simd_level)lv), i, (long long)(i / (size_t)ldc),
+                          (long long)(i % (size_t)ldc), elem(dt, C, i), elem(dt, Cref, i));
+        }
+        free(A);
+        free(Bm);
+        free(C0);
+        free(C);
+        free(Cref);
+        free(rs);
+    }
+    fg_simd_set(best);
 }

@@ -179,6 +179,14 @@ typedef struct {
  * level at the CPU's best and the pool at its default size. */
 void fgt_flash_bit_identity(fg_dtype dt, const fgt_flash_case *cases, size_t n, uint64_t seed);
 
+/* ---- the register-blocked tile products (ops/cpu/smallgemm.h) ---- */
+/* n_cases random products in dt (FG_F32: fg_sgemm_small, FG_F64: fg_dgemm_small), m < max_m,
+ * n < max_n (+ 64 every 7th case), k < 70, A plain or transposed, modes =, += and rowscale, rows
+ * padded: the plain C level must match a long double triple loop within (k + 3) eps of the sum of
+ * magnitudes and leave the padding untouched, and every vector level the CPU has must give its
+ * bits. Leaves the SIMD level at the CPU's best. */
+void fgt_small_gemm_check(fg_dtype dt, int n_cases, int64_t max_m, int64_t max_n, uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,68 +90,7 @@ Test(flash_f64, exp_special_values) {
 }
 
 Test(flash_f64, dgemm_small_matches_a_long_double_reference_and_every_level_gives_the_same_bits) {
-    uint64_t seed = 777;
-    const int n_cases = fgt_sanitize() ? 30 : 200;
-    const fg_simd_level best = fg_simd_detect();
-    for (int cs = 0; cs < n_cases; cs++) {
-        const int64_t m = (int64_t)(lcg(&seed) % 40), n = (int64_t)(lcg(&seed) % 75) + (cs % 7 == 0 ? 64 : 0),
-                      k = (int64_t)(lcg(&seed) % 70);
-        const int transA = (int)(lcg(&seed) & 1), mode = (int)(lcg(&seed) % 3); /* 0: =, 1: +=, 2: rowscale */
-        const double alpha = cs % 3 == 0 ? 1.0 : 0.37;
-        const int64_t lda = (transA ? m : k) + 3, ldb = n + 5, ldc = n + 7; /* padding that must stay untouched */
-        const int64_t rsa = transA ? 1 : lda, csa = transA ? lda : 1;
-        const size_t na = (size_t)((transA ? k : m) * lda + 1), nb = (size_t)(k * ldb + 1), nc = (size_t)(m * ldc + 1);
-        double *A = malloc(na * sizeof(double)), *Bm = malloc(nb * sizeof(double)), *C0 = malloc(nc * sizeof(double));
-        double *C = malloc(nc * sizeof(double)), *Cref = malloc(nc * sizeof(double)),
-               *rs = malloc((size_t)(m + 1) * sizeof(double));
-        for (size_t i = 0; i < na; i++) A[i] = drand(&seed);
-        for (size_t i = 0; i < nb; i++) Bm[i] = drand(&seed);
-        for (size_t i = 0; i < nc; i++) C0[i] = drand(&seed);
-        for (int64_t r = 0; r <= m; r++) rs[r] = drand(&seed);
-        fg_simd_set(FG_SIMD_SCALAR);
-        memcpy(Cref, C0, nc * sizeof(double));
-        fg_dgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, Cref, ldc, mode == 2 ? rs : NULL, mode != 0);
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t c = 0; c < ldc; c++) {
-                const double got = Cref[r * ldc + c];
-                if (c >= n) {
-                    cr_assert(memcmp(&got, &C0[r * ldc + c], sizeof got) == 0,
-                              "case %d: column %lld of row %lld (past n = %lld) was written", cs, (long long)c,
-                              (long long)r, (long long)n);
-                    continue;
-                }
-                long double t = 0, mag = 0;
-                for (int64_t p = 0; p < k; p++) {
-                    t += (long double)A[r * rsa + p * csa] * Bm[p * ldb + c];
-                    mag += fabsl((long double)A[r * rsa + p * csa] * Bm[p * ldb + c]);
-                }
-                const long double old = C0[r * ldc + c];
-                const long double want = mode == 0 ? alpha * t : mode == 1 ? old + alpha * t : rs[r] * old + alpha * t;
-                const long double bound =
-                    (long double)(k + 3) * DBL_EPSILON * (fabsl(alpha) * mag + fabsl(old) + 1e-300L);
-                cr_assert(fabsl(got - want) <= bound,
-                          "case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.17g, want %.17Lg", cs,
-                          (long long)m, (long long)n, (long long)k, transA, mode, (long long)r, (long long)c, got,
-                          want);
-            }
-        for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++) {
-            fg_simd_set((fg_simd_level)lv);
-            memcpy(C, C0, nc * sizeof(double));
-            fg_dgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, C, ldc, mode == 2 ? rs : NULL, mode != 0);
-            for (size_t i = 0; i < nc; i++)
-                cr_assert(memcmp(&C[i], &Cref[i], sizeof(double)) == 0,
-                          "case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu: %a vs %a",
-                          cs, (long long)m, (long long)n, (long long)k, transA, mode, fg_simd_name((fg_simd_level)lv),
-                          i, C[i], Cref[i]);
-        }
-        free(A);
-        free(Bm);
-        free(C0);
-        free(C);
-        free(Cref);
-        free(rs);
-    }
-    fg_simd_set(best);
+    fgt_small_gemm_check(FG_F64, fgt_sanitize() ? 30 : 200, 40, 75, 777);
 }
 
 static double rel_diff(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-300); }

@@ -141,73 +141,7 @@ static uint64_t lcg(uint64_t *s) {
 static float frand(uint64_t *s) { return (float)((double)lcg(s) / 2147483648.0 * 2.0 - 1.0); }
 
 Test(simd, smallgemm_matches_a_double_reference_and_every_level_gives_the_same_bits) {
-    uint64_t seed = 12345;
-    const int n_cases = fgt_sanitize() ? 40 : 300;
-    const fg_simd_level best = fg_simd_detect();
-    for (int cs = 0; cs < n_cases; cs++) {
-        const int64_t m = (int64_t)(lcg(&seed) % 71), n = (int64_t)(lcg(&seed) % 140) + (cs % 7 == 0 ? 64 : 0),
-                      k = (int64_t)(lcg(&seed) % 70);
-        const int transA = (int)(lcg(&seed) & 1), mode = (int)(lcg(&seed) % 3); /* 0: =, 1: +=, 2: rowscale */
-        const float alpha = cs % 3 == 0 ? 1.0f : 0.37f;
-        const int64_t lda = (transA ? m : k) + 3, ldb = n + 5, ldc = n + 7; /* padding that must stay untouched */
-        const int64_t rsa = transA ? 1 : lda, csa = transA ? lda : 1;
-        const size_t na = (size_t)((transA ? k : m) * lda + 1), nb = (size_t)(k * ldb + 1), nc = (size_t)(m * ldc + 1);
-        float *A = malloc(na * sizeof(float)), *Bm = malloc(nb * sizeof(float)), *C0 = malloc(nc * sizeof(float));
-        float *C = malloc(nc * sizeof(float)), *Cref = malloc(nc * sizeof(float)),
-              *rs = malloc((size_t)(m + 1) * sizeof(float));
-        for (size_t i = 0; i < na; i++) A[i] = frand(&seed);
-        for (size_t i = 0; i < nb; i++) Bm[i] = frand(&seed);
-        for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
-        for (int64_t r = 0; r <= m; r++) rs[r] = frand(&seed);
-        /* the plain C level is the bit-exact reference for the others */
-        fg_simd_set(FG_SIMD_SCALAR);
-        memcpy(Cref, C0, nc * sizeof(float));
-        fg_sgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, Cref, ldc, mode == 2 ? rs : NULL, mode != 0);
-        /* ... and a double-precision triple loop checks the scalar level */
-        double worst = 0;
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t c = 0; c < ldc; c++) {
-                const float got = Cref[r * ldc + c];
-                if (c >= n) {
-                    cr_assert_eq(got, C0[r * ldc + c], "case %d: column %lld of row %lld (past n = %lld) was written",
-                                 cs, (long long)c, (long long)r, (long long)n);
-                    continue;
-                }
-                double t = 0, mag = 0;
-                for (int64_t p = 0; p < k; p++) {
-                    t += (double)A[r * rsa + p * csa] * Bm[p * ldb + c];
-                    mag += fabs((double)A[r * rsa + p * csa] * Bm[p * ldb + c]);
-                }
-                const double old = C0[r * ldc + c];
-                const double want = mode == 0 ? alpha * t : mode == 1 ? old + alpha * t : rs[r] * old + alpha * t;
-                const double bound = (double)(k + 3) * FLT_EPSILON * (fabs(alpha) * mag + fabs(old) + 1e-30);
-                const double e = fabs(got - want);
-                cr_assert(e <= bound,
-                          "case %d (m %lld n %lld k %lld transA %d mode %d): C[%lld][%lld] = %.9g, want %.9g "
-                          "(bound %.3g)",
-                          cs, (long long)m, (long long)n, (long long)k, transA, mode, (long long)r, (long long)c, got,
-                          want, bound);
-                if (e / (bound + 1e-300) > worst) worst = e / bound;
-            }
-        for (int lv = FG_SIMD_AVX2; lv <= (int)best; lv++) {
-            fg_simd_set((fg_simd_level)lv);
-            memcpy(C, C0, nc * sizeof(float));
-            fg_sgemm_small(m, n, k, alpha, A, rsa, csa, Bm, ldb, C, ldc, mode == 2 ? rs : NULL, mode != 0);
-            for (size_t i = 0; i < nc; i++)
-                cr_assert(
-                    memcmp(&C[i], &Cref[i], sizeof(float)) == 0,
-                    "case %d (m %lld n %lld k %lld transA %d mode %d): %s differs from scalar at %zu (row %lld col "
-                    "%lld): %a vs %a",
-                    cs, (long long)m, (long long)n, (long long)k, transA, mode, fg_simd_name(lv), i,
-                    (long long)(i / (size_t)ldc), (long long)(i % (size_t)ldc), C[i], Cref[i]);
-        }
-        free(A);
-        free(Bm);
-        free(C0);
-        free(C);
-        free(Cref);
-        free(rs);
-    }
+    fgt_small_gemm_check(FG_F32, fgt_sanitize() ? 40 : 300, 71, 140, 12345);
 }
 
 /* ---------------------------------------------------------------------------------------------
