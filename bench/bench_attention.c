@@ -447,10 +447,11 @@ int fg_bench_attention(int argc, char **argv) {
     const int drc = fg_attn_device_ready("bench attention", c.device, NULL);
     if (drc) return drc;
     FILE *out = NULL;
+    fg_csv_file csvf;
     if (csv) {
-        out = fg_csv_open_atomic(csv);
+        out = fg_csv_open_atomic(&csvf, csv);
         if (!out) {
-            fprintf(stderr, "bench attention: cannot write %s: %s\n", csv, strerror(errno));
+            fprintf(stderr, "bench attention: --csv: %s\n", fg_last_error());
             return 1;
         }
         fprintf(out, "impl,b,h,nq,nk,d,causal,dropout,block_q,block_k,fwd_ms,bwd_ms,fwd_gflops,bwd_gflops,"
@@ -458,6 +459,7 @@ int fg_bench_attention(int argc, char **argv) {
                      "fwdbwd_gflops_per_cpu_s,sgemm_gflops_per_cpu_s,dtype,peak_gflops,fwdbwd_frac_peak\n");
     }
     if (c.device != FG_CPU) want_sgemm = 0;
+    int n_failed = 0, n_done = 0; /* measurements that failed, and that gave a row */
     const int f64 = c.dtype == FG_F64;
     const char *dtn = f64 ? "float64" : "float32";
     fg_print_machine_line(stdout);
@@ -501,9 +503,11 @@ int fg_bench_attention(int argc, char **argv) {
             if (r.ok) {
                 sgemm_gf = sf / (r.sgemm_ms * 1e-3) / 1e9;
                 sgemm_cgf = r.sgemm_cpu_ms > 0 ? sf / (r.sgemm_cpu_ms * 1e-3) / 1e9 : 0;
-            } else
+            } else {
                 printf("sgemm  %6lld %6lld %4lld | failed: %s\n", (long long)c.nq, (long long)c.nk, (long long)c.d,
                        r.err);
+                n_failed++;
+            }
         }
         for (int impl = 0; impl < 2; impl++) {
             if ((impl == FG_ATTN_NAIVE && !want_naive) || (impl == FG_ATTN_FLASH && !want_flash)) continue;
@@ -523,8 +527,10 @@ int fg_bench_attention(int argc, char **argv) {
                 if (!r.ok) {
                     printf("%-6s %6lld %6lld %4lld | failed: %s\n", name, (long long)c.nq, (long long)c.nk,
                            (long long)c.d, r.err);
+                    n_failed++;
                     continue;
                 }
+                n_done++;
                 double gf = flops / (r.fwd_ms * 1e-3) / 1e9, gb = 2.5 * flops / (r.bwd_ms * 1e-3) / 1e9;
                 double gfb = 3.5 * flops / ((r.fwd_ms + r.bwd_ms) * 1e-3) / 1e9;
                 double cgfb =
@@ -572,8 +578,13 @@ int fg_bench_attention(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    if (out && fg_csv_commit(out, csv) != 0) {
-        fprintf(stderr, "bench attention: could not finish writing %s: %s\n", csv, strerror(errno));
+    if (out && fg_csv_commit(&csvf) != 0) {
+        fprintf(stderr, "bench attention: could not finish writing %s: %s\n", csv, fg_last_error());
+        return 1;
+    }
+    if (n_failed) {
+        fprintf(stderr, "bench attention: %d of %d measurements failed (see the lines above)%s\n", n_failed,
+                n_failed + n_done, csv ? "; the CSV holds the others" : "");
         return 1;
     }
     return 0;

@@ -89,35 +89,40 @@ void fg_print_machine_line(FILE *f) {
             sysconf(_SC_NPROCESSORS_ONLN), openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "unset");
 }
 
-FILE *fg_csv_open_atomic(const char *path) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        errno = ENAMETOOLONG;
+FILE *fg_csv_open_atomic(fg_csv_file *c, const char *path) {
+    c->f = NULL;
+    if (fg_atomic_begin(&c->af, path) != FG_OK) return NULL;
+    int fd = dup(c->af.fd);
+    if (fd < 0 || !(c->f = fdopen(fd, "w"))) {
+        fg_error(FG_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        fg_atomic_abort(&c->af);
         return NULL;
     }
-    return fopen(tmp, "w");
+    return c->f;
 }
 
-int fg_csv_commit(FILE *f, const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+int fg_csv_commit(fg_csv_file *c) {
     errno = 0;
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int bad = ferror(c->f) || fflush(c->f) != 0;
     int e = errno ? errno : EIO; /* ferror alone keeps no errno: the write that failed set it long ago */
-    if (fclose(f) != 0 && !bad) {
+    if (fclose(c->f) != 0 && !bad) {
         bad = 1;
         e = errno;
     }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        e = errno;
-    }
+    c->f = NULL;
     if (bad) {
-        unlink(tmp);
-        errno = e;
+        fg_error(FG_ERR_IO, "cannot write '%s': %s", c->af.path, strerror(e));
+        fg_atomic_abort(&c->af);
         return -1;
     }
-    return 0;
+    return fg_atomic_commit(&c->af) == FG_OK ? 0 : -1;
+}
+
+void fg_csv_abort(fg_csv_file *c) {
+    if (c->f) fclose(c->f);
+    c->f = NULL;
+    fg_atomic_abort(&c->af);
 }
 
 void fg_blas_hint(FILE *f) {

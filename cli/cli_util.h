@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tensor/fileio.h"
+
 #include "tensor/tensor.h"
 
 /* 0 on success; -1 if s is not entirely a number (no trailing junk, no overflow). */
@@ -35,10 +37,18 @@ void fg_blas_hint(FILE *f);
  * main.c calls it once, after the subcommand returns; stdout must not be used afterwards. */
 int fg_stdout_close_check(const char *cmd);
 
-/* A CSV (or any text) file written atomically: fg_csv_open_atomic writes to "<path>.tmp.<pid>",
- * fg_csv_commit flushes, fsyncs, closes and renames it over `path` (0 on success, -1 with errno; a
- * write that failed earlier, as ferror(f) records, fails it too and leaves the old file). */
-FILE *fg_csv_open_atomic(const char *path);
-int fg_csv_commit(FILE *f, const char *path);
+/* A CSV (or any text) file written atomically through tensor/fileio.h's fg_atomic_* (the same
+ * temporary naming and target checks as every other writer: a device, FIFO or socket at `path` is
+ * refused): fg_csv_open_atomic gives a stream on the temporary (NULL + fg_last_error on failure,
+ * nothing to end then); fg_csv_commit flushes and closes the stream and renames the temporary over
+ * `path` (0 on success, -1 + fg_last_error; a write that failed earlier, as ferror(f) records, fails
+ * it too and leaves the old file); fg_csv_abort drops it. Each ends the handle. */
+typedef struct {
+    FILE *f;
+    fg_atomic_file af;
+} fg_csv_file;
+FILE *fg_csv_open_atomic(fg_csv_file *c, const char *path);
+int fg_csv_commit(fg_csv_file *c);
+void fg_csv_abort(fg_csv_file *c);
 
 #endif /* FG_CLI_UTIL_H */

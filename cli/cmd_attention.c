@@ -129,6 +129,12 @@ static int write_outputs(const char *out, const char *const *names, const fg_ten
             fprintf(stderr, CMD ": cannot write %s: it is a directory (nothing in %s was changed)\n", path, out);
             return 1;
         }
+        /* a device, FIFO or socket where an output goes (or where one would be removed) is never
+         * replaced: fileio.h's rule for every writer */
+        if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode) && fg_check_replaceable(path) != FG_OK) {
+            fprintf(stderr, CMD ": %s (nothing in %s was changed)\n", fg_last_error(), out);
+            return 1;
+        }
     }
     errno = ENAMETOOLONG;
     if (snprintf(tmpdir, sizeof tmpdir, "%s/.flashgrad-attention.XXXXXX", out) >= (int)sizeof tmpdir ||
@@ -150,8 +156,8 @@ static int write_outputs(const char *out, const char *const *names, const fg_ten
         if (!ts[i]) continue;
         snprintf(tmp, sizeof tmp, "%s/%s.npy", tmpdir, names[i]);
         snprintf(path, sizeof path, "%s/%s.npy", out, names[i]);
-        if (rename(tmp, path) != 0) {
-            fprintf(stderr, CMD ": cannot move %s into place: %s (%s)\n", path, strerror(errno),
+        if (fg_rename_replace(tmp, path) != FG_OK) {
+            fprintf(stderr, CMD ": cannot move %s into place: %s (%s)\n", path, fg_last_error(),
                     moved ? "the folder now mixes this run's outputs with the previous run's"
                           : "nothing in the folder was changed");
             remove_flat_dir(tmpdir);
@@ -163,7 +169,7 @@ static int write_outputs(const char *out, const char *const *names, const fg_ten
     for (int i = 0; i < n; i++) { /* the previous run's members of the set that this run did not write */
         struct stat st;
         snprintf(path, sizeof path, "%s/%s.npy", out, names[i]);
-        if (ts[i] || lstat(path, &st) != 0 || S_ISDIR(st.st_mode)) continue;
+        if (ts[i] || lstat(path, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))) continue;
         if (unlink(path) != 0) {
             fprintf(stderr, CMD ": wrote the outputs but cannot remove the previous run's %s: %s\n", path,
                     strerror(errno));

@@ -421,8 +421,16 @@ static void make_run_folder(const char *out) {
 static void lock_run_folder(const char *out) {
     char p[4096];
     if (snprintf(p, sizeof p, "%s/%s", out, LOCK_FILE) >= (int)sizeof p) die(2, "--out: the path is too long");
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    /* O_NONBLOCK: a FIFO put there must not hang the open; it is refused just below */
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
     if (fd < 0) die(1, "--out: cannot open the lock file '%s': %s", p, strerror(errno));
+    /* The pid is written into the lock file: only into a regular file of its own, never into a
+     * device or into a file that has other names (a hard link to someone's file). */
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) die(1, "--out: cannot stat the lock file '%s': %s", p, strerror(errno));
+    if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1)
+        die(1, "--out: the lock file '%s' is %s; flashgrad writes only to a file of its own there: move it away", p,
+            !S_ISREG(sb.st_mode) ? "not a regular file" : "a hard link to another file");
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         char pid[32] = "";
@@ -474,15 +482,130 @@ static int64_t other_run_in_folder(const char *out, int overwrite) {
     return 0;
 }
 
-/* --overwrite, at this run's first checkpoint: the earlier run's checkpoint goes first (model,
- * then its optimizer files), so that a kill in between leaves no mixture of the two runs. */
-static void remove_other_run(const char *out) {
-    static const char *const order[] = {FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE};
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", out, order[i]);
-        if (unlink(p) != 0 && errno != ENOENT) die(1, "--overwrite: cannot remove '%s': %s", p, strerror(errno));
+/* ---- --overwrite: the earlier run set aside, removed only once this run's checkpoint is down ----
+ *
+ * At this run's first checkpoint the earlier run's files move (rename: no space needed) into
+ * DIR/ASIDE_MOVING, which is renamed to DIR/ASIDE_DONE once all are there; then this run writes its
+ * log and checkpoint (each file fsync'ed, the model last); only then is ASIDE_DONE removed. If that
+ * checkpoint cannot be written (a full disk), the earlier files move back and the run stops saying
+ * so. A kill anywhere leaves a state the next `train` on DIR resolves, under the lock, before
+ * anything else (recover_set_aside):
+ *   ASIDE_MOVING present: the move was cut short and this run had written nothing: move back;
+ *   ASIDE_DONE present, DIR/model.safetensors present: this run's checkpoint is complete (its model
+ *     is written last): the earlier run goes;
+ *   ASIDE_DONE present, no model: this run's checkpoint is incomplete: its files go, the earlier
+ *     run's move back.
+ * Only the run files (run_files) are ever moved or removed. */
+#define ASIDE_MOVING ".flashgrad-overwrite-moving"
+#define ASIDE_DONE ".flashgrad-overwritten"
+
+static void fsync_dir(const char *d) {
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    if (fsync(fd) != 0) { /* a folder some filesystems cannot fsync: nothing more to do */
     }
+    close(fd);
+}
+
+/* Moves the run files that are in `from` to `to` (folders), skipping names `to` already holds.
+ * 0, or -1 with errno at the first failure (what moved stays moved). */
+static int move_run_files(const char *from, const char *to) {
+    for (size_t i = 0; i < N_RUN_FILES; i++) {
+        char a[4200], b[4200];
+        struct stat sb;
+        snprintf(a, sizeof a, "%s/%s", from, run_files[i]);
+        snprintf(b, sizeof b, "%s/%s", to, run_files[i]);
+        if (lstat(a, &sb) != 0 || lstat(b, &sb) == 0) continue;
+        if (rename(a, b) != 0) return -1;
+    }
+    fsync_dir(from);
+    fsync_dir(to);
+    return 0;
+}
+
+/* Removes the run files (regular files only) of folder d. */
+static void remove_run_files(const char *d) {
+    for (size_t i = 0; i < N_RUN_FILES; i++) {
+        char p[4200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", d, run_files[i]);
+        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
+    }
+    fsync_dir(d);
+}
+
+static void aside_path(char *p, size_t n, const char *out, const char *which) { snprintf(p, n, "%s/%s", out, which); }
+
+/* The earlier run's files back into out, this run's removed; ASIDE_DONE goes. 0 or -1. */
+static int restore_set_aside(const char *out) {
+    char d[4200];
+    aside_path(d, sizeof d, out, ASIDE_DONE);
+    remove_run_files(out);
+    if (move_run_files(d, out) != 0) return -1;
+    if (rmdir(d) != 0) return -1;
+    fsync_dir(out);
+    return 0;
+}
+
+/* This run's checkpoint is complete: the earlier run's files go. */
+static void discard_set_aside(const char *out) {
+    char d[4200];
+    aside_path(d, sizeof d, out, ASIDE_DONE);
+    remove_run_files(d);
+    if (rmdir(d) != 0 && errno != ENOENT)
+        say("note: could not remove '%s' (the replaced run's folder): %s\n", d, strerror(errno));
+    fsync_dir(out);
+}
+
+/* With the lock held, before anything reads the folder: finish what an --overwrite killed midway
+ * left (see above), saying what it did in one line. */
+static void recover_set_aside(const char *out) {
+    char m[4200], d[4200], mp[4200];
+    struct stat sb;
+    aside_path(m, sizeof m, out, ASIDE_MOVING);
+    aside_path(d, sizeof d, out, ASIDE_DONE);
+    snprintf(mp, sizeof mp, "%s/%s", out, FG_CKPT_MODEL_FILE);
+    if (lstat(m, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (move_run_files(m, out) != 0 || rmdir(m) != 0)
+            die(1, "--out: an interrupted --overwrite left the earlier run's files in '%s' and they cannot be moved "
+                   "back: %s; move them back into '%s' by hand",
+                m, strerror(errno), out);
+        fsync_dir(out);
+        say("note: put back the earlier run's files that an interrupted --overwrite had begun to set aside\n");
+    }
+    if (lstat(d, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (lstat(mp, &sb) == 0) {
+            discard_set_aside(out);
+            say("note: removed the run that an --overwrite killed after its first checkpoint had replaced\n");
+        } else if (restore_set_aside(out) != 0) {
+            die(1, "--out: an interrupted --overwrite left the earlier run in '%s' and it cannot be moved back: %s; "
+                   "move its files back into '%s' by hand",
+                d, strerror(errno), out);
+        } else {
+            say("note: an --overwrite was interrupted before its first checkpoint: the earlier run is back in '%s'\n",
+                out);
+        }
+    }
+}
+
+/* --overwrite, at this run's first checkpoint: the earlier run's files move aside (see above). */
+static void set_aside_other_run(const char *out) {
+    char m[4200], d[4200];
+    aside_path(m, sizeof m, out, ASIDE_MOVING);
+    aside_path(d, sizeof d, out, ASIDE_DONE);
+    if (mkdir(m, 0700) != 0)
+        die(1, "--overwrite: cannot create '%s' to set the earlier run aside: %s ('%s' still holds it, untouched)", m,
+            strerror(errno), out);
+    if (move_run_files(out, m) != 0 || rename(m, d) != 0) {
+        int e = errno;
+        if (move_run_files(m, out) == 0 && rmdir(m) == 0)
+            die(1, "--overwrite: cannot set the earlier run aside: %s ('%s' still holds it, untouched)", strerror(e),
+                out);
+        die(1, "--overwrite: cannot set the earlier run aside: %s; its files are in '%s' (the next `flashgrad train "
+               "--out %s` puts them back)",
+            strerror(e), m, out);
+    }
+    fsync_dir(out);
 }
 
 /* ---- standard output that may go away ---- */
@@ -511,11 +634,16 @@ static void stop_failed(const csv_log *rows, const char *log_path, const char *o
     if (other_pending)
         die(1, "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run's files, untouched.",
             msg, out);
-    int logged = csv_write(rows, log_path) == FG_OK;
+    /* a log is written only when it has rows: a header alone would record nothing and make the
+     * folder look like an earlier run's to the next fresh one */
+    int logged = rows->n > 0 && csv_write(rows, log_path) == FG_OK;
     if (last_ckpt >= 0)
         die(1, "%s; stopped. The last good checkpoint is in %s (step %lld)%s.", msg, out, (long long)last_ckpt,
             logged ? "; log.csv has every step run" : "");
-    die(1, "%s; stopped before any checkpoint was written%s.", msg, logged ? " (log.csv has the steps run)" : "");
+    if (logged)
+        die(1, "%s; stopped before any checkpoint was written (log.csv has the %lld step%s run).", msg,
+            (long long)rows->n, rows->n == 1 ? "" : "s");
+    die(1, "%s; stopped before any step completed: no log or checkpoint was written to %s.", msg, out);
 }
 
 /* ---- the command: train_parse, train_configure (configure_fresh or configure_resumed, then the
@@ -604,10 +732,17 @@ static void configure_resumed(const train_args *a, train_run *r) {
     const fg_flag *f = a->f;
     const char *out = a->out;
     struct stat sb;
-    if (stat(a->model_path, &sb) != 0)
+    char aside[4200];
+    aside_path(aside, sizeof aside, out, ASIDE_DONE);
+    if (stat(a->model_path, &sb) != 0 && stat(aside, &sb) != 0)
         die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
     if (f[F_OVERWRITE].given) die(2, "--overwrite starts a new run; it cannot be combined with --resume");
-    if (comm->rank == 0) lock_run_folder(out);
+    if (comm->rank == 0) {
+        lock_run_folder(out);
+        recover_set_aside(out);
+    }
+    if (stat(a->model_path, &sb) != 0)
+        die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
     fg_ckpt *ck = r->ck = fg_ckpt_open(out, 1);
     if (!ck) die(1, "--resume: %s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
@@ -707,6 +842,7 @@ static void train_configure(const train_args *a, train_run *r) {
     } else if (!r->ck) {
         make_run_folder(out);
         lock_run_folder(out);
+        recover_set_aside(out);
         r->other_step = other_run_in_folder(out, a->f[F_OVERWRITE].given);
         r->other_pending = r->other_step >= 0;
     } else if (access(out, W_OK) != 0) {
@@ -883,6 +1019,23 @@ static void print_header(const train_args *a, const train_run *r) {
     say("output: %s/{model,optimizer}.safetensors, %s\n", a->out, a->log_path);
 }
 
+/* What a death by a truncated mapped input (fileio.h) adds to its line: where the run stands. */
+static void set_crash_note(const char *out, int64_t last_ckpt, int other_pending, int64_t other_step) {
+    char note[1024];
+    if (other_pending && other_step > 0)
+        snprintf(note, sizeof note, " before this run's first checkpoint; '%s' still holds the earlier run "
+                 "(checkpoint at step %lld), untouched", out, (long long)other_step);
+    else if (other_pending)
+        snprintf(note, sizeof note, " before this run's first checkpoint; '%s' still holds the earlier run's files",
+                 out);
+    else if (last_ckpt >= 0)
+        snprintf(note, sizeof note, "; the last good checkpoint is in %s (step %lld): continue with --resume", out,
+                 (long long)last_ckpt);
+    else
+        snprintf(note, sizeof note, " before any checkpoint of this run was written");
+    fg_mapped_set_note(note);
+}
+
 /* The optimizer steps, with evaluations, log rows, progress and checkpoints, until --steps or a
  * stop signal. Returns 0 when every step ran, 128 + the signal after one (its checkpoint written);
  * a failure stops the program (stop_failed). */
@@ -910,6 +1063,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
     int64_t steps_timed = 0, last_ckpt = tr->step > 0 ? tr->step : -1;
     const double comm_start = comm->seconds;
     int code = 0;
+    set_crash_note(out, last_ckpt, r->other_pending, r->other_step);
     while (tr->step < cfg->steps) {
         fg_step_stats s;
         double t0 = fg_now();
@@ -989,14 +1143,29 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
             /* The earlier run that --overwrite replaces goes first; then the log: a checkpoint at
              * step s must never be on disk without the log's rows up to s (a resume keeps the rows
              * up to its checkpoint's step and drops later ones). */
-            if (r->other_pending) {
-                remove_other_run(out);
-                r->other_pending = 0;
+            const int aside = r->other_pending && comm->rank == 0;
+            if (aside) set_aside_other_run(out);
+            fg_status cs = comm->rank == 0 ? csv_write(&r->log, log_path) : FG_OK;
+            if (cs == FG_OK) cs = save_checkpoint(out, tr);
+            if (cs != FG_OK) {
+                char msg[1024];
+                snprintf(msg, sizeof msg, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
+                if (aside && restore_set_aside(out) == 0)
+                    die(1, "%s; stopped. '%s' holds the earlier run again, untouched%s", msg, out,
+                        r->other_step > 0 ? "" : " (its log)");
+                if (aside)
+                    die(1, "%s; stopped. The earlier run's files are in '%s/" ASIDE_DONE "' (the next `flashgrad "
+                           "train --out %s` puts them back)",
+                        msg, out, out);
+                if (last_ckpt >= 0)
+                    die(1, "%s; stopped. The last good checkpoint is in %s (step %lld).", msg, out,
+                        (long long)last_ckpt);
+                die(1, "%s", msg);
             }
-            if (comm->rank == 0 && csv_write(&r->log, log_path) != FG_OK) die(1, "%s", fg_last_error());
-            if (save_checkpoint(out, tr) != FG_OK)
-                die(1, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
+            if (aside) discard_set_aside(out);
+            r->other_pending = 0;
             last_ckpt = step;
+            set_crash_note(out, last_ckpt, 0, 0);
         }
         if (stop) {
             say("interrupted by %s at step %lld: checkpoint written to %s; continue with --resume\n", signal_name(stop),

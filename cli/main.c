@@ -4,6 +4,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "tensor/fileio.h"
 
 typedef struct {
     const char *name;
@@ -38,6 +39,9 @@ int main(int argc, char **argv) {
      * printed results that could not be written (a full disk, a closed pipe) make a success exit 1. */
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
+            char prog[64];
+            snprintf(prog, sizeof prog, "flashgrad %s", commands[i].name);
+            fg_mapped_install_sigbus(prog); /* a mapped input truncated under us: one line, exit 1 */
             int rc = commands[i].run(argc - 1, argv + 1);
             if (fg_stdout_close_check(commands[i].name) != 0 && rc == 0) rc = 1;
             return rc;

@@ -66,6 +66,7 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
         fg_error(FG_ERR_IO, "token file '%s': cannot map it: %s", path, strerror(e));
         goto fail;
     }
+    fg_mapped_register(f->map, f->map_bytes, f->path); /* a SIGBUS there names the file (fileio.h) */
     madvise(f->map, f->map_bytes, MADV_SEQUENTIAL);
     const unsigned char *b = f->map;
     size_t off;
@@ -158,7 +159,10 @@ fail:
 
 void fg_token_file_close(fg_token_file *f) {
     if (!f) return;
-    if (f->map) munmap(f->map, f->map_bytes);
+    if (f->map) {
+        fg_mapped_unregister(f->map);
+        munmap(f->map, f->map_bytes);
+    }
     free(f);
 }
 

@@ -6,7 +6,9 @@
  *   3. write every part, fsync, close (close can report a delayed write error, so it is checked);
  *   4. rename over the target;
  *   5. fsync the folder, so the rename itself survives a power cut.
- * Any failure before 4 unlinks the temporary file and leaves the target as it was.
+ * Any failure before 4 unlinks the temporary file and leaves the target as it was. Before 1 and
+ * again before 4 the target must be absent, a regular file or a symlink (fg_check_replaceable): a
+ * device, FIFO or socket at the path is refused, never replaced.
  */
 #include "tensor/fileio.h"
 
@@ -60,6 +62,141 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
     return 0;
 }
 
+/* "a directory", "a character device", ... for messages about what a path is instead of a file. */
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISFIFO(m)) return "a FIFO/pipe";
+    return "not a regular file";
+}
+
+fg_status fg_check_replaceable(const char *path) {
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "write: empty file path");
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return FG_OK;
+        return fg_error(FG_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    }
+    if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return FG_OK;
+    return fg_error(FG_ERR_IO, "cannot write '%s': it is %s, not a regular file (nothing was written)", path,
+                    file_kind(st.st_mode));
+}
+
+fg_status fg_rename_replace(const char *from, const char *to) {
+    fg_status st = fg_check_replaceable(to);
+    if (st != FG_OK) return st;
+    if (rename(from, to) != 0) return fg_error(FG_ERR_IO, "cannot rename '%s' to '%s': %s", from, to, strerror(errno));
+    return FG_OK;
+}
+
+static void atomic_free(fg_atomic_file *af) {
+    free(af->path);
+    free(af->tmp);
+    free(af->dir);
+    af->path = af->tmp = af->dir = NULL;
+    af->fd = -1;
+}
+
+fg_status fg_atomic_begin(fg_atomic_file *af, const char *path) {
+    if (!af) return fg_error(FG_ERR_ARG, "write: NULL handle");
+    af->fd = -1;
+    af->path = af->tmp = af->dir = NULL;
+    fg_status rc = fg_check_replaceable(path);
+    if (rc != FG_OK) return rc;
+    /* The new file keeps the mode of the one it replaces (a checkpoint someone made group-readable
+     * stays so); a new file (or one replacing a symlink) gets the usual 0666 & ~umask. */
+    struct stat st;
+    mode_t mode = lstat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~current_umask();
+
+    size_t plen = strlen(path);
+    af->path = strdup(path);
+    af->tmp = malloc(plen + sizeof FG_TMP_MARK + 7);
+    af->dir = malloc(plen + 2);
+    if (!af->path || !af->tmp || !af->dir) {
+        atomic_free(af);
+        return fg_error(FG_ERR_OOM, "write '%s': out of memory for the file name", path);
+    }
+    memcpy(af->tmp, path, plen);
+    memcpy(af->tmp + plen, FG_TMP_MARK "XXXXXX", sizeof FG_TMP_MARK + 6);
+    /* The folder to fsync after the rename: everything before the last '/'. */
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        strcpy(af->dir, ".");
+    } else if (slash == path) {
+        strcpy(af->dir, "/");
+    } else {
+        memcpy(af->dir, path, (size_t)(slash - path));
+        af->dir[slash - path] = '\0';
+    }
+    af->fd = mkstemp(af->tmp);
+    if (af->fd < 0) {
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot create a temporary file in '%s': %s", path, af->dir,
+                      strerror(errno));
+        atomic_free(af);
+        return rc;
+    }
+    if (fchmod(af->fd, mode) != 0) {
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot set the mode of temporary file '%s': %s", path, af->tmp,
+                      strerror(errno));
+        fg_atomic_abort(af);
+        return rc;
+    }
+    return FG_OK;
+}
+
+void fg_atomic_abort(fg_atomic_file *af) {
+    if (!af) return;
+    if (af->fd >= 0) close(af->fd);
+    if (af->tmp) unlink(af->tmp);
+    atomic_free(af);
+}
+
+fg_status fg_atomic_commit(fg_atomic_file *af) {
+    if (!af || af->fd < 0 || !af->tmp) return fg_error(FG_ERR_ARG, "write: commit of a handle that is not open");
+    int err = 0;
+    const char *what = "";
+    if (fsync(af->fd) != 0) {
+        err = errno;
+        what = "fsync";
+    }
+    if (close(af->fd) != 0 && !err) {
+        err = errno;
+        what = "close";
+    }
+    af->fd = -1;
+    /* the target may have changed since the begin: a special file put there meanwhile is refused */
+    fg_status rc = err ? FG_OK : fg_check_replaceable(af->path);
+    if (rc != FG_OK) {
+        unlink(af->tmp);
+        atomic_free(af);
+        return rc;
+    }
+    if (!err && rename(af->tmp, af->path) != 0) {
+        err = errno;
+        what = "rename into place";
+    }
+    if (err) {
+        unlink(af->tmp);
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': %s of temporary file '%s' failed: %s", af->path, what, af->tmp,
+                      strerror(err));
+        atomic_free(af);
+        return rc;
+    }
+    /* The data is in place; make the rename durable. Some filesystems cannot fsync a directory
+     * (EINVAL): nothing more can be done there, so that is not an error. */
+    int dfd = open(af->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
+            rc = fg_error(FG_ERR_IO, "wrote '%s' but could not fsync its folder '%s': %s", af->path, af->dir,
+                          strerror(errno));
+        close(dfd);
+    }
+    atomic_free(af);
+    return rc;
+}
+
 fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts) {
     if (!path || !*path) return fg_error(FG_ERR_ARG, "write: empty file path");
     if (nparts < 0 || (nparts > 0 && (!parts || !sizes)))
@@ -67,86 +204,22 @@ fg_status fg_write_file_atomic(const char *path, const void *const *parts, const
     for (int i = 0; i < nparts; i++)
         if (sizes[i] > 0 && !parts[i])
             return fg_error(FG_ERR_ARG, "write '%s': part %d has %zu bytes but no data", path, i, sizes[i]);
-
-    /* The new file keeps the mode of the one it replaces (a checkpoint someone made group-readable
-     * stays so); a new file gets the usual 0666 & ~umask. */
-    mode_t mode;
     struct stat st;
-    if (stat(path, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) return fg_error(FG_ERR_IO, "cannot write '%s': it is a directory", path);
-        mode = st.st_mode & 07777;
-    } else {
-        mode = 0666 & ~current_umask();
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fg_error(FG_ERR_IO, "cannot write '%s': it is a directory", path);
+    fg_atomic_file af;
+    fg_status rc = fg_atomic_begin(&af, path);
+    if (rc != FG_OK) return rc;
+    for (int i = 0; i < nparts; i++) {
+        int err = write_all(af.fd, parts[i], sizes[i]);
+        if (err) {
+            rc = fg_error(FG_ERR_IO, "cannot write '%s': write of temporary file '%s' failed: %s", path, af.tmp,
+                          strerror(err));
+            fg_atomic_abort(&af);
+            return rc;
+        }
     }
-
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + sizeof FG_TMP_MARK + 7);
-    char *dir = malloc(plen + 2);
-    if (!tmp || !dir) {
-        free(tmp);
-        free(dir);
-        return fg_error(FG_ERR_OOM, "write '%s': out of memory for the file name", path);
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, FG_TMP_MARK "XXXXXX", sizeof FG_TMP_MARK + 6);
-    /* The folder to fsync after the rename: everything before the last '/'. */
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        strcpy(dir, ".");
-    } else if (slash == path) {
-        strcpy(dir, "/");
-    } else {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-    }
-
-    fg_status rc = FG_OK;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot create a temporary file in '%s': %s", path, dir,
-                      strerror(errno));
-        goto done;
-    }
-    int err = 0;
-    const char *what = "";
-    if (fchmod(fd, mode) != 0) {
-        err = errno;
-        what = "set the mode of";
-    }
-    for (int i = 0; !err && i < nparts; i++) {
-        err = write_all(fd, parts[i], sizes[i]);
-        what = "write";
-    }
-    if (!err && fsync(fd) != 0) {
-        err = errno;
-        what = "fsync";
-    }
-    if (close(fd) != 0 && !err) {
-        err = errno;
-        what = "close";
-    }
-    if (!err && rename(tmp, path) != 0) {
-        err = errno;
-        what = "rename into place";
-    }
-    if (err) {
-        unlink(tmp);
-        rc = fg_error(FG_ERR_IO, "cannot write '%s': %s of temporary file '%s' failed: %s", path, what, tmp,
-                      strerror(err));
-        goto done;
-    }
-    /* The data is in place; make the rename durable. Some filesystems cannot fsync a directory
-     * (EINVAL): nothing more can be done there, so that is not an error. */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
-            rc = fg_error(FG_ERR_IO, "wrote '%s' but could not fsync its folder '%s': %s", path, dir, strerror(errno));
-        close(dfd);
-    }
-done:
-    free(tmp);
-    free(dir);
-    return rc;
+    return fg_atomic_commit(&af);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -157,16 +230,6 @@ done:
  * data as usual. A read(2) of a FIFO that no process holds open for writing returns 0 at once, so a
  * FIFO with no writer reads as empty instead of hanging, and fg_read_fd reports it as such.
  * ------------------------------------------------------------------------------------------- */
-
-/* "a directory", "a character device", ... for messages about what a path is instead of a file. */
-static const char *file_kind(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    if (S_ISFIFO(m)) return "a FIFO/pipe";
-    return "not a regular file";
-}
 
 fg_status fg_open_read(const char *path, int allow_stream, int *fd, int64_t *size) {
     if (!fd || !size) return fg_error(FG_ERR_ARG, "read: NULL output pointer");
@@ -280,6 +343,103 @@ fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n
     rc = fg_read_fd(fd, path, max_bytes, buf, n);
     close(fd);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * mapped inputs: a fixed table the SIGBUS handler can read without locks (each slot's path is
+ * written before its range is published, and the range is cleared before a slot is reused), and
+ * the note kept in two buffers, the handler reading whichever was published last.
+ * ------------------------------------------------------------------------------------------- */
+
+#include <pthread.h>
+#include <signal.h>
+
+enum { MAPPED_SLOTS = 64, MAPPED_TEXT = 1200 };
+typedef struct {
+    _Atomic(uintptr_t) lo, hi; /* [lo, hi), 0 when free */
+    char path[MAPPED_TEXT];
+} mapped_slot;
+static mapped_slot g_mapped[MAPPED_SLOTS];
+static char g_note[2][MAPPED_TEXT];
+static _Atomic int g_note_cur = -1;
+static char g_prog[64] = "flashgrad";
+static pthread_mutex_t g_mapped_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int fg_mapped_register(const void *addr, size_t len, const char *path) {
+    if (!addr || !len) return -1;
+    int got = -1;
+    pthread_mutex_lock(&g_mapped_mu);
+    for (int i = 0; i < MAPPED_SLOTS && got < 0; i++)
+        if (!g_mapped[i].hi) {
+            snprintf(g_mapped[i].path, sizeof g_mapped[i].path, "%s", path ? path : "(a mapped file)");
+            g_mapped[i].lo = (uintptr_t)addr;
+            g_mapped[i].hi = (uintptr_t)addr + len;
+            got = i;
+        }
+    pthread_mutex_unlock(&g_mapped_mu);
+    return got < 0 ? -1 : 0;
+}
+
+void fg_mapped_unregister(const void *addr) {
+    pthread_mutex_lock(&g_mapped_mu);
+    for (int i = 0; i < MAPPED_SLOTS; i++)
+        if (g_mapped[i].hi && g_mapped[i].lo == (uintptr_t)addr) {
+            g_mapped[i].hi = 0;
+            g_mapped[i].lo = 0;
+        }
+    pthread_mutex_unlock(&g_mapped_mu);
+}
+
+void fg_mapped_set_note(const char *note) {
+    pthread_mutex_lock(&g_mapped_mu);
+    int next = g_note_cur == 0 ? 1 : 0;
+    snprintf(g_note[next], sizeof g_note[next], "%s", note ? note : "");
+    g_note_cur = next;
+    pthread_mutex_unlock(&g_mapped_mu);
+}
+
+static void put_str(const char *s) {
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, s, n);
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Only async-signal-safe calls here: strlen, write, _exit, sigaction, raise. */
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < MAPPED_SLOTS; i++) {
+        uintptr_t lo = g_mapped[i].lo, hi = g_mapped[i].hi;
+        if (!hi || a < lo || a >= hi) continue;
+        put_str("\n");
+        put_str(g_prog);
+        put_str(": '");
+        put_str(g_mapped[i].path);
+        put_str("' changed while it was being read (it is memory-mapped: truncated or rewritten by another "
+                "process, or its disk failed); stopped");
+        int k = g_note_cur;
+        if (k >= 0) put_str(g_note[k]);
+        put_str("\n");
+        _exit(1);
+    }
+    struct sigaction dfl = {0};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig); /* not one of ours: the default action (the faulting access repeats if it was a fault) */
+}
+
+void fg_mapped_install_sigbus(const char *prog) {
+    if (prog) snprintf(g_prog, sizeof g_prog, "%s", prog);
+    struct sigaction sa = {0};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -29,8 +29,38 @@ extern "C" {
  * NULL) to `path`, atomically as described above. The new file gets the mode of the file it
  * replaces, or 0666 minus the umask when there is none. On failure returns FG_ERR_IO (FG_ERR_ARG for
  * bad arguments) with the path and the system's reason; the old target, if any, is untouched and no
- * temporary file is left. Symlinks at `path` are replaced, not followed. */
+ * temporary file is left. What may be replaced: see fg_check_replaceable. */
 fg_status fg_write_file_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts);
+
+/* FG_OK when a write-by-rename may put a new file at `path`: nothing is there, or a regular file, or
+ * a symbolic link (the link itself is replaced, never followed: what it points to is untouched). A
+ * regular file with other hard links is replaced by the rename too: this name gets the new file,
+ * the other names keep the old one (nothing is ever written into an existing file). Anything else
+ * (a directory, a character or block device such as /dev/null, a FIFO, a socket) is refused with
+ * FG_ERR_IO, "cannot write '<path>': it is a character device, not a regular file (nothing was
+ * written)", since renaming over it would replace the special file. Every writer of the tree
+ * (fg_write_file_atomic, fg_atomic_*, fg_rename_replace) checks this before its temporary is made
+ * and again just before its rename. */
+fg_status fg_check_replaceable(const char *path);
+
+/* A streaming write-by-rename, for writers that produce their file piece by piece (CSV tables):
+ * fg_atomic_begin checks the target (fg_check_replaceable) and makes the temporary beside it
+ * (af->fd is open for writing, mode set as fg_write_file_atomic's); fg_atomic_commit fsyncs and
+ * closes it, checks the target again, renames it into place and fsyncs the folder; fg_atomic_abort
+ * removes the temporary. Both end the handle (af->fd is -1 afterwards, nothing left to free). On a
+ * failed begin nothing needs ending. A caller that writes through stdio fdopen()s a dup() of af->fd
+ * and fcloses that stream (checking it) before committing. */
+typedef struct {
+    int fd;
+    char *path, *tmp, *dir; /* owned copies; NULL once ended */
+} fg_atomic_file;
+fg_status fg_atomic_begin(fg_atomic_file *af, const char *path);
+fg_status fg_atomic_commit(fg_atomic_file *af);
+void fg_atomic_abort(fg_atomic_file *af);
+
+/* rename(from, to) for a file the caller made (a temporary): refuses a `to` that
+ * fg_check_replaceable refuses, and fsyncs nothing. FG_OK or FG_ERR_IO with both names. */
+fg_status fg_rename_replace(const char *from, const char *to);
 
 /* The temporary of fg_write_file_atomic(path) is named path FG_TMP_MARK "XXXXXX" (mkstemp's six
  * letters and digits): distinctive, so that a writer's leftovers after a kill can be told from a
@@ -65,6 +95,25 @@ fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n
  * close fd. */
 fg_status fg_open_read(const char *path, int allow_stream, int *fd, int64_t *size);
 fg_status fg_read_fd(int fd, const char *path, size_t max_bytes, void **buf, size_t *n);
+
+/* ---- memory-mapped inputs and SIGBUS ----
+ * A file mapped into memory that another process truncates (or that sits on a disk that fails)
+ * makes every later read of the lost pages raise SIGBUS, which would end the program with no
+ * message. Mappers register each mapping; a program that calls fg_mapped_install_sigbus turns such
+ * a SIGBUS into one line on stderr,
+ *   "<prog>: '<path>' changed (truncated?) while it was being read ...<note>"
+ * and exit status 1. A SIGBUS outside every registered mapping keeps the default action. */
+
+/* Records [addr, addr + len) as a mapping of `path`. Returns 0, or -1 when the table is full (the
+ * mapping works as before, only its SIGBUS stays unexplained). Safe from any thread. */
+int fg_mapped_register(const void *addr, size_t len, const char *path);
+/* Forgets the mapping at addr (call before munmap). */
+void fg_mapped_unregister(const void *addr);
+/* Installs the SIGBUS handler; prog starts the line ("flashgrad train"). Idempotent. */
+void fg_mapped_install_sigbus(const char *prog);
+/* Text appended to that line (e.g. "; the last good checkpoint is in DIR (step 40)"), copied; NULL
+ * or "" for none. Safe to call while the handler may run. */
+void fg_mapped_set_note(const char *note);
 
 /* ---- XXH64 checksum ---- */
 

@@ -469,8 +469,10 @@ fg_tensor *fg_npy_map(const char *path, fg_npy_mapping *m) {
     void *a = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (a == MAP_FAILED) return load_fd(fd, size, path); /* a file system without mmap */
     close(fd);
+    fg_mapped_register(a, (size_t)size, path); /* a SIGBUS there names the file (fileio.h) */
     fg_npy_info info;
     if (npy_header(a, (size_t)size, (uint64_t)size, path, &info) != FG_OK) {
+        fg_mapped_unregister(a);
         munmap(a, (size_t)size);
         return NULL;
     }
@@ -485,12 +487,14 @@ fg_tensor *fg_npy_map(const char *path, fg_npy_mapping *m) {
         }
     } else
         t = tensor_from(&info, data);
+    fg_mapped_unregister(a);
     munmap(a, (size_t)size);
     return t;
 }
 
 void fg_npy_unmap(fg_npy_mapping *m) {
     if (!m || !m->addr) return;
+    fg_mapped_unregister(m->addr);
     munmap(m->addr, m->len);
     m->addr = NULL;
     m->len = 0;

@@ -792,8 +792,14 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr) {
      * not (the model's is .prev), and renaming it over .prev would leave the model unpaired should
      * this save be killed too; the stale file is simply replaced in step 2. */
     struct stat sb;
-    if (stat(opath, &sb) == 0 && stat(mpath, &sb) == 0 && pair_on_disk(mpath, opath) && rename(opath, ppath) != 0) {
-        st = fg_error(FG_ERR_IO, "checkpoint: cannot rename %s to %s: %s", opath, ppath, strerror(errno));
+    if ((st = fg_check_replaceable(mpath)) != FG_OK || (st = fg_check_replaceable(opath)) != FG_OK ||
+        (st = fg_check_replaceable(ppath)) != FG_OK) {
+        fg_error(st, "checkpoint: %s", fg_last_error());
+        goto out;
+    }
+    if (stat(opath, &sb) == 0 && stat(mpath, &sb) == 0 && pair_on_disk(mpath, opath) &&
+        (st = fg_rename_replace(opath, ppath)) != FG_OK) {
+        fg_error(st, "checkpoint: %s", fg_last_error());
         goto out;
     }
     CHECK(fg_st_writer_write(cw.ow, opath));

@@ -7,7 +7,9 @@
 #                    otherwise the tests are skipped with one line (exit 0).
 #   FG_TORCH_PYTHON  an interpreter with torch, numpy and pytest for the torch tests
 #                    (tests/python/test_torch.py); unset: FG_PYTHON, when it has torch; else they
-#                    are skipped with one line.
+#                    are skipped with one line. They need torch >= 2.1 (scaled_dot_product_attention,
+#                    torch.func); an older torch (Debian bookworm's python3-torch is 1.13) skips them
+#                    with one line too, and the numpy tests run as usual.
 cd "$(dirname "$0")/../.." || exit 2
 py=${FG_PYTHON:-/usr/bin/python3}
 tpy=${FG_TORCH_PYTHON:-}
@@ -23,6 +25,23 @@ if [ -n "$tpy" ] && ! has "$tpy" "torch, numpy, pytest"; then
     exit 1
 fi
 [ -z "$tpy" ] && [ "$py_ok" = 1 ] && has "$py" torch && tpy=$py
+# The torch tests need torch >= 2.1; an older one is reported once and its tests are left out.
+TORCH_MIN=2.1
+old_torch=""
+if [ -n "$tpy" ] && ! "$tpy" -c "
+import sys, re, torch
+v = tuple(int(x) for x in re.findall(r'\d+', torch.__version__)[:2])
+sys.exit(0 if v >= (2, 1) else 1)" >/dev/null 2>&1; then
+    old_torch=$("$tpy" -c "import torch; print(torch.__version__)" 2>/dev/null)
+    if [ "$tpy" = "$py" ] || [ "$py_ok" = 1 ]; then
+        echo "python tests: torch tests skipped (torch $old_torch at $tpy is older than $TORCH_MIN, which they need; set FG_TORCH_PYTHON to a newer one)"
+        tpy=""
+        skip_torch_line=1
+    else
+        echo "python tests: skipped (torch $old_torch at $tpy is older than $TORCH_MIN, and $py lacks numpy or pytest)"
+        exit 0
+    fi
+fi
 
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
@@ -32,7 +51,8 @@ if [ "$py_ok" = 0 ] && [ -z "$tpy" ]; then
     exit 0
 fi
 if [ -z "$tpy" ]; then
-    echo "python tests: torch tests skipped (no torch for $py; set FG_TORCH_PYTHON=/path/to/python with torch)"
+    [ -n "${skip_torch_line:-}" ] ||
+        echo "python tests: torch tests skipped (no torch for $py; set FG_TORCH_PYTHON=/path/to/python with torch)"
     FG_TORCH=0 "$py" -m pytest -q -p no:cacheprovider tests/python --ignore=tests/python/test_torch.py "$@"
 elif [ "$py_ok" = 0 ] || [ "$tpy" = "$py" ]; then
     [ "$py_ok" = 0 ] && echo "python tests: $py lacks numpy or pytest; all tests with $tpy"
