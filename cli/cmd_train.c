@@ -450,6 +450,26 @@ static void lock_run_folder(const char *out) {
     }
 }
 
+/* 1 when DIR/log.csv is one of ours with a header and no row (what a run that failed at its first
+ * step used to leave), and nothing else of a run is there. */
+static int log_has_no_rows(const char *out) {
+    for (size_t i = 0; i < N_RUN_FILES; i++)
+        if (strcmp(run_files[i], "log.csv") && path_exists(out, run_files[i])) return 0;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/log.csv", out);
+    void *buf = NULL;
+    size_t n = 0;
+    if (fg_read_file(p, 4096, &buf, &n) != FG_OK) {
+        fg_clear_error();
+        return 0;
+    }
+    const char *b = buf;
+    int empty = (n == sizeof CSV_HEADER && !memcmp(b, CSV_HEADER "\n", n)) ||
+                (n == sizeof CSV_HEADER_NO_MFU && !memcmp(b, CSV_HEADER_NO_MFU "\n", n));
+    free(buf);
+    return empty;
+}
+
 /* A fresh run's folder: does it hold another run's files? Stops (exit 2) unless --overwrite;
  * returns the step of the checkpoint there (0 when only a log, -1 when nothing). */
 static int64_t other_run_in_folder(const char *out, int overwrite) {
@@ -474,6 +494,7 @@ static int64_t other_run_in_folder(const char *out, int overwrite) {
                 what);
         return step > 0 ? step : 0;
     }
+    if (log_has_no_rows(out)) return -1; /* a header alone records no step: nothing to keep */
     if (!overwrite)
         die(2,
             "--out '%s' already holds the log.csv of an earlier run (no checkpoint); replace it with --overwrite, or "

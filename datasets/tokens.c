@@ -2,6 +2,7 @@
  * Formats and contracts: tokens.h. */
 #include "datasets/tokens.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -135,7 +136,7 @@ fg_token_file *fg_token_file_open(const char *path, int vocab_size) {
      * of many GiB does not fill the process's memory with it. */
     fg_xxh64_state hs;
     fg_xxh64_init(&hs, 0);
-    const size_t chunk = (size_t)64 << 20; /* a multiple of the page size, and even */
+    const size_t chunk = (size_t)8 << 20; /* a multiple of the page size, and even; what stays resident */
     for (size_t pos = 0; pos < f->map_bytes; pos += chunk) {
         const size_t len = f->map_bytes - pos < chunk ? f->map_bytes - pos : chunk;
         fg_xxh64_update(&hs, b + pos, len);
@@ -185,7 +186,22 @@ static int is_regular(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* In folder `dir`, the one file whose name contains `word` and ends in ".bin": 0 and its path;
+/* Does file name `name` hold split word `word` ("train", "val") as a word of its own: at the start or
+ * after a character that is not a letter or digit, and followed by one that is not a letter
+ * ("fineweb_val_000000.bin", "val.bin", "shakespeare-train.bin"), so that "eval_train.bin" names
+ * only a train split and "interval.bin" none. Returns where, the last such place, or NULL. */
+static const char *split_word(const char *name, const char *word) {
+    const size_t w = strlen(word);
+    const char *last = NULL;
+    for (const char *p = strstr(name, word); p; p = strstr(p + 1, word)) {
+        const int before_ok = p == name || !isalnum((unsigned char)p[-1]);
+        const int after_ok = !isalpha((unsigned char)p[w]);
+        if (before_ok && after_ok) last = p;
+    }
+    return last;
+}
+
+/* In folder `dir`, the one file whose name holds `word` (split_word) and ends in ".bin": 0 and its path;
  * -1 when there is none, -2 (message set) when there are several. */
 static int find_one(const char *dir, const char *word, char *out, size_t n) {
     DIR *d = opendir(dir);
@@ -195,7 +211,7 @@ static int find_one(const char *dir, const char *word, char *out, size_t n) {
     char first[512] = "";
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
-        if (len < 4 || strcmp(e->d_name + len - 4, ".bin") || !strstr(e->d_name, word)) continue;
+        if (len < 4 || strcmp(e->d_name + len - 4, ".bin") || !split_word(e->d_name, word)) continue;
         if (found++ == 0) {
             snprintf(first, sizeof first, "%s", e->d_name);
             snprintf(out, n, "%s/%s", dir, e->d_name);
@@ -242,8 +258,7 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
         /* the validation file: the last "train" in the file name (not the folder's) becomes "val" */
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
-        const char *w = NULL;
-        for (const char *p = strstr(base, "train"); p; p = strstr(p + 1, "train")) w = p;
+        const char *w = split_word(base, "train");
         if (w) {
             snprintf(va, sizeof va, "%.*sval%s", (int)(w - path), path, w + 5);
             if (!is_regular(va)) va[0] = '\0';
@@ -304,6 +319,17 @@ int fg_token_data_vocab_size(const fg_token_data *d) { return d->vocab_size; }
 size_t fg_token_data_split_tokens(const fg_token_data *d, fg_split s) { return d->len[s]; }
 const fg_token_file *fg_token_data_file(const fg_token_data *d, fg_split s) { return d->file[s]; }
 
+/* After a window is copied out: its pages leave the process (the file's page cache keeps them),
+ * and so do the neighbours the kernel maps with a fault ("fault-around", 64 KiB aligned), so that
+ * training on a file of many GiB keeps a flat resident size instead of mapping it all by and by. */
+static void drop_window(const fg_token_file *f, const uint16_t *w, size_t n) {
+    const uintptr_t around = (uintptr_t)64 << 10, base = (uintptr_t)f->map, end = base + f->map_bytes;
+    uintptr_t lo = ((uintptr_t)w & ~(around - 1)), hi = ((uintptr_t)(w + n) + around - 1) & ~(around - 1);
+    if (lo < base) lo = base;
+    if (hi > end) hi = (end + 4095) & ~(uintptr_t)4095;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 fg_status fg_token_data_batch(const fg_token_data *d, fg_split s, int B, int T, uint64_t seed, uint64_t step,
                               int32_t *x, int32_t *y) {
     if (!d || !x || !y) return fg_error(FG_ERR_ARG, "token batch: NULL dataset or output buffer");
@@ -320,6 +346,7 @@ fg_status fg_token_data_batch(const fg_token_data *d, fg_split s, int B, int T, 
             x[(size_t)r * T + t] = tok[o + t];
             y[(size_t)r * T + t] = tok[o + t + 1];
         }
+        drop_window(d->file[s] ? d->file[s] : d->file[FG_SPLIT_TRAIN], tok + o, (size_t)T + 1);
     }
     return FG_OK;
 }

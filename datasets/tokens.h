@@ -58,7 +58,9 @@ const char *fg_token_file_path(const fg_token_file *f);
 
 /* Train and validation token files. `path` is either
  *   - a folder holding train.bin and val.bin (nanoGPT), or else exactly one *train*.bin and one
- *     *val*.bin (llm.c's names, e.g. tinyshakespeare_train.bin / tinyshakespeare_val.bin); or
+ *     *val*.bin (llm.c's names, e.g. tinyshakespeare_train.bin / tinyshakespeare_val.bin), where
+ *     "train" and "val" must be words of their own in the name (after a start or a non-alphanumeric,
+ *     before a non-letter: "eval_train.bin" is a train file only, "interval.bin" neither); or
  *   - a file: the training split; its validation file is the same name with "train" replaced by
  *     "val" when that exists; otherwise the file's last tenth is the validation split.
  * Each split must hold at least block_size + 1 tokens. NULL + fg_last_error(). */
