@@ -421,6 +421,11 @@ int fg_bench_attention(int argc, char **argv) {
                 fprintf(stderr, "bench attention: %s must be a positive integer, got '%s'\n", a, val);
                 return 2;
             }
+            if (ix == 4 && x > FG_POOL_MAX_THREADS) {
+                fprintf(stderr, "bench attention: --threads: %lld is above the pool's %d threads\n", (long long)x,
+                        FG_POOL_MAX_THREADS);
+                return 2;
+            }
             if (dst)
                 *dst = x;
             else if (ix == 1)

@@ -722,6 +722,8 @@ static int train_parse(int argc, char **argv, train_args *a) {
     if (!a->is_text && strcmp(f[F_TASK].s, "addition"))
         die(2, "--task: unknown task '%s' (available: addition)", f[F_TASK].s);
     if (a->is_text && f[F_ANSWER_ONLY].given) die(2, "--answer-only applies to the addition task only");
+    if ((a->is_text || a->is_bin) && f[F_EVAL_PROBLEMS].given)
+        die(2, "--eval-problems applies to the addition task only (its exact-match accuracy)");
     init_flags(f);
     set_defaults(f, a->is_text || a->is_bin ? &fg_defaults_text : &fg_defaults_addition);
     rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
@@ -811,6 +813,16 @@ static void configure_resumed(const train_args *a, train_run *r) {
         r->src = fg_source_addition(&in->addition);
     } else {
         if (f[F_TASK].given) die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
+    }
+    if (in->source != FG_SOURCE_ADDITION) {
+        const int bad = f[FG_TF_DIGITS].given ? FG_TF_DIGITS : f[F_EVAL_PROBLEMS].given ? F_EVAL_PROBLEMS
+                        : f[F_ANSWER_ONLY].given                                        ? F_ANSWER_ONLY
+                                                                                        : -1;
+        if (bad >= 0)
+            die(2, "%s applies to the addition task only; the checkpoint in '%s' was trained on %s", f[bad].name, out,
+                in->source == FG_SOURCE_TOKENS ? "token files" : "a text file");
+    }
+    if (in->source == FG_SOURCE_TEXT) {
         /* --data if given, else the recorded path, then the recorded absolute one */
         r->src = fg_ckpt_text_source(ck, a->is_text ? f[FG_TF_DATA].s : NULL);
         if (!r->src) die(1, "--resume: %s%s", fg_last_error(), a->is_text ? "" : "; give the file with --data");

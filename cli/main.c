@@ -1,9 +1,11 @@
 /* main.c — the flashgrad command-line program: dispatches to a subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "ops/cpu/threadpool.h"
 #include "tensor/fileio.h"
 
 typedef struct {
@@ -34,6 +36,18 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return fg_stdout_close_check(NULL);
+    }
+    /* FG_NUM_THREADS sizes the pool of every command: a value it cannot take is a usage error, not
+     * silently capped or ignored. */
+    const char *nt = getenv("FG_NUM_THREADS");
+    if (nt && *nt) {
+        char *end;
+        long v = strtol(nt, &end, 10);
+        if (*end || v < 1 || v > FG_POOL_MAX_THREADS) {
+            fprintf(stderr, "flashgrad: FG_NUM_THREADS='%s' must be a whole number from 1 to %d (the pool's most)\n",
+                    nt, FG_POOL_MAX_THREADS);
+            return 2;
+        }
     }
     /* Exit 0 promises that the results reached their destination, stdout included: a command's
      * printed results that could not be written (a full disk, a closed pipe) make a success exit 1. */

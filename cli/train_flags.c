@@ -7,6 +7,8 @@
 #include "ops/cpu/threadpool.h"
 #include "ops/kernels.h"
 
+_Static_assert(FG_POOL_MAX_THREADS == 64, "--threads says at most 64 (train_flags.h)");
+
 extern void openblas_set_num_threads(int n);
 
 void fg_train_flags_init(fg_flag *f) {
@@ -48,6 +50,9 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
                         f[FG_TF_DATA_BIN].given ? " (--data-bin files hold token ids already)" : "");
     if (f[FG_TF_DATA].given && f[FG_TF_DATA_BIN].given)
         return fg_error(FG_ERR_ARG, "give either --data FILE (text) or --data-bin PATH (token ids), not both");
+    if ((f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given) && f[FG_TF_DIGITS].given)
+        return fg_error(FG_ERR_ARG, "--digits applies to the addition task only, not to %s",
+                        f[FG_TF_DATA].given ? "--data" : "--data-bin");
     if (f[FG_TF_VOCAB].given && !f[FG_TF_DATA_BIN].given)
         return fg_error(FG_ERR_ARG,
                         "--vocab-size applies to --data-bin only (text and the addition task have their own)");

@@ -57,8 +57,9 @@
     X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                                  \
     X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)         \
     X(THREADS, "--threads", FG_FLAG_INT, "N",                                                                          \
-      "threads of flashgrad's pool and of OpenBLAS (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or all cores)", 1,  \
-      1024, 0)
+      "threads of flashgrad's pool and of OpenBLAS, at most 64 (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or " \
+      "all cores)",                                                                                                    \
+      1, 64, 0)
 
 enum {
 #define FG_TF_ENUM(id, name, type, meta, help, lo, hi, lo_open) FG_TF_##id,
