@@ -755,9 +755,10 @@ static void configure_resumed(const train_args *a, train_run *r) {
     const fg_flag *f = a->f;
     const char *out = a->out;
     struct stat sb;
-    char aside[4200];
+    char aside[4200], moving[4200];
     aside_path(aside, sizeof aside, out, ASIDE_DONE);
-    if (stat(a->model_path, &sb) != 0 && stat(aside, &sb) != 0)
+    aside_path(moving, sizeof moving, out, ASIDE_MOVING);
+    if (stat(a->model_path, &sb) != 0 && stat(aside, &sb) != 0 && stat(moving, &sb) != 0)
         die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
     if (f[F_OVERWRITE].given) die(2, "--overwrite starts a new run; it cannot be combined with --resume");
     if (comm->rank == 0) {

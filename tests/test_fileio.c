@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -388,4 +389,64 @@ Test(fileio, xxh64_streaming_equals_one_shot_for_any_split) {
                          (unsigned long long)want);
         }
     }
+}
+
+/* ---- what a write-by-rename may replace ---- */
+
+/* A FIFO, a character device (made here when the process may: as root) and a socket where a file
+ * goes are refused by every writer, before anything is made and with the special file left as it
+ * was; no temporary file remains. */
+Test(fileio, writers_refuse_special_files_and_leave_them_as_they_were) {
+    char fifo[128], dev[128], names[512];
+    snprintf(fifo, sizeof fifo, "%s/out.csv", g_dir);
+    snprintf(dev, sizeof dev, "%s/null", g_dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo: %s", strerror(errno));
+    int have_dev = mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0;
+    const char *paths[2] = {fifo, dev};
+    for (int i = 0; i < (have_dev ? 2 : 1); i++) {
+        const void *parts[1] = {"x"};
+        size_t sizes[1] = {1};
+        cr_expect_eq(fg_write_file_atomic(paths[i], parts, sizes, 1), FG_ERR_IO, "%s was written", paths[i]);
+        cr_expect(strstr(fg_last_error(), i ? "character device" : "FIFO") && strstr(fg_last_error(), "nothing"),
+                  "message: %s", fg_last_error());
+        fg_atomic_file af;
+        cr_expect_eq(fg_atomic_begin(&af, paths[i]), FG_ERR_IO, "a stream onto %s was begun", paths[i]);
+        struct stat st;
+        cr_expect(lstat(paths[i], &st) == 0 && (i ? S_ISCHR(st.st_mode) : S_ISFIFO(st.st_mode)),
+                  "%s is no longer the special file", paths[i]);
+    }
+    if (!have_dev) cr_log_warn("no character device test (mknod: %s)", strerror(errno));
+    /* a special file put there while a stream was being written is refused at the commit */
+    char late[128];
+    snprintf(late, sizeof late, "%s/late.bin", g_dir);
+    fg_atomic_file af;
+    cr_assert_eq(fg_atomic_begin(&af, late), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(write(af.fd, "abc", 3), 3);
+    cr_assert_eq(mkfifo(late, 0600), 0);
+    cr_expect_eq(fg_atomic_commit(&af), FG_ERR_IO, "a FIFO made during the write was replaced");
+    struct stat st;
+    cr_expect(lstat(late, &st) == 0 && S_ISFIFO(st.st_mode), "the late FIFO was replaced");
+    int n = count_entries(g_dir, names, sizeof names);
+    cr_expect_eq(n, have_dev ? 3 : 2, "entries: %s", names);
+    cr_expect(!strstr(names, FG_TMP_MARK), "temporary files left: %s", names);
+}
+
+/* A name that is one of several hard links gets the new file; the other names keep the old bytes:
+ * nothing is written into a file that exists. */
+Test(fileio, replacing_a_hard_link_leaves_the_other_name_as_it_was) {
+    char user[128], lnk[128];
+    snprintf(user, sizeof user, "%s/users_file.csv", g_dir);
+    snprintf(lnk, sizeof lnk, "%s/out.csv", g_dir);
+    write_plain(user, "the user's own data\n");
+    cr_assert_eq(link(user, lnk), 0, "link: %s", strerror(errno));
+    const void *parts[1] = {"new\n"};
+    size_t sizes[1] = {4};
+    cr_assert_eq(fg_write_file_atomic(lnk, parts, sizes, 1), FG_OK, "%s", fg_last_error());
+    size_t n;
+    char *a = slurp(user, &n);
+    cr_expect(n == 20 && !memcmp(a, "the user's own data\n", 20), "the user's file changed: '%s'", a);
+    free(a);
+    a = slurp(lnk, &n);
+    cr_expect(n == 4 && !memcmp(a, "new\n", 4), "the new file: '%s'", a);
+    free(a);
 }

@@ -103,6 +103,9 @@ static void drop(snapshot *s) {
     for (int i = 0; i < 3; i++) free(s->data[i]);
 }
 
+/* train's log header (cmd_train.c) */
+#define CSV_HEADER_FOR_TEST "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu"
+
 static int one_line(const char *log) {
     int lines = 0;
     for (const char *c = log; *c; c++) lines += *c == '\n';
@@ -317,4 +320,169 @@ Test(runs, a_closed_stdout_does_not_stop_training, .init = setup, .fini = teardo
     cr_expect_eq(st, 0, "train | head exited %d: %s", st, err ? err : "");
     free(err);
     cr_expect_eq(ckpt_step("p"), 400, "the run did not train to the end with its stdout closed");
+}
+
+/* ---- --overwrite keeps the earlier run until its own checkpoint is down ---- */
+
+/* A disk that fills at the new run's first checkpoint (a file-size limit makes the optimizer file's
+ * write fail, as ENOSPC would): exit 1, one line saying the earlier run is back, and every byte of
+ * it in place, with nothing of the failed run's left. */
+Test(runs, an_overwrite_whose_checkpoint_cannot_be_written_puts_the_earlier_run_back, .init = setup,
+     .fini = teardown, .timeout = 120) {
+    need_bin();
+    run_ok("train " TINY " --steps 30 --out r");
+    snapshot before = take("r");
+    char cmd[2048], log[8192];
+    /* SIGXFSZ ignored (inherited through exec): the write fails with EFBIG instead of killing */
+    snprintf(cmd, sizeof cmd, "cd '%s' && trap '' XFSZ && ulimit -f 20 && '%s' train " TINY
+             " --steps 3 --out r --overwrite 2>&1 >/dev/null", dir, fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 1, "exit %d:\n%s", st, log);
+    cr_expect(one_line(log) && strstr(log, "earlier run again") && strstr(log, "untouched"),
+              "the line should say the earlier run is back:\n%s", log);
+    expect_unchanged(&before, "r", "an --overwrite that could not write its checkpoint");
+    drop(&before);
+    cr_expect(access(path("r/.flashgrad-overwritten"), F_OK) != 0, "the set-aside folder was left");
+    cr_expect(access(path("r/optimizer.prev.safetensors"), F_OK) != 0, "an optimizer.prev file was left");
+    run_ok("train --resume --steps 31 --out r --samples 0 --eval-problems 10");
+}
+
+/* What a kill at any moment of an --overwrite's first checkpoint leaves (made here by hand, as the
+ * moves and writes would leave it) is resolved by the next train on the folder: back to the earlier
+ * run while the new checkpoint is incomplete, the new run once its model is written. */
+Test(runs, an_overwrite_killed_midway_is_resolved_by_the_next_run, .init = setup, .fini = teardown,
+     .timeout = 120) {
+    need_bin();
+    run_ok("train " TINY " --steps 30 --out r");
+    snapshot before = take("r");
+    /* 1. killed while moving the earlier run aside: model moved, the rest not yet */
+    cr_assert_eq(mkdir(path("r/.flashgrad-overwrite-moving"), 0700), 0);
+    cr_assert_eq(rename(path("r/model.safetensors"), path("r/.flashgrad-overwrite-moving/model.safetensors")), 0);
+    char log[8192];
+    int st = run("train --resume --steps 31 --out r --samples 0 --eval-problems 10", log, sizeof log);
+    cr_expect_eq(st, 0, "resume after a kill while setting aside: exit %d:\n%s", st, log);
+    cr_expect(strstr(log, "put back"), "no note about the files put back:\n%s", log);
+    cr_expect(access(path("r/.flashgrad-overwrite-moving"), F_OK) != 0, "the moving folder was left");
+    long long s = ckpt_step("r");
+    cr_expect_eq(s, 31, "the earlier run did not continue (step %lld)", s);
+
+    /* 2. killed after the set-aside, with the new run's log and optimizer written but not its model */
+    run_ok("train " TINY " --steps 30 --out q");
+    snapshot q = take("q");
+    cr_assert_eq(mkdir(path("q/.flashgrad-overwritten"), 0700), 0);
+    for (int i = 0; i < 3; i++) {
+        char a[300], b[300];
+        snprintf(a, sizeof a, "q/%s", snap_files[i]);
+        snprintf(b, sizeof b, "q/.flashgrad-overwritten/%s", snap_files[i]);
+        cr_assert_eq(rename(path(a), path(b)), 0);
+    }
+    FILE *f = fopen(path("q/log.csv"), "w");
+    cr_assert(f);
+    fputs(CSV_HEADER_FOR_TEST "\n1,9.9,0.001,1.0,100.0,,\n", f);
+    fclose(f);
+    f = fopen(path("q/optimizer.safetensors"), "w");
+    cr_assert(f);
+    fputs("the new run's optimizer state", f);
+    fclose(f);
+    st = run("train " TINY " --steps 3 --out q", log, sizeof log);
+    cr_expect_eq(st, 2, "a fresh run without --overwrite should find the earlier run back: exit %d:\n%s", st, log);
+    cr_expect(strstr(log, "back in") && strstr(log, "step 30"), "message:\n%s", log);
+    expect_unchanged(&q, "q", "the recovery of an --overwrite killed before its model was written");
+    drop(&q);
+    cr_expect(access(path("q/.flashgrad-overwritten"), F_OK) != 0, "the set-aside folder was left");
+
+    /* 3. killed after the new model was written, before the earlier run was removed */
+    run_ok("train " TINY " --steps 4 --out p");
+    snapshot p = take("p");
+    cr_assert_eq(mkdir(path("p/.flashgrad-overwritten"), 0700), 0);
+    f = fopen(path("p/.flashgrad-overwritten/model.safetensors"), "w");
+    cr_assert(f);
+    fputs("the earlier run's model", f);
+    fclose(f);
+    st = run("train --resume --steps 5 --out p --samples 0 --eval-problems 10", log, sizeof log);
+    cr_expect_eq(st, 0, "exit %d:\n%s", st, log);
+    cr_expect(access(path("p/.flashgrad-overwritten"), F_OK) != 0, "the replaced run was not removed");
+    s = ckpt_step("p");
+    cr_expect_eq(s, 5, "the new run did not continue (step %lld)", s);
+    drop(&p);
+    drop(&before);
+}
+
+/* train.lock gets the pid written into it: never into a file with other names, nor a FIFO. */
+Test(runs, a_lock_file_that_is_a_hard_link_or_a_fifo_is_refused_untouched, .init = setup, .fini = teardown,
+     .timeout = 60) {
+    need_bin();
+    cr_assert_eq(mkdir(path("r"), 0777), 0);
+    FILE *f = fopen(path("users_notes.txt"), "w");
+    cr_assert(f);
+    fputs("precious\n", f);
+    fclose(f);
+    cr_assert_eq(link(path("users_notes.txt"), path("r/train.lock")), 0);
+    char log[8192];
+    int st = run("train " TINY " --steps 2 --out r", log, sizeof log);
+    cr_expect_eq(st, 1, "exit %d:\n%s", st, log);
+    cr_expect(one_line(log) && strstr(log, "hard link"), "message:\n%s", log);
+    size_t n;
+    char *b = slurp("users_notes.txt", &n);
+    cr_expect(b && n == 9 && !memcmp(b, "precious\n", 9), "the user's file was rewritten: '%s'", b ? b : "(gone)");
+    free(b);
+    cr_assert_eq(unlink(path("r/train.lock")), 0);
+    cr_assert_eq(mkfifo(path("r/train.lock"), 0600), 0);
+    st = run("train " TINY " --steps 2 --out r", log, sizeof log);
+    cr_expect(st == 1 && one_line(log) && strstr(log, "not a regular file"), "FIFO lock: exit %d:\n%s", st, log);
+    struct stat sb;
+    cr_expect(lstat(path("r/train.lock"), &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+}
+
+/* A log with a header and no row records nothing: it does not make the folder another run's, and a
+ * failed run's message counts the steps its log holds. */
+Test(runs, a_header_only_log_does_not_block_and_failure_messages_count_the_steps, .init = setup,
+     .fini = teardown, .timeout = 60) {
+    need_bin();
+    cr_assert_eq(mkdir(path("h"), 0777), 0);
+    FILE *f = fopen(path("h/log.csv"), "w");
+    cr_assert(f);
+    fputs(CSV_HEADER_FOR_TEST "\n", f);
+    fclose(f);
+    run_ok("train " TINY " --steps 2 --out h");
+    char log[8192];
+    int st = run("train " TINY " --steps 5 --out d --lr 10 --warmup 0 --weight-decay 1e6", log, sizeof log);
+    cr_expect_eq(st, 1, "the diverging run exited %d:\n%s", st, log);
+    const char *at = strstr(log, "at step ");
+    long long failed = at ? atoll(at + 8) : -1;
+    char want[64];
+    snprintf(want, sizeof want, "has the %lld step%s run", failed - 1, failed - 1 == 1 ? "" : "s");
+    cr_expect(failed > 1 && strstr(log, want), "the message should say '%s':\n%s", want, log);
+    size_t n;
+    char *l = slurp("d/log.csv", &n);
+    int rows = 0;
+    for (char *c = l; c && *c; c++) rows += *c == '\n';
+    cr_expect_eq(rows, failed, "the log has %d lines for %lld steps run", rows, failed - 1);
+    free(l);
+}
+
+/* Values the pool cannot take, and flags of the addition task given with other data, are usage
+ * errors with one line, before anything is written. */
+Test(runs, flags_that_cannot_apply_are_refused, .init = setup, .fini = teardown, .timeout = 60) {
+    need_bin();
+    FILE *f = fopen(path("t.txt"), "w");
+    cr_assert(f);
+    for (int i = 0; i < 200; i++) fputs("hello world, ", f);
+    fclose(f);
+    static const char *const cases[][2] = {
+        {"train " TINY " --steps 2 --out a --threads 65", "--threads"},
+        {"train --data t.txt --digits 3 --steps 2 --out a", "--digits"},
+        {"train --data t.txt --eval-problems 3 --steps 2 --out a", "--eval-problems"},
+        {"bench peak --threads 65", "--threads"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char log[8192];
+        int st = run(cases[i][0], log, sizeof log);
+        cr_expect(st == 2 && one_line(log) && strstr(log, cases[i][1]), "`%s`: exit %d:\n%s", cases[i][0], st, log);
+    }
+    char cmd[1024], log[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && FG_NUM_THREADS=100 '%s' train " TINY " --steps 2 --out a 2>&1", dir, fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect(st == 2 && one_line(log) && strstr(log, "FG_NUM_THREADS"), "FG_NUM_THREADS=100: exit %d:\n%s", st, log);
+    cr_expect(access(path("a"), F_OK) != 0, "a refused run created its folder");
 }
