@@ -589,7 +589,7 @@ int fg_bench_attention(int argc, char **argv) {
     }
     if (n_failed) {
         fprintf(stderr, "bench attention: %d of %d measurements failed (see the lines above)%s\n", n_failed,
-                n_failed + n_done, csv ? "; the CSV holds the others" : "");
+                n_failed + n_done, csv && n_done ? "; the CSV holds the others" : "");
         return 1;
     }
     return 0;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/common.h"
@@ -57,4 +58,34 @@ Test(bench_attention, refuses_a_bad_dtype_or_peak_with_one_line) {
         const char *nl = strchr(log, '\n');
         cr_expect(nl && nl[1] == '\0', "'%s': more than one line:\n%s", bad[i], log);
     }
+}
+
+/* A measurement that fails (here: a problem whose buffers cannot be allocated) makes the exit status
+ * 1 with a closing line that counts the failures; the CSV is still written, header only. */
+Test(bench_attention, a_failed_measurement_makes_the_exit_status_nonzero) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    char cmd[1024], log[8192], csv[128];
+    snprintf(csv, sizeof csv, "%s/f.csv", g_dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench attention --impl flash --no-sgemm --n 1048576 --b 64 --h 64 --d 128 --repeat 1 --threads 1 "
+             "--peak 10 --csv '%s' 2>&1",
+             fgt_bin(), csv);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 1, "exit %d:\n%s", st, log);
+    cr_expect(strstr(log, "failed: ") && strstr(log, "1 of 1 measurements failed"), "%s", log);
+    cr_expect(access(csv, R_OK) == 0, "no CSV written");
+}
+
+/* --csv onto a FIFO (or any special file) is refused before measuring; the FIFO stays a FIFO. */
+Test(bench_attention, csv_onto_a_special_file_is_refused) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    char cmd[1024], log[8192], fifo[128];
+    snprintf(fifo, sizeof fifo, "%s/p.csv", g_dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    snprintf(cmd, sizeof cmd, "'%s' bench attention --impl flash --no-sgemm --n 32 --repeat 1 --peak 10 --csv '%s' 2>&1",
+             fgt_bin(), fifo);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect(st == 1 && strstr(log, "FIFO"), "exit %d:\n%s", st, log);
+    struct stat sb;
+    cr_expect(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
 }

@@ -269,3 +269,82 @@ Test(tokens, files_beyond_a_gib_open_in_flat_memory_and_every_id_is_checked, .in
     write_sparse_llmc("last.bin", m, m - 1, 65535);
     expect_refused("last.bin", 50257, FG_ERR_FORMAT, "token 73400319 is id 65535");
 }
+
+/* Split words in file names are words of their own: a folder holding only eval_train.bin has a train
+ * file and no validation one (refused: it would otherwise validate on the training data), and
+ * interval.bin / training.bin are neither. */
+Test(tokens, split_names_are_whole_words_not_substrings, .init = setup, .fini = teardown) {
+    const size_t n = 600;
+    uint16_t *t = stream(n, 64, 7);
+    cr_assert_eq(mkdir(at("e"), 0777), 0);
+    write_bytes("e/eval_train.bin", t, n * 2);
+    fg_clear_error();
+    fg_token_data *d = fg_token_data_open(at("e"), 64, 16);
+    cr_expect_null(d, "a folder with only eval_train.bin opened (train and val the same file?)");
+    fg_token_data_free(d);
+    write_bytes("e/eval_val.bin", t, 300 * 2);
+    d = fg_token_data_open(at("e"), 64, 16);
+    cr_assert(d, "eval_train.bin + eval_val.bin: %s", fg_last_error());
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_TRAIN), n);
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_VAL), 300);
+    fg_token_data_free(d);
+    cr_assert_eq(mkdir(at("w"), 0777), 0);
+    write_bytes("w/training.bin", t, n * 2);
+    write_bytes("w/interval.bin", t, n * 2);
+    d = fg_token_data_open(at("w"), 64, 16);
+    cr_expect_null(d, "training.bin / interval.bin were taken as splits");
+    fg_token_data_free(d);
+    free(t);
+}
+
+/* Window offsets are uniform over 0 .. len - T - 1: the last window, whose target ends at the file's
+ * last id, is drawn too (with len = T + 2 there are exactly two windows, each drawn about half the
+ * time). */
+Test(tokens, the_last_window_of_a_split_is_drawn, .init = setup, .fini = teardown) {
+    enum { T = 8, N = T + 2, B = 64 };
+    uint16_t t[N];
+    for (int i = 0; i < N; i++) t[i] = (uint16_t)i;
+    cr_assert_eq(mkdir(at("l"), 0777), 0);
+    write_bytes("l/train.bin", t, sizeof t);
+    write_bytes("l/val.bin", t, sizeof t);
+    fg_token_data *d = fg_token_data_open(at("l"), 64, T);
+    cr_assert(d, "%s", fg_last_error());
+    int32_t x[B * T], y[B * T];
+    int count[2] = {0, 0};
+    for (uint64_t step = 0; step < 4; step++) {
+        cr_assert_eq(fg_token_data_batch(d, FG_SPLIT_TRAIN, B, T, 11, step, x, y), FG_OK);
+        for (int r = 0; r < B; r++) {
+            cr_assert(x[r * T] == 0 || x[r * T] == 1, "row %d starts at %d", r, x[r * T]);
+            count[x[r * T]]++;
+        }
+    }
+    cr_expect(count[1] > 64 && count[0] > 64, "offsets 0 and 1 drawn %d and %d times of 256", count[0], count[1]);
+    fg_token_data_free(d);
+}
+
+/* A token file truncated under a running train: one line naming the file and the last good
+ * checkpoint, exit 1 (not a silent SIGBUS). */
+Test(tokens, a_token_file_truncated_while_training_is_one_line_naming_it, .init = setup, .fini = teardown,
+     .timeout = 120) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    const size_t n = (size_t)4 << 20;
+    uint16_t *t = stream(n, 64, 5);
+    cr_assert_eq(mkdir(at("d"), 0777), 0);
+    write_bytes("d/train.bin", t, n * 2);
+    write_bytes("d/val.bin", t, 65536 * 2);
+    free(t);
+    char cmd[2048], log[8192];
+    /* the run checkpoints every 20 steps; once its first checkpoint is there the file shrinks to a page */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && { '%s' train --data-bin d --vocab-size 64 --n-layer 1 --n-head 2 --n-embd 16 --block-size 32 "
+             "--batch-size 8 --steps 100000000 --eval-every 20 --eval-iters 1 --samples 0 --threads 1 --out r "
+             ">/dev/null 2>err.txt & p=$!; i=0; while [ ! -f r/model.safetensors ] && [ $i -lt 600 ]; do sleep 0.1; "
+             "i=$((i+1)); done; sleep 0.5; truncate -s 4096 d/train.bin; wait $p; echo \"exit $?\"; cat err.txt; }",
+             dir, fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(strstr(log, "exit 1\n"), "the run should exit 1:\n%s", log);
+    cr_expect(strstr(log, "d/train.bin") && strstr(log, "changed while it was being read") &&
+                  strstr(log, "last good checkpoint is in r (step"),
+              "the line should name the file and the checkpoint:\n%s", log);
+}
