@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tensor/fileio.h"
@@ -589,6 +592,92 @@ Test(checkpoint, a_save_after_an_interrupted_save_keeps_the_models_own_optimizer
     cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
     cr_expect_eq(file_step(prev), 4);
     cr_expect_eq(file_step(opt), 5);
+    fg_trainer_free(tr);
+    fg_source_free(s);
+}
+
+/* Pairing is by step and parameter hash: an optimizer file of the same step but from other weights
+ * (another seed's run) does not pair with the model, and the model's own state in .prev is used. */
+Test(checkpoint, an_optimizer_file_of_the_same_step_but_other_weights_does_not_pair) {
+    char data[512], a[512], b[512], aopt[1024], bopt[1024], aprev[1024];
+    fg_source *s = text_source(in_dir(data, sizeof data, "data.txt"));
+    fg_trainer *ta = trained(s, 3);
+    fg_train_config c = fgt_tiny_train_config(s, 8, 2, 10, 1, 6);
+    fg_trainer *tb = fg_trainer_create(&c, s);
+    cr_assert(tb, "%s", fg_last_error());
+    for (int i = 0; i < 3; i++) {
+        fg_step_stats st;
+        cr_assert_eq(fg_trainer_step(tb, &st), FG_OK, "%s", fg_last_error());
+    }
+    in_dir(a, sizeof a, "a");
+    in_dir(b, sizeof b, "b");
+    mkdir(a, 0777);
+    mkdir(b, 0777);
+    cr_assert_eq(fg_ckpt_save(a, ta), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_ckpt_save(b, tb), FG_OK, "%s", fg_last_error());
+    snprintf(aopt, sizeof aopt, "%s/" FG_CKPT_OPTIM_FILE, a);
+    snprintf(bopt, sizeof bopt, "%s/" FG_CKPT_OPTIM_FILE, b);
+    snprintf(aprev, sizeof aprev, "%s/" FG_CKPT_OPTIM_PREV_FILE, a);
+    cr_assert_eq(file_step(aopt), file_step(bopt), "the two runs should be at the same step");
+    cr_assert_eq(rename(aopt, aprev), 0);
+    size_t n;
+    unsigned char *bb = slurp(bopt, &n);
+    write_file(aopt, bb, n);
+    free(bb);
+    /* with its own state in .prev: that one is taken */
+    fg_ckpt *ck = fg_ckpt_open(a, 1);
+    cr_assert(ck, "%s", fg_last_error());
+    fg_trainer *tr = fg_trainer_create(&fg_ckpt_get_info(ck)->train, s);
+    cr_assert(tr);
+    cr_assert_eq(fg_ckpt_restore(ck, tr), FG_OK, "%s", fg_last_error());
+    fg_ckpt_close(ck);
+    /* its moments are A's, not B's: one more step equals A's own next step */
+    fg_step_stats s1, s2;
+    cr_assert_eq(fg_trainer_step(tr, &s1), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_trainer_step(ta, &s2), FG_OK, "%s", fg_last_error());
+    cr_expect(s1.loss == s2.loss && s1.grad_norm == s2.grad_norm, "restored run differs from A: %.9g vs %.9g",
+              s1.loss, s2.loss);
+    fg_trainer_free(tr);
+    /* without it: refused, saying the weights differ */
+    cr_assert_eq(unlink(aprev), 0);
+    expect_refused(a, 1, "with other weights", "an optimizer file of another run at the same step");
+    fg_trainer_free(ta);
+    fg_trainer_free(tb);
+    fg_source_free(s);
+}
+
+/* A save writes the optimizer file before the model file (fg_ckpt_save's crash-consistent order):
+ * a save that can write a file the model's size but not the optimizer's (a file-size limit in a
+ * child process, as a disk that fills would) leaves the previous checkpoint whole and paired. */
+Test(checkpoint, a_save_that_fails_midway_leaves_the_previous_checkpoint_paired) {
+    char data[512], run[512], mpath[1024], opath[1024];
+    fg_source *s = text_source(in_dir(data, sizeof data, "data.txt"));
+    fg_trainer *tr = trained(s, 3);
+    in_dir(run, sizeof run, "run");
+    mkdir(run, 0777);
+    cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
+    snprintf(mpath, sizeof mpath, "%s/" FG_CKPT_MODEL_FILE, run);
+    snprintf(opath, sizeof opath, "%s/" FG_CKPT_OPTIM_FILE, run);
+    struct stat ms, os;
+    cr_assert(stat(mpath, &ms) == 0 && stat(opath, &os) == 0);
+    cr_assert(os.st_size > ms.st_size + 4096, "the optimizer file (%lld) should be larger than the model's (%lld)",
+              (long long)os.st_size, (long long)ms.st_size);
+    fg_step_stats st;
+    cr_assert_eq(fg_trainer_step(tr, &st), FG_OK, "%s", fg_last_error());
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {.rlim_cur = (rlim_t)(ms.st_size + 2048), .rlim_max = (rlim_t)(ms.st_size + 2048)};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        _exit(fg_ckpt_save(run, tr) == FG_OK ? 0 : 3);
+    }
+    int ws;
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    cr_expect(WIFEXITED(ws) && WEXITSTATUS(ws) == 3, "the limited save did not fail (status %d)", ws);
+    cr_expect_eq(file_step(mpath), 3, "the model file is from step %lld: it was written before the optimizer's",
+                 file_step(mpath));
+    expect_opens(run, "the previous checkpoint after a save that failed midway");
     fg_trainer_free(tr);
     fg_source_free(s);
 }
