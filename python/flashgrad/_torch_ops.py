@@ -361,8 +361,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError("%s: attn_mask %s has more dims than the scores %s" % (api, _shp(attn_mask), full))
         m = attn_mask if attn_mask.dtype == torch.bool else attn_mask.to(cdt)
         mask = m.expand(full).reshape(B, Hq, L, S)
-    if E == 0 or B * Hq * L == 0:
-        # nothing to compute; keep the graph so that backward gives zero gradients of the right shapes
+    if E == 0 or B * Hq * L == 0 or S == 0:
+        # nothing to compute (no keys: every row sees none and is 0, as in torch); keep the graph so
+        # that backward gives zero gradients of the right shapes
         z = (q.sum() + k.sum() + v.sum()) * 0
         return q.new_zeros(out_shape) + z.to(q.dtype)
     q4 = q.reshape(B, Hq, L, E).to(cdt)

@@ -30,7 +30,19 @@ from . import _attention as _A
 from . import _lib
 from ._lib import lib
 
-from ._torch_ops import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd"):
+    from ._torch_ops import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
+else:  # torch < 2.4: attention() works, the drop-ins (torch.library custom ops) say what they need
+    def _needs_custom_op(name):
+        def f(*args, **kwargs):
+            raise RuntimeError("flashgrad.torch.%s needs torch >= 2.4 (torch.library.custom_op); this is torch %s"
+                               % (name, torch.__version__))
+        f.__name__ = name
+        return f
+
+    scaled_dot_product_attention = _needs_custom_op("scaled_dot_product_attention")
+    flash_attn_func = _needs_custom_op("flash_attn_func")
+    flash_attn_varlen_func = _needs_custom_op("flash_attn_varlen_func")
 
 __all__ = ["attention", "share_threads", "scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func"]
 
