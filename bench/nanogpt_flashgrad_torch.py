@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""nanogpt_flashgrad_torch.py — nanoGPT's model trained with SDPA and with flashgrad.torch.attention, side by side.
+"""nanogpt_flashgrad_torch.py — nanoGPT's model trained with SDPA and with flashgrad's drop-in, side by side.
 
 The model is nanoGPT's (model.py: GPT-2 blocks, pre-LayerNorm, CausalSelfAttention with one c_attn of
 width 3C, MLP 4C with GELU, tied LM head, GPT-2 init), char-level Tiny Shakespeare. The two runs differ in
 one line of CausalSelfAttention.forward:
 
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=p, is_causal=True)   # SDPA
-    y = flashgrad.torch.attention(q, k, v, causal=True, dropout=p)                             # flashgrad
+    y = flashgrad.torch.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=p, is_causal=True)
+                                                             # flashgrad (--api attention: fgt.attention)
+--compile runs both models under torch.compile(model, fullgraph=True) (a graph break is an error).
 
 Both start from the same weights (torch.manual_seed) and see the same batches; AdamW (lr --lr, betas
 0.9/0.99, weight decay 0.1 on 2-d weights), --steps steps, on --threads threads (torch and flashgrad).
@@ -17,7 +19,7 @@ agree closely; the speed is the attention's difference.
 
     PYTHONPATH=python /work/torch2/bin/python bench/nanogpt_flashgrad_torch.py [--data FILE]
         [--block 256] [--batch 12] [--layers 4] [--heads 4] [--embd 128] [--steps 200] [--threads 2]
-        [--dropout 0] [--rounds 1] [--pool] [--md FILE]
+        [--dropout 0] [--rounds 1] [--pool] [--compile] [--api sdpa|attention] [--md FILE]
 """
 import argparse
 import math
@@ -47,6 +49,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--md", default=None)
+    ap.add_argument("--compile", action="store_true", help="torch.compile(model, fullgraph=True) both models")
+    ap.add_argument("--api", choices=("sdpa", "attention"), default="sdpa",
+                    help="flashgrad's entry point: the SDPA drop-in (default) or flashgrad.torch.attention")
     a = ap.parse_args()
 
     import numpy as np
@@ -92,8 +97,11 @@ def main():
             k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
             q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
             v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-            if self.use_fg:
+            if self.use_fg and a.api == "attention":
                 y = fgt.attention(q, k, v, causal=True, dropout=self.dropout if self.training else 0)
+            elif self.use_fg:
+                y = fgt.scaled_dot_product_attention(q, k, v, attn_mask=None,
+                                                     dropout_p=self.dropout if self.training else 0, is_causal=True)
             else:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=None,
                                                    dropout_p=self.dropout if self.training else 0, is_causal=True)
@@ -152,6 +160,7 @@ def main():
     def run(use_fg):
         torch.manual_seed(a.seed)
         model = GPT(use_fg)
+        fwd = torch.compile(model, fullgraph=True) if a.compile else model
         decay = [p for p in model.parameters() if p.dim() >= 2]
         nodecay = [p for p in model.parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
@@ -161,7 +170,7 @@ def main():
         for step in range(a.steps):
             x, y = batch("train", rng)
             t0 = time.perf_counter()
-            loss = model(x, y)
+            loss = fwd(x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -172,7 +181,7 @@ def main():
         with torch.no_grad():
             for split in ("train", "val"):
                 erng = np.random.default_rng(a.seed + 1)
-                ev[split] = statistics.mean(float(model(*batch(split, erng))) for _ in range(a.eval_iters))
+                ev[split] = statistics.mean(float(fwd(*batch(split, erng))) for _ in range(a.eval_iters))
         return Bsz * T / statistics.median(times[a.untimed:]), losses, ev
 
     res = {False: [], True: []}
@@ -186,12 +195,14 @@ def main():
     ratio = statistics.median(f[0] / s[0] for f, s in zip(fg, sd))
     dl = max(abs(x - y) for f, s in zip(fg, sd) for x, y in zip(f[1], s[1]))
     lines = ["nanoGPT (n_layer %d, n_head %d, n_embd %d, block %d, batch %d, dropout %g), Tiny Shakespeare chars, "
-             "%d AdamW steps, %d threads (flashgrad on %s), torch %s, OMP_WAIT_POLICY %s"
+             "%d AdamW steps, %d threads (flashgrad on %s), torch %s, OMP_WAIT_POLICY %s%s"
              % (a.layers, a.heads, a.embd, T, Bsz, a.dropout, a.steps, a.threads,
                 "torch's OpenMP threads" if sharing else "its own pool", torch.__version__,
-                os.environ.get("OMP_WAIT_POLICY") or "unset"), "",
+                os.environ.get("OMP_WAIT_POLICY") or "unset",
+                ", torch.compile(fullgraph=True)" if a.compile else ""), "",
              "| attention | tokens/s | final train loss | final val loss |", "|---|---:|---:|---:|"]
-    for name, rr in (("F.scaled_dot_product_attention", sd), ("flashgrad.torch.attention", fg)):
+    fg_name = "flashgrad.torch.attention" if a.api == "attention" else "flashgrad.torch.scaled_dot_product_attention"
+    for name, rr in (("F.scaled_dot_product_attention", sd), (fg_name, fg)):
         lines.append("| %s | %.0f | %.4f | %.4f |" % (name, statistics.median(x[0] for x in rr),
                                                       statistics.mean(x[2]["train"] for x in rr),
                                                       statistics.mean(x[2]["val"] for x in rr)))

@@ -155,7 +155,7 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
         .Nk = Nk,
         .d = d,
         .scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d),
-        .causal = o.causal ? 1 : 0,
+        .causal = o.causal == FG_ATTN_CAUSAL_TOP_LEFT ? FG_ATTN_CAUSAL_TOP_LEFT : o.causal ? 1 : 0,
         .dropout_p = o.dropout_p,
         .seed = o.seed,
         .block_q = o.block_q ? o.block_q : FG_ATTN_DEFAULT_BLOCK_Q,
@@ -240,6 +240,8 @@ static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev, 
         what = "ALiBi";
     else if (pr->var.softcap > 0 && !(caps & FG_ATTN_CAP_SOFTCAP))
         what = "softcapping";
+    else if (pr->causal == FG_ATTN_CAUSAL_TOP_LEFT && pr->Nq != pr->Nk && !(caps & FG_ATTN_CAP_CAUSAL_TOP_LEFT))
+        what = "a top-left aligned causal mask with Nq != Nk";
     if (what)
         return fg_error(FG_ERR_DEVICE, "attention on %s: this build's kernels do not support %s", fg_device_name(dev),
                         what);

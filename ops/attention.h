@@ -20,7 +20,7 @@
  *   3. ALiBi:          s = s − slope_h · |i' − j|                 slope_h: user's alibi_slopes[h] or
  *                                                                 fg_attn_alibi_slope(h, H)
  *   4. score_mod:      s = score_mod(s, b, h, i, j, user)         user callback, CPU only
- *   5. visible(i, j) = (!causal or j <= i')
+ *   5. visible(i, j) = (!causal or j <= i')                     (top-left causal: j <= i)
  *                    ∧ (!window or ((L < 0 or j >= i' − L) ∧ (R < 0 or j <= i' + R)))
  *                    ∧ (!mask or mask(b, h, i, j, user))          user callback, CPU only
  *      s = −inf where not visible.
@@ -98,6 +98,20 @@ const char *fg_attn_impl_name(fg_attn_impl impl);
 typedef double (*fg_attn_score_mod_fn)(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *user);
 typedef int (*fg_attn_mask_fn)(int64_t b, int64_t h, int64_t i, int64_t j, void *user);
 
+/* A mask held in memory, as torch's scaled_dot_product_attention takes it: element (b, h, i, j) at
+ * data + b·stride[0] + h·stride[1] + i·stride[2] + j·stride[3] (strides in elements; a stride 0
+ * broadcasts that dimension, so a (Nq, Nk) mask serves every batch and head without a copy).
+ *   FG_ATTN_TMASK_BOOL  uint8, nonzero = the query may see the key (ANDed with causal and window)
+ *   FG_ATTN_TMASK_F32   float additive bias: s = s + bias after step 3 (as a score_mod with
+ *   FG_ATTN_TMASK_F64   derivative 1); a bias of −inf masks the element (and makes its tile
+ *                       skippable). The bias gets no gradient. */
+enum { FG_ATTN_TMASK_BOOL = 1, FG_ATTN_TMASK_F32 = 2, FG_ATTN_TMASK_F64 = 3 };
+typedef struct {
+    const void *data;
+    int kind;
+    int64_t stride[4];
+} fg_attn_tensor_mask;
+
 /* A mask callback summarized per flash tile: for each (b, h, query tile, key tile) whether no
  * element, some or every element is visible (fg_tile_kind). Flash skips MASKED tiles, and calls
  * the mask per element only in PARTIAL ones. Opaque, reference-counted. */
@@ -114,16 +128,30 @@ typedef struct {
     const fg_attn_block_mask *block_mask;
 } fg_attn_custom;
 
+/* fg_attn_opts.causal: 0 none; FG_ATTN_CAUSAL_BOTTOM_RIGHT (or any other nonzero value) query i
+ * sees keys j <= i + Nk − Nq, FlashAttention's alignment; FG_ATTN_CAUSAL_TOP_LEFT j <= i, the
+ * alignment of torch's scaled_dot_product_attention(is_causal=True). They differ only when Nq != Nk.
+ * A sliding window and ALiBi stay bottom-right aligned under either. */
+#define FG_ATTN_CAUSAL_BOTTOM_RIGHT 1
+#define FG_ATTN_CAUSAL_TOP_LEFT 2
+
 typedef struct {
     fg_attn_impl impl;
     double scale; /* 0 means 1/sqrt(d) */
-    int causal;
+    int causal;   /* 0, FG_ATTN_CAUSAL_BOTTOM_RIGHT or FG_ATTN_CAUSAL_TOP_LEFT */
     double dropout_p;        /* 0 <= p < 1 */
     uint64_t seed;           /* dropout seed */
     int block_q, block_k;    /* flash tile sizes; 0 means the default (or the block mask's) */
     fg_attn_variant variant; /* built-in variants; all zero = none. n_kv_heads 0: from K's shape */
     fg_attn_custom custom;   /* user variants; all zero = none */
 } fg_attn_opts;
+
+/* The user variant that applies tensor mask *m (ops/attention_variant.c): a mask callback reading it
+ * and, for a float bias, a score_mod adding it. *m (and its data) must outlive every use of the
+ * returned struct, the backward included; the struct points to it. Build a block mask from it
+ * (fg_attn_block_mask_create with its mask and user, B = 1 where stride[0] is 0, H = 1 where
+ * stride[1] is 0) to skip the tiles it masks entirely. Zero struct for an unknown kind. */
+fg_attn_custom fg_attn_tensor_mask_custom(const fg_attn_tensor_mask *m);
 
 /* Default options: flash, scale 1/sqrt(d), no mask, no dropout, default blocks, no variant. */
 fg_attn_opts fg_attn_defaults(void);
@@ -231,6 +259,26 @@ fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const f
 fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
                                         const double *k, const double *v, const double *o, const double *lse,
                                         const double *lse_lo, const fg_attn_problem *pr);
+
+/* ---- packed variable-length sequences (ops/attention_varlen.c) ----
+ * flash_attn's varlen layout: nseq documents packed along one token axis,
+ *   q, o (Tq, H, d); k, v (Tk, H_kv, d); lse, lse_lo (H, Tq)
+ * with document s holding queries [cu_q[s], cu_q[s+1]) and keys [cu_k[s], cu_k[s+1]) (cu_q[0] =
+ * cu_k[0] = 0, nondecreasing, cu_q[nseq] = Tq, cu_k[nseq] = Tk). Each document is its own attention
+ * problem of pr's options with Nq_s and Nk_s (causal, window and ALiBi aligned per document), so no
+ * query sees another document's keys; pr->B, Nq and Nk are not read (they only sized the checks).
+ * slopes, when not NULL, are per-document ALiBi slopes (nseq, H) that replace pr's. Dropout of
+ * document s uses seed pr->seed + s·0x9E3779B97F4A7C15 (as batch 0). The flash kernels only, no
+ * user callbacks (FG_ERR_ARG). Every document is gathered into the kernels' (1, H, N, d) layout in
+ * scratch sized for the longest, and scattered back. The backward ADDS into dq, dk, dv (any NULL).
+ * FG_ERR_ARG for offsets that do not fit, FG_ERR_OOM for scratch. lse_lo may be NULL. */
+fg_status fg_attn_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
+                                 const void *v, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq, int64_t Tq,
+                                 int64_t Tk, const double *slopes, const fg_attn_problem *pr);
+fg_status fg_attn_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                  const void *k, const void *v, const void *o, const void *lse, const void *lse_lo,
+                                  const int64_t *cu_q, const int64_t *cu_k, int64_t nseq, int64_t Tq, int64_t Tk,
+                                  const double *slopes, const fg_attn_problem *pr);
 
 /* ---- variants on a tile (ops/attention_variant.c) ----
  * S is the tile of scaled scores (step 1) of rows [i0, i0 + nq) and keys [j0, j0 + nk) of head
@@ -372,6 +420,9 @@ enum {
     FG_ATTN_CAP_SOFTCAP = 8 /* var.softcap > 0 */
 };
 #define FG_ATTN_CAP_ALL (FG_ATTN_CAP_GQA | FG_ATTN_CAP_WINDOW | FG_ATTN_CAP_ALIBI | FG_ATTN_CAP_SOFTCAP)
+/* causal = FG_ATTN_CAUSAL_TOP_LEFT with Nq != Nk (with Nq = Nk both alignments are the same mask).
+ * Not in FG_ATTN_CAP_ALL: a device lists it only once its kernels are tested with it. */
+#define FG_ATTN_CAP_CAUSAL_TOP_LEFT 16
 
 #ifdef __cplusplus
 }

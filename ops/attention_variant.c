@@ -188,6 +188,43 @@ static struct {
 } registry[FG_ATTN_REGISTRY_MAX];
 static int registry_n, registry_ready;
 
+/* ---- tensor masks: element (b, h, i, j) read through the strides ---- */
+static int64_t tmask_at(const fg_attn_tensor_mask *m, int64_t b, int64_t h, int64_t i, int64_t j) {
+    return b * m->stride[0] + h * m->stride[1] + i * m->stride[2] + j * m->stride[3];
+}
+static int tmask_bool(int64_t b, int64_t h, int64_t i, int64_t j, void *user) {
+    const fg_attn_tensor_mask *m = user;
+    return ((const uint8_t *)m->data)[tmask_at(m, b, h, i, j)] != 0;
+}
+static double tmask_bias(const fg_attn_tensor_mask *m, int64_t b, int64_t h, int64_t i, int64_t j) {
+    const int64_t e = tmask_at(m, b, h, i, j);
+    return m->kind == FG_ATTN_TMASK_F32 ? (double)((const float *)m->data)[e] : ((const double *)m->data)[e];
+}
+/* a bias of −inf hides the element: as a mask, so that all-−inf tiles are skipped */
+static int tmask_bias_visible(int64_t b, int64_t h, int64_t i, int64_t j, void *user) {
+    return tmask_bias(user, b, h, i, j) != -INFINITY;
+}
+static double tmask_bias_add(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *user) {
+    return s + tmask_bias(user, b, h, i, j);
+}
+static double tmask_bias_grad(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *user) {
+    (void)s, (void)b, (void)h, (void)i, (void)j, (void)user;
+    return 1.0;
+}
+
+fg_attn_custom fg_attn_tensor_mask_custom(const fg_attn_tensor_mask *m) {
+    if (!m || !m->data) return (fg_attn_custom){0};
+    void *u = (void *)m;
+    switch (m->kind) {
+    case FG_ATTN_TMASK_BOOL: return (fg_attn_custom){.mask = tmask_bool, .user = u};
+    case FG_ATTN_TMASK_F32:
+    case FG_ATTN_TMASK_F64:
+        return (fg_attn_custom){
+            .score_mod = tmask_bias_add, .score_mod_grad = tmask_bias_grad, .mask = tmask_bias_visible, .user = u};
+    default: return (fg_attn_custom){0};
+    }
+}
+
 /* "softcap-cb": softcap 5 as a score_mod, the same math as opts.variant.softcap = 5 */
 static double example_softcap_mod(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *user) {
     (void)b, (void)h, (void)i, (void)j, (void)user;

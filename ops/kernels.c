@@ -19,7 +19,7 @@ static const fg_kernels cpu_kernels = {
     .cross_entropy = {fg_cpu_cross_entropy_forward, fg_cpu_cross_entropy_backward},
     .dropout = {fg_cpu_dropout_forward, fg_cpu_dropout_backward},
     .optimizer = {fg_cpu_adamw, fg_cpu_sum_squares, fg_cpu_scale, fg_cpu_norm_block, fg_cpu_sum_squares_blocks},
-    .attention = {fg_cpu_attention_forward, fg_cpu_attention_backward, FG_ATTN_CAP_ALL},
+    .attention = {fg_cpu_attention_forward, fg_cpu_attention_backward, FG_ATTN_CAP_ALL | FG_ATTN_CAP_CAUSAL_TOP_LEFT},
 };
 
 static _Atomic(const fg_kernels *) tables[FG_DEVICE_COUNT] = {&cpu_kernels};

@@ -9,7 +9,7 @@
  *   s   = c · tanh(s / c)                  softcap c > 0
  *   s   = s − slope_h · |i' − j|            ALiBi
  *   s   = score_mod(s, b, h, i, j)          user callback (CPU only; ops/attention.h)
- *   visible(i, j) = causal:  j <= i'
+ *   visible(i, j) = causal:  j <= i'    (causal FG_ATTN_CAUSAL_TOP_LEFT: j <= i, SDPA's is_causal)
  *                 ∧ window:  i' − L <= j <= i' + R   (L < 0 or R < 0: that side unbounded)
  *                 ∧ mask(b, h, i, j)          user callback (CPU only)
  *   P = softmax over the visible j; K and V head = h / (H / H_kv).
@@ -68,8 +68,11 @@ FG_HD double fg_attn_alibi_slope(int64_t h, int64_t H) {
 FG_HD void fg_attn_row_range(int64_t i, int64_t Nq, int64_t Nk, int causal, int window, int64_t wl, int64_t wr,
                              int64_t *lo, int64_t *hi) {
     const int64_t ip = i + (Nk - Nq);
+    /* causal 2 aligns the mask to the top-left corner (query i sees keys j <= i); any other
+     * nonzero value to the bottom-right (j <= i'); the window stays bottom-right aligned */
+    const int64_t ic = causal == 2 ? i : ip;
     int64_t a = 0, e = Nk;
-    if (causal && ip + 1 < e) e = ip + 1;
+    if (causal && ic + 1 < e) e = ic + 1;
     if (window) {
         if (wl >= 0 && ip - wl > a) a = ip - wl;
         if (wr >= 0 && ip + wr + 1 < e) e = ip + wr + 1;

@@ -77,7 +77,7 @@ static fg_status opts_of(const fgpy_attn_args *a, fg_attn_opts *o) {
         return fg_error(FG_ERR_ARG, "attention: unknown implementation %d (naive or flash)", (int)a->impl);
     o->impl = (fg_attn_impl)a->impl;
     o->scale = a->scale;
-    o->causal = a->causal ? 1 : 0;
+    o->causal = a->causal == FG_ATTN_CAUSAL_TOP_LEFT ? FG_ATTN_CAUSAL_TOP_LEFT : a->causal ? 1 : 0;
     o->dropout_p = a->dropout;
     o->seed = a->seed;
     o->block_q = a->block_q;
@@ -104,10 +104,12 @@ static fg_status opts_of(const fgpy_attn_args *a, fg_attn_opts *o) {
     return FG_OK;
 }
 
-/* The resolved problem of one call and the block mask built for it (NULL when none was needed). */
+/* The resolved problem of one call, its tensor mask, and the block mask built for it (NULL when
+ * none was needed). */
 typedef struct {
     fg_attn_problem pr;
     fg_dtype dt;
+    fg_attn_tensor_mask tm;
     fg_attn_block_mask *own_bm;
 } call;
 
@@ -121,12 +123,25 @@ static fg_status call_begin(call *c, const fgpy_attn_args *a) {
         return fg_error(FG_ERR_SHAPE, "attention: need at least one K/V head, got %lld", (long long)a->H_kv);
     fg_attn_opts o;
     FG_TRY(opts_of(a, &o));
+    if (a->mask_kind) {
+        if (o.custom.mask || o.custom.score_mod)
+            return fg_error(FG_ERR_ARG, "attention: a tensor mask cannot be combined with callbacks or a variant");
+        c->tm = (fg_attn_tensor_mask){.data = a->mask_data, .kind = a->mask_kind};
+        memcpy(c->tm.stride, a->mask_stride, sizeof c->tm.stride);
+        o.custom = fg_attn_tensor_mask_custom(&c->tm);
+        if (!o.custom.mask && a->B * a->H * a->Nq * a->Nk > 0)
+            return fg_error(FG_ERR_ARG, "attention: bad tensor mask (kind %d, data %s)", (int)a->mask_kind,
+                            a->mask_data ? "given" : "NULL");
+    }
     FG_TRY(fg_attn_problem_init(&c->pr, a->B, a->H, a->Nq, a->Nk, a->d, &o));
     FG_TRY(fg_attn_problem_check_dtype(&c->pr, c->dt));
     fg_attn_problem *pr = &c->pr;
     if (o.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
-        c->own_bm = fg_attn_block_mask_create(pr->custom.mask, pr->custom.user, pr->B, pr->H, pr->Nq, pr->Nk,
-                                              pr->block_q, pr->block_k);
+        /* a tensor mask broadcast over b or h is summarized once for all of them */
+        const int64_t bB = a->mask_kind && a->mask_stride[0] == 0 ? 1 : pr->B,
+                      bH = a->mask_kind && a->mask_stride[1] == 0 ? 1 : pr->H;
+        c->own_bm = fg_attn_block_mask_create(pr->custom.mask, pr->custom.user, bB, bH, pr->Nq, pr->Nk, pr->block_q,
+                                              pr->block_k);
         if (!c->own_bm) return fg_last_status();
         pr->custom.block_mask = c->own_bm;
     }
@@ -281,4 +296,44 @@ fg_status fgpy_attn_gradcheck(const fgpy_attn_args *a, uint64_t seed, double qk_
            sizeof rep->f32_skipped < sizeof r.f32_skipped ? sizeof rep->f32_skipped : sizeof r.f32_skipped);
     rep->f32_skipped[sizeof rep->f32_skipped - 1] = 0;
     return FG_OK;
+}
+
+/* The varlen calls check the options as a dense call of the longest documents would. */
+static fg_status varlen_begin(call *c, const fgpy_attn_args *a) {
+    if (a && a->impl != FG_ATTN_FLASH) return fg_error(FG_ERR_ARG, "attention varlen: flash only");
+    if (a && (a->mask_kind || a->mask || a->score_mod || a->custom))
+        return fg_error(FG_ERR_ARG, "attention varlen: masks and callbacks are not supported");
+    return call_begin(c, a);
+}
+
+fg_status fgpy_attn_varlen_forward(const fgpy_attn_args *a, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
+                                   int64_t Tq, int64_t Tk, const double *slopes, void *o, void *lse, void *lse_lo,
+                                   const void *q, const void *k, const void *v) {
+    call c;
+    fg_status st = varlen_begin(&c, a);
+    if (st == FG_OK)
+        st = fg_attn_varlen_forward(c.dt, o, lse, c.dt == FG_F32 ? lse_lo : NULL, q, k, v, cu_q, cu_k, nseq, Tq, Tk,
+                                    slopes, &c.pr);
+    if (st == FG_OK && lse_lo && c.dt != FG_F32) memset(lse_lo, 0, (size_t)(c.pr.H * Tq) * fg_dtype_size(c.dt));
+    call_end(&c);
+    return st;
+}
+
+fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
+                                    int64_t Tq, int64_t Tk, const double *slopes, int zero, void *dq, void *dk,
+                                    void *dv, const void *dout, const void *q, const void *k, const void *v,
+                                    const void *o, const void *lse, const void *lse_lo) {
+    call c;
+    fg_status st = varlen_begin(&c, a);
+    if (st == FG_OK && zero) {
+        const size_t es = fg_dtype_size(c.dt);
+        if (dq) memset(dq, 0, (size_t)(Tq * c.pr.H * c.pr.d) * es);
+        if (dk) memset(dk, 0, (size_t)(Tk * c.pr.var.n_kv_heads * c.pr.d) * es);
+        if (dv) memset(dv, 0, (size_t)(Tk * c.pr.var.n_kv_heads * c.pr.d) * es);
+    }
+    if (st == FG_OK)
+        st = fg_attn_varlen_backward(c.dt, dq, dk, dv, dout, q, k, v, o, lse, c.dt == FG_F32 ? lse_lo : NULL, cu_q,
+                                     cu_k, nseq, Tq, Tk, slopes, &c.pr);
+    call_end(&c);
+    return st;
 }

@@ -27,14 +27,14 @@ extern "C" {
 #endif
 
 /* Bumped whenever fgpy_attn_args or fgpy_check_report changes. */
-#define FGPY_ABI_VERSION 1
+#define FGPY_ABI_VERSION 2
 
 typedef struct {
     int32_t dtype; /* FG_F32 or FG_F64 */
     int32_t impl;  /* FG_ATTN_NAIVE or FG_ATTN_FLASH */
     int64_t B, H, H_kv, Nq, Nk, d;
     double scale; /* 0 = 1/sqrt(d) */
-    int32_t causal;
+    int32_t causal; /* 0, 1 bottom-right, 2 top-left (FG_ATTN_CAUSAL_*) */
     int32_t block_q, block_k; /* 0 = default */
     double dropout;           /* 0 <= p < 1 */
     uint64_t seed;
@@ -48,6 +48,11 @@ typedef struct {
     fg_attn_mask_fn mask;
     void *user;
     const char *custom; /* a registered variant's name (fg_attn_register_custom) or NULL */
+    /* a tensor mask (fg_attn_tensor_mask): kind 0 none, else FG_ATTN_TMASK_*; strides in elements
+     * for (b, h, i, j), 0 to broadcast. Not with callbacks or a registered variant. */
+    const void *mask_data;
+    int32_t mask_kind;
+    int64_t mask_stride[4];
 } fgpy_attn_args;
 
 typedef struct {
@@ -83,6 +88,18 @@ fg_status fgpy_attn_forward(const fgpy_attn_args *a, void *o, void *lse, void *l
 fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *dk, void *dv, const void *dout,
                              const void *q, const void *k, const void *v, const void *o, const void *lse,
                              const void *lse_lo);
+
+/* fg_attn_varlen_forward / _backward (ops/attention.h) on packed q (Tq, H, d), k, v (Tk, H_kv, d)
+ * with nseq + 1 offsets cu_q, cu_k; lse, lse_lo (H, Tq). a->B is ignored, a->Nq and a->Nk are the
+ * longest documents (they size the option checks); a->impl must be flash. slopes: NULL or per-document
+ * ALiBi slopes (nseq, H). The backward sets dq, dk, dv to zero first when zero = 1. */
+fg_status fgpy_attn_varlen_forward(const fgpy_attn_args *a, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
+                                   int64_t Tq, int64_t Tk, const double *slopes, void *o, void *lse, void *lse_lo,
+                                   const void *q, const void *k, const void *v);
+fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
+                                    int64_t Tq, int64_t Tk, const double *slopes, int zero, void *dq, void *dk,
+                                    void *dv, const void *dout, const void *q, const void *k, const void *v,
+                                    const void *o, const void *lse, const void *lse_lo);
 
 /* fg_attn_gradcheck for a's sizes and options (a->dtype and a->impl are ignored: both are run),
  * inputs from seed with Q, K std qk_std (0 = 1). FG_OK when the checks ran (rep->passed says how). */

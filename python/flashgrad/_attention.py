@@ -30,11 +30,11 @@ _DTYPES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float64): _lib.F64}
 
 def _int(name, x, lo=None, hi=None):
     if isinstance(x, bool) and name != "seed":
-        raise TypeError("attention: %s must be an integer, got %r" % (name, x))
+        raise TypeError("attention: %s must be an integer, got %s" % (name, _short(x)))
     try:
         v = operator.index(x)
     except TypeError:
-        raise TypeError("attention: %s must be an integer, got %r" % (name, x)) from None
+        raise TypeError("attention: %s must be an integer, got %s" % (name, _short(x))) from None
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise ValueError("attention: %s must be in [%s, %s], got %d" % (name, lo, hi, v))
     return v
@@ -42,11 +42,11 @@ def _int(name, x, lo=None, hi=None):
 
 def _real(name, x):
     if isinstance(x, (bool, np.bool_, str, bytes, complex, np.complexfloating)):
-        raise TypeError("attention: %s must be a real number, got %r" % (name, x))
+        raise TypeError("attention: %s must be a real number, got %s" % (name, _short(x)))
     try:
         return float(x)
     except (TypeError, ValueError):
-        raise TypeError("attention: %s must be a real number, got %r" % (name, x)) from None
+        raise TypeError("attention: %s must be a real number, got %s" % (name, _short(x))) from None
 
 
 class _Callbacks:
@@ -78,7 +78,7 @@ def _to_float(name, r):
         return float(r)
     if isinstance(r, np.ndarray) and r.ndim == 0 and r.dtype.kind in "fiu":
         return float(r)
-    raise TypeError("attention: %s must return a real number, got %r" % (name, r))
+    raise TypeError("attention: %s must return a real number, got %s" % (name, _short(r)))
 
 
 def _score_tramp(fn, name, err):
@@ -107,6 +107,17 @@ def _mask_tramp(fn, err):
     return tramp
 
 
+_CAUSAL = {"bottom-right": 1, "top-left": 2}
+
+
+def _short(x):
+    """repr of x for a message, at most 60 characters (never a whole tensor or array)."""
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return "%s of shape %s, dtype %s" % (type(x).__name__, tuple(x.shape), x.dtype)
+    r = repr(x)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
 class _Options:
     """The attention options, checked; args() makes the C struct for given sizes."""
     __slots__ = ("impl", "causal", "scale", "dropout", "seed", "kv_heads", "window", "alibi", "slopes",
@@ -116,22 +127,29 @@ class _Options:
                  alibi=False, softcap=None, block_q=None, block_k=None, score_mod=None, score_mod_grad=None,
                  mask=None, variant=None):
         if impl not in _IMPLS:
-            raise ValueError("attention: impl must be 'flash' or 'naive', got %r" % (impl,))
+            raise ValueError("attention: impl must be 'flash' or 'naive', got %s" % (_short(impl),))
         self.impl = _IMPLS[impl]
-        self.causal = 1 if causal else 0
+        # a bool (bottom-right aligned), or the alignment by name; 1/0 and other truthy values are refused
+        if causal is True or causal is False or isinstance(causal, np.bool_):
+            self.causal = 1 if causal else 0
+        elif isinstance(causal, str) and causal in _CAUSAL:
+            self.causal = _CAUSAL[causal]
+        else:
+            raise TypeError("attention: causal must be True, False, 'bottom-right' or 'top-left', got %s"
+                            % _short(causal))
         self.scale = 0.0 if scale is None else _real("scale", scale)
         if scale is not None and (self.scale == 0 or not math.isfinite(self.scale)):
-            raise ValueError("attention: scale must be finite and nonzero (None = 1/sqrt(d)), got %r" % (scale,))
+            raise ValueError("attention: scale must be finite and nonzero (None = 1/sqrt(d)), got %s" % (_short(scale),))
         self.dropout = _real("dropout", dropout)
         if not 0 <= self.dropout < 1:
-            raise ValueError("attention: dropout p must be in [0, 1), got %r" % (dropout,))
+            raise ValueError("attention: dropout p must be in [0, 1), got %s" % (_short(dropout),))
         self.seed = _int("seed", seed, 0, 2 ** 64 - 1)
         self.kv_heads = None if kv_heads is None else _int("kv_heads", kv_heads, 1, _INT32_MAX)
         self.window = None
         if window is not None:
             if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
                 raise TypeError("attention: window must be (left, right), each an integer >= 0 or -1/None "
-                                "(unbounded), got %r" % (window,))
+                                "(unbounded), got %s" % (_short(window),))
             lr = []
             for side, w in zip(("left", "right"), window):
                 w = -1 if w is None else _int("window " + side, w, -1)
@@ -143,17 +161,17 @@ class _Options:
         else:
             s = np.asarray(alibi)
             if s.ndim != 1 or not (np.issubdtype(s.dtype, np.floating) or np.issubdtype(s.dtype, np.integer)):
-                raise TypeError("attention: alibi must be True/False or a sequence of H slopes, got %r" % (alibi,))
+                raise TypeError("attention: alibi must be True/False or a sequence of H slopes, got %s" % (_short(alibi),))
             self.alibi = 1
             self.slopes = np.ascontiguousarray(s, dtype=np.float64)
         self.softcap = 0.0 if softcap is None else _real("softcap", softcap)
         if not (math.isfinite(self.softcap) and self.softcap >= 0):
-            raise ValueError("attention: softcap must be finite and > 0 (None or 0 = off), got %r" % (softcap,))
+            raise ValueError("attention: softcap must be finite and > 0 (None or 0 = off), got %s" % (_short(softcap),))
         self.block_q = 0 if block_q is None else _int("block_q", block_q, 1, 65536)
         self.block_k = 0 if block_k is None else _int("block_k", block_k, 1, 65536)
         for name, f in (("score_mod", score_mod), ("score_mod_grad", score_mod_grad), ("mask", mask)):
             if f is not None and not callable(f):
-                raise TypeError("attention: %s must be callable, got %r" % (name, f))
+                raise TypeError("attention: %s must be callable, got %s" % (name, _short(f)))
         if (score_mod is None) != (score_mod_grad is None):
             raise ValueError("attention: a score_mod needs its derivative score_mod_grad, and the reverse")
         self.callbacks = None
@@ -161,7 +179,7 @@ class _Options:
             self.callbacks = _Callbacks(score_mod, score_mod_grad, mask)
         if variant is not None and not isinstance(variant, str):
             raise TypeError("attention: variant must be the name of a registered variant (flashgrad.variants()), "
-                            "got %r" % (variant,))
+                            "got %s" % (_short(variant),))
         if variant is not None and self.callbacks is not None:
             raise ValueError("attention: a registered variant ('%s') and score_mod/mask callbacks cannot be "
                              "combined" % variant)
@@ -505,14 +523,14 @@ def gradcheck_attention(*, shape=(2, 2, 8, 11, 4), causal=False, scale=None, dro
     report's worst elements come from rerunning the checks' computations here on the same inputs.
     Raises ValueError (etc.) when the checks cannot run (bad sizes or options)."""
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or len(shape) not in (4, 5):
-        raise TypeError("gradcheck_attention: shape must be (B, H, Nq, Nk, d) or (B, H, N, d), got %r" % (shape,))
+        raise TypeError("gradcheck_attention: shape must be (B, H, Nq, Nk, d) or (B, H, N, d), got %s" % (_short(shape),))
     dims = [_int("shape", s, 0, _INT32_MAX) for s in shape]
     if len(dims) == 4:
         dims.insert(3, dims[2])
     B, H, Nq, Nk, d = dims
     qk_std = _real("qk_std", qk_std)
     if not (math.isfinite(qk_std) and qk_std >= 0):
-        raise ValueError("gradcheck_attention: qk_std must be finite and >= 0 (0 = 1), got %r" % (qk_std,))
+        raise ValueError("gradcheck_attention: qk_std must be finite and >= 0 (0 = 1), got %s" % (_short(qk_std),))
     opts = _Options(causal, scale, dropout, seed, "flash", kv_heads, window, alibi, softcap,
                     4 if block_q is None else block_q, 3 if block_k is None else block_k,
                     score_mod, score_mod_grad, mask, variant)

@@ -17,7 +17,7 @@ import os
 __all__ = ["lib", "lib_path", "Args", "CheckReport", "SCORE_MOD_FN", "MASK_FN", "raise_status", "F32", "F64",
            "NAIVE", "FLASH"]
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 F32, F64 = 0, 1          # fg_dtype
 NAIVE, FLASH = 0, 1      # fg_attn_impl
 
@@ -45,6 +45,7 @@ class Args(ctypes.Structure):
         ("alibi", ctypes.c_int32), ("alibi_slopes", ctypes.c_void_p), ("softcap", ctypes.c_double),
         ("score_mod", SCORE_MOD_FN), ("score_mod_grad", SCORE_MOD_FN), ("mask", MASK_FN),
         ("user", ctypes.c_void_p), ("custom", ctypes.c_char_p),
+        ("mask_data", ctypes.c_void_p), ("mask_kind", ctypes.c_int32), ("mask_stride", ctypes.c_int64 * 4),
     ]
 
 
@@ -99,6 +100,10 @@ for _name, _res, _argt in [
     ("fgpy_check_report_size", ctypes.c_size_t, []),
     ("fgpy_attn_forward", ctypes.c_int, [_ARGS_P, _P, _P, _P, _P, _P, _P]),
     ("fgpy_attn_backward", ctypes.c_int, [_ARGS_P, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
+    ("fgpy_attn_varlen_forward", ctypes.c_int, [_ARGS_P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _P,
+                                                 _P, _P, _P, _P, _P, _P]),
+    ("fgpy_attn_varlen_backward", ctypes.c_int, [_ARGS_P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                  _P, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
     ("fgpy_attn_gradcheck", ctypes.c_int, [_ARGS_P, ctypes.c_uint64, ctypes.c_double, ctypes.POINTER(CheckReport)]),
     ("fgpy_variant_name", ctypes.c_char_p, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
     ("fgpy_last_error", ctypes.c_char_p, []),

@@ -25,13 +25,26 @@ import ctypes
 import os
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _attention as _A
 from . import _lib
 from ._lib import lib
 
-__all__ = ["attention", "share_threads"]
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd"):
+    from ._torch_ops import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
+else:  # torch < 2.4: attention() works, the drop-ins (torch.library custom ops) say what they need
+    def _needs_custom_op(name):
+        def f(*args, **kwargs):
+            raise RuntimeError("flashgrad.torch.%s needs torch >= 2.4 (torch.library.custom_op); this is torch %s"
+                               % (name, torch.__version__))
+        f.__name__ = name
+        return f
+
+    scaled_dot_product_attention = _needs_custom_op("scaled_dot_product_attention")
+    flash_attn_func = _needs_custom_op("flash_attn_func")
+    flash_attn_varlen_func = _needs_custom_op("flash_attn_varlen_func")
+
+__all__ = ["attention", "share_threads", "scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func"]
 
 _DT = {torch.float32: _lib.F32, torch.float64: _lib.F64}
 
@@ -175,7 +188,6 @@ def _run_backward(ctx, do):
     return dq, dk, dv, None, None, None
 
 
-_run_backward_once = once_differentiable(_run_backward)
 _fwd, _bwd = lib.fgpy_attn_forward, lib.fgpy_attn_backward
 
 
@@ -209,11 +221,11 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do, *_dL):
-        # Double backward is not supported: with create_graph (grad mode on here) the gradients
-        # get once_differentiable's grad_fn, which refuses a second differentiation; without it
-        # (the usual case) grad mode is already off and the wrapper would only cost time.
+        # Double backward is not supported. Grad mode is on here exactly when the caller asked for
+        # create_graph=True: refuse it then, rather than hand back gradients without a graph.
         if torch.is_grad_enabled():
-            return _run_backward_once(ctx, do)
+            raise RuntimeError("flashgrad.torch.attention: double backward (backward or autograd.grad with "
+                               "create_graph=True) is not supported")
         return _run_backward(ctx, do)
 
 

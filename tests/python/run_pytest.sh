@@ -53,11 +53,11 @@ fi
 if [ -z "$tpy" ]; then
     [ -n "${skip_torch_line:-}" ] ||
         echo "python tests: torch tests skipped (no torch for $py; set FG_TORCH_PYTHON=/path/to/python with torch)"
-    FG_TORCH=0 "$py" -m pytest -q -p no:cacheprovider tests/python --ignore=tests/python/test_torch.py "$@"
+    FG_TORCH=0 "$py" -m pytest -q -p no:cacheprovider tests/python --ignore-glob='tests/python/test_torch*.py' "$@"
 elif [ "$py_ok" = 0 ] || [ "$tpy" = "$py" ]; then
     [ "$py_ok" = 0 ] && echo "python tests: $py lacks numpy or pytest; all tests with $tpy"
     FG_TORCH=1 "$tpy" -m pytest -q -p no:cacheprovider tests/python "$@"
 else
-    FG_TORCH=0 "$py" -m pytest -q -p no:cacheprovider tests/python --ignore=tests/python/test_torch.py "$@" || exit 1
-    FG_TORCH=1 "$tpy" -m pytest -q -p no:cacheprovider tests/python/test_torch.py "$@"
+    FG_TORCH=0 "$py" -m pytest -q -p no:cacheprovider tests/python --ignore-glob='tests/python/test_torch*.py' "$@" || exit 1
+    FG_TORCH=1 "$tpy" -m pytest -q -p no:cacheprovider tests/python/test_torch*.py "$@"
 fi

@@ -198,9 +198,12 @@ def test_only_the_gradients_asked_for_are_computed():
 def test_double_backward_is_refused():
     q, k, v = leaves(torch.float64, 2)
     y = fgt.attention(q, k, v)
-    (g,) = torch.autograd.grad(y.sum(), q, create_graph=True)
-    with pytest.raises(RuntimeError):
-        g.sum().backward()
+    # refused at create_graph=True already: a gradient without a graph would make a gradient
+    # penalty silently zero
+    with pytest.raises(RuntimeError, match="flashgrad.torch.attention: double backward"):
+        torch.autograd.grad(y.sum(), q, create_graph=True)
+    (g,) = torch.autograd.grad(fgt.attention(q, k, v).sum(), q)  # without it, as before
+    assert g.grad_fn is None
 
 
 def test_dropout_seed_none_follows_torch_manual_seed():
@@ -412,3 +415,29 @@ def test_cached_options_still_refuse_what_the_checks_refuse():
     assert torch.equal(fgt.attention(q, k, v, dropout=0.0, block_q=2), a)
     assert not torch.equal(fgt.attention(q, k, v, causal=True, block_q=2), a)
     assert torch.equal(fgt.attention(q, k, v, alibi=[0.3, -0.7]), fgt.attention(q, k, v, alibi=(0.3, -0.7)))
+
+
+def test_non_contiguous_inputs_equal_their_contiguous_copies_without_sdpa():
+    """Views of every kind (a transposed K, a sliced V, an expanded Q) give what their contiguous
+    copies give, forward and backward, checked against the numpy reference (no SDPA: this runs on
+    any torch flashgrad.torch imports with)."""
+    torch.manual_seed(2)
+    q = torch.randn(2, 3, 6, 4, dtype=torch.float64)
+    kt = torch.randn(2, 3, 4, 7, dtype=torch.float64).transpose(-1, -2)  # (2, 3, 7, 4), not contiguous
+    vw = torch.randn(2, 3, 7, 9, dtype=torch.float64)[..., 2:6]         # sliced rows
+    qe = torch.randn(1, 3, 6, 4, dtype=torch.float64).expand(2, 3, 6, 4)
+    for qq in (q, qe):
+        for causal in (False, True):
+            ins = [t.clone().requires_grad_() if t.is_contiguous() else t.detach().requires_grad_()
+                   for t in (qq, kt, vw)]
+            y = fgt.attention(*ins, causal=causal)
+            dy = torch.randn_like(y)
+            y.backward(dy)
+            want = ref.attention(qq.contiguous().numpy(), kt.contiguous().numpy(), vw.contiguous().numpy(),
+                                 causal=causal)
+            want = want[0] if isinstance(want, tuple) else want
+            assert np.abs(y.detach().numpy() - want).max() < 1e-12
+            dq, dk, dv = ref.attention_backward(qq.contiguous().numpy(), kt.contiguous().numpy(),
+                                                vw.contiguous().numpy(), dy.numpy(), causal=causal)
+            for t, w in zip(ins, (dq, dk, dv)):
+                assert np.abs(t.grad.numpy() - w).max() < 1e-12
