@@ -11,6 +11,8 @@ Run twice by tests/test_gpt2_files.c:
               - flashgrad's float32 logits equal transformers' within 1e-5 (max abs);
               - each export loads with from_pretrained with no missing, unexpected or mismatched
                 keys, holds exactly (bit for bit) the original tensors, and gives equal logits.
+  make_ft DIR, check_ft DIR   a random GPT-2 with a byte vocabulary, and its fine-tuned export
+              (tests/test_gpt2_files.c runs `flashgrad train --init-from` and `flashgrad export` between).
 Exits 0 when all agree, 1 on a mismatch, 77 when numpy, torch >= 2.1 or transformers is missing.
 """
 import json
@@ -60,6 +62,31 @@ def make(d):
         print("save_pretrained did not shard hf1")
         return 1
     return 0
+
+
+def make_ft(d):
+    """A random-weight GPT-2 with a byte vocabulary (256), to fine-tune on text with --byte."""
+    torch.manual_seed(3)
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, vocab_size=256, bos_token_id=0, eos_token_id=0)
+    GPT2LMHeadModel(cfg).save_pretrained(os.path.join(d, "hf_start"))
+    return 0
+
+
+def check_ft(d):
+    """The fine-tuned run exported to DIR/ft_hf: loads cleanly, and its logits on DIR/ft_x.npy equal
+    flashgrad's (DIR/ft_logits.npy, from the run's checkpoint)."""
+    m, info = GPT2LMHeadModel.from_pretrained(os.path.join(d, "ft_hf"), attn_implementation="eager",
+                                              output_loading_info=True)
+    bad = {k: v for k, v in info.items() if v}
+    x = np.load(os.path.join(d, "ft_x.npy"))
+    fg = torch.from_numpy(np.load(os.path.join(d, "ft_logits.npy")))
+    e = (logits(m, x, torch.float32).double() - fg.double()).abs().max().item()
+    start = GPT2LMHeadModel.from_pretrained(os.path.join(d, "hf_start"))
+    s0, s1 = start.state_dict(), m.state_dict()
+    moved = max((s0[k][:s1[k].shape[0]] - s1[k]).abs().max().item() for k in s1)  # wpe was cropped
+    print(f"fine-tuned export: loading info {info}, |flashgrad - transformers| logits {e:.3g}, weights moved by up to "
+          f"{moved:.3g}")
+    return 0 if not bad and e <= 1e-5 and moved > 0 else 1
 
 
 def logits(m, x, dtype):
@@ -124,7 +151,8 @@ def check(d):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("make", "check"):
-        print("usage: gpt2_files_torch_check.py make|check DIR")
+    modes = {"make": make, "check": check, "make_ft": make_ft, "check_ft": check_ft}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
+        print("usage: gpt2_files_torch_check.py make|check|make_ft|check_ft DIR")
         sys.exit(2)
-    sys.exit(make(sys.argv[2]) if sys.argv[1] == "make" else check(sys.argv[2]))
+    sys.exit(modes[sys.argv[1]](sys.argv[2]))

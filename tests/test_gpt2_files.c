@@ -329,3 +329,81 @@ Test(gpt2_files, hf_models_match_transformers_and_exports_load_in_transformers, 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
 }
+
+#define SHAKESPEARE "../shared/datasets/tinyshakespeare/input.txt"
+
+Test(gpt2_files, hf_model_fine_tunes_with_init_from_and_exports_back, .timeout = 600) {
+    const char *what = "fine-tuning a transformers GPT-2 and exporting it";
+    const char *script = "tests/gpt2_files_torch_check.py";
+    if (access(script, R_OK) != 0) fgt_skip(what, "tests/gpt2_files_torch_check.py not found (run from the repo root)");
+    if (access(SHAKESPEARE, R_OK) != 0) fgt_skip(what, SHAKESPEARE " not found");
+    char dir[256], cmd[4096], log[32768], p[700];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_gpt2_ft_XXXXXX");
+    snprintf(cmd, sizeof cmd, "HF_HUB_DISABLE_PROGRESS_BARS=1 %s %s make_ft %s 2>&1", torch_python(), script, dir);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    if (st == FGT_PYTHON_CANNOT_RUN) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd)) {}
+        fgt_skip(what, log);
+    }
+    cr_assert_eq(st, 0, "make_ft exited %d:\n%s", st, log);
+    /* a model flag that contradicts the file, a longer context, a vocabulary that does not fit, and
+     * --resume with --init-from: one line, exit 2, nothing written */
+    const char *bad[] = {"--n-layer 3", "--block-size 65", "", "--resume"};
+    const char *expect[] = {"contradicts", "only shrink", "vocabulary", "not both"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "%s train --init-from %s/hf_start --data %s %s %s --steps 2 --out %s/bad 2>&1",
+                 fgt_bin(), dir, SHAKESPEARE, i == 2 ? "" : "--byte", bad[i], dir);
+        st = fgt_run_cmd(cmd, log, sizeof log);
+        cr_expect_eq(st, 2, "'%s' exited %d:\n%s", bad[i], st, log);
+        cr_expect(strstr(log, expect[i]), "'%s': %s", bad[i], log);
+        snprintf(p, sizeof p, "%s/bad", dir);
+        cr_expect_neq(access(p, F_OK), 0, "'%s' created the run folder", bad[i]);
+    }
+    /* 50 steps of fine-tuning (nanoGPT's spelling of the flag), the loss going down */
+    snprintf(cmd, sizeof cmd,
+             "%s train --init_from %s/hf_start --data %s --byte --block-size 32 --batch-size 8 --steps 50 --lr 1e-3 "
+             "--warmup 5 --eval-every 50 --eval-iters 4 --samples 0 --out %s/run 2>&1",
+             fgt_bin(), dir, SHAKESPEARE, dir);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_assert_eq(st, 0, "train exited %d:\n%s", st, log);
+    cr_expect(strstr(log, "init from"), "%s", log);
+    double first = 0, last = 0;
+    const char *l1 = strstr(log, "step 1/50 loss "), *l50 = strstr(log, "step 50/50 loss ");
+    cr_assert(l1 && l50, "no step lines:\n%s", log);
+    sscanf(l1, "step 1/50 loss %lf", &first);
+    sscanf(l50, "step 50/50 loss %lf", &last);
+    cr_expect(last < first - 1.0, "fine-tuning did not learn: loss %g -> %g", first, last);
+    snprintf(cmd, sizeof cmd, "%s export --ckpt %s/run --to hf %s/ft_hf 2>&1", fgt_bin(), dir, dir);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_assert_eq(st, 0, "export exited %d:\n%s", st, log);
+    /* flashgrad's logits of the run's checkpoint, for the comparison */
+    snprintf(p, sizeof p, "%s/run", dir);
+    fg_model_file *m = fg_model_file_load(p);
+    cr_assert(m, "%s", fg_last_error());
+    cr_expect_eq(m->format, FG_MODEL_FLASHGRAD);
+    cr_expect(m->tokenizer && fg_tokenizer_kind(m->tokenizer) == FG_TOK_BYTE, "the run lost its tokenizer");
+    const char *text = "ROMEO:\nWhat light through yonder window breaks";
+    const int T = 32;
+    int32_t ids[32];
+    double xd[32];
+    for (int i = 0; i < T; i++) xd[i] = ids[i] = (unsigned char)text[i];
+    fg_tensor *lg = fg_gpt_forward(m->model, ids, 1, T, NULL);
+    cr_assert(lg, "%s", fg_last_error());
+    snprintf(p, sizeof p, "%s/ft_logits.npy", dir);
+    cr_assert_eq(fg_npy_save(p, lg), FG_OK, "%s", fg_last_error());
+    snprintf(p, sizeof p, "%s/ft_x.npy", dir);
+    cr_assert_eq(fg_npy_save_raw(p, FG_F64, 2, (int64_t[]){1, T}, xd), FG_OK, "%s", fg_last_error());
+    fg_release(lg);
+    fg_model_file_free(m);
+    /* the text prompt works on the fine-tuned run (its byte tokenizer is in the checkpoint) */
+    snprintf(cmd, sizeof cmd, "%s sample --ckpt %s/run --prompt 'ROMEO:' --tokens 20 2>&1", fgt_bin(), dir);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect(st == 0 && !strncmp(log, "ROMEO:", 6), "sample exited %d:\n%s", st, log);
+    snprintf(cmd, sizeof cmd, "HF_HUB_DISABLE_PROGRESS_BARS=1 %s %s check_ft %s 2>&1", torch_python(), script, dir);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    if (fgt_verbose() || st) fprintf(stderr, "[gpt2_files] %s", log);
+    cr_expect_eq(st, 0, "check_ft exited %d:\n%s", st, log);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
