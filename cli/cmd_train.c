@@ -55,6 +55,7 @@
 #include "cli/flags.h"
 #include "cli/train_defaults.h"
 #include "cli/train_flags.h"
+#include "datasets/meta_pkl.h"
 #include "train/gpt2_files.h"
 
 /* --init-from: the model the run starts from, until its weights are in the trainer (a global, so
@@ -643,6 +644,16 @@ static int train_parse(int argc, char **argv, train_args *a) {
     rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
     if (rc) return rc;
     if (f[F_INIT_FROM].given) init_from_flags(f);
+    char meta[4200];
+    if (a->is_bin && !f[FG_TF_VOCAB].given && !f[F_RESUME].given &&
+        fg_source_tokens_meta_path(f[FG_TF_DATA_BIN].s, meta, sizeof meta)) {
+        /* nanoGPT's meta.pkl names the vocabulary (its tokenizer goes into the checkpoint) */
+        fg_tokenizer *t = fg_meta_pkl_load(meta);
+        if (!t) die(1, "--data-bin: %s", fg_last_error());
+        f[FG_TF_VOCAB].i = fg_tokenizer_vocab_size(t);
+        f[FG_TF_VOCAB].given = 1;
+        fg_tokenizer_free(t);
+    }
 
     /* --byte, --data-bin, device (started here), attention, recompute, heads, learning rates:
      * train_flags.h. A resumed run takes its vocabulary from the checkpoint (configure_resumed

@@ -8,7 +8,10 @@
 #include <string.h>
 
 #include "datasets/meta_pkl.h"
+#include <sys/stat.h>
+
 #include "tensor/fileio.h"
+#include "tests/common.h"
 
 TestSuite(meta_pkl);
 
@@ -86,4 +89,63 @@ Test(meta_pkl, every_truncation_of_a_good_file_is_refused) {
         fg_tokenizer_free(t);
     }
     free(buf);
+}
+
+/* nanoGPT's shakespeare_char folder (train.bin, val.bin as raw uint16, meta.pkl): train takes its
+ * vocabulary from meta.pkl, end-of-run samples and `sample --prompt` are text, and --resume refuses
+ * a meta.pkl that changed. */
+Test(meta_pkl, data_bin_folder_with_meta_pkl_trains_samples_text_and_resumes, .timeout = 300) {
+    void *text = NULL;
+    size_t n = 0;
+    const char *sh = "../shared/datasets/tinyshakespeare/input.txt";
+    if (fg_read_file(sh, 0, &text, &n) != FG_OK) cr_skip_test("%s not found", sh);
+    char dir[256], p[600], cmd[2048], log[16384];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_meta_pkl_XXXXXX");
+    snprintf(p, sizeof p, "%s/data", dir);
+    mkdir(p, 0777);
+    fg_tokenizer *t = fg_meta_pkl_load(CORPUS "shakespeare_char_p4.pkl");
+    cr_assert(t, "%s", fg_last_error());
+    int32_t *ids = malloc(n * sizeof *ids);
+    uint16_t *u = malloc(n * sizeof *u);
+    cr_assert_eq(fg_tokenizer_encode(t, text, n, ids), FG_OK, "%s", fg_last_error());
+    for (size_t i = 0; i < n; i++) u[i] = (uint16_t)ids[i];
+    const size_t ntr = n / 10 * 9;
+    FILE *f;
+    snprintf(p, sizeof p, "%s/data/train.bin", dir);
+    cr_assert((f = fopen(p, "wb")));
+    fwrite(u, 2, ntr, f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/data/val.bin", dir);
+    cr_assert((f = fopen(p, "wb")));
+    fwrite(u + ntr, 2, n - ntr, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cp " CORPUS "shakespeare_char_p4.pkl %s/data/meta.pkl", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "%s train --data-bin %s/data --steps 4 --block-size 16 --batch-size 4 --n-layer 1 --n-embd 32 "
+             "--eval-every 4 --eval-iters 1 --samples 1 --out %s/run 2>&1",
+             fgt_bin(), dir, dir);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_assert_eq(st, 0, "train exited %d:\n%s", st, log);
+    /* the sample is text of the tokenizer's characters (not ids) */
+    const char *s = strstr(log, "---- sample 1");
+    cr_expect(s && !strstr(s, " 12 "), "no text sample:\n%s", log);
+    snprintf(cmd, sizeof cmd, "%s sample --ckpt %s/run --prompt 'ROMEO:' --tokens 10 2>&1", fgt_bin(), dir);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect(st == 0 && !strncmp(log, "ROMEO:", 6), "sample exited %d:\n%s", st, log);
+    snprintf(cmd, sizeof cmd, "%s train --data-bin %s/data --steps 6 --resume --out %s/run 2>&1", fgt_bin(), dir, dir);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 0, "resume exited %d:\n%s", st, log);
+    snprintf(cmd, sizeof cmd, "cp " CORPUS "one_char_p4.pkl %s/data/meta.pkl", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s train --data-bin %s/data --steps 8 --resume --out %s/run 2>&1", fgt_bin(), dir, dir);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 1, "a changed meta.pkl: resume exited %d:\n%s", st, log);
+    cr_expect(strstr(log, "meta.pkl"), "%s", log);
+    free(ids);
+    free(u);
+    free(text);
+    fg_tokenizer_free(t);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
 }

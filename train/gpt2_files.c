@@ -776,7 +776,13 @@ fg_model_file *fg_model_file_load(const char *path) {
         return NULL;
     }
     if (!S_ISREG(sb.st_mode)) {
-        fg_error(FG_ERR_IO, "%s: not a regular file or folder", path);
+        /* a device, FIFO or socket: fg_open_read refuses it without reading or waiting, and says what it is */
+        int fd = -1;
+        int64_t size = 0;
+        if (fg_open_read(path, 0, &fd, &size) == FG_OK) {
+            close(fd);
+            fg_error(FG_ERR_IO, "%s: not a regular file or folder", path);
+        }
         return NULL;
     }
     if (file_magic_is_llmc(path)) return llmc_load(path);
