@@ -1,6 +1,7 @@
 /* cmd_sample.c — `flashgrad sample`: generate text from a checkpoint.
  *
- * Loads DIR/model.safetensors (or a model file), encodes the prompt with the checkpoint's own
+ * Loads a model (train/gpt2_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2
+ * folder, an llm.c model file), encodes the prompt with the checkpoint's own
  * tokenizer, and writes the prompt plus --tokens generated tokens to stdout for each of
  * --num-samples samples. Sampling is softmax(logits / temperature) over the top-k tokens, with the
  * draws from Philox(seed): the same seed gives the same text. --temperature 0 is greedy decoding.
@@ -86,14 +87,15 @@ int fg_cmd_sample(int argc, char **argv) {
     int rc = fg_flags_parse("sample", f, S_COUNT, argc, argv);
     if (rc == -1) {
         fg_flags_help(stdout, "sample",
-                      "--ckpt DIR [--prompt TEXT | --prompt-ids IDS] [--tokenizer FILE] [--tokens N] [--temperature T] "
+                      "--ckpt PATH [--prompt TEXT | --prompt-ids IDS] [--tokenizer FILE] [--tokens N] [--temperature T] "
                       "[--top-k K] [--seed S]",
                       f, S_COUNT);
         return 0;
     }
     if (rc) return rc;
     if (!f[S_CKPT].given) {
-        fprintf(stderr, "flashgrad sample: --ckpt DIR is required (a folder written by flashgrad train)\n");
+        fprintf(stderr, "flashgrad sample: --ckpt PATH is required (a flashgrad run folder, a Hugging Face GPT-2 folder "
+                        "or an llm.c model file)\n");
         return 2;
     }
     if (f[S_PROMPT].given && f[S_PROMPT_IDS].given) {
