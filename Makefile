@@ -187,7 +187,7 @@ clean:
 # build-fuzz/corpus-<name>/, crashes to build-fuzz/crash-*. Turn a crash into a file under
 # tests/fuzz/regressions/ (make test replays them).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := npy safetensors dataset
+FUZZ_TARGETS := npy safetensors dataset meta_pkl
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRC := $(wildcard tensor/*.c) $(wildcard datasets/*.c)

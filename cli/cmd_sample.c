@@ -1,6 +1,7 @@
 /* cmd_sample.c — `flashgrad sample`: generate text from a checkpoint.
  *
- * Loads DIR/model.safetensors (or a model file), encodes the prompt with the checkpoint's own
+ * Loads a model (train/gpt2_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2
+ * folder, an llm.c model file), encodes the prompt with the checkpoint's own
  * tokenizer, and writes the prompt plus --tokens generated tokens to stdout for each of
  * --num-samples samples. Sampling is softmax(logits / temperature) over the top-k tokens, with the
  * draws from Philox(seed): the same seed gives the same text. --temperature 0 is greedy decoding.
@@ -21,7 +22,7 @@
 #include <string.h>
 
 #include "datasets/tokens.h"
-#include "train/checkpoint.h"
+#include "train/gpt2_files.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
@@ -67,7 +68,9 @@ static void write_ids(const int32_t *ids, size_t n) {
 
 int fg_cmd_sample(int argc, char **argv) {
     fg_flag f[S_COUNT] = {
-        [S_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "checkpoint folder (or its model.safetensors) (required)"},
+        [S_CKPT] = {"--ckpt", FG_FLAG_STR, "PATH",
+                    "the model: a flashgrad run folder (or its model.safetensors), a Hugging Face GPT-2 folder, or "
+                    "an llm.c model file (required)"},
         [S_PROMPT] = {"--prompt", FG_FLAG_STR, "TEXT", "text to continue (default: a newline, or the first token)"},
         [S_PROMPT_IDS] = {"--prompt-ids", FG_FLAG_STR, "IDS",
                           "prompt as token ids, e.g. 50256,464 (models trained on --data-bin token files take no "
@@ -84,31 +87,32 @@ int fg_cmd_sample(int argc, char **argv) {
     int rc = fg_flags_parse("sample", f, S_COUNT, argc, argv);
     if (rc == -1) {
         fg_flags_help(stdout, "sample",
-                      "--ckpt DIR [--prompt TEXT | --prompt-ids IDS] [--tokenizer FILE] [--tokens N] [--temperature T] "
+                      "--ckpt PATH [--prompt TEXT | --prompt-ids IDS] [--tokenizer FILE] [--tokens N] [--temperature T] "
                       "[--top-k K] [--seed S]",
                       f, S_COUNT);
         return 0;
     }
     if (rc) return rc;
     if (!f[S_CKPT].given) {
-        fprintf(stderr, "flashgrad sample: --ckpt DIR is required (a folder written by flashgrad train)\n");
+        fprintf(stderr, "flashgrad sample: --ckpt PATH is required (a flashgrad run folder, a Hugging Face GPT-2 folder "
+                        "or an llm.c model file)\n");
         return 2;
     }
     if (f[S_PROMPT].given && f[S_PROMPT_IDS].given) {
         fprintf(stderr, "flashgrad sample: give either --prompt TEXT or --prompt-ids IDS, not both\n");
         return 2;
     }
-    fg_ckpt *ck = fg_ckpt_open(f[S_CKPT].s, 0);
-    if (!ck) {
+    /* a flashgrad checkpoint, a Hugging Face folder or an llm.c file (train/gpt2_files.h) */
+    fg_model_file *mf = fg_model_file_load(f[S_CKPT].s);
+    if (!mf) {
         fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
         return 1;
     }
-    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
-    const fg_tokenizer *tok = in->tokenizer; /* NULL: trained on token ids */
-    const int V = in->model.vocab_size;
+    const fg_tokenizer *tok = mf->tokenizer; /* NULL: token ids (a --data-bin run, GPT-2 files) */
+    fg_gpt *g = mf->model;
+    const int V = g->cfg.vocab_size;
     fg_token_vocab *vocab = NULL;
     int limit = 0; /* sample only ids below it (0: all V) */
-    fg_gpt *g = NULL;
     int32_t *t = NULL, *work = NULL;
     char *text = NULL;
     int code = 0;
@@ -140,12 +144,6 @@ int fg_cmd_sample(int argc, char **argv) {
         }
     }
     const int V_out = limit ? limit : V; /* ids a prompt may use and a sample may hold */
-    g = fg_ckpt_load_model(ck);
-    if (!g) {
-        fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
-        code = 1;
-        goto out;
-    }
     const char *prompt = f[S_PROMPT].s, *pids = f[S_PROMPT_IDS].s;
     /* prompt slots: one per byte of text, or at most one per two characters of an id list */
     size_t cap = prompt ? strlen(prompt) : pids ? strlen(pids) / 2 + 1 : 1;
@@ -219,7 +217,6 @@ out:
     free(work);
     free(text);
     fg_token_vocab_free(vocab);
-    fg_gpt_free(g);
-    fg_ckpt_close(ck);
+    fg_model_file_free(mf);
     return code;
 }

@@ -55,6 +55,12 @@
 #include "cli/flags.h"
 #include "cli/train_defaults.h"
 #include "cli/train_flags.h"
+#include "datasets/meta_pkl.h"
+#include "train/gpt2_files.h"
+
+/* --init-from: the model the run starts from, until its weights are in the trainer (a global, so
+ * that it stays reachable when a check stops the program) */
+static fg_model_file *init_model;
 
 /* ---- flags ---- */
 /* train's own flags; they follow the flags it shares with `bench train` (cli/train_flags.h), whose
@@ -78,6 +84,10 @@
     X(LOG_EVERY, "--log-every", FG_FLAG_INT, "N", "plain log line every N steps when not on a terminal (0: auto)", 0,  \
       1e12, 0)                                                                                                         \
     X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)                                     \
+    X(INIT_FROM, "--init-from", FG_FLAG_STR, "PATH",                                                                   \
+      "start from a model's weights (fresh optimizer and schedule): a flashgrad run, a Hugging Face GPT-2 folder or "  \
+      "an llm.c .bin; the architecture is the file's (--init_from too)",                                              \
+      0, 0, 0)                                                                                                         \
     X(ZERO, "--zero", FG_FLAG_INT, "0|1", "under mpirun: 1 = each process keeps AdamW's moments for its shard (ZeRO-1)", \
       0, 1, 0)
 
@@ -701,6 +711,62 @@ typedef struct {
     int64_t first_step;                    /* the step the run started from */
 } train_totals;
 
+/* --init-from: loads the model (exit 1 when it does not load) and makes the model flags its
+ * architecture: a flag that contradicts the file is one line and exit 2; --block-size may only
+ * shrink the context (wpe is cropped); --data-bin's --vocab-size is the file's. */
+static void init_from_flags(fg_flag *f) {
+    const char *path = f[F_INIT_FROM].s;
+    if (f[F_RESUME].given)
+        die(2, "--init-from starts a new run from a model's weights; --resume continues the run in --out: not both");
+    init_model = fg_model_file_load(path);
+    if (!init_model) die(1, "--init-from: %s", fg_last_error());
+    const fg_gpt_config *mc = &init_model->model->cfg;
+    const struct {
+        int flag;
+        int value;
+        const char *what;
+    } arch[] = {{FG_TF_N_LAYER, mc->n_layer, "n_layer"},
+                {FG_TF_N_HEAD, mc->n_head, "n_head"},
+                {FG_TF_N_EMBD, mc->n_embd, "n_embd"},
+                {FG_TF_VOCAB, mc->vocab_size, "vocab_size"}};
+    for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++) {
+        fg_flag *x = &f[arch[i].flag];
+        if (arch[i].flag == FG_TF_VOCAB && !f[FG_TF_DATA_BIN].given) continue; /* text and tasks: checked later */
+        if (x->given && x->i != arch[i].value)
+            die(2, "%s %lld contradicts the model in '%s' (%s %d); its architecture comes from the file", x->name,
+                (long long)x->i, path, arch[i].what, arch[i].value);
+        x->i = arch[i].value;
+        x->given = 1;
+    }
+    if (f[FG_TF_BLOCK].given && f[FG_TF_BLOCK].i > mc->block_size)
+        die(2, "--block-size %lld is longer than the context of the model in '%s' (%d positions); it may only shrink",
+            (long long)f[FG_TF_BLOCK].i, path, mc->block_size);
+    if (!f[FG_TF_BLOCK].given) f[FG_TF_BLOCK].i = mc->block_size;
+    f[FG_TF_BLOCK].given = 1;
+}
+
+/* --init-from after the data loaded: the same vocabulary, and the same tokenizer when the model
+ * has one (a flashgrad text run), or the ids would mean other bytes. */
+static void init_from_check_data(const fg_flag *f, const fg_source *src) {
+    const char *path = f[F_INIT_FROM].s;
+    const int V = init_model->model->cfg.vocab_size, Vd = fg_source_vocab_size(src);
+    const fg_tokenizer *mt = init_model->tokenizer, *dt = fg_source_tokenizer(src);
+    if (Vd != V)
+        die(2,
+            "--init-from: the data's vocabulary (%d%s) differs from the model's in '%s' (%d): the token ids must mean "
+            "the same thing (--byte gives 256; --data-bin --vocab-size the file's)",
+            Vd, dt ? (fg_tokenizer_kind(dt) == FG_TOK_BYTE ? ", byte-level" : ", character-level") : "", path, V);
+    if (mt) {
+        char *a = fg_tokenizer_serialize(mt), *b = dt ? fg_tokenizer_serialize(dt) : NULL;
+        int same = a && b && !strcmp(a, b);
+        free(a);
+        free(b);
+        if (!same)
+            die(2, "--init-from: the model in '%s' has its own tokenizer, and this data's is %s", path,
+                dt ? "a different one" : "none (token ids)");
+    }
+}
+
 /* Parses and checks every flag: a bad value is one line and exit 2, before anything is written.
  * Returns -1 when the run goes on, else the exit status (0 after --help). */
 static int train_parse(int argc, char **argv, train_args *a) {
@@ -728,6 +794,17 @@ static int train_parse(int argc, char **argv, train_args *a) {
     set_defaults(f, a->is_text || a->is_bin ? &fg_defaults_text : &fg_defaults_addition);
     rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
     if (rc) return rc;
+    if (f[F_INIT_FROM].given) init_from_flags(f);
+    char meta[4200];
+    if (a->is_bin && !f[FG_TF_VOCAB].given && !f[F_RESUME].given &&
+        fg_source_tokens_meta_path(f[FG_TF_DATA_BIN].s, meta, sizeof meta)) {
+        /* nanoGPT's meta.pkl names the vocabulary (its tokenizer goes into the checkpoint) */
+        fg_tokenizer *t = fg_meta_pkl_load(meta);
+        if (!t) die(1, "--data-bin: %s", fg_last_error());
+        f[FG_TF_VOCAB].i = fg_tokenizer_vocab_size(t);
+        f[FG_TF_VOCAB].given = 1;
+        fg_tokenizer_free(t);
+    }
 
     /* --byte, --data-bin, device (started here), attention, recompute, heads, learning rates:
      * train_flags.h. A resumed run takes its vocabulary from the checkpoint (configure_resumed
@@ -854,6 +931,7 @@ static void configure_fresh(const train_args *a, train_run *r) {
     r->cfg.steps = f[F_STEPS].i;
     r->cfg.eval_every = (int)f[F_EVAL_EVERY].i;
     r->cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
+    if (f[F_INIT_FROM].given) init_from_check_data(f, r->src);
     if (fg_train_flags_config(f, r->src, &a->run, &r->cfg) != FG_OK) die(2, "%s", fg_last_error());
     r->cfg.grad_accum *= comm->size; /* --grad-accum is per process; the config counts the whole step */
 }
@@ -886,6 +964,17 @@ static void train_configure(const train_args *a, train_run *r) {
 
     r->tr = fg_trainer_create_dist(&r->cfg, r->src, comm, (int)a->f[F_ZERO].i);
     if (!r->tr) die(1, "%s", fg_last_error());
+    if (init_model) {
+        /* the file's weights (wpe cropped to --block-size); optimizer and schedule start afresh */
+        if (fg_gpt_copy_weights(r->tr->model, init_model->model) != FG_OK)
+            die(1, "--init-from: %s", fg_last_error());
+        const fg_gpt_config *mc = &init_model->model->cfg;
+        say("init from %s (%s: L %d, H %d, C %d, vocabulary %d, context %d%s)\n", a->f[F_INIT_FROM].s,
+            fg_model_format_name(init_model->format), mc->n_layer, mc->n_head, mc->n_embd, mc->vocab_size,
+            mc->block_size, r->cfg.model.block_size < mc->block_size ? ", cropped" : "");
+        fg_model_file_free(init_model);
+        init_model = NULL;
+    }
     /* whatever could make a checkpoint fail (except the disk) fails now, before the first step
      * (with --zero the checkpoint's moments are whole: the check sees full-size ones) */
     if (fg_trainer_unshard(r->tr, 0) != FG_OK) die(1, "%s", fg_last_error());
@@ -1247,6 +1336,15 @@ int fg_cmd_train(int argc, char **argv) {
         on_tty = 0;
         stdout_lost = 1;
     }
+    /* nanoGPT spells it init_from */
+    static char init_eq[4200];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--init_from")) {
+            argv[i] = "--init-from";
+        } else if (!strncmp(argv[i], "--init_from=", 12) && strlen(argv[i]) < sizeof init_eq - 1) {
+            snprintf(init_eq, sizeof init_eq, "--init-from=%s", argv[i] + 12);
+            argv[i] = init_eq;
+        }
     train_args a;
     int rc = train_parse(argc, argv, &a);
     if (rc >= 0) {

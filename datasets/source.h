@@ -64,6 +64,7 @@ struct fg_source {
     /* token files: the train file, and the val file (path "" when the validation split is the
      * train file's last tenth) */
     fg_source_file files[FG_SPLIT_COUNT];
+    fg_tokenizer *tok; /* token files: nanoGPT's meta.pkl beside the train file (owned), or NULL */
 };
 
 /* The addition task (datasets/addition.c). Caller frees with fg_source_free. NULL + fg_last_error(). */
@@ -75,6 +76,11 @@ fg_source *fg_source_text(const char *path, const fg_text_options *opt);
  * path is the train file and val_path the val file ("" for the train file's last tenth). The files
  * stay memory-mapped: batches read from the mapping. */
 fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_size, int block_size);
+/* Where nanoGPT's meta.pkl of a --data-bin argument would be: PATH/meta.pkl for a folder, else
+ * meta.pkl in the folder of the (train) file. Writes it into out (n bytes); 1 when it exists. A token
+ * source opened from such a folder carries the character tokenizer it describes (datasets/meta_pkl.h),
+ * and its vocabulary must equal vocab_size. */
+int fg_source_tokens_meta_path(const char *path, char *out, size_t n);
 void fg_source_free(fg_source *d); /* NULL is fine */
 
 const fg_tokenizer *fg_source_tokenizer(const fg_source *d);

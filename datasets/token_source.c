@@ -10,18 +10,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "datasets/meta_pkl.h"
 #include "datasets/source.h"
 
-static const fg_tokenizer *tokens_tokenizer(const fg_source *d) {
-    (void)d;
-    return NULL;
-}
+static const fg_tokenizer *tokens_tokenizer(const fg_source *d) { return d->tok; }
 static int tokens_vocab_size(const fg_source *d) { return fg_token_data_vocab_size(d->tokens); }
 static fg_status tokens_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
                               int32_t *y) {
     return fg_token_data_batch(d->tokens, s, B, T, seed, index, x, y);
 }
-static void tokens_free_data(fg_source *d) { fg_token_data_free(d->tokens); }
+static void tokens_free_data(fg_source *d) {
+    fg_token_data_free(d->tokens);
+    fg_tokenizer_free(d->tok);
+}
+
+int fg_source_tokens_meta_path(const char *path, char *out, size_t n) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (snprintf(out, n, "%s/meta.pkl", path) >= (int)n) return 0;
+    } else {
+        const char *slash = strrchr(path, '/');
+        if (!slash) {
+            if (snprintf(out, n, "meta.pkl") >= (int)n) return 0;
+        } else if (snprintf(out, n, "%.*s/meta.pkl", (int)(slash - path), path) >= (int)n) {
+            return 0;
+        }
+    }
+    return stat(out, &sb) == 0;
+}
 
 static const fg_source_ops tokens_source_ops = {.tokenizer = tokens_tokenizer,
                                                 .vocab_size = tokens_vocab_size,
@@ -56,6 +74,17 @@ fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_si
     if (!d->tokens) {
         free(d);
         return NULL;
+    }
+    char meta[4200];
+    if (fg_source_tokens_meta_path(path, meta, sizeof meta)) {
+        d->tok = fg_meta_pkl_load(meta);
+        if (d->tok && fg_tokenizer_vocab_size(d->tok) != vocab_size)
+            fg_error(FG_ERR_ARG, "--data-bin: %s has vocab_size %d, and the ids' vocabulary is %d", meta,
+                     fg_tokenizer_vocab_size(d->tok), vocab_size);
+        if (!d->tok || fg_tokenizer_vocab_size(d->tok) != vocab_size) {
+            fg_source_free(d);
+            return NULL;
+        }
     }
     snprintf(d->path, sizeof d->path, "%s", path);
     char abs[PATH_MAX];

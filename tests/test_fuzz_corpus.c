@@ -17,6 +17,9 @@
 #define LLVMFuzzerTestOneInput fuzz_dataset_one
 #include "tests/fuzz/fuzz_dataset.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_meta_pkl_one
+#include "tests/fuzz/fuzz_meta_pkl.c"
+#undef LLVMFuzzerTestOneInput
 
 typedef int (*harness)(const uint8_t *, size_t);
 
@@ -59,4 +62,10 @@ Test(fuzz_corpus, dataset_seeds_and_regressions_replay_cleanly) {
     int n = replay_dir("tests/fuzz/corpus/dataset", fuzz_dataset_one);
     n += replay_dir("tests/fuzz/regressions/dataset", fuzz_dataset_one);
     cr_expect_geq(n, 1, "no dataset corpus found");
+}
+
+Test(fuzz_corpus, meta_pkl_seeds_and_regressions_replay_cleanly) {
+    int n = replay_dir("tests/fuzz/corpus/meta_pkl", fuzz_meta_pkl_one);
+    n += replay_dir("tests/fuzz/regressions/meta_pkl", fuzz_meta_pkl_one);
+    cr_expect_geq(n, 1, "no meta_pkl corpus found");
 }

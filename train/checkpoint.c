@@ -463,11 +463,18 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     if (fg_gpt_config_check(&in->model) != FG_OK)
         m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
     if (r->st != FG_OK) return r->st;
-    if (data == FG_SOURCE_TOKENS) { /* token ids: no tokenizer, a vocabulary of uint16 ids */
-        if (strcmp(tokstr, TOKENIZER_NONE))
-            m_fail(r, "metadata 'tokenizer' = '%.40s'; a model trained on token files has '%s' there", tokstr,
-                   TOKENIZER_NONE);
-        else if (in->model.vocab_size > FG_TOKEN_MAX_VOCAB)
+    if (data == FG_SOURCE_TOKENS && strcmp(tokstr, TOKENIZER_NONE)) {
+        /* token ids with nanoGPT's meta.pkl: its character tokenizer */
+        *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
+        if (!*tok)
+            m_fail(r, "bad tokenizer: %s", fg_last_error());
+        else if (fg_tokenizer_kind(*tok) != FG_TOK_CHAR || fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
+            m_fail(r,
+                   "metadata 'tokenizer' = '%.40s'; a model trained on token files has '%s' there, or the character "
+                   "tokenizer of its meta.pkl (vocab_size %d tokens)",
+                   tokstr, TOKENIZER_NONE, in->model.vocab_size);
+    } else if (data == FG_SOURCE_TOKENS) { /* token ids: no tokenizer, a vocabulary of uint16 ids */
+        if (in->model.vocab_size > FG_TOKEN_MAX_VOCAB)
             m_fail(r, "vocab_size %d is larger than token files hold (%d, uint16 ids)", in->model.vocab_size,
                    FG_TOKEN_MAX_VOCAB);
     } else {
@@ -637,7 +644,9 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     const fg_tensor *hp = cw->hp;
     const uint64_t phash = hp ? fg_xxh64(fg_data(hp), (size_t)fg_nbytes(hp), 0) : fg_ckpt_params_hash(g);
     const fg_st_dtype dt = fg_st_from_dtype(mc->dtype);
-    tokstr = src->kind == FG_SOURCE_TOKENS ? strdup(TOKENIZER_NONE) : fg_tokenizer_serialize(fg_source_tokenizer(src));
+    /* token files have no tokenizer unless a meta.pkl gave them one */
+    tokstr = src->kind == FG_SOURCE_TOKENS && !fg_source_tokenizer(src) ? strdup(TOKENIZER_NONE)
+                                                                          : fg_tokenizer_serialize(fg_source_tokenizer(src));
     fg_st_writer *mw = cw->mw = fg_st_writer_new(), *ow = cw->ow = fg_st_writer_new();
     if (!tokstr || !mw || !ow) {
         st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
@@ -1234,6 +1243,18 @@ fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
         }
         char m[1400];
         tokens_mismatch(in, s, m, sizeof m);
+        if (!m[0]) {
+            /* the meta.pkl beside them must give the checkpoint's tokenizer (or there is none in both) */
+            const fg_tokenizer *a = in->tokenizer, *b = fg_source_tokenizer(s);
+            char *sa = a ? fg_tokenizer_serialize(a) : NULL, *sb = b ? fg_tokenizer_serialize(b) : NULL;
+            int same = (!a && !b) || (sa && sb && !strcmp(sa, sb));
+            free(sa);
+            free(sb);
+            if (same) return s;
+            snprintf(m, sizeof m, "%s", a ? (b ? "their meta.pkl differs from the checkpoint's tokenizer"
+                                               : "the checkpoint has a meta.pkl tokenizer and these files have none")
+                                          : "these files have a meta.pkl, and the checkpoint was trained without one");
+        }
         if (!m[0]) return s;
         snprintf(why[i], sizeof why[i], "%s%s", m, what[i]);
         fg_source_free(s);

@@ -1,0 +1,1097 @@
+/* gpt2_files.c — GPT-2 model files in and out (see gpt2_files.h).
+ *
+ * Shapes: L blocks, H heads, C = n_embd, V vocabulary, Vp llm.c's padded vocabulary, T positions.
+ * flashgrad and llm.c keep the matmul weights as PyTorch's nn.Linear does, (out, in); Hugging
+ * Face's GPT-2 keeps them as its Conv1D does, (in, out): c_attn (C, 3C), attn.c_proj (C, C),
+ * c_fc (C, 4C), mlp.c_proj (4C, C). Everything else has the same shape in all three.
+ */
+#include "train/gpt2_files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tensor/fileio.h"
+#include "tensor/safetensors.h"
+
+#define LLMC_MAGIC 20240326
+#define LLMC_HEADER_INTS 256
+#define LLMC_PAD 128
+#define HF_MAX_SHARDS 1024
+#define HEADER_PEEK_MAX (100u << 20)
+
+const char *fg_model_format_name(fg_model_format f) {
+    static const char *const n[] = {"flashgrad", "hf", "llmc"};
+    return (unsigned)f < FG_MODEL_FORMAT_COUNT ? n[f] : "?";
+}
+
+void fg_model_file_free(fg_model_file *m) {
+    if (!m) return;
+    fg_gpt_free(m->model);
+    fg_ckpt_close(m->ckpt);
+    free(m);
+}
+
+/* The Conv1D weights: stored transposed in Hugging Face files. */
+static int hf_transposed(fg_gpt_kind k) {
+    return k == FG_GPT_ATTN_W || k == FG_GPT_APROJ_W || k == FG_GPT_FC_W || k == FG_GPT_MPROJ_W;
+}
+
+static int is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The parameter values of g as float32 into a new host buffer of g->num_elements (caller frees). */
+static float *host_f32(const fg_gpt *g) {
+    float *out = malloc((size_t)g->num_elements * sizeof *out);
+    fg_tensor *h = out ? fg_to(g->params_flat, FG_CPU, FG_F32) : NULL;
+    if (!h) {
+        free(out);
+        if (!out) fg_error(FG_ERR_OOM, "out of memory for the model's %lld parameters", (long long)g->num_elements);
+        return NULL;
+    }
+    memcpy(out, fg_data(h), (size_t)g->num_elements * sizeof *out);
+    fg_release(h);
+    return out;
+}
+
+/* ---- a small JSON reader for config.json and model.safetensors.index.json: one pass over the
+ * text, objects read key by key, values skipped when not wanted; no recursion (depth counted). ---- */
+
+typedef struct {
+    const char *p, *end;
+} js;
+
+static void js_ws(js *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+static int js_peek(js *j) {
+    js_ws(j);
+    return j->p < j->end ? (unsigned char)*j->p : -1;
+}
+static int js_eat(js *j, char c) {
+    if (js_peek(j) != (unsigned char)c) return 0;
+    j->p++;
+    return 1;
+}
+
+/* A string into out (NUL-terminated, at most cap - 1 bytes). \uXXXX below 0x80 only (names here
+ * are ASCII); longer strings or other escapes fail. */
+static int js_string(js *j, char *out, size_t cap) {
+    if (!js_eat(j, '"')) return 0;
+    size_t n = 0;
+    while (j->p < j->end && *j->p != '"') {
+        unsigned char c = (unsigned char)*j->p++;
+        if (c < 0x20) return 0;
+        if (c == '\\') {
+            if (j->p >= j->end) return 0;
+            char e = *j->p++;
+            switch (e) {
+            case '"': c = '"'; break;
+            case '\\': c = '\\'; break;
+            case '/': c = '/'; break;
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case 'r': c = '\r'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'u': {
+                if (j->end - j->p < 4) return 0;
+                unsigned v = 0;
+                for (int i = 0; i < 4; i++) {
+                    char h = *j->p++;
+                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                            : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
+                    if (v > 0xffff) return 0;
+                }
+                if (v == 0 || v >= 0x80) return 0;
+                c = (unsigned char)v;
+                break;
+            }
+            default: return 0;
+            }
+        }
+        if (n + 1 >= cap) return 0;
+        out[n++] = (char)c;
+    }
+    if (j->p >= j->end) return 0;
+    j->p++;
+    out[n] = '\0';
+    return 1;
+}
+
+/* Skips one value of any kind. */
+static int js_skip(js *j) {
+    int depth = 0;
+    char tmp[4096];
+    do {
+        int c = js_peek(j);
+        if (c == '"') {
+            /* long strings (a description) are skipped without being kept */
+            j->p++;
+            while (j->p < j->end && *j->p != '"') j->p += *j->p == '\\' ? 2 : 1;
+            if (j->p >= j->end) return 0;
+            j->p++;
+        } else if (c == '{' || c == '[') {
+            j->p++;
+            if (++depth > 64) return 0;
+            continue;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0) return 0;
+            j->p++;
+            depth--;
+        } else if (c == ',' || c == ':') {
+            if (depth == 0) return 0;
+            j->p++;
+            continue;
+        } else if (c == -1) {
+            return 0;
+        } else {
+            size_t n = 0;
+            while (j->p < j->end && strchr(",}] \t\r\n", *j->p) == NULL && n + 1 < sizeof tmp) tmp[n++] = *j->p++;
+            if (n == 0) return 0;
+        }
+    } while (depth > 0);
+    (void)tmp;
+    return 1;
+}
+
+/* A scalar value as text (number, true, false, null) into out, or a string (quoted form "s"). */
+static int js_scalar(js *j, char *out, size_t cap) {
+    int c = js_peek(j);
+    if (c == '"') {
+        if (cap < 3) return 0;
+        out[0] = '"';
+        return js_string(j, out + 1, cap - 1);
+    }
+    size_t n = 0;
+    while (j->p < j->end && strchr(",}] \t\r\n", *j->p) == NULL) {
+        if (n + 1 >= cap) return 0;
+        out[n++] = *j->p++;
+    }
+    out[n] = '\0';
+    return n > 0;
+}
+
+/* ---- Hugging Face config.json ---- */
+
+/* The keys that matter, as text ("" = absent). Strings keep a leading '"'. */
+enum {
+    HK_MODEL_TYPE, HK_N_LAYER, HK_N_HEAD, HK_N_EMBD, HK_N_POS, HK_N_CTX, HK_VOCAB, HK_N_INNER, HK_ACT, HK_EPS,
+    HK_TIE, HK_SCALE, HK_SCALE_LAYER, HK_REORDER, HK_ADD_CROSS, HK_COUNT
+};
+static const char *const hf_keys[HK_COUNT] = {
+    "model_type", "n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "vocab_size", "n_inner",
+    "activation_function", "layer_norm_epsilon", "tie_word_embeddings", "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"};
+
+static fg_status hf_int(const char *file, const char *v, const char *key, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        return fg_error(FG_ERR_FORMAT, "%s: \"%s\" is %s, not an integer in %d..%d", file, key, *v ? v : "missing",
+                        lo, hi);
+    *out = (int)x;
+    return FG_OK;
+}
+
+static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
+    void *buf = NULL;
+    size_t n = 0;
+    fg_status st = fg_read_file(file, 16u << 20, &buf, &n);
+    if (st != FG_OK) return st;
+    char val[HK_COUNT][256];
+    for (int k = 0; k < HK_COUNT; k++) val[k][0] = '\0';
+    js j = {buf, (const char *)buf + n};
+    int ok = js_eat(&j, '{');
+    if (ok && !js_eat(&j, '}')) {
+        for (;;) {
+            char key[256];
+            if (!js_string(&j, key, sizeof key) || !js_eat(&j, ':')) {
+                ok = 0;
+                break;
+            }
+            int k = 0;
+            while (k < HK_COUNT && strcmp(key, hf_keys[k])) k++;
+            int c = js_peek(&j);
+            if (k < HK_COUNT && c != '{' && c != '[') {
+                if (!js_scalar(&j, val[k], sizeof val[k])) ok = 0;
+            } else if (!js_skip(&j)) {
+                ok = 0;
+            }
+            if (!ok || js_eat(&j, '}')) break;
+            if (!js_eat(&j, ',')) {
+                ok = 0;
+                break;
+            }
+        }
+    }
+    if (ok && js_peek(&j) != -1) ok = 0;
+    free(buf);
+    if (!ok) return fg_error(FG_ERR_FORMAT, "%s: not a JSON object of the form config.json has", file);
+    if (strcmp(val[HK_MODEL_TYPE], "\"gpt2"))
+        return fg_error(FG_ERR_FORMAT, "%s: model_type is %s, and flashgrad loads GPT-2 (\"gpt2\") models", file,
+                        val[HK_MODEL_TYPE][0] ? val[HK_MODEL_TYPE] + (val[HK_MODEL_TYPE][0] == '"') : "missing");
+    *mc = fg_gpt_default_config();
+    if ((st = hf_int(file, val[HK_N_LAYER], "n_layer", 1, 1024, &mc->n_layer)) ||
+        (st = hf_int(file, val[HK_N_HEAD], "n_head", 1, 65536, &mc->n_head)) ||
+        (st = hf_int(file, val[HK_N_EMBD], "n_embd", 1, 65536, &mc->n_embd)) ||
+        (st = hf_int(file, val[HK_VOCAB], "vocab_size", 1, 1 << 24, &mc->vocab_size)))
+        return st;
+    /* n_positions (n_ctx in the oldest configs) */
+    if ((st = hf_int(file, val[HK_N_POS][0] ? val[HK_N_POS] : val[HK_N_CTX], "n_positions", 1, 1 << 20,
+                     &mc->block_size)))
+        return st;
+    /* what flashgrad computes: refuse a configuration that asks for something else */
+    const char *act = val[HK_ACT];
+    if (*act && strcmp(act, "\"gelu_new") && strcmp(act, "\"gelu_pytorch_tanh"))
+        return fg_error(FG_ERR_FORMAT,
+                        "%s: activation_function %s: flashgrad's GPT uses the tanh GELU (\"gelu_new\") only", file,
+                        act + 1);
+    if (*val[HK_EPS] && strtod(val[HK_EPS], NULL) != 1e-5)
+        return fg_error(FG_ERR_FORMAT, "%s: layer_norm_epsilon %s: flashgrad's LayerNorm uses 1e-05", file,
+                        val[HK_EPS]);
+    if (*val[HK_N_INNER] && strcmp(val[HK_N_INNER], "null")) {
+        int inner = 0;
+        if (hf_int(file, val[HK_N_INNER], "n_inner", 1, INT32_MAX, &inner) || inner != 4 * mc->n_embd)
+            return fg_error(FG_ERR_FORMAT, "%s: n_inner %s: flashgrad's MLP is 4 x n_embd = %d wide", file,
+                            val[HK_N_INNER], 4 * mc->n_embd);
+    }
+    struct {
+        int key;
+        const char *need;
+        const char *why;
+    } flags[] = {{HK_TIE, "true", "the LM head is tied to wte in flashgrad"},
+                 {HK_SCALE, "true", "flashgrad scales attention by 1/sqrt(head size)"},
+                 {HK_SCALE_LAYER, "false", "flashgrad does not scale attention by the layer index"},
+                 {HK_REORDER, "false", "flashgrad does not reorder or upcast attention"},
+                 {HK_ADD_CROSS, "false", "flashgrad's GPT has no cross-attention"}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (*val[flags[i].key] && strcmp(val[flags[i].key], flags[i].need))
+            return fg_error(FG_ERR_FORMAT, "%s: %s is %s: %s", file, hf_keys[flags[i].key], val[flags[i].key],
+                            flags[i].why);
+    if (mc->n_embd % mc->n_head)
+        return fg_error(FG_ERR_FORMAT, "%s: n_embd %d is not a multiple of n_head %d", file, mc->n_embd, mc->n_head);
+    mc->dropout = 0;
+    mc->dtype = FG_F32;
+    mc->device = FG_CPU;
+    return fg_gpt_config_check(mc) == FG_OK ? FG_OK : fg_error(FG_ERR_FORMAT, "%s: %s", file, fg_last_error());
+}
+
+/* The shard file names of model.safetensors.index.json (its "weight_map" values, each once), into
+ * names[0..*n). */
+static fg_status hf_read_index(const char *file, char (*names)[256], int *n) {
+    void *buf = NULL;
+    size_t len = 0;
+    *n = 0;
+    fg_status st = fg_read_file(file, 64u << 20, &buf, &len);
+    if (st != FG_OK) return st;
+    js j = {buf, (const char *)buf + len};
+    int ok = js_eat(&j, '{'), found = 0;
+    if (ok && !js_eat(&j, '}')) {
+        for (;;) {
+            char key[256];
+            if (!js_string(&j, key, sizeof key) || !js_eat(&j, ':')) {
+                ok = 0;
+                break;
+            }
+            if (!strcmp(key, "weight_map") && js_eat(&j, '{')) {
+                found = 1;
+                if (!js_eat(&j, '}')) {
+                    for (;;) {
+                        char tname[512], shard[256];
+                        if (!js_string(&j, tname, sizeof tname) || !js_eat(&j, ':') ||
+                            !js_string(&j, shard, sizeof shard) || strchr(shard, '/') || !shard[0]) {
+                            ok = 0;
+                            break;
+                        }
+                        int i = 0;
+                        while (i < *n && strcmp(names[i], shard)) i++;
+                        if (i == *n) {
+                            if (*n == HF_MAX_SHARDS) {
+                                ok = 0;
+                                break;
+                            }
+                            memcpy(names[(*n)++], shard, sizeof shard);
+                        }
+                        if (js_eat(&j, '}')) break;
+                        if (!js_eat(&j, ',')) {
+                            ok = 0;
+                            break;
+                        }
+                    }
+                }
+            } else if (!js_skip(&j)) {
+                ok = 0;
+            }
+            if (!ok || js_eat(&j, '}')) break;
+            if (!js_eat(&j, ',')) {
+                ok = 0;
+                break;
+            }
+        }
+    }
+    free(buf);
+    if (!ok || !found || *n == 0)
+        return fg_error(FG_ERR_FORMAT,
+                        "%s: not a safetensors index (a JSON object whose \"weight_map\" names each tensor's file "
+                        "in this folder)",
+                        file);
+    return FG_OK;
+}
+
+/* float16 / bfloat16 bits to float (exact). */
+static float f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 0) {
+        float v = ldexpf((float)m, -24);
+        return s ? -v : v;
+    }
+    if (e == 31)
+        u = s | 0x7f800000u | (m << 13);
+    else
+        u = s | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float bf16_to_f32(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* An array's n elements as float32 into dst (any alignment in the file). */
+static fg_status array_to_f32(const char *file, const fg_st_array *a, float *dst, int64_t n) {
+    const unsigned char *s = a->data;
+    switch (a->dtype) {
+    case FG_ST_F32: memcpy(dst, s, (size_t)n * 4); break;
+    case FG_ST_F16:
+    case FG_ST_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = a->dtype == FG_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+        break;
+    default:
+        return fg_error(FG_ERR_FORMAT, "%s: tensor '%s' is %s; flashgrad loads F32, F16 and BF16 weights", file,
+                        a->name, fg_st_dtype_name(a->dtype));
+    }
+    return FG_OK;
+}
+
+typedef struct {
+    fg_st_file *f[HF_MAX_SHARDS];
+    char path[HF_MAX_SHARDS][4096];
+    int n;
+} hf_files;
+
+static const fg_st_array *hf_find(const hf_files *h, const char *name, int *which) {
+    for (int i = 0; i < h->n; i++) {
+        const fg_st_array *a = fg_st_find(h->f[i], name);
+        if (a) {
+            *which = i;
+            return a;
+        }
+    }
+    return NULL;
+}
+
+/* The model from opened safetensors files (one, or the shards) and config.json's configuration. */
+static fg_gpt *hf_build(hf_files *h, const fg_gpt_config *mc, const char *label) {
+    /* GPT2LMHeadModel names start with "transformer."; GPT2Model's do not */
+    int w = 0;
+    const char *prefix = hf_find(h, "transformer.wte.weight", &w) ? "" : hf_find(h, "wte.weight", &w) ? "x" : NULL;
+    if (!prefix) {
+        fg_error(FG_ERR_FORMAT, "%s: no 'transformer.wte.weight' (nor 'wte.weight'): not a GPT-2 model's weights",
+                 label);
+        return NULL;
+    }
+    const size_t skip = *prefix ? strlen("transformer.") : 0; /* bytes of our names to drop */
+    fg_gpt *g = fg_gpt_create_empty(mc);
+    float *flat = g ? malloc((size_t)g->num_elements * sizeof *flat) : NULL;
+    float *tmp = NULL;
+    if (!flat) {
+        if (g) fg_error(FG_ERR_OOM, "%s: out of memory", label);
+        goto fail;
+    }
+    int64_t used = 0; /* arrays consumed: each must be used once */
+    int64_t biggest = 0;
+    for (int i = 0; i < g->n_params; i++) biggest = g->params[i].numel > biggest ? g->params[i].numel : biggest;
+    tmp = malloc((size_t)biggest * sizeof *tmp);
+    if (!tmp) {
+        fg_error(FG_ERR_OOM, "%s: out of memory", label);
+        goto fail;
+    }
+    for (int i = 0; i < g->n_params; i++) {
+        const fg_gpt_param *p = &g->params[i];
+        const char *name = p->name + skip;
+        int fi = 0;
+        const fg_st_array *a = hf_find(h, name, &fi);
+        if (!a) {
+            fg_error(FG_ERR_FORMAT, "%s: missing tensor '%s' (config.json describes %d blocks)", label, name,
+                     mc->n_layer);
+            goto fail;
+        }
+        int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+        if (hf_transposed(p->kind)) {
+            int64_t t = want[0];
+            want[0] = want[1];
+            want[1] = t;
+        }
+        if (a->ndim != p->ndim || a->shape[0] != want[0] || (p->ndim == 2 && a->shape[1] != want[1])) {
+            char got[96] = "(";
+            for (int d = 0; d < a->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)a->shape[d]);
+            if (p->ndim == 2)
+                fg_error(FG_ERR_FORMAT, "%s: tensor '%s' has shape %s), config.json implies (%lld, %lld)", label,
+                         name, got, (long long)want[0], (long long)want[1]);
+            else
+                fg_error(FG_ERR_FORMAT, "%s: tensor '%s' has shape %s), config.json implies (%lld)", label, name, got,
+                         (long long)want[0]);
+            goto fail;
+        }
+        if (array_to_f32(h->path[fi], a, hf_transposed(p->kind) ? tmp : flat + p->offset, p->numel) != FG_OK)
+            goto fail;
+        if (hf_transposed(p->kind)) {
+            /* HF (in, out) = want (rows r = in, cols c = out) -> ours (out, in) */
+            const int64_t R = want[0], Cc = want[1];
+            float *d = flat + p->offset;
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < Cc; c++) d[c * R + r] = tmp[r * Cc + c];
+        }
+        used++;
+    }
+    /* every other stored tensor must be one GPT-2 files carry without meaning: the causal masks,
+     * or the tied head (equal to wte) */
+    const fg_gpt_param *wte = &g->params[0];
+    for (int fi = 0; fi < h->n; fi++)
+        for (int k = 0; k < fg_st_count(h->f[fi]); k++) {
+            const fg_st_array *a = fg_st_at(h->f[fi], k);
+            char full[FG_GPT_NAME_MAX + 16];
+            snprintf(full, sizeof full, "%s%s", skip ? "transformer." : "", a->name);
+            if (fg_gpt_find(g, full)) continue;
+            size_t L = strlen(a->name);
+            if ((L > 10 && !strcmp(a->name + L - 10, ".attn.bias")) ||
+                (L > 17 && !strcmp(a->name + L - 17, ".attn.masked_bias")))
+                continue;
+            if (!strcmp(a->name, "lm_head.weight")) {
+                int same = a->ndim == 2 && a->shape[0] == wte->shape[0] && a->shape[1] == wte->shape[1];
+                if (same && array_to_f32(h->path[fi], a, tmp, wte->numel) == FG_OK)
+                    same = memcmp(tmp, flat + wte->offset, (size_t)wte->numel * sizeof *tmp) == 0;
+                if (!same) {
+                    fg_error(FG_ERR_FORMAT,
+                             "%s: lm_head.weight differs from transformer.wte.weight; flashgrad's LM head is tied to "
+                             "the embedding",
+                             h->path[fi]);
+                    goto fail;
+                }
+                continue;
+            }
+            fg_error(FG_ERR_FORMAT, "%s: unexpected tensor '%s' (not part of a GPT-2 model)", h->path[fi], a->name);
+            goto fail;
+        }
+    for (int64_t i = 0; i < g->num_elements; i++)
+        if (!isfinite(flat[i])) {
+            fg_error(FG_ERR_FORMAT, "%s: a weight is not finite (%g, element %lld of the model)", label, (double)flat[i],
+                     (long long)i);
+            goto fail;
+        }
+    memcpy(fg_data(g->params_flat), flat, (size_t)g->num_elements * sizeof *flat);
+    (void)used;
+    free(flat);
+    free(tmp);
+    return g;
+fail:
+    free(flat);
+    free(tmp);
+    fg_gpt_free(g);
+    return NULL;
+}
+
+/* A Hugging Face folder (dir), or one of its .safetensors files (file != NULL). */
+static fg_model_file *hf_load(const char *dir, const char *file) {
+    char cfgpath[4096 + 16];
+    char idx[4096 + 40];
+    fg_gpt_config mc;
+    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", dir);
+    if (hf_read_config(cfgpath, &mc) != FG_OK) return NULL;
+    hf_files *h = calloc(1, sizeof *h);
+    fg_model_file *m = calloc(1, sizeof *m);
+    if (!h || !m) {
+        free(h);
+        free(m);
+        fg_error(FG_ERR_OOM, "out of memory");
+        return NULL;
+    }
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    char(*names)[256] = NULL;
+    char one[4096];
+    if (snprintf(one, sizeof one, "%s/model.safetensors", dir) >= (int)sizeof one) {
+        fg_error(FG_ERR_ARG, "%s: path too long", dir);
+        goto fail;
+    }
+    if (file || is_file(one)) {
+        snprintf(h->path[0], sizeof h->path[0], "%s", file ? file : one);
+        h->n = 1;
+    } else if (is_file(idx)) {
+        int n = 0;
+        names = malloc(HF_MAX_SHARDS * sizeof *names);
+        if (!names) {
+            fg_error(FG_ERR_OOM, "out of memory");
+            goto fail;
+        }
+        if (hf_read_index(idx, names, &n) != FG_OK) goto fail;
+        for (int i = 0; i < n; i++)
+            if (snprintf(h->path[i], sizeof h->path[i], "%s/%s", dir, names[i]) >= (int)sizeof h->path[i]) {
+                fg_error(FG_ERR_ARG, "%s: path too long", dir);
+                goto fail;
+            }
+        h->n = n;
+    } else {
+        fg_error(FG_ERR_IO, "%s: config.json but neither model.safetensors nor model.safetensors.index.json", dir);
+        goto fail;
+    }
+    for (int i = 0; i < h->n; i++)
+        if (!(h->f[i] = fg_st_load(h->path[i]))) goto fail;
+    /* a name in two shards is ambiguous */
+    for (int i = 1; i < h->n; i++)
+        for (int k = 0; k < fg_st_count(h->f[i]); k++)
+            for (int e = 0; e < i; e++)
+                if (fg_st_find(h->f[e], fg_st_at(h->f[i], k)->name)) {
+                    fg_error(FG_ERR_FORMAT, "%s: tensor '%s' is also in %s", h->path[i], fg_st_at(h->f[i], k)->name,
+                             h->path[e]);
+                    goto fail;
+                }
+    m->model = hf_build(h, &mc, file ? file : dir);
+    if (!m->model) goto fail;
+    m->format = FG_MODEL_HF;
+    for (int i = 0; i < h->n; i++) fg_st_close(h->f[i]);
+    free(h);
+    free(names);
+    return m;
+fail:
+    for (int i = 0; i < h->n; i++) fg_st_close(h->f[i]);
+    free(h);
+    free(names);
+    free(m);
+    return NULL;
+}
+
+/* ---- llm.c ---- */
+
+static fg_model_file *llmc_load(const char *path) {
+    void *buf = NULL;
+    size_t n = 0;
+    if (fg_read_file(path, 0, &buf, &n) != FG_OK) return NULL;
+    fg_model_file *m = NULL;
+    fg_gpt *g = NULL;
+    int32_t hd[LLMC_HEADER_INTS];
+    if (n < sizeof hd) {
+        fg_error(FG_ERR_FORMAT, "%s: %zu bytes, shorter than llm.c's 1024-byte header", path, n);
+        goto fail;
+    }
+    memcpy(hd, buf, sizeof hd);
+    if (hd[0] != LLMC_MAGIC) {
+        fg_error(FG_ERR_FORMAT, "%s: not an llm.c model file (magic %d, expected %d)", path, hd[0], LLMC_MAGIC);
+        goto fail;
+    }
+    if (hd[1] != 3 && hd[1] != 5) {
+        fg_error(FG_ERR_FORMAT,
+                 "%s: llm.c model file version %d; flashgrad reads 3 (float32) and 5 (bfloat16), the padded-vocabulary "
+                 "versions",
+                 path, hd[1]);
+        goto fail;
+    }
+    const int T = hd[2], V = hd[3], L = hd[4], H = hd[5], C = hd[6], Vp = hd[7];
+    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > (1 << 24) || Vp > (1 << 24) ||
+        L > 1024 || C > 65536 || T > (1 << 20)) {
+        fg_error(FG_ERR_FORMAT,
+                 "%s: implausible llm.c header (maxT %d, V %d, L %d, H %d, C %d, Vp %d: each positive, H divides C, "
+                 "V <= Vp)",
+                 path, T, V, L, H, C, Vp);
+        goto fail;
+    }
+    fg_gpt_config mc = fg_gpt_default_config();
+    mc.n_layer = L;
+    mc.n_head = H;
+    mc.n_embd = C;
+    mc.block_size = T;
+    mc.vocab_size = V;
+    const size_t es = hd[1] == 3 ? 4 : 2;
+    /* elements in the file: the model's plus the padding rows */
+    const uint64_t per_block = 12ull * C * C + 13ull * C;
+    const uint64_t total = (uint64_t)Vp * C + (uint64_t)T * C + (uint64_t)L * per_block + 2ull * C;
+    if ((uint64_t)(n - sizeof hd) != total * es) {
+        fg_error(FG_ERR_FORMAT,
+                 "%s: %zu bytes of parameters, but its header (V %d padded to %d, maxT %d, L %d, C %d, %s) needs "
+                 "%llu: %s",
+                 path, n - sizeof hd, V, Vp, T, L, C, es == 4 ? "float32" : "bfloat16",
+                 (unsigned long long)(total * es), (uint64_t)(n - sizeof hd) < total * es ? "truncated" : "extra bytes");
+        goto fail;
+    }
+    if (!(g = fg_gpt_create_empty(&mc))) goto fail;
+    float *flat = fg_data(g->params_flat);
+    const unsigned char *s = (const unsigned char *)buf + sizeof hd;
+    uint64_t at = 0; /* element index into the file's parameters */
+#define TAKE_ELEMS(dst, cnt)                                                                                           \
+    for (int64_t e_ = 0; e_ < (int64_t)(cnt); e_++, at++) {                                                            \
+        if (es == 4) {                                                                                                 \
+            memcpy(&(dst)[e_], s + at * 4, 4);                                                                         \
+        } else {                                                                                                       \
+            uint16_t b_;                                                                                               \
+            memcpy(&b_, s + at * 2, 2);                                                                                \
+            (dst)[e_] = bf16_to_f32(b_);                                                                               \
+        }                                                                                                              \
+    }
+    /* wte: the V real rows, then skip the padding */
+    const fg_gpt_param *wte = fg_gpt_find(g, "transformer.wte.weight");
+    TAKE_ELEMS(flat + wte->offset, wte->numel)
+    at += (uint64_t)(Vp - V) * C;
+    const fg_gpt_param *wpe = fg_gpt_find(g, "transformer.wpe.weight");
+    TAKE_ELEMS(flat + wpe->offset, wpe->numel)
+    for (int k = 0; k < FG_GPT_KIND_COUNT; k++) {
+        if (k == FG_GPT_WTE || k == FG_GPT_WPE || k == FG_GPT_LNF_W || k == FG_GPT_LNF_B) continue;
+        for (int l = 0; l < L; l++) {
+            const fg_tensor *w = fg_gpt_weight(g, (fg_gpt_kind)k, l);
+            float *d = fg_data(w);
+            TAKE_ELEMS(d, fg_numel(w))
+        }
+    }
+    for (int k = FG_GPT_LNF_W; k <= FG_GPT_LNF_B; k++) {
+        const fg_tensor *w = fg_gpt_weight(g, (fg_gpt_kind)k, 0);
+        float *d = fg_data(w);
+        TAKE_ELEMS(d, fg_numel(w))
+    }
+#undef TAKE_ELEMS
+    for (int64_t i = 0; i < g->num_elements; i++)
+        if (!isfinite(flat[i])) {
+            fg_error(FG_ERR_FORMAT, "%s: a weight is not finite (element %lld of the model)", path, (long long)i);
+            goto fail;
+        }
+    if (!(m = calloc(1, sizeof *m))) {
+        fg_error(FG_ERR_OOM, "out of memory");
+        goto fail;
+    }
+    m->format = FG_MODEL_LLMC;
+    m->model = g;
+    m->padded_vocab = Vp;
+    m->llmc_version = hd[1];
+    free(buf);
+    return m;
+fail:
+    fg_gpt_free(g);
+    free(buf);
+    return NULL;
+}
+
+/* ---- what is at a path ---- */
+
+/* 1 when the safetensors file's header carries flashgrad's "fg_kind" (a checkpoint); reads only
+ * the header. */
+static int st_is_flashgrad(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    unsigned char len8[8];
+    int yes = 0;
+    if (pread(fd, len8, 8, 0) == 8) {
+        uint64_t hl = 0;
+        for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
+        char *h = hl > 0 && hl <= HEADER_PEEK_MAX ? malloc(hl + 1) : NULL;
+        if (h && pread(fd, h, hl, 8) == (ssize_t)hl) {
+            h[hl] = '\0';
+            yes = strstr(h, "\"fg_kind\"") != NULL;
+        }
+        free(h);
+    }
+    close(fd);
+    return yes;
+}
+
+static int file_magic_is_llmc(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int32_t m = 0;
+    int yes = pread(fd, &m, 4, 0) == 4 && m == LLMC_MAGIC;
+    close(fd);
+    return yes;
+}
+
+static fg_model_file *flashgrad_load(const char *path) {
+    fg_ckpt *c = fg_ckpt_open(path, 0);
+    if (!c) return NULL;
+    fg_model_file *m = calloc(1, sizeof *m);
+    fg_gpt *g = m ? fg_ckpt_load_model(c) : NULL;
+    if (!g) {
+        if (!m) fg_error(FG_ERR_OOM, "out of memory");
+        free(m);
+        fg_ckpt_close(c);
+        return NULL;
+    }
+    const fg_ckpt_info *in = fg_ckpt_get_info(c);
+    m->format = FG_MODEL_FLASHGRAD;
+    m->model = g;
+    m->ckpt = c;
+    m->tokenizer = in->tokenizer;
+    m->step = in->step;
+    return m;
+}
+
+fg_model_file *fg_model_file_load(const char *path) {
+    if (!path || !*path) {
+        fg_error(FG_ERR_ARG, "no model path given");
+        return NULL;
+    }
+    if (strlen(path) > 4000) {
+        fg_error(FG_ERR_ARG, "model path too long");
+        return NULL;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fg_error(FG_ERR_IO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char p[4096 + 64];
+    if (S_ISDIR(sb.st_mode)) {
+        snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
+        if (is_file(p) && st_is_flashgrad(p)) return flashgrad_load(path);
+        snprintf(p, sizeof p, "%s/config.json", path);
+        if (is_file(p)) return hf_load(path, NULL);
+        snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
+        if (is_file(p)) return flashgrad_load(path); /* says what is wrong with it */
+        fg_error(FG_ERR_IO,
+                 "%s: no model here (looked for a flashgrad run's model.safetensors and a Hugging Face folder's "
+                 "config.json)",
+                 path);
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        /* a device, FIFO or socket: fg_open_read refuses it without reading or waiting, and says what it is */
+        int fd = -1;
+        int64_t size = 0;
+        if (fg_open_read(path, 0, &fd, &size) == FG_OK) {
+            close(fd);
+            fg_error(FG_ERR_IO, "%s: not a regular file or folder", path);
+        }
+        return NULL;
+    }
+    if (file_magic_is_llmc(path)) return llmc_load(path);
+    if (st_is_flashgrad(path)) return flashgrad_load(path);
+    /* a Hugging Face weights file: its config.json is beside it */
+    snprintf(p, sizeof p, "%s", path);
+    char *slash = strrchr(p, '/');
+    const char *dir = slash ? (slash == p ? "/" : (*slash = '\0', p)) : ".";
+    char cj[4096 + 80];
+    snprintf(cj, sizeof cj, "%.4096s/config.json", dir);
+    size_t L = strlen(path);
+    if (L > 12 && !strcmp(path + L - 12, ".safetensors") && is_file(cj)) return hf_load(dir, path);
+    if (L > 12 && !strcmp(path + L - 12, ".safetensors")) return flashgrad_load(path); /* its own message */
+    fg_error(FG_ERR_FORMAT,
+             "%s: not a model file flashgrad reads (an llm.c .bin starts with magic %d; safetensors files are "
+             "flashgrad checkpoints or Hugging Face weights with config.json beside them)",
+             path, LLMC_MAGIC);
+    return NULL;
+}
+
+/* ---- copying weights between models ---- */
+
+fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src) {
+    const fg_gpt_config *a = &dst->cfg, *b = &src->cfg;
+    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd || a->vocab_size != b->vocab_size)
+        return fg_error(FG_ERR_ARG, "copy weights: the models differ (L %d/%d, H %d/%d, C %d/%d, V %d/%d)", a->n_layer,
+                        b->n_layer, a->n_head, b->n_head, a->n_embd, b->n_embd, a->vocab_size, b->vocab_size);
+    if (a->block_size > b->block_size)
+        return fg_error(FG_ERR_ARG, "copy weights: block size %d is larger than the source's %d", a->block_size,
+                        b->block_size);
+    fg_tensor *hs = fg_to(src->params_flat, FG_CPU, dst->cfg.dtype);
+    int64_t n = dst->num_elements;
+    fg_tensor *hd = hs ? fg_empty(dst->cfg.dtype, FG_CPU, 1, &n) : NULL;
+    if (!hd) {
+        fg_release(hs);
+        return fg_last_status();
+    }
+    const size_t es = dst->cfg.dtype == FG_F64 ? 8 : 4;
+    for (int i = 0; i < dst->n_params; i++) {
+        const fg_gpt_param *p = &dst->params[i], *q = fg_gpt_find(src, p->name);
+        /* wpe keeps its first rows (cropped context); everything else is whole */
+        memcpy((char *)fg_data(hd) + p->offset * es, (const char *)fg_data(hs) + q->offset * es, (size_t)p->numel * es);
+    }
+    fg_status st;
+    if (dst->params_flat->device == FG_CPU) {
+        st = fg_copy_into(dst->params_flat, hd);
+    } else {
+        fg_tensor *moved = fg_to(hd, dst->params_flat->device, dst->cfg.dtype);
+        st = moved ? fg_copy_into(dst->params_flat, moved) : fg_last_status();
+        fg_release(moved);
+    }
+    fg_release(hs);
+    fg_release(hd);
+    return st;
+}
+
+/* ---- writing ---- */
+
+/* Files an export folder may hold (and so may be replaced by another export). */
+static int export_file_name(const char *n) {
+    size_t L = strlen(n);
+    return !strcmp(n, "config.json") || !strcmp(n, "generation_config.json") || !strcmp(n, "model.safetensors") ||
+           !strcmp(n, "model.safetensors.index.json") ||
+           (!strncmp(n, "model-", 6) && L > 12 && !strcmp(n + L - 12, ".safetensors"));
+}
+
+/* OUT may be written: absent, or (with overwrite) a folder of export files only. */
+static fg_status check_out_dir(const char *out, int overwrite) {
+    struct stat sb;
+    if (lstat(out, &sb) != 0) {
+        if (errno == ENOENT) return FG_OK;
+        return fg_error(FG_ERR_IO, "%s: %s", out, strerror(errno));
+    }
+    if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out);
+    if (!S_ISDIR(sb.st_mode))
+        return fg_error(FG_ERR_ARG, "%s exists and is not a folder; not replacing it", out);
+    DIR *d = opendir(out);
+    if (!d) return fg_error(FG_ERR_IO, "%s: %s", out, strerror(errno));
+    struct dirent *e;
+    fg_status st = FG_OK;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !export_file_name(e->d_name)) {
+            st = fg_error(FG_ERR_ARG,
+                          "%s holds '%s', which a Hugging Face export does not write; not replacing that folder", out,
+                          e->d_name);
+            break;
+        }
+    closedir(d);
+    return st;
+}
+
+/* Removes a folder of plain files (the one an overwrite replaced, or a failed build). */
+static void remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[8192];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static fg_status fsync_dir_of(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path);
+    char *slash = strrchr(p, '/');
+    const char *dir = slash ? (slash == p ? "/" : (*slash = '\0', p)) : ".";
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return FG_OK;
+    fsync(fd);
+    close(fd);
+    return FG_OK;
+}
+
+/* config.json for g: the keys GPT2Config reads, with flashgrad's fixed choices spelled out. */
+static char *hf_config_json(const fg_gpt *g) {
+    const fg_gpt_config *c = &g->cfg;
+    char *s = malloc(2048);
+    if (!s) return NULL;
+    int bos = c->vocab_size > 50256 ? 50256 : c->vocab_size - 1;
+    snprintf(s, 2048,
+             "{\n"
+             "  \"activation_function\": \"gelu_new\",\n"
+             "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+             "  \"attn_pdrop\": %.17g,\n"
+             "  \"bos_token_id\": %d,\n"
+             "  \"embd_pdrop\": %.17g,\n"
+             "  \"eos_token_id\": %d,\n"
+             "  \"initializer_range\": 0.02,\n"
+             "  \"layer_norm_epsilon\": 1e-05,\n"
+             "  \"model_type\": \"gpt2\",\n"
+             "  \"n_ctx\": %d,\n"
+             "  \"n_embd\": %d,\n"
+             "  \"n_head\": %d,\n"
+             "  \"n_inner\": null,\n"
+             "  \"n_layer\": %d,\n"
+             "  \"n_positions\": %d,\n"
+             "  \"reorder_and_upcast_attn\": false,\n"
+             "  \"resid_pdrop\": %.17g,\n"
+             "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+             "  \"scale_attn_weights\": true,\n"
+             "  \"tie_word_embeddings\": true,\n"
+             "  \"torch_dtype\": \"float32\",\n"
+             "  \"use_cache\": true,\n"
+             "  \"vocab_size\": %d\n"
+             "}\n",
+             c->dropout, bos, c->dropout, bos, c->block_size, c->n_embd, c->n_head, c->n_layer, c->block_size,
+             c->dropout, c->vocab_size);
+    return s;
+}
+
+fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) {
+    if (!g || !out_dir || !*out_dir) return fg_error(FG_ERR_ARG, "export: no model or no output folder");
+    char out[4096];
+    if (snprintf(out, sizeof out, "%s", out_dir) >= (int)sizeof out - 64) return fg_error(FG_ERR_ARG, "path too long");
+    for (size_t L = strlen(out); L > 1 && out[L - 1] == '/'; L--) out[L - 1] = '\0';
+    fg_status st = check_out_dir(out, overwrite);
+    if (st != FG_OK) return st;
+    float *flat = host_f32(g);
+    if (!flat) return fg_last_status();
+    /* the Conv1D weights transposed into one buffer, the rest borrowed from flat */
+    int64_t nt = 0;
+    for (int i = 0; i < g->n_params; i++)
+        if (hf_transposed(g->params[i].kind)) nt += g->params[i].numel;
+    float *tr = malloc((size_t)(nt ? nt : 1) * sizeof *tr);
+    fg_st_writer *w = tr ? fg_st_writer_new() : NULL;
+    char *cfg = w ? hf_config_json(g) : NULL;
+    char tmp[4096 + 64] = "";
+    if (!cfg) {
+        st = fg_error(FG_ERR_OOM, "export: out of memory");
+        goto done;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < g->n_params && st == FG_OK; i++) {
+        const fg_gpt_param *p = &g->params[i];
+        const float *src = flat + p->offset;
+        if (hf_transposed(p->kind)) {
+            const int64_t R = p->shape[0], Cc = p->shape[1]; /* ours (out, in) -> (in, out) */
+            float *d = tr + at;
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < Cc; c++) d[c * R + r] = src[r * Cc + c];
+            int64_t shape[2] = {Cc, R};
+            st = fg_st_writer_add(w, p->name, FG_ST_F32, 2, shape, d);
+            at += p->numel;
+        } else {
+            st = fg_st_writer_add(w, p->name, FG_ST_F32, p->ndim, p->shape, src);
+        }
+    }
+    if (st == FG_OK) st = fg_st_writer_set_metadata(w, "format", "pt");
+    if (st != FG_OK) goto done;
+    /* build the folder beside OUT, then put it in place in one rename (or one exchange) */
+    snprintf(tmp, sizeof tmp, "%s" FG_TMP_MARK "XXXXXX", out);
+    if (!mkdtemp(tmp)) {
+        st = fg_error(FG_ERR_IO, "export: cannot create a folder beside %s: %s", out, strerror(errno));
+        tmp[0] = '\0';
+        goto done;
+    }
+    char p1[4096 + 128];
+    snprintf(p1, sizeof p1, "%s/model.safetensors", tmp);
+    st = fg_st_writer_write(w, p1);
+    if (st == FG_OK) {
+        snprintf(p1, sizeof p1, "%s/config.json", tmp);
+        const void *parts[1] = {cfg};
+        size_t sizes[1] = {strlen(cfg)};
+        st = fg_write_file_atomic(p1, parts, sizes, 1);
+    }
+    if (st != FG_OK) goto done;
+    if (rename(tmp, out) == 0) {
+        tmp[0] = '\0';
+    } else if ((errno == ENOTEMPTY || errno == EEXIST) && overwrite) {
+        /* swap both folders at once: OUT is never missing; the old one is then under tmp */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0) {
+            st = fg_error(FG_ERR_IO, "export: cannot put %s in place: %s", out, strerror(errno));
+            goto done;
+        }
+    } else {
+        st = fg_error(FG_ERR_IO, "export: cannot put %s in place: %s", out, strerror(errno));
+        goto done;
+    }
+    fsync_dir_of(out);
+done:
+    if (tmp[0]) remove_flat_dir(tmp);
+    free(cfg);
+    fg_st_writer_free(w);
+    free(tr);
+    free(flat);
+    return st;
+}
+
+/* float to bfloat16, round to nearest even (PyTorch's conversion); NaN stays a quiet NaN. */
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, int overwrite) {
+    if (!g || !out_file || !*out_file) return fg_error(FG_ERR_ARG, "export: no model or no output file");
+    if (version != 3 && version != 5)
+        return fg_error(FG_ERR_ARG, "export: llm.c version %d (3: float32, 5: bfloat16)", version);
+    struct stat sb;
+    if (lstat(out_file, &sb) == 0) {
+        if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out_file);
+        if (!S_ISREG(sb.st_mode) || !file_magic_is_llmc(out_file))
+            return fg_error(FG_ERR_ARG, "%s exists and is not an llm.c model file; not replacing it", out_file);
+    } else if (errno != ENOENT) {
+        return fg_error(FG_ERR_IO, "%s: %s", out_file, strerror(errno));
+    }
+    const fg_gpt_config *c = &g->cfg;
+    const int64_t V = c->vocab_size, C = c->n_embd, Vp = (V + LLMC_PAD - 1) / LLMC_PAD * LLMC_PAD;
+    const size_t es = version == 3 ? 4 : 2;
+    const int64_t total = g->num_elements + (Vp - V) * C;
+    float *flat = host_f32(g);
+    unsigned char *data = flat ? calloc((size_t)total, es) : NULL;
+    if (!data) {
+        free(flat);
+        return flat ? fg_error(FG_ERR_OOM, "export: out of memory") : fg_last_status();
+    }
+    int32_t hd[LLMC_HEADER_INTS] = {0};
+    hd[0] = LLMC_MAGIC;
+    hd[1] = version;
+    hd[2] = c->block_size;
+    hd[3] = c->vocab_size;
+    hd[4] = c->n_layer;
+    hd[5] = c->n_head;
+    hd[6] = c->n_embd;
+    hd[7] = (int32_t)Vp;
+    int64_t at = 0;
+#define PUT_ELEMS(src, cnt)                                                                                            \
+    for (int64_t e_ = 0; e_ < (int64_t)(cnt); e_++, at++) {                                                            \
+        if (es == 4) {                                                                                                 \
+            memcpy(data + at * 4, &(src)[e_], 4);                                                                      \
+        } else {                                                                                                       \
+            uint16_t b_ = f32_to_bf16((src)[e_]);                                                                      \
+            memcpy(data + at * 2, &b_, 2);                                                                             \
+        }                                                                                                              \
+    }
+    const fg_gpt_param *wte = fg_gpt_find(g, "transformer.wte.weight"), *wpe = fg_gpt_find(g, "transformer.wpe.weight");
+    PUT_ELEMS(flat + wte->offset, wte->numel)
+    at += (Vp - V) * C; /* the padding rows: zero (calloc) */
+    PUT_ELEMS(flat + wpe->offset, wpe->numel)
+    for (int k = 0; k < FG_GPT_KIND_COUNT; k++) {
+        if (k == FG_GPT_WTE || k == FG_GPT_WPE || k == FG_GPT_LNF_W || k == FG_GPT_LNF_B) continue;
+        for (int l = 0; l < c->n_layer; l++)
+            for (int i = 0; i < g->n_params; i++)
+                if (g->params[i].kind == (fg_gpt_kind)k && g->params[i].layer == l) {
+                    PUT_ELEMS(flat + g->params[i].offset, g->params[i].numel)
+                }
+    }
+    for (int i = 0; i < g->n_params; i++)
+        if (g->params[i].kind == FG_GPT_LNF_W) {
+            PUT_ELEMS(flat + g->params[i].offset, g->params[i].numel)
+        }
+    for (int i = 0; i < g->n_params; i++)
+        if (g->params[i].kind == FG_GPT_LNF_B) {
+            PUT_ELEMS(flat + g->params[i].offset, g->params[i].numel)
+        }
+#undef PUT_ELEMS
+    const void *parts[2] = {hd, data};
+    size_t sizes[2] = {sizeof hd, (size_t)total * es};
+    fg_status st = fg_write_file_atomic(out_file, parts, sizes, 2);
+    free(data);
+    free(flat);
+    return st;
+}

@@ -1,0 +1,83 @@
+/* gpt2_files.h — GPT-2 models in and out: flashgrad checkpoints, Hugging Face folders, llm.c files.
+ *
+ * One loader takes any path a user may hand over and says what it found:
+ *   - a flashgrad run folder, or its model.safetensors (train/checkpoint.h): weights, the
+ *     configuration, the tokenizer, the step;
+ *   - a Hugging Face GPT-2 folder (what GPT2LMHeadModel.save_pretrained writes): config.json plus
+ *     model.safetensors, or shards listed in model.safetensors.index.json ("weight_map"); or such a
+ *     .safetensors file with config.json beside it. Names are GPT2LMHeadModel's ("transformer." may
+ *     be absent, as GPT2Model writes them); the four matmul weights c_attn, attn.c_proj, c_fc and
+ *     mlp.c_proj are Conv1D's (in, out) and are transposed into flashgrad's (out, in); lm_head.weight,
+ *     when stored, must equal wte (the head is tied); the causal-mask buffers of older files
+ *     (attn.bias, attn.masked_bias) are skipped. F32, F16 and BF16 tensors load (into float32).
+ *     config.json must describe what flashgrad computes: model_type gpt2, tanh GELU ("gelu_new"),
+ *     LayerNorm epsilon 1e-5, n_inner 4 n_embd, tied embeddings, plain attention scaling; anything
+ *     else is refused by name. Any other tensor, a missing one or a wrong shape is refused.
+ *   - an llm.c model file (gpt2_124M.bin, written by llm.c's train_gpt2.py write_model): a header of
+ *     256 int32 (magic 20240326, version 3 = float32 or 5 = bfloat16, then maxT, V, L, H, C, Vp),
+ *     then every parameter in llm.c's order — wte (Vp, C), wpe (maxT, C), then each per-block kind
+ *     for all L blocks in turn (ln_1 w, b, c_attn w, b, attn.c_proj w, b, ln_2 w, b, c_fc w, b,
+ *     mlp.c_proj w, b), then ln_f w, b — in PyTorch's (out, in) layout. The file must be exactly that
+ *     long.
+ * The model in memory has the real vocabulary V (GPT-2's 50257): llm.c's padding rows (Vp - V of
+ * them, zero) are dropped on loading and written back as zeros, so they are never sampled and no
+ * gradient reaches them; the loss and the softmax run over the V real tokens, as in transformers.
+ *
+ * The writers produce what the other programs load: fg_gpt2_save_hf a folder
+ * GPT2LMHeadModel.from_pretrained(OUT) takes with no missing or unexpected keys (config.json and one
+ * float32 model.safetensors, Conv1D layout, no lm_head: it is tied), fg_gpt2_save_llmc an llm.c
+ * model file (version 3 or 5; Vp = V rounded up to a multiple of 128, as llm.c pads). Both are
+ * written atomically: a folder is built beside OUT under a temporary name and swapped in whole; an
+ * existing OUT is replaced only with `overwrite`, and only when it holds nothing but what such an
+ * export writes (a run folder or any other file is never replaced).
+ */
+#ifndef FG_GPT2_FILES_H
+#define FG_GPT2_FILES_H
+
+#include "datasets/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FG_MODEL_FLASHGRAD = 0, FG_MODEL_HF, FG_MODEL_LLMC, FG_MODEL_FORMAT_COUNT } fg_model_format;
+
+/* "flashgrad", "hf", "llmc". */
+const char *fg_model_format_name(fg_model_format f);
+
+/* A model read from a file, with what the file said about it. */
+typedef struct {
+    fg_model_format format;
+    fg_gpt *model;                 /* CPU; float32 except a flashgrad float64 checkpoint. Owned. */
+    const fg_tokenizer *tokenizer; /* the checkpoint's (flashgrad text runs), else NULL. Owned. */
+    fg_ckpt *ckpt;                 /* flashgrad: the open checkpoint (owns tokenizer), else NULL */
+    int64_t step;                  /* flashgrad: the checkpoint's step, else 0 */
+    int padded_vocab;              /* llm.c: Vp of the file, else 0 */
+    int llmc_version;              /* llm.c: 3 or 5, else 0 */
+} fg_model_file;
+
+/* Loads `path` (any of the forms above; which one is decided from what is on disk, not from the
+ * name). NULL + fg_last_error(): FG_ERR_IO when nothing loadable is there (the message says what was
+ * looked for), FG_ERR_FORMAT when a file is malformed or describes a model flashgrad does not
+ * compute. Caller frees with fg_model_file_free. */
+fg_model_file *fg_model_file_load(const char *path);
+void fg_model_file_free(fg_model_file *m); /* NULL is fine */
+
+/* Copies the weights of `src` into `dst` (any device and dtype): the same architecture and
+ * vocabulary, dst's block size at most src's (wpe's first rows: nanoGPT's crop_block_size). */
+fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src);
+
+/* Writes a Hugging Face GPT-2 folder at out_dir (see the top). FG_ERR_ARG when out_dir exists and
+ * overwrite is 0, or it holds anything an export does not write; FG_ERR_IO on a write failure
+ * (nothing is left behind then). */
+fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite);
+/* Writes an llm.c model file: version 3 (float32) or 5 (bfloat16, rounded to nearest even). The
+ * same rule for an existing file (replaced with overwrite only when it is an llm.c model file). */
+fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, int overwrite);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_GPT2_FILES_H */
