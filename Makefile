@@ -81,7 +81,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # Tests run the program through FG_BIN; the CLI code a test calls directly is linked in by name
 # (tests/test_cli_io.c: the atomic CSV writer of cli/cli_util.c).
-TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o
+TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o $(BUILD)/cli/nanogpt.o $(BUILD)/cli/flags.o
 
 .PHONY: all deps deps-test lint test sanitize kill-test train train-shakespeare clean cuda cuda-cpu gpu-check bench plots fuzz valgrind
 all: deps
