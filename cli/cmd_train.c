@@ -1049,7 +1049,8 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         const double step_rate = dt > 0 ? s.tokens / dt : 0.0, step_mfu = fg_trainer_mfu(tr, step_rate);
         char mfu[32] = "";
         char peak[32] = "";
-        if (isfinite(step_mfu)) snprintf(mfu, sizeof mfu, "%.4f", step_mfu);
+        /* 4 significant digits: a tiny model's MFU is tiny */
+        if (isfinite(step_mfu)) snprintf(mfu, sizeof mfu, "%.4g", step_mfu);
         if (cpu) snprintf(peak, sizeof peak, "%.1f", r->peak.gflops);
         if (best_only && !do_eval) do_ckpt = 0;
         snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
