@@ -81,7 +81,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # Tests run the program through FG_BIN; the CLI code a test calls directly is linked in by name
 # (tests/test_cli_io.c: the atomic CSV writer of cli/cli_util.c).
-TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o
+TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o $(BUILD)/cli/nanogpt.o $(BUILD)/cli/flags.o
 
 .PHONY: all deps deps-test lint test sanitize kill-test train train-shakespeare clean cuda cuda-cpu gpu-check bench plots fuzz valgrind
 all: deps
@@ -130,16 +130,19 @@ $(BUILD)/test_runner: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libflashgrad.a
 lint:
 	@sh tests/lint_layers.sh
 
-# The README's test command. Tests find the CLI at build/flashgrad and shared data at ../shared.
+# The README's test command. Tests find the CLI at build/flashgrad and shared data at ../shared;
+# the runs they start keep their FMA peak cache (cli/peak_cache.h) in the build folder, not the user's.
 test: deps-test lint
 	@$(MAKE) --no-print-directory $(BUILD)/test_runner $(BUILD)/flashgrad
-	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS)
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache \
+	    FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS)
 
 sanitize: deps-test
 	@$(MAKE) --no-print-directory BUILD=build-san OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-san/test_runner build-san/flashgrad
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    FG_SANITIZE=1 FG_BIN=$(abspath build-san)/flashgrad build-san/test_runner --jobs 1 $(TEST_ARGS)
+	    XDG_CACHE_HOME=$(abspath build-san)/test-cache FG_SANITIZE=1 FG_BIN=$(abspath build-san)/flashgrad \
+	    build-san/test_runner --jobs 1 $(TEST_ARGS)
 
 # valgrind memcheck, suite by suite (sizes shrunk as under the sanitizers); any memory error or
 # definite leak fails it. The attention suites are left out by default: under memcheck their
@@ -163,8 +166,8 @@ valgrind: deps-test
 # SIGTERM one that checkpoints only when asked at 10; the last checkpoint must always load and the
 # resumed losses equal an uninterrupted run's.
 kill-test: all
-	FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 20 KILL
-	FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 10 TERM
+	XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 20 KILL
+	XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache FG_BIN=$(abspath $(BUILD))/flashgrad bash tests/kill_test.sh 10 TERM
 
 # The make targets train into their own folders and replace what an earlier `make train` left
 # there (--overwrite); `flashgrad train` itself never replaces a run unless told to.

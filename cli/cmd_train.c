@@ -8,10 +8,12 @@
  *   - every --eval-every steps and at the end: train and validation loss on fixed batches (and,
  *     for the addition task, exact-match accuracy on held-out problems by greedy decoding);
  *   - checkpoints (train/checkpoint.h) at every evaluation (or every --ckpt-every steps) and at the
- *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu) rewritten atomically
- *     with each checkpoint, so it always describes the steps the checkpoint has seen (mfu: the
- *     step's model FLOPs utilization as a fraction, fg_trainer_mfu; empty off the CPU and in the
- *     rows of a log written before the column existed, which --resume keeps);
+ *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops) rewritten
+ *     atomically with each checkpoint, so it always describes the steps the checkpoint has seen
+ *     (mfu: the step's model FLOPs utilization as a fraction, fg_trainer_mfu, of the FMA peak in
+ *     peak_gflops, cli/peak_cache.h; both empty off the CPU and in the rows of a log written before
+ *     the columns existed, which --resume keeps); with nanoGPT's always_save_checkpoint = False
+ *     only evaluations that improve the best val loss checkpoint (and write the log);
  *   - at the end, a few samples from the model.
  * Exit: 0 done; 1 runtime error (bad data, unwritable or busy folder, non-finite loss — the last
  * good checkpoint is kept); 2 usage error (also: a fresh run into a folder that holds another
@@ -52,7 +54,10 @@
 #include "ops/cpu/threadpool.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/eval.h"
 #include "cli/flags.h"
+#include "cli/nanogpt.h"
+#include "cli/peak_cache.h"
 #include "cli/train_defaults.h"
 #include "cli/train_flags.h"
 #include "datasets/meta_pkl.h"
@@ -89,12 +94,17 @@ static fg_model_file *init_model;
       "an llm.c .bin; the architecture is the file's (--init_from too)",                                              \
       0, 0, 0)                                                                                                         \
     X(ZERO, "--zero", FG_FLAG_INT, "0|1", "under mpirun: 1 = each process keeps AdamW's moments for its shard (ZeRO-1)", \
-      0, 1, 0)
+      0, 1, 0)                                                                                                         \
+    X(EVAL_ONLY, "--eval-only", FG_FLAG_BOOL, NULL,                                                                    \
+      "print train and val loss and stop, writing nothing (with --resume: of the checkpoint in --out)", 0, 0, 0)       \
+    X(PEAK, "--peak", FG_FLAG_STR, "GFLOPS",                                                                           \
+      "the FMA peak MFU divides by, or 'measure' to measure it again (default: measured once per machine, cached)", 0, \
+      0, 0)
 
 enum {
     F_OWN = FG_TF_COUNT - 1, /* the next index, FG_TF_COUNT, is train's first own flag */
 #define TF_ENUM(id, name, type, meta, help, lo, hi, lo_open) F_##id,
-    TRAIN_FLAGS(TF_ENUM)
+    TRAIN_FLAGS(TF_ENUM) FG_NANOGPT_FLAGS(TF_ENUM)
 #undef TF_ENUM
         F_COUNT
 };
@@ -103,11 +113,12 @@ static void init_flags(fg_flag *f) {
     static const fg_flag own[F_COUNT - FG_TF_COUNT] = {
 #define TF_INIT(id, nm, ty, me, he, l, h, lop)                                                                         \
     {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
-        TRAIN_FLAGS(TF_INIT)
+        TRAIN_FLAGS(TF_INIT) FG_NANOGPT_FLAGS(TF_INIT)
 #undef TF_INIT
     };
     fg_train_flags_init(f);
     memcpy(f + FG_TF_COUNT, own, sizeof own);
+    fg_nanogpt_aliases(f, F_COUNT);
 }
 
 /* Defaults: a task's own (train_defaults.h), shown in --help as "text / addition". */
@@ -124,6 +135,7 @@ static void set_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[F_LOG_EVERY].i = 0;
     f[F_SAMPLES].i = d->samples;
     f[F_ZERO].i = 0;
+    fg_nanogpt_flag_defaults(f, F_COUNT);
 }
 
 static void help(void) {
@@ -136,8 +148,8 @@ static void help(void) {
            "token files (--data-bin with --vocab-size). Where a default differs for text and token files it is\n"
            "shown after 'text'.\n\n");
     fg_flags_help_alt(stdout, "train",
-                      "[--data FILE | --data-bin PATH --vocab-size V | --task addition] [--steps N] [--out DIR] "
-                      "[--resume] [options]",
+                      "[CONFIG.py] [--data FILE | --data-bin PATH --vocab-size V | --task addition] [--steps N] "
+                      "[--out DIR] [--resume] [options]",
                       a, t, "text", F_COUNT);
     printf(
         "\nWeight decay applies to the 2-d weights (matmuls and embeddings), not to biases or LayerNorm.\n"
@@ -153,7 +165,12 @@ static void help(void) {
         "finishes, a checkpoint is written and the exit status is 128 + the signal (130, 143, 129): use --resume.\n"
         "Data parallel: `mpirun -np P flashgrad train ...` runs P processes of --grad-accum micro-batches each (P x\n"
         "--grad-accum per step, the sequences of one process with --grad-accum P x N, summed in a fixed order: with\n"
-        "--grad-accum 1 the run is bit for bit that one process's); process 0 alone prints, logs and checkpoints.\n");
+        "--grad-accum 1 the run is bit for bit that one process's); process 0 alone prints, logs and checkpoints.\n"
+        "(As root in a container, Open MPI needs `mpirun --allow-run-as-root -np P ...`.)\n"
+        "MFU divides by the float32 FMA peak of this CPU model, SIMD level and thread count, measured once and\n"
+        "cached in $XDG_CACHE_HOME/flashgrad/peak.tsv (~/.cache/flashgrad/peak.tsv); --peak overrides it, and\n"
+        "log.csv's peak_gflops column says which figure each row used.\n");
+    fg_nanogpt_help(stdout);
 }
 
 /* ---- SIGINT, SIGTERM, SIGHUP: finish the step, checkpoint, exit 128 + signal ---- */
@@ -194,8 +211,10 @@ static void csv_free(csv_log *l) {
     free(l->rows);
 }
 
-#define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu"
-/* The header of logs written before the mfu column: their rows are kept with an empty mfu. */
+#define CSV_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops"
+/* The headers of logs written before the peak_gflops column and before the mfu column: their rows
+ * are kept with those columns empty. */
+#define CSV_HEADER_NO_PEAK "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu"
 #define CSV_HEADER_NO_MFU "step,loss,lr,grad_norm,tokens_per_s,val_loss"
 
 /* The whole log, header and rows, replaced atomically (fileio.h). FG_OK or an error. */
@@ -259,20 +278,20 @@ static void csv_load(csv_log *l, const char *path, int64_t step) {
         return;
     }
     char *s = buf, *save = NULL;
-    int first = 1, no_mfu = 0;
+    int first = 1, missing = 0; /* columns the old log lacks */
     for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (first) {
             first = 0;
-            no_mfu = !strcmp(line, CSV_HEADER_NO_MFU);
-            if (strcmp(line, CSV_HEADER) && !no_mfu) break; /* not our log: start over */
+            missing = !strcmp(line, CSV_HEADER_NO_MFU) ? 2 : !strcmp(line, CSV_HEADER_NO_PEAK) ? 1 : 0;
+            if (strcmp(line, CSV_HEADER) && !missing) break; /* not our log: start over */
             continue;
         }
         char *end;
         long long st = strtoll(line, &end, 10);
         if (end == line || *end != ',' || st < 1 || st > step) continue;
         char row[512];
-        if (no_mfu && snprintf(row, sizeof row, "%s,", line) >= (int)sizeof row) continue;
-        if (csv_add(l, no_mfu ? row : line)) break;
+        if (missing && snprintf(row, sizeof row, "%s%s", line, missing == 2 ? ",," : ",") >= (int)sizeof row) continue;
+        if (csv_add(l, missing ? row : line)) break;
     }
     free(buf);
 }
@@ -689,6 +708,9 @@ typedef struct {
     fg_train_choice run; /* device (started), attention, recompute */
     const char *out;     /* the run folder */
     char model_path[4096], log_path[4096];
+    fg_nanogpt ng;       /* nanoGPT's config files and names (ng.best_only: checkpoint the best val loss only) */
+    double peak;         /* --peak GFLOPS (0: the cached figure) */
+    int peak_remeasure;  /* --peak measure */
 } train_args;
 
 /* The run: configuration, data, trainer, its log, and the folder's state. */
@@ -700,6 +722,7 @@ typedef struct {
     csv_log log;        /* the rows of log.csv */
     int64_t other_step; /* a fresh --overwrite run: the step of the run it will replace */
     int other_pending;  /* ... and that run's files are still in place */
+    fg_peak_info peak;  /* what MFU divides by (CPU runs) */
 } train_run;
 
 /* What the loop measured, for the final report. */
@@ -709,6 +732,8 @@ typedef struct {
     uint64_t comm_bytes; /* moved by this rank's collectives inside training steps */
     double last_train, last_val, last_acc; /* the last evaluation */
     int64_t first_step;                    /* the step the run started from */
+    int64_t last_ckpt;                     /* the step of the last checkpoint written (-1: none) */
+    double best_val;                       /* the best val loss evaluated (always_save_checkpoint = False) */
 } train_totals;
 
 /* --init-from: loads the model (exit 1 when it does not load) and makes the model flags its
@@ -772,16 +797,23 @@ static void init_from_check_data(const fg_flag *f, const fg_source *src) {
 static int train_parse(int argc, char **argv, train_args *a) {
     fg_flag *f = a->f;
     init_flags(f);
-    /* Two passes: the first finds --data/--task so the second starts from that task's defaults. */
+    /* Two passes: the first finds --data/--task (and nanoGPT config files, whose dataset is the
+     * data) so the second starts from that task's defaults, or from nanoGPT train.py's under a
+     * config file (cli/nanogpt.h). */
     set_defaults(f, &fg_defaults_text);
-    int rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
+    memset(&a->ng, 0, sizeof a->ng);
+    a->ng = (fg_nanogpt){.cmd = "train", .flags = f, .n = F_COUNT};
+    int rc = fg_flags_parse_ex("train", f, F_COUNT, argc, argv, fg_nanogpt_positional, &a->ng);
     if (rc == -1) {
         help();
         return 0;
     }
     if (rc) return rc;
+    if ((rc = fg_nanogpt_resolve(&a->ng, f[F_RESUME].given, 0)) != 0) return rc;
+    const int configs = a->ng.configs;
     a->is_text = f[FG_TF_DATA].given;
-    a->is_bin = f[FG_TF_DATA_BIN].given;
+    /* under a config file the data is train.py's dataset (openwebtext) unless it names one */
+    a->is_bin = f[FG_TF_DATA_BIN].given || (configs && !a->is_text);
     if (a->is_text && f[F_TASK].given) die(2, "give either --data FILE or --task NAME, not both");
     if (a->is_bin && f[F_TASK].given) die(2, "give either --data-bin PATH or --task NAME, not both");
     if (a->is_bin && f[F_ANSWER_ONLY].given) die(2, "--answer-only applies to the addition task only");
@@ -792,8 +824,34 @@ static int train_parse(int argc, char **argv, train_args *a) {
         die(2, "--eval-problems applies to the addition task only (its exact-match accuracy)");
     init_flags(f);
     set_defaults(f, a->is_text || a->is_bin ? &fg_defaults_text : &fg_defaults_addition);
-    rc = fg_flags_parse("train", f, F_COUNT, argc, argv);
+    a->ng = (fg_nanogpt){.cmd = "train", .flags = f, .n = F_COUNT};
+    if (configs && (rc = fg_nanogpt_train_defaults(&a->ng)) != 0) return rc;
+    rc = fg_flags_parse_ex("train", f, F_COUNT, argc, argv, fg_nanogpt_positional, &a->ng);
     if (rc) return rc;
+    if ((rc = fg_nanogpt_resolve(&a->ng, f[F_RESUME].given, comm->rank == 0)) != 0) return rc;
+    a->is_text = f[FG_TF_DATA].given;
+    a->is_bin = f[FG_TF_DATA_BIN].given;
+    /* nanoGPT's gradient_accumulation_steps counts the micro-batches of every process */
+    if (f[FG_TF_ACCUM].by_alias) {
+        if (f[FG_TF_ACCUM].i % comm->size)
+            die(2, "--gradient_accumulation_steps %lld does not divide among %d processes", (long long)f[FG_TF_ACCUM].i,
+                comm->size);
+        f[FG_TF_ACCUM].i /= comm->size;
+    }
+    if (a->ng.best_only && f[F_CKPT_EVERY].given)
+        die(2, "--ckpt-every and always_save_checkpoint = False: give one (the second checkpoints the best val loss)");
+    a->peak = 0;
+    a->peak_remeasure = 0;
+    if (f[F_PEAK].given) {
+        char *end;
+        double g = strtod(f[F_PEAK].s, &end);
+        if (!strcmp(f[F_PEAK].s, "measure"))
+            a->peak_remeasure = 1;
+        else if (*end || !isfinite(g) || g <= 0 || g > 1e9)
+            die(2, "--peak: '%s' is neither GFLOP/s (a number > 0) nor 'measure'", f[F_PEAK].s);
+        else
+            a->peak = g;
+    }
     if (f[F_INIT_FROM].given) init_from_flags(f);
     char meta[4200];
     if (a->is_bin && !f[FG_TF_VOCAB].given && !f[F_RESUME].given &&
@@ -1051,6 +1109,7 @@ static void agree_across_ranks(const train_args *a, const train_run *r) {
         case FG_FLAG_F64: add_field(mine, &k, fl->name, "%.17g", fl->d); break;
         case FG_FLAG_STR: add_field(mine, &k, fl->name, "%s", fl->s ? fl->s : ""); break;
         case FG_FLAG_BOOL: add_field(mine, &k, fl->name, "%s", fl->given ? "given" : "not given"); break;
+        case FG_FLAG_TRUTH: add_field(mine, &k, fl->name, "%s", fl->i ? "True" : "False"); break;
         case FG_FLAG_U64: add_field(mine, &k, fl->name, "%" PRIu64, fl->u); break;
         }
     }
@@ -1135,9 +1194,19 @@ static void print_header(const train_args *a, const train_run *r) {
         say("data parallel: %d processes (%s) x %d micro-batches each, gradients folded in rank order%s\n", comm->size,
             comm->ops->name, cfg->grad_accum / comm->size,
             a->f[F_ZERO].i ? "; AdamW's moments sharded (ZeRO-1)" : "");
-    if (mc->device == FG_CPU) /* measured here, before the first step, not inside one */
-        say("fma peak: %.1f GFLOP/s float32 (%s); MFU = tokens/s x %.4g model flop/token (6 N + 12 L C T) / peak\n",
-            fg_fma_peak_gflops(), fg_simd_name(fg_simd_active()), fg_trainer_flops_per_token(tr));
+    if (mc->device == FG_CPU) {
+        char origin[4400];
+        say("fma peak: %.1f GFLOP/s float32 (%s, %d threads; %s); MFU = tokens/s x %.4g model flop/token (6 N + 12 L "
+            "C T) / peak\n",
+            r->peak.gflops, r->peak.simd, r->peak.threads, fg_peak_origin_text(&r->peak, origin, sizeof origin),
+            fg_trainer_flops_per_token(tr));
+    }
+    if (cfg->opt.warmup >= cfg->steps && cfg->opt.warmup > 0)
+        say("warning: --warmup %lld is not shorter than the run's %lld steps: the learning rate never reaches --lr %g "
+            "(it ends at %.3g)\n",
+            (long long)cfg->opt.warmup, (long long)cfg->steps, cfg->opt.lr, fg_lr_at(&cfg->opt, cfg->steps - 1));
+    if (a->ng.best_only)
+        say("checkpoints: only at evaluations that improve the best val loss (always_save_checkpoint = False)\n");
     if (tr->step > 0) say("resuming from step %lld (%s)\n", (long long)tr->step, a->out);
     say("output: %s/{model,optimizer}.safetensors, %s\n", a->out, a->log_path);
 }
@@ -1157,6 +1226,23 @@ static void set_crash_note(const char *out, int64_t last_ckpt, int other_pending
     else
         snprintf(note, sizeof note, " before any checkpoint of this run was written");
     fg_mapped_set_note(note);
+}
+
+/* The lowest val_loss (the sixth column) in the log's rows: the best evaluation of the run so far,
+ * or INFINITY. */
+static double best_logged_val(const csv_log *l) {
+    double best = INFINITY;
+    for (int64_t i = 0; i < l->n; i++) {
+        const char *p = l->rows[i];
+        for (int c = 0; c < 5 && p; c++) {
+            p = strchr(p, ',');
+            if (p) p++;
+        }
+        if (!p || *p == ',' || !*p) continue;
+        double v = strtod(p, NULL);
+        if (v < best) best = v;
+    }
+    return best;
 }
 
 /* The optimizer steps, with evaluations, log rows, progress and checkpoints, until --steps or a
@@ -1180,8 +1266,14 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
 
-    *t = (train_totals){
-        .t_start = fg_now(), .last_train = NAN, .last_val = NAN, .last_acc = NAN, .first_step = tr->step};
+    *t = (train_totals){.t_start = fg_now(),
+                        .last_train = NAN,
+                        .last_val = NAN,
+                        .last_acc = NAN,
+                        .first_step = tr->step,
+                        .best_val = best_logged_val(&r->log)};
+    const int best_only = a->ng.best_only;
+    const int cpu = tr->cfg.model.device == FG_CPU;
     double last_draw = 0;
     int64_t steps_timed = 0, last_ckpt = tr->step > 0 ? tr->step : -1;
     const double comm_start = comm->seconds;
@@ -1202,7 +1294,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         const int do_eval = last || (cfg->eval_every > 0 && step % cfg->eval_every == 0);
         /* read once: a signal that lands later in this iteration is served after the next step */
         const int stop = fg_comm_max_int(comm, stop_requested); /* every rank stops at the same step */
-        const int do_ckpt = last || stop || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
+        int do_ckpt = last || stop || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
 
         char row[256], val[48] = "";
         if (do_eval) {
@@ -1214,6 +1306,10 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
             }
             t->last_train = tl;
             t->last_val = vl;
+            /* nanoGPT: if losses['val'] < best_val_loss or always_save_checkpoint: save */
+            const int improved = vl < t->best_val;
+            if (improved || !best_only) t->best_val = vl;
+            if (best_only) do_ckpt = improved;
             snprintf(val, sizeof val, "%.6f", vl);
             if (is_add) {
                 if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &t->last_acc) != FG_OK) {
@@ -1229,9 +1325,13 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         }
         const double step_rate = dt > 0 ? s.tokens / dt : 0.0, step_mfu = fg_trainer_mfu(tr, step_rate);
         char mfu[32] = "";
-        if (isfinite(step_mfu)) snprintf(mfu, sizeof mfu, "%.4f", step_mfu);
-        snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
-                 step_rate, val, mfu);
+        char peak[32] = "";
+        /* 4 significant digits: a tiny model's MFU is tiny */
+        if (isfinite(step_mfu)) snprintf(mfu, sizeof mfu, "%.4g", step_mfu);
+        if (cpu) snprintf(peak, sizeof peak, "%.1f", r->peak.gflops);
+        if (best_only && !do_eval) do_ckpt = 0;
+        snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
+                 step_rate, val, mfu, peak);
         if (csv_add(&r->log, row)) {
             fg_error(FG_ERR_OOM, "out of memory for the log");
             stop_failed(&r->log, log_path, out, last_ckpt, r->other_pending, r->other_step);
@@ -1240,12 +1340,12 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         /* progress */
         double now = fg_now(), rate = t->step_time > 0 ? t->tokens_done / t->step_time : 0;
         double eta = steps_timed ? (t->step_time / steps_timed) * (double)(cfg->steps - step) : 0;
-        char el[32], et[32], rt[32], mf[32] = "";
+        char el[32], et[32], rt[32], mf[64] = "";
         fmt_time(el, sizeof el, now - t->t_start);
         fmt_time(et, sizeof et, eta);
         fmt_rate(rt, sizeof rt, rate);
         const double run_mfu = fg_trainer_mfu(tr, rate);
-        if (isfinite(run_mfu)) snprintf(mf, sizeof mf, " MFU %.1f%%", 100 * run_mfu);
+        if (isfinite(run_mfu)) snprintf(mf, sizeof mf, " MFU %.1f%% of %.1f GF/s", 100 * run_mfu, r->peak.gflops);
         if (on_tty) {
             if (now - last_draw > 0.1 || last || do_eval) {
                 fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %s | lr %.2e | %s tok/s%s | %s elapsed | ETA %s",
@@ -1290,6 +1390,18 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
             last_ckpt = step;
             set_crash_note(out, last_ckpt, 0, 0);
         }
+        t->last_ckpt = last_ckpt;
+        if (stop && best_only) {
+            if (last_ckpt >= 0)
+                say("interrupted by %s at step %lld: %s holds the checkpoint of the best val loss (step %lld); "
+                    "continue from it with --resume\n",
+                    signal_name(stop), (long long)step, out, (long long)last_ckpt);
+            else
+                say("interrupted by %s at step %lld before any evaluation: nothing written\n", signal_name(stop),
+                    (long long)step);
+            code = 128 + stop;
+            break;
+        }
         if (stop) {
             say("interrupted by %s at step %lld: checkpoint written to %s; continue with --resume\n", signal_name(stop),
                 (long long)step, out);
@@ -1324,7 +1436,53 @@ static void train_report(const train_args *a, const train_run *r, const train_to
         say("final: train loss %s, val loss %s\n", LOSS(t->last_train), LOSS(t->last_val));
         if (f[F_SAMPLES].i > 0) show_text_samples(r->tr, (int)f[F_SAMPLES].i, r->cfg.seed);
     }
+    if (a->ng.best_only && t->last_ckpt != r->cfg.steps) {
+        if (t->last_ckpt >= 0)
+            say("checkpoint: %s holds step %lld, the best val loss %s (always_save_checkpoint = False)  (flashgrad "
+                "sample --ckpt %s)\n",
+                a->out, (long long)t->last_ckpt, LOSS(t->best_val), a->out);
+        else
+            say("checkpoint: none written (no evaluation improved on the run's earlier best val loss %s)\n",
+                LOSS(t->best_val));
+        return;
+    }
     say("checkpoint: %s  (flashgrad sample --ckpt %s)\n", a->out, a->out);
+}
+
+/* --eval-only: the train and val loss of the checkpoint in --out (with --resume), or of the model
+ * the flags would start from, printed; nothing is written, and --out need not exist. */
+static int eval_only(const train_args *a) {
+    const fg_flag *f = a->f;
+    if (comm->size > 1) die(2, "--eval-only runs in one process (not under mpirun)");
+    if (f[F_RESUME].given) {
+        if (a->run.device != FG_CPU) die(2, "--eval-only --resume evaluates on the CPU (leave out --device)");
+        fg_eval_opts o = {.cmd = "train",
+                          .ckpt = a->out,
+                          .data = f[FG_TF_DATA].given ? f[FG_TF_DATA].s : NULL,
+                          .data_bin = f[FG_TF_DATA_BIN].given ? f[FG_TF_DATA_BIN].s : NULL,
+                          .batch_size = f[FG_TF_BATCH].given ? (int)f[FG_TF_BATCH].i : 0,
+                          .eval_iters = f[F_EVAL_ITERS].given ? (int)f[F_EVAL_ITERS].i : 0,
+                          .has_seed = f[FG_TF_SEED].given,
+                          .seed = f[FG_TF_SEED].u};
+        return fg_eval_run(&o);
+    }
+    train_run r;
+    memset(&r, 0, sizeof r);
+    configure_fresh(a, &r);
+    r.tr = fg_trainer_create_dist(&r.cfg, r.src, comm, 0);
+    if (!r.tr) die(1, "%s", fg_last_error());
+    const fg_gpt_config *mc = &r.tr->model->cfg;
+    say("eval-only: a freshly initialized model (seed %llu; --resume evaluates the run in %s): %d layers, %d heads, "
+        "%d embd, block %d, vocabulary %d\n",
+        (unsigned long long)r.cfg.seed, a->out, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size);
+    say("eval: %d batches of %d x %d tokens per split, nothing written\n", r.cfg.eval_iters, r.cfg.batch_size, r.tr->T);
+    double tl, vl;
+    if (fg_trainer_eval_loss(r.tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval_loss(r.tr, FG_SPLIT_VAL, &vl) != FG_OK)
+        die(1, "evaluation: %s", fg_last_error());
+    say("step 0: train loss %s, val loss %s\n", LOSS(tl), LOSS(vl));
+    fg_trainer_free(r.tr);
+    fg_source_free(r.src);
+    return 0;
 }
 
 int fg_cmd_train(int argc, char **argv) {
@@ -1351,8 +1509,15 @@ int fg_cmd_train(int argc, char **argv) {
         fg_comm_finish(comm);
         return rc;
     }
+    if (a.f[F_EVAL_ONLY].given) {
+        rc = eval_only(&a);
+        fg_comm_finish(comm);
+        return rc;
+    }
     train_run r;
     train_configure(&a, &r);
+    /* the peak MFU divides by: the user's, or this machine's, measured once and cached */
+    if (r.cfg.model.device == FG_CPU) fg_peak_get(a.peak, a.peak_remeasure, &r.peak);
     agree_across_ranks(&a, &r);
     print_header(&a, &r);
     train_totals t;

@@ -11,6 +11,7 @@
 int fg_cmd_train(int argc, char **argv);
 int fg_cmd_sample(int argc, char **argv);
 int fg_cmd_export(int argc, char **argv);
+int fg_cmd_eval(int argc, char **argv);
 int fg_cmd_attention(int argc, char **argv);
 int fg_cmd_gradcheck(int argc, char **argv);
 int fg_cmd_bench(int argc, char **argv);

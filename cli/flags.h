@@ -17,7 +17,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum { FG_FLAG_INT, FG_FLAG_F64, FG_FLAG_STR, FG_FLAG_BOOL, FG_FLAG_U64 } fg_flag_type;
+/* FG_FLAG_TRUTH: a Python-style bool: --name alone, or --name=VALUE / --name VALUE with VALUE one of
+ * True False true false 1 0 (nanoGPT's habit); the value is in .i (0 or 1). A FG_FLAG_BOOL given
+ * by its alias takes such a value too (False then leaves it not given). */
+typedef enum { FG_FLAG_INT, FG_FLAG_F64, FG_FLAG_STR, FG_FLAG_BOOL, FG_FLAG_U64, FG_FLAG_TRUTH } fg_flag_type;
 
 typedef struct {
     const char *name; /* "--n-layer" */
@@ -32,10 +35,25 @@ typedef struct {
     const char *s;
     uint64_t u;
     int given;
+    /* another accepted name, e.g. nanoGPT's "--n_layer" for "--n-layer" (NULL: none), shown in --help;
+     * by_alias: the value last given came under it */
+    const char *alias;
+    int by_alias;
 } fg_flag;
 
 /* 0: parsed; 2: usage error (line printed); -1: --help or -h was given (nothing printed). */
 int fg_flags_parse(const char *cmd, fg_flag *flags, int n, int argc, char **argv);
+/* The same, where an argument that is not a flag goes to positional(arg, ctx) in its turn (so that
+ * what it sets and the flags around it apply in command-line order); it returns 0 or the exit
+ * status (its own line printed). NULL: such an argument is a usage error, as above. */
+int fg_flags_parse_ex(const char *cmd, fg_flag *flags, int n, int argc, char **argv,
+                      int (*positional)(const char *arg, void *ctx), void *ctx);
+/* Sets the flag named `name` (with its dashes; its alias counts) from the text `value` (NULL for a
+ * bool given alone) as the command line would. Errors are one line "flashgrad <cmd>: <where><name>:
+ * <what is wrong>" (where: e.g. "config/x.py:4: ", or ""). 0, or 2 after the line. */
+int fg_flags_set(const char *cmd, fg_flag *flags, int n, const char *name, const char *value, const char *where);
+/* The flag whose name or alias is `name`, or NULL. */
+fg_flag *fg_flags_lookup(fg_flag *flags, int n, const char *name);
 /* The flag called `name` (with its dashes), or NULL. */
 fg_flag *fg_flags_find(fg_flag *flags, int n, const char *name);
 /* "usage: flashgrad <cmd> <synopsis>" then one line per flag with its default. */

@@ -127,3 +127,12 @@ double fg_fma_peak_gflops(void) {
     pthread_mutex_unlock(&cache_lock);
     return g;
 }
+
+void fg_fma_peak_set(double gflops) {
+    if (!(gflops > 0)) return;
+    pthread_mutex_lock(&cache_lock);
+    cached = gflops;
+    cached_threads = fg_pool_threads();
+    cached_level = fg_simd_active();
+    pthread_mutex_unlock(&cache_lock);
+}

@@ -29,6 +29,11 @@ double fg_fma_peak_measure(long iters, int rounds);
  * Thread-safe. Benchmarks divide their GFLOP/s by it; `train` divides its model FLOPs by it. */
 double fg_fma_peak_gflops(void);
 
+/* From now on, fg_fma_peak_gflops returns `gflops` (> 0) for the pool's current thread count and
+ * SIMD level instead of measuring (a figure measured before and kept, or given by the user); a
+ * change of either measures again. Thread-safe. */
+void fg_fma_peak_set(double gflops);
+
 /* Lanes of one vector at a SIMD level: 16, 8 or 1. */
 int fg_simd_float_lanes(fg_simd_level level);
 

@@ -1,0 +1,172 @@
+/* cmd_eval.c — `flashgrad eval --ckpt DIR`: the train and validation loss of a saved model, writing
+ * nothing (see eval.h). The model comes through one call, load_model, the place where other
+ * model formats join. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/eval.h"
+#include "cli/flags.h"
+#include "ops/cpu/threadpool.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "autograd/autograd.h"
+
+extern void openblas_set_num_threads(int n);
+
+/* The model at `path` (a run folder or its model file), on the CPU, and the checkpoint's record
+ * of its data and training (*ck; its configuration is valid when the optimizer file was there).
+ * NULL + fg_last_error(). */
+static fg_gpt *load_model(const char *path, fg_ckpt **ck) {
+    *ck = fg_ckpt_open(path, 1); /* the run's batch size and seed are in the optimizer file */
+    if (!*ck) {
+        fg_clear_error();
+        *ck = fg_ckpt_open(path, 0);
+        if (!*ck) return NULL;
+    }
+    fg_gpt *g = fg_ckpt_load_model(*ck);
+    if (!g) {
+        fg_ckpt_close(*ck);
+        *ck = NULL;
+    }
+    return g;
+}
+
+/* The mean loss of iters fixed batches of split s, as fg_trainer_eval_loss draws them. */
+static fg_status eval_loss(fg_gpt *g, const fg_source *src, fg_split s, int B, int T, int iters, uint64_t run_seed,
+                           double *loss) {
+    int32_t *x = malloc((size_t)B * T * sizeof *x), *y = malloc((size_t)B * T * sizeof *y);
+    fg_status st = x && y ? FG_OK : fg_error(FG_ERR_OOM, "eval: out of memory for a %d x %d batch", B, T);
+    const uint64_t seed = fg_trainer_eval_seed(run_seed);
+    double sum = 0;
+    fg_no_grad_enter();
+    for (int i = 0; i < iters && st == FG_OK; i++) {
+        st = fg_source_batch(src, s, B, T, seed, (uint64_t)i, x, y);
+        if (st != FG_OK) break;
+        fg_tensor *l = fg_gpt_loss(g, x, y, B, T, NULL);
+        if (!l) {
+            st = fg_last_status();
+            break;
+        }
+        sum += fg_get(l, 0); /* the model is on the CPU */
+        fg_release(l);
+    }
+    fg_no_grad_exit();
+    free(x);
+    free(y);
+    if (st == FG_OK) *loss = sum / iters;
+    return st;
+}
+
+int fg_eval_run(const fg_eval_opts *o) {
+    fg_ckpt *ck = NULL;
+    fg_source *src = NULL;
+    int code = 0;
+    fg_gpt *g = load_model(o->ckpt, &ck);
+    if (!g) {
+        fprintf(stderr, "flashgrad %s: %s\n", o->cmd, fg_last_error());
+        return 1;
+    }
+    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+    if (in->source == FG_SOURCE_TOKENS) {
+        if (o->data) {
+            fprintf(stderr, "flashgrad %s: --data: the checkpoint trained on token files (give --data-bin)\n", o->cmd);
+            code = 2;
+            goto out;
+        }
+        src = fg_ckpt_tokens_source(ck, o->data_bin);
+    } else if (in->source == FG_SOURCE_ADDITION) {
+        if (o->data || o->data_bin) {
+            fprintf(stderr, "flashgrad %s: %s: the checkpoint trained on the addition task\n", o->cmd,
+                    o->data ? "--data" : "--data-bin");
+            code = 2;
+            goto out;
+        }
+        src = fg_source_addition(&in->addition);
+    } else {
+        if (o->data_bin) {
+            fprintf(stderr, "flashgrad %s: --data-bin: the checkpoint trained on a text file (give --data)\n", o->cmd);
+            code = 2;
+            goto out;
+        }
+        src = fg_ckpt_text_source(ck, o->data);
+    }
+    if (!src) {
+        fprintf(stderr, "flashgrad %s: %s\n", o->cmd, fg_last_error());
+        code = 1;
+        goto out;
+    }
+    const fg_train_config *tc = in->has_train ? &in->train : NULL;
+    const int B = o->batch_size ? o->batch_size : tc ? tc->batch_size : 12;
+    const int iters = o->eval_iters ? o->eval_iters : tc ? tc->eval_iters : 20;
+    const uint64_t seed = o->has_seed ? o->seed : tc ? tc->seed : 1337;
+    int T = fg_source_fixed_block(src);
+    if (T == 0) T = g->cfg.block_size;
+    printf("checkpoint: %s at step %lld: %d layers, %d heads, %d embd, block %d, vocabulary %d\n", o->ckpt,
+           (long long)in->step, g->cfg.n_layer, g->cfg.n_head, g->cfg.n_embd, g->cfg.block_size, g->cfg.vocab_size);
+    printf("eval: %d batches of %d x %d tokens per split (seed %llu%s), threads %d, nothing written\n", iters, B, T,
+           (unsigned long long)seed, tc ? "" : "; the checkpoint has no optimizer file: batch 12, 20 batches by default",
+           fg_pool_threads());
+    double tl = NAN, vl = NAN;
+    if (eval_loss(g, src, FG_SPLIT_TRAIN, B, T, iters, seed, &tl) != FG_OK ||
+        eval_loss(g, src, FG_SPLIT_VAL, B, T, iters, seed, &vl) != FG_OK) {
+        fprintf(stderr, "flashgrad %s: evaluation: %s\n", o->cmd, fg_last_error());
+        code = 1;
+        goto out;
+    }
+    printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)in->step, tl, vl);
+out:
+    fg_source_free(src);
+    fg_gpt_free(g);
+    fg_ckpt_close(ck);
+    return code;
+}
+
+enum { E_CKPT, E_DATA, E_DATA_BIN, E_ITERS, E_BATCH, E_SEED, E_THREADS, E_COUNT };
+
+int fg_cmd_eval(int argc, char **argv) {
+    fg_flag f[E_COUNT] = {
+        [E_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "the run folder (or its model.safetensors) (required)"},
+        [E_DATA] = {"--data", FG_FLAG_STR, "FILE", "a text file instead of the one the run trained on (default: that one)"},
+        [E_DATA_BIN] = {"--data-bin", FG_FLAG_STR, "PATH",
+                        "token files instead of the ones the run trained on (default: those)"},
+        [E_ITERS] = {"--eval-iters", FG_FLAG_INT, "N", "batches per split (default: the run's)", 1, 1e7},
+        [E_BATCH] = {"--batch-size", FG_FLAG_INT, "N", "sequences per batch (default: the run's)", 1, 1 << 24},
+        [E_SEED] = {"--seed", FG_FLAG_U64, "N", "run seed the fixed batches derive from (default: the run's)"},
+        [E_THREADS] = {"--threads", FG_FLAG_INT, "N", "threads (default: FG_NUM_THREADS or all cores)", 1, 1024},
+    };
+    f[E_ITERS].alias = "--eval_iters";
+    f[E_BATCH].alias = "--batch_size";
+    int rc = fg_flags_parse("eval", f, E_COUNT, argc, argv);
+    if (rc == -1) {
+        printf("The train and validation loss of a saved model, on the fixed evaluation batches `train` uses (so with\n"
+               "the run's settings, the figures of its last evaluation). Reads the checkpoint; writes nothing.\n\n");
+        fg_flags_help(stdout, "eval", "--ckpt DIR [--data FILE | --data-bin PATH] [--eval-iters N] [options]", f,
+                      E_COUNT);
+        return 0;
+    }
+    if (rc) return rc;
+    if (!f[E_CKPT].given) {
+        fprintf(stderr, "flashgrad eval: --ckpt DIR is required (a folder written by flashgrad train)\n");
+        return 2;
+    }
+    if (f[E_DATA].given && f[E_DATA_BIN].given) {
+        fprintf(stderr, "flashgrad eval: give either --data FILE or --data-bin PATH, not both\n");
+        return 2;
+    }
+    if (f[E_THREADS].given) {
+        openblas_set_num_threads((int)f[E_THREADS].i);
+        fg_pool_set_threads((int)f[E_THREADS].i);
+    }
+    fg_eval_opts o = {.cmd = "eval",
+                      .ckpt = f[E_CKPT].s,
+                      .data = f[E_DATA].given ? f[E_DATA].s : NULL,
+                      .data_bin = f[E_DATA_BIN].given ? f[E_DATA_BIN].s : NULL,
+                      .batch_size = f[E_BATCH].given ? (int)f[E_BATCH].i : 0,
+                      .eval_iters = f[E_ITERS].given ? (int)f[E_ITERS].i : 0,
+                      .has_seed = f[E_SEED].given,
+                      .seed = f[E_SEED].u};
+    return fg_eval_run(&o);
+}
