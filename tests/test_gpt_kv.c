@@ -225,3 +225,59 @@ Test(gpt_kv, bad_sizes_and_ids_are_refused) {
     fg_gpt_kv_free(kv);
     fg_gpt_free(g);
 }
+
+/* ---- flashgrad sample ---- */
+
+/* `flashgrad <args>` in dir with stdout into out (stderr to err when not NULL, else dropped). */
+static int fg_run(const char *dir, const char *args, char *out, size_t n, const char *err) {
+    char cmd[4096], bin[4096];
+    if (!realpath(fgt_bin(), bin)) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    snprintf(cmd, sizeof cmd, "cd '%s' && timeout 120 '%s' %s 2>%s", dir, bin, args, err ? err : "/dev/null");
+    return fgt_run_cmd(cmd, out, n);
+}
+
+Test(gpt_kv, sample_streams_the_same_text_and_the_cache_equals_the_recompute, .timeout = 240) {
+    char dir[256];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_kv_cli_XXXXXX");
+    char path[512], a[8192], b[8192], log[4096];
+    snprintf(path, sizeof path, "%s/t.txt", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int i = 0; i < 300; i++) fputs("to be or not to be, that is the question. ", f);
+    fclose(f);
+    int st = fg_run(dir,
+                    "train --data t.txt --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --steps 4 "
+                    "--eval-every 0 --eval-iters 1 --samples 0 --threads 1 --warmup 1 --out r",
+                    log, sizeof log, NULL);
+    cr_assert_eq(st, 0, "train exited %d: %s", st, log);
+    /* greedy, 40 tokens: far past block 16 */
+    st = fg_run(dir, "sample --ckpt r --tokens 40 --temperature 0 --prompt to", a, sizeof a, NULL);
+    cr_assert_eq(st, 0, "%s", a);
+    st = fg_run(dir, "sample --ckpt r --tokens 40 --temperature 0 --prompt to --no-kv-cache", b, sizeof b, NULL);
+    cr_assert_eq(st, 0, "%s", b);
+    cr_expect_str_eq(a, b, "greedy text with the cache differs from the recompute's");
+    cr_expect_eq(strlen(a), 2 + 40 + 1, "prompt, 40 tokens, newline: %s", a);
+    /* sampled, streamed, two samples: the same text as printed at the end */
+    st = fg_run(dir, "sample --ckpt r --tokens 30 --top-p 0.9 --top-k 5 --num-samples 2 --seed 3", a, sizeof a, NULL);
+    cr_assert_eq(st, 0, "%s", a);
+    snprintf(path, sizeof path, "%s/err.txt", dir);
+    st = fg_run(dir, "sample --ckpt r --tokens 30 --top-p 0.9 --top-k 5 --num-samples 2 --seed 3 --stream --speed", b,
+                sizeof b, path);
+    cr_assert_eq(st, 0, "%s", b);
+    cr_expect_str_eq(a, b, "--stream printed other text");
+    f = fopen(path, "r");
+    cr_assert(f);
+    size_t n = fread(log, 1, sizeof log - 1, f);
+    fclose(f);
+    log[n] = 0;
+    cr_expect(strstr(log, "2 × 30 tokens") && strstr(log, "tokens/s (KV cache"), "no speed line on stderr: %s", log);
+    /* a bad --top-p is a usage error */
+    snprintf(path, sizeof path, "%s/err.txt", dir);
+    st = fg_run(dir, "sample --ckpt r --top-p 0", a, sizeof a, path);
+    cr_expect_eq(st, 2, "--top-p 0 exited %d", st);
+    st = fg_run(dir, "sample --ckpt r --top-p 1.01", a, sizeof a, path);
+    cr_expect_eq(st, 2, "--top-p 1.01 exited %d", st);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
