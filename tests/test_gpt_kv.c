@@ -230,7 +230,7 @@ Test(gpt_kv, bad_sizes_and_ids_are_refused) {
 
 /* `flashgrad <args>` in dir with stdout into out (stderr to err when not NULL, else dropped). */
 static int fg_run(const char *dir, const char *args, char *out, size_t n, const char *err) {
-    char cmd[4096], bin[4096];
+    char cmd[8400], bin[4096];
     if (!realpath(fgt_bin(), bin)) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
     snprintf(cmd, sizeof cmd, "cd '%s' && timeout 120 '%s' %s 2>%s", dir, bin, args, err ? err : "/dev/null");
     return fgt_run_cmd(cmd, out, n);
