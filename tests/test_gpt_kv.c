@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tensor/philox.h"
+#include "tensor/safetensors.h"
 #include "tests/common.h"
 #include "train/checkpoint.h"
 #include "train/gpt.h"
@@ -280,4 +281,60 @@ Test(gpt_kv, sample_streams_the_same_text_and_the_cache_equals_the_recompute, .t
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
+}
+
+/* ---- against nanoGPT's generate() in PyTorch ---- */
+Test(gpt_kv, greedy_tokens_match_nanogpt_generate_in_pytorch, .timeout = 300) {
+    const char *what = "PyTorch cross-check of KV-cache generation";
+    const char *script = "tests/gpt_generate_torch_check.py";
+    if (access(script, R_OK) != 0) fgt_skip(what, "tests/gpt_generate_torch_check.py not found (run from the repo root)");
+    /* FG_TORCH_PYTHON (a PyTorch 2 interpreter) when set, else Debian's python3 */
+    const char *py = getenv("FG_TORCH_PYTHON");
+    if (py && *py && access(py, X_OK) != 0) fgt_skip(what, "FG_TORCH_PYTHON is not an executable");
+    if (!(py && *py)) fgt_python_require(what, "numpy torch");
+    char dir[256];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_kv_torch_XXXXXX");
+    /* block sizes 1, 6, 16 and 40, each generating well past the block */
+    static const int blocks[] = {1, 6, 16, 40}, prompts[] = {1, 4, 3, 25};
+    for (int k = 0; k < 4; k++) {
+        fg_gpt_config c = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 32, blocks[k], 29, 0);
+        c.n_head = 4;
+        fg_gpt *g = make(&c, 77 + (uint64_t)k);
+        const int np = prompts[k], n_new = 2 * blocks[k] + 7;
+        int32_t tok[128];
+        fill_tokens(tok, np, c.vocab_size, 50 + (uint64_t)k);
+        fg_sample_opts o = {.temperature = 0};
+        cr_assert_eq(fg_gpt_generate(g, tok, np, n_new, &o), FG_OK, "%s", fg_last_error());
+        char path[512];
+        snprintf(path, sizeof path, "%s/case_%d.safetensors", dir, k);
+        fg_st_writer *w = fg_st_writer_new();
+        cr_assert(w, "%s", fg_last_error());
+        for (int j = 0; j < g->n_params; j++)
+            cr_assert_eq(fg_st_writer_add_tensor(w, g->params[j].name, g->params[j].w), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_st_writer_write(w, path), FG_OK, "%s", fg_last_error());
+        fg_st_writer_free(w);
+        snprintf(path, sizeof path, "%s/case_%d.txt", dir, k);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fprintf(f, "%d %d %d %d %d %d\n", c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, np);
+        for (int i = 0; i < np + n_new; i++) fprintf(f, i ? " %d" : "%d", tok[i]);
+        fprintf(f, "\n");
+        fclose(f);
+        fg_gpt_free(g);
+    }
+    char log[16384];
+    int st;
+    if (py && *py) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", py, script, dir);
+        st = fgt_run_cmd(cmd, log, sizeof log);
+    } else {
+        st = fgt_python_run(NULL, script, dir, log, sizeof log);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+    if (st == FGT_PYTHON_CANNOT_RUN) fgt_skip(what, log);
+    if (fgt_verbose()) fprintf(stderr, "[gpt_kv] %s", log);
+    cr_expect_eq(st, 0, "gpt_generate_torch_check.py exited %d:\n%s", st, log);
 }
