@@ -92,6 +92,8 @@ deps:
 	@if [ "$(FG_MPI)" != 0 ] && [ -z "$(MPI_LIBS)" ]; then \
 	    sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null || \
 	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them)"; fi
+	@command -v gnuplot >/dev/null 2>&1 || sh tests/deps.sh gnuplot-nox 2>/dev/null || \
+	    echo "flashgrad: no gnuplot: flashgrad plot and make plots say so (install gnuplot-nox for them)"
 ifeq ($(DNNL_DEPS),install)
 	@sh tests/deps.sh libdnnl-dev || echo "flashgrad: building without oneDNN: float32 products use the tile kernel and OpenBLAS"
 else ifeq ($(DNNL_DEPS),without)
