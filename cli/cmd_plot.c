@@ -32,7 +32,7 @@
 #define MAX_RUNS 16
 #define ERR(...) (fprintf(stderr, "flashgrad plot: " __VA_ARGS__), fputc('\n', stderr))
 
-enum { P_OUT, P_COUNT };
+enum { P_RUN, P_OUT, P_COUNT };
 
 static const unsigned char png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
@@ -247,13 +247,14 @@ int fg_cmd_plot(int argc, char **argv) {
     }
     rest[nr] = NULL;
     fg_flag f[P_COUNT] = {
+        /* listed for --help; its values are taken out of argv above (it may repeat) */
+        [P_RUN] = {"--run", FG_FLAG_STR, "DIR", "a run folder written by flashgrad train (repeat for several runs; required)"},
         [P_OUT] = {"--out", FG_FLAG_STR, "FILE.png", "the picture (an existing PNG is replaced)", .s = "loss.png"},
     };
     int rc = fg_flags_parse("plot", f, P_COUNT, nr, rest);
     free(rest);
     if (rc == -1) {
-        printf("Draw train and validation loss, learning rate and MFU of training runs (their log.csv) as one PNG.\n"
-               "  --run DIR              a run folder written by flashgrad train (repeat for several runs)\n");
+        printf("Draw train and validation loss, learning rate and MFU of training runs (their log.csv) as one PNG.\n\n");
         fg_flags_help(stdout, "plot", "--run DIR [--run DIR2 ...] [--out FILE.png]", f, P_COUNT);
         return 0;
     }
