@@ -92,6 +92,8 @@ deps:
 	@if [ "$(FG_MPI)" != 0 ] && [ -z "$(MPI_LIBS)" ]; then \
 	    sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null || \
 	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them)"; fi
+	@command -v gnuplot >/dev/null 2>&1 || sh tests/deps.sh gnuplot-nox 2>/dev/null || \
+	    echo "flashgrad: no gnuplot: flashgrad plot and make plots say so (install gnuplot-nox for them)"
 ifeq ($(DNNL_DEPS),install)
 	@sh tests/deps.sh libdnnl-dev || echo "flashgrad: building without oneDNN: float32 products use the tile kernel and OpenBLAS"
 else ifeq ($(DNNL_DEPS),without)
@@ -484,6 +486,7 @@ SCALE_PYTHON  = $(or $(FG_TORCH_PYTHON),$(wildcard ../torch2/bin/python),python3
 bench-scale: all
 	$(SCALE_PYTHON) bench/bench_scale.py --flashgrad $(BUILD)/flashgrad --threads $(BENCH_THREADS) \
 	    --csv $(SCALE_CSV) $(BENCH_SCALE_ARGS)
+	sh bench/made_on.sh > $(SCALE_CSV).made
 	@if command -v gnuplot >/dev/null 2>&1; then gnuplot bench/plots.gp && echo bench/results/train_scale.png; \
 	else echo "bench-scale: no gnuplot here: make plots draws bench/results/train_scale.png"; fi
 
@@ -492,11 +495,26 @@ bench-scale: all
 # make plots           : bench/results/{attention_memory,attention_time,train_recompute}.png from them
 #                        (and train_scale.png from make bench-scale's CSV when it is there)
 RECOMPUTE_N ?= 256,512,1024,2048,4096,8192,16384
+RECOMPUTE_SDPA_N ?= 256,512,1024,2048
 .PHONY: recompute-bench
 recompute-bench: all
 	$(BUILD)/flashgrad bench attention --n $(RECOMPUTE_N) --d 64 --repeat 3 --csv bench/results/attention_cpu.csv
+	sh bench/made_on.sh > bench/results/attention_cpu.csv.made
 	$(BUILD)/flashgrad bench attention --n $(RECOMPUTE_N) --d 64 --repeat 3 --causal --csv bench/results/attention_cpu_causal.csv
 	sh bench/recompute.sh --bin $(BUILD)/flashgrad
+	sh bench/made_on.sh > bench/results/train_recompute.csv.made
+	@# the SDPA line of attention_time.png (PyTorch at the same shapes), when $(SCALE_PYTHON) has torch
+	-$(SCALE_PYTHON) bench/attention_torch_cpu.py --flashgrad $(BUILD)/flashgrad --n $(RECOMPUTE_SDPA_N) --b 1 --h 1 \
+	    --d 64 --causal 0 --repeat 3 --csv bench/results/attention_torch_cpu.csv && \
+	    sh bench/made_on.sh > bench/results/attention_torch_cpu.csv.made
+# ---- generation speed: flashgrad's KV cache, flashgrad recomputing, nanoGPT's generate() in PyTorch,
+# GPT-2 small's shape (random weights), greedy, in one run (bench/generate_torch_cpu.py) ----
+BENCH_GEN_CASES ?= 1:64,960:16
+.PHONY: bench-generate
+bench-generate: all
+	$(SCALE_PYTHON) bench/generate_torch_cpu.py --flashgrad $(BUILD)/flashgrad --threads $(BENCH_THREADS) \
+	    --cases $(BENCH_GEN_CASES)
+
 plots:
 	@command -v gnuplot >/dev/null 2>&1 || sh tests/deps.sh gnuplot-nox
 	gnuplot bench/plots.gp

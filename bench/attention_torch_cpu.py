@@ -174,6 +174,8 @@ def main():
     ap.add_argument("--peak", type=float, default=0,
                     help="the float32 FMA peak in GFLOP/s (from a quiet `flashgrad bench peak`); default: measured")
     ap.add_argument("--md", help="also write the summary as a Markdown table to this file")
+    ap.add_argument("--csv", help="also write per-N median times of flash and of each PyTorch form to this CSV "
+                                  "(replaced atomically; bench/plots.gp draws the SDPA line from it)")
     a = ap.parse_args()
     if min(a.b, a.h, a.d, a.threads, a.repeat, a.rounds) < 1 or a.torch_repeat < 0:
         ap.error("--b, --h, --d, --threads, --repeat and --rounds must be positive")
@@ -193,7 +195,7 @@ def main():
     machine = ""
     for n in a.n:
         for causal in causals:
-            speedups, fg_runs, th_runs, cpu_speedups = [], [], [], []
+            speedups, fg_runs, th_runs, cpu_speedups, th_all = [], [], [], [], []
             for rnd in range(a.rounds):
                 fg, machine = run_flashgrad(a.flashgrad, a.b, a.h, n, a.d, causal, a.threads, a.repeat, a.dtype, a.peak)
                 fg_ms = float(fg["fwd_ms"]) + float(fg["bwd_ms"])
@@ -204,6 +206,7 @@ def main():
                 if not have_torch:
                     continue
                 th = run_torch(a.b, a.h, n, a.d, causal, a.threads, torch_repeat, a.dtype)
+                th_all.append(th)
                 form = min(th, key=lambda f: th[f][0] + th[f][1])
                 th_ms = th[form][0] + th[form][1]
                 th_runs.append((form, th[form]))
@@ -224,7 +227,14 @@ def main():
                 "sgemm_cgf": statistics.median(float(r["sgemm_gflops_per_cpu_s"]) for r in fg_runs),
                 "fg_best_ms": min(float(r["fwd_ms"]) + float(r["bwd_ms"]) for r in fg_runs),
                 "peak": max(float(r.get("fwdbwd_frac_peak") or 0) for r in fg_runs),
+                "fg_fwd": statistics.median(float(r["fwd_ms"]) for r in fg_runs),
+                "fg_bwd": statistics.median(float(r["bwd_ms"]) for r in fg_runs),
             }
+            for form in ("sdpa", "textbook"):
+                got = [t[form] for t in th_all if form in t]
+                if got:
+                    row[form + "_fwd"] = statistics.median(g[0] for g in got)
+                    row[form + "_bwd"] = statistics.median(g[1] for g in got)
             if speedups:
                 row["speedup"] = statistics.median(speedups)
                 row["th_ms"] = statistics.median(t[1][0] + t[1][1] for t in th_runs)
@@ -262,6 +272,18 @@ def main():
                         best, cpus, r["fg_rss"], th_rss))
     print()
     print("\n".join(lines))
+    if a.csv:
+        cols = ["n", "causal", "b", "h", "d", "threads", "dtype", "flash_fwd_ms", "flash_bwd_ms", "sdpa_fwd_ms",
+                "sdpa_bwd_ms", "textbook_fwd_ms", "textbook_bwd_ms", "torch", "machine", "date"]
+        with open(a.csv + ".tmp", "w") as f:
+            f.write(",".join(cols) + "\n")
+            for r in rows:
+                v = lambda k: "%.4f" % r[k] if k in r else ""
+                f.write("%d,%d,%d,%d,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,\"%s\",%s\n" % (
+                    r["n"], r["causal"], a.b, a.h, a.d, a.threads, a.dtype, v("fg_fwd"), v("fg_bwd"), v("sdpa_fwd"),
+                    v("sdpa_bwd"), v("textbook_fwd"), v("textbook_bwd"), torch_version or "",
+                    machine.replace("machine: ", "").replace('"', "'"), time.strftime("%Y-%m-%d", time.gmtime())))
+        os.replace(a.csv + ".tmp", a.csv)
     if a.md:
         with open(a.md + ".tmp", "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -3,8 +3,13 @@
  * Loads a model (train/gpt2_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2
  * folder, an llm.c model file), encodes the prompt with the checkpoint's own
  * tokenizer, and writes the prompt plus --tokens generated tokens to stdout for each of
- * --num-samples samples. Sampling is softmax(logits / temperature) over the top-k tokens, with the
- * draws from Philox(seed): the same seed gives the same text. --temperature 0 is greedy decoding.
+ * --num-samples samples (sample s draws with seed + s). Sampling is softmax(logits / temperature)
+ * over the top-k tokens, then the top-p nucleus, with the draws from Philox(seed): the same seed gives
+ * the same text. --temperature 0 is greedy decoding. Generation keeps K and V per layer (the KV
+ * cache of train/gpt.h: one new row per token); --no-kv-cache recomputes the whole context for every
+ * token instead (the same tokens at temperature 0, slower). --stream writes each token as soon as it
+ * is drawn. The speed, tokens/s of the generated tokens (prompt included in the time), goes to
+ * stderr as one line (with --speed, or when stderr is a terminal), so stdout holds only the text.
  *
  * A model trained on token files (--data-bin) has no tokenizer of its own: each sample is printed
  * as its token ids in decimal, separated by spaces, one line per sample, or — with --tokenizer FILE
@@ -20,13 +25,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cli/cli_util.h"
 #include "datasets/tokens.h"
+#include "ops/cpu/threadpool.h"
 #include "train/gpt2_files.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
-enum { S_CKPT, S_PROMPT, S_PROMPT_IDS, S_TOKENIZER, S_TOKENS, S_TEMP, S_TOPK, S_SEED, S_NUM, S_COUNT };
+enum {
+    S_CKPT,
+    S_PROMPT,
+    S_PROMPT_IDS,
+    S_TOKENIZER,
+    S_TOKENS,
+    S_TEMP,
+    S_TOPK,
+    S_TOPP,
+    S_SEED,
+    S_NUM,
+    S_STREAM,
+    S_NO_CACHE,
+    S_SPEED,
+    S_COUNT
+};
 
 /* "1,2,3" into ids[0..*n) (at most cap): decimal ids separated by single commas. 0, or 2 after
  * printing the usage error. */
@@ -66,6 +89,37 @@ static void write_ids(const int32_t *ids, size_t n) {
     for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
 }
 
+/* How the tokens of this model are printed: its own tokenizer, llm.c's tokenizer file, or ids. */
+typedef struct {
+    const fg_tokenizer *tok;
+    const fg_token_vocab *vocab;
+    size_t written; /* tokens of the current sample written so far (ids: the separator) */
+} writer;
+
+static void write_tokens(writer *w, const int32_t *ids, size_t n) {
+    if (w->tok) {
+        char buf[256];
+        for (size_t i = 0; i < n; i += sizeof buf) {
+            size_t m = n - i < sizeof buf ? n - i : sizeof buf;
+            fg_tokenizer_decode(w->tok, ids + i, m, buf); /* one byte per token */
+            fwrite(buf, 1, m, stdout);
+        }
+    } else if (w->vocab) {
+        write_vocab(w->vocab, ids, n);
+    } else {
+        if (w->written && n) fputc(' ', stdout);
+        write_ids(ids, n);
+    }
+    w->written += n;
+}
+
+/* --stream: each token as it comes */
+static void stream_token(void *user, int j, int32_t t) {
+    (void)j;
+    write_tokens(user, &t, 1);
+    fflush(stdout);
+}
+
 int fg_cmd_sample(int argc, char **argv) {
     fg_flag f[S_COUNT] = {
         [S_CKPT] = {"--ckpt", FG_FLAG_STR, "PATH",
@@ -81,14 +135,21 @@ int fg_cmd_sample(int argc, char **argv) {
         [S_TOKENS] = {"--tokens", FG_FLAG_INT, "N", "tokens to generate", 0, 1e7, 0, .i = 200},
         [S_TEMP] = {"--temperature", FG_FLAG_F64, "T", "softmax temperature (0: greedy)", 0, 100, 0, .d = 0.8},
         [S_TOPK] = {"--top-k", FG_FLAG_INT, "K", "sample among the K likeliest tokens (0: all)", 0, 1 << 24, 0, .i = 0},
-        [S_SEED] = {"--seed", FG_FLAG_U64, "S", "sampling seed", .u = 1337},
+        [S_TOPP] = {"--top-p", FG_FLAG_F64, "P",
+                    "then among the likeliest tokens whose probability reaches P (nucleus; 1: all)", 0, 1, 1, .d = 1},
+        [S_SEED] = {"--seed", FG_FLAG_U64, "S", "sampling seed (sample s uses S + s)", .u = 1337},
         [S_NUM] = {"--num-samples", FG_FLAG_INT, "N", "samples to generate", 1, 1000, 0, .i = 1},
+        [S_STREAM] = {"--stream", FG_FLAG_BOOL, NULL, "print each token as it is generated"},
+        [S_NO_CACHE] = {"--no-kv-cache", FG_FLAG_BOOL, NULL,
+                        "recompute the whole context for every token (the reference; slower)"},
+        [S_SPEED] = {"--speed", FG_FLAG_BOOL, NULL,
+                     "print the tokens/s line to stderr (default: when stderr is a terminal)"},
     };
     int rc = fg_flags_parse("sample", f, S_COUNT, argc, argv);
     if (rc == -1) {
         fg_flags_help(stdout, "sample",
                       "--ckpt PATH [--prompt TEXT | --prompt-ids IDS] [--tokenizer FILE] [--tokens N] [--temperature T] "
-                      "[--top-k K] [--seed S]",
+                      "[--top-k K] [--top-p P] [--seed S] [--num-samples N] [--stream] [--no-kv-cache] [--speed]",
                       f, S_COUNT);
         return 0;
     }
@@ -113,8 +174,8 @@ int fg_cmd_sample(int argc, char **argv) {
     const int V = g->cfg.vocab_size;
     fg_token_vocab *vocab = NULL;
     int limit = 0; /* sample only ids below it (0: all V) */
+    fg_gpt_kv *kv = NULL;
     int32_t *t = NULL, *work = NULL;
-    char *text = NULL;
     int code = 0;
     if (f[S_TOKENIZER].given && tok) {
         fprintf(stderr,
@@ -150,8 +211,13 @@ int fg_cmd_sample(int argc, char **argv) {
     const int n_new = (int)f[S_TOKENS].i;
     t = malloc((cap + 1) * sizeof *t);
     work = malloc((cap + 1 + (size_t)n_new) * sizeof *work);
-    text = malloc(cap + 1 + (size_t)n_new + 1);
-    if (!t || !work || !text) {
+    /* one cache for every sample: its buffers are allocated (and touched) once */
+    if (!(int)f[S_NO_CACHE].i && !(kv = fg_gpt_kv_create(g))) {
+        fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
+        code = 1;
+        goto out;
+    }
+    if (!t || !work) {
         fprintf(stderr, "flashgrad sample: out of memory\n");
         code = 1;
         goto out;
@@ -186,36 +252,51 @@ int fg_cmd_sample(int argc, char **argv) {
                 "flashgrad sample: --tokenizer '%s' has %d tokens, the model's vocabulary %d ids: sampling only ids "
                 "below %d\n",
                 f[S_TOKENIZER].s, limit, V, limit);
+    writer w = {.tok = tok, .vocab = vocab};
+    const int stream = (int)f[S_STREAM].i;
+    double seconds = 0;
+    int done = 0;
     for (int s = 0; s < (int)f[S_NUM].i; s++) {
         memcpy(work, t, np * sizeof *work);
         fg_sample_opts o = {.temperature = f[S_TEMP].d,
                             .top_k = (int)f[S_TOPK].i,
+                            .top_p = f[S_TOPP].d,
                             .seed = f[S_SEED].u + (uint64_t)s,
-                            .vocab_limit = limit};
+                            .vocab_limit = limit,
+                            .no_cache = (int)f[S_NO_CACHE].i,
+                            .kv = kv,
+                            .on_token = stream ? stream_token : NULL,
+                            .user = &w};
+        if (f[S_NUM].i > 1) printf("---- sample %d ----\n", s + 1);
+        w.written = 0;
+        /* the prompt (when given), then the new tokens, in the model's form */
+        if (stream && shown) {
+            write_tokens(&w, work, np);
+            fflush(stdout);
+        }
+        double t0 = fg_now();
         if (fg_gpt_generate(g, work, (int)np, n_new, &o) != FG_OK) {
+            if (stream) fputc('\n', stdout);
             fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());
             code = 1;
             break;
         }
-        if (f[S_NUM].i > 1) printf("---- sample %d ----\n", s + 1);
-        /* the prompt (when given), then the new tokens, in the model's form */
-        const int32_t *from = shown ? work : work + np;
-        const size_t n = (shown ? np : 0) + (size_t)n_new;
-        if (tok) {
-            fg_tokenizer_decode(tok, from, n, text);
-            fwrite(text, 1, n, stdout);
-        } else if (vocab) {
-            write_vocab(vocab, from, n);
-        } else {
-            write_ids(from, n);
-        }
+        seconds += fg_now() - t0;
+        done++;
+        if (!stream) write_tokens(&w, shown ? work : work + np, (shown ? np : 0) + (size_t)n_new);
         fputc('\n', stdout);
         if (ferror(stdout)) break; /* output lost: main's stdout check reports it and exits 1 */
     }
+    /* the speed, unless the output was lost (main reports that, in one line) */
+    const int speed = f[S_SPEED].i || isatty(STDERR_FILENO);
+    if (speed && done && n_new > 0 && fflush(stdout) == 0 && !ferror(stdout))
+        fprintf(stderr, "flashgrad sample: %d × %d tokens in %.3f s: %.1f tokens/s (%s, prompt %zu tokens, %d threads)\n",
+                done, n_new, seconds, (double)done * n_new / (seconds > 0 ? seconds : 1e-9),
+                (int)f[S_NO_CACHE].i ? "recomputing the context per token" : "KV cache", np, fg_pool_threads());
 out:
     free(t);
     free(work);
-    free(text);
+    fg_gpt_kv_free(kv);
     fg_token_vocab_free(vocab);
     fg_model_file_free(mf);
     return code;

@@ -15,5 +15,6 @@ int fg_cmd_eval(int argc, char **argv);
 int fg_cmd_attention(int argc, char **argv);
 int fg_cmd_gradcheck(int argc, char **argv);
 int fg_cmd_bench(int argc, char **argv);
+int fg_cmd_plot(int argc, char **argv);
 
 #endif /* FG_COMMANDS_H */

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"attention", fg_cmd_attention, "run attention on .npy inputs, write O, lse and gradients"},
     {"gradcheck", fg_cmd_gradcheck, "gradient-check attention (naive vs finite differences, flash vs naive)"},
     {"bench", fg_cmd_bench, "benchmarks: train, attention, matmul, peak"},
+    {"plot", fg_cmd_plot, "draw runs' loss, learning rate and MFU from their log.csv as a PNG"},
 };
 
 static void usage(FILE *f) {

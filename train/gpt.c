@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "ops/kernels.h"
 #include "ops/ops.h"
 #include "autograd/recompute.h"
 #include "ops/cpu/threadpool.h"
@@ -428,6 +429,202 @@ fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, in
     return loss;
 }
 
+/* ---- the KV cache ----
+ * Buffers, in the model's dtype (es bytes an element), T = block_size rows:
+ *   k, v   (L, H, T, hd)   the cache: head h of layer l, position t at ((l H + h) T + t) hd
+ *   x      (T, C)          the residual stream of the new rows
+ *   h      (T, C)          a layernorm's or a projection's output
+ *   qkv    (T, 3C)         c_attn's output
+ *   q, o   (H, T, hd)      the new rows' queries and attention outputs, head-major (the kernels' layout)
+ *   y      (T, C)          the heads' outputs side by side
+ *   fc, ac (T, 4C)         c_fc's output and its gelu
+ *   mean, rstd (T), lse (H, T)   what the kernels write beside their outputs
+ *   logits (V)             the LM head on the last new row */
+struct fg_gpt_kv {
+    fg_gpt_config cfg;
+    int len;
+    size_t es;
+    char *k, *v, *x, *h, *qkv, *q, *o, *y, *fc, *ac, *mean, *rstd, *lse, *logits;
+};
+
+static const size_t kv_count = 14;
+
+static char **kv_slot(fg_gpt_kv *kv, size_t i) {
+    char **s[] = {&kv->k,  &kv->v,  &kv->x,    &kv->h,    &kv->qkv, &kv->q,   &kv->o,
+                  &kv->y,  &kv->fc, &kv->ac,   &kv->mean, &kv->rstd, &kv->lse, &kv->logits};
+    return s[i];
+}
+
+fg_gpt_kv *fg_gpt_kv_create(const fg_gpt *g) {
+    const fg_gpt_config *c = &g->cfg;
+    if (c->device != FG_CPU) {
+        fg_error(FG_ERR_DEVICE, "gpt: the KV cache runs CPU models only (this one is on %s)", fg_device_name(c->device));
+        return NULL;
+    }
+    fg_gpt_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) {
+        fg_error(FG_ERR_OOM, "gpt: out of memory for the KV cache");
+        return NULL;
+    }
+    kv->cfg = *c;
+    kv->es = c->dtype == FG_F64 ? 8 : 4;
+    const size_t L = (size_t)c->n_layer, T = (size_t)c->block_size, C = (size_t)c->n_embd, H = (size_t)c->n_head;
+    const size_t n[14] = {L * T * C, L * T * C, T * C, T * C, 3 * T * C, T * C, T * C,
+                          T * C,     4 * T * C, 4 * T * C, T, T, H * T, (size_t)c->vocab_size};
+    for (size_t i = 0; i < kv_count; i++) {
+        char *p = fg_alloc(FG_CPU, n[i] * kv->es);
+        if (!p) {
+            fg_gpt_kv_free(kv);
+            return NULL;
+        }
+        /* touched here once, so that the first tokens do not pay for fresh pages */
+        memset(p, 0, n[i] * kv->es);
+        *kv_slot(kv, i) = p;
+    }
+    return kv;
+}
+
+void fg_gpt_kv_free(fg_gpt_kv *kv) {
+    if (!kv) return;
+    for (size_t i = 0; i < kv_count; i++)
+        if (*kv_slot(kv, i)) fg_free(FG_CPU, *kv_slot(kv, i));
+    free(kv);
+}
+
+void fg_gpt_kv_reset(fg_gpt_kv *kv) { kv->len = 0; }
+
+int fg_gpt_kv_len(const fg_gpt_kv *kv) { return kv->len; }
+
+/* One head's attention for the n new rows: q, o (n, hd) against the cache's len + n keys. */
+typedef struct {
+    const fg_attention_kernels *ak;
+    fg_attn_impl impl;
+    fg_dtype dt;
+    const fg_attn_problem *pr;
+    const char *q, *k, *v; /* head 0 of the new queries, and of this layer's cache */
+    char *o, *lse;
+    size_t q_head, kv_head, lse_head; /* bytes from one head to the next */
+    fg_status st[FG_POOL_MAX_THREADS];
+} kv_attn_job;
+
+static void kv_attn_head(void *ctx, int64_t h, int worker) {
+    kv_attn_job *J = ctx;
+    fg_status st = J->ak->forward(J->impl, J->dt, J->o + (size_t)h * J->q_head, J->lse + (size_t)h * J->lse_head, NULL,
+                                  J->q + (size_t)h * J->q_head, J->k + (size_t)h * J->kv_head,
+                                  J->v + (size_t)h * J->kv_head, J->pr);
+    if (st != FG_OK) J->st[worker] = st;
+}
+
+/* dst (n, C) += src (n, C) */
+static void kv_add(fg_dtype dt, char *dst, const char *src, size_t n) {
+    if (dt == FG_F32) {
+        float *d = (float *)dst;
+        const float *s = (const float *)src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+    } else {
+        double *d = (double *)dst;
+        const double *s = (const double *)src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+    }
+}
+
+#define KV_W(kind, l) fg_data(fg_gpt_weight(g, FG_GPT_##kind, (l)))
+#define KV_TRY(expr)                                                                                                   \
+    do {                                                                                                               \
+        fg_status st_ = (expr);                                                                                        \
+        if (st_ != FG_OK) return st_;                                                                                  \
+    } while (0)
+
+fg_status fg_gpt_kv_append(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int n, double *logits) {
+    const fg_gpt_config *c = &g->cfg;
+    if (c->n_layer != kv->cfg.n_layer || c->n_head != kv->cfg.n_head || c->n_embd != kv->cfg.n_embd ||
+        c->block_size != kv->cfg.block_size || c->vocab_size != kv->cfg.vocab_size || c->dtype != kv->cfg.dtype ||
+        c->device != FG_CPU)
+        return fg_error(FG_ERR_ARG, "gpt: the KV cache was made for a model of other shapes");
+    if (n < 1 || n > c->block_size - kv->len)
+        return fg_error(FG_ERR_ARG, "gpt: %d new tokens do not fit the KV cache (%d of block_size %d held)", n, kv->len,
+                        c->block_size);
+    const int64_t V = c->vocab_size, C = c->n_embd, H = c->n_head, hd = C / H, T = c->block_size;
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= V)
+            return fg_error(FG_ERR_ARG, "gpt: token %d (number %d) is outside the vocabulary of %lld", (int)idx[i], i,
+                            (long long)V);
+    const fg_kernels *K = fg_kernels_for(FG_CPU, "gpt kv cache");
+    if (!K) return fg_last_status();
+    const fg_dtype dt = c->dtype;
+    const size_t es = kv->es, row = (size_t)C * es;
+    const int64_t len = kv->len, N = len + n; /* keys after this call */
+
+    /* x = wte[idx] + wpe[len .. len + n) */
+    KV_TRY(K->embedding.forward(dt, kv->x, KV_W(WTE, 0), C, idx, n, V, C));
+    kv_add(dt, kv->x, (const char *)KV_W(WPE, 0) + (size_t)len * row, (size_t)n * (size_t)C);
+
+    fg_attn_opts ao = fg_attn_defaults();
+    ao.impl = c->attn;
+    ao.causal = 1; /* bottom-right: new query i (position len + i) sees keys 0 .. len + i */
+    fg_attn_problem pr;
+    KV_TRY(fg_attn_problem_init(&pr, 1, 1, n, N, hd, &ao));
+    kv_attn_job J = {.ak = &K->attention,
+                     .impl = c->attn,
+                     .dt = dt,
+                     .pr = &pr,
+                     .q = kv->q,
+                     .o = kv->o,
+                     .lse = kv->lse,
+                     .q_head = (size_t)n * (size_t)hd * es,
+                     .kv_head = (size_t)T * (size_t)hd * es,
+                     .lse_head = (size_t)n * es};
+    for (int l = 0; l < c->n_layer; l++) {
+        /* attention: qkv = c_attn(ln_1(x)) on the new rows */
+        KV_TRY(K->layernorm.forward(dt, kv->h, kv->mean, kv->rstd, kv->x, KV_W(LN1_W, l), KV_W(LN1_B, l), n, C, 1e-5));
+        KV_TRY(K->matmul.gemm(dt, 0, 1, n, 3 * C, C, 1.0, kv->h, C, 0, KV_W(ATTN_W, l), C, 0, 0.0, KV_W(ATTN_B, l),
+                              kv->qkv, 3 * C, 0, 1));
+        /* each row [q | k | v], H heads of hd: q to (H, n, hd), k and v into the cache at len + i */
+        char *kl = kv->k + (size_t)l * (size_t)H * J.kv_head, *vl = kv->v + (size_t)l * (size_t)H * J.kv_head;
+        const size_t hb = (size_t)hd * es;
+        for (int i = 0; i < n; i++) {
+            const char *r = kv->qkv + (size_t)i * 3 * row;
+            for (int64_t h = 0; h < H; h++) {
+                memcpy(kv->q + (size_t)h * J.q_head + (size_t)i * hb, r + (size_t)h * hb, hb);
+                memcpy(kl + (size_t)h * J.kv_head + (size_t)(len + i) * hb, r + row + (size_t)h * hb, hb);
+                memcpy(vl + (size_t)h * J.kv_head + (size_t)(len + i) * hb, r + 2 * row + (size_t)h * hb, hb);
+            }
+        }
+        J.k = kl;
+        J.v = vl;
+        for (int w = 0; w < FG_POOL_MAX_THREADS; w++) J.st[w] = FG_OK;
+        fg_pool_run(H, kv_attn_head, &J, FG_POOL_BLAS_SERIAL); /* one head per item */
+        for (int w = 0; w < FG_POOL_MAX_THREADS; w++)
+            if (J.st[w] != FG_OK) return fg_error(J.st[w], "gpt: KV-cache attention failed (out of memory)");
+        /* heads side by side again: y[i, h hd ..] = o[h, i, ..] */
+        for (int i = 0; i < n; i++)
+            for (int64_t h = 0; h < H; h++)
+                memcpy(kv->y + (size_t)i * row + (size_t)h * hb, kv->o + (size_t)h * J.q_head + (size_t)i * hb, hb);
+        KV_TRY(K->matmul.gemm(dt, 0, 1, n, C, C, 1.0, kv->y, C, 0, KV_W(APROJ_W, l), C, 0, 0.0, KV_W(APROJ_B, l),
+                              kv->h, C, 0, 1));
+        kv_add(dt, kv->x, kv->h, (size_t)n * (size_t)C);
+        /* MLP: x += mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))) */
+        KV_TRY(K->layernorm.forward(dt, kv->h, kv->mean, kv->rstd, kv->x, KV_W(LN2_W, l), KV_W(LN2_B, l), n, C, 1e-5));
+        KV_TRY(K->matmul.gemm(dt, 0, 1, n, 4 * C, C, 1.0, kv->h, C, 0, KV_W(FC_W, l), C, 0, 0.0, KV_W(FC_B, l), kv->fc,
+                              4 * C, 0, 1));
+        KV_TRY(K->gelu.forward(dt, kv->ac, kv->fc, (int64_t)n * 4 * C));
+        KV_TRY(K->matmul.gemm(dt, 0, 1, n, C, 4 * C, 1.0, kv->ac, 4 * C, 0, KV_W(MPROJ_W, l), 4 * C, 0, 0.0,
+                              KV_W(MPROJ_B, l), kv->h, C, 0, 1));
+        kv_add(dt, kv->x, kv->h, (size_t)n * (size_t)C);
+    }
+    kv->len = (int)N;
+    if (!logits) return FG_OK;
+    /* ln_f and the tied LM head on the last new row only */
+    const char *last = kv->x + (size_t)(n - 1) * row;
+    KV_TRY(K->layernorm.forward(dt, kv->h, kv->mean, kv->rstd, last, KV_W(LNF_W, 0), KV_W(LNF_B, 0), 1, C, 1e-5));
+    KV_TRY(K->matmul.gemm(dt, 0, 1, 1, V, C, 1.0, kv->h, C, 0, KV_W(WTE, 0), C, 0, 0.0, NULL, kv->logits, V, 0, 1));
+    for (int64_t j = 0; j < V; j++)
+        logits[j] = dt == FG_F32 ? ((const float *)kv->logits)[j] : ((const double *)kv->logits)[j];
+    return FG_OK;
+}
+#undef KV_W
+#undef KV_TRY
+
 /* ---- generation ---- */
 
 /* Row `row` of the last time step of logits (B, T, V), as doubles. */
@@ -467,28 +664,49 @@ static int argmax(const double *x, int n) {
     return best;
 }
 
-/* Sample from softmax(x / temperature) restricted to the top_k largest, with uniform u in (0, 1]. */
-static int sample_token(double *x, int n, double temperature, int top_k, double u) {
+/* The logits the comparison below sorts ids by (qsort has no context argument). */
+static _Thread_local const double *sort_keys;
+
+/* descending by value, ties by the smaller id first: a fixed order */
+static int by_value_desc(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b;
+    const double u = sort_keys[i], v = sort_keys[j];
+    if (u != v) return u > v ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* Sample from softmax(x / temperature) restricted to the top_k largest, then to the nucleus of
+ * probability top_p, with uniform u in (0, 1]. order (n ints) is scratch. */
+static int sample_token(double *x, int n, double temperature, int top_k, double top_p, double u, int *order) {
     if (temperature <= 0) return argmax(x, n);
     double mx = x[argmax(x, n)];
-    double kth = -INFINITY; /* keep x >= kth */
-    if (top_k > 0 && top_k < n) {
-        /* the k-th largest value: partial selection by repeated scans (V is small here) */
-        double *tmp = malloc((size_t)n * sizeof *tmp);
-        if (tmp) {
-            memcpy(tmp, x, (size_t)n * sizeof *tmp);
-            for (int r = 0; r < top_k; r++) {
-                int b = argmax(tmp, n);
-                kth = tmp[b];
-                tmp[b] = -INFINITY;
-            }
-            free(tmp);
-        }
+    const int use_k = top_k > 0 && top_k < n, use_p = top_p > 0 && top_p < 1;
+    if (use_k || use_p) {
+        for (int i = 0; i < n; i++) order[i] = i;
+        sort_keys = x;
+        qsort(order, (size_t)n, sizeof *order, by_value_desc);
     }
+    /* keep x >= the k-th largest value (ties with it included, as nanoGPT's torch.topk mask) */
+    double kth = use_k ? x[order[top_k - 1]] : -INFINITY;
     double total = 0;
     for (int i = 0; i < n; i++) {
         x[i] = x[i] >= kth ? exp((x[i] - mx) / temperature) : 0.0;
         total += x[i];
+    }
+    if (use_p) {
+        /* the smallest prefix of the sorted ids whose probability reaches top_p; the rest get 0 */
+        double acc = 0, kept = 0;
+        int r = 0;
+        for (; r < n && x[order[r]] > 0; r++) {
+            acc += x[order[r]];
+            if (acc >= top_p * total) {
+                r++;
+                break;
+            }
+        }
+        for (int q = r; q < n; q++) x[order[q]] = 0;
+        for (int q = 0; q < r; q++) kept += x[order[q]];
+        total = kept;
     }
     double target = u * total, acc = 0;
     int last = 0;
@@ -501,33 +719,67 @@ static int sample_token(double *x, int n, double temperature, int top_k, double 
     return last;
 }
 
+/* The logits of the next token after tokens[0 .. len) into row (V): the recompute over the last
+ * block_size tokens, or the cache (appending what it lacks, or rebuilt from the cropped context). */
+static fg_status next_logits(fg_gpt *g, fg_gpt_kv *kv, const int32_t *tokens, int len, double *row) {
+    const int T = g->cfg.block_size;
+    if (!kv) {
+        int t = len < T ? len : T;
+        fg_tensor *logits = fg_gpt_forward(g, tokens + (len - t), 1, t, NULL);
+        if (!logits) return fg_last_status();
+        fg_status st = last_logits(logits, 0, row);
+        fg_release(logits);
+        return st;
+    }
+    if (len > T) {
+        /* the window moved: every kept token has a new position */
+        fg_gpt_kv_reset(kv);
+        return fg_gpt_kv_append(g, kv, tokens + (len - T), T, row);
+    }
+    const int have = fg_gpt_kv_len(kv);
+    return fg_gpt_kv_append(g, kv, tokens + have, len - have, row);
+}
+
 fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, const fg_sample_opts *o) {
     if (n_prompt < 1) return fg_error(FG_ERR_ARG, "generate: the prompt needs at least one token");
     if (n_new < 0) return fg_error(FG_ERR_ARG, "generate: n_new %d is negative", n_new);
     const int V = g->cfg.vocab_size;
     if (o->vocab_limit < 0 || o->vocab_limit > V)
         return fg_error(FG_ERR_ARG, "generate: vocab_limit %d is outside 0..%d", o->vocab_limit, V);
+    if (!(o->top_p >= 0) || !(o->temperature >= 0))
+        return fg_error(FG_ERR_ARG, "generate: temperature %g and top_p %g must be >= 0", o->temperature, o->top_p);
+    for (int i = 0; i < n_prompt; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return fg_error(FG_ERR_ARG, "generate: prompt token %d (number %d) is outside the vocabulary of %d",
+                            (int)tokens[i], i, V);
     const int n_ids = o->vocab_limit ? o->vocab_limit : V; /* ids that may be drawn */
     double *row = malloc((size_t)V * sizeof *row);
-    if (!row) return fg_error(FG_ERR_OOM, "generate: out of memory");
-    fg_status st = FG_OK;
-    fg_no_grad_enter();
-    for (int j = 0; j < n_new; j++) {
-        int len = n_prompt + j;
-        int t = len < g->cfg.block_size ? len : g->cfg.block_size;
-        fg_tensor *logits = fg_gpt_forward(g, tokens + (len - t), 1, t, NULL);
-        if (!logits) {
-            st = fg_last_status();
-            break;
+    int *order = malloc((size_t)V * sizeof *order);
+    fg_gpt_kv *own = NULL, *kv = NULL;
+    if (!o->no_cache && g->cfg.device == FG_CPU) {
+        kv = o->kv ? o->kv : (own = fg_gpt_kv_create(g));
+        if (!kv) {
+            free(row);
+            free(order);
+            return fg_last_status();
         }
-        st = last_logits(logits, 0, row);
-        fg_release(logits);
+        fg_gpt_kv_reset(kv); /* it held another sequence */
+    }
+    fg_status st = FG_OK;
+    if (!row || !order) st = fg_error(FG_ERR_OOM, "generate: out of memory");
+    fg_no_grad_enter();
+    for (int j = 0; j < n_new && st == FG_OK; j++) {
+        int len = n_prompt + j;
+        st = next_logits(g, kv, tokens, len, row);
         if (st != FG_OK) break;
         double u = fg_u32_to_uniform_f64(fg_philox_u32(o->seed, FG_GPT_SAMPLE_STREAM, (uint64_t)j));
-        tokens[len] = sample_token(row, n_ids, o->temperature, o->top_k, u);
+        tokens[len] = sample_token(row, n_ids, o->temperature, o->top_k, o->top_p, u, order);
+        if (o->on_token) o->on_token(o->user, j, tokens[len]);
     }
     fg_no_grad_exit();
+    fg_gpt_kv_free(own);
     free(row);
+    free(order);
     return st;
 }
 

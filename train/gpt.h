@@ -171,11 +171,25 @@ fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, in
  * vocab_limit n in 1..V-1 samples only ids below n — the tokenizer's real vocabulary when the model's
  * was padded (GPT-2's 50257 in 50304: no data id reaches the tail, which is never emitted then, as
  * llm.c samples); 0 keeps all V. Draw j of a generation uses fg_philox_u32(seed, FG_GPT_SAMPLE_STREAM, j). */
+typedef struct fg_gpt_kv fg_gpt_kv;
+
+/* Called with each new token as soon as it is chosen (streaming output); its index j counts from 0. */
+typedef void (*fg_gpt_token_fn)(void *user, int j, int32_t token);
+
 typedef struct {
     double temperature;
     int top_k;
     uint64_t seed;
     int vocab_limit;
+    /* nucleus sampling: after temperature and top_k, keep the likeliest tokens until their
+     * probability reaches top_p (at least one token); 0 or >= 1 keeps them all */
+    double top_p;
+    /* 1: recompute the whole context for every token (the reference the cache is tested against);
+     * 0: the KV cache below (CPU models; a device model always recomputes) */
+    int no_cache;
+    fg_gpt_kv *kv;           /* a cache to reuse across calls (fg_gpt_kv_create); NULL: one per call */
+    fg_gpt_token_fn on_token; /* NULL: none */
+    void *user;
 } fg_sample_opts;
 
 #define FG_GPT_INIT_STREAM 0x494e4954000000ull    /* "INIT" */
@@ -183,8 +197,36 @@ typedef struct {
 #define FG_GPT_SAMPLE_STREAM 0x53414d50000000ull  /* "SAMP" */
 
 /* tokens[0 .. n_prompt) is the prompt (n_prompt >= 1); writes n_new tokens after it, so tokens
- * must hold n_prompt + n_new. The context is the last block_size tokens. No grad is recorded. */
+ * must hold n_prompt + n_new. The context is the last block_size tokens, at positions from 0, as
+ * nanoGPT's generate crops it. With the cache, token j costs one new row per layer while the whole
+ * sequence fits the block; past it every token shifts the window (new positions for every kept
+ * token), so the cache is rebuilt from the cropped context: the same tokens as the recompute, at its
+ * cost. No grad is recorded. */
 fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, const fg_sample_opts *o);
+/* ---- the KV cache: incremental inference without autograd ----
+ * Per layer, K and V of every position so far, (H, block_size, hd) each, and scratch for
+ * block_size rows of every activation, all allocated once by fg_gpt_kv_create and reused by every
+ * call. fg_gpt_kv_append(g, kv, idx, n, logits) runs the model on n new tokens at positions
+ * len .. len + n − 1 (len = fg_gpt_kv_len): each layer computes its n new rows (ln_1, c_attn),
+ * writes their k, v into the cache, and attends with its n queries to all len + n cached keys
+ * (fg_attention's kernels, causal with Nq = n < Nk: bottom-right, so query i sees keys 0 .. len + i);
+ * then c_proj, the MLP and ln_f on those rows, and the LM head on the last. The numbers are those
+ * of fg_gpt_forward's last row up to float rounding (the products run on fewer rows).
+ * A prompt is appended at once (n rows), then one token per call. For CPU models of cfg.attn's
+ * implementation; no dropout. */
+/* A cache for g's shapes (kept valid only while g's weights do not change). Caller frees with
+ * fg_gpt_kv_free. NULL with fg_last_error(): not a CPU model (FG_ERR_DEVICE), out of memory. */
+fg_gpt_kv *fg_gpt_kv_create(const fg_gpt *g);
+void fg_gpt_kv_free(fg_gpt_kv *kv); /* NULL is fine */
+/* Forget every position (length 0); the buffers stay. */
+void fg_gpt_kv_reset(fg_gpt_kv *kv);
+/* Positions held. */
+int fg_gpt_kv_len(const fg_gpt_kv *kv);
+/* Appends tokens idx[0..n) (ids in [0, V), 1 <= n, len + n <= block_size) and, if logits is not
+ * NULL, writes the last new token's logits (V doubles) there. FG_ERR_ARG on bad sizes or ids (the
+ * cache is unchanged then). */
+fg_status fg_gpt_kv_append(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int n, double *logits);
+
 /* Greedy decoding of B prompts at once: tokens is (B, t0 + n_new) row-major, each row's first t0
  * tokens the prompt; fills the rest. t0 + n_new - 1 <= block_size. */
 fg_status fg_gpt_greedy_batch(fg_gpt *g, int32_t *tokens, int B, int t0, int n_new);
