@@ -187,8 +187,10 @@ int fg_cmd_sample(int argc, char **argv) {
     }
     if (f[S_PROMPT].given && !tok) {
         fprintf(stderr,
-                "flashgrad sample: --prompt: this model was trained on token ids (train --data-bin) and flashgrad "
-                "cannot encode text for it; give the prompt as ids with --prompt-ids, e.g. --prompt-ids 50256,464\n");
+                "flashgrad sample: --prompt: this model has no text tokenizer (%s) and flashgrad cannot encode text "
+                "for it; give the prompt as ids with --prompt-ids, e.g. --prompt-ids 50256,464\n",
+                mf->format == FG_MODEL_FLASHGRAD ? "trained on token ids, train --data-bin"
+                                                 : "a GPT-2 model file: flashgrad has no BPE encoder");
         code = 2;
         goto out;
     }
