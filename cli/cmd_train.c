@@ -741,6 +741,12 @@ typedef struct {
  * shrink the context (wpe is cropped); --data-bin's --vocab-size is the file's. */
 static void init_from_flags(fg_flag *f) {
     const char *path = f[F_INIT_FROM].s;
+    const char *why = fg_nanogpt_init_from_refusal(path);
+    if (!strcmp(path, "scratch")) { /* nanoGPT's name for a fresh run */
+        f[F_INIT_FROM].given = 0;
+        return;
+    }
+    if (why) die(2, "--init-from '%s': %s", path, why);
     if (f[F_RESUME].given)
         die(2, "--init-from starts a new run from a model's weights; --resume continues the run in --out: not both");
     init_model = fg_model_file_load(path);
@@ -1494,15 +1500,6 @@ int fg_cmd_train(int argc, char **argv) {
         on_tty = 0;
         stdout_lost = 1;
     }
-    /* nanoGPT spells it init_from */
-    static char init_eq[4200];
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--init_from")) {
-            argv[i] = "--init-from";
-        } else if (!strncmp(argv[i], "--init_from=", 12) && strlen(argv[i]) < sizeof init_eq - 1) {
-            snprintf(init_eq, sizeof init_eq, "--init-from=%s", argv[i] + 12);
-            argv[i] = init_eq;
-        }
     train_args a;
     int rc = train_parse(argc, argv, &a);
     if (rc >= 0) {

@@ -35,8 +35,21 @@ static const struct {
     {"--warmup", "--warmup_iters"},
     {"--lr-decay-steps", "--lr_decay_iters"},
     {"--min-lr", "--min_lr"},
+    {"--init-from", "--init_from"},
 };
 #define N_ALIASES (sizeof aliases / sizeof aliases[0])
+
+const char *fg_nanogpt_init_from_refusal(const char *value) {
+    static const char *const hub[] = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
+    struct stat st;
+    if (!strcmp(value, "resume"))
+        return "nanoGPT's way to continue the run in out_dir; here that is --resume";
+    for (size_t k = 0; k < sizeof hub / sizeof hub[0]; k++)
+        if (!strcmp(value, hub[k]) && stat(value, &st) != 0)
+            return "nanoGPT downloads this model from the Hugging Face hub, and flashgrad downloads nothing: give "
+                   "the path of a GPT-2 folder you have (config.json + model.safetensors) or an llm.c model file";
+    return NULL;
+}
 
 void fg_nanogpt_aliases(fg_flag *f, int n) {
     for (size_t k = 0; k < N_ALIASES; k++) {
@@ -475,12 +488,13 @@ static char *keep_string(const char *s) {
  * given. 0, or 2 after the line. */
 static int apply_entry(fg_nanogpt *ng, const fg_pyconfig_entry *e, const char *where, int as_default) {
     if (!strcmp(e->key, "init_from")) {
-        if (e->is_string && !strcmp(e->value, "scratch")) return 0; /* a fresh run: what train does */
-        fprintf(stderr,
-                "flashgrad %s: %sinit_from = '%s': starting from another model is not in this build (a fresh run is "
-                "init_from = 'scratch'; to continue the run in out_dir, pass --resume)\n",
-                ng->cmd, where, e->value);
-        return 2;
+        /* 'scratch' is a fresh run, what train does; anything else names the model to start from */
+        const char *why = fg_nanogpt_init_from_refusal(e->value);
+        if (e->is_string && !strcmp(e->value, "scratch")) return 0;
+        if (why) {
+            fprintf(stderr, "flashgrad %s: %sinit_from = '%s': %s\n", ng->cmd, where, e->value, why);
+            return 2;
+        }
     }
     char name[80];
     snprintf(name, sizeof name, "--%s", e->key);
@@ -595,14 +609,13 @@ int fg_nanogpt_resolve(fg_nanogpt *ng, int resuming, int notes) {
             snprintf(ng->data_bin, sizeof ng->data_bin, "data/%s", ds->s);
             bin->s = ng->data_bin;
             bin->given = 1;
-            if (!vocab->given && !resuming) {
+            char meta[4300];
+            snprintf(meta, sizeof meta, "%s/meta.pkl", ng->data_bin);
+            /* with a meta.pkl, train reads the vocabulary (and the tokenizer) from it, as nanoGPT does */
+            if (!vocab->given && !resuming && access(meta, F_OK) != 0) {
                 vocab->i = 50304;
                 vocab->given = 1;
-                char meta[4300];
-                snprintf(meta, sizeof meta, "%s/meta.pkl", ng->data_bin);
-                if (notes)
-                    printf("note: vocabulary 50304, nanoGPT's without a meta.pkl%s (--vocab-size V sets it)\n",
-                           access(meta, F_OK) == 0 ? "; this build does not read data/<dataset>/meta.pkl yet" : "");
+                if (notes) printf("note: vocabulary 50304, nanoGPT's without a meta.pkl (--vocab-size V sets it)\n");
             }
         }
     }
@@ -673,12 +686,13 @@ void fg_nanogpt_help(FILE *out) {
         "  steps and at the end (nanoGPT also evaluates before step 1); eval_iters, log_interval (printed off a\n"
         "  terminal; on one the progress line updates); out_dir: the run folder (model.safetensors, not ckpt.pt);\n"
         "  dataset: data/<dataset>/train.bin, val.bin under the working folder, vocabulary 50304 as nanoGPT's\n"
-        "  without a meta.pkl (this build does not read meta.pkl yet; --vocab-size V sets it); always_save_checkpoint\n"
+        "  without a meta.pkl (with one, its vocabulary and character tokenizer); always_save_checkpoint\n"
         "  = False: checkpoint only when the val loss is the best so far (log.csv then ends at that checkpoint);\n"
         "  eval_only = True: print train and val loss and write nothing (with --resume: of the run in out_dir);\n"
         "  device: cpu or cuda (cuda:0); n_layer, n_head, n_embd, block_size, dropout, weight_decay, beta1, beta2,\n"
         "  grad_clip: the same.\n"
         "  dtype: float32 only; bias: True only; compile, wandb_log, wandb_project, wandb_run_name, backend: accepted,\n"
-        "  do nothing (a note says so); init_from: 'scratch' only in this build ('resume' is --resume). The device\n"
+        "  do nothing (a note says so); init_from: 'scratch' (a fresh run) or the path of a model to fine-tune (--init-from; 'resume' is --resume,\n"
+        "  and hub names such as 'gpt2' are refused: nothing is downloaded). The device\n"
         "  stays flashgrad's default (cpu) under a config file; seed is flashgrad's (nanoGPT fixes 1337, our default).\n");
 }

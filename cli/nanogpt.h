@@ -55,6 +55,11 @@ typedef struct {
 /* Gives the flags of f[0 .. n) that have a nanoGPT twin its name as their alias. */
 void fg_nanogpt_aliases(fg_flag *f, int n);
 
+/* What is wrong with nanoGPT's init_from value `value` as a model to start from: NULL when it may
+ * name one (a path; 'scratch' means none), else the reason ('resume', a hub name such as 'gpt2'
+ * that is not a path here). The returned text is static. */
+const char *fg_nanogpt_init_from_refusal(const char *value);
+
 /* Sets the FG_NANOGPT_FLAGS' defaults (train.py's) in f; nothing given. */
 void fg_nanogpt_flag_defaults(fg_flag *f, int n);
 

@@ -407,7 +407,8 @@ Test(nanogpt, refusals_are_one_line, .init = make_tmpdir, .fini = remove_tmpdir,
     expect_error("train --backend=foo", 2, "--backend 'foo'");
     expect_error("train --device=cuda:1", 2, "cuda:1");
     expect_error("train --eval_only=maybe", 2, "'maybe' is not True or False");
-    expect_error("train --init_from=gpt2", 2, "unknown flag '--init_from'");
+    expect_error("train --init_from=gpt2", 2, "downloads nothing");
+    expect_error("train --init_from=resume", 2, "here that is --resume");
     expect_error("train --dataset=../x", 2, "a name, not a path");
     expect_error("train --dataset=shakespeare_char --data-bin data/shakespeare_char", 2, "not both");
     expect_error("train config/eval_gpt2.py", 2, "config/eval_gpt2.py:8: init_from = 'gpt2'");
