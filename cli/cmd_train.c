@@ -42,6 +42,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -667,6 +668,8 @@ static void stop_failed(const csv_log *rows, const char *log_path, const char *o
     die(1, "%s; stopped before any step completed: no log or checkpoint was written to %s.", msg, out);
 }
 
+static void check_address_space(int threads);
+
 /* ---- the command: train_parse, train_configure (configure_fresh or configure_resumed, then the
  * folder and the trainer), print_header, train_loop, train_report ---- */
 static int same_d(double a, double b) { return a == b; }
@@ -736,6 +739,7 @@ static int train_parse(int argc, char **argv, train_args *a) {
     memcpy(chk, f, sizeof chk);
     if (f[F_RESUME].given) chk[FG_TF_VOCAB].given = a->is_bin;
     if (fg_train_flags_check(chk, &a->run) != FG_OK) die(2, "%s", fg_last_error());
+    check_address_space(f[FG_TF_THREADS].given ? (int)f[FG_TF_THREADS].i : fg_pool_threads()); /* no thread yet */
     fg_train_flags_threads(f);
 
     /* the output folder: created if missing (with parents), and it must be writable */
@@ -1068,6 +1072,37 @@ static void set_crash_note(const char *out, int64_t last_ckpt, int other_pending
     else
         snprintf(note, sizeof note, " before any checkpoint of this run was written");
     fg_mapped_set_note(note);
+}
+
+/* Address space a worker thread reserves once it runs its first step (its stack, its malloc arena,
+ * OpenMP's and oneDNN's per-thread scratch), measured on Linux/glibc as the growth of VmPeak per
+ * extra --threads: mostly reserved, little of it touched, but an address-space limit (ulimit -v)
+ * counts it all, and a reservation that fails inside a library kills the process without a word. */
+#define THREAD_RESERVE_MIB 512
+
+/* Before any worker starts (flashgrad's pool and OpenBLAS's, which --threads sizes alike): the
+ * reservations of `threads` threads must fit RLIMIT_AS, or one line and exit 1. */
+static void check_address_space(int threads) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+    long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%lld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    const long long now = pages * (long long)sysconf(_SC_PAGESIZE), limit = (long long)rl.rlim_cur;
+    /* the main thread's own growth during the first step, then one reservation per other thread */
+    const long long per = (long long)THREAD_RESERVE_MIB << 20, first = per / 2;
+    if (now + first + (long long)(threads - 1) * per <= limit) return;
+    const long long fit = limit - now - first >= 0 ? (limit - now - first) / per + 1 : 0;
+    if (fit >= 1)
+        die(1, "the address-space limit (ulimit -v) is %lld MiB and %lld MiB are in use; %d threads reserve about %d "
+               "MiB each: run with --threads %lld or raise the limit",
+            limit >> 20, now >> 20, threads, THREAD_RESERVE_MIB, fit);
+    die(1, "the address-space limit (ulimit -v) is %lld MiB and %lld MiB are in use: too little for training "
+           "(each thread reserves about %d MiB); raise the limit",
+        limit >> 20, now >> 20, THREAD_RESERVE_MIB);
 }
 
 /* The optimizer steps, with evaluations, log rows, progress and checkpoints, until --steps or a
