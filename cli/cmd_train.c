@@ -545,13 +545,14 @@ static int move_run_files(const char *from, const char *to) {
     return 0;
 }
 
-/* Removes the run files (regular files only) of folder d. */
-static void remove_run_files(const char *d) {
+/* Removes the run files of folder d: regular files, and with links also symbolic links (a link the
+ * earlier run had in its place was set aside with it; removing a link never touches its target). */
+static void remove_run_files(const char *d, int links) {
     for (size_t i = 0; i < N_RUN_FILES; i++) {
         char p[4200];
         struct stat sb;
         snprintf(p, sizeof p, "%s/%s", d, run_files[i]);
-        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
+        if (lstat(p, &sb) == 0 && (S_ISREG(sb.st_mode) || (links && S_ISLNK(sb.st_mode)))) unlink(p);
     }
     fsync_dir(d);
 }
@@ -562,7 +563,7 @@ static void aside_path(char *p, size_t n, const char *out, const char *which) { 
 static int restore_set_aside(const char *out) {
     char d[4200];
     aside_path(d, sizeof d, out, ASIDE_DONE);
-    remove_run_files(out);
+    remove_run_files(out, 0);
     if (move_run_files(d, out) != 0) return -1;
     if (rmdir(d) != 0) return -1;
     fsync_dir(out);
@@ -573,7 +574,7 @@ static int restore_set_aside(const char *out) {
 static void discard_set_aside(const char *out) {
     char d[4200];
     aside_path(d, sizeof d, out, ASIDE_DONE);
-    remove_run_files(d);
+    remove_run_files(d, 1);
     if (rmdir(d) != 0 && errno != ENOENT)
         say("note: could not remove '%s' (the replaced run's folder): %s\n", d, strerror(errno));
     fsync_dir(out);
@@ -1215,6 +1216,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
             const int aside = r->other_pending && comm->rank == 0;
             if (aside) set_aside_other_run(out);
             fg_status cs = comm->rank == 0 ? csv_write(&r->log, log_path) : FG_OK;
+            const int logged = cs == FG_OK && comm->rank == 0;
             if (cs == FG_OK) cs = save_checkpoint(out, tr);
             if (cs != FG_OK) {
                 char msg[1024];
@@ -1229,7 +1231,10 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
                 if (last_ckpt >= 0)
                     die(1, "%s; stopped. The last good checkpoint is in %s (step %lld).", msg, out,
                         (long long)last_ckpt);
-                die(1, "%s", msg);
+                if (logged)
+                    die(1, "%s; stopped before any checkpoint was written (log.csv has the %lld step%s run).", msg,
+                        (long long)r->log.n, r->log.n == 1 ? "" : "s");
+                die(1, "%s; stopped before any checkpoint was written.", msg);
             }
             if (aside) discard_set_aside(out);
             r->other_pending = 0;
