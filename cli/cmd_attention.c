@@ -132,7 +132,7 @@ static int write_outputs(const char *out, const char *const *names, const fg_ten
         /* a device, FIFO or socket where an output goes (or where one would be removed) is never
          * replaced: fileio.h's rule for every writer */
         if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode) && fg_check_replaceable(path) != FG_OK) {
-            fprintf(stderr, CMD ": %s (nothing in %s was changed)\n", fg_last_error(), out);
+            fprintf(stderr, CMD ": %s\n", fg_last_error());
             return 1;
         }
     }

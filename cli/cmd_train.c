@@ -44,6 +44,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -573,13 +574,14 @@ static int move_run_files(const char *from, const char *to) {
     return 0;
 }
 
-/* Removes the run files (regular files only) of folder d. */
-static void remove_run_files(const char *d) {
+/* Removes the run files of folder d: regular files, and with links also symbolic links (a link the
+ * earlier run had in its place was set aside with it; removing a link never touches its target). */
+static void remove_run_files(const char *d, int links) {
     for (size_t i = 0; i < N_RUN_FILES; i++) {
         char p[4200];
         struct stat sb;
         snprintf(p, sizeof p, "%s/%s", d, run_files[i]);
-        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
+        if (lstat(p, &sb) == 0 && (S_ISREG(sb.st_mode) || (links && S_ISLNK(sb.st_mode)))) unlink(p);
     }
     fsync_dir(d);
 }
@@ -590,7 +592,7 @@ static void aside_path(char *p, size_t n, const char *out, const char *which) { 
 static int restore_set_aside(const char *out) {
     char d[4200];
     aside_path(d, sizeof d, out, ASIDE_DONE);
-    remove_run_files(out);
+    remove_run_files(out, 0);
     if (move_run_files(d, out) != 0) return -1;
     if (rmdir(d) != 0) return -1;
     fsync_dir(out);
@@ -601,7 +603,7 @@ static int restore_set_aside(const char *out) {
 static void discard_set_aside(const char *out) {
     char d[4200];
     aside_path(d, sizeof d, out, ASIDE_DONE);
-    remove_run_files(d);
+    remove_run_files(d, 1);
     if (rmdir(d) != 0 && errno != ENOENT)
         say("note: could not remove '%s' (the replaced run's folder): %s\n", d, strerror(errno));
     fsync_dir(out);
@@ -695,6 +697,8 @@ static void stop_failed(const csv_log *rows, const char *log_path, const char *o
             (long long)rows->n, rows->n == 1 ? "" : "s");
     die(1, "%s; stopped before any step completed: no log or checkpoint was written to %s.", msg, out);
 }
+
+static void check_address_space(int threads);
 
 /* ---- the command: train_parse, train_configure (configure_fresh or configure_resumed, then the
  * folder and the trainer), print_header, train_loop, train_report ---- */
@@ -877,6 +881,7 @@ static int train_parse(int argc, char **argv, train_args *a) {
     memcpy(chk, f, sizeof chk);
     if (f[F_RESUME].given) chk[FG_TF_VOCAB].given = a->is_bin;
     if (fg_train_flags_check(chk, &a->run) != FG_OK) die(2, "%s", fg_last_error());
+    check_address_space(f[FG_TF_THREADS].given ? (int)f[FG_TF_THREADS].i : fg_pool_threads()); /* no thread yet */
     fg_train_flags_threads(f);
 
     /* the output folder: created if missing (with parents), and it must be writable */
@@ -1251,6 +1256,37 @@ static double best_logged_val(const csv_log *l) {
     return best;
 }
 
+/* Address space a worker thread reserves once it runs its first step (its stack, its malloc arena,
+ * OpenMP's and oneDNN's per-thread scratch), measured on Linux/glibc as the growth of VmPeak per
+ * extra --threads: mostly reserved, little of it touched, but an address-space limit (ulimit -v)
+ * counts it all, and a reservation that fails inside a library kills the process without a word. */
+#define THREAD_RESERVE_MIB 512
+
+/* Before any worker starts (flashgrad's pool and OpenBLAS's, which --threads sizes alike): the
+ * reservations of `threads` threads must fit RLIMIT_AS, or one line and exit 1. */
+static void check_address_space(int threads) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+    long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%lld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    const long long now = pages * (long long)sysconf(_SC_PAGESIZE), limit = (long long)rl.rlim_cur;
+    /* the main thread's own growth during the first step, then one reservation per other thread */
+    const long long per = (long long)THREAD_RESERVE_MIB << 20, first = per / 2;
+    if (now + first + (long long)(threads - 1) * per <= limit) return;
+    const long long fit = limit - now - first >= 0 ? (limit - now - first) / per + 1 : 0;
+    if (fit >= 1)
+        die(1, "the address-space limit (ulimit -v) is %lld MiB and %lld MiB are in use; %d threads reserve about %d "
+               "MiB each: run with --threads %lld or raise the limit",
+            limit >> 20, now >> 20, threads, THREAD_RESERVE_MIB, fit);
+    die(1, "the address-space limit (ulimit -v) is %lld MiB and %lld MiB are in use: too little for training "
+           "(each thread reserves about %d MiB); raise the limit",
+        limit >> 20, now >> 20, THREAD_RESERVE_MIB);
+}
+
 /* The optimizer steps, with evaluations, log rows, progress and checkpoints, until --steps or a
  * stop signal. Returns 0 when every step ran, 128 + the signal after one (its checkpoint written);
  * a failure stops the program (stop_failed). */
@@ -1375,6 +1411,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
             const int aside = r->other_pending && comm->rank == 0;
             if (aside) set_aside_other_run(out);
             fg_status cs = comm->rank == 0 ? csv_write(&r->log, log_path) : FG_OK;
+            const int logged = cs == FG_OK && comm->rank == 0;
             if (cs == FG_OK) cs = save_checkpoint(out, tr);
             if (cs != FG_OK) {
                 char msg[1024];
@@ -1389,7 +1426,10 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
                 if (last_ckpt >= 0)
                     die(1, "%s; stopped. The last good checkpoint is in %s (step %lld).", msg, out,
                         (long long)last_ckpt);
-                die(1, "%s", msg);
+                if (logged)
+                    die(1, "%s; stopped before any checkpoint was written (log.csv has the %lld step%s run).", msg,
+                        (long long)r->log.n, r->log.n == 1 ? "" : "s");
+                die(1, "%s; stopped before any checkpoint was written.", msg);
             }
             if (aside) discard_set_aside(out);
             r->other_pending = 0;

@@ -486,3 +486,60 @@ Test(runs, flags_that_cannot_apply_are_refused, .init = setup, .fini = teardown,
     cr_expect(st == 2 && one_line(log) && strstr(log, "FG_NUM_THREADS"), "FG_NUM_THREADS=100: exit %d:\n%s", st, log);
     cr_expect(access(path("a"), F_OK) != 0, "a refused run created its folder");
 }
+
+/* Under an address-space limit too small for the threads' reservations, train stops before its
+ * first step with one line naming the limit and a thread count that fits (it used to die by SIGSEGV
+ * inside the first matmul), and that count does run. */
+Test(runs, an_address_space_limit_too_small_for_the_threads_is_one_line, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    need_bin();
+    if (fgt_sanitize()) cr_skip_test("the sanitizers reserve terabytes of address space: no ulimit -v under them");
+    const char *tiny = "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --eval-every 0 "
+                       "--eval-iters 1 --eval-problems 10 --samples 0 --steps 2";
+    char cmd[2048], log[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && ulimit -v 3000000 && '%s' train %s --threads 16 --out a 2>&1 >/dev/null", dir, fgt_bin(),
+             tiny);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect(st == 1 && one_line(log) && strstr(log, "ulimit -v") && strstr(log, "run with --threads "),
+              "exit %d:\n%s", st, log);
+    const char *k = strstr(log, "run with --threads ");
+    int fit = k ? atoi(k + 19) : 0;
+    cr_assert(fit >= 1 && fit < 16, "suggested %d threads:\n%s", fit, log);
+    snprintf(cmd, sizeof cmd, "cd '%s' && ulimit -v 3000000 && '%s' train %s --threads %d --out b 2>&1", dir,
+             fgt_bin(), tiny, fit);
+    st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 0, "the suggested --threads %d did not run: exit %d:\n%s", fit, st, log);
+}
+
+/* A fresh run whose first checkpoint cannot be written (a full disk; here a file-size limit) says
+ * that no checkpoint exists and how many steps its log holds. */
+Test(runs, a_first_checkpoint_that_cannot_be_written_says_none_exists, .init = setup, .fini = teardown,
+     .timeout = 60) {
+    need_bin();
+    char cmd[2048], log[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && trap '' XFSZ && ulimit -f 20 && '%s' train " TINY
+             " --steps 3 --out r 2>&1 >/dev/null", dir, fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect(st == 1 && one_line(log) && strstr(log, "before any checkpoint was written (log.csv has the 3 steps run)"),
+              "exit %d:\n%s", st, log);
+}
+
+/* An earlier run's log.csv that is a symbolic link: --overwrite replaces the link, never what it
+ * points to, and leaves no set-aside folder behind. */
+Test(runs, an_overwrite_replaces_a_symlinked_log_not_its_target, .init = setup, .fini = teardown, .timeout = 60) {
+    need_bin();
+    cr_assert_eq(mkdir(path("r"), 0777), 0);
+    FILE *f = fopen(path("target.txt"), "w");
+    cr_assert(f);
+    fputs("keep\n", f);
+    fclose(f);
+    cr_assert_eq(symlink("../target.txt", path("r/log.csv")), 0);
+    run_ok("train " TINY " --steps 2 --out r --overwrite");
+    size_t n;
+    char *b = slurp("target.txt", &n);
+    cr_expect(b && n == 5 && !memcmp(b, "keep\n", 5), "the link's target changed");
+    free(b);
+    struct stat sb;
+    cr_expect(lstat(path("r/log.csv"), &sb) == 0 && S_ISREG(sb.st_mode), "log.csv is not the new run's file");
+    cr_expect(access(path("r/.flashgrad-overwritten"), F_OK) != 0, "the set-aside folder was left");
+}

@@ -853,3 +853,35 @@ Test(cli, ctrl_c_checkpoints_exits_130_and_resume_finishes_the_same_curve, .init
     snprintf(pb, sizeof pb, "%s/part", tmpdir);
     fgt_expect_same_run_state(pa, pb);
 }
+
+/* Gradient accumulation averages: A micro-batches of B sequences give the gradient of one batch of
+ * A x B (the same sequences: micro-batch m of step s draws rows (s A + m) B + r, as one batch of A B
+ * draws rows s A B + r), so the loss, the gradient norm and the updated weights agree with the
+ * unaccumulated step to rounding. A sum instead of a mean would double the norm. */
+Test(train, gradient_accumulation_averages_the_micro_batches) {
+    fg_source *s = addition_source(2);
+    fg_train_config ca = fgt_tiny_train_config(s, fg_source_fixed_block(s), 2, 4, 1, 31);
+    ca.model.dropout = 0; /* the masks are drawn per micro-batch: off, so the two runs see the same model */
+    ca.grad_accum = 3;
+    ca.opt.grad_clip = 0;
+    fg_train_config c1 = ca;
+    c1.batch_size = ca.batch_size * ca.grad_accum;
+    c1.grad_accum = 1;
+    fg_trainer *ta = trainer(&ca, s), *t1 = trainer(&c1, s);
+    for (int k = 0; k < 2; k++) {
+        fg_step_stats sa, s1;
+        cr_assert_eq(fg_trainer_step(ta, &sa), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_trainer_step(t1, &s1), FG_OK, "%s", fg_last_error());
+        cr_expect(fabs(sa.loss - s1.loss) <= 1e-5 * fabs(s1.loss), "step %d loss: accumulated %.9g, one batch %.9g",
+                  k + 1, sa.loss, s1.loss);
+        cr_expect(fabs(sa.grad_norm - s1.grad_norm) <= 1e-4 * s1.grad_norm,
+                  "step %d gradient norm: accumulated %.9g, one batch %.9g", k + 1, sa.grad_norm, s1.grad_norm);
+    }
+    const float *wa = fg_data(ta->model->params_flat), *w1 = fg_data(t1->model->params_flat);
+    double worst = 0;
+    for (int64_t i = 0; i < ta->model->num_elements; i++) worst = fmax(worst, fabs((double)wa[i] - (double)w1[i]));
+    cr_expect(worst <= 1e-4, "the weights after two steps differ by %.3g (the learning rate is 3e-3)", worst);
+    fg_trainer_free(ta);
+    fg_trainer_free(t1);
+    fg_source_free(s);
+}
