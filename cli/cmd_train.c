@@ -495,6 +495,7 @@ static int log_has_no_rows(const char *out) {
     }
     const char *b = buf;
     int empty = (n == sizeof CSV_HEADER && !memcmp(b, CSV_HEADER "\n", n)) ||
+                (n == sizeof CSV_HEADER_NO_PEAK && !memcmp(b, CSV_HEADER_NO_PEAK "\n", n)) ||
                 (n == sizeof CSV_HEADER_NO_MFU && !memcmp(b, CSV_HEADER_NO_MFU "\n", n));
     free(buf);
     return empty;

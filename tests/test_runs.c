@@ -439,12 +439,21 @@ Test(runs, a_lock_file_that_is_a_hard_link_or_a_fifo_is_refused_untouched, .init
 Test(runs, a_header_only_log_does_not_block_and_failure_messages_count_the_steps, .init = setup,
      .fini = teardown, .timeout = 60) {
     need_bin();
-    cr_assert_eq(mkdir(path("h"), 0777), 0);
-    FILE *f = fopen(path("h/log.csv"), "w");
-    cr_assert(f);
-    fputs(CSV_HEADER_FOR_TEST "\n", f);
-    fclose(f);
-    run_ok("train " TINY " --steps 2 --out h");
+    /* the headers of this and earlier versions' logs */
+    static const char *const headers[] = {CSV_HEADER_FOR_TEST ",peak_gflops", CSV_HEADER_FOR_TEST,
+                                          "step,loss,lr,grad_norm,tokens_per_s,val_loss"};
+    for (int k = 0; k < 3; k++) {
+        char rel[16], args[512];
+        snprintf(rel, sizeof rel, "h%d", k);
+        cr_assert_eq(mkdir(path(rel), 0777), 0);
+        snprintf(rel, sizeof rel, "h%d/log.csv", k);
+        FILE *f = fopen(path(rel), "w");
+        cr_assert(f);
+        fprintf(f, "%s\n", headers[k]);
+        fclose(f);
+        snprintf(args, sizeof args, "train " TINY " --steps 2 --out h%d", k);
+        run_ok(args);
+    }
     char log[8192];
     int st = run("train " TINY " --steps 5 --out d --lr 10 --warmup 0 --weight-decay 1e6", log, sizeof log);
     cr_expect_eq(st, 1, "the diverging run exited %d:\n%s", st, log);
