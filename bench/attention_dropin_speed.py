@@ -69,7 +69,7 @@ def main():
         L = lse.data_ptr()
         lo = L + lse[1].numel() * 4
 
-        def run():
+        def run(keep=(lse, q, k, v)):  # keep: the closure must own every buffer the C calls write
             st = _lib.lib.fgpy_attn_forward(args, o.data_ptr(), L, lo, q.data_ptr(), k.data_ptr(), v.data_ptr())
             st = st or _lib.lib.fgpy_attn_backward(args, 1, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                                    do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),

@@ -17,6 +17,10 @@ becomes
 
     y = flashgrad.torch.attention(q, k, v, causal=True, dropout=p)
 
+scaled_dot_product_attention, flash_attn_func and flash_attn_varlen_func (torch >= 2.4) are drop-ins
+with SDPA's and flash_attn's signatures and semantics, registered as torch.library custom ops so that
+torch.compile(fullgraph=True) traces them (python/flashgrad/_torch_ops.py).
+
 Importing this module runs flashgrad's parallel loops on torch's OpenMP threads (share_threads),
 so that torch's threads and flashgrad's do not compete for the cores; FLASHGRAD_TORCH_THREADS=0 in
 the environment, or share_threads(False), keeps flashgrad's own pool.
