@@ -418,6 +418,9 @@ EOF2
     begin "benchmark: PyTorch"
     run 100 "$SCRATCH/torch.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 300
     rc_torch=$RC
+    # bf16 reference rows (flash / cuDNN kernels on tensor cores): the speed a user gets in half precision
+    run 60 "$SCRATCH/torch_bf16.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 200 --dtype bfloat16
+    { echo "PyTorch bfloat16 reference rows (not comparable precision; rc $RC):"; echo '```'; grep -v '^attention_torch' "$SCRATCH/torch_bf16.csv"; echo '```'; } >>"$BODY"
     { echo "===== fg_cuda_bench (rc $rc_fg) ====="; cat "$SCRATCH/fg.csv"; echo "===== attention_torch_gpu.py (rc $rc_torch) ====="; cat "$SCRATCH/torch.csv"; } >>"$BENCH_LOG"
     python3 - "$SCRATCH/fg.csv" "$SCRATCH/torch.csv" >"$SCRATCH/bench_table.md" 2>&1 <<'EOF'
 import csv, sys
