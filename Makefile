@@ -255,13 +255,14 @@ endif
 # libraries) the nvidia-cublas / nvidia-curand packages python3 can import; rpath'd either way, so
 # the binaries run without LD_LIBRARY_PATH.
 CUDA_HOME      ?= $(abspath $(dir $(NVCC))..)
+# the pip wheels' directories (nvidia-cublas, -curand, -nccl): searched for whatever the toolkit lacks
+CUDA_PIP       := $(if $(NVCC),$(shell python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null))
 CUDA_TK_LIBDIR := $(firstword $(foreach d,lib64 lib targets/x86_64-linux/lib,$(if $(wildcard $(CUDA_HOME)/$(d)/libcublas.so*),$(CUDA_HOME)/$(d))))
 ifneq ($(CUDA_TK_LIBDIR),)
   CUDA_LIBS_KIND := toolkit ($(CUDA_TK_LIBDIR))
   CUDA_INC_FLAGS :=
   CUDA_LIB_FLAGS := -L$(CUDA_TK_LIBDIR) -Xlinker -rpath=$(CUDA_TK_LIBDIR) -lcublas -lcurand
 else
-  CUDA_PIP       := $(if $(NVCC),$(shell python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null))
   CUDA_PIP_LIBS  := $(wildcard $(addsuffix /cublas/lib,$(CUDA_PIP)) $(addsuffix /curand/lib,$(CUDA_PIP)))
   CUDA_LIBS_KIND := $(if $(CUDA_PIP_LIBS),pip wheels ($(CUDA_PIP_LIBS)),not found)
   CUDA_INC_FLAGS := $(addprefix -I,$(wildcard $(addsuffix /cublas/include,$(CUDA_PIP)) $(addsuffix /curand/include,$(CUDA_PIP))))
@@ -373,11 +374,16 @@ $(EMU_STAMP):
 cuda-emu:
 	@$(MAKE) --no-print-directory cuda-cpu
 	@$(MAKE) --no-print-directory $(CUDA_EMU_BUILD)/fg_emu_detectors $(CUDA_EMU_BUILD)/fg_flash_emu \
-	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu
+	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu $(CUDA_EMU_BUILD)/fg_cuda_bench_emu
 	$(CUDA_EMU_BUILD)/fg_emu_detectors
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_flash_emu
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} \
 	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
+	@# the benchmark's exact calls (its buffers, both dtypes, both implementations, the variants) at tiny shapes
+	for a in "--dtype f32" "--dtype f64" "--impl naive" "--dtype f32 --alibi --softcap 30" "--gqa 2 --window 16,0"; do \
+	    FG_EMU_SCHEDULES=1 $(CUDA_EMU_BUILD)/fg_cuda_bench_emu --n 40,64 --d 64,128 --tokens 64 --hidden 256 \
+	        --budget-ms 1 $$a >/dev/null || exit 1; done
+	@echo "fg_cuda_bench_emu: the benchmark's calls ran clean (5 option sets)"
 
 $(CUDA_EMU_BUILD)/cuda/%.cpp: cuda/%.cu tests/cuda/emu/rewrite_launches.py
 	@mkdir -p $(dir $@)
@@ -408,6 +414,14 @@ $(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp $(EMU_HDRS) $(wildcard cuda/*.cuh cu
 	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -c $< -o $@
 $(CUDA_EMU_BUILD)/fg_flash_emu: $(CUDA_EMU_BUILD)/flash_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
 	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/flash_emu.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
+	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
+$(CUDA_EMU_BUILD)/bench/fg_cuda_bench.cpp: bench/fg_cuda_bench.cu tests/cuda/emu/rewrite_launches.py
+	@mkdir -p $(dir $@)
+	python3 tests/cuda/emu/rewrite_launches.py $< $@
+$(CUDA_EMU_BUILD)/bench/fg_cuda_bench.o: $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.cpp $(EMU_CUH_GEN) $(EMU_HDRS) $(EMU_STAMP)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(CUDA_EMU_BUILD)/fg_cuda_bench_emu: $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
+	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
 	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
 $(CUDA_EMU_BUILD)/fg_emu_detectors: $(CUDA_EMU_BUILD)/detectors.o $(EMU_RT_OBJ)
 	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl

@@ -20,7 +20,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", default="1024,4096,16384")
     ap.add_argument("--d", default="64,128")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--budget-ms", type=float, default=1500.0)
@@ -43,10 +43,20 @@ def main():
     # Try the memory-efficient kernel first (the fused one that supports float32), then let PyTorch choose.
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        candidates = [("sdpa-efficient", [SDPBackend.EFFICIENT_ATTENTION]), ("sdpa-default", None)]
+        # each backend pinned, so the impl column names the kernel that really ran: in float32 the
+        # memory-efficient kernel computes its products as 3xTF32 on tensor cores (not FFMA
+        # float32); flash and cuDNN take half precision only; math is the unfused reference
+        if a.dtype == "bfloat16":
+            candidates = [("sdpa-flash", [SDPBackend.FLASH_ATTENTION]),
+                          ("sdpa-cudnn", [SDPBackend.CUDNN_ATTENTION]),
+                          ("sdpa-efficient", [SDPBackend.EFFICIENT_ATTENTION]), ("sdpa-math", [SDPBackend.MATH])]
+        elif a.dtype == "float32":
+            candidates = [("sdpa-efficient-3xtf32", [SDPBackend.EFFICIENT_ATTENTION]), ("sdpa-math", [SDPBackend.MATH])]
+        else:
+            candidates = [("sdpa-math", [SDPBackend.MATH])]
     except ImportError:  # older PyTorch
         sdpa_kernel = None
-        candidates = [("sdpa-default", None)]
+        candidates = [("sdpa-default-unknown", None)]
 
     def timed(fn, budget):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

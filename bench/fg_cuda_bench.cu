@@ -173,7 +173,8 @@ int main(int argc, char **argv) {
                 fg_attn_problem pr;
                 CHECK(fg_attn_problem_init(&pr, B, H, N, N, d, &op));
                 const size_t n = (size_t)B * H * N * d, nl = (size_t)B * H * N;
-                const size_t np = impl == FG_ATTN_NAIVE ? (size_t)B * H * N * N : 1;
+                /* aux: naive saves P (B, H, N, N); flash saves lse_lo (B, H, N), written by every forward */
+                const size_t np = impl == FG_ATTN_NAIVE ? (size_t)B * H * N * N : nl;
                 void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv, *p;
                 void **bufs[8] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
                 for (void **b : bufs) CUCHECK(cudaMalloc(b, n * es));

@@ -195,8 +195,30 @@ if [ $RC -eq 0 ] && [ -x build-cuda/fg_cuda_tests ]; then
     grep -E "ptxas info *: (Compiling entry|Function properties|Used [0-9]+ registers)|bytes (stack frame|spill)" "$BUILD_LOG" |
         sed -E 's/ptxas info *: //' >"$SCRATCH/ptxas.txt" || true
     if [ -s "$SCRATCH/ptxas.txt" ]; then
-        echo "ptxas -v for cuda/attention.cu (per kernel: registers, shared memory, spills):" >>"$BODY"
-        code_tail "$SCRATCH/ptxas.txt" 80
+        # one line per kernel (entry name demangled, then its registers / spills / static shared
+        # memory), float32 instances first; dynamic shared memory never shows in ptxas -v
+        filt="$(command -v cu++filt || ls "$CUDA_HOME_DIR"/bin/cu++filt 2>/dev/null || command -v c++filt || echo cat)"
+        awk '/^Compiling entry function/ { if (k) print k " :: " v; k = $0; sub(/^Compiling entry function .?/, "", k); sub(/.? for .*$/, "", k); v = ""; next }
+             { v = v (v ? "; " : "") $0 } END { if (k) print k " :: " v }' "$SCRATCH/ptxas.txt" >"$SCRATCH/ptxas_k.txt"
+        cut -d' ' -f1 "$SCRATCH/ptxas_k.txt" | $filt >"$SCRATCH/ptxas_names.txt" 2>/dev/null || cp "$SCRATCH/ptxas_k.txt" "$SCRATCH/ptxas_names.txt"
+        paste -d'|' "$SCRATCH/ptxas_names.txt" <(sed 's/^[^ ]* :: //' "$SCRATCH/ptxas_k.txt") |
+            awk -F'|' '{ print ($1 ~ /float/ ? 0 : 1) "|" $0 }' | sort -s -t'|' -k1,1 | cut -d'|' -f2- | sed 's/|/ :: /' >"$SCRATCH/ptxas_all.txt"
+        echo "ptxas -v for cuda/attention.cu, every kernel ($(wc -l <"$SCRATCH/ptxas_all.txt")), demangled, float32 first:" >>"$BODY"
+        code "$SCRATCH/ptxas_all.txt"
+    else
+        echo "ptxas -v for cuda/attention.cu: (none in build.log: cuda/attention.o was not recompiled; rm it to see them)" >>"$BODY"
+    fi
+    # SASS: local-memory loads and stores (spills, stack arrays) per kernel, and the FFMA to LDS ratio
+    CUOBJDUMP="$(command -v cuobjdump || ls "$CUDA_HOME_DIR"/bin/cuobjdump 2>/dev/null || true)"
+    if [ -n "$CUOBJDUMP" ] && [ -f build-cuda/cuda/attention.o ]; then
+        "$CUOBJDUMP" -sass build-cuda/cuda/attention.o 2>/dev/null | awk '
+            /Function :/ { if (f) printf "%s  LDL %d  STL %d  FFMA %d  LDS %d  FFMA/LDS %.2f\n", f, ldl, stl, ffma, lds, lds ? ffma / lds : 0; f = $3; ldl = stl = ffma = lds = 0; next }
+            / LDL/ { ldl++ } / STL/ { stl++ } / FFMA / { ffma++ } / LDS/ { lds++ }
+            END { if (f) printf "%s  LDL %d  STL %d  FFMA %d  LDS %d  FFMA/LDS %.2f\n", f, ldl, stl, ffma, lds, lds ? ffma / lds : 0 }' >"$SCRATCH/sass.txt"
+        echo "SASS (cuobjdump) per attention kernel: local loads/stores, FFMA and LDS counts (whole kernel, not only the inner loop):" >>"$BODY"
+        code "$SCRATCH/sass.txt"
+    else
+        echo "SASS (cuobjdump): (not available: $([ -z "$CUOBJDUMP" ] && echo 'cuobjdump not found' || echo 'no attention.o'))" >>"$BODY"
     fi
 else
     timed_out $RC && note "build: OUT OF TIME [$(elapsed) s]" || note "build: FAIL (rc $RC) [$(elapsed) s]"
@@ -264,7 +286,7 @@ EOF
 }
 
 # ---- 3. compute-sanitizer on one small flash forward + backward per dtype ----
-section "3. compute-sanitizer: racecheck, synccheck, memcheck (flash forward + backward, B1 H2 N200 d64)"
+section "3. compute-sanitizer: memcheck, racecheck, synccheck, initcheck (flash forward + backward; the attention test suite; the benchmark's calls)"
 if [ $OK_BUILD -eq 0 ] || [ $NO_GPU -eq 1 ]; then
     note "sanitizer: SKIPPED ($([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))"
 elif [ -z "$SANITIZER" ]; then
@@ -292,11 +314,33 @@ else
             { [ $RC -ne 0 ]; } && OK_TESTS=0
         done
     done
+    # every attention instance the tests build (d, variants, dropout, both dtypes), quick sizes
+    for tool in memcheck racecheck synccheck initcheck; do
+        begin "sanitizer: $tool attention tests"
+        echo "===== $tool, fg_cuda_tests --quick attention/ =====" >>"$SAN_LOG"
+        run 60 "$SAN_LOG" "$SANITIZER" --tool "$tool" --error-exitcode 9 build-cuda/fg_cuda_tests --quick attention/
+        res="rc $RC"; [ $RC -eq 0 ] && res="clean"; [ $RC -eq 9 ] && res="ERRORS"
+        echo "$tool fg_cuda_tests attention/: $res" >>"$SCRATCH/san_summary.txt"
+        [ $RC -ne 0 ] && OK_TESTS=0
+    done
+    # the benchmark's own calls (fg_cuda_bench: its buffers, every variant instance), small shapes
+    for tool in memcheck racecheck synccheck initcheck; do
+        for bargs in "--dtype f32" "--dtype f64" "--dtype f32 --alibi --softcap 30" "--dtype f32 --impl naive"; do
+            begin "sanitizer: $tool fg_cuda_bench $bargs"
+            echo "===== $tool, fg_cuda_bench $bargs =====" >>"$SAN_LOG"
+            # shellcheck disable=SC2086
+            run 40 "$SAN_LOG" "$SANITIZER" --tool "$tool" --error-exitcode 9 build-cuda/fg_cuda_bench --n 128 --d 64,128,256 \
+                --tokens 128 --hidden 512 --budget-ms 1 $bargs
+            res="rc $RC"; [ $RC -eq 0 ] && res="clean"; [ $RC -eq 9 ] && res="ERRORS"
+            echo "$tool fg_cuda_bench $bargs: $res" >>"$SCRATCH/san_summary.txt"
+            [ $RC -ne 0 ] && OK_TESTS=0
+        done
+    done
     code "$SCRATCH/san_summary.txt"
     if grep -q "ERRORS\|rc [1-9]" "$SCRATCH/san_summary.txt"; then
         note "sanitizer: FINDINGS (see sanitizer.log) [$(elapsed) s]"
     else
-        note "sanitizer: $(grep -c clean "$SCRATCH/san_summary.txt") of 6 runs clean [$(elapsed) s]"
+        note "sanitizer: $(grep -c clean "$SCRATCH/san_summary.txt") of $(wc -l <"$SCRATCH/san_summary.txt") runs clean [$(elapsed) s]"
     fi
 fi
 
@@ -353,11 +397,30 @@ else
     ns="1024,4096,16384"
     [ "$QUICK" = 1 ] && ns="1024,4096"
     begin "benchmark: flashgrad"
+    # clocks, power and temperature every 200 ms while the benchmark runs
+    timeout 200 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 200 >"$SCRATCH/clocks.csv" 2>&1 &
+    SMI_PID=$!
     run 100 "$SCRATCH/fg.csv" build-cuda/fg_cuda_bench --n "$ns" --d 64,128 --budget-ms 300
     rc_fg=$RC
+    kill "$SMI_PID" 2>/dev/null
+    echo "Clocks and power during the flashgrad benchmark (nvidia-smi every 200 ms; min / median / max):" >>"$BODY"
+    python3 - "$SCRATCH/clocks.csv" >>"$BODY" 2>&1 <<'EOF2'
+import sys
+rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:] if l.count(",") >= 4]
+def col(k):
+    v = sorted(float(r[k].split()[0]) for r in rows if r[k].split() and r[k].split()[0].replace(".", "").isdigit())
+    return f"{v[0]:g} / {v[len(v) // 2]:g} / {v[-1]:g}" if v else "—"
+print("```")
+print(f"samples {len(rows)}; SM MHz {col(1)}; memory MHz {col(2)}; power W {col(3)}; temperature C {col(4)}")
+print("```")
+EOF2
+    [ $rc_fg -ne 0 ] && OK_TESTS=0 # a benchmark failure fails the check
     begin "benchmark: PyTorch"
     run 100 "$SCRATCH/torch.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 300
     rc_torch=$RC
+    # bf16 reference rows (flash / cuDNN kernels on tensor cores): the speed a user gets in half precision
+    run 60 "$SCRATCH/torch_bf16.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 200 --dtype bfloat16
+    { echo "PyTorch bfloat16 reference rows (not comparable precision; rc $RC):"; echo '```'; grep -v '^attention_torch' "$SCRATCH/torch_bf16.csv"; echo '```'; } >>"$BODY"
     { echo "===== fg_cuda_bench (rc $rc_fg) ====="; cat "$SCRATCH/fg.csv"; echo "===== attention_torch_gpu.py (rc $rc_torch) ====="; cat "$SCRATCH/torch.csv"; } >>"$BENCH_LOG"
     python3 - "$SCRATCH/fg.csv" "$SCRATCH/torch.csv" >"$SCRATCH/bench_table.md" 2>&1 <<'EOF'
 import csv, sys
@@ -384,11 +447,11 @@ EOF
     if [ -n "$NCU" ] && [ "$(left)" -gt 60 ]; then
         begin "ncu"
         make_npy "$SCRATCH/in_ncu" f4 1 4 4096 64 >>"$NCU_LOG" 2>&1
-        run 90 "$NCU_LOG" "$NCU" --kernel-name regex:flash --launch-count 4 \
-            --metrics sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__inst_issued.avg.pct_of_peak_sustained_active \
+        run 90 "$NCU_LOG" "$NCU" --clock-control none --kernel-name regex:flash --launch-count 4 \
+            --metrics sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,sm__inst_issued.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warp_latency_issue_stalled_barrier,smsp__average_warp_latency_issue_stalled_short_scoreboard,smsp__average_warp_latency_issue_stalled_long_scoreboard,smsp__average_warp_latency_issue_stalled_mio_throttle \
             build-cuda/flashgrad attention --device cuda --q "$SCRATCH/in_ncu/q.npy" --k "$SCRATCH/in_ncu/k.npy" \
             --v "$SCRATCH/in_ncu/v.npy" --do "$SCRATCH/in_ncu/do.npy" --out "$SCRATCH/ncu_out"
-        grep -E 'flash|warps_active|bank_conflicts|inst_issued' "$NCU_LOG" | head -40 >"$SCRATCH/ncu.txt" || true
+        grep -E 'flash|warps_active|bank_conflicts|wavefronts|inst_issued|pipe_fma|stalled' "$NCU_LOG" | head -40 >"$SCRATCH/ncu.txt" || true
         echo "ncu at N = 4096 (achieved occupancy, shared-memory bank conflicts, issue slots):" >>"$BODY"
         code "$SCRATCH/ncu.txt"
         note "ncu: rc $RC [$(elapsed) s]"

@@ -12,6 +12,7 @@
  * CPU reference: train/mpi/comm_mpi.c (mpi_fold) and fg_comm_add_into.
  */
 #include <nccl.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
@@ -61,6 +62,8 @@ extern "C" fg_status fg_nccl_id(void *id, size_t cap, size_t *len) {
     return FG_OK;
 }
 
+static void comm_destroy(void);
+
 extern "C" fg_status fg_nccl_start(int rank, int size, const void *id, size_t len) {
     FG_TRY(fg_cu_require("nccl"));
     ncclUniqueId u;
@@ -69,6 +72,23 @@ extern "C" fg_status fg_nccl_start(int rank, int size, const void *id, size_t le
     FG_NCCL(ncclCommInitRank(&g_comm, size, u, rank));
     g_rank = rank;
     g_size = size;
+    atexit(comm_destroy);
+    return FG_OK;
+}
+
+/* the communicator goes at exit (NCCL's proxy threads and its peers' connections with it) */
+static void comm_destroy(void) {
+    if (g_comm) (void)ncclCommDestroy(g_comm);
+    g_comm = nullptr;
+}
+
+/* A peer that died or a network fault surfaces asynchronously: ask after every grouped call, so a
+ * broken clique is one clear error rather than a hang at the next synchronization. */
+static fg_status async_error(const char *what) {
+    ncclResult_t r = ncclSuccess;
+    FG_NCCL(ncclCommGetAsyncError(g_comm, &r));
+    if (r != ncclSuccess && r != ncclInProgress)
+        return fg_error(FG_ERR_DEVICE, "NCCL %s: asynchronous error: %s", what, ncclGetErrorString(r));
     return FG_OK;
 }
 
@@ -85,7 +105,7 @@ template <typename T> static fg_status gather_t(T *buf, int64_t n, ncclDataType_
         FG_NCCL(ncclRecv(buf + lo, (size_t)(hi - lo), ty, q, g_comm, fg_cu_stream()));
     }
     FG_NCCL(ncclGroupEnd());
-    return FG_OK;
+    return async_error("all-gather");
 }
 
 template <typename T> static fg_status fold_t(T *buf, int64_t n, int gather, ncclDataType_t ty) {
@@ -107,6 +127,7 @@ template <typename T> static fg_status fold_t(T *buf, int64_t n, int gather, ncc
         FG_NCCL(ncclRecv(slices + (int64_t)q * m, (size_t)m, ty, q, g_comm, fg_cu_stream()));
     }
     FG_NCCL(ncclGroupEnd());
+    FG_TRY(async_error("fold"));
     if (m > 0) {
         fold_kernel<T><<<fg_cu_blocks(m), FG_CU_THREADS, 0, fg_cu_stream()>>>(buf + mlo, slices, m, g_size);
         FG_CU_LAUNCHED();

@@ -59,6 +59,12 @@ fg_status fg_curand_fail(curandStatus_t s, const char *call, const char *file, i
 void fg_cu_report(cudaError_t e, const char *call, const char *file, int line) {
     fg_cu_fail(e, call, file, line);
     fprintf(stderr, "flashgrad: %s\n", fg_last_error());
+    /* a sticky error (a kernel faulted) poisons the context: every later call fails with it, so
+     * stop here with the first, real, message */
+    if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorMisalignedAddress) {
+        fprintf(stderr, "flashgrad: the CUDA context is unusable after this error; stopping\n");
+        exit(1);
+    }
 }
 
 cudaStream_t fg_cu_stream(void) { return g_stream; }
@@ -76,10 +82,19 @@ fg_status fg_cu_require(const char *op) {
 static void *be_alloc(size_t nbytes) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, nbytes);
-    if (e != cudaSuccess) {
+    if (e == cudaErrorMemoryAllocation) {
         /* out of memory is not sticky: clear it so the allocator can empty its cache and retry */
         (void)cudaGetLastError();
         return NULL;
+    }
+    if (e != cudaSuccess) {
+        /* anything else is a real fault, usually an earlier kernel's sticky error (illegal
+         * address, launch failure) surfacing here: report it as itself and stop, rather than let
+         * the allocator empty its cache into a flood of cudaFree errors that bury it */
+        fprintf(stderr, "flashgrad: CUDA error in cudaMalloc(%zu bytes): %s (%s); an earlier kernel may have faulted "
+                        "(rerun with CUDA_LAUNCH_BLOCKING=1 to name it)\n",
+                nbytes, cudaGetErrorString(e), cudaGetErrorName(e));
+        exit(1);
     }
     return p;
 }

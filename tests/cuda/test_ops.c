@@ -122,6 +122,16 @@ static fg_tensor *op_embedding(const op_case *c, fg_tensor **in, int direct) {
     const int64_t sh[2] = {3, 5};
     return fg_embedding(in[0], emb_idx, 2, sh);
 }
+/* the weight (11, 9) sliced to its first 7 columns: rows of 7 that are 9 apart (the kernel must
+ * use the weight's row stride, not its width) */
+static fg_tensor *op_embedding_strided_weight(const op_case *c, fg_tensor **in, int direct) {
+    (void)c, (void)direct;
+    const int64_t sh[2] = {3, 5};
+    fg_tensor *w = fg_slice(in[0], 1, 0, 7);
+    fg_tensor *y = w ? fg_embedding(w, emb_idx, 2, sh) : NULL;
+    fg_release(w);
+    return y;
+}
 static fg_tensor *op_layernorm(const op_case *c, fg_tensor **in, int direct) {
     fg_tensor *w = c->n_in > 1 ? in[1] : NULL, *b = c->n_in > 2 ? in[2] : NULL;
     (void)direct;
@@ -205,6 +215,7 @@ static const op_case cases[] = {
     {"sum_all_of_a_view", op_sum_all_view, 1, {3}, {S(7, 11, 13)}, {0}, {0}, {0}, NULL, 0},
     {"mean_all", op_mean_all, 1, {1}, {S(100003)}, {0}, {0}, {0}, NULL, 0},
     {"embedding", op_embedding, 1, {2}, {S(11, 7)}, {0}, {0}, {0}, NULL, 0},
+    {"embedding_strided_weight", op_embedding_strided_weight, 1, {2}, {S(11, 9)}, {0}, {0}, {0}, NULL, 0},
     {"layernorm", op_layernorm, 3, {3, 1, 1}, {S(4, 6, 33), S(33), S(33)}, {0}, {0}, {0}, NULL, 0},
     {"layernorm_no_affine", op_layernorm, 1, {2}, {S(5, 70)}, {0}, {0}, {0}, NULL, 0},
     {"gelu", op_gelu, 1, {2}, {S(7, 33)}, {-4}, {4}, {0}, NULL, 0},
@@ -353,6 +364,7 @@ OP_TESTS(sum_all)
 VIEW_TEST(sum_all_of_a_view)
 OP_TESTS(mean_all)
 OP_TESTS(embedding)
+VIEW_TEST(embedding_strided_weight)
 OP_TESTS(layernorm)
 OP_TESTS(layernorm_no_affine)
 OP_TESTS(gelu)
@@ -455,6 +467,7 @@ const fgt_case fgt_ops_cases[] = {
     {"sum_all_of_a_view_gpu_matches_cpu", dispatch_sum_all_of_a_view},
     {"mean_all_gpu_matches_cpu", direct_mean_all},
     {"embedding_gpu_matches_cpu", direct_embedding},
+    {"embedding_strided_weight_gpu_matches_cpu", dispatch_embedding_strided_weight},
     {"layernorm_gpu_matches_cpu", direct_layernorm},
     {"layernorm_no_affine_gpu_matches_cpu", direct_layernorm_no_affine},
     {"gelu_gpu_matches_cpu", direct_gelu},

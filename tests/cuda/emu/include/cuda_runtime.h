@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/cuda/emu/cuda_emu.h"
 
@@ -34,6 +35,9 @@ typedef enum cudaError {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevice = 101,
     cudaErrorContextIsDestroyed = 709,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719,
+    cudaErrorMisalignedAddress = 716,
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -176,6 +180,38 @@ inline void fg_emu_deliver() {
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
     fg_emu_deliver();
+    return cudaSuccess;
+}
+
+/* Events: the emulator runs every call to completion, so an event records the host's clock when
+ * it is recorded (benchmarks time the emulated work; the figures mean nothing for a GPU). */
+typedef struct fg_emu_event_s {
+    double t_ms;
+    int recorded;
+} *cudaEvent_t;
+inline double fg_emu_now_ms() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = (cudaEvent_t)calloc(1, sizeof **e);
+    return *e ? cudaSuccess : fg_emu_err(cudaErrorMemoryAllocation);
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free(e);
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    cudaError_t r = cudaStreamSynchronize(s);
+    e->t_ms = fg_emu_now_ms();
+    e->recorded = 1;
+    return r;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e->recorded ? cudaSuccess : fg_emu_err(cudaErrorInvalidValue); }
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a->recorded || !b->recorded) return fg_emu_err(cudaErrorInvalidValue);
+    *ms = (float)(b->t_ms - a->t_ms);
     return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() {
