@@ -108,6 +108,21 @@ template <typename T> static fg_status gather_t(T *buf, int64_t n, ncclDataType_
     return async_error("all-gather");
 }
 
+/* out (m) = slices[0] + ... + slices[P-1] (P slices of m, device memory) in rank order */
+template <typename T> static fg_status fold_slices_t(T *out, const T *slices, int64_t m, int P) {
+    if (m > 0) {
+        fold_kernel<T><<<fg_cu_blocks(m), FG_CU_THREADS, 0, fg_cu_stream()>>>(out, slices, m, P);
+        FG_CU_LAUNCHED();
+    }
+    return FG_OK;
+}
+
+extern "C" fg_status fg_nccl_fold_slices(void *out, const void *slices, fg_dtype dt, int64_t m, int P) {
+    if (P < 1 || m < 0) return fg_error(FG_ERR_ARG, "NCCL fold: %d slices of %lld", P, (long long)m);
+    return dt == FG_F64 ? fold_slices_t<double>((double *)out, (const double *)slices, m, P)
+                        : fold_slices_t<float>((float *)out, (const float *)slices, m, P);
+}
+
 template <typename T> static fg_status fold_t(T *buf, int64_t n, int gather, ncclDataType_t ty) {
     int64_t mlo, mhi;
     shard(n, g_size, g_rank, &mlo, &mhi);
@@ -128,10 +143,7 @@ template <typename T> static fg_status fold_t(T *buf, int64_t n, int gather, ncc
     }
     FG_NCCL(ncclGroupEnd());
     FG_TRY(async_error("fold"));
-    if (m > 0) {
-        fold_kernel<T><<<fg_cu_blocks(m), FG_CU_THREADS, 0, fg_cu_stream()>>>(buf + mlo, slices, m, g_size);
-        FG_CU_LAUNCHED();
-    }
+    FG_TRY(fold_slices_t<T>(buf + mlo, slices, m, g_size));
     return gather ? gather_t<T>(buf, n, ty) : FG_OK;
 }
 

@@ -98,6 +98,9 @@ fg_status fg_nccl_id(void *id, size_t cap, size_t *len);
 fg_status fg_nccl_start(int rank, int size, const void *id, size_t len);
 fg_status fg_nccl_fold_sum(void *buf, fg_dtype dt, int64_t n, int gather);
 fg_status fg_nccl_allgather(void *buf, fg_dtype dt, int64_t n);
+/* The fold's sum on the device: out (m) = slices[0] + slices[1] + ... + slices[P-1], slice q (m) at
+ * slices + q·m, added in rank order as fg_comm_add_into folds (so the same bits for any P). */
+fg_status fg_nccl_fold_slices(void *out, const void *slices, fg_dtype dt, int64_t m, int P);
 
 #ifdef __cplusplus
 }

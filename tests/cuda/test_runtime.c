@@ -10,6 +10,7 @@
 #include "ops/kernels.h"
 #include "tensor/alloc.h"
 #include "tests/cuda/cuda_test.h"
+#include "train/dist.h"
 
 /* The allocation counter: a device tensor raises current by its (rounded) size, peak follows,
  * freeing lowers current, and a second tensor of the same size reuses the cached block. */
@@ -217,6 +218,52 @@ extern fg_status fg_nccl_id(void *id, size_t cap, size_t *len) __attribute__((we
 extern fg_status fg_nccl_start(int rank, int size, const void *id, size_t len) __attribute__((weak));
 extern fg_status fg_nccl_fold_sum(void *buf, fg_dtype dt, int64_t n, int gather) __attribute__((weak));
 extern fg_status fg_nccl_allgather(void *buf, fg_dtype dt, int64_t n) __attribute__((weak));
+extern fg_status fg_nccl_fold_slices(void *out, const void *slices, fg_dtype dt, int64_t m, int P)
+    __attribute__((weak));
+
+/* The device fold of P > 1 ranks' slices adds them in rank order, bit for bit the CPU's fold
+ * (fg_comm_add_into from rank 0 up): values of very different sizes make every other order give
+ * other bits ((big + small) − big is not small). */
+static int nccl_fold_adds_every_rank_in_rank_order(void) {
+    if (FGT_DEV != FG_CUDA || !fg_nccl_fold_slices) return FGT_SKIP;
+    FGT_OK(fg_device_start(FG_CUDA));
+    enum { M = 517, P = 4 };
+    static float h[P * M], want[M], back[M];
+    static double hd[P * M], wantd[M], backd[M];
+    for (int q = 0; q < P; q++)
+        for (int k = 0; k < M; k++) {
+            const double big = (q % 2 ? -1.0 : 1.0) * 3.0e7 * (1 + (k + q) % 5), small = 0.1 * (q + 1) + 0.013 * k;
+            h[q * M + k] = (float)(q == 1 || q == 2 ? big : small);
+            hd[q * M + k] = (q == 1 || q == 2 ? big * 1e9 : small);
+        }
+    memcpy(want, h, sizeof want);
+    memcpy(wantd, hd, sizeof wantd);
+    for (int q = 1; q < P; q++) {
+        fg_comm_add_into(FG_F32, want, h + q * M, M);
+        fg_comm_add_into(FG_F64, wantd, hd + q * M, M);
+    }
+    int64_t ns = P * M, no = M;
+    fg_tensor *s = fg_from_buffer(FG_F32, FG_CUDA, 1, &ns, h), *o = fg_zeros(FG_F32, FG_CUDA, 1, &no);
+    fg_tensor *sd = fg_from_buffer(FG_F64, FG_CUDA, 1, &ns, hd), *od = fg_zeros(FG_F64, FG_CUDA, 1, &no);
+    FGT_NOTNULL(s);
+    FGT_NOTNULL(o);
+    FGT_NOTNULL(sd);
+    FGT_NOTNULL(od);
+    int r = FGT_PASS;
+    if (fg_nccl_fold_slices(fg_data(o), fg_data(s), FG_F32, M, P) != FG_OK || fg_to_host(o, back) != FG_OK ||
+        fg_nccl_fold_slices(fg_data(od), fg_data(sd), FG_F64, M, P) != FG_OK || fg_to_host(od, backd) != FG_OK) {
+        fgt_fail(__FILE__, __LINE__, "the device fold: %s", fg_last_error());
+        r = FGT_FAIL;
+    }
+    for (int k = 0; k < M && r == FGT_PASS; k++)
+        if (memcmp(&back[k], &want[k], sizeof back[k]) || memcmp(&backd[k], &wantd[k], sizeof backd[k])) {
+            fgt_fail(__FILE__, __LINE__, "element %d: the device fold gives %.9g / %.17g, rank order %.9g / %.17g", k,
+                     back[k], backd[k], want[k], wantd[k]);
+            r = FGT_FAIL;
+        }
+    fg_release(s), fg_release(o), fg_release(sd), fg_release(od);
+    return r;
+}
 
 /* One rank (P = 1) through NCCL: the clique starts from a unique id, and the fold and the
  * all-gather leave a device buffer exactly as it was (a fold of one rank is that rank's values). */
@@ -257,5 +304,6 @@ const fgt_case fgt_runtime_cases[] = {
     {"gemm_covers_transposes_batches_and_empty_k", gemm_covers_transposes_batches_and_empty_k},
     {"adamw_range_matches_the_host_formula", adamw_range_matches_the_host_formula},
     {"nccl_one_rank_folds_and_gathers_exactly", nccl_one_rank_folds_and_gathers_exactly},
+    {"nccl_fold_adds_every_rank_in_rank_order", nccl_fold_adds_every_rank_in_rank_order},
     {NULL, NULL},
 };
