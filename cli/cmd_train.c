@@ -1265,6 +1265,8 @@ static double best_logged_val(const csv_log *l) {
 
 /* Before any worker starts (flashgrad's pool and OpenBLAS's, which --threads sizes alike): the
  * reservations of `threads` threads must fit RLIMIT_AS, or one line and exit 1. */
+extern int openblas_get_num_threads(void);
+
 static void check_address_space(int threads) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
@@ -1278,7 +1280,12 @@ static void check_address_space(int threads) {
     /* the main thread's own growth during the first step, then one reservation per other thread */
     const long long per = (long long)THREAD_RESERVE_MIB << 20, first = per / 2;
     if (now + first + (long long)(threads - 1) * per <= limit) return;
-    const long long fit = limit - now - first >= 0 ? (limit - now - first) / per + 1 : 0;
+    /* The suggestion must also fit a later start whose "in use" is larger: OpenBLAS starts its
+     * workers when it loads, and each one's malloc arena (a 128 MiB mapping, trimmed to 64) may
+     * or may not be there yet when statm is read. */
+    const long long racing = (long long)(openblas_get_num_threads() > 1 ? openblas_get_num_threads() - 1 : 0) << 27;
+    const long long room = limit - now - first - racing;
+    const long long fit = room >= 0 ? room / per + 1 : 0;
     if (fit >= 1)
         die(1, "the address-space limit (ulimit -v) is %lld MiB and %lld MiB are in use; %d threads reserve about %d "
                "MiB each: run with --threads %lld or raise the limit",
