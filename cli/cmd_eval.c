@@ -1,6 +1,5 @@
 /* cmd_eval.c — `flashgrad eval --ckpt DIR`: the train and validation loss of a saved model, writing
- * nothing (see eval.h). The model comes through one call, load_model, the place where other
- * model formats join. */
+ * nothing (see eval.h). The model comes through fg_model_file_load, as for `sample --ckpt`. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,27 +10,23 @@
 #include "cli/flags.h"
 #include "ops/cpu/threadpool.h"
 #include "train/checkpoint.h"
+#include "train/gpt2_files.h"
 #include "train/trainer.h"
 #include "autograd/autograd.h"
 
 extern void openblas_set_num_threads(int n);
 
-/* The model at `path` (a run folder or its model file), on the CPU, and the checkpoint's record
- * of its data and training (*ck; its configuration is valid when the optimizer file was there).
- * NULL + fg_last_error(). */
-static fg_gpt *load_model(const char *path, fg_ckpt **ck) {
+/* The model at `path` (anything `sample --ckpt` takes: a flashgrad run folder or its model file, a
+ * Hugging Face GPT-2 folder, an llm.c model file; train/gpt2_files.h) on the CPU, and for a flashgrad
+ * run its checkpoint's record of the data and training (*ck, NULL for the GPT-2 files; its
+ * configuration is valid when the optimizer file was there). NULL + fg_last_error(). */
+static fg_model_file *load_model(const char *path, fg_ckpt **ck) {
+    *ck = NULL;
+    fg_model_file *m = fg_model_file_load(path);
+    if (!m || m->format != FG_MODEL_FLASHGRAD) return m;
     *ck = fg_ckpt_open(path, 1); /* the run's batch size and seed are in the optimizer file */
-    if (!*ck) {
-        fg_clear_error();
-        *ck = fg_ckpt_open(path, 0);
-        if (!*ck) return NULL;
-    }
-    fg_gpt *g = fg_ckpt_load_model(*ck);
-    if (!g) {
-        fg_ckpt_close(*ck);
-        *ck = NULL;
-    }
-    return g;
+    if (!*ck) fg_clear_error();  /* none: the model file's own record (m->ckpt) */
+    return m;
 }
 
 /* The mean loss of iters fixed batches of split s, as fg_trainer_eval_loss draws them. */
@@ -61,16 +56,36 @@ static fg_status eval_loss(fg_gpt *g, const fg_source *src, fg_split s, int B, i
 }
 
 int fg_eval_run(const fg_eval_opts *o) {
-    fg_ckpt *ck = NULL;
+    fg_ckpt *opt_ck = NULL;
     fg_source *src = NULL;
     int code = 0;
-    fg_gpt *g = load_model(o->ckpt, &ck);
-    if (!g) {
+    fg_model_file *mf = load_model(o->ckpt, &opt_ck);
+    if (!mf) {
         fprintf(stderr, "flashgrad %s: %s\n", o->cmd, fg_last_error());
         return 1;
     }
-    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
-    if (in->source == FG_SOURCE_TOKENS) {
+    fg_gpt *g = mf->model;
+    const fg_ckpt *ck = opt_ck ? opt_ck : mf->ckpt;
+    const fg_ckpt_info *in = ck ? fg_ckpt_get_info(ck) : NULL;
+    if (!in) {
+        /* a GPT-2 file records no data: token ids of its vocabulary are the only thing it reads */
+        const char *what = mf->format == FG_MODEL_HF ? "a Hugging Face GPT-2 folder" : "an llm.c model file";
+        if (o->data) {
+            fprintf(stderr,
+                    "flashgrad %s: --data: %s takes GPT-2 token ids and flashgrad has no BPE encoder; give the "
+                    "tokenized data with --data-bin PATH\n",
+                    o->cmd, what);
+            code = 2;
+            goto out;
+        }
+        if (!o->data_bin) {
+            fprintf(stderr, "flashgrad %s: %s records no data: give its token files with --data-bin PATH\n", o->cmd,
+                    what);
+            code = 2;
+            goto out;
+        }
+        src = fg_source_tokens(o->data_bin, NULL, g->cfg.vocab_size, g->cfg.block_size);
+    } else if (in->source == FG_SOURCE_TOKENS) {
         if (o->data) {
             fprintf(stderr, "flashgrad %s: --data: the checkpoint trained on token files (give --data-bin)\n", o->cmd);
             code = 2;
@@ -98,16 +113,19 @@ int fg_eval_run(const fg_eval_opts *o) {
         code = 1;
         goto out;
     }
-    const fg_train_config *tc = in->has_train ? &in->train : NULL;
+    const fg_train_config *tc = in && in->has_train ? &in->train : NULL;
     const int B = o->batch_size ? o->batch_size : tc ? tc->batch_size : 12;
     const int iters = o->eval_iters ? o->eval_iters : tc ? tc->eval_iters : 20;
     const uint64_t seed = o->has_seed ? o->seed : tc ? tc->seed : 1337;
     int T = fg_source_fixed_block(src);
     if (T == 0) T = g->cfg.block_size;
-    printf("checkpoint: %s at step %lld: %d layers, %d heads, %d embd, block %d, vocabulary %d\n", o->ckpt,
-           (long long)in->step, g->cfg.n_layer, g->cfg.n_head, g->cfg.n_embd, g->cfg.block_size, g->cfg.vocab_size);
+    const long long step = in ? (long long)in->step : 0;
+    printf("checkpoint: %s (%s) at step %lld: %d layers, %d heads, %d embd, block %d, vocabulary %d\n", o->ckpt,
+           fg_model_format_name(mf->format), step, g->cfg.n_layer, g->cfg.n_head, g->cfg.n_embd, g->cfg.block_size, g->cfg.vocab_size);
     printf("eval: %d batches of %d x %d tokens per split (seed %llu%s), threads %d, nothing written\n", iters, B, T,
-           (unsigned long long)seed, tc ? "" : "; the checkpoint has no optimizer file: batch 12, 20 batches by default",
+           (unsigned long long)seed, tc   ? ""
+           : in ? "; the checkpoint has no optimizer file: batch 12, 20 batches by default"
+                : "; the model file has no training record: batch 12, 20 batches by default",
            fg_pool_threads());
     double tl = NAN, vl = NAN;
     if (eval_loss(g, src, FG_SPLIT_TRAIN, B, T, iters, seed, &tl) != FG_OK ||
@@ -116,11 +134,11 @@ int fg_eval_run(const fg_eval_opts *o) {
         code = 1;
         goto out;
     }
-    printf("step %lld: train loss %.4f, val loss %.4f\n", (long long)in->step, tl, vl);
+    printf("step %lld: train loss %.4f, val loss %.4f\n", step, tl, vl);
 out:
     fg_source_free(src);
-    fg_gpt_free(g);
-    fg_ckpt_close(ck);
+    fg_ckpt_close(opt_ck);
+    fg_model_file_free(mf);
     return code;
 }
 
@@ -128,10 +146,10 @@ enum { E_CKPT, E_DATA, E_DATA_BIN, E_ITERS, E_BATCH, E_SEED, E_THREADS, E_COUNT 
 
 int fg_cmd_eval(int argc, char **argv) {
     fg_flag f[E_COUNT] = {
-        [E_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "the run folder (or its model.safetensors) (required)"},
+        [E_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "a flashgrad run folder (or its model.safetensors), a Hugging Face GPT-2 folder or an llm.c model file (required)"},
         [E_DATA] = {"--data", FG_FLAG_STR, "FILE", "a text file instead of the one the run trained on (default: that one)"},
         [E_DATA_BIN] = {"--data-bin", FG_FLAG_STR, "PATH",
-                        "token files instead of the ones the run trained on (default: those)"},
+                        "token files instead of the ones the run trained on (default: those; required for GPT-2 files)"},
         [E_ITERS] = {"--eval-iters", FG_FLAG_INT, "N", "batches per split (default: the run's)", 1, 1e7},
         [E_BATCH] = {"--batch-size", FG_FLAG_INT, "N", "sequences per batch (default: the run's)", 1, 1 << 24},
         [E_SEED] = {"--seed", FG_FLAG_U64, "N", "run seed the fixed batches derive from (default: the run's)"},
@@ -143,13 +161,14 @@ int fg_cmd_eval(int argc, char **argv) {
     if (rc == -1) {
         printf("The train and validation loss of a saved model, on the fixed evaluation batches `train` uses (so with\n"
                "the run's settings, the figures of its last evaluation). Reads the checkpoint; writes nothing.\n\n");
-        fg_flags_help(stdout, "eval", "--ckpt DIR [--data FILE | --data-bin PATH] [--eval-iters N] [options]", f,
+        fg_flags_help(stdout, "eval", "--ckpt PATH [--data FILE | --data-bin PATH] [--eval-iters N] [options]", f,
                       E_COUNT);
         return 0;
     }
     if (rc) return rc;
     if (!f[E_CKPT].given) {
-        fprintf(stderr, "flashgrad eval: --ckpt DIR is required (a folder written by flashgrad train)\n");
+        fprintf(stderr, "flashgrad eval: --ckpt PATH is required (a flashgrad run folder, a Hugging Face GPT-2 folder or an "
+                        "llm.c model file)\n");
         return 2;
     }
     if (f[E_DATA].given && f[E_DATA_BIN].given) {

@@ -2,16 +2,20 @@
  * against a writer written here from llm.c's write_model, Hugging Face folders against transformers
  * itself (tests/gpt2_files_torch_check.py), refusals, and the export's rules for an existing OUT. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "autograd/autograd.h"
+#include "datasets/source.h"
 #include "tensor/fileio.h"
 #include "tensor/npy.h"
 #include "tests/common.h"
 #include "train/gpt2_files.h"
+#include "train/trainer.h"
 
 TestSuite(gpt2_files, .timeout = 300);
 
@@ -404,6 +408,75 @@ Test(gpt2_files, hf_model_fine_tunes_with_init_from_and_exports_back, .timeout =
     st = fgt_run_cmd(cmd, log, sizeof log);
     if (fgt_verbose() || st) fprintf(stderr, "[gpt2_files] %s", log);
     cr_expect_eq(st, 0, "check_ft exited %d:\n%s", st, log);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
+
+/* `flashgrad eval --ckpt` on a Hugging Face folder and an llm.c file of one model: both need
+ * --data-bin (one line, exit 2, without it or with --data), and both print the loss this test
+ * computes itself on the trainer's evaluation batches of that token folder. */
+Test(gpt2_files, eval_takes_hf_folders_and_llmc_files_with_data_bin) {
+    char dir[256], p[700], cmd[4096], log[8192];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_gpt2_eval_XXXXXX");
+    const int T = 12, B = 3, iters = 2;
+    fg_gpt *g = small_model(T);
+    const int V = g->cfg.vocab_size;
+    snprintf(p, sizeof p, "%s/hf", dir);
+    cr_assert_eq(fg_gpt2_save_hf(g, p, 0), FG_OK, "%s", fg_last_error());
+    snprintf(p, sizeof p, "%s/model.bin", dir);
+    cr_assert_eq(fg_gpt2_save_llmc(g, p, 3, 0), FG_OK, "%s", fg_last_error());
+    /* a nanoGPT token folder: train.bin and val.bin, uint16 ids below V */
+    snprintf(p, sizeof p, "%s/data", dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    uint64_t s = 99;
+    for (int split = 0; split < 2; split++) {
+        uint16_t ids[600];
+        for (int i = 0; i < 600; i++) ids[i] = (uint16_t)(rng_next(&s) % (uint64_t)V);
+        snprintf(p, sizeof p, "%s/data/%s.bin", dir, split ? "val" : "train");
+        write_bytes(p, ids, sizeof ids);
+    }
+    /* the reference: the same batches through the library, the loss of the model in memory */
+    snprintf(p, sizeof p, "%s/data", dir);
+    fg_source *src = fg_source_tokens(p, NULL, V, T);
+    cr_assert(src, "%s", fg_last_error());
+    double ref[2] = {0, 0};
+    int32_t x[B * T], y[B * T];
+    fg_no_grad_enter();
+    for (int split = 0; split < 2; split++)
+        for (int i = 0; i < iters; i++) {
+            cr_assert_eq(fg_source_batch(src, split ? FG_SPLIT_VAL : FG_SPLIT_TRAIN, B, T, fg_trainer_eval_seed(7),
+                                         (uint64_t)i, x, y),
+                         FG_OK, "%s", fg_last_error());
+            fg_tensor *l = fg_gpt_loss(g, x, y, B, T, NULL);
+            cr_assert(l, "%s", fg_last_error());
+            ref[split] += fg_get(l, 0) / iters;
+            fg_release(l);
+        }
+    fg_no_grad_exit();
+    fg_source_free(src);
+    fg_gpt_free(g);
+    const char *forms[] = {"hf", "model.bin"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s eval --ckpt %s/%s 2>&1", fgt_bin(), dir, forms[k]);
+        int st = fgt_run_cmd(cmd, log, sizeof log);
+        const char *nl = strchr(log, '\n');
+        cr_expect(st == 2 && strstr(log, "--data-bin") && nl && !nl[1], "%s: exited %d:\n%s", forms[k], st,
+                  log);
+        snprintf(cmd, sizeof cmd, "%s eval --ckpt %s/%s --data %s/data/train.bin 2>&1", fgt_bin(), dir, forms[k], dir);
+        st = fgt_run_cmd(cmd, log, sizeof log);
+        cr_expect(st == 2 && strstr(log, "--data-bin"), "%s --data: exited %d:\n%s", forms[k], st, log);
+        snprintf(cmd, sizeof cmd,
+                 "%s eval --ckpt %s/%s --data-bin %s/data --batch-size %d --eval-iters %d --seed 7 2>&1", fgt_bin(),
+                 dir, forms[k], dir, B, iters);
+        st = fgt_run_cmd(cmd, log, sizeof log);
+        cr_assert_eq(st, 0, "%s: eval exited %d:\n%s", forms[k], st, log);
+        const char *at = strstr(log, "step 0: train loss ");
+        double tl = 0, vl = 0;
+        cr_assert(at && sscanf(at, "step 0: train loss %lf, val loss %lf", &tl, &vl) == 2, "%s", log);
+        /* the printed figures have four decimals */
+        cr_expect(fabs(tl - ref[0]) < 6e-5 && fabs(vl - ref[1]) < 6e-5, "%s: eval %.5f %.5f, reference %.5f %.5f",
+                  forms[k], tl, vl, ref[0], ref[1]);
+    }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
 }

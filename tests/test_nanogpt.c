@@ -566,7 +566,7 @@ Test(eval, prints_the_runs_losses_and_touches_nothing, .init = make_tmpdir, .fin
     snprintf(p, sizeof p, "%s/fresh", tmpdir);
     cr_expect(access(p, F_OK) != 0, "--eval-only created its --out");
     expect_error("eval --ckpt nowhere", 1, "nowhere");
-    expect_error("eval", 2, "--ckpt DIR is required");
+    expect_error("eval", 2, "--ckpt PATH is required");
 }
 
 /* ---- the FMA peak ---- */
