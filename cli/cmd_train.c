@@ -1171,16 +1171,17 @@ static void print_header(const train_args *a, const train_run *r) {
     } else if (src->kind == FG_SOURCE_TOKENS) {
         const fg_source_file *ft = &src->files[FG_SPLIT_TRAIN], *fv = &src->files[FG_SPLIT_VAL];
         const char *fmt = ft->format == FG_TOKFILE_LLMC ? "llm.c" : "nanoGPT";
+        const char *tok_desc = src->tok ? "meta.pkl's character-level tokenizer" : "no tokenizer";
         if (fv->path[0]) {
             if (snprintf(data_desc, sizeof data_desc,
-                         "%s token files: %s (%" PRIu64 " ids, train), %s (%" PRIu64 " ids, val), no tokenizer", fmt,
-                         ft->path, ft->count, fv->path, fv->count) >= (int)sizeof data_desc)
+                         "%s token files: %s (%" PRIu64 " ids, train), %s (%" PRIu64 " ids, val), %s", fmt,
+                         ft->path, ft->count, fv->path, fv->count, tok_desc) >= (int)sizeof data_desc)
                 strcpy(data_desc + sizeof data_desc - 4, "..."); /* two very long paths */
         } else {
             snprintf(data_desc, sizeof data_desc,
-                     "%s token file: %s (%" PRIu64 " ids: %zu train, the last %zu val), no tokenizer", fmt, ft->path,
+                     "%s token file: %s (%" PRIu64 " ids: %zu train, the last %zu val), %s", fmt, ft->path,
                      ft->count, fg_token_data_split_tokens(src->tokens, FG_SPLIT_TRAIN),
-                     fg_token_data_split_tokens(src->tokens, FG_SPLIT_VAL));
+                     fg_token_data_split_tokens(src->tokens, FG_SPLIT_VAL), tok_desc);
         }
     } else {
         snprintf(data_desc, sizeof data_desc, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", src->path,
