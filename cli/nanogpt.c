@@ -611,8 +611,11 @@ int fg_nanogpt_resolve(fg_nanogpt *ng, int resuming, int notes) {
             bin->given = 1;
             char meta[4300];
             snprintf(meta, sizeof meta, "%s/meta.pkl", ng->data_bin);
-            /* with a meta.pkl, train reads the vocabulary (and the tokenizer) from it, as nanoGPT does */
-            if (!vocab->given && !resuming && access(meta, F_OK) != 0) {
+            /* with a meta.pkl, train reads the vocabulary (and the tokenizer) from it, as nanoGPT does;
+             * a fine-tune takes the model's (GPT-2's 50257), as nanoGPT's from_pretrained does */
+            fg_flag *init = flag(ng, "--init-from");
+            int fine_tune = init && init->given && init->s && strcmp(init->s, "scratch") != 0;
+            if (!vocab->given && !resuming && !fine_tune && access(meta, F_OK) != 0) {
                 vocab->i = 50304;
                 vocab->given = 1;
                 if (notes) printf("note: vocabulary 50304, nanoGPT's without a meta.pkl (--vocab-size V sets it)\n");

@@ -332,6 +332,34 @@ Test(nanogpt, every_alias_trains_the_same_run_as_our_flag, .init = make_tmpdir, 
     cr_expect_str_eq(c, a, "--key value trained another run than --key=value");
 }
 
+/* finetune_shakespeare.py's pair, init_from and dataset: the vocabulary is the model's (GPT-2's
+ * 50257), not the 50304 a from-scratch run on a dataset without meta.pkl takes. */
+Test(nanogpt, dataset_fine_tune_takes_the_models_vocabulary, .init = make_tmpdir, .fini = remove_tmpdir,
+     .timeout = 300) {
+    need_bin();
+    char p[600], out[16384];
+    snprintf(p, sizeof p, "%s/data", tmpdir);
+    mkdir(p, 0777);
+    snprintf(p, sizeof p, "%s/data/gpt2ids", tmpdir);
+    mkdir(p, 0777);
+    enum { N = 4000 };
+    static uint16_t ids[N];
+    for (int split = 0; split < 2; split++) {
+        for (int i = 0; i < N; i++) ids[i] = (uint16_t)((i * 7919u + (unsigned)split * 13u) % 50257u);
+        snprintf(p, sizeof p, "%s/data/gpt2ids/%s", tmpdir, split ? "val.bin" : "train.bin");
+        FILE *f = fopen(p, "wb");
+        cr_assert(f && fwrite(ids, sizeof ids[0], N, f) == N && fclose(f) == 0, "cannot write %s", p);
+    }
+    expect_run("train --data-bin data/gpt2ids --vocab-size 50257 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 "
+               "--batch-size 2 --steps 1 --samples 0 --out base",
+               0, "final:", out, sizeof out);
+    expect_run("train --init_from=base --dataset=gpt2ids --max_iters=1 --batch_size=2 --samples 0 --out_dir=ft", 0,
+               "vocabulary 50257", out, sizeof out);
+    cr_expect(!strstr(out, "50304"), "a fine-tune took the from-scratch vocabulary:\n%s", out);
+    expect_error("train --init_from=base --dataset=gpt2ids --vocab-size 50304 --max_iters=1 --out_dir=ft2", 2,
+                 "contradicts the model");
+}
+
 /* The learning rate of every step against train.py's get_lr (written out here), and decay_lr =
  * False against its `lr = learning_rate`. */
 static double nanogpt_get_lr(int it, double learning_rate, int warmup_iters, int lr_decay_iters, double min_lr) {
