@@ -504,7 +504,7 @@ bench-scale: all
 	@if command -v gnuplot >/dev/null 2>&1; then gnuplot bench/plots.gp && echo bench/results/train_scale.png; \
 	else echo "bench-scale: no gnuplot here: make plots draws bench/results/train_scale.png"; fi
 
-# ---- the recomputation study (README.md, "Recomputation tradeoffs") ----
+# ---- the recomputation study (docs/recomputation.md) ----
 # make recompute-bench : the CSV files (attention naive vs flash over N, and --recompute per setting)
 # make plots           : bench/results/{attention_memory,attention_time,train_recompute}.png from them
 #                        (and train_scale.png from make bench-scale's CSV when it is there)

@@ -11,7 +11,7 @@
  *   - GQA against multi-head attention on K and V repeated per group (dK, dV summed per group).
  * Then: flash skips tiles outside the window or the block mask (a NaN in V there would show), the
  * mask callback is called only in PARTIAL tiles, rows that see no key give zeros, errors, the
- * CLI flags, and the worked example in README.md, which must match this file's copy.
+ * CLI flags, and the worked example in docs/attention.md, which must match this file's copy.
  * Sizes shrink under FG_SANITIZE=1 (make sanitize) where noted.
  */
 #include <criterion/criterion.h>
@@ -1243,11 +1243,11 @@ Test(attention_variants, match_pytorch_autograd_through_the_cli, .timeout = 600)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * the worked example in README.md — the code between the two marker lines below is the
+ * the worked example in docs/attention.md — the code between the two marker lines below is the
  * guide's code block, character for character (guide_example_matches_the_guide checks it)
  * ------------------------------------------------------------------------------------------- */
 
-/* The README holds the block below character for character: clang-format leaves it alone. */
+/* docs/attention.md holds the block below character for character: clang-format leaves it alone. */
 /* clang-format off */
 /* ---- guide example: begin ---- */
 /* A prefix-LM mask (every query sees the first `prefix` keys, the rest causally) and a learned-style
@@ -1334,7 +1334,7 @@ static int guide_example(void) {
 /* clang-format on */
 
 Test(attention_variants, guide_example_passes) {
-    cr_expect_eq(guide_example(), 0, "the worked example in README.md failed (see above)");
+    cr_expect_eq(guide_example(), 0, "the worked example in docs/attention.md failed (see above)");
 }
 
 /* The text between `begin` and `end` (exclusive) of file `path`, as a malloc'd string, or NULL. */
@@ -1357,7 +1357,7 @@ static char *between(const char *path, const char *begin, const char *end) {
 }
 
 Test(attention_variants, guide_example_matches_the_guide) {
-    const char *guide = "README.md", *self = "tests/test_attention_variants.c";
+    const char *guide = "docs/attention.md", *self = "tests/test_attention_variants.c";
     if (access(guide, R_OK) != 0 || access(self, R_OK) != 0)
         cr_skip_test("%s or %s not found (run from the repository root)", guide, self);
     char *in_test = between(self, "/* ---- guide example: begin ---- */", "/* ---- guide example: end ---- */");
