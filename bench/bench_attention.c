@@ -39,9 +39,7 @@
 
 #include "bench/bench.h"
 #include "ops/attention.h"
-#include "ops/cpu/peak.h"
-#include "ops/cpu/simd.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "tensor/alloc.h"
 #include "cli/attn_flags.h"
 #include "cli/cli_util.h"

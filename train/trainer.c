@@ -9,7 +9,7 @@
 
 #include "autograd/autograd.h"
 #include "ops/kernels.h"
-#include "ops/cpu/peak.h"
+#include "ops/cpu.h"
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
 
