@@ -91,16 +91,7 @@ void fg_comm_add_into(fg_dtype dt, void *acc, const void *x, int64_t n);
 /* ---- the implementations behind the weak symbols ---- */
 /* train/mpi/comm_mpi.c: MPI_Init and the world communicator. */
 fg_status fg_comm_mpi_start(fg_comm **out);
-/* cuda/nccl.cu: NCCL on the device buffers of the run, one GPU per rank. fg_nccl_id fills the
- * unique id (rank 0; its size in *len, at most cap); fg_nccl_start joins the clique with it. The
- * fold and the all-gather have the contracts of fold_sum / allgather above, on device pointers. */
-fg_status fg_nccl_id(void *id, size_t cap, size_t *len);
-fg_status fg_nccl_start(int rank, int size, const void *id, size_t len);
-fg_status fg_nccl_fold_sum(void *buf, fg_dtype dt, int64_t n, int gather);
-fg_status fg_nccl_allgather(void *buf, fg_dtype dt, int64_t n);
-/* The fold's sum on the device: out (m) = slices[0] + slices[1] + ... + slices[P-1], slice q (m) at
- * slices + q·m, added in rank order as fg_comm_add_into folds (so the same bits for any P). */
-fg_status fg_nccl_fold_slices(void *out, const void *slices, fg_dtype dt, int64_t m, int P);
+/* cuda/nccl.cu: NCCL on device buffers, declared in ops/nccl_backend.h. */
 
 #ifdef __cplusplus
 }
