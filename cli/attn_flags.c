@@ -62,7 +62,7 @@ int fg_attn_flags_apply(const fg_attn_flags *af, fg_attn_opts *o, fg_device *dev
     const fg_flag *f = af->f;
     if (f[FG_AF_CAUSAL].given) o->causal = 1;
     if (f[FG_AF_DROPOUT].given) {
-        if (!(f[FG_AF_DROPOUT].d < 1)) {
+        if (!(f[FG_AF_DROPOUT].d >= 0 && f[FG_AF_DROPOUT].d < 1)) { /* the table checks that it is finite */
             fprintf(stderr, "flashgrad %s: --dropout: %g is outside [0, 1)\n", af->cmd, f[FG_AF_DROPOUT].d);
             return 2;
         }

@@ -30,7 +30,7 @@
  * or the command's, set after fg_attn_flags_init). */
 #define FG_ATTN_FLAGS(X)                                                                                               \
     X(CAUSAL, "--causal", FG_FLAG_BOOL, NULL, "causal mask", 0, 0, 0)                                                  \
-    X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability on the attention weights, in [0, 1)", 0, 1, 0)      \
+    X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability on the attention weights, in [0, 1)", 0, 0, 0)      \
     X(SEED, "--seed", FG_FLAG_U64, "S", "dropout seed", 0, 0, 0)                                                       \
     X(BLOCK_Q, "--block-q", FG_FLAG_INT, "N", "flash tile rows (queries)", 1, FG_ATTN_MAX_BLOCK, 0)                    \
     X(BLOCK_K, "--block-k", FG_FLAG_INT, "N", "flash tile columns (keys)", 1, FG_ATTN_MAX_BLOCK, 0)                    \

@@ -53,8 +53,7 @@ static void stop_failed(const fg_run_log *rows, const char *log_path, const char
         fg_train_die(
             1,
             "%s; stopped before this run's first checkpoint. '%s' still holds the earlier run (checkpoint at step "
-            "%lld), "
-            "untouched.",
+            "%lld), untouched.",
             msg, out, (long long)other_step);
     if (other_pending)
         fg_train_die(
