@@ -293,7 +293,7 @@ CUDA_PROG_OBJ  := $(PROG_SRC:%.c=$(CUDA_CPU_BUILD)/%.o) $(MPI_SRC:%.c=$(CUDA_CPU
 CUDA_TEST_SRC  := $(wildcard tests/cuda/*.c tests/cuda/*.cu)
 # tests/cuda/test_attention.c runs the attention and gradcheck commands in-process (fg_cmd_attention,
 # fg_cmd_gradcheck) on the device: their CLI objects are linked into the GPU test runners by name.
-CUDA_TEST_CLI  := $(addprefix $(CUDA_CPU_BUILD)/,cli/cmd_attention.o cli/cmd_gradcheck.o cli/attn_flags.o cli/cli_util.o)
+CUDA_TEST_CLI  := $(addprefix $(CUDA_CPU_BUILD)/,cli/cmd_attention.o cli/cmd_gradcheck.o cli/attn_flags.o cli/flags.o cli/cli_util.o)
 CUDA_TEST_OBJ  := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_TEST_SRC))) $(CUDA_TEST_CLI)
 CUDA_BENCH_OBJ := $(CUDA_BUILD)/bench/fg_cuda_bench.o
 

@@ -5,7 +5,7 @@
 
 #include "bench/bench.h"
 #include "cli/commands.h"
-#include "ops/cpu/peak.h"
+#include "ops/cpu.h"
 
 int fg_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

@@ -39,9 +39,7 @@
 
 #include "bench/bench.h"
 #include "ops/attention.h"
-#include "ops/cpu/peak.h"
-#include "ops/cpu/simd.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "tensor/alloc.h"
 #include "cli/attn_flags.h"
 #include "cli/cli_util.h"
@@ -317,16 +315,22 @@ int fg_bench_attention(int argc, char **argv) {
     int64_t nk_fixed = 0;
     double max_naive_gib = 6.0;
     const char *csv = NULL;
+    fg_attn_flags af;
+    fg_attn_flags_init(&af, "bench attention",
+                       FG_AF_BIT(FG_AF_CAUSAL) | FG_AF_BIT(FG_AF_DROPOUT) | FG_AF_BIT(FG_AF_BLOCK_Q) |
+                           FG_AF_BIT(FG_AF_BLOCK_K) | FG_AF_BIT(FG_AF_IMPL) | FG_AF_BIT(FG_AF_IMPL_BOTH) |
+                           FG_AF_BIT(FG_AF_DEVICE));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--causal")) {
-            c.causal = 1;
-            continue;
-        } else if (!strcmp(a, "--no-sgemm")) {
+        }
+        const int af_rc = fg_attn_flags_take(&af, argc, argv, &i);
+        if (af_rc == 2) return 2;
+        if (af_rc == 1) continue;
+        if (!strcmp(a, "--no-sgemm")) {
             want_sgemm = 0;
             continue;
         }
@@ -348,24 +352,6 @@ int fg_bench_attention(int argc, char **argv) {
                 return 2;
             }
             for (int s = 0; s < nsweep; s++) sweep[s] = (int)tmp[s];
-        } else if (!strcmp(a, "--impl")) {
-            if (!strcmp(val, "naive"))
-                want_flash = 0;
-            else if (!strcmp(val, "flash"))
-                want_naive = 0;
-            else if (strcmp(val, "both")) {
-                fprintf(stderr, "bench attention: --impl must be naive, flash or both, got '%s'\n", val);
-                return 2;
-            }
-        } else if (!strcmp(a, "--device")) {
-            if (!strcmp(val, "cpu"))
-                c.device = FG_CPU;
-            else if (!strcmp(val, "cuda"))
-                c.device = FG_CUDA;
-            else {
-                fprintf(stderr, "bench attention: --device must be cpu or cuda, got '%s'\n", val);
-                return 2;
-            }
         } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(val, "float32"))
                 c.dtype = FG_F32;
@@ -383,11 +369,6 @@ int fg_bench_attention(int argc, char **argv) {
         } else if (!strcmp(a, "--csv")) {
             if (!*val) return fprintf(stderr, "bench attention: --csv: empty path\n"), 2;
             csv = val;
-        } else if (!strcmp(a, "--dropout")) {
-            if (fg_parse_double(val, &c.dropout) || c.dropout < 0 || c.dropout >= 1) {
-                fprintf(stderr, "bench attention: --dropout must be in [0, 1), got '%s'\n", val);
-                return 2;
-            }
         } else if (!strcmp(a, "--max-naive-gib")) {
             if (fg_parse_double(val, &max_naive_gib) || max_naive_gib <= 0) {
                 fprintf(stderr, "bench attention: --max-naive-gib must be positive, got '%s'\n", val);
@@ -407,10 +388,6 @@ int fg_bench_attention(int argc, char **argv) {
                 dst = &nk_fixed;
             else if (!strcmp(a, "--repeat"))
                 ix = 1;
-            else if (!strcmp(a, "--block-q"))
-                ix = 2;
-            else if (!strcmp(a, "--block-k"))
-                ix = 3;
             else if (!strcmp(a, "--threads"))
                 ix = 4;
             else {
@@ -430,8 +407,6 @@ int fg_bench_attention(int argc, char **argv) {
                 *dst = x;
             else if (ix == 1)
                 c.repeat = (int)x;
-            else if (ix == 2)
-                bq = (int)x;
             else if (ix == 4) {
                 if (x > FG_POOL_MAX_THREADS) {
                     fprintf(stderr, "bench attention: --threads must be at most %d, got '%s'\n", FG_POOL_MAX_THREADS,
@@ -439,9 +414,18 @@ int fg_bench_attention(int argc, char **argv) {
                     return 2;
                 }
                 c.threads = (int)x;
-            } else
-                bk = (int)x;
+            }
         }
+    }
+    fg_attn_opts ao = fg_attn_defaults();
+    if (fg_attn_flags_apply(&af, &ao, &c.device)) return 2;
+    c.causal = ao.causal;
+    c.dropout = ao.dropout_p;
+    if (af.f[FG_AF_BLOCK_Q].given) bq = ao.block_q;
+    if (af.f[FG_AF_BLOCK_K].given) bk = ao.block_k;
+    if (af.f[FG_AF_IMPL].given && strcmp(af.f[FG_AF_IMPL].s, "both")) {
+        want_naive = ao.impl == FG_ATTN_NAIVE;
+        want_flash = ao.impl == FG_ATTN_FLASH;
     }
     if (nn == 0) {
         static const int64_t def[] = {256, 512, 1024, 2048, 4096};

@@ -33,9 +33,7 @@
 #include "bench/bench.h"
 #include "cli/cli_util.h"
 #include "cli/flags.h"
-#include "ops/cpu/peak.h"
-#include "ops/cpu/dnnl_gemm.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "ops/ops.h"
 
 /* --cpu-time: the calling thread's CPU time instead of the wall clock. */

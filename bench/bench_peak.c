@@ -16,9 +16,7 @@
 #include "bench/bench.h"
 #include "cli/cli_util.h"
 #include "cli/flags.h"
-#include "ops/cpu/peak.h"
-#include "ops/cpu/simd.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 
 #define ITERS 2500000L /* FMA steps per chain per round: ~10 ms on one core; short rounds, many of them, so that
                              * the best one likely ran while no other process held the cores */

@@ -1,4 +1,4 @@
-/* attn_flags.c — parsing of the attention-variant flags (cli/attn_flags.h). */
+/* attn_flags.c — the attention commands' one flag table (cli/attn_flags.h). */
 #include "cli/attn_flags.h"
 
 #include <stdio.h>
@@ -15,56 +15,103 @@ const char fg_attn_variant_flags_help[] =
     "  --softcap C          logit softcapping: score = C * tanh(score / C) before bias and mask, C > 0\n"
     "  --custom NAME        a registered user variant (score_mod / mask callbacks); --custom list shows them\n";
 
-static int bad(const char *cmd, const char *flag, const char *val, const char *want) {
-    fprintf(stderr, "%s: %s %s, got '%s'\n", cmd, flag, want, val ? val : "");
+void fg_attn_flags_init(fg_attn_flags *af, const char *cmd, unsigned mask) {
+    static const fg_flag table[FG_AF_COUNT] = {
+#define FG_AF_INIT(id, nm, ty, me, he, l, h, lop)                                                                      \
+    {.name = nm, .type = ty, .meta = me, .help = he, .lo = l, .hi = h, .lo_open = lop},
+        FG_ATTN_FLAGS(FG_AF_INIT)
+#undef FG_AF_INIT
+    };
+    af->cmd = cmd;
+    af->mask = mask;
+    memcpy(af->f, table, sizeof table);
+}
+
+int fg_attn_flags_take(fg_attn_flags *af, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *eq = strchr(a, '=');
+    const size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    int k = 0;
+    while (k < FG_AF_COUNT && !(strlen(af->f[k].name) == len && !strncmp(af->f[k].name, a, len))) k++;
+    if (k == FG_AF_COUNT || !(af->mask & FG_AF_BIT(k))) return 0;
+    fg_flag *f = &af->f[k];
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v && f->type != FG_FLAG_BOOL) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "flashgrad %s: %s needs a value (%s)\n", af->cmd, f->name, f->meta);
+            return 2;
+        }
+        v = argv[++*i];
+    }
+    if (fg_flags_set(af->cmd, af->f, FG_AF_COUNT, f->name, v, "")) return 2;
+    if (k == FG_AF_CUSTOM && !strcmp(v, "list")) {
+        printf("registered attention variants (--custom NAME):\n");
+        const char *help;
+        for (int j = 0; fg_attn_custom_name(j, &help); j++) printf("  %-16s %s\n", fg_attn_custom_name(j, NULL), help);
+        return 3;
+    }
+    return 1;
+}
+
+static int bad(const fg_attn_flags *af, int k, const char *want) {
+    fprintf(stderr, "flashgrad %s: %s: %s, got '%s'\n", af->cmd, af->f[k].name, want, af->f[k].s ? af->f[k].s : "");
     return 2;
 }
 
-int fg_attn_variant_flag(const char *cmd, int argc, char **argv, int *i, fg_attn_opts *o) {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--alibi")) {
-        o->variant.alibi = 1;
-        return 1;
+int fg_attn_flags_apply(const fg_attn_flags *af, fg_attn_opts *o, fg_device *dev) {
+    const fg_flag *f = af->f;
+    if (f[FG_AF_CAUSAL].given) o->causal = 1;
+    if (f[FG_AF_DROPOUT].given) {
+        if (!(f[FG_AF_DROPOUT].d >= 0 && f[FG_AF_DROPOUT].d < 1)) { /* the table checks that it is finite */
+            fprintf(stderr, "flashgrad %s: --dropout: %g is outside [0, 1)\n", af->cmd, f[FG_AF_DROPOUT].d);
+            return 2;
+        }
+        o->dropout_p = f[FG_AF_DROPOUT].d;
     }
-    if (strcmp(a, "--gqa") && strcmp(a, "--window") && strcmp(a, "--softcap") && strcmp(a, "--custom")) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "%s: %s needs a value\n", cmd, a);
-        return 2;
+    if (f[FG_AF_SEED].given) o->seed = f[FG_AF_SEED].u;
+    if (f[FG_AF_BLOCK_Q].given) o->block_q = (int)f[FG_AF_BLOCK_Q].i;
+    if (f[FG_AF_BLOCK_K].given) o->block_k = (int)f[FG_AF_BLOCK_K].i;
+    if (f[FG_AF_IMPL].given) {
+        const char *v = f[FG_AF_IMPL].s;
+        const int both = (af->mask & FG_AF_BIT(FG_AF_IMPL_BOTH)) != 0;
+        if (!strcmp(v, "naive"))
+            o->impl = FG_ATTN_NAIVE;
+        else if (!strcmp(v, "flash"))
+            o->impl = FG_ATTN_FLASH;
+        else if (!both || strcmp(v, "both"))
+            return bad(af, FG_AF_IMPL, both ? "must be naive, flash or both" : "must be naive or flash");
     }
-    const char *val = argv[++*i];
-    if (!strcmp(a, "--gqa")) {
-        int64_t n;
-        if (fg_parse_int(val, &n) || n < 1 || n > 65536) return bad(cmd, a, val, "must be an integer in [1, 65536]");
-        o->variant.n_kv_heads = n;
-    } else if (!strcmp(a, "--window")) {
+    if (f[FG_AF_DEVICE].given) {
+        if (!strcmp(f[FG_AF_DEVICE].s, "cpu"))
+            *dev = FG_CPU;
+        else if (!strcmp(f[FG_AF_DEVICE].s, "cuda"))
+            *dev = FG_CUDA;
+        else
+            return bad(af, FG_AF_DEVICE, "must be cpu or cuda");
+    }
+    if (f[FG_AF_GQA].given) o->variant.n_kv_heads = f[FG_AF_GQA].i;
+    if (f[FG_AF_WINDOW].given) {
         int64_t lr[2];
         int n = 0;
-        if (fg_parse_int_list(val, lr, 2, &n, -1, INT32_MAX) || n != 2)
-            return bad(cmd, a, val, "must be L,R: two integers >= -1 (-1 = unbounded)");
+        if (fg_parse_int_list(f[FG_AF_WINDOW].s, lr, 2, &n, -1, INT32_MAX) || n != 2)
+            return bad(af, FG_AF_WINDOW, "must be L,R: two integers >= -1 (-1 = unbounded)");
         o->variant.window = 1;
         o->variant.window_left = lr[0];
         o->variant.window_right = lr[1];
-    } else if (!strcmp(a, "--softcap")) {
-        double c;
-        /* whether c fits the inputs' dtype is the library's check (fg_attn_problem_check_dtype) */
-        if (fg_parse_double(val, &c) || !(c > 0)) return bad(cmd, a, val, "must be a finite number > 0");
-        o->variant.softcap = c;
-    } else { /* --custom */
-        const fg_attn_custom *c = fg_attn_find_custom(val);
-        if (!strcmp(val, "list")) {
-            printf("registered attention variants (--custom NAME):\n");
-            const char *help;
-            for (int k = 0; fg_attn_custom_name(k, &help); k++)
-                printf("  %-16s %s\n", fg_attn_custom_name(k, NULL), help);
-            return 3;
-        }
+    }
+    if (f[FG_AF_ALIBI].given) o->variant.alibi = 1;
+    /* whether the softcap fits the inputs' dtype is the library's check (fg_attn_problem_check_dtype) */
+    if (f[FG_AF_SOFTCAP].given) o->variant.softcap = f[FG_AF_SOFTCAP].d;
+    if (f[FG_AF_CUSTOM].given) {
+        const fg_attn_custom *c = fg_attn_find_custom(f[FG_AF_CUSTOM].s);
         if (!c) {
-            fprintf(stderr, "%s: --custom: no variant named '%s' (--custom list shows them)\n", cmd, val);
+            fprintf(stderr, "flashgrad %s: --custom: no variant named '%s' (--custom list shows them)\n", af->cmd,
+                    f[FG_AF_CUSTOM].s);
             return 2;
         }
         o->custom = *c;
     }
-    return 1;
+    return 0;
 }
 
 const char *fg_attn_variant_str(const fg_attn_opts *o, const char *custom_name, char *buf, size_t n) {
@@ -80,22 +127,6 @@ const char *fg_attn_variant_str(const fg_attn_opts *o, const char *custom_name, 
     if (!used) ADD("none");
 #undef ADD
     return buf;
-}
-
-int fg_attn_device_flag(const char *cmd, int argc, char **argv, int *i, fg_device *dev) {
-    if (strcmp(argv[*i], "--device")) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "%s: --device needs a value (cpu or cuda)\n", cmd);
-        return 2;
-    }
-    const char *val = argv[++*i];
-    if (!strcmp(val, "cpu"))
-        *dev = FG_CPU;
-    else if (!strcmp(val, "cuda"))
-        *dev = FG_CUDA;
-    else
-        return bad(cmd, "--device", val, "must be cpu or cuda");
-    return 1;
 }
 
 int fg_attn_device_ready(const char *cmd, fg_device dev, const fg_attn_opts *o) {

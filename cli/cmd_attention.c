@@ -193,6 +193,8 @@ int fg_cmd_attention(int argc, char **argv) {
     const char *qp = NULL, *kp = NULL, *vp = NULL, *dop = NULL, *out = NULL;
     fg_attn_opts opts = fg_attn_defaults();
     fg_device dev = FG_CPU;
+    fg_attn_flags af;
+    fg_attn_flags_init(&af, "attention", FG_AF_ALL & ~FG_AF_BIT(FG_AF_IMPL_BOTH));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -200,29 +202,18 @@ int fg_cmd_attention(int argc, char **argv) {
             fputs(fg_attn_variant_flags_help, stdout);
             return 0;
         }
-        if (!strcmp(a, "--causal")) {
-            opts.causal = 1;
-            continue;
-        }
-        int vf = fg_attn_variant_flag(CMD, argc, argv, &i, &opts);
-        if (vf == 2) return 2;
-        if (vf == 3) return 0;
-        if (vf == 1) continue;
-        vf = fg_attn_device_flag(CMD, argc, argv, &i, &dev);
-        if (vf == 2) return 2;
-        if (vf == 1) continue;
-        static const char *valued[] = {"--q",       "--k",    "--v",     "--do",      "--out",    "--impl",
-                                       "--dropout", "--seed", "--scale", "--block-q", "--block-k"};
+        const int af_rc = fg_attn_flags_take(&af, argc, argv, &i);
+        if (af_rc == 2) return 2;
+        if (af_rc == 3) return 0;
+        if (af_rc == 1) continue;
+        static const char *valued[] = {"--q", "--k", "--v", "--do", "--out", "--scale"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= !strcmp(a, valued[j]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
         if (i + 1 >= argc) return usage_error("%s needs a value%s", a, "");
         const char *val = argv[++i];
-        int64_t iv;
         double dv;
-        int is_path =
-            !strcmp(a, "--q") || !strcmp(a, "--k") || !strcmp(a, "--v") || !strcmp(a, "--do") || !strcmp(a, "--out");
-        if (is_path && !*val) return usage_error("%s: empty path%s", a, "");
+        if (strcmp(a, "--scale") && !*val) return usage_error("%s: empty path%s", a, "");
         if (!strcmp(a, "--q"))
             qp = val;
         else if (!strcmp(a, "--k"))
@@ -233,34 +224,13 @@ int fg_cmd_attention(int argc, char **argv) {
             dop = val;
         else if (!strcmp(a, "--out"))
             out = val;
-        else if (!strcmp(a, "--impl")) {
-            if (!strcmp(val, "naive"))
-                opts.impl = FG_ATTN_NAIVE;
-            else if (!strcmp(val, "flash"))
-                opts.impl = FG_ATTN_FLASH;
-            else
-                return usage_error("--impl must be naive or flash, got '%s'%s", val, "");
-        } else if (!strcmp(a, "--dropout")) {
-            if (fg_parse_double(val, &dv) || !(dv >= 0 && dv < 1))
-                return usage_error("--dropout must be a number in [0, 1), got '%s'%s", val, "");
-            opts.dropout_p = dv;
-        } else if (!strcmp(a, "--seed")) {
-            if (fg_parse_int(val, &iv) || iv < 0)
-                return usage_error("--seed must be an integer >= 0, got '%s'%s", val, "");
-            opts.seed = (uint64_t)iv;
-        } else if (!strcmp(a, "--scale")) {
+        else { /* --scale */
             if (fg_parse_double(val, &dv) || dv == 0)
                 return usage_error("--scale must be a finite nonzero number, got '%s'%s", val, "");
             opts.scale = dv;
-        } else { /* --block-q / --block-k */
-            if (fg_parse_int(val, &iv) || iv < 1 || iv > FG_ATTN_MAX_BLOCK)
-                return usage_error("%s must be an integer in [1, 65536], got '%s'", a, val);
-            if (!strcmp(a, "--block-q"))
-                opts.block_q = (int)iv;
-            else
-                opts.block_k = (int)iv;
         }
     }
+    if (fg_attn_flags_apply(&af, &opts, &dev)) return 2;
     if (!qp || !kp || !vp) return usage_error("--q, --k and --v are required%s%s", "", "");
     if (!out) return usage_error("--out DIR is required%s%s", "", "");
     int drc = fg_attn_device_ready(CMD, dev, &opts);

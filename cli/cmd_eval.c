@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "cli/eval.h"
 #include "cli/flags.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "train/checkpoint.h"
 #include "train/gpt2_files.h"
 #include "train/trainer.h"

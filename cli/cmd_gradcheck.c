@@ -282,10 +282,14 @@ static int gradcheck_attention_device(fg_device dev, const fg_attn_opts *base, i
 }
 
 static int gradcheck_attention(int argc, char **argv) {
-    int64_t B = 2, H = 2, Nq = 8, Nk = 11, d = 4, seed = 0, bq = 4, bk = 3;
+    int64_t B = 2, H = 2, Nq = 8, Nk = 11, d = 4;
     fg_attn_opts opts = fg_attn_defaults();
+    opts.seed = 0;
+    opts.block_q = 4;
+    opts.block_k = 3;
     fg_device dev = FG_CPU;
-    const char *custom_name = NULL;
+    fg_attn_flags af;
+    fg_attn_flags_init(&af, "gradcheck attention", FG_AF_ALL & ~(FG_AF_BIT(FG_AF_IMPL) | FG_AF_BIT(FG_AF_IMPL_BOTH)));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -293,22 +297,11 @@ static int gradcheck_attention(int argc, char **argv) {
             fputs(fg_attn_variant_flags_help, stdout);
             return 0;
         }
-        int df = fg_attn_device_flag(CMD, argc, argv, &i, &dev);
-        if (df == 2) return 2;
-        if (df == 1) continue;
-        if (!strcmp(a, "--causal")) {
-            opts.causal = 1;
-            continue;
-        }
-        int vf = fg_attn_variant_flag(CMD, argc, argv, &i, &opts);
-        if (vf == 2) return 2;
-        if (vf == 3) return 0;
-        if (vf == 1) {
-            if (!strcmp(a, "--custom")) custom_name = argv[i];
-            continue;
-        }
-        static const char *valued[] = {"--b",       "--h",    "--nq",      "--nk",     "--d",
-                                       "--dropout", "--seed", "--block-q", "--block-k"};
+        const int af_rc = fg_attn_flags_take(&af, argc, argv, &i);
+        if (af_rc == 2) return 2;
+        if (af_rc == 3) return 0;
+        if (af_rc == 1) continue;
+        static const char *valued[] = {"--b", "--h", "--nq", "--nk", "--d"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= !strcmp(a, valued[j]);
         if (!known) {
@@ -329,42 +322,29 @@ static int gradcheck_attention(int argc, char **argv) {
             ok = parse_count(a, val, 0, 512, &Nq);
         else if (!strcmp(a, "--nk"))
             ok = parse_count(a, val, 0, 512, &Nk);
-        else if (!strcmp(a, "--d"))
+        else /* --d */
             ok = parse_count(a, val, 1, 256, &d);
-        else if (!strcmp(a, "--seed"))
-            ok = parse_count(a, val, 0, INT64_MAX, &seed);
-        else if (!strcmp(a, "--block-q"))
-            ok = parse_count(a, val, 1, FG_ATTN_MAX_BLOCK, &bq);
-        else if (!strcmp(a, "--block-k"))
-            ok = parse_count(a, val, 1, FG_ATTN_MAX_BLOCK, &bk);
-        else { /* --dropout */
-            double p;
-            if (fg_parse_double(val, &p) || !(p >= 0 && p < 1)) {
-                fprintf(stderr, CMD ": --dropout must be a number in [0, 1), got '%s'\n", val);
-                return 2;
-            }
-            opts.dropout_p = p;
-        }
         if (!ok) return 2;
     }
+    if (fg_attn_flags_apply(&af, &opts, &dev)) return 2;
+    const char *custom_name = af.f[FG_AF_CUSTOM].given ? af.f[FG_AF_CUSTOM].s : NULL;
+    const uint64_t seed = opts.seed;
+    const int64_t bq = opts.block_q, bk = opts.block_k;
     if (opts.variant.n_kv_heads && H % opts.variant.n_kv_heads != 0) {
         fprintf(stderr, CMD ": --h %lld is not a multiple of --gqa %lld\n", (long long)H,
                 (long long)opts.variant.n_kv_heads);
         return 2;
     }
-    opts.seed = (uint64_t)seed;
-    opts.block_q = (int)bq;
-    opts.block_k = (int)bk;
     const double scale = 1.0 / sqrt((double)d);
     int drc = fg_attn_device_ready(CMD, dev, &opts);
     if (drc) return drc;
 
     char vbuf[256];
-    printf("gradcheck attention: B=%lld H=%lld H_kv=%lld Nq=%lld Nk=%lld d=%lld causal=%d dropout=%g seed=%lld "
+    printf("gradcheck attention: B=%lld H=%lld H_kv=%lld Nq=%lld Nk=%lld d=%lld causal=%d dropout=%g seed=%llu "
            "block_q=%lld block_k=%lld scale=%.6g\n",
            (long long)B, (long long)H, (long long)(opts.variant.n_kv_heads ? opts.variant.n_kv_heads : H),
-           (long long)Nq, (long long)Nk, (long long)d, opts.causal, opts.dropout_p, (long long)seed, (long long)bq,
-           (long long)bk, scale);
+           (long long)Nq, (long long)Nk, (long long)d, opts.causal, opts.dropout_p, (unsigned long long)seed,
+           (long long)bq, (long long)bk, scale);
     printf("variant: %s\n", fg_attn_variant_str(&opts, custom_name, vbuf, sizeof vbuf));
     printf("relative error = max|a-b| / max|b| (finite differences: max over elements of |a-n|/|n|)\n\n");
     if (dev != FG_CPU) {

@@ -29,7 +29,7 @@
 
 #include "cli/cli_util.h"
 #include "datasets/tokens.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "train/gpt2_files.h"
 #include "cli/commands.h"
 #include "cli/flags.h"

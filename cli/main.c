@@ -5,7 +5,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "tensor/fileio.h"
 
 typedef struct {

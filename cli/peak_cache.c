@@ -11,8 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ops/cpu/peak.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "tensor/fileio.h"
 
 #define HEADER "# flashgrad float32 FMA peak: GFLOP/s, simd, threads, cpu model (delete a line to measure it again)"

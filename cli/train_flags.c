@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "ops/kernels.h"
 
 _Static_assert(FG_POOL_MAX_THREADS == 64, "--threads says at most 64 (train_flags.h)");

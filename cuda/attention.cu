@@ -337,8 +337,8 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
  * the entry points: the CUDA kernel table's attention member (cuda/kernels.cu)
  * ============================================================================================ */
 
-extern "C" fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux,
-                                               const void *q, const void *k, const void *v, const fg_attn_problem *pr) {
+extern "C" fg_status fg_cu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux,
+                                             const void *q, const void *k, const void *v, const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention"));
     FG_TRY(check_problem(pr, "attention"));
     if (impl == FG_ATTN_FLASH)
@@ -354,10 +354,10 @@ extern "C" fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, v
     return fg_error(FG_ERR_ARG, "attention: unknown implementation %d", (int)impl);
 }
 
-extern "C" fg_status fg_cuda_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv,
-                                                const void *dout, const void *q, const void *k, const void *v,
-                                                const void *o, const void *lse, const void *aux,
-                                                const fg_attn_problem *pr) {
+extern "C" fg_status fg_cu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv,
+                                              const void *dout, const void *q, const void *k, const void *v,
+                                              const void *o, const void *lse, const void *aux,
+                                              const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention backward"));
     FG_TRY(check_problem(pr, "attention backward"));
     if (impl == FG_ATTN_FLASH)

@@ -21,7 +21,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "autograd/autograd.h"
 #include "cuda/cuda.h"
 #include "cuda/device_math.cuh"
 #include "tensor/alloc.h"
@@ -117,16 +116,6 @@ __device__ __forceinline__ int64_t fg_cu_offset(int64_t k, int ndim, const int64
         k = q;
     }
     return off;
-}
-
-/* ---- autograd helpers for the backward rules of cuda/ ---- */
-/* node->grad_out as a contiguous tensor (new reference; normally just retained), or NULL. */
-static inline fg_tensor *fg_cu_grad_out(fg_node *n) {
-    if (!n->grad_out) {
-        fg_error(FG_ERR_STATE, "%s backward: no output gradient", n->op);
-        return NULL;
-    }
-    return fg_contiguous(n->grad_out);
 }
 
 /* ---- deterministic reductions without atomics ----

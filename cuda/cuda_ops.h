@@ -1,8 +1,8 @@
-/* cuda_ops.h — the raw CUDA entry points that code outside the kernel table still calls.
+/* cuda_ops.h — the raw CUDA entry point that code outside the kernel table still calls.
  *
  * Every op reaches the GPU through its one shell in ops/<family>.c and the FG_CUDA kernel table
- * (ops/kernels.h, registered by fg_cuda_init from cuda/kernels.cu). What is left here are raw-pointer
- * functions for benchmarks and tests: the attention kernels and a row-major GEMM. Pointers are device
+ * (ops/kernels.h, registered by fg_cuda_init from cuda/kernels.cu). What is left here is a
+ * raw-pointer row-major GEMM, for the naive attention launchers, benchmarks and tests. Pointers are device
  * memory; arrays are contiguous unless a stride says otherwise. Everything runs on the one stream of
  * cuda/runtime.cu and returns before the GPU finishes; a copy to the host (fg_to_host, fg_to) waits.
  * All of it needs fg_cuda_init() first.
@@ -12,15 +12,11 @@
 
 #include <stdint.h>
 
-#include "autograd/autograd.h"
-#include "ops/attention.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- 2. raw-pointer kernels ---- */
 
 /* cuda/matmul.cu — row-major GEMM like cblas_?gemm(CblasRowMajor, ...):
  *     C (M, N) = alpha · op(A) op(B) + beta · C,   op(X) = X or Xᵀ (ta / tb non-zero),

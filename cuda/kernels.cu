@@ -17,7 +17,7 @@ static fg_kernels make_table() {
     k.dropout = {fg_cu_dropout_forward, fg_cu_dropout_backward};
     k.optimizer = {fg_cu_adamw, fg_cu_sum_squares, fg_cu_scale, NULL, NULL};
     /* the built-in variants cuda/attention.cu implements; fg_attention refuses user callbacks here */
-    k.attention = {fg_cuda_attention_forward, fg_cuda_attention_backward, FG_ATTN_CAP_ALL};
+    k.attention = {fg_cu_attention_forward, fg_cu_attention_backward, FG_ATTN_CAP_ALL};
     return k;
 }
 

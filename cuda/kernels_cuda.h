@@ -89,11 +89,11 @@ fg_status fg_cu_scale(fg_dtype dt, void *x, int64_t n, double s);
  * GPU picks its own per dtype and head dim (see cuda/attention.cu). Head dims up to 256 are
  * supported; larger ones fail with FG_ERR_ARG. The backward is deterministic (no floating-point
  * atomics, also under GQA). */
-fg_status fg_cuda_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
-                                    const void *k, const void *v, const fg_attn_problem *pr);
-fg_status fg_cuda_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
-                                     const void *q, const void *k, const void *v, const void *o, const void *lse,
-                                     const void *aux, const fg_attn_problem *pr);
+fg_status fg_cu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
+                                  const void *k, const void *v, const fg_attn_problem *pr);
+fg_status fg_cu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                                   const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                   const void *aux, const fg_attn_problem *pr);
 
 #ifdef __cplusplus
 }

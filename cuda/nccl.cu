@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
+#include "ops/nccl_backend.h"
 
 /* ============================================================================================
  * kernels

@@ -353,7 +353,7 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
     const fg_kernels *k = fg_kernels_for(logits->device, op);
     if (!k) return NULL;
     if (!k->cross_entropy.forward) {
-        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", op, k->device);
+        fg_op_no_kernel(op, k->device);
         return NULL;
     }
 

@@ -127,7 +127,7 @@ fg_tensor *fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream) {
     const fg_kernels *k = fg_kernels_for(x->device, op);
     if (!k) return NULL;
     if (!k->dropout.forward) {
-        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", op, k->device);
+        fg_op_no_kernel(op, k->device);
         return NULL;
     }
     if (p == 0.0) return fg_retain(x);

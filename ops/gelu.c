@@ -200,7 +200,7 @@ fg_tensor *fg_gelu(fg_tensor *x) {
     const fg_kernels *k = fg_kernels_for(x->device, op);
     if (!k) return NULL;
     if (!k->gelu.forward) {
-        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", op, k->device);
+        fg_op_no_kernel(op, k->device);
         return NULL;
     }
 

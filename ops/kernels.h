@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "ops/attention.h"
+#include "ops/flat.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
@@ -178,10 +179,7 @@ typedef struct {
  * sum_squares_blocks writes part[k - b0] = block k's sum for the blocks [b0, b1) of the whole (n)
  * array x, so that adding every block's part in block order gives sum_squares's bits (a ZeRO-1
  * rank sums its own blocks, train/trainer.c). Both are NULL on devices without that order. */
-typedef struct {
-    int64_t offset, count;
-    double decay_factor;
-} fg_adamw_span;
+/* fg_adamw_span: ops/flat.h */
 
 typedef struct {
     fg_status (*adamw)(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,

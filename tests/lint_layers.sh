@@ -3,8 +3,10 @@
 #
 #     tensor/  <-  autograd/  <-  ops/  <-  { cuda/, datasets/ }  <-  train/  <-  { cli/, bench/ }
 #
-# (a folder's subfolders, such as ops/cpu/, belong to it). Siblings do not include each other, and
+# (a folder's subfolders, such as train/mpi/, belong to it). Siblings do not include each other, and
 # nothing but the benchmarks includes cuda/: the library reaches a device through its kernel table.
+# ops/cpu/ is private to ops/: everything else (the Python shim too) reaches the CPU device through
+# ops/cpu.h. The tests are white-box and may include any header.
 # Prints one line per offending include and exits 1; exits 0 when the tree is clean.
 cd "$(dirname "$0")/.." || exit 2
 # The folders each layer may include besides its own.
@@ -33,5 +35,12 @@ for f in $(find tensor autograd ops cuda datasets train cli bench -type f \
         bad=1
     done
 done
-[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench)"
+for f in $(find tensor autograd cuda datasets train cli bench python -type f \
+    \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \) 2>/dev/null | sort); do
+    line=$(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"ops/cpu/' "$f" | head -1 | cut -d: -f1)
+    [ -z "$line" ] && continue
+    echo "layers: $f:$line includes ops/cpu/, which is private to ops/ (include ops/cpu.h)"
+    bad=1
+done
+[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench; ops/cpu/ private to ops/)"
 exit "$bad"

@@ -103,7 +103,7 @@ static void drop(snapshot *s) {
     for (int i = 0; i < 3; i++) free(s->data[i]);
 }
 
-/* train's log header (cmd_train.c) */
+/* train's log header (train/run_folder.h) */
 #define CSV_HEADER_FOR_TEST "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu"
 
 static int one_line(const char *log) {

@@ -1,14 +1,14 @@
 /* adamw.c — AdamW, the learning-rate schedule and gradient clipping (see adamw.h).
  *
- * The loops over the flat (P) arrays are the `optimizer` kernels of the arrays' device
- * (ops/kernels.h): ops/optim.c on the CPU, cuda/adamw.cu on the GPU. */
+ * The loops over the flat (P) arrays are the public ops of ops/flat.h, which run the `optimizer`
+ * kernels of the arrays' device: ops/optim.c on the CPU, cuda/adamw.cu on the GPU. */
 #include "train/adamw.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/kernels.h"
+#include "ops/flat.h"
 
 double fg_lr_at(const fg_adamw_config *c, int64_t s) {
     if (s < c->warmup) return c->lr * (double)(s + 1) / (double)(c->warmup + 1);
@@ -18,21 +18,10 @@ double fg_lr_at(const fg_adamw_config *c, int64_t s) {
     return c->min_lr + coeff * (c->lr - c->min_lr);
 }
 
-/* the optimizer kernels of device d (NULL with the error when it has none) */
-static const fg_optimizer_kernels *optimizer_on(fg_device d, const char *what) {
-    const fg_kernels *k = fg_kernels_for(d, what);
-    if (!k) return NULL;
-    if (!k->optimizer.adamw || !k->optimizer.sum_squares || !k->optimizer.scale) {
-        fg_error(FG_ERR_DEVICE, "op %s: not supported on %s", what, k->device);
-        return NULL;
-    }
-    return &k->optimizer;
-}
-
 fg_status fg_adamw_init(fg_adamw *o, const fg_adamw_config *c, fg_dtype dt, fg_device dev, int64_t P) {
     memset(o, 0, sizeof *o);
     if (P < 0) return fg_error(FG_ERR_ARG, "adamw: %lld parameters", (long long)P);
-    if (!optimizer_on(dev, "adamw")) return fg_last_status();
+    FG_TRY(fg_flat_optimizer_on(dev, "adamw"));
     o->cfg = *c;
     o->n = P;
     o->m = fg_zeros(dt, dev, 1, &P);
@@ -51,18 +40,15 @@ void fg_adamw_free(fg_adamw *o) {
 }
 
 double fg_grad_norm(const fg_tensor *grads) {
-    const fg_optimizer_kernels *k = optimizer_on(grads->device, "grad_norm");
     double s = 0;
     /* float64 sums in a fixed order on every device; an error reads as a NaN norm */
-    if (!k || k->sum_squares(grads->dtype, fg_data(grads), fg_numel(grads), &s) != FG_OK) return NAN;
+    if (fg_flat_sum_squares(grads, &s) != FG_OK) return NAN;
     return sqrt(s);
 }
 
 void fg_grad_scale(fg_tensor *grads, double s) {
-    const fg_optimizer_kernels *k = optimizer_on(grads->device, "grad_scale");
-    if (k)
-        (void)k->scale(grads->dtype, fg_data(grads), fg_numel(grads),
-                       s); /* a failure surfaces at the next checked call */
+    /* a failure surfaces at the next checked call */
+    (void)fg_flat_scale_range(grads, 0, fg_numel(grads), s);
 }
 
 double fg_clip_grad_norm(fg_tensor *grads, double clip) {
@@ -82,8 +68,7 @@ fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, int64_t lo, i
     if (lo < 0 || hi > g->num_elements || hi - lo != o->n)
         return fg_error(FG_ERR_SHAPE, "adamw: %lld moments for the parameters [%lld, %lld) of %lld", (long long)o->n,
                         (long long)lo, (long long)hi, (long long)g->num_elements);
-    const fg_optimizer_kernels *k = optimizer_on(g->params_flat->device, "adamw");
-    if (!k) return fg_last_status();
+    FG_TRY(fg_flat_optimizer_on(g->params_flat->device, "adamw"));
     /* one span per parameter range: weight decay only where the table says so */
     fg_adamw_span *spans = malloc((size_t)(g->n_params > 0 ? g->n_params : 1) * sizeof *spans);
     if (!spans) return fg_error(FG_ERR_OOM, "adamw: out of memory for %d parameter ranges", g->n_params);
@@ -99,10 +84,8 @@ fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, int64_t lo, i
         if (b <= a) continue;
         spans[ns++] = (fg_adamw_span){a - lo, b - a, pp->decay ? 1.0 - lr * c->weight_decay : 1.0};
     }
-    const size_t off = (size_t)lo * fg_dtype_size(g->cfg.dtype);
-    fg_status st = k->adamw(g->cfg.dtype, (char *)fg_data(g->params_flat) + off,
-                            (const char *)fg_data(g->grads_flat) + off, fg_data(o->m), fg_data(o->v), o->n, ns, spans,
-                            c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
+    fg_status st = fg_flat_adamw(g->params_flat, g->grads_flat, o->m, o->v, lo, ns, spans, c->beta1, c->beta2,
+                                 step_size, bc2_sqrt, c->eps);
     free(spans);
     return st;
 }

@@ -1,11 +1,14 @@
 /* dist.c — the one-process communicator and the entry points of every communicator (dist.h). */
 #include "train/dist.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "tensor/error.h"
+#include "tensor/fileio.h"
 
 static double now(void) {
     struct timespec t;
@@ -155,4 +158,44 @@ void fg_comm_add_into(fg_dtype dt, void *acc, const void *x, int64_t n) {
         const float *b = x;
         for (int64_t i = 0; i < n; i++) a[i] += b[i];
     }
+}
+
+/* ---- agreement ---- */
+void fg_comm_field_add(fg_comm_field *f, int *k, const char *name, const char *fmt, ...) {
+    snprintf(f[*k].name, sizeof f[*k].name, "%s", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f[*k].value, sizeof f[*k].value, fmt, ap);
+    va_end(ap);
+    (*k)++;
+}
+
+fg_status fg_comm_agree(fg_comm *c, const fg_comm_field *mine, int n) {
+    if (c->size == 1) return FG_OK;
+    fg_comm_field *all = malloc((size_t)c->size * (size_t)n * sizeof *all);
+    if (!all) return fg_error(FG_ERR_OOM, "out of memory for the ranks' configurations");
+    fg_status st = fg_comm_allgather_bytes(c, mine, all, (size_t)n * sizeof *mine);
+    for (int q = 1; st == FG_OK && q < c->size; q++)
+        for (int i = 0; i < n; i++) {
+            const fg_comm_field *x = &all[(size_t)q * (size_t)n + (size_t)i], *z = &all[i];
+            if (strcmp(x->value, z->value)) {
+                st = fg_error(FG_ERR_ARG, "rank %d's %s %s differs from rank 0's %s; every process must run the same", q,
+                              x->name, x->value, z->value);
+                break;
+            }
+        }
+    free(all);
+    return st;
+}
+
+uint64_t fg_program_hash(void) {
+    FILE *fp = fopen("/proc/self/exe", "rb");
+    if (!fp) return 0;
+    fg_xxh64_state h;
+    fg_xxh64_init(&h, 0);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) fg_xxh64_update(&h, buf, n);
+    fclose(fp);
+    return fg_xxh64_digest(&h);
 }

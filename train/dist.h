@@ -85,22 +85,31 @@ int fg_comm_max_int(fg_comm *c, int v); /* an error reads as v */
 void fg_comm_abort(fg_comm *c, int code) __attribute__((noreturn));
 void fg_comm_finish(fg_comm *c);
 
+/* ---- agreement: every rank must run the same thing ----
+ * Each rank describes its run as named text fields (each flag's value, the data's and the
+ * program's identity, the state it starts from); fg_comm_agree compares them with rank 0's. */
+typedef struct {
+    char name[40];
+    char value[120];
+} fg_comm_field;
+
+/* fields[*n] = {name, the printf of fmt} (both cut to fit), then (*n)++. */
+void fg_comm_field_add(fg_comm_field *fields, int *n, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Collective (every rank passes the same n): FG_OK when every rank's fields equal rank 0's; else
+ * FG_ERR_ARG on every rank, naming the first rank and field that differ. One process: FG_OK. */
+fg_status fg_comm_agree(fg_comm *c, const fg_comm_field *mine, int n);
+/* XXH64 of the running program's file (/proc/self/exe): the build's identity; 0 where it cannot be
+ * read. */
+uint64_t fg_program_hash(void);
+
 /* The fold on host memory, shared by the implementations: acc[i] += x[i] (dtype dt). */
 void fg_comm_add_into(fg_dtype dt, void *acc, const void *x, int64_t n);
 
 /* ---- the implementations behind the weak symbols ---- */
 /* train/mpi/comm_mpi.c: MPI_Init and the world communicator. */
 fg_status fg_comm_mpi_start(fg_comm **out);
-/* cuda/nccl.cu: NCCL on the device buffers of the run, one GPU per rank. fg_nccl_id fills the
- * unique id (rank 0; its size in *len, at most cap); fg_nccl_start joins the clique with it. The
- * fold and the all-gather have the contracts of fold_sum / allgather above, on device pointers. */
-fg_status fg_nccl_id(void *id, size_t cap, size_t *len);
-fg_status fg_nccl_start(int rank, int size, const void *id, size_t len);
-fg_status fg_nccl_fold_sum(void *buf, fg_dtype dt, int64_t n, int gather);
-fg_status fg_nccl_allgather(void *buf, fg_dtype dt, int64_t n);
-/* The fold's sum on the device: out (m) = slices[0] + slices[1] + ... + slices[P-1], slice q (m) at
- * slices + q·m, added in rank order as fg_comm_add_into folds (so the same bits for any P). */
-fg_status fg_nccl_fold_slices(void *out, const void *slices, fg_dtype dt, int64_t m, int P);
+/* cuda/nccl.cu: NCCL on device buffers, declared in ops/nccl_backend.h. */
 
 #ifdef __cplusplus
 }

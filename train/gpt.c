@@ -15,7 +15,7 @@
 #include "ops/kernels.h"
 #include "ops/ops.h"
 #include "autograd/recompute.h"
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "tensor/philox.h"
 
 fg_gpt_config fg_gpt_default_config(void) {

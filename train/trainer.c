@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "ops/kernels.h"
-#include "ops/cpu/peak.h"
+#include "ops/flat.h"
+#include "ops/cpu.h"
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
 
@@ -107,13 +107,10 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
     tr->shard_hi = np;
     if (tr->zero) {
         /* shards of whole norm blocks, so that each rank sums squares over blocks of its own */
-        const fg_kernels *k = fg_kernels_for(FG_CPU, "zero");
-        if (!k || !k->optimizer.norm_block || !k->optimizer.sum_squares_blocks) {
-            if (k) fg_error(FG_ERR_DEVICE, "--zero 1: the CPU kernels have no blockwise sum of squares");
+        if (fg_flat_norm_blocks(FG_CPU, &comm->block) != FG_OK) {
             fg_trainer_free(tr);
             return NULL;
         }
-        comm->block = k->optimizer.norm_block;
         fg_comm_shard_of(comm, np, comm->rank, &tr->shard_lo, &tr->shard_hi);
         const int64_t B = comm->block(np), per = ((np + B - 1) / B + comm->size - 1) / comm->size;
         if (!(tr->norm_parts = malloc((size_t)(comm->size + 1) * (size_t)per * sizeof *tr->norm_parts))) {
@@ -201,27 +198,18 @@ void fg_trainer_reshard(fg_trainer *tr, int keep) {
     tr->m_shard = tr->v_shard = NULL;
 }
 
-/* out (n) = a + b on the arrays' device (out may be a or b): the fold's step */
-static fg_status add_arrays(fg_tensor *out, const fg_tensor *a, const fg_tensor *b) {
-    const fg_kernels *k = fg_kernels_for(out->device, "grad_accum");
-    if (!k) return fg_last_status();
-    const int64_t n = fg_numel(out), s1 = 1;
-    return k->elementwise.forward(FG_BINARY_ADD, out->dtype, fg_data(out), fg_data(a), &s1, fg_data(b), &s1, 1, &n);
-}
-
 /* ZeRO-1's ‖g‖₂ from the shards: each rank's blocks' float64 sums of squares (the blocks of
- * sum_squares, ops/kernels.h), all-gathered, then added in block order from 0 as sum_squares adds
+ * fg_flat_sum_squares_blocks, ops/flat.h), all-gathered, then added in block order from 0 as sum_squares adds
  * them, so every rank gets one process's fg_grad_norm bit for bit. Collective. */
 static fg_status shard_grad_norm(fg_trainer *tr, double *norm) {
     fg_comm *c = tr->comm;
     const fg_gpt *g = tr->model;
-    const fg_optimizer_kernels *k = &fg_kernels_for(FG_CPU, "grad_norm")->optimizer;
     const int64_t n = g->num_elements, B = c->block(n), blocks = (n + B - 1) / B;
     const int64_t per = (blocks + c->size - 1) / c->size; /* the most blocks a rank has */
     double *mine = tr->norm_parts, *all = mine + per;
     for (int64_t i = 0; i < per; i++) mine[i] = 0.0;
     const int64_t b0 = tr->shard_lo / B, b1 = b0 + (tr->shard_hi - tr->shard_lo + B - 1) / B; /* own blocks */
-    fg_status st = k->sum_squares_blocks(g->cfg.dtype, fg_data(g->grads_flat), n, b0, b1, mine);
+    fg_status st = fg_flat_sum_squares_blocks(g->grads_flat, b0, b1, mine);
     if (st != FG_OK) mine[0] = NAN; /* every rank still joins the all-gather; the norm reads as NaN on all */
     fg_status s = fg_comm_allgather_bytes(c, mine, all, (size_t)per * sizeof *mine);
     if (s != FG_OK) return s;
@@ -265,8 +253,8 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
         if (a >= 1) fg_gpt_zero_grad(g);
         if (s == FG_OK) s = fg_backward(loss, tr->grad_seed);
         fg_release(loss);
-        if (s == FG_OK && a >= 1) s = a < A - 1 ? add_arrays(tr->acc, tr->acc, g->grads_flat)
-                                                : add_arrays(g->grads_flat, tr->acc, g->grads_flat);
+        if (s == FG_OK && a >= 1) s = a < A - 1 ? fg_flat_add(tr->acc, tr->acc, g->grads_flat)
+                                                : fg_flat_add(g->grads_flat, tr->acc, g->grads_flat);
         if (s != FG_OK) return s;
     }
     fg_status s = FG_OK;
@@ -297,9 +285,7 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
         double coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
         if (coef < 1.0 && tr->zero) {
             /* the same coefficient on every rank; each scales the shard it updates */
-            const fg_optimizer_kernels *k = &fg_kernels_for(FG_CPU, "grad_scale")->optimizer;
-            const size_t off = (size_t)tr->shard_lo * fg_dtype_size(c->model.dtype);
-            s = k->scale(c->model.dtype, (char *)fg_data(g->grads_flat) + off, tr->shard_hi - tr->shard_lo, coef);
+            s = fg_flat_scale_range(g->grads_flat, tr->shard_lo, tr->shard_hi, coef);
         } else if (coef < 1.0) {
             fg_grad_scale(g->grads_flat, coef);
         }

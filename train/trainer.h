@@ -73,7 +73,7 @@ typedef struct {
     /* data parallelism (train/dist.h) */
     fg_comm *comm;                /* borrowed; the one-process communicator by default */
     /* zero: opt holds the moments of [shard_lo, shard_hi) only, whole blocks of the gradient
-     * norm (ops/kernels.h, norm_block); a step folds the gradient on that shard alone, so after it
+     * norm (ops/flat.h, fg_flat_norm_blocks); a step folds the gradient on that shard alone, so after it
      * grads_flat outside the shard holds this rank's own micro-batch sum, not the step's gradient */
     int zero;
     int64_t shard_lo, shard_hi;   /* this rank's shard of the flat parameters */

@@ -21,15 +21,11 @@
 
 #include <stdint.h>
 
+#include "ops/cpu.h" /* fg_dnnl_available, fg_dnnl_version */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* 1 when flashgrad was built with oneDNN, else 0. */
-int fg_dnnl_available(void);
-/* The oneDNN version, threading runtime and instruction set, as "2.6.3 (OpenMP, isa avx2)", or
- * "none". Static storage; not thread-safe on its first call. */
-const char *fg_dnnl_version(void);
 
 /* C (m, n), row stride ldc  =  alpha · A' (m, k) @ B' (k, n)  +  beta · C, all row-major, where
  * A' = A (row stride lda) or, with ta, the transpose of the (k, m) matrix A; B' likewise with tb.

@@ -11,33 +11,7 @@
 #ifndef FG_PEAK_H
 #define FG_PEAK_H
 
+#include "ops/cpu.h" /* fg_fma_peak_measure, fg_fma_peak_gflops, fg_fma_peak_set, fg_simd_float_lanes */
 #include "ops/cpu/simd.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* One measurement: `rounds` timed rounds (>= 1) of `iters` FMA steps per chain on every thread of
- * the pool (fg_pool_threads()) at the active SIMD level; returns the best round's GFLOP/s (> 0).
- * A round of 20,000,000 iters takes ~0.1 s per core with AVX2. */
-double fg_fma_peak_measure(long iters, int rounds);
-
-/* The float32 FMA peak in GFLOP/s for the pool's current thread count and SIMD level: measured
- * once (about 50-100 ms: the best of 40 rounds of 500,000 iters, short rounds so that one of them
- * likely runs while no other process holds the cores) on the first call, and again only when the
- * thread count or the SIMD level has changed since; later calls return the cached figure.
- * Thread-safe. Benchmarks divide their GFLOP/s by it; `train` divides its model FLOPs by it. */
-double fg_fma_peak_gflops(void);
-
-/* From now on, fg_fma_peak_gflops returns `gflops` (> 0) for the pool's current thread count and
- * SIMD level instead of measuring (a figure measured before and kept, or given by the user); a
- * change of either measures again. Thread-safe. */
-void fg_fma_peak_set(double gflops);
-
-/* Lanes of one vector at a SIMD level: 16, 8 or 1. */
-int fg_simd_float_lanes(fg_simd_level level);
-
-#ifdef __cplusplus
-}
-#endif
 #endif /* FG_PEAK_H */

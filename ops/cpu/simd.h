@@ -16,6 +16,8 @@
 #ifndef FG_SIMD_H
 #define FG_SIMD_H
 
+#include "ops/cpu.h" /* fg_simd_level, fg_simd_name, fg_simd_detect, fg_simd_active, fg_simd_set */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,20 +29,6 @@ extern "C" {
 #else
 #define FG_SIMD_X86 0
 #endif
-
-typedef enum { FG_SIMD_SCALAR = 0, FG_SIMD_AVX2 = 1, FG_SIMD_AVX512 = 2, FG_SIMD_LEVEL_COUNT } fg_simd_level;
-
-/* "scalar", "avx2", "avx512". */
-const char *fg_simd_name(fg_simd_level level);
-/* The best level this CPU and this build support (ignores FG_SIMD and fg_simd_set). */
-fg_simd_level fg_simd_detect(void);
-/* The level the kernels use now: fg_simd_detect() capped by FG_SIMD (read once) or by the last
- * fg_simd_set(). Cheap after the first call. */
-fg_simd_level fg_simd_active(void);
-/* Cap the level (a request above what the CPU has gives the CPU's best); returns the level that
- * was active before. For tests and benchmarks: not to be called while kernels run in other
- * threads. */
-fg_simd_level fg_simd_set(fg_simd_level level);
 
 #ifdef __cplusplus
 }

@@ -43,35 +43,14 @@
 
 #include <stdint.h>
 
+#include "ops/cpu.h" /* the public part: fg_pool_threads, fg_pool_set_threads, fg_pool_run, fg_pool_set_team */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define FG_POOL_MAX_THREADS 64
-
-typedef void (*fg_pool_fn)(void *ctx, int64_t item, int worker);
-
-enum { FG_POOL_BLAS_SERIAL = 1 };
-
-/* The threads a run uses, the caller included (>= 1). */
-int fg_pool_threads(void);
-/* Set the thread count (1 .. FG_POOL_MAX_THREADS; 0 = the default above). Workers are started
- * lazily by the next run. Not to be called while a run is in progress. */
-void fg_pool_set_threads(int n);
-/* Run fn over the items [0, n_items); see the contract above. n_items <= 0 does nothing. */
-void fg_pool_run(int64_t n_items, fg_pool_fn fn, void *ctx, unsigned flags);
 /* 1 inside a pool item (on any thread), else 0. */
 int fg_pool_in_run(void);
-
-/* An outside team to run the loops on instead of the pool's own workers: the threads of a host
- * program's parallel runtime (flashgrad.torch hands it PyTorch's OpenMP threads), which would
- * otherwise compete for the cores with the pool's. team(body, data, n) must call body(data, t)
- * once on each of m threads at the same time, 1 <= m <= n, with distinct t in [0, m) and t = 0 on
- * the calling thread, and return when every call has returned. The contract above holds as it is
- * (n = min(fg_pool_threads(), n_items); worker = t). NULL: the pool's own workers again. Not to be
- * called while a run is in progress. */
-typedef void (*fg_pool_team_fn)(void (*body)(void *data, int t), void *data, int n);
-void fg_pool_set_team(fg_pool_team_fn team);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/cpu/threadpool.h"
+#include "ops/cpu.h"
 #include "tensor/alloc.h"
 #include "tensor/error.h"
 

@@ -8,6 +8,7 @@
 #include "cuda/cuda.h"
 #include "cuda/cuda_ops.h"
 #include "ops/kernels.h"
+#include "ops/nccl_backend.h"
 #include "tensor/alloc.h"
 #include "tests/cuda/cuda_test.h"
 #include "train/dist.h"
@@ -213,13 +214,12 @@ static int the_cuda_build_holds_the_device_and_starts_it(void) {
     return FGT_PASS;
 }
 
-/* cuda/nccl.cu, when the build has NCCL (weak: the emulator's runner and a build without NCCL lack it) */
-extern fg_status fg_nccl_id(void *id, size_t cap, size_t *len) __attribute__((weak));
-extern fg_status fg_nccl_start(int rank, int size, const void *id, size_t len) __attribute__((weak));
-extern fg_status fg_nccl_fold_sum(void *buf, fg_dtype dt, int64_t n, int gather) __attribute__((weak));
-extern fg_status fg_nccl_allgather(void *buf, fg_dtype dt, int64_t n) __attribute__((weak));
-extern fg_status fg_nccl_fold_slices(void *out, const void *slices, fg_dtype dt, int64_t m, int P)
-    __attribute__((weak));
+/* cuda/nccl.cu, when the build has NCCL (ops/nccl_backend.h; weak: the emulator's runner and a build without NCCL lack it) */
+#pragma weak fg_nccl_id
+#pragma weak fg_nccl_start
+#pragma weak fg_nccl_fold_sum
+#pragma weak fg_nccl_allgather
+#pragma weak fg_nccl_fold_slices
 
 /* The device fold of P > 1 ranks' slices adds them in rank order, bit for bit the CPU's fold
  * (fg_comm_add_into from rank 0 up): values of very different sizes make every other order give

@@ -12,14 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/nccl_backend.h"
 #include "tensor/error.h"
 #include "train/dist.h"
 
-/* cuda/nccl.cu, when linked in (make cuda) */
-extern fg_status fg_nccl_id(void *id, size_t cap, size_t *len) __attribute__((weak));
-extern fg_status fg_nccl_start(int rank, int size, const void *id, size_t len) __attribute__((weak));
-extern fg_status fg_nccl_fold_sum(void *buf, fg_dtype dt, int64_t n, int gather) __attribute__((weak));
-extern fg_status fg_nccl_allgather(void *buf, fg_dtype dt, int64_t n) __attribute__((weak));
+/* cuda/nccl.cu, when linked in (make cuda): weak references to ops/nccl_backend.h's functions */
+#pragma weak fg_nccl_id
+#pragma weak fg_nccl_start
+#pragma weak fg_nccl_fold_sum
+#pragma weak fg_nccl_allgather
 
 typedef struct {
     int *counts, *displs, *rcounts, *rdispls; /* (P) each */

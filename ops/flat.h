@@ -1,0 +1,60 @@
+/* flat.h — ops on the flat arrays of a model (parameters, gradients), outside autograd: what the
+ * trainer (train/trainer.c) does between backward passes and the optimizer, through the arrays'
+ * device kernels (ops/kernels.h), with the checks and the errors of an op. Each returns FG_OK, or
+ * an error (fg_last_error()) and leaves its output untouched where it could not run.
+ *
+ * Legend: x, a, b, out are contiguous (n) arrays of one dtype on one device.
+ */
+#ifndef FG_FLAT_H
+#define FG_FLAT_H
+
+#include <stdint.h>
+
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One span of AdamW's update: the elements [offset, offset + count) of the flat arrays, with the
+ * span's decay factor (1 - lr * weight_decay where the parameter decays, else 1). */
+typedef struct {
+    int64_t offset, count;
+    double decay_factor;
+} fg_adamw_span;
+
+/* out = a + b elementwise (out may be a or b), in the elementwise kernel's bits. */
+fg_status fg_flat_add(fg_tensor *out, const fg_tensor *a, const fg_tensor *b);
+
+/* *out = sum of x[i]^2 in float64, in an order that depends on n only (the same bits on every
+ * device with that order and for any thread count). */
+fg_status fg_flat_sum_squares(const fg_tensor *x, double *out);
+
+/* x[lo, hi) *= s (s rounded to the dtype); the rest of x is left alone. */
+fg_status fg_flat_scale_range(fg_tensor *x, int64_t lo, int64_t hi, double s);
+
+/* The blocks of the gradient norm's sum of squares on device d: *block(n) = B fixes the blocks
+ * [kB, (k+1)B) of an (n) array, whose float64 sums, added in block order from 0, give the norm's
+ * sum bit for bit. An error (FG_ERR_DEVICE) where the device's sum has no such blocks. */
+fg_status fg_flat_norm_blocks(fg_device d, int64_t (**block)(int64_t n));
+
+/* part[k - b0] = the float64 sum of squares of block k of x, for the blocks [b0, b1). */
+fg_status fg_flat_sum_squares_blocks(const fg_tensor *x, int64_t b0, int64_t b1, double *part);
+
+/* AdamW on the spans of the (n) arrays p, g, m, v, each span's elements [offset, offset + count)
+ * from element lo of p and g and from 0 of m and v (m, v hold n = their length elements):
+ *     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g²;
+ *     p = p * decay_factor - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+ * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math). */
+fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, fg_tensor *m, fg_tensor *v, int64_t lo, int n_spans,
+                        const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
+                        double eps);
+
+/* FG_OK when device d has the optimizer's loops (AdamW, the sum of squares, scaling), else the
+ * error of an op that d does not support, named `op`. */
+fg_status fg_flat_optimizer_on(fg_device d, const char *op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_FLAT_H */

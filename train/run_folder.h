@@ -1,0 +1,121 @@
+/* run_folder.h — a training run's folder (`flashgrad train --out DIR`) and what is promised about it.
+ *
+ * The files of a run: FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE
+ * (train/checkpoint.h) and FG_RUN_LOG_FILE, every one replaced atomically (tensor/fileio.h), so a
+ * reader that takes no lock always sees whole files. The promises:
+ *   - one writer at a time: DIR/FG_RUN_LOCK_FILE is flock'ed for the whole run (the kernel releases
+ *     it when the process dies, however it dies); a second writer refuses at start;
+ *   - a fresh run never replaces another run's files unless asked to (--overwrite), and even then
+ *     the earlier files stay as they were until the new run's first checkpoint is down (the
+ *     set-aside below);
+ *   - the log always belongs to the checkpoint beside it: it is written just before each
+ *     checkpoint (the caller's order), and its rows are kept only up to the checkpoint's step;
+ *   - the only files removed are the run's own leftovers: temporaries named
+ *     "<run file>" FG_TMP_MARK "XXXXXX" left by a writer that was killed.
+ *
+ * The set-aside of --overwrite: at the new run's first checkpoint the earlier run's files move
+ * (rename: no space needed) into DIR/FG_RUN_ASIDE_MOVING, which is renamed to DIR/FG_RUN_ASIDE_DONE
+ * once all are there; then the new run writes its log and checkpoint (the model last); only then
+ * is the set-aside folder removed. If that checkpoint cannot be written, the earlier files move
+ * back. A kill anywhere leaves a state that the next writer resolves, under the lock, before
+ * anything else (fg_run_folder_recover):
+ *   FG_RUN_ASIDE_MOVING present: the move was cut short and the new run had written nothing: move back;
+ *   FG_RUN_ASIDE_DONE present and the model present: the new run's checkpoint is complete: the
+ *     earlier run goes;
+ *   FG_RUN_ASIDE_DONE present, no model: the new checkpoint is incomplete: its files go, the
+ *     earlier run's move back.
+ * Only the run files are ever moved or removed.
+ *
+ * Errors: FG_ERR_ARG where the folder refuses what was asked as asked (another run is there; a path
+ * too long) — a usage error for the program; FG_ERR_IO or FG_ERR_STATE otherwise. Each message is
+ * one line that starts with the flag it concerns ("--out: ...", "--overwrite: ...").
+ */
+#ifndef FG_RUN_FOLDER_H
+#define FG_RUN_FOLDER_H
+
+#include <stdint.h>
+
+#include "tensor/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FG_RUN_LOG_FILE "log.csv"
+#define FG_RUN_LOCK_FILE "train.lock"
+#define FG_RUN_ASIDE_MOVING ".flashgrad-overwrite-moving"
+#define FG_RUN_ASIDE_DONE ".flashgrad-overwritten"
+
+/* The log's header; those of logs written before the peak_gflops and the mfu columns, whose rows a
+ * resumed run keeps with those columns empty. */
+#define FG_RUN_LOG_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops"
+#define FG_RUN_LOG_HEADER_NO_PEAK "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu"
+#define FG_RUN_LOG_HEADER_NO_MFU "step,loss,lr,grad_norm,tokens_per_s,val_loss"
+
+typedef struct {
+    const char *dir; /* the folder (borrowed) */
+    int lock_fd;     /* the lock's descriptor, -1 while not locked */
+    /* Called with a line worth telling the user (no newline) when recovery or clean-up did something
+     * or could not; NULL: nothing is said. */
+    void (*note)(const char *line);
+} fg_run_folder;
+
+/* A handle on dir (not locked yet); nothing is touched. */
+fg_run_folder fg_run_folder_at(const char *dir, void (*note)(const char *line));
+
+/* Creates dir (with its parents) if missing and checks that it is a writable folder. */
+fg_status fg_run_folder_make(const char *dir);
+
+/* Takes the folder's writer lock until fg_run_folder_close (or the process ends). The lock file
+ * holds the owner's pid, for the message of a second writer, which is refused (FG_ERR_STATE). A lock
+ * file that is not a regular file of its own (a FIFO, a device, a hard link) is refused. */
+fg_status fg_run_folder_lock(fg_run_folder *rf);
+/* Drops the lock (closes its descriptor); the lock file stays. */
+void fg_run_folder_close(fg_run_folder *rf);
+
+/* With the lock held, before anything reads the folder: finishes what an --overwrite killed midway
+ * left (see above), saying what it did through rf->note. */
+fg_status fg_run_folder_recover(fg_run_folder *rf);
+
+/* A fresh run's folder: does it hold another run's files? *step = -1: none (or only a log without
+ * rows); 0: a log, or a checkpoint that does not load; > 0: a checkpoint at that step. Without
+ * overwrite, another run's files are refused (FG_ERR_ARG, naming them). */
+fg_status fg_run_folder_other_run(const fg_run_folder *rf, int overwrite, int64_t *step);
+
+/* 1 when name is a temporary of a run file: exactly "<run file>" FG_TMP_MARK and mkstemp's six
+ * letters or digits; else 0. */
+int fg_run_folder_is_temporary(const char *name);
+/* Removes the temporaries of the run files (regular files only) from dir: a writer killed midway
+ * leaves its temporary beside the target. Only with the lock held, so no live writer owns one. */
+void fg_run_folder_remove_temporaries(const char *dir);
+
+/* --overwrite, at the new run's first checkpoint: the earlier run's files move into
+ * FG_RUN_ASIDE_DONE. On failure they are moved back where that works (the message says where they
+ * are). */
+fg_status fg_run_folder_set_aside(fg_run_folder *rf);
+/* The new checkpoint failed: the new run's files are removed and the earlier run's move back. */
+fg_status fg_run_folder_restore_aside(fg_run_folder *rf);
+/* The new checkpoint is down: the earlier run's files go (a failure to remove the folder is a note). */
+void fg_run_folder_discard_aside(fg_run_folder *rf);
+
+/* ---- the log: its rows kept in memory, the file rewritten atomically ---- */
+typedef struct {
+    char **rows; /* "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops" values, no newline */
+    int64_t n, cap;
+} fg_run_log;
+
+/* Appends a copy of row. 0, or -1 when out of memory. */
+int fg_run_log_add(fg_run_log *l, const char *row);
+void fg_run_log_free(fg_run_log *l);
+/* The whole log, header and rows, replaced atomically at path. */
+fg_status fg_run_log_write(const fg_run_log *l, const char *path);
+/* On resume: appends the rows of steps 1 .. step of the log at path (an older header's rows get
+ * the missing columns empty); a missing file or another file's header adds nothing. */
+void fg_run_log_load(fg_run_log *l, const char *path, int64_t step);
+/* The lowest val_loss (the sixth column) in the rows, or INFINITY. */
+double fg_run_log_best_val(const fg_run_log *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_RUN_FOLDER_H */
