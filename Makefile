@@ -15,7 +15,7 @@ BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v2 -mtune=native
 # -fPIC: the static library's objects are also the shared library's (make shared)
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread -fPIC
-DEPS_PKGS := libcriterion-dev libopenblas-dev pkg-config
+DEPS_PKGS := libcriterion-dev libopenblas-dev libxxhash-dev xxhash pkg-config
 
 # ---- dependencies: install what is missing (root), else stop with one line naming it ----
 HAVE_PKGCONFIG := $(shell command -v pkg-config >/dev/null 2>&1 && echo yes)
@@ -24,7 +24,9 @@ OPENBLAS_LIB := $(firstword $(wildcard /usr/lib/*/libopenblas.so /usr/lib/libope
                   /usr/lib64/libopenblas.so /usr/local/lib/libopenblas.so))
 deps_missing = $(strip $(if $(HAVE_PKGCONFIG),,pkg-config) \
     $(if $(OPENBLAS_LIB),,libopenblas-dev) \
-    $(if $(wildcard /usr/include/criterion/criterion.h),,$(if $(NEED_CRITERION),libcriterion-dev)))
+    $(if $(XXH_HDR)$(XXH_ASKED),,libxxhash-dev) \
+    $(if $(wildcard /usr/include/criterion/criterion.h),,$(if $(NEED_CRITERION),libcriterion-dev)) \
+    $(if $(NEED_CRITERION),$(if $(shell command -v xxhsum 2>/dev/null),,xxhash)))
 
 # oneDNN (libdnnl-dev), the GEMM of large products (ops/cpu/dnnl_gemm.h): installed like the others
 # when root; where it cannot be, the build goes on without it (saying so once) and those products
@@ -43,6 +45,24 @@ endif
 # what `make deps` does about oneDNN: nothing (present, or turned off), install it (root), or say
 # once that this build goes without it
 DNNL_DEPS := $(if $(FG_WITH_DNNL)$(DNNL_OFF),,$(if $(filter 0,$(shell id -u)),install,without))
+
+# XXH64, the checksum of every file flashgrad writes (tensor/fileio.c): libxxhash's, compiled in from
+# its header (libxxhash-dev, XXH_INLINE_ALL), so nothing is linked and nothing is needed at run time.
+# Where the header is missing, `make` installs the package (root) or stops naming it, while a build
+# that installs nothing (`make cuda`, on machines that cannot) uses tensor/compat/xxhash.h, a
+# stand-in with the same digests (make test compares them). FG_XXHASH=compat asks for the stand-in.
+XXH_HDR := $(firstword $(wildcard /usr/include/xxhash.h /usr/local/include/xxhash.h) \
+             $(if $(HAVE_PKGCONFIG),$(shell pkg-config --exists libxxhash 2>/dev/null && echo libxxhash.pc)))
+XXH_ASKED := $(if $(filter undefined,$(origin FG_XXHASH)),,$(filter compat,$(FG_XXHASH)))
+FG_XXHASH ?= $(if $(XXH_HDR),lib,compat)
+ifeq ($(FG_XXHASH),compat)
+  XXH_CFLAGS := -Itensor/compat -DFG_XXH64_COMPAT
+else
+  XXH_CFLAGS := $(if $(HAVE_PKGCONFIG),$(shell pkg-config --cflags libxxhash 2>/dev/null))
+endif
+CFLAGS    += $(XXH_CFLAGS)
+# fileio.o is rebuilt when the choice changes
+XXH_STAMP := $(BUILD)/.xxhash-$(if $(filter compat,$(FG_XXHASH)),compat,lib)
 
 # FG_CBLAS=fallback builds without OpenBLAS, on ops/cpu/compat's plain C GEMM (for machines that
 # cannot install it, such as the GPU machines; `make cuda` sets it there by itself).
@@ -111,6 +131,11 @@ $(BUILD)/ops/cpu/dnnl_gemm.o: $(DNNL_STAMP)
 $(DNNL_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/.dnnl-*
+	@touch $@
+$(BUILD)/tensor/fileio.o: $(XXH_STAMP)
+$(XXH_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/.xxhash-*
 	@touch $@
 
 # (rebuilt when the Makefile changes too, so that an object no longer in the library leaves it)
@@ -194,7 +219,7 @@ clean:
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := npy safetensors dataset meta_pkl
 FUZZ_CC      ?= clang
-FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(XXH_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRC := $(wildcard tensor/*.c) $(wildcard datasets/*.c)
 
 build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRC)
@@ -251,6 +276,7 @@ else
   CUDA_BLAS_CFLAGS := -Iops/cpu/compat
   CUDA_BLAS_LIBS   :=
 endif
+CUDA_XXH_KIND  := $(if $(filter compat,$(FG_XXHASH)),stand-in (tensor/compat/xxhash.h: no libxxhash-dev here),libxxhash)
 # cuBLAS and cuRAND: the toolkit's, else (an image with nvcc but only PyTorch's pip wheels of the
 # libraries) the nvidia-cublas / nvidia-curand packages python3 can import; rpath'd either way, so
 # the binaries run without LD_LIBRARY_PATH.
@@ -303,7 +329,7 @@ cuda-cpu:
 
 cuda:
 	@if [ -z "$(NVCC)" ]; then echo "make cuda: nvcc not found (install the CUDA toolkit or pass NVCC=/path/to/nvcc)" >&2; exit 1; fi
-	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND), NCCL: $(NCCL_KIND), MPI: $(if $(MPI_LIBS),yes,no)"
+	@echo "cuda: nvcc $(NVCC) ($$($(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')), -arch=sm_$(CUDA_ARCH), cuBLAS/cuRAND: $(CUDA_LIBS_KIND), CBLAS: $(CUDA_BLAS_KIND), NCCL: $(NCCL_KIND), MPI: $(if $(MPI_LIBS),yes,no), XXH64: $(CUDA_XXH_KIND)"
 	@$(MAKE) --no-print-directory cuda-cpu
 	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad_cuda.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
 	    $(CUDA_BUILD)/fg_cuda_bench

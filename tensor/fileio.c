@@ -1,4 +1,4 @@
-/* fileio.c — atomic whole-file writes, bounded whole-file reads, XXH64.
+/* fileio.c — atomic whole-file writes, bounded whole-file reads, XXH64 (libxxhash).
  *
  * Atomic write, step by step (POSIX rename(2) replaces the target in one step):
  *   1. mkstemp("<path>" FG_TMP_MARK "XXXXXX") in the target's own folder (rename cannot cross filesystems);
@@ -443,126 +443,37 @@ void fg_mapped_install_sigbus(const char *prog) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * XXH64
- *
- * Four 64-bit lanes each absorb every 4th 8-byte word of 32-byte stripes:
- *     lane = rotl(lane + word * P2, 31) * P1
- * then the lanes are folded together, the tail (< 32 bytes) is mixed in 8, 4 and 1 byte at a time,
- * and a final avalanche (xor-shift / multiply) spreads every input bit over the result.
+ * XXH64: libxxhash's (Debian's libxxhash-dev), compiled into this file from its header
+ * (XXH_INLINE_ALL: nothing to link, so the static and shared libraries need no libxxhash at run
+ * time). Where the header cannot be installed the build finds tensor/compat/xxhash.h under the same
+ * name instead (see there). fg_xxh64_state is opaque storage for the library's state: copied in
+ * and out with memcpy, so the state's type never aliases the storage's.
  * ------------------------------------------------------------------------------------------- */
 
-#define P1 0x9E3779B185EBCA87ULL
-#define P2 0xC2B2AE3D27D4EB4FULL
-#define P3 0x165667B19E3779F9ULL
-#define P4 0x85EBCA77C2B2AE63ULL
-#define P5 0x27D4EB2F165667C5ULL
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
-static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static inline uint64_t rd64(const unsigned char *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static inline uint32_t rd32(const unsigned char *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline uint64_t xxh_round(uint64_t acc, uint64_t w) {
-    acc += w * P2;
-    acc = rotl64(acc, 31);
-    return acc * P1;
-}
-static inline uint64_t xxh_merge(uint64_t h, uint64_t lane) {
-    h ^= xxh_round(0, lane);
-    return h * P1 + P4;
-}
+_Static_assert(sizeof(XXH64_state_t) <= sizeof(((fg_xxh64_state *)0)->opaque),
+               "fg_xxh64_state (tensor/fileio.h) is too small for XXH64_state_t");
 
 void fg_xxh64_init(fg_xxh64_state *s, uint64_t seed) {
-    memset(s, 0, sizeof *s);
-    s->seed = seed;
-    s->v[0] = seed + P1 + P2;
-    s->v[1] = seed + P2;
-    s->v[2] = seed;
-    s->v[3] = seed - P1;
-}
-
-static inline void xxh_stripe(uint64_t v[4], const unsigned char *p) {
-    v[0] = xxh_round(v[0], rd64(p));
-    v[1] = xxh_round(v[1], rd64(p + 8));
-    v[2] = xxh_round(v[2], rd64(p + 16));
-    v[3] = xxh_round(v[3], rd64(p + 24));
+    XXH64_state_t x;
+    XXH64_reset(&x, seed);
+    memcpy(s->opaque, &x, sizeof x);
 }
 
 void fg_xxh64_update(fg_xxh64_state *s, const void *data, size_t n) {
-    const unsigned char *p = data;
     if (n == 0) return;
-    s->total += n;
-    if (s->buffered) { /* top up the partial stripe first */
-        size_t take = 32 - s->buffered;
-        if (take > n) take = n;
-        memcpy(s->buf + s->buffered, p, take);
-        s->buffered += (unsigned)take;
-        p += take;
-        n -= take;
-        if (s->buffered < 32) return;
-        xxh_stripe(s->v, s->buf);
-        s->buffered = 0;
-    }
-    uint64_t v[4] = {s->v[0], s->v[1], s->v[2], s->v[3]};
-    while (n >= 32) {
-        xxh_stripe(v, p);
-        p += 32;
-        n -= 32;
-    }
-    memcpy(s->v, v, sizeof v);
-    if (n) {
-        memcpy(s->buf, p, n);
-        s->buffered = (unsigned)n;
-    }
+    XXH64_state_t x;
+    memcpy(&x, s->opaque, sizeof x);
+    XXH64_update(&x, data, n);
+    memcpy(s->opaque, &x, sizeof x);
 }
 
 uint64_t fg_xxh64_digest(const fg_xxh64_state *s) {
-    uint64_t h;
-    if (s->total >= 32) {
-        h = rotl64(s->v[0], 1) + rotl64(s->v[1], 7) + rotl64(s->v[2], 12) + rotl64(s->v[3], 18);
-        for (int i = 0; i < 4; i++) h = xxh_merge(h, s->v[i]);
-    } else {
-        h = s->seed + P5;
-    }
-    h += s->total;
-    const unsigned char *p = s->buf;
-    size_t n = s->buffered;
-    while (n >= 8) {
-        h ^= xxh_round(0, rd64(p));
-        h = rotl64(h, 27) * P1 + P4;
-        p += 8;
-        n -= 8;
-    }
-    if (n >= 4) {
-        h ^= (uint64_t)rd32(p) * P1;
-        h = rotl64(h, 23) * P2 + P3;
-        p += 4;
-        n -= 4;
-    }
-    while (n > 0) {
-        h ^= (uint64_t)(*p) * P5;
-        h = rotl64(h, 11) * P1;
-        p++;
-        n--;
-    }
-    /* avalanche */
-    h ^= h >> 33;
-    h *= P2;
-    h ^= h >> 29;
-    h *= P3;
-    h ^= h >> 32;
-    return h;
+    XXH64_state_t x;
+    memcpy(&x, s->opaque, sizeof x);
+    return XXH64_digest(&x);
 }
 
-uint64_t fg_xxh64(const void *data, size_t n, uint64_t seed) {
-    fg_xxh64_state s;
-    fg_xxh64_init(&s, seed);
-    fg_xxh64_update(&s, data, n);
-    return fg_xxh64_digest(&s);
-}
+uint64_t fg_xxh64(const void *data, size_t n, uint64_t seed) { return XXH64(data, n, seed); }

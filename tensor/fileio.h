@@ -9,9 +9,9 @@
  * without a bound (a stream needs an explicit cap, devices are refused) and never waits for a FIFO's
  * writer.
  *
- * The checksum is XXH64 (Yann Collet's xxHash, 64-bit variant, written here from the published
- * algorithm description): fast (several GB/s), 64 bits, and checkable with any xxHash tool
- * (`xxhsum -H1`, Python's `xxhash.xxh64`). Its values equal libxxhash's XXH64(data, n, seed).
+ * The checksum is XXH64 (Yann Collet's xxHash, 64-bit variant), from libxxhash (Debian's
+ * libxxhash-dev, used header-only): fast (several GB/s), 64 bits, and checkable with any xxHash tool
+ * (`xxhsum -H1`, Python's `xxhash.xxh64`): fg_xxh64(data, n, seed) is libxxhash's XXH64(data, n, seed).
  */
 #ifndef FG_FILEIO_H
 #define FG_FILEIO_H
@@ -120,13 +120,10 @@ void fg_mapped_set_note(const char *note);
 /* XXH64 of n bytes with a seed (use 0 unless you need separate hash families). */
 uint64_t fg_xxh64(const void *data, size_t n, uint64_t seed);
 
-/* Streaming form: the digest of several updates equals fg_xxh64 of their concatenation. */
+/* Streaming form: the digest of several updates equals fg_xxh64 of their concatenation. The state
+ * lives wherever the caller puts it (the stack is fine); its contents are the library's. */
 typedef struct {
-    uint64_t total; /* bytes seen so far */
-    uint64_t v[4];  /* the four lane accumulators */
-    uint64_t seed;
-    unsigned char buf[32]; /* a partial 32-byte stripe */
-    unsigned buffered;     /* bytes in buf */
+    uint64_t opaque[12];
 } fg_xxh64_state;
 
 void fg_xxh64_init(fg_xxh64_state *s, uint64_t seed);

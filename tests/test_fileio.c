@@ -348,7 +348,8 @@ Test(fileio, open_read_gives_size_or_stream_and_read_fd_reads_to_the_end) {
     close(pfd);
 }
 
-/* Values from the reference implementation (libxxhash 0.8.1, XXH64(data, n, seed)). */
+/* Values from the reference implementation (libxxhash 0.8.1, XXH64(data, n, seed); the seeded ones
+ * from Python's xxhash.xxh64(data, seed=...) too). */
 Test(fileio, xxh64_matches_reference_values) {
     static const struct {
         const char *s;
@@ -374,6 +375,80 @@ Test(fileio, xxh64_matches_reference_values) {
     cr_expect_eq(fg_xxh64(buf, sizeof buf, 0), 0xe921a1b45bd779f8ULL);
     cr_expect_eq(fg_xxh64(buf, sizeof buf, 0x9E3779B97F4A7C15ULL), 0x179ca0201a65d20eULL);
 }
+
+/* Known answers from an independent implementation: Debian's `xxhsum -H1` (the xxhash package, run
+ * here) over files of every length up to 80 bytes (each tail path of the algorithm: 8-, 4- and
+ * 1-byte steps, below and above one 32-byte stripe) and some long ones, one-shot and streamed. */
+Test(fileio, xxh64_matches_the_xxhsum_tool) {
+    if (system("command -v xxhsum >/dev/null 2>&1") != 0)
+        cr_assert_fail("xxhsum not found (Debian's xxhash package; make test installs it when root)");
+    static const size_t lens[] = {81, 127, 128, 255, 256, 1000, 4099, (1u << 20) + 7};
+    enum { NSHORT = 81, NLONG = sizeof lens / sizeof lens[0], NFILES = NSHORT + NLONG };
+    const size_t maxn = (1u << 20) + 7;
+    unsigned char *buf = malloc(maxn);
+    cr_assert_not_null(buf);
+    for (size_t i = 0; i < maxn; i++) buf[i] = (unsigned char)((i * 2654435761u) >> 13);
+    char dir[64], cmd[160], p[128];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_xxhsum_XXXXXX");
+    size_t len[NFILES];
+    for (int f = 0; f < NFILES; f++) {
+        len[f] = f < NSHORT ? (size_t)f : lens[f - NSHORT];
+        snprintf(p, sizeof p, "%s/%03d", dir, f);
+        FILE *fp = fopen(p, "wb");
+        cr_assert_not_null(fp);
+        cr_assert_eq(fwrite(buf, 1, len[f], fp), len[f]);
+        cr_assert_eq(fclose(fp), 0);
+    }
+    snprintf(cmd, sizeof cmd, "cd %s && xxhsum -H1 [0-9]*", dir);
+    FILE *pp = popen(cmd, "r");
+    cr_assert_not_null(pp);
+    int seen = 0;
+    char line[256];
+    while (fgets(line, sizeof line, pp)) {
+        unsigned long long want;
+        int f;
+        cr_assert_eq(sscanf(line, "%16llx %d", &want, &f), 2, "xxhsum printed '%s'", line);
+        cr_assert(f >= 0 && f < NFILES);
+        uint64_t got = fg_xxh64(buf, len[f], 0);
+        cr_expect_eq(got, want, "%zu bytes: fg_xxh64 %016llx, xxhsum %016llx", len[f], (unsigned long long)got, want);
+        fg_xxh64_state s;
+        fg_xxh64_init(&s, 0);
+        for (size_t o = 0; o < len[f]; o += 13) fg_xxh64_update(&s, buf + o, len[f] - o < 13 ? len[f] - o : 13);
+        cr_expect_eq(fg_xxh64_digest(&s), want, "%zu bytes streamed in pieces of 13", len[f]);
+        seen++;
+    }
+    cr_expect_eq(pclose(pp), 0, "xxhsum failed");
+    cr_expect_eq(seen, NFILES, "xxhsum gave %d digests for %d files", seen, (int)NFILES);
+    fgt_remove_tmpdir(dir);
+    free(buf);
+}
+
+#ifndef FG_XXH64_COMPAT
+/* The stand-in the build uses where libxxhash-dev cannot be installed (tensor/compat/xxhash.h)
+ * gives the library's digests: every length up to 1 KiB with four seeds, and streamed with every
+ * piece size up to 40 (a checkpoint written on either kind of machine loads on the other). */
+#define FG_XXH_COMPAT_PREFIXED_ONLY
+#include "tensor/compat/xxhash.h"
+
+Test(fileio, xxh64_stand_in_equals_libxxhash) {
+    static const uint64_t seeds[] = {0, 1, 0x9E3779B97F4A7C15ULL, UINT64_MAX};
+    unsigned char buf[1024];
+    for (int i = 0; i < 1024; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    for (size_t si = 0; si < 4; si++)
+        for (size_t n = 0; n <= sizeof buf; n++) {
+            uint64_t lib = fg_xxh64(buf, n, seeds[si]), alt = fg_compat_xxh64(buf, n, seeds[si]);
+            cr_assert_eq(lib, alt, "%zu bytes, seed %016llx: libxxhash %016llx, stand-in %016llx", n,
+                         (unsigned long long)seeds[si], (unsigned long long)lib, (unsigned long long)alt);
+        }
+    for (size_t n = 0; n <= 200; n += 3)
+        for (size_t cut = 1; cut <= 40; cut++) {
+            fg_compat_xxh64_state s;
+            fg_compat_xxh64_reset(&s, 5);
+            for (size_t o = 0; o < n; o += cut) fg_compat_xxh64_update(&s, buf + o, n - o < cut ? n - o : cut);
+            cr_assert_eq(fg_compat_xxh64_digest(&s), fg_xxh64(buf, n, 5), "n %zu, pieces of %zu", n, cut);
+        }
+}
+#endif
 
 Test(fileio, xxh64_streaming_equals_one_shot_for_any_split) {
     unsigned char buf[300];
