@@ -189,11 +189,11 @@ int main(int argc, char **argv) {
                         return 1;
                     }
                 }
-                CHECK(fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, &pr));
+                CHECK(fg_cu_attention_forward(impl, dt, o, lse, p, q, k, v, &pr));
                 double fwd =
-                    time_ms([&] { CHECK(fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, &pr)); }, budget);
+                    time_ms([&] { CHECK(fg_cu_attention_forward(impl, dt, o, lse, p, q, k, v, &pr)); }, budget);
                 double bwd = time_ms(
-                    [&] { CHECK(fg_cuda_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr)); },
+                    [&] { CHECK(fg_cu_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr)); },
                     budget);
                 double pairs = (double)N * N * (causal ? 0.5 : 1.0); /* the papers' convention */
                 if (var.window) {                                    /* exactly the visible pairs */

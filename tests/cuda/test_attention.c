@@ -25,7 +25,7 @@
 #include "autograd/autograd.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tests/cuda/cuda_test.h"
@@ -107,7 +107,7 @@ static fg_tensor *nan_tensor(fg_dtype dt, fg_device dev, int nd, const int64_t *
 /* ---- the "device" kernels: the GPU backend, or the CPU kernels in self-test mode ---- */
 static fg_status dev_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *p, const void *q, const void *k,
                              const void *v, const fg_attn_problem *pr) {
-    if (FGT_DEV == FG_CUDA) return fg_cuda_attention_forward(impl, dt, o, lse, p, q, k, v, pr);
+    if (FGT_DEV == FG_CUDA) return fg_cu_attention_forward(impl, dt, o, lse, p, q, k, v, pr);
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, p, q, k, v, pr)
                             : fg_attn_naive_forward_f64(o, lse, p, q, k, v, pr);
@@ -118,7 +118,7 @@ static fg_status dev_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse,
 static fg_status dev_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                               const void *q, const void *k, const void *v, const void *o, const void *lse,
                               const void *p, const fg_attn_problem *pr) {
-    if (FGT_DEV == FG_CUDA) return fg_cuda_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, pr);
+    if (FGT_DEV == FG_CUDA) return fg_cu_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, pr);
     if (impl == FG_ATTN_NAIVE)
         return dt == FG_F32 ? fg_attn_naive_backward_f32(dq, dk, dv, dout, q, k, v, p, pr)
                             : fg_attn_naive_backward_f64(dq, dk, dv, dout, q, k, v, p, pr);
@@ -518,8 +518,8 @@ static int user_callbacks_on_the_gpu_are_a_clear_error(void) {
             FGT_OK(fg_attn_problem_init(&pr, 1, 2, 9, 8, 8, &op));
             fg_tensor *out = fg_zeros(FG_F32, FG_CUDA, 4, sh), *lse = fg_zeros(FG_F32, FG_CUDA, 3, ls);
             FGT_NOTNULL(lse);
-            fg_status st2 = fg_cuda_attention_forward((fg_attn_impl)impl, FG_F32, fg_data(out), fg_data(lse), NULL,
-                                                      fg_data(q), fg_data(q), fg_data(q), &pr);
+            fg_status st2 = fg_cu_attention_forward((fg_attn_impl)impl, FG_F32, fg_data(out), fg_data(lse), NULL,
+                                                    fg_data(q), fg_data(q), fg_data(q), &pr);
             fg_release(out), fg_release(lse);
             FGT_CHECK(st2 == FG_ERR_DEVICE && strstr(fg_last_error(), "CPU"), "backend: status %d (%s)", (int)st2,
                       fg_last_error());
@@ -692,8 +692,8 @@ static int unsupported_head_dim_is_an_error(void) {
     fg_tensor *q = fg_zeros(FG_F32, FG_CUDA, 4, sh), *o = fg_zeros(FG_F32, FG_CUDA, 4, sh),
               *l = fg_zeros(FG_F32, FG_CUDA, 3, ls);
     FGT_NOTNULL(l);
-    fg_status st = fg_cuda_attention_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(l), NULL, fg_data(q),
-                                             fg_data(q), fg_data(q), &pr);
+    fg_status st = fg_cu_attention_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(l), NULL, fg_data(q), fg_data(q),
+                                           fg_data(q), &pr);
     fg_release(q), fg_release(o), fg_release(l);
     FGT_CHECK(st == FG_ERR_ARG, "d = 300 gave status %d (%s)", (int)st, fg_last_error());
     FGT_CHECK(strstr(fg_last_error(), "256") != NULL, "message does not name the limit: %s", fg_last_error());
