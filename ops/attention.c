@@ -236,30 +236,28 @@ static const fg_attention_kernels *attention_kernels(fg_device dev, int backward
     return &kt->attention;
 }
 
-/* ---- the backward's copy of the forward's call, owning what its problem points at ---- */
+/* ---- the backward's copy of the resolved problem, owning what it points at ---- */
 typedef struct {
-    fg_attn_call call; /* call.own_bm is NULL: the copy holds its own reference to the block mask */
-    double *slopes;    /* call.pr.var.alibi_slopes points here (H of them), or NULL */
-} attn_call_copy;
+    fg_attn_problem pr;
+    double *slopes; /* pr.var.alibi_slopes points here (H of them), or NULL */
+} attn_problem_copy;
 
-static void attn_call_copy_free(void *p) {
-    attn_call_copy *c = p;
+static void attn_problem_copy_free(void *p) {
+    attn_problem_copy *c = p;
     if (!c) return;
-    fg_attn_block_mask_release(c->call.pr.custom.block_mask);
+    fg_attn_block_mask_release(c->pr.custom.block_mask);
     if (c->slopes) fg_free(FG_CPU, c->slopes);
     fg_free(FG_CPU, c);
 }
 
-/* A copy of *call that owns its slopes and holds a reference to the block mask; NULL on OOM. */
-static attn_call_copy *attn_call_copy_new(const fg_attn_call *call) {
-    const fg_attn_problem *pr = &call->pr;
-    attn_call_copy *c = fg_alloc(FG_CPU, sizeof *c);
+/* A copy of *pr that owns its slopes and holds a reference to the block mask; NULL on OOM. */
+static attn_problem_copy *attn_problem_copy_new(const fg_attn_problem *pr) {
+    attn_problem_copy *c = fg_alloc(FG_CPU, sizeof *c);
     if (!c) {
         fg_error(FG_ERR_OOM, "attention: cannot allocate the backward's context");
         return NULL;
     }
-    *c = (attn_call_copy){.call = *call, .slopes = NULL};
-    c->call.own_bm = NULL;
+    *c = (attn_problem_copy){.pr = *pr, .slopes = NULL};
     if (pr->var.alibi_slopes && pr->H > 0) {
         c->slopes = fg_alloc(FG_CPU, (size_t)pr->H * sizeof(double));
         if (!c->slopes) {
@@ -268,7 +266,7 @@ static attn_call_copy *attn_call_copy_new(const fg_attn_call *call) {
             return NULL;
         }
         memcpy(c->slopes, pr->var.alibi_slopes, (size_t)pr->H * sizeof(double));
-        c->call.pr.var.alibi_slopes = c->slopes;
+        c->pr.var.alibi_slopes = c->slopes;
     }
     fg_attn_block_mask_retain(pr->custom.block_mask);
     return c;
@@ -279,11 +277,11 @@ static attn_call_copy *attn_call_copy_new(const fg_attn_call *call) {
  *   o        O (B, H, Nq, d): an alias of fg_attention's output, or fg_attention_qkv's kernel output
  *   lse      flash: L (B, H, Nq); naive: NULL
  *   aux      naive: P (B, H, Nq, Nk); flash float32: lse_lo (B, H, Nq); flash float64: NULL
- *   pc       the forward's call, its resolved problem (owned by the node: node->ctx, freed by
- *            node->ctx_free) */
+ *   pc       the resolved problem (owned by the node: node->ctx, freed by node->ctx_free) */
 typedef struct {
     fg_tensor *q, *k, *v, *o, *lse, *aux;
-    const attn_call_copy *pc;
+    const attn_problem_copy *pc;
+    fg_attn_impl impl;
 } attention_state;
 
 /* ---- backward rules ---- */
@@ -291,7 +289,9 @@ typedef struct {
  * may be NULL) for dout in O's (B, H, Nq, d) layout. */
 static fg_status attn_node_backward(fg_node *n, void *dq, void *dk, void *dv, const fg_tensor *dout) {
     const attention_state *s = FG_NODE_STATE(n, attention_state);
-    return fg_attn_call_backward(&s->pc->call, dq, dk, dv, fg_data(dout), fg_data(s->q), fg_data(s->k), fg_data(s->v),
+    /* the forward's call again, on the node's copy of its problem (the block mask is the node's) */
+    const fg_attn_call call = {.pr = s->pc->pr, .impl = s->impl, .dt = s->q->dtype, .dev = s->q->device};
+    return fg_attn_call_backward(&call, dq, dk, dv, fg_data(dout), fg_data(s->q), fg_data(s->k), fg_data(s->v),
                                  fg_data(s->o), s->lse ? fg_data(s->lse) : NULL, s->aux ? fg_data(s->aux) : NULL);
 }
 
@@ -509,13 +509,13 @@ static fg_status attn_fwd_run(attn_fwd *c, fg_attn_opts op, int64_t B, int64_t H
 }
 
 /* Give node n what the backward needs (attention_state): Q, K, V, O (o_saved), L (flash), P or
- * lse_lo, and the call. */
+ * lse_lo, and the problem. */
 static fg_status attn_fwd_save(fg_node *n, const attn_fwd *c, fg_tensor *qc, fg_tensor *kc, fg_tensor *vc,
                                fg_tensor *o_saved) {
-    attn_call_copy *pc = attn_call_copy_new(&c->call);
+    attn_problem_copy *pc = attn_problem_copy_new(&c->call.pr);
     if (!pc) return fg_last_status();
     n->ctx = pc; /* only for freeing it: the state points at it */
-    n->ctx_free = attn_call_copy_free;
+    n->ctx_free = attn_problem_copy_free;
     attention_state *s = FG_NODE_STATE(n, attention_state);
     s->q = fg_node_keep(n, qc);
     s->k = fg_node_keep(n, kc);
@@ -524,6 +524,7 @@ static fg_status attn_fwd_save(fg_node *n, const attn_fwd *c, fg_tensor *qc, fg_
     s->lse = c->call.impl == FG_ATTN_FLASH ? fg_node_keep(n, c->lse) : NULL;
     s->aux = fg_node_keep(n, c->aux); /* naive: P; flash float32: lse_lo; else NULL */
     s->pc = pc;
+    s->impl = c->call.impl;
     return FG_OK;
 }
 
@@ -649,7 +650,7 @@ static fg_tensor *gather_heads(const fg_tensor *r, int64_t Hs, int64_t d, int64_
 static fg_status attention_qkv_backward(fg_node *n) {
     const attention_state *s = FG_NODE_STATE(n, attention_state);
     const fg_tensor *q = s->q, *k = s->k, *v = s->v;
-    const fg_attn_problem *pr = &s->pc->call.pr;
+    const fg_attn_problem *pr = &s->pc->pr;
     const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d, B = pr->B, T = pr->Nq, W = (H + 2 * Hkv) * d;
     fg_tensor *g;
     FG_TRY(fg_grad_get(n->inputs[0], &g));

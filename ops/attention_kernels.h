@@ -116,8 +116,9 @@ fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, cons
  *             forward kernel, into scratch)
  *   varlen    the CPU's packed variable-length kernels (fg_attn_varlen_*) with the call's problem
  *   end       releases what begin built (the block mask); the call's problem must not be used after
- * The call may be copied (e.g. into an autograd node) as long as whoever holds the copy keeps its
- * own reference to pr.custom.block_mask and its own ALiBi slopes. */
+ * A call may be copied or rebuilt from its fields (fg_attention's node keeps the problem and
+ * rebuilds the call for the backward) as long as whoever holds the copy keeps its own reference to
+ * pr.custom.block_mask and its own ALiBi slopes. */
 typedef struct {
     fg_attn_problem pr; /* resolved; pr.custom.block_mask is own_bm when begin built one */
     fg_attn_impl impl;
