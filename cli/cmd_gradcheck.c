@@ -348,14 +348,12 @@ static int gradcheck_attention(int argc, char **argv) {
     printf("variant: %s\n", fg_attn_variant_str(&opts, custom_name, vbuf, sizeof vbuf));
     printf("relative error = max|a-b| / max|b| (finite differences: max over elements of |a-n|/|n|)\n\n");
     if (dev != FG_CPU) {
-        fg_attn_problem pr;
-        if (fg_attn_problem_init(&pr, B, H, Nq, Nk, d, &opts) != FG_OK ||
-            fg_attn_problem_check_dtype(&pr, FG_F64) != FG_OK) {
+        if (fg_attn_check_opts(&opts, B, H, Nq, Nk, d, FG_F64) != FG_OK) {
             fprintf(stderr, CMD ": %s\n", fg_last_error());
             return 2;
         }
         char f32_skipped[256] = "";
-        if (fg_attn_problem_check_dtype(&pr, FG_F32) != FG_OK)
+        if (fg_attn_check_opts(&opts, B, H, Nq, Nk, d, FG_F32) != FG_OK)
             snprintf(f32_skipped, sizeof f32_skipped, "%s", fg_last_error());
         dev_report rep;
         printf("device: %s (the GPU picks its own flash tiles; --block-q/--block-k apply to the CPU only)\n\n",

@@ -1,7 +1,7 @@
 /* adamw.cu — the optimizer kernels of the CUDA table (ops/kernels.h, `optimizer`): AdamW's update,
  * the sum of squares of the gradient norm and gradient scaling, on device arrays.
  *
- * CPU reference: ops/optim.c (ADAMW_RANGE, fg_cpu_sum_squares, fg_cpu_scale): the same arithmetic
+ * CPU reference: ops/optim.c (ADAMW_RANGE, fg_cpu_optimizer_sum_squares, fg_cpu_optimizer_scale): the same arithmetic
  * in the same types, element by element. The norm's sum is float64 in a fixed two-stage order
  * (the CPU sums in blocks of its own, so the two may differ in the last bits).
  *
@@ -52,9 +52,9 @@ static fg_status adamw_t(void *p, const void *g, void *m, void *v, int64_t n, do
 }
 
 /* one launch per span, in span order */
-extern "C" fg_status fg_cu_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
-                                 const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
-                                 double eps) {
+extern "C" fg_status fg_cu_optimizer_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n,
+                                           int n_spans, const fg_adamw_span *spans, double b1, double b2,
+                                           double step_size, double bc2_sqrt, double eps) {
     (void)n;
     const size_t es = fg_dtype_size(dt);
     for (int k = 0; k < n_spans; k++) {
@@ -74,7 +74,7 @@ template <typename T> static fg_status sum_squares_t(const void *x, int64_t n, d
     return FG_OK;
 }
 
-extern "C" fg_status fg_cu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
+extern "C" fg_status fg_cu_optimizer_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
     return FG_CU_DISPATCH(dt, sum_squares_t, x, n, out);
 }
 
@@ -85,6 +85,6 @@ template <typename T> static fg_status scale_t(void *x, int64_t n, double s) {
     return FG_OK;
 }
 
-extern "C" fg_status fg_cu_scale(fg_dtype dt, void *x, int64_t n, double s) {
+extern "C" fg_status fg_cu_optimizer_scale(fg_dtype dt, void *x, int64_t n, double s) {
     return FG_CU_DISPATCH(dt, scale_t, x, n, s);
 }

@@ -2,7 +2,7 @@
  * online softmax; FlashAttention-2-style backward that recomputes P from the saved logsumexp) and a
  * naive reference that materializes S and P through cuBLAS.
  *
- * CPU reference: ops/attention_flash.c and ops/attention_naive.c (same math, same masking, same
+ * CPU reference: ops/cpu/attention_flash_body.h and ops/cpu/attention_naive_body.h (same math, same masking, same
  * dropout function); tests/cuda/ checks flash against naive against the CPU.
  *
  * Legend: B batch, H heads, H_kv K/V heads (G = H / H_kv), Nq queries, Nk keys, d head dim
@@ -137,21 +137,16 @@ template <typename T> static fg_status flash_launch(int D, const fa_args<T> &a, 
     return fa_mods(a) ? flash_launch_d<T, true>(D, a, backward) : flash_launch_d<T, false>(D, a, backward);
 }
 
-/* Sizes the grids can hold and the variants the kernels implement: GQA, window, ALiBi and softcap
- * (FG_ATTN_CAP_*), causal and dropout; user callbacks run on the CPU only (fg_attention refuses
- * them on cuda before calling us; direct callers get the same answer here). */
+/* The limits of these kernels: the sizes the grids can hold, and no user callbacks (they run on
+ * the CPU only; fg_attention refuses them on cuda before calling us, direct callers get the same
+ * answer here). The problem's own checks (heads, softcap, ALiBi slopes, ...) are fg_attention's,
+ * made before any kernel is called (fg_attn_call_begin). */
 static fg_status check_problem(const fg_attn_problem *pr, const char *what) {
     if (pr->custom.score_mod || pr->custom.score_mod_grad || pr->custom.mask || pr->custom.block_mask)
         return fg_error(FG_ERR_DEVICE,
                         "%s on cuda: user callbacks (score_mod, mask, block mask) run on the CPU only; "
                         "move the tensors to the CPU, or use the built-in variants (GQA, window, ALiBi, softcap)",
                         what);
-    const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
-    if (pr->H > 0 && (Hkv < 1 || pr->H % Hkv != 0))
-        return fg_error(FG_ERR_SHAPE, "%s: H = %lld query heads is not a multiple of H_kv = %lld", what,
-                        (long long)pr->H, (long long)Hkv);
-    if (pr->var.softcap < 0 || !isfinite(pr->var.softcap))
-        return fg_error(FG_ERR_ARG, "%s: softcap must be finite and >= 0, got %g", what, pr->var.softcap);
     if (pr->B > 65535 || pr->H > 65535)
         return fg_error(FG_ERR_ARG, "%s: B = %lld and H = %lld must each be at most 65535 on the GPU", what,
                         (long long)pr->B, (long long)pr->H);
@@ -166,10 +161,6 @@ static fg_status check_problem(const fg_attn_problem *pr, const char *what) {
 static fg_status device_slopes(const fg_attn_problem *pr, fg_cu_scratch &buf, const double **out) {
     *out = nullptr;
     if (!pr->var.alibi || !pr->var.alibi_slopes || pr->H == 0) return FG_OK;
-    for (int64_t h = 0; h < pr->H; h++)
-        if (!isfinite(pr->var.alibi_slopes[h]))
-            return fg_error(FG_ERR_ARG, "attention: ALiBi slope of head %lld is %g, not finite", (long long)h,
-                            pr->var.alibi_slopes[h]);
     const size_t n = (size_t)pr->H * sizeof(double);
     FG_TRY(buf.get(n, "attention (ALiBi slopes)"));
     FG_CU(cudaMemcpyAsync(buf.p, pr->var.alibi_slopes, n, cudaMemcpyHostToDevice, fg_cu_stream()));

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "cuda/device_math.cuh"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h" /* fg_attn_problem */
 #include "ops/shared/attn_dropout.h"
 #include "ops/shared/attn_tiles.h"
 #include "ops/shared/attn_variant.h"

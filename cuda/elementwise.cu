@@ -282,7 +282,7 @@ extern "C" fg_status fg_cu_elementwise_scalar(fg_binary_op op, fg_dtype dt, void
     return FG_CU_DISPATCH(dt, scalar_fwd, op == FG_BINARY_MUL, out, a, sa, nd, shape, s);
 }
 
-extern "C" fg_status fg_cu_add_into(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
-                                    const int64_t *src_strides, int nd, const int64_t *shape, double alpha) {
+extern "C" fg_status fg_cu_memory_add_into(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
+                                           const int64_t *src_strides, int nd, const int64_t *shape, double alpha) {
     return FG_CU_DISPATCH(dt, add_into, dst, dst_strides, src, src_strides, nd, shape, alpha);
 }

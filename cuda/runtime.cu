@@ -159,7 +159,7 @@ static fg_status tb_fill(fg_tensor *t, double value) { return FG_CU_DISPATCH(t->
 
 /* y += alpha * x: the add_into kernel of the table (cuda/elementwise.cu) */
 static fg_status tb_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
-    return fg_cu_add_into(y->dtype, fg_data(y), y->strides, fg_data(x), x->strides, y->ndim, y->shape, alpha);
+    return fg_cu_memory_add_into(y->dtype, fg_data(y), y->strides, fg_data(x), x->strides, y->ndim, y->shape, alpha);
 }
 
 static fg_status tb_copy(fg_tensor *dst, const fg_tensor *src) {

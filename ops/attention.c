@@ -1,7 +1,7 @@
 /* attention.c — fg_attention, the op's one shell for every device: argument checks, the autograd
- * node and its typed state, and the calls into the device's kernel table (ops/kernels.h: the CPU's
- * are the naive and flash kernels of ops/attention_naive.c and ops/attention_flash.c, wrapped
- * below); and the dropout mask shared by both CPU kernels.
+ * node and its typed state, and the one entry below it (fg_attn_call_*, ops/attention_kernels.h)
+ * through which every caller reaches the device's kernel table (ops/kernels.h: the CPU's are in
+ * ops/cpu/attention.c).
  *
  * Legend: B batch, H heads, Nq queries, Nk keys, d head dim.
  *   q (B, H, Nq, d); k, v (B, H, Nk, d) -> o (B, H, Nq, d), lse (B, H, Nq)
@@ -15,18 +15,16 @@
  * and the resolved problem (attn_problem_copy), with its own copy of the ALiBi slopes and a
  * reference to the block mask.
  */
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/kernels_cpu.h"
+#include "ops/kernels.h"
 #include "ops/ops_internal.h"
 #include "ops/cpu/threadpool.h"
-#include "ops/cpu/vphilox.h"
-#include "tensor/philox.h"
 
 const char *fg_attn_impl_name(fg_attn_impl impl) {
     switch (impl) {
@@ -58,29 +56,6 @@ int fg_attn_has_variant(const fg_attn_opts *o) {
     return v->n_kv_heads != 0 || v->window || v->alibi || v->softcap != 0 || c->score_mod || c->score_mod_grad ||
            c->mask || c->block_mask;
 }
-
-/* ---- dropout: Z(b, h, i, j) = keep ? 1/(1-p) : 0, regenerated wherever it is needed ----
- * counter = (j/4, i, h, b), word j%4: one Philox block serves four keys (fg_attn_keep). The blocks
- * of a row segment come DROP_BLOCKS at a time from fg_philox_blocks (ops/cpu/vphilox.h: the same words,
- * 16 blocks per AVX-512 instruction sequence). */
-#define DROP_BLOCKS 64
-#define FG_DEFINE_DROPOUT_SCALE(T, SFX)                                                                                \
-    void fg_attn_dropout_scale_##SFX(T *x, int64_t n, uint64_t seed, uint32_t threshold, T inv_keep, int64_t b,        \
-                                     int64_t h, int64_t i, int64_t j0) {                                               \
-        if (threshold == 0) return;                                                                                    \
-        const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};                                              \
-        uint32_t w[4 * DROP_BLOCKS];                                                                                   \
-        for (int64_t jj = 0; jj < n;) {                                                                                \
-            const int64_t j = j0 + jj, blk = j >> 2, last = (j0 + n - 1) >> 2;                                         \
-            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? last - blk + 1 : DROP_BLOCKS;                            \
-            fg_philox_blocks((uint32_t)blk, (uint32_t)i, (uint32_t)h, (uint32_t)b, key, nb, w);                        \
-            /* w[j' - 4·blk] is key j''s word, for j' up to 4·(blk + nb) */                                          \
-            const int64_t end = 4 * (blk + nb) - j0 < n ? 4 * (blk + nb) - j0 : n;                                     \
-            for (; jj < end; jj++) x[jj] = w[j0 + jj - 4 * blk] >= threshold ? x[jj] * inv_keep : (T)0;                \
-        }                                                                                                              \
-    }
-FG_DEFINE_DROPOUT_SCALE(float, f32)
-FG_DEFINE_DROPOUT_SCALE(double, f64)
 
 /* ---- checks ---- */
 fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
@@ -155,7 +130,9 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
         .Nk = Nk,
         .d = d,
         .scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d),
-        .causal = o.causal == FG_ATTN_CAUSAL_TOP_LEFT ? FG_ATTN_CAUSAL_TOP_LEFT : o.causal ? 1 : 0,
+        .causal = o.causal == FG_ATTN_CAUSAL_TOP_LEFT ? FG_ATTN_CAUSAL_TOP_LEFT
+                  : o.causal                          ? 1
+                                                      : 0,
         .dropout_p = o.dropout_p,
         .seed = o.seed,
         .block_q = o.block_q ? o.block_q : FG_ATTN_DEFAULT_BLOCK_Q,
@@ -248,27 +225,6 @@ static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev, 
     return FG_OK;
 }
 
-/* ---- the CPU's kernels (ops/kernels.h): naive or flash, float32 or float64 ----
- * aux: naive's P (may be NULL in the forward), or flash's lse_lo (may be NULL). */
-fg_status fg_cpu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
-                                   const void *k, const void *v, const fg_attn_problem *pr) {
-    if (impl == FG_ATTN_NAIVE)
-        return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, aux, q, k, v, pr)
-                            : fg_attn_naive_forward_f64(o, lse, aux, q, k, v, pr);
-    return dt == FG_F32 ? fg_attn_flash_forward_lo_f32(o, lse, aux, q, k, v, pr)
-                        : fg_attn_flash_forward_lo_f64(o, lse, aux, q, k, v, pr);
-}
-
-fg_status fg_cpu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
-                                    const void *q, const void *k, const void *v, const void *o, const void *lse,
-                                    const void *aux, const fg_attn_problem *pr) {
-    if (impl == FG_ATTN_NAIVE)
-        return dt == FG_F32 ? fg_attn_naive_backward_f32(dq, dk, dv, dout, q, k, v, aux, pr)
-                            : fg_attn_naive_backward_f64(dq, dk, dv, dout, q, k, v, aux, pr);
-    return dt == FG_F32 ? fg_attn_flash_backward_lo_f32(dq, dk, dv, dout, q, k, v, o, lse, aux, pr)
-                        : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
-}
-
 /* The attention kernels of device dev; NULL (and the error) when it has none for that direction. */
 static const fg_attention_kernels *attention_kernels(fg_device dev, int backward) {
     const fg_kernels *kt = fg_kernels_for(dev, "attention");
@@ -333,10 +289,10 @@ typedef struct {
  * may be NULL) for dout in O's (B, H, Nq, d) layout. */
 static fg_status attn_node_backward(fg_node *n, void *dq, void *dk, void *dv, const fg_tensor *dout) {
     const attention_state *s = FG_NODE_STATE(n, attention_state);
-    const fg_attention_kernels *kn = attention_kernels(s->q->device, 1);
-    if (!kn) return fg_last_status();
-    return kn->backward(s->impl, s->q->dtype, dq, dk, dv, fg_data(dout), fg_data(s->q), fg_data(s->k), fg_data(s->v),
-                        fg_data(s->o), s->lse ? fg_data(s->lse) : NULL, s->aux ? fg_data(s->aux) : NULL, &s->pc->pr);
+    /* the forward's call again, on the node's copy of its problem (the block mask is the node's) */
+    const fg_attn_call call = {.pr = s->pc->pr, .impl = s->impl, .dt = s->q->dtype, .dev = s->q->device};
+    return fg_attn_call_backward(&call, dq, dk, dv, fg_data(dout), fg_data(s->q), fg_data(s->k), fg_data(s->v),
+                                 fg_data(s->o), s->lse ? fg_data(s->lse) : NULL, s->aux ? fg_data(s->aux) : NULL);
 }
 
 /* Reverses  o = attention(q, k, v): adds dQ, dK, dV into the inputs' gradient buffers. */
@@ -362,16 +318,43 @@ static fg_status attention_backward(fg_node *n) {
     return st;
 }
 
-/* ---- the forward shared by fg_attention and fg_attention_qkv ---- */
+/* ============================================================================================
+ * the one entry below fg_attention (ops/attention_kernels.h): fg_attention, fg_attention_qkv and
+ * the Python package's shim run every attention through these
+ * ============================================================================================ */
 
-/* One forward call: the resolved problem, the block mask built for this call (if any), and the
- * kernel's outputs. */
-typedef struct {
+fg_status fg_attn_check_opts(const fg_attn_opts *opts, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
+                             fg_dtype dt) {
     fg_attn_problem pr;
-    fg_attn_impl impl;
-    fg_attn_block_mask *own_bm;
-    fg_tensor *o, *lse, *aux; /* aux: naive's P, or flash float32's lse_lo; NULL when not kept */
-} attn_call;
+    FG_TRY(fg_attn_problem_init(&pr, B, H, Nq, Nk, d, opts));
+    return fg_attn_problem_check_dtype(&pr, dt);
+}
+
+fg_status fg_attn_call_begin(fg_attn_call *c, const fg_attn_opts *opts, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
+                             int64_t d, fg_dtype dt, fg_device dev, unsigned bm_broadcast) {
+    const fg_attn_opts op = opts ? *opts : fg_attn_defaults();
+    *c = (fg_attn_call){.impl = op.impl, .dt = dt, .dev = dev};
+    fg_attn_problem *pr = &c->pr;
+    FG_TRY(fg_attn_problem_init(pr, B, H, Nq, Nk, d, &op));
+    FG_TRY(fg_attn_problem_check_dtype(pr, dt));
+    const fg_attention_kernels *kn = attention_kernels(dev, 0);
+    if (!kn) return fg_last_status();
+    FG_TRY(check_device_variant(pr, dev, kn));
+    /* a mask without a block mask: flash builds one for this call (and its backward) */
+    if (op.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
+        const int64_t bB = bm_broadcast & 1 ? 1 : pr->B, bH = bm_broadcast & 2 ? 1 : pr->H;
+        c->own_bm = fg_attn_block_mask_create(pr->custom.mask, pr->custom.user, bB, bH, pr->Nq, pr->Nk, pr->block_q,
+                                              pr->block_k);
+        if (!c->own_bm) return fg_last_status();
+        pr->custom.block_mask = c->own_bm;
+    }
+    return FG_OK;
+}
+
+void fg_attn_call_end(fg_attn_call *c) {
+    fg_attn_block_mask_release(c->own_bm);
+    c->own_bm = NULL;
+}
 
 /* Are all n elements of x (float32 or float64) finite? */
 static int all_finite(fg_dtype dt, const void *x, int64_t n) {
@@ -394,13 +377,13 @@ static int all_finite(fg_dtype dt, const void *x, int64_t n) {
  * FG_ERR_NUMERIC for overflowed scores; a score_mod that returns NaN or +inf (it must not) reads the
  * same. The lse of a row that sees no key is −inf; with a mask or score_mod callback a visible
  * score may be −inf, so −inf rows count only without them. */
-static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const fg_tensor *lse, const fg_tensor *q,
-                              const fg_tensor *k, const fg_tensor *v) {
+static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void *lse, const void *q, const void *k,
+                              const void *v) {
     const int64_t rows = pr->B * pr->H * pr->Nq;
     const int inf_rows = !pr->custom.mask && !pr->custom.score_mod;
     int64_t bad = -1;
     for (int64_t r = 0; r < rows && bad < 0; r++) {
-        const double L = dt == FG_F32 ? (double)((const float *)fg_data(lse))[r] : ((const double *)fg_data(lse))[r];
+        const double L = dt == FG_F32 ? (double)((const float *)lse)[r] : ((const double *)lse)[r];
         if (isnan(L) || L == INFINITY)
             bad = r;
         else if (L == -INFINITY && inf_rows) {
@@ -410,9 +393,8 @@ static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const fg_t
             if (lo < hi) bad = r;
         }
     }
-    if (bad < 0 || !all_finite(dt, fg_data(q), fg_numel(q)) || !all_finite(dt, fg_data(k), fg_numel(k)) ||
-        !all_finite(dt, fg_data(v), fg_numel(v)))
-        return FG_OK;
+    const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->var.n_kv_heads * pr->Nk * pr->d;
+    if (bad < 0 || !all_finite(dt, q, nq) || !all_finite(dt, k, nk) || !all_finite(dt, v, nk)) return FG_OK;
     const int64_t b = bad / (pr->H * pr->Nq), h = bad / pr->Nq % pr->H, i = bad % pr->Nq;
     return fg_error(FG_ERR_NUMERIC,
                     "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
@@ -422,26 +404,83 @@ static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const fg_t
                     pr->scale, pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
 }
 
-/* Resolve the problem (B, H, Nq, Nk, d; H_kv = op.variant.n_kv_heads) and run the forward kernel on
- * contiguous q, k, v. On error everything is released and c->o is NULL. */
-static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
-                                   int64_t d, fg_device dev, fg_dtype dt, int wants_grad, const fg_tensor *qc,
-                                   const fg_tensor *kc, const fg_tensor *vc) {
-    *c = (attn_call){.impl = op.impl};
-    fg_attn_problem *pr = &c->pr;
-    fg_status st = fg_attn_problem_init(pr, B, H, Nq, Nk, d, &op);
-    if (st == FG_OK) st = fg_attn_problem_check_dtype(pr, dt);
-    const fg_attention_kernels *kn = st == FG_OK ? attention_kernels(dev, 0) : NULL;
-    if (st == FG_OK && !kn) st = fg_last_status();
-    if (st == FG_OK) st = check_device_variant(pr, dev, kn);
-    if (st != FG_OK) return st;
-    /* a mask without a block mask: flash builds one for this call (and its backward) */
-    if (op.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
-        c->own_bm = fg_attn_block_mask_create(pr->custom.mask, pr->custom.user, pr->B, pr->H, pr->Nq, pr->Nk,
-                                              pr->block_q, pr->block_k);
-        if (!c->own_bm) return fg_last_status();
-        pr->custom.block_mask = c->own_bm;
+fg_status fg_attn_call_forward(const fg_attn_call *c, void *o, void *lse, void *aux, const void *q, const void *k,
+                               const void *v) {
+    const fg_attention_kernels *kn = attention_kernels(c->dev, 0);
+    if (!kn) return fg_last_status();
+    FG_TRY(kn->forward(c->impl, c->dt, o, lse, aux, q, k, v, &c->pr));
+    return c->dev == FG_CPU ? check_scores(&c->pr, c->dt, lse, q, k, v) : FG_OK;
+}
+
+fg_status fg_attn_call_backward(const fg_attn_call *c, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                const void *k, const void *v, const void *o, const void *lse, const void *aux) {
+    const fg_attention_kernels *kn = attention_kernels(c->dev, 1);
+    if (!kn) return fg_last_status();
+    const fg_attn_problem *pr = &c->pr;
+    if (c->impl != FG_ATTN_NAIVE || aux)
+        return kn->backward(c->impl, c->dt, dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
+    /* naive without the P its forward saves: recompute it (and O, L, unused) the same way */
+    const fg_attention_kernels *kf = attention_kernels(c->dev, 0);
+    if (!kf) return fg_last_status();
+    const size_t es = fg_dtype_size(c->dt), rows = (size_t)(pr->B * pr->H * pr->Nq);
+    const size_t pn = rows * (size_t)pr->Nk, on = rows * (size_t)pr->d;
+    void *P = fg_alloc(c->dev, (pn ? pn : 1) * es);
+    void *O = P ? fg_alloc(c->dev, (on ? on : 1) * es) : NULL;
+    void *L = O ? fg_alloc(c->dev, (rows ? rows : 1) * es) : NULL;
+    fg_status st = FG_OK;
+    if (!L) st = fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_OOM, "attention: out of memory");
+    if (st == FG_OK) st = kf->forward(FG_ATTN_NAIVE, c->dt, O, L, P, q, k, v, pr);
+    if (st == FG_OK) st = kn->backward(FG_ATTN_NAIVE, c->dt, dq, dk, dv, dout, q, k, v, o, lse, P, pr);
+    if (L) fg_free(c->dev, L);
+    if (O) fg_free(c->dev, O);
+    if (P) fg_free(c->dev, P);
+    return st;
+}
+
+/* The packed variable-length kernels run on the CPU only. */
+static fg_status varlen_device(const fg_attn_call *c) {
+    if (c->dev != FG_CPU)
+        return fg_error(FG_ERR_DEVICE, "attention varlen: not supported on %s", fg_device_name(c->dev));
+    return FG_OK;
+}
+
+fg_status fg_attn_call_varlen_forward(const fg_attn_call *c, void *o, void *lse, void *lse_lo, const void *q,
+                                      const void *k, const void *v, const int64_t *cu_q, const int64_t *cu_k,
+                                      int64_t nseq, int64_t Tq, int64_t Tk, const double *slopes) {
+    FG_TRY(varlen_device(c));
+    return fg_attn_varlen_forward(c->dt, o, lse, lse_lo, q, k, v, cu_q, cu_k, nseq, Tq, Tk, slopes, &c->pr);
+}
+
+fg_status fg_attn_call_varlen_backward(const fg_attn_call *c, void *dq, void *dk, void *dv, const void *dout,
+                                       const void *q, const void *k, const void *v, const void *o, const void *lse,
+                                       const void *lse_lo, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
+                                       int64_t Tq, int64_t Tk, const double *slopes) {
+    FG_TRY(varlen_device(c));
+    return fg_attn_varlen_backward(c->dt, dq, dk, dv, dout, q, k, v, o, lse, lse_lo, cu_q, cu_k, nseq, Tq, Tk, slopes,
+                                   &c->pr);
+}
+
+/* ---- the forward shared by fg_attention and fg_attention_qkv ---- */
+
+/* One forward: the call (resolved problem, the block mask built for it) and the kernel's outputs. */
+typedef struct {
+    fg_attn_call call;
+    fg_tensor *o, *lse, *aux; /* aux: naive's P, or flash float32's lse_lo; NULL when not kept */
+} attn_fwd;
+
+/* Begin the call (B, H, Nq, Nk, d; H_kv = op.variant.n_kv_heads) and run the forward on contiguous
+ * q, k, v into new outputs. On error everything is released and c->o is NULL. */
+static fg_status attn_fwd_run(attn_fwd *c, fg_attn_opts op, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
+                              fg_device dev, fg_dtype dt, int wants_grad, const fg_tensor *qc, const fg_tensor *kc,
+                              const fg_tensor *vc) {
+    *c = (attn_fwd){0};
+    fg_status st = fg_attn_call_begin(&c->call, &op, B, H, Nq, Nk, d, dt, dev, 0);
+    if (st != FG_OK) {
+        fg_attn_call_end(&c->call);
+        *c = (attn_fwd){0};
+        return st;
     }
+    const fg_attn_problem *pr = &c->call.pr;
     const int64_t oshape[4] = {pr->B, pr->H, pr->Nq, pr->d}, lshape[3] = {pr->B, pr->H, pr->Nq};
     const int64_t pshape[4] = {pr->B, pr->H, pr->Nq, pr->Nk};
     c->o = fg_empty(dt, dev, 4, oshape);
@@ -459,22 +498,21 @@ static fg_status attn_call_forward(attn_call *c, fg_attn_opts op, int64_t B, int
     if (!c->lse || (want_aux && !c->aux))
         st = fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_OOM, "attention: cannot allocate outputs");
     if (st == FG_OK)
-        st = kn->forward(op.impl, dt, fg_data(c->o), fg_data(c->lse), c->aux ? fg_data(c->aux) : NULL, fg_data(qc),
-                         fg_data(kc), fg_data(vc), pr);
-    if (st == FG_OK && dev == FG_CPU) st = check_scores(pr, dt, c->lse, qc, kc, vc);
+        st = fg_attn_call_forward(&c->call, fg_data(c->o), fg_data(c->lse), c->aux ? fg_data(c->aux) : NULL,
+                                  fg_data(qc), fg_data(kc), fg_data(vc));
     if (st != FG_OK) {
         fg_release(c->o), fg_release(c->lse), fg_release(c->aux);
-        fg_attn_block_mask_release(c->own_bm);
-        *c = (attn_call){0};
+        fg_attn_call_end(&c->call);
+        *c = (attn_fwd){0};
     }
     return st;
 }
 
 /* Give node n what the backward needs (attention_state): Q, K, V, O (o_saved), L (flash), P or
  * lse_lo, and the problem. */
-static fg_status attn_call_save(fg_node *n, const attn_call *c, fg_tensor *qc, fg_tensor *kc, fg_tensor *vc,
-                                fg_tensor *o_saved) {
-    attn_problem_copy *pc = attn_problem_copy_new(&c->pr);
+static fg_status attn_fwd_save(fg_node *n, const attn_fwd *c, fg_tensor *qc, fg_tensor *kc, fg_tensor *vc,
+                               fg_tensor *o_saved) {
+    attn_problem_copy *pc = attn_problem_copy_new(&c->call.pr);
     if (!pc) return fg_last_status();
     n->ctx = pc; /* only for freeing it: the state points at it */
     n->ctx_free = attn_problem_copy_free;
@@ -483,10 +521,10 @@ static fg_status attn_call_save(fg_node *n, const attn_call *c, fg_tensor *qc, f
     s->k = fg_node_keep(n, kc);
     s->v = fg_node_keep(n, vc);
     s->o = fg_node_keep(n, o_saved);
-    s->lse = c->impl == FG_ATTN_FLASH ? fg_node_keep(n, c->lse) : NULL;
+    s->lse = c->call.impl == FG_ATTN_FLASH ? fg_node_keep(n, c->lse) : NULL;
     s->aux = fg_node_keep(n, c->aux); /* naive: P; flash float32: lse_lo; else NULL */
     s->pc = pc;
-    s->impl = c->impl;
+    s->impl = c->call.impl;
     return FG_OK;
 }
 
@@ -503,16 +541,16 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
     op.variant.n_kv_heads = k->shape[1];
     const int wants_grad = fg_grad_enabled() && (q->requires_grad || k->requires_grad || v->requires_grad);
     fg_tensor *qc = fg_contiguous(q), *kc = qc ? fg_contiguous(k) : NULL, *vc = kc ? fg_contiguous(v) : NULL;
-    attn_call c = {0};
-    fg_status st = vc ? attn_call_forward(&c, op, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3],
-                                          q->device, q->dtype, wants_grad, qc, kc, vc)
+    attn_fwd c = {0};
+    fg_status st = vc ? attn_fwd_run(&c, op, q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], q->device,
+                                     q->dtype, wants_grad, qc, kc, vc)
                       : fg_last_status();
     if (st == FG_OK) {
         fg_node *n = fg_record(c.o, "attention", attention_backward, 3, (fg_tensor *[]){q, k, v});
         if (n) {
             /* the node saves O through an alias: the output itself would own its own node */
             fg_tensor *oa = fg_alias(c.o);
-            st = oa ? attn_call_save(n, &c, qc, kc, vc, oa) : fg_last_status();
+            st = oa ? attn_fwd_save(n, &c, qc, kc, vc, oa) : fg_last_status();
             fg_release(oa);
         }
     }
@@ -520,7 +558,7 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
     fg_release(kc);
     fg_release(vc);
     fg_release(c.aux);
-    fg_attn_block_mask_release(c.own_bm); /* the node's context holds its own reference */
+    fg_attn_call_end(&c.call); /* the node's context holds its own reference to the block mask */
     if (st != FG_OK) {
         fg_release(c.o);
         fg_release(c.lse);
@@ -560,12 +598,12 @@ typedef struct {
     int64_t B, T, W, Hs, d, off;
 } repack_job;
 
-#define REPACK_ADD_KERNEL(T_, SFX)                                                                                     \
-    static void add_row_##SFX(T_ *dst, const T_ *src, int64_t n) {                                                     \
-        for (int64_t i = 0; i < n; i++) dst[i] += src[i];                                                              \
-    }
-REPACK_ADD_KERNEL(float, f32)
-REPACK_ADD_KERNEL(double, f64)
+static void add_row_f32(float *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+}
+static void add_row_f64(double *dst, const double *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+}
 
 static void repack_item(void *ctx, int64_t item, int worker) {
     (void)worker;
@@ -581,8 +619,10 @@ static void repack_item(void *ctx, int64_t item, int worker) {
                 memcpy(hd, r, row);
             else if (J->dir == REPACK_SCATTER)
                 memcpy(r, hd, row);
+            else if (J->dt == FG_F32)
+                add_row_f32((float *)r, (const float *)hd, J->d);
             else
-                FG_DISPATCH(J->dt, add_row, (void *)r, (const void *)hd, J->d);
+                add_row_f64((double *)r, (const double *)hd, J->d);
         }
 }
 
@@ -685,19 +725,19 @@ fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *
     fg_tensor *qc = x ? gather_heads(x, H, d, 0) : NULL;
     fg_tensor *kc = qc ? gather_heads(x, Hkv, d, H * d) : NULL;
     fg_tensor *vc = kc ? gather_heads(x, Hkv, d, (H + Hkv) * d) : NULL;
-    attn_call c = {0};
+    attn_fwd c = {0};
     fg_status st =
-        vc ? attn_call_forward(&c, op, B, H, T, T, d, FG_CPU, qkv->dtype, wants_grad, qc, kc, vc) : fg_last_status();
+        vc ? attn_fwd_run(&c, op, B, H, T, T, d, FG_CPU, qkv->dtype, wants_grad, qc, kc, vc) : fg_last_status();
     fg_tensor *y = st == FG_OK ? fg_empty(qkv->dtype, FG_CPU, 3, (int64_t[]){B, T, H * d}) : NULL;
     if (st == FG_OK && !y) st = fg_last_status();
     if (st == FG_OK) {
         repack(qkv->dtype, REPACK_SCATTER, fg_data(y), fg_data(c.o), B, T, H * d, H, d, 0);
         fg_node *n = fg_record(y, "attention_qkv", attention_qkv_backward, 1, (fg_tensor *[]){qkv});
-        if (n) st = attn_call_save(n, &c, qc, kc, vc, c.o);
+        if (n) st = attn_fwd_save(n, &c, qc, kc, vc, c.o);
     }
     fg_release(x), fg_release(qc), fg_release(kc), fg_release(vc);
     fg_release(c.o), fg_release(c.lse), fg_release(c.aux);
-    fg_attn_block_mask_release(c.own_bm);
+    fg_attn_call_end(&c.call);
     if (st != FG_OK) {
         fg_release(y);
         return NULL;

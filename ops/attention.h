@@ -49,20 +49,18 @@
  * The built-in variants (GQA, window, ALiBi, softcap) live in fg_attn_variant
  * (ops/shared/attn_variant.h), a plain struct with pure helper functions that device code can share.
  * User variants (score_mod, mask, block mask) live in fg_attn_custom and run on the CPU only.
- * fg_attn_score_tile applies steps 2–5 to a tile of scores: both kernels call it, so a variant's
- * semantics are written once.
+ * The CPU kernels apply steps 2–5 to a tile of scores with one function (score_tile,
+ * ops/cpu/attention_variant_body.h) that both call, so a variant's semantics are written once.
  *
- * The file is in these layers:
- *   fg_attention            tensors + autograd (ops/attention.c); fg_attention_qkv, the same
- *                           on a GPT's packed (B, T, 3C) projection
- *   fg_attn_{naive,flash}_* raw-pointer CPU kernels, float32 and float64, for benchmarks, tests and
- *                           as the reference the CUDA mirror (cuda/attention.cu) is checked against
- *                           (ops/attention_naive.c, ops/attention_flash.c)
- *   fg_attn_score_tile_*    steps 2–5 on one tile (ops/attention_variant.c)
- *   fg_attn_block_mask      per-tile summary of a mask callback (ops/attention_variant.c)
- *   fg_attn_gradcheck       the checks of `flashgrad gradcheck attention` (ops/attention_check.c)
- *   fg_attn_online_update_* the online-softmax step of one query row over one block of keys
- *                           (ops/cpu/flash_tiles.c, with flash's other tile operations)
+ * This header is the family's public face: the options, the ops fg_attention and
+ * fg_attention_qkv, block masks, named variants and the gradient check. Everything below the op —
+ * the resolved problem, the one internal entry fg_attn_call_* that fg_attention runs through, and
+ * the raw kernels — is in ops/attention_kernels.h, for the family's code and the devices' kernels.
+ *   ops/attention.c          fg_attention, fg_attention_qkv and the entry below them
+ *   ops/attention_variant.c  block masks, tensor masks, the registry of named variants
+ *   ops/attention_check.c    fg_attn_gradcheck
+ *   ops/cpu/attention*.c     the CPU kernels (naive, flash, the variants on a tile, varlen)
+ *   cuda/attention.cu        the CUDA kernels
  */
 #ifndef FG_ATTENTION_H
 #define FG_ATTENTION_H
@@ -137,8 +135,8 @@ typedef struct {
 
 typedef struct {
     fg_attn_impl impl;
-    double scale; /* 0 means 1/sqrt(d) */
-    int causal;   /* 0, FG_ATTN_CAUSAL_BOTTOM_RIGHT or FG_ATTN_CAUSAL_TOP_LEFT */
+    double scale;            /* 0 means 1/sqrt(d) */
+    int causal;              /* 0, FG_ATTN_CAUSAL_BOTTOM_RIGHT or FG_ATTN_CAUSAL_TOP_LEFT */
     double dropout_p;        /* 0 <= p < 1 */
     uint64_t seed;           /* dropout seed */
     int block_q, block_k;    /* flash tile sizes; 0 means the default (or the block mask's) */
@@ -186,124 +184,12 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
  * not split into H + 2·H_kv heads of one width, H not a multiple of H_kv; and fg_attention's. */
 fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *opts);
 
-/* ---- raw-pointer kernels (CPU) ----
- * Every array is contiguous, row-major, of the kernel's dtype:
- *   q (B, H, Nq, d); k, v (B, H_kv, Nk, d); o, dout, dq (B, H, Nq, d); dk, dv (B, H_kv, Nk, d);
- *   lse (B, H, Nq); p (B, H, Nq, Nk) — naive only.
- * Backward kernels ADD into dq, dk, dv; any of the three may be NULL (not wanted).
- * Scratch comes from fg_alloc once per call: naive takes O(Nq·Nk) per (b, h) (two more Nq×Nk in
- * the backward with softcap or score_mod, which recomputes ∂S/∂S1), flash O(block_q·block_k + Nq)
- * (one more tile in the backward with softcap or score_mod). They return FG_OK, or FG_ERR_OOM when
- * scratch cannot be had. Under GQA several query heads add into the same dk, dv rows: flash's
- * backward therefore takes one (b, K/V head) — all its query heads — per work item. */
-typedef struct {
-    int64_t B, H, Nq, Nk, d;
-    double scale; /* resolved (never 0) */
-    int causal;
-    double dropout_p;
-    uint64_t seed;
-    int block_q, block_k; /* resolved (>= 1) */
-    fg_attn_variant var;  /* resolved: var.n_kv_heads >= 1 divides H */
-    fg_attn_custom custom;
-} fg_attn_problem;
-
-/* Validates the sizes and options and fills *pr, resolving the defaults (scale 0, blocks 0 — to the
- * block mask's when there is one —, n_kv_heads 0 = H). FG_ERR_ARG / FG_ERR_SHAPE with a message on
- * bad values (the list of fg_attention). k and v of the kernels below are (B, H_kv, Nk, d). */
-fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
-                               const fg_attn_opts *opts);
-/* Do the resolved problem's options fit dtype dt (FG_F32 or FG_F64), in which the kernels compute?
- * With T_MAX and T_MIN dt's largest and smallest normal numbers: |scale| <= T_MAX; softcap 0 or in
- * [T_MIN, T_MAX] (the kernels use c and 1/c); every ALiBi bias slope_h · |i' − j| <= T_MAX, i.e.
- * |slope_h| · (max(Nq, Nk) − 1) <= T_MAX. FG_ERR_ARG naming the option, its value and the range
- * otherwise. fg_attention and the raw kernels below call it (a dropout p < 1 and the window's
- * integers always fit). */
-fg_status fg_attn_problem_check_dtype(const fg_attn_problem *pr, fg_dtype dt);
-
-/* naive forward: o and lse out; p, if not NULL, receives the softmax P (before dropout), saved for
- * the backward. With p NULL the kernel uses one Nq×Nk scratch for all (b, h). */
-fg_status fg_attn_naive_forward_f32(float *o, float *lse, float *p, const float *q, const float *k, const float *v,
-                                    const fg_attn_problem *pr);
-fg_status fg_attn_naive_forward_f64(double *o, double *lse, double *p, const double *q, const double *k,
-                                    const double *v, const fg_attn_problem *pr);
-/* naive backward from the saved P. */
-fg_status fg_attn_naive_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                                     const float *v, const float *p, const fg_attn_problem *pr);
-fg_status fg_attn_naive_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                     const double *k, const double *v, const double *p, const fg_attn_problem *pr);
-
-/* flash forward: o and lse out (lse is what the backward needs; it is not optional). */
-fg_status fg_attn_flash_forward_f32(float *o, float *lse, const float *q, const float *k, const float *v,
-                                    const fg_attn_problem *pr);
-fg_status fg_attn_flash_forward_f64(double *o, double *lse, const double *q, const double *k, const double *v,
-                                    const fg_attn_problem *pr);
-/* flash backward: recomputes P tile by tile from q, k and lse; o is the forward's output. */
-fg_status fg_attn_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                                     const float *v, const float *o, const float *lse, const fg_attn_problem *pr);
-fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                     const double *k, const double *v, const double *o, const double *lse,
-                                     const fg_attn_problem *pr);
-/* The same with lse_lo (B, H, Nq), the part of L = m + log l that rounding L to the dtype lost
- * (L ≈ lse + lse_lo); NULL in either call means "none" (the forms above pass NULL). In float32 with
- * large scores (|L| ~ 100 and up) one ulp of L is a relative error of ~|L|·6e-8 in every recomputed
- * weight P = exp(S − L); with lse_lo the backward computes exp((S − lse) − lse_lo), exact to float32
- * near the row max, as precise as the naive kernel's stored P. fg_attention uses these for float32
- * (B·H·Nq more floats saved, O(N)). */
-fg_status fg_attn_flash_forward_lo_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
-                                       const float *v, const fg_attn_problem *pr);
-fg_status fg_attn_flash_forward_lo_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
-                                       const double *v, const fg_attn_problem *pr);
-fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *o, const float *lse,
-                                        const float *lse_lo, const fg_attn_problem *pr);
-fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                        const double *k, const double *v, const double *o, const double *lse,
-                                        const double *lse_lo, const fg_attn_problem *pr);
-
-/* ---- packed variable-length sequences (ops/attention_varlen.c) ----
- * flash_attn's varlen layout: nseq documents packed along one token axis,
- *   q, o (Tq, H, d); k, v (Tk, H_kv, d); lse, lse_lo (H, Tq)
- * with document s holding queries [cu_q[s], cu_q[s+1]) and keys [cu_k[s], cu_k[s+1]) (cu_q[0] =
- * cu_k[0] = 0, nondecreasing, cu_q[nseq] = Tq, cu_k[nseq] = Tk). Each document is its own attention
- * problem of pr's options with Nq_s and Nk_s (causal, window and ALiBi aligned per document), so no
- * query sees another document's keys; pr->B, Nq and Nk are not read (they only sized the checks).
- * slopes, when not NULL, are per-document ALiBi slopes (nseq, H) that replace pr's. Dropout of
- * document s uses seed pr->seed + s·0x9E3779B97F4A7C15 (as batch 0). The flash kernels only, no
- * user callbacks (FG_ERR_ARG). Every document is gathered into the kernels' (1, H, N, d) layout in
- * scratch sized for the longest, and scattered back. The backward ADDS into dq, dk, dv (any NULL).
- * FG_ERR_ARG for offsets that do not fit, FG_ERR_OOM for scratch. lse_lo may be NULL. */
-fg_status fg_attn_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
-                                 const void *v, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq, int64_t Tq,
-                                 int64_t Tk, const double *slopes, const fg_attn_problem *pr);
-fg_status fg_attn_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                                  const void *k, const void *v, const void *o, const void *lse, const void *lse_lo,
-                                  const int64_t *cu_q, const int64_t *cu_k, int64_t nseq, int64_t Tq, int64_t Tk,
-                                  const double *slopes, const fg_attn_problem *pr);
-
-/* ---- variants on a tile (ops/attention_variant.c) ----
- * S is the tile of scaled scores (step 1) of rows [i0, i0 + nq) and keys [j0, j0 + nk) of head
- * (b, h), row stride ld. Applies steps 2–5 in place: softcap and ALiBi on every element; then, when
- * kind is FG_TILE_PARTIAL, −inf outside causal ∧ window (window_partial) and where the mask
- * callback says no (mask_partial); then score_mod on the elements still visible. With G not NULL,
- * G (same layout) receives ∂s_final/∂s_1 (1 where no variant changes the score, 0 where s_final is
- * −inf). FG_TILE_FULL: no element is masked, nothing is tested. Never called with MASKED. */
-void fg_attn_score_tile_f32(float *S, float *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
-                            const fg_attn_problem *pr);
-void fg_attn_score_tile_f64(double *S, double *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
-                            const fg_attn_problem *pr);
-/* 1 when steps 2–4 change any score (softcap, ALiBi or score_mod); 0 for the plain path. */
-int fg_attn_modifies_scores(const fg_attn_problem *pr);
-/* 1 when ∂s_final/∂s_1 is not identically 1 (softcap or score_mod): the backward needs G. */
-int fg_attn_needs_score_grad(const fg_attn_problem *pr);
-
-/* The kind of the tile rows [i0, i0 + nq) × keys [j0, j0 + nk) of (b, h) under causal ∧ window ∧
- * mask, and which parts need per-element tests (*window_partial, *mask_partial; either may be NULL).
- * With a mask but no block mask, the mask part counts as PARTIAL (flash then tests every element);
- * with a block mask, (i0, j0) must be the start of one of its tiles. */
-fg_tile_kind fg_attn_tile_kind(const fg_attn_problem *pr, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                               int64_t nk, int *window_partial, int *mask_partial);
+/* FG_OK when fg_attention would accept these sizes and options for inputs of dtype dt (FG_F32 or
+ * FG_F64): the checks of its list above that need no tensors (fg_attn_problem_init and
+ * fg_attn_problem_check_dtype, ops/attention_kernels.h); else their error status and message.
+ * K's heads are opts->variant.n_kv_heads (0 = H). */
+fg_status fg_attn_check_opts(const fg_attn_opts *opts, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
+                             fg_dtype dt);
 
 /* ---- block masks ----
  * Evaluates mask(b, h, i, j, user) for every b < B, h < H, i < Nq, j < Nk once, and records per
@@ -314,14 +200,8 @@ fg_attn_block_mask *fg_attn_block_mask_create(fg_attn_mask_fn mask, void *user, 
                                               int64_t Nk, int block_q, int block_k);
 fg_attn_block_mask *fg_attn_block_mask_retain(const fg_attn_block_mask *bm); /* returns bm */
 void fg_attn_block_mask_release(const fg_attn_block_mask *bm);               /* NULL is fine */
-/* The kind of tile (qt, kt) of (b, h) (b, h taken modulo a broadcast dimension). */
-fg_tile_kind fg_attn_block_mask_kind(const fg_attn_block_mask *bm, int64_t b, int64_t h, int64_t qt, int64_t kt);
 /* How many tiles (over all stored b, h) are of the given kind. */
 int64_t fg_attn_block_mask_count(const fg_attn_block_mask *bm, fg_tile_kind kind);
-/* The sizes the block mask was built for (any pointer may be NULL). */
-void fg_attn_block_mask_dims(const fg_attn_block_mask *bm, int64_t *B, int64_t *H, int64_t *Nq, int64_t *Nk,
-                             int *block_q, int *block_k);
-
 /* ---- named variants ----
  * A registry of user variants by name, so that a program can hand its own variant to the
  * `flashgrad gradcheck attention --custom NAME` and `flashgrad attention --custom NAME` commands
@@ -381,48 +261,6 @@ typedef struct {
 /* FG_OK when the checks ran (rep->passed says whether they passed); an error status (and message)
  * when they could not run: bad sizes or options. */
 fg_status fg_attn_gradcheck(const fg_attn_opts *opts, const fg_attn_check_shape *shape, fg_attn_check_report *rep);
-
-/* ---- the online-softmax step ----
- * One query row meets one block of n scores s (masked scores are -inf). With m the running max
- * and l the running sum of exp(score − m) over the blocks before:
- *     m' = max(m, max_j s_j)
- *     s_j <- exp(s_j − m')                 (0 for a masked score; all 0 while m' is still -inf)
- *     l' = exp(m − m') · l + Σ_j s_j
- * and returns the rescale factor exp(m − m') (1 while m' is -inf) that the caller applies to its
- * output accumulator before adding this block's Σ_j s_j·v_j. Start a row with m = -inf, l = 0.
- * A NaN score (the max passes over it) gives s_j = NaN and so l = NaN from then on, also while
- * m' is -inf: the caller reads l NaN as a NaN row, l = 0 as a row that saw no key.
- * The flash forward's portable tile operations (ops/cpu/flash_tiles.h) are exactly these
- * functions, so a test can trace m and l block by block; the float32 vector ones take the same step
- * down the columns of a transposed tile. */
-float fg_attn_online_update_f32(float *m, float *l, float *s, int64_t n);
-double fg_attn_online_update_f64(double *m, double *l, double *s, int64_t n);
-
-/* ---- dropout ----
- * x[j] *= Z(b, h, i, j0 + j) for j in [0, n): Z = inv_keep where
- * fg_attn_keep(seed, threshold, b, h, i, j0 + j), else 0. One Philox call serves four keys; the
- * result equals fg_attn_keep element by element. threshold = fg_dropout_threshold(p) (0: no-op). */
-void fg_attn_dropout_scale_f32(float *x, int64_t n, uint64_t seed, uint32_t threshold, float inv_keep, int64_t b,
-                               int64_t h, int64_t i, int64_t j0);
-void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t threshold, double inv_keep, int64_t b,
-                               int64_t h, int64_t i, int64_t j0);
-
-/* ---- devices ----
- * fg_attention reaches a device's kernels through its kernel table (ops/kernels.h, the `attention`
- * member): the CPU's are the kernels above, a non-CPU device's take device pointers under the same
- * contract. `caps` there lists the built-in variants a device's kernels implement; fg_attention
- * refuses the others on that device (FG_ERR_DEVICE), and always refuses user callbacks off the
- * CPU. */
-enum {
-    FG_ATTN_CAP_GQA = 1,    /* var.n_kv_heads != H */
-    FG_ATTN_CAP_WINDOW = 2, /* var.window */
-    FG_ATTN_CAP_ALIBI = 4,  /* var.alibi */
-    FG_ATTN_CAP_SOFTCAP = 8 /* var.softcap > 0 */
-};
-#define FG_ATTN_CAP_ALL (FG_ATTN_CAP_GQA | FG_ATTN_CAP_WINDOW | FG_ATTN_CAP_ALIBI | FG_ATTN_CAP_SOFTCAP)
-/* causal = FG_ATTN_CAUSAL_TOP_LEFT with Nq != Nk (with Nq = Nk both alignments are the same mask).
- * Not in FG_ATTN_CAP_ALL: a device lists it only once its kernels are tested with it. */
-#define FG_ATTN_CAP_CAUSAL_TOP_LEFT 16
 
 #ifdef __cplusplus
 }

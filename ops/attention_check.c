@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "autograd/gradcheck.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 
 typedef struct {
     double max_abs, ref_max;

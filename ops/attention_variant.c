@@ -1,62 +1,16 @@
-/* attention_variant.c — the attention variants on a tile of scores (steps 2–5 of ops/attention.h),
- * tile classification, block masks, and the registry of named user variants.
- *
- * Legend: B batch, H heads (of Q), Nq queries, Nk keys; a tile is rows [i0, i0 + nq) × keys
- * [j0, j0 + nk) of one (b, h), row stride ld.
- *
- * Both kernels call fg_attn_score_tile on every tile they compute (naive: the whole Nq × Nk matrix
- * as one tile), so a variant's semantics live here once. Its loops are one per variant, each over
- * the whole tile, so the plain path (no variant, FULL tile) does nothing, and the built-in variants
- * are flat loops the compiler can vectorize; user callbacks run in a loop of their own, called only
- * on elements that are still visible.
- *
- * The tile function is a template: this file includes itself twice, once per dtype.
+/* attention_variant.c — the user variants' objects: block masks (a mask callback summarized per
+ * flash tile), tensor masks as user variants, and the registry of named user variants. The code
+ * that applies the variants to a tile of scores is the CPU kernels' (ops/cpu/attention_variant_body.h),
+ * their tile classification too (fg_attn_tile_kind, ops/cpu/attention.c).
  */
-#ifndef FG_ATTN_VARIANT_TEMPLATE
-
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tensor/alloc.h"
-
-#define FG_ATTN_VARIANT_TEMPLATE 1
-
-/* LIN: below it, c · tanh(s / c) rounds to s (u²/3 < 2^-25 for float32, < 2^-54 for float64) */
-#define T float
-#define SFX(name) name##_f32
-#define TANH tanhf
-#define FABS fabsf
-#define LIN 0x1p-12f
-#include "ops/attention_variant.c"
-#undef T
-#undef SFX
-#undef TANH
-#undef FABS
-#undef LIN
-
-#define T double
-#define SFX(name) name##_f64
-#define TANH tanh
-#define FABS fabs
-#define LIN 0x1p-27
-#include "ops/attention_variant.c"
-#undef T
-#undef SFX
-#undef TANH
-#undef FABS
-#undef LIN
-
-#undef FG_ATTN_VARIANT_TEMPLATE
-
-/* ---- predicates ---- */
-int fg_attn_modifies_scores(const fg_attn_problem *pr) {
-    return pr->var.softcap > 0 || pr->var.alibi || pr->custom.score_mod != NULL;
-}
-int fg_attn_needs_score_grad(const fg_attn_problem *pr) { return pr->var.softcap > 0 || pr->custom.score_mod != NULL; }
 
 /* ---- block masks ---- */
 struct fg_attn_block_mask {
@@ -163,22 +117,6 @@ void fg_attn_block_mask_dims(const fg_attn_block_mask *bm, int64_t *B, int64_t *
     if (block_k) *block_k = bm->block_k;
 }
 
-/* ---- tile classification: causal ∧ window (pure, ops/shared/attn_variant.h) ∧ the block mask ---- */
-fg_tile_kind fg_attn_tile_kind(const fg_attn_problem *pr, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                               int64_t nk, int *window_partial, int *mask_partial) {
-    const fg_attn_variant *v = &pr->var;
-    fg_tile_kind wk = fg_attn_tile_kind_window(i0, nq, j0, nk, pr->Nq, pr->Nk, pr->causal, v->window, v->window_left,
-                                               v->window_right);
-    fg_tile_kind mk = FG_TILE_FULL;
-    if (pr->custom.mask) {
-        const fg_attn_block_mask *bm = pr->custom.block_mask;
-        mk = bm ? fg_attn_block_mask_kind(bm, b, h, i0 / bm->block_q, j0 / bm->block_k) : FG_TILE_PARTIAL;
-    }
-    if (window_partial) *window_partial = wk == FG_TILE_PARTIAL;
-    if (mask_partial) *mask_partial = mk == FG_TILE_PARTIAL;
-    return fg_attn_tile_kind_and(wk, mk);
-}
-
 /* ---- the registry of named user variants ---- */
 #define FG_ATTN_REGISTRY_MAX 32
 static struct {
@@ -216,12 +154,14 @@ fg_attn_custom fg_attn_tensor_mask_custom(const fg_attn_tensor_mask *m) {
     if (!m || !m->data) return (fg_attn_custom){0};
     void *u = (void *)m;
     switch (m->kind) {
-    case FG_ATTN_TMASK_BOOL: return (fg_attn_custom){.mask = tmask_bool, .user = u};
+    case FG_ATTN_TMASK_BOOL:
+        return (fg_attn_custom){.mask = tmask_bool, .user = u};
     case FG_ATTN_TMASK_F32:
     case FG_ATTN_TMASK_F64:
         return (fg_attn_custom){
             .score_mod = tmask_bias_add, .score_mod_grad = tmask_bias_grad, .mask = tmask_bias_visible, .user = u};
-    default: return (fg_attn_custom){0};
+    default:
+        return (fg_attn_custom){0};
     }
 }
 
@@ -283,98 +223,3 @@ const char *fg_attn_custom_name(int i, const char **help) {
     if (help) *help = registry[i].help;
     return registry[i].name;
 }
-
-#else /* ---- the per-dtype template ---- */
-
-void SFX(fg_attn_score_tile)(T *S, T *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                             int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
-                             const fg_attn_problem *pr) {
-    const fg_attn_variant *v = &pr->var;
-    /* 2. softcap: s = c tanh(s / c);  ∂/∂s = 1 − tanh²(s / c).
-     * For |u| = |s / c| < LIN, c tanh(u) = s (1 − u²/3 + ...) rounds to s itself (u²/3 is below
-     * half an ulp), so s is kept: exact, where c · tanh(s · (1/c)) would carry the roundings of
-     * 1/c, s · (1/c) and c · t — and lose all precision once s · (1/c) is subnormal (a c near T's
-     * largest value). */
-    if (v->softcap > 0) {
-        const T c = (T)v->softcap, inv_c = (T)(1.0 / v->softcap), lin = LIN;
-        for (int64_t r = 0; r < nq; r++) {
-            T *srow = S + r * ld;
-            T *grow = G ? G + r * ld : NULL;
-            if (grow)
-                for (int64_t j = 0; j < nk; j++) {
-                    const T x = srow[j], u = x * inv_c, t = TANH(u);
-                    srow[j] = FABS(u) < lin ? x : c * t;
-                    grow[j] = 1 - t * t;
-                }
-            else
-                for (int64_t j = 0; j < nk; j++) {
-                    const T x = srow[j], u = x * inv_c;
-                    srow[j] = FABS(u) < lin ? x : c * TANH(u);
-                }
-        }
-    } else if (G) {
-        for (int64_t r = 0; r < nq; r++)
-            for (int64_t j = 0; j < nk; j++) G[r * ld + j] = 1;
-    }
-    /* 3. ALiBi: s −= slope_h |i' − j|  (derivative 1) */
-    if (v->alibi) {
-        const double slope = v->alibi_slopes ? v->alibi_slopes[h] : fg_attn_alibi_slope(h, pr->H);
-        const int64_t off = pr->Nk - pr->Nq;
-        for (int64_t r = 0; r < nq; r++) {
-            T *srow = S + r * ld;
-            const int64_t dist0 = i0 + r + off - j0; /* i' − j at j = j0 */
-            for (int64_t j = 0; j < nk; j++) {
-                const int64_t dist = dist0 - j;
-                srow[j] -= (T)(slope * (double)(dist < 0 ? -dist : dist));
-            }
-        }
-    }
-    /* 5. the mask, before score_mod so that the callback only sees visible elements */
-    if (kind == FG_TILE_PARTIAL) {
-        if (window_partial)
-            for (int64_t r = 0; r < nq; r++) {
-                int64_t lo, hi;
-                fg_attn_row_range(i0 + r, pr->Nq, pr->Nk, pr->causal, v->window, v->window_left, v->window_right, &lo,
-                                  &hi);
-                lo -= j0;
-                hi -= j0;
-                if (hi < lo) hi = lo;
-                T *srow = S + r * ld;
-                T *grow = G ? G + r * ld : NULL;
-                for (int64_t j = 0; j < nk && j < lo; j++) srow[j] = -INFINITY;
-                for (int64_t j = hi > 0 ? hi : 0; j < nk; j++) srow[j] = -INFINITY;
-                if (grow) {
-                    for (int64_t j = 0; j < nk && j < lo; j++) grow[j] = 0;
-                    for (int64_t j = hi > 0 ? hi : 0; j < nk; j++) grow[j] = 0;
-                }
-            }
-        if (mask_partial && pr->custom.mask) {
-            const fg_attn_mask_fn mask = pr->custom.mask;
-            void *user = pr->custom.user;
-            for (int64_t r = 0; r < nq; r++)
-                for (int64_t j = 0; j < nk; j++) {
-                    T *s = S + r * ld + j;
-                    if (*s == -INFINITY || mask(b, h, i0 + r, j0 + j, user)) continue;
-                    *s = -INFINITY;
-                    if (G) G[r * ld + j] = 0;
-                }
-        }
-    }
-    /* 4. score_mod on the visible elements: s = f(s);  G *= f'(s) */
-    if (pr->custom.score_mod) {
-        const fg_attn_score_mod_fn f = pr->custom.score_mod, df = pr->custom.score_mod_grad;
-        void *user = pr->custom.user;
-        for (int64_t r = 0; r < nq; r++)
-            for (int64_t j = 0; j < nk; j++) {
-                T *s = S + r * ld + j;
-                if (*s == -INFINITY) continue;
-                const double x = (double)*s;
-                *s = (T)f(x, b, h, i0 + r, j0 + j, user);
-                if (G)
-                    G[r * ld + j] =
-                        *s == -INFINITY ? 0 : (T)((double)G[r * ld + j] * df(x, b, h, i0 + r, j0 + j, user));
-            }
-    }
-}
-
-#endif /* FG_ATTN_VARIANT_TEMPLATE */

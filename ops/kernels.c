@@ -5,22 +5,11 @@
 
 #include "ops/kernels_cpu.h"
 
-static const fg_kernels cpu_kernels = {
-    .device = "cpu",
-    .matmul = {fg_cpu_matmul_gemm, fg_cpu_matmul_colsum},
-    .elementwise = {fg_cpu_elementwise_forward, fg_cpu_elementwise_backward, fg_cpu_elementwise_scalar},
-    .reduce = {fg_cpu_reduce_axis_forward, fg_cpu_reduce_axis_backward, fg_cpu_reduce_all_forward,
-               fg_cpu_reduce_all_backward},
-    .memory = {fg_cpu_add_into},
-    .embedding = {fg_cpu_embedding_forward, fg_cpu_embedding_backward},
-    .layernorm = {fg_cpu_layernorm_forward, fg_cpu_layernorm_backward},
-    .gelu = {fg_cpu_gelu_forward, fg_cpu_gelu_backward},
-    .softmax = {fg_cpu_softmax_forward, fg_cpu_softmax_backward},
-    .cross_entropy = {fg_cpu_cross_entropy_forward, fg_cpu_cross_entropy_backward},
-    .dropout = {fg_cpu_dropout_forward, fg_cpu_dropout_backward},
-    .optimizer = {fg_cpu_adamw, fg_cpu_sum_squares, fg_cpu_scale, fg_cpu_norm_block, fg_cpu_sum_squares_blocks},
-    .attention = {fg_cpu_attention_forward, fg_cpu_attention_backward, FG_ATTN_CAP_ALL | FG_ATTN_CAP_CAUSAL_TOP_LEFT},
-};
+/* Every entry of ops/kernels.h's lists: .family = {.name = fg_cpu_<family>_<name>, ...}. */
+#define CPU_ENTRY_(family, name, where, ret, params) .name = fg_cpu_##family##_##name,
+#define CPU_VALUE_(family, type, name, cpu_value, cuda_value) .name = cpu_value,
+#define CPU_FAMILY_(family, LIST) .family = {LIST(CPU_ENTRY_, CPU_VALUE_)},
+static const fg_kernels cpu_kernels = {.device = "cpu", FG_KERNEL_FAMILIES(CPU_FAMILY_)};
 
 static _Atomic(const fg_kernels *) tables[FG_DEVICE_COUNT] = {&cpu_kernels};
 

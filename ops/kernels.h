@@ -20,13 +20,23 @@
  * left NULL means "not on this device": the shell then refuses the op with FG_ERR_DEVICE, as
  * ggml's backends answer supports_op. Devices register their table once they are started:
  * the CPU's is built in (ops/kernels.c); cuda/ registers its own from fg_cuda_init().
+ *
+ * Adding an op family edits four places, and only these:
+ *   1. ops/ops.h         its public functions;
+ *   2. ops/kernels.h     its kernels' list FG_KERNELS_<FAMILY> (below) and its line in
+ *                        FG_KERNEL_FAMILIES;
+ *   3. ops/<family>.c    the shell and the CPU's kernels, fg_cpu_<family>_<name>;
+ *   4. cuda/<family>.cu  the CUDA kernels, fg_cu_<family>_<name> (or `cpu` in the list's entry,
+ *                        and the CUDA table holds NULL).
+ * The table types, both devices' declarations and both tables are generated from the list; the
+ * Makefile picks new files up by itself.
  */
 #ifndef FG_KERNELS_H
 #define FG_KERNELS_H
 
 #include <stdint.h>
 
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/flat.h"
 #include "tensor/tensor.h"
 
@@ -34,21 +44,33 @@
 extern "C" {
 #endif
 
+/* ---- the one list ----
+ * Every member of the table comes from the lists below, one per op family, gathered in
+ * FG_KERNEL_FAMILIES (the order of ops/ops.h). An entry
+ *     FN(family, name, where, ret, params)
+ * is the member `name` of fg_<family>_kernels, of type ret (*)params, which the CPU defines as
+ * fg_cpu_<family>_<name> (ops/<family>.c) and CUDA as fg_cu_<family>_<name> (cuda/<family>.cu);
+ * `where` is `all`, or `cpu` when only the CPU has it (NULL in the CUDA table). An entry
+ *     VAL(family, type, name, cpu_value, cuda_value)
+ * is a plain member with each device's value. From these lists come the table's types (here), both
+ * devices' declarations (ops/kernels_cpu.h, cuda/kernels_cuda.h) and both tables (ops/kernels.c,
+ * cuda/kernels.cu); none of those four files changes when an op is added. */
+
 /* ---- matmul (ops/matmul.c) ----
- * Row-major GEMM, like cblas_?gemm(CblasRowMajor, ...), repeated over `batch` matrices that are
- * sA, sB, sC elements apart (0 = the same matrix for every batch):
+ * gemm: row-major GEMM, like cblas_?gemm(CblasRowMajor, ...), repeated over `batch` matrices that
+ * are sA, sB, sC elements apart (0 = the same matrix for every batch):
  *     C (M, N) = alpha · op(A) op(B) + beta · C,     op(X) = X, or Xᵀ when tX is non-zero
  * A is (M, K) after op, stored with row stride lda (likewise B (K, N), ldb; C, ldc). With bias
  * (N) non-NULL, bias takes the place of beta · C: C = alpha · op(A) op(B) + bias in every row.
  * When sC is 0 and batch > 1, the batches add into the one C in batch order (beta, or the bias,
- * applies to the first). K = 0 is an empty sum (C = beta · C, or bias). */
-typedef struct {
-    fg_status (*gemm)(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-                      int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, double beta, const void *bias,
-                      void *C, int64_t ldc, int64_t sC, int64_t batch);
-    /* linear's bias gradient: db (N) += Σ_r dout (R, N), each column summed in a fixed order */
-    fg_status (*colsum)(fg_dtype dt, void *db, const void *dout, int64_t R, int64_t N);
-} fg_matmul_kernels;
+ * applies to the first). K = 0 is an empty sum (C = beta · C, or bias).
+ * colsum: linear's bias gradient: db (N) += Σ_r dout (R, N), each column summed in a fixed order. */
+#define FG_KERNELS_MATMUL(FN, VAL)                                                                                     \
+    FN(matmul, gemm, all, fg_status,                                                                                   \
+       (fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,        \
+        int64_t sA, const void *B, int64_t ldb, int64_t sB, double beta, const void *bias, void *C, int64_t ldc,       \
+        int64_t sC, int64_t batch))                                                                                    \
+    FN(matmul, colsum, all, fg_status, (fg_dtype dt, void *db, const void *dout, int64_t R, int64_t N))
 
 /* ---- elementwise (ops/elementwise.c) ----
  * NumPy broadcasting over out's shape (nd dims, outermost first): out is contiguous, and an input
@@ -65,107 +87,110 @@ typedef enum {
     FG_BINARY_RULE_OVER,  /* d / p             (div, for a: p = b)               */
     FG_BINARY_RULE_QUOT,  /* -d · q / (p · p)  (div, for b: p = b, q = a)        */
 } fg_binary_rule;
-typedef struct {
-    /* out = a ∘ b; a and b read through sa, sb */
-    fg_status (*forward)(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, const void *b,
-                         const int64_t *sb, int nd, const int64_t *shape);
-    /* g += rule(dout, p, q), summed over the dims of out along which g's input was stretched. g is
-     * contiguous with the input's shape (g_nd, g_shape); dout is contiguous with out's shape; p and q
-     * are read through sp, sq. Each element of g is summed in a fixed order. */
-    fg_status (*backward)(fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape, const void *dout,
-                          const void *p, const int64_t *sp, const void *q, const int64_t *sq, int nd,
-                          const int64_t *shape);
-    /* out = a + s (op FG_BINARY_ADD) or a · s (FG_BINARY_MUL); a (nd, shape) read through its
-     * strides sa; float32 computes with (float)s */
-    fg_status (*scalar)(fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, int nd,
-                        const int64_t *shape, double s);
-} fg_elementwise_kernels;
+/* forward: out = a ∘ b; a and b read through sa, sb.
+ * backward: g += rule(dout, p, q), summed over the dims of out along which g's input was
+ *   stretched. g is contiguous with the input's shape (g_nd, g_shape); dout is contiguous with
+ *   out's shape; p and q are read through sp, sq. Each element of g is summed in a fixed order.
+ * scalar: out = a + s (op FG_BINARY_ADD) or a · s (FG_BINARY_MUL); a (nd, shape) read through its
+ *   strides sa; float32 computes with (float)s */
+#define FG_KERNELS_ELEMENTWISE(FN, VAL)                                                                                \
+    FN(elementwise, forward, all, fg_status,                                                                           \
+       (fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, const void *b, const int64_t *sb,   \
+        int nd, const int64_t *shape))                                                                                 \
+    FN(elementwise, backward, all, fg_status,                                                                          \
+       (fg_binary_rule rule, fg_dtype dt, void *g, int g_nd, const int64_t *g_shape, const void *dout, const void *p,  \
+        const int64_t *sp, const void *q, const int64_t *sq, int nd, const int64_t *shape))                            \
+    FN(elementwise, scalar, all, fg_status,                                                                            \
+       (fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, int nd, const int64_t *shape,       \
+        double s))
 
 /* ---- reduce (ops/reduce.c) ----
  * Sums accumulate in float64 for both dtypes. Over an axis, x is contiguous and seen as (O, N, In)
  * around the axis (O = the dims before it, N = its size, In = the dims after it); out is (O, In).
- * (Not `I`: <complex.h>, which some BLAS headers include, defines it.) */
-typedef struct {
-    /* out (O, In) = scale · Σ_n x (O, N, In) */
-    fg_status (*axis_forward)(fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t In, double scale);
-    /* dx (O, N, In) += scale · dout (O, In), the same for every n */
-    fg_status (*axis_backward)(fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N, int64_t In, double scale);
-    /* out (1) = scale · Σ x, over every element of x (nd, shape) read through its strides */
-    fg_status (*all_forward)(fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape,
-                             const int64_t *strides, double scale);
-    /* dx (n) += scale · dout[0] */
-    fg_status (*all_backward)(fg_dtype dt, void *dx, const void *dout, int64_t n, double scale);
-} fg_reduce_kernels;
+ * (Not `I`: <complex.h>, which some BLAS headers include, defines it.)
+ *   axis_forward   out (O, In) = scale · Σ_n x (O, N, In)
+ *   axis_backward  dx (O, N, In) += scale · dout (O, In), the same for every n
+ *   all_forward    out (1) = scale · Σ x, over every element of x (nd, shape) read through its strides
+ *   all_backward   dx (n) += scale · dout[0] */
+#define FG_KERNELS_REDUCE(FN, VAL)                                                                                     \
+    FN(reduce, axis_forward, all, fg_status,                                                                           \
+       (fg_dtype dt, void *out, const void *x, int64_t O, int64_t N, int64_t In, double scale))                        \
+    FN(reduce, axis_backward, all, fg_status,                                                                          \
+       (fg_dtype dt, void *dx, const void *dout, int64_t O, int64_t N, int64_t In, double scale))                      \
+    FN(reduce, all_forward, all, fg_status,                                                                            \
+       (fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape, const int64_t *strides, double scale))    \
+    FN(reduce, all_backward, all, fg_status, (fg_dtype dt, void *dx, const void *dout, int64_t n, double scale))
 
-/* ---- memory (ops/ops_common.c): the accumulation behind the shape ops' backward ---- */
-typedef struct {
-    /* dst += alpha · src over shape (nd dims), each read through its own element strides (dst must
-     * not reach one element twice); float32 scales by (float)alpha */
-    fg_status (*add_into)(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
-                          const int64_t *src_strides, int nd, const int64_t *shape, double alpha);
-} fg_memory_kernels;
+/* ---- memory (ops/ops_common.c): the accumulation behind the shape ops' backward ----
+ * add_into: dst += alpha · src over shape (nd dims), each read through its own element strides
+ * (dst must not reach one element twice); float32 scales by (float)alpha */
+#define FG_KERNELS_MEMORY(FN, VAL)                                                                                     \
+    FN(memory, add_into, all, fg_status,                                                                               \
+       (fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides, int nd,       \
+        const int64_t *shape, double alpha))
 
 /* ---- embedding (ops/embedding.c) ----
  * weight is (V, C) with rows ws elements apart (unit stride along C); idx holds n int32 ids in
- * HOST memory, each in [0, V) (the shell has checked them; a device kernel stages what it needs). */
-typedef struct {
-    /* out (n, C): out[r, :] = weight[idx[r], :] */
-    fg_status (*forward)(fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx, int64_t n,
-                         int64_t V, int64_t C);
-    /* dweight (V, C), contiguous, += dout (n, C) scattered by idx: the rows of one id are added in
-     * position order r = 0, 1, ... */
-    fg_status (*backward)(fg_dtype dt, void *dweight, const void *dout, const int32_t *idx, int64_t n, int64_t V,
-                          int64_t C);
-} fg_embedding_kernels;
+ * HOST memory, each in [0, V) (the shell has checked them; a device kernel stages what it needs).
+ *   forward   out (n, C): out[r, :] = weight[idx[r], :]
+ *   backward  dweight (V, C), contiguous, += dout (n, C) scattered by idx: the rows of one id are
+ *             added in position order r = 0, 1, ... */
+#define FG_KERNELS_EMBEDDING(FN, VAL)                                                                                  \
+    FN(embedding, forward, all, fg_status,                                                                             \
+       (fg_dtype dt, void *out, const void *weight, int64_t ws, const int32_t *idx, int64_t n, int64_t V, int64_t C))  \
+    FN(embedding, backward, all, fg_status,                                                                            \
+       (fg_dtype dt, void *dweight, const void *dout, const int32_t *idx, int64_t n, int64_t V, int64_t C))
 
 /* ---- layernorm (ops/layernorm.c) ----
- * x is (R, C); w, b (C) or NULL (1 and 0); saved: mean (R), rstd (R) = 1/sqrt(var + eps). */
-typedef struct {
-    fg_status (*forward)(fg_dtype dt, void *out, void *mean, void *rstd, const void *x, const void *w, const void *b,
-                         int64_t R, int64_t C, double eps);
-    /* dx, dw, db += ...; any of them NULL when not wanted */
-    fg_status (*backward)(fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x, const void *mean,
-                          const void *rstd, const void *w, int64_t R, int64_t C);
-} fg_layernorm_kernels;
+ * x is (R, C); w, b (C) or NULL (1 and 0); saved: mean (R), rstd (R) = 1/sqrt(var + eps).
+ * The backward adds into dx, dw, db; any of them NULL when not wanted. */
+#define FG_KERNELS_LAYERNORM(FN, VAL)                                                                                  \
+    FN(layernorm, forward, all, fg_status,                                                                             \
+       (fg_dtype dt, void *out, void *mean, void *rstd, const void *x, const void *w, const void *b, int64_t R,        \
+        int64_t C, double eps))                                                                                        \
+    FN(layernorm, backward, all, fg_status,                                                                            \
+       (fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x, const void *mean,                  \
+        const void *rstd, const void *w, int64_t R, int64_t C))
 
 /* ---- gelu (ops/gelu.c) ----
  * x, out, dout, dx are (n), contiguous: out = gelu(x); dx += dout * gelu'(x). */
-typedef struct {
-    fg_status (*forward)(fg_dtype dt, void *out, const void *x, int64_t n);
-    fg_status (*backward)(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n);
-} fg_gelu_kernels;
+#define FG_KERNELS_GELU(FN, VAL)                                                                                       \
+    FN(gelu, forward, all, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n))                              \
+    FN(gelu, backward, all, fg_status, (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n))
 
 /* ---- softmax (ops/softmax.c) ----
  * x, y = softmax(x) over each row, dy, dx are (R, C); a row of all -inf gives y = 0.
  * dx += y * (dy - sum_j dy_j y_j), row by row. */
-typedef struct {
-    fg_status (*forward)(fg_dtype dt, void *y, const void *x, int64_t R, int64_t C);
-    fg_status (*backward)(fg_dtype dt, void *dx, const void *dy, const void *y, int64_t R, int64_t C);
-} fg_softmax_kernels;
+#define FG_KERNELS_SOFTMAX(FN, VAL)                                                                                    \
+    FN(softmax, forward, all, fg_status, (fg_dtype dt, void *y, const void *x, int64_t R, int64_t C))                  \
+    FN(softmax, backward, all, fg_status, (fg_dtype dt, void *dx, const void *dy, const void *y, int64_t R, int64_t C))
 
 /* ---- cross_entropy (ops/cross_entropy.c) ----
  * x is (R, V) logits; targets (R) int32 class ids in [0, V) or -1 (row ignored), in the device's
  * memory; count = the rows whose target is not -1. forward writes lse (R) (0 for ignored rows) and
  * loss (1) = sum_r (lse_r - x_r,t_r) / count (0 when count is 0). backward, for count > 0 and
  * dloss (1) in the device's memory: dx_rj += dloss / count * (exp(x_rj - lse_r) - [j == t_r]). */
-typedef struct {
-    fg_status (*forward)(fg_dtype dt, void *loss, void *lse, const void *x, const int32_t *targets, int64_t R,
-                         int64_t V, int64_t count);
-    fg_status (*backward)(fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse,
-                          const int32_t *targets, int64_t R, int64_t V, int64_t count);
-} fg_cross_entropy_kernels;
+#define FG_KERNELS_CROSS_ENTROPY(FN, VAL)                                                                              \
+    FN(cross_entropy, forward, all, fg_status,                                                                         \
+       (fg_dtype dt, void *loss, void *lse, const void *x, const int32_t *targets, int64_t R, int64_t V,               \
+        int64_t count))                                                                                                \
+    FN(cross_entropy, backward, all, fg_status,                                                                        \
+       (fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse, const int32_t *targets, int64_t R,   \
+        int64_t V, int64_t count))
 
 /* ---- dropout (ops/dropout.c) ----
  * x, out, dout, dx are (n), contiguous; k is the flat index, 0 <= p < 1:
  *   keep(k) = fg_philox_u32(seed, stream, k) >= fg_dropout_threshold(p)   (tensor/philox.h)
  *   forward: out[k] = keep(k) ? x[k] * scale : 0      backward: dx[k] += keep(k) ? dout[k] * scale : 0
  * with scale = 1 / (1 - p) rounded to the dtype. */
-typedef struct {
-    fg_status (*forward)(fg_dtype dt, void *out, const void *x, int64_t n, uint64_t seed, uint64_t stream, double p);
-    fg_status (*backward)(fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream, double p);
-} fg_dropout_kernels;
+#define FG_KERNELS_DROPOUT(FN, VAL)                                                                                    \
+    FN(dropout, forward, all, fg_status,                                                                               \
+       (fg_dtype dt, void *out, const void *x, int64_t n, uint64_t seed, uint64_t stream, double p))                   \
+    FN(dropout, backward, all, fg_status,                                                                              \
+       (fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream, double p))
 
-/* ---- optimizer (ops/optim.c; train/adamw.c uses them) ----
+/* ---- optimizer (ops/optim.c; train/adamw.c uses them): not an op, the flat-array loops of
+ * train/'s optimizer ----
  * Flat arrays of one dtype: p (parameters), g (gradients), m, v (AdamW's moments), each (n).
  * adamw updates, for each span, the elements [offset, offset + count) (spans do not overlap;
  * elements in no span are left alone), with the span's decay factor df:
@@ -181,46 +206,63 @@ typedef struct {
  * rank sums its own blocks, train/trainer.c). Both are NULL on devices without that order. */
 /* fg_adamw_span: ops/flat.h */
 
-typedef struct {
-    fg_status (*adamw)(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
-                       const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps);
-    fg_status (*sum_squares)(fg_dtype dt, const void *x, int64_t n, double *out);
-    fg_status (*scale)(fg_dtype dt, void *x, int64_t n, double s);
-    int64_t (*norm_block)(int64_t n);
-    fg_status (*sum_squares_blocks)(fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part);
-} fg_optimizer_kernels;
+#define FG_KERNELS_OPTIMIZER(FN, VAL)                                                                                  \
+    FN(optimizer, adamw, all, fg_status,                                                                               \
+       (fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans, const fg_adamw_span *spans,     \
+        double b1, double b2, double step_size, double bc2_sqrt, double eps))                                          \
+    FN(optimizer, sum_squares, all, fg_status, (fg_dtype dt, const void *x, int64_t n, double *out))                   \
+    FN(optimizer, scale, all, fg_status, (fg_dtype dt, void *x, int64_t n, double s))                                  \
+    FN(optimizer, norm_block, cpu, int64_t, (int64_t n))                                                               \
+    FN(optimizer, sum_squares_blocks, cpu, fg_status,                                                                  \
+       (fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part))
 
 /* ---- attention (ops/attention.c) ----
- * The contract of the CPU kernels of ops/attention.h on the device's pointers: `aux` is the naive
- * P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for FG_ATTN_FLASH; the
- * naive backward gets lse NULL (it reads P); the backward adds into dq, dk, dv (any NULL). `caps`
- * lists the built-in variants the kernels implement (FG_ATTN_CAP_*); the shell refuses the others
- * on that device, and always refuses user callbacks off the CPU. With FG_ATTN_CAP_ALIBI,
- * pr->var.alibi_slopes is a HOST pointer (H doubles) or NULL (standard slopes). */
-typedef struct {
-    fg_status (*forward)(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q, const void *k,
-                         const void *v, const fg_attn_problem *pr);
-    fg_status (*backward)(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                          const void *k, const void *v, const void *o, const void *lse, const void *aux,
-                          const fg_attn_problem *pr);
-    unsigned caps;
-} fg_attention_kernels;
+ * The contract of the CPU kernels of ops/attention_kernels.h on the device's pointers: `aux` is
+ * the naive P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for
+ * FG_ATTN_FLASH; the naive backward gets lse NULL (it reads P); the backward adds into dq, dk, dv
+ * (any NULL). `caps` lists the built-in variants the kernels implement (FG_ATTN_CAP_*); the shell
+ * refuses the others on that device, and always refuses user callbacks off the CPU. With
+ * FG_ATTN_CAP_ALIBI, pr->var.alibi_slopes is a HOST pointer (H doubles) or NULL (standard slopes).
+ * The shell has checked the problem (fg_attn_problem_init, fg_attn_problem_check_dtype) and the
+ * caps before it calls a kernel: a device's kernels check only their own limits. */
+#define FG_KERNELS_ATTENTION(FN, VAL)                                                                                  \
+    FN(attention, forward, all, fg_status,                                                                             \
+       (fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q, const void *k, const void *v,    \
+        const fg_attn_problem *pr))                                                                                    \
+    FN(attention, backward, all, fg_status,                                                                            \
+       (fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,  \
+        const void *v, const void *o, const void *lse, const void *aux, const fg_attn_problem *pr))                    \
+    VAL(attention, unsigned, caps, FG_ATTN_CAP_ALL | FG_ATTN_CAP_CAUSAL_TOP_LEFT, FG_ATTN_CAP_ALL)
 
+/* The families: the table's members, in this order. */
+#define FG_KERNEL_FAMILIES(FAM)                                                                                        \
+    FAM(matmul, FG_KERNELS_MATMUL)                                                                                     \
+    FAM(elementwise, FG_KERNELS_ELEMENTWISE)                                                                           \
+    FAM(reduce, FG_KERNELS_REDUCE)                                                                                     \
+    FAM(memory, FG_KERNELS_MEMORY)                                                                                     \
+    FAM(embedding, FG_KERNELS_EMBEDDING)                                                                               \
+    FAM(layernorm, FG_KERNELS_LAYERNORM)                                                                               \
+    FAM(gelu, FG_KERNELS_GELU)                                                                                         \
+    FAM(softmax, FG_KERNELS_SOFTMAX)                                                                                   \
+    FAM(cross_entropy, FG_KERNELS_CROSS_ENTROPY)                                                                       \
+    FAM(dropout, FG_KERNELS_DROPOUT)                                                                                   \
+    FAM(optimizer, FG_KERNELS_OPTIMIZER)                                                                               \
+    FAM(attention, FG_KERNELS_ATTENTION)
+
+/* The types: fg_<family>_kernels, one function pointer per FN entry and one field per VAL entry;
+ * fg_kernels holds one of each, named after its family. */
+#define FG_KERNEL_MEMBER_(family, name, where, ret, params) ret(*name) params;
+#define FG_KERNEL_VALUE_(family, type, name, cpu_value, cuda_value) type name;
+#define FG_KERNEL_TYPE_(family, LIST)                                                                                  \
+    typedef struct {                                                                                                   \
+        LIST(FG_KERNEL_MEMBER_, FG_KERNEL_VALUE_)                                                                      \
+    } fg_##family##_kernels;
+FG_KERNEL_FAMILIES(FG_KERNEL_TYPE_)
+
+#define FG_KERNEL_FIELD_(family, LIST) fg_##family##_kernels family;
 typedef struct fg_kernels {
     const char *device; /* "cpu", "cuda": for messages */
-    fg_matmul_kernels matmul;
-    fg_elementwise_kernels elementwise;
-    fg_reduce_kernels reduce;
-    fg_memory_kernels memory;
-    fg_embedding_kernels embedding;
-    fg_layernorm_kernels layernorm;
-    fg_gelu_kernels gelu;
-    fg_softmax_kernels softmax;
-    fg_cross_entropy_kernels cross_entropy;
-    fg_dropout_kernels dropout;
-    fg_optimizer_kernels optimizer; /* not an op: the flat-array loops of train/'s optimizer */
-
-    fg_attention_kernels attention;
+    FG_KERNEL_FAMILIES(FG_KERNEL_FIELD_)
 } fg_kernels;
 
 /* The table of device d, or NULL with FG_ERR_DEVICE naming `op` when d has none (a build without

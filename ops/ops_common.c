@@ -195,8 +195,8 @@ fg_tensor *fg_op_contiguous(fg_tensor *t) {
     return c;
 }
 
-fg_status fg_cpu_add_into(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
-                          const int64_t *src_strides, int nd, const int64_t *shape, double alpha) {
+fg_status fg_cpu_memory_add_into(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
+                                 const int64_t *src_strides, int nd, const int64_t *shape, double alpha) {
     int64_t strides[2][FG_MAX_DIMS];
     memcpy(strides[0], dst_strides, (size_t)nd * sizeof(int64_t));
     memcpy(strides[1], src_strides, (size_t)nd * sizeof(int64_t));

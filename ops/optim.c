@@ -87,7 +87,7 @@ static void norm_piece(void *ctx, int64_t b, int64_t e) {
     }
 }
 
-int64_t fg_cpu_norm_block(int64_t n) {
+int64_t fg_cpu_optimizer_norm_block(int64_t n) {
     const int64_t per = (n + NORM_MAX_BLOCKS - 1) / NORM_MAX_BLOCKS;
     return per > NORM_BLOCK ? per : NORM_BLOCK;
 }
@@ -98,8 +98,9 @@ static void norm_piece_from(void *ctx, int64_t b, int64_t e) {
     norm_piece(ctx, j->b0 + b, j->b0 + e);
 }
 
-fg_status fg_cpu_sum_squares_blocks(fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part) {
-    const int64_t block = fg_cpu_norm_block(n);
+fg_status fg_cpu_optimizer_sum_squares_blocks(fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1,
+                                              double *part) {
+    const int64_t block = fg_cpu_optimizer_norm_block(n);
     if (b0 < 0 || b1 < b0 || b1 > fg_par_pieces(n, block))
         return fg_error(FG_ERR_ARG, "sum_squares: blocks [%lld, %lld) of an array of %lld blocks", (long long)b0,
                         (long long)b1, (long long)fg_par_pieces(n, block));
@@ -109,10 +110,10 @@ fg_status fg_cpu_sum_squares_blocks(fg_dtype dt, const void *x, int64_t n, int64
     return FG_OK;
 }
 
-fg_status fg_cpu_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
+fg_status fg_cpu_optimizer_sum_squares(fg_dtype dt, const void *x, int64_t n, double *out) {
     double part[NORM_MAX_BLOCKS], s = 0;
-    const int64_t blocks = fg_par_pieces(n, fg_cpu_norm_block(n));
-    fg_status st = fg_cpu_sum_squares_blocks(dt, x, n, 0, blocks, part);
+    const int64_t blocks = fg_par_pieces(n, fg_cpu_optimizer_norm_block(n));
+    fg_status st = fg_cpu_optimizer_sum_squares_blocks(dt, x, n, 0, blocks, part);
     if (st != FG_OK) return st;
     for (int64_t k = 0; k < blocks; k++) s += part[k];
     *out = s;
@@ -139,7 +140,7 @@ static void scale_piece(void *ctx, int64_t b, int64_t e) {
     }
 }
 
-fg_status fg_cpu_scale(fg_dtype dt, void *x, int64_t n, double s) {
+fg_status fg_cpu_optimizer_scale(fg_dtype dt, void *x, int64_t n, double s) {
     scale_job j = {x, s, dt == FG_F32};
     fg_par_range(n, FG_PAR_CHUNK, 0.15, scale_piece, &j); /* ~0.15 ns per element */
     return FG_OK;
@@ -242,9 +243,9 @@ static void adamw_piece(void *ctx, int64_t b, int64_t e) {
     }
 }
 
-fg_status fg_cpu_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
-                       const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
-                       double eps) {
+fg_status fg_cpu_optimizer_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
+                                 const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
+                                 double eps) {
     /* pieces of the flat arrays; ~1 ns per element (four arrays in, three out) */
     adamw_job j = {dt, p, m, v, g, n_spans, spans, b1, b2, step_size, bc2_sqrt, eps};
     fg_par_range(n, FG_PAR_CHUNK, 1.0, adamw_piece, &j);

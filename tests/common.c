@@ -1,6 +1,7 @@
 /* common.c — shared test helpers (see common.h). */
 #include "tests/common.h"
 
+#include "ops/attention_kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"

@@ -21,7 +21,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/kernels.h"
 #include "ops/ops.h"
 #include "tests/common.h"

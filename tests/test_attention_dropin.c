@@ -15,7 +15,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tests/common.h"
 
 static void leak_check(void) {

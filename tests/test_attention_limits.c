@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "autograd/autograd.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/ops.h"
 #include "ops/cpu/simd.h"
 #include "tensor/npy.h"

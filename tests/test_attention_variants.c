@@ -26,7 +26,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"

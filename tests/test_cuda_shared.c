@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/shared/attn_dropout.h"
 #include "ops/shared/attn_tiles.h"
 #include "tensor/philox.h"

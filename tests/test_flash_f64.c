@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/cpu/flash_exp64.h"
 #include "ops/cpu/flash_tiles.h"
 #include "ops/cpu/simd.h"

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/cpu/flash_tiles.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/smallgemm.h"

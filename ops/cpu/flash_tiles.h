@@ -1,6 +1,6 @@
-/* flash_tiles.h — the tile operations of the CPU flash attention kernels (ops/attention_flash.c).
+/* flash_tiles.h — the tile operations of the CPU flash attention kernels (ops/cpu/attention_flash_body.h).
  *
- * One forward driver and one backward driver walk the tiles (ops/attention_flash.c); what they do
+ * One forward driver and one backward driver walk the tiles (ops/cpu/attention_flash_body.h); what they do
  * to a tile goes through a table of operations, fg_flash_ops_f32 or fg_flash_ops_f64, of which
  * there are two instances per dtype:
  *
@@ -68,7 +68,7 @@ extern const fg_flash_ops_f32 fg_flash_portable_f32;
 extern const fg_flash_ops_f32 fg_flash_x86_f32;
 extern const fg_flash_ops_f64 fg_flash_x86_f64;
 
-/* ---- internal to ops/cpu/flash_tiles.c and ops/cpu/flash_x86.c: the x86 tables' pieces ----
+/* ---- internal to ops/cpu/flash_tiles_body.h and ops/cpu/flash_x86.c: the x86 tables' pieces ----
  * The plain C forms (the bit-exact reference; the vector forms finish their ragged edges with them):
  * the column softmax of Sᵀ (nk × nq, row stride ld) for columns [r0, r1), and the transpose. */
 void fg_flash_softmax_cols_scalar_f32(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,

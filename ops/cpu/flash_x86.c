@@ -1,14 +1,14 @@
 /* flash_x86.c — the vector forms of the x86 tables of flash attention's tile operations
  * (ops/cpu/flash_tiles.h): AVX-512 for float32, and AVX2+FMA for float32 and float64, each compiled
  * for its instruction set through a target attribute and chosen at run time by
- * ops/cpu/flash_tiles.c. Every form computes the bits of the plain C one there: the exp is
+ * ops/cpu/flash_tiles_body.h. Every form computes the bits of the plain C one there: the exp is
  * fg_vexp's (ops/cpu/vexp.h) or fg_vexp64's (ops/cpu/flash_exp64.h), sums run key by key in each
  * lane, and the rest is elementwise or moves.
  *
- * The AVX2 softmax, exp and dS forms are one template for both dtypes: this file includes itself
- * twice (T = float, 8 lanes; T = double, 4 lanes), the vector operations named by ops/cpu/vec256.h.
+ * The AVX2 softmax, exp and dS forms are one template for both dtypes, instantiated in the
+ * dtypes' translation units (ops/cpu/flash_x86_body.h, in ops/cpu/attention_f32.c and
+ * ops/cpu/attention_f64.c); this file holds the AVX-512 forms and the transposes.
  */
-#ifndef FG_FLASH_X86_TEMPLATE
 #include "ops/cpu/flash_tiles.h"
 
 #if FG_SIMD_X86
@@ -200,123 +200,6 @@ FG_TARGET_AVX2 void fg_flash_transpose_avx2_f64(double *dst, int64_t ldd, const 
     if (r4 < rows) fg_flash_transpose_scalar_f64(dst + r4, ldd, src + r4 * lds, lds, rows - r4, cols);
 }
 
-#define FG_FLASH_X86_TEMPLATE 1
-
-#define T float
-#define SFX(name) name##_f32
-#define VEXP fg_vexp_avx2
-#define EXP_REF fg_expf_ref
-#define FG_VEC256_DOUBLE 0
-#include "ops/cpu/flash_x86.c"
-#undef T
-#undef SFX
-#undef VEXP
-#undef EXP_REF
-#undef FG_VEC256_DOUBLE
-
-#define T double
-#define SFX(name) name##_f64
-#define VEXP fg_vexp64_avx2
-#define EXP_REF fg_exp64_ref
-#define FG_VEC256_DOUBLE 1
-#include "ops/cpu/flash_x86.c"
-#undef T
-#undef SFX
-#undef VEXP
-#undef EXP_REF
-#undef FG_VEC256_DOUBLE
-
-#undef FG_FLASH_X86_TEMPLATE
 #else
 typedef int fg_flash_x86_unused; /* a translation unit may not be empty */
 #endif /* FG_SIMD_X86 */
-
-#else /* ---- the per-dtype template: the AVX2 forms ---- */
-#include "ops/cpu/vec256.h" /* VT, LANES, V_*: this dtype's vector operations */
-
-/* four vectors of columns at a time, as in the AVX-512 form */
-FG_TARGET_AVX2 void SFX(fg_flash_softmax_cols_avx2)(T *ST, int64_t ld, int64_t nk, int64_t nq, T *m, T *l, T *alpha) {
-    const VT ninf = V_SET1(-INFINITY), zero = V_ZERO();
-    int64_t r0 = 0;
-    for (; r0 + 4 * LANES <= nq; r0 += 4 * LANES) {
-        VT mo[4], mx[4], ms[4], sum[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            mo[v] = V_LOADU(m + r0 + LANES * v);
-            mx[v] = mo[v];
-            sum[v] = zero;
-        }
-        for (int64_t j = 0; j < nk; j++) {
-            const T *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) mx[v] = V_MAX(V_LOADU(sp + LANES * v), mx[v]);
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) ms[v] = V_BLENDV(mx[v], zero, V_CMP_EQ(mx[v], ninf));
-        for (int64_t j = 0; j < nk; j++) {
-            T *sp = ST + j * ld + r0;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                const VT p = VEXP(V_SUB(V_LOADU(sp + LANES * v), ms[v]));
-                V_STOREU(sp + LANES * v, p);
-                sum[v] = V_ADD(sum[v], p);
-            }
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const int64_t r = r0 + LANES * v;
-            const VT a = VEXP(V_SUB(mo[v], ms[v]));
-            V_STOREU(l + r, V_ADD(V_MUL(a, V_LOADU(l + r)), sum[v]));
-            V_STOREU(m + r, mx[v]);
-            V_STOREU(alpha + r, a);
-        }
-    }
-    for (; r0 + LANES <= nq; r0 += LANES) {
-        const VT mo = V_LOADU(m + r0);
-        VT mx = mo;
-        for (int64_t j = 0; j < nk; j++) mx = V_MAX(V_LOADU(ST + j * ld + r0), mx);
-        const VT ms = V_BLENDV(mx, zero, V_CMP_EQ(mx, ninf));
-        const VT a = VEXP(V_SUB(mo, ms));
-        VT sum = zero;
-        for (int64_t j = 0; j < nk; j++) {
-            T *sp = ST + j * ld + r0;
-            const VT p = VEXP(V_SUB(V_LOADU(sp), ms));
-            V_STOREU(sp, p);
-            sum = V_ADD(sum, p);
-        }
-        V_STOREU(l + r0, V_ADD(V_MUL(a, V_LOADU(l + r0)), sum));
-        V_STOREU(m + r0, mx);
-        V_STOREU(alpha + r0, a);
-    }
-    SFX(fg_flash_softmax_cols_scalar)(ST, ld, nk, r0, nq, m, l, alpha); /* the same bits, one column at a time */
-}
-
-FG_TARGET_AVX2 void SFX(fg_flash_exp_rows_avx2)(T *S, int64_t ld, int64_t nq, int64_t nk, const T *L, const T *lo) {
-    for (int64_t r = 0; r < nq; r++) {
-        T *row = S + r * ld;
-        if (L[r] == -INFINITY) {
-            memset(row, 0, (size_t)nk * sizeof(T));
-            continue;
-        }
-        const T Lf = L[r], lf = lo ? lo[r] : 0;
-        const VT Lr = V_SET1(Lf), lr = V_SET1(lf);
-        int64_t j = 0;
-        for (; j + LANES <= nk; j += LANES) V_STOREU(row + j, VEXP(V_SUB(V_SUB(V_LOADU(row + j), Lr), lr)));
-        for (; j < nk; j++) row[j] = EXP_REF((row[j] - Lf) - lf);
-    }
-}
-
-FG_TARGET_AVX2 void SFX(fg_flash_ds_rows_avx2)(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk, const T *D) {
-    for (int64_t r = 0; r < nq; r++) {
-        T *dsrow = dS + r * ld;
-        const T *prow = P + r * ld;
-        const VT Di = V_SET1(D[r]);
-        int64_t j = 0;
-        for (; j + LANES <= nk; j += LANES) V_STOREU(dsrow + j, V_MUL(V_LOADU(prow + j), V_SUB(V_LOADU(dsrow + j), Di)));
-        for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
-    }
-}
-
-#define FG_VEC256_UNDEF
-#include "ops/cpu/vec256.h"
-#endif /* FG_FLASH_X86_TEMPLATE */

@@ -29,7 +29,7 @@
  * Speed: close to the FMA peak per core for tiles in L1 (bench/results/ has the figures). The plain C
  * form is the bit-exact reference,
  * not a fast path: where the CPU has no FMA instruction (x86 before AVX2) each fmaf is a library
- * call — callers that need speed there should use BLAS (ops/attention_flash.c does).
+ * call — callers that need speed there should use BLAS (ops/cpu/attention_flash_body.h does).
  */
 #ifndef FG_SMALLGEMM_H
 #define FG_SMALLGEMM_H

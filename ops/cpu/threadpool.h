@@ -18,7 +18,7 @@
  *     ctx (fg_error's message is per thread; set it on the calling thread after the run).
  *   - Determinism is the op's job: a loop whose items write disjoint outputs, each computed in a
  *     fixed order, gives the same bits for any thread count and any schedule. flash attention
- *     (ops/attention_flash.c) is written that way.
+ *     (ops/cpu/attention_flash_body.h) is written that way.
  *   - A loop inside a loop (fn calling fg_pool_run), a run while another thread's run is in
  *     progress, a single item or a pool of one thread all run serially on the calling thread, in
  *     item order, with worker = 0.

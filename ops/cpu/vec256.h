@@ -1,6 +1,6 @@
 /* vec256.h — one dtype's AVX2 vector operations under dtype-free names, for the kernels that are
- * written once for float and double (ops/cpu/smallgemm.c, ops/cpu/flash_x86.c: each includes its
- * own template twice, with these names bound to float32 and then float64 operations).
+ * written once for float and double (ops/cpu/smallgemm_body.h, ops/cpu/flash_x86_body.h: each is
+ * included once per dtype's translation unit, with these names bound to that dtype's operations).
  *
  * Not a normal header: it has no include guard, on purpose. Include it with FG_VEC256_DOUBLE
  * defined to 0 (VT = __m256, 8 float lanes) or 1 (VT = __m256d, 4 double lanes); define

@@ -1,17 +1,17 @@
-/* fgpy.c — the flat interface of fgpy.h over the attention kernels of ops/attention.h.
+/* fgpy.c — the flat interface of fgpy.h over the attention op, on the caller's memory.
  *
  * Legend: B batch, H heads, H_kv K/V heads, Nq queries, Nk keys, d head dim (fgpy.h has the shapes).
  *
- * Each call resolves the options into an fg_attn_problem (fg_attn_problem_init and
- * fg_attn_problem_check_dtype, the checks fg_attention makes), builds a flash block mask for a mask
- * callback when the caller passed none (as fg_attention does, per call), runs the kernels on the
- * caller's memory, and releases what it built. The forward then applies fg_attention's overflow
- * check (check_scores below).
+ * Each call turns its flat arguments into fg_attn_opts and runs the op's own entry below
+ * fg_attention (fg_attn_call_*, ops/attention_kernels.h): fg_attn_call_begin makes fg_attention's
+ * checks and builds a flash block mask for a mask callback when the caller passed none,
+ * fg_attn_call_forward runs the CPU's kernel and fg_attention's overflow check, and
+ * fg_attn_call_end releases what begin built.
  */
 #include "python/csrc/fgpy.h"
 
-#include <float.h>
-#include <math.h>
+#include "ops/attention_kernels.h"
+
 #include <string.h>
 
 #include "ops/cpu.h"
@@ -104,13 +104,11 @@ static fg_status opts_of(const fgpy_attn_args *a, fg_attn_opts *o) {
     return FG_OK;
 }
 
-/* The resolved problem of one call, its tensor mask, and the block mask built for it (NULL when
- * none was needed). */
+/* One call of the op (its resolved problem and the block mask built for it) and its tensor mask. */
 typedef struct {
-    fg_attn_problem pr;
+    fg_attn_call op;
     fg_dtype dt;
     fg_attn_tensor_mask tm;
-    fg_attn_block_mask *own_bm;
 } call;
 
 static fg_status call_begin(call *c, const fgpy_attn_args *a) {
@@ -133,93 +131,26 @@ static fg_status call_begin(call *c, const fgpy_attn_args *a) {
             return fg_error(FG_ERR_ARG, "attention: bad tensor mask (kind %d, data %s)", (int)a->mask_kind,
                             a->mask_data ? "given" : "NULL");
     }
-    FG_TRY(fg_attn_problem_init(&c->pr, a->B, a->H, a->Nq, a->Nk, a->d, &o));
-    FG_TRY(fg_attn_problem_check_dtype(&c->pr, c->dt));
-    fg_attn_problem *pr = &c->pr;
-    if (o.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
-        /* a tensor mask broadcast over b or h is summarized once for all of them */
-        const int64_t bB = a->mask_kind && a->mask_stride[0] == 0 ? 1 : pr->B,
-                      bH = a->mask_kind && a->mask_stride[1] == 0 ? 1 : pr->H;
-        c->own_bm = fg_attn_block_mask_create(pr->custom.mask, pr->custom.user, bB, bH, pr->Nq, pr->Nk, pr->block_q,
-                                              pr->block_k);
-        if (!c->own_bm) return fg_last_status();
-        pr->custom.block_mask = c->own_bm;
-    }
-    return FG_OK;
+    /* a tensor mask broadcast over b or h is summarized once for all of them */
+    const unsigned bcast =
+        (a->mask_kind && a->mask_stride[0] == 0 ? 1u : 0u) | (a->mask_kind && a->mask_stride[1] == 0 ? 2u : 0u);
+    return fg_attn_call_begin(&c->op, &o, a->B, a->H, a->Nq, a->Nk, a->d, c->dt, FG_CPU, bcast);
 }
 
-static void call_end(call *c) {
-    fg_attn_block_mask_release(c->own_bm);
-    c->own_bm = NULL;
-}
-
-static int all_finite(fg_dtype dt, const void *x, int64_t n) {
-    if (dt == FG_F32) {
-        const float *f = x;
-        for (int64_t e = 0; e < n; e++)
-            if (!isfinite(f[e])) return 0;
-    } else {
-        const double *f = x;
-        for (int64_t e = 0; e < n; e++)
-            if (!isfinite(f[e])) return 0;
-    }
-    return 1;
-}
-
-/* fg_attention's check after a CPU forward: with finite q, k and v, a row whose lse is NaN or +inf
- * — or −inf although it sees keys, when no callback may mask or send a score to −inf — means the
- * scores overflowed the dtype. A NaN or infinite input rightly makes such rows, so the inputs are
- * scanned only when one turns up. */
-static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void *lse, const void *q, const void *k,
-                              const void *v) {
-    const int64_t rows = pr->B * pr->H * pr->Nq;
-    const int inf_rows = !pr->custom.mask && !pr->custom.score_mod;
-    int64_t bad = -1;
-    for (int64_t r = 0; r < rows && bad < 0; r++) {
-        const double L = dt == FG_F32 ? (double)((const float *)lse)[r] : ((const double *)lse)[r];
-        if (isnan(L) || L == INFINITY)
-            bad = r;
-        else if (L == -INFINITY && inf_rows) {
-            int64_t lo, hi;
-            fg_attn_row_range(r % pr->Nq, pr->Nq, pr->Nk, pr->causal, pr->var.window, pr->var.window_left,
-                              pr->var.window_right, &lo, &hi);
-            if (lo < hi) bad = r;
-        }
-    }
-    const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->var.n_kv_heads * pr->Nk * pr->d;
-    if (bad < 0 || !all_finite(dt, q, nq) || !all_finite(dt, k, nk) || !all_finite(dt, v, nk)) return FG_OK;
-    const int64_t b = bad / (pr->H * pr->Nq), h = bad / pr->Nq % pr->H, i = bad % pr->Nq;
-    return fg_error(FG_ERR_NUMERIC,
-                    "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
-                    "k and v are finite: |scale * q.k| exceeds %.3g (scale %g)%s; use float64 inputs or "
-                    "a smaller scale",
-                    (long long)i, (long long)b, (long long)h, fg_dtype_name(dt), dt == FG_F32 ? FLT_MAX : DBL_MAX,
-                    pr->scale, pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
-}
-
-static fg_status forward_kernels(const call *c, int impl, void *o, void *lse, void *lse_lo, void *p, const void *q,
-                                 const void *k, const void *v) {
-    const fg_attn_problem *pr = &c->pr;
-    if (impl == FG_ATTN_NAIVE)
-        return c->dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, p, q, k, v, pr)
-                               : fg_attn_naive_forward_f64(o, lse, p, q, k, v, pr);
-    /* fg_attention keeps lse_lo in float32 only; float64 runs the same kernel without it */
-    return c->dt == FG_F32 ? fg_attn_flash_forward_lo_f32(o, lse, lse_lo, q, k, v, pr)
-                           : fg_attn_flash_forward_lo_f64(o, lse, NULL, q, k, v, pr);
-}
+static void call_end(call *c) { fg_attn_call_end(&c->op); }
 
 fg_status fgpy_attn_forward(const fgpy_attn_args *a, void *o, void *lse, void *lse_lo, const void *q, const void *k,
                             const void *v) {
     call c;
     fg_status st = call_begin(&c, a);
     const size_t es = fg_dtype_size(c.dt);
-    const int64_t rows = c.pr.B * c.pr.H * c.pr.Nq;
+    const int64_t rows = c.op.pr.B * c.op.pr.H * c.op.pr.Nq;
     if (st == FG_OK && (!o || !lse || ((!q || !k || !v) && rows > 0)))
         st = fg_error(FG_ERR_ARG, "attention: NULL array");
+    /* fg_attention keeps lse_lo in float32 flash only; naive and float64 run without it */
     const int flash_lo = a && a->impl == FG_ATTN_FLASH && c.dt == FG_F32;
-    if (st == FG_OK) st = forward_kernels(&c, a->impl, o, lse, flash_lo ? lse_lo : NULL, NULL, q, k, v);
+    if (st == FG_OK) st = fg_attn_call_forward(&c.op, o, lse, flash_lo ? lse_lo : NULL, q, k, v);
     if (st == FG_OK && lse_lo && !flash_lo) memset(lse_lo, 0, (size_t)rows * es);
-    if (st == FG_OK) st = check_scores(&c.pr, c.dt, lse, q, k, v);
     call_end(&c);
     return st;
 }
@@ -233,7 +164,7 @@ fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *
         call_end(&c);
         return st;
     }
-    const fg_attn_problem *pr = &c.pr;
+    const fg_attn_problem *pr = &c.op.pr;
     const size_t es = fg_dtype_size(c.dt);
     if (pr->B * pr->H * pr->Nq > 0 && (!dout || !q || !k || !v || (a->impl == FG_ATTN_FLASH && (!o || !lse)))) {
         call_end(&c);
@@ -246,25 +177,10 @@ fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *
         if (dk) memset(dk, 0, nk * es);
         if (dv) memset(dv, 0, nk * es);
     }
-    if (a->impl == FG_ATTN_FLASH) {
-        st = c.dt == FG_F32 ? fg_attn_flash_backward_lo_f32(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr)
-                            : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr);
-    } else {
-        /* the op's naive backward reads the P its forward saved: recompute it the same way */
-        const size_t rows = (size_t)(pr->B * pr->H * pr->Nq);
-        const size_t pn = rows * (size_t)pr->Nk, on = rows * (size_t)pr->d;
-        void *P = fg_alloc(FG_CPU, (pn ? pn : 1) * es);
-        void *O = P ? fg_alloc(FG_CPU, (on ? on : 1) * es) : NULL;
-        void *L = O ? fg_alloc(FG_CPU, (rows ? rows : 1) * es) : NULL;
-        if (!L) st = fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_OOM, "attention: out of memory");
-        if (st == FG_OK) st = forward_kernels(&c, FG_ATTN_NAIVE, O, L, NULL, P, q, k, v);
-        if (st == FG_OK)
-            st = c.dt == FG_F32 ? fg_attn_naive_backward_f32(dq, dk, dv, dout, q, k, v, P, pr)
-                                : fg_attn_naive_backward_f64(dq, dk, dv, dout, q, k, v, P, pr);
-        if (L) fg_free(FG_CPU, L);
-        if (O) fg_free(FG_CPU, O);
-        if (P) fg_free(FG_CPU, P);
-    }
+    /* flash: lse_lo in float32 only; naive: no saved P, so the entry recomputes it */
+    const void *aux = a->impl == FG_ATTN_FLASH && c.dt == FG_F32 ? lse_lo : NULL;
+    st = fg_attn_call_backward(&c.op, dq, dk, dv, dout, q, k, v, a->impl == FG_ATTN_FLASH ? o : NULL,
+                               a->impl == FG_ATTN_FLASH ? lse : NULL, aux);
     call_end(&c);
     return st;
 }
@@ -312,9 +228,9 @@ fg_status fgpy_attn_varlen_forward(const fgpy_attn_args *a, const int64_t *cu_q,
     call c;
     fg_status st = varlen_begin(&c, a);
     if (st == FG_OK)
-        st = fg_attn_varlen_forward(c.dt, o, lse, c.dt == FG_F32 ? lse_lo : NULL, q, k, v, cu_q, cu_k, nseq, Tq, Tk,
-                                    slopes, &c.pr);
-    if (st == FG_OK && lse_lo && c.dt != FG_F32) memset(lse_lo, 0, (size_t)(c.pr.H * Tq) * fg_dtype_size(c.dt));
+        st = fg_attn_call_varlen_forward(&c.op, o, lse, c.dt == FG_F32 ? lse_lo : NULL, q, k, v, cu_q, cu_k, nseq, Tq,
+                                         Tk, slopes);
+    if (st == FG_OK && lse_lo && c.dt != FG_F32) memset(lse_lo, 0, (size_t)(c.op.pr.H * Tq) * fg_dtype_size(c.dt));
     call_end(&c);
     return st;
 }
@@ -327,13 +243,13 @@ fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q
     fg_status st = varlen_begin(&c, a);
     if (st == FG_OK && zero) {
         const size_t es = fg_dtype_size(c.dt);
-        if (dq) memset(dq, 0, (size_t)(Tq * c.pr.H * c.pr.d) * es);
-        if (dk) memset(dk, 0, (size_t)(Tk * c.pr.var.n_kv_heads * c.pr.d) * es);
-        if (dv) memset(dv, 0, (size_t)(Tk * c.pr.var.n_kv_heads * c.pr.d) * es);
+        if (dq) memset(dq, 0, (size_t)(Tq * c.op.pr.H * c.op.pr.d) * es);
+        if (dk) memset(dk, 0, (size_t)(Tk * c.op.pr.var.n_kv_heads * c.op.pr.d) * es);
+        if (dv) memset(dv, 0, (size_t)(Tk * c.op.pr.var.n_kv_heads * c.op.pr.d) * es);
     }
     if (st == FG_OK)
-        st = fg_attn_varlen_backward(c.dt, dq, dk, dv, dout, q, k, v, o, lse, c.dt == FG_F32 ? lse_lo : NULL, cu_q,
-                                     cu_k, nseq, Tq, Tk, slopes, &c.pr);
+        st = fg_attn_call_varlen_backward(&c.op, dq, dk, dv, dout, q, k, v, o, lse, c.dt == FG_F32 ? lse_lo : NULL,
+                                          cu_q, cu_k, nseq, Tq, Tk, slopes);
     call_end(&c);
     return st;
 }

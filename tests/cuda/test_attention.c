@@ -25,7 +25,7 @@
 #include "autograd/autograd.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tests/cuda/cuda_test.h"
@@ -519,7 +519,7 @@ static int user_callbacks_on_the_gpu_are_a_clear_error(void) {
             fg_tensor *out = fg_zeros(FG_F32, FG_CUDA, 4, sh), *lse = fg_zeros(FG_F32, FG_CUDA, 3, ls);
             FGT_NOTNULL(lse);
             fg_status st2 = fg_cu_attention_forward((fg_attn_impl)impl, FG_F32, fg_data(out), fg_data(lse), NULL,
-                                                      fg_data(q), fg_data(q), fg_data(q), &pr);
+                                                    fg_data(q), fg_data(q), fg_data(q), &pr);
             fg_release(out), fg_release(lse);
             FGT_CHECK(st2 == FG_ERR_DEVICE && strstr(fg_last_error(), "CPU"), "backend: status %d (%s)", (int)st2,
                       fg_last_error());
@@ -692,8 +692,8 @@ static int unsupported_head_dim_is_an_error(void) {
     fg_tensor *q = fg_zeros(FG_F32, FG_CUDA, 4, sh), *o = fg_zeros(FG_F32, FG_CUDA, 4, sh),
               *l = fg_zeros(FG_F32, FG_CUDA, 3, ls);
     FGT_NOTNULL(l);
-    fg_status st = fg_cu_attention_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(l), NULL, fg_data(q),
-                                             fg_data(q), fg_data(q), &pr);
+    fg_status st = fg_cu_attention_forward(FG_ATTN_FLASH, FG_F32, fg_data(o), fg_data(l), NULL, fg_data(q), fg_data(q),
+                                           fg_data(q), &pr);
     fg_release(q), fg_release(o), fg_release(l);
     FGT_CHECK(st == FG_ERR_ARG, "d = 300 gave status %d (%s)", (int)st, fg_last_error());
     FGT_CHECK(strstr(fg_last_error(), "256") != NULL, "message does not name the limit: %s", fg_last_error());

@@ -22,7 +22,7 @@
 #include <math.h>
 
 #include "cuda/attention_kernels.cuh"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 
 /* n elements of device memory between two guard zones, with a host copy (h) that upload() sends
  * and download() fetches */

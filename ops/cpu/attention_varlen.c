@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tensor/alloc.h"
 #include "tensor/error.h"
 
@@ -23,8 +23,8 @@ static fg_status check_offsets(const int64_t *cu, int64_t S, int64_t T, const ch
     for (int64_t s = 0; s < S; s++) {
         const int64_t n = cu[s + 1] - cu[s];
         if (n < 0)
-            return fg_error(FG_ERR_ARG, "attention varlen: %s decreases at %lld (%lld then %lld)", name,
-                            (long long)s, (long long)cu[s], (long long)cu[s + 1]);
+            return fg_error(FG_ERR_ARG, "attention varlen: %s decreases at %lld (%lld then %lld)", name, (long long)s,
+                            (long long)cu[s], (long long)cu[s + 1]);
         if (n > *longest) *longest = n;
     }
     if (cu[S] != T)
@@ -129,11 +129,11 @@ fg_status fg_attn_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, 
             gather(ks, k, cu_k[s], nk, w.Hkv, w.d, es);
             gather(vs, v, cu_k[s], nk, w.Hkv, w.d, es);
         }
-        st = dt == FG_F32 ? fg_attn_flash_forward_lo_f32((float *)os, (float *)ls, lse_lo ? (float *)los : NULL,
-                                                         (const float *)qs, (const float *)ks, (const float *)vs, &w.pr)
-                          : fg_attn_flash_forward_lo_f64((double *)os, (double *)ls, lse_lo ? (double *)los : NULL,
-                                                         (const double *)qs, (const double *)ks, (const double *)vs,
-                                                         &w.pr);
+        st = dt == FG_F32
+                 ? fg_attn_flash_forward_lo_f32((float *)os, (float *)ls, lse_lo ? (float *)los : NULL,
+                                                (const float *)qs, (const float *)ks, (const float *)vs, &w.pr)
+                 : fg_attn_flash_forward_lo_f64((double *)os, (double *)ls, lse_lo ? (double *)los : NULL,
+                                                (const double *)qs, (const double *)ks, (const double *)vs, &w.pr);
         if (st != FG_OK) break;
         scatter(o, os, cu_q[s], nq, w.H, w.d, es);
         lse_scatter(lse, ls, cu_q[s], nq, w.H, Tq, es);
@@ -173,15 +173,14 @@ fg_status fg_attn_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, con
         memset(dqs, 0, (size_t)(w.H * nq * w.d) * es);
         memset(dks, 0, (size_t)(w.Hkv * nk * w.d) * es);
         memset(dvs, 0, (size_t)(w.Hkv * nk * w.d) * es);
-        st = dt == FG_F32
-                 ? fg_attn_flash_backward_lo_f32((float *)dqs, (float *)dks, (float *)dvs, (const float *)dos,
-                                                 (const float *)qs, (const float *)ks, (const float *)vs,
-                                                 (const float *)os, (const float *)ls,
-                                                 lse_lo ? (const float *)los : NULL, &w.pr)
-                 : fg_attn_flash_backward_lo_f64((double *)dqs, (double *)dks, (double *)dvs, (const double *)dos,
-                                                 (const double *)qs, (const double *)ks, (const double *)vs,
-                                                 (const double *)os, (const double *)ls,
-                                                 lse_lo ? (const double *)los : NULL, &w.pr);
+        st = dt == FG_F32 ? fg_attn_flash_backward_lo_f32((float *)dqs, (float *)dks, (float *)dvs, (const float *)dos,
+                                                          (const float *)qs, (const float *)ks, (const float *)vs,
+                                                          (const float *)os, (const float *)ls,
+                                                          lse_lo ? (const float *)los : NULL, &w.pr)
+                          : fg_attn_flash_backward_lo_f64((double *)dqs, (double *)dks, (double *)dvs,
+                                                          (const double *)dos, (const double *)qs, (const double *)ks,
+                                                          (const double *)vs, (const double *)os, (const double *)ls,
+                                                          lse_lo ? (const double *)los : NULL, &w.pr);
         if (st != FG_OK) break;
         if (dq) scatter_add(dt, dq, dqs, cu_q[s], nq, w.H, w.d);
         if (dk) scatter_add(dt, dk, dks, cu_k[s], nk, w.Hkv, w.d);

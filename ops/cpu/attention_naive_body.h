@@ -1,4 +1,4 @@
-/* attention_naive.c — textbook attention: the whole score matrix of a head at once. The reference
+/* attention_naive_body.h — textbook attention: the whole score matrix of a head at once. The reference
  * that flash attention is checked against, and the baseline its memory is compared with.
  *
  * Legend: B batch, H heads, H_kv K/V heads (G = H / H_kv), Nq queries, Nk keys, d head dim.
@@ -17,48 +17,16 @@
  * A row that sees no key has P = 0, O = 0, lse = -inf and zero gradients; a row with a NaN score
  * has P, O and lse NaN.
  *
- * The file is a template: it includes itself twice, once per dtype (T = float, then double).
+ * A template body: ops/cpu/attention_f32.c and ops/cpu/attention_f64.c include it once each, with
+ * T the dtype, GEMM its cblas_?gemm and EXP its exp, after ops/cpu/attention_variant_body.h
+ * (score_tile, dropout_scale); their fg_attn_naive_{forward,backward}_f32/_f64 call
+ * naive_forward and naive_backward.
  */
-#ifndef FG_ATTN_NAIVE_TEMPLATE
-
-#include <cblas.h>
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "ops/attention.h"
-#include "tensor/alloc.h"
-#include "tensor/philox.h"
-
-#define FG_ATTN_NAIVE_TEMPLATE 1
-
-#define T float
-#define SFX(name) name##_f32
-#define GEMM cblas_sgemm
-#define EXP expf
-#include "ops/attention_naive.c"
-#undef T
-#undef SFX
-#undef GEMM
-#undef EXP
-
-#define T double
-#define SFX(name) name##_f64
-#define GEMM cblas_dgemm
-#define EXP exp
-#include "ops/attention_naive.c"
-#undef T
-#undef SFX
-#undef GEMM
-#undef EXP
-
-#undef FG_ATTN_NAIVE_TEMPLATE
-
-#else /* ---- the per-dtype template ---- */
+/* (no include guard: included once per dtype translation unit) */
 
 /* C (m × n) = alpha · op(A) op(B) + beta · C; a no-op on empty sizes. */
-static void SFX(naive_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t kk, T alpha, const T *A, int64_t lda,
-                            const T *Bm, int64_t ldb, T beta, T *C, int64_t ldc) {
+static void naive_gemm(int ta, int tb, int64_t m, int64_t n, int64_t kk, T alpha, const T *A, int64_t lda, const T *Bm,
+                       int64_t ldb, T beta, T *C, int64_t ldc) {
     if (m == 0 || n == 0) return;
     if (kk == 0) {
         for (int64_t r = 0; r < m; r++)
@@ -70,14 +38,13 @@ static void SFX(naive_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t kk, T 
 }
 
 /* The variants' tile kind for the whole matrix: naive tests every element it needs to. */
-static fg_tile_kind SFX(naive_kind)(const fg_attn_problem *pr, int *wp, int *mp) {
+static fg_tile_kind naive_kind(const fg_attn_problem *pr, int *wp, int *mp) {
     *wp = pr->causal || pr->var.window;
     *mp = pr->custom.mask != NULL;
     return (*wp || *mp) ? FG_TILE_PARTIAL : FG_TILE_FULL;
 }
 
-fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k, const T *v,
-                                     const fg_attn_problem *pr) {
+static fg_status naive_forward(T *o, T *lse, T *p, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {
     const fg_status fits = fg_attn_problem_check_dtype(pr, sizeof(T) == sizeof(float) ? FG_F32 : FG_F64);
     if (fits != FG_OK) return fits;
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
@@ -86,7 +53,7 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
     const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
     const size_t nn = (size_t)(Nq * Nk);
     int wp, mp;
-    const fg_tile_kind kind = SFX(naive_kind)(pr, &wp, &mp);
+    const fg_tile_kind kind = naive_kind(pr, &wp, &mp);
     const int variants = kind != FG_TILE_FULL || fg_attn_modifies_scores(pr);
     /* scratch: P when the caller does not keep it, P∘Z with dropout */
     size_t n_scratch = (p ? 0 : (nn ? nn : 1)) + (thr ? nn : 0);
@@ -105,8 +72,8 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
             T *O = o + bh * Nq * d, *L = lse + bh * Nq;
             T *P = p ? p + (size_t)bh * nn : scratch;
             /* S = scale · Q Kᵀ  (Nq × Nk), into P's buffer, then the variants */
-            SFX(naive_gemm)(0, 1, Nq, Nk, d, (T)pr->scale, Q, d, K, d, 0, P, Nk);
-            if (variants && nn) SFX(fg_attn_score_tile)(P, NULL, Nk, b, h, 0, Nq, 0, Nk, kind, wp, mp, pr);
+            naive_gemm(0, 1, Nq, Nk, d, (T)pr->scale, Q, d, K, d, 0, P, Nk);
+            if (variants && nn) score_tile(P, NULL, Nk, b, h, 0, Nq, 0, Nk, kind, wp, mp, pr);
             for (int64_t i = 0; i < Nq; i++) {
                 T *row = P + i * Nk;
                 T mx = -INFINITY;
@@ -134,12 +101,11 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
             const T *W = P; /* the weights that multiply V */
             if (thr) {
                 memcpy(PZ, P, nn * sizeof(T));
-                for (int64_t i = 0; i < Nq; i++)
-                    SFX(fg_attn_dropout_scale)(PZ + i * Nk, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
+                for (int64_t i = 0; i < Nq; i++) dropout_scale(PZ + i * Nk, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
                 W = PZ;
             }
             /* O = W V */
-            SFX(naive_gemm)(0, 0, Nq, d, Nk, 1, W, Nk, V, d, 0, O, d);
+            naive_gemm(0, 0, Nq, d, Nk, 1, W, Nk, V, d, 0, O, d);
             /* a NaN row is NaN in O too, even where dropout zeroed its NaN weights */
             for (int64_t i = 0; i < Nq; i++)
                 if (L[i] != L[i])
@@ -149,8 +115,8 @@ fg_status SFX(fg_attn_naive_forward)(T *o, T *lse, T *p, const T *q, const T *k,
     return FG_OK;
 }
 
-fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
-                                      const T *p, const fg_attn_problem *pr) {
+static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *p,
+                                const fg_attn_problem *pr) {
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
     const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H, G = Hkv > 0 ? H / Hkv : 1;
     if (!dq && !dk && !dv) return FG_OK;
@@ -161,7 +127,7 @@ fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const 
     const T scale = (T)pr->scale;
     const size_t nn = (size_t)(Nq * Nk);
     int wp, mp;
-    const fg_tile_kind kind = SFX(naive_kind)(pr, &wp, &mp);
+    const fg_tile_kind kind = naive_kind(pr, &wp, &mp);
     const int chain = fg_attn_needs_score_grad(pr); /* ∂S/∂S1 is not 1 */
     /* scratch: dP/dS (Nq × Nk), P∘Z with dropout, S1 and G with softcap or score_mod */
     size_t n_scratch = (nn ? nn : 1) + (thr ? nn : 0) + (chain ? 2 * nn : 0);
@@ -178,19 +144,18 @@ fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const 
             const T *W = P;
             if (thr) {
                 memcpy(PZ, P, nn * sizeof(T));
-                for (int64_t i = 0; i < Nq; i++)
-                    SFX(fg_attn_dropout_scale)(PZ + i * Nk, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
+                for (int64_t i = 0; i < Nq; i++) dropout_scale(PZ + i * Nk, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
                 W = PZ;
             }
             /* the forward's O = (P∘Z) V:  dV += (P∘Z)ᵀ dO,  d(P∘Z) = dO Vᵀ */
-            if (dv) SFX(naive_gemm)(1, 0, Nk, d, Nq, 1, W, Nk, dO, d, 1, dv + bg * Nk * d, d);
+            if (dv) naive_gemm(1, 0, Nk, d, Nq, 1, W, Nk, dO, d, 1, dv + bg * Nk * d, d);
             if (!dq && !dk) continue;
-            SFX(naive_gemm)(0, 1, Nq, Nk, d, 1, dO, d, V, d, 0, dS, Nk);
+            naive_gemm(0, 1, Nq, Nk, d, 1, dO, d, V, d, 0, dS, Nk);
             /* dP = d(P∘Z) ∘ Z;  the forward's P = softmax(S): dS = P∘(dP − rowsum(dP∘P)) */
             for (int64_t i = 0; i < Nq; i++) {
                 T *row = dS + i * Nk;
                 const T *prow = P + i * Nk;
-                if (thr) SFX(fg_attn_dropout_scale)(row, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
+                if (thr) dropout_scale(row, Nk, pr->seed, thr, inv_keep, b, h, i, 0);
                 T r = 0;
                 for (int64_t j = 0; j < Nk; j++) r += row[j] * prow[j];
                 for (int64_t j = 0; j < Nk; j++) row[j] = prow[j] * (row[j] - r);
@@ -198,17 +163,15 @@ fg_status SFX(fg_attn_naive_backward)(T *dq, T *dk, T *dv, const T *dout, const 
             /* the forward's S = variants(S1): dS1 = dS ∘ G, G = ∂S/∂S1 recomputed from S1 = scale · Q Kᵀ.
              * Where P = 0 (masked) dS is 0 and G is not used. */
             if (chain && nn) {
-                SFX(naive_gemm)(0, 1, Nq, Nk, d, scale, Q, d, K, d, 0, S1, Nk);
-                SFX(fg_attn_score_tile)(S1, Gm, Nk, b, h, 0, Nq, 0, Nk, kind, wp, mp, pr);
+                naive_gemm(0, 1, Nq, Nk, d, scale, Q, d, K, d, 0, S1, Nk);
+                score_tile(S1, Gm, Nk, b, h, 0, Nq, 0, Nk, kind, wp, mp, pr);
                 for (size_t e = 0; e < nn; e++)
                     if (dS[e] != 0) dS[e] *= Gm[e];
             }
             /* the forward's S1 = scale · Q Kᵀ:  dQ += scale dS1 K,  dK += scale dS1ᵀ Q */
-            if (dq) SFX(naive_gemm)(0, 0, Nq, d, Nk, scale, dS, Nk, K, d, 1, dq + bh * Nq * d, d);
-            if (dk) SFX(naive_gemm)(1, 0, Nk, d, Nq, scale, dS, Nk, Q, d, 1, dk + bg * Nk * d, d);
+            if (dq) naive_gemm(0, 0, Nq, d, Nk, scale, dS, Nk, K, d, 1, dq + bh * Nq * d, d);
+            if (dk) naive_gemm(1, 0, Nk, d, Nq, scale, dS, Nk, Q, d, 1, dk + bg * Nk * d, d);
         }
     fg_free(FG_CPU, scratch);
     return FG_OK;
 }
-
-#endif /* FG_ATTN_NAIVE_TEMPLATE */

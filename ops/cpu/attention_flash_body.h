@@ -1,4 +1,4 @@
-/* attention_flash.c — FlashAttention on the CPU: tiled forward with an online softmax, and a
+/* attention_flash_body.h — FlashAttention on the CPU: tiled forward with an online softmax, and a
  * backward that recomputes the attention weights from the saved logsumexp (FlashAttention-2's
  * loop order). Nothing of size Nq×Nk is ever allocated.
  *
@@ -50,144 +50,17 @@
  * Without them, flash float32 gradients were up to ~6x less accurate than naive float32 on
  * peaked softmaxes (tests/test_attention.c, flash_f32_error_at_most_twice_naive_f32_error).
  *
- * The drivers are a template: the file includes itself twice, once per dtype (T = float, then
- * double).
+ * The drivers are a template body: ops/cpu/attention_f32.c and ops/cpu/attention_f64.c include it
+ * once each, with T the dtype, DT its fg_dtype, flash_ops its table type of tile operations and
+ * flash_ops_of_dtype() the table to use; their fg_attn_flash_{forward,backward}[_lo]_f32/_f64 call
+ * flash_forward_lo and flash_backward_lo. What both dtypes share (scratch, the item runner, the
+ * choice of table) is in ops/cpu/attention.c.
  */
-#ifndef FG_ATTN_FLASH_TEMPLATE
-
-#include <math.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "ops/attention.h"
-#include "ops/cpu/flash_tiles.h"
-#include "ops/cpu/simd.h"
-#include "ops/cpu/threadpool.h"
-#include "tensor/alloc.h"
-#include "tensor/philox.h"
-
-/* Per-thread scratch of one kernel call: one buffer per thread that can take part, allocated by
- * flash_run before the items start (not lazily by whichever thread gets an item first: which
- * threads get items depends on the schedule, and a lazily taken buffer would make the caching
- * allocator's traffic — and whether a warm step asks the system for memory — depend on it too). */
-typedef struct {
-    void *buf[FG_POOL_MAX_THREADS];
-    size_t bytes;
-    atomic_int oom; /* a late buffer (flash_scratch_get) could not be had */
-} flash_scratch;
-
-/* Worker w's buffer. Always allocated up front — unless another thread raised the pool's thread
- * count between flash_run's allocation and the run; such a worker takes its buffer here. NULL
- * (and oom set) when memory is short: the item must then do nothing, and flash_run reports it. */
-static void *flash_scratch_get(flash_scratch *s, int w) {
-    if (!s->buf[w] && !(s->buf[w] = fg_alloc(FG_CPU, s->bytes))) atomic_store(&s->oom, 1);
-    return s->buf[w];
-}
-
-static void flash_scratch_free(flash_scratch *s) {
-    for (int w = 0; w < FG_POOL_MAX_THREADS; w++)
-        if (s->buf[w]) fg_free(FG_CPU, s->buf[w]);
-}
-
-/* Run a kernel's n items with s->bytes of scratch per thread: on the pool, or in order on this
- * thread when user callbacks are present. Frees the scratch after. */
-static fg_status flash_run(int64_t n, fg_pool_fn fn, void *ctx, flash_scratch *s, const fg_attn_problem *pr,
-                           unsigned flags, const char *what) {
-    const int serial = pr->custom.score_mod || pr->custom.mask;
-    int64_t nbuf = serial ? 1 : fg_pool_threads(); /* workers are numbered below min(threads, n) */
-    if (nbuf > n) nbuf = n;
-    for (int64_t w = 0; w < nbuf; w++) {
-        s->buf[w] = fg_alloc(FG_CPU, s->bytes);
-        if (!s->buf[w]) {
-            flash_scratch_free(s);
-            return fg_error(FG_ERR_OOM, "flash attention %s: cannot allocate %zu bytes of scratch", what, s->bytes);
-        }
-    }
-    if (serial)
-        for (int64_t i = 0; i < n; i++) fn(ctx, i, 0);
-    else
-        fg_pool_run(n, fn, ctx, flags);
-    flash_scratch_free(s);
-    if (atomic_load(&s->oom))
-        return fg_error(FG_ERR_OOM, "flash attention %s: cannot allocate %zu bytes of scratch", what, s->bytes);
-    return FG_OK;
-}
-
-/* The problem with its blocks clamped to its sizes: a block never exceeds Nq or Nk, and is >= 1. */
-static fg_attn_problem flash_resolved(const fg_attn_problem *pr) {
-    fg_attn_problem p2 = *pr;
-    p2.block_q = (int)(pr->block_q < pr->Nq ? pr->block_q : (pr->Nq > 0 ? pr->Nq : 1));
-    p2.block_k = (int)(pr->block_k < pr->Nk ? pr->block_k : (pr->Nk > 0 ? pr->Nk : 1));
-    return p2;
-}
-
-/* The key blocks that query rows [i0, i0 + nq) can see under causal ∧ window start at *j0 and end
- * before *j1: the rows see keys in [lo(i0), hi(i0 + nq − 1)) at most (both ends of a row's range
- * grow with i); key blocks outside are never visited. */
-static void flash_key_blocks(const fg_attn_problem *pr, int64_t i0, int64_t nq, int64_t *j0, int64_t *j1) {
-    const fg_attn_variant *v = &pr->var;
-    int64_t lo, hi, unused;
-    fg_attn_row_range(i0, pr->Nq, pr->Nk, pr->causal, v->window, v->window_left, v->window_right, &lo, &unused);
-    fg_attn_row_range(i0 + nq - 1, pr->Nq, pr->Nk, pr->causal, v->window, v->window_left, v->window_right, &unused,
-                      &hi);
-    *j0 = lo / pr->block_k * pr->block_k;
-    *j1 = hi;
-}
-
-/* float32 through the portable table: with FG_ATTN_GEMM=blas in the environment (read once), and on
- * a CPU without AVX2+FMA (or not x86), where the x86 table's plain C forms would compute every
- * multiply-add with a call to fmaf — they stay the bit-exact reference that tests force with
- * fg_simd_set(FG_SIMD_SCALAR) on vector hardware. */
-static const fg_flash_ops_f32 *flash_ops_f32(void) {
-    static atomic_int v = -1;
-    int x = atomic_load_explicit(&v, memory_order_relaxed);
-    if (x < 0) {
-        const char *e = getenv("FG_ATTN_GEMM");
-        x = e && !strcmp(e, "blas");
-        atomic_store_explicit(&v, x, memory_order_relaxed);
-    }
-    return x || fg_simd_detect() == FG_SIMD_SCALAR ? &fg_flash_portable_f32 : &fg_flash_x86_f32;
-}
-
-/* float64 the same way: the x86 table (AVX2+FMA forms, run on AVX-512 CPUs too) unless
- * FG_ATTN_GEMM=blas or the CPU has no AVX2+FMA. */
-static const fg_flash_ops_f64 *flash_ops_f64(void) {
-    return flash_ops_f32() == &fg_flash_portable_f32 ? &fg_flash_portable_f64 : &fg_flash_x86_f64;
-}
-
-#define FG_ATTN_FLASH_TEMPLATE 1
-
-/* OPS: the table of tile operations the dtype's kernels use */
-#define T float
-#define SFX(name) name##_f32
-#define DT FG_F32
-#define OPS flash_ops_f32()
-#include "ops/attention_flash.c"
-#undef T
-#undef SFX
-#undef DT
-#undef OPS
-
-#define T double
-#define SFX(name) name##_f64
-#define DT FG_F64
-#define OPS flash_ops_f64()
-#include "ops/attention_flash.c"
-#undef T
-#undef SFX
-#undef DT
-#undef OPS
-
-#undef FG_ATTN_FLASH_TEMPLATE
-
-#else /* ---- the per-dtype template: the drivers ---- */
+/* (no include guard: included once per dtype translation unit) */
 
 /* The variants code and dropout take the forward's score tile row-major (row stride bk): S itself,
  * or with the x86 table Sᵀ transposed into R (bq × bk), and back into Sᵀ when `back`. */
-static T *SFX(rows_view)(const SFX(fg_flash_ops) * op, T *S, T *R, int64_t ld, int64_t bk, int64_t nq, int64_t nk,
-                         int back) {
+static T *rows_view(const flash_ops *op, T *S, T *R, int64_t ld, int64_t bk, int64_t nq, int64_t nk, int back) {
     if (!op->packs) return S;
     if (back)
         op->transpose(S, ld, R, bk, nq, nk);
@@ -199,7 +72,7 @@ static T *SFX(rows_view)(const SFX(fg_flash_ops) * op, T *S, T *R, int64_t ld, i
 /* The end of a forward item: Oi /= l and L = m + log l, evaluated in double and rounded once, lo
  * keeping what the rounding lost. l = 0: the row sees no key (O = 0 already, L = −inf); l NaN (a
  * NaN score in the row, which the softmax's exp keeps): O and L NaN. */
-static void SFX(flash_epilogue)(T *Oi, T *Li, T *lo, const T *m, const T *l, int64_t nq, int64_t d) {
+static void flash_epilogue(T *Oi, T *Li, T *lo, const T *m, const T *l, int64_t nq, int64_t d) {
     for (int64_t r = 0; r < nq; r++) {
         T *orow = Oi + r * d;
         if (l[r] != 0) {
@@ -216,26 +89,26 @@ static void SFX(flash_epilogue)(T *Oi, T *Li, T *lo, const T *m, const T *l, int
 }
 
 typedef struct {
-    const SFX(fg_flash_ops) * op;
+    const flash_ops *op;
     const fg_attn_problem *pr; /* blocks resolved */
     T *o, *lse, *lse_lo;
     const T *q, *k, *v;
     int64_t nqb, Hkv, G;
     int64_t ld; /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
-    flash_scratch scratch;
-} SFX(fwd_job);
+    fg_attn_flash_scratch scratch;
+} fwd_job;
 
 /* One item: query rows [i0, i0 + nq) of head (b, h); the last query blocks come first (under a
  * causal mask they see the most keys, and taking them first evens out the threads' loads).
  * Scratch: Qiᵀ (d × ld, x86 only), the score tile (S bq × bk, or Sᵀ bk × ld), m, l, alpha (one per
  * row), and with the x86 table a row-major tile R (bq × bk) for variants and dropout. */
-static void SFX(fwd_item)(void *ctx, int64_t item, int worker) {
-    SFX(fwd_job) *J = ctx;
-    const SFX(fg_flash_ops) *op = J->op;
+static void fwd_item(void *ctx, int64_t item, int worker) {
+    fwd_job *J = ctx;
+    const flash_ops *op = J->op;
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, BH = pr->B * H, bq = pr->block_q, bk = pr->block_k;
     const int64_t ld = J->ld, nm = op->packs ? ld : bq, rs = op->packs ? 1 : ld, cs = op->packs ? ld : 1;
-    T *scr = flash_scratch_get(&J->scratch, worker);
+    T *scr = fg_attn_flash_scratch_get(&J->scratch, worker);
     if (!scr) return;
     T *QT = scr, *S = QT + (op->packs ? d * ld : 0), *m = S + (op->packs ? bk : bq) * ld, *l = m + nm;
     T *alpha = l + nm, *R = alpha + nm;
@@ -253,7 +126,7 @@ static void SFX(fwd_item)(void *ctx, int64_t item, int worker) {
     for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
     memset(Oi, 0, (size_t)(nq * d) * sizeof(T));
     int64_t jb, je;
-    flash_key_blocks(pr, i0, nq, &jb, &je);
+    fg_attn_flash_key_blocks(pr, i0, nq, &jb, &je);
     for (int64_t j0 = jb; j0 < je; j0 += bk) {
         const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
         int wp, mp;
@@ -265,9 +138,9 @@ static void SFX(fwd_item)(void *ctx, int64_t item, int worker) {
         else
             op->gemm(0, 1, nq, nk, d, scale, Qi, d, K + j0 * d, d, S, ld, NULL, 0);
         if (mods || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* the code every kernel shares */
-            T *Sr = SFX(rows_view)(op, S, R, ld, bk, nq, nk, 0);
-            SFX(fg_attn_score_tile)(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
-            SFX(rows_view)(op, S, R, ld, bk, nq, nk, 1);
+            T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
+            score_tile(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+            rows_view(op, S, R, ld, bk, nq, nk, 1);
         } else if (kind == FG_TILE_PARTIAL) { /* causal ∧ window only: row r sees keys [a, e) */
             for (int64_t r = 0; r < nq; r++) {
                 int64_t a, e;
@@ -278,25 +151,24 @@ static void SFX(fwd_item)(void *ctx, int64_t item, int worker) {
         }
         op->softmax(S, ld, nq, nk, m, l, alpha);
         if (thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
-            T *Sr = SFX(rows_view)(op, S, R, ld, bk, nq, nk, 0);
-            for (int64_t r = 0; r < nq; r++)
-                SFX(fg_attn_dropout_scale)(Sr + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
-            SFX(rows_view)(op, S, R, ld, bk, nq, nk, 1);
+            T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
+            for (int64_t r = 0; r < nq; r++) dropout_scale(Sr + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+            rows_view(op, S, R, ld, bk, nq, nk, 1);
         }
         /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand) */
         op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * d, d, Oi, d, alpha, 1);
     }
-    SFX(flash_epilogue)(Oi, J->lse + bh * Nq + i0, J->lse_lo ? J->lse_lo + bh * Nq + i0 : NULL, m, l, nq, d);
+    flash_epilogue(Oi, J->lse + bh * Nq + i0, J->lse_lo ? J->lse_lo + bh * Nq + i0 : NULL, m, l, nq, d);
 }
 
-fg_status SFX(fg_attn_flash_forward_lo)(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
-                                        const fg_attn_problem *pr) {
-    const SFX(fg_flash_ops) *op = OPS;
+static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
+                                  const fg_attn_problem *pr) {
+    const flash_ops *op = flash_ops_of_dtype();
     FG_TRY(fg_attn_problem_check_dtype(pr, DT));
-    const fg_attn_problem p2 = flash_resolved(pr);
+    const fg_attn_problem p2 = fg_attn_flash_resolved(pr);
     if (p2.B * p2.H * p2.Nq == 0) return FG_OK;
     const int64_t bq = p2.block_q, bk = p2.block_k, d = p2.d, H = p2.H;
-    SFX(fwd_job) J = {.op = op, .pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
+    fwd_job J = {.op = op, .pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
     J.nqb = (p2.Nq + bq - 1) / bq;
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
@@ -305,12 +177,12 @@ fg_status SFX(fg_attn_flash_forward_lo)(T *o, T *lse, T *lse_lo, const T *q, con
         op->packs && (fg_attn_modifies_scores(&p2) || p2.custom.mask || fg_dropout_threshold(p2.dropout_p));
     const int64_t n = op->packs ? (d + bk + 3) * J.ld + (need_r ? bq * bk : 0) : bq * bk + 3 * bq;
     J.scratch.bytes = (size_t)n * sizeof(T);
-    return flash_run(p2.B * H * J.nqb, SFX(fwd_item), &J, &J.scratch, &p2, op->pool_flags, "forward");
+    return fg_attn_flash_run(p2.B * H * J.nqb, fwd_item, &J, &J.scratch, &p2, op->pool_flags, "forward");
 }
 
 /* D_i = Σ_c a[i, c]·b[i, c] in double, each row's sum in column order; eight rows at a time, so
  * that eight independent chains of additions overlap (one chain alone waits on its own latency). */
-static void SFX(rows_dot)(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
+static void rows_dot(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
     int64_t i = 0;
     for (; i + 8 <= rows; i += 8) {
         double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -326,24 +198,24 @@ static void SFX(rows_dot)(T *D, const T *a, const T *b, int64_t rows, int64_t d)
 }
 
 typedef struct {
-    const SFX(fg_flash_ops) * op;
+    const flash_ops *op;
     const fg_attn_problem *pr; /* blocks resolved */
     T *dq, *dk, *dv;
     const T *dout, *q, *k, *v, *o, *lse, *lse_lo;
     int64_t Hkv, G, nd; /* nd = max(Nq, 1): D's entries per query head */
     int dropout, chain, mods;
-    flash_scratch scratch;
-} SFX(bwd_job);
+    fg_attn_flash_scratch scratch;
+} bwd_job;
 
 /* One item: K/V head (b, g) with its G query heads, which add into the same dK, dV rows. Scratch:
  * Kjᵀ, Vjᵀ (d × bk each, x86 only), P, dS (bq × bk each), D (G × Nq), Z (bq × bk, with dropout),
  * Gt (bq × bk, with softcap or score_mod). */
-static void SFX(bwd_item)(void *ctx, int64_t item, int worker) {
-    SFX(bwd_job) *J = ctx;
-    const SFX(fg_flash_ops) *op = J->op;
+static void bwd_item(void *ctx, int64_t item, int worker) {
+    bwd_job *J = ctx;
+    const flash_ops *op = J->op;
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k, G = J->G;
-    T *scr = flash_scratch_get(&J->scratch, worker);
+    T *scr = fg_attn_flash_scratch_get(&J->scratch, worker);
     if (!scr) return;
     const int64_t tile = bq * bk;
     T *KT = scr, *VT = KT + d * bk, *P = op->packs ? VT + d * bk : scr, *dS = P + tile, *D = dS + tile;
@@ -360,7 +232,7 @@ static void SFX(bwd_item)(void *ctx, int64_t item, int worker) {
      * shows up in dQ and dK. */
     for (int64_t hh = 0; hh < G; hh++) {
         const int64_t qo = (b * H + g * G + hh) * Nq * d;
-        SFX(rows_dot)(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
+        rows_dot(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
     }
     for (int64_t j0 = 0; j0 < Nk; j0 += bk) {
         const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
@@ -390,7 +262,7 @@ static void SFX(bwd_item)(void *ctx, int64_t item, int worker) {
                 /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
                 op->gemm(0, tb, nq, nk, d, scale, Qi, d, KB, ldb, P, bk, NULL, 0);
                 if (J->mods || kind == FG_TILE_PARTIAL)
-                    SFX(fg_attn_score_tile)(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+                    score_tile(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
                 /* S − L is exact near the row max (Sterbenz), so lo, below L's last bit, still counts;
                  * masked S = -inf gives 0 */
                 op->exp_rows(P, bk, nq, nk, Lh + i0, loh ? loh + i0 : NULL);
@@ -398,7 +270,7 @@ static void SFX(bwd_item)(void *ctx, int64_t item, int worker) {
                     for (int64_t r = 0; r < nq; r++) {
                         T *zrow = Z + r * bk;
                         for (int64_t j = 0; j < nk; j++) zrow[j] = 1;
-                        SFX(fg_attn_dropout_scale)(zrow, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+                        dropout_scale(zrow, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
                     }
                 /* dVj += (P∘Z)ᵀ dOi — the forward's Oi += dropout(P) Vj */
                 if (dV) {
@@ -438,27 +310,26 @@ static void SFX(bwd_item)(void *ctx, int64_t item, int worker) {
     }
 }
 
-fg_status SFX(fg_attn_flash_backward_lo)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
-                                         const T *o, const T *lse, const T *lse_lo, const fg_attn_problem *pr) {
-    const SFX(fg_flash_ops) *op = OPS;
+static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *o,
+                                   const T *lse, const T *lse_lo, const fg_attn_problem *pr) {
+    const flash_ops *op = flash_ops_of_dtype();
     FG_TRY(fg_attn_problem_check_dtype(pr, DT));
     if (!dq && !dk && !dv) return FG_OK;
-    const fg_attn_problem p2 = flash_resolved(pr);
+    const fg_attn_problem p2 = fg_attn_flash_resolved(pr);
     if (p2.B * p2.H == 0) return FG_OK;
     const int64_t bk = p2.block_k, d = p2.d, H = p2.H, tile = (int64_t)p2.block_q * bk;
-    SFX(bwd_job)
-    J = {.op = op,
-         .pr = &p2,
-         .dq = dq,
-         .dk = dk,
-         .dv = dv,
-         .dout = dout,
-         .q = q,
-         .k = k,
-         .v = v,
-         .o = o,
-         .lse = lse,
-         .lse_lo = lse_lo};
+    bwd_job J = {.op = op,
+                 .pr = &p2,
+                 .dq = dq,
+                 .dk = dk,
+                 .dv = dv,
+                 .dout = dout,
+                 .q = q,
+                 .k = k,
+                 .v = v,
+                 .o = o,
+                 .lse = lse,
+                 .lse_lo = lse_lo};
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.nd = p2.Nq > 0 ? p2.Nq : 1;
@@ -467,16 +338,5 @@ fg_status SFX(fg_attn_flash_backward_lo)(T *dq, T *dk, T *dv, const T *dout, con
     J.mods = fg_attn_modifies_scores(&p2);
     const int64_t n = (op->packs ? 2 * d * bk : 0) + (2 + J.dropout + J.chain) * tile + J.G * J.nd;
     J.scratch.bytes = (size_t)n * sizeof(T);
-    return flash_run(p2.B * J.Hkv, SFX(bwd_item), &J, &J.scratch, &p2, op->pool_flags, "backward");
+    return fg_attn_flash_run(p2.B * J.Hkv, bwd_item, &J, &J.scratch, &p2, op->pool_flags, "backward");
 }
-
-fg_status SFX(fg_attn_flash_forward)(T *o, T *lse, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {
-    return SFX(fg_attn_flash_forward_lo)(o, lse, NULL, q, k, v, pr);
-}
-
-fg_status SFX(fg_attn_flash_backward)(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
-                                      const T *o, const T *lse, const fg_attn_problem *pr) {
-    return SFX(fg_attn_flash_backward_lo)(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr);
-}
-
-#endif /* FG_ATTN_FLASH_TEMPLATE */

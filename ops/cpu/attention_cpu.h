@@ -1,0 +1,51 @@
+/* attention_cpu.h — what the CPU attention kernels share between their two dtypes: the flash
+ * drivers' scratch and item runner, the blocks of a problem, and the choice of tile operations.
+ * Defined in ops/cpu/attention.c; used by the per-dtype kernels (ops/cpu/attention_f32.c,
+ * ops/cpu/attention_f64.c, through ops/cpu/attention_flash_body.h). Private to ops/cpu/.
+ */
+#ifndef FG_ATTENTION_CPU_H
+#define FG_ATTENTION_CPU_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/attention_kernels.h"
+#include "ops/cpu/flash_tiles.h"
+#include "ops/cpu/threadpool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-thread scratch of one kernel call: one buffer per thread that can take part, allocated by
+ * flash_run before the items start (not lazily by whichever thread gets an item first: which
+ * threads get items depends on the schedule, and a lazily taken buffer would make the caching
+ * allocator's traffic — and whether a warm step asks the system for memory — depend on it too). */
+typedef struct {
+    void *buf[FG_POOL_MAX_THREADS];
+    size_t bytes;
+    atomic_int oom; /* a late buffer (flash_scratch_get) could not be had */
+} fg_attn_flash_scratch;
+
+/* Worker w's buffer. Always allocated up front by fg_attn_flash_run — unless another thread raised
+ * the pool's thread count between the allocation and the run; such a worker takes its buffer here.
+ * NULL (and oom set) when memory is short: the item must then do nothing, and the run reports it. */
+void *fg_attn_flash_scratch_get(fg_attn_flash_scratch *s, int w);
+/* Run a kernel's n items with s->bytes of scratch per thread: on the pool, or in order on this
+ * thread when user callbacks are present. Frees the scratch after; FG_ERR_OOM naming `what`. */
+fg_status fg_attn_flash_run(int64_t n, fg_pool_fn fn, void *ctx, fg_attn_flash_scratch *s, const fg_attn_problem *pr,
+                            unsigned flags, const char *what);
+/* The problem with its blocks clamped to its sizes: a block never exceeds Nq or Nk, and is >= 1. */
+fg_attn_problem fg_attn_flash_resolved(const fg_attn_problem *pr);
+/* The key blocks that query rows [i0, i0 + nq) can see under causal ∧ window: [*j0, *j1). */
+void fg_attn_flash_key_blocks(const fg_attn_problem *pr, int64_t i0, int64_t nq, int64_t *j0, int64_t *j1);
+/* The table of tile operations the flash kernels use for each dtype: the x86 one, or the portable
+ * one on a CPU without AVX2+FMA or with FG_ATTN_GEMM=blas in the environment (read once). */
+const fg_flash_ops_f32 *fg_attn_flash_ops_f32(void);
+const fg_flash_ops_f64 *fg_attn_flash_ops_f64(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FG_ATTENTION_CPU_H */
