@@ -422,8 +422,8 @@ fg_token_data *fg_token_data_open_files(const char *name, const char *train, con
     return open_lists(name ? name : train, &train, 1, &val, val ? 1 : 0, 0, vocab_size, block_size);
 }
 
-fg_token_data *fg_token_data_open_shards(const char *name, const char *const *train, int ntrain,
-                                         const char *const *val, int nval, int vocab_size, int block_size) {
+fg_token_data *fg_token_data_open_shards(const char *name, const char *const *train, int ntrain, const char *const *val,
+                                         int nval, int vocab_size, int block_size) {
     if (!name || !train || ntrain < 1 || nval < 0 || (nval && !val)) {
         fg_error(FG_ERR_ARG, "token shards: need a name and at least one train shard");
         return NULL;

@@ -86,8 +86,8 @@ fg_token_data *fg_token_data_open_files(const char *name, const char *train, con
 /* A shard set named: the train shards train[0 .. ntrain) in that order (ntrain >= 1), and the val
  * shards val[0 .. nval) (nval 0: the train sequence's last tenth is the validation split). `name`
  * labels messages. */
-fg_token_data *fg_token_data_open_shards(const char *name, const char *const *train, int ntrain,
-                                         const char *const *val, int nval, int vocab_size, int block_size);
+fg_token_data *fg_token_data_open_shards(const char *name, const char *const *train, int ntrain, const char *const *val,
+                                         int nval, int vocab_size, int block_size);
 void fg_token_data_free(fg_token_data *d); /* NULL is fine */
 int fg_token_data_vocab_size(const fg_token_data *d);
 /* Tokens in split s. */

@@ -629,14 +629,16 @@ Test(token_runs, resume_refuses_a_changed_shard_set_naming_the_difference) {
         cr_assert_eq(fgt_run_cmd(cmd, NULL, 0), 0, "%s", cmd);                                                         \
     } while (0)
     SH("cp fw/tiny_train_02.bin fw/tiny_train_99.bin");
-    expect_fails(resume, 1, "train shard 'fw/tiny_train_99.bin' was added (the checkpoint trained on 6 train "
-                            "shards, this has 7)");
+    expect_fails(resume, 1,
+                 "train shard 'fw/tiny_train_99.bin' was added (the checkpoint trained on 6 train "
+                 "shards, this has 7)");
     SH("rm fw/tiny_train_99.bin && mv fw/tiny_train_04.bin aside.bin");
     expect_fails(resume, 1, "its train shard 'tiny_train_04.bin' is missing");
     SH("mv aside.bin fw/tiny_train_04.bin && mv fw/tiny_train_01.bin t && mv fw/tiny_train_03.bin fw/tiny_train_01.bin "
        "&& mv t fw/tiny_train_03.bin");
-    expect_fails(resume, 1, "its train shards are in another order ('fw/tiny_train_01.bin' is shard 2 of 6 here; "
-                            "the checkpoint trained on its contents as shard 4)");
+    expect_fails(resume, 1,
+                 "its train shards are in another order ('fw/tiny_train_01.bin' is shard 2 of 6 here; "
+                 "the checkpoint trained on its contents as shard 4)");
     SH("mv fw/tiny_train_01.bin t && mv fw/tiny_train_03.bin fw/tiny_train_01.bin && mv t fw/tiny_train_03.bin");
     SH("cp fw/tiny_val_0.bin v && printf '\\001' | dd of=fw/tiny_val_0.bin bs=1 seek=1030 conv=notrunc 2>/dev/null");
     expect_fails(resume, 1, "val shard 'fw/tiny_val_0.bin' changed");

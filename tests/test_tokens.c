@@ -366,8 +366,8 @@ static void expect_batches_are_windows_of(const fg_token_data *d, fg_split s, co
             const uint64_t o = fg_text_window_offset(21, FG_TEXT_STREAM(s), (uint64_t)step * B + r, n - (size_t)T);
             for (int t = 0; t < T; t++)
                 cr_assert(x[r * T + t] == seq[o + t] && y[r * T + t] == seq[o + t + 1],
-                          "%s: %s step %d row %d id %d: x %d y %d, the shards' sequence has %d %d at offset %llu",
-                          what, fg_split_name(s), step, r, t, x[r * T + t], y[r * T + t], seq[o + t], seq[o + t + 1],
+                          "%s: %s step %d row %d id %d: x %d y %d, the shards' sequence has %d %d at offset %llu", what,
+                          fg_split_name(s), step, r, t, x[r * T + t], y[r * T + t], seq[o + t], seq[o + t + 1],
                           (unsigned long long)o);
         }
     }
@@ -379,8 +379,8 @@ static void expect_batches_are_windows_of(const fg_token_data *d, fg_split s, co
  * read as one sequence: with shards of 5 to 9 ids and T = 16, every window crosses two or more
  * boundaries. Shards of both formats may mix. */
 Test(tokens, shards_are_one_sequence_in_llmc_order_and_windows_cross_them, .init = setup, .fini = teardown) {
-    static const char *const names[] = {"fw_train_2.bin", "fw_train_10.bin", "fw_train_1.bin", "fw_train_B.bin",
-                                        "fw_train_a.bin", "fw_train_01.bin"};
+    static const char *const names[] = {"fw_train_2.bin", "fw_train_10.bin", "fw_train_1.bin",
+                                        "fw_train_B.bin", "fw_train_a.bin",  "fw_train_01.bin"};
     /* byte order: "01" < "1" < "10" < "2" < "B" < "a" */
     static const int order[] = {5, 2, 1, 0, 3, 4};
     enum { NS = 6, T = 16 };
@@ -483,8 +483,7 @@ Test(tokens, files_and_pairs_are_unchanged_and_patterns_are_checked, .init = set
     write_llmc("p/c_train_val.bin", v, 100, 100, FG_LLMC_DATA_MAGIC, 1);
     fg_clear_error();
     cr_expect_null(fg_token_data_open(at("p"), 256, 16));
-    cr_expect(strstr(fg_last_error(), "c_train_val.bin' is both a train shard and a val shard"), "%s",
-              fg_last_error());
+    cr_expect(strstr(fg_last_error(), "c_train_val.bin' is both a train shard and a val shard"), "%s", fg_last_error());
     free(t);
     free(v);
 }
@@ -592,7 +591,9 @@ Test(tokens, a_shard_set_beyond_a_gib_opens_and_batches_in_flat_memory, .init = 
             uint16_t want;
             cr_assert_eq(pread(fd, &want, 2, 1024 + 2 * (off_t)in), 2);
             close(fd);
-            if (t < T) cr_assert_eq(x[t], want, "row %llu: id %d across the boundary at %lld", (unsigned long long)row, t, (long long)b);
+            if (t < T)
+                cr_assert_eq(x[t], want, "row %llu: id %d across the boundary at %lld", (unsigned long long)row, t,
+                             (long long)b);
             if (t > 0) cr_assert_eq(y[t - 1], want, "row %llu: target %d", (unsigned long long)row, t - 1);
         }
         crossed++;
