@@ -127,6 +127,16 @@ int fg_flags_set(const char *cmd, fg_flag *flags, int n, const char *name, const
     return set_value(cmd, where, f, name, alias, value);
 }
 
+int fg_flags_stray_bin(const char *cmd, const char *arg) {
+    const size_t n = strlen(arg);
+    if (n < 4 || strcmp(arg + n - 4, ".bin")) return 0;
+    fprintf(stderr,
+            "flashgrad %s: unexpected argument '%s': did the shell expand a --data-bin pattern? Quote it, as in "
+            "--data-bin 'data/fineweb_train_*.bin', so that flashgrad lists the shards itself (in llm.c's order)\n",
+            cmd, arg);
+    return 1;
+}
+
 int fg_flags_parse_ex(const char *cmd, fg_flag *flags, int n, int argc, char **argv,
                       int (*positional)(const char *arg, void *ctx), void *ctx) {
     for (int a = 1; a < argc; a++) {
@@ -138,6 +148,7 @@ int fg_flags_parse_ex(const char *cmd, fg_flag *flags, int n, int argc, char **a
                 if (rc) return rc;
                 continue;
             }
+            if (fg_flags_stray_bin(cmd, arg)) return 2;
             fprintf(stderr, "flashgrad %s: unexpected argument '%s' (flags start with --; see flashgrad %s --help)\n",
                     cmd, arg, cmd);
             return 2;

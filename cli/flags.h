@@ -48,6 +48,9 @@ int fg_flags_parse(const char *cmd, fg_flag *flags, int n, int argc, char **argv
  * status (its own line printed). NULL: such an argument is a usage error, as above. */
 int fg_flags_parse_ex(const char *cmd, fg_flag *flags, int n, int argc, char **argv,
                       int (*positional)(const char *arg, void *ctx), void *ctx);
+/* An argument that is not a flag and ends in ".bin" is most likely a shard of a --data-bin pattern
+ * the shell expanded: prints the one line that says to quote the pattern and returns 1; else 0. */
+int fg_flags_stray_bin(const char *cmd, const char *arg);
 /* Sets the flag named `name` (with its dashes; its alias counts) from the text `value` (NULL for a
  * bool given alone) as the command line would. Errors are one line "flashgrad <cmd>: <where><name>:
  * <what is wrong>" (where: e.g. "config/x.py:4: ", or ""). 0, or 2 after the line. */

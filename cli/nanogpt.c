@@ -559,6 +559,7 @@ int fg_nanogpt_train_defaults(fg_nanogpt *ng) {
 
 int fg_nanogpt_positional(const char *arg, void *ctx) {
     fg_nanogpt *ng = ctx;
+    if (fg_flags_stray_bin(ng->cmd, arg)) return 2;
     fg_pyconfig_entry *e = NULL;
     char err[1024];
     int n = fg_pyconfig_read(arg, &e, err, sizeof err);

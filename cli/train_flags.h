@@ -28,7 +28,7 @@
     X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)                 \
     X(DATA_BIN, "--data-bin", FG_FLAG_STR, "PATH",                                                                     \
       "train on pre-tokenized uint16 ids: a folder with nanoGPT's train.bin and val.bin (or llm.c's *train*.bin and "  \
-      "*val*.bin), or one .bin file",                                                                                  \
+      "*val*.bin files: a pair, or shards), one .bin file, or a quoted pattern of shards ('data/fw_train_*.bin')",     \
       0, 0, 0)                                                                                                         \
     X(VOCAB, "--vocab-size", FG_FLAG_INT, "V",                                                                         \
       "--data-bin: the vocabulary, every id below it (GPT-2: 50257) (default: none; required with --data-bin)", 1,     \

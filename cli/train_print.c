@@ -125,6 +125,8 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
                  "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)", ac->n_digits,
                  100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
                  fg_source_optimal_loss(src));
+    } else if (src->kind == FG_SOURCE_TOKENS && src->sharded) {
+        fg_source_tokens_describe(src, data_desc, sizeof data_desc); /* the shard counts and the ids */
     } else if (src->kind == FG_SOURCE_TOKENS) {
         const fg_source_file *ft = &src->files[FG_SPLIT_TRAIN], *fv = &src->files[FG_SPLIT_VAL];
         const char *fmt = ft->format == FG_TOKFILE_LLMC ? "llm.c" : "nanoGPT";

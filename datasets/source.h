@@ -35,6 +35,17 @@ typedef struct {
     uint64_t count;         /* token ids it holds */
 } fg_source_file;
 
+/* One file of a split's list (a shard of a shard set, or the one file of a split), as the
+ * checkpoints record it. */
+typedef struct {
+    char *path;             /* as opened (malloc'd) */
+    uint64_t hash;          /* XXH64 of its bytes */
+    fg_token_format format; /* nanoGPT's or llm.c's */
+    uint64_t count;         /* token ids it holds */
+} fg_source_shard;
+/* Frees the paths of list[0 .. n) and the list (NULL is fine). */
+void fg_source_shards_free(fg_source_shard *list, int n);
+
 typedef struct fg_source fg_source;
 
 /* What a dataset provides. */
@@ -64,6 +75,12 @@ struct fg_source {
     /* token files: the train file, and the val file (path "" when the validation split is the
      * train file's last tenth) */
     fg_source_file files[FG_SPLIT_COUNT];
+    /* token files, every split as a list in order: a file or a pair has one each (val none when it
+     * is the train file's tail); a shard set (sharded 1; files[] then unused, path and path_abs the
+     * folder or pattern) its shards */
+    int sharded;
+    int n_shards[FG_SPLIT_COUNT];
+    fg_source_shard *shards[FG_SPLIT_COUNT];
     fg_tokenizer *tok; /* token files: nanoGPT's meta.pkl beside the train file (owned), or NULL */
 };
 
@@ -72,7 +89,8 @@ fg_source *fg_source_addition(const fg_addition_config *c);
 /* A text file, tokenized with opt's tokenizer kind or given tokenizer (datasets/text.c). */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt);
 /* Pre-tokenized files of a vocabulary of vocab_size ids for a model of block size block_size
- * (datasets/token_source.c): `path` as fg_token_data_open takes it, or, when val_path is not NULL,
+ * (datasets/token_source.c): `path` as fg_token_data_open takes it (a folder, a file, or a pattern
+ * of shards), or, when val_path is not NULL,
  * path is the train file and val_path the val file ("" for the train file's last tenth). The files
  * stay memory-mapped: batches read from the mapping. */
 fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_size, int block_size);
@@ -81,6 +99,9 @@ fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_si
  * source opened from such a folder carries the character tokenizer it describes (datasets/meta_pkl.h),
  * and its vocabulary must equal vocab_size. */
 int fg_source_tokens_meta_path(const char *path, char *out, size_t n);
+/* One line about a token source for the start of a run: the format, the files or, for a shard set,
+ * the shard count and ids of each split and the total. Into out (n bytes, cut with "..."). */
+void fg_source_tokens_describe(const fg_source *d, char *out, size_t n);
 void fg_source_free(fg_source *d); /* NULL is fine */
 
 const fg_tokenizer *fg_source_tokenizer(const fg_source *d);

@@ -2,8 +2,11 @@
  *
  * The files stay memory-mapped for the source's life: a batch copies its B windows of T + 1 ids out
  * of the mapping and nothing else is held, so memory does not grow with the files' size. There is
- * no text tokenizer: the vocabulary is the --vocab-size the ids were checked against.
+ * no text tokenizer (unless nanoGPT's meta.pkl is beside them): the vocabulary is the --vocab-size
+ * the ids were checked against. A shard set is one source: its shards in order, each split's list
+ * recorded for the checkpoints.
  */
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +27,13 @@ static fg_status tokens_batch(const fg_source *d, fg_split s, int B, int T, uint
 static void tokens_free_data(fg_source *d) {
     fg_token_data_free(d->tokens);
     fg_tokenizer_free(d->tok);
+    for (int s = 0; s < FG_SPLIT_COUNT; s++) fg_source_shards_free(d->shards[s], d->n_shards[s]);
+}
+
+void fg_source_shards_free(fg_source_shard *list, int n) {
+    if (!list) return;
+    for (int i = 0; i < n; i++) free(list[i].path);
+    free(list);
 }
 
 int fg_source_tokens_meta_path(const char *path, char *out, size_t n) {
@@ -54,6 +64,86 @@ static void set_identity(fg_source_file *id, const fg_token_file *f) {
     id->hash = fg_token_file_hash(f);
     id->format = fg_token_file_format(f);
     id->count = (uint64_t)fg_token_file_count(f);
+}
+
+/* Every split's files as a list (source.h). */
+static fg_status set_shards(fg_source *d) {
+    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
+        const int n = fg_token_data_file_count(d->tokens, (fg_split)s);
+        if (!n) continue;
+        if (!(d->shards[s] = calloc((size_t)n, sizeof *d->shards[s])))
+            return fg_error(FG_ERR_OOM, "--data-bin: out of memory");
+        d->n_shards[s] = n;
+        for (int i = 0; i < n; i++) {
+            const fg_token_file *f = fg_token_data_shard(d->tokens, (fg_split)s, i);
+            fg_source_shard *id = &d->shards[s][i];
+            if (!(id->path = strdup(fg_token_file_path(f)))) return fg_error(FG_ERR_OOM, "--data-bin: out of memory");
+            id->hash = fg_token_file_hash(f);
+            id->format = fg_token_file_format(f);
+            id->count = (uint64_t)fg_token_file_count(f);
+        }
+    }
+    return FG_OK;
+}
+
+/* The absolute form of a --data-bin argument into out (n bytes), or "": realpath of a folder or a
+ * file; for a pattern, realpath of its folder up to the first wildcard, then the rest as written. */
+static void abs_argument(const char *path, char *out, size_t n) {
+    char abs[PATH_MAX];
+    out[0] = '\0';
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (realpath(path, abs) && strlen(abs) < n) snprintf(out, n, "%s", abs);
+        return;
+    }
+    if (path[0] == '/') {
+        if (strlen(path) < n) snprintf(out, n, "%s", path);
+        return;
+    }
+    const char *wild = strpbrk(path, "*?["), *slash = NULL;
+    for (const char *p = path; *p && (!wild || p < wild); p++)
+        if (*p == '/') slash = p;
+    char dir[PATH_MAX];
+    if (slash) {
+        if ((size_t)(slash - path) >= sizeof dir) return;
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    } else {
+        snprintf(dir, sizeof dir, ".");
+    }
+    const char *rest = slash ? slash + 1 : path;
+    const size_t r = strlen(rest);
+    if (!realpath(dir, abs)) return;
+    const size_t a = strlen(abs);
+    if (a + 1 + r >= n) return;
+    memcpy(out, abs, a);
+    out[a] = '/';
+    memcpy(out + a + 1, rest, r + 1);
+}
+
+void fg_source_tokens_describe(const fg_source *d, char *out, size_t n) {
+    const char *tok_desc = d->tok ? "meta.pkl's character-level tokenizer" : "no tokenizer";
+    int llmc = 0, nano = 0;
+    uint64_t ids[FG_SPLIT_COUNT] = {0, 0};
+    for (int s = 0; s < FG_SPLIT_COUNT; s++)
+        for (int i = 0; i < d->n_shards[s]; i++) {
+            llmc += d->shards[s][i].format == FG_TOKFILE_LLMC;
+            nano += d->shards[s][i].format == FG_TOKFILE_NANOGPT;
+            ids[s] += d->shards[s][i].count;
+        }
+    const char *fmt = llmc && nano ? "llm.c and nanoGPT" : llmc ? "llm.c" : "nanoGPT";
+    const int ntr = d->n_shards[FG_SPLIT_TRAIN], nva = d->n_shards[FG_SPLIT_VAL];
+    int k;
+    if (nva)
+        k = snprintf(out, n,
+                     "%s token shards %s: %d train (%" PRIu64 " ids), %d val (%" PRIu64 " ids), %d shards and %" PRIu64
+                     " ids in all, %s",
+                     fmt, d->path, ntr, ids[FG_SPLIT_TRAIN], nva, ids[FG_SPLIT_VAL], ntr + nva,
+                     ids[FG_SPLIT_TRAIN] + ids[FG_SPLIT_VAL], tok_desc);
+    else
+        k = snprintf(out, n, "%s token shards %s: %d shards, %" PRIu64 " ids in all (%zu train, the last %zu val), %s",
+                     fmt, d->path, ntr, ids[FG_SPLIT_TRAIN], fg_token_data_split_tokens(d->tokens, FG_SPLIT_TRAIN),
+                     fg_token_data_split_tokens(d->tokens, FG_SPLIT_VAL), tok_desc);
+    if (k >= (int)n && n >= 4) snprintf(out + n - 4, 4, "..."); /* a very long path */
 }
 
 fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_size, int block_size) {
@@ -87,11 +177,21 @@ fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_si
         }
     }
     snprintf(d->path, sizeof d->path, "%s", path);
-    char abs[PATH_MAX];
-    if (realpath(path, abs) && strlen(abs) < sizeof d->path_abs) snprintf(d->path_abs, sizeof d->path_abs, "%s", abs);
-    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
-        const fg_token_file *f = fg_token_data_file(d->tokens, (fg_split)s);
-        if (f) set_identity(&d->files[s], f);
+    d->sharded = fg_token_data_sharded(d->tokens);
+    if (d->sharded) {
+        abs_argument(path, d->path_abs, sizeof d->path_abs);
+    } else {
+        char abs[PATH_MAX];
+        if (realpath(path, abs) && strlen(abs) < sizeof d->path_abs)
+            snprintf(d->path_abs, sizeof d->path_abs, "%s", abs);
+        for (int s = 0; s < FG_SPLIT_COUNT; s++) {
+            const fg_token_file *f = fg_token_data_file(d->tokens, (fg_split)s);
+            if (f) set_identity(&d->files[s], f);
+        }
+    }
+    if (set_shards(d) != FG_OK) {
+        fg_source_free(d);
+        return NULL;
     }
     return d;
 }

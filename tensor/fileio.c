@@ -346,18 +346,20 @@ fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n
 }
 
 /* ---------------------------------------------------------------------------------------------
- * mapped inputs: a fixed table the SIGBUS handler can read without locks (each slot's path is
- * written before its range is published, and the range is cleared before a slot is reused), and
- * the note kept in two buffers, the handler reading whichever was published last.
+ * mapped inputs: a fixed table of ranges the SIGBUS handler can read without locks (each slot's
+ * path, a heap copy, is in place before its range is published; the range is cleared before the
+ * path is freed or the slot reused), and the note kept in two buffers, the handler reading
+ * whichever was published last. The ranges sit apart from the paths so a scan touches little
+ * memory: a dataset of thousands of mapped shards fits.
  * ------------------------------------------------------------------------------------------- */
 
 #include <pthread.h>
 #include <signal.h>
 
-enum { MAPPED_SLOTS = 64, MAPPED_TEXT = 1200 };
+enum { MAPPED_SLOTS = 8192, MAPPED_TEXT = 1200 };
 typedef struct {
     _Atomic(uintptr_t) lo, hi; /* [lo, hi), 0 when free */
-    char path[MAPPED_TEXT];
+    char *_Atomic path;        /* malloc'd; NULL when its copy failed */
 } mapped_slot;
 static mapped_slot g_mapped[MAPPED_SLOTS];
 static char g_note[2][MAPPED_TEXT];
@@ -368,15 +370,17 @@ static pthread_mutex_t g_mapped_mu = PTHREAD_MUTEX_INITIALIZER;
 int fg_mapped_register(const void *addr, size_t len, const char *path) {
     if (!addr || !len) return -1;
     int got = -1;
+    char *copy = strdup(path ? path : "(a mapped file)");
     pthread_mutex_lock(&g_mapped_mu);
     for (int i = 0; i < MAPPED_SLOTS && got < 0; i++)
         if (!g_mapped[i].hi) {
-            snprintf(g_mapped[i].path, sizeof g_mapped[i].path, "%s", path ? path : "(a mapped file)");
+            g_mapped[i].path = copy;
             g_mapped[i].lo = (uintptr_t)addr;
             g_mapped[i].hi = (uintptr_t)addr + len;
             got = i;
         }
     pthread_mutex_unlock(&g_mapped_mu);
+    if (got < 0) free(copy);
     return got < 0 ? -1 : 0;
 }
 
@@ -386,6 +390,8 @@ void fg_mapped_unregister(const void *addr) {
         if (g_mapped[i].hi && g_mapped[i].lo == (uintptr_t)addr) {
             g_mapped[i].hi = 0;
             g_mapped[i].lo = 0;
+            free(g_mapped[i].path);
+            g_mapped[i].path = NULL;
         }
     pthread_mutex_unlock(&g_mapped_mu);
 }
@@ -418,7 +424,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
         put_str("\n");
         put_str(g_prog);
         put_str(": '");
-        put_str(g_mapped[i].path);
+        const char *path = g_mapped[i].path;
+        put_str(path ? path : "(a mapped file)");
         put_str("' changed while it was being read (it is memory-mapped: truncated or rewritten by another "
                 "process, or its disk failed); stopped");
         int k = g_note_cur;

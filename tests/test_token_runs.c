@@ -546,3 +546,237 @@ Test(token_runs, bench_train_evaluates_a_token_folder_as_train_does) {
     expect_fails("bench train --synthetic-vocab 100 --eval-iters 1 --steps 1 --warmup-steps 1", 2,
                  "--eval-iters needs a validation split");
 }
+
+/* ---- shard sets (llm.c's many files) ---- */
+
+/* rel/: ns llm.c shards tiny_train_00.bin ... of 7 to 13 ids (so that with block 16 every window
+ * crosses a boundary or more) and tiny_val_0.bin; and rel_cat/{train,val}.bin: the same ids as one
+ * nanoGPT pair (the train shards one after another in their order). */
+static void write_shard_folder(const char *rel, int ns, int V, uint32_t seed) {
+    char p[300];
+    cr_assert_eq(mkdir(at(rel), 0777), 0);
+    snprintf(p, sizeof p, "%s_cat", rel);
+    cr_assert_eq(mkdir(at(p), 0777), 0);
+    uint16_t all[64 * 13];
+    size_t n = 0;
+    cr_assert(ns <= 64);
+    for (int i = 0; i < ns; i++) {
+        const size_t len = 7 + (size_t)(i * 5) % 7;
+        uint16_t *t = stream(len, (unsigned)V, seed + (uint32_t)i);
+        snprintf(p, sizeof p, "%s/tiny_train_%02d.bin", rel, i);
+        write_llmc(p, t, (int32_t)len, len, FG_LLMC_DATA_MAGIC);
+        memcpy(all + n, t, len * 2);
+        n += len;
+        free(t);
+    }
+    snprintf(p, sizeof p, "%s_cat/train.bin", rel);
+    write_bytes(p, all, n * 2);
+    uint16_t *v = stream(300, (unsigned)V, seed + 1000);
+    snprintf(p, sizeof p, "%s/tiny_val_0.bin", rel);
+    write_llmc(p, v, 300, 300, FG_LLMC_DATA_MAGIC);
+    snprintf(p, sizeof p, "%s_cat/val.bin", rel);
+    write_bytes(p, v, 300 * 2);
+    free(v);
+}
+
+/* Six steps in one run against three and a resume to six, out folders <tag>_full and <tag>_part: the
+ * same state bit for bit. */
+static void expect_resume_is_exact_as(const char *data_flags, const char *tag) {
+    char args[1024];
+    snprintf(args, sizeof args, "train %s " TINY " --steps 6 --out %s_full", data_flags, tag);
+    run_ok(args);
+    snprintf(args, sizeof args, "train %s " TINY " --steps 3 --out %s_part", data_flags, tag);
+    run_ok(args);
+    snprintf(args, sizeof args, "train --resume --steps 6 --out %s_part --samples 0", tag);
+    run_ok(args);
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%s_full", tag);
+    snprintf(b, sizeof b, "%s_part", tag);
+    fgt_expect_same_run_state(at(a), at(b));
+}
+
+/* A shard set trains exactly as the one file its shards make (the same batches, the same state bit
+ * for bit), every batch crossing shards, and a resume across those boundaries is exact; from a
+ * folder and from a pattern. */
+Test(token_runs, shard_sets_train_as_their_concatenation_and_resume_bit_for_bit) {
+    need_bin();
+    write_shard_folder("fw", 12, 300, 11);
+    char log[16384];
+    int st = run("train --data-bin fw --vocab-size 300 " TINY " --steps 1 --out look", log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(strstr(log, "data: llm.c token shards fw: 12 train (120 ids), 1 val (300 ids), 13 shards and 420 ids in "
+                          "all, no tokenizer, vocabulary 300"),
+              "the data line should name the shard counts and the ids:\n%s", log);
+    expect_resume_is_exact_as("--data-bin fw --vocab-size 300", "dir");
+    run_ok("train --data-bin fw_cat --vocab-size 300 " TINY " --steps 6 --out cat");
+    fgt_expect_same_run_state(at("dir_full"), at("cat"));
+    expect_resume_is_exact_as("--data-bin 'fw/tiny_train_*.bin' --vocab-size 300", "glob");
+    fgt_expect_same_run_state(at("glob_full"), at("cat"));
+}
+
+/* A resume lists the folder or pattern again and refuses a set that is not the one it trained on,
+ * in one line naming the difference: a shard added, one missing, one changed, the same shards in
+ * another order. */
+Test(token_runs, resume_refuses_a_changed_shard_set_naming_the_difference) {
+    need_bin();
+    write_shard_folder("fw", 6, 300, 21);
+    run_ok("train --data-bin fw --vocab-size 300 " TINY " --steps 2 --out r");
+    const char *resume = "train --resume --steps 3 --out r --samples 0";
+    char cmd[1400];
+#define SH(fmt)                                                                                                        \
+    do {                                                                                                               \
+        snprintf(cmd, sizeof cmd, "cd '%s' && " fmt, dir);                                                             \
+        cr_assert_eq(fgt_run_cmd(cmd, NULL, 0), 0, "%s", cmd);                                                         \
+    } while (0)
+    SH("cp fw/tiny_train_02.bin fw/tiny_train_99.bin");
+    expect_fails(resume, 1,
+                 "train shard 'fw/tiny_train_99.bin' was added (the checkpoint trained on 6 train "
+                 "shards, this has 7)");
+    SH("rm fw/tiny_train_99.bin && mv fw/tiny_train_04.bin aside.bin");
+    expect_fails(resume, 1, "its train shard 'tiny_train_04.bin' is missing");
+    SH("mv aside.bin fw/tiny_train_04.bin && mv fw/tiny_train_01.bin t && mv fw/tiny_train_03.bin fw/tiny_train_01.bin "
+       "&& mv t fw/tiny_train_03.bin");
+    expect_fails(resume, 1,
+                 "its train shards are in another order ('fw/tiny_train_01.bin' is shard 2 of 6 here; "
+                 "the checkpoint trained on its contents as shard 4)");
+    SH("mv fw/tiny_train_01.bin t && mv fw/tiny_train_03.bin fw/tiny_train_01.bin && mv t fw/tiny_train_03.bin");
+    SH("cp fw/tiny_val_0.bin v && printf '\\001' | dd of=fw/tiny_val_0.bin bs=1 seek=1030 conv=notrunc 2>/dev/null");
+    expect_fails(resume, 1, "val shard 'fw/tiny_val_0.bin' changed");
+    SH("mv v fw/tiny_val_0.bin");
+    run_ok(resume);
+    /* a copy elsewhere, given with --data-bin, is the same data; the one-file form of it is not */
+    SH("mkdir sub && cp -r fw sub/copy");
+    run_ok("train --resume --data-bin sub/copy --steps 4 --out r --samples 0");
+    expect_fails("train --resume --data-bin fw_cat --steps 5 --out r --samples 0", 1,
+                 "is not the data the checkpoint trained on");
+    /* a run on one llm.c-named pair refuses the folder once it holds a second train shard */
+    SH("mkdir pair && cp fw_cat/train.bin pair/p_train.bin && cp fw_cat/val.bin pair/p_val.bin");
+    run_ok("train --data-bin pair --vocab-size 300 " TINY " --steps 1 --out rp");
+    SH("cp fw/tiny_train_01.bin pair/");
+    expect_fails("train --resume --data-bin pair --steps 2 --out rp --samples 0", 1,
+                 "train shard 'pair/tiny_train_01.bin' was added");
+#undef SH
+}
+
+/* Every shard's identity is in the checkpoint, read back exactly, and read strictly: a malformed
+ * shard record, a count that is not the records', or a key beyond them is refused by name. */
+Test(token_runs, shard_checkpoints_record_every_shard_and_are_read_strictly) {
+    write_shard_folder("fw", 5, 300, 31);
+    char cwd[PATH_MAX];
+    cr_assert(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(dir), 0);
+    fg_source *s = fg_source_tokens("fw/tiny_*.bin", NULL, 300, 8); /* every shard trains: val is the tail */
+    cr_assert(s, "%s", fg_last_error());
+    cr_expect_eq(s->sharded, 1);
+    cr_expect_eq(s->n_shards[FG_SPLIT_TRAIN], 6);
+    cr_expect_eq(s->n_shards[FG_SPLIT_VAL], 0);
+    cr_expect_str_eq(s->shards[FG_SPLIT_TRAIN][0].path, "fw/tiny_train_00.bin");
+    cr_expect_str_eq(s->shards[FG_SPLIT_TRAIN][5].path, "fw/tiny_val_0.bin");
+    void *buf;
+    size_t n;
+    cr_assert_eq(fg_read_file("fw/tiny_train_03.bin", 0, &buf, &n), FG_OK);
+    cr_expect_eq(s->shards[FG_SPLIT_TRAIN][3].hash, fg_xxh64(buf, n, 0), "a shard's identity is its XXH64");
+    free(buf);
+    fg_train_config c = fgt_tiny_train_config(s, 8, 2, 4, 1, 5);
+    fg_trainer *tr = fg_trainer_create(&c, s);
+    cr_assert(tr, "%s", fg_last_error());
+    cr_assert_eq(mkdir("good", 0777), 0);
+    cr_assert_eq(fg_ckpt_check_savable("good", tr), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_ckpt_save("good", tr), FG_OK, "%s", fg_last_error());
+    fg_ckpt *ck = fg_ckpt_open("good", 1);
+    cr_assert(ck, "%s", fg_last_error());
+    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+    cr_expect_eq(in->sharded, 1);
+    cr_expect_str_eq(in->shards_source, "fw/tiny_*.bin");
+    char abs[PATH_MAX];
+    cr_assert(realpath("fw", abs));
+    strcat(abs, "/tiny_*.bin");
+    cr_expect_str_eq(in->shards_source_abs, abs);
+    for (int k = 0; k < FG_SPLIT_COUNT; k++) {
+        cr_assert_eq(in->n_shards[k], s->n_shards[k]);
+        for (int i = 0; i < s->n_shards[k]; i++) {
+            const fg_source_shard *a = &s->shards[k][i], *b = &in->shards[k][i];
+            cr_expect(!strcmp(a->path, b->path) && a->hash == b->hash && a->count == b->count && a->format == b->format,
+                      "split %d shard %d: recorded %s %016llx %llu, the source has %s %016llx %llu", k, i, b->path,
+                      (unsigned long long)b->hash, (unsigned long long)b->count, a->path, (unsigned long long)a->hash,
+                      (unsigned long long)a->count);
+        }
+    }
+    fg_source *back = fg_ckpt_tokens_source(ck, NULL);
+    cr_expect(back && back->sharded && back->n_shards[FG_SPLIT_TRAIN] == 6, "%s", fg_last_error());
+    fg_source_free(back);
+    fg_ckpt_close(ck);
+    fg_trainer_free(tr);
+    const uint64_t h0 = s->shards[FG_SPLIT_TRAIN][0].hash;
+    fg_source_free(s);
+    char rec[200], rec2[200];
+    snprintf(rec, sizeof rec, "%016llx llmc 07 fw/tiny_train_00.bin", (unsigned long long)h0);
+    snprintf(rec2, sizeof rec2, "%016llx llmc 7 fw/tiny_train_00.bin", (unsigned long long)h0);
+    const struct {
+        const char *key, *value, *phrase;
+    } edits[] = {
+        {"tokens.train.shard.0", "0123 llmc 7 fw/tiny_train_00.bin", "is not a shard as flashgrad records it"},
+        {"tokens.train.shard.0", rec, "is not a shard as flashgrad records it"},
+        {"tokens.train.shard.1", "0123456789abcdef raw 7 fw/x.bin", "is not a shard as flashgrad records it"},
+        {"tokens.train.shard.2", "0123456789abcdef llmc 7 ", "is not a shard as flashgrad records it"},
+        {"tokens.train.shard.6", rec2, "is not one a flashgrad checkpoint"},
+        {"tokens.train.shards", "7", "has no 'tokens.train.shard.6'"},
+        {"tokens.train.shards", "0", "is not an integer in 1..4096"},
+        {"tokens.val", "file", "is none of: shards, train_tail"},
+        {"tokens.source", "", "is empty"},
+        {"tokens.train.path", "fw/x.bin", "is not one a flashgrad checkpoint"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        cr_assert_eq(fgt_run_cmd("rm -rf bad && cp -r good bad", NULL, 0), 0);
+        resign("bad/" FG_CKPT_MODEL_FILE, edits[i].key, edits[i].value);
+        fg_clear_error();
+        fg_ckpt *b = fg_ckpt_open("bad", 1);
+        cr_expect_null(b, "%s = '%s' was accepted", edits[i].key, edits[i].value);
+        fg_ckpt_close(b);
+        cr_expect(strstr(fg_last_error(), edits[i].phrase), "%s = '%s': the message does not say '%s': %s",
+                  edits[i].key, edits[i].value, edits[i].phrase, fg_last_error());
+    }
+    cr_assert_eq(chdir(cwd), 0);
+}
+
+/* An unquoted pattern the shell expanded leaves shards as stray arguments: one line saying to quote
+ * it. */
+Test(token_runs, a_pattern_the_shell_expanded_is_one_line_saying_to_quote_it) {
+    need_bin();
+    write_shard_folder("fw", 3, 300, 41);
+    expect_fails("train --data-bin fw/tiny_train_*.bin --vocab-size 300 " TINY " --steps 1 --out r", 2,
+                 "unexpected argument 'fw/tiny_train_01.bin': did the shell expand a --data-bin pattern? Quote it");
+    expect_fails("train --data-bin 'fw/nope_*.bin' --vocab-size 300 " TINY " --steps 1 --out r", 1,
+                 "no file matches the pattern");
+}
+
+/* A shard truncated under a running train: one line naming that shard and the last good
+ * checkpoint, exit 1 (the SIGBUS handler knows every shard's mapping). */
+Test(token_runs, a_shard_truncated_while_training_is_one_line_naming_it) {
+    need_bin();
+    const size_t n = (size_t)2 << 20;
+    cr_assert_eq(mkdir(at("d"), 0777), 0);
+    for (int i = 0; i < 3; i++) {
+        uint16_t *t = stream(n, 64, 50 + (uint32_t)i);
+        char rel[64];
+        snprintf(rel, sizeof rel, "d/s_train_%d.bin", i);
+        write_llmc(rel, t, (int32_t)n, n, FG_LLMC_DATA_MAGIC);
+        free(t);
+    }
+    uint16_t *v = stream(65536, 64, 60);
+    write_llmc("d/s_val_0.bin", v, 65536, 65536, FG_LLMC_DATA_MAGIC);
+    free(v);
+    char cmd[2048], log[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && { '%s' train --data-bin d --vocab-size 64 --n-layer 1 --n-head 2 --n-embd 16 --block-size 32 "
+             "--batch-size 8 --steps 100000000 --eval-every 20 --eval-iters 1 --samples 0 --threads 1 --out r "
+             ">/dev/null 2>err.txt & p=$!; i=0; while [ ! -f r/model.safetensors ] && [ $i -lt 600 ]; do sleep 0.1; "
+             "i=$((i+1)); done; sleep 0.5; truncate -s 4096 d/s_train_1.bin; wait $p; echo \"exit $?\"; cat err.txt; }",
+             dir, fgt_bin());
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(strstr(log, "exit 1\n"), "the run should exit 1:\n%s", log);
+    cr_expect(strstr(log, "d/s_train_1.bin") && strstr(log, "changed while it was being read") &&
+                  strstr(log, "last good checkpoint is in r (step"),
+              "the line should name the shard and the checkpoint:\n%s", log);
+}

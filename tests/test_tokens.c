@@ -348,3 +348,258 @@ Test(tokens, a_token_file_truncated_while_training_is_one_line_naming_it, .init 
                   strstr(log, "last good checkpoint is in r (step"),
               "the line should name the file and the checkpoint:\n%s", log);
 }
+
+/* ---- shard sets: llm.c's many files as one sequence ---- */
+
+/* Expects rows of batch `step` of split s to be the windows of seq (n ids) at the offsets the
+ * contract draws (tokens.h: uniform in 0 .. len-T-1 through fg_text_window_offset), seq being the
+ * split's ids as the test lays them out itself. */
+static void expect_batches_are_windows_of(const fg_token_data *d, fg_split s, const uint16_t *seq, size_t n, int B,
+                                          int T, int steps, const char *what) {
+    cr_assert_eq(fg_token_data_split_tokens(d, s), n, "%s: the %s split holds %zu ids, the shards %zu", what,
+                 fg_split_name(s), fg_token_data_split_tokens(d, s), n);
+    int32_t *x = malloc((size_t)B * T * sizeof *x), *y = malloc((size_t)B * T * sizeof *y);
+    cr_assert(x && y);
+    for (int step = 0; step < steps; step++) {
+        cr_assert_eq(fg_token_data_batch(d, s, B, T, 21, (uint64_t)step, x, y), FG_OK, "%s", fg_last_error());
+        for (int r = 0; r < B; r++) {
+            const uint64_t o = fg_text_window_offset(21, FG_TEXT_STREAM(s), (uint64_t)step * B + r, n - (size_t)T);
+            for (int t = 0; t < T; t++)
+                cr_assert(x[r * T + t] == seq[o + t] && y[r * T + t] == seq[o + t + 1],
+                          "%s: %s step %d row %d id %d: x %d y %d, the shards' sequence has %d %d at offset %llu", what,
+                          fg_split_name(s), step, r, t, x[r * T + t], y[r * T + t], seq[o + t], seq[o + t + 1],
+                          (unsigned long long)o);
+        }
+    }
+    free(x);
+    free(y);
+}
+
+/* Shards are taken in llm.c's order (glob's sorted list: byte order), from a folder or a pattern, and
+ * read as one sequence: with shards of 5 to 9 ids and T = 16, every window crosses two or more
+ * boundaries. Shards of both formats may mix. */
+Test(tokens, shards_are_one_sequence_in_llmc_order_and_windows_cross_them, .init = setup, .fini = teardown) {
+    static const char *const names[] = {"fw_train_2.bin", "fw_train_10.bin", "fw_train_1.bin",
+                                        "fw_train_B.bin", "fw_train_a.bin",  "fw_train_01.bin"};
+    /* byte order: "01" < "1" < "10" < "2" < "B" < "a" */
+    static const int order[] = {5, 2, 1, 0, 3, 4};
+    enum { NS = 6, T = 16 };
+    cr_assert_eq(mkdir(at("fw"), 0777), 0);
+    uint16_t *tok[NS], seq[NS * 9];
+    size_t len[NS], n = 0;
+    for (int i = 0; i < NS; i++) {
+        len[i] = 5 + (size_t)i % 5;
+        tok[i] = stream(len[i], 300, 100 + (uint32_t)i);
+        char rel[64];
+        snprintf(rel, sizeof rel, "fw/%s", names[i]);
+        if (i % 2)
+            write_llmc(rel, tok[i], (int32_t)len[i], len[i], FG_LLMC_DATA_MAGIC, 1);
+        else
+            write_bytes(rel, tok[i], len[i] * 2);
+    }
+    for (int k = 0; k < NS; k++) {
+        memcpy(seq + n, tok[order[k]], len[order[k]] * 2);
+        n += len[order[k]];
+    }
+    uint16_t *va = stream(40, 300, 99), *vb = stream(30, 300, 98), vseq[70];
+    write_llmc("fw/fw_val_1.bin", va, 40, 40, FG_LLMC_DATA_MAGIC, 1);
+    write_llmc("fw/fw_val_0.bin", vb, 30, 30, FG_LLMC_DATA_MAGIC, 1);
+    memcpy(vseq, vb, 60);
+    memcpy(vseq + 30, va, 80);
+    const char *const args[] = {at("fw"), at("fw/fw_train_*.bin"), at("fw/*train*.bin")};
+    for (int a = 0; a < 3; a++) {
+        fg_token_data *d = fg_token_data_open(args[a], 300, T);
+        cr_assert(d, "%s: %s", args[a], fg_last_error());
+        cr_expect_eq(fg_token_data_sharded(d), 1);
+        cr_assert_eq(fg_token_data_file_count(d, FG_SPLIT_TRAIN), NS);
+        for (int k = 0; k < NS; k++) {
+            const char *p = fg_token_file_path(fg_token_data_shard(d, FG_SPLIT_TRAIN, k)), *b = strrchr(p, '/');
+            cr_expect_str_eq(b ? b + 1 : p, names[order[k]], "%s: shard %d", args[a], k);
+        }
+        expect_batches_are_windows_of(d, FG_SPLIT_TRAIN, seq, n, 8, T, 6, args[a]);
+        expect_batches_are_windows_of(d, FG_SPLIT_VAL, vseq, 70, 8, T, 3, args[a]);
+        fg_token_data_free(d);
+    }
+    /* a pattern without the word "train" (or without val matches): the sequence's last tenth is val */
+    fg_token_data *d = fg_token_data_open(at("fw/fw_*_1*.bin"), 300, 4);
+    cr_assert(d, "%s", fg_last_error());
+    /* fw_train_1.bin, fw_train_10.bin, fw_val_1.bin */
+    size_t m = len[2] + len[1] + 40, mv = m / 10;
+    uint16_t all[64];
+    memcpy(all, tok[2], len[2] * 2);
+    memcpy(all + len[2], tok[1], len[1] * 2);
+    memcpy(all + len[2] + len[1], va, 80);
+    cr_expect_eq(fg_token_data_file_count(d, FG_SPLIT_VAL), 0);
+    expect_batches_are_windows_of(d, FG_SPLIT_TRAIN, all, m - mv, 4, 4, 4, "fw_*_1*.bin");
+    expect_batches_are_windows_of(d, FG_SPLIT_VAL, all + (m - mv), mv, 4, 4, 4, "fw_*_1*.bin");
+    fg_token_data_free(d);
+    /* named shards take the order given */
+    const char *tr2[] = {at("fw/fw_train_a.bin"), at("fw/fw_train_1.bin"), at("fw/fw_train_B.bin")};
+    d = fg_token_data_open_shards("three", tr2, 3, NULL, 0, 300, 1);
+    cr_assert(d, "%s", fg_last_error());
+    memcpy(all, tok[4], len[4] * 2);
+    memcpy(all + len[4], tok[2], len[2] * 2);
+    memcpy(all + len[4] + len[2], tok[3], len[3] * 2);
+    m = len[4] + len[2] + len[3];
+    mv = m / 10;
+    expect_batches_are_windows_of(d, FG_SPLIT_TRAIN, all, m - mv, 4, 2, 4, "named shards");
+    fg_token_data_free(d);
+    for (int i = 0; i < NS; i++) free(tok[i]);
+    free(va);
+    free(vb);
+}
+
+/* A file or one llm.c-named pair is what it was: not a shard set, the same windows; a path that
+ * exists is a path even with a wildcard in its name; a pattern that matches nothing, a folder with
+ * shards of one split only, and a name that is both splits' are one line each. */
+Test(tokens, files_and_pairs_are_unchanged_and_patterns_are_checked, .init = setup, .fini = teardown) {
+    const size_t n = 400;
+    uint16_t *t = stream(n, 256, 8), *v = stream(100, 256, 9);
+    cr_assert_eq(mkdir(at("p"), 0777), 0);
+    write_llmc("p/a_train.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+    write_llmc("p/a_val.bin", v, 100, 100, FG_LLMC_DATA_MAGIC, 1);
+    fg_token_data *d = fg_token_data_open(at("p"), 256, 16);
+    cr_assert(d, "%s", fg_last_error());
+    cr_expect_eq(fg_token_data_sharded(d), 0, "one pair is a pair of files, as before");
+    expect_batches_are_windows_of(d, FG_SPLIT_TRAIN, t, n, 4, 16, 3, "pair");
+    expect_batches_are_windows_of(d, FG_SPLIT_VAL, v, 100, 4, 16, 3, "pair");
+    fg_token_data_free(d);
+    write_bytes("star*.bin", t, n * 2);
+    d = fg_token_data_open(at("star*.bin"), 256, 16);
+    cr_assert(d, "%s", fg_last_error());
+    cr_expect_eq(fg_token_data_sharded(d), 0, "an existing path is a file, whatever its name");
+    expect_batches_are_windows_of(d, FG_SPLIT_TRAIN, t, n - n / 10, 4, 16, 3, "star*.bin");
+    fg_token_data_free(d);
+
+    fg_clear_error();
+    cr_expect_null(fg_token_data_open(at("p/b_train_*.bin"), 256, 16));
+    cr_expect(strstr(fg_last_error(), "no file matches the pattern") && strstr(fg_last_error(), "quote it"), "%s",
+              fg_last_error());
+    write_llmc("p/b_train.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+    rename(at("p/a_val.bin"), at("p/a_vals.bin"));
+    fg_clear_error();
+    cr_expect_null(fg_token_data_open(at("p"), 256, 16), "two train shards and no val one");
+    cr_expect(strstr(fg_last_error(), "it has 2 of the one and 0 of the other"), "%s", fg_last_error());
+    write_llmc("p/c_train_val.bin", v, 100, 100, FG_LLMC_DATA_MAGIC, 1);
+    fg_clear_error();
+    cr_expect_null(fg_token_data_open(at("p"), 256, 16));
+    cr_expect(strstr(fg_last_error(), "c_train_val.bin' is both a train shard and a val shard"), "%s", fg_last_error());
+    free(t);
+    free(v);
+}
+
+/* Every shard is checked as a file is, and the headers and sizes of all of them before any id: a
+ * shard set whose first shard has a bad id and whose last a bad header is refused naming the last. */
+Test(tokens, a_bad_shard_is_one_error_naming_it, .init = setup, .fini = teardown) {
+    const size_t n = 200;
+    uint16_t *t = stream(n, 256, 10);
+    cr_assert_eq(mkdir(at("b"), 0777), 0);
+    for (int i = 0; i < 4; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "b/x_train_%d.bin", i);
+        write_llmc(rel, t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+    }
+    write_llmc("b/x_val_0.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+    fg_token_data *d = fg_token_data_open(at("b"), 256, 16);
+    cr_assert(d, "%s", fg_last_error());
+    fg_token_data_free(d);
+    static const struct {
+        const char *shard;
+        int32_t count, version;
+        int bad_id;
+        const char *phrase;
+    } cases[] = {
+        {"b/x_train_3.bin", (int32_t)n + 4, 1, 0, "truncated"},
+        {"b/x_train_2.bin", (int32_t)n - 1, 1, 0, "extra bytes"},
+        {"b/x_train_1.bin", (int32_t)n, 2, 0, "version 2"},
+        {"b/x_train_2.bin", (int32_t)n, 1, 1, "token 77 is id 300"},
+        {"b/x_val_0.bin", (int32_t)n, 1, 1, "token 77 is id 300"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint16_t *u = stream(n, 256, 10);
+        if (cases[c].bad_id) u[77] = 300;
+        write_llmc(cases[c].shard, u, cases[c].count, n, FG_LLMC_DATA_MAGIC, cases[c].version);
+        if (c == 0) { /* and a bad id in the first shard: the header of the last is named first */
+            uint16_t *w = stream(n, 256, 10);
+            w[5] = 999;
+            write_llmc("b/x_train_0.bin", w, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+            free(w);
+        }
+        fg_clear_error();
+        cr_expect_null(fg_token_data_open(at("b"), 256, 16), "%s was accepted", cases[c].shard);
+        cr_expect(strstr(fg_last_error(), cases[c].shard) && strstr(fg_last_error(), cases[c].phrase),
+                  "case %zu: the message should name %s and say '%s': %s", c, cases[c].shard, cases[c].phrase,
+                  fg_last_error());
+        cr_expect(!strchr(fg_last_error(), '\n'), "one line: %s", fg_last_error());
+        if (c == 0) write_llmc("b/x_train_0.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+        write_llmc(cases[c].shard, t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+        free(u);
+    }
+    free(t);
+}
+
+/* The RSS of a process that opens a shard set of more than a GiB (sparse files) and draws batches
+ * all over it, windows crossing the shards' boundaries included, stays flat; the ids at the
+ * boundaries, read back with pread, are the batches'. */
+Test(tokens, a_shard_set_beyond_a_gib_opens_and_batches_in_flat_memory, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    enum { NS = 3, T = 1024, B = 32 };
+    const int64_t n = (int64_t)190 << 20; /* ids per shard: 3 x 380 MiB */
+    cr_assert_eq(mkdir(at("g"), 0777), 0);
+    for (int i = 0; i < NS; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "g/big_train_%d.bin", i);
+        write_sparse_llmc(rel, n, -1, 0);
+        /* distinct ids around each boundary: the last T ids of a shard and the first T of the next */
+        int fd = open(at(rel), O_WRONLY);
+        cr_assert(fd >= 0);
+        uint16_t edge[T];
+        for (int k = 0; k < T; k++) edge[k] = (uint16_t)(1 + i * 3 + k % 3);
+        cr_assert_eq(pwrite(fd, edge, sizeof edge, 1024), (ssize_t)sizeof edge);
+        cr_assert_eq(pwrite(fd, edge, sizeof edge, 1024 + 2 * (off_t)(n - T)), (ssize_t)sizeof edge);
+        close(fd);
+    }
+    uint16_t v[4096];
+    for (int k = 0; k < 4096; k++) v[k] = (uint16_t)k;
+    write_llmc("g/big_val_0.bin", v, 4096, 4096, FG_LLMC_DATA_MAGIC, 1);
+    const long before = peak_rss_kib();
+    fg_token_data *d = fg_token_data_open(at("g"), 50257, T);
+    cr_assert(d, "%s", fg_last_error());
+    cr_expect_eq(fg_token_data_split_tokens(d, FG_SPLIT_TRAIN), (size_t)(NS * n));
+    const long opened = peak_rss_kib() - before;
+    int32_t *x = malloc((size_t)B * T * sizeof *x), *y = malloc((size_t)B * T * sizeof *y);
+    cr_assert(x && y);
+    for (int step = 0; step < 40; step++)
+        cr_assert_eq(fg_token_data_batch(d, FG_SPLIT_TRAIN, B, T, 5, (uint64_t)step, x, y), FG_OK);
+    const long drawn = peak_rss_kib() - before;
+    if (!fgt_sanitize())
+        cr_expect(opened < 256 * 1024 && drawn < 256 * 1024,
+                  "a %lld MiB shard set raised the peak memory by %ld MiB to open and %ld MiB to draw 40 batches",
+                  (long long)(NS * n >> 19), opened / 1024, drawn / 1024);
+    /* a window across each boundary, found by its step and row: the contract's offsets (tokens.h) */
+    int crossed = 0;
+    for (uint64_t row = 0; row < 2000000 && crossed < NS - 1; row++) {
+        const uint64_t o = fg_text_window_offset(5, FG_TEXT_STREAM(FG_SPLIT_TRAIN), row, (uint64_t)(NS * n - T));
+        const int64_t b = (int64_t)(o / (uint64_t)n + 1) * n; /* the next boundary */
+        if (b >= NS * n || (int64_t)o + T < b || (int64_t)o <= b - T) continue;
+        cr_assert_eq(fg_token_data_batch(d, FG_SPLIT_TRAIN, 1, T, 5, row, x, y), FG_OK);
+        for (int t = 0; t <= T; t++) { /* id o + t, read from its shard with pread */
+            const int64_t g = (int64_t)o + t, sh = g / n, in = g % n;
+            char rel[64];
+            snprintf(rel, sizeof rel, "g/big_train_%d.bin", (int)sh);
+            int fd = open(at(rel), O_RDONLY);
+            uint16_t want;
+            cr_assert_eq(pread(fd, &want, 2, 1024 + 2 * (off_t)in), 2);
+            close(fd);
+            if (t < T)
+                cr_assert_eq(x[t], want, "row %llu: id %d across the boundary at %lld", (unsigned long long)row, t,
+                             (long long)b);
+            if (t > 0) cr_assert_eq(y[t - 1], want, "row %llu: target %d", (unsigned long long)row, t - 1);
+        }
+        crossed++;
+    }
+    cr_expect_eq(crossed, NS - 1, "no window across some boundary in 2M draws");
+    free(x);
+    free(y);
+    fg_token_data_free(d);
+}

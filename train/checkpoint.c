@@ -207,6 +207,7 @@ typedef struct {
     fg_status st;          /* the first error; later lookups do nothing */
     int nread;
     const char *read[64]; /* the keys looked up: the only keys the file may hold */
+    int nshard[2];        /* and "tokens.train.shard.K" / "tokens.val.shard.K" for K below these */
 } meta_rd;
 
 static void m_fail(meta_rd *r, const char *fmt, ...)
@@ -367,6 +368,18 @@ static void m_path(meta_rd *r, const char *key, char *out, size_t cap, int may_b
         m_fail(r, "metadata '%s' is empty", key);
 }
 
+/* The per-shard keys of a shard set's list: "tokens.<split>.shard.K", K in canonical decimal below the
+ * count the reader read for that split (it read each of them). */
+static const char *const shard_key_prefix[2] = {"tokens.train.shard.", "tokens.val.shard."};
+static int shard_key_read(const meta_rd *r, const char *k) {
+    for (int s = 0; s < 2; s++) {
+        const size_t n = strlen(shard_key_prefix[s]);
+        int64_t i;
+        if (!strncmp(k, shard_key_prefix[s], n) && parse_i64(k + n, &i) && i >= 0 && i < r->nshard[s]) return 1;
+    }
+    return 0;
+}
+
 /* Every key of the metadata must be one the reader looked up. */
 static void m_no_other_keys(meta_rd *r) {
     if (r->st != FG_OK) return;
@@ -377,7 +390,7 @@ static void m_no_other_keys(meta_rd *r) {
             fg_st_metadata_at(r->f, i, &k, NULL);
         else
             fg_st_writer_metadata_at(r->w, i, &k, NULL);
-        int known = r->f && !strcmp(k, ST_CHECKSUM_KEY);
+        int known = (r->f && !strcmp(k, ST_CHECKSUM_KEY)) || shard_key_read(r, k);
         for (int j = 0; j < r->nread && !known; j++) known = !strcmp(k, r->read[j]);
         if (!known) {
             m_fail(r, "metadata key '%.60s' is not one a flashgrad checkpoint (version %s) holds", k, CKPT_VERSION);
@@ -436,6 +449,109 @@ static const char *const tok_train_keys[5] = {"tokens.train.path", "tokens.train
                                               "tokens.train.format", "tokens.train.count"};
 static const char *const tok_val_keys[5] = {"tokens.val.path", "tokens.val.path_abs", "tokens.val.xxh64",
                                             "tokens.val.format", "tokens.val.count"};
+/* a shard set's "tokens.val": shards of its own, or the train sequence's last tenth */
+static const char *const shards_val_names[] = {"shards", "train_tail"};
+static const char *const split_keys[2] = {"train", "val"};
+
+/* Shard i of split `split`'s list: "<xxh64> <format> <ids> <path>" (16 lowercase hex digits, a
+ * format name, canonical decimal in 1 .. INT64_MAX/2, a stored path). */
+static void m_shard(meta_rd *r, int split, int i, fg_source_shard *id) {
+    if (r->st != FG_OK) return;
+    char key[64], num[24], path[4096];
+    snprintf(key, sizeof key, "%s%d", shard_key_prefix[split], i);
+    const char *v = m_lookup(r, key), *p = v;
+    if (!v) {
+        m_fail(r, "the metadata has no '%s' (an incomplete or foreign checkpoint)", key);
+        return;
+    }
+    int ok = 1;
+    uint64_t h = 0;
+    for (int k = 0; k < 16 && ok; k++, p++) {
+        if (*p >= '0' && *p <= '9')
+            h = h << 4 | (uint64_t)(*p - '0');
+        else if (*p >= 'a' && *p <= 'f')
+            h = h << 4 | (uint64_t)(*p - 'a' + 10);
+        else
+            ok = 0;
+    }
+    ok = ok && *p++ == ' ';
+    int fmt = -1;
+    for (int f = 0; ok && f < 2 && fmt < 0; f++) {
+        const size_t n = strlen(tokfile_formats[f]);
+        if (!strncmp(p, tokfile_formats[f], n) && p[n] == ' ') {
+            fmt = f;
+            p += n + 1;
+        }
+    }
+    ok = ok && fmt >= 0;
+    const char *sp = ok ? strchr(p, ' ') : NULL;
+    int64_t count = 0;
+    ok = ok && sp && (size_t)(sp - p) < sizeof num;
+    if (ok) {
+        snprintf(num, sizeof num, "%.*s", (int)(sp - p), p);
+        ok = parse_i64(num, &count) && count >= 1 && count <= INT64_MAX / 2;
+    }
+    ok = ok && path_unescape(sp + 1, path, sizeof path) && path[0];
+    if (!ok) {
+        m_fail(r,
+               "metadata '%s' = '%.80s' is not a shard as flashgrad records it ('<xxh64> <nanogpt|llmc> <ids> "
+               "<path>')",
+               key, v);
+        return;
+    }
+    if (!(id->path = strdup(path))) {
+        r->st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+        return;
+    }
+    id->hash = h;
+    id->format = (fg_token_format)fmt;
+    id->count = (uint64_t)count;
+}
+
+/* A shard set's record into in (its lists owned by in, also on error). */
+static void m_shard_set(meta_rd *r, fg_ckpt_info *in) {
+    in->sharded = 1;
+    m_path(r, "tokens.source", in->shards_source, sizeof in->shards_source, 0);
+    m_path(r, "tokens.source_abs", in->shards_source_abs, sizeof in->shards_source_abs, 1);
+    int n[2];
+    n[0] = (int)m_int(r, "tokens.train.shards", 1, FG_TOKEN_MAX_SHARDS);
+    const int val = m_enum(r, "tokens.val", shards_val_names, 2);
+    n[1] = val == 0 ? (int)m_int(r, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS - n[0]) : 0;
+    for (int s = 0; s < 2 && r->st == FG_OK; s++) {
+        if (!n[s]) continue;
+        if (!(in->shards[s] = calloc((size_t)n[s], sizeof *in->shards[s]))) {
+            r->st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+            return;
+        }
+        in->n_shards[s] = n[s];
+        for (int i = 0; i < n[s]; i++) m_shard(r, s, i, &in->shards[s][i]);
+        r->nshard[s] = n[s];
+    }
+}
+
+/* The lists of a run on a file or a pair of files: its files[]. */
+static void files_as_lists(meta_rd *r, fg_ckpt_info *in) {
+    for (int s = 0; s < FG_SPLIT_COUNT && r->st == FG_OK; s++) {
+        if (!in->files[s].path[0]) continue;
+        fg_source_shard *id = in->shards[s] = calloc(1, sizeof *id);
+        if (!id || !(id->path = strdup(in->files[s].path))) {
+            r->st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+            return;
+        }
+        in->n_shards[s] = 1;
+        id->hash = in->files[s].hash;
+        id->format = in->files[s].format;
+        id->count = in->files[s].count;
+    }
+}
+
+static void info_free_shards(fg_ckpt_info *in) {
+    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
+        fg_source_shards_free(in->shards[s], in->n_shards[s]);
+        in->shards[s] = NULL;
+        in->n_shards[s] = 0;
+    }
+}
 
 /* The model file's metadata into *in; *tok gets the tokenizer (caller frees, also on error). */
 static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **tok) {
@@ -490,12 +606,21 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     in->source = (fg_source_kind)data;
     if (in->source == FG_SOURCE_TOKENS) {
         memset(in->files, 0, sizeof in->files);
-        m_token_file(r, tok_train_keys, &in->files[FG_SPLIT_TRAIN]);
-        int val = m_enum(r, "tokens.val", tokens_val_names, 2);
-        if (val == 0) m_token_file(r, tok_val_keys, &in->files[FG_SPLIT_VAL]);
+        int val;
+        if (m_lookup(r, "tokens.train.shards")) { /* a shard set */
+            m_shard_set(r, in);
+            val = in->n_shards[FG_SPLIT_VAL] ? 0 : 1;
+        } else {
+            m_token_file(r, tok_train_keys, &in->files[FG_SPLIT_TRAIN]);
+            val = m_enum(r, "tokens.val", tokens_val_names, 2);
+            if (val == 0) m_token_file(r, tok_val_keys, &in->files[FG_SPLIT_VAL]);
+            files_as_lists(r, in);
+        }
         if (r->st != FG_OK) return r->st;
         /* the splits' sizes (tokens.h): each must hold one window of block_size + 1 */
-        uint64_t n_train = in->files[FG_SPLIT_TRAIN].count, n_val = in->files[FG_SPLIT_VAL].count;
+        uint64_t n_train = 0, n_val = 0;
+        for (int i = 0; i < in->n_shards[FG_SPLIT_TRAIN]; i++) n_train += in->shards[FG_SPLIT_TRAIN][i].count;
+        for (int i = 0; i < in->n_shards[FG_SPLIT_VAL]; i++) n_val += in->shards[FG_SPLIT_VAL][i].count;
         if (val == 1) {
             n_val = n_train / 10;
             n_train -= n_val;
@@ -600,6 +725,24 @@ static fg_status meta_path(fg_st_writer *w, const char *key, const char *path) {
     free(e);
     return st;
 }
+/* Shard i of a split's list (m_shard reads it). */
+static fg_status meta_shard(fg_st_writer *w, int split, int i, const fg_source_shard *id) {
+    char key[64];
+    snprintf(key, sizeof key, "%s%d", shard_key_prefix[split], i);
+    char *e = path_escape(id->path);
+    if (!e) return fg_last_status();
+    const size_t n = strlen(e) + 64;
+    char *v = malloc(n);
+    if (!v) {
+        free(e);
+        return fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+    }
+    snprintf(v, n, "%016" PRIx64 " %s %" PRIu64 " %s", id->hash, tokfile_formats[id->format], id->count, e);
+    fg_status st = fg_st_writer_set_metadata(w, key, v);
+    free(v);
+    free(e);
+    return st;
+}
 
 #define CHECK(expr)                                                                                                    \
     do {                                                                                                               \
@@ -679,6 +822,18 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
         CHECK(meta_i64(mw, "addition.answer_only", ac->answer_only));
         CHECK(meta_f64(mw, "addition.val_fraction", ac->val_fraction));
         CHECK(meta_u64(mw, "addition.split_seed", ac->split_seed));
+    } else if (src->kind == FG_SOURCE_TOKENS && src->sharded) {
+        CHECK(meta_path(mw, "tokens.source", src->path));
+        CHECK(meta_path(mw, "tokens.source_abs", src->path_abs));
+        for (int k = 0; k < FG_SPLIT_COUNT; k++) {
+            if (k == FG_SPLIT_VAL)
+                CHECK(fg_st_writer_set_metadata(mw, "tokens.val", shards_val_names[!src->n_shards[k]]));
+            if (!src->n_shards[k]) continue;
+            char key[32];
+            snprintf(key, sizeof key, "tokens.%s.shards", split_keys[k]);
+            CHECK(meta_i64(mw, key, src->n_shards[k]));
+            for (int i = 0; i < src->n_shards[k]; i++) CHECK(meta_shard(mw, k, i, &src->shards[k][i]));
+        }
     } else if (src->kind == FG_SOURCE_TOKENS) {
         for (int k = 0; k < FG_SPLIT_COUNT; k++) {
             const fg_source_file *id = &src->files[k];
@@ -824,11 +979,11 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr) {
     fg_status st = save_paths(dir, mpath, opath, ppath);
     if (st != FG_OK) return st;
     if ((st = build_writers(tr, &cw)) != FG_OK) return st;
+    fg_ckpt_info in;
+    memset(&in, 0, sizeof in);
     CHECK(fg_st_writer_check(cw.ow, opath));
     CHECK(fg_st_writer_check(cw.mw, mpath));
     /* what fg_ckpt_open will make of it */
-    fg_ckpt_info in;
-    memset(&in, 0, sizeof in);
     fg_tokenizer *tok = NULL;
     meta_rd rm = {.w = cw.mw, .path = mpath};
     st = parse_model_meta(&rm, &in, &tok);
@@ -847,7 +1002,18 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr) {
         if (strcmp(in.files[k].path, tr->data->files[k].path))
             st = fg_error(FG_ERR_STATE, "checkpoint: the token file path '%s' would read back as '%s'",
                           tr->data->files[k].path, in.files[k].path);
+    if (st == FG_OK && tr->data->kind == FG_SOURCE_TOKENS && tr->data->sharded) {
+        if (strcmp(in.shards_source, tr->data->path))
+            st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path,
+                          in.shards_source);
+        for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK; k++)
+            for (int i = 0; i < tr->data->n_shards[k] && st == FG_OK; i++)
+                if (i >= in.n_shards[k] || strcmp(in.shards[k][i].path, tr->data->shards[k][i].path))
+                    st = fg_error(FG_ERR_STATE, "checkpoint: the token shard path '%s' would not read back",
+                                  tr->data->shards[k][i].path);
+    }
 out:
+    info_free_shards(&in);
     writers_free(&cw);
     return st;
 }
@@ -1052,6 +1218,7 @@ void fg_ckpt_close(fg_ckpt *c) {
     fg_st_close(c->model);
     fg_st_close(c->optim);
     fg_tokenizer_free(c->tok);
+    info_free_shards(&c->info);
     free(c);
 }
 
@@ -1209,6 +1376,102 @@ static void tokens_mismatch(const fg_ckpt_info *in, const fg_source *src, char *
     }
 }
 
+/* How many leading bytes the paths of list[0 .. n) share up to a '/': what their names in a message
+ * leave out, so that a set listed from another folder (a copy, or the absolute pattern) still
+ * matches shard by shard. */
+static size_t shared_folder(const fg_source_shard *list, int n) {
+    if (n < 1) return 0;
+    const char *a = list[0].path, *slash = strrchr(a, '/');
+    size_t k = slash ? (size_t)(slash - a) + 1 : 0;
+    for (int i = 1; i < n && k; i++) {
+        size_t j = 0;
+        while (j < k && a[j] == list[i].path[j]) j++;
+        while (j > 0 && a[j - 1] != '/') j--;
+        k = j;
+    }
+    return k;
+}
+
+static int same_shard(const fg_source_shard *a, const fg_source_shard *b) {
+    return a->hash == b->hash && a->count == b->count && a->format == b->format;
+}
+
+/* In list b[0 .. nb) (names from byte kb on), the shard named `name`, or -1. */
+static int find_shard(const fg_source_shard *b, int nb, size_t kb, const char *name) {
+    for (int j = 0; j < nb; j++)
+        if (!strcmp(b[j].path + kb, name)) return j;
+    return -1;
+}
+
+/* In list b[0 .. nb), the shard with the contents of x, or -1. */
+static int find_contents(const fg_source_shard *b, int nb, const fg_source_shard *x) {
+    for (int j = 0; j < nb; j++)
+        if (same_shard(&b[j], x)) return j;
+    return -1;
+}
+
+/* Empty when src's lists hold the shards the checkpoint records, in its order (their names may
+ * differ: the data is the same), else the first difference (into why[0..n)): the same shards in
+ * another order; else, by name, a shard missing, one added, or one changed. */
+static void shards_mismatch(const fg_ckpt_info *in, const fg_source *src, char *why, size_t n) {
+    why[0] = '\0';
+    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
+        const fg_source_shard *a = in->shards[s], *b = src->shards[s];
+        const int na = in->n_shards[s], nb = src->n_shards[s];
+        const char *sp = fg_split_name((fg_split)s);
+        if (!na != !nb) {
+            snprintf(why, n,
+                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
+                     src->path, na ? "files of its own" : "the last tenth of the train data",
+                     nb ? "files of its own" : "the last tenth of the train data");
+            return;
+        }
+        int same = na == nb, permuted = na == nb;
+        for (int i = 0; i < na && same; i++) same = same_shard(&a[i], &b[i]);
+        if (same) continue;
+        for (int i = 0; i < na && permuted; i++) permuted = find_contents(b, nb, &a[i]) >= 0;
+        for (int j = 0; j < nb && permuted; j++) permuted = find_contents(a, na, &b[j]) >= 0;
+        for (int j = 0; j < nb && permuted; j++)
+            if (!same_shard(&a[j], &b[j])) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: its %s shards are in another order "
+                         "('%.300s' is shard %d of %d here; the checkpoint trained on its contents as shard %d)",
+                         src->path, sp, b[j].path, j + 1, nb, find_contents(a, na, &b[j]) + 1);
+                return;
+            }
+        const size_t ka = shared_folder(a, na), kb = shared_folder(b, nb);
+        for (int i = 0; i < na; i++)
+            if (find_shard(b, nb, kb, a[i].path + ka) < 0) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: its %s shard '%.300s' is missing (the "
+                         "checkpoint trained on %d %s shards, this has %d)",
+                         src->path, sp, a[i].path + ka, na, sp, nb);
+                return;
+            }
+        for (int j = 0; j < nb; j++)
+            if (find_shard(a, na, ka, b[j].path + kb) < 0) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' was added (the "
+                         "checkpoint trained on %d %s shards, this has %d)",
+                         src->path, sp, b[j].path, na, sp, nb);
+                return;
+            }
+        for (int i = 0; i < na; i++) {
+            const fg_source_shard *x = &b[find_shard(b, nb, kb, a[i].path + ka)];
+            if (!same_shard(&a[i], x)) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' changed (xxh64 "
+                         "%016llx, %llu ids; the checkpoint records %016llx, %llu ids)",
+                         src->path, sp, x->path, (unsigned long long)x->hash, (unsigned long long)x->count,
+                         (unsigned long long)a[i].hash, (unsigned long long)a[i].count);
+                return;
+            }
+        }
+        snprintf(why, n, "'%.600s' is not the data the checkpoint trained on: its %s shards differ", src->path, sp);
+        return;
+    }
+}
+
 fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
     const fg_ckpt_info *in = &c->info;
     if (in->source != FG_SOURCE_TOKENS) {
@@ -1225,6 +1488,12 @@ fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
         fg_source *s = NULL;
         if (i == 0 && given) {
             s = fg_source_tokens(given, NULL, V, T);
+        } else if (!given && in->sharded) { /* the folder or pattern, listed again */
+            const int abs = i == 1;
+            if (abs && (!in->shards_source_abs[0] || !strcmp(in->shards_source_abs, in->shards_source))) break;
+            what[i] = abs ? " (the absolute folder or pattern recorded in the checkpoint)"
+                          : " (the folder or pattern recorded in the checkpoint)";
+            s = fg_source_tokens(abs ? in->shards_source_abs : in->shards_source, NULL, V, T);
         } else if (!given) {
             const int abs = i == 1;
             if (abs && (!tr->path_abs[0] || (va->path[0] && !va->path_abs[0]) ||
@@ -1242,7 +1511,10 @@ fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
             continue;
         }
         char m[1400];
-        tokens_mismatch(in, s, m, sizeof m);
+        if (in->sharded || s->sharded)
+            shards_mismatch(in, s, m, sizeof m);
+        else
+            tokens_mismatch(in, s, m, sizeof m);
         if (!m[0]) {
             /* the meta.pkl beside them must give the checkpoint's tokenizer (or there is none in both) */
             const fg_tokenizer *a = in->tokenizer, *b = fg_source_tokenizer(s);

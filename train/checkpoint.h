@@ -36,7 +36,11 @@
  * A run on token files (data "tokens", tokenizer "none") records each file as text files are
  * recorded: "tokens.train.{path,path_abs,xxh64,format,count}", then "tokens.val" ("file" with the
  * same five keys under "tokens.val.", or "train_tail": the train file's last tenth); the vocabulary
- * is "vocab_size".
+ * is "vocab_size". A run on a shard set (datasets/tokens.h) records instead the folder or pattern it
+ * was given, "tokens.source" and "tokens.source_abs", then "tokens.train.shards" (the count N) and
+ * "tokens.train.shard.K" for K = 0 .. N-1 in the set's order, each "<xxh64> <format> <ids> <path>"
+ * (the path stored as paths are), and "tokens.val": "shards" with "tokens.val.shards" and
+ * "tokens.val.shard.K" the same way, or "train_tail" (the last tenth of the train sequence).
  */
 #ifndef FG_CHECKPOINT_H
 #define FG_CHECKPOINT_H
@@ -66,6 +70,13 @@ typedef struct {
     uint64_t data_hash;            /* its XXH64 (text) */
     double val_fraction;           /* text split */
     fg_source_file files[FG_SPLIT_COUNT]; /* token files: train, val (path "": the train file's tail) */
+    /* token files, every split as a list in order (source.h): a file or a pair one each (from
+     * files[]; val none for the train file's tail); a shard set (sharded 1) its shards, and the
+     * folder or pattern it was given as and that pattern's absolute form */
+    int sharded;
+    char shards_source[4096], shards_source_abs[4096];
+    int n_shards[FG_SPLIT_COUNT];
+    fg_source_shard *shards[FG_SPLIT_COUNT]; /* owned by the checkpoint */
     const fg_tokenizer *tokenizer;        /* owned by the checkpoint; NULL for token files (no tokenizer) */
     uint64_t params_hash;
     int has_train;         /* the optimizer file was read: train and moments are valid */
@@ -107,10 +118,12 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr);
 fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given);
 
 /* The token files of a checkpoint that trained on them (--data-bin), opened for its vocabulary and
- * block size. `given` (a --data-bin argument: a folder or a train file, tokens.h) is used alone when
- * not NULL; otherwise the paths recorded in the checkpoint are tried as written (from the current
- * folder when relative), then the absolute ones recorded beside them. Candidates count only if every
- * file hashes to its recorded XXH64 (and the validation split is taken the same way). NULL + an error
+ * block size. `given` (a --data-bin argument: a folder, a train file or a pattern, tokens.h) is used
+ * alone when not NULL; otherwise the paths recorded in the checkpoint (for a shard set: its folder or
+ * pattern, listed again) are tried as written (from the current folder when relative), then the
+ * absolute ones recorded beside them. Candidates count only if every file hashes to its recorded
+ * XXH64 (and the validation split is taken the same way); a shard set must be the same shards in the
+ * same order, and the error names the first shard added, missing, changed or moved. NULL + an error
  * naming what was tried and what was wrong (FG_ERR_IO), or FG_ERR_STATE when the checkpoint did not
  * train on token files. Caller frees with fg_source_free. */
 fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given);
