@@ -1312,6 +1312,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
 
     struct sigaction sa = {0};
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART; /* a system call the signal interrupts (a write to a full pipe) goes on, not EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

@@ -602,8 +602,10 @@ Test(matmul, dnnl_products_survive_signals_handled_during_the_call) {
     float *C0 = malloc(sizeof(float) * (size_t)(m * n)), *C = malloc(sizeof(float) * (size_t)(m * n));
     cr_assert(A && B && C0 && C);
     uint64_t r = 0x2545f4914f6cdd1dull;
-    for (int64_t i = 0; i < m * k; i++) A[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24));
-    for (int64_t i = 0; i < k * n; i++) B[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24));
+    for (int64_t i = 0; i < m * k; i++)
+        A[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24));
+    for (int64_t i = 0; i < k * n; i++)
+        B[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24));
     cr_assert_eq(fg_dnnl_sgemm(0, 0, m, n, k, 1.0f, A, k, B, n, 0.0f, C0, n, 1), 0);
     const fg_kernels *kern = fg_kernels_for(FG_CPU, "matmul");
     cr_assert(kern, "%s", fg_last_error());

@@ -321,7 +321,8 @@ Test(runs, stop_signals_in_the_first_step_of_a_large_vocabulary_model_checkpoint
     uint32_t r = 12345;
     for (int f = 0; f < 2; f++) {
         uint16_t ids[20000];
-        for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) ids[i] = (uint16_t)(((r = r * 1664525u + 1013904223u) >> 8) % V);
+        for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+            ids[i] = (uint16_t)(((r = r * 1664525u + 1013904223u) >> 8) % V);
         FILE *fp = fopen(path(split[f]), "wb");
         cr_assert(fp && fwrite(ids, sizeof ids, 1, fp) == 1 && fclose(fp) == 0, "cannot write %s", split[f]);
     }
@@ -335,8 +336,9 @@ Test(runs, stop_signals_in_the_first_step_of_a_large_vocabulary_model_checkpoint
         dup2(fd, 1);
         dup2(fd, 2);
         execl(fgt_bin(), fgt_bin(), "train", "--data-bin", "tok", "--vocab-size", "50304", "--n-layer", "1", "--n-head",
-              "2", "--n-embd", "128", "--block-size", "64", "--batch-size", "16", "--steps", "1000", "--eval-every", "0",
-              "--eval-iters", "1", "--samples", "0", "--threads", "2", "--log-every", "1", "--out", "big", (char *)NULL);
+              "2", "--n-embd", "128", "--block-size", "64", "--batch-size", "16", "--steps", "1000", "--eval-every",
+              "0", "--eval-iters", "1", "--samples", "0", "--threads", "2", "--log-every", "1", "--out", "big",
+              (char *)NULL);
         _exit(98);
     }
     int started = 0;
