@@ -17,6 +17,7 @@ static void on_stop_signal(int sig) {
 void fg_stop_signals_install(void) {
     struct sigaction sa = {0};
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART; /* a system call the signal interrupts (a write to a full pipe) goes on, not EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

@@ -547,3 +547,109 @@ Test(matmul, dnnl_weight_gradients_split_over_k_match_long_double_for_any_thread
     fg_matmul_set_kernel(was);
     fg_pool_set_threads(0);
 }
+
+/* ---- signals during oneDNN's products ---- */
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+
+static atomic_int sig_handled, bomber_stop;
+static void count_signal(int sig) {
+    (void)sig;
+    atomic_fetch_add(&sig_handled, 1);
+}
+
+typedef struct {
+    pthread_t targets[2]; /* pthread_kill's targets, in turn; process: kill(getpid()) instead */
+    int n, process;
+} bomber_job;
+
+/* libgomp's parallel region and thread number (weak: a build without oneDNN may not link libgomp) */
+extern void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) __attribute__((weak));
+extern int omp_get_thread_num(void) __attribute__((weak));
+static pthread_t team_worker;
+static void note_team_worker(void *p) {
+    (void)p;
+    if (omp_get_thread_num() == 1) team_worker = pthread_self();
+}
+
+/* SIGUSR1 every 20 microseconds until bomber_stop. */
+static void *bomber(void *p) {
+    const bomber_job *b = p;
+    const struct timespec gap = {0, 20000};
+    for (unsigned i = 0; !atomic_load(&bomber_stop); i++) {
+        if (b->process)
+            kill(getpid(), SIGUSR1);
+        else
+            pthread_kill(b->targets[i % (unsigned)b->n], SIGUSR1);
+        nanosleep(&gap, NULL);
+    }
+    return NULL;
+}
+
+/* oneDNN's generated float32 kernels run a product deeper than a few dozen rows of K with the
+ * stack pointer inside a heap workspace; a signal handled on such a thread meanwhile writes its
+ * frame over the heap (wrong products, then malloc's "corrupted size vs. prev_size" or a
+ * segfault). Products hammered with a handled SIGUSR1 (sent to the calling thread, to the process
+ * while the pool's two threads compute, to both threads of an OpenMP team) must keep their bits, the heap
+ * must stay whole, and the signals must still be handled (after the call, or on another thread). */
+Test(matmul, dnnl_products_survive_signals_handled_during_the_call) {
+    if (!fg_dnnl_available()) cr_skip_test("this build has no oneDNN");
+    const int64_t m = 320, n = 192, k = 1000; /* k past the kernels' stack capacity (84 and 252 rows) */
+    float *A = malloc(sizeof(float) * (size_t)(m * k)), *B = malloc(sizeof(float) * (size_t)(k * n));
+    float *C0 = malloc(sizeof(float) * (size_t)(m * n)), *C = malloc(sizeof(float) * (size_t)(m * n));
+    cr_assert(A && B && C0 && C);
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    for (int64_t i = 0; i < m * k; i++)
+        A[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24));
+    for (int64_t i = 0; i < k * n; i++)
+        B[i] = (float)((double)((r = r * 6364136223846793005ull + 1) >> 40) / (1 << 24));
+    cr_assert_eq(fg_dnnl_sgemm(0, 0, m, n, k, 1.0f, A, k, B, n, 0.0f, C0, n, 1), 0);
+    const fg_kernels *kern = fg_kernels_for(FG_CPU, "matmul");
+    cr_assert(kern, "%s", fg_last_error());
+    const fg_matmul_kernel was = fg_matmul_set_kernel(FG_MATMUL_DNNL);
+    struct sigaction sa = {0}, old;
+    sa.sa_handler = count_signal;
+    sigemptyset(&sa.sa_mask);
+    cr_assert_eq(sigaction(SIGUSR1, &sa, &old), 0);
+    static const char *ways[3] = {"one thread, signals to it", "the pool's 2 threads, signals to the process",
+                                  "an OpenMP team of 2, signals to its threads"};
+    for (int way = 0; way < 3; way++) {
+        fg_pool_set_threads(way == 1 ? 2 : 1);
+        bomber_job job = {{pthread_self()}, 1, way == 1};
+        if (way == 2) { /* the team's worker started outside oneDNN with signals open, as the caller's
+                         * own OpenMP code would start it; the signals go to it and to the caller */
+            if (!GOMP_parallel || !omp_get_thread_num) continue;
+            GOMP_parallel(note_team_worker, NULL, 2, 0);
+            job.targets[1] = team_worker;
+            job.n = 2;
+        }
+        atomic_store(&sig_handled, 0);
+        atomic_store(&bomber_stop, 0);
+        pthread_t bt;
+        cr_assert_eq(pthread_create(&bt, NULL, bomber, &job), 0);
+        int wrong = 0;
+        for (int it = 0; it < 40; it++) {
+            void *churn = malloc(1000 + 97 * (size_t)it); /* heap blocks next to oneDNN's workspace */
+            memset(C, 0, sizeof(float) * (size_t)(m * n));
+            if (way == 1)
+                cr_assert_eq(kern->matmul.gemm(FG_F32, 0, 0, m, n, k, 1.0, A, k, 0, B, n, 0, 0.0, NULL, C, n, 0, 1),
+                             FG_OK, "%s", fg_last_error());
+            else
+                cr_assert_eq(fg_dnnl_sgemm(0, 0, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n, way == 2 ? 2 : 1), 0);
+            free(churn);
+            wrong += memcmp(C, C0, sizeof(float) * (size_t)(m * n)) != 0;
+        }
+        atomic_store(&bomber_stop, 1);
+        pthread_join(bt, NULL);
+        cr_expect_eq(wrong, 0, "%s: %d of 40 products changed under the signals", ways[way], wrong);
+        cr_expect_gt(atomic_load(&sig_handled), 0, "%s: no SIGUSR1 was handled", ways[way]);
+    }
+    sigaction(SIGUSR1, &old, NULL);
+    fg_matmul_set_kernel(was);
+    fg_pool_set_threads(0);
+    for (int i = 0; i < 64; i++) free(malloc(4096 + 64 * (size_t)i)); /* malloc checks the blocks it meets */
+    free(A), free(B), free(C0), free(C);
+}

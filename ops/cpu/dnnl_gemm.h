@@ -13,6 +13,11 @@
  * and a fixed split of the rows, a product gives the same bits for any pool thread count; across
  * machines with different instruction sets it need not.
  *
+ * Signals: oneDNN's kernels may run with the stack pointer in a heap workspace, where a signal
+ * handler's frame would land, so fg_dnnl_sgemm blocks the asynchronous signals on the calling
+ * thread (and on an OpenMP team's workers) while oneDNN runs; one sent meanwhile is handled on
+ * another thread or when the call returns.
+ *
  * Built without oneDNN (no dnnl.h / libdnnl at build time), fg_dnnl_available() is 0 and
  * fg_dnnl_sgemm does nothing and returns nonzero.
  */
