@@ -319,7 +319,7 @@ $(CUDA_BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 ifeq ($(PTXAS_VERBOSE),1)
-$(CUDA_BUILD)/cuda/attention.o: NVCCFLAGS += -Xptxas -v
+$(CUDA_BUILD)/cuda/attention.o $(CUDA_BUILD)/cuda/attention_bf16.o: NVCCFLAGS += -Xptxas -v
 endif
 
 $(CUDA_BUILD)/libflashgrad_cuda.a: $(CUDA_CU_OBJ) Makefile
@@ -374,9 +374,11 @@ $(EMU_STAMP):
 cuda-emu:
 	@$(MAKE) --no-print-directory cuda-cpu
 	@$(MAKE) --no-print-directory $(CUDA_EMU_BUILD)/fg_emu_detectors $(CUDA_EMU_BUILD)/fg_flash_emu \
-	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu $(CUDA_EMU_BUILD)/fg_cuda_bench_emu $(CUDA_EMU_BUILD)/fg_mma_emu
+	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu $(CUDA_EMU_BUILD)/fg_cuda_bench_emu $(CUDA_EMU_BUILD)/fg_mma_emu \
+	    $(CUDA_EMU_BUILD)/fg_attn_bf16_emu
 	$(CUDA_EMU_BUILD)/fg_emu_detectors
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_mma_emu
+	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_attn_bf16_emu
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_flash_emu
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} \
 	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
@@ -428,6 +430,9 @@ $(CUDA_EMU_BUILD)/fg_emu_detectors: $(CUDA_EMU_BUILD)/detectors.o $(EMU_RT_OBJ)
 	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl
 $(CUDA_EMU_BUILD)/fg_mma_emu: $(CUDA_EMU_BUILD)/mma_emu.o $(EMU_RT_OBJ)
 	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl
+$(CUDA_EMU_BUILD)/fg_attn_bf16_emu: $(CUDA_EMU_BUILD)/attn_bf16_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
+	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/attn_bf16_emu.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
+	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
 
 -include $(EMU_CU_OBJ:.o=.d)
 

@@ -342,8 +342,8 @@ static void mma_random_products() {
         cudaFree(dA), cudaFree(dB), cudaFree(dD);
     }
     char msg[160];
-    snprintf(msg, sizeof msg, "mma: 20 random 16x64 * 64x8 products (4 chained mma) vs float64: worst |err| / sum|ab| = %.2e",
-             worst);
+    snprintf(msg, sizeof msg,
+             "mma: 20 random 16x64 * 64x8 products (4 chained mma) vs float64: worst |err| / sum|ab| = %.2e", worst);
     check(!worst_bad, msg);
 }
 
@@ -381,8 +381,7 @@ template <bool ROW_MAJOR, bool TRANS> static double product_error() {
     for (auto &x : B) x = fg_bf16_rne((float)urand());
     uint16_t *dA = dev(A), *dB = dev(B);
     float *dD = dev(std::vector<float>(128, NAN));
-    fg_emu_launch({1, 1, 1}, 32, 0, mma_from_shared<ROW_MAJOR, TRANS>, (const uint16_t *)dA, (const uint16_t *)dB,
-                  dD);
+    fg_emu_launch({1, 1, 1}, 32, 0, mma_from_shared<ROW_MAJOR, TRANS>, (const uint16_t *)dA, (const uint16_t *)dB, dD);
     std::vector<float> D = host(dD, 128);
     double worst = 0, scale = 0;
     for (int m = 0; m < 16; m++)
@@ -399,11 +398,11 @@ static void trans_caught() {
     const double rt = product_error<true, true>(), cn = product_error<false, false>();
     const double rn = product_error<true, false>(), ct = product_error<false, true>();
     char msg[200];
-    snprintf(msg, sizeof msg, "ldmatrix + mma from shared memory: row-major B with .trans %.1e, column-major B without %.1e",
-             rt, cn);
+    snprintf(msg, sizeof msg,
+             "ldmatrix + mma from shared memory: row-major B with .trans %.1e, column-major B without %.1e", rt, cn);
     check(rt < 1e-6 && cn < 1e-6, msg);
-    snprintf(msg, sizeof msg, "a wrong .trans is caught: row-major B without .trans %.2f, column-major B with .trans %.2f",
-             rn, ct);
+    snprintf(msg, sizeof msg,
+             "a wrong .trans is caught: row-major B without .trans %.2f, column-major B with .trans %.2f", rn, ct);
     check(rn > 0.1 && ct > 0.1, msg);
 }
 
@@ -426,14 +425,14 @@ static uint16_t nearest_bf16(float x) {
 
 static void cvt_rne() {
     std::vector<float> x;
-    const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, -NAN, 3.3895314e38f, FLT_MAX,
-                              -FLT_MAX, 1e-40f, -1e-45f, 1.17549435e-38f};
+    const float specials[] = {0.0f, -0.0f,         1.0f,    -1.0f,    INFINITY, -INFINITY, NAN,
+                              -NAN, 3.3895314e38f, FLT_MAX, -FLT_MAX, 1e-40f,   -1e-45f,   1.17549435e-38f};
     for (float f : specials) x.push_back(f);
     for (int i = 0; i < 4000; i++) { /* random bit patterns, exact ties and their neighbours */
         uint32_t u = (uint32_t)rnd();
         float f;
         const int kind = i % 4;
-        if (kind == 1) u = (u & 0xffff0000u) | 0x8000u;                 /* a tie */
+        if (kind == 1) u = (u & 0xffff0000u) | 0x8000u;                                     /* a tie */
         if (kind == 2) u = (u & 0xffff0000u) | (0x8000u + (rnd() & 1 ? 1u : (uint32_t)-1)); /* beside one */
         if (kind == 3) u = (u & 0x807fffffu) | (uint32_t)(0x7e + rnd() % 4) << 23;          /* near 1 */
         memcpy(&f, &u, 4);
@@ -452,14 +451,14 @@ static void cvt_rne() {
         if (got != want && bad_dev++ < 3) {
             uint32_t u;
             memcpy(&u, &x[(size_t)i], 4);
-            printf("    cvt of 0x%08x (%g) as element %d of its pair: 0x%04x, want 0x%04x\n", u, x[(size_t)i], i % 2, got,
-                   want);
+            printf("    cvt of 0x%08x (%g) as element %d of its pair: 0x%04x, want 0x%04x\n", u, x[(size_t)i], i % 2,
+                   got, want);
         }
         bad_host += fg_bf16_rne(x[(size_t)i]) != want;
     }
     char msg[160];
-    snprintf(msg, sizeof msg, "cvt.rn.bf16x2.f32: %d values (ties, subnormals, overflow, NaN), the first in the low half",
-             2 * n);
+    snprintf(msg, sizeof msg,
+             "cvt.rn.bf16x2.f32: %d values (ties, subnormals, overflow, NaN), the first in the low half", 2 * n);
     check(bad_dev == 0, msg);
     check(bad_host == 0, "fg_bf16_rne (host) gives the same nearest-even bf16");
 }
