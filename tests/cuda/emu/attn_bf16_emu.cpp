@@ -222,6 +222,9 @@ int main() {
         {1, 2, 90, 140, 64, 1, 0.25, 0, 1, 20, 3},   /* window + causal + dropout */
         {1, 1, 20, 0, 64, 0, 0},                     /* no keys */
         {1, 1, 65, 129, 128, 0, 0, 0, 0, 0, 0, 1.0}, /* scale 1: peaked rows */
+        {1, 2, 200, 333, 64, 1, 0},                  /* many key tiles, causal */
+        {2, 4, 257, 129, 128, 1, 0.1, 2},            /* many query tiles, GQA, dropout */
+        {1, 3, 130, 190, 96, 0, 0, 1},               /* multi-query, padded d = 96 */
     };
     printf("bf16 tensor-core flash attention under the emulator (cuda/attention_bf16.cuh) vs the bf16 mirror, "
            "and the mirror vs float64\n");
