@@ -523,17 +523,31 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dq_ker
                 fg_mma_bf16_16816(dp[2 * p + 1], oa, v1);
             }
         }
-        /* dS into s: element (row r = e / 2, key j0 + 8c + 2t + e % 2) */
+        /* dS into s: element (row r = e / 2, key j0 + 8c + 2t + e % 2); a thread's two keys of each 8
+         * share one Philox block, as in the forward */
 #pragma unroll
         for (int c = 0; c < NT; c++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
-                const int64_t i = i0 + warp * 16 + g + 8 * r, j = j0 + 8 * c + 2 * t + (e & 1);
-                const bool vis = L[r] != -INFINITY && j >= lo[r] && j < hi[r];
-                const float P = vis ? expf(s[c][e] * a.scale - L[r]) : 0.0f;
-                const float Z = P != 0.0f && fa16_keep(a, b, h, i, j) ? (a.thr ? a.inv_keep : 1.0f) : 0.0f;
-                s[c][e] = P * (dp[c][e] * Z - Dv[r]);
+            for (int r = 0; r < 2; r++) {
+                const int64_t i = i0 + warp * 16 + g + 8 * r, jp = j0 + 8 * c + 2 * t;
+                bool keep[2] = {true, true};
+                if (a.thr) {
+                    const uint32_t ctr[4] = {(uint32_t)(jp >> 2), (uint32_t)i, (uint32_t)h, (uint32_t)b};
+                    const uint32_t key[2] = {(uint32_t)a.seed, (uint32_t)(a.seed >> 32)};
+                    uint32_t w[4];
+                    fg_philox4x32_10(ctr, key, w);
+                    keep[0] = ((t & 1) ? w[2] : w[0]) >= a.thr; /* jp % 4 is 2t % 4 */
+                    keep[1] = ((t & 1) ? w[3] : w[1]) >= a.thr;
+                }
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int e = 2 * r + u;
+                    const int64_t j = jp + u;
+                    const bool vis = L[r] != -INFINITY && j >= lo[r] && j < hi[r];
+                    const float P = vis ? expf(s[c][e] * a.scale - L[r]) : 0.0f;
+                    const float Z = P != 0.0f && keep[u] ? (a.thr ? a.inv_keep : 1.0f) : 0.0f;
+                    s[c][e] = P * (dp[c][e] * Z - Dv[r]);
+                }
             }
             /* dQ += dS K over the tile's keys, 16 at a time */
 #pragma unroll
