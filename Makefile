@@ -345,7 +345,7 @@ $(CUDA_BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 ifeq ($(PTXAS_VERBOSE),1)
-$(CUDA_BUILD)/cuda/attention.o: NVCCFLAGS += -Xptxas -v
+$(CUDA_BUILD)/cuda/attention.o $(CUDA_BUILD)/cuda/attention_bf16.o: NVCCFLAGS += -Xptxas -v
 endif
 
 $(CUDA_BUILD)/libflashgrad_cuda.a: $(CUDA_CU_OBJ) Makefile
@@ -383,7 +383,7 @@ EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
 EMU_LIB_OBJ    := $(EMU_CU_OBJ)
 EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
                   $(CUDA_TEST_CLI)
-EMU_RT_OBJ     := $(CUDA_EMU_BUILD)/emu_runtime.o
+EMU_RT_OBJ     := $(CUDA_EMU_BUILD)/emu_runtime.o $(CUDA_EMU_BUILD)/emu_mma.o
 EMU_HDRS       := $(wildcard tests/cuda/emu/*.h tests/cuda/emu/include/*.h)
 EMU_SCHEDULES  ?= 3
 # objects compiled with other flags (say, without the instrumentation the checks depend on) are
@@ -400,8 +400,11 @@ $(EMU_STAMP):
 cuda-emu:
 	@$(MAKE) --no-print-directory cuda-cpu
 	@$(MAKE) --no-print-directory $(CUDA_EMU_BUILD)/fg_emu_detectors $(CUDA_EMU_BUILD)/fg_flash_emu \
-	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu $(CUDA_EMU_BUILD)/fg_cuda_bench_emu
+	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu $(CUDA_EMU_BUILD)/fg_cuda_bench_emu $(CUDA_EMU_BUILD)/fg_mma_emu \
+	    $(CUDA_EMU_BUILD)/fg_attn_bf16_emu
 	$(CUDA_EMU_BUILD)/fg_emu_detectors
+	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_mma_emu
+	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_attn_bf16_emu
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_flash_emu
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} \
 	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
@@ -422,7 +425,7 @@ $(CUDA_EMU_BUILD)/cuda/%.o: $(CUDA_EMU_BUILD)/cuda/%.cpp $(EMU_CUH_GEN) $(EMU_HD
 $(CUDA_EMU_BUILD)/device_cases_stub.o: tests/cuda/emu/device_cases_stub.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c $< -o $@
-$(EMU_RT_OBJ): tests/cuda/emu/emu_runtime.cpp tests/cuda/emu/cuda_emu.h $(EMU_STAMP)
+$(CUDA_EMU_BUILD)/emu_runtime.o $(CUDA_EMU_BUILD)/emu_mma.o: $(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp tests/cuda/emu/cuda_emu.h tests/cuda/emu/emu_mma.h $(EMU_STAMP)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) -std=c++17 -O2 -g -Wall -Wextra -pthread -I. -c $< -o $@
 $(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ)
@@ -451,6 +454,11 @@ $(CUDA_EMU_BUILD)/fg_cuda_bench_emu: $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.o $(C
 	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
 $(CUDA_EMU_BUILD)/fg_emu_detectors: $(CUDA_EMU_BUILD)/detectors.o $(EMU_RT_OBJ)
 	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl
+$(CUDA_EMU_BUILD)/fg_mma_emu: $(CUDA_EMU_BUILD)/mma_emu.o $(EMU_RT_OBJ)
+	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl
+$(CUDA_EMU_BUILD)/fg_attn_bf16_emu: $(CUDA_EMU_BUILD)/attn_bf16_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
+	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/attn_bf16_emu.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
+	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
 
 -include $(EMU_CU_OBJ:.o=.d)
 

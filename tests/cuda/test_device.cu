@@ -1,7 +1,8 @@
 /* test_device.cu — what only device code can check: tensor/philox.h and ops/shared/attn_dropout.h
  * compiled for the GPU give the CPU's bits (fg_philox_u32 and fg_attn_keep), cuRAND's own Philox
  * (curand_init + curand) gives the same numbers as fg_philox_u32 (the header's claim), the cuRAND handle works on the stream,
- * and a failing CUDA call is reported with file, line and CUDA's error string. */
+ * and a failing CUDA call is reported with file, line and CUDA's error string; the bf16 tensor-core
+ * attention against its mirror (tests/cuda/attn_bf16_device.cuh). */
 #include <curand_kernel.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "cuda/cuda_common.cuh"
 #include "ops/shared/attn_dropout.h"
 #include "tensor/philox.h"
+#include "tests/cuda/attn_bf16_device.cuh"
 #include "tests/cuda/cuda_test.h"
 
 /* out[i] = fg_philox_u32(seed, stream, i) on the device */
@@ -139,5 +141,6 @@ extern "C" const fgt_case fgt_device_cases[] = {
     {"gpu_attention_keep_equals_the_cpus", gpu_attention_keep_equals_the_cpus},
     {"curand_handle_fills_on_the_stream", curand_handle_fills_on_the_stream},
     {"cuda_errors_report_file_line_and_cuda_text", cuda_errors_report_file_line_and_cuda_text},
+    {"bf16_tensor_core_attention_matches_the_mirror", bf16_tensor_core_attention_matches_the_mirror},
     {NULL, NULL},
 };

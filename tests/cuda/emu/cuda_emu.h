@@ -32,6 +32,9 @@
  * runtime is linked). Static __shared__ variables are thread_local, so they live in the main
  * thread's TLS block, which the runtime treats as the block's static shared memory.
  *
+ *  - warp-collective tensor-core instructions (mma.sync m16n8k16 bf16, ldmatrix; emu_mma.h): all
+ *    32 lanes must arrive, with the same instruction and shape; ldmatrix rows must be 16-byte
+ *    aligned shared memory the block has written;
  * Not modelled: concurrency between blocks, the memory model beyond barriers, timing, device math
  * (the CPU's libm, no FMA contraction differences), atomics, __syncwarp.
  */
@@ -106,7 +109,16 @@ FG_EMU_VEC4(unsigned, uint, 16)
 
 /* ---- barriers and warp intrinsics (the runtime; each blocks the calling fiber) ---- */
 void __syncthreads();
-enum { FG_EMU_SHFL_IDX, FG_EMU_SHFL_UP, FG_EMU_SHFL_DOWN, FG_EMU_SHFL_XOR, FG_EMU_BALLOT, FG_EMU_ANY, FG_EMU_ALL };
+enum {
+    FG_EMU_SHFL_IDX,
+    FG_EMU_SHFL_UP,
+    FG_EMU_SHFL_DOWN,
+    FG_EMU_SHFL_XOR,
+    FG_EMU_BALLOT,
+    FG_EMU_ANY,
+    FG_EMU_ALL,
+    FG_EMU_COLLECTIVE /* fg_emu_warp_collective */
+};
 /* One warp rendezvous of the lanes in `mask`: shuffles return the source lane's `v`, votes the
  * vote over the lanes' `v` (0 or 1). */
 uint64_t fg_emu_warp_op(int op, unsigned mask, uint64_t v, int arg, int width);
@@ -140,6 +152,20 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
 }
 inline int __any_sync(unsigned mask, int pred) { return (int)fg_emu_warp_op(FG_EMU_ANY, mask, pred != 0, 0, 32); }
 inline int __all_sync(unsigned mask, int pred) { return (int)fg_emu_warp_op(FG_EMU_ALL, mask, pred != 0, 0, 32); }
+
+/* ---- warp-collective instructions (mma.sync, ldmatrix: tests/cuda/emu/emu_mma.h) ----
+ * All 32 lanes of the warp meet (the .aligned instructions); each brings `lane`, its operands and
+ * room for its results (on its own stack), and `shape`, a string naming the instruction and its
+ * shape that every lane must bring alike (else the launch stops with both). When the last lane
+ * arrives, fn(lanes) runs once over all of them, lanes[l] being lane l's. A lane that never comes
+ * is a deadlock, reported like a shuffle's. */
+typedef void (*fg_emu_collective_fn)(void *const lanes[32]);
+void fg_emu_warp_collective(const char *shape, fg_emu_collective_fn fn, void *lane);
+/* Inside a launch: report a problem of the running kernel (the launch stops at the end of the block). */
+void fg_emu_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* [p, p + n) lies in the running block's shared memory (dynamic, within the launch's size, or static). */
+bool fg_emu_in_shared(const void *p, size_t n);
+#include "tests/cuda/emu/emu_mma.h"
 
 /* ---- launches ---- */
 #define FG_EMU_SMEM_LIMIT 232448 /* Hopper's opt-in shared memory per block (227 KB) */

@@ -59,6 +59,8 @@ struct fg_emu_rdv {
     int active, op;
     unsigned mask, arrived;
     const void *pc;
+    const char *shape;        /* FG_EMU_COLLECTIVE: the instruction and shape the lanes must agree on */
+    fg_emu_collective_fn fn;  /* FG_EMU_COLLECTIVE: runs once, when the last lane arrives */
     uint64_t val[32];
     int arg[32], width[32];
 };
@@ -230,8 +232,7 @@ static void report_head() {
 }
 
 /* an error inside a launch; the launch aborts at the end of the block (or at once when fatal) */
-static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void report(const char *fmt, ...) {
+static void vreport(const char *fmt, va_list ap) {
     R.errors++;
     if (R.reported > 12) return;
     report_head();
@@ -239,11 +240,21 @@ static void report(const char *fmt, ...) {
         fprintf(stderr, "  (further reports of this launch suppressed)\n");
         return;
     }
-    va_list ap;
-    va_start(ap, fmt);
     fprintf(stderr, "  ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
+}
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(fmt, ap);
+    va_end(ap);
+}
+void fg_emu_report(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(fmt, ap);
     va_end(ap);
 }
 
@@ -824,13 +835,21 @@ static int shfl_src(int op, int lane, int arg, int width) {
     }
 }
 
-static const char *op_name(int op) {
+static const char *op_name(int op, const char *shape = nullptr) {
     static const char *n[] = {"__shfl_sync",   "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
                               "__ballot_sync", "__any_sync",     "__all_sync"};
-    return n[op];
+    return op == FG_EMU_COLLECTIVE ? shape : n[op];
 }
 
 static void rdv_complete(unsigned warp, fg_emu_rdv &r) {
+    if (r.op == FG_EMU_COLLECTIVE) { /* the instruction's warp-wide step, over every lane's operands */
+        void *lanes[32];
+        for (int l = 0; l < 32; l++) lanes[l] = (void *)(uintptr_t)r.val[l];
+        r.fn(lanes);
+        for (int l = 0; l < 32; l++) R.fibers[warp * 32 + l].state = T_RUN;
+        r.active = 0;
+        return;
+    }
     uint64_t vote = 0;
     for (int l = 0; l < 32; l++)
         if (r.mask >> l & 1u) vote |= (uint64_t)(r.val[l] != 0) << l;
@@ -853,7 +872,7 @@ static void rdv_complete(unsigned warp, fg_emu_rdv &r) {
             if (!(r.mask >> src & 1u)) {
                 report("%s (mask 0x%08x) at %s: lane %d of warp %u reads lane %d, which is not in the mask (an "
                        "undefined value)",
-                       op_name(r.op), r.mask, where(r.pc).c_str(), l, warp, src);
+                       op_name(r.op, r.shape), r.mask, where(r.pc).c_str(), l, warp, src);
                 res = r.val[l];
             } else {
                 res = r.val[src];
@@ -866,26 +885,26 @@ static void rdv_complete(unsigned warp, fg_emu_rdv &r) {
     r.active = 0;
 }
 
-uint64_t fg_emu_warp_op(int op, unsigned mask, uint64_t v, int arg, int width) {
+static uint64_t warp_meet(int op, unsigned mask, uint64_t v, int arg, int width, const char *shape,
+                          fg_emu_collective_fn fn, const void *pc) {
     fg_emu_fiber *f = cur_fiber();
-    const void *pc = FG_EMU_PC;
     const unsigned t = f->th.tid.x, warp = t / 32, lane = t % 32;
     const unsigned warp_threads = R.nthreads - warp * 32 < 32 ? R.nthreads - warp * 32 : 32;
     const unsigned exist = warp_threads == 32 ? 0xffffffffu : (1u << warp_threads) - 1;
     if (!(mask >> lane & 1u)) {
-        report("%s at %s: thread %u (lane %u) calls it with mask 0x%08x, which does not name it", op_name(op),
+        report("%s at %s: thread %u (lane %u) calls it with mask 0x%08x, which does not name it", op_name(op, shape),
                where(pc).c_str(), t, lane, mask);
         R.fatal = 1;
         to_scheduler(f);
     }
     if (mask & ~exist) {
         report("%s at %s: mask 0x%08x names lanes 0x%08x of warp %u, which do not exist (the block has %u threads)",
-               op_name(op), where(pc).c_str(), mask, mask & ~exist, warp, R.nthreads);
+               op_name(op, shape), where(pc).c_str(), mask, mask & ~exist, warp, R.nthreads);
         R.fatal = 1;
         to_scheduler(f);
     }
     if (op <= FG_EMU_SHFL_XOR && (width < 1 || width > 32 || (width & (width - 1)))) {
-        report("%s at %s: width %d is not a power of 2 in 1..32", op_name(op), where(pc).c_str(), width);
+        report("%s at %s: width %d is not a power of 2 in 1..32", op_name(op, shape), where(pc).c_str(), width);
         R.fatal = 1;
         to_scheduler(f);
     }
@@ -900,14 +919,20 @@ uint64_t fg_emu_warp_op(int op, unsigned mask, uint64_t v, int arg, int width) {
         else if (c.mask & mask) {
             report("lanes of warp %u meet with different masks: %s (mask 0x%08x) at %s waits for lane %u, which calls "
                    "%s with mask 0x%08x at %s",
-                   warp, op_name(c.op), c.mask, where(c.pc).c_str(), lane, op_name(op), mask, where(pc).c_str());
+                   warp, op_name(c.op, c.shape), c.mask, where(c.pc).c_str(), lane, op_name(op, shape), mask, where(pc).c_str());
             R.fatal = 1;
             to_scheduler(f);
         }
     }
+    if (r && r->op == op && op == FG_EMU_COLLECTIVE && strcmp(r->shape, shape) != 0) {
+        report("lanes of warp %u meet with different shapes: %s at %s, and lane %u with %s at %s", warp, r->shape,
+               where(r->pc).c_str(), lane, shape, where(pc).c_str());
+        R.fatal = 1;
+        to_scheduler(f);
+    }
     if (r && r->op != op) {
         report("lanes of warp %u meet at different intrinsics: %s at %s and %s at %s (same mask 0x%08x)", warp,
-               op_name(r->op), where(r->pc).c_str(), op_name(op), where(pc).c_str(), mask);
+               op_name(r->op, r->shape), where(r->pc).c_str(), op_name(op, shape), where(pc).c_str(), mask);
         R.fatal = 1;
         to_scheduler(f);
     }
@@ -919,6 +944,8 @@ uint64_t fg_emu_warp_op(int op, unsigned mask, uint64_t v, int arg, int width) {
         r->mask = mask;
         r->arrived = 0;
         r->pc = pc;
+        r->shape = shape;
+        r->fn = fn;
     }
     r->val[lane] = v;
     r->arg[lane] = arg;
@@ -929,6 +956,17 @@ uint64_t fg_emu_warp_op(int op, unsigned mask, uint64_t v, int arg, int width) {
     if (r->arrived == mask) rdv_complete(warp, *r);
     to_scheduler(f);
     return f->result;
+}
+
+uint64_t fg_emu_warp_op(int op, unsigned mask, uint64_t v, int arg, int width) {
+    return warp_meet(op, mask, v, arg, width, nullptr, nullptr, FG_EMU_PC);
+}
+void fg_emu_warp_collective(const char *shape, fg_emu_collective_fn fn, void *lane) {
+    warp_meet(FG_EMU_COLLECTIVE, 0xffffffffu, (uint64_t)(uintptr_t)lane, 0, 32, shape, fn, FG_EMU_PC);
+}
+bool fg_emu_in_shared(const void *p, size_t n) {
+    const uintptr_t a = (uintptr_t)p;
+    return (a - R.smem_lo < R.smem_span && a - R.smem_lo + n <= R.smem_size) || (a - R.tls_lo < R.tls_len && a - R.tls_lo + n <= R.tls_len);
 }
 
 /* ============================================================================================
@@ -987,7 +1025,7 @@ static void deadlock() {
             for (int l = 0; l < 32; l++)
                 if ((r.mask >> l & 1u) && !(r.arrived >> l & 1u)) missing.push_back((unsigned)l);
             fprintf(stderr, "    %s (mask 0x%08x) at %s in warp %u never completes: lane%s %s of the mask %s\n",
-                    op_name(r.op), r.mask, where(r.pc).c_str(), w, missing.size() == 1 ? "" : "s",
+                    op_name(r.op, r.shape), r.mask, where(r.pc).c_str(), w, missing.size() == 1 ? "" : "s",
                     ranges(missing).c_str(), "did not arrive (they returned or wait elsewhere; see above)");
         }
     R.fatal = 1;
