@@ -33,8 +33,8 @@ fg_status fg_infer_embedding(fg_device d, fg_dtype dt, void *out, const void *ta
     FG_TRY(check_args(op, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
     for (int64_t r = 0; r < n; r++)
         if (idx[r] < 0 || idx[r] >= V)
-            return fg_error(FG_ERR_ARG, "%s: id %d (position %lld) is outside [0, %lld)", op, (int)idx[r],
-                            (long long)r, (long long)V);
+            return fg_error(FG_ERR_ARG, "%s: id %d (position %lld) is outside [0, %lld)", op, (int)idx[r], (long long)r,
+                            (long long)V);
     KERNELS(k, op, d, embedding.forward);
     return k->embedding.forward(dt, out, table, C, idx, n, V, C);
 }
@@ -75,7 +75,7 @@ typedef struct {
     const fg_attn_call *call;
     const char *q, *k, *v; /* head 0 */
     char *o, *lse;
-    size_t q_head, kv_head, lse_head; /* bytes from one head to the next */
+    size_t q_head, kv_head, lse_head;    /* bytes from one head to the next */
     int64_t failed[FG_POOL_MAX_THREADS]; /* per worker: the first head that failed, or -1 */
 } attn_heads;
 

@@ -38,8 +38,9 @@ Test(infer, attention_heads_from_a_longer_cache_equal_fg_attention) {
                 memcpy(vc + (size_t)(h * Tc * hd) * es, (char *)fg_data(v) + (size_t)(h * Nk * hd) * es,
                        (size_t)(Nk * hd) * es);
             }
-            cr_assert_eq(fg_infer_attention(FG_CPU, dt, &o, H, Nq, Nk, hd, ob, lb, fg_data(q), kc, vc, Nq * hd, Tc * hd),
-                         FG_OK, "%s", fg_last_error());
+            cr_assert_eq(
+                fg_infer_attention(FG_CPU, dt, &o, H, Nq, Nk, hd, ob, lb, fg_data(q), kc, vc, Nq * hd, Tc * hd), FG_OK,
+                "%s", fg_last_error());
             char what[64];
             snprintf(what, sizeof what, "attention %s %s o", fg_dtype_name(dt), impl ? "flash" : "naive");
             expect_same_bits(ob, fg_data(out), (size_t)(H * Nq * hd), es, what);
@@ -108,8 +109,7 @@ Test(infer, bad_arguments_are_refused_and_outputs_untouched) {
     cr_expect_eq(fg_infer_attention(FG_CPU, FG_F32, &o, 2, 1, 1, 4, out, lse, x, x, x, 4, 4), FG_ERR_ARG, "softcap");
     cr_expect_eq(fg_infer_attention(FG_CPU, FG_F32, NULL, 2, 1, 2, 4, out, lse, x, x, x, 4, 4), FG_ERR_ARG,
                  "a key stride shorter than a head");
-    cr_expect_eq(fg_infer_attention(FG_CUDA, FG_F32, NULL, 2, 1, 1, 4, out, lse, x, x, x, 4, 4), FG_ERR_DEVICE,
-                 "cuda");
+    cr_expect_eq(fg_infer_attention(FG_CUDA, FG_F32, NULL, 2, 1, 1, 4, out, lse, x, x, x, 4, 4), FG_ERR_DEVICE, "cuda");
     /* scores that overflow float32: the family's overflow check speaks, from whichever thread ran the head */
     float big[8] = {1e30f, 1e30f, 1e30f, 1e30f, 1e30f, 1e30f, 1e30f, 1e30f};
     cr_expect_eq(fg_infer_attention(FG_CPU, FG_F32, NULL, 2, 1, 1, 4, out, lse, big, big, big, 4, 4), FG_ERR_NUMERIC,
