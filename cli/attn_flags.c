@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/cli_util.h"
-#include "ops/kernels.h"
+#include "ops/device.h"
 
 const char fg_attn_variant_flags_help[] =
     "  --gqa HKV            grouped-query attention: K and V have HKV heads, H a multiple of HKV (1 = multi-query)\n"

@@ -1,6 +1,6 @@
 /* cli_util.h — small helpers shared by the subcommands: strict number parsing, clocks, the
  * machine line benchmarks print, and CSV files written atomically. (A command starts its device
- * with fg_device_start, ops/kernels.h.) */
+ * with fg_device_start, ops/device.h.) */
 #ifndef FG_CLI_UTIL_H
 #define FG_CLI_UTIL_H
 

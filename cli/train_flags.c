@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "ops/cpu.h"
-#include "ops/kernels.h"
+#include "ops/device.h"
 
 _Static_assert(FG_POOL_MAX_THREADS == 64, "--threads says at most 64 (train_flags.h)");
 

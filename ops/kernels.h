@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "ops/attention_kernels.h"
+#include "ops/device.h"
 #include "ops/flat.h"
 #include "tensor/tensor.h"
 
@@ -269,14 +270,7 @@ typedef struct fg_kernels {
  * that device, or a device not started: see fg_device_start). */
 const fg_kernels *fg_kernels_for(fg_device d, const char *op);
 
-/* Makes device d usable: nothing for the CPU; for CUDA, starts the GPU and registers its memory
- * functions and kernel table (fg_cuda_init), or explains why it cannot ("built without CUDA", no
- * device, a driver too old for the runtime). Idempotent and thread-safe. */
-fg_status fg_device_start(fg_device d);
-/* 1 when this program holds device d's code — the CPU always, CUDA when the cuda/ objects are
- * linked in — whether or not the device can start (a CUDA build on a machine without a GPU: 1
- * here, and fg_device_start fails); 0 otherwise. */
-int fg_device_built(fg_device d);
+/* fg_device_start, fg_device_built: ops/device.h. */
 
 /* For device code: make `k` (static storage) the table of device d. */
 void fg_register_kernels(fg_device d, const fg_kernels *k);

@@ -6,7 +6,8 @@
 # (a folder's subfolders, such as train/mpi/, belong to it). Siblings do not include each other, and
 # nothing but the benchmarks includes cuda/: the library reaches a device through its kernel table.
 # ops/cpu/ is private to ops/: everything else (the Python shim too) reaches the CPU device through
-# ops/cpu.h. The tests are white-box and may include any header.
+# ops/cpu.h, and only ops/, cuda/ and the tests include the kernel tables (ops/kernels.h,
+# ops/kernels_cpu.h, ops/attention_kernels.h). The tests are white-box and may include any header.
 # Prints one line per offending include and exits 1; exits 0 when the tree is clean.
 cd "$(dirname "$0")/.." || exit 2
 # The folders each layer may include besides its own.
@@ -42,5 +43,15 @@ for f in $(find tensor autograd cuda datasets train cli bench python -type f \
     echo "layers: $f:$line includes ops/cpu/, which is private to ops/ (include ops/cpu.h)"
     bad=1
 done
-[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench; ops/cpu/ private to ops/)"
+# The kernel tables and the attention family's raw kernels are for ops/, the devices' code (cuda/)
+# and the tests: train/, datasets/, cli/ and bench/ call ops through their public headers.
+for f in $(find datasets train cli bench -type f \
+    \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \) 2>/dev/null | sort); do
+    line=$(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"ops/\(kernels\|kernels_cpu\|attention_kernels\)\.h"' "$f" |
+        head -1 | cut -d: -f1)
+    [ -z "$line" ] && continue
+    echo "layers: $f:$line includes a kernel table header, which is private to ops/, cuda/ and the tests (use ops/ops.h, ops/flat.h, ops/infer.h, ops/device.h)"
+    bad=1
+done
+[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench; ops/cpu/ and the kernel tables private to ops/)"
 exit "$bad"

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ops/cpu.h"
 #include "tensor/philox.h"
 #include "tensor/safetensors.h"
 #include "tests/common.h"
@@ -225,6 +226,40 @@ Test(gpt_kv, bad_sizes_and_ids_are_refused) {
     fg_gpt_free(g2);
     fg_gpt_kv_free(kv);
     fg_gpt_free(g);
+}
+
+/* A warm generation takes no new memory from the system: the cache's buffers are made once, and
+ * the scratch the attention kernels take at each length comes back from the allocator's cache the
+ * second time the cache is filled. On one thread: with more, the heads running at once (each with
+ * its scratch) vary from run to run, and a run with more of them than any before takes more. */
+static void fill_cache(fg_gpt *g, fg_gpt_kv *kv, int T, double *lg) {
+    int32_t t[2] = {1, 2};
+    fg_gpt_kv_reset(kv);
+    cr_assert_eq(fg_gpt_kv_append(g, kv, t, 2, lg), FG_OK, "%s", fg_last_error());
+    for (int i = 2; i < T; i++) cr_assert_eq(fg_gpt_kv_append(g, kv, t, 1, lg), FG_OK, "%s", fg_last_error());
+}
+
+Test(gpt_kv, a_warm_generation_takes_no_new_memory) {
+    fg_pool_set_threads(1);
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const kv_case *k = &cases[ci];
+        if (k->block < 2) continue;
+        fg_gpt_config c = fgt_tiny_gpt_config(k->dt, k->impl, k->n_embd, k->block, k->vocab, 0);
+        c.n_head = k->n_head;
+        fg_gpt *g = make(&c, 5);
+        fg_gpt_kv *kv = fg_gpt_kv_create(g);
+        cr_assert(kv, "%s", fg_last_error());
+        double *lg = malloc((size_t)k->vocab * sizeof *lg);
+        fill_cache(g, kv, k->block, lg);
+        const uint64_t before = fg_alloc_get_stats(FG_CPU).system_allocs;
+        fill_cache(g, kv, k->block, lg);
+        cr_expect_eq(fg_alloc_get_stats(FG_CPU).system_allocs, before, "%s: %llu blocks from the system", k->name,
+                     (unsigned long long)(fg_alloc_get_stats(FG_CPU).system_allocs - before));
+        free(lg);
+        fg_gpt_kv_free(kv);
+        fg_gpt_free(g);
+    }
+    fg_pool_set_threads(0);
 }
 
 /* ---- flashgrad sample ---- */

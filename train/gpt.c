@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "ops/kernels.h"
 #include "ops/ops.h"
 #include "autograd/recompute.h"
 #include "ops/cpu.h"
+#include "ops/infer.h"
 #include "tensor/philox.h"
 
 fg_gpt_config fg_gpt_default_config(void) {
@@ -495,26 +495,6 @@ void fg_gpt_kv_reset(fg_gpt_kv *kv) { kv->len = 0; }
 
 int fg_gpt_kv_len(const fg_gpt_kv *kv) { return kv->len; }
 
-/* One head's attention for the n new rows: q, o (n, hd) against the cache's len + n keys. */
-typedef struct {
-    const fg_attention_kernels *ak;
-    fg_attn_impl impl;
-    fg_dtype dt;
-    const fg_attn_problem *pr;
-    const char *q, *k, *v; /* head 0 of the new queries, and of this layer's cache */
-    char *o, *lse;
-    size_t q_head, kv_head, lse_head; /* bytes from one head to the next */
-    fg_status st[FG_POOL_MAX_THREADS];
-} kv_attn_job;
-
-static void kv_attn_head(void *ctx, int64_t h, int worker) {
-    kv_attn_job *J = ctx;
-    fg_status st = J->ak->forward(J->impl, J->dt, J->o + (size_t)h * J->q_head, J->lse + (size_t)h * J->lse_head, NULL,
-                                  J->q + (size_t)h * J->q_head, J->k + (size_t)h * J->kv_head,
-                                  J->v + (size_t)h * J->kv_head, J->pr);
-    if (st != FG_OK) J->st[worker] = st;
-}
-
 /* dst (n, C) += src (n, C) */
 static void kv_add(fg_dtype dt, char *dst, const char *src, size_t n) {
     if (dt == FG_F32) {
@@ -549,75 +529,55 @@ fg_status fg_gpt_kv_append(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int n, 
         if (idx[i] < 0 || idx[i] >= V)
             return fg_error(FG_ERR_ARG, "gpt: token %d (number %d) is outside the vocabulary of %lld", (int)idx[i], i,
                             (long long)V);
-    const fg_kernels *K = fg_kernels_for(FG_CPU, "gpt kv cache");
-    if (!K) return fg_last_status();
     const fg_dtype dt = c->dtype;
+    const fg_device D = FG_CPU;
     const size_t es = kv->es, row = (size_t)C * es;
     const int64_t len = kv->len, N = len + n; /* keys after this call */
 
     /* x = wte[idx] + wpe[len .. len + n) */
-    KV_TRY(K->embedding.forward(dt, kv->x, KV_W(WTE, 0), C, idx, n, V, C));
+    KV_TRY(fg_infer_embedding(D, dt, kv->x, KV_W(WTE, 0), idx, n, V, C));
     kv_add(dt, kv->x, (const char *)KV_W(WPE, 0) + (size_t)len * row, (size_t)n * (size_t)C);
 
     fg_attn_opts ao = fg_attn_defaults();
     ao.impl = c->attn;
     ao.causal = 1; /* bottom-right: new query i (position len + i) sees keys 0 .. len + i */
-    fg_attn_problem pr;
-    KV_TRY(fg_attn_problem_init(&pr, 1, 1, n, N, hd, &ao));
-    kv_attn_job J = {.ak = &K->attention,
-                     .impl = c->attn,
-                     .dt = dt,
-                     .pr = &pr,
-                     .q = kv->q,
-                     .o = kv->o,
-                     .lse = kv->lse,
-                     .q_head = (size_t)n * (size_t)hd * es,
-                     .kv_head = (size_t)T * (size_t)hd * es,
-                     .lse_head = (size_t)n * es};
+    const int64_t q_head = (int64_t)n * hd, kv_head = T * hd; /* elements from one head to the next */
     for (int l = 0; l < c->n_layer; l++) {
         /* attention: qkv = c_attn(ln_1(x)) on the new rows */
-        KV_TRY(K->layernorm.forward(dt, kv->h, kv->mean, kv->rstd, kv->x, KV_W(LN1_W, l), KV_W(LN1_B, l), n, C, 1e-5));
-        KV_TRY(K->matmul.gemm(dt, 0, 1, n, 3 * C, C, 1.0, kv->h, C, 0, KV_W(ATTN_W, l), C, 0, 0.0, KV_W(ATTN_B, l),
-                              kv->qkv, 3 * C, 0, 1));
+        KV_TRY(fg_infer_layernorm(D, dt, kv->h, kv->mean, kv->rstd, kv->x, KV_W(LN1_W, l), KV_W(LN1_B, l), n, C, 1e-5));
+        KV_TRY(fg_infer_linear(D, dt, kv->qkv, kv->h, KV_W(ATTN_W, l), KV_W(ATTN_B, l), n, 3 * C, C));
         /* each row [q | k | v], H heads of hd: q to (H, n, hd), k and v into the cache at len + i */
-        char *kl = kv->k + (size_t)l * (size_t)H * J.kv_head, *vl = kv->v + (size_t)l * (size_t)H * J.kv_head;
-        const size_t hb = (size_t)hd * es;
+        const size_t hb = (size_t)hd * es, qb = (size_t)q_head * es, kb = (size_t)kv_head * es;
+        char *kl = kv->k + (size_t)l * (size_t)H * kb, *vl = kv->v + (size_t)l * (size_t)H * kb;
         for (int i = 0; i < n; i++) {
             const char *r = kv->qkv + (size_t)i * 3 * row;
             for (int64_t h = 0; h < H; h++) {
-                memcpy(kv->q + (size_t)h * J.q_head + (size_t)i * hb, r + (size_t)h * hb, hb);
-                memcpy(kl + (size_t)h * J.kv_head + (size_t)(len + i) * hb, r + row + (size_t)h * hb, hb);
-                memcpy(vl + (size_t)h * J.kv_head + (size_t)(len + i) * hb, r + 2 * row + (size_t)h * hb, hb);
+                memcpy(kv->q + (size_t)h * qb + (size_t)i * hb, r + (size_t)h * hb, hb);
+                memcpy(kl + (size_t)h * kb + (size_t)(len + i) * hb, r + row + (size_t)h * hb, hb);
+                memcpy(vl + (size_t)h * kb + (size_t)(len + i) * hb, r + 2 * row + (size_t)h * hb, hb);
             }
         }
-        J.k = kl;
-        J.v = vl;
-        for (int w = 0; w < FG_POOL_MAX_THREADS; w++) J.st[w] = FG_OK;
-        fg_pool_run(H, kv_attn_head, &J, FG_POOL_BLAS_SERIAL); /* one head per item */
-        for (int w = 0; w < FG_POOL_MAX_THREADS; w++)
-            if (J.st[w] != FG_OK) return fg_error(J.st[w], "gpt: KV-cache attention failed (out of memory)");
+        /* each head's n new queries against its len + n cached keys */
+        KV_TRY(fg_infer_attention(D, dt, &ao, H, n, N, hd, kv->o, kv->lse, kv->q, kl, vl, q_head, kv_head));
         /* heads side by side again: y[i, h hd ..] = o[h, i, ..] */
         for (int i = 0; i < n; i++)
             for (int64_t h = 0; h < H; h++)
-                memcpy(kv->y + (size_t)i * row + (size_t)h * hb, kv->o + (size_t)h * J.q_head + (size_t)i * hb, hb);
-        KV_TRY(K->matmul.gemm(dt, 0, 1, n, C, C, 1.0, kv->y, C, 0, KV_W(APROJ_W, l), C, 0, 0.0, KV_W(APROJ_B, l),
-                              kv->h, C, 0, 1));
+                memcpy(kv->y + (size_t)i * row + (size_t)h * hb, kv->o + (size_t)h * qb + (size_t)i * hb, hb);
+        KV_TRY(fg_infer_linear(D, dt, kv->h, kv->y, KV_W(APROJ_W, l), KV_W(APROJ_B, l), n, C, C));
         kv_add(dt, kv->x, kv->h, (size_t)n * (size_t)C);
         /* MLP: x += mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))) */
-        KV_TRY(K->layernorm.forward(dt, kv->h, kv->mean, kv->rstd, kv->x, KV_W(LN2_W, l), KV_W(LN2_B, l), n, C, 1e-5));
-        KV_TRY(K->matmul.gemm(dt, 0, 1, n, 4 * C, C, 1.0, kv->h, C, 0, KV_W(FC_W, l), C, 0, 0.0, KV_W(FC_B, l), kv->fc,
-                              4 * C, 0, 1));
-        KV_TRY(K->gelu.forward(dt, kv->ac, kv->fc, (int64_t)n * 4 * C));
-        KV_TRY(K->matmul.gemm(dt, 0, 1, n, C, 4 * C, 1.0, kv->ac, 4 * C, 0, KV_W(MPROJ_W, l), 4 * C, 0, 0.0,
-                              KV_W(MPROJ_B, l), kv->h, C, 0, 1));
+        KV_TRY(fg_infer_layernorm(D, dt, kv->h, kv->mean, kv->rstd, kv->x, KV_W(LN2_W, l), KV_W(LN2_B, l), n, C, 1e-5));
+        KV_TRY(fg_infer_linear(D, dt, kv->fc, kv->h, KV_W(FC_W, l), KV_W(FC_B, l), n, 4 * C, C));
+        KV_TRY(fg_infer_gelu(D, dt, kv->ac, kv->fc, (int64_t)n * 4 * C));
+        KV_TRY(fg_infer_linear(D, dt, kv->h, kv->ac, KV_W(MPROJ_W, l), KV_W(MPROJ_B, l), n, C, 4 * C));
         kv_add(dt, kv->x, kv->h, (size_t)n * (size_t)C);
     }
     kv->len = (int)N;
     if (!logits) return FG_OK;
     /* ln_f and the tied LM head on the last new row only */
     const char *last = kv->x + (size_t)(n - 1) * row;
-    KV_TRY(K->layernorm.forward(dt, kv->h, kv->mean, kv->rstd, last, KV_W(LNF_W, 0), KV_W(LNF_B, 0), 1, C, 1e-5));
-    KV_TRY(K->matmul.gemm(dt, 0, 1, 1, V, C, 1.0, kv->h, C, 0, KV_W(WTE, 0), C, 0, 0.0, NULL, kv->logits, V, 0, 1));
+    KV_TRY(fg_infer_layernorm(D, dt, kv->h, kv->mean, kv->rstd, last, KV_W(LNF_W, 0), KV_W(LNF_B, 0), 1, C, 1e-5));
+    KV_TRY(fg_infer_linear(D, dt, kv->logits, kv->h, KV_W(WTE, 0), NULL, 1, V, C));
     for (int64_t j = 0; j < V; j++)
         logits[j] = dt == FG_F32 ? ((const float *)kv->logits)[j] : ((const double *)kv->logits)[j];
     return FG_OK;
