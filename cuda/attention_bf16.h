@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tensor/error.h"
 
 #ifdef __cplusplus

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cuda/attention_bf16.h"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "tests/cuda/emu/attn_bf16_mirror.h"
 
 /* n elements of device memory between two guard zones, with a host copy (h) */

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cuda/ptx_mma.cuh"
-#include "ops/attention.h"
+#include "ops/attention_kernels.h"
 
 static inline float fg_bf16_round(float x) { return fg_bf16_float(fg_bf16_rne(x)); }
 
