@@ -412,7 +412,9 @@ $(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashg
 	    $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread -ldl
 # compiled with the instrumentation, linked without it (-fsanitize at link time would add the TSan
 # runtime, which the emulator replaces)
-$(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp $(EMU_HDRS) $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h) $(EMU_STAMP)
+# (after the rewritten copies of cuda/*.cuh, which -I$(CUDA_EMU_BUILD) puts first on the include path)
+$(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp $(EMU_HDRS) $(EMU_CUH_GEN) $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h) \
+    $(EMU_STAMP)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -c $< -o $@
 $(CUDA_EMU_BUILD)/fg_flash_emu: $(CUDA_EMU_BUILD)/flash_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
