@@ -103,7 +103,7 @@ static double fma_peak_tflops(fg_dtype dt) {
     CUCHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUCHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
     const int cc = prop.major * 10 + prop.minor;
-    const int f32 = cc >= 86 ? 128 : 64; /* sm_70, sm_80: 64 */
+    const int f32 = cc >= 86 ? 128 : 64;                                   /* sm_70, sm_80: 64 */
     const int f64 = cc == 70 || cc == 80 || cc >= 90 ? f32 / 2 : f32 / 64; /* GeForce-class parts: 1/64 */
     return 2.0 * (dt == FG_F64 ? f64 : f32) * sms * (khz * 1e3) / 1e12;
 }

@@ -401,7 +401,8 @@ template <typename T, int D, bool MODS> static fg_status kernel_rows(FILE *out, 
 
 extern "C" fg_status fg_cuda_attention_kernel_table(FILE *out) {
     FG_TRY(fg_cu_require("attention kernel table"));
-    fprintf(out, "kernel,dtype,D,mods,dyn_smem_bytes,kv_stages,launch_min_blocks,registers,local_bytes,blocks_per_sm\n");
+    fprintf(out,
+            "kernel,dtype,D,mods,dyn_smem_bytes,kv_stages,launch_min_blocks,registers,local_bytes,blocks_per_sm\n");
     FG_TRY((kernel_rows<float, 64, false>(out, "float32")));
     FG_TRY((kernel_rows<float, 128, false>(out, "float32")));
     FG_TRY((kernel_rows<float, 256, false>(out, "float32")));

@@ -187,7 +187,8 @@ __device__ __forceinline__ void fa_query_tiles(const fa_args<T> &a, int64_t j0, 
  *   one row, chunks by tx (V in O += P V, dO and Q in dV, dK, K in dQ): a permutation.
  * It needs rows of at least 8 chunks (128 bytes). K/V tiles are fetched with cp.async
  * (cuda/ptx_async.cuh) into STAGES buffers: with two, tile kt + 1 is in flight while tile kt is
- * used. Two stages where they fit and keep at least two blocks per SM (fa_stages). */
+ * used (the forward and dQ kernels, where fa_stages allows); the dK/dV kernel waits for each
+ * query tile (one stage). */
 template <typename T, int D> struct flash_cfg;
 template <int D> struct flash_cfg<float, D> {
     static constexpr int FBQ = 64, FBK = 64;
@@ -210,8 +211,8 @@ template <typename T, int D> constexpr size_t fa_dq_bytes(int st) {
 }
 template <typename T, int D> constexpr size_t fa_dkdv_bytes() {
     using C = flash_cfg<T, D>;
-    return sizeof(T) * ((size_t)2 * C::BBK * D + (size_t)2 * C::BBQ * D + (size_t)2 * C::BBK * C::BBQ +
-                        3 * (size_t)C::BBQ);
+    return sizeof(T) *
+           ((size_t)2 * C::BBK * D + (size_t)2 * C::BBQ * D + (size_t)2 * C::BBK * C::BBQ + 3 * (size_t)C::BBQ);
 }
 /* Blocks of `bytes` an SM holds (228 KB, 1 KB reserved per block). Up to D = 64 two blocks of 256
  * threads per SM are the aim (__launch_bounds__(256, 2): 128 registers a thread hold the
@@ -229,8 +230,8 @@ constexpr int fa_min_blocks(int D, size_t bytes) { return D <= 64 && fa_blocks_p
  * forward with softcap/ALiBi at D = 64, the dK/dV kernel with them at D = 64 and without at D = 32;
  * they get one block per SM and the registers they need */
 template <typename T> constexpr bool fa_spills_at_128(int kernel, int D, bool mods) {
-    return sizeof(T) == 4 && ((kernel == 0 && D == 64 && mods) || (kernel == 2 && D == 64 && mods) ||
-                              (kernel == 2 && D == 32 && !mods));
+    return sizeof(T) == 4 &&
+           ((kernel == 0 && D == 64 && mods) || (kernel == 2 && D == 64 && mods) || (kernel == 2 && D == 32 && !mods));
 }
 
 template <typename T, int D> struct fa_fwd_cfg {
@@ -458,8 +459,8 @@ __global__ void __launch_bounds__(256, fa_fwd_cfg<T, D>::min_blocks(MODS)) flash
             fa_load_tile<T, D, KW, BK>(KVs + BK * D, v, j0, Nk, d, a.vec16);
             fg_cp_async_commit();
         }
-        fg_cp_async_wait<0>(); /* this thread's copies of tile kt (and Q) have landed */
-        __syncthreads();       /* everyone's have; and the other stage and P are no longer read */
+        fg_cp_async_wait<0>();         /* this thread's copies of tile kt (and Q) have landed */
+        __syncthreads();               /* everyone's have; and the other stage and P are no longer read */
         if (ST == 2 && kt + 1 < kt1) { /* fetch tile kt + 1 while this one is used */
             T *Kn = KVs + (stage ^ 1) * 2 * BK * D;
             fa_load_tile<T, D, KW, BK>(Kn, k, j0 + BK, Nk, d, a.vec16);

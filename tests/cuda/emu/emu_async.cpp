@@ -92,14 +92,16 @@ void fg_emu_async_check(int kind, size_t word0, size_t word1, bool write, const 
         const copy_op *o = find_op(issuer, kind, w);
         const std::string at_issue = o ? fg_emu_where(o->pc) : std::string("?");
         if (write)
-            fg_emu_report("thread %u wrote %s shared memory at byte %zu while the cp.async of thread %u into it (at %s) "
-                          "is still in flight (at %s)",
-                          t, kind_name(kind), w * 4, issuer, at_issue.c_str(), fg_emu_where(pc).c_str());
+            fg_emu_report(
+                "thread %u wrote %s shared memory at byte %zu while the cp.async of thread %u into it (at %s) "
+                "is still in flight (at %s)",
+                t, kind_name(kind), w * 4, issuer, at_issue.c_str(), fg_emu_where(pc).c_str());
         else
-            fg_emu_report("thread %u read %s shared memory at byte %zu before the cp.async of thread %u into it (at %s) "
-                          "landed: no cp.async wait_group covering it%s (at %s)",
-                          t, kind_name(kind), w * 4, issuer, at_issue.c_str(),
-                          issuer == t ? "" : ", or no __syncthreads after the wait", fg_emu_where(pc).c_str());
+            fg_emu_report(
+                "thread %u read %s shared memory at byte %zu before the cp.async of thread %u into it (at %s) "
+                "landed: no cp.async wait_group covering it%s (at %s)",
+                t, kind_name(kind), w * 4, issuer, at_issue.c_str(),
+                issuer == t ? "" : ", or no __syncthreads after the wait", fg_emu_where(pc).c_str());
         return; /* one report per access */
     }
 }
@@ -135,9 +137,9 @@ void fg_emu_cp_async(void *dst, const void *src, unsigned bytes, int full) {
         const int k = fg_emu_dev_find(src, &base, &size);
         if (k != 1 || (uintptr_t)src + bytes > base + size) {
             fg_emu_report("thread %u: cp.async reads %u bytes at %p, %s (at %s)", t, bytes, src,
-                          k == 0   ? "which is host memory, not device memory"
-                          : k < 0  ? "which is in no live device allocation (freed, or out of bounds)"
-                                   : "which runs past the end of its device allocation",
+                          k == 0  ? "which is host memory, not device memory"
+                          : k < 0 ? "which is in no live device allocation (freed, or out of bounds)"
+                                  : "which runs past the end of its device allocation",
                           fg_emu_where(pc).c_str());
             return;
         }
