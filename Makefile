@@ -383,7 +383,7 @@ EMU_CUH_GEN    := $(patsubst %,$(CUDA_EMU_BUILD)/%,$(wildcard cuda/*.cuh))
 EMU_LIB_OBJ    := $(EMU_CU_OBJ)
 EMU_TEST_OBJ   := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(wildcard tests/cuda/*.c)) $(CUDA_EMU_BUILD)/device_cases_stub.o \
                   $(CUDA_TEST_CLI)
-EMU_RT_OBJ     := $(CUDA_EMU_BUILD)/emu_runtime.o $(CUDA_EMU_BUILD)/emu_mma.o
+EMU_RT_OBJ     := $(CUDA_EMU_BUILD)/emu_runtime.o $(CUDA_EMU_BUILD)/emu_mma.o $(CUDA_EMU_BUILD)/emu_async.o
 EMU_HDRS       := $(wildcard tests/cuda/emu/*.h tests/cuda/emu/include/*.h)
 EMU_SCHEDULES  ?= 3
 # objects compiled with other flags (say, without the instrumentation the checks depend on) are
@@ -409,10 +409,11 @@ cuda-emu:
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} \
 	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
 	@# the benchmark's exact calls (its buffers, both dtypes, both implementations, the variants) at tiny shapes
-	for a in "--dtype f32" "--dtype f64" "--impl naive" "--dtype f32 --alibi --softcap 30" "--gqa 2 --window 16,0"; do \
+	for a in "--dtype f32" "--dtype f64" "--impl naive" "--dtype f32 --alibi --softcap 30" "--gqa 2 --window 16,0" \
+	    "--kernels"; do \
 	    FG_EMU_SCHEDULES=1 $(CUDA_EMU_BUILD)/fg_cuda_bench_emu --n 40,64 --d 64,128 --tokens 64 --hidden 256 \
 	        --budget-ms 1 $$a >/dev/null || exit 1; done
-	@echo "fg_cuda_bench_emu: the benchmark's calls ran clean (5 option sets)"
+	@echo "fg_cuda_bench_emu: the benchmark's calls ran clean (6 option sets, the kernel table included)"
 
 $(CUDA_EMU_BUILD)/cuda/%.cpp: cuda/%.cu tests/cuda/emu/rewrite_launches.py
 	@mkdir -p $(dir $@)
@@ -425,7 +426,9 @@ $(CUDA_EMU_BUILD)/cuda/%.o: $(CUDA_EMU_BUILD)/cuda/%.cpp $(EMU_CUH_GEN) $(EMU_HD
 $(CUDA_EMU_BUILD)/device_cases_stub.o: tests/cuda/emu/device_cases_stub.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c $< -o $@
-$(CUDA_EMU_BUILD)/emu_runtime.o $(CUDA_EMU_BUILD)/emu_mma.o: $(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp tests/cuda/emu/cuda_emu.h tests/cuda/emu/emu_mma.h $(EMU_STAMP)
+# the runtime, its tensor-core instructions and its cp.async model: not instrumented
+$(CUDA_EMU_BUILD)/emu_runtime.o $(CUDA_EMU_BUILD)/emu_mma.o $(CUDA_EMU_BUILD)/emu_async.o: $(CUDA_EMU_BUILD)/%.o: \
+    tests/cuda/emu/%.cpp tests/cuda/emu/cuda_emu.h tests/cuda/emu/emu_mma.h tests/cuda/emu/emu_internal.h $(EMU_STAMP)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) -std=c++17 -O2 -g -Wall -Wextra -pthread -I. -c $< -o $@
 $(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ)
@@ -438,7 +441,9 @@ $(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashg
 	    $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread -ldl
 # compiled with the instrumentation, linked without it (-fsanitize at link time would add the TSan
 # runtime, which the emulator replaces)
-$(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp $(EMU_HDRS) $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h) $(EMU_STAMP)
+# (after the rewritten copies of cuda/*.cuh, which -I$(CUDA_EMU_BUILD) puts first on the include path)
+$(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp $(EMU_HDRS) $(EMU_CUH_GEN) $(wildcard cuda/*.cuh cuda/*.h ops/shared/*.h) \
+    $(EMU_STAMP)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -c $< -o $@
 $(CUDA_EMU_BUILD)/fg_flash_emu: $(CUDA_EMU_BUILD)/flash_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)

@@ -6,6 +6,8 @@
  *   fg_cuda_bench [--n 1024,4096,16384] [--d 64,128] [--dtype f32|f64] [--tokens 16384]
  *                 [--hidden 2048] [--budget-ms 1500] [--impl flash|naive]
  *                 [--gqa HKV_DIVISOR] [--window L,R] [--alibi] [--softcap C]
+ *   fg_cuda_bench --kernels      the flash kernels' shared memory, registers, local memory and
+ *                                blocks per SM on this device (CSV), and nothing else
  *
  * Variants (ops/attention.h): --gqa G gives K and V H/G heads (G query heads share one), --window,
  * --alibi (standard slopes) and --softcap as in `flashgrad attention`; the last column names them.
@@ -16,7 +18,9 @@
  * (2048). FLOPs: forward 4·B·H·Nq·Nk·d (halved when causal), backward 2.5× the forward (the
  * papers' convention: 5 matrix products against 2). Inputs are standard normals from the cuRAND
  * generator. Each timing is the median of repeated runs after one warm-up, measured with CUDA
- * events; repeats stop at --budget-ms per measurement (at least 3 runs).
+ * events; repeats stop at --budget-ms per measurement (at least 3 runs). peak_tflops is the
+ * device's FMA peak for the dtype (2 · FMA lanes per SM · SMs · boost clock: sm_90 has 128 float32
+ * and 64 float64 lanes per SM), and the *_peak_frac columns each TFLOP/s as a fraction of it.
  */
 #include <algorithm>
 #include <math.h>
@@ -90,6 +94,20 @@ template <typename F> static double time_ms(F fn, double budget_ms) {
     return median(t);
 }
 
+/* The device's FMA peak in TFLOP/s for dt: 2 FLOPs per lane per clock. */
+static double fma_peak_tflops(fg_dtype dt) {
+    int dev = 0, sms = 0, khz = 0;
+    cudaDeviceProp prop;
+    CUCHECK(cudaGetDevice(&dev));
+    CUCHECK(cudaGetDeviceProperties(&prop, dev));
+    CUCHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUCHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+    const int cc = prop.major * 10 + prop.minor;
+    const int f32 = cc >= 86 ? 128 : 64;                                   /* sm_70, sm_80: 64 */
+    const int f64 = cc == 70 || cc == 80 || cc >= 90 ? f32 / 2 : f32 / 64; /* GeForce-class parts: 1/64 */
+    return 2.0 * (dt == FG_F64 ? f64 : f32) * sms * (khz * 1e3) / 1e12;
+}
+
 int main(int argc, char **argv) {
     std::vector<long> ns = {1024, 4096, 16384}, ds = {64, 128};
     long tokens = 16384, hidden = 2048;
@@ -98,15 +116,21 @@ int main(int argc, char **argv) {
     fg_attn_impl impl = FG_ATTN_FLASH;
     fg_attn_variant var{}; /* no variant */
     long gqa = 1;
+    int kernels = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: fg_cuda_bench [--n LIST] [--d LIST] [--dtype f32|f64] [--tokens N] [--hidden N] "
-                   "[--budget-ms MS] [--impl flash|naive] [--gqa G] [--window L,R] [--alibi] [--softcap C]\n");
+                   "[--budget-ms MS] [--impl flash|naive] [--gqa G] [--window L,R] [--alibi] [--softcap C]\n"
+                   "       fg_cuda_bench --kernels\n");
             return 0;
         }
         if (!strcmp(a, "--alibi")) {
             var.alibi = 1;
+            continue;
+        }
+        if (!strcmp(a, "--kernels")) {
+            kernels = 1;
             continue;
         }
         if (!v) {
@@ -141,6 +165,11 @@ int main(int argc, char **argv) {
     }
     CHECK(fg_cuda_init());
     fprintf(stderr, "fg_cuda_bench on %s\n", fg_cuda_device_string());
+    if (kernels) {
+        CHECK(fg_cuda_attention_kernel_table(stdout));
+        return 0;
+    }
+    const double peak = fma_peak_tflops(dt);
     char vname[96] = "";
     if (gqa > 1) snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "gqa%ld ", gqa);
     if (var.window)
@@ -152,7 +181,8 @@ int main(int argc, char **argv) {
         snprintf(vname, sizeof vname, "none");
     else
         vname[strlen(vname) - 1] = '\0';
-    printf("impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops,variant\n");
+    printf("impl,dtype,B,H,N,d,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops,variant,peak_tflops,fwd_peak_frac,"
+           "bwd_peak_frac\n");
     curandGenerator_t gen = (curandGenerator_t)fg_cuda_curand();
     const size_t es = fg_dtype_size(dt);
     for (long N : ns)
@@ -205,9 +235,10 @@ int main(int argc, char **argv) {
                     }
                 }
                 const double flops = 4.0 * B * H * pairs * d;
-                printf("%s,%s,%ld,%ld,%ld,%ld,%d,%.3f,%.3f,%.2f,%.2f,%s\n", fg_attn_impl_name(impl),
-                       dt == FG_F64 ? "float64" : "float32", B, H, N, d, causal, fwd, bwd, flops / (fwd * 1e9),
-                       2.5 * flops / (bwd * 1e9), vname);
+                const double tf = flops / (fwd * 1e9), tb = 2.5 * flops / (bwd * 1e9);
+                printf("%s,%s,%ld,%ld,%ld,%ld,%d,%.3f,%.3f,%.2f,%.2f,%s,%.1f,%.3f,%.3f\n", fg_attn_impl_name(impl),
+                       dt == FG_F64 ? "float64" : "float32", B, H, N, d, causal, fwd, bwd, tf, tb, vname, peak,
+                       tf / peak, tb / peak);
                 fflush(stdout);
                 for (void **b : bufs) cudaFree(*b);
                 cudaFree(lse);

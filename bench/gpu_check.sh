@@ -393,7 +393,16 @@ fi
 section "5. Attention benchmark: flashgrad flash vs PyTorch SDPA (float32)"
 if [ $OK_BUILD -eq 0 ] || [ $NO_GPU -eq 1 ]; then
     note "benchmark: SKIPPED ($([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))"
+    echo "Flash kernels' resources (fg_cuda_bench --kernels: dynamic shared memory, K/V stages, registers, local memory, blocks per SM at D = 64/128/256): (none: $([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))" >>"$BODY"
+    echo "flashgrad naive (cuBLAS) rows and fractions of the device's FMA peak: (none: $([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))" >>"$BODY"
 else
+    # the flash kernels' resources on this device: shared memory and occupancy never show in ptxas -v
+    begin "kernel resources"
+    run 30 "$SCRATCH/kernels.csv" build-cuda/fg_cuda_bench --kernels
+    echo "Flash kernels' resources (fg_cuda_bench --kernels; rc $RC): dynamic shared memory, K/V stages, __launch_bounds__ blocks, registers, local memory (spills), cudaOccupancyMaxActiveBlocksPerMultiprocessor at 256 threads:" >>"$BODY"
+    grep -v '^fg_cuda_bench' "$SCRATCH/kernels.csv" >"$SCRATCH/kernels_t.csv"
+    code "$SCRATCH/kernels_t.csv"
+    [ $RC -ne 0 ] && OK_TESTS=0
     ns="1024,4096,16384"
     [ "$QUICK" = 1 ] && ns="1024,4096"
     begin "benchmark: flashgrad"
@@ -415,14 +424,19 @@ print(f"samples {len(rows)}; SM MHz {col(1)}; memory MHz {col(2)}; power W {col(
 print("```")
 EOF2
     [ $rc_fg -ne 0 ] && OK_TESTS=0 # a benchmark failure fails the check
+    # flashgrad's naive attention (cuBLAS GEMMs + row kernels; stores P, so N <= 4096)
+    begin "benchmark: flashgrad naive"
+    run 100 "$SCRATCH/fg_naive.csv" build-cuda/fg_cuda_bench --impl naive --n 1024,4096 --d 64,128 --budget-ms 300
+    rc_naive=$RC
+    [ $rc_naive -ne 0 ] && OK_TESTS=0
     begin "benchmark: PyTorch"
     run 100 "$SCRATCH/torch.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 300
     rc_torch=$RC
     # bf16 reference rows (flash / cuDNN kernels on tensor cores): the speed a user gets in half precision
     run 60 "$SCRATCH/torch_bf16.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 200 --dtype bfloat16
     { echo "PyTorch bfloat16 reference rows (not comparable precision; rc $RC):"; echo '```'; grep -v '^attention_torch' "$SCRATCH/torch_bf16.csv"; echo '```'; } >>"$BODY"
-    { echo "===== fg_cuda_bench (rc $rc_fg) ====="; cat "$SCRATCH/fg.csv"; echo "===== attention_torch_gpu.py (rc $rc_torch) ====="; cat "$SCRATCH/torch.csv"; } >>"$BENCH_LOG"
-    python3 - "$SCRATCH/fg.csv" "$SCRATCH/torch.csv" >"$SCRATCH/bench_table.md" 2>&1 <<'EOF'
+    { echo "===== fg_cuda_bench (rc $rc_fg) ====="; cat "$SCRATCH/fg.csv"; echo "===== fg_cuda_bench --impl naive (rc $rc_naive) ====="; cat "$SCRATCH/fg_naive.csv"; echo "===== attention_torch_gpu.py (rc $rc_torch) ====="; cat "$SCRATCH/torch.csv"; } >>"$BENCH_LOG"
+    python3 - "$SCRATCH/fg.csv" "$SCRATCH/torch.csv" "$SCRATCH/fg_naive.csv" >"$SCRATCH/bench_table.md" 2>&1 <<'EOF'
 import csv, sys
 def load(p):
     out = {}
@@ -432,18 +446,27 @@ def load(p):
     except Exception as e:
         print(f"(could not read {p}: {e})")
     return out
-fg, th = load(sys.argv[1]), load(sys.argv[2])
-print("| N | d | causal | B×H | flashgrad fwd ms (TFLOP/s) | torch fwd ms (TFLOP/s) | flashgrad bwd ms (TFLOP/s) | torch bwd ms (TFLOP/s) | torch backend |")
-print("|---|---|---|---|---|---|---|---|---|")
-for key in sorted(set(fg) | set(th)):
-    a, b = fg.get(key), th.get(key)
-    cell = lambda r, t: f"{float(r[t + '_ms']):.2f} ({float(r[t + '_tflops']):.1f})" if r and r[t + "_ms"] != "nan" else "—"
-    bh = f"{(a or b)['B']}×{(a or b)['H']}"
-    print(f"| {key[0]} | {key[1]} | {key[2]} | {bh} | {cell(a, 'fwd')} | {cell(b, 'fwd')} | {cell(a, 'bwd')} | {cell(b, 'bwd')} | {b['impl'] if b else '—'} |")
-print(f"\n{len(fg)} flashgrad rows, {len(th)} PyTorch rows.")
+fg, th, nv = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+# the device's float32 FMA peak (fg_cuda_bench's peak_tflops): every TFLOP/s also as a fraction of it
+peak = next((float(r["peak_tflops"]) for r in list(fg.values()) + list(nv.values()) if r.get("peak_tflops")), 0.0)
+print(f"ms (TFLOP/s, fraction of the float32 FMA peak of {peak:.1f} TFLOP/s; PyTorch's float32 SDPA runs on tensor cores, so its fraction can pass 1)")
+print()
+print("| N | d | causal | B×H | flashgrad fwd | naive fwd | torch fwd | flashgrad bwd | naive bwd | torch bwd | torch backend |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+def cell(r, t):
+    if not r or r[t + "_ms"] == "nan":
+        return "—"
+    tf = float(r[t + "_tflops"])
+    return f"{float(r[t + '_ms']):.2f} ({tf:.1f}, {tf / peak:.2f})" if peak else f"{float(r[t + '_ms']):.2f} ({tf:.1f})"
+for key in sorted(set(fg) | set(th) | set(nv)):
+    a, b, c = fg.get(key), th.get(key), nv.get(key)
+    r0 = a or b or c
+    bh = f"{r0['B']}×{r0['H']}"
+    print(f"| {key[0]} | {key[1]} | {key[2]} | {bh} | {cell(a, 'fwd')} | {cell(c, 'fwd')} | {cell(b, 'fwd')} | {cell(a, 'bwd')} | {cell(c, 'bwd')} | {cell(b, 'bwd')} | {b['impl'] if b else '—'} |")
+print(f"\n{len(fg)} flashgrad flash rows, {len(nv)} flashgrad naive rows, {len(th)} PyTorch rows.")
 EOF
     cat "$SCRATCH/bench_table.md" >>"$BODY"
-    note "benchmark: flashgrad rc $rc_fg, PyTorch rc $rc_torch [$(elapsed) s]"
+    note "benchmark: flashgrad rc $rc_fg, naive rc $rc_naive, PyTorch rc $rc_torch [$(elapsed) s]"
     if [ -n "$NCU" ] && [ "$(left)" -gt 60 ]; then
         begin "ncu"
         make_npy "$SCRATCH/in_ncu" f4 1 4 4096 64 >>"$NCU_LOG" 2>&1

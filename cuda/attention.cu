@@ -16,21 +16,26 @@
  *   run on the CPU only and are refused here.
  *   Dropout: element (b, h, i, j) of P is kept iff fg_attn_keep(seed, threshold, b, h, i, j)
  *   (ops/shared/attn_dropout.h, the same function the CPU calls; h the query head) and then scaled by 1/(1 − p).
- *   ALiBi slopes: the user's (a host array) are copied to the device for each call; the standard
- *   ones are computed in the kernels by fg_attn_alibi_slope, the CPU's function.
+ *   ALiBi slopes: the user's (a host array) are kept on the device (uploaded, without a host wait,
+ *   when they change); the standard ones are computed in the kernels by fg_attn_alibi_slope, the
+ *   CPU's function.
  *
  * ---- flash forward: one thread block per (q tile of BQ rows, h, b), 256 threads ----
  *   Q tile in shared memory for the whole block; for each key tile in the range the tile's rows can
  *   see (causal ∧ window, fa_key_tiles), skipping the MASKED ones entirely (no load, no math):
- *     K, V tiles -> shared memory           (K/V head h / G)
+ *     K, V tiles -> shared memory           (K/V head h / G; cp.async, tile kt + 1 in flight
+ *                                            while tile kt is used where two stages fit)
  *     S  = variants(scale · Q Kᵀ)            (BQ × BK, registers; masked only in PARTIAL tiles)
  *     m' = max(m, rowmax S);  P = exp(S − m');  l = exp(m − m') l + rowsum P
  *     O  = exp(m − m') O + dropout(P) V      (O accumulates in registers)
  *   then O /= l and lse = m + log l (in float64, rounded once; with the `aux` buffer, lse_lo gets
  *   the rounding remainder, as on the CPU). It writes O and lse (and lse_lo) only — saved for
  *   backward: O, lse.
- *   Thread (ty, tx) of the 16 × 16 grid owns rows ty + 16a of the tile and columns tx + 16b, so
- *   a row's max and sum are shuffles among the 16 lanes that share ty (half a warp).
+ *   Thread (ty, tx) of the 16 × 16 grid owns rows ty + 16a of the tile and the BK/16 consecutive
+ *   keys (BK/16)·tx + c, so a row's max and sum are shuffles among the 16 lanes that share ty (half
+ *   a warp) and one Philox block gives the dropout bits of four of its keys. Shared tiles are
+ *   swizzled in 16-byte chunks so every inner-loop load is one 16-byte vector load without bank
+ *   conflicts (flash_cfg in attention_kernels.cuh).
  *
  * ---- flash backward (deterministic: no floating-point atomics) ----
  *   kernel 1: Dᵢ = rowsum(dOᵢ ∘ Oᵢ)   (= Σ_j P_ij dP_ij with dropout; summed in float64, as on the CPU)
@@ -65,6 +70,8 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/attention_kernels.cuh"
@@ -156,16 +163,45 @@ static fg_status check_problem(const fg_attn_problem *pr, const char *what) {
 }
 
 /* The ALiBi slopes the kernels read: NULL (no ALiBi, or the standard slopes, which the kernels
- * compute with fg_attn_alibi_slope) or a device copy of the user's H host slopes, in `buf`. The
- * copy waits for the upload, so the caller's array may change once we return. */
-static fg_status device_slopes(const fg_attn_problem *pr, fg_cu_scratch &buf, const double **out) {
+ * compute with fg_attn_alibi_slope) or a device copy of the user's H host slopes. The copy is kept
+ * between calls: a call whose slopes equal the last ones (a model's slopes do not change) uploads
+ * nothing; new slopes go to a new device buffer by fg_cu_upload (staged, no host wait; kernels
+ * queued earlier still read the old buffer, which goes back to the stream-ordered allocator), so
+ * the caller's array may change once we return. One host thread drives the device. */
+static struct {
+    double *host; /* the slopes of `dev`, n of them */
+    int64_t n;
+    void *dev;
+} g_slopes;
+
+static fg_status device_slopes(const fg_attn_problem *pr, const double **out) {
     *out = nullptr;
     if (!pr->var.alibi || !pr->var.alibi_slopes || pr->H == 0) return FG_OK;
     const size_t n = (size_t)pr->H * sizeof(double);
-    FG_TRY(buf.get(n, "attention (ALiBi slopes)"));
-    FG_CU(cudaMemcpyAsync(buf.p, pr->var.alibi_slopes, n, cudaMemcpyHostToDevice, fg_cu_stream()));
-    FG_CU(cudaStreamSynchronize(fg_cu_stream()));
-    *out = buf.as<double>();
+    if (g_slopes.dev && g_slopes.n == pr->H && !memcmp(g_slopes.host, pr->var.alibi_slopes, n)) {
+        *out = (const double *)g_slopes.dev;
+        return FG_OK;
+    }
+    double *host = (double *)malloc(n);
+    void *dev = fg_alloc(FG_CUDA, n);
+    if (!host || !dev) {
+        free(host);
+        if (dev) fg_free(FG_CUDA, dev);
+        return fg_error(FG_ERR_OOM, "attention: cannot allocate %zu bytes for the ALiBi slopes", n);
+    }
+    const fg_status st = fg_cu_upload(dev, pr->var.alibi_slopes, n, "attention (ALiBi slopes)");
+    if (st != FG_OK) {
+        free(host);
+        fg_free(FG_CUDA, dev);
+        return st;
+    }
+    memcpy(host, pr->var.alibi_slopes, n);
+    free(g_slopes.host);
+    if (g_slopes.dev) fg_free(FG_CUDA, g_slopes.dev);
+    g_slopes.host = host;
+    g_slopes.n = pr->H;
+    g_slopes.dev = dev;
+    *out = (const double *)dev;
     return FG_OK;
 }
 
@@ -177,14 +213,14 @@ static fg_status flash_forward(T *o, T *lse, T *lse_lo, const T *q, const T *k, 
                         (long long)pr->d);
     if (pr->B * pr->H * pr->Nq == 0) return FG_OK;
     fa_args<T> a = make_args<T>(pr);
-    fg_cu_scratch slopes;
-    FG_TRY(device_slopes(pr, slopes, &a.slopes));
+    FG_TRY(device_slopes(pr, &a.slopes));
     a.q = q;
     a.k = k;
     a.v = v;
     a.o_out = o;
     a.lse_out = lse;
     a.lse_lo_out = lse_lo;
+    a.vec16 = fa_vec16(a);
     return flash_launch<T>(D, a, false);
 }
 
@@ -204,8 +240,7 @@ static fg_status flash_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
         <<<fg_cu_blocks(rows * 32), FG_CU_THREADS, 0, fg_cu_stream()>>>(Dbuf.as<T>(), dout, o, rows, (int)pr->d);
     FG_CU_LAUNCHED();
     fa_args<T> a = make_args<T>(pr);
-    fg_cu_scratch slopes;
-    FG_TRY(device_slopes(pr, slopes, &a.slopes));
+    FG_TRY(device_slopes(pr, &a.slopes));
     a.q = q;
     a.k = k;
     a.v = v;
@@ -217,6 +252,7 @@ static fg_status flash_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
     a.dq = dq;
     a.dk = dk;
     a.dv = dv;
+    a.vec16 = fa_vec16(a);
     return flash_launch<T>(D, a, true); /* kernels 2 and 3 */
 }
 
@@ -246,8 +282,8 @@ static fg_status naive_forward(T *o, T *lse, T *p, const T *q, const T *k, const
     const fg_dtype dt = sizeof(T) == 8 ? FG_F64 : FG_F32;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
     fa_args<T> a = make_args<T>(pr);
-    fg_cu_scratch sP, sW, slopes;
-    FG_TRY(device_slopes(pr, slopes, &a.slopes));
+    fg_cu_scratch sP, sW;
+    FG_TRY(device_slopes(pr, &a.slopes));
     T *P = p;
     if (!P) {
         FG_TRY(sP.get((size_t)(BH * nn) * sizeof(T), "naive attention (score matrix)"));
@@ -321,6 +357,52 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
     if (dk)
         FG_TRY(
             fg_cuda_gemm(dt, 1, 0, n.Nk, n.d, n.GNq, pr->scale, dS, n.ldn, sS, q, n.d, sQ, 1.0, dk, n.d, sK, n.batch));
+    return FG_OK;
+}
+
+/* ============================================================================================
+ * the flash kernels' resources (bench/gpu_check.sh's report)
+ * ============================================================================================ */
+
+template <typename T, int D, bool MODS> static fg_status kernel_rows(FILE *out, const char *dt) {
+    const struct {
+        const char *name;
+        const void *fn;
+        size_t smem;
+        int stages, min_blocks;
+    } ks[3] = {
+        {"flash_fwd", (const void *)flash_fwd_kernel<T, D, MODS>, fwd_smem<T, D>(), fa_fwd_cfg<T, D>::ST,
+         fa_fwd_cfg<T, D>::min_blocks(MODS)},
+        {"flash_bwd_dkdv", (const void *)flash_bwd_dkdv_kernel<T, D, MODS>, dkdv_smem<T, D>(), 1,
+         fa_dkdv_cfg<T, D>::min_blocks(MODS)},
+        {"flash_bwd_dq", (const void *)flash_bwd_dq_kernel<T, D, MODS>, dq_smem<T, D>(), fa_dq_cfg<T, D>::ST,
+         fa_dq_cfg<T, D>::min_blocks(MODS)},
+    };
+    for (const auto &k : ks) {
+        FG_TRY(allow_smem(k.fn, k.smem, k.name));
+        cudaFuncAttributes fa;
+        int blocks = 0;
+        FG_CU(cudaFuncGetAttributes(&fa, k.fn));
+        FG_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.fn, 256, k.smem));
+        fprintf(out, "%s,%s,%d,%d,%zu,%d,%d,%d,%zu,%d\n", k.name, dt, D, MODS ? 1 : 0, k.smem, k.stages, k.min_blocks,
+                fa.numRegs, (size_t)fa.localSizeBytes, blocks);
+    }
+    return FG_OK;
+}
+
+extern "C" fg_status fg_cuda_attention_kernel_table(FILE *out) {
+    FG_TRY(fg_cu_require("attention kernel table"));
+    fprintf(out,
+            "kernel,dtype,D,mods,dyn_smem_bytes,kv_stages,launch_min_blocks,registers,local_bytes,blocks_per_sm\n");
+    FG_TRY((kernel_rows<float, 64, false>(out, "float32")));
+    FG_TRY((kernel_rows<float, 128, false>(out, "float32")));
+    FG_TRY((kernel_rows<float, 256, false>(out, "float32")));
+    FG_TRY((kernel_rows<float, 64, true>(out, "float32")));
+    FG_TRY((kernel_rows<float, 128, true>(out, "float32")));
+    FG_TRY((kernel_rows<float, 256, true>(out, "float32")));
+    FG_TRY((kernel_rows<double, 64, false>(out, "float64")));
+    FG_TRY((kernel_rows<double, 128, false>(out, "float64")));
+    FG_TRY((kernel_rows<double, 256, false>(out, "float64")));
     return FG_OK;
 }
 

@@ -5,7 +5,7 @@
  * in tests/cuda/emu/ defines FG_CUDA_EMU and the CUDA built-ins (threads as fibers, __syncthreads
  * and warp shuffles as barriers) and checks these kernels against the CPU reference on a machine
  * without a GPU (`make cuda-emu`). So this file uses nothing from the CUDA runtime: only
- * cuda/device_math.cuh, the host/device headers of ops/shared/ (attn_tiles.h, attn_variant.h,
+ * cuda/device_math.cuh, cuda/ptx_async.cuh (cp.async, which the emulator models), the host/device headers of ops/shared/ (attn_tiles.h, attn_variant.h,
  * attn_dropout.h), tensor/philox.h and FG_DYN_SMEM below.
  *
  * The variants (ops/attention.h, steps 1–6) are written with the CPU's own pure helpers of
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cuda/device_math.cuh"
+#include "cuda/ptx_async.cuh"
 #include "ops/attention_kernels.h" /* fg_attn_problem */
 #include "ops/shared/attn_dropout.h"
 #include "ops/shared/attn_tiles.h"
@@ -54,6 +55,7 @@ template <typename T> struct fa_args {
     int alibi;              /* 1: s −= slope_h · |i' − j| */
     const double *slopes;   /* device memory, H slopes; NULL: fg_attn_alibi_slope(h, H) */
     T softcap, inv_softcap; /* softcap c > 0: s = c · tanh(s · (1/c)); 0 = off */
+    int vec16; /* d is a multiple of 16 / sizeof(T) and q, k, v, dout 16-byte aligned: tiles load by chunks */
 };
 
 /* ---- the variants, per element and per tile ---- */
@@ -168,43 +170,184 @@ __device__ __forceinline__ void fa_query_tiles(const fa_args<T> &a, int64_t j0, 
     *qt1 = x > i_first ? fg_attn_ntiles(x, BQ) : *qt0;
 }
 
-/* Tile sizes: BQ query rows × BK keys per block, for the forward (F) and backward (B) kernels.
- * Shared-memory rows are padded: Q/K/V/dO rows to D + 1 elements (conflict-free column reads),
- * score rows to BK + SPAD. */
+/* Tile sizes: BQ query rows × BK keys per block, for the forward (F) and backward (B) kernels,
+ * and the shared-memory layout they share.
+ *
+ * Thread (ty, tx) of the 16 × 16 grid owns rows ty + 16r of a score tile and the KW = BK / 16
+ * CONSECUTIVE keys KW·tx .. KW·tx + KW − 1: its P and dS go to shared memory as one vector store
+ * per row, and one Philox block (four consecutive keys, ops/shared/attn_dropout.h) serves four of
+ * its elements. Of a (rows, D) output tile it owns rows ty + 16r and the columns
+ * CW·tx + 16·CW·m + w (w < CW = min(VEC, D/16)), so a V, dO, Q or K row is read CW at a time.
+ *
+ * Shared tiles are row-major without padding, in 16-byte chunks (VEC = 16 / sizeof(T) elements)
+ * whose order within a row is XOR-swizzled by fa_swz(row) (fa_sw): every 16-byte load stays
+ * aligned, and the access patterns of the kernels hit distinct bank groups —
+ *   rows KW·tx + c (K, V in the score loops; P, dS stores): fa_swz differs for tx = 0..7;
+ *   rows ty, ty + 1 (Q, dO; a half-warp each, both in one warp): fa_swz differs;
+ *   one row, chunks by tx (V in O += P V, dO and Q in dV, dK, K in dQ): a permutation.
+ * It needs rows of at least 8 chunks (128 bytes). K/V tiles are fetched with cp.async
+ * (cuda/ptx_async.cuh) into STAGES buffers: with two, tile kt + 1 is in flight while tile kt is
+ * used (the forward and dQ kernels, where fa_stages allows); the dK/dV kernel waits for each
+ * query tile (one stage). */
 template <typename T, int D> struct flash_cfg;
 template <int D> struct flash_cfg<float, D> {
     static constexpr int FBQ = 64, FBK = 64;
-    /* forward blocks per SM the registers must leave room for (__launch_bounds__): shared memory
-     * (70 KB a block) allows 3 up to D = 64, which caps ptxas at 80 registers — what the kernel
-     * used before the variants; left alone, ptxas now picks 128 and only 2 blocks fit. (It spills
-     * 16 bytes of loop-invariant values in the plain D = 64 instance.) Wider D: shared memory
-     * allows 1. */
-    static constexpr int FWD_MIN_BLOCKS = D <= 64 ? 3 : 1;
     static constexpr int BBQ = D <= 128 ? 64 : 32, BBK = D <= 128 ? 64 : 32;
-    static constexpr int SPAD = 16;
 };
 template <int D> struct flash_cfg<double, D> {
     static constexpr int FBQ = 32, FBK = 32;
-    static constexpr int FWD_MIN_BLOCKS = 1;
     static constexpr int BBQ = D <= 128 ? 32 : 16, BBK = D <= 128 ? 32 : 16;
-    static constexpr int SPAD = 1;
 };
+
+/* shared-memory bytes of each kernel with `st` K/V stages */
+template <typename T, int D> constexpr size_t fa_fwd_bytes(int st) {
+    using C = flash_cfg<T, D>;
+    return sizeof(T) * ((size_t)C::FBQ * D + (size_t)st * 2 * C::FBK * D + (size_t)C::FBQ * C::FBK);
+}
+template <typename T, int D> constexpr size_t fa_dq_bytes(int st) {
+    using C = flash_cfg<T, D>;
+    return sizeof(T) *
+           ((size_t)2 * C::BBQ * D + (size_t)st * 2 * C::BBK * D + (size_t)C::BBQ * C::BBK + 3 * (size_t)C::BBQ);
+}
+template <typename T, int D> constexpr size_t fa_dkdv_bytes() {
+    using C = flash_cfg<T, D>;
+    return sizeof(T) *
+           ((size_t)2 * C::BBK * D + (size_t)2 * C::BBQ * D + (size_t)2 * C::BBK * C::BBQ + 3 * (size_t)C::BBQ);
+}
+/* Blocks of `bytes` an SM holds (228 KB, 1 KB reserved per block). Up to D = 64 two blocks of 256
+ * threads per SM are the aim (__launch_bounds__(256, 2): 128 registers a thread hold the
+ * accumulators); wider, the accumulators need more registers and one block runs per SM anyway
+ * (up to 255 registers). The stages: two when they fit the 227 KB a block may have and, up to
+ * D = 64, still leave min(2, blocks with one stage) blocks. */
+constexpr int fa_blocks_per_sm(size_t bytes) { return (int)(233472 / (bytes + 1024)); }
+constexpr int fa_stages(int D, size_t one, size_t two) {
+    return two <= 232448 && (D > 64 || fa_blocks_per_sm(two) >= (fa_blocks_per_sm(one) < 2 ? fa_blocks_per_sm(one) : 2))
+               ? 2
+               : 1;
+}
+constexpr int fa_min_blocks(int D, size_t bytes) { return D <= 64 && fa_blocks_per_sm(bytes) >= 2 ? 2 : 1; }
+/* ... except the float32 instances that ptxas -v (sm_90) shows spilling at 128 registers: the
+ * forward with softcap/ALiBi at D = 64, the dK/dV kernel with them at D = 64 and without at D = 32;
+ * they get one block per SM and the registers they need */
+template <typename T> constexpr bool fa_spills_at_128(int kernel, int D, bool mods) {
+    return sizeof(T) == 4 &&
+           ((kernel == 0 && D == 64 && mods) || (kernel == 2 && D == 64 && mods) || (kernel == 2 && D == 32 && !mods));
+}
+
+template <typename T, int D> struct fa_fwd_cfg {
+    static constexpr int ST = fa_stages(D, fa_fwd_bytes<T, D>(1), fa_fwd_bytes<T, D>(2));
+    static constexpr size_t BYTES = fa_fwd_bytes<T, D>(ST);
+    static constexpr int min_blocks(bool mods) { return fa_spills_at_128<T>(0, D, mods) ? 1 : fa_min_blocks(D, BYTES); }
+};
+template <typename T, int D> struct fa_dq_cfg {
+    static constexpr int ST = fa_stages(D, fa_dq_bytes<T, D>(1), fa_dq_bytes<T, D>(2));
+    static constexpr size_t BYTES = fa_dq_bytes<T, D>(ST);
+    static constexpr int min_blocks(bool mods) { return fa_spills_at_128<T>(1, D, mods) ? 1 : fa_min_blocks(D, BYTES); }
+};
+template <typename T, int D> struct fa_dkdv_cfg {
+    static constexpr size_t BYTES = fa_dkdv_bytes<T, D>();
+    static constexpr int min_blocks(bool mods) { return fa_spills_at_128<T>(2, D, mods) ? 1 : fa_min_blocks(D, BYTES); }
+};
+
+/* ---- the shared-memory layout ---- */
+
+/* the chunk swizzle of row r of a tile whose score rows are read KW at a time (see flash_cfg) */
+template <int KW> __device__ __forceinline__ int fa_swz(int r) { return (KW > 1 ? (r / KW) ^ r : r) & 7; }
+/* element (r, c) of a row-major tile of W columns */
+template <typename T, int W, int KW> __device__ __forceinline__ int fa_sw(int r, int c) {
+    constexpr int VEC = 16 / (int)sizeof(T);
+    static_assert(W / VEC >= 8, "a swizzled row needs 8 chunks of 16 bytes");
+    return r * W + (((c / VEC) ^ fa_swz<KW>(r)) * VEC) + c % VEC;
+}
+
+/* N consecutive elements of shared memory at p (aligned to N elements) in one access */
+__device__ __forceinline__ void fa_ld(float (&o)[4], const float *p) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+}
+__device__ __forceinline__ void fa_ld(float (&o)[2], const float *p) {
+    const float2 v = *reinterpret_cast<const float2 *>(p);
+    o[0] = v.x, o[1] = v.y;
+}
+__device__ __forceinline__ void fa_ld(double (&o)[2], const double *p) {
+    const double2 v = *reinterpret_cast<const double2 *>(p);
+    o[0] = v.x, o[1] = v.y;
+}
+template <typename T> __device__ __forceinline__ void fa_ld(T (&o)[1], const T *p) { o[0] = *p; }
+__device__ __forceinline__ void fa_st(float *p, const float (&v)[4]) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void fa_st(float *p, const float (&v)[2]) {
+    *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]);
+}
+__device__ __forceinline__ void fa_st(double *p, const double (&v)[2]) {
+    *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
+}
+template <typename T> __device__ __forceinline__ void fa_st(T *p, const T (&v)[1]) { *p = v[0]; }
+
+/* Queue the copy of rows [r0, r0 + ROWS) of a (nrows, d) matrix into a swizzled (ROWS, D) tile;
+ * zeros past nrows and past d. vec: d is a multiple of VEC and g 16-byte aligned (a.vec16), so
+ * whole chunks are copied; otherwise element by element. The caller commits and waits. */
+template <typename T, int D, int KW, int ROWS>
+__device__ __forceinline__ void fa_load_tile(T *S, const T *g, int64_t r0, int64_t nrows, int d, int vec) {
+    constexpr int VEC = 16 / (int)sizeof(T), CH = D / VEC;
+    if (vec) {
+        for (int e = threadIdx.x; e < ROWS * CH; e += blockDim.x) {
+            const int r = e / CH, c = (e % CH) * VEC;
+            const int64_t gr = r0 + r;
+            const bool in = gr < nrows && c < d;
+            fg_cp_async<16>(S + fa_sw<T, D, KW>(r, c), in ? g + gr * d + c : g, in);
+        }
+    } else {
+        for (int e = threadIdx.x; e < ROWS * D; e += blockDim.x) {
+            const int r = e / D, c = e % D;
+            const int64_t gr = r0 + r;
+            const bool in = gr < nrows && c < d;
+            fg_cp_async<(int)sizeof(T)>(S + fa_sw<T, D, KW>(r, c), in ? g + gr * d + c : g, in);
+        }
+    }
+}
+
+/* ---- dropout: one Philox block for four consecutive keys ---- */
+
+/* The four words of the dropout block of keys 4q .. 4q + 3 of row (b, h, i): the counter and key
+ * of fg_attn_keep (ops/shared/attn_dropout.h), whose word j % 4 decides key j. */
+struct fa_philox4 {
+    uint32_t w[4];
+};
+__device__ __forceinline__ fa_philox4 fa_dropout_block(uint64_t seed, int64_t b, int64_t h, int64_t i, int64_t q) {
+    const uint32_t ctr[4] = {(uint32_t)q, (uint32_t)i, (uint32_t)h, (uint32_t)b};
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    fa_philox4 r;
+    fg_philox4x32_10(ctr, key, r.w);
+    return r;
+}
+/* word k (0..3, a runtime value) without indexing the array: a select, no stack */
+__device__ __forceinline__ uint32_t fa_word(const fa_philox4 &p, int k) {
+    return k == 0 ? p.w[0] : k == 1 ? p.w[1] : k == 2 ? p.w[2] : p.w[3];
+}
+/* z[c] = the dropout factor (1/(1 − p) or 0) of keys j0 + KW·tx + c of row i, one Philox block per
+ * four of them; all 1 without dropout */
+template <typename T, int KW>
+__device__ __forceinline__ void fa_dropout_row(const fa_args<T> &a, int64_t b, int64_t h, int64_t i, int64_t jt,
+                                               T (&z)[KW]) {
+    fa_philox4 blk = {{0, 0, 0, 0}};
+#pragma unroll
+    for (int c = 0; c < KW; c++) {
+        const int64_t j = jt + c; /* jt is a multiple of KW, so c % 4 == 0 starts a block */
+        if (!a.thr) {
+            z[c] = (T)1;
+            continue;
+        }
+        if (c % 4 == 0) blk = fa_dropout_block(a.seed, b, h, i, j >> 2);
+        const uint32_t w = KW >= 4 ? blk.w[c & 3] : fa_word(blk, (int)(j & 3));
+        z[c] = w >= a.thr ? a.inv_keep : (T)0;
+    }
+}
 
 /* ============================================================================================
  * flash kernels
  * ============================================================================================ */
-
-/* rows [r0, r0 + ROWS) of a (nrows, d) matrix into a (ROWS, LD) shared tile; zeros past nrows
- * and past d */
-template <typename T, int D, int ROWS>
-__device__ __forceinline__ void load_tile(T *S, const T *g, int64_t r0, int64_t nrows, int d) {
-    constexpr int LD = D + 1;
-    for (int e = threadIdx.x; e < ROWS * D; e += blockDim.x) {
-        int r = e / D, c = e % D;
-        int64_t gr = r0 + r;
-        S[r * LD + c] = (gr < nrows && c < d) ? g[gr * d + c] : (T)0;
-    }
-}
 
 /* max / sum over the 16 lanes that share ty (one half of a warp) */
 template <typename T> __device__ __forceinline__ T half_warp_max(T v) {
@@ -219,13 +362,66 @@ template <typename T> __device__ __forceinline__ T half_warp_sum(T v) {
     return v;
 }
 
+/* acc[r][·] += A[r][e] · B[·][e] over the (ROWS_A, D) tile A (rows ty + 16r) and the (·, D) tile B
+ * (rows KW·tx + c): the score loop, VEC elements of each row per load, e in order */
+template <typename T, int D, int KW, int RQ>
+__device__ __forceinline__ void fa_scores(T (&s)[RQ][KW], const T *As, const T *Bs, int ty, int tx) {
+    constexpr int VEC = 16 / (int)sizeof(T);
+#pragma unroll 1 /* a chunk step is RQ·KW·VEC FFMAs already; unrolling more only costs registers */
+    for (int e = 0; e < D; e += VEC) {
+        T av[RQ][VEC];
+#pragma unroll
+        for (int r = 0; r < RQ; r++) fa_ld(av[r], As + fa_sw<T, D, KW>(ty + 16 * r, e));
+#pragma unroll
+        for (int c = 0; c < KW; c++) { /* one B row at a time: fewer registers live */
+            T bv[VEC];
+            fa_ld(bv, Bs + fa_sw<T, D, KW>(KW * tx + c, e));
+#pragma unroll
+            for (int u = 0; u < VEC; u++)
+#pragma unroll
+                for (int r = 0; r < RQ; r++) s[r][c] += av[r][u] * bv[u];
+        }
+    }
+}
+
+/* acc[r][m·CW + w] += Σ_jj W[ty + 16r][jj] · X[jj][CW·tx + 16·CW·m + w] over the (·, NJ) tile W
+ * and the (NJ, D) tile X, both swizzled (KW of their producers), jj in order: O += P V, dQ += dS K,
+ * dV += Pᵀ dO and dK += dSᵀ Q */
+template <typename T, int D, int KW, int NJ, int RQ>
+__device__ __forceinline__ void fa_rows_times_tile(T (&acc)[RQ][D / 16], const T *Ws, const T *Xs, int ty, int tx) {
+    constexpr int VEC = 16 / (int)sizeof(T), RD = D / 16, CW = RD < VEC ? RD : VEC, NCG = RD / CW;
+#pragma unroll 1
+    for (int jj = 0; jj < NJ; jj += VEC) {
+        T wv[RQ][VEC];
+#pragma unroll
+        for (int r = 0; r < RQ; r++) fa_ld(wv[r], Ws + fa_sw<T, NJ, KW>(ty + 16 * r, jj));
+#pragma unroll
+        for (int u = 0; u < VEC; u++) {
+            T xv[NCG][CW];
+#pragma unroll
+            for (int m = 0; m < NCG; m++) fa_ld(xv[m], Xs + fa_sw<T, D, KW>(jj + u, CW * tx + 16 * CW * m));
+#pragma unroll
+            for (int r = 0; r < RQ; r++)
+#pragma unroll
+                for (int m = 0; m < NCG; m++)
+#pragma unroll
+                    for (int w = 0; w < CW; w++) acc[r][m * CW + w] += wv[r][u] * xv[m][w];
+        }
+    }
+}
+
+/* the column of output element (·, m·CW + w) of thread tx */
+template <typename T, int D> __device__ __forceinline__ int fa_col(int tx, int k) {
+    constexpr int VEC = 16 / (int)sizeof(T), RD = D / 16, CW = RD < VEC ? RD : VEC;
+    return CW * tx + 16 * CW * (k / CW) + k % CW;
+}
+
 template <typename T, int D, bool MODS>
-__global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fwd_kernel(fa_args<T> a) {
+__global__ void __launch_bounds__(256, fa_fwd_cfg<T, D>::min_blocks(MODS)) flash_fwd_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
-    constexpr int BQ = C::FBQ, BK = C::FBK, RQ = BQ / 16, RK = BK / 16, RD = D / 16;
-    constexpr int LD = D + 1, LDS = BK + C::SPAD;
+    constexpr int BQ = C::FBQ, BK = C::FBK, RQ = BQ / 16, KW = BK / 16, RD = D / 16, ST = fa_fwd_cfg<T, D>::ST;
     FG_DYN_SMEM(smem_raw);
-    T *Qs = (T *)smem_raw, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ps = Vs + BK * LD;
+    T *Qs = (T *)smem_raw, *KVs = Qs + BQ * D, *Ps = KVs + ST * 2 * BK * D; /* stage s: K at s·2BK·D, V after */
 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
@@ -235,7 +431,6 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
     const T *q = a.q + bh * Nq * d, *k = a.k + bg * Nk * d, *v = a.v + bg * Nk * d;
     const double slope = MODS ? fa_slope(a, h) : 0.0;
 
-    load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
     T m[RQ], l[RQ], acc[RQ][RD];
 #pragma unroll
     for (int r = 0; r < RQ; r++) {
@@ -247,32 +442,39 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
 
     int64_t kt0, kt1, kf0, kf1;
     fa_key_tiles<T, BQ, BK>(a, i0, &kt0, &kt1, &kf0, &kf1);
+    fa_load_tile<T, D, KW, BQ>(Qs, q, i0, Nq, d, a.vec16);
+    if (ST == 2 && kt0 < kt1) {
+        fa_load_tile<T, D, KW, BK>(KVs, k, kt0 * BK, Nk, d, a.vec16);
+        fa_load_tile<T, D, KW, BK>(KVs + BK * D, v, kt0 * BK, Nk, d, a.vec16);
+    }
+    fg_cp_async_commit();
+    int stage = 0;
     for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
         const int64_t j0 = kt * BK;
         const fg_tile_kind kind = kt >= kf0 && kt < kf1 ? FG_TILE_FULL : FG_TILE_PARTIAL;
-        __syncthreads(); /* the previous tile's Ks, Vs, Ps are no longer read */
-        load_tile<T, D, BK>(Ks, k, j0, Nk, d);
-        load_tile<T, D, BK>(Vs, v, j0, Nk, d);
-        __syncthreads();
+        const T *Ks = KVs + stage * 2 * BK * D, *Vs = Ks + BK * D;
+        if (ST == 1) {
+            __syncthreads(); /* the previous tile's K, V, P are no longer read */
+            fa_load_tile<T, D, KW, BK>(KVs, k, j0, Nk, d, a.vec16);
+            fa_load_tile<T, D, KW, BK>(KVs + BK * D, v, j0, Nk, d, a.vec16);
+            fg_cp_async_commit();
+        }
+        fg_cp_async_wait<0>();         /* this thread's copies of tile kt (and Q) have landed */
+        __syncthreads();               /* everyone's have; and the other stage and P are no longer read */
+        if (ST == 2 && kt + 1 < kt1) { /* fetch tile kt + 1 while this one is used */
+            T *Kn = KVs + (stage ^ 1) * 2 * BK * D;
+            fa_load_tile<T, D, KW, BK>(Kn, k, j0 + BK, Nk, d, a.vec16);
+            fa_load_tile<T, D, KW, BK>(Kn + BK * D, v, j0 + BK, Nk, d, a.vec16);
+            fg_cp_async_commit();
+        }
 
-        /* S = Q Kᵀ for this thread's RQ × RK elements */
-        T s[RQ][RK];
+        /* S = Q Kᵀ for this thread's rows ty + 16r and keys KW·tx + c */
+        T s[RQ][KW];
 #pragma unroll
         for (int r = 0; r < RQ; r++)
 #pragma unroll
-            for (int c = 0; c < RK; c++) s[r][c] = 0;
-#pragma unroll 8
-        for (int e = 0; e < D; e++) {
-            T qv[RQ], kv[RK];
-#pragma unroll
-            for (int r = 0; r < RQ; r++) qv[r] = Qs[(ty + 16 * r) * LD + e];
-#pragma unroll
-            for (int c = 0; c < RK; c++) kv[c] = Ks[(tx + 16 * c) * LD + e];
-#pragma unroll
-            for (int r = 0; r < RQ; r++)
-#pragma unroll
-                for (int c = 0; c < RK; c++) s[r][c] += qv[r] * kv[c];
-        }
+            for (int c = 0; c < KW; c++) s[r][c] = 0;
+        fa_scores<T, D, KW, RQ>(s, Qs, Ks, ty, tx);
 
         /* scale, variants, mask, online softmax, dropout; P -> shared memory */
 #pragma unroll
@@ -282,8 +484,8 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
             if (kind != FG_TILE_FULL) fa_row_range(a, i, &lo, &hi);
             T rmax = fg_neg_inf<T>();
 #pragma unroll
-            for (int c = 0; c < RK; c++) {
-                const int64_t j = j0 + tx + 16 * c;
+            for (int c = 0; c < KW; c++) {
+                const int64_t j = j0 + KW * tx + c;
                 T x = s[r][c] * a.scale;
                 if (MODS) x = fa_modify(a, x, slope, i + off, j, (T *)nullptr);
                 if (kind != FG_TILE_FULL && !(j >= lo && j < hi)) x = fg_neg_inf<T>();
@@ -295,14 +497,14 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
             T alpha = 1, rsum = 0;
             if (mnew == fg_neg_inf<T>()) { /* nothing seen yet: every weight is 0 */
 #pragma unroll
-                for (int c = 0; c < RK; c++) { /* each score -inf or NaN: a NaN stays, and makes l NaN */
+                for (int c = 0; c < KW; c++) { /* each score -inf or NaN: a NaN stays, and makes l NaN */
                     if (s[r][c] == fg_neg_inf<T>()) s[r][c] = 0;
                     rsum += s[r][c];
                 }
             } else { /* exp(-inf − m') = 0: the first block gets alpha = 0 */
                 alpha = fg_exp(m[r] - mnew);
 #pragma unroll
-                for (int c = 0; c < RK; c++) {
+                for (int c = 0; c < KW; c++) {
                     s[r][c] = fg_exp(s[r][c] - mnew);
                     rsum += s[r][c];
                 }
@@ -312,32 +514,17 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
             m[r] = mnew;
 #pragma unroll
             for (int c = 0; c < RD; c++) acc[r][c] *= alpha;
+            T z[KW];
+            fa_dropout_row<T, KW>(a, b, h, i, j0 + KW * tx, z);
 #pragma unroll
-            for (int c = 0; c < RK; c++) {
-                T p = s[r][c];
-                if (a.thr && p != (T)0) {
-                    const int64_t j = j0 + tx + 16 * c;
-                    p = fg_attn_keep(a.seed, a.thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? p * a.inv_keep
-                                                                                                        : (T)0;
-                }
-                Ps[(ty + 16 * r) * LDS + tx + 16 * c] = p;
-            }
+            for (int c = 0; c < KW; c++) s[r][c] = z[c] == (T)0 ? (T)0 : s[r][c] * z[c];
+            fa_st(Ps + fa_sw<T, BK, KW>(ty + 16 * r, KW * tx), s[r]);
         }
         __syncthreads();
 
         /* O += P V */
-#pragma unroll 4
-        for (int jj = 0; jj < BK; jj++) {
-            T pv[RQ], vv[RD];
-#pragma unroll
-            for (int r = 0; r < RQ; r++) pv[r] = Ps[(ty + 16 * r) * LDS + jj];
-#pragma unroll
-            for (int c = 0; c < RD; c++) vv[c] = Vs[jj * LD + tx + 16 * c];
-#pragma unroll
-            for (int r = 0; r < RQ; r++)
-#pragma unroll
-                for (int c = 0; c < RD; c++) acc[r][c] += pv[r] * vv[c];
-        }
+        fa_rows_times_tile<T, D, KW, BK, RQ>(acc, Ps, Vs, ty, tx);
+        stage ^= ST - 1;
     }
 
     /* O /= l; L = m + log l, evaluated in float64 and rounded once, lse_lo keeping what the rounding
@@ -353,7 +540,7 @@ __global__ void __launch_bounds__(256, flash_cfg<T, D>::FWD_MIN_BLOCKS) flash_fw
         const T inv = seen ? (T)1 / l[r] : (T)0;
 #pragma unroll
         for (int c = 0; c < RD; c++) {
-            const int col = tx + 16 * c;
+            const int col = fa_col<T, D>(tx, c);
             if (col < d) o[i * d + col] = seen ? acc[r][c] * inv : (T)0;
         }
         if (tx == 0) {
@@ -378,44 +565,27 @@ template <typename T> __global__ void flash_bwd_rowdot_kernel(T *Drow, const T *
 }
 
 /* The shared step of kernels 2 and 3: for the (BQ × BK) tile of rows [i0, i0 + BQ) of query head
- * (b, h) and keys [j0, j0 + BK), whose Q, dO, K, V tiles and per-row L, D are in shared memory,
- * recompute P and dS for this thread's elements (rows ty + 16r, keys tx + 16c) and store P∘Z (if
- * Ps) and dS in shared memory. `kind` is the tile's fa_tile_kind (never MASKED here). */
-template <typename T, int D, int BQ, int BK, int LDS, bool MODS>
+ * (b, h) and keys [j0, j0 + BK), whose Q, dO, K, V tiles (swizzled) and per-row L, D are in shared
+ * memory, recompute P and dS for this thread's elements (rows ty + 16r, keys KW·tx + c) and store
+ * P∘Z (if Ps) and dS in shared memory: TRANS = false as (BQ, BK) tiles (rows = queries, for dQ),
+ * TRANS = true as (BK, BQ) tiles (rows = keys, for dK and dV). `kind` is the tile's fa_tile_kind
+ * (never MASKED here). */
+template <typename T, int D, int BQ, int BK, bool MODS, bool TRANS>
 __device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, int64_t h, int64_t i0, int64_t j0,
                                                fg_tile_kind kind, const T *Qs, const T *dOs, const T *Ks, const T *Vs,
                                                const T *Ls, const T *Los, const T *Ds, T *Ps, T *dSs) {
-    constexpr int RQ = BQ / 16, RK = BK / 16, LD = D + 1;
+    constexpr int RQ = BQ / 16, KW = BK / 16;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t off = a.Nk - a.Nq;
     const double slope = MODS ? fa_slope(a, h) : 0.0;
-    T s[RQ][RK], dp[RQ][RK];
+    /* S = Q Kᵀ and dP = dO Vᵀ */
+    T s[RQ][KW], dp[RQ][KW];
 #pragma unroll
     for (int r = 0; r < RQ; r++)
 #pragma unroll
-        for (int c = 0; c < RK; c++) s[r][c] = dp[r][c] = 0;
-            /* S = Q Kᵀ and dP = dO Vᵀ in one pass over the head dim */
-#pragma unroll 8
-    for (int e = 0; e < D; e++) {
-        T qv[RQ], dov[RQ], kv[RK], vv[RK];
-#pragma unroll
-        for (int r = 0; r < RQ; r++) {
-            qv[r] = Qs[(ty + 16 * r) * LD + e];
-            dov[r] = dOs[(ty + 16 * r) * LD + e];
-        }
-#pragma unroll
-        for (int c = 0; c < RK; c++) {
-            kv[c] = Ks[(tx + 16 * c) * LD + e];
-            vv[c] = Vs[(tx + 16 * c) * LD + e];
-        }
-#pragma unroll
-        for (int r = 0; r < RQ; r++)
-#pragma unroll
-            for (int c = 0; c < RK; c++) {
-                s[r][c] += qv[r] * kv[c];
-                dp[r][c] += dov[r] * vv[c];
-            }
-    }
+        for (int c = 0; c < KW; c++) s[r][c] = dp[r][c] = 0;
+    fa_scores<T, D, KW, RQ>(s, Qs, Ks, ty, tx);
+    fa_scores<T, D, KW, RQ>(dp, dOs, Vs, ty, tx);
 #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const int ii = ty + 16 * r;
@@ -423,10 +593,11 @@ __device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, i
         const T L = Ls[ii], Llo = Los[ii], Di = Ds[ii];
         int64_t lo = 0, hi = a.Nk;
         if (kind != FG_TILE_FULL) fa_row_range(a, i, &lo, &hi);
+        T z[KW], pz[KW], dsv[KW];
+        fa_dropout_row<T, KW>(a, b, h, i, j0 + KW * tx, z);
 #pragma unroll
-        for (int c = 0; c < RK; c++) {
-            const int jj = tx + 16 * c;
-            const int64_t j = j0 + jj;
+        for (int c = 0; c < KW; c++) {
+            const int64_t j = j0 + KW * tx + c;
             /* rows past Nq and rows that see no key have L = -inf: P = 0 */
             const int vis = L != fg_neg_inf<T>() && (kind == FG_TILE_FULL || (j >= lo && j < hi));
             /* recompute S = variants(scale · q·k) and g = ∂S/∂(scale · q·k), then
@@ -434,15 +605,23 @@ __device__ __forceinline__ void recompute_tile(const fa_args<T> &a, int64_t b, i
             T x = s[r][c] * a.scale, g = 1;
             if (MODS) x = fa_modify(a, x, slope, i + off, j, &g);
             const T P = vis ? fg_exp((x - L) - Llo) : (T)0;
-            T Z = 1;
-            if (a.thr && P != (T)0)
-                Z = fg_attn_keep(a.seed, a.thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j) ? a.inv_keep : (T)0;
-            if (Ps) Ps[ii * LDS + jj] = P * Z;
+            const T Z = P != (T)0 ? z[c] : (T)1;
+            pz[c] = P * Z;
             /* dP = (dO Vᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S);
              * then through the softcap: dS1 = dS ∘ (1 − tanh²) (ALiBi's derivative is 1) */
             T ds = P * (dp[r][c] * Z - Di);
             if (MODS && ds != (T)0) ds *= g; /* g = 1 without softcap */
-            dSs[ii * LDS + jj] = ds;
+            dsv[c] = ds;
+        }
+        if (TRANS) {
+#pragma unroll
+            for (int c = 0; c < KW; c++) {
+                if (Ps) Ps[fa_sw<T, BQ, KW>(KW * tx + c, ii)] = pz[c];
+                dSs[fa_sw<T, BQ, KW>(KW * tx + c, ii)] = dsv[c];
+            }
+        } else {
+            if (Ps) fa_st(Ps + fa_sw<T, BK, KW>(ii, KW * tx), pz);
+            fa_st(dSs + fa_sw<T, BK, KW>(ii, KW * tx), dsv);
         }
     }
 }
@@ -462,22 +641,22 @@ __device__ __forceinline__ void load_rows(T *Ls, T *Los, T *Ds, const T *lse, co
 /* kernel 2: dK, dV of one key tile of K/V head (b, g), summed over the G query heads of the group
  * (g·G, ..., g·G + G − 1, in that order) and their query tiles: one block owns these rows of dk
  * and dv, so grouped-query attention needs no atomics either. */
-template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) flash_bwd_dkdv_kernel(fa_args<T> a) {
+template <typename T, int D, bool MODS>
+__global__ void __launch_bounds__(256, fa_dkdv_cfg<T, D>::min_blocks(MODS)) flash_bwd_dkdv_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
-    constexpr int BQ = C::BBQ, BK = C::BBK, RK = BK / 16, RD = D / 16;
-    constexpr int LD = D + 1, LDS = BK + C::SPAD;
+    constexpr int BQ = C::BBQ, BK = C::BBK, RK = BK / 16, KW = BK / 16, RD = D / 16;
     FG_DYN_SMEM(smem_raw);
-    T *Ks = (T *)smem_raw, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
-    T *Ps = dOs + BQ * LD, *dSs = Ps + BQ * LDS, *Ls = dSs + BQ * LDS, *Los = Ls + BQ, *Ds = Los + BQ;
+    T *Ks = (T *)smem_raw, *Vs = Ks + BK * D, *Qs = Vs + BK * D, *dOs = Qs + BQ * D;
+    T *Ps = dOs + BQ * D, *dSs = Ps + BK * BQ, *Ls = dSs + BK * BQ, *Los = Ls + BQ, *Ds = Los + BQ;
 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, bg = b * a.Hkv + g;
     const int64_t Nq = a.Nq, Nk = a.Nk, j0 = kt * BK;
     const int d = a.d;
 
-    load_tile<T, D, BK>(Ks, a.k + bg * Nk * d, j0, Nk, d);
-    load_tile<T, D, BK>(Vs, a.v + bg * Nk * d, j0, Nk, d);
-    T dk[RK][RD], dv[RK][RD]; /* rows j0 + ty + 16r, columns tx + 16c */
+    fa_load_tile<T, D, KW, BK>(Ks, a.k + bg * Nk * d, j0, Nk, d, a.vec16);
+    fa_load_tile<T, D, KW, BK>(Vs, a.v + bg * Nk * d, j0, Nk, d, a.vec16);
+    T dk[RK][RD], dv[RK][RD]; /* rows j0 + ty + 16r, columns fa_col(tx, c) */
 #pragma unroll
     for (int r = 0; r < RK; r++)
 #pragma unroll
@@ -494,34 +673,17 @@ template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) f
             const fg_tile_kind kind = fa_tile_kind<T, BQ, BK>(a, i0, j0);
             if (kind == FG_TILE_MASKED) continue; /* uniform over the block */
             __syncthreads();                      /* the previous query tile is no longer read */
-            load_tile<T, D, BQ>(Qs, q, i0, Nq, d);
-            load_tile<T, D, BQ>(dOs, dout, i0, Nq, d);
+            fa_load_tile<T, D, KW, BQ>(Qs, q, i0, Nq, d, a.vec16);
+            fa_load_tile<T, D, KW, BQ>(dOs, dout, i0, Nq, d, a.vec16);
+            fg_cp_async_commit();
             load_rows<T, BQ>(Ls, Los, Ds, lse, lse_lo, Drow, i0, Nq);
+            fg_cp_async_wait<0>(); /* Q, dO (and K, V the first time) */
             __syncthreads();
-            recompute_tile<T, D, BQ, BK, LDS, MODS>(a, b, h, i0, j0, kind, Qs, dOs, Ks, Vs, Ls, Los, Ds, Ps, dSs);
+            recompute_tile<T, D, BQ, BK, MODS, true>(a, b, h, i0, j0, kind, Qs, dOs, Ks, Vs, Ls, Los, Ds, Ps, dSs);
             __syncthreads();
             /* dV += (P∘Z)ᵀ dO — the forward's O += dropout(P) V;  dK += dSᵀ Q — the forward's S = Q Kᵀ */
-#pragma unroll 4
-            for (int ii = 0; ii < BQ; ii++) {
-                T pz[RK], ds[RK], dov[RD], qv[RD];
-#pragma unroll
-                for (int r = 0; r < RK; r++) {
-                    pz[r] = Ps[ii * LDS + ty + 16 * r];
-                    ds[r] = dSs[ii * LDS + ty + 16 * r];
-                }
-#pragma unroll
-                for (int c = 0; c < RD; c++) {
-                    dov[c] = dOs[ii * LD + tx + 16 * c];
-                    qv[c] = Qs[ii * LD + tx + 16 * c];
-                }
-#pragma unroll
-                for (int r = 0; r < RK; r++)
-#pragma unroll
-                    for (int c = 0; c < RD; c++) {
-                        dv[r][c] += pz[r] * dov[c];
-                        dk[r][c] += ds[r] * qv[c];
-                    }
-            }
+            fa_rows_times_tile<T, D, KW, BQ, RK>(dv, Ps, dOs, ty, tx);
+            fa_rows_times_tile<T, D, KW, BQ, RK>(dk, dSs, Qs, ty, tx);
         }
     }
     /* the only writer of these rows of dk and dv: add (the backward accumulates) */
@@ -532,7 +694,7 @@ template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) f
         if (j >= Nk) continue;
 #pragma unroll
         for (int c = 0; c < RD; c++) {
-            const int col = tx + 16 * c;
+            const int col = fa_col<T, D>(tx, c);
             if (col >= d) continue;
             if (dkh) dkh[j * d + col] += a.scale * dk[r][c];
             if (dvh) dvh[j * d + col] += dv[r][c];
@@ -541,14 +703,14 @@ template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) f
 }
 
 /* kernel 3: dQ of one query tile of head (b, h), looping over the key tiles its rows see (no
- * atomics) */
-template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) flash_bwd_dq_kernel(fa_args<T> a) {
+ * atomics); K/V tiles pipelined as in the forward */
+template <typename T, int D, bool MODS>
+__global__ void __launch_bounds__(256, fa_dq_cfg<T, D>::min_blocks(MODS)) flash_bwd_dq_kernel(fa_args<T> a) {
     using C = flash_cfg<T, D>;
-    constexpr int BQ = C::BBQ, BK = C::BBK, RQ = BQ / 16, RD = D / 16;
-    constexpr int LD = D + 1, LDS = BK + C::SPAD;
+    constexpr int BQ = C::BBQ, BK = C::BBK, RQ = BQ / 16, KW = BK / 16, RD = D / 16, ST = fa_dq_cfg<T, D>::ST;
     FG_DYN_SMEM(smem_raw);
-    T *Qs = (T *)smem_raw, *dOs = Qs + BQ * LD, *Ks = dOs + BQ * LD, *Vs = Ks + BK * LD;
-    T *dSs = Vs + BK * LD, *Ls = dSs + BQ * LDS, *Los = Ls + BQ, *Ds = Los + BQ;
+    T *Qs = (T *)smem_raw, *dOs = Qs + BQ * D, *KVs = dOs + BQ * D;
+    T *dSs = KVs + ST * 2 * BK * D, *Ls = dSs + BQ * BK, *Los = Ls + BQ, *Ds = Los + BQ;
 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
@@ -557,38 +719,46 @@ template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) f
     const int d = a.d;
     const T *k = a.k + bg * Nk * d, *v = a.v + bg * Nk * d;
 
-    load_tile<T, D, BQ>(Qs, a.q + bh * Nq * d, i0, Nq, d);
-    load_tile<T, D, BQ>(dOs, a.dout + bh * Nq * d, i0, Nq, d);
+    int64_t kt0, kt1, kf0, kf1;
+    fa_key_tiles<T, BQ, BK>(a, i0, &kt0, &kt1, &kf0, &kf1);
+    fa_load_tile<T, D, KW, BQ>(Qs, a.q + bh * Nq * d, i0, Nq, d, a.vec16);
+    fa_load_tile<T, D, KW, BQ>(dOs, a.dout + bh * Nq * d, i0, Nq, d, a.vec16);
+    if (ST == 2 && kt0 < kt1) {
+        fa_load_tile<T, D, KW, BK>(KVs, k, kt0 * BK, Nk, d, a.vec16);
+        fa_load_tile<T, D, KW, BK>(KVs + BK * D, v, kt0 * BK, Nk, d, a.vec16);
+    }
+    fg_cp_async_commit();
     load_rows<T, BQ>(Ls, Los, Ds, a.lse + bh * Nq, a.lse_lo ? a.lse_lo + bh * Nq : nullptr, a.Drow + bh * Nq, i0, Nq);
-    T dq[RQ][RD]; /* rows i0 + ty + 16r, columns tx + 16c */
+    T dq[RQ][RD]; /* rows i0 + ty + 16r, columns fa_col(tx, c) */
 #pragma unroll
     for (int r = 0; r < RQ; r++)
 #pragma unroll
         for (int c = 0; c < RD; c++) dq[r][c] = 0;
 
-    int64_t kt0, kt1, kf0, kf1;
-    fa_key_tiles<T, BQ, BK>(a, i0, &kt0, &kt1, &kf0, &kf1);
+    int stage = 0;
     for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
         const fg_tile_kind kind = kt >= kf0 && kt < kf1 ? FG_TILE_FULL : FG_TILE_PARTIAL;
-        __syncthreads(); /* the previous key tile is no longer read */
-        load_tile<T, D, BK>(Ks, k, kt * BK, Nk, d);
-        load_tile<T, D, BK>(Vs, v, kt * BK, Nk, d);
-        __syncthreads();
-        recompute_tile<T, D, BQ, BK, LDS, MODS>(a, b, h, i0, kt * BK, kind, Qs, dOs, Ks, Vs, Ls, Los, Ds, nullptr, dSs);
+        const T *Ks = KVs + stage * 2 * BK * D, *Vs = Ks + BK * D;
+        if (ST == 1) {
+            __syncthreads(); /* the previous key tile is no longer read */
+            fa_load_tile<T, D, KW, BK>(KVs, k, kt * BK, Nk, d, a.vec16);
+            fa_load_tile<T, D, KW, BK>(KVs + BK * D, v, kt * BK, Nk, d, a.vec16);
+            fg_cp_async_commit();
+        }
+        fg_cp_async_wait<0>();
+        __syncthreads(); /* tile kt in place for everyone; the other stage and dS no longer read */
+        if (ST == 2 && kt + 1 < kt1) {
+            T *Kn = KVs + (stage ^ 1) * 2 * BK * D;
+            fa_load_tile<T, D, KW, BK>(Kn, k, (kt + 1) * BK, Nk, d, a.vec16);
+            fa_load_tile<T, D, KW, BK>(Kn + BK * D, v, (kt + 1) * BK, Nk, d, a.vec16);
+            fg_cp_async_commit();
+        }
+        recompute_tile<T, D, BQ, BK, MODS, false>(a, b, h, i0, kt * BK, kind, Qs, dOs, Ks, Vs, Ls, Los, Ds, nullptr,
+                                                  dSs);
         __syncthreads();
         /* dQ += dS K — the forward's S = Q Kᵀ (scale applied at the end) */
-#pragma unroll 4
-        for (int jj = 0; jj < BK; jj++) {
-            T ds[RQ], kv[RD];
-#pragma unroll
-            for (int r = 0; r < RQ; r++) ds[r] = dSs[(ty + 16 * r) * LDS + jj];
-#pragma unroll
-            for (int c = 0; c < RD; c++) kv[c] = Ks[jj * LD + tx + 16 * c];
-#pragma unroll
-            for (int r = 0; r < RQ; r++)
-#pragma unroll
-                for (int c = 0; c < RD; c++) dq[r][c] += ds[r] * kv[c];
-        }
+        fa_rows_times_tile<T, D, KW, BK, RQ>(dq, dSs, Ks, ty, tx);
+        stage ^= ST - 1;
     }
     T *dqh = a.dq + bh * Nq * d;
 #pragma unroll
@@ -597,7 +767,7 @@ template <typename T, int D, bool MODS> __global__ void __launch_bounds__(256) f
         if (i >= Nq) continue;
 #pragma unroll
         for (int c = 0; c < RD; c++) {
-            const int col = tx + 16 * c;
+            const int col = fa_col<T, D>(tx, c);
             if (col < d) dqh[i * d + col] += a.scale * dq[r][c];
         }
     }
@@ -699,20 +869,9 @@ __global__ void naive_dsoftmax_kernel(T *dS, const T *P, const T *S1, T inv_soft
  * host helpers: shared-memory sizes, kernel arguments, the head-dim width
  * ============================================================================================ */
 
-template <typename T, int D> static size_t fwd_smem() {
-    using C = flash_cfg<T, D>;
-    return sizeof(T) * ((size_t)(C::FBQ + 2 * C::FBK) * (D + 1) + (size_t)C::FBQ * (C::FBK + C::SPAD));
-}
-template <typename T, int D> static size_t dkdv_smem() {
-    using C = flash_cfg<T, D>;
-    return sizeof(T) *
-           ((size_t)(2 * C::BBK + 2 * C::BBQ) * (D + 1) + 2 * (size_t)C::BBQ * (C::BBK + C::SPAD) + 3 * (size_t)C::BBQ);
-}
-template <typename T, int D> static size_t dq_smem() {
-    using C = flash_cfg<T, D>;
-    return sizeof(T) *
-           ((size_t)(2 * C::BBQ + 2 * C::BBK) * (D + 1) + (size_t)C::BBQ * (C::BBK + C::SPAD) + 3 * (size_t)C::BBQ);
-}
+template <typename T, int D> static size_t fwd_smem() { return fa_fwd_cfg<T, D>::BYTES; }
+template <typename T, int D> static size_t dkdv_smem() { return fa_dkdv_cfg<T, D>::BYTES; }
+template <typename T, int D> static size_t dq_smem() { return fa_dq_cfg<T, D>::BYTES; }
 
 template <typename T> static fa_args<T> make_args(const fg_attn_problem *pr) {
     fa_args<T> a;
@@ -737,6 +896,12 @@ template <typename T> static fa_args<T> make_args(const fg_attn_problem *pr) {
     a.softcap = pr->var.softcap > 0 ? (T)pr->var.softcap : (T)0;
     a.inv_softcap = pr->var.softcap > 0 ? (T)(1.0 / pr->var.softcap) : (T)0;
     return a;
+}
+
+/* a.vec16 for the pointers in a: whole 16-byte chunks can be copied */
+template <typename T> static int fa_vec16(const fa_args<T> &a) {
+    const uintptr_t any = (uintptr_t)a.q | (uintptr_t)a.k | (uintptr_t)a.v | (uintptr_t)a.dout;
+    return a.d % (16 / (int)sizeof(T)) == 0 && any % 16 == 0;
 }
 
 /* The compile-time width D for head dim d; 0 if unsupported. */

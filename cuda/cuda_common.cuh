@@ -59,6 +59,10 @@ void fg_cu_report(cudaError_t e, const char *call, const char *file, int line);
 
 /* ---- the device state (cuda/runtime.cu) ---- */
 cudaStream_t fg_cu_stream(void);
+/* Copy n bytes of host memory to device memory dev, in order on fg_cu_stream(), without waiting
+ * for the device: the bytes are staged in pinned memory first, so the caller's buffer may change
+ * as soon as this returns (cuda/upload.cu). */
+fg_status fg_cu_upload(void *dev, const void *host, size_t n, const char *what);
 cublasHandle_t fg_cu_blas(void);
 int fg_cu_sm_count(void);
 /* FG_ERR_DEVICE with a message naming `op` unless fg_cuda_init() has succeeded. */

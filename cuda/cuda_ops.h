@@ -11,6 +11,7 @@
 #define FG_CUDA_OPS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tensor/tensor.h"
 
@@ -24,6 +25,13 @@ extern "C" {
 fg_status fg_cuda_gemm(fg_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
                        int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, double beta, void *C,
                        int64_t ldc, int64_t sC, int64_t batch);
+
+/* cuda/attention.cu — a CSV table (header first) of the flash kernels' resources on this device,
+ * for bench/gpu_check.sh's report: per kernel, dtype, head-dim width D (64, 128, 256) and
+ * softcap/ALiBi instance, its dynamic shared memory, K/V stages, __launch_bounds__ blocks,
+ * registers, local memory (spills and stack) and cudaOccupancyMaxActiveBlocksPerMultiprocessor at
+ * 256 threads a block. */
+fg_status fg_cuda_attention_kernel_table(FILE *out);
 
 #ifdef __cplusplus
 }

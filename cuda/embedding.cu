@@ -4,7 +4,8 @@
  * CPU reference: ops/embedding.c.
  *
  * Legend: weight is (V, C); idx holds n int32 ids (host memory, checked by the shell); out is
- * (n, C) with out[r, :] = weight[idx[r], :]. The forward uploads the ids into device scratch.
+ * (n, C) with out[r, :] = weight[idx[r], :]. The forward uploads the ids into device scratch
+ * (fg_cu_upload: staged, no host wait).
  *
  * Backward without atomics: the CPU adds dout's rows into dweight in position order. Here one
  * block owns one distinct id and adds that id's rows in the same increasing position order, so
@@ -50,12 +51,10 @@ __global__ void embedding_bwd_kernel(T *dweight, const T *dout, const int32_t *o
  * host side: the launchers of the kernel table (ops/kernels.h)
  * ============================================================================================ */
 
-/* Copy n int32 words from the host to dev, and wait (the host buffer may be freed right after). */
+/* Copy n int32 words from the host to dev, in stream order without a host wait (staged in pinned
+ * memory: the host buffer may be freed right after). */
 static fg_status upload(int32_t *dev, const int32_t *host, size_t n, const char *what) {
-    cudaError_t e = cudaMemcpyAsync(dev, host, n * sizeof(int32_t), cudaMemcpyHostToDevice, fg_cu_stream());
-    if (e == cudaSuccess) e = cudaStreamSynchronize(fg_cu_stream());
-    if (e != cudaSuccess) return fg_cu_fail(e, what, __FILE__, __LINE__);
-    return FG_OK;
+    return fg_cu_upload(dev, host, n * sizeof(int32_t), what);
 }
 
 /* The backward's grouping of positions by id, in host memory h (2n + 1 + V words at least):

@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include "cuda/ptx_async.cuh"
+
 /* ---- kernels ---- */
 
 /* the block's sum of 256 values, as a tree in static shared memory (cuda_common.cuh's pattern);
@@ -120,6 +122,36 @@ __global__ void fill_shared(float *out, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = 1;
     __syncthreads();
     out[threadIdx.x] = sh[threadIdx.x];
+}
+
+/* tiles fetched by cp.async into two buffers of dynamic shared memory, tile k + 1 in flight while
+ * tile k is read (flash attention's K/V pipeline). MODE 0: correct (wait_group, barrier, then the
+ * next fetch); 1: no wait_group before the barrier; 2: the barrier before the wait_group instead
+ * of after it (a thread sees its own copies only); 3: the next fetch issued before the barrier,
+ * while other threads still read that buffer */
+template <int MODE> __global__ void async_tiles(const float *in, float *out, int ntiles) {
+    FG_DYN_SMEM(raw);
+    float *buf = (float *)raw; /* 2 × blockDim.x */
+    const unsigned t = threadIdx.x, n = blockDim.x;
+    fg_cp_async<4>(buf + t, in + t, true);
+    fg_cp_async_commit();
+    float acc = 0;
+    for (int k = 0; k < ntiles; k++) {
+        float *next = buf + ((k + 1) & 1) * n;
+        if (MODE == 2) __syncthreads();
+        if (MODE != 1) fg_cp_async_wait<0>();
+        if (MODE == 3 && k + 1 < ntiles) {
+            fg_cp_async<4>(next + t, in + (k + 1) * n + t, true);
+            fg_cp_async_commit();
+        }
+        if (MODE != 2) __syncthreads();
+        if (MODE != 3 && k + 1 < ntiles) {
+            fg_cp_async<4>(next + t, in + (k + 1) * n + t, true);
+            fg_cp_async_commit();
+        }
+        acc += buf[(k & 1) * n + (t + 1) % n];
+    }
+    out[t] = acc;
 }
 
 /* ---- helpers ---- */
@@ -311,6 +343,12 @@ static int cublas_host_matrix() {
     return 0;
 }
 
+template <int MODE> static int async_pipeline() {
+    float *in = dev_floats(4 * 64, 1), *out = dev_floats(64, 0);
+    fg_emu_launch({2, 1, 1}, 64, 2 * 64 * sizeof(float), async_tiles<MODE>, (const float *)in, out, 4);
+    return host_floats(out, 64)[5] == 4 ? 0 : 1;
+}
+
 struct detector_case {
     const char *name;
     int (*fn)();
@@ -328,6 +366,7 @@ static const detector_case cases[] = {
     {"control: full-warp shuffle reduction", shfl_ok, false, nullptr},
     {"control: partial masks and a partial last warp", mask_partial_ok, false, nullptr},
     {"control: memcpy with the right kinds", memcpy_kinds_ok, false, nullptr},
+    {"control: cp.async double buffering with wait_group and barriers", async_pipeline<0>, false, nullptr},
     /* seeded bugs */
     {"race: tree reduction without its __syncthreads", race_tree_bug, true, "race on static shared memory"},
     {"race: tile overwritten before it is read", war_tile_bug, true, "race on dynamic shared memory"},
@@ -354,6 +393,11 @@ static const detector_case cases[] = {
      "past the end of its 64-byte device allocation"},
     {"missing stream sync after a device-to-host copy", missing_stream_sync, false, nullptr},
     {"cuBLAS given a host matrix", cublas_host_matrix, true, "is a host pointer, not device memory"},
+    {"cp.async tile read without its wait_group", async_pipeline<1>, true, "landed: no cp.async wait_group"},
+    {"cp.async tile read after the wait but with the barrier before it", async_pipeline<2>, true,
+     "or no __syncthreads after the wait"},
+    {"cp.async prefetch issued before the barrier (buffer still read)", async_pipeline<3>, true,
+     "(write-after-read hazard)"},
 };
 
 /* Runs c in a child; its stderr is captured. Returns 0 when it behaved as c expects. */

@@ -13,6 +13,7 @@
  * barriers do).
  */
 #include "tests/cuda/emu/cuda_emu.h"
+#include "tests/cuda/emu/emu_internal.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -165,9 +166,12 @@ static std::string where(const void *pc, bool is_return_address = true) {
                 frames.push_back({l, f});
             }
             pclose(p);
-            /* the innermost frame outside the emulator's own header (its intrinsics are inlined) */
+            /* the innermost frame outside the emulator's own header and the device wrappers of
+             * cuda/ptx_async.cuh (their intrinsics are inlined) */
             size_t i = 0;
-            while (i + 1 < frames.size() && frames[i].first.find("tests/cuda/emu/cuda_emu.h") != std::string::npos) i++;
+            while (i + 1 < frames.size() && (frames[i].first.find("tests/cuda/emu/cuda_emu.h") != std::string::npos ||
+                                             frames[i].first.find("cuda/ptx_async.cuh") != std::string::npos))
+                i++;
             if (!frames.empty() && frames[i].first.find("??") == std::string::npos) {
                 out = frames[i].first + " (" + frames[i].second + ")";
                 if (i + 1 < frames.size()) out += " inlined into " + frames.back().first;
@@ -257,6 +261,7 @@ void fg_emu_report(const char *fmt, ...) {
     vreport(fmt, ap);
     va_end(ap);
 }
+std::string fg_emu_where(const void *pc) { return where(pc); }
 
 [[noreturn]] static void launch_abort() {
     fprintf(stderr, "cuda_emu: %d problem%s in kernel %s; the launch came from:\n", R.errors, R.errors == 1 ? "" : "s",
@@ -722,15 +727,34 @@ static inline void access(uintptr_t a, unsigned n, bool write, bool aligned, con
             R.fatal = 1;
             return;
         }
+        if (fg_emu_async_live) fg_emu_async_check(1, off >> 2, (off + n - 1) >> 2, write, pc);
         shared_access(R.sh_dyn, "dynamic", off, n, write, pc);
         return;
     }
     if (a - R.tls_lo < R.tls_len) {
-        shared_access(R.sh_tls, "static", a - R.tls_lo, n, write, pc);
+        const uintptr_t off = a - R.tls_lo;
+        if (fg_emu_async_live) fg_emu_async_check(2, off >> 2, (off + n - 1) >> 2, write, pc);
+        shared_access(R.sh_tls, "static", off, n, write, pc);
         return;
     }
     if (a - R.dev_lo >= R.dev_len && a - R.img_lo >= R.img_len) host_access(a, n, write, pc);
     if (write && R.logging) log_write(a, n);
+}
+
+void fg_emu_access(const void *p, unsigned n, bool write, const void *pc) {
+    if (R.in_kernel) access((uintptr_t)p, n, write, true, pc);
+}
+int fg_emu_shared_word(const void *p, size_t *word) {
+    const uintptr_t a = (uintptr_t)p;
+    if (a - R.smem_lo < R.smem_span) {
+        *word = (a - R.smem_lo) >> 2;
+        return 1;
+    }
+    if (a - R.tls_lo < R.tls_len) {
+        *word = (a - R.tls_lo) >> 2;
+        return 2;
+    }
+    return 0;
 }
 
 #define FG_EMU_PC __builtin_extract_return_addr(__builtin_return_address(0))
@@ -1090,7 +1114,9 @@ static void run_block(size_t smem, uint64_t block_serial) {
         R.sched = s;
         memset(fg_emu_ls.smem, 0xff, smem); /* NaN bytes: unwritten shared memory poisons results too */
         R.blk_ep0 = R.ep = R.ep + 1;
+        fg_emu_async_reset(); /* cp.async copies belong to one run of the block */
         run_fibers(s, block_serial);
+        fg_emu_async_reset();
         if (R.errors || R.fatal) launch_abort();
         if (nsched == 1) break;
         if (s == 0) {

@@ -47,7 +47,11 @@ enum cudaMemcpyKind {
     cudaMemcpyDeviceToDevice,
     cudaMemcpyDefault
 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr {
+    cudaDevAttrClockRate = 13,
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 typedef struct fg_emu_stream_s *cudaStream_t;
@@ -141,8 +145,35 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
 }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     if (d != 0) return fg_emu_err(cudaErrorInvalidDevice);
-    if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return fg_emu_err(cudaErrorInvalidValue);
-    *v = FG_EMU_SMEM_LIMIT;
+    switch (a) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *v = FG_EMU_SMEM_LIMIT;
+        return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+        *v = FG_EMU_SMS;
+        return cudaSuccess;
+    case cudaDevAttrClockRate: /* kHz; an emulated device has no clock: 1 GHz */
+        *v = 1000000;
+        return cudaSuccess;
+    }
+    return fg_emu_err(cudaErrorInvalidValue);
+}
+/* A kernel's resources: the emulator knows no registers or local memory (0); occupancy is what
+ * Hopper's shared memory (228 KB per SM, 1 KB reserved per block) and 2048 threads allow. */
+struct cudaFuncAttributes {
+    size_t sharedSizeBytes, localSizeBytes;
+    int maxThreadsPerBlock, numRegs;
+};
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *fa, const void *) {
+    memset(fa, 0, sizeof *fa);
+    fa->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *, int threads, size_t smem) {
+    if (threads <= 0 || threads > 1024) return fg_emu_err(cudaErrorInvalidValue);
+    const int by_smem = (int)(233472 / (smem + 1024)), by_threads = 2048 / threads;
+    *n = by_smem < by_threads ? by_smem : by_threads;
+    if (*n > 32) *n = 32;
     return cudaSuccess;
 }
 inline cudaError_t cudaDriverGetVersion(int *v) {
@@ -198,6 +229,8 @@ inline cudaError_t cudaEventCreate(cudaEvent_t *e) {
     *e = (cudaEvent_t)calloc(1, sizeof **e);
     return *e ? cudaSuccess : fg_emu_err(cudaErrorMemoryAllocation);
 }
+#define cudaEventDisableTiming 0x02
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     free(e);
     return cudaSuccess;
@@ -290,6 +323,15 @@ inline cudaError_t fg_emu_copy(const char *fn, void *d, const void *s, size_t n,
     }
     if (sync) fg_emu_deliver();
     memmove(d, s, n);
+    return cudaSuccess;
+}
+/* pinned host memory: plain host memory here (copies from it are as asynchronous as any) */
+inline cudaError_t cudaMallocHost(void **p, size_t n) {
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : fg_emu_err(cudaErrorMemoryAllocation);
+}
+inline cudaError_t cudaFreeHost(void *p) {
+    free(p);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
