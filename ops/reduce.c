@@ -15,55 +15,68 @@
 #include "ops/ops_internal.h"
 #include "tensor/alloc.h"
 
-#define REDUCE_KERNELS(T, SFX)                                                                                         \
-    /* out[o, i] = scale * sum_k x[o, k, i]; acc is I doubles of scratch */                                            \
-    static void sum_axis_fwd_##SFX(T *out, const T *x, double *acc, int64_t O, int64_t N, int64_t I, double scale) {   \
-        for (int64_t o = 0; o < O; o++) {                                                                              \
-            const T *xo = x + o * N * I;                                                                               \
-            if (I == 1) {                                                                                              \
-                double s = 0;                                                                                          \
-                for (int64_t k = 0; k < N; k++) s += xo[k];                                                            \
-                out[o] = (T)(s * scale);                                                                               \
-                continue;                                                                                              \
-            }                                                                                                          \
-            for (int64_t i = 0; i < I; i++) acc[i] = 0;                                                                \
-            for (int64_t k = 0; k < N; k++) {                                                                          \
-                const T *row = xo + k * I;                                                                             \
-                for (int64_t i = 0; i < I; i++) acc[i] += row[i];                                                      \
-            }                                                                                                          \
-            for (int64_t i = 0; i < I; i++) out[o * I + i] = (T)(acc[i] * scale);                                      \
+/* out[o, i] = scale * sum_k x[o, k, i]; acc is I doubles of scratch */
+#define SUM_AXIS_FWD_BODY(T)                                                                                           \
+    for (int64_t o = 0; o < O; o++) {                                                                                  \
+        const T *xo = x + o * N * I;                                                                                   \
+        if (I == 1) {                                                                                                  \
+            double s = 0;                                                                                              \
+            for (int64_t k = 0; k < N; k++) s += xo[k];                                                                \
+            out[o] = (T)(s * scale);                                                                                   \
+            continue;                                                                                                  \
         }                                                                                                              \
-    }                                                                                                                  \
-    /* forward: out[o, i] = scale * sum_k x[o, k, i]  ->  dx[o, k, i] += scale * dout[o, i] */                         \
-    static void sum_axis_bwd_##SFX(T *dx, const T *dout, int64_t O, int64_t N, int64_t I, double scale_) {             \
-        T scale = (T)scale_;                                                                                           \
-        for (int64_t o = 0; o < O; o++)                                                                                \
-            for (int64_t k = 0; k < N; k++) {                                                                          \
-                T *row = dx + (o * N + k) * I;                                                                         \
-                const T *d = dout + o * I;                                                                             \
-                for (int64_t i = 0; i < I; i++) row[i] += scale * d[i];                                                \
-            }                                                                                                          \
-    }                                                                                                                  \
-    /* the sum of every element of a strided tensor, in C order */                                                     \
-    static void sum_all_fwd_##SFX(double *sum, const T *x, fg_iter *it) {                                              \
-        double s = 0;                                                                                                  \
-        while (fg_iter_next(it)) {                                                                                     \
-            const T *px = x + it->off[0];                                                                              \
-            int64_t sx = it->inner[0], n = it->n;                                                                      \
-            if (sx == 1)                                                                                               \
-                for (int64_t i = 0; i < n; i++) s += px[i];                                                            \
-            else                                                                                                       \
-                for (int64_t i = 0; i < n; i++) s += px[i * sx];                                                       \
+        for (int64_t i = 0; i < I; i++) acc[i] = 0;                                                                    \
+        for (int64_t k = 0; k < N; k++) {                                                                              \
+            const T *row = xo + k * I;                                                                                 \
+            for (int64_t i = 0; i < I; i++) acc[i] += row[i];                                                          \
         }                                                                                                              \
-        *sum = s;                                                                                                      \
-    }                                                                                                                  \
-    /* forward: out = scale * sum_k x[k]  ->  dx[k] += scale * dout */                                                 \
-    static void sum_all_bwd_##SFX(T *dx, const T *dout, int64_t n, double scale) {                                     \
-        T g = (T)(scale * (double)dout[0]);                                                                            \
-        for (int64_t k = 0; k < n; k++) dx[k] += g;                                                                    \
+        for (int64_t i = 0; i < I; i++) out[o * I + i] = (T)(acc[i] * scale);                                          \
     }
-REDUCE_KERNELS(float, f32)
-REDUCE_KERNELS(double, f64)
+
+/* forward: out[o, i] = scale * sum_k x[o, k, i]  ->  dx[o, k, i] += scale * dout[o, i] */
+#define SUM_AXIS_BWD_BODY(T)                                                                                           \
+    T scale = (T)scale_;                                                                                               \
+    for (int64_t o = 0; o < O; o++)                                                                                    \
+        for (int64_t k = 0; k < N; k++) {                                                                              \
+            T *row = dx + (o * N + k) * I;                                                                             \
+            const T *d = dout + o * I;                                                                                 \
+            for (int64_t i = 0; i < I; i++) row[i] += scale * d[i];                                                    \
+        }
+
+/* the sum of every element of a strided tensor, in C order */
+#define SUM_ALL_FWD_BODY(T)                                                                                            \
+    double s = 0;                                                                                                      \
+    while (fg_iter_next(it)) {                                                                                         \
+        const T *px = x + it->off[0];                                                                                  \
+        int64_t sx = it->inner[0], n = it->n;                                                                          \
+        if (sx == 1)                                                                                                   \
+            for (int64_t i = 0; i < n; i++) s += px[i];                                                                \
+        else                                                                                                           \
+            for (int64_t i = 0; i < n; i++) s += px[i * sx];                                                           \
+    }                                                                                                                  \
+    *sum = s;
+
+/* forward: out = scale * sum_k x[k]  ->  dx[k] += scale * dout */
+#define SUM_ALL_BWD_BODY(T)                                                                                            \
+    T g = (T)(scale * (double)dout[0]);                                                                                \
+    for (int64_t k = 0; k < n; k++) dx[k] += g;
+
+static void sum_axis_fwd_f32(float *out, const float *x, double *acc, int64_t O, int64_t N, int64_t I, double scale) {
+    SUM_AXIS_FWD_BODY(float);
+}
+static void sum_axis_bwd_f32(float *dx, const float *dout, int64_t O, int64_t N, int64_t I, double scale_) {
+    SUM_AXIS_BWD_BODY(float);
+}
+static void sum_all_fwd_f32(double *sum, const float *x, fg_iter *it) { SUM_ALL_FWD_BODY(float); }
+static void sum_all_bwd_f32(float *dx, const float *dout, int64_t n, double scale) { SUM_ALL_BWD_BODY(float); }
+static void sum_axis_fwd_f64(double *out, const double *x, double *acc, int64_t O, int64_t N, int64_t I, double scale) {
+    SUM_AXIS_FWD_BODY(double);
+}
+static void sum_axis_bwd_f64(double *dx, const double *dout, int64_t O, int64_t N, int64_t I, double scale_) {
+    SUM_AXIS_BWD_BODY(double);
+}
+static void sum_all_fwd_f64(double *sum, const double *x, fg_iter *it) { SUM_ALL_FWD_BODY(double); }
+static void sum_all_bwd_f64(double *dx, const double *dout, int64_t n, double scale) { SUM_ALL_BWD_BODY(double); }
 
 /* ---- the CPU kernels (ops/kernels.h) ---- */
 
