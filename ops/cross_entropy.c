@@ -20,41 +20,45 @@
 #include "ops/ops_internal.h"
 #include "ops/cpu/vmath.h"
 
-#define CROSS_ENTROPY_KERNELS(T, SFX)                                                                                  \
-    /* returns the summed loss of the counted rows (in double); fills lse for them (0 elsewhere) */                    \
-    static void cross_entropy_fwd_##SFX(double *total, T *lse, const T *x, const int32_t *targets, int64_t R,          \
-                                        int64_t V) {                                                                   \
-        double s = 0;                                                                                                  \
-        for (int64_t r = 0; r < R; r++) {                                                                              \
-            if (targets[r] < 0) {                                                                                      \
-                lse[r] = 0;                                                                                            \
-                continue;                                                                                              \
-            }                                                                                                          \
-            const T *xr = x + r * V;                                                                                   \
-            T mx = xr[0];                                                                                              \
-            for (int64_t j = 1; j < V; j++) mx = xr[j] > mx ? xr[j] : mx;                                              \
-            double sum = 0;                                                                                            \
-            for (int64_t j = 0; j < V; j++) sum += FG_EXP(xr[j] - mx);                                                 \
-            T l = mx + (T)log(sum);                                                                                    \
-            lse[r] = l;                                                                                                \
-            s += (double)l - (double)xr[targets[r]];                                                                   \
+/* returns the summed loss of the counted rows (in double); fills lse for them (0 elsewhere) */
+#define CROSS_ENTROPY_FWD_BODY(T)                                                                                      \
+    double s = 0;                                                                                                      \
+    for (int64_t r = 0; r < R; r++) {                                                                                  \
+        if (targets[r] < 0) {                                                                                          \
+            lse[r] = 0;                                                                                                \
+            continue;                                                                                                  \
         }                                                                                                              \
-        *total = s;                                                                                                    \
+        const T *xr = x + r * V;                                                                                       \
+        T mx = xr[0];                                                                                                  \
+        for (int64_t j = 1; j < V; j++) mx = xr[j] > mx ? xr[j] : mx;                                                  \
+        double sum = 0;                                                                                                \
+        for (int64_t j = 0; j < V; j++) sum += FG_EXP(xr[j] - mx);                                                     \
+        T l = mx + (T)log(sum);                                                                                        \
+        lse[r] = l;                                                                                                    \
+        s += (double)l - (double)xr[targets[r]];                                                                       \
     }                                                                                                                  \
-    /* forward: loss = sum_r (lse_r - x_r,t_r) / count                                               \
-     *   ->  dx_rj += dloss / count * (exp(x_rj - lse_r) - [j == t_r])   for counted rows */                 \
-    static void cross_entropy_bwd_##SFX(T *dx, const T *x, const T *lse, const int32_t *targets, int64_t R, int64_t V, \
-                                        double g_) {                                                                   \
-        T g = (T)g_;                                                                                                   \
-        for (int64_t r = 0; r < R; r++) {                                                                              \
-            if (targets[r] < 0) continue;                                                                              \
-            const T *xr = x + r * V;                                                                                   \
-            T *d = dx + r * V, l = lse[r];                                                                             \
-            for (int64_t j = 0; j < V; j++) d[j] += g * FG_EXP(xr[j] - l);                                             \
-            d[targets[r]] -= g;                                                                                        \
-        }                                                                                                              \
+    *total = s;
+
+/* forward: loss = sum_r (lse_r - x_r,t_r) / count
+ *   ->  dx_rj += dloss / count * (exp(x_rj - lse_r) - [j == t_r])   for counted rows */
+#define CROSS_ENTROPY_BWD_BODY(T)                                                                                      \
+    T g = (T)g_;                                                                                                       \
+    for (int64_t r = 0; r < R; r++) {                                                                                  \
+        if (targets[r] < 0) continue;                                                                                  \
+        const T *xr = x + r * V;                                                                                       \
+        T *d = dx + r * V, l = lse[r];                                                                                 \
+        for (int64_t j = 0; j < V; j++) d[j] += g * FG_EXP(xr[j] - l);                                                 \
+        d[targets[r]] -= g;                                                                                            \
     }
-CROSS_ENTROPY_KERNELS(double, f64)
+
+static void cross_entropy_fwd_f64(double *total, double *lse, const double *x, const int32_t *targets, int64_t R,
+                                  int64_t V) {
+    CROSS_ENTROPY_FWD_BODY(double);
+}
+static void cross_entropy_bwd_f64(double *dx, const double *x, const double *lse, const int32_t *targets, int64_t R,
+                                  int64_t V, double g_) {
+    CROSS_ENTROPY_BWD_BODY(double);
+}
 
 /* ============================================================================================
  * float32: one row at a time, in three forms with the same bits
