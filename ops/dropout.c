@@ -34,26 +34,25 @@ typedef struct {
     int backward; /* 0: y = keep ? x·scale : 0;  1: y += keep ? x·scale : 0 */
 } drop_job;
 
-#define DROPOUT_KERNELS(T, SFX)                                                                                        \
-    static void drop_range_##SFX(const drop_job *J, int64_t k0, int64_t k1) {                                          \
-        T *y = J->y;                                                                                                   \
-        const T *x = J->x;                                                                                             \
-        const T scale = (T)J->scale;                                                                                   \
-        uint32_t w[4 * DROP_BLOCKS];                                                                                   \
-        for (int64_t k = k0; k < k1;) {                                                                                \
-            const uint64_t blk = (uint64_t)k >> 2, last = (uint64_t)(k1 - 1) >> 2;                                     \
-            const int64_t nb = last - blk + 1 < DROP_BLOCKS ? (int64_t)(last - blk + 1) : DROP_BLOCKS;                 \
-            fg_philox_stream_blocks(J->seed, J->stream, blk, nb, w);                                                   \
-            const int64_t end = (int64_t)(4 * (blk + (uint64_t)nb)) < k1 ? (int64_t)(4 * (blk + (uint64_t)nb)) : k1;   \
-            const int64_t k4 = (int64_t)(4 * blk); /* w[k - k4] is element k's word */                                 \
-            if (J->backward)                                                                                           \
-                for (; k < end; k++) y[k] += w[k - k4] >= J->thr ? x[k] * scale : (T)0;                                \
-            else                                                                                                       \
-                for (; k < end; k++) y[k] = w[k - k4] >= J->thr ? x[k] * scale : (T)0;                                 \
-        }                                                                                                              \
+#define DROP_RANGE_BODY(T)                                                                                             \
+    T *y = J->y;                                                                                                       \
+    const T *x = J->x;                                                                                                 \
+    const T scale = (T)J->scale;                                                                                       \
+    uint32_t w[4 * DROP_BLOCKS];                                                                                       \
+    for (int64_t k = k0; k < k1;) {                                                                                    \
+        const uint64_t blk = (uint64_t)k >> 2, last = (uint64_t)(k1 - 1) >> 2;                                         \
+        const int64_t nb = last - blk + 1 < DROP_BLOCKS ? (int64_t)(last - blk + 1) : DROP_BLOCKS;                     \
+        fg_philox_stream_blocks(J->seed, J->stream, blk, nb, w);                                                       \
+        const int64_t end = (int64_t)(4 * (blk + (uint64_t)nb)) < k1 ? (int64_t)(4 * (blk + (uint64_t)nb)) : k1;       \
+        const int64_t k4 = (int64_t)(4 * blk); /* w[k - k4] is element k's word */                                     \
+        if (J->backward)                                                                                               \
+            for (; k < end; k++) y[k] += w[k - k4] >= J->thr ? x[k] * scale : (T)0;                                    \
+        else                                                                                                           \
+            for (; k < end; k++) y[k] = w[k - k4] >= J->thr ? x[k] * scale : (T)0;                                     \
     }
-DROPOUT_KERNELS(float, f32)
-DROPOUT_KERNELS(double, f64)
+
+static void drop_range_f32(const drop_job *J, int64_t k0, int64_t k1) { DROP_RANGE_BODY(float); }
+static void drop_range_f64(const drop_job *J, int64_t k0, int64_t k1) { DROP_RANGE_BODY(double); }
 
 /* a drop_job and its dtype: the context of one fg_par_range */
 typedef struct {
