@@ -141,43 +141,41 @@ typedef struct {
     double alpha;
 } rows_job;
 
-#define ADD_INTO(T, SFX, VEC)                                                                                          \
-    static void add_into_##SFX(void *ctx, fg_iter *it) {                                                               \
-        const rows_job *j = ctx;                                                                                       \
-        T *dst = j->dst, a = (T)j->alpha;                                                                              \
-        const T *src = j->src;                                                                                         \
-        while (fg_iter_next(it)) {                                                                                     \
-            T *d = dst + it->off[0];                                                                                   \
-            const T *s = src + it->off[1];                                                                             \
-            int64_t sd = it->inner[0], ss = it->inner[1], n = it->n;                                                   \
-            if (sd == 1 && ss == 1)                                                                                    \
-                VEC(d, a, s, n);                                                                                       \
-            else                                                                                                       \
-                for (int64_t i = 0; i < n; i++) d[i * sd] += a * s[i * ss];                                            \
-        }                                                                                                              \
+#define ADD_INTO_BODY(T, VEC)                                                                                          \
+    const rows_job *j = ctx;                                                                                           \
+    T *dst = j->dst, a = (T)j->alpha;                                                                                  \
+    const T *src = j->src;                                                                                             \
+    while (fg_iter_next(it)) {                                                                                         \
+        T *d = dst + it->off[0];                                                                                       \
+        const T *s = src + it->off[1];                                                                                 \
+        int64_t sd = it->inner[0], ss = it->inner[1], n = it->n;                                                       \
+        if (sd == 1 && ss == 1)                                                                                        \
+            VEC(d, a, s, n);                                                                                           \
+        else                                                                                                           \
+            for (int64_t i = 0; i < n; i++) d[i * sd] += a * s[i * ss];                                                \
     }
+
 #define ADD_INTO_LOOP_F64(d, a, s, n)                                                                                  \
     for (int64_t i = 0; i < (n); i++) (d)[i] += (a) * (s)[i]
-ADD_INTO(float, f32, fg_vaxpy_f32)
-ADD_INTO(double, f64, ADD_INTO_LOOP_F64)
+static void add_into_f32(void *ctx, fg_iter *it) { ADD_INTO_BODY(float, fg_vaxpy_f32); }
+static void add_into_f64(void *ctx, fg_iter *it) { ADD_INTO_BODY(double, ADD_INTO_LOOP_F64); }
 
-#define COPY_ROWS(T, SFX)                                                                                              \
-    static void copy_rows_##SFX(void *ctx, fg_iter *it) {                                                              \
-        const rows_job *j = ctx;                                                                                       \
-        T *dst = j->dst;                                                                                               \
-        const T *src = j->src;                                                                                         \
-        while (fg_iter_next(it)) {                                                                                     \
-            T *d = dst + it->off[0];                                                                                   \
-            const T *s = src + it->off[1];                                                                             \
-            int64_t ss = it->inner[1], n = it->n;                                                                      \
-            if (ss == 1)                                                                                               \
-                memcpy(d, s, (size_t)n * sizeof(T));                                                                   \
-            else                                                                                                       \
-                for (int64_t i = 0; i < n; i++) d[i] = s[i * ss];                                                      \
-        }                                                                                                              \
+#define COPY_ROWS_BODY(T)                                                                                              \
+    const rows_job *j = ctx;                                                                                           \
+    T *dst = j->dst;                                                                                                   \
+    const T *src = j->src;                                                                                             \
+    while (fg_iter_next(it)) {                                                                                         \
+        T *d = dst + it->off[0];                                                                                       \
+        const T *s = src + it->off[1];                                                                                 \
+        int64_t ss = it->inner[1], n = it->n;                                                                          \
+        if (ss == 1)                                                                                                   \
+            memcpy(d, s, (size_t)n * sizeof(T));                                                                       \
+        else                                                                                                           \
+            for (int64_t i = 0; i < n; i++) d[i] = s[i * ss];                                                          \
     }
-COPY_ROWS(float, f32)
-COPY_ROWS(double, f64)
+
+static void copy_rows_f32(void *ctx, fg_iter *it) { COPY_ROWS_BODY(float); }
+static void copy_rows_f64(void *ctx, fg_iter *it) { COPY_ROWS_BODY(double); }
 
 fg_tensor *fg_op_contiguous(fg_tensor *t) {
     if (fg_is_contiguous(t)) return fg_retain(t);
