@@ -717,22 +717,25 @@ typedef struct {
     int64_t R, N;
 } colsum_job;
 
-#define COLSUM_KERNELS(T, SFX)                                                                                         \
-    static void col_sums_##SFX(T *dbias, const T *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {                \
-        T acc[COLSUM_COLS];                                                                                            \
-        const int64_t w = c1 - c0;                                                                                     \
-        for (int64_t j = 0; j < w; j++) acc[j] = dbias[c0 + j];                                                        \
-        for (int64_t r = 0; r < R; r++) {                                                                              \
-            const T *row = dout + r * N + c0;                                                                          \
-            if (w == COLSUM_COLS) /* the common case, a fixed trip count the compiler vectorizes */                    \
-                for (int j = 0; j < COLSUM_COLS; j++) acc[j] += row[j];                                                \
-            else                                                                                                       \
-                for (int64_t j = 0; j < w; j++) acc[j] += row[j];                                                      \
-        }                                                                                                              \
-        for (int64_t j = 0; j < w; j++) dbias[c0 + j] = acc[j];                                                        \
-    }
-COLSUM_KERNELS(float, f32)
-COLSUM_KERNELS(double, f64)
+#define COL_SUMS_BODY(T)                                                                                               \
+    T acc[COLSUM_COLS];                                                                                                \
+    const int64_t w = c1 - c0;                                                                                         \
+    for (int64_t j = 0; j < w; j++) acc[j] = dbias[c0 + j];                                                            \
+    for (int64_t r = 0; r < R; r++) {                                                                                  \
+        const T *row = dout + r * N + c0;                                                                              \
+        if (w == COLSUM_COLS) /* the common case, a fixed trip count the compiler vectorizes */                        \
+            for (int j = 0; j < COLSUM_COLS; j++) acc[j] += row[j];                                                    \
+        else                                                                                                           \
+            for (int64_t j = 0; j < w; j++) acc[j] += row[j];                                                          \
+    }                                                                                                                  \
+    for (int64_t j = 0; j < w; j++) dbias[c0 + j] = acc[j];
+
+static void col_sums_f32(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {
+    COL_SUMS_BODY(float);
+}
+static void col_sums_f64(double *dbias, const double *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {
+    COL_SUMS_BODY(double);
+}
 
 static void colsum_item(void *ctx, int64_t item, int worker) {
     (void)worker;
