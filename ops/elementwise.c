@@ -23,107 +23,125 @@
 /* ---- kernels ---- */
 
 /* out = EXPR(x, y), x from a and y from b, over the iterator (operands: out, a, b). */
-#define BINARY_FWD(T, SFX, NAME, EXPR)                                                                                 \
-    static void NAME##_fwd_##SFX(T *out, const T *a, const T *b, fg_iter *it) {                                        \
-        while (fg_iter_next(it)) {                                                                                     \
-            T *o = out + it->off[0];                                                                                   \
-            const T *pa = a + it->off[1], *pb = b + it->off[2];                                                        \
-            int64_t so = it->inner[0], sa = it->inner[1], sb = it->inner[2], n = it->n;                                \
-            if (so == 1 && sa == 1 && sb == 1) {                                                                       \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T x = pa[i], y = pb[i];                                                                            \
-                    o[i] = (EXPR);                                                                                     \
-                }                                                                                                      \
-            } else if (so == 1 && sa == 1 && sb == 0) {                                                                \
-                T y = pb[0];                                                                                           \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T x = pa[i];                                                                                       \
-                    o[i] = (EXPR);                                                                                     \
-                }                                                                                                      \
-            } else if (so == 1 && sa == 0 && sb == 1) {                                                                \
-                T x = pa[0];                                                                                           \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T y = pb[i];                                                                                       \
-                    o[i] = (EXPR);                                                                                     \
-                }                                                                                                      \
-            } else {                                                                                                   \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T x = pa[i * sa], y = pb[i * sb];                                                                  \
-                    o[i * so] = (EXPR);                                                                                \
-                }                                                                                                      \
+#define BINARY_FWD_BODY(T, EXPR)                                                                                       \
+    while (fg_iter_next(it)) {                                                                                         \
+        T *o = out + it->off[0];                                                                                       \
+        const T *pa = a + it->off[1], *pb = b + it->off[2];                                                            \
+        int64_t so = it->inner[0], sa = it->inner[1], sb = it->inner[2], n = it->n;                                    \
+        if (so == 1 && sa == 1 && sb == 1) {                                                                           \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T x = pa[i], y = pb[i];                                                                                \
+                o[i] = (EXPR);                                                                                         \
+            }                                                                                                          \
+        } else if (so == 1 && sa == 1 && sb == 0) {                                                                    \
+            T y = pb[0];                                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T x = pa[i];                                                                                           \
+                o[i] = (EXPR);                                                                                         \
+            }                                                                                                          \
+        } else if (so == 1 && sa == 0 && sb == 1) {                                                                    \
+            T x = pa[0];                                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T y = pb[i];                                                                                           \
+                o[i] = (EXPR);                                                                                         \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T x = pa[i * sa], y = pb[i * sb];                                                                      \
+                o[i * so] = (EXPR);                                                                                    \
             }                                                                                                          \
         }                                                                                                              \
     }
 
 /* g += EXPR(d, p, q) over the iterator (operands: g, dy, p, q). g may have stride 0 along the row
  * (its input was broadcast there): then the row is summed first and added once. */
-#define BINARY_BWD(T, SFX, NAME, EXPR)                                                                                 \
-    static void NAME##_bwd_##SFX(T *g, const T *dy, const T *P, const T *Q, fg_iter *it) {                             \
-        while (fg_iter_next(it)) {                                                                                     \
-            T *pg = g + it->off[0];                                                                                    \
-            const T *pd = dy + it->off[1], *pp = P + it->off[2], *pq = Q + it->off[3];                                 \
-            int64_t sg = it->inner[0], sd = it->inner[1], sp = it->inner[2], sq = it->inner[3], n = it->n;             \
-            if (sg == 1 && sd == 1 && sp == 1 && sq == 1) {                                                            \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T d = pd[i], p = pp[i], q = pq[i];                                                                 \
-                    (void)p, (void)q;                                                                                  \
-                    pg[i] += (EXPR);                                                                                   \
-                }                                                                                                      \
-            } else if (sg == 0) {                                                                                      \
-                T acc = 0;                                                                                             \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                                  \
-                    (void)p, (void)q;                                                                                  \
-                    acc += (EXPR);                                                                                     \
-                }                                                                                                      \
-                pg[0] += acc;                                                                                          \
-            } else {                                                                                                   \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                                  \
-                    (void)p, (void)q;                                                                                  \
-                    pg[i * sg] += (EXPR);                                                                              \
-                }                                                                                                      \
+#define BINARY_BWD_BODY(T, EXPR)                                                                                       \
+    while (fg_iter_next(it)) {                                                                                         \
+        T *pg = g + it->off[0];                                                                                        \
+        const T *pd = dy + it->off[1], *pp = P + it->off[2], *pq = Q + it->off[3];                                     \
+        int64_t sg = it->inner[0], sd = it->inner[1], sp = it->inner[2], sq = it->inner[3], n = it->n;                 \
+        if (sg == 1 && sd == 1 && sp == 1 && sq == 1) {                                                                \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T d = pd[i], p = pp[i], q = pq[i];                                                                     \
+                (void)p, (void)q;                                                                                      \
+                pg[i] += (EXPR);                                                                                       \
+            }                                                                                                          \
+        } else if (sg == 0) {                                                                                          \
+            T acc = 0;                                                                                                 \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                                      \
+                (void)p, (void)q;                                                                                      \
+                acc += (EXPR);                                                                                         \
+            }                                                                                                          \
+            pg[0] += acc;                                                                                              \
+        } else {                                                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T d = pd[i * sd], p = pp[i * sp], q = pq[i * sq];                                                      \
+                (void)p, (void)q;                                                                                      \
+                pg[i * sg] += (EXPR);                                                                                  \
             }                                                                                                          \
         }                                                                                                              \
     }
 
 /* out = EXPR(x, s) with a scalar s (operands: out, a). */
-#define SCALAR_FWD(T, SFX, NAME, EXPR)                                                                                 \
-    static void NAME##_fwd_##SFX(T *out, const T *a, double s_, fg_iter *it) {                                         \
-        T s = (T)s_;                                                                                                   \
-        while (fg_iter_next(it)) {                                                                                     \
-            T *o = out + it->off[0];                                                                                   \
-            const T *pa = a + it->off[1];                                                                              \
-            int64_t so = it->inner[0], sa = it->inner[1], n = it->n;                                                   \
-            if (so == 1 && sa == 1)                                                                                    \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T x = pa[i];                                                                                       \
-                    o[i] = (EXPR);                                                                                     \
-                }                                                                                                      \
-            else                                                                                                       \
-                for (int64_t i = 0; i < n; i++) {                                                                      \
-                    T x = pa[i * sa];                                                                                  \
-                    o[i * so] = (EXPR);                                                                                \
-                }                                                                                                      \
-        }                                                                                                              \
+#define SCALAR_FWD_BODY(T, EXPR)                                                                                       \
+    T s = (T)s_;                                                                                                       \
+    while (fg_iter_next(it)) {                                                                                         \
+        T *o = out + it->off[0];                                                                                       \
+        const T *pa = a + it->off[1];                                                                                  \
+        int64_t so = it->inner[0], sa = it->inner[1], n = it->n;                                                       \
+        if (so == 1 && sa == 1)                                                                                        \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T x = pa[i];                                                                                           \
+                o[i] = (EXPR);                                                                                         \
+            }                                                                                                          \
+        else                                                                                                           \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T x = pa[i * sa];                                                                                      \
+                o[i * so] = (EXPR);                                                                                    \
+            }                                                                                                          \
     }
 
 /* the forward kernels and the add / sub backward: float64 here, float32 below (in pieces) */
-BINARY_FWD(double, f64, add, x + y)
-BINARY_FWD(double, f64, sub, x - y)
-BINARY_FWD(double, f64, mul, x *y)
-BINARY_FWD(double, f64, div, x / y)
-BINARY_BWD(double, f64, plus, d)   /* add (a and b), sub (a) */
-BINARY_BWD(double, f64, minus, -d) /* sub (b) */
-SCALAR_FWD(double, f64, adds, x + s)
-SCALAR_FWD(double, f64, muls, x *s)
+static void add_fwd_f64(double *out, const double *a, const double *b, fg_iter *it) { BINARY_FWD_BODY(double, x + y); }
+static void sub_fwd_f64(double *out, const double *a, const double *b, fg_iter *it) { BINARY_FWD_BODY(double, x - y); }
+static void mul_fwd_f64(double *out, const double *a, const double *b, fg_iter *it) { BINARY_FWD_BODY(double, x *y); }
+static void div_fwd_f64(double *out, const double *a, const double *b, fg_iter *it) { BINARY_FWD_BODY(double, x / y); }
+/* add (a and b), sub (a) */
+static void plus_bwd_f64(double *g, const double *dy, const double *P, const double *Q, fg_iter *it) {
+    BINARY_BWD_BODY(double, d);
+}
+/* sub (b) */
+static void minus_bwd_f64(double *g, const double *dy, const double *P, const double *Q, fg_iter *it) {
+    BINARY_BWD_BODY(double, -d);
+}
+static void adds_fwd_f64(double *out, const double *a, double s_, fg_iter *it) { SCALAR_FWD_BODY(double, x + s); }
+static void muls_fwd_f64(double *out, const double *a, double s_, fg_iter *it) { SCALAR_FWD_BODY(double, x *s); }
 /* the mul and div backward, both dtypes */
-#define PRODUCT_RULE_KERNELS(T, SFX)                                                                                   \
-    BINARY_BWD(T, SFX, times, d *p)           /* mul: p is the other input */                                          \
-    BINARY_BWD(T, SFX, over, d / p)           /* div (a): p = b */                                                     \
-    BINARY_BWD(T, SFX, quot, -d *q / (p * p)) /* div (b): p = b, q = a */
-PRODUCT_RULE_KERNELS(float, f32)
-PRODUCT_RULE_KERNELS(double, f64)
+/* mul: p is the other input */
+static void times_bwd_f32(float *g, const float *dy, const float *P, const float *Q, fg_iter *it) {
+    BINARY_BWD_BODY(float, d *p);
+}
+/* div (a): p = b */
+static void over_bwd_f32(float *g, const float *dy, const float *P, const float *Q, fg_iter *it) {
+    BINARY_BWD_BODY(float, d / p);
+}
+/* div (b): p = b, q = a */
+static void quot_bwd_f32(float *g, const float *dy, const float *P, const float *Q, fg_iter *it) {
+    BINARY_BWD_BODY(float, -d *q / (p * p));
+}
+/* mul: p is the other input */
+static void times_bwd_f64(double *g, const double *dy, const double *P, const double *Q, fg_iter *it) {
+    BINARY_BWD_BODY(double, d *p);
+}
+/* div (a): p = b */
+static void over_bwd_f64(double *g, const double *dy, const double *P, const double *Q, fg_iter *it) {
+    BINARY_BWD_BODY(double, d / p);
+}
+/* div (b): p = b, q = a */
+static void quot_bwd_f64(double *g, const double *dy, const double *P, const double *Q, fg_iter *it) {
+    BINARY_BWD_BODY(double, -d *q / (p * p));
+}
 
 /* ---- float32: the same loops in pieces (ops/cpu/vmath.h), unit-stride rows through the vector
  * kernels; every path does the same single operation per element, so the bits do not depend on
