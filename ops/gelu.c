@@ -79,27 +79,28 @@ static inline float gelu_one_f32(const gelu_job *j, int64_t i) {
 }
 
 #if FG_SIMD_X86
-/* the scalar form above on a vector of lanes, one instruction for each of its operations */
-#define GELU_VEC(TGT, V, PFX, NAME, EXP, SELECT_LE)                                                                    \
-    static inline __attribute__((always_inline)) TGT V NAME##_e(V x, V x2) {                                           \
-        const V w = PFX##_fmadd_ps(PFX##_mul_ps(PFX##_set1_ps(G_K), x2), x, x);                                        \
-        return EXP(PFX##_mul_ps(w, PFX##_set1_ps(G_M2S)));                                                             \
-    }                                                                                                                  \
-    static inline __attribute__((always_inline)) TGT V NAME(V x) {                                                     \
-        return PFX##_div_ps(x, PFX##_add_ps(PFX##_set1_ps(1.0f), NAME##_e(x, PFX##_mul_ps(x, x))));                    \
-    }                                                                                                                  \
-    static inline __attribute__((always_inline)) TGT V NAME##_grad(V x) {                                              \
-        const V one = PFX##_set1_ps(1.0f), x2 = PFX##_mul_ps(x, x);                                                    \
-        const V e = NAME##_e(x, x2), s = PFX##_div_ps(one, PFX##_add_ps(one, e));                                      \
-        const V oms = SELECT_LE(e, one, PFX##_mul_ps(e, s), PFX##_sub_ps(one, s));                                     \
-        const V du = PFX##_fmadd_ps(x2, PFX##_set1_ps(G_K3S), PFX##_set1_ps(G_S));                                     \
-        return PFX##_fmadd_ps(PFX##_mul_ps(PFX##_add_ps(x, x), du), PFX##_mul_ps(s, oms), s);                          \
-    }
+/* the scalar form above on a vector of lanes, one instruction for each of its operations: V is the
+ * vector type, PFX its intrinsics' prefix, E the vector form of e(x, x2) */
+#define GELU_E_BODY(V, PFX, EXP)                                                                                       \
+    const V w = PFX##_fmadd_ps(PFX##_mul_ps(PFX##_set1_ps(G_K), x2), x, x);                                            \
+    return EXP(PFX##_mul_ps(w, PFX##_set1_ps(G_M2S)));
+#define GELU_BODY(V, PFX, E) return PFX##_div_ps(x, PFX##_add_ps(PFX##_set1_ps(1.0f), E(x, PFX##_mul_ps(x, x))));
+#define GELU_GRAD_BODY(V, PFX, E, SELECT_LE)                                                                           \
+    const V one = PFX##_set1_ps(1.0f), x2 = PFX##_mul_ps(x, x);                                                        \
+    const V e = E(x, x2), s = PFX##_div_ps(one, PFX##_add_ps(one, e));                                                 \
+    const V oms = SELECT_LE(e, one, PFX##_mul_ps(e, s), PFX##_sub_ps(one, s));                                         \
+    const V du = PFX##_fmadd_ps(x2, PFX##_set1_ps(G_K3S), PFX##_set1_ps(G_S));                                         \
+    return PFX##_fmadd_ps(PFX##_mul_ps(PFX##_add_ps(x, x), du), PFX##_mul_ps(s, oms), s);
 /* a <= b ? p : q, lane by lane (false for NaN) */
 #define SEL512(a, b, p, q) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LE_OQ), q, p)
 #define SEL256(a, b, p, q) _mm256_blendv_ps(q, p, _mm256_cmp_ps(a, b, _CMP_LE_OQ))
-GELU_VEC(FG_TARGET_AVX512, __m512, _mm512, gelu512, fg_vexp_avx512, SEL512)
-GELU_VEC(FG_TARGET_AVX2, __m256, _mm256, gelu256, fg_vexp_avx2, SEL256)
+#define GELU_INLINE static inline __attribute__((always_inline))
+GELU_INLINE FG_TARGET_AVX512 __m512 gelu512_e(__m512 x, __m512 x2) { GELU_E_BODY(__m512, _mm512, fg_vexp_avx512); }
+GELU_INLINE FG_TARGET_AVX512 __m512 gelu512(__m512 x) { GELU_BODY(__m512, _mm512, gelu512_e); }
+GELU_INLINE FG_TARGET_AVX512 __m512 gelu512_grad(__m512 x) { GELU_GRAD_BODY(__m512, _mm512, gelu512_e, SEL512); }
+GELU_INLINE FG_TARGET_AVX2 __m256 gelu256_e(__m256 x, __m256 x2) { GELU_E_BODY(__m256, _mm256, fg_vexp_avx2); }
+GELU_INLINE FG_TARGET_AVX2 __m256 gelu256(__m256 x) { GELU_BODY(__m256, _mm256, gelu256_e); }
+GELU_INLINE FG_TARGET_AVX2 __m256 gelu256_grad(__m256 x) { GELU_GRAD_BODY(__m256, _mm256, gelu256_e, SEL256); }
 
 FG_TARGET_AVX512 static void gelu_piece_avx512(const gelu_job *j, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i += 16) {
