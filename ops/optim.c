@@ -167,28 +167,33 @@ typedef struct {
 } adamw_f32c;
 
 #if FG_SIMD_X86
-/* sqrt is correctly rounded in float32 and in double, so sqrt_ps(v) = (float)sqrt((double)v) */
-#define ADAMW_VEC(TGT, V, PFX, W, NAME)                                                                                \
-    TGT static int64_t NAME(float *p, const float *g, float *m, float *v, int64_t n, float df, const adamw_f32c *c) {  \
-        const V b1 = PFX##_set1_ps(c->b1), omb1 = PFX##_set1_ps(c->omb1), b2 = PFX##_set1_ps(c->b2);                   \
-        const V omb2 = PFX##_set1_ps(c->omb2), step = PFX##_set1_ps(c->step);                                          \
-        const V bc2s = PFX##_set1_ps(c->bc2s), eps = PFX##_set1_ps(c->eps), vdf = PFX##_set1_ps(df);                   \
-        int64_t i = 0;                                                                                                 \
-        for (; i + W <= n; i += W) {                                                                                   \
-            const V gi = PFX##_loadu_ps(g + i);                                                                        \
-            const V mi = PFX##_add_ps(PFX##_mul_ps(b1, PFX##_loadu_ps(m + i)), PFX##_mul_ps(omb1, gi));                \
-            const V vi =                                                                                               \
-                PFX##_add_ps(PFX##_mul_ps(b2, PFX##_loadu_ps(v + i)), PFX##_mul_ps(PFX##_mul_ps(omb2, gi), gi));       \
-            const V denom = PFX##_add_ps(PFX##_div_ps(PFX##_sqrt_ps(vi), bc2s), eps);                                  \
-            const V upd = PFX##_div_ps(PFX##_mul_ps(step, mi), denom);                                                 \
-            PFX##_storeu_ps(m + i, mi);                                                                                \
-            PFX##_storeu_ps(v + i, vi);                                                                                \
-            PFX##_storeu_ps(p + i, PFX##_sub_ps(PFX##_mul_ps(PFX##_loadu_ps(p + i), vdf), upd));                       \
-        }                                                                                                              \
-        return i;                                                                                                      \
-    }
-ADAMW_VEC(FG_TARGET_AVX512, __m512, _mm512, 16, adamw_avx512)
-ADAMW_VEC(FG_TARGET_AVX2, __m256, _mm256, 8, adamw_avx2)
+/* The bulk of ADAMW_RANGE in vectors of W lanes of type V (PFX: the intrinsics' prefix); returns
+ * how many elements it did. sqrt is correctly rounded in float32 and in double, so
+ * sqrt_ps(v) = (float)sqrt((double)v). */
+#define ADAMW_VEC_BODY(V, PFX, W)                                                                                      \
+    const V b1 = PFX##_set1_ps(c->b1), omb1 = PFX##_set1_ps(c->omb1), b2 = PFX##_set1_ps(c->b2);                       \
+    const V omb2 = PFX##_set1_ps(c->omb2), step = PFX##_set1_ps(c->step);                                              \
+    const V bc2s = PFX##_set1_ps(c->bc2s), eps = PFX##_set1_ps(c->eps), vdf = PFX##_set1_ps(df);                       \
+    int64_t i = 0;                                                                                                     \
+    for (; i + W <= n; i += W) {                                                                                       \
+        const V gi = PFX##_loadu_ps(g + i);                                                                            \
+        const V mi = PFX##_add_ps(PFX##_mul_ps(b1, PFX##_loadu_ps(m + i)), PFX##_mul_ps(omb1, gi));                    \
+        const V vi = PFX##_add_ps(PFX##_mul_ps(b2, PFX##_loadu_ps(v + i)), PFX##_mul_ps(PFX##_mul_ps(omb2, gi), gi));  \
+        const V denom = PFX##_add_ps(PFX##_div_ps(PFX##_sqrt_ps(vi), bc2s), eps);                                      \
+        const V upd = PFX##_div_ps(PFX##_mul_ps(step, mi), denom);                                                     \
+        PFX##_storeu_ps(m + i, mi);                                                                                    \
+        PFX##_storeu_ps(v + i, vi);                                                                                    \
+        PFX##_storeu_ps(p + i, PFX##_sub_ps(PFX##_mul_ps(PFX##_loadu_ps(p + i), vdf), upd));                           \
+    }                                                                                                                  \
+    return i;
+FG_TARGET_AVX512 static int64_t adamw_avx512(float *p, const float *g, float *m, float *v, int64_t n, float df,
+                                             const adamw_f32c *c) {
+    ADAMW_VEC_BODY(__m512, _mm512, 16);
+}
+FG_TARGET_AVX2 static int64_t adamw_avx2(float *p, const float *g, float *m, float *v, int64_t n, float df,
+                                         const adamw_f32c *c) {
+    ADAMW_VEC_BODY(__m256, _mm256, 8);
+}
 #endif
 
 /* ADAMW_RANGE on float32 [0, n), the bulk through the vector kernel and the tail in C */
