@@ -159,25 +159,28 @@ binary_avx2(const int op, const int bs, float *y, const float *a, const float *b
     for (; i < n; i++) y[i] = vop(op, a[i], bs ? b[0] : b[i]);
 }
 
-#define BINARY_LEVEL(LV, TGT)                                                                                          \
-    TGT static void binary_##LV##_all(int op, int bs, float *y, const float *a, const float *b, int64_t n) {           \
-        switch (op) {                                                                                                  \
-        case FG_VOP_ADD:                                                                                               \
-            bs ? binary_##LV(FG_VOP_ADD, 1, y, a, b, n) : binary_##LV(FG_VOP_ADD, 0, y, a, b, n);                      \
-            break;                                                                                                     \
-        case FG_VOP_SUB:                                                                                               \
-            bs ? binary_##LV(FG_VOP_SUB, 1, y, a, b, n) : binary_##LV(FG_VOP_SUB, 0, y, a, b, n);                      \
-            break;                                                                                                     \
-        case FG_VOP_MUL:                                                                                               \
-            bs ? binary_##LV(FG_VOP_MUL, 1, y, a, b, n) : binary_##LV(FG_VOP_MUL, 0, y, a, b, n);                      \
-            break;                                                                                                     \
-        default:                                                                                                       \
-            bs ? binary_##LV(FG_VOP_DIV, 1, y, a, b, n) : binary_##LV(FG_VOP_DIV, 0, y, a, b, n);                      \
-            break;                                                                                                     \
-        }                                                                                                              \
+/* the one-op kernel BINARY with op and bs as constants, so each case is its own loop */
+#define BINARY_ALL_BODY(BINARY)                                                                                        \
+    switch (op) {                                                                                                      \
+    case FG_VOP_ADD:                                                                                                   \
+        bs ? BINARY(FG_VOP_ADD, 1, y, a, b, n) : BINARY(FG_VOP_ADD, 0, y, a, b, n);                                    \
+        break;                                                                                                         \
+    case FG_VOP_SUB:                                                                                                   \
+        bs ? BINARY(FG_VOP_SUB, 1, y, a, b, n) : BINARY(FG_VOP_SUB, 0, y, a, b, n);                                    \
+        break;                                                                                                         \
+    case FG_VOP_MUL:                                                                                                   \
+        bs ? BINARY(FG_VOP_MUL, 1, y, a, b, n) : BINARY(FG_VOP_MUL, 0, y, a, b, n);                                    \
+        break;                                                                                                         \
+    default:                                                                                                           \
+        bs ? BINARY(FG_VOP_DIV, 1, y, a, b, n) : BINARY(FG_VOP_DIV, 0, y, a, b, n);                                    \
+        break;                                                                                                         \
     }
-BINARY_LEVEL(avx512, FG_TARGET_AVX512)
-BINARY_LEVEL(avx2, FG_TARGET_AVX2)
+FG_TARGET_AVX512 static void binary_avx512_all(int op, int bs, float *y, const float *a, const float *b, int64_t n) {
+    BINARY_ALL_BODY(binary_avx512);
+}
+FG_TARGET_AVX2 static void binary_avx2_all(int op, int bs, float *y, const float *a, const float *b, int64_t n) {
+    BINARY_ALL_BODY(binary_avx2);
+}
 
 FG_TARGET_AVX512 static void axpy_avx512(float *y, float alpha, const float *x, int64_t n) {
     const __m512 va = _mm512_set1_ps(alpha);
