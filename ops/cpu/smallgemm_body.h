@@ -75,31 +75,50 @@ blk256(const int MR, const int NV, const int MASKED, __m256i lm, int64_t k, T al
         }
 }
 
-#define FG_BLK256(MR, NV, MASKED)                                                                                      \
-    static FG_TARGET_AVX2 void blk256_##MR##_##NV##_##MASKED(__m256i lm, int64_t k, T alpha, const T *A, int64_t rsa,  \
-                                                             int64_t csa, const T *B, int64_t ldb, T *C, int64_t ldc,  \
-                                                             const T *rs, int accumulate) {                            \
-        blk256(MR, NV, MASKED, lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate);                             \
-    }
-#define FG_BLK256_ROW(MR) FG_BLK256(MR, 1, 0) FG_BLK256(MR, 2, 0) FG_BLK256(MR, 1, 1) FG_BLK256(MR, 2, 1)
-FG_BLK256_ROW(1)
-FG_BLK256_ROW(2)
-FG_BLK256_ROW(3)
-FG_BLK256_ROW(4)
-FG_BLK256_ROW(5)
-FG_BLK256_ROW(6)
+/* the tiles: blk256_MR_NV_MASKED is blk256 with those three as constants (MR rows, NV vectors of
+ * columns, the last one masked or not) */
+#define BLK256_PARAMS                                                                                                  \
+    __m256i lm, int64_t k, T alpha, const T *A, int64_t rsa, int64_t csa, const T *B, int64_t ldb, T *C, int64_t ldc,  \
+        const T *rs, int accumulate
+#define BLK256_ARGS lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate
+static FG_TARGET_AVX2 void blk256_1_1_0(BLK256_PARAMS) { blk256(1, 1, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_1_2_0(BLK256_PARAMS) { blk256(1, 2, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_1_1_1(BLK256_PARAMS) { blk256(1, 1, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_1_2_1(BLK256_PARAMS) { blk256(1, 2, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_2_1_0(BLK256_PARAMS) { blk256(2, 1, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_2_2_0(BLK256_PARAMS) { blk256(2, 2, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_2_1_1(BLK256_PARAMS) { blk256(2, 1, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_2_2_1(BLK256_PARAMS) { blk256(2, 2, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_3_1_0(BLK256_PARAMS) { blk256(3, 1, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_3_2_0(BLK256_PARAMS) { blk256(3, 2, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_3_1_1(BLK256_PARAMS) { blk256(3, 1, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_3_2_1(BLK256_PARAMS) { blk256(3, 2, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_4_1_0(BLK256_PARAMS) { blk256(4, 1, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_4_2_0(BLK256_PARAMS) { blk256(4, 2, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_4_1_1(BLK256_PARAMS) { blk256(4, 1, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_4_2_1(BLK256_PARAMS) { blk256(4, 2, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_5_1_0(BLK256_PARAMS) { blk256(5, 1, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_5_2_0(BLK256_PARAMS) { blk256(5, 2, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_5_1_1(BLK256_PARAMS) { blk256(5, 1, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_5_2_1(BLK256_PARAMS) { blk256(5, 2, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_6_1_0(BLK256_PARAMS) { blk256(6, 1, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_6_2_0(BLK256_PARAMS) { blk256(6, 2, 0, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_6_1_1(BLK256_PARAMS) { blk256(6, 1, 1, BLK256_ARGS); }
+static FG_TARGET_AVX2 void blk256_6_2_1(BLK256_PARAMS) { blk256(6, 2, 1, BLK256_ARGS); }
+#undef BLK256_PARAMS
+#undef BLK256_ARGS
 
 typedef void (*blk256_fn)(__m256i, int64_t, T, const T *, int64_t, int64_t, const T *, int64_t, T *, int64_t, const T *,
                           int);
-#define FG_BLK256_PTRS(MR)                                                                                             \
-    {                                                                                                                  \
-        {blk256_##MR##_1_0, blk256_##MR##_2_0}, { blk256_##MR##_1_1, blk256_##MR##_2_1 }                               \
-    }
-static const blk256_fn blk256_table[6][2][2] = {FG_BLK256_PTRS(1), FG_BLK256_PTRS(2), FG_BLK256_PTRS(3),
-                                                FG_BLK256_PTRS(4), FG_BLK256_PTRS(5), FG_BLK256_PTRS(6)};
-#undef FG_BLK256
-#undef FG_BLK256_ROW
-#undef FG_BLK256_PTRS
+/* [MR - 1][MASKED][NV - 1] */
+static const blk256_fn blk256_table[6][2][2] = {
+    {{blk256_1_1_0, blk256_1_2_0}, {blk256_1_1_1, blk256_1_2_1}},
+    {{blk256_2_1_0, blk256_2_2_0}, {blk256_2_1_1, blk256_2_2_1}},
+    {{blk256_3_1_0, blk256_3_2_0}, {blk256_3_1_1, blk256_3_2_1}},
+    {{blk256_4_1_0, blk256_4_2_0}, {blk256_4_1_1, blk256_4_2_1}},
+    {{blk256_5_1_0, blk256_5_2_0}, {blk256_5_1_1, blk256_5_2_1}},
+    {{blk256_6_1_0, blk256_6_2_0}, {blk256_6_1_1, blk256_6_2_1}},
+};
 
 FG_TARGET_AVX2 static void gemm_avx2(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t rsa, int64_t csa,
                                      const T *B, int64_t ldb, T *C, int64_t ldc, const T *rs, int accumulate) {

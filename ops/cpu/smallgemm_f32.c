@@ -61,26 +61,46 @@ blk512(const int MR, const int NV, __mmask16 lm, int64_t k, float alpha, const f
         }
 }
 
-#define FG_BLK512(MR, NV)                                                                                              \
-    static FG_TARGET_AVX512 void blk512_##MR##_##NV(__mmask16 lm, int64_t k, float alpha, const float *A, int64_t rsa, \
-                                                    int64_t csa, const float *B, int64_t ldb, float *C, int64_t ldc,   \
-                                                    const float *rs, int accumulate) {                                 \
-        blk512(MR, NV, lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate);                                     \
-    }
-#define FG_BLK512_ROW(MR) FG_BLK512(MR, 1) FG_BLK512(MR, 2) FG_BLK512(MR, 3) FG_BLK512(MR, 4)
-FG_BLK512_ROW(1)
-FG_BLK512_ROW(2)
-FG_BLK512_ROW(3)
-FG_BLK512_ROW(4)
-FG_BLK512_ROW(5)
-FG_BLK512_ROW(6)
+/* the tiles: blk512_MR_NV is blk512 with MR rows and NV vectors of columns as constants */
+#define BLK512_PARAMS                                                                                                  \
+    __mmask16 lm, int64_t k, float alpha, const float *A, int64_t rsa, int64_t csa, const float *B, int64_t ldb,       \
+        float *C, int64_t ldc, const float *rs, int accumulate
+#define BLK512_ARGS lm, k, alpha, A, rsa, csa, B, ldb, C, ldc, rs, accumulate
+static FG_TARGET_AVX512 void blk512_1_1(BLK512_PARAMS) { blk512(1, 1, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_1_2(BLK512_PARAMS) { blk512(1, 2, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_1_3(BLK512_PARAMS) { blk512(1, 3, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_1_4(BLK512_PARAMS) { blk512(1, 4, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_2_1(BLK512_PARAMS) { blk512(2, 1, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_2_2(BLK512_PARAMS) { blk512(2, 2, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_2_3(BLK512_PARAMS) { blk512(2, 3, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_2_4(BLK512_PARAMS) { blk512(2, 4, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_3_1(BLK512_PARAMS) { blk512(3, 1, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_3_2(BLK512_PARAMS) { blk512(3, 2, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_3_3(BLK512_PARAMS) { blk512(3, 3, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_3_4(BLK512_PARAMS) { blk512(3, 4, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_4_1(BLK512_PARAMS) { blk512(4, 1, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_4_2(BLK512_PARAMS) { blk512(4, 2, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_4_3(BLK512_PARAMS) { blk512(4, 3, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_4_4(BLK512_PARAMS) { blk512(4, 4, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_5_1(BLK512_PARAMS) { blk512(5, 1, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_5_2(BLK512_PARAMS) { blk512(5, 2, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_5_3(BLK512_PARAMS) { blk512(5, 3, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_5_4(BLK512_PARAMS) { blk512(5, 4, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_6_1(BLK512_PARAMS) { blk512(6, 1, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_6_2(BLK512_PARAMS) { blk512(6, 2, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_6_3(BLK512_PARAMS) { blk512(6, 3, BLK512_ARGS); }
+static FG_TARGET_AVX512 void blk512_6_4(BLK512_PARAMS) { blk512(6, 4, BLK512_ARGS); }
+#undef BLK512_PARAMS
+#undef BLK512_ARGS
 
 typedef void (*blk512_fn)(__mmask16, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t, float *,
                           int64_t, const float *, int);
-#define FG_BLK512_PTRS(MR)                                                                                             \
-    { blk512_##MR##_1, blk512_##MR##_2, blk512_##MR##_3, blk512_##MR##_4 }
-static const blk512_fn blk512_table[6][4] = {FG_BLK512_PTRS(1), FG_BLK512_PTRS(2), FG_BLK512_PTRS(3),
-                                             FG_BLK512_PTRS(4), FG_BLK512_PTRS(5), FG_BLK512_PTRS(6)};
+/* [MR - 1][NV - 1] */
+static const blk512_fn blk512_table[6][4] = {
+    {blk512_1_1, blk512_1_2, blk512_1_3, blk512_1_4}, {blk512_2_1, blk512_2_2, blk512_2_3, blk512_2_4},
+    {blk512_3_1, blk512_3_2, blk512_3_3, blk512_3_4}, {blk512_4_1, blk512_4_2, blk512_4_3, blk512_4_4},
+    {blk512_5_1, blk512_5_2, blk512_5_3, blk512_5_4}, {blk512_6_1, blk512_6_2, blk512_6_3, blk512_6_4},
+};
 
 static void sgemm_avx512(int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t rsa, int64_t csa,
                          const float *B, int64_t ldb, float *C, int64_t ldc, const float *rs, int accumulate) {
