@@ -183,7 +183,7 @@ static void binary_rows_f32(void *ctx, fg_iter *it) {
 }
 
 /* g += sign * dy over a piece (operands: g, dy; the add and sub rules). A row along which g has
- * stride 0 is summed first, as in BINARY_BWD. */
+ * stride 0 is summed first, as in BINARY_BWD_BODY. */
 static void plus_rows_f32(void *ctx, fg_iter *it) {
     const vjob *j = ctx;
     const float sign = (float)j->kind;
