@@ -27,6 +27,7 @@
 #include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
+#include "ops/cpu/attention_cpu.h" /* the flash items' group sizes */
 #include "ops/cpu/threadpool.h"
 
 static void leak_check(void) {
@@ -782,8 +783,13 @@ Test(attention, flash_kernels_take_only_tile_scratch) {
     size_t bwd = fg_alloc_get_stats(FG_CPU).peak - before;
     size_t tile = (size_t)pr.block_q * pr.block_k * sizeof(float);
     const size_t T = (size_t)fg_pool_threads(); /* flash's scratch is per thread */
-    cr_expect(fwd <= T * (2 * tile + 4096), "flash forward kernel scratch %zu bytes, tile %zu", fwd, tile);
-    cr_expect(bwd <= T * (4 * tile + (size_t)N * sizeof(float) + 4096), "flash backward kernel scratch %zu bytes", bwd);
+    /* forward: a score tile and per query block of its group Qᵢᵀ (d ≤ block_k here, so at most a
+     * tile) and three rows of statistics; backward: P and dS, Kⱼᵀ and Vⱼᵀ per key block of its
+     * group (a tile each at most) and D */
+    const size_t fg = FG_ATTN_FLASH_FWD_GROUP, bg = FG_ATTN_FLASH_BWD_GROUP;
+    cr_expect(fwd <= T * ((1 + fg) * tile + 4096), "flash forward kernel scratch %zu bytes, tile %zu", fwd, tile);
+    cr_expect(bwd <= T * ((2 + 2 * bg) * tile + (size_t)N * sizeof(float) + 4096),
+              "flash backward kernel scratch %zu bytes", bwd);
     cr_expect_eq(fg_alloc_get_stats(FG_CPU).current, before, "the kernels must free their scratch");
     free(buf);
 }

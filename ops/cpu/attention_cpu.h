@@ -18,6 +18,19 @@
 extern "C" {
 #endif
 
+/* Query blocks per forward item. Each item walks its key blocks once for all of its query blocks,
+ * so a K/V tile is read from memory once and then reused from the nearest caches by every block
+ * of the group; one block per item would stream all of K and V through the cache hierarchy once
+ * per 64 query rows (at N in the thousands, more than L2 holds). The math of every (query block,
+ * key block) tile is unchanged: grouping only changes which tiles run next to each other. */
+#define FG_ATTN_FLASH_FWD_GROUP 4
+
+/* Key blocks per pass over the queries in a backward item: each query tile (Qi, dOi, dQi) is read
+ * once for the group's key blocks while it is cached, where one key block per pass would stream
+ * all of Q, dO and dQ through the cache hierarchy once per 64 keys. The order of every sum is
+ * unchanged: dKj and dVj still take the query tiles in order, dQi the key blocks in order. */
+#define FG_ATTN_FLASH_BWD_GROUP 4
+
 /* Per-thread scratch of one kernel call: one buffer per thread that can take part, allocated by
  * flash_run before the items start (not lazily by whichever thread gets an item first: which
  * threads get items depends on the schedule, and a lazily taken buffer would make the caching

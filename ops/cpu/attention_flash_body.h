@@ -93,72 +93,113 @@ typedef struct {
     const fg_attn_problem *pr; /* blocks resolved */
     T *o, *lse, *lse_lo;
     const T *q, *k, *v;
-    int64_t nqb, Hkv, G;
-    int64_t ld; /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
+    int64_t ngroups, Hkv, G;
+    int64_t ld;    /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
+    int64_t nm;    /* entries of m, l and alpha per query block: bq, or ld (Sᵀ's padded columns) */
+    int64_t group; /* query blocks per item (FG_ATTN_FLASH_FWD_GROUP, fewer when Nq is short) */
+    int need_r;
     fg_attn_flash_scratch scratch;
 } fwd_job;
 
-/* One item: query rows [i0, i0 + nq) of head (b, h); the last query blocks come first (under a
- * causal mask they see the most keys, and taking them first evens out the threads' loads).
- * Scratch: Qiᵀ (d × ld, x86 only), the score tile (S bq × bk, or Sᵀ bk × ld), m, l, alpha (one per
- * row), and with the x86 table a row-major tile R (bq × bk) for variants and dropout. */
+/* A forward item's state for one of its query blocks: rows [i0, i0 + nq), their Qᵢᵀ (x86 only),
+ * running max m, sum l and rescale alpha, the accumulator Oi (o itself) and the key blocks [jb, je)
+ * the rows can see. */
+typedef struct {
+    int64_t i0, nq, jb, je;
+    const T *Qi;
+    T *Oi, *QT, *m, *l, *alpha;
+} fwd_rows;
+
+/* One tile of the forward: query block Q (its rows, state and accumulator) against key block j0
+ * (nk keys); S and R are the item's score tiles. */
+static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64_t h, const T *K, const T *V,
+                     int64_t j0, int64_t nk) {
+    const flash_ops *op = J->op;
+    const fg_attn_problem *pr = J->pr;
+    const int64_t d = pr->d, Nq = pr->Nq, bk = pr->block_k, ld = J->ld, nq = Q->nq, i0 = Q->i0;
+    const int64_t rs = op->packs ? 1 : ld, cs = op->packs ? ld : 1;
+    const fg_attn_variant *var = &pr->var;
+    int wp, mp;
+    const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
+    if (kind == FG_TILE_MASKED) return;
+    /* S = scale · Qi Kjᵀ (nq × nk), or Sᵀ = scale · Kj Qiᵀ (nk × nq) */
+    const T scale = (T)pr->scale;
+    if (op->packs)
+        op->gemm(0, 0, nk, nq, d, scale, K + j0 * d, d, Q->QT, ld, S, ld, NULL, 0);
+    else
+        op->gemm(0, 1, nq, nk, d, scale, Q->Qi, d, K + j0 * d, d, S, ld, NULL, 0);
+    if (fg_attn_modifies_scores(pr) || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* what every kernel shares */
+        T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
+        score_tile(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+        rows_view(op, S, R, ld, bk, nq, nk, 1);
+    } else if (kind == FG_TILE_PARTIAL) { /* causal ∧ window only: row r sees keys [a, e) */
+        for (int64_t r = 0; r < nq; r++) {
+            int64_t a, e;
+            fg_attn_row_range(i0 + r, Nq, pr->Nk, pr->causal, var->window, var->window_left, var->window_right, &a, &e);
+            for (int64_t j = 0; j < nk && j < a - j0; j++) S[r * rs + j * cs] = -INFINITY;
+            for (int64_t j = e - j0 > 0 ? e - j0 : 0; j < nk; j++) S[r * rs + j * cs] = -INFINITY;
+        }
+    }
+    op->softmax(S, ld, nq, nk, Q->m, Q->l, Q->alpha);
+    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
+    if (thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
+        const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
+        T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
+        for (int64_t r = 0; r < nq; r++) dropout_scale(Sr + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+        rows_view(op, S, R, ld, bk, nq, nk, 1);
+    }
+    /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand) */
+    op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * d, d, Q->Oi, d, Q->alpha, 1);
+}
+
+/* One item: up to `group` query blocks of head (b, h); the last groups come first (under a causal
+ * mask they see the most keys, and taking them first evens out the threads' loads). Scratch: the
+ * score tile (S bq × bk, or Sᵀ bk × ld), with the x86 table a row-major tile R (bq × bk) for
+ * variants and dropout, then per query block Qiᵀ (d × ld, x86 only), m, l and alpha. */
 static void fwd_item(void *ctx, int64_t item, int worker) {
     fwd_job *J = ctx;
     const flash_ops *op = J->op;
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, BH = pr->B * H, bq = pr->block_q, bk = pr->block_k;
-    const int64_t ld = J->ld, nm = op->packs ? ld : bq, rs = op->packs ? 1 : ld, cs = op->packs ? ld : 1;
+    const int64_t ld = J->ld, nm = J->nm;
     T *scr = fg_attn_flash_scratch_get(&J->scratch, worker);
     if (!scr) return;
-    T *QT = scr, *S = QT + (op->packs ? d * ld : 0), *m = S + (op->packs ? bk : bq) * ld, *l = m + nm;
-    T *alpha = l + nm, *R = alpha + nm;
-    const int64_t bh = item % BH, i0 = (J->nqb - 1 - item / BH) * bq, nq = Nq - i0 < bq ? Nq - i0 : bq;
+    T *S = scr, *R = S + (op->packs ? bk : bq) * ld, *st = R + (J->need_r ? bq * bk : 0);
+    const int64_t bh = item % BH, g0 = (J->ngroups - 1 - item / BH) * J->group * bq;
     const int64_t b = bh / H, h = bh % H, bg = b * J->Hkv + h / J->G;
-    const T *Qi = J->q + (bh * Nq + i0) * d, *K = J->k + bg * Nk * d, *V = J->v + bg * Nk * d;
-    T *Oi = J->o + (bh * Nq + i0) * d;
-    const T scale = (T)pr->scale;
-    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
-    const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
-    const int mods = fg_attn_modifies_scores(pr);
-    const fg_attn_variant *var = &pr->var;
-
-    if (op->packs) op->transpose(QT, ld, Qi, d, nq, d); /* Qiᵀ, d × nq */
-    for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
-    memset(Oi, 0, (size_t)(nq * d) * sizeof(T));
-    int64_t jb, je;
-    fg_attn_flash_key_blocks(pr, i0, nq, &jb, &je);
+    const T *K = J->k + bg * Nk * d, *V = J->v + bg * Nk * d;
+    fwd_rows rows[FG_ATTN_FLASH_FWD_GROUP];
+    int64_t n = 0, jb = Nk, je = 0;
+    for (int64_t i0 = g0; i0 < Nq && n < J->group; i0 += bq, n++) {
+        fwd_rows *Q = &rows[n];
+        Q->i0 = i0;
+        Q->nq = Nq - i0 < bq ? Nq - i0 : bq;
+        Q->Qi = J->q + (bh * Nq + i0) * d;
+        Q->Oi = J->o + (bh * Nq + i0) * d;
+        Q->QT = st;
+        Q->m = Q->QT + (op->packs ? d * ld : 0);
+        Q->l = Q->m + nm;
+        Q->alpha = Q->l + nm;
+        st = Q->alpha + nm;
+        if (op->packs) op->transpose(Q->QT, ld, Q->Qi, d, Q->nq, d); /* Qiᵀ, d × nq */
+        for (int64_t r = 0; r < Q->nq; r++) Q->m[r] = -INFINITY, Q->l[r] = 0;
+        memset(Q->Oi, 0, (size_t)(Q->nq * d) * sizeof(T));
+        fg_attn_flash_key_blocks(pr, i0, Q->nq, &Q->jb, &Q->je);
+        if (Q->jb < jb) jb = Q->jb;
+        if (Q->je > je) je = Q->je;
+    }
+    /* key blocks outer, so each K/V tile serves every query block of the group while cached; each
+     * block still meets its keys in increasing order (the same sums as one block per item) */
     for (int64_t j0 = jb; j0 < je; j0 += bk) {
         const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
-        int wp, mp;
-        const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
-        if (kind == FG_TILE_MASKED) continue;
-        /* S = scale · Qi Kjᵀ (nq × nk), or Sᵀ = scale · Kj Qiᵀ (nk × nq) */
-        if (op->packs)
-            op->gemm(0, 0, nk, nq, d, scale, K + j0 * d, d, QT, ld, S, ld, NULL, 0);
-        else
-            op->gemm(0, 1, nq, nk, d, scale, Qi, d, K + j0 * d, d, S, ld, NULL, 0);
-        if (mods || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* the code every kernel shares */
-            T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
-            score_tile(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
-            rows_view(op, S, R, ld, bk, nq, nk, 1);
-        } else if (kind == FG_TILE_PARTIAL) { /* causal ∧ window only: row r sees keys [a, e) */
-            for (int64_t r = 0; r < nq; r++) {
-                int64_t a, e;
-                fg_attn_row_range(i0 + r, Nq, Nk, pr->causal, var->window, var->window_left, var->window_right, &a, &e);
-                for (int64_t j = 0; j < nk && j < a - j0; j++) S[r * rs + j * cs] = -INFINITY;
-                for (int64_t j = e - j0 > 0 ? e - j0 : 0; j < nk; j++) S[r * rs + j * cs] = -INFINITY;
-            }
-        }
-        op->softmax(S, ld, nq, nk, m, l, alpha);
-        if (thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
-            T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
-            for (int64_t r = 0; r < nq; r++) dropout_scale(Sr + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
-            rows_view(op, S, R, ld, bk, nq, nk, 1);
-        }
-        /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand) */
-        op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * d, d, Oi, d, alpha, 1);
+        for (int64_t t = 0; t < n; t++)
+            if (j0 >= rows[t].jb && j0 < rows[t].je) fwd_tile(J, &rows[t], S, R, b, h, K, V, j0, nk);
     }
-    flash_epilogue(Oi, J->lse + bh * Nq + i0, J->lse_lo ? J->lse_lo + bh * Nq + i0 : NULL, m, l, nq, d);
+    for (int64_t t = 0; t < n; t++) {
+        const fwd_rows *Q = &rows[t];
+        const int64_t lo = bh * Nq + Q->i0;
+        flash_epilogue(Q->Oi, J->lse + lo, J->lse_lo ? J->lse_lo + lo : NULL, Q->m, Q->l, Q->nq, d);
+    }
 }
 
 static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
@@ -169,15 +210,18 @@ static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *
     if (p2.B * p2.H * p2.Nq == 0) return FG_OK;
     const int64_t bq = p2.block_q, bk = p2.block_k, d = p2.d, H = p2.H;
     fwd_job J = {.op = op, .pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
-    J.nqb = (p2.Nq + bq - 1) / bq;
+    const int64_t nqb = (p2.Nq + bq - 1) / bq;
+    J.group = nqb < FG_ATTN_FLASH_FWD_GROUP ? nqb : FG_ATTN_FLASH_FWD_GROUP;
+    J.ngroups = (nqb + J.group - 1) / J.group;
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
-    const int need_r =
-        op->packs && (fg_attn_modifies_scores(&p2) || p2.custom.mask || fg_dropout_threshold(p2.dropout_p));
-    const int64_t n = op->packs ? (d + bk + 3) * J.ld + (need_r ? bq * bk : 0) : bq * bk + 3 * bq;
+    J.nm = op->packs ? J.ld : bq;
+    J.need_r = op->packs && (fg_attn_modifies_scores(&p2) || p2.custom.mask || fg_dropout_threshold(p2.dropout_p));
+    const int64_t n = (op->packs ? bk : bq) * J.ld + (J.need_r ? bq * bk : 0) +
+                      J.group * ((op->packs ? d * J.ld : 0) + 3 * J.nm);
     J.scratch.bytes = (size_t)n * sizeof(T);
-    return fg_attn_flash_run(p2.B * H * J.nqb, fwd_item, &J, &J.scratch, &p2, op->pool_flags, "forward");
+    return fg_attn_flash_run(p2.B * H * J.ngroups, fwd_item, &J, &J.scratch, &p2, op->pool_flags, "forward");
 }
 
 /* D_i = Σ_c a[i, c]·b[i, c] in double, each row's sum in column order; eight rows at a time, so
@@ -203,13 +247,98 @@ typedef struct {
     T *dq, *dk, *dv;
     const T *dout, *q, *k, *v, *o, *lse, *lse_lo;
     int64_t Hkv, G, nd; /* nd = max(Nq, 1): D's entries per query head */
+    int64_t group;      /* key blocks per pass over the queries (FG_ATTN_FLASH_BWD_GROUP, fewer when Nk is short) */
     int dropout, chain, mods;
     fg_attn_flash_scratch scratch;
 } bwd_job;
 
-/* One item: K/V head (b, g) with its G query heads, which add into the same dK, dV rows. Scratch:
- * Kjᵀ, Vjᵀ (d × bk each, x86 only), P, dS (bq × bk each), D (G × Nq), Z (bq × bk, with dropout),
- * Gt (bq × bk, with softcap or score_mod). */
+/* A key block of a backward item: keys [j0, j0 + nk), their Kjᵀ and Vjᵀ (x86 only; packed on first
+ * use), and whether they are packed yet. */
+typedef struct {
+    int64_t j0, nk;
+    T *KT, *VT;
+    int packed;
+} bwd_keys;
+
+/* One tile of the backward: query block i0 (nq rows) of head h against key block kb. Scratch: P,
+ * dS, and with dropout Z, with softcap or score_mod Gt (bq × bk each). */
+static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, int64_t b, int64_t h, int64_t hh,
+                     int64_t i0, int64_t nq, const T *D, const T *K, const T *V, T *dK, T *dV) {
+    const flash_ops *op = J->op;
+    const fg_attn_problem *pr = J->pr;
+    const int64_t d = pr->d, Nq = pr->Nq, H = pr->H, bk = pr->block_k, j0 = kb->j0, nk = kb->nk;
+    int wp, mp;
+    const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
+    if (kind == FG_TILE_MASKED) return; /* no query of the block sees a key of Kj */
+    const T *Kj = K + j0 * d, *Vj = V + j0 * d;
+    if (op->packs && !kb->packed) {
+        op->transpose(kb->KT, bk, Kj, d, nk, d);
+        op->transpose(kb->VT, bk, Vj, d, nk, d);
+        kb->packed = 1;
+    }
+    /* Kjᵀ and Vjᵀ, the B operands of S and dP: packed (d × nk) or read transposed */
+    const T *KB = op->packs ? kb->KT : Kj, *VB = op->packs ? kb->VT : Vj;
+    const int tb = !op->packs;
+    const int64_t ldb = op->packs ? bk : d;
+    const int64_t bh = b * H + h, qo = bh * Nq * d;
+    const T *Qi = J->q + qo + i0 * d, *dOi = J->dout + qo + i0 * d, *Lh = J->lse + bh * Nq;
+    const T *loh = J->lse_lo ? J->lse_lo + bh * Nq : NULL, *Dh = D + hh * J->nd;
+    T *dQ = J->dq ? J->dq + qo : NULL;
+    const T scale = (T)pr->scale;
+    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
+    /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
+    op->gemm(0, tb, nq, nk, d, scale, Qi, d, KB, ldb, P, bk, NULL, 0);
+    if (J->mods || kind == FG_TILE_PARTIAL) score_tile(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+    /* S − L is exact near the row max (Sterbenz), so lo, below L's last bit, still counts; masked
+     * S = -inf gives 0 */
+    op->exp_rows(P, bk, nq, nk, Lh + i0, loh ? loh + i0 : NULL);
+    if (thr) {
+        const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
+        for (int64_t r = 0; r < nq; r++) {
+            T *zrow = Z + r * bk;
+            for (int64_t j = 0; j < nk; j++) zrow[j] = 1;
+            dropout_scale(zrow, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+        }
+    }
+    /* dVj += (P∘Z)ᵀ dOi — the forward's Oi += dropout(P) Vj */
+    if (dV) {
+        const T *PZ = P;
+        if (thr) { /* P∘Z into dS, which is free until dP below */
+            for (int64_t r = 0; r < nq; r++)
+                for (int64_t j = 0; j < nk; j++) dS[r * bk + j] = P[r * bk + j] * Z[r * bk + j];
+            PZ = dS;
+        }
+        op->gemm(1, 0, nk, d, nq, 1, PZ, bk, dOi, d, dV + j0 * d, d, NULL, 1);
+    }
+    if (!dQ && !dK) return;
+    /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
+    op->gemm(0, tb, nq, nk, d, 1, dOi, d, VB, ldb, dS, bk, NULL, 0);
+    if (thr)
+        for (int64_t r = 0; r < nq; r++) {
+            T *dsrow = dS + r * bk;
+            const T *prow = P + r * bk, *zrow = Z + r * bk;
+            const T Di = Dh[i0 + r];
+            for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] * zrow[j] - Di);
+        }
+    else
+        op->ds_rows(dS, P, bk, nq, nk, Dh + i0);
+    /* the forward's S = variants(S1): dS1 = dS ∘ ∂S/∂S1 (P = 0 where it is masked) */
+    if (J->chain)
+        for (int64_t r = 0; r < nq; r++) {
+            T *dsrow = dS + r * bk;
+            const T *grow = Gt + r * bk;
+            for (int64_t j = 0; j < nk; j++)
+                if (dsrow[j] != 0) dsrow[j] *= grow[j];
+        }
+    /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
+    if (dQ) op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, d, dQ + i0 * d, d, NULL, 1);
+    if (dK) op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, d, dK + j0 * d, d, NULL, 1);
+}
+
+/* One item: K/V head (b, g) with its G query heads, which add into the same dK, dV rows; key blocks
+ * in groups of `group`, each group's query tiles in order. Scratch: per key block of a group Kjᵀ,
+ * Vjᵀ (d × bk each, x86 only); P, dS (bq × bk each), D (G × Nq), Z (bq × bk, with dropout), Gt
+ * (bq × bk, with softcap or score_mod). */
 static void bwd_item(void *ctx, int64_t item, int worker) {
     bwd_job *J = ctx;
     const flash_ops *op = J->op;
@@ -218,14 +347,11 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
     T *scr = fg_attn_flash_scratch_get(&J->scratch, worker);
     if (!scr) return;
     const int64_t tile = bq * bk;
-    T *KT = scr, *VT = KT + d * bk, *P = op->packs ? VT + d * bk : scr, *dS = P + tile, *D = dS + tile;
+    T *P = scr + (op->packs ? J->group * 2 * d * bk : 0), *dS = P + tile, *D = dS + tile;
     T *Z = J->dropout ? D + G * J->nd : NULL, *Gt = J->chain ? D + G * J->nd + (J->dropout ? tile : 0) : NULL;
     const int64_t b = item / J->Hkv, g = item % J->Hkv, ko = (b * J->Hkv + g) * Nk * d;
     const T *K = J->k + ko, *V = J->v + ko;
     T *dK = J->dk ? J->dk + ko : NULL, *dV = J->dv ? J->dv + ko : NULL;
-    const T scale = (T)pr->scale;
-    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
-    const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
 
     /* D_i = dO_i · O_i  (= Σ_j P_ij dP_ij, the softmax-gradient correction), per query head of the
      * group. Summed in double: dS = P∘(dP − D) cancels when P is peaked, so D's own rounding
@@ -234,79 +360,22 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
         const int64_t qo = (b * H + g * G + hh) * Nq * d;
         rows_dot(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
     }
-    for (int64_t j0 = 0; j0 < Nk; j0 += bk) {
-        const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
-        const T *Kj = K + j0 * d, *Vj = V + j0 * d;
-        /* Kjᵀ and Vjᵀ, the B operands of S and dP: packed (d × nk, once per key block) or read
-         * transposed */
-        const T *KB = op->packs ? KT : Kj, *VB = op->packs ? VT : Vj;
-        const int tb = !op->packs;
-        const int64_t ldb = op->packs ? bk : d;
-        int packed = 0;
-        for (int64_t hh = 0; hh < G; hh++) {
-            const int64_t h = g * G + hh, bh = b * H + h, qo = bh * Nq * d;
-            const T *Q = J->q + qo, *dO = J->dout + qo, *Lh = J->lse + bh * Nq;
-            const T *loh = J->lse_lo ? J->lse_lo + bh * Nq : NULL, *Dh = D + hh * J->nd;
-            T *dQ = J->dq ? J->dq + qo : NULL;
+    bwd_keys keys[FG_ATTN_FLASH_BWD_GROUP];
+    for (int64_t g0 = 0; g0 < Nk; g0 += J->group * bk) {
+        int64_t n = 0;
+        for (int64_t j0 = g0; j0 < Nk && n < J->group; j0 += bk, n++) {
+            keys[n].j0 = j0;
+            keys[n].nk = Nk - j0 < bk ? Nk - j0 : bk;
+            keys[n].KT = scr + n * 2 * d * bk;
+            keys[n].VT = keys[n].KT + d * bk;
+            keys[n].packed = 0;
+        }
+        for (int64_t hh = 0; hh < G; hh++)
             for (int64_t i0 = 0; i0 < Nq; i0 += bq) {
                 const int64_t nq = Nq - i0 < bq ? Nq - i0 : bq;
-                int wp, mp;
-                const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
-                if (kind == FG_TILE_MASKED) continue; /* no query of the block sees a key of Kj */
-                if (op->packs && !packed) {
-                    op->transpose(KT, bk, Kj, d, nk, d);
-                    op->transpose(VT, bk, Vj, d, nk, d);
-                    packed = 1;
-                }
-                const T *Qi = Q + i0 * d, *dOi = dO + i0 * d;
-                /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
-                op->gemm(0, tb, nq, nk, d, scale, Qi, d, KB, ldb, P, bk, NULL, 0);
-                if (J->mods || kind == FG_TILE_PARTIAL)
-                    score_tile(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
-                /* S − L is exact near the row max (Sterbenz), so lo, below L's last bit, still counts;
-                 * masked S = -inf gives 0 */
-                op->exp_rows(P, bk, nq, nk, Lh + i0, loh ? loh + i0 : NULL);
-                if (thr)
-                    for (int64_t r = 0; r < nq; r++) {
-                        T *zrow = Z + r * bk;
-                        for (int64_t j = 0; j < nk; j++) zrow[j] = 1;
-                        dropout_scale(zrow, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
-                    }
-                /* dVj += (P∘Z)ᵀ dOi — the forward's Oi += dropout(P) Vj */
-                if (dV) {
-                    const T *PZ = P;
-                    if (thr) { /* P∘Z into dS, which is free until dP below */
-                        for (int64_t r = 0; r < nq; r++)
-                            for (int64_t j = 0; j < nk; j++) dS[r * bk + j] = P[r * bk + j] * Z[r * bk + j];
-                        PZ = dS;
-                    }
-                    op->gemm(1, 0, nk, d, nq, 1, PZ, bk, dOi, d, dV + j0 * d, d, NULL, 1);
-                }
-                if (!dQ && !dK) continue;
-                /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
-                op->gemm(0, tb, nq, nk, d, 1, dOi, d, VB, ldb, dS, bk, NULL, 0);
-                if (thr)
-                    for (int64_t r = 0; r < nq; r++) {
-                        T *dsrow = dS + r * bk;
-                        const T *prow = P + r * bk, *zrow = Z + r * bk;
-                        const T Di = Dh[i0 + r];
-                        for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] * zrow[j] - Di);
-                    }
-                else
-                    op->ds_rows(dS, P, bk, nq, nk, Dh + i0);
-                /* the forward's S = variants(S1): dS1 = dS ∘ ∂S/∂S1 (P = 0 where it is masked) */
-                if (J->chain)
-                    for (int64_t r = 0; r < nq; r++) {
-                        T *dsrow = dS + r * bk;
-                        const T *grow = Gt + r * bk;
-                        for (int64_t j = 0; j < nk; j++)
-                            if (dsrow[j] != 0) dsrow[j] *= grow[j];
-                    }
-                /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
-                if (dQ) op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, d, dQ + i0 * d, d, NULL, 1);
-                if (dK) op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, d, dK + j0 * d, d, NULL, 1);
+                for (int64_t t = 0; t < n; t++)
+                    bwd_tile(J, &keys[t], P, dS, Z, Gt, b, g * G + hh, hh, i0, nq, D, K, V, dK, dV);
             }
-        }
     }
 }
 
@@ -336,7 +405,9 @@ static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *
     J.dropout = fg_dropout_threshold(p2.dropout_p) != 0;
     J.chain = fg_attn_needs_score_grad(&p2);
     J.mods = fg_attn_modifies_scores(&p2);
-    const int64_t n = (op->packs ? 2 * d * bk : 0) + (2 + J.dropout + J.chain) * tile + J.G * J.nd;
+    const int64_t nkb = (p2.Nk + bk - 1) / bk;
+    J.group = nkb < FG_ATTN_FLASH_BWD_GROUP ? nkb : FG_ATTN_FLASH_BWD_GROUP;
+    const int64_t n = (op->packs ? J.group * 2 * d * bk : 0) + (2 + J.dropout + J.chain) * tile + J.G * J.nd;
     J.scratch.bytes = (size_t)n * sizeof(T);
     return fg_attn_flash_run(p2.B * J.Hkv, bwd_item, &J, &J.scratch, &p2, op->pool_flags, "backward");
 }
