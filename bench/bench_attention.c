@@ -52,6 +52,7 @@ typedef struct {
     int threads; /* 0: the libraries' defaults */
     fg_device device;
     fg_dtype dtype; /* FG_F32 or FG_F64 */
+    int profile;    /* --profile: one more flash forward + backward with the phase profile on */
 } attn_cfg;
 
 typedef struct {
@@ -62,6 +63,9 @@ typedef struct {
     double sgemm_ms, sgemm_cpu_ms; /* the sgemm reference: B·H products Nq×d by d×Nk */
     double peak_gf;                /* the float32 FMA peak of the measuring threads */
     int pool_threads, blas_threads;
+    int profiled;
+    fg_flash_profile prof; /* the profiled forward + backward (--profile) */
+    double prof_fwd_ms, prof_bwd_ms;
     int ok;
     char err[200];
 } attn_result;
@@ -168,6 +172,23 @@ static void measure(const attn_cfg *c, fg_attn_impl impl, int bq, int bk, attn_r
             r->bwd_peak = bpeak;
         }
         if (it == reps - 1) r->ok = 1;
+    }
+    if (r->ok && c->profile && impl == FG_ATTN_FLASH && c->device == FG_CPU) {
+        /* the phase profile, apart from the timed runs (its time stamps cost a little) */
+        fg_zero_grad(q);
+        fg_zero_grad(k);
+        fg_zero_grad(v);
+        fg_flash_profile_start();
+        const double t0 = fg_now();
+        fg_tensor *out = fg_attention(q, k, v, &o, NULL);
+        const double t1 = fg_now();
+        const fg_status st = out ? fg_backward(out, dout) : FG_ERR_ARG;
+        const double t2 = fg_now();
+        fg_flash_profile_stop(&r->prof);
+        fg_release(out);
+        r->profiled = st == FG_OK;
+        r->prof_fwd_ms = (t1 - t0) * 1e3;
+        r->prof_bwd_ms = (t2 - t1) * 1e3;
     }
     if (r->ok) {
         median_pair(tf, cf, reps, &r->fwd_ms, &r->fwd_cpu_ms);
@@ -289,6 +310,33 @@ static void measure_isolated(const attn_cfg *c, fg_attn_impl impl, int bq, int b
     }
 }
 
+/* --profile: where the flash forward's and backward's thread time went, phase by phase; the tile
+ * products also as GFLOP/s per thread and as a fraction of one thread's share of the peak. The last
+ * line is the time outside every phase: the pool's hand-offs, threads waiting for the last items,
+ * autograd and the op's own setup. */
+static void print_profile(const attn_result *r, double peak) {
+    const int T = r->pool_threads > 0 ? r->pool_threads : 1;
+    const double total = (r->prof_fwd_ms + r->prof_bwd_ms) * 1e-3 * T, thread_peak = peak / T;
+    printf("  profile (one more forward %.1f ms + backward %.1f ms with the phase clock on; thread time of %d "
+           "threads):\n",
+           r->prof_fwd_ms, r->prof_bwd_ms, T);
+    printf("    %-36s %10s %7s %9s %7s\n", "phase", "thread ms", "share", "GFLOP/s", "%peak");
+    double in_phases = 0;
+    for (int p = 0; p < FG_FLASH_PHASE_COUNT; p++) {
+        const double sec = r->prof.seconds[p], fl = r->prof.flops[p];
+        in_phases += sec;
+        if (sec <= 0) continue;
+        printf("    %-36s %10.2f %6.1f%%", fg_flash_phase_name((fg_flash_phase)p), sec * 1e3, 100.0 * sec / total);
+        if (fl > 0) {
+            const double gf = fl / sec / 1e9;
+            printf(" %9.1f", gf);
+            if (thread_peak > 0) printf(" %6.0f%%", 100.0 * gf / thread_peak);
+        }
+        printf("\n");
+    }
+    printf("    %-36s %10.2f %6.1f%%\n", "outside the phases", (total - in_phases) * 1e3, 100.0 * (total - in_phases) / total);
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: flashgrad bench attention [--n N1,N2,...] [--nk M] [--d D] [--b B] [--h H] [--causal]\n"
                "         [--dropout P] [--device cpu|cuda] [--repeat R] [--block-q N] [--block-k N]\n"
@@ -303,6 +351,8 @@ static void usage(FILE *f) {
                "  CPU: also times OpenBLAS sgemm on the same-shaped products (Nq x d by d x Nk, B*H of them)\n"
                "  in the same run (--no-sgemm: don't) and prints flash's forward+backward GFLOP/s against it.\n"
                "  --threads T: T threads for flashgrad's pool and for OpenBLAS (default: their defaults).\n"
+               "  --profile: after each flash line, one more forward + backward with the CPU kernels' phase\n"
+               "  clock on: thread time per phase (products, softmax, exp, dS, packing, ...) and outside them.\n"
                "  %%peak: forward+backward GFLOP/s against the float32 FMA peak of the measuring threads (half of\n"
                "  it in float64), measured at the start like `flashgrad bench peak`, or --peak G (GFLOP/s float32).\n");
 }
@@ -332,6 +382,10 @@ int fg_bench_attention(int argc, char **argv) {
         if (af_rc == 1) continue;
         if (!strcmp(a, "--no-sgemm")) {
             want_sgemm = 0;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            c.profile = 1;
             continue;
         }
         if (!val) {
@@ -539,6 +593,7 @@ int fg_bench_attention(int argc, char **argv) {
                        impl == FG_ATTN_FLASH ? (ibq ? sbq : "def") : "-",
                        impl == FG_ATTN_FLASH ? (ibk ? sbk : "def") : "-", r.fwd_ms, r.bwd_ms, gf, gb, gfb, spk,
                        r.fwd_peak, r.bwd_peak, r.rss_kb / 1024);
+                if (r.profiled) print_profile(&r, peak);
                 fflush(stdout);
                 if (out)
                     fprintf(

@@ -88,6 +88,28 @@ int fg_dnnl_available(void);
  * "none". Static storage; not thread-safe on its first call. */
 const char *fg_dnnl_version(void);
 
+/* ---- the flash kernels' phase profile (ops/cpu/flash_profile.h), for benchmarks ----
+ * Between start and stop, every float32 and float64 CPU flash call charges the time its threads
+ * spend to the phases below (time stamp counter cycles converted to seconds; thread time, summed
+ * over threads) and counts the floating-point operations of the tile products. Costs a few
+ * percent while on, nothing measurable while off. Not to be started or stopped during a call. */
+typedef enum {
+    FG_FLASH_FWD_SETUP, FG_FLASH_FWD_MASK, FG_FLASH_FWD_QK, FG_FLASH_FWD_SOFTMAX, FG_FLASH_FWD_DROPOUT,
+    FG_FLASH_FWD_PV, FG_FLASH_FWD_EPILOGUE,
+    FG_FLASH_BWD_D, FG_FLASH_BWD_PACK, FG_FLASH_BWD_MASK, FG_FLASH_BWD_QK, FG_FLASH_BWD_EXP,
+    FG_FLASH_BWD_DROPOUT, FG_FLASH_BWD_DV, FG_FLASH_BWD_DP, FG_FLASH_BWD_DS, FG_FLASH_BWD_DQ, FG_FLASH_BWD_DK,
+    FG_FLASH_PHASE_COUNT
+} fg_flash_phase;
+typedef struct {
+    double wall_s;                         /* from start to stop */
+    double seconds[FG_FLASH_PHASE_COUNT];  /* thread time in each phase */
+    double flops[FG_FLASH_PHASE_COUNT];    /* the tile products' operations (0 for other phases) */
+} fg_flash_profile;
+void fg_flash_profile_start(void);
+void fg_flash_profile_stop(fg_flash_profile *out);
+/* a phase's name for a report ("fwd S = Q K^T", ...) */
+const char *fg_flash_phase_name(fg_flash_phase p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -89,3 +89,17 @@ Test(bench_attention, csv_onto_a_special_file_is_refused) {
     struct stat sb;
     cr_expect(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
 }
+
+Test(bench_attention, profile_prints_every_phase_the_call_ran_and_the_rest) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    char cmd[1024], log[16384];
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench attention --impl flash --n 130 --b 1 --h 2 --d 16 --repeat 1 --threads 1 --no-sgemm "
+             "--peak 10 --profile 2>&1",
+             fgt_bin());
+    cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "bench attention --profile failed:\n%s", log);
+    const char *want[] = {"profile (one more forward", "fwd S = Q K^T", "fwd online softmax", "fwd O = alpha O + P V",
+                          "bwd P = exp(S - L)", "bwd dS = P o (dP - D)", "bwd dK += dS^T Q", "outside the phases"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_expect(strstr(log, want[i]), "no '%s':\n%s", want[i], log);
+    cr_expect(!strstr(log, "fwd dropout"), "a phase the call did not run is listed:\n%s", log);
+}

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "ops/attention_kernels.h"
+#include "ops/cpu/flash_profile.h"
 #include "ops/cpu/flash_tiles.h"
 #include "ops/cpu/threadpool.h"
 

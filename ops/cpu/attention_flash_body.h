@@ -121,13 +121,16 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
     const fg_attn_variant *var = &pr->var;
     int wp, mp;
     const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
+    fg_flash_prof_mark(FG_FLASH_FWD_MASK, 0);
     if (kind == FG_TILE_MASKED) return;
     /* S = scale · Qi Kjᵀ (nq × nk), or Sᵀ = scale · Kj Qiᵀ (nk × nq) */
     const T scale = (T)pr->scale;
+    const double flops = 2.0 * (double)(nq * nk * d);
     if (op->packs)
         op->gemm(0, 0, nk, nq, d, scale, K + j0 * d, d, Q->QT, ld, S, ld, NULL, 0);
     else
         op->gemm(0, 1, nq, nk, d, scale, Q->Qi, d, K + j0 * d, d, S, ld, NULL, 0);
+    fg_flash_prof_mark(FG_FLASH_FWD_QK, flops);
     if (fg_attn_modifies_scores(pr) || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* what every kernel shares */
         T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
         score_tile(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
@@ -140,16 +143,20 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
             for (int64_t j = e - j0 > 0 ? e - j0 : 0; j < nk; j++) S[r * rs + j * cs] = -INFINITY;
         }
     }
+    fg_flash_prof_mark(FG_FLASH_FWD_MASK, 0);
     op->softmax(S, ld, nq, nk, Q->m, Q->l, Q->alpha);
+    fg_flash_prof_mark(FG_FLASH_FWD_SOFTMAX, 0);
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
     if (thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
         const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
         T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
         for (int64_t r = 0; r < nq; r++) dropout_scale(Sr + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
         rows_view(op, S, R, ld, bk, nq, nk, 1);
+        fg_flash_prof_mark(FG_FLASH_FWD_DROPOUT, 0);
     }
     /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand) */
     op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * d, d, Q->Oi, d, Q->alpha, 1);
+    fg_flash_prof_mark(FG_FLASH_FWD_PV, flops);
 }
 
 /* One item: up to `group` query blocks of head (b, h); the last groups come first (under a causal
@@ -168,6 +175,7 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
     const int64_t bh = item % BH, g0 = (J->ngroups - 1 - item / BH) * J->group * bq;
     const int64_t b = bh / H, h = bh % H, bg = b * J->Hkv + h / J->G;
     const T *K = J->k + bg * Nk * d, *V = J->v + bg * Nk * d;
+    fg_flash_prof_begin();
     fwd_rows rows[FG_ATTN_FLASH_FWD_GROUP];
     int64_t n = 0, jb = Nk, je = 0;
     for (int64_t i0 = g0; i0 < Nq && n < J->group; i0 += bq, n++) {
@@ -188,6 +196,7 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
         if (Q->jb < jb) jb = Q->jb;
         if (Q->je > je) je = Q->je;
     }
+    fg_flash_prof_mark(FG_FLASH_FWD_SETUP, 0);
     /* key blocks outer, so each K/V tile serves every query block of the group while cached; each
      * block still meets its keys in increasing order (the same sums as one block per item) */
     for (int64_t j0 = jb; j0 < je; j0 += bk) {
@@ -200,6 +209,8 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
         const int64_t lo = bh * Nq + Q->i0;
         flash_epilogue(Q->Oi, J->lse + lo, J->lse_lo ? J->lse_lo + lo : NULL, Q->m, Q->l, Q->nq, d);
     }
+    fg_flash_prof_mark(FG_FLASH_FWD_EPILOGUE, 0);
+    fg_flash_prof_end();
 }
 
 static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
@@ -269,12 +280,14 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     const int64_t d = pr->d, Nq = pr->Nq, H = pr->H, bk = pr->block_k, j0 = kb->j0, nk = kb->nk;
     int wp, mp;
     const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
+    fg_flash_prof_mark(FG_FLASH_BWD_MASK, 0);
     if (kind == FG_TILE_MASKED) return; /* no query of the block sees a key of Kj */
     const T *Kj = K + j0 * d, *Vj = V + j0 * d;
     if (op->packs && !kb->packed) {
         op->transpose(kb->KT, bk, Kj, d, nk, d);
         op->transpose(kb->VT, bk, Vj, d, nk, d);
         kb->packed = 1;
+        fg_flash_prof_mark(FG_FLASH_BWD_PACK, 0);
     }
     /* Kjᵀ and Vjᵀ, the B operands of S and dP: packed (d × nk) or read transposed */
     const T *KB = op->packs ? kb->KT : Kj, *VB = op->packs ? kb->VT : Vj;
@@ -286,12 +299,18 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     T *dQ = J->dq ? J->dq + qo : NULL;
     const T scale = (T)pr->scale;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
+    const double flops = 2.0 * (double)(nq * nk * d);
     /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
     op->gemm(0, tb, nq, nk, d, scale, Qi, d, KB, ldb, P, bk, NULL, 0);
-    if (J->mods || kind == FG_TILE_PARTIAL) score_tile(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+    fg_flash_prof_mark(FG_FLASH_BWD_QK, flops);
+    if (J->mods || kind == FG_TILE_PARTIAL) {
+        score_tile(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
+        fg_flash_prof_mark(FG_FLASH_BWD_MASK, 0);
+    }
     /* S − L is exact near the row max (Sterbenz), so lo, below L's last bit, still counts; masked
      * S = -inf gives 0 */
     op->exp_rows(P, bk, nq, nk, Lh + i0, loh ? loh + i0 : NULL);
+    fg_flash_prof_mark(FG_FLASH_BWD_EXP, 0);
     if (thr) {
         const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
         for (int64_t r = 0; r < nq; r++) {
@@ -308,11 +327,14 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
                 for (int64_t j = 0; j < nk; j++) dS[r * bk + j] = P[r * bk + j] * Z[r * bk + j];
             PZ = dS;
         }
+        fg_flash_prof_mark(FG_FLASH_BWD_DROPOUT, 0);
         op->gemm(1, 0, nk, d, nq, 1, PZ, bk, dOi, d, dV + j0 * d, d, NULL, 1);
+        fg_flash_prof_mark(FG_FLASH_BWD_DV, flops);
     }
     if (!dQ && !dK) return;
     /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
     op->gemm(0, tb, nq, nk, d, 1, dOi, d, VB, ldb, dS, bk, NULL, 0);
+    fg_flash_prof_mark(FG_FLASH_BWD_DP, flops);
     if (thr)
         for (int64_t r = 0; r < nq; r++) {
             T *dsrow = dS + r * bk;
@@ -330,9 +352,16 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
             for (int64_t j = 0; j < nk; j++)
                 if (dsrow[j] != 0) dsrow[j] *= grow[j];
         }
+    fg_flash_prof_mark(FG_FLASH_BWD_DS, 0);
     /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
-    if (dQ) op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, d, dQ + i0 * d, d, NULL, 1);
-    if (dK) op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, d, dK + j0 * d, d, NULL, 1);
+    if (dQ) {
+        op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, d, dQ + i0 * d, d, NULL, 1);
+        fg_flash_prof_mark(FG_FLASH_BWD_DQ, flops);
+    }
+    if (dK) {
+        op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, d, dK + j0 * d, d, NULL, 1);
+        fg_flash_prof_mark(FG_FLASH_BWD_DK, flops);
+    }
 }
 
 /* One item: K/V head (b, g) with its G query heads, which add into the same dK, dV rows; key blocks
@@ -352,6 +381,7 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
     const int64_t b = item / J->Hkv, g = item % J->Hkv, ko = (b * J->Hkv + g) * Nk * d;
     const T *K = J->k + ko, *V = J->v + ko;
     T *dK = J->dk ? J->dk + ko : NULL, *dV = J->dv ? J->dv + ko : NULL;
+    fg_flash_prof_begin();
 
     /* D_i = dO_i · O_i  (= Σ_j P_ij dP_ij, the softmax-gradient correction), per query head of the
      * group. Summed in double: dS = P∘(dP − D) cancels when P is peaked, so D's own rounding
@@ -360,6 +390,7 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
         const int64_t qo = (b * H + g * G + hh) * Nq * d;
         rows_dot(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
     }
+    fg_flash_prof_mark(FG_FLASH_BWD_D, 0);
     bwd_keys keys[FG_ATTN_FLASH_BWD_GROUP];
     for (int64_t g0 = 0; g0 < Nk; g0 += J->group * bk) {
         int64_t n = 0;
@@ -377,6 +408,7 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
                     bwd_tile(J, &keys[t], P, dS, Z, Gt, b, g * G + hh, hh, i0, nq, D, K, V, dK, dV);
             }
     }
+    fg_flash_prof_end();
 }
 
 static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *o,
