@@ -158,11 +158,20 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  * step from nanoGPT's CPU model to GPT-2 small's shape (with each kernel single-threaded per block,
  * timed by CPU time, and on the pool):
  *   - float64: blas.
- *   - float32 with oneDNN: dnnl, except a small weight gradient over many rows (A read
- *     transposed, K >= GEMM_BLAS_MIN_K, M >= GEMM_BLAS_MIN_M, M·N <= GEMM_BLAS_MAX_MN: a narrow
- *     model's dW = doutᵀ @ x), which is blas. oneDNN is ahead of the tile kernel at every shape
- *     measured, small ones included, and of OpenBLAS everywhere but on those weight gradients,
- *     where oneDNN's blocks are narrow and OpenBLAS is ahead.
+ *   - float32 with oneDNN: dnnl, except
+ *       - a small weight gradient over many rows (A read transposed, K >= GEMM_BLAS_MIN_K,
+ *         M >= GEMM_BLAS_MIN_M, M·N <= GEMM_BLAS_MAX_MN: a narrow model's dW = doutᵀ @ x), where
+ *         oneDNN's blocks are narrow: blas when OpenBLAS's kernels are as wide as the CPU's vectors
+ *         (blas_full_width), else tile on an AVX-512 CPU, else dnnl. OpenBLAS runs its AVX2
+ *         kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so (or it does not know the CPU):
+ *         half the CPU's peak, behind both others;
+ *       - on an AVX-512 CPU, a narrow output (N <= GEMM_TILE_NARROW_N, B' not transposed or
+ *         transposed into scratch, A as stored: an LM head over a character vocabulary), where
+ *         oneDNN's blocking leaves most of its vector lanes idle: tile.
+ *     On AVX2 CPUs oneDNN is ahead of the tile kernel at every shape measured, small ones
+ *     included. Both tile rules follow the CPU (fg_simd_detect), not the level FG_SIMD caps the
+ *     kernels to, so capping the level keeps the choice, and the tile kernel's bits are the same
+ *     on every level.
  *   - float32 without oneDNN: tile where B' fits in the L2 cache (at most 3/4 of a core's L2;
  *     there it is ahead of OpenBLAS), else blas.
  *   - FG_MATMUL (or fg_matmul_set_kernel) forces one kernel where it can run.
@@ -194,6 +203,7 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 #define GEMM_BLAS_MIN_M 128        /* this tall (M) */
 #define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
+#define GEMM_TILE_NARROW_N 128     /* on AVX-512 CPUs, outputs at most this wide go to the tile kernel */
 #define GEMM_KSPLIT_MIN_K 128      /* fewest rows of K per piece of a K-split oneDNN product */
 #define GEMM_KSPLIT_MAX_ROWS 1024  /* a grid of full-width blocks this tall is kept (no K split) */
 #define GEMM_KSPLIT_MAX_SCRATCH (64.0 * 1024 * 1024) /* most bytes of partial C a K split may hold */
@@ -210,6 +220,22 @@ static double gemm_tile_max_b(void) {
         atomic_store_explicit(&v, b, memory_order_relaxed);
     }
     return (double)b;
+}
+
+/* Whether OpenBLAS's float32 kernels are as wide as the CPU's vectors: one of its AVX-512 kernels
+ * on a CPU with AVX-512 (fg_simd_detect), any on one without. Read once. */
+static int blas_full_width(void) {
+    static atomic_int v = -1;
+    int w = atomic_load_explicit(&v, memory_order_relaxed);
+    if (w < 0) {
+        const char *core = openblas_get_corename();
+        static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+        w = fg_simd_detect() != FG_SIMD_AVX512;
+        for (size_t i = 0; !w && core && i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
+            w = !strcmp(core, avx512_cores[i]);
+        atomic_store_explicit(&v, w, memory_order_relaxed);
+    }
+    return w;
 }
 
 /* fg_matmul_set_kernel's setting; -1 until the first product reads FG_MATMUL from the environment
@@ -398,10 +424,14 @@ static int gemm_ksplit(const gemm_job *J) {
  * the transpose of A as stored. */
 static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta, double beta) {
     const int tile_ok = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (beta == 0.0 || beta == 1.0);
-    if (dt == FG_F32 && fg_dnnl_available())
-        return ta && K >= GEMM_BLAS_MIN_K && M >= GEMM_BLAS_MIN_M && (double)M * (double)N <= GEMM_BLAS_MAX_MN
-                   ? GEMM_BLAS
-                   : GEMM_DNNL;
+    if (dt == FG_F32 && fg_dnnl_available()) {
+        const int tile_wide = tile_ok && fg_simd_detect() == FG_SIMD_AVX512;
+        if (ta && K >= GEMM_BLAS_MIN_K && M >= GEMM_BLAS_MIN_M && (double)M * (double)N <= GEMM_BLAS_MAX_MN)
+            return blas_full_width() ? GEMM_BLAS : tile_wide ? GEMM_TILE : GEMM_DNNL;
+        if (tile_wide && !ta && N <= GEMM_TILE_NARROW_N && (double)K * (double)N * 4 <= gemm_tile_max_b())
+            return GEMM_TILE;
+        return GEMM_DNNL;
+    }
     if (tile_ok && (double)K * (double)N * 4 <= gemm_tile_max_b()) return GEMM_TILE;
     return GEMM_BLAS;
 }

@@ -653,3 +653,29 @@ Test(matmul, dnnl_products_survive_signals_handled_during_the_call) {
     for (int i = 0; i < 64; i++) free(malloc(4096 + 64 * (size_t)i)); /* malloc checks the blocks it meets */
     free(A), free(B), free(C0), free(C);
 }
+
+/* The automatic choice follows the shape and the machine, never the SIMD level the kernels are
+ * capped to: capping the level must leave every product on the same kernel (the tile kernel's bits
+ * are the same on every level; the libraries' are not the tile kernel's). The shapes are every
+ * product of a narrow model (C 128, vocabulary 65) and of a wider one (C 384). */
+Test(matmul, the_automatic_kernel_does_not_follow_the_simd_cap) {
+    const fg_simd_level best = fg_simd_detect();
+    if (best < FG_SIMD_AVX2) cr_skip_test("no vector level to cap");
+    const int64_t shapes[][4] = {
+        {768, 384, 128, 0}, {768, 128, 384, 0}, {384, 128, 768, 1}, {768, 128, 128, 0}, {128, 128, 768, 1},
+        {768, 512, 128, 0}, {512, 128, 768, 1}, {768, 65, 128, 0},  {65, 128, 768, 1},  {2048, 1152, 384, 0},
+        {1152, 384, 2048, 1}, {384, 384, 2048, 1}, {2048, 65, 384, 0}, {65, 384, 2048, 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *s = shapes[i];
+        const fg_matmul_kernel want = fg_matmul_auto_kernel(s[0], s[1], s[2], (int)s[3]);
+        for (int lv = FG_SIMD_AVX2; lv < (int)best; lv++) {
+            const fg_simd_level was = fg_simd_set((fg_simd_level)lv);
+            const fg_matmul_kernel got = fg_matmul_auto_kernel(s[0], s[1], s[2], (int)s[3]);
+            fg_simd_set(was);
+            cr_expect_eq(got, want, "M %lld N %lld K %lld ta %lld: kernel %d at %s, %d at %s", (long long)s[0],
+                         (long long)s[1], (long long)s[2], (long long)s[3], (int)got, fg_simd_name((fg_simd_level)lv),
+                         (int)want, fg_simd_name(best));
+        }
+    }
+}
