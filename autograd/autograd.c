@@ -3,9 +3,11 @@
  * Read autograd.h first; this file follows it section by section. */
 #include "autograd/autograd.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- grad mode ---- */
 static _Thread_local int no_grad_depth;
@@ -83,8 +85,63 @@ fg_status fg_set_requires_grad(fg_tensor *t, int on) {
     return FG_OK;
 }
 
+/* ---- the op profile ---- */
+#define OP_PROFILE_MAX 96
+static struct {
+    int on, n;
+    pthread_t owner; /* the thread that started it: only its ops count */
+    double last; /* the monotonic clock at the last record or mark */
+    fg_op_profile_row rows[OP_PROFILE_MAX];
+} prof;
+
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static fg_op_profile_row *prof_row(const char *name) {
+    for (int i = 0; i < prof.n; i++)
+        if (prof.rows[i].name == name || !strcmp(prof.rows[i].name, name)) return &prof.rows[i];
+    if (prof.n == OP_PROFILE_MAX) return &prof.rows[OP_PROFILE_MAX - 1]; /* the last row takes the overflow */
+    fg_op_profile_row *r = &prof.rows[prof.n++];
+    memset(r, 0, sizeof *r);
+    r->name = name;
+    return r;
+}
+
+static void prof_charge_fwd(const char *name) {
+    const double t = prof_now();
+    fg_op_profile_row *r = prof_row(name);
+    r->fwd_s += t - prof.last;
+    r->fwd_n++;
+    prof.last = t;
+}
+
+/* on, and on the thread that started it */
+static int prof_here(void) { return prof.on && pthread_equal(prof.owner, pthread_self()); }
+
+void fg_op_profile_start(void) {
+    prof.n = 0;
+    prof.owner = pthread_self();
+    prof.on = 1;
+    prof.last = prof_now();
+}
+void fg_op_profile_stop(void) { prof.on = 0; }
+void fg_op_profile_mark(void) {
+    if (prof_here()) prof.last = prof_now();
+}
+void fg_op_profile_phase(const char *name) {
+    if (prof_here()) prof_charge_fwd(name);
+}
+int fg_op_profile_read(fg_op_profile_row *rows, int max) {
+    for (int i = 0; i < prof.n && i < max; i++) rows[i] = prof.rows[i];
+    return prof.n;
+}
+
 fg_node *fg_record(fg_tensor *out, const char *op, fg_backward_fn backward, int n_inputs, fg_tensor *const *inputs) {
     if (!fg_grad_enabled()) return NULL;
+    if (prof_here()) prof_charge_fwd(op);
     FG_ASSERT(n_inputs >= 0 && n_inputs <= FG_MAX_INPUTS, "too many inputs for one node");
     int any = 0;
     for (int i = 0; i < n_inputs; i++)
@@ -265,11 +322,20 @@ fg_status fg_backward(fg_tensor *root, const fg_tensor *grad_root) {
         if (n->grad_out) { /* no gradient reached this node: its rule has nothing to add */
             if (!n->backward)
                 st = fg_error(FG_ERR_STATE, "backward: op '%s' has no backward rule", n->op);
-            else
+            else if (prof_here()) {
+                prof_charge_fwd("backward: graph walk");
+                st = n->backward(n);
+                const double t = prof_now();
+                fg_op_profile_row *r = prof_row(n->op);
+                r->bwd_s += t - prof.last;
+                r->bwd_n++;
+                prof.last = t;
+            } else
                 st = n->backward(n);
         }
         node_drop_graph(n); /* inputs, saved tensors, grad_out: no longer needed */
     }
+    if (prof_here()) prof_charge_fwd("backward: graph walk");
     for (size_t i = 0; i < count; i++) {
         if (st != FG_OK) node_drop_graph(order[i]);
         fg_node_release(order[i]);

@@ -123,6 +123,26 @@ fg_status fg_backward(fg_tensor *root, const fg_tensor *grad_root);
 /* Zero a leaf's gradient in place (keeps the buffer for reuse). */
 void fg_zero_grad(fg_tensor *t);
 
+/* ---- the op profile: where a step's wall time goes, op by op (for benchmarks) ----
+ * While on (the calling thread's ops only), fg_record charges the wall time since the previous
+ * record or mark to the recorded op's forward (an op's work before it records itself: its kernels,
+ * and any untracked glue since the last op), fg_backward each node's rule to its op's backward and
+ * the rest of the walk to "backward: graph walk", and fg_op_profile_phase charges the time since
+ * the last record or mark to a named phase that is not an op (data, optimizer). op and phase names
+ * must be string literals (they are kept, compared by content). Off, each costs one branch. */
+typedef struct {
+    const char *name;
+    double fwd_s, bwd_s;     /* wall seconds (a phase's time is in fwd_s) */
+    int64_t fwd_n, bwd_n;    /* how many times */
+} fg_op_profile_row;
+void fg_op_profile_start(void); /* clears the table, then on */
+void fg_op_profile_stop(void);
+/* From now, the time since the last record is nobody's (call where a phase begins). */
+void fg_op_profile_mark(void);
+void fg_op_profile_phase(const char *name);
+/* Copies up to `max` rows in first-seen order into rows; returns how many there are in all. */
+int fg_op_profile_read(fg_op_profile_row *rows, int max);
+
 /* ---- node lifetime (for tensor/ and tests) ---- */
 void fg_node_retain(fg_node *n);
 void fg_node_release(fg_node *n);

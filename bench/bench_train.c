@@ -35,7 +35,7 @@
 #include "train/trainer.h"
 
 /* bench train's own flags; they follow the ones it shares with train (cli/train_flags.h). */
-enum { B_STEPS = FG_TF_COUNT, B_WARM, B_EVAL_ITERS, B_STEP_TIMES, B_SYNTH, B_COUNT };
+enum { B_STEPS = FG_TF_COUNT, B_WARM, B_EVAL_ITERS, B_STEP_TIMES, B_SYNTH, B_PROFILE, B_COUNT };
 
 /* The loss of the trained model on E fixed validation batches (batch i of the split under the run's
  * evaluation seed, as fg_trainer_eval_loss draws them), one by one so that the spread shows:
@@ -163,6 +163,53 @@ static void init_bench_flags(fg_flag *f) {
     f[B_SYNTH] = (fg_flag){"--synthetic-vocab", FG_FLAG_INT, "V",
                            "train on synthetic tokens uniform in [0, V) instead (text model defaults; for speed only)",
                            2, FG_SYNTH_MAX_VOCAB, 0, .i = 0};
+    f[B_PROFILE] = (fg_flag){"--profile", FG_FLAG_INT, "P",
+                             "after the timed steps, P more with the op profile on: wall ms per step of every op's "
+                             "forward and backward and of the step's other phases (0: none)",
+                             0, 1e6, 0, .i = 0};
+}
+
+static int cmp_row_total(const void *a, const void *b) {
+    const fg_op_profile_row *x = a, *y = b;
+    const double tx = x->fwd_s + x->bwd_s, ty = y->fwd_s + y->bwd_s;
+    return tx < ty ? 1 : tx > ty ? -1 : 0;
+}
+
+/* --profile P: P more steps with the op profile on, then its table, the costliest first. An op's
+ * forward is the wall time from the previous op's record to its own (its kernels and whatever ran
+ * between the two). */
+static int profile_steps(fg_trainer *tr, int P, fg_device dev) {
+    fg_op_profile_row rows[96];
+    fg_op_profile_start();
+    const double t0 = fg_now();
+    for (int i = 0; i < P; i++) {
+        fg_step_stats s;
+        if (fg_trainer_step(tr, &s) != FG_OK) {
+            fg_op_profile_stop();
+            fprintf(stderr, "flashgrad bench train: profiled step %d: %s\n", i + 1, fg_last_error());
+            return 1;
+        }
+    }
+    fg_device_sync(dev);
+    const double wall = (fg_now() - t0) / P;
+    fg_op_profile_stop();
+    int n = fg_op_profile_read(rows, 96);
+    if (n > 96) n = 96;
+    qsort(rows, (size_t)n, sizeof rows[0], cmp_row_total);
+    printf("op profile: %d steps, %.2f ms per step (wall; an op's forward runs from the previous op's record to its "
+           "own)\n",
+           P, wall * 1e3);
+    printf("  %-36s %9s %9s %9s %7s\n", "op or phase", "fwd ms", "bwd ms", "total ms", "share");
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        const double f = rows[i].fwd_s / P, b = rows[i].bwd_s / P;
+        sum += f + b;
+        printf("  %-36s %9.3f %9.3f %9.3f %6.1f%%\n", rows[i].name, f * 1e3, b * 1e3, (f + b) * 1e3,
+               100 * (f + b) / wall);
+    }
+    printf("  %-36s %9s %9s %9.3f %6.1f%%\n", "(outside the profile)", "", "", (wall - sum) * 1e3,
+           100 * (wall - sum) / wall);
+    return 0;
 }
 
 int fg_bench_train(int argc, char **argv) {
@@ -295,6 +342,7 @@ int fg_bench_train(int argc, char **argv) {
         const double rss = peak_rss_kib();
         if (rss > 0) printf("peak RSS: %.1f MiB (the process)\n", rss / 1024.0);
     }
+    if (code == 0 && f[B_PROFILE].i > 0) code = profile_steps(tr, (int)f[B_PROFILE].i, dev);
     if (code == 0 && E > 0) code = eval_val(tr, E);
     free(t);
     free(t_order);

@@ -2,6 +2,8 @@
  * without ops/: square(x) = x*x and mulxy(x, y) = x*y, elementwise, contiguous float64. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
+#include <time.h>
 
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
@@ -276,4 +278,59 @@ Test(gradcheck, refuses_float32_inputs) {
     fg_gradcheck_report rep;
     cr_expect_eq(fg_gradcheck(fn_poly, &x, 1, NULL, NULL, &rep), FG_ERR_DTYPE);
     fg_release(x);
+}
+
+/* The op profile counts every recorded op once per forward and once per backward, charges only
+ * while on, and its rows add up to no more than the wall time that passed. */
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+Test(autograd, the_op_profile_counts_each_forward_and_backward_once) {
+    fg_tensor *x = scalar(1.5);
+    fg_tensor *warm = mulxy(x, x); /* recorded while off: not counted */
+    fg_release(warm);
+    const double t0 = wall_now();
+    fg_op_profile_start();
+    fg_tensor *a = square(x), *b = mulxy(a, x), *loss = mulxy(b, a);
+    fg_op_profile_phase("test: between");
+    cr_assert_eq(fg_backward(loss, NULL), FG_OK, "%s", fg_last_error());
+    fg_op_profile_stop();
+    const double wall = wall_now() - t0;
+    fg_tensor *after = mulxy(x, x); /* recorded while off again */
+    fg_op_profile_row rows[8];
+    const int n = fg_op_profile_read(rows, 8);
+    int seen_square = 0, seen_mul = 0, seen_phase = 0;
+    double sum = 0;
+    for (int i = 0; i < n && i < 8; i++) {
+        sum += rows[i].fwd_s + rows[i].bwd_s;
+        cr_expect(rows[i].fwd_s >= 0 && rows[i].bwd_s >= 0, "%s: negative time", rows[i].name);
+        if (!strcmp(rows[i].name, "square")) {
+            seen_square = 1;
+            cr_expect(rows[i].fwd_n == 1 && rows[i].bwd_n == 1, "square: %lld forward, %lld backward",
+                      (long long)rows[i].fwd_n, (long long)rows[i].bwd_n);
+        } else if (!strcmp(rows[i].name, "mulxy")) {
+            seen_mul = 1;
+            cr_expect(rows[i].fwd_n == 2 && rows[i].bwd_n == 2, "mulxy: %lld forward, %lld backward",
+                      (long long)rows[i].fwd_n, (long long)rows[i].bwd_n);
+        } else if (!strcmp(rows[i].name, "test: between")) {
+            seen_phase = 1;
+            cr_expect(rows[i].fwd_n == 1 && rows[i].bwd_n == 0, "the phase: %lld, %lld", (long long)rows[i].fwd_n,
+                      (long long)rows[i].bwd_n);
+        }
+    }
+    cr_expect(seen_square && seen_mul && seen_phase, "rows: %d (square %d, mulxy %d, phase %d)", n, seen_square,
+              seen_mul, seen_phase);
+    cr_expect(sum <= wall + 1e-6, "the rows hold %g s of %g s", sum, wall);
+    fg_op_profile_start(); /* start clears */
+    fg_op_profile_stop();
+    cr_expect_eq(fg_op_profile_read(rows, 8), 0);
+    fg_release(after);
+    fg_release(loss);
+    fg_release(b);
+    fg_release(a);
+    fg_release(x);
+    cr_expect_eq(fg_nodes_alive(), 0);
 }

@@ -48,3 +48,22 @@ Test(bench_train, synthetic_vocab_refuses_data_and_bad_sizes_in_one_line) {
         cr_expect_eq(lines, 1, "`bench train %s` printed %d lines:\n%s", bad[k], lines, log);
     }
 }
+
+/* --profile P: the table names the model's ops and the step's phases, and the same losses come
+ * out of the timed steps as without it (profiling changes no arithmetic). */
+Test(bench_train, profile_lists_the_ops_and_phases_of_a_step) {
+    need_bin();
+    char cmd[1024], a[16384], b[16384];
+    const char *args = "--synthetic-vocab 50 --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 4 "
+                       "--steps 2 --warmup-steps 1 --threads 1";
+    snprintf(cmd, sizeof cmd, "'%s' bench train %s --profile 2 2>&1", fgt_bin(), args);
+    cr_assert_eq(fgt_run_cmd(cmd, a, sizeof a), 0, "%s", a);
+    snprintf(cmd, sizeof cmd, "'%s' bench train %s 2>&1", fgt_bin(), args);
+    cr_assert_eq(fgt_run_cmd(cmd, b, sizeof b), 0, "%s", b);
+    const char *want[] = {"op profile: 2 steps", "linear ", "layernorm ", "gelu ", "step: clip, AdamW",
+                          "step: gradient sum, norm", "backward: graph walk", "(outside the profile)"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_expect(strstr(a, want[i]), "no '%s':\n%s", want[i], a);
+    const char *la = strstr(a, "losses: "), *lb = strstr(b, "losses: ");
+    cr_assert(la && lb, "no losses line:\n%s\n%s", a, b);
+    cr_expect_eq(strncmp(la, lb, strcspn(lb, "\n")), 0, "--profile changed the losses:\n%s\n%s", a, b);
+}

@@ -230,6 +230,7 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
     fg_gpt *g = tr->model;
     fg_step_stats st = {.lr = fg_lr_at(&c->opt, tr->step), .tokens = (int64_t)B * T * c->grad_accum};
     const uint64_t bytes0 = comm->bytes;
+    fg_op_profile_mark();
     fg_gpt_zero_grad(g);
     /* this rank's micro-batch losses go to their global places; a non-finite one stops the loop */
     double *mine = tr->losses + (size_t)comm->rank * (size_t)A;
@@ -239,11 +240,13 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
         uint64_t index = (uint64_t)tr->step * (uint64_t)c->grad_accum + (uint64_t)micro;
         fg_status s = fg_source_batch(tr->data, FG_SPLIT_TRAIN, B, T, c->seed, index, tr->x, tr->y);
         if (s != FG_OK) return s;
+        fg_op_profile_phase("step: zero grads, batch");
         fg_gpt_train_ctx ctx = {.seed = c->seed, .step = (uint64_t)tr->step, .micro = (uint32_t)micro};
         fg_tensor *loss = fg_gpt_loss(g, tr->x, tr->y, B, T, &ctx);
         if (!loss) return fg_last_status();
         double lv = scalar_value(loss);
         mine[a] = lv;
+        fg_op_profile_phase("step: read the loss");
         if (!isfinite(lv)) {
             fg_release(loss);
             break;
@@ -257,6 +260,7 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
                                                 : fg_flat_add(g->grads_flat, tr->acc, g->grads_flat);
         if (s != FG_OK) return s;
     }
+    fg_op_profile_phase("step: gradient accumulation");
     fg_status s = FG_OK;
     if (comm->size > 1) s = fg_comm_allgather_bytes(comm, mine, tr->losses, (size_t)A * sizeof *tr->losses);
     if (s != FG_OK) return s;
@@ -276,6 +280,7 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
     if (s == FG_OK && tr->zero) s = shard_grad_norm(tr, &st.grad_norm);
     else if (s == FG_OK) st.grad_norm = fg_grad_norm(g->grads_flat);
     if (s != FG_OK) return s;
+    fg_op_profile_phase("step: gradient sum, norm");
     if (!isfinite(st.grad_norm)) {
         fg_gpt_zero_grad(g);
         return fg_error(FG_ERR_NUMERIC, "the gradient norm is not finite (%g) at step %lld", st.grad_norm,
@@ -296,6 +301,7 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
     } else if (s == FG_OK) {
         s = fg_adamw_update(&tr->opt, g, st.lr);
     }
+    fg_op_profile_phase("step: clip, AdamW");
     st.comm_bytes = comm->bytes - bytes0;
     if (s != FG_OK) return s;
     tr->step++;
