@@ -69,6 +69,11 @@ static T *rows_view(const flash_ops *op, T *S, T *R, int64_t ld, int64_t bk, int
     return R;
 }
 
+/* Ask for [p, p + bytes) to be brought into L2 (a hint: no effect on results). */
+static inline void prefetch_l2(const void *p, int64_t bytes) {
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
+}
+
 /* The end of a forward item: Oi /= l and L = m + log l, evaluated in double and rounded once, lo
  * keeping what the rounding lost. l = 0: the row sees no key (O = 0 already, L = −inf); l NaN (a
  * NaN score in the row, which the softmax's exp keeps): O and L NaN. */
@@ -201,6 +206,11 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
      * block still meets its keys in increasing order (the same sums as one block per item) */
     for (int64_t j0 = jb; j0 < je; j0 += bk) {
         const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
+        if (j0 + bk < je) { /* the next K/V tile, on its way to L2 while this one is computed */
+            const int64_t nn = Nk - j0 - bk < bk ? Nk - j0 - bk : bk;
+            prefetch_l2(K + (j0 + bk) * d, nn * d * (int64_t)sizeof(T));
+            prefetch_l2(V + (j0 + bk) * d, nn * d * (int64_t)sizeof(T));
+        }
         for (int64_t t = 0; t < n; t++)
             if (j0 >= rows[t].jb && j0 < rows[t].je) fwd_tile(J, &rows[t], S, R, b, h, K, V, j0, nk);
     }
@@ -404,6 +414,14 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
         for (int64_t hh = 0; hh < G; hh++)
             for (int64_t i0 = 0; i0 < Nq; i0 += bq) {
                 const int64_t nq = Nq - i0 < bq ? Nq - i0 : bq;
+                /* the next query tile's Q, dO and dQ rows, on their way to L2 while this one is used */
+                const int64_t ni = i0 + bq < Nq ? i0 + bq : 0, nh = i0 + bq < Nq ? hh : hh + 1;
+                if (nh < G) {
+                    const int64_t qo = ((b * H + g * G + nh) * Nq + ni) * d, bytes = (Nq - ni < bq ? Nq - ni : bq) * d * (int64_t)sizeof(T);
+                    prefetch_l2(J->q + qo, bytes);
+                    prefetch_l2(J->dout + qo, bytes);
+                    if (J->dq) prefetch_l2(J->dq + qo, bytes);
+                }
                 for (int64_t t = 0; t < n; t++)
                     bwd_tile(J, &keys[t], P, dS, Z, Gt, b, g * G + hh, hh, i0, nq, D, K, V, dK, dV);
             }
