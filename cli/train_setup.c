@@ -49,9 +49,10 @@ static void init_from_check_data(const fg_flag *f, const fg_source *src) {
 }
 
 /* --resume: the configuration of the checkpoint in --out, which the flags may only change where
- * that keeps the curve (steps, decay, evaluation, attention, recompute, device; not --dtype). Takes the folder's
- * lock before reading the checkpoint; leaves it open in r->ck. What it opens goes into *r at once,
- * so that it stays reachable when a check stops the program (the leak checkers see it). */
+ * that keeps the curve (steps, decay, evaluation, attention, recompute, device; not --dtype). Takes
+ * the folder's lock before reading the checkpoint; leaves it open in r->ck. What it opens goes
+ * into *r at once, so that it stays reachable when a check stops the program (the leak checkers
+ * see it). */
 static void configure_resumed(const train_args *a, train_run *r) {
     const fg_flag *f = a->f;
     const char *out = a->out;

@@ -236,6 +236,7 @@ typedef struct {
     fg_compute prev;
 } compute_scope;
 
+/* Fills *cs in any case; compute_exit(cs) is then always right. */
 static fg_status compute_enter(const fg_trainer *tr, compute_scope *cs) {
     cs->d = tr->cfg.model.device;
     cs->prev = fg_device_compute(cs->d);
@@ -374,10 +375,9 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
     const int pl = fg_addition_prompt_len(task), al = fg_addition_answer_len(task), W = pl + al;
     const int chunk = K < ACC_CHUNK ? K : ACC_CHUNK;
     int32_t *tok = malloc((size_t)chunk * W * sizeof *tok), *ans = malloc((size_t)chunk * al * sizeof *ans);
-    fg_status st = tok && ans ? FG_OK : fg_error(FG_ERR_OOM, "accuracy: out of memory");
     compute_scope cs;
-    if (st == FG_OK) st = compute_enter(tr, &cs);
-    else cs = (compute_scope){tr->cfg.model.device, fg_device_compute(tr->cfg.model.device)};
+    fg_status st = compute_enter(tr, &cs);
+    if (st == FG_OK && (!tok || !ans)) st = fg_error(FG_ERR_OOM, "accuracy: out of memory");
     int correct = 0;
     for (int i0 = 0; i0 < K && st == FG_OK; i0 += chunk) {
         int n = K - i0 < chunk ? K - i0 : chunk;
