@@ -1,5 +1,6 @@
-/* device.h — starting a device: what a program calls before it puts tensors on one. The devices'
- * kernel tables behind it (ops/kernels.h) are for the ops and the devices' code only. */
+/* device.h — starting a device: what a program calls before it puts tensors on one, and the
+ * precision its products compute in (bfloat16 mixed precision on cuda). The devices' kernel
+ * tables behind it (ops/kernels.h) are for the ops and the devices' code only. */
 #ifndef FG_DEVICE_H
 #define FG_DEVICE_H
 
