@@ -282,6 +282,9 @@ int fg_bench_train(int argc, char **argv) {
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
            cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(run.attn), cfg.model.dropout,
            fg_gpt_recompute_name(cfg.model.recompute));
+    if (cfg.model.compute == FG_COMPUTE_BF16)
+        printf("precision: bfloat16 mixed (float32 weights and AdamW; bf16 matmuls and attention, float32 "
+               "accumulation)\n");
     printf("step: %d x %d tokens x %d micro-batches = %lld tokens; %d warm-up steps, %d timed\n", cfg.batch_size, tr->T,
            cfg.grad_accum, (long long)tokens, W, N);
     printf("optimizer: AdamW lr %g -> %g (warm-up %lld, cosine to step %lld), betas (%g, %g), eps %g, weight decay %g, "

@@ -65,7 +65,7 @@ void fg_nanogpt_flag_defaults(fg_flag *f, int n) {
         const char *s;
     } d[] = {
         {"--dataset", 0, NULL},       {"--always_save_checkpoint", 1, NULL}, {"--decay_lr", 1, NULL},
-        {"--dtype", 0, "float32"},    {"--compile", 0, NULL},                {"--bias", 1, NULL},
+        {"--compile", 0, NULL},       {"--bias", 1, NULL},
         {"--backend", 0, "nccl"},     {"--wandb_log", 0, NULL},              {"--wandb_project", 0, "owt"},
         {"--wandb_run_name", 0, "gpt2"},
     };
@@ -641,13 +641,6 @@ int fg_nanogpt_resolve(fg_nanogpt *ng, int resuming, int notes) {
         }
         dev->s = "cuda";
     }
-    fg_flag *dt = flag(ng, "--dtype");
-    if (dt && dt->s && strcmp(dt->s, "float32")) {
-        fprintf(stderr,
-                "flashgrad %s: --dtype %s: not available; flashgrad trains in float32 (dtype = 'float32')\n", cmd,
-                dt->s);
-        return 2;
-    }
     fg_flag *bias = flag(ng, "--bias");
     if (bias && bias->given && !bias->i) {
         fprintf(stderr,
@@ -695,7 +688,8 @@ void fg_nanogpt_help(FILE *out) {
         "  eval_only = True: print train and val loss and write nothing (with --resume: of the run in out_dir);\n"
         "  device: cpu or cuda (cuda:0); n_layer, n_head, n_embd, block_size, dropout, weight_decay, beta1, beta2,\n"
         "  grad_clip: the same.\n"
-        "  dtype: float32 only; bias: True only; compile, wandb_log, wandb_project, wandb_run_name, backend: accepted,\n"
+        "  dtype: our --dtype (float32; bfloat16: mixed precision on cuda; float16 refused); bias: True only;\n"
+        "  compile, wandb_log, wandb_project, wandb_run_name, backend: accepted,\n"
         "  do nothing (a note says so); init_from: 'scratch' (a fresh run) or the path of a model to fine-tune (--init-from; 'resume' is --resume,\n"
         "  and hub names such as 'gpt2' are refused: nothing is downloaded). The device\n"
         "  stays flashgrad's default (cpu) under a config file; seed is flashgrad's (nanoGPT fixes 1337, our default).\n");

@@ -4,7 +4,7 @@
  * Three parts, all over the command's flag table (cli/flags.h):
  *   - names: fg_nanogpt_aliases gives each of our flags that has a nanoGPT twin its nanoGPT name
  *     as an alias (--n_layer for --n-layer, --max_iters for --steps, ...), and FG_NANOGPT_FLAGS are
- *     the train.py settings that have no flag of ours (dataset, decay_lr, dtype, ...), which a
+ *     the train.py settings that have no flag of ours (dataset, decay_lr, compile, ...), which a
  *     command appends to its table; fg_nanogpt_resolve turns them into ours after parsing;
  *   - config files: `flashgrad train CONFIG.py` reads a nanoGPT config file as nanoGPT's
  *     configurator.py does — `key = value` lines over train.py's defaults, in command-line order
@@ -28,8 +28,6 @@
     X(NG_ALWAYS_SAVE, "--always_save_checkpoint", FG_FLAG_TRUTH, NULL,                                                 \
       "nanoGPT: False = checkpoint only at evaluations whose val loss is the best so far", 0, 0, 0)                    \
     X(NG_DECAY_LR, "--decay_lr", FG_FLAG_TRUTH, NULL, "nanoGPT: False = a constant --lr (no warm-up, no decay)", 0, 0, \
-      0)                                                                                                               \
-    X(NG_DTYPE, "--dtype", FG_FLAG_STR, "T", "nanoGPT: float32 only (bfloat16 and float16 are not available)", 0, 0,   \
       0)                                                                                                               \
     X(NG_COMPILE, "--compile", FG_FLAG_TRUTH, NULL, "nanoGPT: accepted, does nothing (there is no torch.compile)", 0,  \
       0, 0)                                                                                                            \
@@ -65,7 +63,7 @@ void fg_nanogpt_flag_defaults(fg_flag *f, int n);
 
 /* nanoGPT's train.py defaults for the settings a config file runs over (its GPT-2 124M on
  * OpenWebText: 12 layers, block 1024, 600000 iterations, ...), as defaults (nothing given).
- * Not the device (ours, cpu), the dtype (float32) or bias (True): see the help. 0, or 2 after a
+ * Not the device (ours, cpu), the dtype (ours, float32) or bias (True): see the help. 0, or 2 after a
  * line. */
 int fg_nanogpt_train_defaults(fg_nanogpt *ng);
 
@@ -77,7 +75,7 @@ int fg_nanogpt_positional(const char *arg, void *ctx);
 /* After parsing: checks the FG_NANOGPT_FLAGS and turns them into ours — dataset into --data-bin
  * data/<dataset> (with the vocabulary nanoGPT uses without a meta.pkl, 50304, unless --vocab-size
  * is given or `resuming`), decay_lr = False into --warmup 0 and --min-lr = --lr, device 'cuda:0'
- * into cuda, always_save_checkpoint into ng->best_only; dtype other than float32, bias = False,
+ * into cuda, always_save_checkpoint into ng->best_only (dtype is our --dtype); bias = False,
  * backend other than nccl, gloo or mpi are refused. `notes`: print one "note:" line on stdout
  * for each setting accepted that does nothing. 0, or 2 after one line. */
 int fg_nanogpt_resolve(fg_nanogpt *ng, int resuming, int notes);

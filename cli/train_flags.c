@@ -42,6 +42,7 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[FG_TF_ATTN].s = "flash";
     f[FG_TF_DEVICE].s = "cpu";
     f[FG_TF_RECOMPUTE].s = "none";
+    f[FG_TF_DTYPE].s = "float32";
 }
 
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
@@ -84,6 +85,14 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
     if (recompute < 0)
         return fg_error(FG_ERR_ARG, "--recompute: unknown setting '%s' (none, attn or block)", f[FG_TF_RECOMPUTE].s);
     run->recompute = (fg_gpt_recompute)recompute;
+    const int compute = fg_compute_parse(f[FG_TF_DTYPE].s);
+    if (compute < 0)
+        return fg_error(FG_ERR_ARG, "--dtype %s: not available (float32, or bfloat16 on cuda)", f[FG_TF_DTYPE].s);
+    run->compute = (fg_compute)compute;
+    if (run->compute == FG_COMPUTE_BF16 && run->device == FG_CPU)
+        return fg_error(FG_ERR_ARG,
+                        "--dtype bfloat16: the CPU has no bf16 kernels yet; bfloat16 mixed precision trains on cuda "
+                        "(--device cuda), the CPU in float32");
     if (f[FG_TF_N_EMBD].i % f[FG_TF_N_HEAD].i)
         return fg_error(FG_ERR_ARG, "--n-embd %lld is not a multiple of --n-head %lld", (long long)f[FG_TF_N_EMBD].i,
                         (long long)f[FG_TF_N_HEAD].i);
@@ -124,6 +133,7 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
     cfg->model.dropout = f[FG_TF_DROPOUT].d;
     cfg->model.attn = run->attn;
     cfg->model.recompute = run->recompute;
+    cfg->model.compute = run->compute;
     cfg->model.device = run->device;
     cfg->batch_size = (int)f[FG_TF_BATCH].i;
     cfg->grad_accum = (int)f[FG_TF_ACCUM].i;

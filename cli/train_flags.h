@@ -56,6 +56,9 @@
     X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)                        \
     X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                                  \
     X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)         \
+    X(DTYPE, "--dtype", FG_FLAG_STR, "DTYPE",                                                                          \
+      "float32, or bfloat16: mixed precision on cuda (float32 weights and AdamW, bf16 matmuls and attention)", 0, 0,   \
+      0)                                                                                                               \
     X(THREADS, "--threads", FG_FLAG_INT, "N",                                                                          \
       "threads of flashgrad's pool and of OpenBLAS, at most 64 (default: FG_NUM_THREADS / OPENBLAS_NUM_THREADS or " \
       "all cores)",                                                                                                    \
@@ -73,18 +76,20 @@ typedef struct {
     fg_device device;
     fg_attn_impl attn;
     fg_gpt_recompute recompute;
+    fg_compute compute; /* --dtype: FG_COMPUTE_FULL (float32) or FG_COMPUTE_BF16 (bfloat16) */
 } fg_train_choice;
 
 /* f[0 .. FG_TF_COUNT): names, types, bounds and help; values zero, nothing given. */
 void fg_train_flags_init(fg_flag *f);
 /* The defaults of a task (cli/train_defaults.h) for the data, model and optimizer flags, and
- * seed 1337, flash attention, the cpu, no recomputation. */
+ * seed 1337, flash attention, the cpu, no recomputation, float32. */
 void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d);
 
 /* The invariants of the flags, checked after parsing, in this order: --byte needs --data;
  * --data-bin excludes --data and needs --vocab-size, which needs --data-bin; --device
  * is cpu or cuda, and that device starts (fg_device_start; its reason otherwise, after
- * "--device cuda: "); --attn and --recompute name a setting; --n-head divides --n-embd;
+ * "--device cuda: "); --attn and --recompute name a setting; --dtype is float32 or bfloat16, and bfloat16 needs
+ * a device with bf16 kernels (cuda; on the cpu: "--dtype bfloat16: ..." and exit 2); --n-head divides --n-embd;
  * --min-lr <= --lr. FG_OK with *run filled, else the error (a usage error). */
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run);
 

@@ -152,6 +152,9 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
     fg_train_say("model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, %s attention, dropout %g\n",
                  mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, tr->model->num_elements / 1e6,
                  fg_attn_impl_name(mc->attn), mc->dropout);
+    if (mc->compute == FG_COMPUTE_BF16)
+        fg_train_say("precision: bfloat16 mixed (float32 weights, gradients and AdamW; bf16 matmuls and attention "
+                     "with float32 accumulation)\n");
     fg_train_say("training: %lld steps of %d x %d x %d tokens, lr %g -> %g (warmup %lld, cosine to step %lld), AdamW "
                  "betas (%g, %g) wd %g, clip %g, seed %" PRIu64 "\n",
                  (long long)cfg->steps, cfg->batch_size, tr->T, cfg->grad_accum, cfg->opt.lr, cfg->opt.min_lr,

@@ -49,9 +49,10 @@ static void init_from_check_data(const fg_flag *f, const fg_source *src) {
 }
 
 /* --resume: the configuration of the checkpoint in --out, which the flags may only change where
- * that keeps the curve (steps, decay, evaluation, attention, recompute, device). Takes the folder's
- * lock before reading the checkpoint; leaves it open in r->ck. What it opens goes into *r at once,
- * so that it stays reachable when a check stops the program (the leak checkers see it). */
+ * that keeps the curve (steps, decay, evaluation, attention, recompute, device; not --dtype). Takes
+ * the folder's lock before reading the checkpoint; leaves it open in r->ck. What it opens goes
+ * into *r at once, so that it stays reachable when a check stops the program (the leak checkers
+ * see it). */
 static void configure_resumed(const train_args *a, train_run *r) {
     const fg_flag *f = a->f;
     const char *out = a->out;
@@ -145,6 +146,14 @@ static void configure_resumed(const train_args *a, train_run *r) {
     cfg.model.attn = f[FG_TF_ATTN].given ? a->run.attn : in->model.attn;
     cfg.model.recompute = a->run.recompute; /* changes no number: free on resume */
     cfg.model.device = a->run.device;       /* checkpoints are device-neutral: resume on either */
+    /* the products' precision shapes the curve: it stays the checkpoint's (ops/device.h) */
+    if (f[FG_TF_DTYPE].given && a->run.compute != in->model.compute)
+        fg_train_die(2, "--dtype %s differs from the checkpoint's %s; a resumed run keeps its settings",
+                     fg_compute_name(a->run.compute), fg_compute_name(in->model.compute));
+    if (cfg.model.compute == FG_COMPUTE_BF16 && cfg.model.device == FG_CPU)
+        fg_train_die(2, "--resume: the run in '%s' trains with --dtype bfloat16, which runs on cuda only (add --device "
+                        "cuda)",
+                     out);
     if (in->step >= cfg.steps)
         fg_train_die(2, "--resume: the checkpoint is at step %lld of %lld already; pass a larger --steps to continue",
                      (long long)in->step, (long long)cfg.steps);

@@ -78,6 +78,7 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
+#include "cuda/mixed.cuh"
 
 /* ============================================================================================
  * host side: flash
@@ -414,6 +415,8 @@ extern "C" fg_status fg_cu_attention_forward(fg_attn_impl impl, fg_dtype dt, voi
                                              const void *q, const void *k, const void *v, const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention"));
     FG_TRY(check_problem(pr, "attention"));
+    if (fg_cu_mixed_bf16() && (dt == FG_F32 || dt == FG_F64)) /* bfloat16 mixed precision (cuda/mixed.cuh) */
+        return fg_cu_attention_mixed_forward(impl, dt, o, lse, aux, q, k, v, pr);
     if (impl == FG_ATTN_FLASH)
         return dt == FG_F64 ? flash_forward<double>((double *)o, (double *)lse, (double *)aux, (const double *)q,
                                                     (const double *)k, (const double *)v, pr)
@@ -433,6 +436,8 @@ extern "C" fg_status fg_cu_attention_backward(fg_attn_impl impl, fg_dtype dt, vo
                                               const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention backward"));
     FG_TRY(check_problem(pr, "attention backward"));
+    if (fg_cu_mixed_bf16() && (dt == FG_F32 || dt == FG_F64)) /* bfloat16 mixed precision (cuda/mixed.cuh) */
+        return fg_cu_attention_mixed_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, pr);
     if (impl == FG_ATTN_FLASH)
         return dt == FG_F64 ? flash_backward<double>((double *)dq, (double *)dk, (double *)dv, (const double *)dout,
                                                      (const double *)q, (const double *)k, (const double *)v,

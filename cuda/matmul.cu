@@ -10,6 +10,12 @@
  * with the same transpose flags, and the sizes (N, M, K). Math mode is cuBLAS's default: plain
  * float32 (no TF32), so results compare with the CPU's at float32 rounding. A bias is written into
  * every row of C first; the GEMM then adds to it (beta = 1).
+ *
+ * Under bfloat16 mixed precision (ops/device.h, FG_COMPUTE_BF16) a float32 GEMM rounds A and B to
+ * bf16 (nearest even) into dense scratch (cuda/mixed.cuh) and calls cublasGemmEx /
+ * cublasGemmStridedBatchedEx with CUDA_R_16BF inputs, a CUDA_R_32F C and CUBLAS_COMPUTE_32F:
+ *     C = alpha · Σ_k bf16(a_ik) bf16(b_kj)  (products exact, summed in float32) + beta · C.
+ * A float64 GEMM is refused there, never run at another precision.
  */
 #include <limits.h>
 #include <string.h>
@@ -17,6 +23,7 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
+#include "cuda/mixed.cuh"
 
 /* ============================================================================================
  * kernels
@@ -97,6 +104,39 @@ static fg_status gemm_t(int ta, int tb, int64_t M, int64_t N, int64_t K, double 
     return FG_OK;
 }
 
+/* bfloat16 mixed precision: op(A) op(B) from bf16 copies of A and B, float32 accumulation into the
+ * float32 C. The stored matrices are A (M, K), or (K, M) when transposed, with rows lda apart and
+ * batches sA apart (0: one for all), likewise B (K, N) or (N, K); their copies are dense, so their
+ * leading dimension is their width and their batch stride their size (0 stays 0). */
+static fg_status gemm_bf16(int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha_, const void *A_,
+                           int64_t lda, int64_t sA, const void *B_, int64_t ldb, int64_t sB, double beta_, void *C_,
+                           int64_t ldc, int64_t sC, int64_t batch) {
+    if (M == 0 || N == 0 || batch == 0) return FG_OK;
+    if (K == 0) /* no products: C = beta · C */
+        return gemm_t<float>(ta, tb, M, N, K, alpha_, A_, lda, sA, B_, ldb, sB, beta_, C_, ldc, sC, batch);
+    const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    fg_cu_bf16_copy a, b;
+    FG_TRY(a.make((const float *)A_, sA ? batch : 1, ar, ac, lda, sA, "gemm (bf16 copy of A)"));
+    FG_TRY(b.make((const float *)B_, sB ? batch : 1, br, bc, ldb, sB, "gemm (bf16 copy of B)"));
+    const long long sa = sA ? (long long)(ar * ac) : 0, sb = sB ? (long long)(br * bc) : 0;
+    const float alpha = (float)alpha_, beta = (float)beta_, one = 1.0f;
+    float *C = (float *)C_;
+    const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    /* column-major Cᵀ (N, M) = op(B)ᵀ (N, K) · op(A)ᵀ (K, M), as gemm_t */
+    if (batch == 1 || sC == 0) {
+        /* one product, or batches that all add into the one C: in batch order */
+        for (int64_t i = 0; i < batch; i++)
+            FG_CUBLAS(cublasGemmEx(fg_cu_blas(), ob, oa, (int)N, (int)M, (int)K, &alpha, b.p() + i * sb, CUDA_R_16BF,
+                                   (int)bc, a.p() + i * sa, CUDA_R_16BF, (int)ac, i ? &one : &beta, C, CUDA_R_32F,
+                                   (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return FG_OK;
+    }
+    FG_CUBLAS(cublasGemmStridedBatchedEx(fg_cu_blas(), ob, oa, (int)N, (int)M, (int)K, &alpha, b.p(), CUDA_R_16BF,
+                                         (int)bc, sb, a.p(), CUDA_R_16BF, (int)ac, sa, &beta, C, CUDA_R_32F, (int)ldc,
+                                         (long long)sC, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return FG_OK;
+}
+
 template <typename T>
 static fg_status fill_rows(void *C, const void *bias, int64_t M, int64_t N, int64_t ldc, int64_t sC, int64_t batch) {
     if (sC == 0) batch = 1; /* the batches add into one C: its rows start as bias once */
@@ -118,10 +158,15 @@ extern "C" fg_status fg_cu_matmul_gemm(fg_dtype dt, int ta, int tb, int64_t M, i
                         "cuBLAS (int, leading dimensions >= 1)",
                         (long long)M, (long long)N, (long long)K, (long long)batch, (long long)lda, (long long)ldb,
                         (long long)ldc);
+    const bool mixed = fg_cu_mixed_bf16() && (dt == FG_F32 || dt == FG_F64);
+    if (mixed && dt != FG_F32)
+        return fg_error(FG_ERR_DTYPE, "gemm under bfloat16 mixed precision takes float32 operands, got %s",
+                        fg_dtype_name(dt));
     if (bias) {
         FG_TRY(FG_CU_DISPATCH(dt, fill_rows, C, bias, M, N, ldc, sC, batch));
         beta = 1.0;
     }
+    if (mixed) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
     return FG_CU_DISPATCH(dt, gemm_t, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }
 

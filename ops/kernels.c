@@ -2,6 +2,7 @@
 #include "ops/kernels.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 #include "ops/kernels_cpu.h"
 
@@ -41,3 +42,33 @@ fg_status fg_device_start(fg_device d) {
 }
 
 int fg_device_built(fg_device d) { return d == FG_CPU || (d == FG_CUDA && fg_cuda_init != NULL); }
+
+/* ---- compute precision (ops/device.h) ---- */
+
+static const char *const compute_names[FG_COMPUTE_COUNT] = {"float32", "bfloat16"};
+static _Atomic int compute[FG_DEVICE_COUNT];
+
+const char *fg_compute_name(fg_compute c) { return c >= 0 && c < FG_COMPUTE_COUNT ? compute_names[c] : "?"; }
+
+int fg_compute_parse(const char *s) {
+    for (int c = 0; s && c < FG_COMPUTE_COUNT; c++)
+        if (!strcmp(s, compute_names[c])) return c;
+    return -1;
+}
+
+fg_status fg_device_set_compute(fg_device d, fg_compute c) {
+    if (d < 0 || d >= FG_DEVICE_COUNT) return fg_error(FG_ERR_DEVICE, "unknown device %d", (int)d);
+    if (c < 0 || c >= FG_COMPUTE_COUNT) return fg_error(FG_ERR_ARG, "unknown compute precision %d", (int)c);
+    if (c == FG_COMPUTE_BF16 && d == FG_CPU)
+        return fg_error(FG_ERR_DEVICE, "bfloat16 mixed precision: the CPU has no bf16 kernels yet (float32 only; "
+                                       "bfloat16 runs on cuda)");
+    if (c == FG_COMPUTE_BF16 && !fg_device_built(d))
+        return fg_error(FG_ERR_DEVICE, "bfloat16 mixed precision: flashgrad was built without %s",
+                        fg_device_name(d));
+    atomic_store(&compute[d], (int)c);
+    return FG_OK;
+}
+
+fg_compute fg_device_compute(fg_device d) {
+    return d >= 0 && d < FG_DEVICE_COUNT ? (fg_compute)atomic_load(&compute[d]) : FG_COMPUTE_FULL;
+}

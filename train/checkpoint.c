@@ -574,8 +574,16 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     in->params_hash = m_hex(r, "params_xxh64");
     const char *tokstr = m_need(r, "tokenizer");
     int data = m_enum(r, "data", data_names, 3);
+    /* written for bfloat16 mixed precision only: a run without it computed in float32 */
+    int compute = FG_COMPUTE_FULL;
+    if (m_lookup(r, "compute_dtype")) {
+        const char *compute_names[FG_COMPUTE_COUNT];
+        for (int i = 0; i < FG_COMPUTE_COUNT; i++) compute_names[i] = fg_compute_name((fg_compute)i);
+        compute = m_enum(r, "compute_dtype", compute_names, FG_COMPUTE_COUNT);
+    }
     if (r->st != FG_OK) return r->st;
     in->model.attn = (fg_attn_impl)attn;
+    in->model.compute = (fg_compute)compute;
     if (fg_gpt_config_check(&in->model) != FG_OK)
         m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
     if (r->st != FG_OK) return r->st;
@@ -812,6 +820,8 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     CHECK(meta_i64(mw, "vocab_size", mc->vocab_size));
     CHECK(meta_f64(mw, "dropout", mc->dropout));
     CHECK(fg_st_writer_set_metadata(mw, "attn", fg_attn_impl_name(mc->attn)));
+    if (mc->compute != FG_COMPUTE_FULL)
+        CHECK(fg_st_writer_set_metadata(mw, "compute_dtype", fg_compute_name(mc->compute)));
     CHECK(fg_st_writer_set_metadata(mw, "bias", "true"));
     CHECK(fg_st_writer_set_metadata(mw, "tied_lm_head", "true"));
     CHECK(fg_st_writer_set_metadata(mw, "tokenizer", tokstr));
@@ -1257,6 +1267,7 @@ static fg_status load_weights(const fg_ckpt *c, fg_gpt *g) {
 fg_gpt *fg_ckpt_load_model(const fg_ckpt *c) {
     fg_gpt_config mc = c->info.model;
     mc.device = FG_CPU;
+    mc.compute = FG_COMPUTE_FULL; /* the weights are float32; a CPU model computes in float32 */
     fg_gpt *g = fg_gpt_create_empty(&mc);
     if (!g) return NULL;
     if (load_weights(c, g) != FG_OK) {
@@ -1272,6 +1283,9 @@ fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr) {
     if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
         a->block_size != b->block_size || a->vocab_size != b->vocab_size || a->dtype != b->dtype)
         return fg_error(FG_ERR_ARG, "checkpoint: the trainer's model differs from the checkpoint's");
+    if (a->compute != b->compute)
+        return fg_error(FG_ERR_ARG, "checkpoint: the run computed in %s, the trainer in %s; a resumed run keeps its "
+                                    "precision", fg_compute_name(b->compute), fg_compute_name(a->compute));
     fg_status st = load_weights(c, tr->model);
     if (st == FG_OK) st = fg_st_read_into(c->optim, "exp_avg", tr->opt.m);
     if (st == FG_OK) st = fg_st_read_into(c->optim, "exp_avg_sq", tr->opt.v);

@@ -2,8 +2,10 @@
  *
  * DIR/model.safetensors      the weights, named as nanoGPT names them (train/gpt.h), so PyTorch
  *                            and Hugging Face tools load them; __metadata__ holds the model
- *                            configuration, the tokenizer (datasets/tokenizer.h's string), what
- *                            data the run trained on, the step and "params_xxh64" (see below).
+ *                            configuration (with "compute_dtype" = "bfloat16" for a run in bf16
+ *                            mixed precision, absent for float32), the tokenizer
+ *                            (datasets/tokenizer.h's string), what data the run trained on, the
+ *                            step and "params_xxh64" (see below).
  * DIR/optimizer.safetensors  what a resumed run needs beyond the weights: AdamW's moments
  *                            "exp_avg" and "exp_avg_sq" (P) in the parameters' flat order,
  *                            "step" (I64, 1), "rng" (U64, 2: the run seed and the step — every

@@ -53,6 +53,23 @@ fg_status fg_gpt_config_check(const fg_gpt_config *c) {
         return fg_error(FG_ERR_DEVICE, "gpt: unknown device %d", (int)c->device);
     if (c->recompute < 0 || c->recompute >= FG_RECOMPUTE_COUNT)
         return fg_error(FG_ERR_ARG, "gpt: unknown recompute setting %d", (int)c->recompute);
+    if (c->compute < 0 || c->compute >= FG_COMPUTE_COUNT)
+        return fg_error(FG_ERR_ARG, "gpt: unknown compute precision %d", (int)c->compute);
+    if (c->compute == FG_COMPUTE_BF16) {
+        const int d = c->n_embd / c->n_head;
+        if (c->dtype != FG_F32)
+            return fg_error(FG_ERR_DTYPE, "gpt: bfloat16 mixed precision keeps float32 weights (dtype %s)",
+                            fg_dtype_name(c->dtype));
+        if (c->attn != FG_ATTN_FLASH)
+            return fg_error(FG_ERR_ARG, "gpt: bfloat16 mixed precision runs flash attention only (naive has no bf16 "
+                                        "kernels)");
+        /* the bf16 flash kernels' head dims (cuda/attention_bf16.h) */
+        if (d % 8 || d > 128)
+            return fg_error(FG_ERR_ARG,
+                            "gpt: bfloat16 mixed precision needs a head dim (n_embd / n_head = %d) that is a multiple "
+                            "of 8 up to 128 (the bf16 attention kernels')",
+                            d);
+    }
     return FG_OK;
 }
 

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "ops/attention.h"
+#include "ops/device.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
@@ -67,9 +68,16 @@ typedef struct {
     fg_dtype dtype;    /* FG_F32 for training, FG_F64 for gradient checks */
     fg_device device;
     fg_gpt_recompute recompute; /* activation checkpointing (see above); 0 = none */
+    /* the products' precision (ops/device.h): FULL, or BF16 — bfloat16 mixed precision, float32
+     * weights, gradients and AdamW with bf16 GEMMs and attention — which needs a float32 model,
+     * flash attention and a head dim (n_embd / n_head) that is a multiple of 8 up to 128 (the bf16
+     * attention kernels', cuda/attention_bf16.h), checked here, and a device with bf16 kernels
+     * (cuda), checked by the trainer, which runs its steps and evaluations under the setting
+     * (fg_device_set_compute). A model alone (no trainer) computes in full precision. */
+    fg_compute compute;
 } fg_gpt_config;
 
-/* L 4, H 4, C 128, block 64, vocab 0 (must be set), dropout 0, flash, float32, CPU. */
+/* L 4, H 4, C 128, block 64, vocab 0 (must be set), dropout 0, flash, float32, CPU, full-precision products. */
 fg_gpt_config fg_gpt_default_config(void);
 /* FG_OK, or FG_ERR_ARG with a message naming the bad field. */
 fg_status fg_gpt_config_check(const fg_gpt_config *c);

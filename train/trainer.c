@@ -67,6 +67,10 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
                  fg_device_name(cfg->model.device));
         return NULL;
     }
+    if (cfg->model.compute == FG_COMPUTE_BF16 && cfg->model.device == FG_CPU) {
+        fg_error(FG_ERR_DEVICE, "bfloat16 mixed precision runs on cuda only: the CPU has no bf16 kernels yet");
+        return NULL;
+    }
     int V = fg_source_vocab_size(data);
     if (cfg->model.vocab_size != V) {
         fg_error(FG_ERR_ARG, "the model's vocabulary (%d) differs from the data's (%d)", cfg->model.vocab_size, V);
@@ -223,7 +227,26 @@ static fg_status shard_grad_norm(fg_trainer *tr, double *norm) {
     return FG_OK;
 }
 
-fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
+/* ---- the run's compute precision ----
+ * A step, an evaluation and a decoding run under the model's compute precision on its device
+ * (ops/device.h: the forward and its backward, recomputation included, see the same one); the
+ * device's previous setting comes back afterwards, so runs of either precision may alternate. */
+typedef struct {
+    fg_device d;
+    fg_compute prev;
+} compute_scope;
+
+/* Fills *cs in any case; compute_exit(cs) is then always right. */
+static fg_status compute_enter(const fg_trainer *tr, compute_scope *cs) {
+    cs->d = tr->cfg.model.device;
+    cs->prev = fg_device_compute(cs->d);
+    return cs->prev == tr->cfg.model.compute ? FG_OK : fg_device_set_compute(cs->d, tr->cfg.model.compute);
+}
+static void compute_exit(const compute_scope *cs) {
+    if (fg_device_compute(cs->d) != cs->prev) fg_device_set_compute(cs->d, cs->prev);
+}
+
+static fg_status trainer_step(fg_trainer *tr, fg_step_stats *out) {
     const fg_train_config *c = &tr->cfg;
     fg_comm *comm = tr->comm;
     const int B = c->batch_size, T = tr->T, A = c->grad_accum / comm->size;
@@ -309,6 +332,14 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
     return FG_OK;
 }
 
+fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *out) {
+    compute_scope cs;
+    fg_status st = compute_enter(tr, &cs);
+    if (st == FG_OK) st = trainer_step(tr, out);
+    compute_exit(&cs);
+    return st;
+}
+
 uint64_t fg_trainer_eval_seed(uint64_t run_seed) {
     uint32_t w[4];
     fg_philox_block(run_seed, 0x4556414cull << 32 /* "EVAL" */, 0, w);
@@ -319,7 +350,9 @@ fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss) {
     const int B = tr->cfg.batch_size, T = tr->T;
     const uint64_t seed = fg_trainer_eval_seed(tr->cfg.seed);
     double sum = 0;
-    fg_status st = FG_OK;
+    compute_scope cs;
+    fg_status st = compute_enter(tr, &cs);
+    if (st != FG_OK) return st;
     fg_no_grad_enter();
     for (int i = 0; i < tr->cfg.eval_iters; i++) {
         st = fg_source_batch(tr->data, s, B, T, seed, (uint64_t)i, tr->x, tr->y);
@@ -333,6 +366,7 @@ fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss) {
         fg_release(l);
     }
     fg_no_grad_exit();
+    compute_exit(&cs);
     if (st == FG_OK) *loss = sum / tr->cfg.eval_iters;
     return st;
 }
@@ -347,7 +381,9 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
     const int pl = fg_addition_prompt_len(task), al = fg_addition_answer_len(task), W = pl + al;
     const int chunk = K < ACC_CHUNK ? K : ACC_CHUNK;
     int32_t *tok = malloc((size_t)chunk * W * sizeof *tok), *ans = malloc((size_t)chunk * al * sizeof *ans);
-    fg_status st = tok && ans ? FG_OK : fg_error(FG_ERR_OOM, "accuracy: out of memory");
+    compute_scope cs;
+    fg_status st = compute_enter(tr, &cs);
+    if (st == FG_OK && (!tok || !ans)) st = fg_error(FG_ERR_OOM, "accuracy: out of memory");
     int correct = 0;
     for (int i0 = 0; i0 < K && st == FG_OK; i0 += chunk) {
         int n = K - i0 < chunk ? K - i0 : chunk;
@@ -358,6 +394,7 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
         for (int r = 0; r < n && st == FG_OK; r++)
             correct += !memcmp(tok + (size_t)r * W + pl, ans + (size_t)r * al, (size_t)al * sizeof *ans);
     }
+    compute_exit(&cs);
     free(tok);
     free(ans);
     if (st == FG_OK) *acc = (double)correct / K;

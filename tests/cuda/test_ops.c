@@ -15,8 +15,13 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
+#include "cuda/attention_bf16.h"
 #include "cuda/cuda_ops.h"
+#include "ops/attention.h"
+#include "ops/device.h"
+#include "ops/kernels.h"
 #include "ops/ops.h"
+#include "tensor/alloc.h"
 #include "tests/cuda/cuda_test.h"
 
 typedef struct op_case op_case;
@@ -445,7 +450,235 @@ static int backward_reductions_are_bitwise_repeatable(void) {
     return rc;
 }
 
+/* ---- bfloat16 mixed precision: the GEMM (cuda/matmul.cu under FG_COMPUTE_BF16) ----
+ * The reference is the same product on the CPU from the bf16-rounded operands, in float64: the
+ * device's result must match it to float32 accumulation noise (1e-5), and must NOT match the
+ * float32 product of the unrounded operands (the rounding changes the result by ~1e-3 relative;
+ * below 2e-4 an operand was not rounded). A GEMM that skipped the conversion of one operand,
+ * read a copy transposed or with the wrong stride fails the first comparison. */
+static double bf16_round_host(double x) {
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + (u >> 16 & 1u); /* nearest, ties to even (finite inputs only here) */
+    u &= 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef struct {
+    const char *name;
+    int ta, tb;
+    int64_t M, N, K, batch;
+    int shareA, shareB, shareC; /* batch stride 0 */
+    int bias;
+    int64_t pad; /* extra elements per row: leading dimensions above the width */
+    double alpha, beta;
+} bf16_gemm_case;
+
+static int bf16_gemm_one(const bf16_gemm_case *c) {
+    const int64_t ar = c->ta ? c->K : c->M, ac = c->ta ? c->M : c->K, br = c->tb ? c->N : c->K,
+                  bc = c->tb ? c->K : c->N;
+    const int64_t lda = ac + c->pad, ldb = bc + c->pad, ldc = c->N + c->pad;
+    const int64_t nA = c->shareA ? 1 : c->batch, nB = c->shareB ? 1 : c->batch, nC = c->shareC ? 1 : c->batch;
+    const int64_t sA = c->shareA ? 0 : ar * lda, sB = c->shareB ? 0 : br * ldb, sC = c->shareC ? 0 : c->M * ldc;
+    const int64_t la = nA * ar * lda, lb = nB * br * ldb, lc = nC * c->M * ldc, ln = c->N;
+    fg_tensor *A = fgt_rand(FG_F32, FG_CUDA, 1, &la, -1, 1, 301), *B = fgt_rand(FG_F32, FG_CUDA, 1, &lb, -1, 1, 302);
+    fg_tensor *C = fgt_rand(FG_F32, FG_CUDA, 1, &lc, -1, 1, 303), *bias = fgt_rand(FG_F32, FG_CUDA, 1, &ln, -1, 1, 304);
+    double *hA = A ? fgt_host_f64(A) : NULL, *hB = B ? fgt_host_f64(B) : NULL, *hC = C ? fgt_host_f64(C) : NULL;
+    double *hb = bias ? fgt_host_f64(bias) : NULL;
+    double *want = malloc((size_t)lc * sizeof(double)), *full = malloc((size_t)lc * sizeof(double)), *got = NULL;
+    int r = FGT_FAIL;
+    const fg_kernels *kt = fg_kernels_for(FG_CUDA, "gemm");
+    if (!hA || !hB || !hC || !hb || !want || !full || !kt) {
+        printf("    %s: setup: %s\n", c->name, fg_last_error());
+        goto out;
+    }
+    /* the reference: each C element starts as beta · C (or the bias; with a shared C the first
+     * batch's), then every batch's alpha · Σ_k a b adds in */
+    for (int64_t b = 0; b < nC; b++)
+        for (int64_t i = 0; i < c->M; i++)
+            for (int64_t j = 0; j < ldc; j++) {
+                const int64_t at = b * (c->M * ldc) + i * ldc + j;
+                want[at] = full[at] = j >= c->N ? hC[at] : c->bias ? hb[j] : c->beta * hC[at];
+            }
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int64_t i = 0; i < c->M; i++)
+            for (int64_t j = 0; j < c->N; j++) {
+                double s16 = 0, s32 = 0;
+                for (int64_t k = 0; k < c->K; k++) {
+                    const double a = hA[b * sA + (c->ta ? k * lda + i : i * lda + k)];
+                    const double bb = hB[b * sB + (c->tb ? j * ldb + k : k * ldb + j)];
+                    s16 += bf16_round_host(a) * bf16_round_host(bb);
+                    s32 += a * bb;
+                }
+                const int64_t at = (c->shareC ? 0 : b) * (c->M * ldc) + i * ldc + j;
+                want[at] += c->alpha * s16;
+                full[at] += c->alpha * s32;
+            }
+    if (fg_device_set_compute(FG_CUDA, FG_COMPUTE_BF16) != FG_OK) {
+        printf("    %s: %s\n", c->name, fg_last_error());
+        goto out;
+    }
+    fg_status st = kt->matmul.gemm(FG_F32, c->ta, c->tb, c->M, c->N, c->K, c->alpha, fg_data(A), lda, sA, fg_data(B),
+                                   ldb, sB, c->beta, c->bias ? fg_data(bias) : NULL, fg_data(C), ldc, sC, c->batch);
+    fg_device_set_compute(FG_CUDA, FG_COMPUTE_FULL);
+    if (st != FG_OK || !(got = fgt_host_f64(C))) {
+        printf("    %s: gemm: %s\n", c->name, fg_last_error());
+        goto out;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%s: bf16 GEMM against the products of the bf16-rounded operands", c->name);
+    if (fgt_compare(what, got, want, lc, 1e-5) != FGT_PASS) goto out;
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < lc; i++) num += (got[i] - full[i]) * (got[i] - full[i]), den += full[i] * full[i];
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    if (rel < 2e-4) {
+        printf("    %s: the result is the float32 product (relative difference %.2e): no bf16 rounding happened\n",
+               c->name, rel);
+        goto out;
+    }
+    r = FGT_PASS;
+out:
+    free(hA), free(hB), free(hC), free(hb), free(want), free(full), free(got);
+    fg_release(A), fg_release(B), fg_release(C), fg_release(bias);
+    return r;
+}
+
+static int bf16_gemm_matches_the_products_of_rounded_operands(void) {
+    if (FGT_DEV != FG_CUDA) return FGT_SKIP; /* the CPU has no bf16 kernels */
+    static const bf16_gemm_case cases[] = {
+        {"NN with bias", 0, 0, 37, 29, 45, 1, 0, 0, 0, 1, 3, 1.0, 0.0},
+        {"NT batched", 0, 1, 16, 33, 64, 3, 0, 0, 0, 0, 0, 0.5, 1.0},
+        {"TN shared B", 1, 0, 21, 18, 40, 2, 0, 1, 0, 0, 5, 1.0, 0.0},
+        {"TT into one C", 1, 1, 19, 23, 31, 3, 0, 0, 1, 0, 2, -1.0, 0.5},
+        {"NT shared A", 0, 1, 8, 72, 24, 2, 1, 0, 0, 0, 0, 1.0, 0.0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (bf16_gemm_one(&cases[i]) != FGT_PASS) return FGT_FAIL;
+    /* float64 operands under bfloat16: refused, not computed at another precision */
+    const int64_t n = 16;
+    fg_tensor *x = fgt_rand(FG_F64, FG_CUDA, 1, &n, -1, 1, 5);
+    FGT_NOTNULL(x);
+    FGT_OK(fg_device_set_compute(FG_CUDA, FG_COMPUTE_BF16));
+    fg_status st = fg_cuda_gemm(FG_F64, 0, 0, 4, 4, 4, 1.0, fg_data(x), 4, 0, fg_data(x), 4, 0, 0.0, fg_data(x), 4, 0, 1);
+    fg_device_set_compute(FG_CUDA, FG_COMPUTE_FULL);
+    fg_release(x);
+    FGT_CHECK(st == FG_ERR_DTYPE && strstr(fg_last_error(), "bfloat16"), "a float64 GEMM under bfloat16: %d, %s",
+              (int)st, fg_last_error());
+    fg_clear_error();
+    return FGT_PASS;
+}
+
+/* ---- bfloat16 mixed precision: attention (cuda/mixed.cu under FG_COMPUTE_BF16) ----
+ * fg_attention on float32 cuda tensors under bfloat16 must be exactly the bf16 flash kernels
+ * (cuda/attention_bf16.h, checked against the CPU bf16 mirror by fg_attn_bf16_emu) called on the
+ * bf16-rounded inputs: o, lse, dq, dk, dv bit for bit. What those kernels do not implement
+ * (softcap, ALiBi, naive, float64) is one clear error, not a float32 run. */
+static uint16_t *bf16_device_copy(const fg_tensor *t) {
+    double *h = fgt_host_f64(t);
+    const int64_t n = fg_numel(t);
+    uint16_t *bits = malloc((size_t)n * sizeof(uint16_t));
+    void *dev = h && bits ? fg_alloc(FG_CUDA, (size_t)n * sizeof(uint16_t)) : NULL;
+    if (dev) {
+        for (int64_t i = 0; i < n; i++) {
+            float f = (float)h[i];
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            u += 0x7fffu + (u >> 16 & 1u);
+            bits[i] = (uint16_t)(u >> 16);
+        }
+        fg_backend(FG_CUDA)->copy_from_host(dev, bits, (size_t)n * sizeof(uint16_t));
+    }
+    free(h);
+    free(bits);
+    return dev;
+}
+
+static int same_values(const char *what, const fg_tensor *got, const void *want_dev, int64_t n) {
+    double *g = fgt_host_f64(got);
+    float *w = malloc((size_t)n * sizeof(float));
+    int ok = g && w;
+    if (ok) fg_backend(FG_CUDA)->copy_to_host(w, want_dev, (size_t)n * sizeof(float));
+    for (int64_t i = 0; ok && i < n; i++)
+        if ((float)g[i] != w[i] && !(isnan(g[i]) && isnan(w[i]))) {
+            printf("    %s: element %lld is %.9g under fg_attention, %.9g from the bf16 kernels\n", what, (long long)i,
+                   g[i], (double)w[i]);
+            ok = 0;
+        }
+    free(g);
+    free(w);
+    return ok;
+}
+
+static int bf16_attention_is_the_bf16_kernels_on_rounded_inputs(void) {
+    if (FGT_DEV != FG_CUDA) return FGT_SKIP;
+    const int64_t B = 2, H = 2, N = 37, d = 16, qs[4] = {B, H, N, d}, n = B * H * N * d, rows = B * H * N;
+    fg_tensor *q = fgt_rand(FG_F32, FG_CUDA, 4, qs, -1, 1, 41), *k = fgt_rand(FG_F32, FG_CUDA, 4, qs, -1, 1, 42);
+    fg_tensor *v = fgt_rand(FG_F32, FG_CUDA, 4, qs, -1, 1, 43), *R = fgt_rand(FG_F32, FG_CUDA, 4, qs, -1, 1, 44);
+    FGT_NOTNULL(q);
+    FGT_NOTNULL(k);
+    FGT_NOTNULL(v);
+    FGT_NOTNULL(R);
+    fg_set_requires_grad(q, 1), fg_set_requires_grad(k, 1), fg_set_requires_grad(v, 1);
+    fg_attn_opts op = fg_attn_defaults();
+    op.causal = 1, op.dropout_p = 0.2, op.seed = 77;
+    fg_tensor *lse = NULL, *o = NULL;
+    int r = FGT_FAIL;
+    uint16_t *qb = bf16_device_copy(q), *kb = bf16_device_copy(k), *vb = bf16_device_copy(v), *db = bf16_device_copy(R);
+    float *ro = fg_alloc(FG_CUDA, (size_t)n * 4), *rl = fg_alloc(FG_CUDA, (size_t)rows * 4),
+          *rD = fg_alloc(FG_CUDA, (size_t)rows * 4), *rdq = fg_alloc(FG_CUDA, (size_t)n * 4),
+          *rdk = fg_alloc(FG_CUDA, (size_t)n * 4), *rdv = fg_alloc(FG_CUDA, (size_t)n * 4);
+    fg_attn_problem pr;
+    if (!qb || !kb || !vb || !db || !ro || !rl || !rD || !rdq || !rdk || !rdv ||
+        fg_attn_problem_init(&pr, B, H, N, N, d, &op) != FG_OK)
+        goto fail;
+    /* the kernels themselves, on bf16 copies made on the host */
+    for (float *g = rdq; g; g = g == rdq ? rdk : g == rdk ? rdv : NULL) fg_backend(FG_CUDA)->memset0(g, (size_t)n * 4);
+    if (fg_cuda_attn_bf16_forward(ro, rl, qb, kb, vb, &pr) != FG_OK ||
+        fg_cuda_attn_bf16_backward(rdq, rdk, rdv, rD, db, qb, kb, vb, ro, rl, &pr) != FG_OK)
+        goto fail;
+    /* fg_attention under bfloat16 mixed precision */
+    if (fg_device_set_compute(FG_CUDA, FG_COMPUTE_BF16) != FG_OK) goto fail;
+    o = fg_attention(q, k, v, &op, &lse);
+    fg_status st = o ? fg_backward(o, R) : fg_last_status();
+    fg_device_set_compute(FG_CUDA, FG_COMPUTE_FULL);
+    if (st != FG_OK) goto fail;
+    if (!same_values("o", o, ro, n) || !same_values("lse", lse, rl, rows) || !same_values("dq", q->grad, rdq, n) ||
+        !same_values("dk", k->grad, rdk, n) || !same_values("dv", v->grad, rdv, n))
+        goto out;
+    /* refused under bfloat16, each with one line naming it */
+    FGT_OK(fg_device_set_compute(FG_CUDA, FG_COMPUTE_BF16));
+    static const char *const why[3] = {"softcap", "naive", "ALiBi"};
+    for (int c = 0; c < 3 && r == FGT_FAIL; c++) {
+        fg_attn_opts bad = op;
+        if (c == 0) bad.variant.softcap = 30;
+        if (c == 1) bad.impl = FG_ATTN_NAIVE;
+        if (c == 2) bad.variant.alibi = 1;
+        fg_tensor *x = fg_attention(q, k, v, &bad, NULL);
+        if (x || !strstr(fg_last_error(), "bfloat16 mixed precision") || !strstr(fg_last_error(), why[c])) {
+            printf("    %s under bfloat16: %s (%s)\n", why[c], x ? "ran" : "refused, but", x ? "" : fg_last_error());
+            fg_release(x);
+            break;
+        }
+        if (c == 2) r = FGT_PASS;
+    }
+    fg_device_set_compute(FG_CUDA, FG_COMPUTE_FULL);
+    fg_clear_error();
+    goto out;
+fail:
+    printf("    %s\n", fg_last_error());
+out:
+    fg_free(FG_CUDA, qb), fg_free(FG_CUDA, kb), fg_free(FG_CUDA, vb), fg_free(FG_CUDA, db);
+    fg_free(FG_CUDA, ro), fg_free(FG_CUDA, rl), fg_free(FG_CUDA, rD);
+    fg_free(FG_CUDA, rdq), fg_free(FG_CUDA, rdk), fg_free(FG_CUDA, rdv);
+    fg_release(q), fg_release(k), fg_release(v), fg_release(R), fg_release(o), fg_release(lse);
+    return r;
+}
+
 const fgt_case fgt_ops_cases[] = {
+    {"bf16_attention_is_the_bf16_kernels_on_rounded_inputs", bf16_attention_is_the_bf16_kernels_on_rounded_inputs},
+    {"bf16_gemm_matches_the_products_of_rounded_operands", bf16_gemm_matches_the_products_of_rounded_operands},
     {"matmul_batched_gpu_matches_cpu", direct_matmul_batched},
     {"matmul_shared_b_gpu_matches_cpu", direct_matmul_shared_b},
     {"linear_bias_gpu_matches_cpu", direct_linear_bias},

@@ -8,7 +8,9 @@
  * and the deterministic device reductions sum in other orders than the CPU), all but the key
  * bias: its exact gradient is zero, so what each device has there is rounding noise, checked as
  * such (compare_trained). Checkpoints of a device run go through host copies and must restore bit
- * for bit; `flashgrad sample` reads them on the CPU.
+ * for bit; `flashgrad sample` reads them on the CPU. After two warm-up steps a device step takes no
+ * block from the system (cudaMalloc). bfloat16 mixed precision (bf16 GEMMs and attention over the
+ * same float32 buffers) against the CPU's float32 run at bf16 tolerance, and its checkpoints.
  *
  * bench/gpu_check.sh runs these (and the CLI comparison) as its training step.
  */
@@ -193,6 +195,7 @@ static int train_matches_cpu(fg_attn_impl attn) {
      * by percent) */
     const double tol = 2e-4;
     double lr_sum = 0;
+    uint64_t warm = 0;
     for (int s = 0; s < steps; s++) {
         fg_step_stats a, b;
         if (fg_trainer_step(cpu, &a) != FG_OK || fg_trainer_step(gpu, &b) != FG_OK) {
@@ -208,6 +211,12 @@ static int train_matches_cpu(fg_attn_impl attn) {
             goto out;
         }
         lr_sum += a.lr;
+        if (s == 1) warm = fg_alloc_get_stats(FG_CUDA).system_allocs; /* after two warm-up steps */
+    }
+    if (FGT_DEV == FG_CUDA && fg_alloc_get_stats(FG_CUDA).system_allocs != warm) {
+        printf("    device steps 3-%d took %llu blocks from the system (cudaMalloc)\n", steps,
+               (unsigned long long)(fg_alloc_get_stats(FG_CUDA).system_allocs - warm));
+        goto out;
     }
     if (compare_trainers(gpu, cpu, lr_sum) != FGT_PASS) goto out;
     double lc = 0, lg = 0;
@@ -306,6 +315,141 @@ out:
     fg_trainer_free(a);
     fg_trainer_free(b);
     fg_source_free(src);
+    return r;
+}
+
+static int same_bytes(const char *what, const fg_tensor *a, const fg_tensor *b);
+
+/* ---- bfloat16 mixed precision (ops/device.h): float32 weights, gradients and AdamW; bf16
+ * GEMMs (cuBLAS, float32 accumulation) and bf16 flash attention ----
+ * The reference is the CPU's float32 run with the same seed. Rounding every GEMM and attention
+ * operand to bf16 (8 significant bits) moves this model's losses by up to ~1.5e-4 relative over
+ * these steps and its gradient norms by up to ~3e-3 (measured on the emulator); the tolerances
+ * below (2e-3 and 2e-2) leave about ten and seven times that, while a wrong product (an operand
+ * passed as float32 bits: NaN; transposed or without its stride: out of bounds or garbage) fails at
+ * the first step. A float32 device run stays within ~1e-6 of the CPU; the bf16 run must be at
+ * least 1e-5 away in some loss or gradient norm, or nothing was rounded. What this comparison
+ * cannot see: at initialization the scores are ~0 and attention nearly uniform, so an attention
+ * operand mix-up (k read as q) moves the losses no more than the rounding does; the bit-exact
+ * attention test (tests/cuda/test_ops.c) and the GEMM test against the rounded operands catch
+ * such bugs, and subtler rounding ones (truncation instead of nearest even). */
+static int bf16_training_follows_the_float32_cpu_run(void) {
+    if (FGT_DEV != FG_CUDA) return FGT_SKIP; /* the CPU has no bf16 kernels */
+    const int steps = fgt_quick ? 4 : 8;
+    fg_addition_config ac = fg_addition_default_config();
+    ac.n_digits = 2;
+    fg_source *src = fg_source_addition(&ac);
+    FGT_NOTNULL(src);
+    fg_train_config cc = tiny_config(src, FG_CPU, FG_ATTN_FLASH, steps), bc = tiny_config(src, FGT_DEV, FG_ATTN_FLASH, steps);
+    bc.model.compute = FG_COMPUTE_BF16;
+    fg_trainer *cpu = fg_trainer_create(&cc, src), *gpu = fg_trainer_create(&bc, src);
+    int r = FGT_FAIL;
+    double worst = 0;
+    uint64_t warm = 0;
+    if (!cpu || !gpu) {
+        printf("    trainer_create: %s\n", fg_last_error());
+        goto out;
+    }
+    for (int st = 0; st < steps; st++) {
+        fg_step_stats a, b;
+        if (fg_trainer_step(cpu, &a) != FG_OK || fg_trainer_step(gpu, &b) != FG_OK) {
+            printf("    step %d: %s\n", st + 1, fg_last_error());
+            goto out;
+        }
+        const double dl = fabs(b.loss - a.loss) / fabs(a.loss);
+        printf("    step %d: loss cpu float32 %.7f gpu bfloat16 %.7f (rel %.1e) | grad norm %.6f %.6f\n", st + 1,
+               a.loss, b.loss, dl, a.grad_norm, b.grad_norm);
+        worst = fmax(worst, fmax(dl, fabs(b.grad_norm - a.grad_norm) / fabs(a.grad_norm)));
+        if (st == 1) warm = fg_alloc_get_stats(FG_CUDA).system_allocs; /* after two warm-up steps */
+        if (!rel_close(b.loss, a.loss, 2e-3) || !rel_close(b.grad_norm, a.grad_norm, 2e-2) || b.lr != a.lr) {
+            printf("    step %d: bfloat16 loss %.9g / grad norm %.9g, float32 CPU %.9g / %.9g (tolerance 2e-3 / 2e-2 "
+                   "relative)\n",
+                   st + 1, b.loss, b.grad_norm, a.loss, a.grad_norm);
+            goto out;
+        }
+    }
+    /* the bf16 copies come from the caching allocator: warm steps take no block from the system */
+    if (fg_alloc_get_stats(FG_CUDA).system_allocs != warm) {
+        printf("    bfloat16 steps 3-%d took %llu blocks from the system (cudaMalloc)\n", steps,
+               (unsigned long long)(fg_alloc_get_stats(FG_CUDA).system_allocs - warm));
+        goto out;
+    }
+    if (fg_device_compute(FG_CUDA) != FG_COMPUTE_FULL) {
+        printf("    the trainer left the device in %s\n", fg_compute_name(fg_device_compute(FG_CUDA)));
+        goto out;
+    }
+    double lc = 0, lg = 0;
+    if (fg_trainer_eval_loss(cpu, FG_SPLIT_VAL, &lc) != FG_OK ||
+        fg_trainer_eval_loss(gpu, FG_SPLIT_VAL, &lg) != FG_OK) {
+        printf("    eval: %s\n", fg_last_error());
+        goto out;
+    }
+    printf("    validation loss: cpu float32 %.7f, gpu bfloat16 %.7f\n", lc, lg);
+    if (!rel_close(lg, lc, 2e-3)) goto out;
+    if (worst < 1e-5) {
+        printf("    the bfloat16 losses and norms are within %.1e of float32's: nothing was rounded to bf16\n", worst);
+        goto out;
+    }
+    r = FGT_PASS;
+out:
+    fg_trainer_free(cpu);
+    fg_trainer_free(gpu);
+    fg_source_free(src);
+    return r;
+}
+
+/* A bfloat16 run's checkpoint says so: it reopens as bfloat16, resumes bit for bit in bfloat16,
+ * and is refused by a float32 trainer. */
+static int bf16_checkpoint_keeps_its_precision(void) {
+    if (FGT_DEV != FG_CUDA) return FGT_SKIP;
+    fg_addition_config ac = fg_addition_default_config();
+    ac.n_digits = 2;
+    fg_source *src = fg_source_addition(&ac);
+    FGT_NOTNULL(src);
+    fg_train_config bc = tiny_config(src, FGT_DEV, FG_ATTN_FLASH, 4), fc = bc;
+    bc.model.compute = FG_COMPUTE_BF16;
+    char dir[] = "/tmp/fg_cuda_bf16_ckpt_XXXXXX";
+    int made = mkdtemp(dir) != NULL;
+    fg_trainer *a = fg_trainer_create(&bc, src), *b = fg_trainer_create(&bc, src), *f = fg_trainer_create(&fc, src);
+    fg_ckpt *ck = NULL;
+    int r = FGT_FAIL;
+    fg_step_stats sa, sb;
+    if (!made || !a || !b || !f) goto fail;
+    if (fg_trainer_step(a, NULL) != FG_OK || fg_ckpt_save(dir, a) != FG_OK || !(ck = fg_ckpt_open(dir, 1))) goto fail;
+    if (fg_ckpt_get_info(ck)->model.compute != FG_COMPUTE_BF16 || fg_ckpt_get_info(ck)->train.model.compute != FG_COMPUTE_BF16) {
+        printf("    the checkpoint reads back as %s\n", fg_compute_name(fg_ckpt_get_info(ck)->model.compute));
+        goto out;
+    }
+    if (fg_ckpt_restore(ck, f) == FG_OK || !strstr(fg_last_error(), "bfloat16")) {
+        printf("    a float32 trainer took the bfloat16 checkpoint (%s)\n", fg_last_error());
+        goto out;
+    }
+    fg_clear_error();
+    if (fg_ckpt_restore(ck, b) != FG_OK || fg_trainer_step(a, &sa) != FG_OK || fg_trainer_step(b, &sb) != FG_OK)
+        goto fail;
+    FGT_CHECK(sa.loss == sb.loss && sa.grad_norm == sb.grad_norm,
+              "resumed bfloat16 step: loss %.9g / norm %.9g, uninterrupted %.9g / %.9g", sb.loss, sb.grad_norm, sa.loss,
+              sa.grad_norm);
+    if (!same_bytes("bfloat16 parameters after a resumed step", b->model->params_flat, a->model->params_flat)) goto out;
+    r = FGT_PASS;
+    goto out;
+fail:
+    printf("    %s\n", fg_last_error());
+out:
+    fg_ckpt_close(ck);
+    fg_trainer_free(a);
+    fg_trainer_free(b);
+    fg_trainer_free(f);
+    fg_source_free(src);
+    if (made) {
+        const char *files[] = {FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE};
+        char p[4096];
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+            snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+            unlink(p);
+        }
+        rmdir(dir);
+    }
     return r;
 }
 
@@ -429,5 +573,7 @@ const fgt_case fgt_train_cases[] = {
      device_checkpoint_restores_bit_for_bit_and_samples_on_cpu},
     {"key_bias_noise_passes_the_comparison_and_a_real_key_gradient_fails_it",
      key_bias_noise_passes_the_comparison_and_a_real_key_gradient_fails_it},
+    {"bf16_training_follows_the_float32_cpu_run", bf16_training_follows_the_float32_cpu_run},
+    {"bf16_checkpoint_keeps_its_precision", bf16_checkpoint_keeps_its_precision},
     {NULL, NULL},
 };

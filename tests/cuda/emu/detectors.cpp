@@ -343,6 +343,31 @@ static int cublas_host_matrix() {
     return 0;
 }
 
+/* cublasGemmEx, the type combination bfloat16 mixed precision uses: 1.5 · 2 summed over k = 2 */
+static int gemm_ex_bf16_ok() {
+    uint16_t *a = nullptr, *b = nullptr;
+    float *c = dev_floats(4, 0);
+    const uint16_t ha[4] = {0x3fc0, 0x3fc0, 0x3fc0, 0x3fc0}, hb[4] = {0x4000, 0x4000, 0x4000, 0x4000}; /* 1.5, 2 */
+    cudaMalloc((void **)&a, sizeof ha);
+    cudaMalloc((void **)&b, sizeof hb);
+    cudaMemcpy(a, ha, sizeof ha, cudaMemcpyHostToDevice);
+    cudaMemcpy(b, hb, sizeof hb, cudaMemcpyHostToDevice);
+    const float one = 1, zero = 0;
+    const cublasStatus_t st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_T, 2, 2, 2, &one, a, CUDA_R_16BF, 2, b,
+                                           CUDA_R_16BF, 2, &zero, c, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS && host_floats(c, 4)[3] == 6.0f ? 0 : 1;
+}
+/* ... and another one (float32 inputs): refused, loudly, not computed */
+static int gemm_ex_other_types() {
+    float *a = dev_floats(4, 1), *c = dev_floats(4, 0);
+    const float one = 1, zero = 0;
+    const cublasStatus_t st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, CUDA_R_32F, 2, a,
+                                           CUDA_R_32F, 2, &zero, c, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_NOT_SUPPORTED ? 0 : 1;
+}
+
 template <int MODE> static int async_pipeline() {
     float *in = dev_floats(4 * 64, 1), *out = dev_floats(64, 0);
     fg_emu_launch({2, 1, 1}, 64, 2 * 64 * sizeof(float), async_tiles<MODE>, (const float *)in, out, 4);
@@ -366,6 +391,7 @@ static const detector_case cases[] = {
     {"control: full-warp shuffle reduction", shfl_ok, false, nullptr},
     {"control: partial masks and a partial last warp", mask_partial_ok, false, nullptr},
     {"control: memcpy with the right kinds", memcpy_kinds_ok, false, nullptr},
+    {"control: cublasGemmEx, bf16 x bf16 -> float32", gemm_ex_bf16_ok, false, nullptr},
     {"control: cp.async double buffering with wait_group and barriers", async_pipeline<0>, false, nullptr},
     /* seeded bugs */
     {"race: tree reduction without its __syncthreads", race_tree_bug, true, "race on static shared memory"},
@@ -393,6 +419,8 @@ static const detector_case cases[] = {
      "past the end of its 64-byte device allocation"},
     {"missing stream sync after a device-to-host copy", missing_stream_sync, false, nullptr},
     {"cuBLAS given a host matrix", cublas_host_matrix, true, "is a host pointer, not device memory"},
+    {"cublasGemmEx with float32 inputs (not emulated)", gemm_ex_other_types, false,
+     "only CUDA_R_16BF x CUDA_R_16BF -> CUDA_R_32F"},
     {"cp.async tile read without its wait_group", async_pipeline<1>, true, "landed: no cp.async wait_group"},
     {"cp.async tile read after the wait but with the barrier before it", async_pipeline<2>, true,
      "or no __syncthreads after the wait"},
