@@ -412,12 +412,12 @@ cuda-emu:
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_flash_emu
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} \
 	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
-	@# the benchmark's exact calls (its buffers, both dtypes, both implementations, the variants) at tiny shapes
+	@# the benchmark's exact calls (its buffers, every dtype, both implementations, the variants) at tiny shapes
 	for a in "--dtype f32" "--dtype f64" "--impl naive" "--dtype f32 --alibi --softcap 30" "--gqa 2 --window 16,0" \
-	    "--kernels"; do \
+	    "--dtype bf16" "--dtype bf16 --gqa 2 --window 16,0" "--kernels"; do \
 	    FG_EMU_SCHEDULES=1 $(CUDA_EMU_BUILD)/fg_cuda_bench_emu --n 40,64 --d 64,128 --tokens 64 --hidden 256 \
 	        --budget-ms 1 $$a >/dev/null || exit 1; done
-	@echo "fg_cuda_bench_emu: the benchmark's calls ran clean (6 option sets, the kernel table included)"
+	@echo "fg_cuda_bench_emu: the benchmark's calls ran clean (8 option sets: bf16 tensor cores and the kernel table included)"
 
 $(CUDA_EMU_BUILD)/cuda/%.cpp: cuda/%.cu tests/cuda/emu/rewrite_launches.py
 	@mkdir -p $(dir $@)
