@@ -12,11 +12,17 @@
  * h / G), −inf outside causal ∧ window (bottom-right, fg_attn_row_range), softmax, dropout with
  * fg_attn_keep's bits (query head h), · V. Softcap and ALiBi are not here.
  *
+ * Shared tiles: bf16 rows of 16-byte chunks, XOR-swizzled by row (chunk c of row r at c ^ (r % 8)),
+ * so the 8 rows an ldmatrix phase reads at one logical chunk fall in 8 different bank groups, and
+ * filled by 16-byte cp.async (cuda/ptx_async.cuh) two stages deep: the tile after the current one
+ * is in flight while the current one is used (fetched right after the barrier that follows the
+ * current tile's wait, into the stage everyone finished reading before that barrier).
+ *
  * ---- forward: one block of 4 warps per (query tile of 64 rows, h, b); warp w owns rows 16w..16w+15
- *   Q tile → shared memory → A fragments in registers for the whole block (ldmatrix.x4);
+ *   Q tile → shared memory (in stage 1, free until the loop's first prefetch) → A fragments in
+ *   registers for the whole block (ldmatrix.x4), while K/V tile 0 is in flight to stage 0;
  *   for each key tile of 64 keys the tile's rows can see:
- *     K, V tiles → shared memory (bf16, 16-byte chunks XOR-swizzled by row: chunk c of row r at
- *                  c ^ (r % 8), so the 8 rows an ldmatrix reads fall in 8 different bank groups)
+ *     wait for K, V tile kt (stage kt % 2); fetch tile kt + 1 into the other stage
  *     S  = Q Kᵀ                     (mma; K rows are B's columns: ldmatrix.x4 without .trans)
  *     x  = scale · S, −inf where not visible
  *     m' = max(m, rowmax x);  P = exp(x − m');  l = exp(m − m') l + rowsum P    (float32)
@@ -279,14 +285,16 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel
  *   kernel 1: D_i = Σ_c dO_ic · O_ic (float64, rounded once)
  *   kernel 2: one block per (key tile of 64, K/V head g, b); warp w owns keys 16w..16w+15 and
  *             accumulates dK, dV in registers over the G query heads of the group (in order) and
- *             the query tiles whose rows see the tile:
+ *             the query tiles whose rows see the tile (K, V stay in shared memory; each pair's Q,
+ *             dO, L and D rows come two stages deep, the next pair in flight):
  *               Sᵀ = K Qᵀ, dPᵀ = V dOᵀ        (mma; Q and dO rows are B's columns)
  *               P = exp(scale · S − L) where visible ("recompute": nothing of Nq × Nk is stored)
  *               dS = P ∘ (dP ∘ Z − D)
  *               dV += bf16(P ∘ Z)ᵀ dO;  dK += bf16(dS)ᵀ Q   (A operands from the registers of Sᵀ
  *                            and dPᵀ; dO and Q as B by ldmatrix.trans)
  *             then dk += scale · dK, dv += dV: the only writer of these rows.
- *   kernel 3: one block per (query tile of 64, h, b); warp w owns rows 16w..16w+15:
+ *   kernel 3: one block per (query tile of 64, h, b); warp w owns rows 16w..16w+15; Q and dO stay
+ *             in shared memory, K/V tiles come two stages deep as in the forward:
  *               S = Q Kᵀ, dP = dO Vᵀ, P and dS as above;  dQ += bf16(dS) K  (K by ldmatrix.trans)
  *             then dq += scale · dQ.
  *   The forward's lines they reverse: O = P V (dV, dP), S = Q Kᵀ (dQ, dK), P = softmax(S) (dS).
