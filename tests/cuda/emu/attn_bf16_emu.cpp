@@ -388,6 +388,25 @@ int main() {
         {"seeded: the dQ kernel reads its Q, dO, K, V tiles without the cp.async wait", SEEDED(seeded_no_dq_wait),
          "no cp.async wait_group"},
     };
+    { /* bad input: a q that is not 16-byte aligned is refused before any launch, in one line */
+        fg_attn_opts op = fg_attn_defaults();
+        fg_attn_problem pr;
+        uint16_t *x = nullptr;
+        float *f = nullptr;
+        cudaMalloc(&x, 4 * 64 * 64 * 2 + 16);
+        cudaMalloc(&f, 64 * 64 * 4);
+        const bool ok = fg_attn_problem_init(&pr, 1, 1, 64, 64, 64, &op) == FG_OK &&
+                        fg_cuda_attn_bf16_forward(f, f, x + 1, x, x, &pr) == FG_ERR_ARG &&
+                        strstr(fg_last_error(), "q is not 16-byte aligned") &&
+                        fg_cuda_attn_bf16_backward(f, f, f, f, x + 1, x, x, x, f, f, &pr) == FG_ERR_ARG &&
+                        strstr(fg_last_error(), "dout is not 16-byte aligned");
+        printf("  %s a misaligned q (forward) or dout (backward) is refused: %s\n", ok ? "ok  " : "FAIL",
+               fg_last_error());
+        fails += !ok;
+        n++;
+        cudaFree(x);
+        cudaFree(f);
+    }
     printf("seeded bugs in copies of the bf16 kernels (each in a child process):\n");
     int seeded_fails = 0;
     for (const seeded_case &c : seeded) seeded_fails += run_seeded(c);
