@@ -187,7 +187,8 @@ elif [ -z "$NVCC_BIN" ]; then
     echo "nvcc not found" >"$BUILD_LOG"
     RC=127
 else
-    run 300 "$BUILD_LOG" make -j"$JOBS" cuda PTXAS_VERBOSE=1 NVCC_HOST_FLAGS="$NVCC_HOST"
+    # (the bf16 SASS check runs below, so a finding there fails the check without stopping the build)
+    run 300 "$BUILD_LOG" make -j"$JOBS" cuda PTXAS_VERBOSE=1 NVCC_HOST_FLAGS="$NVCC_HOST" BF16_SASS_CHECK=0
 fi
 if [ $RC -eq 0 ] && [ -x build-cuda/fg_cuda_tests ]; then
     OK_BUILD=1
