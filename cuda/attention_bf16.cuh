@@ -97,11 +97,17 @@ __device__ __forceinline__ void fa16_load_tile(uint16_t *S, const uint16_t *g, i
     }
 }
 
-/* The wait for this thread's copies of the tile about to be used (every group it issued). A
- * test (tests/cuda/emu/attn_bf16_emu.cpp) compiles a copy of these kernels with one kernel's
- * wait defined away, which the emulator must report. */
-#ifndef FA16_WAIT_TILES
-#define FA16_WAIT_TILES(kernel) fg_cp_async_wait<0>()
+/* The tile about to be used is in place for everyone: this thread waits for its own copies (every
+ * group it issued), then the barrier makes everyone's visible — and marks the other stage, read
+ * before it, as free for the next fetch. A test (tests/cuda/emu/attn_bf16_emu.cpp) compiles
+ * copies of these kernels with one kernel's wait, or its barrier, defined away, which the
+ * emulator must report. */
+#ifndef FA16_TILES_READY
+#define FA16_TILES_READY(kernel)                                                                                       \
+    do {                                                                                                               \
+        fg_cp_async_wait<0>();                                                                                         \
+        __syncthreads();                                                                                               \
+    } while (0)
 #endif
 
 template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel(fa16_args a) {
@@ -155,9 +161,8 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel
     for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
         const int64_t j0 = kt * BK;
         const uint16_t *Ks = KVs + stage * 2 * BK * D, *Vs = Ks + BK * D;
-        FA16_WAIT_TILES(fwd); /* this thread's copies of tile kt have landed */
-        __syncthreads();      /* everyone's have; the other stage (and Q) is no longer read */
-        if (kt + 1 < kt1) {   /* fetch tile kt + 1 into the other stage while this one is used */
+        FA16_TILES_READY(fwd); /* tile kt; the other stage (and Q) is no longer read */
+        if (kt + 1 < kt1) {    /* fetch tile kt + 1 into the other stage while this one is used */
             uint16_t *Kn = KVs + (stage ^ 1) * 2 * BK * D;
             fa16_load_tile<D, BK>(Kn, k, j0 + BK, Nk, d);
             fa16_load_tile<D, BK>(Kn + BK * D, v, j0 + BK, Nk, d);
@@ -429,8 +434,7 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dkdv_k
         const int64_t h = gh * a.G + it / nqt, i0 = (qt0 + it % nqt) * BQ;
         const uint16_t *Qs = QdO + stage * 2 * BQ * D, *dOs = Qs + BQ * D;
         const float *Ls = LD + stage * 2 * BQ, *Ds = Ls + BQ;
-        FA16_WAIT_TILES(dkdv); /* this thread's copies of pair it (and K, V the first time) have landed */
-        __syncthreads();       /* everyone's have; the other stage is no longer read */
+        FA16_TILES_READY(dkdv); /* pair it (and K, V the first time); the other stage is no longer read */
         if (it + 1 < npairs) {
             const int64_t hn = gh * a.G + (it + 1) / nqt, in0 = (qt0 + (it + 1) % nqt) * BQ;
             uint16_t *Qn = QdO + (stage ^ 1) * 2 * BQ * D;
@@ -568,9 +572,8 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dq_ker
     for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
         const int64_t j0 = kt * BK;
         const uint16_t *Ks = KVs + stage * 2 * BK * D, *Vs = Ks + BK * D;
-        FA16_WAIT_TILES(dq); /* this thread's copies of tile kt (and Q, dO the first time) have landed */
-        __syncthreads();     /* everyone's have; the other stage is no longer read */
-        if (kt + 1 < kt1) {  /* fetch tile kt + 1 into the other stage while this one is used */
+        FA16_TILES_READY(dq); /* tile kt (and Q, dO the first time); the other stage is no longer read */
+        if (kt + 1 < kt1) {   /* fetch tile kt + 1 into the other stage while this one is used */
             uint16_t *Kn = KVs + (stage ^ 1) * 2 * BK * D;
             fa16_load_tile<D, BK>(Kn, k, j0 + BK, Nk, d);
             fa16_load_tile<D, BK>(Kn + BK * D, v, j0 + BK, Nk, d);

@@ -9,9 +9,10 @@
  * bottom-right causal), top-left causal, a window, GQA, dropout, Nk = 0, a sharper scale, and
  * lengths that are no multiple of the 64-row tiles (ragged last tiles), one query row among them.
  * The device buffers have guard zones on both sides, checked after the launches.
- * Then the seeded bugs: copies of the kernels compiled here with one kernel's cp.async wait
- * defined away (FA16_WAIT_TILES), each run in a child process that the emulator must stop with
- * its unlanded-copy report; the same copy with every wait in place must run clean.
+ * Then the seeded bugs: copies of the kernels compiled here with one kernel's cp.async wait, or the
+ * barrier after it, defined away (FA16_TILES_READY), each run in a child process that the
+ * emulator must stop with its unlanded-copy or race report; the same copy with every wait and
+ * barrier in place must run clean.
  * `make cuda-emu` runs it. Exit status = number of failed cases.
  */
 #include "tests/cuda/emu/cuda_emu.h"
@@ -35,34 +36,60 @@
 #include "tests/cuda/emu/attn_bf16_mirror.h"
 
 /* Copies of the kernels (cuda/attention_bf16.cuh, its includes above already in), each in its own
- * namespace: FA16_WAIT_TILES(kernel) expands to FA16_SEEDED_<kernel>, a wait or nothing. */
-#define FA16_WAIT_TILES(kernel) FA16_SEEDED_##kernel
-#define FA16_SEEDED_fwd fg_cp_async_wait<0>()
-#define FA16_SEEDED_dq fg_cp_async_wait<0>()
-#define FA16_SEEDED_dkdv fg_cp_async_wait<0>()
-namespace seeded_control { /* every wait in place */
+ * namespace: FA16_TILES_READY(kernel) expands to FA16_SEEDED_<kernel>, set per copy to the wait and
+ * the barrier (FA16_READY), the barrier alone (FA16_NO_WAIT) or the wait alone (FA16_NO_BARRIER). */
+#define FA16_READY                                                                                                     \
+    do {                                                                                                               \
+        fg_cp_async_wait<0>();                                                                                         \
+        __syncthreads();                                                                                               \
+    } while (0)
+#define FA16_NO_WAIT __syncthreads()
+#define FA16_NO_BARRIER fg_cp_async_wait<0>()
+#define FA16_TILES_READY(kernel) FA16_SEEDED_##kernel
+#define FA16_SEEDED_fwd FA16_READY
+#define FA16_SEEDED_dkdv FA16_READY
+#define FA16_SEEDED_dq FA16_READY
+namespace seeded_control { /* every wait and barrier in place */
 #include "cuda/attention_bf16.cuh"
 }
 #undef FG_ATTENTION_BF16_CUH
 #undef FA16_SEEDED_fwd
-#define FA16_SEEDED_fwd
-namespace seeded_no_fwd_wait {
+#define FA16_SEEDED_fwd FA16_NO_WAIT
+namespace seeded_fwd_no_wait {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_fwd
+#define FA16_SEEDED_fwd FA16_NO_BARRIER
+namespace seeded_fwd_no_barrier {
 #include "cuda/attention_bf16.cuh"
 }
 #undef FG_ATTENTION_BF16_CUH
 #undef FA16_SEEDED_fwd
 #undef FA16_SEEDED_dkdv
-#define FA16_SEEDED_fwd fg_cp_async_wait<0>()
-#define FA16_SEEDED_dkdv
-namespace seeded_no_dkdv_wait {
+#define FA16_SEEDED_fwd FA16_READY
+#define FA16_SEEDED_dkdv FA16_NO_WAIT
+namespace seeded_dkdv_no_wait {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_dkdv
+#define FA16_SEEDED_dkdv FA16_NO_BARRIER
+namespace seeded_dkdv_no_barrier {
 #include "cuda/attention_bf16.cuh"
 }
 #undef FG_ATTENTION_BF16_CUH
 #undef FA16_SEEDED_dkdv
 #undef FA16_SEEDED_dq
-#define FA16_SEEDED_dkdv fg_cp_async_wait<0>()
-#define FA16_SEEDED_dq
-namespace seeded_no_dq_wait {
+#define FA16_SEEDED_dkdv FA16_READY
+#define FA16_SEEDED_dq FA16_NO_WAIT
+namespace seeded_dq_no_wait {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_dq
+#define FA16_SEEDED_dq FA16_NO_BARRIER
+namespace seeded_dq_no_barrier {
 #include "cuda/attention_bf16.cuh"
 }
 
@@ -380,13 +407,19 @@ int main() {
     int fails = 0, n = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++, n++) fails += run(shapes[i], i + 1);
     static const seeded_case seeded[] = {
-        {"control: the kernels' copy with every cp.async wait in place", SEEDED(seeded_control), nullptr},
-        {"seeded: the forward reads its K/V tile without the cp.async wait", SEEDED(seeded_no_fwd_wait),
+        {"control: the kernels' copy with every cp.async wait and barrier in place", SEEDED(seeded_control), nullptr},
+        {"seeded: the forward reads its K/V tile without the cp.async wait", SEEDED(seeded_fwd_no_wait),
          "no cp.async wait_group"},
-        {"seeded: the dK/dV kernel reads its K, V, Q, dO tiles without the cp.async wait", SEEDED(seeded_no_dkdv_wait),
+        {"seeded: the forward's tiles without the barrier after the wait", SEEDED(seeded_fwd_no_barrier),
+         "race on dynamic shared memory"},
+        {"seeded: the dK/dV kernel reads its K, V, Q, dO tiles without the cp.async wait", SEEDED(seeded_dkdv_no_wait),
          "no cp.async wait_group"},
-        {"seeded: the dQ kernel reads its Q, dO, K, V tiles without the cp.async wait", SEEDED(seeded_no_dq_wait),
+        {"seeded: the dK/dV kernel's tiles without the barrier after the wait", SEEDED(seeded_dkdv_no_barrier),
+         "race on dynamic shared memory"},
+        {"seeded: the dQ kernel reads its Q, dO, K, V tiles without the cp.async wait", SEEDED(seeded_dq_no_wait),
          "no cp.async wait_group"},
+        {"seeded: the dQ kernel's tiles without the barrier after the wait", SEEDED(seeded_dq_no_barrier),
+         "race on dynamic shared memory"},
     };
     { /* bad input: a q that is not 16-byte aligned is refused before any launch, in one line */
         fg_attn_opts op = fg_attn_defaults();
