@@ -248,6 +248,9 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 #   flashgrad        the program (cli/*.c + bench/*.c) over both: --device cuda works
 #   fg_cuda_tests    the GPU test runner (tests/cuda/): every op's GPU result against the CPU's
 #   fg_cuda_bench    the GPU attention benchmark (bench/fg_cuda_bench.cu), CSV on stdout
+#   then tests/cuda/check_bf16_sass.sh reads cuda/attention_bf16.o's SASS (cuobjdump) and fails
+#   when a bf16 tensor-core kernel lacks HMMA, ldmatrix or cp.async, or anything spills
+#   (BF16_SASS_CHECK=0 leaves it out: gpu-check runs it as a step of its own)
 # `make gpu-check` runs bench/gpu_check.sh (build, tests, sanitizer, GPU-vs-CPU training, benchmark
 # vs PyTorch; the report in $OUT or bench/results/gpu-check/). Plain `make` never needs nvcc, and
 # `make cuda` never installs packages (it runs on machines that cannot).
@@ -333,6 +336,8 @@ cuda:
 	@$(MAKE) --no-print-directory cuda-cpu
 	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad_cuda.a $(CUDA_BUILD)/flashgrad $(CUDA_BUILD)/fg_cuda_tests \
 	    $(CUDA_BUILD)/fg_cuda_bench
+	@# the bf16 tensor-core kernels' SASS: HMMA, ldmatrix and cp.async present, no spills or local memory
+	@if [ "$(BF16_SASS_CHECK)" != 0 ]; then bash tests/cuda/check_bf16_sass.sh $(CUDA_BUILD)/cuda/attention_bf16.o; fi
 
 gpu-check:
 	bash bench/gpu_check.sh
@@ -408,12 +413,12 @@ cuda-emu:
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) $(CUDA_EMU_BUILD)/fg_flash_emu
 	FG_EMU_SCHEDULES=$(EMU_SCHEDULES) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} \
 	    $(CUDA_EMU_BUILD)/fg_cuda_tests_emu --quick $(EMU_ARGS)
-	@# the benchmark's exact calls (its buffers, both dtypes, both implementations, the variants) at tiny shapes
+	@# the benchmark's exact calls (its buffers, every dtype, both implementations, the variants) at tiny shapes
 	for a in "--dtype f32" "--dtype f64" "--impl naive" "--dtype f32 --alibi --softcap 30" "--gqa 2 --window 16,0" \
-	    "--kernels"; do \
+	    "--dtype bf16" "--dtype bf16 --gqa 2 --window 16,0" "--kernels"; do \
 	    FG_EMU_SCHEDULES=1 $(CUDA_EMU_BUILD)/fg_cuda_bench_emu --n 40,64 --d 64,128 --tokens 64 --hidden 256 \
 	        --budget-ms 1 $$a >/dev/null || exit 1; done
-	@echo "fg_cuda_bench_emu: the benchmark's calls ran clean (6 option sets, the kernel table included)"
+	@echo "fg_cuda_bench_emu: the benchmark's calls ran clean (8 option sets: bf16 tensor cores and the kernel table included)"
 
 $(CUDA_EMU_BUILD)/cuda/%.cpp: cuda/%.cu tests/cuda/emu/rewrite_launches.py
 	@mkdir -p $(dir $@)

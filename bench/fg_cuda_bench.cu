@@ -3,11 +3,14 @@
  * not. CSV on stdout, one row per configuration; bench/gpu_check.sh sets it beside PyTorch's
  * scaled_dot_product_attention (bench/attention_torch_gpu.py, same shapes and precision).
  *
- *   fg_cuda_bench [--n 1024,4096,16384] [--d 64,128] [--dtype f32|f64] [--tokens 16384]
+ *   fg_cuda_bench [--n 1024,4096,16384] [--d 64,128] [--dtype f32|f64|bf16] [--tokens 16384]
  *                 [--hidden 2048] [--budget-ms 1500] [--impl flash|naive]
  *                 [--gqa HKV_DIVISOR] [--window L,R] [--alibi] [--softcap C]
  *   fg_cuda_bench --kernels      the flash kernels' shared memory, registers, local memory and
  *                                blocks per SM on this device (CSV), and nothing else
+ *
+ * --dtype bf16 times the tensor-core kernels of cuda/attention_bf16.h (bf16 q, k, v, dout; float32
+ * o, lse and gradients; flash only, no ALiBi or softcap), called directly.
  *
  * Variants (ops/attention.h): --gqa G gives K and V H/G heads (G query heads share one), --window,
  * --alibi (standard slopes) and --softcap as in `flashgrad attention`; the last column names them.
@@ -20,7 +23,10 @@
  * generator. Each timing is the median of repeated runs after one warm-up, measured with CUDA
  * events; repeats stop at --budget-ms per measurement (at least 3 runs). peak_tflops is the
  * device's FMA peak for the dtype (2 · FMA lanes per SM · SMs · boost clock: sm_90 has 128 float32
- * and 64 float64 lanes per SM), and the *_peak_frac columns each TFLOP/s as a fraction of it.
+ * and 64 float64 lanes per SM), and the *_peak_frac columns each TFLOP/s as a fraction of it. For
+ * bf16 it is the dense bf16 tensor-core peak of NVIDIA's H100/H200 SXM datasheet, 989.4 TFLOP/s
+ * at 132 SMs (4096 FLOPs per SM per clock at 1830 MHz), scaled by this device's SM count; on
+ * other than compute capability 9.0 it is unknown (0, fractions nan).
  */
 #include <algorithm>
 #include <math.h>
@@ -29,9 +35,11 @@
 #include <string.h>
 #include <vector>
 
+#include "cuda/attention_bf16.h"
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
+#include "cuda/ptx_mma.cuh"
 
 static int parse_list(const char *s, std::vector<long> &out) {
     out.clear();
@@ -94,6 +102,22 @@ template <typename F> static double time_ms(F fn, double budget_ms) {
     return median(t);
 }
 
+/* dst[i] = bf16(src[i]), round to nearest even: the bf16 inputs from cuRAND's float32 normals */
+__global__ void bench_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = fg_bf16_rne(src[i]);
+}
+
+/* The dense bf16 tensor-core peak in TFLOP/s (see the top): sm_90 only, else 0 (unknown). */
+static double bf16_peak_tflops() {
+    int dev = 0, sms = 0;
+    cudaDeviceProp prop;
+    CUCHECK(cudaGetDevice(&dev));
+    CUCHECK(cudaGetDeviceProperties(&prop, dev));
+    CUCHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return prop.major == 9 && prop.minor == 0 ? 989.4 * sms / 132.0 : 0.0;
+}
+
 /* The device's FMA peak in TFLOP/s for dt: 2 FLOPs per lane per clock. */
 static double fma_peak_tflops(fg_dtype dt) {
     int dev = 0, sms = 0, khz = 0;
@@ -116,11 +140,11 @@ int main(int argc, char **argv) {
     fg_attn_impl impl = FG_ATTN_FLASH;
     fg_attn_variant var{}; /* no variant */
     long gqa = 1;
-    int kernels = 0;
+    int kernels = 0, bf16 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: fg_cuda_bench [--n LIST] [--d LIST] [--dtype f32|f64] [--tokens N] [--hidden N] "
+            printf("usage: fg_cuda_bench [--n LIST] [--d LIST] [--dtype f32|f64|bf16] [--tokens N] [--hidden N] "
                    "[--budget-ms MS] [--impl flash|naive] [--gqa G] [--window L,R] [--alibi] [--softcap C]\n"
                    "       fg_cuda_bench --kernels\n");
             return 0;
@@ -143,8 +167,9 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--tokens") && (tokens = atol(v)) > 0) continue;
         if (!strcmp(a, "--hidden") && (hidden = atol(v)) > 0) continue;
         if (!strcmp(a, "--budget-ms") && (budget = atof(v)) > 0) continue;
-        if (!strcmp(a, "--dtype") && (!strcmp(v, "f32") || !strcmp(v, "f64"))) {
-            dt = !strcmp(v, "f64") ? FG_F64 : FG_F32;
+        if (!strcmp(a, "--dtype") && (!strcmp(v, "f32") || !strcmp(v, "f64") || !strcmp(v, "bf16"))) {
+            dt = !strcmp(v, "f64") ? FG_F64 : FG_F32; /* bf16: float32 outputs and gradients */
+            bf16 = !strcmp(v, "bf16");
             continue;
         }
         if (!strcmp(a, "--gqa") && (gqa = atol(v)) > 0) continue;
@@ -163,13 +188,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fg_cuda_bench: bad option %s %s\n", a, v);
         return 2;
     }
+    if (bf16 && impl == FG_ATTN_NAIVE) {
+        fprintf(stderr, "fg_cuda_bench: --dtype bf16 has the flash kernels only (not --impl naive)\n");
+        return 2;
+    }
     CHECK(fg_cuda_init());
     fprintf(stderr, "fg_cuda_bench on %s\n", fg_cuda_device_string());
     if (kernels) {
         CHECK(fg_cuda_attention_kernel_table(stdout));
         return 0;
     }
-    const double peak = fma_peak_tflops(dt);
+    const double peak = bf16 ? bf16_peak_tflops() : fma_peak_tflops(dt);
     char vname[96] = "";
     if (gqa > 1) snprintf(vname + strlen(vname), sizeof vname - strlen(vname), "gqa%ld ", gqa);
     if (var.window)
@@ -202,29 +231,65 @@ int main(int argc, char **argv) {
                 }
                 fg_attn_problem pr;
                 CHECK(fg_attn_problem_init(&pr, B, H, N, N, d, &op));
+                if (bf16) CHECK(fg_cuda_attn_bf16_check(&pr));
                 const size_t n = (size_t)B * H * N * d, nl = (size_t)B * H * N;
-                /* aux: naive saves P (B, H, N, N); flash saves lse_lo (B, H, N), written by every forward */
-                const size_t np = impl == FG_ATTN_NAIVE ? (size_t)B * H * N * N : nl;
-                void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv, *p;
-                void **bufs[8] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
-                for (void **b : bufs) CUCHECK(cudaMalloc(b, n * es));
-                CUCHECK(cudaMalloc(&lse, nl * es));
-                CUCHECK(cudaMalloc(&p, np * es));
-                void *rnd[4] = {q, k, v, dout};
-                for (void *r : rnd) {
-                    curandStatus_t st = dt == FG_F64 ? curandGenerateNormalDouble(gen, (double *)r, n, 0.0, 1.0)
-                                                     : curandGenerateNormal(gen, (float *)r, n, 0.0f, 1.0f);
-                    if (st != CURAND_STATUS_SUCCESS) {
-                        fprintf(stderr, "fg_cuda_bench: cuRAND status %d\n", (int)st);
-                        return 1;
+                double fwd, bwd;
+                if (bf16) {
+                    /* bf16 q, k, v, dout (k, v sized as q: GQA reads fewer heads); float32 o, lse,
+                     * gradients (added into: zeroed once) and the backward's row-dot scratch */
+                    uint16_t *q, *k, *v, *dout;
+                    float *o, *lse, *dq, *dk, *dv, *Drow;
+                    uint16_t **ins[4] = {&q, &k, &v, &dout};
+                    float **outs[4] = {&o, &dq, &dk, &dv};
+                    for (uint16_t **b : ins) CUCHECK(cudaMalloc(b, n * sizeof(uint16_t)));
+                    for (float **b : outs) CUCHECK(cudaMalloc(b, n * sizeof(float)));
+                    CUCHECK(cudaMalloc(&lse, nl * sizeof(float)));
+                    CUCHECK(cudaMalloc(&Drow, nl * sizeof(float)));
+                    for (uint16_t **b : ins) { /* normals into o, rounded to bf16 */
+                        curandStatus_t st = curandGenerateNormal(gen, o, n, 0.0f, 1.0f);
+                        if (st != CURAND_STATUS_SUCCESS) {
+                            fprintf(stderr, "fg_cuda_bench: cuRAND status %d\n", (int)st);
+                            return 1;
+                        }
+                        bench_to_bf16<<<1024, 256, 0, fg_cu_stream()>>>(*b, o, n);
+                        CUCHECK(cudaGetLastError());
                     }
+                    for (float **b : outs) CUCHECK(cudaMemsetAsync(*b, 0, n * sizeof(float), fg_cu_stream()));
+                    CHECK(fg_cuda_attn_bf16_forward(o, lse, q, k, v, &pr));
+                    fwd = time_ms([&] { CHECK(fg_cuda_attn_bf16_forward(o, lse, q, k, v, &pr)); }, budget);
+                    bwd = time_ms(
+                        [&] { CHECK(fg_cuda_attn_bf16_backward(dq, dk, dv, Drow, dout, q, k, v, o, lse, &pr)); },
+                        budget);
+                    for (uint16_t **b : ins) cudaFree(*b);
+                    for (float **b : outs) cudaFree(*b);
+                    cudaFree(lse);
+                    cudaFree(Drow);
+                } else {
+                    /* aux: naive saves P (B, H, N, N); flash saves lse_lo (B, H, N), written by every forward */
+                    const size_t np = impl == FG_ATTN_NAIVE ? (size_t)B * H * N * N : nl;
+                    void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv, *p;
+                    void **bufs[8] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
+                    for (void **b : bufs) CUCHECK(cudaMalloc(b, n * es));
+                    CUCHECK(cudaMalloc(&lse, nl * es));
+                    CUCHECK(cudaMalloc(&p, np * es));
+                    void *rnd[4] = {q, k, v, dout};
+                    for (void *r : rnd) {
+                        curandStatus_t st = dt == FG_F64 ? curandGenerateNormalDouble(gen, (double *)r, n, 0.0, 1.0)
+                                                         : curandGenerateNormal(gen, (float *)r, n, 0.0f, 1.0f);
+                        if (st != CURAND_STATUS_SUCCESS) {
+                            fprintf(stderr, "fg_cuda_bench: cuRAND status %d\n", (int)st);
+                            return 1;
+                        }
+                    }
+                    CHECK(fg_cu_attention_forward(impl, dt, o, lse, p, q, k, v, &pr));
+                    fwd = time_ms([&] { CHECK(fg_cu_attention_forward(impl, dt, o, lse, p, q, k, v, &pr)); }, budget);
+                    bwd = time_ms(
+                        [&] { CHECK(fg_cu_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr)); },
+                        budget);
+                    for (void **b : bufs) cudaFree(*b);
+                    cudaFree(lse);
+                    cudaFree(p);
                 }
-                CHECK(fg_cu_attention_forward(impl, dt, o, lse, p, q, k, v, &pr));
-                double fwd =
-                    time_ms([&] { CHECK(fg_cu_attention_forward(impl, dt, o, lse, p, q, k, v, &pr)); }, budget);
-                double bwd = time_ms(
-                    [&] { CHECK(fg_cu_attention_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, p, &pr)); },
-                    budget);
                 double pairs = (double)N * N * (causal ? 0.5 : 1.0); /* the papers' convention */
                 if (var.window) {                                    /* exactly the visible pairs */
                     pairs = 0;
@@ -237,12 +302,12 @@ int main(int argc, char **argv) {
                 const double flops = 4.0 * B * H * pairs * d;
                 const double tf = flops / (fwd * 1e9), tb = 2.5 * flops / (bwd * 1e9);
                 printf("%s,%s,%ld,%ld,%ld,%ld,%d,%.3f,%.3f,%.2f,%.2f,%s,%.1f,%.3f,%.3f\n", fg_attn_impl_name(impl),
-                       dt == FG_F64 ? "float64" : "float32", B, H, N, d, causal, fwd, bwd, tf, tb, vname, peak,
-                       tf / peak, tb / peak);
+                       bf16           ? "bfloat16"
+                       : dt == FG_F64 ? "float64"
+                                      : "float32",
+                       B, H, N, d, causal, fwd, bwd, tf, tb, vname, peak, peak > 0 ? tf / peak : NAN,
+                       peak > 0 ? tb / peak : NAN);
                 fflush(stdout);
-                for (void **b : bufs) cudaFree(*b);
-                cudaFree(lse);
-                cudaFree(p);
             }
     CHECK(fg_cuda_synchronize());
     return 0;

@@ -13,7 +13,9 @@
 #                 (nvcc refusing the host gcc is retried with -allow-unsupported-compiler), the CUDA
 #                 libraries found, torch's version
 #   1. build      make cuda with all cores; ptxas -v for the attention kernels (registers, spills,
-#                 shared memory go into the report). Never plain make: that would install packages.
+#                 shared memory go into the report); the bf16 tensor-core kernels' SASS per kernel
+#                 (tests/cuda/check_bf16_sass.sh: HMMA, LDSM, LDGSTS, LDL/STL, stack frame; a
+#                 finding fails the check). Never plain make: that would install packages.
 #   2. tests      each suite of build-cuda/fg_cuda_tests as its own process with its own limit (a
 #                 sticky CUDA fault then costs one suite, not all); attention with
 #                 CUDA_LAUNCH_BLOCKING=1 so a fault names its kernel
@@ -23,8 +25,10 @@
 #   4. training   flashgrad train --device cuda against --device cpu, same seed, step by step, in
 #                 float32 and with --dtype bfloat16 (mixed precision, at bf16 tolerance), and bench
 #                 train's tokens/s of each
-#   5. benchmark  flash attention against PyTorch's SDPA (bench/attention_torch_gpu.py), then
-#                 one ncu pass over the flash kernels at N = 4096 when time is left
+#   5. benchmark  flash attention against PyTorch's SDPA (bench/attention_torch_gpu.py); the bf16
+#                 tensor-core kernels against SDPA's flash and cuDNN backends in bf16 (N = 1k-16k,
+#                 d = 64, 128, causal and not; TFLOP/s and the fraction of the dense bf16 peak);
+#                 then one ncu pass over the flash kernels at N = 4096 when time is left
 # Exit status: 0 when the build and every test suite pass, 1 otherwise. On a machine without a GPU
 # (a dry run) the build runs, the tests report "no GPU", the rest is skipped, and the report says so.
 #
@@ -185,7 +189,8 @@ elif [ -z "$NVCC_BIN" ]; then
     echo "nvcc not found" >"$BUILD_LOG"
     RC=127
 else
-    run 300 "$BUILD_LOG" make -j"$JOBS" cuda PTXAS_VERBOSE=1 NVCC_HOST_FLAGS="$NVCC_HOST"
+    # (the bf16 SASS check runs below, so a finding there fails the check without stopping the build)
+    run 300 "$BUILD_LOG" make -j"$JOBS" cuda PTXAS_VERBOSE=1 NVCC_HOST_FLAGS="$NVCC_HOST" BF16_SASS_CHECK=0
 fi
 if [ $RC -eq 0 ] && [ -x build-cuda/fg_cuda_tests ]; then
     OK_BUILD=1
@@ -221,6 +226,19 @@ if [ $RC -eq 0 ] && [ -x build-cuda/fg_cuda_tests ]; then
         code "$SCRATCH/sass.txt"
     else
         echo "SASS (cuobjdump): (not available: $([ -z "$CUOBJDUMP" ] && echo 'cuobjdump not found' || echo 'no attention.o'))" >>"$BODY"
+    fi
+    # the bf16 tensor-core kernels: HMMA, ldmatrix, cp.async present; no spills or local memory
+    CUOBJDUMP="$CUOBJDUMP" bash tests/cuda/check_bf16_sass.sh build-cuda/cuda/attention_bf16.o >"$SCRATCH/sass_bf16.txt" 2>&1
+    rc_sass=$?
+    echo "bf16 tensor-core kernels (tests/cuda/check_bf16_sass.sh: registers, stack frame and local memory as ptxas recorded them; SASS counts of HMMA = mma.sync, LDSM = ldmatrix, LDGSTS = cp.async, LDL/STL = local memory):" >>"$BODY"
+    code "$SCRATCH/sass_bf16.txt"
+    if grep -q "NOT checked" "$SCRATCH/sass_bf16.txt"; then
+        note "bf16 SASS: NOT CHECKED (no cuobjdump on this machine) [$(elapsed) s]"
+    elif [ $rc_sass -eq 0 ]; then
+        note "bf16 SASS: $(tail -1 "$SCRATCH/sass_bf16.txt" | sed 's/^check_bf16_sass: //') [$(elapsed) s]"
+    else
+        note "bf16 SASS: FAIL — $(tail -1 "$SCRATCH/sass_bf16.txt" | sed 's/^check_bf16_sass: //') [$(elapsed) s]"
+        OK_TESTS=0
     fi
 else
     timed_out $RC && note "build: OUT OF TIME [$(elapsed) s]" || note "build: FAIL (rc $RC) [$(elapsed) s]"
@@ -327,11 +345,14 @@ else
     done
     # the benchmark's own calls (fg_cuda_bench: its buffers, every variant instance), small shapes
     for tool in memcheck racecheck synccheck initcheck; do
-        for bargs in "--dtype f32" "--dtype f64" "--dtype f32 --alibi --softcap 30" "--dtype f32 --impl naive"; do
+        for bargs in "--dtype f32" "--dtype f64" "--dtype f32 --alibi --softcap 30" "--dtype f32 --impl naive" \
+            "--dtype bf16"; do
             begin "sanitizer: $tool fg_cuda_bench $bargs"
             echo "===== $tool, fg_cuda_bench $bargs =====" >>"$SAN_LOG"
+            dl=64,128,256
+            case "$bargs" in *bf16*) dl=64,128 ;; esac # the tensor-core kernels' widths
             # shellcheck disable=SC2086
-            run 40 "$SAN_LOG" "$SANITIZER" --tool "$tool" --error-exitcode 9 build-cuda/fg_cuda_bench --n 128 --d 64,128,256 \
+            run 40 "$SAN_LOG" "$SANITIZER" --tool "$tool" --error-exitcode 9 build-cuda/fg_cuda_bench --n 128 --d "$dl" \
                 --tokens 128 --hidden 512 --budget-ms 1 $bargs
             res="rc $RC"; [ $RC -eq 0 ] && res="clean"; [ $RC -eq 9 ] && res="ERRORS"
             echo "$tool fg_cuda_bench $bargs: $res" >>"$SCRATCH/san_summary.txt"
@@ -417,6 +438,7 @@ if [ $OK_BUILD -eq 0 ] || [ $NO_GPU -eq 1 ]; then
     note "benchmark: SKIPPED ($([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))"
     echo "Flash kernels' resources (fg_cuda_bench --kernels: dynamic shared memory, K/V stages, registers, local memory, blocks per SM at D = 64/128/256): (none: $([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))" >>"$BODY"
     echo "flashgrad naive (cuBLAS) rows and fractions of the device's FMA peak: (none: $([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))" >>"$BODY"
+    echo "bf16 tensor cores, flashgrad vs PyTorch SDPA flash and cuDNN: (none: $([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))" >>"$BODY"
 else
     # the flash kernels' resources on this device: shared memory and occupancy never show in ptxas -v
     begin "kernel resources"
@@ -454,9 +476,6 @@ EOF2
     begin "benchmark: PyTorch"
     run 100 "$SCRATCH/torch.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 300
     rc_torch=$RC
-    # bf16 reference rows (flash / cuDNN kernels on tensor cores): the speed a user gets in half precision
-    run 60 "$SCRATCH/torch_bf16.csv" python3 bench/attention_torch_gpu.py --n "$ns" --d 64,128 --budget-ms 200 --dtype bfloat16
-    { echo "PyTorch bfloat16 reference rows (not comparable precision; rc $RC):"; echo '```'; grep -v '^attention_torch' "$SCRATCH/torch_bf16.csv"; echo '```'; } >>"$BODY"
     { echo "===== fg_cuda_bench (rc $rc_fg) ====="; cat "$SCRATCH/fg.csv"; echo "===== fg_cuda_bench --impl naive (rc $rc_naive) ====="; cat "$SCRATCH/fg_naive.csv"; echo "===== attention_torch_gpu.py (rc $rc_torch) ====="; cat "$SCRATCH/torch.csv"; } >>"$BENCH_LOG"
     python3 - "$SCRATCH/fg.csv" "$SCRATCH/torch.csv" "$SCRATCH/fg_naive.csv" >"$SCRATCH/bench_table.md" 2>&1 <<'EOF'
 import csv, sys
@@ -489,6 +508,73 @@ print(f"\n{len(fg)} flashgrad flash rows, {len(nv)} flashgrad naive rows, {len(t
 EOF
     cat "$SCRATCH/bench_table.md" >>"$BODY"
     note "benchmark: flashgrad rc $rc_fg, naive rc $rc_naive, PyTorch rc $rc_torch [$(elapsed) s]"
+    # the bf16 tensor-core kernels (cuda/attention_bf16.h) beside PyTorch's bf16 SDPA with its flash
+    # and cuDNN backends pinned, a row each; the median of at least 3 runs within 50 ms per
+    # measurement, so large N gets few repeats
+    nb="1024,2048,4096,8192,16384"
+    [ "$QUICK" = 1 ] && nb="1024,4096"
+    begin "benchmark: bf16 tensor cores"
+    run 75 "$SCRATCH/fg_bf16.csv" build-cuda/fg_cuda_bench --dtype bf16 --n "$nb" --d 64,128 --budget-ms 50
+    rc_fgb=$RC
+    [ $rc_fgb -ne 0 ] && OK_TESTS=0
+    begin "benchmark: PyTorch bf16 flash, cuDNN"
+    run 90 "$SCRATCH/torch_bf16.csv" python3 bench/attention_torch_gpu.py --dtype bfloat16 --backends flash,cudnn \
+        --n "$nb" --d 64,128 --budget-ms 50
+    rc_thb=$RC
+    { echo "===== fg_cuda_bench --dtype bf16 (rc $rc_fgb) ====="; cat "$SCRATCH/fg_bf16.csv"; echo "===== attention_torch_gpu.py --dtype bfloat16 --backends flash,cudnn (rc $rc_thb) ====="; cat "$SCRATCH/torch_bf16.csv"; } >>"$BENCH_LOG"
+    python3 - "$SCRATCH/fg_bf16.csv" "$SCRATCH/torch_bf16.csv" >"$SCRATCH/bench_bf16.md" 2>&1 <<'EOF3'
+import csv, math, sys
+rows = []
+for p in sys.argv[1:3]:
+    try:
+        rows += list(csv.DictReader(l for l in open(p) if "," in l and not l.startswith(("fg_cuda_bench", "attention_torch", "("))))
+    except Exception as e:
+        print(f"(could not read {p}: {e})")
+# the dense bf16 tensor-core peak: fg_cuda_bench's (NVIDIA's H100/H200 SXM datasheet, 989.4 TFLOP/s
+# at 132 SMs, scaled by the SM count), else the datasheet figure itself
+peak = next((float(r["peak_tflops"]) for r in rows if r.get("peak_tflops") and float(r["peak_tflops"]) > 0), 989.4)
+impls = [("flash", "flashgrad"), ("sdpa-flash", "SDPA flash"), ("sdpa-cudnn", "SDPA cuDNN")]
+by = {}
+for r in rows:
+    by[(r["impl"], int(r["N"]), int(r["d"]), int(r["causal"]))] = r
+def val(r, k):
+    try:
+        x = float(r[k])
+        return x if math.isfinite(x) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+def cell(r, t):
+    if not r:
+        return "—"
+    if t == "fb":  # forward + backward: both medians added, both FLOP counts added
+        mf, mb, tf, tb = val(r, "fwd_ms"), val(r, "bwd_ms"), val(r, "fwd_tflops"), val(r, "bwd_tflops")
+        if None in (mf, mb, tf, tb):
+            return "—"
+        ms, tfl = mf + mb, (tf * mf + tb * mb) / (mf + mb)
+    else:
+        ms, tfl = val(r, t + "_ms"), val(r, t + "_tflops")
+        if ms is None or tfl is None:
+            return "—"
+    return f"{ms:.2f} ({tfl:.0f}, {tfl / peak:.2f})"
+print(f"ms (TFLOP/s, fraction of the dense bf16 peak of {peak:.1f} TFLOP/s: NVIDIA's H100/H200 SXM datasheet figure, "
+      "989.4 at 132 SMs, scaled by this device's SM count). Forward FLOPs 4·B·H·N²·d, halved when causal; backward 2.5× "
+      "that; forward + backward = the two medians added. flashgrad: bf16 operands, float32 accumulation, float32 o and "
+      "gradients; SDPA: bf16 in and out.")
+print()
+hdr = ["N", "d", "causal", "B×H"] + [f"{n} {t}" for t, tn in (("fwd", ""), ("bwd", ""), ("fb", "")) for _, n in impls]
+hdr = [h.replace(" fb", " fwd+bwd") for h in hdr]
+print("| " + " | ".join(hdr) + " |")
+print("|" + "---|" * len(hdr))
+keys = sorted({k[1:] for k in by})
+for N, d, c in keys:
+    r0 = next(by[(i, N, d, c)] for i, _ in impls if (i, N, d, c) in by)
+    cells = [cell(by.get((i, N, d, c)), t) for t in ("fwd", "bwd", "fb") for i, _ in impls]
+    print(f"| {N} | {d} | {c} | {r0['B']}×{r0['H']} | " + " | ".join(cells) + " |")
+print(f"\n{sum(1 for k in by if k[0] == 'flash')} flashgrad bf16 rows, {sum(1 for k in by if k[0] != 'flash')} SDPA rows.")
+EOF3
+    section "5b. bf16 tensor cores: flashgrad (cuda/attention_bf16) vs PyTorch SDPA flash and cuDNN"
+    cat "$SCRATCH/bench_bf16.md" >>"$BODY"
+    note "benchmark bf16: flashgrad rc $rc_fgb, PyTorch flash/cuDNN rc $rc_thb [$(elapsed) s]"
     if [ -n "$NCU" ] && [ "$(left)" -gt 60 ]; then
         begin "ncu"
         make_npy "$SCRATCH/in_ncu" f4 1 4 4096 64 >>"$NCU_LOG" 2>&1

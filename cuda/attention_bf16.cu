@@ -38,7 +38,29 @@ fg_status fg_cuda_attn_bf16_check(const fg_attn_problem *pr) {
     return FG_OK;
 }
 
+/* Allow `kernel` `bytes` of dynamic shared memory (above the default 48 KB: opt in). */
+static fg_status bf16_allow_smem(const void *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return FG_OK;
+    int dev = 0, optin = 0;
+    FG_CU(cudaGetDevice(&dev));
+    FG_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if ((size_t)optin < bytes)
+        return fg_error(FG_ERR_DEVICE, "bf16 attention needs %zu bytes of shared memory per block; this GPU offers %d",
+                        bytes, optin);
+    FG_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return FG_OK;
+}
+
+/* cp.async copies 16-byte chunks of q, k, v and dout rows: d is a multiple of 8 (the check), so the
+ * base pointers must be 16-byte aligned (cudaMalloc's are) */
+static fg_status bf16_aligned(const char *name, const void *p) {
+    if ((uintptr_t)p % 16)
+        return fg_error(FG_ERR_ARG, "bf16 attention: %s is not 16-byte aligned (it is read in 16-byte chunks)", name);
+    return FG_OK;
+}
+
 template <int D> static fg_status fwd_launch(const fa16_args &a) {
+    FG_TRY(bf16_allow_smem((const void *)fa16_fwd_kernel<D>, fa16_fwd_smem<D>()));
     dim3 grid((unsigned)fg_attn_ntiles(a.Nq, FA16_BQ), (unsigned)a.H, (unsigned)a.B);
     fa16_fwd_kernel<D><<<grid, FA16_THREADS, fa16_fwd_smem<D>(), fg_cu_stream()>>>(a);
     FG_CU_LAUNCHED();
@@ -49,38 +71,25 @@ fg_status fg_cuda_attn_bf16_forward(float *o, float *lse, const uint16_t *q, con
                                     const fg_attn_problem *pr) {
     FG_TRY(fg_cuda_attn_bf16_check(pr));
     if (pr->B == 0 || pr->H == 0 || pr->Nq == 0) return FG_OK;
+    FG_TRY(bf16_aligned("q", q));
+    FG_TRY(bf16_aligned("k", k));
+    FG_TRY(bf16_aligned("v", v));
     fa16_args a = bf16_args(pr);
     a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
     return fa16_width(pr->d) == 64 ? fwd_launch<64>(a) : fwd_launch<128>(a);
 }
 
-/* Allow `kernel` `bytes` of dynamic shared memory (above the default 48 KB: opt in). */
-static fg_status bf16_allow_smem(const void *kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return FG_OK;
-    int dev = 0, optin = 0;
-    FG_CU(cudaGetDevice(&dev));
-    FG_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if ((size_t)optin < bytes)
-        return fg_error(FG_ERR_DEVICE,
-                        "bf16 attention backward needs %zu bytes of shared memory per block; this GPU "
-                        "offers %d",
-                        bytes, optin);
-    FG_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return FG_OK;
-}
-
 template <int D> static fg_status bwd_launch(const fa16_args &a) {
-    const size_t smem = fa16_bwd_smem<D>();
     const unsigned nkt = (unsigned)fg_attn_ntiles(a.Nk, FA16_BK);
     if (nkt) {
-        FG_TRY(bf16_allow_smem((const void *)fa16_bwd_dkdv_kernel<D>, smem));
+        FG_TRY(bf16_allow_smem((const void *)fa16_bwd_dkdv_kernel<D>, fa16_dkdv_smem<D>()));
         dim3 grid(nkt, (unsigned)a.Hkv, (unsigned)a.B);
-        fa16_bwd_dkdv_kernel<D><<<grid, FA16_THREADS, smem, fg_cu_stream()>>>(a);
+        fa16_bwd_dkdv_kernel<D><<<grid, FA16_THREADS, fa16_dkdv_smem<D>(), fg_cu_stream()>>>(a);
         FG_CU_LAUNCHED();
     }
-    FG_TRY(bf16_allow_smem((const void *)fa16_bwd_dq_kernel<D>, smem));
+    FG_TRY(bf16_allow_smem((const void *)fa16_bwd_dq_kernel<D>, fa16_dq_smem<D>()));
     dim3 grid((unsigned)fg_attn_ntiles(a.Nq, FA16_BQ), (unsigned)a.H, (unsigned)a.B);
-    fa16_bwd_dq_kernel<D><<<grid, FA16_THREADS, smem, fg_cu_stream()>>>(a);
+    fa16_bwd_dq_kernel<D><<<grid, FA16_THREADS, fa16_dq_smem<D>(), fg_cu_stream()>>>(a);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -90,6 +99,10 @@ fg_status fg_cuda_attn_bf16_backward(float *dq, float *dk, float *dv, float *Dro
                                      const float *lse, const fg_attn_problem *pr) {
     FG_TRY(fg_cuda_attn_bf16_check(pr));
     if (pr->B == 0 || pr->H == 0 || pr->Nq == 0) return FG_OK;
+    FG_TRY(bf16_aligned("q", q));
+    FG_TRY(bf16_aligned("k", k));
+    FG_TRY(bf16_aligned("v", v));
+    FG_TRY(bf16_aligned("dout", dout));
     const int64_t rows = pr->B * pr->H * pr->Nq;
     const int64_t blocks = (rows + 3) / 4; /* 4 warps a block, one row each */
     fa16_bwd_rowdot_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 128, 0, fg_cu_stream()>>>(Drow, dout, o, rows,

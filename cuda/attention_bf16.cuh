@@ -12,11 +12,17 @@
  * h / G), −inf outside causal ∧ window (bottom-right, fg_attn_row_range), softmax, dropout with
  * fg_attn_keep's bits (query head h), · V. Softcap and ALiBi are not here.
  *
+ * Shared tiles: bf16 rows of 16-byte chunks, XOR-swizzled by row (chunk c of row r at c ^ (r % 8)),
+ * so the 8 rows an ldmatrix phase reads at one logical chunk fall in 8 different bank groups, and
+ * filled by 16-byte cp.async (cuda/ptx_async.cuh) two stages deep: the tile after the current one
+ * is in flight while the current one is used (fetched right after the barrier that follows the
+ * current tile's wait, into the stage everyone finished reading before that barrier).
+ *
  * ---- forward: one block of 4 warps per (query tile of 64 rows, h, b); warp w owns rows 16w..16w+15
- *   Q tile → shared memory → A fragments in registers for the whole block (ldmatrix.x4);
+ *   Q tile → shared memory (in stage 1, free until the loop's first prefetch) → A fragments in
+ *   registers for the whole block (ldmatrix.x4), while K/V tile 0 is in flight to stage 0;
  *   for each key tile of 64 keys the tile's rows can see:
- *     K, V tiles → shared memory (bf16, 16-byte chunks XOR-swizzled by row: chunk c of row r at
- *                  c ^ (r % 8), so the 8 rows an ldmatrix reads fall in 8 different bank groups)
+ *     wait for K, V tile kt (stage kt % 2); fetch tile kt + 1 into the other stage
  *     S  = Q Kᵀ                     (mma; K rows are B's columns: ldmatrix.x4 without .trans)
  *     x  = scale · S, −inf where not visible
  *     m' = max(m, rowmax x);  P = exp(x − m');  l = exp(m − m') l + rowsum P    (float32)
@@ -34,6 +40,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/ptx_async.cuh"
 #include "cuda/ptx_mma.cuh"
 #include "ops/shared/attn_tiles.h"
 #include "ops/shared/attn_variant.h"
@@ -62,8 +69,9 @@ struct fa16_args {
 
 enum { FA16_BQ = 64, FA16_BK = 64, FA16_THREADS = 128 };
 
-/* dynamic shared memory of the forward: Q, K, V tiles of 64 rows × D bf16 */
-template <int D> static inline size_t fa16_fwd_smem() { return (size_t)3 * 64 * D * sizeof(uint16_t); }
+/* dynamic shared memory of the forward: two stages of a K and a V tile, 64 rows × D bf16 each
+ * (the Q tile lies in stage 1 until its fragments are in registers) */
+template <int D> static inline size_t fa16_fwd_smem() { return (size_t)2 * 2 * FA16_BK * D * sizeof(uint16_t); }
 
 /* offset of element (r, c) in a swizzled tile of D-element rows: 16-byte chunk c / 8 of row r
  * sits at chunk (c / 8) ^ (r % 8) (D ≥ 64: 8 chunks or more per row) */
@@ -71,24 +79,42 @@ template <int D> __device__ __forceinline__ int fa16_swz(int r, int c) {
     return r * D + (((c >> 3) ^ (r & 7)) << 3) + (c & 7);
 }
 
-/* rows [r0, r0 + ROWS) of a (nrows, d) bf16 matrix into a swizzled tile, 16 bytes at a time;
- * zeros past nrows and past d */
+/* Queue the copies of rows [r0, r0 + ROWS) of a (nrows, d) bf16 matrix into a swizzled tile: one
+ * 16-byte cp.async per chunk (cuda/ptx_async.cuh; g 16-byte aligned, d a multiple of 8), zeros past
+ * nrows and past d (their unread source is g itself, inside the allocation). Consecutive threads
+ * take consecutive chunks of a row, which the swizzle permutes: the stores meet no bank twice.
+ * The caller commits, waits and synchronizes. */
 template <int D, int ROWS>
 __device__ __forceinline__ void fa16_load_tile(uint16_t *S, const uint16_t *g, int64_t r0, int64_t nrows, int d) {
     constexpr int CH = D / 8;
-    for (int e = threadIdx.x; e < ROWS * CH; e += blockDim.x) {
-        const int r = e / CH, ch = e % CH;
+    static_assert(ROWS * CH % FA16_THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+    for (int e0 = 0; e0 < ROWS * CH; e0 += FA16_THREADS) {
+        const int e = e0 + (int)threadIdx.x, r = e / CH, ch = e % CH;
         const int64_t gr = r0 + r;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (gr < nrows && ch * 8 < d) v = *(const uint4 *)(g + gr * d + ch * 8);
-        *(uint4 *)(S + fa16_swz<D>(r, ch * 8)) = v;
+        const bool in = gr < nrows && ch * 8 < d;
+        fg_cp_async<16>(S + fa16_swz<D>(r, ch * 8), in ? g + gr * d + ch * 8 : g, in);
     }
 }
+
+/* The tile about to be used is in place for everyone: this thread waits for its own copies (every
+ * group it issued), then the barrier makes everyone's visible — and marks the other stage, read
+ * before it, as free for the next fetch. A test (tests/cuda/emu/attn_bf16_emu.cpp) compiles
+ * copies of these kernels with one kernel's wait, or its barrier, defined away, which the
+ * emulator must report. */
+#ifndef FA16_TILES_READY
+#define FA16_TILES_READY(kernel)                                                                                       \
+    do {                                                                                                               \
+        fg_cp_async_wait<0>();                                                                                         \
+        __syncthreads();                                                                                               \
+    } while (0)
+#endif
 
 template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel(fa16_args a) {
     constexpr int BQ = FA16_BQ, BK = FA16_BK, KD = D / 16, NT = BK / 8, DT = D / 8;
     FG_DYN_SMEM(smem_raw);
-    uint16_t *Qs = (uint16_t *)smem_raw, *Ks = Qs + BQ * D, *Vs = Ks + BK * D;
+    /* stage s: K at KVs + s·2·BK·D, V after it; Q in stage 1's K until the loop first writes it */
+    uint16_t *KVs = (uint16_t *)smem_raw, *Qs = KVs + 2 * BK * D;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
@@ -97,8 +123,22 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel
     const int d = a.d;
     const uint16_t *q = a.q + bh * Nq * d, *k = a.k + bg * Nk * d, *v = a.v + bg * Nk * d;
 
+    /* key tiles: from the first row's lo to the last row's hi (both grow with i) */
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    fg_attn_row_range(i0, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_first, &hi_first);
+    fg_attn_row_range((i0 + BQ < Nq ? i0 + BQ : Nq) - 1, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_last, &hi_last);
+    const int64_t kt0 = lo_first / BK, kt1 = hi_last > lo_first ? fg_attn_ntiles(hi_last, BK) : kt0;
+
+    /* group 1: Q; group 2: the first K, V tile (stage 0), in flight while Q's fragments load */
     fa16_load_tile<D, BQ>(Qs, q, i0, Nq, d);
-    __syncthreads();
+    fg_cp_async_commit();
+    if (kt0 < kt1) {
+        fa16_load_tile<D, BK>(KVs, k, kt0 * BK, Nk, d);
+        fa16_load_tile<D, BK>(KVs + BK * D, v, kt0 * BK, Nk, d);
+    }
+    fg_cp_async_commit();
+    fg_cp_async_wait<1>(); /* this thread's Q copies have landed */
+    __syncthreads();       /* everyone's have */
     /* the warp's 16 rows of Q as A fragments, one per 16 columns: matrices (rows 0-7 | 8-15) ×
      * (columns 0-7 | 8-15) given by lanes 0-7, 8-15, 16-23, 24-31 */
     uint32_t qf[KD][4];
@@ -115,19 +155,19 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel
 #pragma unroll
     for (int c = 0; c < DT; c++) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0;
 
-    /* key tiles: from the first row's lo to the last row's hi (both grow with i) */
-    int64_t lo_first, hi_first, lo_last, hi_last;
-    fg_attn_row_range(i0, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_first, &hi_first);
-    fg_attn_row_range((i0 + BQ < Nq ? i0 + BQ : Nq) - 1, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_last, &hi_last);
-    const int64_t kt0 = lo_first / BK, kt1 = hi_last > lo_first ? fg_attn_ntiles(hi_last, BK) : kt0;
     const uint32_t key[2] = {(uint32_t)a.seed, (uint32_t)(a.seed >> 32)};
 
+    int stage = 0;
     for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
         const int64_t j0 = kt * BK;
-        __syncthreads(); /* the previous tile's K, V are no longer read */
-        fa16_load_tile<D, BK>(Ks, k, j0, Nk, d);
-        fa16_load_tile<D, BK>(Vs, v, j0, Nk, d);
-        __syncthreads();
+        const uint16_t *Ks = KVs + stage * 2 * BK * D, *Vs = Ks + BK * D;
+        FA16_TILES_READY(fwd); /* tile kt; the other stage (and Q) is no longer read */
+        if (kt + 1 < kt1) {    /* fetch tile kt + 1 into the other stage while this one is used */
+            uint16_t *Kn = KVs + (stage ^ 1) * 2 * BK * D;
+            fa16_load_tile<D, BK>(Kn, k, j0 + BK, Nk, d);
+            fa16_load_tile<D, BK>(Kn + BK * D, v, j0 + BK, Nk, d);
+            fg_cp_async_commit();
+        }
 
         /* S = Q Kᵀ: keys 16p..16p+15 as two B operands from one ldmatrix.x4 — matrices (keys
          * 0-7, columns 0-7), (keys 0-7, 8-15), (keys 8-15, 0-7), (keys 8-15, 8-15) */
@@ -221,6 +261,7 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel
                 fg_mma_bf16_16816(acc[2 * u + 1], pa, b1);
             }
         }
+        stage ^= 1;
     }
 
     /* l over the group's 4 lanes; O /= l; L = m + log l in float64, rounded once */
@@ -249,14 +290,16 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_fwd_kernel
  *   kernel 1: D_i = Σ_c dO_ic · O_ic (float64, rounded once)
  *   kernel 2: one block per (key tile of 64, K/V head g, b); warp w owns keys 16w..16w+15 and
  *             accumulates dK, dV in registers over the G query heads of the group (in order) and
- *             the query tiles whose rows see the tile:
+ *             the query tiles whose rows see the tile (K, V stay in shared memory; each pair's Q,
+ *             dO, L and D rows come two stages deep, the next pair in flight):
  *               Sᵀ = K Qᵀ, dPᵀ = V dOᵀ        (mma; Q and dO rows are B's columns)
  *               P = exp(scale · S − L) where visible ("recompute": nothing of Nq × Nk is stored)
  *               dS = P ∘ (dP ∘ Z − D)
  *               dV += bf16(P ∘ Z)ᵀ dO;  dK += bf16(dS)ᵀ Q   (A operands from the registers of Sᵀ
  *                            and dPᵀ; dO and Q as B by ldmatrix.trans)
  *             then dk += scale · dK, dv += dV: the only writer of these rows.
- *   kernel 3: one block per (query tile of 64, h, b); warp w owns rows 16w..16w+15:
+ *   kernel 3: one block per (query tile of 64, h, b); warp w owns rows 16w..16w+15; Q and dO stay
+ *             in shared memory, K/V tiles come two stages deep as in the forward:
  *               S = Q Kᵀ, dP = dO Vᵀ, P and dS as above;  dQ += bf16(dS) K  (K by ldmatrix.trans)
  *             then dq += scale · dQ.
  *   The forward's lines they reverse: O = P V (dV, dP), S = Q Kᵀ (dQ, dK), P = softmax(S) (dS).
@@ -274,10 +317,28 @@ __global__ void fa16_bwd_rowdot_kernel(float *Drow, const uint16_t *dout, const 
     }
 }
 
-/* dynamic shared memory of kernels 2 and 3: four tiles of 64 rows × D bf16, then (kernel 2) the
- * query tile's L and D rows */
-template <int D> static inline size_t fa16_bwd_smem() {
-    return (size_t)4 * 64 * D * sizeof(uint16_t) + 2 * 64 * sizeof(float);
+/* dynamic shared memory of kernel 2: the K and V tiles, then two stages of a Q and a dO tile (64
+ * rows × D bf16 each), then two stages of the query tile's L and D rows (float32) */
+template <int D> static inline size_t fa16_dkdv_smem() {
+    return (size_t)(2 + 2 * 2) * 64 * D * sizeof(uint16_t) + (size_t)2 * 2 * 64 * sizeof(float);
+}
+/* of kernel 3: the Q and dO tiles, then two stages of a K and a V tile */
+template <int D> static inline size_t fa16_dq_smem() { return (size_t)(2 + 2 * 2) * 64 * D * sizeof(uint16_t); }
+
+/* Queue the copies of query tile i0 of head bh for kernel 2: Q and dO rows into swizzled tiles, and
+ * L, D rows (one 4-byte cp.async each; zeros past Nq, where kernel 2 sees no row) */
+template <int D>
+__device__ __forceinline__ void fa16_load_query_tile(const fa16_args &a, int64_t bh, int64_t i0, uint16_t *Qs,
+                                                     uint16_t *dOs, float *Ls, float *Ds) {
+    const int64_t Nq = a.Nq;
+    fa16_load_tile<D, FA16_BQ>(Qs, a.q + bh * Nq * a.d, i0, Nq, a.d);
+    fa16_load_tile<D, FA16_BQ>(dOs, a.dout + bh * Nq * a.d, i0, Nq, a.d);
+    for (int r = threadIdx.x; r < FA16_BQ; r += FA16_THREADS) {
+        const int64_t i = i0 + r;
+        const bool in = i < Nq;
+        fg_cp_async<4>(Ls + r, a.lse + bh * Nq + (in ? i : 0), in);
+        fg_cp_async<4>(Ds + r, a.Drow + bh * Nq + (in ? i : 0), in);
+    }
 }
 
 /* Query tiles [*qt0, *qt1) hold every row that sees a key of [j0, j0 + 64): the first row with
@@ -342,106 +403,113 @@ template <int D> __device__ __forceinline__ void fa16_b_frag(uint32_t f[4], cons
 template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dkdv_kernel(fa16_args a) {
     constexpr int BQ = FA16_BQ, BK = FA16_BK, KD = D / 16, RP = D <= 64 ? 64 : 32, NT = RP / 8, DT = D / 8;
     FG_DYN_SMEM(smem_raw);
-    uint16_t *Ks = (uint16_t *)smem_raw, *Vs = Ks + BK * D, *Qs = Vs + BK * D, *dOs = Qs + BQ * D;
-    float *Ls = (float *)(dOs + BQ * D), *Ds = Ls + BQ;
+    /* stage s: Q at QdO + s·2·BQ·D, dO after it; L at LD + s·2·BQ, D after it */
+    uint16_t *Ks = (uint16_t *)smem_raw, *Vs = Ks + BK * D, *QdO = Vs + BK * D;
+    float *LD = (float *)(QdO + 2 * 2 * BQ * D);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t kt = blockIdx.x, gh = blockIdx.y, b = blockIdx.z, bg = b * a.Hkv + gh;
     const int64_t Nq = a.Nq, Nk = a.Nk, j0 = kt * BK;
     const int d = a.d;
 
-    fa16_load_tile<D, BK>(Ks, a.k + bg * Nk * d, j0, Nk, d);
-    fa16_load_tile<D, BK>(Vs, a.v + bg * Nk * d, j0, Nk, d);
     float dk[DT][4], dv[DT][4]; /* keys j0 + 16w + g (+ 8), columns 8c + 2t, + 1 */
 #pragma unroll
     for (int c = 0; c < DT; c++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[c][e] = dv[c][e] = 0;
 
+    /* the (query head, query tile) pairs in order: heads g·G .. g·G + G − 1, each over the query
+     * tiles [qt0, qt1) whose rows see this key tile; pair it + 1 is fetched while pair it is used */
     int64_t qt0, qt1;
     fa16_query_tiles(a, j0, &qt0, &qt1);
-    for (int64_t h = gh * a.G; h < (gh + 1) * a.G; h++) {
-        const int64_t bh = b * a.H + h;
-        for (int64_t qt = qt0; qt < qt1; qt++) { /* uniform over the block */
-            const int64_t i0 = qt * BQ;
-            __syncthreads(); /* the previous query tile is no longer read */
-            fa16_load_tile<D, BQ>(Qs, a.q + bh * Nq * d, i0, Nq, d);
-            fa16_load_tile<D, BQ>(dOs, a.dout + bh * Nq * d, i0, Nq, d);
-            for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
-                const int64_t i = i0 + r;
-                Ls[r] = i < Nq ? a.lse[bh * Nq + i] : -INFINITY; /* rows past Nq: P = 0 */
-                Ds[r] = i < Nq ? a.Drow[bh * Nq + i] : 0.0f;
-            }
-            __syncthreads();
-
-            /* Sᵀ and dPᵀ: the warp's 16 keys × RP rows of the tile at a time (RP = 32 at D = 128 keeps
-             * the accumulators within the register file) */
-            for (int r0 = 0; r0 < BQ; r0 += RP) {
-                float st[NT][4], dpt[NT][4];
-#pragma unroll
-                for (int c = 0; c < NT; c++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) st[c][e] = dpt[c][e] = 0;
-#pragma unroll
-                for (int kk = 0; kk < KD; kk++) {
-                    uint32_t ka[4], va[4];
-                    fa16_a_frag<D>(ka, Ks, warp * 16, kk);
-                    fa16_a_frag<D>(va, Vs, warp * 16, kk);
-#pragma unroll
-                    for (int p = 0; p < RP / 16; p++) {
-                        uint32_t f[4];
-                        fa16_bt_frag<D>(f, Qs, r0 / 16 + p, kk);
-                        const uint32_t q0[2] = {f[0], f[1]}, q1[2] = {f[2], f[3]};
-                        fg_mma_bf16_16816(st[2 * p], ka, q0);
-                        fg_mma_bf16_16816(st[2 * p + 1], ka, q1);
-                        fa16_bt_frag<D>(f, dOs, r0 / 16 + p, kk);
-                        const uint32_t o0[2] = {f[0], f[1]}, o1[2] = {f[2], f[3]};
-                        fg_mma_bf16_16816(dpt[2 * p], va, o0);
-                        fg_mma_bf16_16816(dpt[2 * p + 1], va, o1);
-                    }
-                }
-                /* element (key j0 + 16w + g + 8(e / 2), row i0 + r0 + 8c + 2t + e % 2): P ∘ Z into st, dS into dpt */
-#pragma unroll
-                for (int c = 0; c < NT; c++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int ii = r0 + 8 * c + 2 * t + (e & 1);
-                        const int64_t i = i0 + ii, j = j0 + warp * 16 + g + 8 * (e >> 1);
-                        const float L = Ls[ii];
-                        int64_t lo, hi;
-                        fg_attn_row_range(i, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo, &hi);
-                        const bool vis = L != -INFINITY && j >= lo && j < hi;
-                        const float P = vis ? expf(st[c][e] * a.scale - L) : 0.0f;
-                        const float Z = P != 0.0f && fa16_keep(a, b, h, i, j) ? (a.thr ? a.inv_keep : 1.0f) : 0.0f;
-                        st[c][e] = P * Z;
-                        dpt[c][e] = P * (dpt[c][e] * Z - Ds[ii]);
-                    }
-                    /* dV += (P∘Z)ᵀ dO, dK += dSᵀ Q over the tile's rows, 16 at a time */
-#pragma unroll
-                for (int kk = 0; kk < RP / 16; kk++) {
-                    const uint32_t pa[4] = {fg_pack_bf16x2(st[2 * kk][0], st[2 * kk][1]),
-                                            fg_pack_bf16x2(st[2 * kk][2], st[2 * kk][3]),
-                                            fg_pack_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                                            fg_pack_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-                    const uint32_t sa[4] = {fg_pack_bf16x2(dpt[2 * kk][0], dpt[2 * kk][1]),
-                                            fg_pack_bf16x2(dpt[2 * kk][2], dpt[2 * kk][3]),
-                                            fg_pack_bf16x2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                                            fg_pack_bf16x2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
-#pragma unroll
-                    for (int u = 0; u < D / 16; u++) {
-                        uint32_t f[4];
-                        fa16_b_frag<D>(f, dOs, r0 / 16 + kk, u);
-                        const uint32_t o0[2] = {f[0], f[1]}, o1[2] = {f[2], f[3]};
-                        fg_mma_bf16_16816(dv[2 * u], pa, o0);
-                        fg_mma_bf16_16816(dv[2 * u + 1], pa, o1);
-                        fa16_b_frag<D>(f, Qs, r0 / 16 + kk, u);
-                        const uint32_t q0[2] = {f[0], f[1]}, q1[2] = {f[2], f[3]};
-                        fg_mma_bf16_16816(dk[2 * u], sa, q0);
-                        fg_mma_bf16_16816(dk[2 * u + 1], sa, q1);
-                    }
-                }
-            } /* r0 */
+    const int64_t nqt = qt1 - qt0, npairs = a.G * nqt;
+    if (npairs > 0) { /* group 1: K, V and the first pair (stage 0) */
+        fa16_load_tile<D, BK>(Ks, a.k + bg * Nk * d, j0, Nk, d);
+        fa16_load_tile<D, BK>(Vs, a.v + bg * Nk * d, j0, Nk, d);
+        fa16_load_query_tile<D>(a, b * a.H + gh * a.G, qt0 * BQ, QdO, QdO + BQ * D, LD, LD + BQ);
+        fg_cp_async_commit();
+    }
+    int stage = 0;
+    for (int64_t it = 0; it < npairs; it++) { /* uniform over the block */
+        const int64_t h = gh * a.G + it / nqt, i0 = (qt0 + it % nqt) * BQ;
+        const uint16_t *Qs = QdO + stage * 2 * BQ * D, *dOs = Qs + BQ * D;
+        const float *Ls = LD + stage * 2 * BQ, *Ds = Ls + BQ;
+        FA16_TILES_READY(dkdv); /* pair it (and K, V the first time); the other stage is no longer read */
+        if (it + 1 < npairs) {
+            const int64_t hn = gh * a.G + (it + 1) / nqt, in0 = (qt0 + (it + 1) % nqt) * BQ;
+            uint16_t *Qn = QdO + (stage ^ 1) * 2 * BQ * D;
+            float *Ln = LD + (stage ^ 1) * 2 * BQ;
+            fa16_load_query_tile<D>(a, b * a.H + hn, in0, Qn, Qn + BQ * D, Ln, Ln + BQ);
+            fg_cp_async_commit();
         }
+        /* Sᵀ and dPᵀ: the warp's 16 keys × RP rows of the tile at a time (RP = 32 at D = 128 keeps
+         * the accumulators within the register file) */
+        for (int r0 = 0; r0 < BQ; r0 += RP) {
+            float st[NT][4], dpt[NT][4];
+#pragma unroll
+            for (int c = 0; c < NT; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) st[c][e] = dpt[c][e] = 0;
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t ka[4], va[4];
+                fa16_a_frag<D>(ka, Ks, warp * 16, kk);
+                fa16_a_frag<D>(va, Vs, warp * 16, kk);
+#pragma unroll
+                for (int p = 0; p < RP / 16; p++) {
+                    uint32_t f[4];
+                    fa16_bt_frag<D>(f, Qs, r0 / 16 + p, kk);
+                    const uint32_t q0[2] = {f[0], f[1]}, q1[2] = {f[2], f[3]};
+                    fg_mma_bf16_16816(st[2 * p], ka, q0);
+                    fg_mma_bf16_16816(st[2 * p + 1], ka, q1);
+                    fa16_bt_frag<D>(f, dOs, r0 / 16 + p, kk);
+                    const uint32_t o0[2] = {f[0], f[1]}, o1[2] = {f[2], f[3]};
+                    fg_mma_bf16_16816(dpt[2 * p], va, o0);
+                    fg_mma_bf16_16816(dpt[2 * p + 1], va, o1);
+                }
+            }
+            /* element (key j0 + 16w + g + 8(e / 2), row i0 + r0 + 8c + 2t + e % 2): P ∘ Z into st, dS into dpt */
+#pragma unroll
+            for (int c = 0; c < NT; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int ii = r0 + 8 * c + 2 * t + (e & 1);
+                    const int64_t i = i0 + ii, j = j0 + warp * 16 + g + 8 * (e >> 1);
+                    const float L = Ls[ii];
+                    int64_t lo, hi;
+                    fg_attn_row_range(i, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo, &hi);
+                    const bool vis = i < Nq && L != -INFINITY && j >= lo && j < hi; /* rows past Nq: P = 0 */
+                    const float P = vis ? expf(st[c][e] * a.scale - L) : 0.0f;
+                    const float Z = P != 0.0f && fa16_keep(a, b, h, i, j) ? (a.thr ? a.inv_keep : 1.0f) : 0.0f;
+                    st[c][e] = P * Z;
+                    dpt[c][e] = P * (dpt[c][e] * Z - Ds[ii]);
+                }
+                /* dV += (P∘Z)ᵀ dO, dK += dSᵀ Q over the tile's rows, 16 at a time */
+#pragma unroll
+            for (int kk = 0; kk < RP / 16; kk++) {
+                const uint32_t pa[4] = {fg_pack_bf16x2(st[2 * kk][0], st[2 * kk][1]),
+                                        fg_pack_bf16x2(st[2 * kk][2], st[2 * kk][3]),
+                                        fg_pack_bf16x2(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                        fg_pack_bf16x2(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+                const uint32_t sa[4] = {fg_pack_bf16x2(dpt[2 * kk][0], dpt[2 * kk][1]),
+                                        fg_pack_bf16x2(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                        fg_pack_bf16x2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                        fg_pack_bf16x2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+                for (int u = 0; u < D / 16; u++) {
+                    uint32_t f[4];
+                    fa16_b_frag<D>(f, dOs, r0 / 16 + kk, u);
+                    const uint32_t o0[2] = {f[0], f[1]}, o1[2] = {f[2], f[3]};
+                    fg_mma_bf16_16816(dv[2 * u], pa, o0);
+                    fg_mma_bf16_16816(dv[2 * u + 1], pa, o1);
+                    fa16_b_frag<D>(f, Qs, r0 / 16 + kk, u);
+                    const uint32_t q0[2] = {f[0], f[1]}, q1[2] = {f[2], f[3]};
+                    fg_mma_bf16_16816(dk[2 * u], sa, q0);
+                    fg_mma_bf16_16816(dk[2 * u + 1], sa, q1);
+                }
+            }
+        } /* r0 */
+        stage ^= 1;
     }
     /* the only writer of these rows of dk and dv: add (the backward accumulates) */
 #pragma unroll
@@ -466,7 +534,8 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dkdv_k
 template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dq_kernel(fa16_args a) {
     constexpr int BQ = FA16_BQ, BK = FA16_BK, KD = D / 16, NT = BK / 8, DT = D / 8;
     FG_DYN_SMEM(smem_raw);
-    uint16_t *Qs = (uint16_t *)smem_raw, *dOs = Qs + BQ * D, *Ks = dOs + BQ * D, *Vs = Ks + BK * D;
+    /* stage s: K at KVs + s·2·BK·D, V after it */
+    uint16_t *Qs = (uint16_t *)smem_raw, *dOs = Qs + BQ * D, *KVs = dOs + BQ * D;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t qt = (int64_t)gridDim.x - 1 - blockIdx.x; /* causal: the longest rows first */
@@ -475,8 +544,17 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dq_ker
     const int d = a.d;
     const uint16_t *k = a.k + bg * Nk * d, *v = a.v + bg * Nk * d;
 
-    fa16_load_tile<D, BQ>(Qs, a.q + bh * Nq * d, i0, Nq, d);
-    fa16_load_tile<D, BQ>(dOs, a.dout + bh * Nq * d, i0, Nq, d);
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    fg_attn_row_range(i0, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_first, &hi_first);
+    fg_attn_row_range((i0 + BQ < Nq ? i0 + BQ : Nq) - 1, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_last, &hi_last);
+    const int64_t kt0 = lo_first / BK, kt1 = hi_last > lo_first ? fg_attn_ntiles(hi_last, BK) : kt0;
+    if (kt0 < kt1) { /* group 1: Q, dO and the first K, V tile (stage 0) */
+        fa16_load_tile<D, BQ>(Qs, a.q + bh * Nq * d, i0, Nq, d);
+        fa16_load_tile<D, BQ>(dOs, a.dout + bh * Nq * d, i0, Nq, d);
+        fa16_load_tile<D, BK>(KVs, k, kt0 * BK, Nk, d);
+        fa16_load_tile<D, BK>(KVs + BK * D, v, kt0 * BK, Nk, d);
+        fg_cp_async_commit();
+    }
     float L[2], Dv[2];
     int64_t lo[2], hi[2];
 #pragma unroll
@@ -490,16 +568,17 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dq_ker
 #pragma unroll
     for (int c = 0; c < DT; c++) dq[c][0] = dq[c][1] = dq[c][2] = dq[c][3] = 0;
 
-    int64_t lo_first, hi_first, lo_last, hi_last;
-    fg_attn_row_range(i0, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_first, &hi_first);
-    fg_attn_row_range((i0 + BQ < Nq ? i0 + BQ : Nq) - 1, Nq, Nk, a.causal, a.window, a.wl, a.wr, &lo_last, &hi_last);
-    const int64_t kt0 = lo_first / BK, kt1 = hi_last > lo_first ? fg_attn_ntiles(hi_last, BK) : kt0;
-    for (int64_t kt = kt0; kt < kt1; kt++) {
+    int stage = 0;
+    for (int64_t kt = kt0; kt < kt1; kt++) { /* the same tiles for every thread of the block */
         const int64_t j0 = kt * BK;
-        __syncthreads(); /* the previous key tile is no longer read */
-        fa16_load_tile<D, BK>(Ks, k, j0, Nk, d);
-        fa16_load_tile<D, BK>(Vs, v, j0, Nk, d);
-        __syncthreads();
+        const uint16_t *Ks = KVs + stage * 2 * BK * D, *Vs = Ks + BK * D;
+        FA16_TILES_READY(dq); /* tile kt (and Q, dO the first time); the other stage is no longer read */
+        if (kt + 1 < kt1) {   /* fetch tile kt + 1 into the other stage while this one is used */
+            uint16_t *Kn = KVs + (stage ^ 1) * 2 * BK * D;
+            fa16_load_tile<D, BK>(Kn, k, j0 + BK, Nk, d);
+            fa16_load_tile<D, BK>(Kn + BK * D, v, j0 + BK, Nk, d);
+            fg_cp_async_commit();
+        }
         float s[NT][4], dp[NT][4];
 #pragma unroll
         for (int c = 0; c < NT; c++)
@@ -564,6 +643,7 @@ template <int D> __global__ void __launch_bounds__(FA16_THREADS) fa16_bwd_dq_ker
                 fg_mma_bf16_16816(dq[2 * u + 1], sa, k1);
             }
         }
+        stage ^= 1;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {

@@ -3,6 +3,7 @@
  * device pointers. q (B, H, Nq, d), k, v (B, H_kv, Nk, d) hold bf16 bits; o (B, H, Nq, d) and
  * lse (B, H, Nq) are float32. Supported: d a multiple of 8 up to 128, causal (either alignment),
  * window, GQA, dropout; not softcap, ALiBi or user callbacks (FG_ERR_ARG naming what is refused).
+ * q, k, v and dout are read in 16-byte chunks: they must be 16-byte aligned (else FG_ERR_ARG).
  */
 #ifndef FG_CUDA_ATTENTION_BF16_H
 #define FG_CUDA_ATTENTION_BF16_H

@@ -6,20 +6,92 @@
  *   emulated backward (fg_cuda_attn_bf16_backward, from the mirror's O and lse, adding into random
  *   gradients) vs mirror: dQ, dK, dV within 1e-5, and bit-identical over two runs.
  * Shapes: head dims 64 and 128 and padded ones (40, 96), Nq ≠ Nk both ways (rows with no key under
- * bottom-right causal), top-left causal, a window, GQA, dropout, Nk = 0, a sharper scale. The
- * device buffers have guard zones on both sides, checked after the launches.
+ * bottom-right causal), top-left causal, a window, GQA, dropout, Nk = 0, a sharper scale, and
+ * lengths that are no multiple of the 64-row tiles (ragged last tiles), one query row among them.
+ * The device buffers have guard zones on both sides, checked after the launches.
+ * Then the seeded bugs: copies of the kernels compiled here with one kernel's cp.async wait, or the
+ * barrier after it, defined away (FA16_TILES_READY), each run in a child process that the
+ * emulator must stop with its unlanded-copy or race report; the same copy with every wait and
+ * barrier in place must run clean.
  * `make cuda-emu` runs it. Exit status = number of failed cases.
  */
 #include "tests/cuda/emu/cuda_emu.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <string>
 #include <vector>
 
 #include "cuda/attention_bf16.h"
+#include "cuda/ptx_async.cuh"
+#include "cuda/ptx_mma.cuh"
 #include "ops/attention_kernels.h"
+#include "ops/shared/attn_tiles.h"
+#include "ops/shared/attn_variant.h"
+#include "tensor/philox.h"
 #include "tests/cuda/emu/attn_bf16_mirror.h"
+
+/* Copies of the kernels (cuda/attention_bf16.cuh, its includes above already in), each in its own
+ * namespace: FA16_TILES_READY(kernel) expands to FA16_SEEDED_<kernel>, set per copy to the wait and
+ * the barrier (FA16_READY), the barrier alone (FA16_NO_WAIT) or the wait alone (FA16_NO_BARRIER). */
+#define FA16_READY                                                                                                     \
+    do {                                                                                                               \
+        fg_cp_async_wait<0>();                                                                                         \
+        __syncthreads();                                                                                               \
+    } while (0)
+#define FA16_NO_WAIT __syncthreads()
+#define FA16_NO_BARRIER fg_cp_async_wait<0>()
+#define FA16_TILES_READY(kernel) FA16_SEEDED_##kernel
+#define FA16_SEEDED_fwd FA16_READY
+#define FA16_SEEDED_dkdv FA16_READY
+#define FA16_SEEDED_dq FA16_READY
+namespace seeded_control { /* every wait and barrier in place */
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_fwd
+#define FA16_SEEDED_fwd FA16_NO_WAIT
+namespace seeded_fwd_no_wait {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_fwd
+#define FA16_SEEDED_fwd FA16_NO_BARRIER
+namespace seeded_fwd_no_barrier {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_fwd
+#undef FA16_SEEDED_dkdv
+#define FA16_SEEDED_fwd FA16_READY
+#define FA16_SEEDED_dkdv FA16_NO_WAIT
+namespace seeded_dkdv_no_wait {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_dkdv
+#define FA16_SEEDED_dkdv FA16_NO_BARRIER
+namespace seeded_dkdv_no_barrier {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_dkdv
+#undef FA16_SEEDED_dq
+#define FA16_SEEDED_dkdv FA16_READY
+#define FA16_SEEDED_dq FA16_NO_WAIT
+namespace seeded_dq_no_wait {
+#include "cuda/attention_bf16.cuh"
+}
+#undef FG_ATTENTION_BF16_CUH
+#undef FA16_SEEDED_dq
+#define FA16_SEEDED_dq FA16_NO_BARRIER
+namespace seeded_dq_no_barrier {
+#include "cuda/attention_bf16.cuh"
+}
 
 /* n elements of device memory between two guard zones, with a host copy (h) */
 template <typename T> struct gbuf {
@@ -211,6 +283,107 @@ static int run(const shape &s, uint64_t seed) {
     return bad;
 }
 
+/* ---- the seeded missing waits ---- */
+
+/* One namespace's forward, then its backward (kernels 1, 2, 3), D = 64, at B = 1, H = 2, N = 130
+ * (three key tiles, two query tiles, so the pipelines' second stage is used), causal; exit 0 when
+ * every launch succeeded. The inputs are random bf16 and lse comes from the forward, so a kernel
+ * with its wait in place computes on finite values. */
+template <typename A, void (*FWD)(A), void (*ROWDOT)(float *, const uint16_t *, const float *, int64_t, int),
+          void (*DKDV)(A), void (*DQ)(A)>
+static int seeded_run() {
+    const int64_t B = 1, H = 2, N = 130, d = 64, n = B * H * N * d, nl = B * H * N;
+    std::vector<uint16_t> x((size_t)n);
+    uint16_t *q, *k, *v, *dout;
+    float *o, *lse, *Drow, *dq, *dk, *dv;
+    uint16_t **in[] = {&q, &k, &v, &dout};
+    for (int i = 0; i < 4; i++) {
+        for (int64_t j = 0; j < n; j++) x[(size_t)j] = fg_bf16_rne((float)urand(90 + i, (uint64_t)j));
+        cudaMalloc(in[i], (size_t)n * 2);
+        cudaMemcpy(*in[i], x.data(), (size_t)n * 2, cudaMemcpyHostToDevice);
+    }
+    const std::vector<float> zeros((size_t)n, 0.0f);
+    float **out[] = {&o, &dq, &dk, &dv};
+    for (float **p : out) {
+        cudaMalloc(p, (size_t)n * 4);
+        cudaMemcpy(*p, zeros.data(), (size_t)n * 4, cudaMemcpyHostToDevice);
+    }
+    cudaMalloc(&lse, (size_t)nl * 4);
+    cudaMalloc(&Drow, (size_t)nl * 4);
+    A a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.k = k, a.v = v, a.dout = dout, a.o = o, a.lse = lse, a.Drow = Drow, a.dq = dq, a.dk = dk, a.dv = dv;
+    a.B = B, a.H = H, a.Nq = N, a.Nk = N, a.Hkv = H, a.G = 1, a.d = (int)d, a.scale = 0.125f, a.causal = 1;
+    a.inv_keep = 1.0f;
+    const size_t fwd_smem = seeded_control::fa16_fwd_smem<64>(), dkdv_smem = seeded_control::fa16_dkdv_smem<64>(),
+                 dq_smem = seeded_control::fa16_dq_smem<64>();
+    cudaFuncSetAttribute((const void *)FWD, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_smem);
+    cudaFuncSetAttribute((const void *)DKDV, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dkdv_smem);
+    cudaFuncSetAttribute((const void *)DQ, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dq_smem);
+    const dim3 grid((unsigned)fg_attn_ntiles(N, 64), (unsigned)H, (unsigned)B);
+    fg_emu_kernel_call(grid, 128, fwd_smem, (cudaStream_t)0, FWD, a);
+    fg_emu_kernel_call(dim3(4), 128, (size_t)0, (cudaStream_t)0, ROWDOT, Drow, (const uint16_t *)dout, (const float *)o,
+                       nl, (int)d);
+    fg_emu_kernel_call(grid, 128, dkdv_smem, (cudaStream_t)0, DKDV, a);
+    fg_emu_kernel_call(grid, 128, dq_smem, (cudaStream_t)0, DQ, a);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "seeded run: a launch failed: %s\n", cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
+}
+#define SEEDED(ns)                                                                                                     \
+    seeded_run<ns::fa16_args, ns::fa16_fwd_kernel<64>, ns::fa16_bwd_rowdot_kernel, ns::fa16_bwd_dkdv_kernel<64>,       \
+               ns::fa16_bwd_dq_kernel<64>>
+
+struct seeded_case {
+    const char *name;
+    int (*fn)();
+    const char *expect; /* the emulator's words in the child's stderr, which must abort; NULL: exit 0, no stderr */
+};
+
+/* Runs c in a child, its stderr captured; 0 when it behaved as c expects. */
+static int run_seeded(const seeded_case &c) {
+    int fd[2];
+    if (pipe(fd) != 0) return 1;
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        signal(SIGABRT, SIG_DFL);
+        const int r = c.fn();
+        fflush(NULL);
+        _exit(r);
+    }
+    close(fd[1]);
+    std::string err;
+    char buf[4096];
+    ssize_t got;
+    while ((got = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)got);
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    const bool aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, exited0 = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    const size_t at = c.expect ? err.find(c.expect) : std::string::npos;
+    const bool ok = c.expect ? aborted && at != std::string::npos : exited0 && err.empty();
+    std::string line;
+    if (at != std::string::npos) { /* the report's line */
+        const size_t b = err.rfind('\n', at), e = err.find('\n', at);
+        line = err.substr(b == std::string::npos ? 0 : b + 1, e == std::string::npos ? std::string::npos : e - b - 1);
+        while (!line.empty() && line[0] == ' ') line.erase(0, 1);
+        if (line.size() > 200) line = line.substr(0, 197) + "...";
+    }
+    printf("  %s %s%s%s\n", ok ? "ok  " : "FAIL", c.name, line.empty() ? "" : ": ", line.c_str());
+    if (!ok)
+        printf("       expected %s%s%s; got status 0x%x, stderr:\n%s\n",
+               c.expect ? "an abort with \"" : "exit 0, no stderr", c.expect ? c.expect : "", c.expect ? "\"" : "", st,
+               err.c_str());
+    return ok ? 0 : 1;
+}
+
 int main() {
     static const shape shapes[] = {
         {1, 1, 64, 64, 64, 0, 0},
@@ -225,11 +398,53 @@ int main() {
         {1, 2, 200, 333, 64, 1, 0},                  /* many key tiles, causal */
         {2, 4, 257, 129, 128, 1, 0.1, 2},            /* many query tiles, GQA, dropout */
         {1, 3, 130, 190, 96, 0, 0, 1},               /* multi-query, padded d = 96 */
+        {1, 2, 191, 191, 128, 2, 0.15},              /* ragged tails at d = 128, top-left causal, dropout */
+        {1, 4, 150, 97, 128, 1, 0, 2, 1, 30, 5},     /* d = 128: window + causal + GQA, ragged tails */
+        {1, 1, 1, 200, 64, 1, 0},                    /* one query row: it sees every key */
     };
     printf("bf16 tensor-core flash attention under the emulator (cuda/attention_bf16.cuh) vs the bf16 mirror, "
            "and the mirror vs float64\n");
     int fails = 0, n = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++, n++) fails += run(shapes[i], i + 1);
+    static const seeded_case seeded[] = {
+        {"control: the kernels' copy with every cp.async wait and barrier in place", SEEDED(seeded_control), nullptr},
+        {"seeded: the forward reads its K/V tile without the cp.async wait", SEEDED(seeded_fwd_no_wait),
+         "no cp.async wait_group"},
+        {"seeded: the forward's tiles without the barrier after the wait", SEEDED(seeded_fwd_no_barrier),
+         "race on dynamic shared memory"},
+        {"seeded: the dK/dV kernel reads its K, V, Q, dO tiles without the cp.async wait", SEEDED(seeded_dkdv_no_wait),
+         "no cp.async wait_group"},
+        {"seeded: the dK/dV kernel's tiles without the barrier after the wait", SEEDED(seeded_dkdv_no_barrier),
+         "race on dynamic shared memory"},
+        {"seeded: the dQ kernel reads its Q, dO, K, V tiles without the cp.async wait", SEEDED(seeded_dq_no_wait),
+         "no cp.async wait_group"},
+        {"seeded: the dQ kernel's tiles without the barrier after the wait", SEEDED(seeded_dq_no_barrier),
+         "race on dynamic shared memory"},
+    };
+    { /* bad input: a q that is not 16-byte aligned is refused before any launch, in one line */
+        fg_attn_opts op = fg_attn_defaults();
+        fg_attn_problem pr;
+        uint16_t *x = nullptr;
+        float *f = nullptr;
+        cudaMalloc(&x, 4 * 64 * 64 * 2 + 16);
+        cudaMalloc(&f, 64 * 64 * 4);
+        const bool ok = fg_attn_problem_init(&pr, 1, 1, 64, 64, 64, &op) == FG_OK &&
+                        fg_cuda_attn_bf16_forward(f, f, x + 1, x, x, &pr) == FG_ERR_ARG &&
+                        strstr(fg_last_error(), "q is not 16-byte aligned") &&
+                        fg_cuda_attn_bf16_backward(f, f, f, f, x + 1, x, x, x, f, f, &pr) == FG_ERR_ARG &&
+                        strstr(fg_last_error(), "dout is not 16-byte aligned");
+        printf("  %s a misaligned q (forward) or dout (backward) is refused: %s\n", ok ? "ok  " : "FAIL",
+               fg_last_error());
+        fails += !ok;
+        n++;
+        cudaFree(x);
+        cudaFree(f);
+    }
+    printf("seeded bugs in copies of the bf16 kernels (each in a child process):\n");
+    int seeded_fails = 0;
+    for (const seeded_case &c : seeded) seeded_fails += run_seeded(c);
+    fails += seeded_fails;
+    n += (int)(sizeof seeded / sizeof seeded[0]);
     printf("attn_bf16_emu: %d of %d cases failed; worst mirror vs float64: O %.1e lse %.1e dQ %.1e dK %.1e dV %.1e; "
            "worst kernels vs mirror: O %.1e lse %.1e dQ %.1e dK %.1e dV %.1e\n",
            fails, n, g_worst[0], g_worst[1], g_worst[2], g_worst[3], g_worst[4], g_worst[5], g_worst[6], g_worst[7],
