@@ -30,7 +30,10 @@
  * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write, no usable
  * GPU in a CUDA build, scores that overflow the dtype), 2 usage error (also --device cuda in a build
  * without CUDA, --custom with --device cuda: see fg_attn_device_ready in cli/attn_flags.h; and a
- * --scale or --softcap the inputs' dtype cannot hold, as fg_attn_problem_check_dtype says).
+ * --scale or --softcap the inputs' dtype cannot hold, as fg_attn_problem_check_dtype says; and
+ * bfloat16 on the CPU, --impl naive with bfloat16, or a head dim its kernels lack). A variant the
+ * device's kernels lack for the dtype (bfloat16 with --softcap or --alibi) is a runtime error (1),
+ * refused by fg_attention with one line.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -225,6 +225,7 @@ fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {
     if (!fg_same_shape(dst, src) || dst->dtype != src->dtype)
         return fg_error(FG_ERR_SHAPE, "internal: accumulate %s %s into %s %s", fg_dtype_name(src->dtype),
                         FG_SHP(src, b1), fg_dtype_name(dst->dtype), FG_SHP(dst, b2));
+    FG_TRY(fg_op_compute_dtype(op, "the gradient", dst->dtype, dst->device));
     if (dst->device != src->device)
         return fg_error(FG_ERR_DEVICE, "%s: %s %s into %s %s: both must be on one device", op,
                         fg_device_name(src->device), FG_SHP(src, b1), fg_device_name(dst->device), FG_SHP(dst, b2));

@@ -308,6 +308,17 @@ static int bf16_attention_command_matches_the_float64_reference(void) {
         const int rc = quiet_attention(argc, argv);
         FGT_CHECK(rc == 0, "flashgrad attention run %s exited %d", sub[r], rc);
     }
+    /* a variant the bf16 kernels lack is refused with the kernel table's line; naive is a usage error */
+    for (int r = 0; r < 2; r++) {
+        char o4[600];
+        snprintf(o4, sizeof o4, "%s/refused", dir);
+        char *argv[] = {"attention", "--q", p32[0], "--k", p32[1], "--v", p32[2], "--device", "cuda", "--dtype",
+                        "bfloat16", "--out", o4, r ? "--impl" : "--softcap", r ? "naive" : "5"};
+        const int rc = quiet_attention((int)(sizeof argv / sizeof argv[0]), argv);
+        FGT_CHECK(rc == (r ? 2 : 1), "--dtype bfloat16 %s exited %d, expected %d", r ? "--impl naive" : "--softcap", rc,
+                  r ? 2 : 1);
+        FGT_CHECK(access(o4, F_OK) != 0, "a refused run created %s", o4);
+    }
     const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
     int rc = FGT_PASS;
     for (int i = 0; i < 5 && rc == FGT_PASS; i++) {
