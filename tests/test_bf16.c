@@ -149,6 +149,20 @@ static const char *g_numpy_script =
     "    print('OK' if ok else 'ours.npy: %s %s' % (a.dtype.str, a.shape))\n"
     "    sys.exit(0 if ok else 1)\n";
 
+/* The interpreter for the cross-checks: $FG_TORCH_PYTHON (PyTorch 2 with NumPy) when set, else
+ * the system one. */
+static const char *torch_python(void) {
+    const char *p = getenv("FG_TORCH_PYTHON");
+    return p && *p ? p : FGT_PYTHON;
+}
+
+/* 0 when torch_python() imports `modules` (e.g. "numpy" or "torch, numpy"). */
+static int python_has(const char *modules) {
+    char cmd[512], out[256];
+    snprintf(cmd, sizeof cmd, "%s -c 'import %s' 2>&1", torch_python(), modules);
+    return fgt_run_cmd(cmd, out, sizeof out);
+}
+
 static void write_text(const char *path, const char *s) {
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
@@ -157,16 +171,15 @@ static void write_text(const char *path, const char *s) {
 }
 
 Test(bf16, npy_files_match_numpy_bits_and_ambiguous_ones_are_refused) {
-    const char *missing = fgt_python_missing("numpy");
-    if (missing) {
+    if (python_has("numpy") != 0) {
         remove_dir();
-        fgt_skip("NumPy bf16 cross-check", missing);
+        fgt_skip("NumPy bf16 cross-check", "no python with numpy (set FG_TORCH_PYTHON)");
     }
-    char script[128], out[4096], args[160], path[160];
+    char script[128], out[4096], cmd[512], path[160];
     snprintf(script, sizeof script, "%s/bf.py", g_dir);
     write_text(script, g_numpy_script);
-    snprintf(args, sizeof args, "%s write", g_dir);
-    cr_assert_eq(fgt_python_run(NULL, script, args, out, sizeof out), 0, "numpy writer: %s", out);
+    snprintf(cmd, sizeof cmd, "%s %s %s write 2>&1", torch_python(), script, g_dir);
+    cr_assert_eq(fgt_run_cmd(cmd, out, sizeof out), 0, "numpy writer: %s", out);
     snprintf(path, sizeof path, "%s/x32.npy", g_dir);
     fg_tensor *x = fg_npy_load(path);
     snprintf(path, sizeof path, "%s/xbf.npy", g_dir);
@@ -188,8 +201,8 @@ Test(bf16, npy_files_match_numpy_bits_and_ambiguous_ones_are_refused) {
     /* ours, read by NumPy */
     snprintf(path, sizeof path, "%s/ours.npy", g_dir);
     cr_assert_eq(fg_npy_save(path, got), FG_OK, "%s", fg_last_error());
-    snprintf(args, sizeof args, "%s check", g_dir);
-    cr_expect_eq(fgt_python_run(NULL, script, args, out, sizeof out), 0, "numpy check: %s", out);
+    snprintf(cmd, sizeof cmd, "%s %s %s check 2>&1", torch_python(), script, g_dir);
+    cr_expect_eq(fgt_run_cmd(cmd, out, sizeof out), 0, "numpy check: %s", out);
     /* raw two-byte data that does not say it is bfloat16 */
     const char *refused[3][2] = {{"void.npy", "'|V2'"}, {"u16.npy", "'<u2'"}, {"f16.npy", "'<f2'"}};
     for (int i = 0; i < 3; i++) {
@@ -233,15 +246,9 @@ static const char *g_torch_script =
     "    print('OK' if ok else 'ours: %s' % e)\n"
     "    sys.exit(0 if ok else 1)\n";
 
-static const char *torch_python(void) {
-    const char *p = getenv("FG_TORCH_PYTHON");
-    return p && *p ? p : FGT_PYTHON;
-}
-
 Test(bf16, safetensors_bf16_matches_torch) {
     char script[128], out[4096], cmd[1024], path[160];
-    snprintf(cmd, sizeof cmd, "%s -c 'import torch, numpy' 2>&1", torch_python());
-    if (fgt_run_cmd(cmd, out, sizeof out) != 0) {
+    if (python_has("torch, numpy") != 0) {
         remove_dir();
         fgt_skip("PyTorch bf16 safetensors cross-check", "no python with torch and numpy (set FG_TORCH_PYTHON)");
     }
