@@ -3,12 +3,17 @@
  *   flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]
  *                       [--dropout P --seed S] [--scale X] [--block-q N --block-k N]
  *                       [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME]
- *                       [--device cpu|cuda] --out DIR
+ *                       [--device cpu|cuda] [--dtype float32|float64|bfloat16] --out DIR
  *
  * Q is (B, H, Nq, d), K and V (B, H_kv, Nk, d) with H a multiple of H_kv (--gqa HKV, when given,
  * must equal K's heads), float32 or float64 (all three alike). Writes DIR/o.npy
  * (B, H, Nq, d) and DIR/lse.npy (B, H, Nq); with --do (dO, shaped like O) also dq.npy, dk.npy and
  * dv.npy. Outputs have the inputs' dtype. DIR is created if missing.
+ * --dtype converts every input to that dtype first (fg_to: bfloat16 rounds to nearest even) and
+ * computes in it. The inputs may also be bfloat16 .npy files (ml_dtypes' '<V2', tensor/npy.h).
+ * bfloat16 runs on the GPU only (--device cuda, the flash kernels): o, dq, dk, dv are written as
+ * bfloat16 ('<V2') and lse as float32; on the CPU, or in a build without CUDA, it is a usage
+ * error.
  *
  * The five names are one output set, replaced as a whole: every output is computed first, then the
  * set is written (and fsync'ed) into a temporary folder inside DIR, then each file is renamed into
@@ -25,7 +30,10 @@
  * Exit status: 0 ok, 1 runtime error (unreadable or mismatched input, failed write, no usable
  * GPU in a CUDA build, scores that overflow the dtype), 2 usage error (also --device cuda in a build
  * without CUDA, --custom with --device cuda: see fg_attn_device_ready in cli/attn_flags.h; and a
- * --scale or --softcap the inputs' dtype cannot hold, as fg_attn_problem_check_dtype says).
+ * --scale or --softcap the inputs' dtype cannot hold, as fg_attn_problem_check_dtype says; and
+ * bfloat16 on the CPU, --impl naive with bfloat16, or a head dim its kernels lack). A variant the
+ * device's kernels lack for the dtype (bfloat16 with --softcap or --alibi) is a runtime error (1),
+ * refused by fg_attention with one line.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -48,9 +56,10 @@ static const char attention_usage[] =
     "usage: flashgrad attention --q Q.npy --k K.npy --v V.npy [--do dO.npy] [--impl naive|flash] [--causal]\n"
     "                           [--dropout P --seed S] [--scale X] [--block-q N --block-k N]\n"
     "                           [--gqa HKV] [--window L,R] [--alibi] [--softcap C] [--custom NAME]\n"
-    "                           [--device cpu|cuda] --out DIR\n"
+    "                           [--device cpu|cuda] [--dtype float32|float64|bfloat16] --out DIR\n"
     "\n"
-    "  Q (B,H,Nq,d), K and V (B,H_kv,Nk,d), H a multiple of H_kv: float32 or float64 .npy files of one dtype.\n"
+    "  Q (B,H,Nq,d), K and V (B,H_kv,Nk,d), H a multiple of H_kv: float32, float64 or bfloat16 ('<V2',\n"
+    "  ml_dtypes) .npy files of one dtype.\n"
     "  Writes DIR/o.npy (B,H,Nq,d) and DIR/lse.npy (B,H,Nq); with --do dO.npy (shaped like O) also\n"
     "  dq.npy, dk.npy, dv.npy. Outputs have the inputs' dtype. The set replaces the previous run's as a\n"
     "  whole: after success DIR holds exactly this run's o/lse/dq/dk/dv.npy, after a failure the old ones.\n"
@@ -65,9 +74,15 @@ static const char attention_usage[] =
     "  --device cpu|cuda    where to compute (default cpu). cuda needs a CUDA build (build-cuda/flashgrad);\n"
     "                       the GPU picks its own flash tiles (--block-q/--block-k are for the CPU) and\n"
     "                       --custom is refused there (callbacks run on the CPU only)\n"
+    "  --dtype D            convert the inputs to D and compute in it (default: the inputs' dtype).\n"
+    "                       bfloat16 needs --device cuda (flash; no --alibi, --softcap, --custom); it\n"
+    "                       writes o, dq, dk, dv as bfloat16 .npy ('<V2') and lse as float32\n"
     "variants (any combination; see ops/attention.h for the exact semantics):\n";
 
 #define CMD "flashgrad attention"
+#define BF16_ON_CPU                                                                                                    \
+    "bfloat16 compute needs --device cuda (the CPU stores bfloat16 but computes in float32 or float64: "              \
+    "use --dtype float32)"
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, CMD ": ");
@@ -193,6 +208,7 @@ int fg_cmd_attention(int argc, char **argv) {
     const char *qp = NULL, *kp = NULL, *vp = NULL, *dop = NULL, *out = NULL;
     fg_attn_opts opts = fg_attn_defaults();
     fg_device dev = FG_CPU;
+    int want_dt = -1; /* --dtype, or -1: the inputs' */
     fg_attn_flags af;
     fg_attn_flags_init(&af, "attention", FG_AF_ALL & ~FG_AF_BIT(FG_AF_IMPL_BOTH));
     for (int i = 1; i < argc; i++) {
@@ -206,13 +222,21 @@ int fg_cmd_attention(int argc, char **argv) {
         if (af_rc == 2) return 2;
         if (af_rc == 3) return 0;
         if (af_rc == 1) continue;
-        static const char *valued[] = {"--q", "--k", "--v", "--do", "--out", "--scale"};
+        static const char *valued[] = {"--q", "--k", "--v", "--do", "--out", "--scale", "--dtype"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof valued[0]; j++) known |= !strcmp(a, valued[j]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
         if (i + 1 >= argc) return usage_error("%s needs a value%s", a, "");
         const char *val = argv[++i];
         double dv;
+        if (!strcmp(a, "--dtype")) {
+            const fg_dtype dts[] = {FG_F32, FG_F64, FG_BF16};
+            want_dt = -1;
+            for (int j = 0; j < 3; j++)
+                if (!strcmp(val, fg_dtype_name(dts[j]))) want_dt = (int)dts[j];
+            if (want_dt < 0) return usage_error("--dtype must be float32, float64 or bfloat16, got '%s'%s", val, "");
+            continue;
+        }
         if (strcmp(a, "--scale") && !*val) return usage_error("%s: empty path%s", a, "");
         if (!strcmp(a, "--q"))
             qp = val;
@@ -233,6 +257,7 @@ int fg_cmd_attention(int argc, char **argv) {
     if (fg_attn_flags_apply(&af, &opts, &dev)) return 2;
     if (!qp || !kp || !vp) return usage_error("--q, --k and --v are required%s%s", "", "");
     if (!out) return usage_error("--out DIR is required%s%s", "", "");
+    if (want_dt == FG_BF16 && dev == FG_CPU) return usage_error(BF16_ON_CPU "%s%s", "", "");
     int drc = fg_attn_device_ready(CMD, dev, &opts);
     if (drc) return drc;
 
@@ -258,11 +283,17 @@ int fg_cmd_attention(int argc, char **argv) {
             fprintf(stderr, CMD ": %s: %s\n", what, msg);
         goto done;
     }
-    if (dev != FG_CPU) { /* the same tensors on the device, in their own dtype */
+    if (dev == FG_CPU && want_dt < 0 && (q->dtype == FG_BF16 || k->dtype == FG_BF16 || v->dtype == FG_BF16)) {
+        rc = usage_error("the inputs are bfloat16: " BF16_ON_CPU "%s%s", "", "");
+        goto done;
+    }
+    if (dev != FG_CPU || want_dt >= 0) { /* the same tensors on the device, in their own dtype or --dtype's */
         fg_tensor **ts[4] = {&q, &k, &v, &dout};
         for (int t = 0; t < 4; t++) {
             if (!*ts[t]) continue;
-            fg_tensor *moved = fg_to(*ts[t], dev, (*ts[t])->dtype);
+            const fg_dtype dt = want_dt >= 0 ? (fg_dtype)want_dt : (*ts[t])->dtype;
+            if (dev == FG_CPU && dt == (*ts[t])->dtype) continue;
+            fg_tensor *moved = fg_to(*ts[t], dev, dt);
             if (!moved) {
                 fprintf(stderr, CMD ": cannot move the inputs to %s: %s\n", fg_device_name(dev), fg_last_error());
                 goto done;

@@ -74,11 +74,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/attention_bf16.h"
 #include "cuda/attention_kernels.cuh"
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
 #include "cuda/mixed.cuh"
+#include "tensor/bf16.h"
 
 /* ============================================================================================
  * host side: flash
@@ -408,6 +410,80 @@ extern "C" fg_status fg_cuda_attention_kernel_table(FILE *out) {
 }
 
 /* ============================================================================================
+ * host side: bfloat16 q, k, v (the table's bf16 contract over cuda/attention_bf16.h)
+ *
+ * The tensor-core kernels write o as float32 and add into float32 dq, dk, dv; the table's
+ * bfloat16 tensors hold o, dq, dk, dv in bfloat16 (as PyTorch returns for bfloat16 inputs), so the
+ * shells below keep the float32 results in scratch and round each element once on the device:
+ *   o  = bf16(o_f32)                      (forward)
+ *   o_f32 = float(o)                      (backward: D = rowsum(dO ∘ O) reads the stored bf16 O)
+ *   g  = bf16(float(g) + dg_f32)          (backward, g in dq, dk, dv: the table's "adds into")
+ * lse stays float32.
+ * ============================================================================================ */
+
+__global__ void bf16_round_kernel(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = fg_bf16_from_f32(src[i]);
+}
+__global__ void bf16_widen_kernel(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = fg_bf16_to_f32(src[i]);
+}
+__global__ void bf16_add_kernel(uint16_t *g, const float *d, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        g[i] = fg_bf16_from_f32(fg_bf16_to_f32(g[i]) + d[i]);
+}
+
+static fg_status bf16_forward(void *o, void *lse, const void *q, const void *k, const void *v,
+                              const fg_attn_problem *pr) {
+    FG_TRY(fg_cuda_attn_bf16_check(pr));
+    const int64_t n = pr->B * pr->H * pr->Nq * pr->d;
+    if (n == 0) return FG_OK;
+    fg_cu_scratch of;
+    FG_TRY(of.get((size_t)n * sizeof(float), "bf16 attention (float32 o)"));
+    FG_TRY(fg_cuda_attn_bf16_forward(of.as<float>(), (float *)lse, (const uint16_t *)q, (const uint16_t *)k,
+                                     (const uint16_t *)v, pr));
+    bf16_round_kernel<<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((uint16_t *)o, of.as<float>(), n);
+    FG_CU_LAUNCHED();
+    return FG_OK;
+}
+
+static fg_status bf16_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                               const void *v, const void *o, const void *lse, const fg_attn_problem *pr) {
+    FG_TRY(fg_cuda_attn_bf16_check(pr));
+    const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->var.n_kv_heads * pr->Nk * pr->d;
+    const int64_t rows = pr->B * pr->H * pr->Nq;
+    if ((!dq && !dk && !dv) || nq == 0) return FG_OK; /* no query: no gradient */
+    /* the kernels take all three gradients: float32 scratch, zeroed, for each */
+    fg_cu_scratch of, gq, gk, gv, Drow;
+    FG_TRY(of.get((size_t)nq * sizeof(float), "bf16 attention backward"));
+    FG_TRY(gq.get((size_t)nq * sizeof(float), "bf16 attention backward"));
+    FG_TRY(gk.get((size_t)nk * sizeof(float), "bf16 attention backward"));
+    FG_TRY(gv.get((size_t)nk * sizeof(float), "bf16 attention backward"));
+    FG_TRY(Drow.get((size_t)rows * sizeof(float), "bf16 attention backward"));
+    FG_CU(cudaMemsetAsync(gq.p, 0, (size_t)nq * sizeof(float), fg_cu_stream()));
+    if (nk > 0) {
+        FG_CU(cudaMemsetAsync(gk.p, 0, (size_t)nk * sizeof(float), fg_cu_stream()));
+        FG_CU(cudaMemsetAsync(gv.p, 0, (size_t)nk * sizeof(float), fg_cu_stream()));
+    }
+    bf16_widen_kernel<<<fg_cu_blocks(nq), FG_CU_THREADS, 0, fg_cu_stream()>>>(of.as<float>(), (const uint16_t *)o,
+                                                                               nq);
+    FG_CU_LAUNCHED();
+    FG_TRY(fg_cuda_attn_bf16_backward(gq.as<float>(), gk.as<float>(), gv.as<float>(), Drow.as<float>(),
+                                      (const uint16_t *)dout, (const uint16_t *)q, (const uint16_t *)k,
+                                      (const uint16_t *)v, of.as<float>(), (const float *)lse, pr));
+    void *g[3] = {dq, dk, dv};
+    const float *d[3] = {gq.as<float>(), gk.as<float>(), gv.as<float>()};
+    const int64_t n[3] = {nq, nk, nk};
+    for (int i = 0; i < 3; i++) {
+        if (!g[i] || n[i] == 0) continue;
+        bf16_add_kernel<<<fg_cu_blocks(n[i]), FG_CU_THREADS, 0, fg_cu_stream()>>>((uint16_t *)g[i], d[i], n[i]);
+        FG_CU_LAUNCHED();
+    }
+    return FG_OK;
+}
+
+/* ============================================================================================
  * the entry points: the CUDA kernel table's attention member (cuda/kernels.cu)
  * ============================================================================================ */
 
@@ -415,6 +491,9 @@ extern "C" fg_status fg_cu_attention_forward(fg_attn_impl impl, fg_dtype dt, voi
                                              const void *q, const void *k, const void *v, const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention"));
     FG_TRY(check_problem(pr, "attention"));
+    if (dt == FG_BF16)
+        return impl == FG_ATTN_FLASH ? bf16_forward(o, lse, q, k, v, pr)
+                                     : fg_error(FG_ERR_ARG, "attention on cuda: bfloat16 runs the flash kernels only");
     if (fg_cu_mixed_bf16() && (dt == FG_F32 || dt == FG_F64)) /* bfloat16 mixed precision (cuda/mixed.cuh) */
         return fg_cu_attention_mixed_forward(impl, dt, o, lse, aux, q, k, v, pr);
     if (impl == FG_ATTN_FLASH)
@@ -436,6 +515,10 @@ extern "C" fg_status fg_cu_attention_backward(fg_attn_impl impl, fg_dtype dt, vo
                                               const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention backward"));
     FG_TRY(check_problem(pr, "attention backward"));
+    if (dt == FG_BF16)
+        return impl == FG_ATTN_FLASH
+                   ? bf16_backward(dq, dk, dv, dout, q, k, v, o, lse, pr)
+                   : fg_error(FG_ERR_ARG, "attention backward on cuda: bfloat16 runs the flash kernels only");
     if (fg_cu_mixed_bf16() && (dt == FG_F32 || dt == FG_F64)) /* bfloat16 mixed precision (cuda/mixed.cuh) */
         return fg_cu_attention_mixed_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, pr);
     if (impl == FG_ATTN_FLASH)

@@ -1,5 +1,6 @@
 /* attention_bf16.h — bf16 flash attention on tensor cores (cuda/attention_bf16.cu), callable
- * from C. Not yet in the device kernel table (no bf16 dtype exists): the entry points take raw
+ * from C. The CUDA kernel table reaches them for FG_BF16 tensors through cuda/attention.cu's
+ * bf16 shells (bf16 o and gradients rounded from these float32 ones); the entry points take raw
  * device pointers. q (B, H, Nq, d), k, v (B, H_kv, Nk, d) hold bf16 bits; o (B, H, Nq, d) and
  * lse (B, H, Nq) are float32. Supported: d a multiple of 8 up to 128, causal (either alignment),
  * window, GQA, dropout; not softcap, ALiBi or user callbacks (FG_ERR_ARG naming what is refused).

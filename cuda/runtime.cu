@@ -13,6 +13,7 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
+#include "tensor/bf16.h"
 
 /* ============================================================================================
  * kernels
@@ -24,11 +25,32 @@ template <typename T> __global__ void fill_kernel(T *t, fg_cu_layout L, int64_t 
         t[fg_cu_offset(k, L.ndim, L.shape, L.stride)] = v;
 }
 
-/* dst[k] = (TD) src[k], any strides on both */
+/* A bfloat16 element (its bits, tensor/bf16.h) as a type of its own, so the copy kernel's
+ * conversions pick bf16 rounding by overload instead of an integer cast. */
+struct bf16_bits {
+    uint16_t h;
+};
+template <typename TD> __device__ __forceinline__ TD convert_to(float x) { return (TD)x; }
+template <typename TD> __device__ __forceinline__ TD convert_to(double x) { return (TD)x; }
+template <> __device__ __forceinline__ bf16_bits convert_to<bf16_bits>(float x) { return {fg_bf16_from_f32(x)}; }
+template <> __device__ __forceinline__ bf16_bits convert_to<bf16_bits>(double x) { return {fg_bf16_from_f64(x)}; }
+template <typename TD> __device__ __forceinline__ TD convert_to(bf16_bits x) { return (TD)fg_bf16_to_f32(x.h); }
+template <> __device__ __forceinline__ bf16_bits convert_to<bf16_bits>(bf16_bits x) { return x; }
+
+/* dst[k] = src[k] converted to TD (bf16: round to nearest even), any strides on both */
 template <typename TD, typename TS>
 __global__ void copy_kernel(TD *dst, fg_cu_layout Ld, const TS *src, fg_cu_layout Ls, int64_t n) {
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
-        dst[fg_cu_offset(k, Ld.ndim, Ld.shape, Ld.stride)] = (TD)src[fg_cu_offset(k, Ls.ndim, Ls.shape, Ls.stride)];
+        dst[fg_cu_offset(k, Ld.ndim, Ld.shape, Ld.stride)] =
+            convert_to<TD>(src[fg_cu_offset(k, Ls.ndim, Ls.shape, Ls.stride)]);
+}
+
+/* y[k] = bf16(float(y[k]) + a · float(x[k])), any strides on both (tensor.c's axpy_row_h) */
+__global__ void axpy_bf16_kernel(uint16_t *y, fg_cu_layout Ly, const uint16_t *x, fg_cu_layout Lx, int64_t n, float a) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+        uint16_t *p = y + fg_cu_offset(k, Ly.ndim, Ly.shape, Ly.stride);
+        *p = fg_bf16_from_f32(fg_bf16_to_f32(*p) + a * fg_bf16_to_f32(x[fg_cu_offset(k, Lx.ndim, Lx.shape, Lx.stride)]));
+    }
 }
 
 /* ============================================================================================
@@ -155,11 +177,49 @@ template <typename T> static fg_status launch_fill(fg_tensor *t, double value) {
     FG_CU_LAUNCHED();
     return FG_OK;
 }
-static fg_status tb_fill(fg_tensor *t, double value) { return FG_CU_DISPATCH(t->dtype, launch_fill, t, value); }
+static fg_status tb_fill(fg_tensor *t, double value) {
+    if (t->dtype == FG_BF16) {
+        const int64_t n = fg_numel(t);
+        if (n == 0) return FG_OK;
+        fill_kernel<uint16_t><<<fg_cu_blocks(n), FG_CU_THREADS, 0, g_stream>>>((uint16_t *)fg_data(t), layout_of(t), n,
+                                                                               fg_bf16_from_f64(value));
+        FG_CU_LAUNCHED();
+        return FG_OK;
+    }
+    return FG_CU_DISPATCH(t->dtype, launch_fill, t, value);
+}
 
-/* y += alpha * x: the add_into kernel of the table (cuda/elementwise.cu) */
+/* y += alpha * x: the add_into kernel of the table (cuda/elementwise.cu); bfloat16 by its own kernel */
 static fg_status tb_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
+    if (y->dtype == FG_BF16) {
+        const int64_t n = fg_numel(y);
+        if (n == 0) return FG_OK;
+        axpy_bf16_kernel<<<fg_cu_blocks(n), FG_CU_THREADS, 0, g_stream>>>(
+            (uint16_t *)fg_data(y), layout_of(y), (const uint16_t *)fg_data(x), layout_of(x), n, (float)alpha);
+        FG_CU_LAUNCHED();
+        return FG_OK;
+    }
     return fg_cu_memory_add_into(y->dtype, fg_data(y), y->strides, fg_data(x), x->strides, y->ndim, y->shape, alpha);
+}
+
+template <typename TD>
+static void launch_copy_src(fg_dtype ts, unsigned nb, TD *d, const fg_cu_layout &Ld, const void *s,
+                            const fg_cu_layout &Ls, int64_t n) {
+    if (ts == FG_F64)
+        copy_kernel<TD, double><<<nb, FG_CU_THREADS, 0, g_stream>>>(d, Ld, (const double *)s, Ls, n);
+    else if (ts == FG_BF16)
+        copy_kernel<TD, bf16_bits><<<nb, FG_CU_THREADS, 0, g_stream>>>(d, Ld, (const bf16_bits *)s, Ls, n);
+    else
+        copy_kernel<TD, float><<<nb, FG_CU_THREADS, 0, g_stream>>>(d, Ld, (const float *)s, Ls, n);
+}
+static void launch_copy_dst(fg_dtype td, fg_dtype ts, unsigned nb, void *d, const fg_cu_layout &Ld, const void *s,
+                            const fg_cu_layout &Ls, int64_t n) {
+    if (td == FG_F64)
+        launch_copy_src<double>(ts, nb, (double *)d, Ld, s, Ls, n);
+    else if (td == FG_BF16)
+        launch_copy_src<bf16_bits>(ts, nb, (bf16_bits *)d, Ld, s, Ls, n);
+    else
+        launch_copy_src<float>(ts, nb, (float *)d, Ld, s, Ls, n);
 }
 
 static fg_status tb_copy(fg_tensor *dst, const fg_tensor *src) {
@@ -173,14 +233,7 @@ static fg_status tb_copy(fg_tensor *dst, const fg_tensor *src) {
     unsigned nb = fg_cu_blocks(n);
     void *d = fg_data(dst);
     const void *s = fg_data(src);
-    if (dst->dtype == FG_F32 && src->dtype == FG_F32)
-        copy_kernel<float, float><<<nb, FG_CU_THREADS, 0, g_stream>>>((float *)d, Ld, (const float *)s, Ls, n);
-    else if (dst->dtype == FG_F32)
-        copy_kernel<float, double><<<nb, FG_CU_THREADS, 0, g_stream>>>((float *)d, Ld, (const double *)s, Ls, n);
-    else if (src->dtype == FG_F32)
-        copy_kernel<double, float><<<nb, FG_CU_THREADS, 0, g_stream>>>((double *)d, Ld, (const float *)s, Ls, n);
-    else
-        copy_kernel<double, double><<<nb, FG_CU_THREADS, 0, g_stream>>>((double *)d, Ld, (const double *)s, Ls, n);
+    launch_copy_dst(dst->dtype, src->dtype, nb, d, Ld, s, Ls, n);
     FG_CU_LAUNCHED();
     return FG_OK;
 }

@@ -144,9 +144,12 @@ fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_
 }
 
 fg_status fg_attn_problem_check_dtype(const fg_attn_problem *pr, fg_dtype dt) {
-    if (dt != FG_F32 && dt != FG_F64) return fg_error(FG_ERR_DTYPE, "attention: unsupported dtype %d", (int)dt);
-    const double tmax = dt == FG_F32 ? FLT_MAX : DBL_MAX, tmin = dt == FG_F32 ? FLT_MIN : DBL_MIN;
-    const char *dn = fg_dtype_name(dt);
+    if (dt != FG_F32 && dt != FG_F64 && dt != FG_BF16)
+        return fg_error(FG_ERR_DTYPE, "attention: unsupported dtype %d", (int)dt);
+    /* bfloat16 kernels compute the scores in float32 */
+    const fg_dtype cdt = dt == FG_BF16 ? FG_F32 : dt;
+    const double tmax = cdt == FG_F32 ? FLT_MAX : DBL_MAX, tmin = cdt == FG_F32 ? FLT_MIN : DBL_MIN;
+    const char *dn = fg_dtype_name(cdt);
     if (!(fabs(pr->scale) <= tmax))
         return fg_error(FG_ERR_ARG, "attention: scale %g does not fit %s: |scale| must be at most %.3g", pr->scale, dn,
                         tmax);
@@ -180,7 +183,7 @@ static fg_status check_qkv(const fg_tensor *q, const fg_tensor *k, const fg_tens
         if (t[i]->ndim != 4)
             return fg_error(FG_ERR_SHAPE, "attention: %s must be (B, H, N, d), got rank %d %s", nm[i], t[i]->ndim,
                             fg_shape_str(t[i], b1, sizeof b1));
-        if (t[i]->dtype != FG_F32 && t[i]->dtype != FG_F64)
+        if (t[i]->dtype != FG_F32 && t[i]->dtype != FG_F64 && t[i]->dtype != FG_BF16)
             return fg_error(FG_ERR_DTYPE, "attention: %s has unsupported dtype %d", nm[i], (int)t[i]->dtype);
     }
     for (int i = 1; i < 3; i++) {
@@ -203,11 +206,18 @@ static fg_status check_qkv(const fg_tensor *q, const fg_tensor *k, const fg_tens
     return FG_OK;
 }
 
-/* The device's kernels run only the variants they list in caps, and user callbacks only on the CPU. */
-static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev, const fg_attention_kernels *kn) {
-    const unsigned caps = kn->caps;
+/* The device's kernels run only the variants they list in caps (caps_bf16 for bfloat16, which a
+ * device without FG_ATTN_CAP_BF16 there refuses outright), and user callbacks only on the CPU. */
+static fg_status check_device_variant(const fg_attn_problem *pr, fg_attn_impl impl, fg_dtype dt, fg_device dev,
+                                      const fg_attention_kernels *kn) {
+    const int bf16 = dt == FG_BF16;
+    const unsigned caps = bf16 ? kn->caps_bf16 : kn->caps;
+    if (bf16 && !(caps & FG_ATTN_CAP_BF16)) return fg_op_compute_dtype("attention", "q", dt, dev);
+    if (bf16 && impl != FG_ATTN_FLASH)
+        return fg_error(FG_ERR_ARG, "attention on %s: bfloat16 q, k, v run the flash kernels only (not --impl %s)",
+                        fg_device_name(dev), fg_attn_impl_name(impl));
     const char *what = NULL;
-    if (dev != FG_CPU && (pr->custom.score_mod || pr->custom.mask))
+    if (dev != FG_CPU && (pr->custom.score_mod || pr->custom.mask || (bf16 && pr->custom.block_mask)))
         what = "user callbacks (score_mod, mask), which run on the CPU only";
     else if (pr->var.n_kv_heads != pr->H && !(caps & FG_ATTN_CAP_GQA))
         what = "grouped-query attention";
@@ -220,8 +230,8 @@ static fg_status check_device_variant(const fg_attn_problem *pr, fg_device dev, 
     else if (pr->causal == FG_ATTN_CAUSAL_TOP_LEFT && pr->Nq != pr->Nk && !(caps & FG_ATTN_CAP_CAUSAL_TOP_LEFT))
         what = "a top-left aligned causal mask with Nq != Nk";
     if (what)
-        return fg_error(FG_ERR_DEVICE, "attention on %s: this build's kernels do not support %s", fg_device_name(dev),
-                        what);
+        return fg_error(FG_ERR_DEVICE, "attention on %s: this build's %skernels do not support %s", fg_device_name(dev),
+                        bf16 ? "bfloat16 " : "", what);
     return FG_OK;
 }
 
@@ -339,7 +349,7 @@ fg_status fg_attn_call_begin(fg_attn_call *c, const fg_attn_opts *opts, int64_t 
     FG_TRY(fg_attn_problem_check_dtype(pr, dt));
     const fg_attention_kernels *kn = attention_kernels(dev, 0);
     if (!kn) return fg_last_status();
-    FG_TRY(check_device_variant(pr, dev, kn));
+    FG_TRY(check_device_variant(pr, op.impl, dt, dev, kn));
     /* a mask without a block mask: flash builds one for this call (and its backward) */
     if (op.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
         const int64_t bB = bm_broadcast & 1 ? 1 : pr->B, bH = bm_broadcast & 2 ? 1 : pr->H;
@@ -484,7 +494,7 @@ static fg_status attn_fwd_run(attn_fwd *c, fg_attn_opts op, int64_t B, int64_t H
     const int64_t oshape[4] = {pr->B, pr->H, pr->Nq, pr->d}, lshape[3] = {pr->B, pr->H, pr->Nq};
     const int64_t pshape[4] = {pr->B, pr->H, pr->Nq, pr->Nk};
     c->o = fg_empty(dt, dev, 4, oshape);
-    c->lse = c->o ? fg_empty(dt, dev, 3, lshape) : NULL;
+    c->lse = c->o ? fg_empty(dt == FG_BF16 ? FG_F32 : dt, dev, 3, lshape) : NULL; /* bfloat16: float32 lse */
     /* naive keeps P for its backward (without one, the kernel uses per-(b, h) scratch); flash in
      * float32 keeps lse_lo */
     int want_aux = 0;
@@ -704,8 +714,7 @@ fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *
                  fg_shape_str(qkv, b1, sizeof b1));
         return NULL;
     }
-    if (qkv->dtype != FG_F32 && qkv->dtype != FG_F64) {
-        fg_error(FG_ERR_DTYPE, "attention_qkv: qkv has unsupported dtype %s", fg_dtype_name(qkv->dtype));
+    if (fg_op_compute_dtype("attention_qkv", "qkv", qkv->dtype, FG_CPU) != FG_OK) {
         return NULL;
     }
     fg_attn_opts op = opts ? *opts : fg_attn_defaults();

@@ -170,7 +170,11 @@ int fg_attn_has_variant(const fg_attn_opts *opts);
  * for other sizes or blocks; user callbacks or unsupported variants on a non-CPU device. On the CPU
  * also FG_ERR_NUMERIC when q, k and v are finite but the scores overflow the dtype (|scale · q·k|
  * above its range: a row's lse would be NaN, or −inf though it sees keys). A NaN or infinite input
- * is no error: it makes NaN rows (see the notes at the top). */
+ * is no error: it makes NaN rows (see the notes at the top).
+ * bfloat16 q, k, v (FG_BF16) run on a device whose kernel table lists them (CUDA: the flash
+ * kernels, docs/gpu.md "bfloat16 tensors"): O and the gradients are bfloat16, lse float32; on the
+ * CPU FG_ERR_DTYPE (bf16 compute needs --device cuda), and the variants those kernels lack
+ * (softcap, ALiBi, callbacks; impl naive) are refused by name. */
 fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_opts *opts, fg_tensor **lse_out);
 
 /* Attention on a packed projection, as a GPT's c_attn makes it: qkv is (B, T, (H + 2·H_kv)·d),

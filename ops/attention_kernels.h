@@ -52,7 +52,8 @@ typedef struct {
  * bad values (the list of fg_attention). k and v of the kernels below are (B, H_kv, Nk, d). */
 fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
                                const fg_attn_opts *opts);
-/* Do the resolved problem's options fit dtype dt (FG_F32 or FG_F64), in which the kernels compute?
+/* Do the resolved problem's options fit dtype dt (FG_F32 or FG_F64, or FG_BF16, whose kernels
+ * compute scores in float32 and take float32's limits), in which the kernels compute?
  * With T_MAX and T_MIN dt's largest and smallest normal numbers: |scale| <= T_MAX; softcap 0 or in
  * [T_MIN, T_MAX] (the kernels use c and 1/c); every ALiBi bias slope_h · |i' − j| <= T_MAX, i.e.
  * |slope_h| · (max(Nq, Nk) − 1) <= T_MAX. FG_ERR_ARG naming the option, its value and the range
@@ -235,6 +236,12 @@ enum {
 /* causal = FG_ATTN_CAUSAL_TOP_LEFT with Nq != Nk (with Nq = Nk both alignments are the same mask).
  * Not in FG_ATTN_CAP_ALL: a device lists it only once its kernels are tested with it. */
 #define FG_ATTN_CAP_CAUSAL_TOP_LEFT 16
+/* In a table's caps_bf16 (ops/kernels.h): the device's kernels take bfloat16 q, k, v at all (the
+ * flash ones; float32 lse; o, dq, dk, dv bfloat16). The other bits of caps_bf16 say which variants
+ * they implement for bfloat16, as caps does for float32 and float64. */
+#define FG_ATTN_CAP_BF16 32
+/* What cuda/attention_bf16.h's kernels implement: no softcap, no ALiBi (nor user callbacks). */
+#define FG_ATTN_CAPS_BF16_CUDA (FG_ATTN_CAP_BF16 | FG_ATTN_CAP_GQA | FG_ATTN_CAP_WINDOW | FG_ATTN_CAP_CAUSAL_TOP_LEFT)
 
 #ifdef __cplusplus
 }

@@ -7,10 +7,11 @@
 #include "ops/kernels.h"
 #include "ops/ops_internal.h"
 
-/* FG_OK when dt is a floating dtype, every pointer is set and every size is at least 1. */
-static fg_status check_args(const char *op, fg_dtype dt, int n_ptr, const void *const *ptr, int n_size,
+/* FG_OK when dt is a compute dtype on d (fg_op_compute_dtype), every pointer is set and every size
+ * is at least 1. */
+static fg_status check_args(const char *op, fg_device d, fg_dtype dt, int n_ptr, const void *const *ptr, int n_size,
                             const int64_t *size) {
-    if (dt != FG_F32 && dt != FG_F64) return fg_error(FG_ERR_DTYPE, "%s: dtype %d is not float32 or float64", op, dt);
+    FG_TRY(fg_op_compute_dtype(op, "the data", dt, d));
     for (int i = 0; i < n_ptr; i++)
         if (!ptr[i]) return fg_error(FG_ERR_ARG, "%s: buffer %d is NULL", op, i);
     for (int i = 0; i < n_size; i++)
@@ -30,7 +31,7 @@ fg_status fg_infer_embedding(fg_device d, fg_dtype dt, void *out, const void *ta
     static const char op[] = "embedding";
     const void *const bufs[] = {out, table, idx};
     const int64_t sizes[] = {n, V, C};
-    FG_TRY(check_args(op, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
+    FG_TRY(check_args(op, d, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
     for (int64_t r = 0; r < n; r++)
         if (idx[r] < 0 || idx[r] >= V)
             return fg_error(FG_ERR_ARG, "%s: id %d (position %lld) is outside [0, %lld)", op, (int)idx[r], (long long)r,
@@ -44,7 +45,7 @@ fg_status fg_infer_layernorm(fg_device d, fg_dtype dt, void *out, void *mean, vo
     static const char op[] = "layernorm";
     const void *const bufs[] = {out, mean, rstd, x};
     const int64_t sizes[] = {R, C};
-    FG_TRY(check_args(op, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
+    FG_TRY(check_args(op, d, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
     if (!(eps > 0)) return fg_error(FG_ERR_ARG, "%s: eps %g must be positive", op, eps);
     KERNELS(k, op, d, layernorm.forward);
     return k->layernorm.forward(dt, out, mean, rstd, x, w, b, R, C, eps);
@@ -55,7 +56,7 @@ fg_status fg_infer_linear(fg_device d, fg_dtype dt, void *out, const void *x, co
     static const char op[] = "linear";
     const void *const bufs[] = {out, x, w};
     const int64_t sizes[] = {R, N, K};
-    FG_TRY(check_args(op, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
+    FG_TRY(check_args(op, d, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
     KERNELS(k, op, d, matmul.gemm);
     return k->matmul.gemm(dt, 0, 1, R, N, K, 1.0, x, K, 0, w, K, 0, 0.0, b, out, N, 0, 1);
 }
@@ -64,7 +65,7 @@ fg_status fg_infer_gelu(fg_device d, fg_dtype dt, void *out, const void *x, int6
     static const char op[] = "gelu";
     const void *const bufs[] = {out, x};
     const int64_t sizes[] = {n};
-    FG_TRY(check_args(op, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
+    FG_TRY(check_args(op, d, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
     KERNELS(k, op, d, gelu.forward);
     return k->gelu.forward(dt, out, x, n);
 }
@@ -96,7 +97,7 @@ fg_status fg_infer_attention(fg_device d, fg_dtype dt, const fg_attn_opts *opts,
     static const char op[] = "attention";
     const void *const bufs[] = {o, lse, q, k, v};
     const int64_t sizes[] = {H, Nq, Nk, hd};
-    FG_TRY(check_args(op, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
+    FG_TRY(check_args(op, d, dt, N_OF(bufs), bufs, N_OF(sizes), sizes));
     if (d != FG_CPU) return fg_error(FG_ERR_DEVICE, "%s: the per-head inference loop runs on the CPU only", op);
     const fg_attn_opts ao = opts ? *opts : fg_attn_defaults();
     if (ao.dropout_p != 0 || fg_attn_has_variant(&ao))

@@ -222,7 +222,10 @@ typedef enum {
  * the naive P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for
  * FG_ATTN_FLASH; the naive backward gets lse NULL (it reads P); the backward adds into dq, dk, dv
  * (any NULL). `caps` lists the built-in variants the kernels implement (FG_ATTN_CAP_*); the shell
- * refuses the others on that device, and always refuses user callbacks off the CPU. With
+ * refuses the others on that device, and always refuses user callbacks off the CPU. `caps_bf16`
+ * is the same for bfloat16 q, k, v (dt FG_BF16), FG_ATTN_CAP_BF16 set when the device takes them
+ * at all: then q, k, v, dout, o, dq, dk, dv are bfloat16 and lse float32, aux is NULL, the impl is
+ * flash (the shell refuses naive), and the backward adds into dq, dk, dv with one rounding each. With
  * FG_ATTN_CAP_ALIBI, pr->var.alibi_slopes is a HOST pointer (H doubles) or NULL (standard slopes).
  * The shell has checked the problem (fg_attn_problem_init, fg_attn_problem_check_dtype) and the
  * caps before it calls a kernel: a device's kernels check only their own limits. */
@@ -233,7 +236,8 @@ typedef enum {
     FN(attention, backward, all, fg_status,                                                                            \
        (fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,  \
         const void *v, const void *o, const void *lse, const void *aux, const fg_attn_problem *pr))                    \
-    VAL(attention, unsigned, caps, FG_ATTN_CAP_ALL | FG_ATTN_CAP_CAUSAL_TOP_LEFT, FG_ATTN_CAP_ALL)
+    VAL(attention, unsigned, caps, FG_ATTN_CAP_ALL | FG_ATTN_CAP_CAUSAL_TOP_LEFT, FG_ATTN_CAP_ALL)                 \
+    VAL(attention, unsigned, caps_bf16, 0, FG_ATTN_CAPS_BF16_CUDA)
 
 /* The families: the table's members, in this order. */
 #define FG_KERNEL_FAMILIES(FAM)                                                                                        \

@@ -7,11 +7,24 @@
 #include <string.h>
 
 /* ---- argument checks ---- */
+fg_status fg_op_compute_dtype(const char *op, const char *what, fg_dtype dt, fg_device dev) {
+    if (dt == FG_F32 || dt == FG_F64) return FG_OK;
+    if (dt == FG_BF16 && dev == FG_CPU)
+        return fg_error(FG_ERR_DTYPE,
+                        "%s: %s is bfloat16, which the CPU stores but does not compute in: bf16 compute needs "
+                        "--device cuda (convert with fg_to to float32 for CPU math)",
+                        op, what);
+    if (dt == FG_BF16)
+        return fg_error(FG_ERR_DTYPE,
+                        "%s: %s is bfloat16, which %s computes in for attention only (convert with fg_to to "
+                        "float32)",
+                        op, what, fg_device_name(dev));
+    return fg_error(FG_ERR_DTYPE, "%s: %s has unsupported dtype %d", op, what, (int)dt);
+}
+
 fg_status fg_op_check(const char *op, const char *what, const fg_tensor *t) {
     if (!t) return fg_error(FG_ERR_ARG, "%s: %s is NULL", op, what);
-    if (t->dtype != FG_F32 && t->dtype != FG_F64)
-        return fg_error(FG_ERR_DTYPE, "%s: %s has unsupported dtype %d", op, what, (int)t->dtype);
-    return FG_OK;
+    return fg_op_compute_dtype(op, what, t->dtype, t->device);
 }
 
 fg_status fg_op_check_like(const char *op, const char *what, const fg_tensor *t, const char *ref_what,
@@ -212,6 +225,7 @@ fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {
     if (!fg_same_shape(dst, src) || dst->dtype != src->dtype)
         return fg_error(FG_ERR_SHAPE, "internal: accumulate %s %s into %s %s", fg_dtype_name(src->dtype),
                         FG_SHP(src, b1), fg_dtype_name(dst->dtype), FG_SHP(dst, b2));
+    FG_TRY(fg_op_compute_dtype(op, "the gradient", dst->dtype, dst->device));
     if (dst->device != src->device)
         return fg_error(FG_ERR_DEVICE, "%s: %s %s into %s %s: both must be on one device", op,
                         fg_device_name(src->device), FG_SHP(src, b1), fg_device_name(dst->device), FG_SHP(dst, b2));

@@ -35,8 +35,14 @@ extern "C" {
 #define FG_SHP(t, buf) fg_shape_str((t), (buf), sizeof(buf))
 
 /* ---- argument checks: FG_OK, or the error status with a message that names the op ---- */
-/* t must be non-NULL and of a known dtype. `what` names the argument ("a", "weight", ...). */
+/* t must be non-NULL and of a compute dtype (float32, float64). `what` names the argument ("a",
+ * "weight", ...). A bfloat16 tensor is refused (FG_ERR_DTYPE) by fg_op_compute_dtype's line. */
 fg_status fg_op_check(const char *op, const char *what, const fg_tensor *t);
+/* FG_OK for float32 and float64, which every device's kernels compute in; FG_ERR_DTYPE otherwise,
+ * one line naming op and what: bfloat16 is a storage dtype, so on the CPU it says that bf16
+ * compute needs --device cuda (convert with fg_to for CPU math), and on a device that only
+ * attention takes bf16 there. The one check the ops' shells (and ops/infer.c) run on a dtype. */
+fg_status fg_op_compute_dtype(const char *op, const char *what, fg_dtype dt, fg_device dev);
 /* As fg_op_check, and t has ref's dtype and device. */
 fg_status fg_op_check_like(const char *op, const char *what, const fg_tensor *t, const char *ref_what,
                            const fg_tensor *ref);

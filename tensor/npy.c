@@ -176,8 +176,23 @@ static int match_word(npy_cursor *c, const char *w) {
     return 1;
 }
 
-/* The dtype string: only little-endian float32 / float64. */
+/* The dtype string: little-endian float32 / float64, and bfloat16 as ml_dtypes writes it.
+ * numpy has no bfloat16 of its own; ml_dtypes' bfloat16 (the one JAX, TensorFlow and Keras use)
+ * is a numpy dtype of kind 'V' whose np.save descr is '<V2' — the only two-byte type ml_dtypes
+ * has, and a byte order numpy itself never gives a void type. A plain two-byte void ('|V2') or
+ * integer ('<u2', '<i2': torch's bf16.view(int16), or token ids) carries no claim that the bits
+ * are bfloat16, and float16 ('<f2') is another format: each is refused with a line saying how to
+ * write bfloat16 that is read as such. */
 static fg_status check_descr(const char *path, const char *d, size_t len, fg_dtype *dt) {
+    if (len == 3 && strcmp(d, "<V2") == 0) {
+        *dt = FG_BF16;
+        return FG_OK;
+    }
+    if (len == 3 && (strcmp(d, "|V2") == 0 || strcmp(d, "<u2") == 0 || strcmp(d, "<i2") == 0 || strcmp(d, "<f2") == 0))
+        return npy_fail(path,
+                        "dtype '%s' is not known to hold bfloat16 (bfloat16 is read from ml_dtypes' '<V2', "
+                        "as np.save of an ml_dtypes.bfloat16 array writes it; or save float32)",
+                        d);
     if (len == 3 && strcmp(d, "<f4") == 0) {
         *dt = FG_F32;
         return FG_OK;
@@ -191,7 +206,7 @@ static fg_status check_descr(const char *path, const char *d, size_t len, fg_dty
                         "dtype '%s' is not supported (big-endian data; float32 and float64 "
                         "little-endian only)",
                         d);
-    return npy_fail(path, "dtype '%s%s' is not supported (float32 and float64 only)", d,
+    return npy_fail(path, "dtype '%s%s' is not supported (float32, float64 and bfloat16 '<V2' only)", d,
                     len > 47 ? "..." : ""); /* 47: what parse_dict keeps */
 }
 
@@ -506,7 +521,7 @@ void fg_npy_unmap(fg_npy_mapping *m) {
 
 fg_status fg_npy_save_raw(const char *path, fg_dtype dt, int ndim, const int64_t *shape, const void *data) {
     if (!path || !*path) return fg_error(FG_ERR_ARG, "npy save: empty file path");
-    if (dt != FG_F32 && dt != FG_F64)
+    if (dt != FG_F32 && dt != FG_F64 && dt != FG_BF16)
         return fg_error(FG_ERR_DTYPE, "npy save '%s': unsupported dtype %d", path, (int)dt);
     if (ndim < 0 || ndim > FG_MAX_DIMS || (ndim > 0 && !shape))
         return fg_error(FG_ERR_ARG, "npy save '%s': bad rank %d", path, ndim);
@@ -523,7 +538,7 @@ fg_status fg_npy_save_raw(const char *path, fg_dtype dt, int ndim, const int64_t
     shape_repr(sb, sizeof sb, ndim, shape);
     char dict[sizeof sb + 96];
     int dlen = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                        dt == FG_F32 ? "<f4" : "<f8", sb);
+                        dt == FG_F32 ? "<f4" : dt == FG_F64 ? "<f8" : "<V2", sb);
     /* Pad with spaces and a final '\n' so preamble + header is a multiple of 64 (numpy >= 1.14
      * does the same: aligned data can be memory-mapped and loaded with vector loads). Version 2.0
      * only when the header cannot fit a uint16 length. */

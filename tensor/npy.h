@@ -1,4 +1,7 @@
-/* npy.h — NumPy .npy files: float32 and float64, C order, format versions 1.0 and 2.0.
+/* npy.h — NumPy .npy files: float32 and float64, C order, format versions 1.0 and 2.0, and
+ * bfloat16 as ml_dtypes' np.save writes it: descr '<V2', two bytes of bf16 bits per element (load
+ * it in Python with np.load(path).view(ml_dtypes.bfloat16)). '|V2', '<u2', '<i2' and '<f2' are
+ * refused: nothing in them says the bits are bfloat16.
  *
  * Anything else (other dtypes, big-endian data, Fortran order, version 3.0, object arrays, rank
  * above FG_MAX_DIMS) is refused with FG_ERR_FORMAT and a message naming what is unsupported.
@@ -20,7 +23,7 @@ extern "C" {
  * numel * element size (the file must hold exactly that many bytes after the header). */
 typedef struct {
     int version_major;          /* 1 or 2 */
-    fg_dtype dtype;             /* FG_F32 ('<f4') or FG_F64 ('<f8') */
+    fg_dtype dtype;             /* FG_F32 ('<f4'), FG_F64 ('<f8') or FG_BF16 ('<V2') */
     int ndim;                   /* 0 .. FG_MAX_DIMS */
     int64_t shape[FG_MAX_DIMS]; /* outermost first */
     size_t data_offset;

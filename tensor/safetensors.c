@@ -63,7 +63,7 @@ static const struct {
 
 const char *fg_st_dtype_name(fg_st_dtype dt) { return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].name : "?"; }
 size_t fg_st_dtype_size(fg_st_dtype dt) { return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].size : 0; }
-fg_st_dtype fg_st_from_dtype(fg_dtype dt) { return dt == FG_F64 ? FG_ST_F64 : FG_ST_F32; }
+fg_st_dtype fg_st_from_dtype(fg_dtype dt) { return dt == FG_F64 ? FG_ST_F64 : dt == FG_BF16 ? FG_ST_BF16 : FG_ST_F32; }
 
 /* "(2, 3)" for messages. */
 static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -1339,9 +1339,9 @@ fg_tensor *fg_st_tensor(const fg_st_file *f, const char *name) {
         fg_error(FG_ERR_ARG, "%s: no tensor named '%s'", f->label, name);
         return NULL;
     }
-    if (a->dtype != FG_ST_F32 && a->dtype != FG_ST_F64) {
+    if (a->dtype != FG_ST_F32 && a->dtype != FG_ST_F64 && a->dtype != FG_ST_BF16) {
         fg_error(FG_ERR_DTYPE,
-                 "%s: tensor '%s' is %s; only F32 and F64 convert to a tensor "
+                 "%s: tensor '%s' is %s; only F32, F64 and BF16 convert to a tensor "
                  "(read it raw with fg_st_read)",
                  f->label, name, st_dtypes[a->dtype].name);
         return NULL;
@@ -1351,7 +1351,8 @@ fg_tensor *fg_st_tensor(const fg_st_file *f, const char *name) {
                  FG_MAX_DIMS);
         return NULL;
     }
-    fg_tensor *t = fg_empty(a->dtype == FG_ST_F64 ? FG_F64 : FG_F32, FG_CPU, a->ndim, a->shape);
+    const fg_dtype dt = a->dtype == FG_ST_F64 ? FG_F64 : a->dtype == FG_ST_BF16 ? FG_BF16 : FG_F32;
+    fg_tensor *t = fg_empty(dt, FG_CPU, a->ndim, a->shape);
     if (t && a->nbytes) memcpy(fg_data(t), a->data, a->nbytes);
     return t;
 }

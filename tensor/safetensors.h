@@ -69,7 +69,7 @@ typedef enum {
 const char *fg_st_dtype_name(fg_st_dtype dt);
 /* Bytes per element; 0 for an out-of-range value. */
 size_t fg_st_dtype_size(fg_st_dtype dt);
-/* FG_F32 -> FG_ST_F32, FG_F64 -> FG_ST_F64. */
+/* FG_F32 -> FG_ST_F32, FG_F64 -> FG_ST_F64, FG_BF16 -> FG_ST_BF16. */
 fg_st_dtype fg_st_from_dtype(fg_dtype dt);
 
 #define FG_ST_MAX_DIMS 8
@@ -145,7 +145,8 @@ const fg_st_array *fg_st_find(const fg_st_file *f, const char *name);
  * exactly dtype dt and shape (ndim, shape): FG_ERR_ARG (missing), FG_ERR_DTYPE or FG_ERR_SHAPE
  * with a message that gives both. */
 fg_status fg_st_read(const fg_st_file *f, const char *name, fg_st_dtype dt, int ndim, const int64_t *shape, void *dst);
-/* A new contiguous CPU tensor holding F32/F64 array `name` (caller releases), or NULL. */
+/* A new contiguous CPU tensor holding F32/F64/BF16 array `name` (BF16: an FG_BF16 tensor of the
+ * same bits; caller releases), or NULL. */
 fg_tensor *fg_st_tensor(const fg_st_file *f, const char *name);
 /* Copies F32/F64 array `name` into an existing tensor of the same shape and dtype (any device,
  * any strides), e.g. a model parameter. */

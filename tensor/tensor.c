@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor/bf16.h"
 #include "tensor/philox.h"
 
 static const fg_tensor_backend *tensor_backends[FG_DEVICE_COUNT];
@@ -22,11 +23,13 @@ const char *fg_dtype_name(fg_dtype t) {
         return "float32";
     case FG_F64:
         return "float64";
+    case FG_BF16:
+        return "bfloat16";
     default:
         return "unknown-dtype";
     }
 }
-size_t fg_dtype_size(fg_dtype t) { return t == FG_F64 ? 8 : 4; }
+size_t fg_dtype_size(fg_dtype t) { return t == FG_F64 ? 8 : t == FG_BF16 ? 2 : 4; }
 
 /* ---- inspection ---- */
 int64_t fg_numel(const fg_tensor *t) {
@@ -90,6 +93,7 @@ double fg_get(const fg_tensor *t, int64_t k) {
     union {
         float f;
         double d;
+        uint16_t h;
     } v = {0};
     if (t->device == FG_CPU) {
         memcpy(&v, (char *)t->storage->data + (size_t)off * es, es);
@@ -101,7 +105,7 @@ double fg_get(const fg_tensor *t, int64_t k) {
         }
         be->copy_to_host(&v, (char *)t->storage->data + (size_t)off * es, es); /* one element: slow, for tests */
     }
-    return t->dtype == FG_F64 ? v.d : v.f;
+    return t->dtype == FG_F64 ? v.d : t->dtype == FG_BF16 ? (double)fg_bf16_to_f32(v.h) : v.f;
 }
 
 fg_status fg_set(fg_tensor *t, int64_t k, double x) {
@@ -110,9 +114,12 @@ fg_status fg_set(fg_tensor *t, int64_t k, double x) {
     union {
         float f;
         double d;
+        uint16_t h;
     } v;
     if (t->dtype == FG_F64)
         v.d = x;
+    else if (t->dtype == FG_BF16)
+        v.h = fg_bf16_from_f64(x);
     else
         v.f = (float)x;
     if (t->device == FG_CPU) {
@@ -273,6 +280,8 @@ static fg_tensor *rand_fill(fg_dtype dt, fg_device dev, int ndim, const int64_t 
         for (int64_t k = k0; k < k1; k++) {
             if (dt == FG_F64)
                 ((double *)host->storage->data)[k] = buf[k - k0];
+            else if (dt == FG_BF16)
+                ((uint16_t *)host->storage->data)[k] = fg_bf16_from_f64(buf[k - k0]);
             else
                 ((float *)host->storage->data)[k] = (float)buf[k - k0];
         }
@@ -476,6 +485,27 @@ COPY_ROW(copy_ff, float, float)
 COPY_ROW(copy_fd, float, double)
 COPY_ROW(copy_df, double, float)
 COPY_ROW(copy_dd, double, double)
+COPY_ROW(copy_hh, uint16_t, uint16_t)
+
+/* to and from bfloat16 (bits): rounding to nearest even, once, from either float type */
+#define COPY_ROW_CVT(NAME, TD, TS, CVT)                                                                                \
+    static void NAME(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {                         \
+        row_ctx *x = c;                                                                                                \
+        TD *d = (TD *)x->d + doff;                                                                                     \
+        const TS *s = (const TS *)x->s + soff;                                                                         \
+        for (int64_t k = 0; k < n; k++) d[k * ds] = CVT(s[k * ss]);                                                    \
+    }
+COPY_ROW_CVT(copy_hf, uint16_t, float, fg_bf16_from_f32)
+COPY_ROW_CVT(copy_hd, uint16_t, double, fg_bf16_from_f64)
+COPY_ROW_CVT(copy_fh, float, uint16_t, fg_bf16_to_f32)
+COPY_ROW_CVT(copy_dh, double, uint16_t, (double)fg_bf16_to_f32)
+
+/* copy_rows[dst dtype][src dtype] */
+static const row_fn copy_rows[FG_DTYPE_COUNT][FG_DTYPE_COUNT] = {
+    [FG_F32] = {[FG_F32] = copy_ff, [FG_F64] = copy_fd, [FG_BF16] = copy_fh},
+    [FG_F64] = {[FG_F32] = copy_df, [FG_F64] = copy_dd, [FG_BF16] = copy_dh},
+    [FG_BF16] = {[FG_F32] = copy_hf, [FG_F64] = copy_hd, [FG_BF16] = copy_hh},
+};
 
 static void cpu_copy(fg_tensor *dst, const fg_tensor *src) {
     int64_t n = fg_numel(dst);
@@ -485,9 +515,7 @@ static void cpu_copy(fg_tensor *dst, const fg_tensor *src) {
         return;
     }
     row_ctx c = {dst->storage->data, src->storage->data, 0};
-    row_fn fn =
-        dst->dtype == FG_F64 ? (src->dtype == FG_F64 ? copy_dd : copy_df) : (src->dtype == FG_F64 ? copy_fd : copy_ff);
-    for_each_row(dst, src, fn, &c);
+    for_each_row(dst, src, copy_rows[dst->dtype][src->dtype], &c);
 }
 
 static void axpy_row_f(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {
@@ -495,6 +523,15 @@ static void axpy_row_f(void *c, int64_t doff, int64_t soff, int64_t n, int64_t d
     float *d = (float *)x->d + doff, a = (float)x->alpha;
     const float *s = (const float *)x->s + soff;
     for (int64_t k = 0; k < n; k++) d[k * ds] += a * s[k * ss];
+}
+/* bfloat16: y = bf16(float(y) + (float)alpha · float(x)), one rounding per element (how autograd
+ * accumulates a bfloat16 gradient) */
+static void axpy_row_h(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {
+    row_ctx *x = c;
+    uint16_t *d = (uint16_t *)x->d + doff;
+    const uint16_t *s = (const uint16_t *)x->s + soff;
+    const float a = (float)x->alpha;
+    for (int64_t k = 0; k < n; k++) d[k * ds] = fg_bf16_from_f32(fg_bf16_to_f32(d[k * ds]) + a * fg_bf16_to_f32(s[k * ss]));
 }
 static void axpy_row_d(void *c, int64_t doff, int64_t soff, int64_t n, int64_t ds, int64_t ss) {
     row_ctx *x = c;
@@ -601,6 +638,9 @@ fg_status fg_fill(fg_tensor *t, double value) {
         } else if (t->dtype == FG_F64) {
             double *p = fg_data(t);
             for (int64_t k = 0; k < n; k++) p[k] = value;
+        } else if (t->dtype == FG_BF16) {
+            uint16_t *p = fg_data(t), v = fg_bf16_from_f64(value);
+            for (int64_t k = 0; k < n; k++) p[k] = v;
         } else {
             float *p = fg_data(t), v = (float)value;
             for (int64_t k = 0; k < n; k++) p[k] = v;
@@ -626,7 +666,7 @@ fg_status fg_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
         return be->axpy(y, alpha, x);
     }
     int64_t n = fg_numel(y);
-    if (fg_is_contiguous(y) && fg_is_contiguous(x)) {
+    if (fg_is_contiguous(y) && fg_is_contiguous(x) && y->dtype != FG_BF16) {
         if (y->dtype == FG_F64) {
             double *py = fg_data(y);
             const double *px = fg_data(x);
@@ -639,6 +679,6 @@ fg_status fg_axpy(fg_tensor *y, double alpha, const fg_tensor *x) {
         return FG_OK;
     }
     row_ctx c = {y->storage->data, x->storage->data, alpha};
-    for_each_row(y, x, y->dtype == FG_F64 ? axpy_row_d : axpy_row_f, &c);
+    for_each_row(y, x, y->dtype == FG_F64 ? axpy_row_d : y->dtype == FG_BF16 ? axpy_row_h : axpy_row_f, &c);
     return FG_OK;
 }

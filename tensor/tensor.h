@@ -32,7 +32,11 @@ extern "C" {
 
 #define FG_MAX_DIMS 6
 
-typedef enum { FG_F32 = 0, FG_F64 = 1, FG_DTYPE_COUNT } fg_dtype;
+/* FG_BF16 is bfloat16, stored as its 16 bits (tensor/bf16.h): a storage and transfer dtype. Tensors
+ * of it are created, filled, copied and converted (fg_to, fg_copy_into, fg_get, fg_set round to
+ * nearest even) and read and written by npy and safetensors; the ops refuse it (FG_ERR_DTYPE),
+ * except attention on cuda (docs/gpu.md, "bfloat16 tensors"). */
+typedef enum { FG_F32 = 0, FG_F64 = 1, FG_BF16 = 2, FG_DTYPE_COUNT } fg_dtype;
 
 const char *fg_dtype_name(fg_dtype t);
 size_t fg_dtype_size(fg_dtype t);
@@ -128,7 +132,7 @@ fg_status fg_to_host(const fg_tensor *t, void *dst);
 
 /* ---- in-place utilities (no autograd) ---- */
 fg_status fg_fill(fg_tensor *t, double value);
-/* y += alpha * x, same shape and dtype. */
+/* y += alpha * x, same shape and dtype (bfloat16: computed in float32, rounded once per element). */
 fg_status fg_axpy(fg_tensor *y, double alpha, const fg_tensor *x);
 
 /* ---- device backends ----

@@ -225,7 +225,7 @@ Test(npy, refuses_unsupported_or_malformed_headers) {
         const char *want;
     } cases[] = {
         {1, 0, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", 8,
-         "npy: dtype '<i4' is not supported (float32 and float64 only)"},
+         "npy: dtype '<i4' is not supported (float32, float64 and bfloat16 '<V2' only)"},
         {1, 0, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8,
          "npy: dtype '>f4' is not supported (big-endian"},
         {1, 0, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16, "npy: dtype '|O' is not supported"},
@@ -334,7 +334,7 @@ Test(npy, load_errors_name_the_file) {
     cr_expect_null(fg_npy_load(path));
     cr_expect_eq(fg_last_status(), FG_ERR_FORMAT);
     cr_expect(strstr(fg_last_error(), path) &&
-                  strstr(fg_last_error(), "dtype '<i4' is not supported (float32 and float64 only)"),
+                  strstr(fg_last_error(), "dtype '<i4' is not supported (float32, float64 and bfloat16 '<V2' only)"),
               "%s", fg_last_error());
 
     b = make_npy(1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20, 64, &n);
@@ -462,7 +462,7 @@ Test(npy, numpy_cross_check_both_ways) {
     static const struct {
         const char *name, *want;
     } refused[] = {
-        {"np_i4.npy", "dtype '<i4' is not supported (float32 and float64 only)"},
+        {"np_i4.npy", "dtype '<i4' is not supported (float32, float64 and bfloat16 '<V2' only)"},
         {"np_be.npy", "dtype '>f4' is not supported"},
         {"np_fo.npy", "fortran_order arrays are not supported"},
     };

@@ -84,6 +84,7 @@ extern const fgt_case fgt_ops_cases[];
 extern const fgt_case fgt_attention_cases[];
 extern const fgt_case fgt_device_cases[];
 extern const fgt_case fgt_train_cases[]; /* tests/cuda/test_train.c */
+extern const fgt_case fgt_bf16_cases[];  /* tests/cuda/test_bf16.c */
 
 #ifdef __cplusplus
 }

@@ -112,9 +112,9 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-static const fgt_case *const suites[] = {fgt_device_cases, fgt_runtime_cases, fgt_ops_cases, fgt_attention_cases,
-                                         fgt_train_cases};
-static const char *const suite_names[] = {"device", "runtime", "ops", "attention", "train"};
+static const fgt_case *const suites[] = {fgt_device_cases, fgt_runtime_cases,   fgt_ops_cases,
+                                         fgt_attention_cases, fgt_train_cases, fgt_bf16_cases};
+static const char *const suite_names[] = {"device", "runtime", "ops", "attention", "train", "bf16"};
 
 int main(int argc, char **argv) {
     const char *filters[64];
