@@ -16,6 +16,7 @@
  * `make cuda-emu` runs it. Exit status = number of failed cases.
  */
 #include "tests/cuda/emu/cuda_emu.h"
+#include "tests/cuda/emu/seeded_case.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -337,52 +338,6 @@ static int seeded_run() {
     seeded_run<ns::fa16_args, ns::fa16_fwd_kernel<64>, ns::fa16_bwd_rowdot_kernel, ns::fa16_bwd_dkdv_kernel<64>,       \
                ns::fa16_bwd_dq_kernel<64>>
 
-struct seeded_case {
-    const char *name;
-    int (*fn)();
-    const char *expect; /* the emulator's words in the child's stderr, which must abort; NULL: exit 0, no stderr */
-};
-
-/* Runs c in a child, its stderr captured; 0 when it behaved as c expects. */
-static int run_seeded(const seeded_case &c) {
-    int fd[2];
-    if (pipe(fd) != 0) return 1;
-    fflush(NULL);
-    const pid_t pid = fork();
-    if (pid < 0) return 1;
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        signal(SIGABRT, SIG_DFL);
-        const int r = c.fn();
-        fflush(NULL);
-        _exit(r);
-    }
-    close(fd[1]);
-    std::string err;
-    char buf[4096];
-    ssize_t got;
-    while ((got = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)got);
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    const bool aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, exited0 = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    const size_t at = c.expect ? err.find(c.expect) : std::string::npos;
-    const bool ok = c.expect ? aborted && at != std::string::npos : exited0 && err.empty();
-    std::string line;
-    if (at != std::string::npos) { /* the report's line */
-        const size_t b = err.rfind('\n', at), e = err.find('\n', at);
-        line = err.substr(b == std::string::npos ? 0 : b + 1, e == std::string::npos ? std::string::npos : e - b - 1);
-        while (!line.empty() && line[0] == ' ') line.erase(0, 1);
-        if (line.size() > 200) line = line.substr(0, 197) + "...";
-    }
-    printf("  %s %s%s%s\n", ok ? "ok  " : "FAIL", c.name, line.empty() ? "" : ": ", line.c_str());
-    if (!ok)
-        printf("       expected %s%s%s; got status 0x%x, stderr:\n%s\n",
-               c.expect ? "an abort with \"" : "exit 0, no stderr", c.expect ? c.expect : "", c.expect ? "\"" : "", st,
-               err.c_str());
-    return ok ? 0 : 1;
-}
 
 int main() {
     static const shape shapes[] = {
@@ -406,19 +361,19 @@ int main() {
            "and the mirror vs float64\n");
     int fails = 0, n = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++, n++) fails += run(shapes[i], i + 1);
-    static const seeded_case seeded[] = {
-        {"control: the kernels' copy with every cp.async wait and barrier in place", SEEDED(seeded_control), nullptr},
-        {"seeded: the forward reads its K/V tile without the cp.async wait", SEEDED(seeded_fwd_no_wait),
+    static const detector_case seeded[] = {
+        {"control: the kernels' copy with every cp.async wait and barrier in place", SEEDED(seeded_control), false, nullptr},
+        {"seeded: the forward reads its K/V tile without the cp.async wait", SEEDED(seeded_fwd_no_wait), true,
          "no cp.async wait_group"},
-        {"seeded: the forward's tiles without the barrier after the wait", SEEDED(seeded_fwd_no_barrier),
+        {"seeded: the forward's tiles without the barrier after the wait", SEEDED(seeded_fwd_no_barrier), true,
          "race on dynamic shared memory"},
-        {"seeded: the dK/dV kernel reads its K, V, Q, dO tiles without the cp.async wait", SEEDED(seeded_dkdv_no_wait),
+        {"seeded: the dK/dV kernel reads its K, V, Q, dO tiles without the cp.async wait", SEEDED(seeded_dkdv_no_wait), true,
          "no cp.async wait_group"},
-        {"seeded: the dK/dV kernel's tiles without the barrier after the wait", SEEDED(seeded_dkdv_no_barrier),
+        {"seeded: the dK/dV kernel's tiles without the barrier after the wait", SEEDED(seeded_dkdv_no_barrier), true,
          "race on dynamic shared memory"},
-        {"seeded: the dQ kernel reads its Q, dO, K, V tiles without the cp.async wait", SEEDED(seeded_dq_no_wait),
+        {"seeded: the dQ kernel reads its Q, dO, K, V tiles without the cp.async wait", SEEDED(seeded_dq_no_wait), true,
          "no cp.async wait_group"},
-        {"seeded: the dQ kernel's tiles without the barrier after the wait", SEEDED(seeded_dq_no_barrier),
+        {"seeded: the dQ kernel's tiles without the barrier after the wait", SEEDED(seeded_dq_no_barrier), true,
          "race on dynamic shared memory"},
     };
     { /* bad input: a q that is not 16-byte aligned is refused before any launch, in one line */
@@ -442,7 +397,7 @@ int main() {
     }
     printf("seeded bugs in copies of the bf16 kernels (each in a child process):\n");
     int seeded_fails = 0;
-    for (const seeded_case &c : seeded) seeded_fails += run_seeded(c);
+    for (const detector_case &c : seeded) seeded_fails += run_case(c);
     fails += seeded_fails;
     n += (int)(sizeof seeded / sizeof seeded[0]);
     printf("attn_bf16_emu: %d of %d cases failed; worst mirror vs float64: O %.1e lse %.1e dQ %.1e dK %.1e dV %.1e; "

@@ -5,6 +5,7 @@
  * `make cuda-emu` runs it first. Exit status = number of failed cases.
  */
 #include "tests/cuda/emu/cuda_emu.h"
+#include "tests/cuda/emu/seeded_case.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -374,12 +375,6 @@ template <int MODE> static int async_pipeline() {
     return host_floats(out, 64)[5] == 4 ? 0 : 1;
 }
 
-struct detector_case {
-    const char *name;
-    int (*fn)();
-    bool aborts;        /* the child must die by SIGABRT (else exit 0) */
-    const char *expect; /* a substring of its stderr; NULL: stderr must be empty */
-};
 
 static const detector_case cases[] = {
     /* controls: correct code runs clean under every schedule */
@@ -428,53 +423,6 @@ static const detector_case cases[] = {
      "(write-after-read hazard)"},
 };
 
-/* Runs c in a child; its stderr is captured. Returns 0 when it behaved as c expects. */
-static int run_case(const detector_case &c) {
-    int fd[2];
-    if (pipe(fd) != 0) return 1;
-    fflush(NULL);
-    const pid_t pid = fork();
-    if (pid < 0) return 1;
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        signal(SIGABRT, SIG_DFL);
-        const int r = c.fn();
-        fflush(NULL);
-        _exit(r);
-    }
-    close(fd[1]);
-    std::string err;
-    char buf[4096];
-    ssize_t k;
-    while ((k = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)k);
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    const bool aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
-    const bool exited0 = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    const bool ok =
-        (c.aborts ? aborted : exited0) && (c.expect ? err.find(c.expect) != std::string::npos : err.empty());
-    /* the first line that names the problem */
-    std::string line;
-    size_t p = c.expect ? err.find(c.expect) : std::string::npos;
-    if (p != std::string::npos) {
-        size_t b = err.rfind('\n', p), e = err.find('\n', p);
-        line = err.substr(b == std::string::npos ? 0 : b + 1, e == std::string::npos ? std::string::npos : e - b - 1);
-        while (!line.empty() && line[0] == ' ') line.erase(0, 1);
-        if (line.size() > 220) line = line.substr(0, 217) + "...";
-    }
-    printf("  %s %s%s%s\n", ok ? "ok  " : "FAIL", c.name, line.empty() ? "" : ": ", line.c_str());
-    if (!ok) {
-        printf("       expected %s%s%s%s; got %s, stderr:\n%s\n", c.aborts ? "an abort" : "exit 0",
-               c.expect ? " with \"" : " and no message", c.expect ? c.expect : "", c.expect ? "\"" : "",
-               aborted         ? "an abort"
-               : WIFEXITED(st) ? ("exit " + std::to_string(WEXITSTATUS(st))).c_str()
-                               : "a signal",
-               err.c_str());
-    }
-    return ok ? 0 : 1;
-}
 
 int main() {
     setenv("FG_EMU_SCHEDULES", "3", 1); /* the global-race case needs a second schedule */

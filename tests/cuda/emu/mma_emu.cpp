@@ -20,6 +20,7 @@
  * `make cuda-emu` runs it. Exit status = number of failed checks.
  */
 #include "tests/cuda/emu/cuda_emu.h"
+#include "tests/cuda/emu/seeded_case.h"
 
 #include <cuda_runtime.h>
 #include <float.h>
@@ -507,12 +508,6 @@ static int case_ldsm_misaligned() { return ldsm_case(false, 4, -1, 0); }
 static int case_ldsm_unwritten() { return ldsm_case(false, 0, 9, 0); }
 static int case_ldsm_race() { return ldsm_case(false, 0, -1, 1); }
 
-struct detector_case {
-    const char *name;
-    int (*fn)();
-    bool aborts;
-    const char *expect; /* NULL: stderr must be empty */
-};
 static const detector_case cases[] = {
     {"control: every lane asks ldmatrix.x4", case_shapes_ok, false, nullptr},
     {"control: every lane of two warps does the mma", case_missing_lane_ok, false, nullptr},
@@ -527,46 +522,6 @@ static const detector_case cases[] = {
     {"ldmatrix of a row another thread wrote without a barrier", case_ldsm_race, true, "race on static shared memory"},
 };
 
-static int run_case(const detector_case &c) {
-    int fd[2];
-    if (pipe(fd) != 0) return 1;
-    fflush(NULL);
-    const pid_t pid = fork();
-    if (pid < 0) return 1;
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        signal(SIGABRT, SIG_DFL);
-        const int r = c.fn();
-        fflush(NULL);
-        _exit(r);
-    }
-    close(fd[1]);
-    std::string err;
-    char buf[4096];
-    ssize_t k;
-    while ((k = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)k);
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    const bool aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
-    const bool exited0 = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    const bool ok =
-        (c.aborts ? aborted : exited0) && (c.expect ? err.find(c.expect) != std::string::npos : err.empty());
-    std::string line;
-    const size_t p = c.expect ? err.find(c.expect) : std::string::npos;
-    if (p != std::string::npos) {
-        const size_t b = err.rfind('\n', p), e = err.find('\n', p);
-        line = err.substr(b == std::string::npos ? 0 : b + 1, e == std::string::npos ? std::string::npos : e - b - 1);
-        while (!line.empty() && line[0] == ' ') line.erase(0, 1);
-        if (line.size() > 200) line = line.substr(0, 197) + "...";
-    }
-    printf("  %s %s%s%s\n", ok ? "ok  " : "FAIL", c.name, line.empty() ? "" : ": ", line.c_str());
-    if (!ok)
-        printf("       expected %s%s%s; got status 0x%x, stderr:\n%s\n", c.aborts ? "an abort" : "exit 0",
-               c.expect ? " with " : " and no message", c.expect ? c.expect : "", st, err.c_str());
-    return ok ? 0 : 1;
-}
 
 int main() {
     printf("tensor-core instructions on the emulator (cuda/ptx_mma.cuh) against CuTe's layouts and direct products\n");
