@@ -15,28 +15,13 @@
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tensor/safetensors.h"
+#include "tests/bf16_ref.h"
 #include "tests/common.h"
 
 static char g_dir[64];
 static void make_dir(void) { fgt_make_tmpdir(g_dir, sizeof g_dir, "/tmp/fg_bf16_XXXXXX"); }
 static void remove_dir(void) { fgt_remove_tmpdir(g_dir); }
 TestSuite(bf16, .init = make_dir, .fini = remove_dir, .timeout = 120);
-
-/* The reference rounding, by integer steps on the float32 bits (not tensor/bf16.h's add-and-
- * truncate): keep the top half, add one when the dropped half is above 0x8000, or equal with an
- * odd kept part. NaN inputs are checked separately (only NaN-ness is specified). */
-static uint16_t ref_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t keep = u >> 16, rest = u & 0xffffu;
-    if (rest > 0x8000u || (rest == 0x8000u && (keep & 1u))) keep++;
-    return (uint16_t)keep;
-}
-static float f32_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 Test(bf16, dtype_name_and_size) {
     cr_expect_str_eq(fg_dtype_name(FG_BF16), "bfloat16");
@@ -54,8 +39,8 @@ Test(bf16, float32_to_bf16_rounds_to_nearest_even) {
     const uint32_t special[NS] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu,
                                   0xbf808000u, 0x7f7f7fffu, 0x7f7f8000u, 0x7f7fffffu, 0x7f800000u,
                                   0x80000000u, 0x00008000u, 0x00018000u, 0x00000001u};
-    for (int i = 0; i < NS; i++) x[i] = f32_bits(special[i]);
-    for (int i = 0; i < NR; i++) x[NS + i] = f32_bits(fg_philox_u32(3, 9, (uint64_t)i));
+    for (int i = 0; i < NS; i++) x[i] = fgt_f32_bits(special[i]);
+    for (int i = 0; i < NR; i++) x[NS + i] = fgt_f32_bits(fg_philox_u32(3, 9, (uint64_t)i));
     const int64_t sh[1] = {N};
     fg_tensor *f = fg_from_buffer(FG_F32, FG_CPU, 1, sh, x);
     fg_tensor *b = fg_to(f, FG_CPU, FG_BF16);
@@ -65,8 +50,8 @@ Test(bf16, float32_to_bf16_rounds_to_nearest_even) {
         if (isnan(x[i]))
             cr_assert(isnan(fg_get(b, i)), "element %d: NaN became 0x%04x", i, h[i]);
         else
-            cr_assert_eq(h[i], ref_bf16(x[i]), "element %d: %a -> 0x%04x, expected 0x%04x", i, (double)x[i], h[i],
-                         ref_bf16(x[i]));
+            cr_assert_eq(h[i], fgt_ref_bf16(x[i]), "element %d: %a -> 0x%04x, expected 0x%04x", i, (double)x[i], h[i],
+                         fgt_ref_bf16(x[i]));
     }
     /* the known values: 1.0 is 0x3F80; 1 + 2^-8 is a tie that goes down to even, 1 + 3·2^-8 one
      * that goes up; 0x7F7F8000 is the tie above the largest bf16: inf; subnormals kept */
@@ -86,7 +71,7 @@ Test(bf16, float32_to_bf16_rounds_to_nearest_even) {
     fg_tensor *back = fg_to(b, FG_CPU, FG_F32);
     cr_assert_not_null(back);
     for (int i = 0; i < N; i++) {
-        const float w = f32_bits((uint32_t)h[i] << 16), g = ((const float *)fg_data(back))[i];
+        const float w = fgt_f32_bits((uint32_t)h[i] << 16), g = ((const float *)fg_data(back))[i];
         cr_assert((isnan(w) && isnan(g)) || !memcmp(&w, &g, 4), "element %d back: %a vs %a", i, (double)g, (double)w);
     }
     fg_release(f), fg_release(b), fg_release(back);

@@ -29,24 +29,9 @@
 #include "ops/ops.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
+#include "tests/bf16_ref.h"
 #include "tests/cuda/cuda_test.h"
 
-/* The bf16 bits of a float32, worked out from its bits by integer rounding (independent of
- * tensor/bf16.h's add-and-truncate): keep the top 16 bits, and add one when the dropped 16 bits
- * are above half, or exactly half with an odd kept part. */
-static uint16_t ref_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t keep = u >> 16, rest = u & 0xffffu;
-    if (rest > 0x8000u || (rest == 0x8000u && (keep & 1u))) keep++;
-    return (uint16_t)keep;
-}
-static float f32_of_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static int bf16_is_nan(uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu); }
 
 static fg_tensor *bits_of(const fg_tensor *t, uint16_t *out) { return fg_to_host(t, out) == FG_OK ? (fg_tensor *)t : NULL; }
 
@@ -58,9 +43,9 @@ static int bf16_conversions_on_the_device_match_the_host(void) {
     const uint32_t special[NS] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0xbf808000u, 0x7f7f7fffu,
                                   0x7f7f8000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
                                   0x80000000u, 0x00008000u, 0x00018000u, 0x00000001u};
-    for (int i = 0; i < NS; i++) x[i] = f32_of_bits(special[i]);
+    for (int i = 0; i < NS; i++) x[i] = fgt_f32_bits(special[i]);
     /* random bit patterns over every exponent (NaNs included) */
-    for (int i = 0; i < NR; i++) x[NS + i] = f32_of_bits(fg_philox_u32(77, 1, (uint64_t)i));
+    for (int i = 0; i < NR; i++) x[NS + i] = fgt_f32_bits(fg_philox_u32(77, 1, (uint64_t)i));
     const int64_t sh[1] = {N};
     fg_tensor *h = fg_from_buffer(FG_F32, FG_CPU, 1, sh, x);
     fg_tensor *d = h ? fg_to(h, FG_CUDA, FG_F32) : NULL;
@@ -69,9 +54,9 @@ static int bf16_conversions_on_the_device_match_the_host(void) {
     uint16_t got[N];
     FGT_NOTNULL(bits_of(db, got));
     for (int i = 0; i < N; i++) {
-        const uint16_t want = ref_bf16(x[i]);
+        const uint16_t want = fgt_ref_bf16(x[i]);
         if (isnan(x[i]))
-            FGT_CHECK(bf16_is_nan(got[i]), "element %d: NaN (0x%08x) became 0x%04x", i, (unsigned)special[i % NS],
+            FGT_CHECK(fgt_bf16_is_nan(got[i]), "element %d: NaN (0x%08x) became 0x%04x", i, (unsigned)special[i % NS],
                       got[i]);
         else
             FGT_CHECK(got[i] == want, "element %d: float32 %a gave bf16 0x%04x, expected 0x%04x", i, (double)x[i],
@@ -89,7 +74,7 @@ static int bf16_conversions_on_the_device_match_the_host(void) {
     float xb[N];
     FGT_OK(fg_to_host(back, xb));
     for (int i = 0; i < N; i++) {
-        const float want = f32_of_bits((uint32_t)got[i] << 16);
+        const float want = fgt_f32_bits((uint32_t)got[i] << 16);
         FGT_CHECK((isnan(want) && isnan(xb[i])) || !memcmp(&want, &xb[i], 4), "element %d back to float32: %a vs %a",
                   i, (double)xb[i], (double)want);
     }
@@ -125,7 +110,7 @@ static int bf16_conversions_on_the_device_match_the_host(void) {
     uint16_t gt[37 * 23], wt[37 * 23];
     FGT_NOTNULL(bits_of(bt, gt));
     for (int i = 0; i < 23; i++)
-        for (int j = 0; j < 37; j++) wt[i * 37 + j] = ref_bf16(((const float *)fg_data(r))[j * 23 + i]);
+        for (int j = 0; j < 37; j++) wt[i * 37 + j] = fgt_ref_bf16(((const float *)fg_data(r))[j * 23 + i]);
     FGT_CHECK(!memcmp(gt, wt, sizeof gt), "transposed view converted on the device differs from the host's bits");
     fg_tensor *fd = fg_full(FG_BF16, FG_CUDA, 2, s2, 1 + 0x1p-8 + 0x1p-30);
     FGT_NOTNULL(fd);
@@ -139,8 +124,8 @@ static int bf16_conversions_on_the_device_match_the_host(void) {
     FGT_NOTNULL(bits_of(cd, ga));
     FGT_NOTNULL(bits_of(ch, wa));
     for (int i = 0; i < 37 * 23; i++) {
-        const float y = f32_of_bits((uint32_t)wt[i] << 16);
-        const uint16_t want = ref_bf16(y + 0.3f * y);
+        const float y = fgt_f32_bits((uint32_t)wt[i] << 16);
+        const uint16_t want = fgt_ref_bf16(y + 0.3f * y);
         FGT_CHECK(ga[i] == want && wa[i] == want, "axpy element %d: device 0x%04x, host 0x%04x, expected 0x%04x", i,
                   ga[i], wa[i], want);
     }
