@@ -305,7 +305,7 @@ if [ $OK_BUILD -eq 1 ] && [ $NO_GPU -eq 0 ]; then
         begin "python: pytest"
         from=$(wc -l <"$PY_LOG")
         run 40 "$PY_LOG" env FLASHGRAD_LIB="$PWD/build-cuda/libflashgrad.so" PYTHONPATH="$PWD/python" FG_TORCH=1 \
-            PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_torch_cuda.py
+            PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_torch_cuda.py tests/python/test_cuda_flat.py
         tail -n +$((from + 1)) "$PY_LOG" >"$SCRATCH/py.txt"
         line="$(grep -E '[0-9]+ (passed|failed)' "$SCRATCH/py.txt" | tail -1 || true)"
         if [ $RC -eq 0 ] && grep -qE 'no CUDA device|built without CUDA' "$SCRATCH/py.txt"; then
