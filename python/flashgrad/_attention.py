@@ -205,7 +205,8 @@ class _Options:
             raise ValueError("attention: alibi has %d slopes but there are %d query heads"
                              % (self.slopes.shape[0], H))
         a = _lib.Args(dtype=dtype, device=device, impl=self.impl if impl is None else impl, B=B, H=H, H_kv=H_kv,
-                      Nq=Nq, Nk=Nk, d=d, scale=self.scale, causal=self.causal, block_q=self.block_q, block_k=self.block_k,
+                      Nq=Nq, Nk=Nk, d=d, scale=self.scale, causal=self.causal, block_q=self.block_q,
+                      block_k=self.block_k,
                       dropout=self.dropout, seed=self.seed, alibi=self.alibi, softcap=self.softcap,
                       custom=self.variant)
         if self.window is not None:

@@ -7,9 +7,9 @@ SDPA's and flash_attn's argument rules, layouts and broadcasting, and the dtype 
 and bfloat16 inputs are computed in float32 and the result cast back, through ordinary
 differentiable casts; on CUDA bfloat16 runs flashgrad's bf16 kernels and float16 is refused). The
 dense ops run on CUDA tensors in place (python/flashgrad/_torch_device.py: the synchronizations
-around each call); the varlen ones, tensor masks and ALiBi slopes are CPU only. Each op has a fake implementation (shapes only) and
-its backward registered with register_autograd, so torch.compile(fullgraph=True) traces through
-them and torch.library.opcheck passes. The backward ops are not differentiable: a double backward
+around each call); the varlen ones and tensor masks are CPU only. Each op has a fake
+implementation (shapes only) and its backward registered with register_autograd, so
+torch.compile(fullgraph=True) traces through them and torch.library.opcheck passes. The backward ops are not differentiable: a double backward
 raises an error naming the op.
 
   flashgrad::attn_fwd(q, k, v, mask, slopes, seed, ...) -> (o, lse)   q (B, H, Nq, d), k, v (B, H_kv, Nk, d)
@@ -37,8 +37,9 @@ _NO_DOUBLE = ("%s: double backward (differentiating the gradient, e.g. after bac
 
 
 def _args(q, H_kv, Nq, Nk, scale, causal, dropout_p, seed, wl, wr, softcap, slopes, B=None, H=None, d=None):
-    a = _lib.Args(dtype=_DT[q.dtype], device=_lib.CUDA if q.is_cuda else _lib.CPU, impl=_lib.FLASH, B=q.shape[0] if B is None else B,
-                  H=q.shape[1] if H is None else H, H_kv=H_kv, Nq=Nq, Nk=Nk, d=q.shape[-1] if d is None else d,
+    a = _lib.Args(dtype=_DT[q.dtype], device=_lib.CUDA if q.is_cuda else _lib.CPU, impl=_lib.FLASH,
+                  B=q.shape[0] if B is None else B, H=q.shape[1] if H is None else H, H_kv=H_kv, Nq=Nq, Nk=Nk,
+                  d=q.shape[-1] if d is None else d,
                   scale=scale, causal=causal, dropout=dropout_p, seed=int(seed) if seed is not None else 0,
                   softcap=softcap)
     if wl >= 0 or wr >= 0:

@@ -8,10 +8,10 @@ The forward runs flashgrad's kernels straight on the tensors' memory (contiguous
 copied; others are made contiguous first) and saves only O and the logsumexp (with q, k, v, which
 autograd keeps anyway); the backward recomputes the attention weights from them, as fg_attention's
 backward does. CUDA tensors (float32, float64, bfloat16) run flashgrad's CUDA kernels in place on
-their device memory, with a synchronization before and after each call (python/flashgrad/
-_torch_device.py; a library built with CUDA is needed). The options are flashgrad.attention's; in addition seed=None (the default here)
-draws the dropout seed from torch's generator, so torch.manual_seed makes runs repeat. Double
-backward is not supported. In nanoGPT's CausalSelfAttention,
+their device memory, with a synchronization before and after each call (a library built with CUDA
+is needed; python/flashgrad/_torch_device.py). The options are flashgrad.attention's; in addition
+seed=None (the default here) draws the dropout seed from torch's generator, so torch.manual_seed
+makes runs repeat. Double backward is not supported. In nanoGPT's CausalSelfAttention,
 
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=p, is_causal=True)
 
