@@ -596,12 +596,15 @@ FG_PYTHON   ?= /usr/bin/python3
 FG_TORCH_PYTHON ?=
 PYTEST_ARGS ?=
 
-.PHONY: shared python-test
+.PHONY: shared shared-cuda python-test
 shared: deps
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.so
-	@if [ -n "$(NVCC)" ] && [ "$(SHARED_CUDA)" != 0 ]; then \
-	    $(MAKE) --no-print-directory BUILD=$(CUDA_CPU_BUILD) $(CUDA_CPU_FLAGS) $(filter $(CUDA_CPU_BUILD)/%,$(CUDA_PIC_OBJ)) && \
-	    $(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.so; fi
+	@if [ -n "$(NVCC)" ] && [ "$(SHARED_CUDA)" != 0 ]; then $(MAKE) --no-print-directory shared-cuda; fi
+
+# The CUDA library alone, without the dependency check (bench/gpu_check.sh builds it on the GPU machine).
+shared-cuda:
+	@$(MAKE) --no-print-directory BUILD=$(CUDA_CPU_BUILD) $(CUDA_CPU_FLAGS) $(filter $(CUDA_CPU_BUILD)/%,$(CUDA_PIC_OBJ))
+	@$(MAKE) --no-print-directory $(CUDA_BUILD)/libflashgrad.so
 
 $(BUILD)/libflashgrad.so: $(PIC_OBJ)
 	$(CC) $(CFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libflashgrad.so -o $@ $^ $(LDLIBS)

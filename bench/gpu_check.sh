@@ -20,6 +20,9 @@
 #                 sticky CUDA fault then costs one suite, not all); attention with
 #                 CUDA_LAUNCH_BLOCKING=1 so a fault names its kernel
 #                 (runtime/ includes NCCL at P = 1: runtime/nccl_one_rank_folds_and_gathers_exactly)
+#   2b. python    the Python package on torch CUDA tensors: make shared-cuda, then
+#                 tests/python/test_torch_cuda.py with python3's torch (forward and backward against
+#                 flashgrad's CPU and float64, float32 and bf16, causal, GQA, dropout, the SDPA drop-in)
 #   3. sanitizer  compute-sanitizer racecheck, synccheck, memcheck on one small flash
 #                 forward + backward per dtype (flashgrad attention --device cuda)
 #   4. training   flashgrad train --device cuda against --device cpu, same seed, step by step, in
@@ -45,8 +48,9 @@ JOBS="$(nproc 2>/dev/null || echo 4)"
 OUTDIR="${OUT:-bench/results/gpu-check}"
 mkdir -p "$OUTDIR" || exit 1
 REPORT="$OUTDIR/gpu_check_report.md"
-# at most 8 files come back from a device call: the report and six logs
+# at most 8 files come back from a device call: the report and seven logs
 BUILD_LOG="$OUTDIR/build.log"
+PY_LOG="$OUTDIR/python.log"
 TESTS_LOG="$OUTDIR/tests.log"
 SAN_LOG="$OUTDIR/sanitizer.log"
 TRAIN_LOG="$OUTDIR/train.log"
@@ -54,6 +58,7 @@ BENCH_LOG="$OUTDIR/bench.log"
 NCU_LOG="$OUTDIR/ncu.log"
 SCRATCH="$(mktemp -d /tmp/fg_gpu_check.XXXXXX)" # inputs and run folders only; no log lives here
 : >"$TESTS_LOG"
+: >"$PY_LOG"
 : >"$SAN_LOG"
 : >"$TRAIN_LOG"
 : >"$BENCH_LOG"
@@ -79,7 +84,7 @@ write_report() {
         for s in "${SUMMARY[@]+"${SUMMARY[@]}"}"; do echo "- $s"; done
         cat "$BODY"
         echo ""
-        echo "Logs beside this report: build.log, tests.log, sanitizer.log, train.log, bench.log, ncu.log."
+        echo "Logs beside this report: build.log, tests.log, python.log, sanitizer.log, train.log, bench.log, ncu.log."
     } >"$REPORT.tmp" && mv -f "$REPORT.tmp" "$REPORT"
 }
 finish() {
@@ -286,6 +291,40 @@ if [ $OK_BUILD -eq 1 ]; then
     done
 else
     note "tests: SKIPPED (no build)"
+fi
+
+# ---- 2b. the Python package on torch CUDA tensors ----
+section "2b. Python: flashgrad.torch on CUDA tensors (tests/python/test_torch_cuda.py)"
+if [ $OK_BUILD -eq 1 ] && [ $NO_GPU -eq 0 ]; then
+    begin "python: make shared-cuda"
+    run 240 "$PY_LOG" make -j"$JOBS" shared-cuda NVCC_HOST_FLAGS="$NVCC_HOST"
+    if [ $RC -ne 0 ]; then
+        timed_out $RC && note "python: build OUT OF TIME [$(elapsed) s]" || note "python: build FAIL (rc $RC) [$(elapsed) s]"
+        OK_TESTS=0
+    else
+        begin "python: pytest"
+        from=$(wc -l <"$PY_LOG")
+        run 40 "$PY_LOG" env FLASHGRAD_LIB="$PWD/build-cuda/libflashgrad.so" PYTHONPATH="$PWD/python" FG_TORCH=1 \
+            PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_torch_cuda.py tests/python/test_cuda_flat.py
+        tail -n +$((from + 1)) "$PY_LOG" >"$SCRATCH/py.txt"
+        line="$(grep -E '[0-9]+ (passed|failed)' "$SCRATCH/py.txt" | tail -1 || true)"
+        if [ $RC -eq 0 ] && grep -qE 'no CUDA device|built without CUDA' "$SCRATCH/py.txt"; then
+            note "python: NOT RUN — the CUDA tests skipped ($(grep -m1 -oE 'no CUDA device|built without CUDA[^)]*' "$SCRATCH/py.txt")) [$(elapsed) s]"
+            OK_TESTS=0
+        elif [ $RC -eq 0 ]; then
+            note "python: PASS — $line [$(elapsed) s]"
+        elif timed_out $RC; then
+            note "python: OUT OF TIME after 40 s — ${line:-no summary} [$(elapsed) s]"
+            OK_TESTS=0
+        else
+            note "python: FAIL (rc $RC) — ${line:-no summary} [$(elapsed) s]"
+            OK_TESTS=0
+        fi
+        grep -E '^(FAILED|ERROR|E  )' "$SCRATCH/py.txt" | head -30 >"$SCRATCH/pyfail.txt" || true
+        [ -s "$SCRATCH/pyfail.txt" ] && code "$SCRATCH/pyfail.txt"
+    fi
+else
+    note "python: SKIPPED ($([ $OK_BUILD -eq 0 ] && echo 'no build' || echo 'no GPU'))"
 fi
 
 # small .npy inputs for the sanitizer and ncu (Python's standard library only: no numpy needed)

@@ -7,16 +7,37 @@
  * checks and builds a flash block mask for a mask callback when the caller passed none,
  * fg_attn_call_forward runs the CPU's kernel and fg_attention's overflow check, and
  * fg_attn_call_end releases what begin built.
+ *
+ * On CUDA (args->device) the same entry runs the CUDA kernel table on device pointers; the fills
+ * this file makes go through the device's memory backend (stream-ordered like the kernels), and
+ * every call ends by waiting for flashgrad's stream, so the caller may read the outputs at once.
  */
 #include "python/csrc/fgpy.h"
 
 #include "ops/attention_kernels.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/cpu.h"
+#include "ops/device.h"
 #include "tensor/alloc.h"
 #include "tensor/error.h"
+
+/* The CUDA objects (cuda/runtime.cu) define it when they are linked in (make shared with nvcc); in
+ * a CPU-only library the weak reference reads as NULL, as fg_device_start's does (ops/kernels.c). */
+extern fg_status fg_cuda_synchronize(void) __attribute__((weak));
+
+int fgpy_cuda_built(void) { return fg_device_built(FG_CUDA); }
+
+fg_status fgpy_cuda_start(void) {
+    if (!fg_device_built(FG_CUDA))
+        return fg_error(FG_ERR_DEVICE,
+                        "attention on cuda: this libflashgrad.so was built without CUDA (build it with nvcc on "
+                        "PATH: `make shared` writes build-cuda/libflashgrad.so; load that one with "
+                        "FLASHGRAD_LIB=build-cuda/libflashgrad.so)");
+    return fg_device_start(FG_CUDA);
+}
 
 int fgpy_abi_version(void) { return FGPY_ABI_VERSION; }
 size_t fgpy_attn_args_size(void) { return sizeof(fgpy_attn_args); }
@@ -108,15 +129,27 @@ static fg_status opts_of(const fgpy_attn_args *a, fg_attn_opts *o) {
 typedef struct {
     fg_attn_call op;
     fg_dtype dt;
+    fg_device dev;
+    int started; /* CUDA: the device is up, so the end of the call waits for its stream */
     fg_attn_tensor_mask tm;
 } call;
 
 static fg_status call_begin(call *c, const fgpy_attn_args *a) {
     memset(c, 0, sizeof *c);
     if (!a) return fg_error(FG_ERR_ARG, "attention: NULL arguments");
-    if (a->dtype != FG_F32 && a->dtype != FG_F64)
-        return fg_error(FG_ERR_DTYPE, "attention: unsupported dtype %d (float32 or float64)", (int)a->dtype);
+    if (a->device != FG_CPU && a->device != FG_CUDA)
+        return fg_error(FG_ERR_DEVICE, "attention: unknown device %d (cpu or cuda)", (int)a->device);
+    c->dev = (fg_device)a->device;
+    if (a->dtype != FG_F32 && a->dtype != FG_F64 && !(a->dtype == FG_BF16 && c->dev == FG_CUDA))
+        return fg_error(FG_ERR_DTYPE, "attention: unsupported dtype %d (float32 or float64; bfloat16 on cuda)",
+                        (int)a->dtype);
     c->dt = (fg_dtype)a->dtype;
+    if (c->dev == FG_CUDA) {
+        if (a->mask_kind)
+            return fg_error(FG_ERR_DEVICE, "attention on cuda: tensor masks are not supported (CPU tensors only)");
+        FG_TRY(fgpy_cuda_start());
+        c->started = 1;
+    }
     if (a->H_kv < 0 || (a->H > 0 && a->H_kv < 1))
         return fg_error(FG_ERR_SHAPE, "attention: need at least one K/V head, got %lld", (long long)a->H_kv);
     fg_attn_opts o;
@@ -134,25 +167,44 @@ static fg_status call_begin(call *c, const fgpy_attn_args *a) {
     /* a tensor mask broadcast over b or h is summarized once for all of them */
     const unsigned bcast =
         (a->mask_kind && a->mask_stride[0] == 0 ? 1u : 0u) | (a->mask_kind && a->mask_stride[1] == 0 ? 2u : 0u);
-    return fg_attn_call_begin(&c->op, &o, a->B, a->H, a->Nq, a->Nk, a->d, c->dt, FG_CPU, bcast);
+    return fg_attn_call_begin(&c->op, &o, a->B, a->H, a->Nq, a->Nk, a->d, c->dt, c->dev, bcast);
 }
 
-static void call_end(call *c) { fg_attn_call_end(&c->op); }
+/* n bytes of zeros at p on the call's device (queued on flashgrad's stream on CUDA). */
+static void zero_fill(const call *c, void *p, size_t n) {
+    if (!p || !n) return;
+    if (c->dev == FG_CPU)
+        memset(p, 0, n);
+    else
+        fg_backend(c->dev)->memset0(p, n);
+}
+
+/* Ends the call: releases what begin built and, on CUDA, waits for flashgrad's stream (the kernels
+ * are then done with the caller's memory). Returns st, or the error the wait reports when st is
+ * FG_OK; an earlier error keeps its own message. */
+static fg_status call_end(call *c, fg_status st) {
+    fg_attn_call_end(&c->op);
+    if (!c->started || !fg_cuda_synchronize) return st;
+    if (st == FG_OK) return fg_cuda_synchronize();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fg_last_error());
+    (void)fg_cuda_synchronize();
+    return fg_error(st, "%s", msg);
+}
 
 fg_status fgpy_attn_forward(const fgpy_attn_args *a, void *o, void *lse, void *lse_lo, const void *q, const void *k,
                             const void *v) {
     call c;
     fg_status st = call_begin(&c, a);
-    const size_t es = fg_dtype_size(c.dt);
+    const size_t es = c.dt == FG_BF16 ? sizeof(float) : fg_dtype_size(c.dt); /* lse's element */
     const int64_t rows = c.op.pr.B * c.op.pr.H * c.op.pr.Nq;
     if (st == FG_OK && (!o || !lse || ((!q || !k || !v) && rows > 0)))
         st = fg_error(FG_ERR_ARG, "attention: NULL array");
-    /* fg_attention keeps lse_lo in float32 flash only; naive and float64 run without it */
+    /* fg_attention keeps lse_lo in float32 flash only; naive, float64 and bfloat16 run without it */
     const int flash_lo = a && a->impl == FG_ATTN_FLASH && c.dt == FG_F32;
     if (st == FG_OK) st = fg_attn_call_forward(&c.op, o, lse, flash_lo ? lse_lo : NULL, q, k, v);
-    if (st == FG_OK && lse_lo && !flash_lo) memset(lse_lo, 0, (size_t)rows * es);
-    call_end(&c);
-    return st;
+    if (st == FG_OK && lse_lo && !flash_lo) zero_fill(&c, lse_lo, (size_t)rows * es);
+    return call_end(&c, st);
 }
 
 fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *dk, void *dv, const void *dout,
@@ -160,29 +212,23 @@ fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *
                              const void *lse_lo) {
     call c;
     fg_status st = call_begin(&c, a);
-    if (st != FG_OK) {
-        call_end(&c);
-        return st;
-    }
+    if (st != FG_OK) return call_end(&c, st);
     const fg_attn_problem *pr = &c.op.pr;
     const size_t es = fg_dtype_size(c.dt);
-    if (pr->B * pr->H * pr->Nq > 0 && (!dout || !q || !k || !v || (a->impl == FG_ATTN_FLASH && (!o || !lse)))) {
-        call_end(&c);
-        return fg_error(FG_ERR_ARG, "attention backward: NULL array");
-    }
+    if (pr->B * pr->H * pr->Nq > 0 && (!dout || !q || !k || !v || (a->impl == FG_ATTN_FLASH && (!o || !lse))))
+        return call_end(&c, fg_error(FG_ERR_ARG, "attention backward: NULL array"));
     if (zero) {
         const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d),
                      nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
-        if (dq) memset(dq, 0, nq * es);
-        if (dk) memset(dk, 0, nk * es);
-        if (dv) memset(dv, 0, nk * es);
+        zero_fill(&c, dq, nq * es);
+        zero_fill(&c, dk, nk * es);
+        zero_fill(&c, dv, nk * es);
     }
     /* flash: lse_lo in float32 only; naive: no saved P, so the entry recomputes it */
     const void *aux = a->impl == FG_ATTN_FLASH && c.dt == FG_F32 ? lse_lo : NULL;
     st = fg_attn_call_backward(&c.op, dq, dk, dv, dout, q, k, v, a->impl == FG_ATTN_FLASH ? o : NULL,
                                a->impl == FG_ATTN_FLASH ? lse : NULL, aux);
-    call_end(&c);
-    return st;
+    return call_end(&c, st);
 }
 
 fg_status fgpy_attn_gradcheck(const fgpy_attn_args *a, uint64_t seed, double qk_std, fgpy_check_report *rep) {
@@ -216,6 +262,9 @@ fg_status fgpy_attn_gradcheck(const fgpy_attn_args *a, uint64_t seed, double qk_
 
 /* The varlen calls check the options as a dense call of the longest documents would. */
 static fg_status varlen_begin(call *c, const fgpy_attn_args *a) {
+    memset(c, 0, sizeof *c);
+    if (a && a->device != FG_CPU)
+        return fg_error(FG_ERR_DEVICE, "attention varlen: CPU tensors only (its kernels run on the CPU)");
     if (a && a->impl != FG_ATTN_FLASH) return fg_error(FG_ERR_ARG, "attention varlen: flash only");
     if (a && (a->mask_kind || a->mask || a->score_mod || a->custom))
         return fg_error(FG_ERR_ARG, "attention varlen: masks and callbacks are not supported");
@@ -231,8 +280,7 @@ fg_status fgpy_attn_varlen_forward(const fgpy_attn_args *a, const int64_t *cu_q,
         st = fg_attn_call_varlen_forward(&c.op, o, lse, c.dt == FG_F32 ? lse_lo : NULL, q, k, v, cu_q, cu_k, nseq, Tq,
                                          Tk, slopes);
     if (st == FG_OK && lse_lo && c.dt != FG_F32) memset(lse_lo, 0, (size_t)(c.op.pr.H * Tq) * fg_dtype_size(c.dt));
-    call_end(&c);
-    return st;
+    return call_end(&c, st);
 }
 
 fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
@@ -250,6 +298,5 @@ fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q
     if (st == FG_OK)
         st = fg_attn_call_varlen_backward(&c.op, dq, dk, dv, dout, q, k, v, o, lse, c.dt == FG_F32 ? lse_lo : NULL,
                                           cu_q, cu_k, nseq, Tq, Tk, slopes);
-    call_end(&c);
-    return st;
+    return call_end(&c, st);
 }

@@ -12,7 +12,18 @@
  *
  * Legend: B batch, H query heads, H_kv K/V heads, Nq queries, Nk keys, d head dim.
  *   q (B, H, Nq, d); k, v (B, H_kv, Nk, d); o, dout, dq (B, H, Nq, d); dk, dv (B, H_kv, Nk, d);
- *   lse, lse_lo (B, H, Nq). Every array is contiguous, row-major, of args->dtype.
+ *   lse, lse_lo (B, H, Nq). Every array is contiguous, row-major, of args->dtype (lse: float32 for
+ *   bfloat16).
+ *
+ * CUDA: with args->device = FG_CUDA the dense forward and backward take device pointers (memory
+ * of the device flashgrad started on: device 0, or $FG_CUDA_DEVICE) and run the CUDA kernel table's
+ * flash or naive kernels on them in place, on flashgrad's own stream; the call returns after that
+ * stream has finished (a synchronization at the end), so the outputs are complete when it returns.
+ * The caller makes sure the inputs are complete before the call (e.g. by synchronizing the stream
+ * that wrote them) and calls with that device current on the calling thread. A library built
+ * without CUDA refuses with FG_ERR_DEVICE. Not on CUDA: the varlen calls, tensor masks, user
+ * callbacks and registered variants (FG_ERR_DEVICE or FG_ERR_ARG), and the overflow check of the
+ * CPU's forward (FG_ERR_NUMERIC is the CPU's only).
  */
 #ifndef FGPY_H
 #define FGPY_H
@@ -27,10 +38,11 @@ extern "C" {
 #endif
 
 /* Bumped whenever fgpy_attn_args or fgpy_check_report changes. */
-#define FGPY_ABI_VERSION 2
+#define FGPY_ABI_VERSION 3
 
 typedef struct {
-    int32_t dtype; /* FG_F32 or FG_F64 */
+    int32_t dtype;  /* FG_F32 or FG_F64; FG_BF16 on FG_CUDA (float32 lse, no lse_lo) */
+    int32_t device; /* FG_CPU, or FG_CUDA: every array is then device memory (see "CUDA" below) */
     int32_t impl;  /* FG_ATTN_NAIVE or FG_ATTN_FLASH */
     int64_t B, H, H_kv, Nq, Nk, d;
     double scale; /* 0 = 1/sqrt(d) */
@@ -107,6 +119,12 @@ fg_status fgpy_attn_gradcheck(const fgpy_attn_args *a, uint64_t seed, double qk_
 
 /* The i-th registered variant's name and help (NULL past the end). */
 const char *fgpy_variant_name(int i, const char **help);
+
+/* 1 when this library holds flashgrad's CUDA code (built by `make shared` with nvcc), else 0. */
+int fgpy_cuda_built(void);
+/* Start the CUDA device (fg_device_start): FG_OK, or FG_ERR_DEVICE with the reason (built without
+ * CUDA, no device). Idempotent. The calls with device FG_CUDA start it themselves. */
+fg_status fgpy_cuda_start(void);
 
 /* The calling thread's last error (fg_last_error, fg_last_status) and fg_clear_error. */
 const char *fgpy_last_error(void);

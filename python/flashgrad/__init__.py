@@ -10,7 +10,7 @@ released while flashgrad computes.
     print(flashgrad.gradcheck_attention(shape=(2, 4, 16, 16, 8), softcap=5.0))
 
     import flashgrad.torch                                # when PyTorch is installed
-    y = flashgrad.torch.attention(q, k, v, causal=True)   # an autograd.Function on CPU tensors
+    y = flashgrad.torch.attention(q, k, v, causal=True)   # an autograd.Function on CPU (or CUDA) tensors
 
 Errors are ValueError (bad sizes or options), TypeError (dtypes, argument types), MemoryError and
 the like, carrying flashgrad's message. The library is found next to this package (pip install),

@@ -186,26 +186,27 @@ class _Options:
         self.variant = variant.encode() if variant is not None else None
         self._args = {}
 
-    def cached_args(self, dtype, B, H, H_kv, Nq, Nk, d):
-        """args(dtype, sizes) for this implementation, made once per set of sizes and kept: the
-        struct is only read by the library, so calls with the same sizes may share it."""
-        key = (dtype, B, H, H_kv, Nq, Nk, d)
+    def cached_args(self, dtype, B, H, H_kv, Nq, Nk, d, device=_lib.CPU):
+        """args(dtype, sizes, device) for this implementation, made once per set of sizes and kept:
+        the struct is only read by the library, so calls with the same sizes may share it."""
+        key = (dtype, B, H, H_kv, Nq, Nk, d, device)
         a = self._args.get(key)
         if a is None:
-            a = self.args(dtype, B, H, H_kv, Nq, Nk, d)
+            a = self.args(dtype, B, H, H_kv, Nq, Nk, d, device=device)
             if len(self._args) >= 16:
                 self._args.clear()
             self._args[key] = a
         return a
 
-    def args(self, dtype, B, H, H_kv, Nq, Nk, d, impl=None):
+    def args(self, dtype, B, H, H_kv, Nq, Nk, d, impl=None, device=_lib.CPU):
         if self.kv_heads is not None and self.kv_heads != H_kv:
             raise ValueError("attention: opts ask for %d K/V heads but k and v have %d" % (self.kv_heads, H_kv))
         if self.slopes is not None and self.slopes.shape[0] != H:
             raise ValueError("attention: alibi has %d slopes but there are %d query heads"
                              % (self.slopes.shape[0], H))
-        a = _lib.Args(dtype=dtype, impl=self.impl if impl is None else impl, B=B, H=H, H_kv=H_kv, Nq=Nq, Nk=Nk,
-                      d=d, scale=self.scale, causal=self.causal, block_q=self.block_q, block_k=self.block_k,
+        a = _lib.Args(dtype=dtype, device=device, impl=self.impl if impl is None else impl, B=B, H=H, H_kv=H_kv,
+                      Nq=Nq, Nk=Nk, d=d, scale=self.scale, causal=self.causal, block_q=self.block_q,
+                      block_k=self.block_k,
                       dropout=self.dropout, seed=self.seed, alibi=self.alibi, softcap=self.softcap,
                       custom=self.variant)
         if self.window is not None:

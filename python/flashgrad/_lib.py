@@ -12,13 +12,16 @@ ctypes releases the GIL for every call into the library, so flashgrad computes w
 threads run; each thread reads its own error message (the library's error buffer is per thread).
 """
 import ctypes
+import importlib.util
 import os
+import sys
 
 __all__ = ["lib", "lib_path", "Args", "CheckReport", "SCORE_MOD_FN", "MASK_FN", "raise_status", "F32", "F64",
-           "NAIVE", "FLASH"]
+           "BF16", "CPU", "CUDA", "NAIVE", "FLASH"]
 
-ABI_VERSION = 2
-F32, F64 = 0, 1          # fg_dtype
+ABI_VERSION = 3
+F32, F64, BF16 = 0, 1, 2  # fg_dtype
+CPU, CUDA = 0, 1          # fg_device
 NAIVE, FLASH = 0, 1      # fg_attn_impl
 
 # fg_status (tensor/error.h) -> the exception a Python caller expects
@@ -35,7 +38,7 @@ MASK_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.
 class Args(ctypes.Structure):
     """fgpy_attn_args (python/csrc/fgpy.h), field for field."""
     _fields_ = [
-        ("dtype", ctypes.c_int32), ("impl", ctypes.c_int32),
+        ("dtype", ctypes.c_int32), ("device", ctypes.c_int32), ("impl", ctypes.c_int32),
         ("B", ctypes.c_int64), ("H", ctypes.c_int64), ("H_kv", ctypes.c_int64),
         ("Nq", ctypes.c_int64), ("Nk", ctypes.c_int64), ("d", ctypes.c_int64),
         ("scale", ctypes.c_double), ("causal", ctypes.c_int32),
@@ -74,12 +77,32 @@ def _candidates():
             os.path.join(os.path.dirname(os.path.dirname(here)), "build", "libflashgrad.so")], False
 
 
+def _torch_first(path):
+    """Import torch before a libflashgrad.so built with CUDA, when torch is installed: that library
+    needs libcudart, libcublas and libnccl by soname, and in one process the first copy of a soname
+    loaded serves everyone. torch's CUDA build must load its own (newer) ones first, else importing
+    torch after flashgrad fails (undefined NCCL symbols); flashgrad then runs on torch's copies."""
+    if "torch" in sys.modules or importlib.util.find_spec("torch") is None:
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)  # the dynamic section's names are near the start
+    except OSError:
+        return
+    if b"libcudart.so" in head or b"libnccl.so" in head:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            pass
+
+
 def _load():
     paths, from_env = _candidates()
     errors = []
     for p in paths:
         if not from_env and not os.path.exists(p):
             continue
+        _torch_first(p)
         try:
             return ctypes.CDLL(p), p
         except OSError as e:
@@ -112,6 +135,8 @@ for _name, _res, _argt in [
     ("fgpy_threads", ctypes.c_int, []),
     ("fgpy_set_threads", None, [ctypes.c_int]),
     ("fgpy_use_openmp", ctypes.c_int, [_P, _P, _P]),
+    ("fgpy_cuda_built", ctypes.c_int, []),
+    ("fgpy_cuda_start", ctypes.c_int, []),
 ]:
     try:
         _f = getattr(lib, _name)

@@ -1,12 +1,15 @@
 """_torch_ops.py — flashgrad's attention as torch.library custom ops, and the drop-in front ends
 scaled_dot_product_attention, flash_attn_func and flash_attn_varlen_func (flashgrad.torch exports them).
 
-The ops (namespace "flashgrad") take tensors already in the kernels' dtype (float32, or float64) and
-return fresh tensors; the front ends do the rest: SDPA's and flash_attn's argument rules, layouts and
-broadcasting, and the dtype (float16 and bfloat16 inputs are computed in float32 and the result cast
-back, through ordinary differentiable casts). Each op has a fake implementation (shapes only) and
-its backward registered with register_autograd, so torch.compile(fullgraph=True) traces through
-them and torch.library.opcheck passes. The backward ops are not differentiable: a double backward
+The ops (namespace "flashgrad") take tensors already in the kernels' dtype (float32, or float64; on
+CUDA also bfloat16) and return fresh tensors on the inputs' device; the front ends do the rest:
+SDPA's and flash_attn's argument rules, layouts and broadcasting, and the dtype (on the CPU float16
+and bfloat16 inputs are computed in float32 and the result cast back, through ordinary
+differentiable casts; on CUDA bfloat16 runs flashgrad's bf16 kernels and float16 is refused). The
+dense ops run on CUDA tensors in place (python/flashgrad/_torch_device.py: the synchronizations
+around each call); the varlen ones and tensor masks are CPU only. Each op has a fake
+implementation (shapes only) and its backward registered with register_autograd, so
+torch.compile(fullgraph=True) traces through them and torch.library.opcheck passes. The backward ops are not differentiable: a double backward
 raises an error naming the op.
 
   flashgrad::attn_fwd(q, k, v, mask, slopes, seed, ...) -> (o, lse)   q (B, H, Nq, d), k, v (B, H_kv, Nk, d)
@@ -15,7 +18,7 @@ raises an error naming the op.
   flashgrad::varlen_bwd(...)                           -> (dq, dk, dv)
 
 lse is (2, B, H, Nq) (dense) or (2, H, Tq) (varlen): the logsumexp, then what rounding it to float32
-lost (zeros in float64); the backward reads both.
+lost (zeros in float64 and bfloat16); the backward reads both. It is float32 for bfloat16 inputs.
 """
 import math
 from typing import List, Optional, Tuple
@@ -24,17 +27,19 @@ import torch
 from torch import Tensor
 
 from . import _lib
+from . import _torch_device as _D
 from ._lib import lib
 
-_DT = {torch.float32: _lib.F32, torch.float64: _lib.F64}
+_DT = {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.bfloat16: _lib.BF16}
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _NO_DOUBLE = ("%s: double backward (differentiating the gradient, e.g. after backward(create_graph=True)) "
               "is not supported")
 
 
 def _args(q, H_kv, Nq, Nk, scale, causal, dropout_p, seed, wl, wr, softcap, slopes, B=None, H=None, d=None):
-    a = _lib.Args(dtype=_DT[q.dtype], impl=_lib.FLASH, B=q.shape[0] if B is None else B,
-                  H=q.shape[1] if H is None else H, H_kv=H_kv, Nq=Nq, Nk=Nk, d=q.shape[-1] if d is None else d,
+    a = _lib.Args(dtype=_DT[q.dtype], device=_lib.CUDA if q.is_cuda else _lib.CPU, impl=_lib.FLASH,
+                  B=q.shape[0] if B is None else B, H=q.shape[1] if H is None else H, H_kv=H_kv, Nq=Nq, Nk=Nk,
+                  d=q.shape[-1] if d is None else d,
                   scale=scale, causal=causal, dropout=dropout_p, seed=int(seed) if seed is not None else 0,
                   softcap=softcap)
     if wl >= 0 or wr >= 0:
@@ -75,6 +80,15 @@ def _lse_shape(B, H, N):
     return (2, B, H, N)
 
 
+def _lse_dtype(dt):
+    return torch.float32 if dt == torch.bfloat16 else dt
+
+
+def _run(q, fn, *args):
+    """The C call fn(*args) on q's device (CUDA: inside the synchronizations of _torch_device.call)."""
+    return _D.call(q.device, fn, *args) if q.is_cuda else fn(*args)
+
+
 # ---- dense: (B, H, N, d) ------------------------------------------------------------------------
 
 @torch.library.custom_op("flashgrad::attn_fwd", mutates_args=())
@@ -83,14 +97,14 @@ def attn_fwd(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], slopes: Op
              window_right: int, softcap: float) -> Tuple[Tensor, Tensor]:
     q, k, v, slopes = _c(q), _c(k), _c(v), _c(slopes)
     B, H, Nq, d = q.shape
-    o = torch.empty(q.shape, dtype=q.dtype)
-    lse = torch.empty(_lse_shape(B, H, Nq), dtype=q.dtype)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(B, H, Nq), dtype=_lse_dtype(q.dtype), device=q.device)
     a = _args(q, k.shape[1], Nq, k.shape[2], scale, causal, dropout_p, _seed(seed), window_left, window_right,
               softcap, slopes)
     _set_mask(a, mask)
     L = lse.data_ptr()
-    st = lib.fgpy_attn_forward(a, o.data_ptr(), L, L + lse[1].numel() * lse.element_size(), q.data_ptr(),
-                               k.data_ptr(), v.data_ptr())
+    st = _run(q, lib.fgpy_attn_forward, a, o.data_ptr(), L, L + lse[1].numel() * lse.element_size(), q.data_ptr(),
+              k.data_ptr(), v.data_ptr())
     if st:
         _lib.raise_status(st)
     return o, lse
@@ -99,7 +113,7 @@ def attn_fwd(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], slopes: Op
 @attn_fwd.register_fake
 def _attn_fwd_fake(q, k, v, mask, slopes, seed, scale, causal, dropout_p, window_left, window_right, softcap):
     B, H, Nq, d = q.shape
-    return q.new_empty(q.shape), q.new_empty(_lse_shape(B, H, Nq))
+    return q.new_empty(q.shape), q.new_empty(_lse_shape(B, H, Nq), dtype=_lse_dtype(q.dtype))
 
 
 @torch.library.custom_op("flashgrad::attn_bwd", mutates_args=())
@@ -108,15 +122,13 @@ def attn_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor
              window_left: int, window_right: int, softcap: float) -> Tuple[Tensor, Tensor, Tensor]:
     do, q, k, v, o, lse, slopes = _c(do.to(q.dtype)), _c(q), _c(k), _c(v), _c(o), _c(lse), _c(slopes)
     B, H, Nq, d = q.shape
-    dq, dk, dv = torch.empty(q.shape, dtype=q.dtype), torch.empty(k.shape, dtype=q.dtype), \
-        torch.empty(v.shape, dtype=q.dtype)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     a = _args(q, k.shape[1], Nq, k.shape[2], scale, causal, dropout_p, _seed(seed), window_left, window_right,
               softcap, slopes)
     _set_mask(a, mask)
     L = lse.data_ptr()
-    st = lib.fgpy_attn_backward(a, 1, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), do.data_ptr(), q.data_ptr(),
-                                k.data_ptr(), v.data_ptr(), o.data_ptr(), L,
-                                L + lse[1].numel() * lse.element_size())
+    st = _run(q, lib.fgpy_attn_backward, a, 1, dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), do.data_ptr(),
+              q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), L, L + lse[1].numel() * lse.element_size())
     if st:
         _lib.raise_status(st)
     return dq, dk, dv
@@ -250,26 +262,40 @@ def _shp(t):
     return "(" + ", ".join(str(int(s)) for s in t.shape) + ")"
 
 
-def _tensor(t, api, name):
+def _tensor(t, api, name, cuda_ok=False):
     if not isinstance(t, torch.Tensor):
         raise TypeError("%s: %s must be a torch.Tensor, got %s" % (api, name, type(t).__name__))
-    if t.device.type != "cpu":
-        raise ValueError("%s: %s is on %s; flashgrad.torch works on CPU tensors" % (api, name, t.device))
+    if t.device.type != "cpu" and not (cuda_ok and t.device.type == "cuda"):
+        raise ValueError("%s: %s is on %s; flashgrad runs %s on CPU tensors%s" %
+                         (api, name, t.device, api.split(".")[-1],
+                          " only" if t.device.type == "cuda" else ""))
     if t.layout != torch.strided:
         raise TypeError("%s: %s has layout %s; flashgrad takes dense tensors" % (api, name, t.layout))
 
 
-def _qkv(api, q, k, v):
-    for n, t in (("query", q), ("key", k), ("value", v)):
-        _tensor(t, api, n)
+def _qkv(api, q, k, v, cuda_ok=False):
+    """The dtype the kernels compute in, and the CUDA device of q, k, v (None: the CPU); on CUDA
+    (cuda_ok) flashgrad's device is started here."""
+    names = (("query", q), ("key", k), ("value", v))
+    for n, t in names:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("%s: %s must be a torch.Tensor, got %s" % (api, n, type(t).__name__))
+    dev = _D.device_of(api, names)
+    for n, t in names:
+        _tensor(t, api, n, cuda_ok)
         if t.dtype not in _FLOATS:
             raise TypeError("%s: %s has dtype %s (float16, bfloat16, float32 or float64)" % (api, n, t.dtype))
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError("%s: query, key and value must have one dtype, got %s, %s, %s" % (api, q.dtype, k.dtype,
                                                                                          v.dtype))
+    if dev is not None:
+        # CUDA: the tensors' own dtype (bfloat16 on the bf16 kernels); float16 refused
+        _D.cuda_dtype(api, "query", q.dtype)
+        _D.start(api, dev)
+        return q.dtype, dev
     # float32 inside for the half types; float64 stays float64
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    return cdt
+    return cdt, None
 
 
 def _scale(api, scale, d):
@@ -310,9 +336,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     1/sqrt(E); dropout_p with flashgrad's own generator (seeded from torch's). Returns (..., Hq, L, E)
     in query's dtype (float16/bfloat16 computed in float32). Not supported (refused with an error):
     value's E different from query's, leading dims that broadcast instead of matching, a mask that
-    requires grad, CUDA tensors."""
+    requires grad, attn_mask with CUDA tensors. CUDA tensors (float32, float64, bfloat16 on flashgrad's
+    bf16 kernels; float16 refused) run in place on their device (python/flashgrad/_torch_device.py)."""
     api = _SDPA
-    cdt = _qkv(api, query, key, value)
+    cdt, dev = _qkv(api, query, key, value, cuda_ok=True)
     _bool(api, "is_causal", is_causal)
     _bool(api, "enable_gqa", enable_gqa)
     q, k, v = query, key, value
@@ -343,6 +370,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         B *= s
     out_shape = q.shape[:-1] + (E,)
     mask = None
+    if attn_mask is not None and dev is not None:
+        raise ValueError("%s: attn_mask with CUDA tensors is not supported (flashgrad's tensor masks run on the "
+                         "CPU); is_causal=True is" % api)
     if attn_mask is not None:
         _tensor(attn_mask, api, "attn_mask")
         if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
@@ -416,7 +446,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     (batch_size, nheads, seqlen_q) float32, None): the attention probabilities themselves are not
     returned (None). deterministic is accepted: flashgrad's backward is always deterministic."""
     api = _FA
-    cdt = _qkv(api, q, k, v)
+    cdt, _ = _qkv(api, q, k, v)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("%s: need q (batch_size, seqlen_q, nheads, headdim), k and v (batch_size, seqlen_k, "
                          "nheads_k, headdim), got %s, %s, %s" % (api, _shp(q), _shp(k), _shp(v)))
@@ -460,7 +490,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return_attn_probs gives (out, softmax_lse (nheads, total_q) float32, None). block_table (paged
     KV) is not supported."""
     api = _FAV
-    cdt = _qkv(api, q, k, v)
+    cdt, _ = _qkv(api, q, k, v)
     if block_table is not None:
         raise ValueError("%s: block_table (paged KV cache) is not supported" % api)
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:

@@ -1,4 +1,4 @@
-"""flashgrad.torch — flashgrad's attention as a torch.autograd.Function on CPU tensors.
+"""flashgrad.torch — flashgrad's attention as a torch.autograd.Function on CPU and CUDA tensors.
 
     import flashgrad.torch as fgt
     y = fgt.attention(q, k, v, causal=True)        # q (B, H, Nq, d); k, v (B, H_kv, Nk, d)
@@ -7,9 +7,11 @@
 The forward runs flashgrad's kernels straight on the tensors' memory (contiguous inputs are not
 copied; others are made contiguous first) and saves only O and the logsumexp (with q, k, v, which
 autograd keeps anyway); the backward recomputes the attention weights from them, as fg_attention's
-backward does. The options are flashgrad.attention's; in addition seed=None (the default here)
-draws the dropout seed from torch's generator, so torch.manual_seed makes runs repeat. Double
-backward is not supported. In nanoGPT's CausalSelfAttention,
+backward does. CUDA tensors (float32, float64, bfloat16) run flashgrad's CUDA kernels in place on
+their device memory, with a synchronization before and after each call (a library built with CUDA
+is needed; python/flashgrad/_torch_device.py). The options are flashgrad.attention's; in addition
+seed=None (the default here) draws the dropout seed from torch's generator, so torch.manual_seed
+makes runs repeat. Double backward is not supported. In nanoGPT's CausalSelfAttention,
 
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=p, is_causal=True)
 
@@ -32,6 +34,7 @@ import torch
 
 from . import _attention as _A
 from . import _lib
+from . import _torch_device as _D
 from ._lib import lib
 
 if hasattr(torch, "library") and hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd"):
@@ -113,13 +116,12 @@ if os.environ.get("FLASHGRAD_TORCH_THREADS", "1") != "0":
     share_threads(True)
 
 
-def _check(t, name, dtype=None):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError("attention: %s must be a torch.Tensor, got %s" % (name, type(t).__name__))
-    if t.device.type != "cpu":
-        raise ValueError("attention: %s is on %s; flashgrad.torch works on CPU tensors" % (name, t.device))
-    if t.dtype not in _DT:
-        raise TypeError("attention: %s has dtype %s; flashgrad takes float32 or float64 tensors" % (name, t.dtype))
+def _check(t, name, dtype=None, cuda=False):
+    if cuda:
+        _D.cuda_dtype("attention", name, t.dtype)
+    elif t.dtype not in _DT:
+        raise TypeError("attention: %s has dtype %s; flashgrad takes float32 or float64 tensors (bfloat16 on CUDA)"
+                        % (name, t.dtype))
     if dtype is not None and t.dtype != dtype:
         raise TypeError("attention: %s is %s but q is %s" % (name, t.dtype, dtype))
     if t.layout != torch.strided:
@@ -154,9 +156,13 @@ def _inputs(q, k, v):
                 qs[1] % ks[1] == 0:
             return (q if q.is_contiguous() else q.contiguous(), k if k.is_contiguous() else k.contiguous(),
                     v if v.is_contiguous() else v.contiguous())
-    q = _check(q, "q")
-    k = _check(k, "k", q.dtype)
-    v = _check(v, "v", q.dtype)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("attention: %s must be a torch.Tensor, got %s" % (name, type(t).__name__))
+    cuda = _D.device_of("attention", (("q", q), ("k", k), ("v", v))) is not None
+    q = _check(q, "q", cuda=cuda)
+    k = _check(k, "k", q.dtype, cuda)
+    v = _check(v, "v", q.dtype, cuda)
     _shapes(q, k, v)
     return q, k, v
 
@@ -183,8 +189,9 @@ def _run_backward(ctx, do):
     if not do.is_contiguous():
         do = do.contiguous()
     L = lse.data_ptr()
-    st = _bwd(ctx.a, 1, _ptr(dq), _ptr(dk), _ptr(dv), do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-              o.data_ptr(), L, L + ctx.lo_offset if ctx.lo_offset else None)
+    args = (ctx.a, 1, _ptr(dq), _ptr(dk), _ptr(dv), do.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+            o.data_ptr(), L, L + ctx.lo_offset if ctx.lo_offset else None)
+    st = _bwd(*args) if ctx.dev is None else _D.call(ctx.dev, _bwd, *args)
     if ctx.opts.callbacks is not None:
         ctx.opts.callbacks.check()
     if st:
@@ -199,7 +206,8 @@ class AttentionFunction(torch.autograd.Function):
     """forward(q, k, v, opts, a, want_lse) -> O, or (O, L) with want_lse: L the float64 logsumexp
     (B, H, Nq), not differentiable. opts is a flashgrad._attention._Options, a its C arguments for
     these sizes (opts.cached_args). Saved: q, k, v, O and L, which for float32 flash is one
-    (2, B, H, Nq) float32 tensor: L, then what rounding it to float32 lost. The outputs and the
+    (2, B, H, Nq) float32 tensor: L, then what rounding it to float32 lost (bfloat16 on CUDA: a
+    (B, H, Nq) float32 L). On CUDA every tensor is on q's device. The outputs and the
     gradients are fresh tensors on every call (autograd may hand the gradients to the caller as
     .grad)."""
 
@@ -207,10 +215,13 @@ class AttentionFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, opts, a, want_lse):
         o = torch.empty_like(q)
         lo = a.dtype == _lib.F32 and a.impl == _lib.FLASH
-        lse = q.new_empty((2, a.B, a.H, a.Nq) if lo else (a.B, a.H, a.Nq))
+        lse = q.new_empty((2, a.B, a.H, a.Nq) if lo else (a.B, a.H, a.Nq),
+                          dtype=torch.float32 if a.dtype == _lib.BF16 else q.dtype)
         L = lse.data_ptr()
         ctx.lo_offset = lo_offset = 4 * a.B * a.H * a.Nq if lo else 0
-        st = _fwd(a, o.data_ptr(), L, L + lo_offset if lo else None, q.data_ptr(), k.data_ptr(), v.data_ptr())
+        ctx.dev = dev = q.device if a.device == _lib.CUDA else None
+        args = (a, o.data_ptr(), L, L + lo_offset if lo else None, q.data_ptr(), k.data_ptr(), v.data_ptr())
+        st = _fwd(*args) if dev is None else _D.call(dev, _fwd, *args)
         if opts.callbacks is not None:
             opts.callbacks.check()
         if st:
@@ -236,9 +247,11 @@ class AttentionFunction(torch.autograd.Function):
 def attention(q, k, v, *, causal=False, scale=None, dropout=0.0, seed=None, impl="flash", kv_heads=None, window=None,
               alibi=False, softcap=None, block_q=None, block_k=None, score_mod=None, score_mod_grad=None, mask=None,
               variant=None, return_lse=False):
-    """Attention on CPU tensors with autograd; the options of flashgrad.attention. Returns O (B, H,
-    Nq, d), or (O, lse) with return_lse (lse float64, no gradient). seed=None: drawn from torch's
-    generator when dropout > 0 (give the same seed to repeat a forward exactly)."""
+    """Attention on CPU or CUDA tensors with autograd; the options of flashgrad.attention. Returns O
+    (B, H, Nq, d), or (O, lse) with return_lse (lse float64, no gradient). seed=None: drawn from
+    torch's (CPU) generator when dropout > 0 (give the same seed to repeat a forward exactly). On
+    CUDA: float32, float64 or bfloat16 (bf16: flash only, no ALiBi or softcap), no callbacks or
+    registered variants; the dropout mask is the CPU's for the same seed."""
     drawn = seed is None and bool(dropout)
     if seed is None:
         seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64)) if dropout else 0
@@ -246,5 +259,9 @@ def attention(q, k, v, *, causal=False, scale=None, dropout=0.0, seed=None, impl
                       score_mod, score_mod_grad, mask, variant, cache=not drawn)
     q, k, v = _inputs(q, k, v)
     B, H, Nq, d = q.shape
-    a = opts.cached_args(_DT[q.dtype], B, H, k.shape[1], Nq, k.shape[2], d)
+    if q.is_cuda:
+        _D.start("attention", q.device)
+        a = opts.cached_args(_D.CUDA_DT[q.dtype], B, H, k.shape[1], Nq, k.shape[2], d, _lib.CUDA)
+    else:
+        a = opts.cached_args(_DT[q.dtype], B, H, k.shape[1], Nq, k.shape[2], d)
     return AttentionFunction.apply(q, k, v, opts, a, bool(return_lse))
