@@ -86,12 +86,11 @@ fg_status fg_set_requires_grad(fg_tensor *t, int on) {
 }
 
 /* ---- the op profile ---- */
-#define OP_PROFILE_MAX 96
 static struct {
     int on, n;
     pthread_t owner; /* the thread that started it: only its ops count */
     double last; /* the monotonic clock at the last record or mark */
-    fg_op_profile_row rows[OP_PROFILE_MAX];
+    fg_op_profile_row rows[FG_OP_PROFILE_MAX];
 } prof;
 
 static double prof_now(void) {
@@ -100,13 +99,16 @@ static double prof_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static const char overflow[] = "(more ops than rows)";
+
 static fg_op_profile_row *prof_row(const char *name) {
     for (int i = 0; i < prof.n; i++)
         if (prof.rows[i].name == name || !strcmp(prof.rows[i].name, name)) return &prof.rows[i];
-    if (prof.n == OP_PROFILE_MAX) return &prof.rows[OP_PROFILE_MAX - 1]; /* the last row takes the overflow */
+    if (prof.n == FG_OP_PROFILE_MAX) return &prof.rows[FG_OP_PROFILE_MAX - 1]; /* the overflow row */
     fg_op_profile_row *r = &prof.rows[prof.n++];
     memset(r, 0, sizeof *r);
-    r->name = name;
+    /* the last row takes every op past the table, under its own name */
+    r->name = prof.n == FG_OP_PROFILE_MAX ? overflow : name;
     return r;
 }
 

@@ -130,6 +130,7 @@ void fg_zero_grad(fg_tensor *t);
  * the rest of the walk to "backward: graph walk", and fg_op_profile_phase charges the time since
  * the last record or mark to a named phase that is not an op (data, optimizer). op and phase names
  * must be string literals (they are kept, compared by content). Off, each costs one branch. */
+#define FG_OP_PROFILE_MAX 96 /* rows the table holds; the last one is "(more ops than rows)" */
 typedef struct {
     const char *name;
     double fwd_s, bwd_s;     /* wall seconds (a phase's time is in fwd_s) */

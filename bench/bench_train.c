@@ -179,7 +179,7 @@ static int cmp_row_total(const void *a, const void *b) {
  * forward is the wall time from the previous op's record to its own (its kernels and whatever ran
  * between the two). */
 static int profile_steps(fg_trainer *tr, int P, fg_device dev) {
-    fg_op_profile_row rows[96];
+    fg_op_profile_row rows[FG_OP_PROFILE_MAX];
     fg_op_profile_start();
     const double t0 = fg_now();
     for (int i = 0; i < P; i++) {
@@ -193,8 +193,8 @@ static int profile_steps(fg_trainer *tr, int P, fg_device dev) {
     fg_device_sync(dev);
     const double wall = (fg_now() - t0) / P;
     fg_op_profile_stop();
-    int n = fg_op_profile_read(rows, 96);
-    if (n > 96) n = 96;
+    int n = fg_op_profile_read(rows, FG_OP_PROFILE_MAX);
+    if (n > FG_OP_PROFILE_MAX) n = FG_OP_PROFILE_MAX;
     qsort(rows, (size_t)n, sizeof rows[0], cmp_row_total);
     printf("op profile: %d steps, %.2f ms per step (wall; an op's forward runs from the previous op's record to its "
            "own)\n",

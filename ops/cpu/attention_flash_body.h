@@ -102,7 +102,9 @@ typedef struct {
     int64_t ld;    /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
     int64_t nm;    /* entries of m, l and alpha per query block: bq, or ld (Sᵀ's padded columns) */
     int64_t group; /* query blocks per item (FG_ATTN_FLASH_FWD_GROUP, fewer when Nq is short) */
-    int need_r;
+    int need_r, mods; /* mods: variants change the scores (fg_attn_modifies_scores) */
+    uint32_t thr;     /* dropout's keep threshold (0: no dropout) and 1 / (1 − p) */
+    T inv_keep;
     fg_attn_flash_scratch scratch;
 } fwd_job;
 
@@ -136,7 +138,7 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
     else
         op->gemm(0, 1, nq, nk, d, scale, Q->Qi, d, K + j0 * d, d, S, ld, NULL, 0);
     fg_flash_prof_mark(FG_FLASH_FWD_QK, flops);
-    if (fg_attn_modifies_scores(pr) || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* what every kernel shares */
+    if (J->mods || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* what every kernel shares */
         T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
         score_tile(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
         rows_view(op, S, R, ld, bk, nq, nk, 1);
@@ -151,11 +153,10 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
     fg_flash_prof_mark(FG_FLASH_FWD_MASK, 0);
     op->softmax(S, ld, nq, nk, Q->m, Q->l, Q->alpha);
     fg_flash_prof_mark(FG_FLASH_FWD_SOFTMAX, 0);
-    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
-    if (thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
-        const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
+    if (J->thr) { /* dropout acts on the weights after the softmax; l keeps the full sum */
         T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
-        for (int64_t r = 0; r < nq; r++) dropout_scale(Sr + r * bk, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+        for (int64_t r = 0; r < nq; r++)
+            dropout_scale(Sr + r * bk, nk, pr->seed, J->thr, J->inv_keep, b, h, i0 + r, j0);
         rows_view(op, S, R, ld, bk, nq, nk, 1);
         fg_flash_prof_mark(FG_FLASH_FWD_DROPOUT, 0);
     }
@@ -238,7 +239,10 @@ static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
     J.nm = op->packs ? J.ld : bq;
-    J.need_r = op->packs && (fg_attn_modifies_scores(&p2) || p2.custom.mask || fg_dropout_threshold(p2.dropout_p));
+    J.mods = fg_attn_modifies_scores(&p2);
+    J.thr = fg_dropout_threshold(p2.dropout_p);
+    J.inv_keep = (T)(1.0 / (1.0 - p2.dropout_p));
+    J.need_r = op->packs && (J.mods || p2.custom.mask || J.thr);
     const int64_t n = (op->packs ? bk : bq) * J.ld + (J.need_r ? bq * bk : 0) +
                       J.group * ((op->packs ? d * J.ld : 0) + 3 * J.nm);
     J.scratch.bytes = (size_t)n * sizeof(T);
@@ -270,6 +274,8 @@ typedef struct {
     int64_t Hkv, G, nd; /* nd = max(Nq, 1): D's entries per query head */
     int64_t group;      /* key blocks per pass over the queries (FG_ATTN_FLASH_BWD_GROUP, fewer when Nk is short) */
     int dropout, chain, mods;
+    uint32_t thr; /* dropout's keep threshold (0: none) and 1 / (1 − p) */
+    T inv_keep;
     fg_attn_flash_scratch scratch;
 } bwd_job;
 
@@ -308,7 +314,7 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     const T *loh = J->lse_lo ? J->lse_lo + bh * Nq : NULL, *Dh = D + hh * J->nd;
     T *dQ = J->dq ? J->dq + qo : NULL;
     const T scale = (T)pr->scale;
-    const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
+    const uint32_t thr = J->thr;
     const double flops = 2.0 * (double)(nq * nk * d);
     /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
     op->gemm(0, tb, nq, nk, d, scale, Qi, d, KB, ldb, P, bk, NULL, 0);
@@ -322,11 +328,10 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     op->exp_rows(P, bk, nq, nk, Lh + i0, loh ? loh + i0 : NULL);
     fg_flash_prof_mark(FG_FLASH_BWD_EXP, 0);
     if (thr) {
-        const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
         for (int64_t r = 0; r < nq; r++) {
             T *zrow = Z + r * bk;
             for (int64_t j = 0; j < nk; j++) zrow[j] = 1;
-            dropout_scale(zrow, nk, pr->seed, thr, inv_keep, b, h, i0 + r, j0);
+            dropout_scale(zrow, nk, pr->seed, thr, J->inv_keep, b, h, i0 + r, j0);
         }
     }
     /* dVj += (P∘Z)ᵀ dOi — the forward's Oi += dropout(P) Vj */
@@ -452,7 +457,9 @@ static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.nd = p2.Nq > 0 ? p2.Nq : 1;
-    J.dropout = fg_dropout_threshold(p2.dropout_p) != 0;
+    J.thr = fg_dropout_threshold(p2.dropout_p);
+    J.inv_keep = (T)(1.0 / (1.0 - p2.dropout_p));
+    J.dropout = J.thr != 0;
     J.chain = fg_attn_needs_score_grad(&p2);
     J.mods = fg_attn_modifies_scores(&p2);
     const int64_t nkb = (p2.Nk + bk - 1) / bk;
