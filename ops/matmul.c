@@ -28,9 +28,11 @@
 #include <unistd.h>
 
 #include "ops/cpu/dnnl_gemm.h"
+#include "ops/cpu/flash_tiles.h" /* fg_flash_x86_f32.transpose */
 #include "ops/cpu/simd.h"
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
+#include "ops/cpu/vmath.h" /* fg_par_range */
 #include "ops/kernels_cpu.h"
 #include "ops/ops_internal.h"
 #include "tensor/alloc.h"
@@ -161,10 +163,11 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *   - float32 with oneDNN: dnnl, except
  *       - a small weight gradient over many rows (A read transposed, K >= GEMM_BLAS_MIN_K,
  *         M >= GEMM_BLAS_MIN_M, M·N <= GEMM_BLAS_MAX_MN: a narrow model's dW = doutᵀ @ x), where
- *         oneDNN's blocks are narrow: blas when OpenBLAS's kernels are as wide as the CPU's vectors
- *         (blas_full_width), else tile on an AVX-512 CPU, else dnnl. OpenBLAS runs its AVX2
- *         kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so (or it does not know the CPU):
- *         half the CPU's peak, behind both others;
+ *         oneDNN's blocks are narrow: tile on an AVX-512 CPU (ahead of OpenBLAS's AVX-512 kernels
+ *         too, whose 128-row blocks leave a thread idle when M is 128), else blas when OpenBLAS's
+ *         kernels are as wide as the CPU's vectors (blas_full_width: always on AVX2 CPUs), else
+ *         dnnl. OpenBLAS runs its AVX2 kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so
+ *         (or it does not know the CPU): half the CPU's peak, behind both others;
  *       - on an AVX-512 CPU, a narrow output (N <= GEMM_TILE_NARROW_N, B' not transposed or
  *         transposed into scratch, A as stored: an LM head over a character vocabulary), where
  *         oneDNN's blocking leaves most of its vector lanes idle: tile.
@@ -318,11 +321,22 @@ static void gemm_item(void *ctx, int64_t item, int worker) {
 }
 
 /* dst (K, N) row-major = the transpose of src (N, K) with row stride ld, in 16 × 16 blocks. */
+/* dst (K, N) = the transpose of src (N, K, row stride ld): flash attention's transposes (16 × 16
+ * blocks on AVX-512, 8 × 8 on AVX2), over pieces of src's rows on the pool when it is big enough. */
+typedef struct {
+    float *dst;
+    const float *src;
+    int64_t N, K, ld;
+} transpose_job;
+
+static void transpose_piece(void *ctx, int64_t r0, int64_t r1) {
+    const transpose_job *J = ctx;
+    fg_flash_x86_f32.transpose(J->dst + r0, J->N, J->src + r0 * J->ld, J->ld, r1 - r0, J->K);
+}
+
 static void transpose_f32(float *dst, const float *src, int64_t N, int64_t K, int64_t ld) {
-    for (int64_t c0 = 0; c0 < N; c0 += 16)
-        for (int64_t p0 = 0; p0 < K; p0 += 16)
-            for (int64_t c = c0; c < N && c < c0 + 16; c++)
-                for (int64_t p = p0; p < K && p < p0 + 16; p++) dst[p * N + c] = src[c * ld + p];
+    transpose_job J = {dst, src, N, K, ld};
+    fg_par_range(N, 64, 0.25 * (double)K, transpose_piece, &J); /* ~0.25 ns an element moved */
 }
 
 /* The CPUs this machine has (configured, whatever this process's affinity or thread count):
@@ -427,7 +441,7 @@ static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta,
     if (dt == FG_F32 && fg_dnnl_available()) {
         const int tile_wide = tile_ok && fg_simd_detect() == FG_SIMD_AVX512;
         if (ta && K >= GEMM_BLAS_MIN_K && M >= GEMM_BLAS_MIN_M && (double)M * (double)N <= GEMM_BLAS_MAX_MN)
-            return blas_full_width() ? GEMM_BLAS : tile_wide ? GEMM_TILE : GEMM_DNNL;
+            return tile_wide ? GEMM_TILE : blas_full_width() ? GEMM_BLAS : GEMM_DNNL;
         if (tile_wide && !ta && N <= GEMM_TILE_NARROW_N && (double)K * (double)N * 4 <= gemm_tile_max_b())
             return GEMM_TILE;
         return GEMM_DNNL;
