@@ -186,8 +186,11 @@ fg_tensor *fg_node_keep(fg_node *n, fg_tensor *t) {
 }
 
 /* ---- gradient buffers ---- */
-fg_status fg_grad_get(fg_tensor *t, fg_tensor **g) {
+/* t's gradient buffer, made (zeroed, or left unset when `unset`) if there is none yet; *made says
+ * whether this call made it. */
+static fg_status grad_slot(fg_tensor *t, fg_tensor **g, int unset, int *made) {
     *g = NULL;
+    *made = 0;
     if (!t || !t->requires_grad) return FG_OK;
     fg_tensor **slot;
     if (t->grad_fn) {
@@ -197,12 +200,21 @@ fg_status fg_grad_get(fg_tensor *t, fg_tensor **g) {
         slot = &t->grad;
     }
     if (!*slot) {
-        *slot = fg_zeros(t->dtype, t->device, t->ndim, t->shape);
+        *slot = unset ? fg_empty(t->dtype, t->device, t->ndim, t->shape)
+                      : fg_zeros(t->dtype, t->device, t->ndim, t->shape);
         if (!*slot) return fg_last_status();
+        *made = 1;
     }
     *g = *slot;
     return FG_OK;
 }
+
+fg_status fg_grad_get(fg_tensor *t, fg_tensor **g) {
+    int made;
+    return grad_slot(t, g, 0, &made);
+}
+
+fg_status fg_grad_get_fresh(fg_tensor *t, fg_tensor **g, int *fresh) { return grad_slot(t, g, 1, fresh); }
 
 fg_tensor *fg_grad_buffer(fg_tensor *t) {
     fg_tensor *g;

@@ -107,6 +107,12 @@ fg_tensor *fg_node_keep(fg_node *n, fg_tensor *t);
  * fg_grad_buffer is the short form that returns NULL in both cases (check fg_last_status). */
 fg_status fg_grad_get(fg_tensor *t, fg_tensor **g);
 fg_tensor *fg_grad_buffer(fg_tensor *t);
+/* fg_grad_get for a rule that can set its whole gradient instead of adding it (a GEMM with β = 0
+ * instead of 1, a copy instead of an add): a buffer that this call makes is left unset, not
+ * zeroed, and *fresh = 1; the rule must then write every element of it before anything reads it.
+ * *fresh = 0 for a buffer that exists already (a sum so far, or a leaf's gradient): add into it
+ * as with fg_grad_get. */
+fg_status fg_grad_get_fresh(fg_tensor *t, fg_tensor **g, int *fresh);
 
 /* External gradient storage for a leaf: from now on the leaf's gradient is `storage` (retained; a
  * contiguous tensor of the leaf's shape, dtype and device, typically a view into one flat buffer

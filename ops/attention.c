@@ -656,14 +656,16 @@ static fg_tensor *gather_heads(const fg_tensor *r, int64_t Hs, int64_t d, int64_
 }
 
 /* Reverses  y = attention_qkv(qkv): gathers dY into the heads' layout, runs the kernels' backward
- * into zeroed dQ, dK, dV and adds them into qkv's gradient rows. */
+ * into zeroed dQ, dK, dV and adds them into qkv's gradient rows (or, when that gradient is fresh,
+ * writes them there: the three head groups cover every column of its rows). */
 static fg_status attention_qkv_backward(fg_node *n) {
     const attention_state *s = FG_NODE_STATE(n, attention_state);
     const fg_tensor *q = s->q, *k = s->k, *v = s->v;
     const fg_attn_problem *pr = &s->pc->pr;
     const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d, B = pr->B, T = pr->Nq, W = (H + 2 * Hkv) * d;
     fg_tensor *g;
-    FG_TRY(fg_grad_get(n->inputs[0], &g));
+    int fresh;
+    FG_TRY(fg_grad_get_fresh(n->inputs[0], &g, &fresh));
     if (!g) return FG_OK; /* qkv wants no gradient */
     if (g->dtype != q->dtype || !fg_is_contiguous(g))
         return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
@@ -676,9 +678,12 @@ static fg_status attention_qkv_backward(fg_node *n) {
     fg_status st = dv ? FG_OK : fg_last_status();
     if (st == FG_OK) st = attn_node_backward(n, fg_data(dq), fg_data(dk), fg_data(dv), dout);
     if (st == FG_OK) { /* forward: q, k, v = the head groups of qkv  ->  dqkv += dq, dk, dv in place */
-        repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dq), B, T, W, H, d, 0);
-        repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dk), B, T, W, Hkv, d, H * d);
-        repack(q->dtype, REPACK_ADD, fg_data(g), fg_data(dv), B, T, W, Hkv, d, (H + Hkv) * d);
+        const int dir = fresh ? REPACK_SCATTER : REPACK_ADD;
+        repack(q->dtype, dir, fg_data(g), fg_data(dq), B, T, W, H, d, 0);
+        repack(q->dtype, dir, fg_data(g), fg_data(dk), B, T, W, Hkv, d, H * d);
+        repack(q->dtype, dir, fg_data(g), fg_data(dv), B, T, W, Hkv, d, (H + Hkv) * d);
+    } else if (fresh) { /* a failed rule leaves its fresh gradient as fg_grad_get would: zero */
+        memset(fg_data(g), 0, fg_nbytes(g));
     }
     fg_release(dy), fg_release(dout), fg_release(dq), fg_release(dk), fg_release(dv);
     return st;

@@ -802,8 +802,9 @@ typedef struct {
     fg_tensor *x, *w; /* X, W */
 } linear_state;
 
-static fg_status linear_grads(const fg_kernels *k, fg_tensor *dx, fg_tensor *dw, fg_tensor *db, fg_tensor *dout,
-                              const fg_tensor *X, const fg_tensor *W) {
+/* dx_fresh: dx is unset (fg_grad_get_fresh) and is written, not added into. */
+static fg_status linear_grads(const fg_kernels *k, fg_tensor *dx, int dx_fresh, fg_tensor *dw, fg_tensor *db,
+                              fg_tensor *dout, const fg_tensor *X, const fg_tensor *W) {
     fg_dtype dt = dout->dtype;
     int64_t N = W->shape[0], K = W->shape[1], R, rs;
     int ok = fold_rows(X, &R, &rs);
@@ -811,8 +812,10 @@ static fg_status linear_grads(const fg_kernels *k, fg_tensor *dx, fg_tensor *dw,
     blas_mat mw = mat_of(W, 0);
     int64_t ldo = N > 1 ? N : 1;
 
-    /* forward: out = x @ wᵀ + bias  ->  dx (R, K) += dout (R, N) @ w (N, K) */
-    if (dx) FG_TRY(gemm(k, dt, R, K, N, fg_data(dout), 0, ldo, mw.p, mw.tr, mw.ld, 1.0, fg_data(dx), K > 1 ? K : 1));
+    /* forward: out = x @ wᵀ + bias  ->  dx (R, K) += dout (R, N) @ w (N, K)  (=, β = 0, when fresh) */
+    if (dx)
+        FG_TRY(gemm(k, dt, R, K, N, fg_data(dout), 0, ldo, mw.p, mw.tr, mw.ld, dx_fresh ? 0.0 : 1.0, fg_data(dx),
+                    K > 1 ? K : 1));
     /* forward: out = x @ wᵀ + bias  ->  dw (N, K) += doutᵀ (N, R) @ x (R, K), one GEMM over all rows */
     if (dw) FG_TRY(gemm(k, dt, N, K, R, fg_data(dout), 1, ldo, fg_data(X), 0, rs, 1.0, fg_data(dw), K > 1 ? K : 1));
     /* forward: out = x @ wᵀ + bias  ->  dbias (N) += sum over rows of dout */
@@ -823,7 +826,10 @@ static fg_status linear_grads(const fg_kernels *k, fg_tensor *dx, fg_tensor *dw,
 static fg_status linear_backward(fg_node *n) {
     const linear_state *s = FG_NODE_STATE(n, linear_state);
     fg_tensor *dx, *dw, *db;
-    FG_TRY(fg_grad_get(n->inputs[0], &dx));
+    int dx_fresh;
+    /* dx first: when it is fresh, linear_grads writes it before it touches dw or db (which could be
+     * the same tensor's buffer, were x also w or bias) */
+    FG_TRY(fg_grad_get_fresh(n->inputs[0], &dx, &dx_fresh));
     FG_TRY(fg_grad_get(n->inputs[1], &dw));
     FG_TRY(fg_grad_get(n->inputs[2], &db));
     if (!dx && !dw && !db) return FG_OK;
@@ -831,7 +837,7 @@ static fg_status linear_backward(fg_node *n) {
     if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    fg_status st = linear_grads(k, dx, dw, db, dout, s->x, s->w);
+    fg_status st = linear_grads(k, dx, dx_fresh, dw, db, dout, s->x, s->w);
     fg_release(dout);
     return st;
 }

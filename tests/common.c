@@ -43,6 +43,22 @@ fg_tensor *fgt_leaf(fg_dtype dt, int ndim, const int64_t *shape, uint64_t seed) 
     return t;
 }
 
+void fgt_poison_cache(fg_dtype dt, int ndim, const int64_t *shape, void *ptrs[FGT_POISON_BLOCKS]) {
+    fg_tensor *t[FGT_POISON_BLOCKS];
+    for (int i = 0; i < FGT_POISON_BLOCKS; i++) {
+        t[i] = fgt_ok(fg_empty(dt, FG_CPU, ndim, shape), "fg_empty");
+        for (int64_t k = 0; k < fg_numel(t[i]); k++) fg_set(t[i], k, NAN);
+        ptrs[i] = fg_data(t[i]);
+    }
+    for (int i = 0; i < FGT_POISON_BLOCKS; i++) fg_release(t[i]);
+}
+
+int fgt_poisoned(const void *p, void *const ptrs[FGT_POISON_BLOCKS]) {
+    for (int i = 0; i < FGT_POISON_BLOCKS; i++)
+        if (p == ptrs[i]) return 1;
+    return 0;
+}
+
 fg_tensor *fgt_from(fg_dtype dt, int ndim, const int64_t *shape, const double *values) {
     fg_tensor *t = fgt_ok(fg_empty(dt, FG_CPU, ndim, shape), "fg_empty");
     for (int64_t k = 0; k < fg_numel(t); k++) fg_set(t, k, values[k]);

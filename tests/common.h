@@ -43,6 +43,14 @@ fg_tensor *fgt_uniform(fg_dtype dt, int ndim, const int64_t *shape, double lo, d
 fg_tensor *fgt_rand(fg_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
 /* fgt_rand with requires_grad set (a leaf). */
 fg_tensor *fgt_leaf(fg_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
+/* Poisons the caching allocator: makes FGT_POISON_BLOCKS CPU tensors of this dtype and shape, fills
+ * them with NaN and releases them, so that the next tensors of that size get NaN-filled storage
+ * (fg_alloc hands cached blocks out again); their data pointers go to ptrs. For tests that a buffer
+ * left unset is written before it is read. */
+#define FGT_POISON_BLOCKS 8
+void fgt_poison_cache(fg_dtype dt, int ndim, const int64_t *shape, void *ptrs[FGT_POISON_BLOCKS]);
+/* Whether p is one of fgt_poison_cache's pointers. */
+int fgt_poisoned(const void *p, void *const ptrs[FGT_POISON_BLOCKS]);
 /* A CPU tensor with the given values (C order, n = numel). */
 fg_tensor *fgt_from(fg_dtype dt, int ndim, const int64_t *shape, const double *values);
 /* The elements of t in C order as a malloc'd double array (caller frees). */

@@ -1034,6 +1034,38 @@ Test(attention, packed_qkv_equals_the_composite_of_views_bit_for_bit) {
     }
 }
 
+/* A gradient buffer that attention_qkv's backward makes for qkv is written, not added into: with
+ * the allocator's cached blocks of its size filled with NaN, it equals the gradient added into an
+ * existing zeroed buffer (GQA included, where the three head groups differ in width). */
+Test(attention, a_fresh_qkv_gradient_is_written_not_added_into) {
+    const int64_t cases[][5] = {{2, 64, 4, 4, 32}, {3, 37, 4, 2, 8}, {1, 70, 2, 1, 16}}; /* B, T, H, Hkv, d */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t B = cases[c][0], T = cases[c][1], H = cases[c][2], Hkv = cases[c][3], d = cases[c][4];
+        const int64_t W = (H + 2 * Hkv) * d;
+        fg_tensor *qkv = fgt_leaf(FG_F32, FGT_DIMS(B, T, W), 140 + c);
+        fg_tensor *dy = fgt_rand(FG_F32, FGT_DIMS(B, T, H * d), 150 + c);
+        fg_attn_opts o = fg_attn_defaults();
+        o.causal = 1;
+        o.variant.n_kv_heads = Hkv == H ? 0 : Hkv;
+        cr_assert_not_null(fg_grad_buffer(qkv), "%s", fg_last_error());
+        fg_tensor *y = fgt_ok(fg_attention_qkv(qkv, H, &o), "attention_qkv");
+        cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+        fg_tensor *added = fg_clone(qkv->grad);
+        fg_release(y);
+        fg_release(qkv->grad);
+        qkv->grad = NULL;
+        void *poison[FGT_POISON_BLOCKS];
+        fgt_poison_cache(FG_F32, FGT_DIMS(B, T, W), poison);
+        y = fgt_ok(fg_attention_qkv(qkv, H, &o), "attention_qkv");
+        cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+        cr_assert(fgt_poisoned(fg_data(qkv->grad), poison), "case %zu: dqkv did not get a poisoned block", c);
+        for (int64_t i = 0; i < fg_numel(qkv); i++)
+            cr_assert(fg_get(qkv->grad, i) == fg_get(added, i), "case %zu: dqkv[%lld] = %g, %g added", c, (long long)i,
+                      fg_get(qkv->grad, i), fg_get(added, i));
+        fg_release(y), fg_release(added), fg_release(dy), fg_release(qkv);
+    }
+}
+
 /* fg_attention reaches the CPU kernels through the CPU's kernel table, like any device: the table's
  * attention member is there, lists every built-in variant, and gives fg_attention's numbers. */
 Test(attention, runs_through_the_cpu_kernel_table) {

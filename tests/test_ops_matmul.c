@@ -679,3 +679,43 @@ Test(matmul, the_automatic_kernel_does_not_follow_the_simd_cap) {
         }
     }
 }
+
+/* A gradient buffer that linear's backward makes for x is written (β = 0), never added into: with
+ * the allocator's cached blocks of dx's size filled with NaN, dx comes out equal to the dx of the
+ * same backward into an existing zeroed buffer (where it adds), on every kernel and at shapes on
+ * and off the pool. The test checks that dx did get a poisoned block. */
+Test(matmul, a_fresh_input_gradient_is_written_not_added_into) {
+    const int64_t shapes[][3] = {{37, 19, 23}, {768, 128, 384}, {768, 512, 128}, {300, 65, 130}}; /* R, K, N */
+    const fg_matmul_kernel kernels[] = {FG_MATMUL_AUTO, FG_MATMUL_TILE, FG_MATMUL_BLAS, FG_MATMUL_DNNL};
+    const fg_matmul_kernel was = fg_matmul_set_kernel(FG_MATMUL_AUTO);
+    for (size_t kk = 0; kk < sizeof kernels / sizeof kernels[0]; kk++) {
+        if (kernels[kk] == FG_MATMUL_DNNL && !fg_dnnl_available()) continue;
+        fg_matmul_set_kernel(kernels[kk]);
+        for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+            const int64_t R = shapes[c][0], K = shapes[c][1], N = shapes[c][2];
+            fg_tensor *x = fgt_leaf(FG_F32, FGT_DIMS(R, K), 70 + c), *w = fgt_leaf(FG_F32, FGT_DIMS(N, K), 80 + c);
+            fg_tensor *b = fgt_leaf(FG_F32, FGT_DIMS(N), 90 + c), *dy = fgt_rand(FG_F32, FGT_DIMS(R, N), 100 + c);
+            /* into an existing zeroed buffer: added */
+            cr_assert_not_null(fg_grad_buffer(x), "%s", fg_last_error());
+            fg_tensor *y = fgt_ok(fg_linear(x, w, b), "linear");
+            cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+            fg_tensor *added = fg_clone(x->grad);
+            fg_release(y);
+            /* into a buffer the backward makes: written */
+            fg_release(x->grad);
+            x->grad = NULL;
+            void *poison[FGT_POISON_BLOCKS];
+            fgt_poison_cache(FG_F32, FGT_DIMS(R, K), poison);
+            y = fgt_ok(fg_linear(x, w, b), "linear");
+            cr_assert_eq(fg_backward(y, dy), FG_OK, "%s", fg_last_error());
+            cr_assert(fgt_poisoned(fg_data(x->grad), poison), "kernel %d, R %lld: dx did not get a poisoned block",
+                      (int)kernels[kk], (long long)R);
+            for (int64_t i = 0; i < R * K; i++)
+                cr_assert(fg_get(x->grad, i) == fg_get(added, i), "kernel %d, R %lld K %lld N %lld: dx[%lld] = %g, %g added",
+                          (int)kernels[kk], (long long)R, (long long)K, (long long)N, (long long)i, fg_get(x->grad, i),
+                          fg_get(added, i));
+            fg_release(y), fg_release(added), fg_release(dy), fg_release(x), fg_release(w), fg_release(b);
+        }
+    }
+    fg_matmul_set_kernel(was);
+}
