@@ -162,11 +162,11 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *   - float64: blas.
  *   - float32 with oneDNN: dnnl, except
  *       - a small weight gradient over many rows (A read transposed, K >= GEMM_BLAS_MIN_K,
- *         M >= GEMM_BLAS_MIN_M, M·N <= GEMM_BLAS_MAX_MN: a narrow model's dW = doutᵀ @ x), where
- *         oneDNN's blocks are narrow: tile on an AVX-512 CPU (ahead of OpenBLAS's AVX-512 kernels
- *         too, whose 128-row blocks leave a thread idle when M is 128), else blas when OpenBLAS's
- *         kernels are as wide as the CPU's vectors (blas_full_width: always on AVX2 CPUs), else
- *         dnnl. OpenBLAS runs its AVX2 kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so
+ *         M·N <= GEMM_BLAS_MAX_MN: a narrow model's dW = doutᵀ @ x), where oneDNN's blocks are
+ *         narrow (one block, one thread, when M and N are small): tile on an AVX-512 CPU (ahead of
+ *         OpenBLAS's AVX-512 kernels too, whose 128-row blocks leave a thread idle when M is 128),
+ *         else, when M >= GEMM_BLAS_MIN_M, blas when OpenBLAS's kernels are as wide as the CPU's
+ *         vectors (blas_full_width: always on AVX2 CPUs), else dnnl. OpenBLAS runs its AVX2 kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so
  *         (or it does not know the CPU): half the CPU's peak, behind both others;
  *       - on an AVX-512 CPU, a narrow output (N <= GEMM_TILE_NARROW_N, B' not transposed or
  *         transposed into scratch, A as stored: an LM head over a character vocabulary), where
@@ -440,7 +440,8 @@ static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta,
     const int tile_ok = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (beta == 0.0 || beta == 1.0);
     if (dt == FG_F32 && fg_dnnl_available()) {
         const int tile_wide = tile_ok && fg_simd_detect() == FG_SIMD_AVX512;
-        if (ta && K >= GEMM_BLAS_MIN_K && M >= GEMM_BLAS_MIN_M && (double)M * (double)N <= GEMM_BLAS_MAX_MN)
+        if (ta && K >= GEMM_BLAS_MIN_K && (M >= GEMM_BLAS_MIN_M || tile_wide) &&
+            (double)M * (double)N <= GEMM_BLAS_MAX_MN)
             return tile_wide ? GEMM_TILE : blas_full_width() ? GEMM_BLAS : GEMM_DNNL;
         if (tile_wide && !ta && N <= GEMM_TILE_NARROW_N && (double)K * (double)N * 4 <= gemm_tile_max_b())
             return GEMM_TILE;
