@@ -6,8 +6,8 @@
  * the LM head, row-major as flashgrad calls them, for nanoGPT's CPU model (L4: 768 rows, C 128,
  * V 65), the shakespeare-char model (L6: 2048 rows, C 384, V 65) and GPT-2 small (1024 rows, C 768,
  * V 50304). Libraries, each where it is found:
- *   flashgrad   fg_cpu_matmul_gemm with the automatic kernel (what training runs), and its tile
- *               kernel forced, on flashgrad's pool;
+ *   flashgrad   fg_matmul with the automatic kernel (what training runs), and its tile kernel
+ *               forced, on flashgrad's pool (the output tensor from its caching allocator);
  *   onednn      dnnl_sgemm (the linked oneDNN) on its OpenMP team;
  *   openblas    cblas_sgemm of the linked OpenBLAS on its threads;
  *   openblas-w  scipy_cblas_sgemm of a newer OpenBLAS from PyPI (scipy-openblas32), --scipy-openblas;
@@ -31,7 +31,6 @@
 #include <cblas.h>
 
 #include "ops/cpu.h"
-#include "ops/kernels_cpu.h"
 #include "ops/ops.h"
 
 #ifdef FG_HAVE_DNNL
@@ -66,6 +65,18 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* flashgrad's operands of the product being timed: op(A) and op(B) as (transposed views of) tensors */
+static fg_tensor *fg_a, *fg_b;
+
+/* the tensor of a row-major (rows, cols) buffer, or the transposed view of it when trans */
+static fg_tensor *operand(const float *p, int rows, int cols, int trans) {
+    fg_tensor *t = fg_from_buffer(FG_F32, FG_CPU, 2, (int64_t[]){rows, cols}, p);
+    if (!t || !trans) return t;
+    fg_tensor *v = fg_view_transpose(t, 0, 1);
+    fg_release(t);
+    return v;
+}
+
 /* C (M, N) = op(A) op(B), row-major, ta/tb as cblas; lda, ldb as stored */
 static void run(const lib *L, int threads, int ta, int tb, int M, int N, int K, const float *A, const float *B, float *C) {
     const int lda = ta ? M : K, ldb = tb ? K : N;
@@ -73,7 +84,7 @@ static void run(const lib *L, int threads, int ta, int tb, int M, int N, int K, 
     case LIB_FG_AUTO:
     case LIB_FG_TILE:
         fg_matmul_set_kernel(L->kind == LIB_FG_TILE ? FG_MATMUL_TILE : FG_MATMUL_AUTO);
-        fg_cpu_matmul_gemm(FG_F32, ta, tb, M, N, K, 1.0, A, lda, 0, B, ldb, 0, 0.0, NULL, C, N, 0, 1);
+        fg_release(fg_matmul(fg_a, fg_b));
         break;
 #ifdef FG_HAVE_DNNL
     case LIB_DNNL:
@@ -240,6 +251,12 @@ int main(int argc, char **argv) {
             const double fl = 2.0 * P[p].M * P[p].N * P[p].K;
             const int mi = !strcmp(P[p].model, "L4") ? 0 : !strcmp(P[p].model, "L6") ? 1 : 2;
             double t[99];
+            fg_a = operand(A, P[p].ta ? P[p].K : P[p].M, P[p].ta ? P[p].M : P[p].K, P[p].ta);
+            fg_b = operand(B, P[p].tb ? P[p].N : P[p].K, P[p].tb ? P[p].K : P[p].N, P[p].tb);
+            if (!fg_a || !fg_b) {
+                fprintf(stderr, "compare: %s\n", fg_last_error());
+                return 1;
+            }
             run(&libs[l], threads, P[p].ta, P[p].tb, P[p].M, P[p].N, P[p].K, A, B, C);
             for (int r = 0; r < repeat; r++) {
                 const double t0 = now_s();
@@ -250,6 +267,7 @@ int main(int argc, char **argv) {
             const double med = repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]);
             sum[mi * nl + l] += med;
             gf[p * nl + l] = fl / med / 1e9;
+            fg_release(fg_a), fg_release(fg_b);
         }
     }
     fg_matmul_set_kernel(FG_MATMUL_AUTO);
