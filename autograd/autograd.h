@@ -111,7 +111,8 @@ fg_tensor *fg_grad_buffer(fg_tensor *t);
  * instead of 1, a copy instead of an add): a buffer that this call makes is left unset, not
  * zeroed, and *fresh = 1; the rule must then write every element of it before anything reads it.
  * *fresh = 0 for a buffer that exists already (a sum so far, or a leaf's gradient): add into it
- * as with fg_grad_get. */
+ * as with fg_grad_get. (A rule that fails leaves it unset, as a failed fg_backward leaves every
+ * gradient partial.) */
 fg_status fg_grad_get_fresh(fg_tensor *t, fg_tensor **g, int *fresh);
 
 /* External gradient storage for a leaf: from now on the leaf's gradient is `storage` (retained; a

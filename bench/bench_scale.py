@@ -20,7 +20,8 @@ MFU = tokens/s × (6 · params + 12 · L · C · T) / the float32 FMA peak that 
 same threads in the same run (ops/cpu/peak.h; `flashgrad bench peak` prints the long form), for both
 frameworks alike. Every flashgrad run measures the peak again; a neighbour or a clock dip can only
 make a measurement low, never high, so every row divides by the highest peak of the whole run (the
-line after each configuration, by the highest so far). params counts every parameter once (the LM head is tied to the token embedding).
+line after each configuration, by the highest so far). params counts every parameter once (the LM
+head is tied to the token embedding).
 
 Data. Vocabulary 65: a synthetic file of 2^20 characters drawn uniformly from 65 symbols (the size of
 Tiny Shakespeare's), written to a temporary folder; both read it and see the same batches (the

@@ -682,8 +682,6 @@ static fg_status attention_qkv_backward(fg_node *n) {
         repack(q->dtype, dir, fg_data(g), fg_data(dq), B, T, W, H, d, 0);
         repack(q->dtype, dir, fg_data(g), fg_data(dk), B, T, W, Hkv, d, H * d);
         repack(q->dtype, dir, fg_data(g), fg_data(dv), B, T, W, Hkv, d, (H + Hkv) * d);
-    } else if (fresh) { /* a failed rule leaves its fresh gradient as fg_grad_get would: zero */
-        memset(fg_data(g), 0, fg_nbytes(g));
     }
     fg_release(dy), fg_release(dout), fg_release(dq), fg_release(dk), fg_release(dv);
     return st;

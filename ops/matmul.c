@@ -166,8 +166,9 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *         narrow (one block, one thread, when M and N are small): tile on an AVX-512 CPU (ahead of
  *         OpenBLAS's AVX-512 kernels too, whose 128-row blocks leave a thread idle when M is 128),
  *         else, when M >= GEMM_BLAS_MIN_M, blas when OpenBLAS's kernels are as wide as the CPU's
- *         vectors (blas_full_width: always on AVX2 CPUs), else dnnl. OpenBLAS runs its AVX2 kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so
- *         (or it does not know the CPU): half the CPU's peak, behind both others;
+ *         vectors (blas_full_width: always on AVX2 CPUs), else dnnl. OpenBLAS runs its AVX2
+ *         kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so (or it does not know the CPU):
+ *         half the CPU's peak, behind both others;
  *       - on an AVX-512 CPU, a narrow output (N <= GEMM_TILE_NARROW_N, B' not transposed or
  *         transposed into scratch, A as stored: an LM head over a character vocabulary), where
  *         oneDNN's blocking leaves most of its vector lanes idle: tile.
@@ -320,7 +321,6 @@ static void gemm_item(void *ctx, int64_t item, int worker) {
     }
 }
 
-/* dst (K, N) row-major = the transpose of src (N, K) with row stride ld, in 16 × 16 blocks. */
 /* dst (K, N) = the transpose of src (N, K, row stride ld): flash attention's transposes (16 × 16
  * blocks on AVX-512, 8 × 8 on AVX2), over pieces of src's rows on the pool when it is big enough. */
 typedef struct {
