@@ -418,6 +418,38 @@ Test(simd, flash_tile_tables_agree_on_every_operation) {
         px->ds_rows(dS1, C2, NK, NQ, NK, Dr);
         pp->ds_rows(dS2, C2, NK, NQ, NK, Dr);
         cr_assert(memcmp(dS1, dS2, sizeof dS1) == 0, "%s: ds_rows differs", ln);
+        /* D_r = Σ_c a[r, c] b[r, c] summed in double in column order: the same bits as that loop here,
+         * for both dtypes, with and without ragged rows and columns */
+        enum { RR = 19, DMAX = 64 };
+        float fa[RR * DMAX], fb[RR * DMAX], fx[RR], fp[RR];
+        double da[RR * DMAX], db[RR * DMAX], dx[RR], dp[RR];
+        for (int i = 0; i < RR * DMAX; i++) {
+            fa[i] = frand(&seed), fb[i] = frand(&seed);
+            da[i] = (double)frand(&seed) / 3, db[i] = (double)frand(&seed) / 7;
+        }
+        const int dims[] = {13, 16, DMAX};
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            const int dd = dims[di];
+            for (int rows = RR - 3; rows <= RR; rows += 3) { /* 16 = two blocks of eight, 19 = a ragged last one */
+                px->row_dots(fx, fa, fb, rows, dd);
+                pp->row_dots(fp, fa, fb, rows, dd);
+                fg_flash_x86_f64.row_dots(dx, da, db, rows, dd);
+                fg_flash_portable_f64.row_dots(dp, da, db, rows, dd);
+                for (int r = 0; r < rows; r++) {
+                    double sf = 0, sd = 0;
+                    for (int c = 0; c < dd; c++) {
+                        sf += (double)fa[r * dd + c] * (double)fb[r * dd + c];
+                        const double prod = da[r * dd + c] * db[r * dd + c]; /* rounded, then added */
+                        sd += prod;
+                    }
+                    const float rf = (float)sf;
+                    cr_assert(memcmp(&fx[r], &rf, sizeof rf) == 0 && memcmp(&fp[r], &rf, sizeof rf) == 0,
+                              "%s: row_dots f32 d %d rows %d row %d: %a, %a vs %a", ln, dd, rows, r, fx[r], fp[r], rf);
+                    cr_assert(memcmp(&dx[r], &sd, sizeof sd) == 0 && memcmp(&dp[r], &sd, sizeof sd) == 0,
+                              "%s: row_dots f64 d %d rows %d row %d: %a, %a vs %a", ln, dd, rows, r, dx[r], dp[r], sd);
+                }
+            }
+        }
     }
     fg_simd_set(best);
 }

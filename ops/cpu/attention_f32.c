@@ -39,6 +39,8 @@
 #define SOFTMAX_COLS_AVX2 fg_flash_softmax_cols_avx2_f32
 #define EXP_ROWS_AVX2 fg_flash_exp_rows_avx2_f32
 #define DS_ROWS_AVX2 fg_flash_ds_rows_avx2_f32
+#define ROW_DOTS_AVX512 fg_flash_row_dots_avx512
+#define ROW_DOTS_AVX2 fg_flash_row_dots_avx2_f32
 #define TRANSPOSE_AVX2 fg_flash_transpose_avx2_f32
 typedef fg_flash_ops_f32 flash_ops;
 
@@ -80,6 +82,10 @@ FG_TARGET_AVX2 void fg_flash_exp_rows_avx2_f32(float *S, int64_t ld, int64_t nq,
 FG_TARGET_AVX2 void fg_flash_ds_rows_avx2_f32(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk,
                                               const float *D) {
     ds_rows_avx2(dS, P, ld, nq, nk, D);
+}
+
+FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f32(float *D, const float *a, const float *b, int64_t rows, int64_t d) {
+    row_dots_avx2(D, a, b, rows, d);
 }
 #endif
 

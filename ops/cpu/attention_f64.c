@@ -39,6 +39,8 @@
 #define SOFTMAX_COLS_AVX2 fg_flash_softmax_cols_avx2_f64
 #define EXP_ROWS_AVX2 fg_flash_exp_rows_avx2_f64
 #define DS_ROWS_AVX2 fg_flash_ds_rows_avx2_f64
+#define ROW_DOTS_AVX512 no_avx512_form
+#define ROW_DOTS_AVX2 fg_flash_row_dots_avx2_f64
 #define TRANSPOSE_AVX2 fg_flash_transpose_avx2_f64
 typedef fg_flash_ops_f64 flash_ops;
 
@@ -81,6 +83,10 @@ FG_TARGET_AVX2 void fg_flash_exp_rows_avx2_f64(double *S, int64_t ld, int64_t nq
 FG_TARGET_AVX2 void fg_flash_ds_rows_avx2_f64(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk,
                                               const double *D) {
     ds_rows_avx2(dS, P, ld, nq, nk, D);
+}
+
+FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f64(double *D, const double *a, const double *b, int64_t rows, int64_t d) {
+    row_dots_avx2(D, a, b, rows, d);
 }
 #endif
 

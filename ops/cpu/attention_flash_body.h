@@ -249,23 +249,6 @@ static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *
     return fg_attn_flash_run(p2.B * H * J.ngroups, fwd_item, &J, &J.scratch, &p2, op->pool_flags, "forward");
 }
 
-/* D_i = Σ_c a[i, c]·b[i, c] in double, each row's sum in column order; eight rows at a time, so
- * that eight independent chains of additions overlap (one chain alone waits on its own latency). */
-static void rows_dot(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
-    int64_t i = 0;
-    for (; i + 8 <= rows; i += 8) {
-        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t c = 0; c < d; c++)
-            for (int r = 0; r < 8; r++) s[r] += (double)a[(i + r) * d + c] * (double)b[(i + r) * d + c];
-        for (int r = 0; r < 8; r++) D[i + r] = (T)s[r];
-    }
-    for (; i < rows; i++) {
-        double s = 0;
-        for (int64_t c = 0; c < d; c++) s += (double)a[i * d + c] * (double)b[i * d + c];
-        D[i] = (T)s;
-    }
-}
-
 typedef struct {
     const flash_ops *op;
     const fg_attn_problem *pr; /* blocks resolved */
@@ -403,7 +386,7 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
      * shows up in dQ and dK. */
     for (int64_t hh = 0; hh < G; hh++) {
         const int64_t qo = (b * H + g * G + hh) * Nq * d;
-        rows_dot(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
+        op->row_dots(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
     }
     fg_flash_prof_mark(FG_FLASH_BWD_D, 0);
     bwd_keys keys[FG_ATTN_FLASH_BWD_GROUP];

@@ -6,7 +6,7 @@
  * T the dtype; GEMM, EXP the portable table's product and exp; GEMM_SMALL, EXP_REF the x86 table's
  * (the register-blocked products, the vectorized exp's plain C form); X86_AVX512 whether the dtype
  * has AVX-512 forms (float32; float64 runs its AVX2 forms on AVX-512 CPUs); and the vector forms'
- * names (SOFTMAX_COLS_AVX2, ..., TRANSPOSE_AVX512). The instantiation defines the tables
+ * names (SOFTMAX_COLS_AVX2, ..., ROW_DOTS_AVX2, TRANSPOSE_AVX512). The instantiation defines the tables
  * fg_flash_portable_<dt> = FLASH_PORTABLE_TABLE and fg_flash_x86_<dt> = FLASH_X86_TABLE, and the
  * explicit fg_attn_online_update_<dt>, fg_flash_softmax_cols_scalar_<dt> and
  * fg_flash_transpose_scalar_<dt> over online_update, softmax_cols_scalar and transpose_scalar.
@@ -89,10 +89,28 @@ static void flash_ds_rows(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk,
     }
 }
 
+/* D_r = Σ_c a[r, c]·b[r, c] in double, each row's sum in column order; eight rows at a time, so
+ * that eight independent chains of additions overlap (one chain alone waits on its own latency).
+ * Also the x86 table's plain C form: its vector forms keep each row's order, so give these bits. */
+static void flash_row_dots(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
+    int64_t i = 0;
+    for (; i + 8 <= rows; i += 8) {
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t c = 0; c < d; c++)
+            for (int r = 0; r < 8; r++) s[r] += (double)a[(i + r) * d + c] * (double)b[(i + r) * d + c];
+        for (int r = 0; r < 8; r++) D[i + r] = (T)s[r];
+    }
+    for (; i < rows; i++) {
+        double s = 0;
+        for (int64_t c = 0; c < d; c++) s += (double)a[i * d + c] * (double)b[i * d + c];
+        D[i] = (T)s;
+    }
+}
+
 #define FLASH_PORTABLE_TABLE                                                                                           \
     {                                                                                                                  \
         .packs = 0, .pool_flags = FG_POOL_BLAS_SERIAL, .gemm = flash_gemm, .softmax = softmax_rows,                    \
-        .exp_rows = exp_rows_libm, .ds_rows = flash_ds_rows, .transpose = NULL                                         \
+        .exp_rows = exp_rows_libm, .ds_rows = flash_ds_rows, .row_dots = flash_row_dots, .transpose = NULL             \
     }
 
 /* ---- the x86 table: plain C forms and dispatch ---- */
@@ -169,6 +187,11 @@ static void x86_ds_rows(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk, c
     X86_VECTOR(DS_ROWS_AVX512, DS_ROWS_AVX2, dS, P, ld, nq, nk, D);
     flash_ds_rows(dS, P, ld, nq, nk, D);
 }
+static void x86_row_dots(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
+    X86_VECTOR(ROW_DOTS_AVX512, ROW_DOTS_AVX2, D, a, b, rows, d);
+    flash_row_dots(D, a, b, rows, d);
+}
+
 /* in 8 × 8 blocks, so that both sides are read and written a cache line at a time */
 static void transpose_scalar(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
     for (int64_t r0 = 0; r0 < rows; r0 += 8)
@@ -197,5 +220,5 @@ static void x86_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, T alpha, c
 #define FLASH_X86_TABLE                                                                                                \
     {                                                                                                                  \
         .packs = 1, .pool_flags = 0, .gemm = x86_gemm, .softmax = x86_softmax, .exp_rows = x86_exp_rows,               \
-        .ds_rows = x86_ds_rows, .transpose = x86_transpose                                                             \
+        .ds_rows = x86_ds_rows, .row_dots = x86_row_dots, .transpose = x86_transpose                                   \
     }

@@ -142,6 +142,57 @@ FG_TARGET_AVX512 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t
     }
 }
 
+/* D_r = Σ_c a[r, c]·b[r, c] in double (the plain C form's order, ops/cpu/flash_tiles_body.h): eight
+ * rows at a time, each in a lane. The products of an 8 × 8 block (exact: float times float fits a
+ * double) are transposed so that q_k holds column k of the eight rows, then added column by column.
+ * The transpose: rows interleaved in pairs, then 128-bit lanes gathered twice. */
+FG_TARGET_AVX512 void fg_flash_row_dots_avx512(float *D, const float *a, const float *b, int64_t rows, int64_t d) {
+    int64_t i = 0;
+    for (; i + 8 <= rows; i += 8) {
+        __m512d s = _mm512_setzero_pd();
+        int64_t c = 0;
+        for (; c + 8 <= d; c += 8) {
+            __m512d p[8], t[8], u[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                p[r] = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + (i + r) * d + c)),
+                                     _mm512_cvtps_pd(_mm256_loadu_ps(b + (i + r) * d + c)));
+#pragma GCC unroll 4
+            for (int r = 0; r < 8; r += 2) {
+                t[r] = _mm512_unpacklo_pd(p[r], p[r + 1]);     /* columns 0 2 4 6 of rows r, r+1 */
+                t[r + 1] = _mm512_unpackhi_pd(p[r], p[r + 1]); /* columns 1 3 5 7 */
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 8; h += 4)
+#pragma GCC unroll 2
+                for (int o = 0; o < 2; o++) { /* rows h..h+3: columns {0 4, 2 6} (o = 0) or {1 5, 3 7} */
+                    u[h + 2 * o] = _mm512_shuffle_f64x2(t[h + o], t[h + 2 + o], 0x88);
+                    u[h + 2 * o + 1] = _mm512_shuffle_f64x2(t[h + o], t[h + 2 + o], 0xDD);
+                }
+            /* u[j] (rows 0-3) and u[4 + j] (rows 4-7) hold columns: j = 0: 0, 4; 1: 2, 6; 2: 1, 5; 3: 3, 7 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[0], u[4], 0x88)); /* column 0 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[2], u[6], 0x88)); /* 1 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[1], u[5], 0x88)); /* 2 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[3], u[7], 0x88)); /* 3 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[0], u[4], 0xDD)); /* 4 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[2], u[6], 0xDD)); /* 5 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[1], u[5], 0xDD)); /* 6 */
+            s = _mm512_add_pd(s, _mm512_shuffle_f64x2(u[3], u[7], 0xDD)); /* 7 */
+        }
+        double acc[8];
+        _mm512_storeu_pd(acc, s);
+        for (int r = 0; r < 8; r++) {
+            for (int64_t cc = c; cc < d; cc++) acc[r] += (double)a[(i + r) * d + cc] * (double)b[(i + r) * d + cc];
+            D[i + r] = (float)acc[r];
+        }
+    }
+    for (; i < rows; i++) {
+        double acc = 0;
+        for (int64_t c = 0; c < d; c++) acc += (double)a[i * d + c] * (double)b[i * d + c];
+        D[i] = (float)acc;
+    }
+}
+
 /* one 8 × 8 block: pairs of rows interleaved by 1, then 2 elements, then the 128-bit halves swapped */
 FG_TARGET_AVX2 static void transpose8x8_ps(float *dst, int64_t ldd, const float *src, int64_t lds) {
     __m256 r[8], t[8];

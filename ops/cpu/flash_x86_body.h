@@ -5,8 +5,8 @@
  *
  * A template body: ops/cpu/attention_f32.c and ops/cpu/attention_f64.c include it once each (after
  * ops/cpu/flash_tiles_body.h, whose softmax_cols_scalar finishes the ragged columns), with T,
- * FG_VEC256_DOUBLE, VEXP and EXP_REF; their fg_flash_{softmax_cols,exp_rows,ds_rows}_avx2_<dt>
- * call softmax_cols_avx2, exp_rows_avx2 and ds_rows_avx2. x86 only.
+ * FG_VEC256_DOUBLE, VEXP and EXP_REF; their fg_flash_{softmax_cols,exp_rows,ds_rows,row_dots}_avx2_<dt>
+ * call softmax_cols_avx2, exp_rows_avx2, ds_rows_avx2 and row_dots_avx2. x86 only.
  */
 /* (no include guard: included once per dtype translation unit) */
 #if FG_SIMD_X86
@@ -95,6 +95,44 @@ static FG_TARGET_AVX2 void ds_rows_avx2(T *dS, const T *P, int64_t ld, int64_t n
         for (; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D[r]);
     }
 }
+
+/* D_r = Σ_c a[r, c]·b[r, c] in double, four rows at a time with each row in a lane of a double
+ * vector: the products of a 4 × 4 block of columns, transposed so that one vector holds one column,
+ * are added column by column, which is the plain C form's order (flash_row_dots). Products are
+ * rounded before they are added, as there (exact for float32 inputs). */
+#if FG_VEC256_DOUBLE
+#define LOAD4_PD(p) _mm256_loadu_pd(p)
+#else
+#define LOAD4_PD(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#endif
+static FG_TARGET_AVX2 void row_dots_avx2(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
+    int64_t i = 0;
+    for (; i + 4 <= rows; i += 4) {
+        __m256d s = _mm256_setzero_pd();
+        int64_t c = 0;
+        for (; c + 4 <= d; c += 4) {
+            __m256d p[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                p[r] = _mm256_mul_pd(LOAD4_PD(a + (i + r) * d + c), LOAD4_PD(b + (i + r) * d + c));
+            /* rows (p0, p1) and (p2, p3) interleaved, then the 128-bit halves: column k in q_k */
+            const __m256d t0 = _mm256_unpacklo_pd(p[0], p[1]), t1 = _mm256_unpackhi_pd(p[0], p[1]);
+            const __m256d t2 = _mm256_unpacklo_pd(p[2], p[3]), t3 = _mm256_unpackhi_pd(p[2], p[3]);
+            s = _mm256_add_pd(s, _mm256_permute2f128_pd(t0, t2, 0x20));
+            s = _mm256_add_pd(s, _mm256_permute2f128_pd(t1, t3, 0x20));
+            s = _mm256_add_pd(s, _mm256_permute2f128_pd(t0, t2, 0x31));
+            s = _mm256_add_pd(s, _mm256_permute2f128_pd(t1, t3, 0x31));
+        }
+        double acc[4];
+        _mm256_storeu_pd(acc, s);
+        for (int r = 0; r < 4; r++) {
+            for (int64_t cc = c; cc < d; cc++) acc[r] += (double)a[(i + r) * d + cc] * (double)b[(i + r) * d + cc];
+            D[i + r] = (T)acc[r];
+        }
+    }
+    if (i < rows) flash_row_dots(D + i, a + i * d, b + i * d, rows - i, d);
+}
+#undef LOAD4_PD
 
 #define FG_VEC256_UNDEF
 #include "ops/cpu/vec256.h"
