@@ -82,7 +82,10 @@ static void flash_epilogue(T *Oi, T *Li, T *lo, const T *m, const T *l, int64_t 
         T *orow = Oi + r * d;
         if (l[r] != 0) {
             const T inv = 1 / l[r];
-            for (int64_t c = 0; c < d; c++) orow[c] *= inv;
+            int64_t c = 0;
+            for (; c + 16 <= d; c += 16) /* a fixed count, which the compiler turns into vectors */
+                for (int k = 0; k < 16; k++) orow[c + k] *= inv;
+            for (; c < d; c++) orow[c] *= inv;
             const double Ld = (double)m[r] + log((double)l[r]);
             Li[r] = (T)Ld;
             if (lo) lo[r] = (T)(Ld - (double)(T)Ld);
@@ -124,7 +127,6 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
     const flash_ops *op = J->op;
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, bk = pr->block_k, ld = J->ld, nq = Q->nq, i0 = Q->i0;
-    const int64_t rs = op->packs ? 1 : ld, cs = op->packs ? ld : 1;
     const fg_attn_variant *var = &pr->var;
     int wp, mp;
     const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
@@ -142,12 +144,36 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
         T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
         score_tile(Sr, NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
         rows_view(op, S, R, ld, bk, nq, nk, 1);
-    } else if (kind == FG_TILE_PARTIAL) { /* causal ∧ window only: row r sees keys [a, e) */
+    } else if (kind == FG_TILE_PARTIAL && op->packs) {
+        /* causal ∧ window only, on Sᵀ (row j: key j0 + j). Row r sees keys [lo_r, hi_r), both
+         * nondecreasing in r, so key j is seen by one run of rows [rb, re): from the first with
+         * hi_r > j0 + j up to the first with lo_r > j0 + j (none when re <= rb); the rest of key
+         * j's row is masked, in two contiguous runs. */
+        int64_t rb = 0, re = 0;
+        for (int64_t j = 0; j < nk; j++) {
+            const int64_t key = j0 + j;
+            int64_t a, e;
+            for (; rb < nq; rb++) {
+                fg_attn_row_range(i0 + rb, Nq, pr->Nk, pr->causal, var->window, var->window_left, var->window_right,
+                                  &a, &e);
+                if (e > key) break;
+            }
+            for (; re < nq; re++) {
+                fg_attn_row_range(i0 + re, Nq, pr->Nk, pr->causal, var->window, var->window_left, var->window_right,
+                                  &a, &e);
+                if (a > key) break;
+            }
+            T *srow = S + j * ld;
+            const int64_t r1 = re > rb ? re : rb;
+            for (int64_t r = 0; r < rb; r++) srow[r] = -INFINITY;
+            for (int64_t r = r1; r < nq; r++) srow[r] = -INFINITY;
+        }
+    } else if (kind == FG_TILE_PARTIAL) { /* the same on S: row r sees keys [a, e) */
         for (int64_t r = 0; r < nq; r++) {
             int64_t a, e;
             fg_attn_row_range(i0 + r, Nq, pr->Nk, pr->causal, var->window, var->window_left, var->window_right, &a, &e);
-            for (int64_t j = 0; j < nk && j < a - j0; j++) S[r * rs + j * cs] = -INFINITY;
-            for (int64_t j = e - j0 > 0 ? e - j0 : 0; j < nk; j++) S[r * rs + j * cs] = -INFINITY;
+            for (int64_t j = 0; j < nk && j < a - j0; j++) S[r * ld + j] = -INFINITY;
+            for (int64_t j = e - j0 > 0 ? e - j0 : 0; j < nk; j++) S[r * ld + j] = -INFINITY;
         }
     }
     fg_flash_prof_mark(FG_FLASH_FWD_MASK, 0);
