@@ -16,8 +16,10 @@
 #include "ops/cpu/attention_cpu.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ops/cpu/simd.h"
 #include "ops/kernels_cpu.h"
@@ -80,6 +82,22 @@ fg_tile_kind fg_attn_tile_kind(const fg_attn_problem *pr, int64_t b, int64_t h, 
 void *fg_attn_flash_scratch_get(fg_attn_flash_scratch *s, int w) {
     if (!s->buf[w] && !(s->buf[w] = fg_alloc(FG_CPU, s->bytes))) atomic_store(&s->oom, 1);
     return s->buf[w];
+}
+
+int64_t fg_attn_flash_fwd_group(int64_t nqb, int64_t heads, int64_t block_bytes) {
+    static _Atomic long l2_bytes; /* 0 until the first call */
+    long l2 = atomic_load_explicit(&l2_bytes, memory_order_relaxed);
+    if (l2 == 0) {
+        l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        if (l2 <= 0) l2 = 512L << 10; /* unknown: the smallest L2 of the x86 cores seen */
+        atomic_store_explicit(&l2_bytes, l2, memory_order_relaxed);
+    }
+    int64_t g = block_bytes > 0 ? (int64_t)(l2 / 2) / block_bytes : FG_ATTN_FLASH_FWD_GROUP;
+    if (g > FG_ATTN_FLASH_FWD_GROUP) g = FG_ATTN_FLASH_FWD_GROUP;
+    if (g > nqb) g = nqb;
+    const int64_t want = 4 * (int64_t)fg_pool_threads();
+    while (g > 1 && heads * ((nqb + g - 1) / g) < want) g--;
+    return g < 1 ? 1 : g;
 }
 
 static void flash_scratch_free(fg_attn_flash_scratch *s) {

@@ -19,12 +19,13 @@
 extern "C" {
 #endif
 
-/* Query blocks per forward item. Each item walks its key blocks once for all of its query blocks,
- * so a K/V tile is read from memory once and then reused from the nearest caches by every block
- * of the group; one block per item would stream all of K and V through the cache hierarchy once
- * per 64 query rows (at N in the thousands, more than L2 holds). The math of every (query block,
- * key block) tile is unchanged: grouping only changes which tiles run next to each other. */
-#define FG_ATTN_FLASH_FWD_GROUP 4
+/* Query blocks per forward item, at most. Each item walks its key blocks once for all of its query
+ * blocks, so a K/V tile is read from memory once and then reused from the nearest caches by every
+ * block of the group; one block per item would stream all of K and V through the cache hierarchy
+ * once per 64 query rows (at N in the thousands, more than L2 holds). The math of every (query
+ * block, key block) tile is unchanged: grouping only changes which tiles run next to each other,
+ * so the group may follow the cache and the thread count (fg_attn_flash_fwd_group). */
+#define FG_ATTN_FLASH_FWD_GROUP 16
 
 /* Key blocks per pass over the queries in a backward item: each query tile (Qi, dOi, dQi) is read
  * once for the group's key blocks while it is cached, where one key block per pass would stream
@@ -52,6 +53,11 @@ fg_status fg_attn_flash_run(int64_t n, fg_pool_fn fn, void *ctx, fg_attn_flash_s
                             unsigned flags, const char *what);
 /* The problem with its blocks clamped to its sizes: a block never exceeds Nq or Nk, and is >= 1. */
 fg_attn_problem fg_attn_flash_resolved(const fg_attn_problem *pr);
+/* Query blocks per forward item for nqb blocks in each of `heads` (b, h): as many as keep the
+ * group's own state (block_bytes per block: its Qᵢᵀ and output accumulator) within half of a
+ * core's L2 cache, at most FG_ATTN_FLASH_FWD_GROUP and nqb, and then fewer while that would leave
+ * under four items per pool thread. At least 1. */
+int64_t fg_attn_flash_fwd_group(int64_t nqb, int64_t heads, int64_t block_bytes);
 /* The key blocks that query rows [i0, i0 + nq) can see under causal ∧ window: [*j0, *j1). */
 void fg_attn_flash_key_blocks(const fg_attn_problem *pr, int64_t i0, int64_t nq, int64_t *j0, int64_t *j1);
 /* The table of tile operations the flash kernels use for each dtype: the x86 one, or the portable

@@ -104,7 +104,7 @@ typedef struct {
     int64_t ngroups, Hkv, G;
     int64_t ld;    /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
     int64_t nm;    /* entries of m, l and alpha per query block: bq, or ld (Sᵀ's padded columns) */
-    int64_t group; /* query blocks per item (FG_ATTN_FLASH_FWD_GROUP, fewer when Nq is short) */
+    int64_t group; /* query blocks per item (fg_attn_flash_fwd_group) */
     int need_r, mods; /* mods: variants change the scores (fg_attn_modifies_scores) */
     uint32_t thr;     /* dropout's keep threshold (0: no dropout) and 1 / (1 − p) */
     T inv_keep;
@@ -259,11 +259,11 @@ static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *
     const int64_t bq = p2.block_q, bk = p2.block_k, d = p2.d, H = p2.H;
     fwd_job J = {.op = op, .pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
     const int64_t nqb = (p2.Nq + bq - 1) / bq;
-    J.group = nqb < FG_ATTN_FLASH_FWD_GROUP ? nqb : FG_ATTN_FLASH_FWD_GROUP;
+    J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
+    J.group = fg_attn_flash_fwd_group(nqb, p2.B * H, ((op->packs ? d * J.ld : 0) + bq * d) * (int64_t)sizeof(T));
     J.ngroups = (nqb + J.group - 1) / J.group;
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
-    J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
     J.nm = op->packs ? J.ld : bq;
     J.mods = fg_attn_modifies_scores(&p2);
     J.thr = fg_dropout_threshold(p2.dropout_p);
