@@ -31,8 +31,9 @@
  * forward tile is Sᵀ = scale · Kj Qiᵀ (Qiᵀ packed once per item: every query row in its own vector
  * lane for the online softmax), handed to the variants code and to dropout transposed back.
  *
- * Threads. The work splits into items that share nothing but the read-only inputs: a query block
- * of one (b, h) in the forward (its rows of O and lse), one (b, K/V head) in the backward (its dK,
+ * Threads. The work splits into items that share nothing but the read-only inputs: a group of
+ * query blocks of one (b, h) in the forward (their rows of O and lse; fg_attn_flash_fwd_group,
+ * ops/cpu/attention_cpu.h), one (b, K/V head) in the backward (its dK,
  * dV rows and the dQ rows of its G query heads), handed out by the pool (ops/cpu/threadpool.h),
  * costly ones first (causal: the last query blocks). Each item computes its outputs in a fixed
  * order — key blocks in increasing order, every sum of a product in index order — so the results
