@@ -68,6 +68,10 @@ void fg_flash_transpose_scalar_f32(float *dst, int64_t ldd, const float *src, in
     transpose_scalar(dst, ldd, src, lds, rows, cols);
 }
 
+void fg_flash_row_dots_scalar_f32(float *D, const float *a, const float *b, int64_t rows, int64_t d) {
+    flash_row_dots(D, a, b, rows, d);
+}
+
 #if FG_SIMD_X86
 FG_TARGET_AVX2 void fg_flash_softmax_cols_avx2_f32(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l,
                                                    float *alpha) {

@@ -73,18 +73,21 @@ extern const fg_flash_ops_f64 fg_flash_x86_f64;
 
 /* ---- internal to ops/cpu/flash_tiles_body.h and ops/cpu/flash_x86.c: the x86 tables' pieces ----
  * The plain C forms (the bit-exact reference; the vector forms finish their ragged edges with them):
- * the column softmax of Sᵀ (nk × nq, row stride ld) for columns [r0, r1), and the transpose. */
+ * the column softmax of Sᵀ (nk × nq, row stride ld) for columns [r0, r1), the transpose and the
+ * row dots. */
 void fg_flash_softmax_cols_scalar_f32(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
                                       float *alpha);
 void fg_flash_softmax_cols_scalar_f64(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m,
                                       double *l, double *alpha);
 void fg_flash_transpose_scalar_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+void fg_flash_row_dots_scalar_f32(float *D, const float *a, const float *b, int64_t rows, int64_t d);
 void fg_flash_transpose_scalar_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
                                    int64_t cols);
 #if FG_SIMD_X86
 /* The vector forms, each compiled for its instruction set (call only at that fg_simd_active level).
  * AVX-512, float32 only (float64 runs its AVX2 forms there); the transpose in 16 × 16 blocks, the
- * edges through fg_flash_transpose_scalar_f32. */
+ * edges through fg_flash_transpose_scalar_f32; the row dots finish their last rows with
+ * fg_flash_row_dots_scalar_f32. */
 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
 void fg_flash_exp_rows_avx512(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);

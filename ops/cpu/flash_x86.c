@@ -186,11 +186,7 @@ FG_TARGET_AVX512 void fg_flash_row_dots_avx512(float *D, const float *a, const f
             D[i + r] = (float)acc[r];
         }
     }
-    for (; i < rows; i++) {
-        double acc = 0;
-        for (int64_t c = 0; c < d; c++) acc += (double)a[i * d + c] * (double)b[i * d + c];
-        D[i] = (float)acc;
-    }
+    if (i < rows) fg_flash_row_dots_scalar_f32(D + i, a + i * d, b + i * d, rows - i, d);
 }
 
 /* one 8 × 8 block: pairs of rows interleaved by 1, then 2 elements, then the 128-bit halves swapped */
