@@ -181,7 +181,8 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *   - FG_MATMUL (or fg_matmul_set_kernel) forces one kernel where it can run.
  *
  * Blocks. oneDNN is faster the larger one call is: its grid has as few blocks as give each of the
- * machine's CPUs one (dnnl_grid). BLAS's blocks are GEMM_BLAS_ROWS rows. Both follow from the shape
+ * machine's CPUs one (dnnl_grid; full-height column blocks for some x @ wᵀ products on AVX-512 CPUs:
+ * dnnl_grid_bt). BLAS's blocks are GEMM_BLAS_ROWS rows. Both follow from the shape
  * (and, for oneDNN, the machine's CPU count), never from the thread count: a block's result can
  * depend on the block's size (a kernel's tail rows may sum differently; oneDNN's do), so a split
  * that followed the thread count would make the bits follow it too. The tile kernel's blocks
@@ -208,6 +209,8 @@ static blas_mat mat_contig(void *p, int64_t cols) {
 #define GEMM_BLAS_MAX_MN 65536.0   /* and at most this big (M·N) goes to OpenBLAS */
 #define GEMM_MIN_PARALLEL 200000.0 /* flops under which a product runs on the calling thread */
 #define GEMM_TILE_NARROW_N 128     /* on AVX-512 CPUs, outputs at most this wide go to the tile kernel */
+#define GEMM_DNNL_COLS_ROWS 1024   /* on AVX-512 CPUs, x @ wᵀ row blocks shorter than this ... */
+#define GEMM_DNNL_COLS_MIN_K 512   /* ... of a product this deep, and as wide (N >= K): column blocks */
 #define GEMM_KSPLIT_MIN_K 128      /* fewest rows of K per piece of a K-split oneDNN product */
 #define GEMM_KSPLIT_MAX_ROWS 1024  /* a grid of full-width blocks this tall is kept (no K split) */
 #define GEMM_KSPLIT_MAX_SCRATCH (64.0 * 1024 * 1024) /* most bytes of partial C a K split may hold */
@@ -365,6 +368,24 @@ static void dnnl_grid(int64_t M, int64_t N, int64_t *rows, int64_t *cols) {
     cb = cb < 1 ? 1 : cb;
     *rows = ((M + rb - 1) / rb + 15) / 16 * 16;
     *cols = ((N + cb - 1) / cb + 15) / 16 * 16;
+}
+
+/* The grid of a product that reads B transposed (linear's forward, x @ wᵀ), as dnnl_grid's, except
+ * on an AVX-512 CPU where its row blocks would be shorter than GEMM_DNNL_COLS_ROWS rows and the
+ * product is at least GEMM_DNNL_COLS_MIN_K deep and at least as wide as it is deep: one full-height
+ * block per CPU across the columns instead. (Measured on GPT-2 small's forward at 1024 rows on two
+ * CPUs: oneDNN ran c_attn, attn.c_proj and c_fc in 512-row blocks at 58-70% of the peak, in column
+ * blocks at 74-92%; the narrower mlp.c_proj (N = K / 4) and the shallow products of small models
+ * were as fast or faster in row blocks, and so were the 1024-row blocks of 2048 rows.) It follows
+ * the CPU and its CPU count, as dnnl_grid does, never the thread count. */
+static void dnnl_grid_bt(int64_t M, int64_t N, int64_t K, int64_t *rows, int64_t *cols) {
+    dnnl_grid(M, N, rows, cols);
+    const int64_t P = machine_cpus();
+    if (fg_simd_detect() == FG_SIMD_AVX512 && *rows < M && *rows < GEMM_DNNL_COLS_ROWS &&
+        K >= GEMM_DNNL_COLS_MIN_K && N >= K && N >= P * 128) {
+        *rows = M;
+        *cols = ((N + P - 1) / P + 15) / 16 * 16;
+    }
 }
 
 /* A K-split oneDNN product: piece p computes the whole C over its range of K; piece 0 into C with
@@ -557,7 +578,10 @@ static void gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha
         J.rows = (J.rows + 5) / 6 * 6;
     } else if (J.kind == GEMM_DNNL) {
         if (gemm_ksplit(&J)) return;
-        dnnl_grid(M, N, &J.rows, &J.cols);
+        if (ta == CblasNoTrans && tb == CblasTrans)
+            dnnl_grid_bt(M, N, K, &J.rows, &J.cols);
+        else
+            dnnl_grid(M, N, &J.rows, &J.cols);
     } else {
         J.rows = GEMM_BLAS_ROWS;
     }

@@ -404,14 +404,16 @@ Test(matmul, float32_linear_on_the_pool_matches_float64_for_every_level_and_thre
 #include "ops/kernels.h"
 
 /* Shapes that give oneDNN (on a machine of two or more CPUs) several row blocks, a single row block
- * cut into column blocks (B' read as stored and transposed), an odd tail, a transposed w, and
+ * cut into column blocks (B' read as stored and transposed), an odd tail, a transposed w, a forward
+ * (x @ wᵀ) that an AVX-512 CPU cuts into full-height column blocks (R 1000, K 520, N 600), and
  * deep weight gradients (K = R; the last one deep enough to be split over K). The forward
  * and both backward products (dw reads dout transposed) must give the float64 answer to float32
  * accuracy, and the same bits for 1, 2 and 3 threads. */
 Test(matmul, dnnl_products_give_the_same_bits_for_any_thread_count) {
     if (!fg_dnnl_available()) cr_skip_test("this build has no oneDNN");
     static const int64_t shapes[][4] = {{1100, 70, 150, 0}, {300, 96, 200, 1},  {97, 37, 53, 0},
-                                        {640, 600, 130, 0}, {200, 300, 400, 0}, {1030, 300, 270, 0}};
+                                        {640, 600, 130, 0}, {200, 300, 400, 0}, {1030, 300, 270, 0},
+                                        {1000, 520, 600, 0}};
     static const char *names[4] = {"out", "dx", "dw", "db"};
     const fg_matmul_kernel was = fg_matmul_set_kernel(FG_MATMUL_DNNL);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
