@@ -374,9 +374,10 @@ static void dnnl_grid(int64_t M, int64_t N, int64_t *rows, int64_t *cols) {
  * on an AVX-512 CPU where its row blocks would be shorter than GEMM_DNNL_COLS_ROWS rows and the
  * product is at least GEMM_DNNL_COLS_MIN_K deep and at least as wide as it is deep: one full-height
  * block per CPU across the columns instead. (Measured on GPT-2 small's forward at 1024 rows on two
- * CPUs: oneDNN ran c_attn, attn.c_proj and c_fc in 512-row blocks at 58-70% of the peak, in column
- * blocks at 74-92%; the narrower mlp.c_proj (N = K / 4) and the shallow products of small models
- * were as fast or faster in row blocks, and so were the 1024-row blocks of 2048 rows.) It follows
+ * CPUs: oneDNN runs c_attn, attn.c_proj and c_fc well below its speed on the dx products in 512-row
+ * blocks, and much closer to it in column blocks; the narrower mlp.c_proj (N = K / 4) and the
+ * shallow products of small models were as fast or faster in row blocks, and so were the 1024-row
+ * blocks of 2048 rows; bench/results/ has the figures.) It follows
  * the CPU and its CPU count, as dnnl_grid does, never the thread count. */
 static void dnnl_grid_bt(int64_t M, int64_t N, int64_t K, int64_t *rows, int64_t *cols) {
     dnnl_grid(M, N, rows, cols);
