@@ -256,6 +256,17 @@ int fgt_run_cmd(const char *cmd, char *log, size_t logn) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+long long fgt_ckpt_step(const char *run_dir) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", run_dir);
+    fg_st_file *f = fg_st_load(p);
+    cr_assert(f, "%s: %s", p, fg_last_error());
+    int64_t step = -1;
+    cr_assert_eq(fg_st_read(f, "step", FG_ST_I64, 1, (int64_t[]){1}, &step), FG_OK, "%s", fg_last_error());
+    fg_st_close(f);
+    return (long long)step;
+}
+
 void fgt_expect_same_run_state(const char *a, const char *b) {
     static const char *const files[] = {"model.safetensors", "optimizer.safetensors"};
     for (int fi = 0; fi < 2; fi++) {

@@ -134,6 +134,8 @@ int fgt_run_cmd(const char *cmd, char *log, size_t logn);
 /* Expects the run folders a and b to hold the same training state bit for bit: every tensor of
  * their model.safetensors and optimizer.safetensors (parameters, both AdamW moments, step, RNG). */
 void fgt_expect_same_run_state(const char *a, const char *b);
+/* The step of the checkpoint in the run folder run_dir (its optimizer.safetensors); asserts it reads. */
+long long fgt_ckpt_step(const char *run_dir);
 /* ---- tiny models ---- */
 /* fg_gpt_default_config() with 2 layers, 2 heads and the given dtype, attention, width, block
  * size, vocabulary and dropout. */

@@ -33,7 +33,7 @@ cd "$DIR" || exit 1
 ARGS="--data text.txt --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --eval-every 0 \
 --eval-iters 2 --samples 0 --threads 1 --dropout 0.1 --warmup 0 --lr 0.01 --steps 3"
 "$BIN" train $ARGS --grad-accum 2 --out one >one.log 2>&1 || { echo "one process failed:"; cat one.log; exit 1; }
-ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 ip netns exec "$A" unshare --uts sh -c \
+TMPDIR="$DIR" ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 ip netns exec "$A" unshare --uts sh -c \
     "hostname fg-host-a; mpirun --host ${NET}1,${NET}2 -np 2 --mca plm_rsh_agent $DIR/agent.sh \
      --mca btl self,tcp --mca btl_tcp_if_include ${NET}0/24 --mca oob_tcp_if_include ${NET}0/24 \
      $BIN train $ARGS --grad-accum 1 --out two" >two.log 2>&1 || { echo "the two-host run failed:"; cat two.log; exit 1; }

@@ -225,18 +225,6 @@ Test(runs, a_second_writer_is_refused_while_sample_still_reads, .init = setup, .
     run_ok("train --resume --steps 6 --out r --samples 0 --eval-problems 10");
 }
 
-/* The step of a checkpoint. */
-static long long ckpt_step(const char *run_dir) {
-    char rel[300];
-    snprintf(rel, sizeof rel, "%s/optimizer.safetensors", run_dir);
-    fg_st_file *f = fg_st_load(path(rel));
-    cr_assert(f, "%s: %s", rel, fg_last_error());
-    int64_t step = -1;
-    cr_assert_eq(fg_st_read(f, "step", FG_ST_I64, 1, (int64_t[]){1}, &step), FG_OK, "%s", fg_last_error());
-    fg_st_close(f);
-    return (long long)step;
-}
-
 /* Sends `sig` to a long run once it has logged step 50; it must checkpoint the step it was in and
  * exit 128 + sig. The checkpoint must equal an uninterrupted run to that step, and resuming it must
  * equal an uninterrupted run to a later step, bit for bit. */
@@ -277,7 +265,7 @@ static void signal_checkpoints(int sig, const char *name) {
               name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 128 + sig, l);
     cr_expect(l && strstr(l, "interrupted by") && strstr(l, name), "no interruption message naming %s:\n%s", name, l);
     free(l);
-    long long step = ckpt_step("sig");
+    long long step = fgt_ckpt_step(path("sig"));
     cr_assert(step >= 50 && step < total, "checkpoint at step %lld", step);
 
     /* the same schedule, uninterrupted, to the signal's step and to 40 steps later */
@@ -375,7 +363,7 @@ Test(runs, stop_signals_in_the_first_step_of_a_large_vocabulary_model_checkpoint
     free(l);
     /* a signal frame written over a product's workspace changes its bits without a crash: the
      * checkpoint must be an uninterrupted run's to the same step */
-    const long long step = ckpt_step("big");
+    const long long step = fgt_ckpt_step(path("big"));
     cr_assert(step >= 1 && step < 1000, "checkpoint at step %lld", step);
     char args[1024];
     snprintf(args, sizeof args,
@@ -402,7 +390,7 @@ Test(runs, a_closed_stdout_does_not_stop_training, .init = setup, .fini = teardo
     char *err = slurp("err.log", &n);
     cr_expect_eq(st, 0, "train | head exited %d: %s", st, err ? err : "");
     free(err);
-    cr_expect_eq(ckpt_step("p"), 400, "the run did not train to the end with its stdout closed");
+    cr_expect_eq(fgt_ckpt_step(path("p")), 400, "the run did not train to the end with its stdout closed");
 }
 
 /* ---- --overwrite keeps the earlier run until its own checkpoint is down ---- */
@@ -446,7 +434,7 @@ Test(runs, an_overwrite_killed_midway_is_resolved_by_the_next_run, .init = setup
     cr_expect_eq(st, 0, "resume after a kill while setting aside: exit %d:\n%s", st, log);
     cr_expect(strstr(log, "put back"), "no note about the files put back:\n%s", log);
     cr_expect(access(path("r/.flashgrad-overwrite-moving"), F_OK) != 0, "the moving folder was left");
-    long long s = ckpt_step("r");
+    long long s = fgt_ckpt_step(path("r"));
     cr_expect_eq(s, 31, "the earlier run did not continue (step %lld)", s);
 
     /* 2. killed after the set-aside, with the new run's log and optimizer written but not its model */
@@ -485,7 +473,7 @@ Test(runs, an_overwrite_killed_midway_is_resolved_by_the_next_run, .init = setup
     st = run("train --resume --steps 5 --out p --samples 0 --eval-problems 10", log, sizeof log);
     cr_expect_eq(st, 0, "exit %d:\n%s", st, log);
     cr_expect(access(path("p/.flashgrad-overwritten"), F_OK) != 0, "the replaced run was not removed");
-    s = ckpt_step("p");
+    s = fgt_ckpt_step(path("p"));
     cr_expect_eq(s, 5, "the new run did not continue (step %lld)", s);
     drop(&p);
     drop(&before);
