@@ -33,10 +33,12 @@ template <typename T> __global__ void gelu_fwd_kernel(T *out, const T *x, int64_
         out[k] = gelu(x[k]);
 }
 
-/* forward: out = gelu(x)  ->  dx += dout * gelu'(x) */
-template <typename T> __global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, int64_t n) {
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
-        dx[k] += dout[k] * gelu_grad(x[k]);
+/* forward: out = gelu(x)  ->  dx (+)= dout * gelu'(x) (add: +=) */
+template <typename T> __global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, int64_t n, int add) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+        const T t = dout[k] * gelu_grad(x[k]);
+        dx[k] = add ? dx[k] + t : t;
+    }
 }
 
 /* ============================================================================================
@@ -50,10 +52,10 @@ template <typename T> static fg_status gelu_fwd(void *out, const void *x, int64_
     return FG_OK;
 }
 
-template <typename T> static fg_status gelu_bwd(void *dx, const void *dout, const void *x, int64_t n) {
+template <typename T> static fg_status gelu_bwd(void *dx, const void *dout, const void *x, int64_t n, int add) {
     if (n == 0) return FG_OK;
     gelu_bwd_kernel<T>
-        <<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, (const T *)x, n);
+        <<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)dx, (const T *)dout, (const T *)x, n, add);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
@@ -62,6 +64,7 @@ extern "C" fg_status fg_cu_gelu_forward(fg_dtype dt, void *out, const void *x, i
     return FG_CU_DISPATCH(dt, gelu_fwd, out, x, n);
 }
 
-extern "C" fg_status fg_cu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
-    return FG_CU_DISPATCH(dt, gelu_bwd, dx, dout, x, n);
+extern "C" fg_status fg_cu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n,
+                                        int add) {
+    return FG_CU_DISPATCH(dt, gelu_bwd, dx, dout, x, n, add);
 }

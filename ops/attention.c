@@ -25,6 +25,7 @@
 #include "ops/kernels.h"
 #include "ops/ops_internal.h"
 #include "ops/cpu/threadpool.h"
+#include "ops/cpu/vmath.h"
 
 const char *fg_attn_impl_name(fg_attn_impl impl) {
     switch (impl) {
@@ -604,36 +605,38 @@ enum { REPACK_GATHER, REPACK_SCATTER, REPACK_ADD };
 typedef struct {
     fg_dtype dt;
     int dir;
-    char *rows, *heads;
+    void *rows, *heads;
     int64_t B, T, W, Hs, d, off;
 } repack_job;
 
-static void add_row_f32(float *dst, const float *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
-}
-static void add_row_f64(double *dst, const double *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
-}
-
+/* One item: time steps [t0, t1) of batch b, every head of the group. float32 moves a head's rows
+ * as one block of vector copies (fg_vrows_f32): a call per row of d floats would cost more than
+ * the row. */
 static void repack_item(void *ctx, int64_t item, int worker) {
     (void)worker;
     const repack_job *J = ctx;
     const int64_t nt = (J->T + REPACK_T - 1) / REPACK_T, b = item / nt, t0 = (item % nt) * REPACK_T;
-    const int64_t t1 = t0 + REPACK_T < J->T ? t0 + REPACK_T : J->T;
-    const size_t esz = fg_dtype_size(J->dt), row = (size_t)J->d * esz;
-    for (int64_t h = 0; h < J->Hs; h++)
-        for (int64_t t = t0; t < t1; t++) {
-            char *r = J->rows + (size_t)((b * J->T + t) * J->W + J->off + h * J->d) * esz;
-            char *hd = J->heads + (size_t)(((b * J->Hs + h) * J->T + t) * J->d) * esz;
-            if (J->dir == REPACK_GATHER)
-                memcpy(hd, r, row);
-            else if (J->dir == REPACK_SCATTER)
-                memcpy(r, hd, row);
-            else if (J->dt == FG_F32)
-                add_row_f32((float *)r, (const float *)hd, J->d);
+    const int64_t n = (t0 + REPACK_T < J->T ? t0 + REPACK_T : J->T) - t0, d = J->d, W = J->W;
+    const int gather = J->dir == REPACK_GATHER, add = J->dir == REPACK_ADD;
+    for (int64_t h = 0; h < J->Hs; h++) {
+        const int64_t ro = (b * J->T + t0) * W + J->off + h * d, ho = ((b * J->Hs + h) * J->T + t0) * d;
+        if (J->dt == FG_F32) {
+            float *r = (float *)J->rows + ro, *hd = (float *)J->heads + ho;
+            if (gather)
+                fg_vrows_f32(hd, d, r, W, n, d, 0);
             else
-                add_row_f64((double *)r, (const double *)hd, J->d);
+                fg_vrows_f32(r, W, hd, d, n, d, add);
+            continue;
         }
+        double *r = (double *)J->rows + ro, *hd = (double *)J->heads + ho;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < d; i++) {
+                if (gather)
+                    hd[t * d + i] = r[t * W + i];
+                else
+                    r[t * W + i] = add ? r[t * W + i] + hd[t * d + i] : hd[t * d + i];
+            }
+    }
 }
 
 static void repack(fg_dtype dt, int dir, void *rows, void *heads, int64_t B, int64_t T, int64_t W, int64_t Hs,

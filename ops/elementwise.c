@@ -313,8 +313,9 @@ static const char *const op_names[] = {"add", "sub", "mul", "div"};
  * each summed over the broadcast dims of its input. The rule reads the inputs themselves. */
 static fg_status binary_backward(fg_node *n, fg_binary_op kind) {
     fg_tensor *a = n->inputs[0], *b = n->inputs[1], *ga, *gb;
-    FG_TRY(fg_grad_get(a, &ga));
-    FG_TRY(fg_grad_get(b, &gb));
+    int fresh[2]; /* a gradient buffer made here, unset: written instead of added into */
+    FG_TRY(fg_grad_get_fresh(a, &ga, &fresh[0]));
+    FG_TRY(fg_grad_get_fresh(b, &gb, &fresh[1]));
     if (!ga && !gb) return FG_OK;
     const fg_kernels *k = fg_kernels_for(a->device, n->op);
     if (!k) return fg_last_status();
@@ -327,6 +328,11 @@ static fg_status binary_backward(fg_node *n, fg_binary_op kind) {
     for (int side = 0; side < 2 && st == FG_OK; side++) {
         fg_tensor *g = side ? gb : ga, *self = side ? b : a, *other = side ? a : b;
         if (!g) continue;
+        if (fresh[side] && kind == FG_BINARY_ADD && fg_same_shape(g, dy)) { /* a residual's da = dout */
+            st = fg_copy_into(g, dy);
+            continue;
+        }
+        if (fresh[side] && (st = fg_fill(g, 0)) != FG_OK) break;
         fg_binary_rule rule;
         const fg_tensor *p = other, *q = self;
         switch (kind) {

@@ -60,22 +60,28 @@ static inline double gelu_grad_f64(double x) {
 static void gelu_fwd_f64(double *out, const double *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = gelu_f64(x[i]);
 }
-/* forward: out = gelu(x)  ->  dx += dout * gelu'(x) */
-static void gelu_bwd_f64(double *dx, const double *dout, const double *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dx[i] += dout[i] * gelu_grad_f64(x[i]);
+/* forward: out = gelu(x)  ->  dx (+)= dout * gelu'(x) */
+static void gelu_bwd_f64(double *dx, const double *dout, const double *x, int64_t n, int add) {
+    for (int64_t i = 0; i < n; i++) {
+        const double t = dout[i] * gelu_grad_f64(x[i]);
+        dx[i] = add ? dx[i] + t : t;
+    }
 }
 
 /* ---- float32: the vector kernels, piece by piece ---- */
 
-/* y[i] = gelu(x[i])  (dout NULL)   or   y[i] += dout[i] * gelu'(x[i])  (y = dx) */
+/* y[i] = gelu(x[i])  (dout NULL)   or   y[i] (+)= dout[i] * gelu'(x[i])  (y = dx; add: +=) */
 typedef struct {
     float *y;
     const float *x, *dout;
+    int add;
 } gelu_job;
 
 /* one element of either, in the scalar form */
 static inline float gelu_one_f32(const gelu_job *j, int64_t i) {
-    return j->dout ? j->y[i] + j->dout[i] * gelu_grad_f32(j->x[i]) : gelu_f32(j->x[i]);
+    if (!j->dout) return gelu_f32(j->x[i]);
+    const float t = j->dout[i] * gelu_grad_f32(j->x[i]);
+    return j->add ? j->y[i] + t : t;
 }
 
 #if FG_SIMD_X86
@@ -109,7 +115,7 @@ FG_TARGET_AVX512 static void gelu_piece_avx512(const gelu_job *j, int64_t b, int
         __m512 y;
         if (j->dout) {
             const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, j->dout + i), gelu512_grad(x));
-            y = _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->y + i), t);
+            y = j->add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->y + i), t) : t;
         } else {
             y = gelu512(x);
         }
@@ -123,7 +129,7 @@ FG_TARGET_AVX2 static void gelu_piece_avx2(const gelu_job *j, int64_t b, int64_t
         __m256 y;
         if (j->dout) {
             const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(j->dout + i), gelu256_grad(x));
-            y = _mm256_add_ps(_mm256_loadu_ps(j->y + i), t);
+            y = j->add ? _mm256_add_ps(_mm256_loadu_ps(j->y + i), t) : t;
         } else {
             y = gelu256(x);
         }
@@ -151,25 +157,25 @@ static void gelu_piece(void *ctx, int64_t b, int64_t e) {
 }
 
 /* ~0.4 ns per element forward, ~0.8 backward, with AVX-512 (exp and one division each) */
-static void gelu_fast_f32(float *y, const float *x, const float *dout, int64_t n) {
-    gelu_job j = {y, x, dout};
+static void gelu_fast_f32(float *y, const float *x, const float *dout, int64_t n, int add) {
+    gelu_job j = {y, x, dout, add};
     fg_par_range(n, FG_PAR_CHUNK, dout ? 0.8 : 0.4, gelu_piece, &j);
 }
 
 /* ---- the CPU kernels (ops/kernels.h) ---- */
 fg_status fg_cpu_gelu_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
     if (dt == FG_F32)
-        gelu_fast_f32(out, x, NULL, n);
+        gelu_fast_f32(out, x, NULL, n, 0);
     else
         gelu_fwd_f64(out, x, n);
     return FG_OK;
 }
 
-fg_status fg_cpu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
+fg_status fg_cpu_gelu_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n, int add) {
     if (dt == FG_F32)
-        gelu_fast_f32(dx, x, dout, n);
+        gelu_fast_f32(dx, x, dout, n, add);
     else
-        gelu_bwd_f64(dx, dout, x, n);
+        gelu_bwd_f64(dx, dout, x, n, add);
     return FG_OK;
 }
 
@@ -180,17 +186,18 @@ typedef struct {
     fg_tensor *x;
 } gelu_state;
 
-/* inputs {x} */
+/* inputs {x}; a fresh gradient buffer is written, not added into */
 static fg_status gelu_backward(fg_node *n) {
     const gelu_state *s = FG_NODE_STATE(n, gelu_state);
     fg_tensor *dx;
-    FG_TRY(fg_grad_get(n->inputs[0], &dx));
+    int fresh;
+    FG_TRY(fg_grad_get_fresh(n->inputs[0], &dx, &fresh));
     if (!dx) return FG_OK;
     const fg_kernels *k = fg_kernels_for(s->x->device, n->op);
     if (!k) return fg_last_status();
     fg_tensor *dout = fg_op_grad_out(n);
     if (!dout) return fg_last_status();
-    fg_status st = k->gelu.backward(s->x->dtype, fg_data(dx), fg_data(dout), fg_data(s->x), fg_numel(s->x));
+    fg_status st = k->gelu.backward(s->x->dtype, fg_data(dx), fg_data(dout), fg_data(s->x), fg_numel(s->x), !fresh);
     fg_release(dout);
     return st;
 }

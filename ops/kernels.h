@@ -154,10 +154,11 @@ typedef enum {
         const void *rstd, const void *w, int64_t R, int64_t C))
 
 /* ---- gelu (ops/gelu.c) ----
- * x, out, dout, dx are (n), contiguous: out = gelu(x); dx += dout * gelu'(x). */
+ * x, out, dout, dx are (n), contiguous: out = gelu(x); dx = dout * gelu'(x) (add 0: dx is not read)
+ * or dx += dout * gelu'(x) (add 1). */
 #define FG_KERNELS_GELU(FN, VAL)                                                                                       \
     FN(gelu, forward, all, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n))                              \
-    FN(gelu, backward, all, fg_status, (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n))
+    FN(gelu, backward, all, fg_status, (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n, int add))
 
 /* ---- softmax (ops/softmax.c) ----
  * x, y = softmax(x) over each row, dy, dx are (R, C); a row of all -inf gives y = 0.

@@ -139,12 +139,16 @@ static const float *fdata(const fg_tensor *t) { return (const float *)fg_data(t)
 typedef struct {
     int64_t n;
     double lo, hi;
+    int fresh; /* x has no gradient yet: the backward writes it instead of adding into it */
 } gelu_cfg;
 
 static void gelu_run(outs *o, const void *cfg_) {
     const gelu_cfg *c = cfg_;
     fg_tensor *x = uni(FGT_DIMS(c->n), c->lo, c->hi, 11);
-    leaf_with_grad(x, 12);
+    if (c->fresh)
+        fg_set_requires_grad(x, 1);
+    else
+        leaf_with_grad(x, 12);
     fg_tensor *dout = fgt_rand(FG_F32, FGT_DIMS(c->n), 13);
     fg_tensor *y = fgt_ok(fg_gelu(x), "gelu");
     cr_assert(fg_backward(y, dout) == FG_OK, "gelu backward: %s", fg_last_error());
@@ -154,32 +158,35 @@ static void gelu_run(outs *o, const void *cfg_) {
 }
 
 Test(fastpath, gelu_matches_double_and_every_level_and_thread_count) {
-    const gelu_cfg c = {2 * FG_PAR_CHUNK + 1003, -12, 12};
-    const fg_simd_level best = fg_simd_detect();
-    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
-        fg_simd_set((fg_simd_level)lv);
-        outs o = {0};
-        gelu_run(&o, &c);
-        fg_tensor *x = uni(FGT_DIMS(c.n), c.lo, c.hi, 11), *g0 = fgt_rand(FG_F32, FGT_DIMS(c.n), 12);
-        fg_tensor *d = fgt_rand(FG_F32, FGT_DIMS(c.n), 13);
-        double *ry = malloc((size_t)c.n * sizeof(double)), *rg = malloc((size_t)c.n * sizeof(double));
-        for (int64_t i = 0; i < c.n; i++) {
-            /* 0.5 x (1 + tanh u) written as x σ(2u), which has no cancellation for negative x */
-            const double X = fdata(x)[i], u = 0.7978845608028654 * (X + 0.044715 * X * X * X);
-            const double s = 1 / (1 + exp(-2 * u)), du = 0.7978845608028654 * (1 + 3 * 0.044715 * X * X);
-            ry[i] = X * s;
-            rg[i] = fdata(g0)[i] + fdata(d)[i] * (s + 2 * X * du * s * (1 - s));
+    for (int fresh = 0; fresh < 2; fresh++) {
+        const gelu_cfg c = {2 * FG_PAR_CHUNK + 1003, -12, 12, fresh};
+        const fg_simd_level best = fg_simd_detect();
+        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+            fg_simd_set((fg_simd_level)lv);
+            outs o = {0};
+            gelu_run(&o, &c);
+            fg_tensor *x = uni(FGT_DIMS(c.n), c.lo, c.hi, 11), *g0 = fgt_rand(FG_F32, FGT_DIMS(c.n), 12);
+            fg_tensor *d = fgt_rand(FG_F32, FGT_DIMS(c.n), 13);
+            double *ry = malloc((size_t)c.n * sizeof(double)), *rg = malloc((size_t)c.n * sizeof(double));
+            for (int64_t i = 0; i < c.n; i++) {
+                /* 0.5 x (1 + tanh u) written as x σ(2u), which has no cancellation for negative x */
+                const double X = fdata(x)[i], u = 0.7978845608028654 * (X + 0.044715 * X * X * X);
+                const double s = 1 / (1 + exp(-2 * u)), du = 0.7978845608028654 * (1 + 3 * 0.044715 * X * X);
+                ry[i] = X * s;
+                rg[i] = (fresh ? 0 : fdata(g0)[i]) + fdata(d)[i] * (s + 2 * X * du * s * (1 - s));
+            }
+            /* rtol: exp(-2u) of a float32 u carries |2u| ulps (up to ~70 at x = -9.6, where gelu ~ 1e-40) */
+            assert_close_f("gelu forward", o.v, ry, c.n, 1e-30, 1e-5);
+            assert_close_f(fresh ? "gelu backward into a fresh gradient" : "gelu backward", o.v + c.n, rg, c.n, 1e-6,
+                           1e-5);
+            free(ry), free(rg), free(o.v);
+            fg_release(x), fg_release(g0), fg_release(d);
         }
-        /* rtol: exp(-2u) of a float32 u carries |2u| ulps (up to ~70 at x = -9.6, where gelu ~ 1e-40) */
-        assert_close_f("gelu forward", o.v, ry, c.n, 1e-30, 1e-5);
-        assert_close_f("gelu backward", o.v + c.n, rg, c.n, 1e-6, 1e-5);
-        free(ry), free(rg), free(o.v);
-        fg_release(x), fg_release(g0), fg_release(d);
+        fg_simd_set(best);
+        assert_same_bits_everywhere("gelu", gelu_run, &c);
+        const gelu_cfg tail = {13, -3, 3, fresh}; /* only a vector tail */
+        assert_same_bits_everywhere("gelu, 13 elements", gelu_run, &tail);
     }
-    fg_simd_set(best);
-    assert_same_bits_everywhere("gelu", gelu_run, &c);
-    const gelu_cfg tail = {13, -3, 3}; /* only a vector tail */
-    assert_same_bits_everywhere("gelu, 13 elements", gelu_run, &tail);
 }
 
 Test(fastpath, gelu_of_large_and_special_values) {
@@ -770,4 +777,40 @@ Test(fastpath, dropout_mask_is_philox_on_the_pool_for_any_thread_count) {
     }
     fg_pool_set_threads(0);
     fg_par_set_min_ns(prev);
+}
+
+/* fg_vrows_f32 on every level: each row block copied or added exactly (a float sum is one rounding
+ * everywhere), every row length a head can have around the vector widths, and nothing written
+ * between the rows of a strided destination. */
+Test(fastpath, row_blocks_copy_and_add_exactly_on_every_level) {
+    static const int64_t lens[] = {1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100};
+    const int64_t rows = 5, gap = 3;
+    const fg_simd_level best = fg_simd_detect();
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int64_t n = lens[li], ld = n + gap, total = rows * ld;
+        float *src = malloc((size_t)total * sizeof *src), *base = malloc((size_t)total * sizeof *base);
+        float *dst = malloc((size_t)total * sizeof *dst);
+        for (int64_t k = 0; k < total; k++) {
+            src[k] = (float)(0.37 * (double)k - 3.1);
+            base[k] = (float)(1.0 / (double)(k + 3));
+        }
+        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+            fg_simd_set((fg_simd_level)lv);
+            for (int add = 0; add < 2; add++) {
+                memcpy(dst, base, (size_t)total * sizeof *dst);
+                fg_vrows_f32(dst, ld, src + 1, ld, rows, n, add); /* source rows from an odd offset */
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t c = 0; c < ld; c++) {
+                        const int64_t k = r * ld + c;
+                        const float want = c >= n ? base[k] : add ? base[k] + src[k + 1] : src[k + 1];
+                        cr_assert(memcmp(&dst[k], &want, sizeof want) == 0,
+                                  "%s, n = %lld, %s: row %lld column %lld is %.9g, want %.9g",
+                                  fg_simd_name((fg_simd_level)lv), (long long)n, add ? "add" : "copy", (long long)r,
+                                  (long long)c, dst[k], want);
+                    }
+            }
+        }
+        fg_simd_set(best);
+        free(src), free(base), free(dst);
+    }
 }

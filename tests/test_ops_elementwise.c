@@ -132,6 +132,58 @@ Test(elementwise, binary_ops_backward_match_numeric) {
         }
 }
 
+/* A gradient buffer the rule makes is written (add: a copy of dout), one that exists is added
+ * into: for every op and broadcast, the second equals the first plus what was there; and x + x
+ * (one buffer, made by the first side) is 2 dout. */
+Test(elementwise, binary_ops_backward_into_made_and_existing_gradients_agree) {
+    for (size_t o = 0; o < 4; o++)
+        for (size_t c = 0; c < N_BC; c++) {
+            const bc_case *bc = &bc_cases[c];
+            fg_tensor *in[2];
+            bc_inputs(bc, FG_F64, 3 * c + 7, &in[0], &in[1]);
+            fg_set_requires_grad(in[0], 1);
+            fg_set_requires_grad(in[1], 1);
+            fg_tensor *out = fgt_ok(bin_ops[o].fn(in[0], in[1]), bin_ops[o].name);
+            fg_tensor *dout = fgt_rand(FG_F64, out->ndim, out->shape, 5 * c + o);
+            cr_assert_eq(fg_backward(out, dout), FG_OK, "%s", fg_last_error());
+            fg_release(out);
+            double *made[2], *before[2];
+            for (int s = 0; s < 2; s++) {
+                made[s] = fgt_values(in[s]->grad);
+                fg_tensor *g0 = fgt_rand(FG_F64, in[s]->ndim, in[s]->shape, 11 * c + o + s);
+                fg_copy_into(in[s]->grad, g0);
+                before[s] = fgt_values(g0);
+                fg_release(g0);
+            }
+            out = fgt_ok(bin_ops[o].fn(in[0], in[1]), bin_ops[o].name);
+            cr_assert_eq(fg_backward(out, dout), FG_OK, "%s", fg_last_error());
+            for (int s = 0; s < 2; s++) {
+                const int64_t n = fg_numel(in[s]);
+                double *want = malloc((size_t)n * sizeof *want);
+                for (int64_t k = 0; k < n; k++) want[k] = before[s][k] + made[s][k];
+                char what[96];
+                snprintf(what, sizeof what, "%s %s: d%c into an existing gradient", bin_ops[o].name, bc->name,
+                         s ? 'b' : 'a');
+                /* exact where no broadcast is summed (one addition each way); a sum over broadcast
+                 * dimensions adds its terms into what was there one by one */
+                const double tol = n == fg_numel(dout) ? 0 : 1e-14;
+                FGT_ASSERT_CLOSE_BUF(in[s]->grad, want, n, tol, tol, what);
+                free(want), free(made[s]), free(before[s]);
+            }
+            fg_release(out), fg_release(dout), fg_release(in[0]), fg_release(in[1]);
+        }
+    fg_tensor *x = fgt_rand(FG_F64, FGT_DIMS(4, 6), 3);
+    fg_set_requires_grad(x, 1);
+    fg_tensor *y = fgt_ok(fg_add(x, x), "add");
+    fg_tensor *dout = fgt_rand(FG_F64, FGT_DIMS(4, 6), 4);
+    cr_assert_eq(fg_backward(y, dout), FG_OK, "%s", fg_last_error());
+    double *d = fgt_values(dout);
+    for (int k = 0; k < 24; k++) d[k] *= 2;
+    FGT_ASSERT_CLOSE_BUF(x->grad, d, 24, 0, 0, "x + x");
+    free(d);
+    fg_release(y), fg_release(dout), fg_release(x);
+}
+
 Test(elementwise, binary_ops_float32_agree_with_float64) {
     for (size_t o = 0; o < 4; o++)
         for (size_t c = 0; c < N_BC; c++) {

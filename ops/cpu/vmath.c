@@ -200,6 +200,32 @@ FG_TARGET_AVX2 static void axpy_avx2(float *y, float alpha, const float *x, int6
         _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
     for (; i < n; i++) y[i] += alpha * x[i];
 }
+FG_TARGET_AVX512 static void rows_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                                         int64_t n, int add) {
+    const __mmask16 tail = fg_mask16(n % 16);
+    for (int64_t r = 0; r < rows; r++, dst += ldd, src += lds) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const __m512 x = _mm512_loadu_ps(src + i);
+            _mm512_storeu_ps(dst + i, add ? _mm512_add_ps(_mm512_loadu_ps(dst + i), x) : x);
+        }
+        if (i < n) {
+            const __m512 x = _mm512_maskz_loadu_ps(tail, src + i);
+            _mm512_mask_storeu_ps(dst + i, tail, add ? _mm512_add_ps(_mm512_maskz_loadu_ps(tail, dst + i), x) : x);
+        }
+    }
+}
+FG_TARGET_AVX2 static void rows_avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t n,
+                                     int add) {
+    for (int64_t r = 0; r < rows; r++, dst += ldd, src += lds) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 x = _mm256_loadu_ps(src + i);
+            _mm256_storeu_ps(dst + i, add ? _mm256_add_ps(_mm256_loadu_ps(dst + i), x) : x);
+        }
+        for (; i < n; i++) dst[i] = add ? dst[i] + src[i] : src[i];
+    }
+}
 #endif /* FG_SIMD_X86 */
 
 static void binary_scalar(int op, int bs, float *y, const float *a, const float *b, int64_t n) {
@@ -239,4 +265,21 @@ void fg_vaxpy_f32(float *y, float alpha, const float *x, int64_t n) {
     }
 #endif
     for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+void fg_vrows_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t n, int add) {
+#if FG_SIMD_X86
+    switch (fg_simd_active()) {
+    case FG_SIMD_AVX512:
+        rows_avx512(dst, ldd, src, lds, rows, n, add);
+        return;
+    case FG_SIMD_AVX2:
+        rows_avx2(dst, ldd, src, lds, rows, n, add);
+        return;
+    default:
+        break;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++, dst += ldd, src += lds)
+        for (int64_t i = 0; i < n; i++) dst[i] = add ? dst[i] + src[i] : src[i];
 }

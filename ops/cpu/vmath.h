@@ -140,6 +140,10 @@ void fg_vbinary_scalar_f32(int op, float *y, const float *a, float s, int64_t n)
 /* y[i] += alpha · x[i]: the product rounded, then the sum (alpha = 1 is y += x, alpha = -1 is
  * y -= x, bit for bit) */
 void fg_vaxpy_f32(float *y, float alpha, const float *x, int64_t n);
+/* Row blocks: for r < rows, dst[r·ldd + i] = src[r·lds + i] (add 0) or += (add 1), i < n. For
+ * the short rows of strided layouts (an attention head's d floats), where a call per row costs
+ * more than the row. */
+void fg_vrows_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t n, int add);
 
 #ifdef __cplusplus
 }
