@@ -284,8 +284,10 @@ static attn_problem_copy *attn_problem_copy_new(const fg_attn_problem *pr) {
 }
 
 /* ---- the node's state (fg_attention and fg_attention_qkv) ----
- *   q, k, v  contiguous Q (B, H, Nq, d), K, V (B, H_kv, Nk, d), in the kernels' layout
- *   o        O (B, H, Nq, d): an alias of fg_attention's output, or fg_attention_qkv's kernel output
+ *   q, k, v  contiguous Q (B, H, Nq, d), K, V (B, H_kv, Nk, d), in the kernels' layout; packed:
+ *            q is the packed projection qkv (B, T, (H + 2 H_kv) d) itself, k and v NULL
+ *   o        O (B, H, Nq, d): an alias of fg_attention's output, or fg_attention_qkv's kernel
+ *            output; packed: fg_attention_qkv's output y (B, T, H d)
  *   lse      flash: L (B, H, Nq); naive: NULL
  *   aux      naive: P (B, H, Nq, Nk); flash float32: lse_lo (B, H, Nq); flash float64: NULL
  *   pc       the resolved problem (owned by the node: node->ctx, freed by node->ctx_free) */
@@ -293,6 +295,7 @@ typedef struct {
     fg_tensor *q, *k, *v, *o, *lse, *aux;
     const attn_problem_copy *pc;
     fg_attn_impl impl;
+    int packed; /* fg_attention_qkv's flash path: the kernels ran on the packed rows in place */
 } attention_state;
 
 /* ---- backward rules ---- */
@@ -388,8 +391,8 @@ static int all_finite(fg_dtype dt, const void *x, int64_t n) {
  * FG_ERR_NUMERIC for overflowed scores; a score_mod that returns NaN or +inf (it must not) reads the
  * same. The lse of a row that sees no key is −inf; with a mask or score_mod callback a visible
  * score may be −inf, so −inf rows count only without them. */
-static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void *lse, const void *q, const void *k,
-                              const void *v) {
+static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void *lse, int n_in,
+                              const void *const *in, const int64_t *len) {
     const int64_t rows = pr->B * pr->H * pr->Nq;
     const int inf_rows = !pr->custom.mask && !pr->custom.score_mod;
     int64_t bad = -1;
@@ -404,8 +407,9 @@ static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void
             if (lo < hi) bad = r;
         }
     }
-    const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->var.n_kv_heads * pr->Nk * pr->d;
-    if (bad < 0 || !all_finite(dt, q, nq) || !all_finite(dt, k, nk) || !all_finite(dt, v, nk)) return FG_OK;
+    if (bad < 0) return FG_OK;
+    for (int a = 0; a < n_in; a++)
+        if (!all_finite(dt, in[a], len[a])) return FG_OK;
     const int64_t b = bad / (pr->H * pr->Nq), h = bad / pr->Nq % pr->H, i = bad % pr->Nq;
     return fg_error(FG_ERR_NUMERIC,
                     "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
@@ -420,7 +424,10 @@ fg_status fg_attn_call_forward(const fg_attn_call *c, void *o, void *lse, void *
     const fg_attention_kernels *kn = attention_kernels(c->dev, 0);
     if (!kn) return fg_last_status();
     FG_TRY(kn->forward(c->impl, c->dt, o, lse, aux, q, k, v, &c->pr));
-    return c->dev == FG_CPU ? check_scores(&c->pr, c->dt, lse, q, k, v) : FG_OK;
+    if (c->dev != FG_CPU) return FG_OK;
+    const fg_attn_problem *pr = &c->pr;
+    const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->var.n_kv_heads * pr->Nk * pr->d;
+    return check_scores(pr, c->dt, lse, 3, (const void *[]){q, k, v}, (const int64_t[]){nq, nk, nk});
 }
 
 fg_status fg_attn_call_backward(const fg_attn_call *c, void *dq, void *dk, void *dv, const void *dout, const void *q,
@@ -589,11 +596,14 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
  * y (B, T, H·d), each row [head 0 | head 1 | ...].
  *
  * The same as slicing q, k, v out of qkv, permuting each to (B, heads, T, d), fg_attention, and
- * permuting and reshaping the output back — but the heads move once each way (a gather into the
- * kernel's layout, a scatter out of it) instead of through four autograd views, their gradient
- * buffers and their accumulations.
+ * permuting and reshaping the output back, without four autograd views, their gradient buffers
+ * and their accumulations. Flash on the CPU reads the heads where they are and writes y's rows
+ * and the gradient's in place (fg_attn_flash_*_rows): nothing is gathered or scattered, and a new
+ * gradient buffer is written, not zeroed first. Naive gathers the heads into its layout and
+ * scatters them back, once each way.
  *
- * Saved for backward: as fg_attention (Q, K, V, O in the (B, heads, T, d) layout, L or P, lse_lo).
+ * Saved for backward: flash on the CPU qkv, y, L and lse_lo; naive as fg_attention (Q, K, V, O in
+ * the (B, heads, T, d) layout, P).
  * ============================================================================================ */
 
 /* Moves heads between the packed rows and the per-head layout:
@@ -658,11 +668,48 @@ static fg_tensor *gather_heads(const fg_tensor *r, int64_t Hs, int64_t d, int64_
     return h;
 }
 
+/* The packed rows of fg_attention_qkv as the flash kernels address them (fg_attn_layout): heads of
+ * width d side by side in rows of qkv's W = (H + 2 H_kv) d and y's H d, one row per time step. */
+static fg_attn_layout packed_layout(int64_t T, int64_t H, int64_t Hkv, int64_t d) {
+    const int64_t W = (H + 2 * Hkv) * d;
+    const fg_attn_rows in = {T * W, d, W}, out = {T * H * d, d, H * d};
+    return (fg_attn_layout){.q = in, .k = in, .v = in, .o = out, .dout = out, .dq = in, .dk = in, .dv = in};
+}
+
+/* Reverses  y = attention_qkv(qkv) on the packed rows: the flash backward reads dY, qkv and y in
+ * place and writes (a new gradient buffer) or adds (an existing one) dQ, dK, dV into qkv's
+ * gradient rows, which the three head groups cover. */
+static fg_status attention_qkv_packed_backward(fg_node *n) {
+    const attention_state *s = FG_NODE_STATE(n, attention_state);
+    const fg_attn_problem *pr = &s->pc->pr;
+    const fg_tensor *x = s->q;
+    const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d;
+    fg_tensor *g;
+    int fresh;
+    FG_TRY(fg_grad_get_fresh(n->inputs[0], &g, &fresh));
+    if (!g) return FG_OK; /* qkv wants no gradient */
+    if (g->dtype != x->dtype || !fg_is_contiguous(g))
+        return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
+                        fg_dtype_name(x->dtype));
+    fg_tensor *dy = fg_contiguous(n->grad_out);
+    if (!dy) return fg_last_status();
+    fg_attn_layout L = packed_layout(pr->Nq, H, Hkv, d);
+    L.write_grads = fresh;
+    const size_t es = fg_dtype_size(x->dtype), ko = (size_t)(H * d) * es, vo = (size_t)((H + Hkv) * d) * es;
+    char *gp = fg_data(g);
+    const char *xp = fg_data(x);
+    fg_status st = fg_attn_flash_backward_rows(x->dtype, gp, gp + ko, gp + vo, fg_data(dy), xp, xp + ko, xp + vo,
+                                               fg_data(s->o), fg_data(s->lse), s->aux ? fg_data(s->aux) : NULL, pr, &L);
+    fg_release(dy);
+    return st;
+}
+
 /* Reverses  y = attention_qkv(qkv): gathers dY into the heads' layout, runs the kernels' backward
  * into zeroed dQ, dK, dV and adds them into qkv's gradient rows (or, when that gradient is fresh,
  * writes them there: the three head groups cover every column of its rows). */
 static fg_status attention_qkv_backward(fg_node *n) {
     const attention_state *s = FG_NODE_STATE(n, attention_state);
+    if (s->packed) return attention_qkv_packed_backward(n);
     const fg_tensor *q = s->q, *k = s->k, *v = s->v;
     const fg_attn_problem *pr = &s->pc->pr;
     const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d, B = pr->B, T = pr->Nq, W = (H + 2 * Hkv) * d;
@@ -688,6 +735,59 @@ static fg_status attention_qkv_backward(fg_node *n) {
     }
     fg_release(dy), fg_release(dout), fg_release(dq), fg_release(dk), fg_release(dv);
     return st;
+}
+
+/* The CPU flash forward of fg_attention_qkv on x (contiguous qkv, B T W), on the packed rows. */
+static fg_tensor *attention_qkv_packed(fg_tensor *qkv, fg_tensor *x, const fg_attn_opts *op, int64_t H, int64_t Hkv,
+                                       int64_t d, int wants_grad) {
+    const int64_t B = x->shape[0], T = x->shape[1];
+    const fg_dtype dt = x->dtype;
+    fg_attn_call call;
+    fg_status st = fg_attn_call_begin(&call, op, B, H, T, T, d, dt, FG_CPU, 0);
+    fg_tensor *y = NULL, *lse = NULL, *lo = NULL;
+    if (st == FG_OK) {
+        y = fg_empty(dt, FG_CPU, 3, (int64_t[]){B, T, H * d});
+        lse = y ? fg_empty(dt, FG_CPU, 3, (int64_t[]){B, H, T}) : NULL;
+        lo = lse && wants_grad && dt == FG_F32 ? fg_empty(dt, FG_CPU, 3, (int64_t[]){B, H, T}) : NULL;
+        if (!lse || (wants_grad && dt == FG_F32 && !lo)) st = fg_last_status();
+    }
+    if (st == FG_OK) {
+        const fg_attn_layout L = packed_layout(T, H, Hkv, d);
+        const size_t es = fg_dtype_size(dt), ko = (size_t)(H * d) * es, vo = (size_t)((H + Hkv) * d) * es;
+        const char *xp = fg_data(x);
+        st = fg_attn_flash_forward_rows(dt, fg_data(y), fg_data(lse), lo ? fg_data(lo) : NULL, xp, xp + ko, xp + vo,
+                                        &call.pr, &L);
+    }
+    if (st == FG_OK)
+        st = check_scores(&call.pr, dt, fg_data(lse), 1, (const void *[]){fg_data(x)}, (const int64_t[]){fg_numel(x)});
+    if (st == FG_OK) {
+        fg_node *n = fg_record(y, "attention_qkv", attention_qkv_backward, 1, (fg_tensor *[]){qkv});
+        attn_problem_copy *pc = n ? attn_problem_copy_new(&call.pr) : NULL;
+        fg_tensor *ya = pc ? fg_alias(y) : NULL; /* y through an alias: the output would own its own node */
+        if (n && !ya) {
+            if (pc) attn_problem_copy_free(pc);
+            st = fg_last_status();
+        } else if (n) {
+            n->ctx = pc; /* only for freeing it: the state points at it */
+            n->ctx_free = attn_problem_copy_free;
+            attention_state *s = FG_NODE_STATE(n, attention_state);
+            s->q = fg_node_keep(n, x);
+            s->o = fg_node_keep(n, ya);
+            s->lse = fg_node_keep(n, lse);
+            s->aux = fg_node_keep(n, lo);
+            s->pc = pc;
+            s->impl = FG_ATTN_FLASH;
+            s->packed = 1;
+        }
+        fg_release(ya);
+    }
+    fg_release(lse), fg_release(lo);
+    fg_attn_call_end(&call);
+    if (st != FG_OK) {
+        fg_release(y);
+        return NULL;
+    }
+    return y;
 }
 
 /* Off the CPU: the composite of views and fg_attention (the device kernels take that layout). */
@@ -737,6 +837,11 @@ fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *
     op.variant.n_kv_heads = Hkv;
     const int wants_grad = fg_grad_enabled() && qkv->requires_grad;
     fg_tensor *x = fg_contiguous(qkv);
+    if (x && op.impl == FG_ATTN_FLASH) {
+        fg_tensor *y = attention_qkv_packed(qkv, x, &op, H, Hkv, d, wants_grad);
+        fg_release(x);
+        return y;
+    }
     fg_tensor *qc = x ? gather_heads(x, H, d, 0) : NULL;
     fg_tensor *kc = qc ? gather_heads(x, Hkv, d, H * d) : NULL;
     fg_tensor *vc = kc ? gather_heads(x, Hkv, d, (H + Hkv) * d) : NULL;

@@ -101,6 +101,30 @@ fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, cons
                                         const double *k, const double *v, const double *o, const double *lse,
                                         const double *lse_lo, const fg_attn_problem *pr);
 
+/* ---- the flash kernels on strided rows (CPU) ----
+ * The same kernels, with each array's rows where a layout says: element (b, h, t, c) of an array
+ * at base[b·rows.b + h·rows.h + t·rows.t + c], the d elements of a row contiguous (h: the query head
+ * for q, o, dout, dq; the K/V head for k, v, dk, dv). lse and lse_lo stay (B, H, Nq). The results
+ * are the bits of the contiguous kernels on the same values. fg_attention_qkv runs GPT-2's packed
+ * projection this way, its heads read and written in place: q, k, v and dq, dk, dv are column
+ * groups of (B, T, (H + 2 H_kv) d) rows, o and dout (B, T, H d) rows.
+ *   write_grads  backward: dq, dk, dv are written (what they held is never read), else added into
+ * dt is FG_F32 or FG_F64 (FG_ERR_DTYPE otherwise); the errors of the kernels above. */
+typedef struct {
+    int64_t b, h, t;
+} fg_attn_rows;
+typedef struct {
+    fg_attn_rows q, k, v, o, dout, dq, dk, dv;
+    int write_grads;
+} fg_attn_layout;
+/* The layouts of the raw kernels above, for pr's sizes; write_grads 0. */
+fg_attn_layout fg_attn_layout_contiguous(const fg_attn_problem *pr);
+fg_status fg_attn_flash_forward_rows(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
+                                     const void *v, const fg_attn_problem *pr, const fg_attn_layout *L);
+fg_status fg_attn_flash_backward_rows(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                      const void *k, const void *v, const void *o, const void *lse,
+                                      const void *lse_lo, const fg_attn_problem *pr, const fg_attn_layout *L);
+
 /* ---- the one entry below fg_attention ----
  * fg_attention and fg_attention_qkv run through these, as does any caller holding raw arrays
  * instead of tensors (the Python package's shim, python/csrc/fgpy.c): nothing else calls a

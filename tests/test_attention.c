@@ -28,6 +28,7 @@
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "ops/cpu/attention_cpu.h" /* the flash items' group sizes */
+#include "ops/cpu/simd.h"
 #include "ops/cpu/threadpool.h"
 
 static void leak_check(void) {
@@ -994,20 +995,37 @@ static void qkv_composite(fg_tensor *qkv, int64_t H, int64_t Hkv, const fg_attn_
     fg_release(r), fg_release(part[0]), fg_release(part[1]), fg_release(part[2]), fg_release(out), fg_release(ot);
 }
 
+/* keys at an even distance from the query, for the mask callback below */
+static int qkv_even_mask(int64_t b, int64_t h, int64_t i, int64_t j, void *user) {
+    (void)b, (void)h, (void)user;
+    return (i - j) % 2 == 0;
+}
+
+/* Flash on the CPU runs on the packed rows in place, naive on gathered heads: both must give the
+ * composite's bits, on every SIMD level, with every variant the kernels address rows for. */
 Test(attention, packed_qkv_equals_the_composite_of_views_bit_for_bit) {
     typedef struct {
         int64_t B, T, H, Hkv, d;
         int impl, causal;
         double p;
         fg_dtype dt;
+        int bq, bk, window, alibi, mask;
+        double softcap;
     } qkv_case;
     const qkv_case cases[] = {
-        {2, 64, 4, 4, 32, FG_ATTN_FLASH, 1, 0.0, FG_F32}, /* the Tiny Shakespeare block */
-        {3, 37, 4, 2, 8, FG_ATTN_FLASH, 1, 0.2, FG_F32},  /* GQA, dropout, T past a block */
-        {2, 19, 3, 3, 5, FG_ATTN_NAIVE, 0, 0.1, FG_F64},
-        {1, 70, 2, 1, 16, FG_ATTN_FLASH, 0, 0.0, FG_F64}, /* multi-query */
+        {2, 64, 4, 4, 32, FG_ATTN_FLASH, 1, 0.0, FG_F32, 0, 0, 0, 0, 0, 0}, /* the Tiny Shakespeare block */
+        {3, 37, 4, 2, 8, FG_ATTN_FLASH, 1, 0.2, FG_F32, 0, 0, 0, 0, 0, 0},  /* GQA, dropout, T past a block */
+        {2, 19, 3, 3, 5, FG_ATTN_NAIVE, 0, 0.1, FG_F64, 0, 0, 0, 0, 0, 0},
+        {1, 70, 2, 1, 16, FG_ATTN_FLASH, 0, 0.0, FG_F64, 0, 0, 0, 0, 0, 0}, /* multi-query */
+        /* ragged blocks, a sliding window, ALiBi and a softcap; odd d; a mask callback (serial) */
+        {2, 45, 4, 2, 12, FG_ATTN_FLASH, 1, 0.1, FG_F32, 16, 12, 9, 1, 0, 20.0},
+        {1, 33, 2, 2, 7, FG_ATTN_FLASH, 0, 0.0, FG_F32, 8, 16, 0, 0, 1, 0},
+        {2, 29, 3, 1, 9, FG_ATTN_FLASH, 1, 0.0, FG_F64, 8, 8, 5, 1, 0, 0},
     };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const fg_simd_level best = fg_simd_detect();
+    for (size_t ci = 0; ci < (size_t)(best + 1) * (sizeof cases / sizeof cases[0]); ci++) {
+        const size_t c = ci % (sizeof cases / sizeof cases[0]);
+        fg_simd_set((fg_simd_level)(ci / (sizeof cases / sizeof cases[0])));
         const qkv_case *k = &cases[c];
         const int64_t W = (k->H + 2 * k->Hkv) * k->d;
         fg_tensor *qkv = fgt_leaf(k->dt, FGT_DIMS(k->B, k->T, W), 40 + c);
@@ -1018,6 +1036,16 @@ Test(attention, packed_qkv_equals_the_composite_of_views_bit_for_bit) {
         o.dropout_p = k->p;
         o.seed = 99;
         o.variant.n_kv_heads = k->Hkv == k->H ? 0 : k->Hkv;
+        o.block_q = k->bq;
+        o.block_k = k->bk;
+        if (k->window) {
+            o.variant.window = 1;
+            o.variant.window_left = k->window;
+            o.variant.window_right = k->causal ? 0 : k->window;
+        }
+        o.variant.alibi = k->alibi;
+        o.variant.softcap = k->softcap;
+        if (k->mask) o.custom.mask = qkv_even_mask;
         fg_tensor *y_ref, *g_ref;
         qkv_composite(qkv, k->H, k->Hkv, &o, dy, &y_ref, &g_ref);
         fg_tensor *y = fgt_ok(fg_attention_qkv(qkv, k->H, &o), "attention_qkv");
@@ -1031,6 +1059,25 @@ Test(attention, packed_qkv_equals_the_composite_of_views_bit_for_bit) {
             cr_assert(fg_get(qkv->grad, i) == fg_get(g_ref, i), "case %zu: dqkv[%lld] = %.17g, composite %.17g", c,
                       (long long)i, fg_get(qkv->grad, i), fg_get(g_ref, i));
         fg_release(y), fg_release(y_ref), fg_release(g_ref), fg_release(dy), fg_release(qkv);
+    }
+    fg_simd_set(best);
+}
+
+/* A forward kept for a backward that never comes frees its node with its output, for both kernels
+ * (the node must not hold its own output) */
+Test(attention, packed_qkv_output_released_without_a_backward_frees_its_node) {
+    for (int impl = 0; impl < 2; impl++) {
+        fg_tensor *qkv = fgt_leaf(FG_F32, FGT_DIMS(2, 16, 3 * 2 * 8), 31);
+        fg_attn_opts o = fg_attn_defaults();
+        o.impl = (fg_attn_impl)impl;
+        o.causal = 1;
+        const long long before = fg_nodes_alive();
+        fg_tensor *y = fgt_ok(fg_attention_qkv(qkv, 2, &o), "attention_qkv");
+        cr_assert_eq(fg_nodes_alive(), before + 1, "%s: the forward recorded no node", fg_attn_impl_name(o.impl));
+        fg_release(y);
+        cr_expect_eq(fg_nodes_alive(), before, "%s: %lld nodes alive after the output was released",
+                     fg_attn_impl_name(o.impl), fg_nodes_alive() - before);
+        fg_release(qkv);
     }
 }
 

@@ -431,15 +431,16 @@ Test(simd, flash_tile_tables_agree_on_every_operation) {
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
             const int dd = dims[di];
             for (int rows = RR - 3; rows <= RR; rows += 3) { /* 16 = two blocks of eight, 19 = a ragged last one */
-                px->row_dots(fx, fa, fb, rows, dd);
-                pp->row_dots(fp, fa, fb, rows, dd);
-                fg_flash_x86_f64.row_dots(dx, da, db, rows, dd);
-                fg_flash_portable_f64.row_dots(dp, da, db, rows, dd);
+                /* b's rows DMAX apart (a head in packed rows), a's dd apart */
+                px->row_dots(fx, fa, dd, fb, DMAX, rows, dd);
+                pp->row_dots(fp, fa, dd, fb, DMAX, rows, dd);
+                fg_flash_x86_f64.row_dots(dx, da, dd, db, DMAX, rows, dd);
+                fg_flash_portable_f64.row_dots(dp, da, dd, db, DMAX, rows, dd);
                 for (int r = 0; r < rows; r++) {
                     double sf = 0, sd = 0;
                     for (int c = 0; c < dd; c++) {
-                        sf += (double)fa[r * dd + c] * (double)fb[r * dd + c];
-                        const double prod = da[r * dd + c] * db[r * dd + c]; /* rounded, then added */
+                        sf += (double)fa[r * dd + c] * (double)fb[r * DMAX + c];
+                        const double prod = da[r * dd + c] * db[r * DMAX + c]; /* rounded, then added */
                         sd += prod;
                     }
                     const float rf = (float)sf;

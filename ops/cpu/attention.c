@@ -46,6 +46,28 @@ fg_status fg_cpu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, vo
                         : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
 }
 
+/* ---- the flash kernels on strided rows (ops/attention_kernels.h) ---- */
+fg_attn_layout fg_attn_layout_contiguous(const fg_attn_problem *pr) {
+    const int64_t d = pr->d, Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
+    const fg_attn_rows qr = {pr->H * pr->Nq * d, pr->Nq * d, d}, kr = {Hkv * pr->Nk * d, pr->Nk * d, d};
+    return (fg_attn_layout){.q = qr, .k = kr, .v = kr, .o = qr, .dout = qr, .dq = qr, .dk = kr, .dv = kr};
+}
+
+fg_status fg_attn_flash_forward_rows(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
+                                     const void *v, const fg_attn_problem *pr, const fg_attn_layout *L) {
+    if (dt == FG_F32) return fg_attn_flash_forward_rows_f32(o, lse, lse_lo, q, k, v, pr, L);
+    if (dt == FG_F64) return fg_attn_flash_forward_rows_f64(o, lse, lse_lo, q, k, v, pr, L);
+    return fg_error(FG_ERR_DTYPE, "attention: the CPU flash kernels take float32 or float64, not %s", fg_dtype_name(dt));
+}
+
+fg_status fg_attn_flash_backward_rows(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                      const void *k, const void *v, const void *o, const void *lse,
+                                      const void *lse_lo, const fg_attn_problem *pr, const fg_attn_layout *L) {
+    if (dt == FG_F32) return fg_attn_flash_backward_rows_f32(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
+    if (dt == FG_F64) return fg_attn_flash_backward_rows_f64(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
+    return fg_error(FG_ERR_DTYPE, "attention: the CPU flash kernels take float32 or float64, not %s", fg_dtype_name(dt));
+}
+
 /* ---- predicates ---- */
 int fg_attn_modifies_scores(const fg_attn_problem *pr) {
     return pr->var.softcap > 0 || pr->var.alibi || pr->custom.score_mod != NULL;

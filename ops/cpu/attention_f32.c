@@ -68,8 +68,9 @@ void fg_flash_transpose_scalar_f32(float *dst, int64_t ldd, const float *src, in
     transpose_scalar(dst, ldd, src, lds, rows, cols);
 }
 
-void fg_flash_row_dots_scalar_f32(float *D, const float *a, const float *b, int64_t rows, int64_t d) {
-    flash_row_dots(D, a, b, rows, d);
+void fg_flash_row_dots_scalar_f32(float *D, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,
+                                  int64_t d) {
+    flash_row_dots(D, a, lda, b, ldb, rows, d);
 }
 
 #if FG_SIMD_X86
@@ -88,8 +89,9 @@ FG_TARGET_AVX2 void fg_flash_ds_rows_avx2_f32(float *dS, const float *P, int64_t
     ds_rows_avx2(dS, P, ld, nq, nk, D);
 }
 
-FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f32(float *D, const float *a, const float *b, int64_t rows, int64_t d) {
-    row_dots_avx2(D, a, b, rows, d);
+FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f32(float *D, const float *a, int64_t lda, const float *b, int64_t ldb,
+                                               int64_t rows, int64_t d) {
+    row_dots_avx2(D, a, lda, b, ldb, rows, d);
 }
 #endif
 
@@ -117,21 +119,33 @@ fg_status fg_attn_naive_backward_f32(float *dq, float *dk, float *dv, const floa
 
 fg_status fg_attn_flash_forward_lo_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
                                        const float *v, const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr);
+    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, NULL);
 }
 
 fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                         const float *k, const float *v, const float *o, const float *lse,
                                         const float *lse_lo, const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, NULL);
 }
 
 fg_status fg_attn_flash_forward_f32(float *o, float *lse, const float *q, const float *k, const float *v,
                                     const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, NULL, q, k, v, pr);
+    return flash_forward_lo(o, lse, NULL, q, k, v, pr, NULL);
 }
 
 fg_status fg_attn_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                                      const float *v, const float *o, const float *lse, const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr);
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr, NULL);
+}
+
+/* ---- ops/cpu/attention_cpu.h ---- */
+fg_status fg_attn_flash_forward_rows_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k, const float *v,
+                                        const fg_attn_problem *pr, const fg_attn_layout *L) {
+    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, L);
+}
+
+fg_status fg_attn_flash_backward_rows_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                         const float *v, const float *o, const float *lse, const float *lse_lo,
+                                         const fg_attn_problem *pr, const fg_attn_layout *L) {
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
 }

@@ -85,8 +85,9 @@ FG_TARGET_AVX2 void fg_flash_ds_rows_avx2_f64(double *dS, const double *P, int64
     ds_rows_avx2(dS, P, ld, nq, nk, D);
 }
 
-FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f64(double *D, const double *a, const double *b, int64_t rows, int64_t d) {
-    row_dots_avx2(D, a, b, rows, d);
+FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f64(double *D, const double *a, int64_t lda, const double *b, int64_t ldb,
+                                                int64_t rows, int64_t d) {
+    row_dots_avx2(D, a, lda, b, ldb, rows, d);
 }
 #endif
 
@@ -114,22 +115,34 @@ fg_status fg_attn_naive_backward_f64(double *dq, double *dk, double *dv, const d
 
 fg_status fg_attn_flash_forward_lo_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
                                        const double *v, const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr);
+    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, NULL);
 }
 
 fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
                                         const double *k, const double *v, const double *o, const double *lse,
                                         const double *lse_lo, const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, NULL);
 }
 
 fg_status fg_attn_flash_forward_f64(double *o, double *lse, const double *q, const double *k, const double *v,
                                     const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, NULL, q, k, v, pr);
+    return flash_forward_lo(o, lse, NULL, q, k, v, pr, NULL);
 }
 
 fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
                                      const double *k, const double *v, const double *o, const double *lse,
                                      const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr);
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr, NULL);
+}
+
+/* ---- ops/cpu/attention_cpu.h ---- */
+fg_status fg_attn_flash_forward_rows_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k, const double *v,
+                                        const fg_attn_problem *pr, const fg_attn_layout *L) {
+    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, L);
+}
+
+fg_status fg_attn_flash_backward_rows_f64(double *dq, double *dk, double *dv, const double *dout, const double *q, const double *k,
+                                         const double *v, const double *o, const double *lse, const double *lse_lo,
+                                         const fg_attn_problem *pr, const fg_attn_layout *L) {
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
 }

@@ -6,6 +6,9 @@
  * bq = block_q, bk = block_k.
  *   q (B, H, Nq, d); k, v (B, H_kv, Nk, d); o (B, H, Nq, d); lse (B, H, Nq)
  *   query head h reads K/V head h / G; masks and variants as in ops/attention.h.
+ * Those are the contiguous layouts; the drivers address every array but lse through its rows'
+ * strides (fg_attn_layout, ops/attention_kernels.h), so a head may also be a column group of a
+ * packed projection. A row's d elements are always contiguous.
  *
  * Every tile (query block i, key block j) is first classified (fg_attn_tile_kind: causal, window
  * and block mask): MASKED tiles are skipped without touching K, V or the scores; FULL tiles need
@@ -74,13 +77,23 @@ static T *rows_view(const flash_ops *op, T *S, T *R, int64_t ld, int64_t bk, int
 static inline void prefetch_l2(const void *p, int64_t bytes) {
     for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
 }
+/* The same for `rows` rows of d elements, row stride ld. */
+static inline void prefetch_rows_l2(const T *p, int64_t rows, int64_t ld, int64_t d) {
+    if (ld == d) {
+        prefetch_l2(p, rows * d * (int64_t)sizeof(T));
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) prefetch_l2(p + r * ld, d * (int64_t)sizeof(T));
+}
+/* The start of head (b, h)'s rows in an array of layout R. */
+static inline int64_t head_at(fg_attn_rows R, int64_t b, int64_t h) { return b * R.b + h * R.h; }
 
 /* The end of a forward item: Oi /= l and L = m + log l, evaluated in double and rounded once, lo
  * keeping what the rounding lost. l = 0: the row sees no key (O = 0 already, L = −inf); l NaN (a
  * NaN score in the row, which the softmax's exp keeps): O and L NaN. */
-static void flash_epilogue(T *Oi, T *Li, T *lo, const T *m, const T *l, int64_t nq, int64_t d) {
+static void flash_epilogue(T *Oi, int64_t ldo, T *Li, T *lo, const T *m, const T *l, int64_t nq, int64_t d) {
     for (int64_t r = 0; r < nq; r++) {
-        T *orow = Oi + r * d;
+        T *orow = Oi + r * ldo;
         if (l[r] != 0) {
             const T inv = 1 / l[r];
             int64_t c = 0;
@@ -102,6 +115,7 @@ typedef struct {
     const fg_attn_problem *pr; /* blocks resolved */
     T *o, *lse, *lse_lo;
     const T *q, *k, *v;
+    fg_attn_layout L;
     int64_t ngroups, Hkv, G;
     int64_t ld;    /* the score tile's row stride: bk (S), or bq rounded up to 16 (Sᵀ) */
     int64_t nm;    /* entries of m, l and alpha per query block: bq, or ld (Sᵀ's padded columns) */
@@ -128,6 +142,7 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
     const flash_ops *op = J->op;
     const fg_attn_problem *pr = J->pr;
     const int64_t d = pr->d, Nq = pr->Nq, bk = pr->block_k, ld = J->ld, nq = Q->nq, i0 = Q->i0;
+    const int64_t ldq = J->L.q.t, ldk = J->L.k.t, ldv = J->L.v.t, ldo = J->L.o.t;
     const fg_attn_variant *var = &pr->var;
     int wp, mp;
     const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
@@ -137,9 +152,9 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
     const T scale = (T)pr->scale;
     const double flops = 2.0 * (double)(nq * nk * d);
     if (op->packs)
-        op->gemm(0, 0, nk, nq, d, scale, K + j0 * d, d, Q->QT, ld, S, ld, NULL, 0);
+        op->gemm(0, 0, nk, nq, d, scale, K + j0 * ldk, ldk, Q->QT, ld, S, ld, NULL, 0);
     else
-        op->gemm(0, 1, nq, nk, d, scale, Q->Qi, d, K + j0 * d, d, S, ld, NULL, 0);
+        op->gemm(0, 1, nq, nk, d, scale, Q->Qi, ldq, K + j0 * ldk, ldk, S, ld, NULL, 0);
     fg_flash_prof_mark(FG_FLASH_FWD_QK, flops);
     if (J->mods || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* what every kernel shares */
         T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
@@ -188,7 +203,7 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
         fg_flash_prof_mark(FG_FLASH_FWD_DROPOUT, 0);
     }
     /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand) */
-    op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * d, d, Q->Oi, d, Q->alpha, 1);
+    op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * ldv, ldv, Q->Oi, ldo, Q->alpha, 1);
     fg_flash_prof_mark(FG_FLASH_FWD_PV, flops);
 }
 
@@ -206,8 +221,8 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
     if (!scr) return;
     T *S = scr, *R = S + (op->packs ? bk : bq) * ld, *st = R + (J->need_r ? bq * bk : 0);
     const int64_t bh = item % BH, g0 = (J->ngroups - 1 - item / BH) * J->group * bq;
-    const int64_t b = bh / H, h = bh % H, bg = b * J->Hkv + h / J->G;
-    const T *K = J->k + bg * Nk * d, *V = J->v + bg * Nk * d;
+    const int64_t b = bh / H, h = bh % H, ldq = J->L.q.t, ldo = J->L.o.t;
+    const T *K = J->k + head_at(J->L.k, b, h / J->G), *V = J->v + head_at(J->L.v, b, h / J->G);
     fg_flash_prof_begin();
     fwd_rows rows[FG_ATTN_FLASH_FWD_GROUP];
     int64_t n = 0, jb = Nk, je = 0;
@@ -215,16 +230,18 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
         fwd_rows *Q = &rows[n];
         Q->i0 = i0;
         Q->nq = Nq - i0 < bq ? Nq - i0 : bq;
-        Q->Qi = J->q + (bh * Nq + i0) * d;
-        Q->Oi = J->o + (bh * Nq + i0) * d;
+        Q->Qi = J->q + head_at(J->L.q, b, h) + i0 * ldq;
+        Q->Oi = J->o + head_at(J->L.o, b, h) + i0 * ldo;
         Q->QT = st;
         Q->m = Q->QT + (op->packs ? d * ld : 0);
         Q->l = Q->m + nm;
         Q->alpha = Q->l + nm;
         st = Q->alpha + nm;
-        if (op->packs) op->transpose(Q->QT, ld, Q->Qi, d, Q->nq, d); /* Qiᵀ, d × nq */
-        for (int64_t r = 0; r < Q->nq; r++) Q->m[r] = -INFINITY, Q->l[r] = 0;
-        memset(Q->Oi, 0, (size_t)(Q->nq * d) * sizeof(T));
+        if (op->packs) op->transpose(Q->QT, ld, Q->Qi, ldq, Q->nq, d); /* Qiᵀ, d × nq */
+        for (int64_t r = 0; r < Q->nq; r++) {
+            Q->m[r] = -INFINITY, Q->l[r] = 0;
+            memset(Q->Oi + r * ldo, 0, (size_t)d * sizeof(T));
+        }
         fg_attn_flash_key_blocks(pr, i0, Q->nq, &Q->jb, &Q->je);
         if (Q->jb < jb) jb = Q->jb;
         if (Q->je > je) je = Q->je;
@@ -236,8 +253,8 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
         const int64_t nk = Nk - j0 < bk ? Nk - j0 : bk;
         if (j0 + bk < je) { /* the next K/V tile, on its way to L2 while this one is computed */
             const int64_t nn = Nk - j0 - bk < bk ? Nk - j0 - bk : bk;
-            prefetch_l2(K + (j0 + bk) * d, nn * d * (int64_t)sizeof(T));
-            prefetch_l2(V + (j0 + bk) * d, nn * d * (int64_t)sizeof(T));
+            prefetch_rows_l2(K + (j0 + bk) * J->L.k.t, nn, J->L.k.t, d);
+            prefetch_rows_l2(V + (j0 + bk) * J->L.v.t, nn, J->L.v.t, d);
         }
         for (int64_t t = 0; t < n; t++)
             if (j0 >= rows[t].jb && j0 < rows[t].je) fwd_tile(J, &rows[t], S, R, b, h, K, V, j0, nk);
@@ -245,20 +262,22 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
     for (int64_t t = 0; t < n; t++) {
         const fwd_rows *Q = &rows[t];
         const int64_t lo = bh * Nq + Q->i0;
-        flash_epilogue(Q->Oi, J->lse + lo, J->lse_lo ? J->lse_lo + lo : NULL, Q->m, Q->l, Q->nq, d);
+        flash_epilogue(Q->Oi, ldo, J->lse + lo, J->lse_lo ? J->lse_lo + lo : NULL, Q->m, Q->l, Q->nq, d);
     }
     fg_flash_prof_mark(FG_FLASH_FWD_EPILOGUE, 0);
     fg_flash_prof_end();
 }
 
+/* L: the arrays' rows (NULL: the contiguous layouts) */
 static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
-                                  const fg_attn_problem *pr) {
+                                  const fg_attn_problem *pr, const fg_attn_layout *L) {
     const flash_ops *op = flash_ops_of_dtype();
     FG_TRY(fg_attn_problem_check_dtype(pr, DT));
     const fg_attn_problem p2 = fg_attn_flash_resolved(pr);
     if (p2.B * p2.H * p2.Nq == 0) return FG_OK;
     const int64_t bq = p2.block_q, bk = p2.block_k, d = p2.d, H = p2.H;
     fwd_job J = {.op = op, .pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
+    J.L = L ? *L : fg_attn_layout_contiguous(&p2);
     const int64_t nqb = (p2.Nq + bq - 1) / bq;
     J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
     J.group = fg_attn_flash_fwd_group(nqb, p2.B * H, ((op->packs ? d * J.ld : 0) + bq * d) * (int64_t)sizeof(T));
@@ -281,6 +300,7 @@ typedef struct {
     const fg_attn_problem *pr; /* blocks resolved */
     T *dq, *dk, *dv;
     const T *dout, *q, *k, *v, *o, *lse, *lse_lo;
+    fg_attn_layout L;
     int64_t Hkv, G, nd; /* nd = max(Nq, 1): D's entries per query head */
     int64_t group;      /* key blocks per pass over the queries (FG_ATTN_FLASH_BWD_GROUP, fewer when Nk is short) */
     int dropout, chain, mods;
@@ -308,26 +328,27 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     const fg_tile_kind kind = fg_attn_tile_kind(pr, b, h, i0, nq, j0, nk, &wp, &mp);
     fg_flash_prof_mark(FG_FLASH_BWD_MASK, 0);
     if (kind == FG_TILE_MASKED) return; /* no query of the block sees a key of Kj */
-    const T *Kj = K + j0 * d, *Vj = V + j0 * d;
+    const int64_t ldq = J->L.q.t, ldk = J->L.k.t, ldv = J->L.v.t, lddo = J->L.dout.t;
+    const T *Kj = K + j0 * ldk, *Vj = V + j0 * ldv;
     if (op->packs && !kb->packed) {
-        op->transpose(kb->KT, bk, Kj, d, nk, d);
-        op->transpose(kb->VT, bk, Vj, d, nk, d);
+        op->transpose(kb->KT, bk, Kj, ldk, nk, d);
+        op->transpose(kb->VT, bk, Vj, ldv, nk, d);
         kb->packed = 1;
         fg_flash_prof_mark(FG_FLASH_BWD_PACK, 0);
     }
     /* Kjᵀ and Vjᵀ, the B operands of S and dP: packed (d × nk) or read transposed */
     const T *KB = op->packs ? kb->KT : Kj, *VB = op->packs ? kb->VT : Vj;
     const int tb = !op->packs;
-    const int64_t ldb = op->packs ? bk : d;
-    const int64_t bh = b * H + h, qo = bh * Nq * d;
-    const T *Qi = J->q + qo + i0 * d, *dOi = J->dout + qo + i0 * d, *Lh = J->lse + bh * Nq;
-    const T *loh = J->lse_lo ? J->lse_lo + bh * Nq : NULL, *Dh = D + hh * J->nd;
-    T *dQ = J->dq ? J->dq + qo : NULL;
+    const int64_t ldkb = op->packs ? bk : ldk, ldvb = op->packs ? bk : ldv;
+    const int64_t bh = b * H + h;
+    const T *Qi = J->q + head_at(J->L.q, b, h) + i0 * ldq, *dOi = J->dout + head_at(J->L.dout, b, h) + i0 * lddo;
+    const T *Lh = J->lse + bh * Nq, *loh = J->lse_lo ? J->lse_lo + bh * Nq : NULL, *Dh = D + hh * J->nd;
+    T *dQ = J->dq ? J->dq + head_at(J->L.dq, b, h) : NULL;
     const T scale = (T)pr->scale;
     const uint32_t thr = J->thr;
     const double flops = 2.0 * (double)(nq * nk * d);
     /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
-    op->gemm(0, tb, nq, nk, d, scale, Qi, d, KB, ldb, P, bk, NULL, 0);
+    op->gemm(0, tb, nq, nk, d, scale, Qi, ldq, KB, ldkb, P, bk, NULL, 0);
     fg_flash_prof_mark(FG_FLASH_BWD_QK, flops);
     if (J->mods || kind == FG_TILE_PARTIAL) {
         score_tile(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
@@ -353,12 +374,12 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
             PZ = dS;
         }
         fg_flash_prof_mark(FG_FLASH_BWD_DROPOUT, 0);
-        op->gemm(1, 0, nk, d, nq, 1, PZ, bk, dOi, d, dV + j0 * d, d, NULL, 1);
+        op->gemm(1, 0, nk, d, nq, 1, PZ, bk, dOi, lddo, dV + j0 * J->L.dv.t, J->L.dv.t, NULL, 1);
         fg_flash_prof_mark(FG_FLASH_BWD_DV, flops);
     }
     if (!dQ && !dK) return;
     /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
-    op->gemm(0, tb, nq, nk, d, 1, dOi, d, VB, ldb, dS, bk, NULL, 0);
+    op->gemm(0, tb, nq, nk, d, 1, dOi, lddo, VB, ldvb, dS, bk, NULL, 0);
     fg_flash_prof_mark(FG_FLASH_BWD_DP, flops);
     if (thr)
         for (int64_t r = 0; r < nq; r++) {
@@ -380,11 +401,11 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     fg_flash_prof_mark(FG_FLASH_BWD_DS, 0);
     /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
     if (dQ) {
-        op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, d, dQ + i0 * d, d, NULL, 1);
+        op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, ldk, dQ + i0 * J->L.dq.t, J->L.dq.t, NULL, 1);
         fg_flash_prof_mark(FG_FLASH_BWD_DQ, flops);
     }
     if (dK) {
-        op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, d, dK + j0 * d, d, NULL, 1);
+        op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, ldq, dK + j0 * J->L.dk.t, J->L.dk.t, NULL, 1);
         fg_flash_prof_mark(FG_FLASH_BWD_DK, flops);
     }
 }
@@ -397,23 +418,32 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
     bwd_job *J = ctx;
     const flash_ops *op = J->op;
     const fg_attn_problem *pr = J->pr;
-    const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, H = pr->H, bq = pr->block_q, bk = pr->block_k, G = J->G;
+    const int64_t d = pr->d, Nq = pr->Nq, Nk = pr->Nk, bq = pr->block_q, bk = pr->block_k, G = J->G;
     T *scr = fg_attn_flash_scratch_get(&J->scratch, worker);
     if (!scr) return;
     const int64_t tile = bq * bk;
     T *P = scr + (op->packs ? J->group * 2 * d * bk : 0), *dS = P + tile, *D = dS + tile;
     T *Z = J->dropout ? D + G * J->nd : NULL, *Gt = J->chain ? D + G * J->nd + (J->dropout ? tile : 0) : NULL;
-    const int64_t b = item / J->Hkv, g = item % J->Hkv, ko = (b * J->Hkv + g) * Nk * d;
-    const T *K = J->k + ko, *V = J->v + ko;
-    T *dK = J->dk ? J->dk + ko : NULL, *dV = J->dv ? J->dv + ko : NULL;
+    const int64_t b = item / J->Hkv, g = item % J->Hkv;
+    const T *K = J->k + head_at(J->L.k, b, g), *V = J->v + head_at(J->L.v, b, g);
+    T *dK = J->dk ? J->dk + head_at(J->L.dk, b, g) : NULL, *dV = J->dv ? J->dv + head_at(J->L.dv, b, g) : NULL;
     fg_flash_prof_begin();
+    if (J->L.write_grads) { /* the rows only this item writes: dK, dV of head g, dQ of its query heads */
+        for (int64_t r = 0; r < Nk; r++) {
+            if (dK) memset(dK + r * J->L.dk.t, 0, (size_t)d * sizeof(T));
+            if (dV) memset(dV + r * J->L.dv.t, 0, (size_t)d * sizeof(T));
+        }
+        for (int64_t hh = 0; hh < G && J->dq; hh++)
+            for (int64_t r = 0; r < Nq; r++)
+                memset(J->dq + head_at(J->L.dq, b, g * G + hh) + r * J->L.dq.t, 0, (size_t)d * sizeof(T));
+    }
 
     /* D_i = dO_i · O_i  (= Σ_j P_ij dP_ij, the softmax-gradient correction), per query head of the
      * group. Summed in double: dS = P∘(dP − D) cancels when P is peaked, so D's own rounding
      * shows up in dQ and dK. */
     for (int64_t hh = 0; hh < G; hh++) {
-        const int64_t qo = (b * H + g * G + hh) * Nq * d;
-        op->row_dots(D + hh * J->nd, J->dout + qo, J->o + qo, Nq, d);
+        const T *dO = J->dout + head_at(J->L.dout, b, g * G + hh), *O = J->o + head_at(J->L.o, b, g * G + hh);
+        op->row_dots(D + hh * J->nd, dO, J->L.dout.t, O, J->L.o.t, Nq, d);
     }
     fg_flash_prof_mark(FG_FLASH_BWD_D, 0);
     bwd_keys keys[FG_ATTN_FLASH_BWD_GROUP];
@@ -432,10 +462,11 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
                 /* the next query tile's Q, dO and dQ rows, on their way to L2 while this one is used */
                 const int64_t ni = i0 + bq < Nq ? i0 + bq : 0, nh = i0 + bq < Nq ? hh : hh + 1;
                 if (nh < G) {
-                    const int64_t qo = ((b * H + g * G + nh) * Nq + ni) * d, bytes = (Nq - ni < bq ? Nq - ni : bq) * d * (int64_t)sizeof(T);
-                    prefetch_l2(J->q + qo, bytes);
-                    prefetch_l2(J->dout + qo, bytes);
-                    if (J->dq) prefetch_l2(J->dq + qo, bytes);
+                    const int64_t h2 = g * G + nh, rows = Nq - ni < bq ? Nq - ni : bq;
+                    const fg_attn_layout *L = &J->L;
+                    prefetch_rows_l2(J->q + head_at(L->q, b, h2) + ni * L->q.t, rows, L->q.t, d);
+                    prefetch_rows_l2(J->dout + head_at(L->dout, b, h2) + ni * L->dout.t, rows, L->dout.t, d);
+                    if (J->dq) prefetch_rows_l2(J->dq + head_at(L->dq, b, h2) + ni * L->dq.t, rows, L->dq.t, d);
                 }
                 for (int64_t t = 0; t < n; t++)
                     bwd_tile(J, &keys[t], P, dS, Z, Gt, b, g * G + hh, hh, i0, nq, D, K, V, dK, dV);
@@ -444,8 +475,9 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
     fg_flash_prof_end();
 }
 
+/* L: the arrays' rows (NULL: the contiguous layouts, dq, dk, dv added into) */
 static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *o,
-                                   const T *lse, const T *lse_lo, const fg_attn_problem *pr) {
+                                   const T *lse, const T *lse_lo, const fg_attn_problem *pr, const fg_attn_layout *L) {
     const flash_ops *op = flash_ops_of_dtype();
     FG_TRY(fg_attn_problem_check_dtype(pr, DT));
     if (!dq && !dk && !dv) return FG_OK;
@@ -464,6 +496,7 @@ static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *
                  .o = o,
                  .lse = lse,
                  .lse_lo = lse_lo};
+    J.L = L ? *L : fg_attn_layout_contiguous(&p2);
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.nd = p2.Nq > 0 ? p2.Nq : 1;

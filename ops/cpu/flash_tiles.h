@@ -48,7 +48,7 @@ extern "C" {
  *              (no key seen); lo may be NULL (0).
  *   ds_rows    dS = P ∘ (dS − D_r) on the rows of row-major tiles (dS holds dP on entry).
  *   row_dots   D[r] = Σ_c a[r, c]·b[r, c] for rows r < rows of d contiguous columns (a and b row-major,
- *              row stride d), summed in double in column order and rounded once to T.
+ *              row strides lda and ldb), summed in double in column order and rounded once to T.
  *   transpose  dst (cols × rows, row stride ldd) = srcᵀ (src rows × cols, row stride lds); moves
  *              only. NULL in the portable tables (never needed without packs). */
 #define FG_FLASH_OPS_TABLE(T)                                                                                          \
@@ -60,7 +60,7 @@ extern "C" {
         void (*softmax)(T * S, int64_t ld, int64_t nq, int64_t nk, T *m, T *l, T *alpha);                              \
         void (*exp_rows)(T * S, int64_t ld, int64_t nq, int64_t nk, const T *L, const T *lo);                          \
         void (*ds_rows)(T * dS, const T *P, int64_t ld, int64_t nq, int64_t nk, const T *D);                           \
-        void (*row_dots)(T * D, const T *a, const T *b, int64_t rows, int64_t d);                                      \
+        void (*row_dots)(T * D, const T *a, int64_t lda, const T *b, int64_t ldb, int64_t rows, int64_t d);            \
         void (*transpose)(T * dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols);                \
     }
 typedef FG_FLASH_OPS_TABLE(float) fg_flash_ops_f32;
@@ -80,7 +80,8 @@ void fg_flash_softmax_cols_scalar_f32(float *ST, int64_t ld, int64_t nk, int64_t
 void fg_flash_softmax_cols_scalar_f64(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m,
                                       double *l, double *alpha);
 void fg_flash_transpose_scalar_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
-void fg_flash_row_dots_scalar_f32(float *D, const float *a, const float *b, int64_t rows, int64_t d);
+void fg_flash_row_dots_scalar_f32(float *D, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,
+                                  int64_t d);
 void fg_flash_transpose_scalar_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
                                    int64_t cols);
 #if FG_SIMD_X86
@@ -91,7 +92,8 @@ void fg_flash_transpose_scalar_f64(double *dst, int64_t ldd, const double *src, 
 void fg_flash_softmax_cols_avx512(float *ST, int64_t ld, int64_t nk, int64_t nq, float *m, float *l, float *alpha);
 void fg_flash_exp_rows_avx512(float *S, int64_t ld, int64_t nq, int64_t nk, const float *L, const float *lo);
 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
-void fg_flash_row_dots_avx512(float *D, const float *a, const float *b, int64_t rows, int64_t d);
+void fg_flash_row_dots_avx512(float *D, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,
+                              int64_t d);
 void fg_flash_transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 /* AVX2+FMA, both dtypes (the softmax, exp, dS and row-dot forms one template); the transposes in 8 × 8
  * (float32) and 4 × 4 (float64) blocks, the edges through the plain C form. */
@@ -102,8 +104,10 @@ void fg_flash_exp_rows_avx2_f32(float *S, int64_t ld, int64_t nq, int64_t nk, co
 void fg_flash_exp_rows_avx2_f64(double *S, int64_t ld, int64_t nq, int64_t nk, const double *L, const double *lo);
 void fg_flash_ds_rows_avx2_f32(float *dS, const float *P, int64_t ld, int64_t nq, int64_t nk, const float *D);
 void fg_flash_ds_rows_avx2_f64(double *dS, const double *P, int64_t ld, int64_t nq, int64_t nk, const double *D);
-void fg_flash_row_dots_avx2_f32(float *D, const float *a, const float *b, int64_t rows, int64_t d);
-void fg_flash_row_dots_avx2_f64(double *D, const double *a, const double *b, int64_t rows, int64_t d);
+void fg_flash_row_dots_avx2_f32(float *D, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,
+                                int64_t d);
+void fg_flash_row_dots_avx2_f64(double *D, const double *a, int64_t lda, const double *b, int64_t ldb, int64_t rows,
+                                int64_t d);
 void fg_flash_transpose_avx2_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 void fg_flash_transpose_avx2_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
                                  int64_t cols);

@@ -92,17 +92,17 @@ static void flash_ds_rows(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk,
 /* D_r = Σ_c a[r, c]·b[r, c] in double, each row's sum in column order; eight rows at a time, so
  * that eight independent chains of additions overlap (one chain alone waits on its own latency).
  * Also the x86 table's plain C form: its vector forms keep each row's order, so give these bits. */
-static void flash_row_dots(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
+static void flash_row_dots(T *D, const T *a, int64_t lda, const T *b, int64_t ldb, int64_t rows, int64_t d) {
     int64_t i = 0;
     for (; i + 8 <= rows; i += 8) {
         double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int64_t c = 0; c < d; c++)
-            for (int r = 0; r < 8; r++) s[r] += (double)a[(i + r) * d + c] * (double)b[(i + r) * d + c];
+            for (int r = 0; r < 8; r++) s[r] += (double)a[(i + r) * lda + c] * (double)b[(i + r) * ldb + c];
         for (int r = 0; r < 8; r++) D[i + r] = (T)s[r];
     }
     for (; i < rows; i++) {
         double s = 0;
-        for (int64_t c = 0; c < d; c++) s += (double)a[i * d + c] * (double)b[i * d + c];
+        for (int64_t c = 0; c < d; c++) s += (double)a[i * lda + c] * (double)b[i * ldb + c];
         D[i] = (T)s;
     }
 }
@@ -187,9 +187,9 @@ static void x86_ds_rows(T *dS, const T *P, int64_t ld, int64_t nq, int64_t nk, c
     X86_VECTOR(DS_ROWS_AVX512, DS_ROWS_AVX2, dS, P, ld, nq, nk, D);
     flash_ds_rows(dS, P, ld, nq, nk, D);
 }
-static void x86_row_dots(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
-    X86_VECTOR(ROW_DOTS_AVX512, ROW_DOTS_AVX2, D, a, b, rows, d);
-    flash_row_dots(D, a, b, rows, d);
+static void x86_row_dots(T *D, const T *a, int64_t lda, const T *b, int64_t ldb, int64_t rows, int64_t d) {
+    X86_VECTOR(ROW_DOTS_AVX512, ROW_DOTS_AVX2, D, a, lda, b, ldb, rows, d);
+    flash_row_dots(D, a, lda, b, ldb, rows, d);
 }
 
 /* in 8 × 8 blocks, so that both sides are read and written a cache line at a time */

@@ -146,7 +146,8 @@ FG_TARGET_AVX512 void fg_flash_ds_rows_avx512(float *dS, const float *P, int64_t
  * rows at a time, each in a lane. The products of an 8 × 8 block (exact: float times float fits a
  * double) are transposed so that q_k holds column k of the eight rows, then added column by column.
  * The transpose: rows interleaved in pairs, then 128-bit lanes gathered twice. */
-FG_TARGET_AVX512 void fg_flash_row_dots_avx512(float *D, const float *a, const float *b, int64_t rows, int64_t d) {
+FG_TARGET_AVX512 void fg_flash_row_dots_avx512(float *D, const float *a, int64_t lda, const float *b, int64_t ldb,
+                                               int64_t rows, int64_t d) {
     int64_t i = 0;
     for (; i + 8 <= rows; i += 8) {
         __m512d s = _mm512_setzero_pd();
@@ -155,8 +156,8 @@ FG_TARGET_AVX512 void fg_flash_row_dots_avx512(float *D, const float *a, const f
             __m512d p[8], t[8], u[8];
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++)
-                p[r] = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + (i + r) * d + c)),
-                                     _mm512_cvtps_pd(_mm256_loadu_ps(b + (i + r) * d + c)));
+                p[r] = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + (i + r) * lda + c)),
+                                     _mm512_cvtps_pd(_mm256_loadu_ps(b + (i + r) * ldb + c)));
 #pragma GCC unroll 4
             for (int r = 0; r < 8; r += 2) {
                 t[r] = _mm512_unpacklo_pd(p[r], p[r + 1]);     /* columns 0 2 4 6 of rows r, r+1 */
@@ -182,11 +183,12 @@ FG_TARGET_AVX512 void fg_flash_row_dots_avx512(float *D, const float *a, const f
         double acc[8];
         _mm512_storeu_pd(acc, s);
         for (int r = 0; r < 8; r++) {
-            for (int64_t cc = c; cc < d; cc++) acc[r] += (double)a[(i + r) * d + cc] * (double)b[(i + r) * d + cc];
+            for (int64_t cc = c; cc < d; cc++)
+                acc[r] += (double)a[(i + r) * lda + cc] * (double)b[(i + r) * ldb + cc];
             D[i + r] = (float)acc[r];
         }
     }
-    if (i < rows) fg_flash_row_dots_scalar_f32(D + i, a + i * d, b + i * d, rows - i, d);
+    if (i < rows) fg_flash_row_dots_scalar_f32(D + i, a + i * lda, lda, b + i * ldb, ldb, rows - i, d);
 }
 
 /* one 8 × 8 block: pairs of rows interleaved by 1, then 2 elements, then the 128-bit halves swapped */

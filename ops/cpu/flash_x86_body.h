@@ -105,7 +105,8 @@ static FG_TARGET_AVX2 void ds_rows_avx2(T *dS, const T *P, int64_t ld, int64_t n
 #else
 #define LOAD4_PD(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
 #endif
-static FG_TARGET_AVX2 void row_dots_avx2(T *D, const T *a, const T *b, int64_t rows, int64_t d) {
+static FG_TARGET_AVX2 void row_dots_avx2(T *D, const T *a, int64_t lda, const T *b, int64_t ldb, int64_t rows,
+                                         int64_t d) {
     int64_t i = 0;
     for (; i + 4 <= rows; i += 4) {
         __m256d s = _mm256_setzero_pd();
@@ -114,7 +115,7 @@ static FG_TARGET_AVX2 void row_dots_avx2(T *D, const T *a, const T *b, int64_t r
             __m256d p[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
-                p[r] = _mm256_mul_pd(LOAD4_PD(a + (i + r) * d + c), LOAD4_PD(b + (i + r) * d + c));
+                p[r] = _mm256_mul_pd(LOAD4_PD(a + (i + r) * lda + c), LOAD4_PD(b + (i + r) * ldb + c));
             /* rows (p0, p1) and (p2, p3) interleaved, then the 128-bit halves: column k in q_k */
             const __m256d t0 = _mm256_unpacklo_pd(p[0], p[1]), t1 = _mm256_unpackhi_pd(p[0], p[1]);
             const __m256d t2 = _mm256_unpacklo_pd(p[2], p[3]), t3 = _mm256_unpackhi_pd(p[2], p[3]);
@@ -126,11 +127,12 @@ static FG_TARGET_AVX2 void row_dots_avx2(T *D, const T *a, const T *b, int64_t r
         double acc[4];
         _mm256_storeu_pd(acc, s);
         for (int r = 0; r < 4; r++) {
-            for (int64_t cc = c; cc < d; cc++) acc[r] += (double)a[(i + r) * d + cc] * (double)b[(i + r) * d + cc];
+            for (int64_t cc = c; cc < d; cc++)
+                acc[r] += (double)a[(i + r) * lda + cc] * (double)b[(i + r) * ldb + cc];
             D[i + r] = (T)acc[r];
         }
     }
-    if (i < rows) flash_row_dots(D + i, a + i * d, b + i * d, rows - i, d);
+    if (i < rows) flash_row_dots(D + i, a + i * lda, lda, b + i * ldb, ldb, rows - i, d);
 }
 #undef LOAD4_PD
 
