@@ -676,52 +676,30 @@ static fg_attn_layout packed_layout(int64_t T, int64_t H, int64_t Hkv, int64_t d
     return (fg_attn_layout){.q = in, .k = in, .v = in, .o = out, .dout = out, .dq = in, .dk = in, .dv = in};
 }
 
-/* Reverses  y = attention_qkv(qkv) on the packed rows: the flash backward reads dY, qkv and y in
- * place and writes (a new gradient buffer) or adds (an existing one) dQ, dK, dV into qkv's
- * gradient rows, which the three head groups cover. */
-static fg_status attention_qkv_packed_backward(fg_node *n) {
-    const attention_state *s = FG_NODE_STATE(n, attention_state);
+/* The packed rows' backward: flash reads dY, qkv and y in place and writes (fresh: a new gradient
+ * buffer) or adds (an existing one) dQ, dK, dV into qkv's gradient rows g, which the three head
+ * groups cover. */
+static fg_status qkv_backward_packed(const attention_state *s, fg_tensor *g, int fresh, const fg_tensor *dy) {
     const fg_attn_problem *pr = &s->pc->pr;
     const fg_tensor *x = s->q;
     const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d;
-    fg_tensor *g;
-    int fresh;
-    FG_TRY(fg_grad_get_fresh(n->inputs[0], &g, &fresh));
-    if (!g) return FG_OK; /* qkv wants no gradient */
-    if (g->dtype != x->dtype || !fg_is_contiguous(g))
-        return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
-                        fg_dtype_name(x->dtype));
-    fg_tensor *dy = fg_contiguous(n->grad_out);
-    if (!dy) return fg_last_status();
     fg_attn_layout L = packed_layout(pr->Nq, H, Hkv, d);
     L.write_grads = fresh;
     const size_t es = fg_dtype_size(x->dtype), ko = (size_t)(H * d) * es, vo = (size_t)((H + Hkv) * d) * es;
     char *gp = fg_data(g);
     const char *xp = fg_data(x);
-    fg_status st = fg_attn_flash_backward_rows(x->dtype, gp, gp + ko, gp + vo, fg_data(dy), xp, xp + ko, xp + vo,
-                                               fg_data(s->o), fg_data(s->lse), s->aux ? fg_data(s->aux) : NULL, pr, &L);
-    fg_release(dy);
-    return st;
+    return fg_attn_flash_backward_rows(x->dtype, gp, gp + ko, gp + vo, fg_data(dy), xp, xp + ko, xp + vo, fg_data(s->o),
+                                       fg_data(s->lse), s->aux ? fg_data(s->aux) : NULL, pr, &L);
 }
 
-/* Reverses  y = attention_qkv(qkv): gathers dY into the heads' layout, runs the kernels' backward
- * into zeroed dQ, dK, dV and adds them into qkv's gradient rows (or, when that gradient is fresh,
- * writes them there: the three head groups cover every column of its rows). */
-static fg_status attention_qkv_backward(fg_node *n) {
+/* The gathered heads' backward (naive): dY into the heads' layout, the kernels' backward into
+ * zeroed dQ, dK, dV, then those added into qkv's gradient rows g (or, fresh, written there). */
+static fg_status qkv_backward_gathered(fg_node *n, fg_tensor *g, int fresh, const fg_tensor *dy) {
     const attention_state *s = FG_NODE_STATE(n, attention_state);
-    if (s->packed) return attention_qkv_packed_backward(n);
     const fg_tensor *q = s->q, *k = s->k, *v = s->v;
     const fg_attn_problem *pr = &s->pc->pr;
     const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d, B = pr->B, T = pr->Nq, W = (H + 2 * Hkv) * d;
-    fg_tensor *g;
-    int fresh;
-    FG_TRY(fg_grad_get_fresh(n->inputs[0], &g, &fresh));
-    if (!g) return FG_OK; /* qkv wants no gradient */
-    if (g->dtype != q->dtype || !fg_is_contiguous(g))
-        return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
-                        fg_dtype_name(q->dtype));
-    fg_tensor *dy = fg_contiguous(n->grad_out);
-    fg_tensor *dout = dy ? gather_heads(dy, H, d, 0) : NULL;
+    fg_tensor *dout = gather_heads(dy, H, d, 0);
     fg_tensor *dq = dout ? fg_zeros(q->dtype, FG_CPU, 4, q->shape) : NULL;
     fg_tensor *dk = dq ? fg_zeros(q->dtype, FG_CPU, 4, k->shape) : NULL;
     fg_tensor *dv = dk ? fg_zeros(q->dtype, FG_CPU, 4, v->shape) : NULL;
@@ -733,7 +711,25 @@ static fg_status attention_qkv_backward(fg_node *n) {
         repack(q->dtype, dir, fg_data(g), fg_data(dk), B, T, W, Hkv, d, H * d);
         repack(q->dtype, dir, fg_data(g), fg_data(dv), B, T, W, Hkv, d, (H + Hkv) * d);
     }
-    fg_release(dy), fg_release(dout), fg_release(dq), fg_release(dk), fg_release(dv);
+    fg_release(dout), fg_release(dq), fg_release(dk), fg_release(dv);
+    return st;
+}
+
+/* Reverses  y = attention_qkv(qkv) into qkv's gradient, which it writes when the buffer is new. */
+static fg_status attention_qkv_backward(fg_node *n) {
+    const attention_state *s = FG_NODE_STATE(n, attention_state);
+    const fg_dtype dt = s->q->dtype;
+    fg_tensor *g;
+    int fresh;
+    FG_TRY(fg_grad_get_fresh(n->inputs[0], &g, &fresh));
+    if (!g) return FG_OK; /* qkv wants no gradient */
+    if (g->dtype != dt || !fg_is_contiguous(g))
+        return fg_error(FG_ERR_STATE, "attention_qkv backward: the gradient buffer is not a contiguous %s tensor",
+                        fg_dtype_name(dt));
+    fg_tensor *dy = fg_contiguous(n->grad_out);
+    if (!dy) return fg_last_status();
+    fg_status st = s->packed ? qkv_backward_packed(s, g, fresh, dy) : qkv_backward_gathered(n, g, fresh, dy);
+    fg_release(dy);
     return st;
 }
 
