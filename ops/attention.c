@@ -526,24 +526,33 @@ static fg_status attn_fwd_run(attn_fwd *c, fg_attn_opts op, int64_t B, int64_t H
     return st;
 }
 
-/* Give node n what the backward needs (attention_state): Q, K, V, O (o_saved), L (flash), P or
- * lse_lo, and the problem. */
-static fg_status attn_fwd_save(fg_node *n, const attn_fwd *c, fg_tensor *qc, fg_tensor *kc, fg_tensor *vc,
-                               fg_tensor *o_saved) {
-    attn_problem_copy *pc = attn_problem_copy_new(&c->call.pr);
+/* Give node n what the backward needs (attention_state): the problem (copied), the kernel, q, k,
+ * v, O, L (flash; else NULL), naive's P or flash float32's lse_lo (or NULL), and whether the kernels
+ * ran on fg_attention_qkv's packed rows. */
+static fg_status attn_state_save(fg_node *n, const fg_attn_problem *pr, fg_attn_impl impl, fg_tensor *q, fg_tensor *k,
+                                 fg_tensor *v, fg_tensor *o, fg_tensor *lse, fg_tensor *aux, int packed) {
+    attn_problem_copy *pc = attn_problem_copy_new(pr);
     if (!pc) return fg_last_status();
     n->ctx = pc; /* only for freeing it: the state points at it */
     n->ctx_free = attn_problem_copy_free;
     attention_state *s = FG_NODE_STATE(n, attention_state);
-    s->q = fg_node_keep(n, qc);
-    s->k = fg_node_keep(n, kc);
-    s->v = fg_node_keep(n, vc);
-    s->o = fg_node_keep(n, o_saved);
-    s->lse = c->call.impl == FG_ATTN_FLASH ? fg_node_keep(n, c->lse) : NULL;
-    s->aux = fg_node_keep(n, c->aux); /* naive: P; flash float32: lse_lo; else NULL */
+    s->q = fg_node_keep(n, q);
+    s->k = fg_node_keep(n, k);
+    s->v = fg_node_keep(n, v);
+    s->o = fg_node_keep(n, o);
+    s->lse = fg_node_keep(n, lse);
+    s->aux = fg_node_keep(n, aux);
     s->pc = pc;
-    s->impl = c->call.impl;
+    s->impl = impl;
+    s->packed = packed;
     return FG_OK;
+}
+
+/* The same for a forward run by attn_fwd_run on q, k, v in the kernels' layout, O o_saved. */
+static fg_status attn_fwd_save(fg_node *n, const attn_fwd *c, fg_tensor *qc, fg_tensor *kc, fg_tensor *vc,
+                               fg_tensor *o_saved) {
+    return attn_state_save(n, &c->call.pr, c->call.impl, qc, kc, vc, o_saved,
+                           c->call.impl == FG_ATTN_FLASH ? c->lse : NULL, c->aux, 0);
 }
 
 /* ---- forward ---- */
@@ -758,24 +767,11 @@ static fg_tensor *attention_qkv_packed(fg_tensor *qkv, fg_tensor *x, const fg_at
         st = check_scores(&call.pr, dt, fg_data(lse), 1, (const void *[]){fg_data(x)}, (const int64_t[]){fg_numel(x)});
     if (st == FG_OK) {
         fg_node *n = fg_record(y, "attention_qkv", attention_qkv_backward, 1, (fg_tensor *[]){qkv});
-        attn_problem_copy *pc = n ? attn_problem_copy_new(&call.pr) : NULL;
-        fg_tensor *ya = pc ? fg_alias(y) : NULL; /* y through an alias: the output would own its own node */
-        if (n && !ya) {
-            if (pc) attn_problem_copy_free(pc);
-            st = fg_last_status();
-        } else if (n) {
-            n->ctx = pc; /* only for freeing it: the state points at it */
-            n->ctx_free = attn_problem_copy_free;
-            attention_state *s = FG_NODE_STATE(n, attention_state);
-            s->q = fg_node_keep(n, x);
-            s->o = fg_node_keep(n, ya);
-            s->lse = fg_node_keep(n, lse);
-            s->aux = fg_node_keep(n, lo);
-            s->pc = pc;
-            s->impl = FG_ATTN_FLASH;
-            s->packed = 1;
+        if (n) {
+            fg_tensor *ya = fg_alias(y); /* y through an alias: the output would own its own node */
+            st = ya ? attn_state_save(n, &call.pr, FG_ATTN_FLASH, x, NULL, NULL, ya, lse, lo, 1) : fg_last_status();
+            fg_release(ya);
         }
-        fg_release(ya);
     }
     fg_release(lse), fg_release(lo);
     fg_attn_call_end(&call);
