@@ -85,6 +85,14 @@ static inline void prefetch_rows_l2(const T *p, int64_t rows, int64_t ld, int64_
     }
     for (int64_t r = 0; r < rows; r++) prefetch_l2(p + r * ld, d * (int64_t)sizeof(T));
 }
+/* Zeroes `rows` rows of d elements, row stride ld. */
+static inline void zero_rows(T *p, int64_t rows, int64_t ld, int64_t d) {
+    if (ld == d) {
+        memset(p, 0, (size_t)(rows * d) * sizeof(T));
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) memset(p + r * ld, 0, (size_t)d * sizeof(T));
+}
 /* The start of head (b, h)'s rows in an array of layout R. */
 static inline int64_t head_at(fg_attn_rows R, int64_t b, int64_t h) { return b * R.b + h * R.h; }
 
@@ -238,10 +246,8 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
         Q->alpha = Q->l + nm;
         st = Q->alpha + nm;
         if (op->packs) op->transpose(Q->QT, ld, Q->Qi, ldq, Q->nq, d); /* Qiᵀ, d × nq */
-        for (int64_t r = 0; r < Q->nq; r++) {
-            Q->m[r] = -INFINITY, Q->l[r] = 0;
-            memset(Q->Oi + r * ldo, 0, (size_t)d * sizeof(T));
-        }
+        for (int64_t r = 0; r < Q->nq; r++) Q->m[r] = -INFINITY, Q->l[r] = 0;
+        zero_rows(Q->Oi, Q->nq, ldo, d);
         fg_attn_flash_key_blocks(pr, i0, Q->nq, &Q->jb, &Q->je);
         if (Q->jb < jb) jb = Q->jb;
         if (Q->je > je) je = Q->je;
@@ -429,13 +435,9 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
     T *dK = J->dk ? J->dk + head_at(J->L.dk, b, g) : NULL, *dV = J->dv ? J->dv + head_at(J->L.dv, b, g) : NULL;
     fg_flash_prof_begin();
     if (J->L.write_grads) { /* the rows only this item writes: dK, dV of head g, dQ of its query heads */
-        for (int64_t r = 0; r < Nk; r++) {
-            if (dK) memset(dK + r * J->L.dk.t, 0, (size_t)d * sizeof(T));
-            if (dV) memset(dV + r * J->L.dv.t, 0, (size_t)d * sizeof(T));
-        }
-        for (int64_t hh = 0; hh < G && J->dq; hh++)
-            for (int64_t r = 0; r < Nq; r++)
-                memset(J->dq + head_at(J->L.dq, b, g * G + hh) + r * J->L.dq.t, 0, (size_t)d * sizeof(T));
+        if (dK) zero_rows(dK, Nk, J->L.dk.t, d);
+        if (dV) zero_rows(dV, Nk, J->L.dv.t, d);
+        for (int64_t hh = 0; hh < G && J->dq; hh++) zero_rows(J->dq + head_at(J->L.dq, b, g * G + hh), Nq, J->L.dq.t, d);
     }
 
     /* D_i = dO_i · O_i  (= Σ_j P_ij dP_ij, the softmax-gradient correction), per query head of the
