@@ -117,7 +117,7 @@ FG_TARGET_AVX512 static void ce_fwd_row_avx512(const ce_job *j, int64_t r) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (int64_t i = 0; i < V; i += 16) {
         const __mmask16 k = V - i >= 16 ? 0xffff : fg_mask16(V - i);
-        m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, x + i), m);
+        m = _mm512_mask_max_ps(m, k, fg_loadz16(k, x + i), m);
     }
     const __m256 m_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1));
     const float mx = max16_tree(_mm512_castps512_ps256(m), m_hi);
@@ -125,7 +125,7 @@ FG_TARGET_AVX512 static void ce_fwd_row_avx512(const ce_job *j, int64_t r) {
     __m512d lo = _mm512_setzero_pd(), hi = lo;
     for (int64_t i = 0; i < V; i += 16) {
         const __mmask16 k = V - i >= 16 ? 0xffff : fg_mask16(V - i);
-        const __m512 e = _mm512_maskz_mov_ps(k, fg_vexp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
+        const __m512 e = _mm512_maskz_mov_ps(k, fg_vexp_avx512(_mm512_sub_ps(fg_loadz16(k, x + i), vm)));
         lo = _mm512_add_pd(lo, fg_lo8_pd_avx512(e));
         hi = _mm512_add_pd(hi, fg_hi8_pd_avx512(e));
     }
@@ -139,8 +139,8 @@ FG_TARGET_AVX512 static void ce_bwd_row_avx512(const ce_job *j, int64_t r) {
     const __m512 vl = _mm512_set1_ps(j->lse[r]), vg = _mm512_set1_ps(j->g);
     for (int64_t i = 0; i < V; i += 16) {
         const __mmask16 k = V - i >= 16 ? 0xffff : fg_mask16(V - i);
-        const __m512 e = fg_vexp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vl));
-        const __m512 base = j->set ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k, d + i);
+        const __m512 e = fg_vexp_avx512(_mm512_sub_ps(fg_loadz16(k, x + i), vl));
+        const __m512 base = j->set ? _mm512_setzero_ps() : fg_loadz16(k, d + i);
         _mm512_mask_storeu_ps(d + i, k, _mm512_add_ps(base, _mm512_mul_ps(vg, e)));
     }
 }

@@ -111,11 +111,11 @@ GELU_INLINE FG_TARGET_AVX2 __m256 gelu256_grad(__m256 x) { GELU_GRAD_BODY(__m256
 FG_TARGET_AVX512 static void gelu_piece_avx512(const gelu_job *j, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i += 16) {
         const __mmask16 m = e - i >= 16 ? (__mmask16)0xffff : fg_mask16(e - i);
-        const __m512 x = _mm512_maskz_loadu_ps(m, j->x + i);
+        const __m512 x = fg_loadz16(m, j->x + i);
         __m512 y;
         if (j->dout) {
-            const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, j->dout + i), gelu512_grad(x));
-            y = j->add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, j->y + i), t) : t;
+            const __m512 t = _mm512_mul_ps(fg_loadz16(m, j->dout + i), gelu512_grad(x));
+            y = j->add ? _mm512_add_ps(fg_loadz16(m, j->y + i), t) : t;
         } else {
             y = gelu512(x);
         }

@@ -160,7 +160,7 @@ FG_TARGET_AVX512 static void ln_fwd_row_avx512(const ln_job *j, int64_t r) {
     const float *x = j->x + r * C;
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
     for (int64_t i = 0; i < C; i += 16) {
-        const __m512 v = _mm512_maskz_loadu_ps(C - i >= 16 ? 0xffff : fg_mask16(C - i), x + i);
+        const __m512 v = fg_loadz16(C - i >= 16 ? 0xffff : fg_mask16(C - i), x + i);
         lo = _mm512_add_pd(lo, fg_lo8_pd_avx512(v));
         hi = _mm512_add_pd(hi, fg_hi8_pd_avx512(v));
     }
@@ -169,7 +169,7 @@ FG_TARGET_AVX512 static void ln_fwd_row_avx512(const ln_job *j, int64_t r) {
     lo = hi = _mm512_setzero_pd();
     for (int64_t i = 0; i < C; i += 16) {
         const __mmask16 k = C - i >= 16 ? 0xffff : fg_mask16(C - i);
-        const __m512 d = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + i), vm);
+        const __m512 d = _mm512_maskz_sub_ps(k, fg_loadz16(k, x + i), vm);
         const __m512d dl = fg_lo8_pd_avx512(d), dh = fg_hi8_pd_avx512(d);
         lo = _mm512_add_pd(lo, _mm512_mul_pd(dl, dl));
         hi = _mm512_add_pd(hi, _mm512_mul_pd(dh, dh));
@@ -179,9 +179,9 @@ FG_TARGET_AVX512 static void ln_fwd_row_avx512(const ln_job *j, int64_t r) {
     float *o = j->out + r * C;
     for (int64_t i = 0; i < C; i += 16) {
         const __mmask16 k = C - i >= 16 ? 0xffff : fg_mask16(C - i);
-        __m512 t = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vrs);
-        if (j->w) t = _mm512_mul_ps(t, _mm512_maskz_loadu_ps(k, j->w + i));
-        if (j->b) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(k, j->b + i));
+        __m512 t = _mm512_mul_ps(_mm512_sub_ps(fg_loadz16(k, x + i), vm), vrs);
+        if (j->w) t = _mm512_mul_ps(t, fg_loadz16(k, j->w + i));
+        if (j->b) t = _mm512_add_ps(t, fg_loadz16(k, j->b + i));
         _mm512_mask_storeu_ps(o + i, k, t);
     }
     j->mean_out[r] = m;
@@ -195,14 +195,14 @@ FG_TARGET_AVX512 static void ln_bwd_row_avx512(const ln_job *j, int64_t r, float
     __m512d lo1 = _mm512_setzero_pd(), hi1 = lo1, lo2 = lo1, hi2 = lo1;
     for (int64_t i = 0; i < C; i += 16) {
         const __mmask16 k = C - i >= 16 ? 0xffff : fg_mask16(C - i);
-        const __m512 norm = _mm512_maskz_mul_ps(k, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vrs);
-        const __m512 dv = _mm512_maskz_loadu_ps(k, d + i);
-        const __m512 dn = j->w ? _mm512_mul_ps(dv, _mm512_maskz_loadu_ps(k, j->w + i)) : dv;
+        const __m512 norm = _mm512_maskz_mul_ps(k, _mm512_sub_ps(fg_loadz16(k, x + i), vm), vrs);
+        const __m512 dv = fg_loadz16(k, d + i);
+        const __m512 dn = j->w ? _mm512_mul_ps(dv, fg_loadz16(k, j->w + i)) : dv;
         if (pdw) {
             const __m512 t = _mm512_mul_ps(dv, norm);
-            _mm512_mask_storeu_ps(pdw + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, pdw + i), t));
+            _mm512_mask_storeu_ps(pdw + i, k, _mm512_add_ps(fg_loadz16(k, pdw + i), t));
         }
-        if (pdb) _mm512_mask_storeu_ps(pdb + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, pdb + i), dv));
+        if (pdb) _mm512_mask_storeu_ps(pdb + i, k, _mm512_add_ps(fg_loadz16(k, pdb + i), dv));
         const __m512d dnl = fg_lo8_pd_avx512(dn), dnh = fg_hi8_pd_avx512(dn);
         lo1 = _mm512_add_pd(lo1, dnl);
         hi1 = _mm512_add_pd(hi1, dnh);
@@ -215,11 +215,11 @@ FG_TARGET_AVX512 static void ln_bwd_row_avx512(const ln_job *j, int64_t r, float
     float *dx = j->dx + r * C;
     for (int64_t i = 0; i < C; i += 16) {
         const __mmask16 k = C - i >= 16 ? 0xffff : fg_mask16(C - i);
-        const __m512 norm = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vrs);
-        const __m512 dv = _mm512_maskz_loadu_ps(k, d + i);
-        const __m512 dn = j->w ? _mm512_mul_ps(dv, _mm512_maskz_loadu_ps(k, j->w + i)) : dv;
+        const __m512 norm = _mm512_mul_ps(_mm512_sub_ps(fg_loadz16(k, x + i), vm), vrs);
+        const __m512 dv = fg_loadz16(k, d + i);
+        const __m512 dn = j->w ? _mm512_mul_ps(dv, fg_loadz16(k, j->w + i)) : dv;
         const __m512 t = _mm512_sub_ps(_mm512_sub_ps(dn, mdn), _mm512_mul_ps(norm, mdnn));
-        _mm512_mask_storeu_ps(dx + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dx + i), _mm512_mul_ps(vrs, t)));
+        _mm512_mask_storeu_ps(dx + i, k, _mm512_add_ps(fg_loadz16(k, dx + i), _mm512_mul_ps(vrs, t)));
     }
 }
 

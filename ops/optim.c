@@ -34,7 +34,7 @@ typedef struct {
 FG_TARGET_AVX512 static double sumsq_avx512(const float *g, int64_t n) {
     __m512d lo = _mm512_setzero_pd(), hi = lo;
     for (int64_t i = 0; i < n; i += 16) {
-        const __m512 v = _mm512_maskz_loadu_ps(n - i >= 16 ? 0xffff : fg_mask16(n - i), g + i);
+        const __m512 v = fg_loadz16(n - i >= 16 ? 0xffff : fg_mask16(n - i), g + i);
         const __m512d a = fg_lo8_pd_avx512(v), b = fg_hi8_pd_avx512(v);
         lo = _mm512_add_pd(lo, _mm512_mul_pd(a, a));
         hi = _mm512_add_pd(hi, _mm512_mul_pd(b, b));
