@@ -14,12 +14,13 @@
  * kernels
  * ============================================================================================ */
 
-/* m = b1 m + (1 − b1) g;  v = b2 v + (1 − b2) g²;  p = p · df − step · m / (sqrt(v) / bc2_sqrt + eps) */
+/* g = g_stored · gs;  m = b1 m + (1 − b1) g;  v = b2 v + (1 − b2) g²;
+ * p = p · df − step · m / (sqrt(v) / bc2_sqrt + eps) */
 template <typename T>
-__global__ void adamw_kernel(T *p, const T *g, T *m, T *v, int64_t n, double df, double b1, double b2, double step,
-                             double bc2_sqrt, double eps) {
+__global__ void adamw_kernel(T *p, const T *g, double gs, T *m, T *v, int64_t n, double df, double b1, double b2,
+                             double step, double bc2_sqrt, double eps) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        T gi = g[i];
+        T gi = g[i] * (T)gs;
         T mi = m[i] = (T)b1 * m[i] + (T)(1.0 - b1) * gi;
         T vi = v[i] = (T)b2 * v[i] + (T)(1.0 - b2) * gi * gi;
         T denom = (T)sqrt((double)vi) / (T)bc2_sqrt + (T)eps;
@@ -42,24 +43,25 @@ template <typename T> struct square_term {
  * ============================================================================================ */
 
 template <typename T>
-static fg_status adamw_t(void *p, const void *g, void *m, void *v, int64_t n, double df, double b1, double b2,
-                         double step, double bc2_sqrt, double eps) {
+static fg_status adamw_t(void *p, const void *g, double gs, void *m, void *v, int64_t n, double df, double b1,
+                         double b2, double step, double bc2_sqrt, double eps) {
     if (n <= 0) return FG_OK;
-    adamw_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)p, (const T *)g, (T *)m, (T *)v, n, df,
-                                                                           b1, b2, step, bc2_sqrt, eps);
+    adamw_kernel<T><<<fg_cu_blocks(n), FG_CU_THREADS, 0, fg_cu_stream()>>>((T *)p, (const T *)g, gs, (T *)m, (T *)v, n,
+                                                                           df, b1, b2, step, bc2_sqrt, eps);
     FG_CU_LAUNCHED();
     return FG_OK;
 }
 
 /* one launch per span, in span order */
-extern "C" fg_status fg_cu_optimizer_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n,
-                                           int n_spans, const fg_adamw_span *spans, double b1, double b2,
+extern "C" fg_status fg_cu_optimizer_adamw(fg_dtype dt, void *p, const void *g, double gscale, void *m, void *v,
+                                           int64_t n, int n_spans, const fg_adamw_span *spans, double b1, double b2,
                                            double step_size, double bc2_sqrt, double eps) {
     (void)n;
     const size_t es = fg_dtype_size(dt);
     for (int k = 0; k < n_spans; k++) {
         const size_t off = (size_t)spans[k].offset * es;
-        FG_TRY(FG_CU_DISPATCH(dt, adamw_t, (char *)p + off, (const char *)g + off, (char *)m + off, (char *)v + off,
+        FG_TRY(FG_CU_DISPATCH(dt, adamw_t, (char *)p + off, (const char *)g + off, gscale, (char *)m + off,
+                              (char *)v + off,
                               spans[k].count, spans[k].decay_factor, b1, b2, step_size, bc2_sqrt, eps));
     }
     return FG_OK;

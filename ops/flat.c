@@ -67,9 +67,9 @@ fg_status fg_flat_sum_squares(const fg_tensor *x, double *out) {
     return fg_kernels_for(x->device, op)->optimizer.sum_squares(x->dtype, fg_data(x), fg_numel(x), out);
 }
 
-fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, fg_tensor *m, fg_tensor *v, int64_t lo, int n_spans,
-                        const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
-                        double eps) {
+fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, double gscale, fg_tensor *m, fg_tensor *v, int64_t lo,
+                        int n_spans, const fg_adamw_span *spans, double b1, double b2, double step_size,
+                        double bc2_sqrt, double eps) {
     static const char op[] = "adamw";
     FG_TRY(fg_flat_optimizer_on(p->device, op));
     const int64_t n = fg_numel(m);
@@ -81,6 +81,6 @@ fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, fg_tensor *m, fg_tenso
                         (long long)lo, (long long)(lo + n), (long long)fg_numel(p));
     const size_t off = (size_t)lo * fg_dtype_size(p->dtype);
     return fg_kernels_for(p->device, op)
-        ->optimizer.adamw(p->dtype, (char *)fg_data(p) + off, (const char *)fg_data(g) + off, fg_data(m), fg_data(v), n,
-                          n_spans, spans, b1, b2, step_size, bc2_sqrt, eps);
+        ->optimizer.adamw(p->dtype, (char *)fg_data(p) + off, (const char *)fg_data(g) + off, gscale, fg_data(m),
+                          fg_data(v), n, n_spans, spans, b1, b2, step_size, bc2_sqrt, eps);
 }

@@ -42,13 +42,15 @@ fg_status fg_flat_norm_blocks(fg_device d, int64_t (**block)(int64_t n));
 fg_status fg_flat_sum_squares_blocks(const fg_tensor *x, int64_t b0, int64_t b1, double *part);
 
 /* AdamW on the spans of the (n) arrays p, g, m, v, each span's elements [offset, offset + count)
- * from element lo of p and g and from 0 of m and v (m, v hold n = their length elements):
+ * from element lo of p and g and from 0 of m and v (m, v hold n = their length elements), the
+ * gradient taken as g · gscale (a clipping coefficient; 1: g as it is; g is only read):
  *     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g²;
  *     p = p * decay_factor - step_size * m / (sqrt(v) / bc2_sqrt + eps)
- * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math). */
-fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, fg_tensor *m, fg_tensor *v, int64_t lo, int n_spans,
-                        const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
-                        double eps);
+ * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math);
+ * the same bits as scaling g by gscale first. */
+fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, double gscale, fg_tensor *m, fg_tensor *v, int64_t lo,
+                        int n_spans, const fg_adamw_span *spans, double b1, double b2, double step_size,
+                        double bc2_sqrt, double eps);
 
 /* FG_OK when device d has the optimizer's loops (AdamW, the sum of squares, scaling), else the
  * error of an op that d does not support, named `op`. */

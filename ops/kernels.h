@@ -195,7 +195,8 @@ typedef enum {
  * train/'s optimizer ----
  * Flat arrays of one dtype: p (parameters), g (gradients), m, v (AdamW's moments), each (n).
  * adamw updates, for each span, the elements [offset, offset + count) (spans do not overlap;
- * elements in no span are left alone), with the span's decay factor df:
+ * elements in no span are left alone), with the span's decay factor df and the gradient read as
+ * g = g_stored · gscale (rounded to the dtype: the bits of scaling g first; g itself is not written):
  *     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g²;
  *     p = p * df - step_size * m / (sqrt(v) / bc2_sqrt + eps)
  * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math).
@@ -210,8 +211,8 @@ typedef enum {
 
 #define FG_KERNELS_OPTIMIZER(FN, VAL)                                                                                  \
     FN(optimizer, adamw, all, fg_status,                                                                               \
-       (fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans, const fg_adamw_span *spans,     \
-        double b1, double b2, double step_size, double bc2_sqrt, double eps))                                          \
+       (fg_dtype dt, void *p, const void *g, double gscale, void *m, void *v, int64_t n, int n_spans,                  \
+        const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt, double eps))              \
     FN(optimizer, sum_squares, all, fg_status, (fg_dtype dt, const void *x, int64_t n, double *out))                   \
     FN(optimizer, scale, all, fg_status, (fg_dtype dt, void *x, int64_t n, double s))                                  \
     FN(optimizer, norm_block, cpu, int64_t, (int64_t n))                                                               \

@@ -150,11 +150,12 @@ fg_status fg_cpu_optimizer_scale(fg_dtype dt, void *x, int64_t n, double s) {
  * AdamW
  * ============================================================================================ */
 
-/* The update of one range [0, n) of the arrays; T is float or double. The float32 vector kernels
- * below do these operations in this order (no FMA), and cuda/adamw.cu mirrors it too. */
-#define ADAMW_RANGE(T, p, g, m, v, n, decay_factor, b1, b2, step_size, bc2_sqrt, eps)                                  \
+/* The update of one range [0, n) of the arrays, the gradient read as g · gs; T is float or double.
+ * The float32 vector kernels below do these operations in this order (no FMA), and cuda/adamw.cu
+ * mirrors it too. */
+#define ADAMW_RANGE(T, p, g, gs, m, v, n, decay_factor, b1, b2, step_size, bc2_sqrt, eps)                              \
     for (int64_t i = 0; i < (n); i++) {                                                                                \
-        T gi = (g)[i];                                                                                                 \
+        T gi = (g)[i] * (T)(gs);                                                                                       \
         T mi = (m)[i] = (T)(b1) * (m)[i] + (T)(1.0 - (b1)) * gi;                                                       \
         T vi = (v)[i] = (T)(b2) * (v)[i] + (T)(1.0 - (b2)) * gi * gi;                                                  \
         T denom = (T)sqrt((double)vi) / (T)(bc2_sqrt) + (T)(eps);                                                      \
@@ -163,7 +164,7 @@ fg_status fg_cpu_optimizer_scale(fg_dtype dt, void *x, int64_t n, double s) {
 
 /* the scalars of one update, as the float32 constants ADAMW_RANGE makes of them */
 typedef struct {
-    float b1, omb1, b2, omb2, step, bc2s, eps;
+    float gs, b1, omb1, b2, omb2, step, bc2s, eps;
 } adamw_f32c;
 
 #if FG_SIMD_X86
@@ -174,9 +175,10 @@ typedef struct {
     const V b1 = PFX##_set1_ps(c->b1), omb1 = PFX##_set1_ps(c->omb1), b2 = PFX##_set1_ps(c->b2);                       \
     const V omb2 = PFX##_set1_ps(c->omb2), step = PFX##_set1_ps(c->step);                                              \
     const V bc2s = PFX##_set1_ps(c->bc2s), eps = PFX##_set1_ps(c->eps), vdf = PFX##_set1_ps(df);                       \
+    const V gs = PFX##_set1_ps(c->gs);                                                                                 \
     int64_t i = 0;                                                                                                     \
     for (; i + W <= n; i += W) {                                                                                       \
-        const V gi = PFX##_loadu_ps(g + i);                                                                            \
+        const V gi = PFX##_mul_ps(PFX##_loadu_ps(g + i), gs);                                                          \
         const V mi = PFX##_add_ps(PFX##_mul_ps(b1, PFX##_loadu_ps(m + i)), PFX##_mul_ps(omb1, gi));                    \
         const V vi = PFX##_add_ps(PFX##_mul_ps(b2, PFX##_loadu_ps(v + i)), PFX##_mul_ps(PFX##_mul_ps(omb2, gi), gi));  \
         const V denom = PFX##_add_ps(PFX##_div_ps(PFX##_sqrt_ps(vi), bc2s), eps);                                      \
@@ -197,11 +199,11 @@ FG_TARGET_AVX2 static int64_t adamw_avx2(float *p, const float *g, float *m, flo
 #endif
 
 /* ADAMW_RANGE on float32 [0, n), the bulk through the vector kernel and the tail in C */
-static void adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, double df, double b1, double b2,
-                      double step_size, double bc2_sqrt, double eps) {
+static void adamw_f32(float *p, const float *g, double gs, float *m, float *v, int64_t n, double df, double b1,
+                      double b2, double step_size, double bc2_sqrt, double eps) {
     int64_t i = 0;
 #if FG_SIMD_X86
-    const adamw_f32c c = {(float)b1,        (float)(1.0 - b1), (float)b2, (float)(1.0 - b2),
+    const adamw_f32c c = {(float)gs, (float)b1,        (float)(1.0 - b1), (float)b2, (float)(1.0 - b2),
                           (float)step_size, (float)bc2_sqrt,   (float)eps};
     switch (fg_simd_active()) {
     case FG_SIMD_AVX512:
@@ -216,13 +218,14 @@ static void adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, d
 #endif
     const int64_t done = i, rest = n - i; /* (ADAMW_RANGE has a loop variable i of its own) */
     p += done, g += done, m += done, v += done;
-    ADAMW_RANGE(float, p, g, m, v, rest, df, b1, b2, step_size, bc2_sqrt, eps)
+    ADAMW_RANGE(float, p, g, gs, m, v, rest, df, b1, b2, step_size, bc2_sqrt, eps)
 }
 
 typedef struct {
     fg_dtype dt;
     void *p, *m, *v;
     const void *g;
+    double gs;
     int n_spans;
     const fg_adamw_span *spans;
     double b1, b2, step_size, bc2_sqrt, eps;
@@ -239,20 +242,20 @@ static void adamw_piece(void *ctx, int64_t b, int64_t e) {
         if (j->dt == FG_F32) {
             float *p = (float *)j->p + lo, *m = (float *)j->m + lo, *v = (float *)j->v + lo;
             const float *gr = (const float *)j->g + lo;
-            adamw_f32(p, gr, m, v, hi - lo, df, j->b1, j->b2, j->step_size, j->bc2_sqrt, j->eps);
+            adamw_f32(p, gr, j->gs, m, v, hi - lo, df, j->b1, j->b2, j->step_size, j->bc2_sqrt, j->eps);
         } else {
             double *p = (double *)j->p + lo, *m = (double *)j->m + lo, *v = (double *)j->v + lo;
             const double *gr = (const double *)j->g + lo;
-            ADAMW_RANGE(double, p, gr, m, v, hi - lo, df, j->b1, j->b2, j->step_size, j->bc2_sqrt, j->eps)
+            ADAMW_RANGE(double, p, gr, j->gs, m, v, hi - lo, df, j->b1, j->b2, j->step_size, j->bc2_sqrt, j->eps)
         }
     }
 }
 
-fg_status fg_cpu_optimizer_adamw(fg_dtype dt, void *p, const void *g, void *m, void *v, int64_t n, int n_spans,
-                                 const fg_adamw_span *spans, double b1, double b2, double step_size, double bc2_sqrt,
-                                 double eps) {
+fg_status fg_cpu_optimizer_adamw(fg_dtype dt, void *p, const void *g, double gscale, void *m, void *v, int64_t n,
+                                 int n_spans, const fg_adamw_span *spans, double b1, double b2, double step_size,
+                                 double bc2_sqrt, double eps) {
     /* pieces of the flat arrays; ~1 ns per element (four arrays in, three out) */
-    adamw_job j = {dt, p, m, v, g, n_spans, spans, b1, b2, step_size, bc2_sqrt, eps};
+    adamw_job j = {dt, p, m, v, g, gscale, n_spans, spans, b1, b2, step_size, bc2_sqrt, eps};
     fg_par_range(n, FG_PAR_CHUNK, 1.0, adamw_piece, &j);
     return FG_OK;
 }

@@ -196,8 +196,10 @@ Test(kernels_nn, adamw_updates_its_spans_only_with_their_decay) {
         p[i] = p0[i], m[i] = m0[i], v[i] = v0[i];
         pd[i] = p0[i], gd[i] = g[i], md[i] = m0[i], vd[i] = v0[i];
     }
-    cr_assert_eq(k->optimizer.adamw(FG_F32, p, g, m, v, N, 3, spans, b1, b2, step, bc2s, eps), FG_OK);
-    cr_assert_eq(k->optimizer.adamw(FG_F64, pd, gd, md, vd, N, 3, spans, b1, b2, step, bc2s, eps), FG_OK);
+    /* the gradients read times gs (a clipping coefficient), as if scaled first; g is not written */
+    const double gs = 0.6180339887;
+    cr_assert_eq(k->optimizer.adamw(FG_F32, p, g, gs, m, v, N, 3, spans, b1, b2, step, bc2s, eps), FG_OK);
+    cr_assert_eq(k->optimizer.adamw(FG_F64, pd, gd, gs, md, vd, N, 3, spans, b1, b2, step, bc2s, eps), FG_OK);
     int bad = -1;
     double got = 0, want = 0;
     for (int i = 0; i < N && bad < 0; i++) {
@@ -205,8 +207,12 @@ Test(kernels_nn, adamw_updates_its_spans_only_with_their_decay) {
         int in = 0;
         for (int s = 0; s < 3; s++)
             if (i >= spans[s].offset && i < spans[s].offset + spans[s].count) in = 1, df = spans[s].decay_factor;
-        float ep = p0[i], em = m0[i], ev = v0[i], eg = g[i];
-        double epd = p0[i], emd = m0[i], evd = v0[i], egd = g[i];
+        float ep = p0[i], em = m0[i], ev = v0[i], eg = g[i] * (float)gs;
+        double epd = p0[i], emd = m0[i], evd = v0[i], egd = (double)g[i] * gs;
+        if (g[i] != 0.1f * cosf(0.37f * (float)i) || gd[i] != (double)g[i]) {
+            bad = i, got = g[i], want = 0.1f * cosf(0.37f * (float)i);
+            break;
+        }
         if (in) { /* outside the spans nothing moves */
             ADAMW_ONE(float, ep, eg, em, ev, df, b1, b2, step, bc2s, eps);
             ADAMW_ONE(double, epd, egd, emd, evd, df, b1, b2, step, bc2s, eps);

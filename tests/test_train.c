@@ -893,3 +893,41 @@ Test(train, gradient_accumulation_averages_the_micro_batches) {
     fg_trainer_free(t1);
     fg_source_free(s);
 }
+
+/* The trainer clips inside AdamW (each gradient times the coefficient as it is read): the same
+ * bits as scaling the gradients (fg_grad_scale) and then updating, and grads_flat keeps the
+ * unclipped gradient. A second trainer from the same start takes the first one's gradients through
+ * the two separate passes. */
+Test(train, clipping_inside_adamw_gives_the_bits_of_scaling_first) {
+    fg_source *s = addition_source(2);
+    fg_train_config c = fgt_tiny_train_config(s, fg_source_fixed_block(s), 4, 4, 1, 5);
+    c.opt.grad_clip = 0.05; /* below the gradient norm: every step clips */
+    c.opt.eps = 1e-3;       /* near the clipped gradients: AdamW's step is no longer blind to their scale */
+    fg_trainer *ta = trainer(&c, s), *tb = trainer(&c, s);
+    const int64_t P = ta->model->num_elements;
+    for (int k = 0; k < 2; k++) {
+        fg_step_stats st;
+        cr_assert_eq(fg_trainer_step(ta, &st), FG_OK, "%s", fg_last_error());
+        const double coef = c.opt.grad_clip / (st.grad_norm + 1e-6);
+        cr_assert(coef < 1.0, "step %d: the norm %g is under the clip; the test needs it above", k + 1, st.grad_norm);
+        const float *ga = fg_data(ta->model->grads_flat);
+        double ss = 0;
+        for (int64_t i = 0; i < P; i++) ss += (double)ga[i] * ga[i];
+        cr_expect_float_eq(sqrt(ss), st.grad_norm, 1e-9 * st.grad_norm,
+                           "step %d: grads_flat is not the unclipped gradient (norm %g, the step's %g)", k + 1, sqrt(ss),
+                           st.grad_norm);
+        memcpy(fg_data(tb->model->grads_flat), fg_data(ta->model->grads_flat), (size_t)P * sizeof(float));
+        fg_grad_scale(tb->model->grads_flat, coef);
+        cr_assert_eq(fg_adamw_update(&tb->opt, tb->model, st.lr), FG_OK, "%s", fg_last_error());
+        const float *pa = fg_data(ta->model->params_flat), *pb = fg_data(tb->model->params_flat);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < P && bad < 0; i++)
+            if (memcmp(&pa[i], &pb[i], sizeof *pa) != 0) bad = i;
+        cr_expect(bad < 0, "step %d: parameter %lld is %.9g after the trainer's step, %.9g after scale-then-update",
+                  k + 1, (long long)bad, bad < 0 ? 0.0 : pa[bad], bad < 0 ? 0.0 : pb[bad]);
+        if (bad >= 0) break;
+    }
+    fg_trainer_free(ta);
+    fg_trainer_free(tb);
+    fg_source_free(s);
+}

@@ -61,10 +61,10 @@ double fg_clip_grad_norm(fg_tensor *grads, double clip) {
 }
 
 fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr) {
-    return fg_adamw_update_range(o, g, lr, 0, g->num_elements);
+    return fg_adamw_update_range(o, g, lr, 1.0, 0, g->num_elements);
 }
 
-fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, int64_t lo, int64_t hi) {
+fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, double gscale, int64_t lo, int64_t hi) {
     if (lo < 0 || hi > g->num_elements || hi - lo != o->n)
         return fg_error(FG_ERR_SHAPE, "adamw: %lld moments for the parameters [%lld, %lld) of %lld", (long long)o->n,
                         (long long)lo, (long long)hi, (long long)g->num_elements);
@@ -84,7 +84,7 @@ fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, int64_t lo, i
         if (b <= a) continue;
         spans[ns++] = (fg_adamw_span){a - lo, b - a, pp->decay ? 1.0 - lr * c->weight_decay : 1.0};
     }
-    fg_status st = fg_flat_adamw(g->params_flat, g->grads_flat, o->m, o->v, lo, ns, spans, c->beta1, c->beta2,
+    fg_status st = fg_flat_adamw(g->params_flat, g->grads_flat, gscale, o->m, o->v, lo, ns, spans, c->beta1, c->beta2,
                                  step_size, bc2_sqrt, c->eps);
     free(spans);
     return st;

@@ -67,9 +67,11 @@ double fg_clip_grad_norm(fg_tensor *grads, double clip);
 /* One AdamW update of g's parameters from g's gradients at learning rate lr (t advances by 1). */
 fg_status fg_adamw_update(fg_adamw *o, fg_gpt *g, double lr);
 /* The same update of the parameters [lo, hi) of the flat array only, whose moments o holds (o->n is
- * hi - lo: a ZeRO-1 shard, train/dist.h). Elementwise, so a shard's result is bit for bit that
- * part of the whole update. */
-fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, int64_t lo, int64_t hi);
+ * hi - lo: a ZeRO-1 shard, train/dist.h), from the gradients times gscale (a clipping coefficient,
+ * applied as AdamW reads each gradient: the bits of fg_grad_scale then the update, one pass over
+ * the gradients fewer; the gradients themselves are left as they are). Elementwise, so a shard's
+ * result is bit for bit that part of the whole update. */
+fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, double gscale, int64_t lo, int64_t hi);
 
 #ifdef __cplusplus
 }

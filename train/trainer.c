@@ -309,20 +309,16 @@ static fg_status trainer_step(fg_trainer *tr, fg_step_stats *out) {
         return fg_error(FG_ERR_NUMERIC, "the gradient norm is not finite (%g) at step %lld", st.grad_norm,
                         (long long)tr->step + 1);
     }
-    if (c->opt.grad_clip > 0) {
-        double coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
-        if (coef < 1.0 && tr->zero) {
-            /* the same coefficient on every rank; each scales the shard it updates */
-            s = fg_flat_scale_range(g->grads_flat, tr->shard_lo, tr->shard_hi, coef);
-        } else if (coef < 1.0) {
-            fg_grad_scale(g->grads_flat, coef);
-        }
-    }
-    if (s == FG_OK && tr->zero) {
-        s = fg_adamw_update_range(&tr->opt, g, st.lr, tr->shard_lo, tr->shard_hi);
+    /* clipping: AdamW reads each gradient times the coefficient (the same on every rank), the bits
+     * of scaling the gradients first without a pass over them */
+    double coef = 1.0;
+    if (c->opt.grad_clip > 0 && c->opt.grad_clip / (st.grad_norm + 1e-6) < 1.0)
+        coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
+    if (tr->zero) {
+        s = fg_adamw_update_range(&tr->opt, g, st.lr, coef, tr->shard_lo, tr->shard_hi);
         if (s == FG_OK) s = fg_comm_allgather(comm, fg_data(g->params_flat), c->model.dtype, g->num_elements, FG_CPU);
-    } else if (s == FG_OK) {
-        s = fg_adamw_update(&tr->opt, g, st.lr);
+    } else {
+        s = fg_adamw_update_range(&tr->opt, g, st.lr, coef, 0, g->num_elements);
     }
     fg_op_profile_phase("step: clip, AdamW");
     st.comm_bytes = comm->bytes - bytes0;

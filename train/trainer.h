@@ -11,6 +11,7 @@
  *         loss = model(x, y) with dropout masks of (seed, step, micro)   (train/gpt.h)
  *         backward(loss) with d loss = 1 / grad_accum                   (so grads are the mean)
  *     clip the global gradient norm; AdamW at lr = schedule(step)
+ *     (the clip's coefficient applied as AdamW reads each gradient: grads_flat keeps the unclipped sum)
  * Everything random is a pure function of (seed, step, micro), so the state of a run is its
  * parameters, AdamW's moments and `step`: a run resumed from those continues bit for bit. Given
  * the same thread count, a run is reproducible bit for bit (sums are in a fixed order).
