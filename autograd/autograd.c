@@ -216,6 +216,16 @@ fg_status fg_grad_get(fg_tensor *t, fg_tensor **g) {
 
 fg_status fg_grad_get_fresh(fg_tensor *t, fg_tensor **g, int *fresh) { return grad_slot(t, g, 1, fresh); }
 
+fg_status fg_grad_take_output_grad(fg_node *n, fg_tensor *t, int *taken) {
+    *taken = 0;
+    fg_tensor *g = n->grad_out;
+    if (!t || !t->requires_grad || !t->grad_fn || t->grad_fn->freed || t->grad_fn->grad_out || !g) return FG_OK;
+    if (!fg_same_shape(t, g) || t->dtype != g->dtype || t->device != g->device || !fg_is_contiguous(g)) return FG_OK;
+    t->grad_fn->grad_out = fg_retain(g);
+    *taken = 1;
+    return FG_OK;
+}
+
 fg_tensor *fg_grad_buffer(fg_tensor *t) {
     fg_tensor *g;
     fg_grad_get(t, &g);

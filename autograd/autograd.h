@@ -115,6 +115,14 @@ fg_tensor *fg_grad_buffer(fg_tensor *t);
  * gradient partial.) */
 fg_status fg_grad_get_fresh(fg_tensor *t, fg_tensor **g, int *fresh);
 
+/* For a rule whose input's gradient is its own output gradient unchanged (a residual add's
+ * da = dout): when t is an op output with no gradient buffer yet, t's gradient becomes n's output
+ * gradient itself (shared, not copied; n drops its reference when its rule returns) and *taken = 1.
+ * Otherwise (a leaf, a buffer that exists already, another shape or dtype, no gradient wanted)
+ * *taken = 0 and the rule adds as usual. After a take the rule must not write n's output gradient,
+ * and it takes for one input at most: every later contribution to t's gradient adds into it. */
+fg_status fg_grad_take_output_grad(fg_node *n, fg_tensor *t, int *taken);
+
 /* External gradient storage for a leaf: from now on the leaf's gradient is `storage` (retained; a
  * contiguous tensor of the leaf's shape, dtype and device, typically a view into one flat buffer
  * holding every parameter's gradient, so that the optimizer and clipping are flat loops). The

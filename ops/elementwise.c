@@ -312,9 +312,12 @@ static const char *const op_names[] = {"add", "sub", "mul", "div"};
  *   div: out = a / b   ->  da += dout / b,        db -= dout * a / b²
  * each summed over the broadcast dims of its input. The rule reads the inputs themselves. */
 static fg_status binary_backward(fg_node *n, fg_binary_op kind) {
-    fg_tensor *a = n->inputs[0], *b = n->inputs[1], *ga, *gb;
-    int fresh[2]; /* a gradient buffer made here, unset: written instead of added into */
-    FG_TRY(fg_grad_get_fresh(a, &ga, &fresh[0]));
+    fg_tensor *a = n->inputs[0], *b = n->inputs[1], *ga = NULL, *gb;
+    int fresh[2] = {0, 0}; /* a gradient buffer made here, unset: written instead of added into */
+    /* add: da = dout, so a's gradient can be dout itself when a has none yet (a residual stream's) */
+    int taken = 0;
+    if (kind == FG_BINARY_ADD) FG_TRY(fg_grad_take_output_grad(n, a, &taken));
+    if (!taken) FG_TRY(fg_grad_get_fresh(a, &ga, &fresh[0]));
     FG_TRY(fg_grad_get_fresh(b, &gb, &fresh[1]));
     if (!ga && !gb) return FG_OK;
     const fg_kernels *k = fg_kernels_for(a->device, n->op);

@@ -184,6 +184,57 @@ Test(elementwise, binary_ops_backward_into_made_and_existing_gradients_agree) {
     fg_release(y), fg_release(dout), fg_release(x);
 }
 
+/* add's backward hands its output gradient itself to an input that is an op output with no gradient
+ * yet (da = dout, shared instead of copied): later contributions must add into it, the other input
+ * gets its own, and x + x still doubles. w is the leaf; h = 3 w the op output the add sees. */
+Test(elementwise, an_add_passing_its_output_gradient_down_keeps_every_gradient) {
+    enum { R = 4, C = 6, N = R * C };
+    for (int form = 0; form < 4; form++) {
+        fg_tensor *w = fgt_rand(FG_F64, FGT_DIMS(R, C), 21), *cl = fgt_rand(FG_F64, FGT_DIMS(R, C), 22);
+        fg_tensor *bias = fgt_rand(FG_F64, FGT_DIMS(C), 23);
+        fg_set_requires_grad(w, 1), fg_set_requires_grad(cl, 1), fg_set_requires_grad(bias, 1);
+        fg_tensor *h = fgt_ok(fg_mul_scalar(w, 3.0), "mul_scalar");
+        fg_tensor *hb = fgt_ok(fg_mul_scalar(bias, 2.0), "mul_scalar"); /* an op output of shape (C) */
+        fg_tensor *y = NULL, *z = NULL;
+        switch (form) {
+        case 0: /* y = h + h */
+            y = fgt_ok(fg_add(h, h), "add");
+            break;
+        case 1: /* y = (h + c) * h: h's gradient is the add's dout plus the product's */
+            z = fgt_ok(fg_add(h, cl), "add");
+            y = fgt_ok(fg_mul(z, h), "mul");
+            break;
+        case 2: /* y = (h + 2 bias) * h: the other input broadcast, its gradient summed over rows */
+            z = fgt_ok(fg_add(h, hb), "add");
+            y = fgt_ok(fg_mul(z, h), "mul");
+            break;
+        default: /* y = (2 bias + h) * h: the first input broadcast, so it cannot share */
+            z = fgt_ok(fg_add(hb, h), "add");
+            y = fgt_ok(fg_mul(z, h), "mul");
+            break;
+        }
+        fg_tensor *dout = fgt_rand(FG_F64, FGT_DIMS(R, C), 24);
+        cr_assert_eq(fg_backward(y, dout), FG_OK, "%s", fg_last_error());
+        double *d = fgt_values(dout), *wv = fgt_values(w), *cv = fgt_values(cl), *bv = fgt_values(bias);
+        double dw[N], dc[N], db[C] = {0};
+        for (int k = 0; k < N; k++) {
+            const double hk = 3 * wv[k], other = form == 1 ? cv[k] : 2 * bv[k % C];
+            /* y = (h + other) h: dh = dout h + dout (h + other); form 0: dh = 2 dout */
+            dw[k] = form == 0 ? 6 * d[k] : 3 * (d[k] * hk + d[k] * (hk + other));
+            dc[k] = d[k] * hk;
+            db[k % C] += 2 * d[k] * hk;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "form %d: dw", form);
+        FGT_ASSERT_CLOSE_BUF(w->grad, dw, N, 1e-13, 1e-13, what);
+        if (form == 1) FGT_ASSERT_CLOSE_BUF(cl->grad, dc, N, 1e-13, 1e-13, "form 1: dc");
+        if (form >= 2) FGT_ASSERT_CLOSE_BUF(bias->grad, db, C, 1e-13, 1e-13, "dbias");
+        free(d), free(wv), free(cv), free(bv);
+        fg_release(y), fg_release(z), fg_release(dout), fg_release(h), fg_release(hb);
+        fg_release(w), fg_release(cl), fg_release(bias);
+    }
+}
+
 Test(elementwise, binary_ops_float32_agree_with_float64) {
     for (size_t o = 0; o < 4; o++)
         for (size_t c = 0; c < N_BC; c++) {
