@@ -778,8 +778,9 @@ fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b) {
  * ============================================================================================ */
 
 /* dbias (N) += column sums of dout (R, N). Items are blocks of COLSUM_COLS columns; each column
- * is summed over the rows in order, so the result does not depend on the thread count. */
-#define COLSUM_COLS 64
+ * is summed over the rows in order, starting from dbias, so the result does not depend on the
+ * thread count, and the vector forms (a lane per column) give the plain loop's bits. */
+#define COLSUM_COLS 128
 typedef struct {
     fg_dtype dt;
     char *dbias;
@@ -793,18 +794,51 @@ typedef struct {
     for (int64_t j = 0; j < w; j++) acc[j] = dbias[c0 + j];                                                            \
     for (int64_t r = 0; r < R; r++) {                                                                                  \
         const T *row = dout + r * N + c0;                                                                              \
-        if (w == COLSUM_COLS) /* the common case, a fixed trip count the compiler vectorizes */                        \
-            for (int j = 0; j < COLSUM_COLS; j++) acc[j] += row[j];                                                    \
-        else                                                                                                           \
-            for (int64_t j = 0; j < w; j++) acc[j] += row[j];                                                          \
+        for (int64_t j = 0; j < w; j++) acc[j] += row[j];                                                              \
     }                                                                                                                  \
     for (int64_t j = 0; j < w; j++) dbias[c0 + j] = acc[j];
 
-static void col_sums_f32(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {
-    COL_SUMS_BODY(float);
-}
 static void col_sums_f64(double *dbias, const double *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {
     COL_SUMS_BODY(double);
+}
+static void col_sums_plain_f32(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {
+    COL_SUMS_BODY(float);
+}
+#if FG_SIMD_X86
+/* A whole block of COLSUM_COLS columns, its sums in registers while the rows stream past: W
+ * columns a vector, NV vectors a pass over the rows. */
+#define COL_SUMS_VEC_BODY(V, PFX, W, NV)                                                                               \
+    for (int64_t p0 = c0; p0 < c1; p0 += (W) * (NV)) {                                                                 \
+        V acc[NV];                                                                                                     \
+        _Pragma("GCC unroll 8") for (int v = 0; v < (NV); v++) acc[v] = PFX##_loadu_ps(dbias + p0 + (W) * v);         \
+        for (int64_t r = 0; r < R; r++) {                                                                              \
+            const float *row = dout + r * N + p0;                                                                      \
+            _Pragma("GCC unroll 8") for (int v = 0; v < (NV); v++) acc[v] =                                            \
+                PFX##_add_ps(acc[v], PFX##_loadu_ps(row + (W) * v));                                                   \
+        }                                                                                                              \
+        _Pragma("GCC unroll 8") for (int v = 0; v < (NV); v++) PFX##_storeu_ps(dbias + p0 + (W) * v, acc[v]);         \
+    }
+FG_TARGET_AVX512 static void col_sums_avx512(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0,
+                                             int64_t c1) {
+    COL_SUMS_VEC_BODY(__m512, _mm512, 16, 8)
+}
+FG_TARGET_AVX2 static void col_sums_avx2(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0,
+                                         int64_t c1) {
+    COL_SUMS_VEC_BODY(__m256, _mm256, 8, 8)
+}
+#endif
+static void col_sums_f32(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {
+#if FG_SIMD_X86
+    if (c1 - c0 == COLSUM_COLS && fg_simd_active() == FG_SIMD_AVX512) {
+        col_sums_avx512(dbias, dout, R, N, c0, c1);
+        return;
+    }
+    if (c1 - c0 == COLSUM_COLS && fg_simd_active() == FG_SIMD_AVX2) {
+        col_sums_avx2(dbias, dout, R, N, c0, c1);
+        return;
+    }
+#endif
+    col_sums_plain_f32(dbias, dout, R, N, c0, c1);
 }
 
 static void colsum_item(void *ctx, int64_t item, int worker) {

@@ -814,3 +814,44 @@ Test(fastpath, row_blocks_copy_and_add_exactly_on_every_level) {
         free(src), free(base), free(dst);
     }
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * linear's bias gradient: column sums of dout, each column in row order from the gradient already
+ * there (whole blocks of columns through the vector kernels, the rest in C)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct {
+    int64_t R, N, K;
+} bias_cfg;
+
+static void run_bias_grad(outs *o, const void *cfg) {
+    const bias_cfg *c = cfg;
+    fg_tensor *x = uni(2, (int64_t[]){c->R, c->K}, -1, 1, 41), *w = uni(2, (int64_t[]){c->N, c->K}, -1, 1, 42);
+    fg_tensor *b = uni(1, &c->N, -1, 1, 43), *d = uni(2, (int64_t[]){c->R, c->N}, -1, 1, 44);
+    leaf_with_grad(b, 45);
+    fg_tensor *y = fg_linear(x, w, b);
+    cr_assert(y, "%s", fg_last_error());
+    cr_assert_eq(fg_backward(y, d), FG_OK, "%s", fg_last_error());
+    outs_add(o, b->grad);
+    fg_release(y), fg_release(x), fg_release(w), fg_release(b), fg_release(d);
+}
+
+Test(fastpath, bias_gradient_sums_each_column_in_row_order_on_every_level_and_thread_count) {
+    /* 2 whole blocks of 128 columns and a tail of 45; and a width under one block */
+    const bias_cfg cfgs[2] = {{301, 2 * 128 + 45, 8}, {77, 100, 5}};
+    for (int k = 0; k < 2; k++) {
+        const bias_cfg *c = &cfgs[k];
+        outs o = {0};
+        run_bias_grad(&o, c);
+        cr_assert_eq(o.n, c->N);
+        /* the reference: the starting gradient, then + dout[r, j] for r = 0, 1, ... in float32 */
+        fg_tensor *g0 = fgt_rand(FG_F32, 1, &c->N, 45), *d = uni(2, (int64_t[]){c->R, c->N}, -1, 1, 44);
+        for (int64_t j = 0; j < c->N; j++) {
+            float s = fdata(g0)[j];
+            for (int64_t r = 0; r < c->R; r++) s += fdata(d)[r * c->N + j];
+            cr_assert(memcmp(&s, &o.v[j], sizeof s) == 0, "N %lld: column %lld sums to %a, in row order %a",
+                      (long long)c->N, (long long)j, o.v[j], s);
+        }
+        free(o.v), fg_release(g0), fg_release(d);
+        assert_same_bits_everywhere("bias gradient", run_bias_grad, c);
+    }
+}
