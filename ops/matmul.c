@@ -423,10 +423,8 @@ static void ksplit_fold(void *ctx, int64_t item, int worker) {
     const int64_t r0 = item * S->fold_rows, r1 = J->M - r0 < S->fold_rows ? J->M : r0 + S->fold_rows;
     for (int64_t r = r0; r < r1; r++) {
         float *c = (float *)J->C + r * J->ldc;
-        for (int64_t p = 1; p < S->pieces; p++) {
-            const float *s = S->scratch + (size_t)(p - 1) * (size_t)(J->M * J->N) + r * J->N;
-            for (int64_t j = 0; j < J->N; j++) c[j] += s[j];
-        }
+        for (int64_t p = 1; p < S->pieces; p++) /* c += s, one add per element (the vector kernel's bits) */
+            fg_vbinary_f32(FG_VOP_ADD, c, c, S->scratch + (size_t)(p - 1) * (size_t)(J->M * J->N) + r * J->N, J->N);
     }
 }
 
