@@ -394,8 +394,8 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
  *
  * Legend: x (..., C) seen as R rows, w (V, C) (the head's weight, nn.Linear's layout), targets R
  * ids (-1 = ignore); out (1) = cross_entropy(x @ wᵀ, targets), the mean over the `count` counted
- * rows. Rows go in chunks of Rc (chunk_rows, or by default about LCE_CHUNK_ELEMS logits at a time,
- * at least LCE_MIN_ROWS rows):
+ * rows. Rows go in chunks of Rc (chunk_rows, or by default the fewest chunks of about
+ * LCE_CHUNK_ELEMS logits, at least LCE_MIN_ROWS rows, made equal):
  *     logits_c (Rc, V) = x_c @ wᵀ                              (one GEMM per chunk)
  *     lse_r = logsumexp(logits_c row r); loss = sum_r (lse_r - logits_r,t_r) / count
  * and, when a gradient is wanted, the gradient for dloss = 1 right away, from the chunk still in
@@ -417,11 +417,15 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
 #define LCE_MIN_ROWS 256
 
 static int64_t lce_chunk_rows(int64_t R, int64_t V, int64_t chunk) {
-    int64_t rc = chunk > 0 ? chunk : LCE_CHUNK_ELEMS / (V > 0 ? V : 1);
-    if (chunk > 0) return rc < R ? rc : (R > 0 ? R : 1);
+    if (chunk > 0) return chunk < R ? chunk : (R > 0 ? R : 1);
+    int64_t rc = LCE_CHUNK_ELEMS / (V > 0 ? V : 1);
     if (rc < LCE_MIN_ROWS) rc = LCE_MIN_ROWS;
-    if (rc >= 16) rc &= ~(int64_t)15; /* whole blocks of 16 rows for the GEMM */
-    return rc < R ? rc : (R > 0 ? R : 1);
+    if (rc >= R) return R > 0 ? R : 1;
+    /* the chunks that size needs, made equal (in whole blocks of 16 rows for the GEMMs): a short
+     * last chunk would run its three GEMMs far below the others' speed */
+    const int64_t n = (R + rc - 1) / rc;
+    const int64_t eq = ((R + n - 1) / n + 15) & ~(int64_t)15;
+    return eq < R ? eq : R;
 }
 
 /* y[i] += a · x[i] over [b, e) */
