@@ -96,6 +96,25 @@ static inline void zero_rows(T *p, int64_t rows, int64_t ld, int64_t d) {
 /* The start of head (b, h)'s rows in an array of layout R. */
 static inline int64_t head_at(fg_attn_rows R, int64_t b, int64_t h) { return b * R.b + h * R.h; }
 
+/* A tile on the diagonal of a plain causal mask (PARTIAL through causality alone: no window, no
+ * mask callback; `plain` says the caller has no variant, dropout or score gradient either): its
+ * first nq/2 query rows see only the tile's first kc keys, so every product of the tile can leave
+ * out the quarter (rows [0, nq/2) × keys [kc, nk)) whose weights are all 0: the tile is computed
+ * as rows [0, nq/2) × keys [0, kc) and rows [nq/2, nq) × all keys. Returns kc, or nk for a tile
+ * that is not split (kc would be 0 or nk: nothing to leave out). The masked entries the products
+ * leave unset are set to −inf by the mask step as before, and the terms left out of each sum are
+ * products with a zero weight, so the results are those of the whole tile. */
+static int64_t causal_cut(const fg_attn_problem *pr, fg_tile_kind kind, int window_partial, int mask_partial,
+                          int plain, int64_t i0, int64_t nq, int64_t j0, int64_t nk) {
+    if (!plain || kind != FG_TILE_PARTIAL || !pr->causal || pr->var.window || mask_partial || pr->custom.mask ||
+        !window_partial || nq < 2)
+        return nk;
+    int64_t a, e;
+    fg_attn_row_range(i0 + nq / 2 - 1, pr->Nq, pr->Nk, pr->causal, 0, 0, 0, &a, &e);
+    const int64_t kc = e - j0;
+    return kc > 0 && kc < nk ? kc : nk;
+}
+
 /* The end of a forward item: Oi /= l and L = m + log l, evaluated in double and rounded once, lo
  * keeping what the rounding lost. l = 0: the row sees no key (O = 0 already, L = −inf); l NaN (a
  * NaN score in the row, which the softmax's exp keeps): O and L NaN. */
@@ -158,11 +177,18 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
     if (kind == FG_TILE_MASKED) return;
     /* S = scale · Qi Kjᵀ (nq × nk), or Sᵀ = scale · Kj Qiᵀ (nk × nq) */
     const T scale = (T)pr->scale;
-    const double flops = 2.0 * (double)(nq * nk * d);
-    if (op->packs)
-        op->gemm(0, 0, nk, nq, d, scale, K + j0 * ldk, ldk, Q->QT, ld, S, ld, NULL, 0);
-    else
-        op->gemm(0, 1, nq, nk, d, scale, Q->Qi, ldq, K + j0 * ldk, ldk, S, ld, NULL, 0);
+    /* a causal diagonal tile: rows [0, qh) against keys [0, kc), rows [qh, nq) against all */
+    const int64_t kc = causal_cut(pr, kind, wp, mp, !J->mods && !J->thr, i0, nq, j0, nk), qh = kc < nk ? nq / 2 : 0;
+    const double flops = 2.0 * (double)d * (double)(qh * kc + (nq - qh) * nk);
+    if (op->packs) { /* on Sᵀ the same quarter left out as keys [0, kc) × all rows, keys [kc, nk) × rows [qh, nq) */
+        op->gemm(0, 0, kc, nq, d, scale, K + j0 * ldk, ldk, Q->QT, ld, S, ld, NULL, 0);
+        if (qh)
+            op->gemm(0, 0, nk - kc, nq - qh, d, scale, K + (j0 + kc) * ldk, ldk, Q->QT + qh, ld, S + kc * ld + qh, ld,
+                     NULL, 0);
+    } else {
+        if (qh) op->gemm(0, 1, qh, kc, d, scale, Q->Qi, ldq, K + j0 * ldk, ldk, S, ld, NULL, 0);
+        op->gemm(0, 1, nq - qh, nk, d, scale, Q->Qi + qh * ldq, ldq, K + j0 * ldk, ldk, S + qh * ld, ld, NULL, 0);
+    }
     fg_flash_prof_mark(FG_FLASH_FWD_QK, flops);
     if (J->mods || (kind == FG_TILE_PARTIAL && pr->custom.mask)) { /* what every kernel shares */
         T *Sr = rows_view(op, S, R, ld, bk, nq, nk, 0);
@@ -210,8 +236,12 @@ static void fwd_tile(const fwd_job *J, fwd_rows *Q, T *S, T *R, int64_t b, int64
         rows_view(op, S, R, ld, bk, nq, nk, 1);
         fg_flash_prof_mark(FG_FLASH_FWD_DROPOUT, 0);
     }
-    /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand) */
-    op->gemm(op->packs, 0, nq, d, nk, 1, S, ld, V + j0 * ldv, ldv, Q->Oi, ldo, Q->alpha, 1);
+    /* Oi = alpha ∘ Oi + P Vj, P read from S (or from Sᵀ as a transposed operand); P's row r starts
+     * at S + r (Sᵀ) or S + r · ld */
+    const int64_t pr_qh = op->packs ? qh : qh * ld;
+    if (qh) op->gemm(op->packs, 0, qh, d, kc, 1, S, ld, V + j0 * ldv, ldv, Q->Oi, ldo, Q->alpha, 1);
+    op->gemm(op->packs, 0, nq - qh, d, nk, 1, S + pr_qh, ld, V + j0 * ldv, ldv, Q->Oi + qh * ldo, ldo, Q->alpha + qh,
+             1);
     fg_flash_prof_mark(FG_FLASH_FWD_PV, flops);
 }
 
@@ -352,9 +382,14 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     T *dQ = J->dq ? J->dq + head_at(J->L.dq, b, h) : NULL;
     const T scale = (T)pr->scale;
     const uint32_t thr = J->thr;
-    const double flops = 2.0 * (double)(nq * nk * d);
+    /* a causal diagonal tile: rows [0, qh) against keys [0, kc), rows [qh, nq) against all (the
+     * entries left out are never read) */
+    const int64_t kc = causal_cut(pr, kind, wp, mp, !J->mods && !J->dropout && !J->chain, i0, nq, j0, nk);
+    const int64_t qh = kc < nk ? nq / 2 : 0, sq = qh * bk; /* sq: where row qh starts in P and dS */
+    const double flops = 2.0 * (double)d * (double)(qh * kc + (nq - qh) * nk);
     /* recompute S = variants(scale · Qi Kjᵀ) (and Gt = ∂S/∂S1), then P = exp(S − L) */
-    op->gemm(0, tb, nq, nk, d, scale, Qi, ldq, KB, ldkb, P, bk, NULL, 0);
+    if (qh) op->gemm(0, tb, qh, kc, d, scale, Qi, ldq, KB, ldkb, P, bk, NULL, 0);
+    op->gemm(0, tb, nq - qh, nk, d, scale, Qi + qh * ldq, ldq, KB, ldkb, P + sq, bk, NULL, 0);
     fg_flash_prof_mark(FG_FLASH_BWD_QK, flops);
     if (J->mods || kind == FG_TILE_PARTIAL) {
         score_tile(P, J->chain ? Gt : NULL, bk, b, h, i0, nq, j0, nk, kind, wp, mp, pr);
@@ -380,12 +415,18 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
             PZ = dS;
         }
         fg_flash_prof_mark(FG_FLASH_BWD_DROPOUT, 0);
-        op->gemm(1, 0, nk, d, nq, 1, PZ, bk, dOi, lddo, dV + j0 * J->L.dv.t, J->L.dv.t, NULL, 1);
+        /* keys [0, kc) from every row, keys [kc, nk) from rows [qh, nq) */
+        T *dVj = dV + j0 * J->L.dv.t;
+        op->gemm(1, 0, kc, d, nq, 1, PZ, bk, dOi, lddo, dVj, J->L.dv.t, NULL, 1);
+        if (qh)
+            op->gemm(1, 0, nk - kc, d, nq - qh, 1, PZ + sq + kc, bk, dOi + qh * lddo, lddo, dVj + kc * J->L.dv.t,
+                     J->L.dv.t, NULL, 1);
         fg_flash_prof_mark(FG_FLASH_BWD_DV, flops);
     }
     if (!dQ && !dK) return;
     /* dP = (dOi Vjᵀ) ∘ Z;  dS = P ∘ (dP − D) — the forward's P = softmax(S) */
-    op->gemm(0, tb, nq, nk, d, 1, dOi, lddo, VB, ldvb, dS, bk, NULL, 0);
+    if (qh) op->gemm(0, tb, qh, kc, d, 1, dOi, lddo, VB, ldvb, dS, bk, NULL, 0);
+    op->gemm(0, tb, nq - qh, nk, d, 1, dOi + qh * lddo, lddo, VB, ldvb, dS + sq, bk, NULL, 0);
     fg_flash_prof_mark(FG_FLASH_BWD_DP, flops);
     if (thr)
         for (int64_t r = 0; r < nq; r++) {
@@ -394,8 +435,10 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
             const T Di = Dh[i0 + r];
             for (int64_t j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] * zrow[j] - Di);
         }
-    else
-        op->ds_rows(dS, P, bk, nq, nk, Dh + i0);
+    else {
+        if (qh) op->ds_rows(dS, P, bk, qh, kc, Dh + i0);
+        op->ds_rows(dS + sq, P + sq, bk, nq - qh, nk, Dh + i0 + qh);
+    }
     /* the forward's S = variants(S1): dS1 = dS ∘ ∂S/∂S1 (P = 0 where it is masked) */
     if (J->chain)
         for (int64_t r = 0; r < nq; r++) {
@@ -407,11 +450,17 @@ static void bwd_tile(const bwd_job *J, bwd_keys *kb, T *P, T *dS, T *Z, T *Gt, i
     fg_flash_prof_mark(FG_FLASH_BWD_DS, 0);
     /* the forward's S1 = scale · Qi Kjᵀ: dQi += scale dS Kj, dKj += scale dSᵀ Qi */
     if (dQ) {
-        op->gemm(0, 0, nq, d, nk, scale, dS, bk, Kj, ldk, dQ + i0 * J->L.dq.t, J->L.dq.t, NULL, 1);
+        T *dQi = dQ + i0 * J->L.dq.t;
+        if (qh) op->gemm(0, 0, qh, d, kc, scale, dS, bk, Kj, ldk, dQi, J->L.dq.t, NULL, 1);
+        op->gemm(0, 0, nq - qh, d, nk, scale, dS + sq, bk, Kj, ldk, dQi + qh * J->L.dq.t, J->L.dq.t, NULL, 1);
         fg_flash_prof_mark(FG_FLASH_BWD_DQ, flops);
     }
     if (dK) {
-        op->gemm(1, 0, nk, d, nq, scale, dS, bk, Qi, ldq, dK + j0 * J->L.dk.t, J->L.dk.t, NULL, 1);
+        T *dKj = dK + j0 * J->L.dk.t;
+        op->gemm(1, 0, kc, d, nq, scale, dS, bk, Qi, ldq, dKj, J->L.dk.t, NULL, 1);
+        if (qh)
+            op->gemm(1, 0, nk - kc, d, nq - qh, scale, dS + sq + kc, bk, Qi + qh * ldq, ldq, dKj + kc * J->L.dk.t,
+                     J->L.dk.t, NULL, 1);
         fg_flash_prof_mark(FG_FLASH_BWD_DK, flops);
     }
 }
