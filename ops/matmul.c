@@ -303,14 +303,21 @@ static void gemm_item(void *ctx, int64_t item, int worker) {
     const char *B = J->B + (size_t)(J->tb == CblasNoTrans || J->kind == GEMM_TILE ? c0 : c0 * J->ldb) * esz;
     char *C = J->C + (size_t)(r0 * J->ldc + c0) * esz;
     double beta = J->beta;
+    if (J->kind == GEMM_DNNL &&
+        !fg_dnnl_sgemm(J->ta == CblasTrans, J->tb == CblasTrans, m, n, J->K, (float)J->alpha, (const float *)A, J->lda,
+                       (const float *)B, J->ldb, J->bias ? 0.0f : (float)beta, (float *)C, J->ldc, 1)) {
+        /* out = A'B' + bias, added while the block is still in the cache (oneDNN has no bias; a
+         * copy of the bias into C before a β = 1 product cost a pass over C from memory) */
+        for (int64_t r = 0; J->bias && r < m; r++) {
+            float *row = (float *)C + r * J->ldc;
+            fg_vbinary_f32(FG_VOP_ADD, row, row, (const float *)J->bias + c0, n);
+        }
+        return;
+    } /* (oneDNN refuses only arguments BLAS refuses too: then BLAS says why) */
     if (J->bias) { /* out = bias + A'B' */
         for (int64_t r = 0; r < m; r++) memcpy(C + (size_t)(r * J->ldc) * esz, J->bias + c0 * esz, (size_t)n * esz);
         beta = 1.0;
     }
-    if (J->kind == GEMM_DNNL &&
-        !fg_dnnl_sgemm(J->ta == CblasTrans, J->tb == CblasTrans, m, n, J->K, (float)J->alpha, (const float *)A, J->lda,
-                       (const float *)B, J->ldb, (float)beta, (float *)C, J->ldc, 1))
-        return; /* (oneDNN refuses only arguments BLAS refuses too: then BLAS says why) */
     if (J->kind == GEMM_TILE) {
         const int nt = J->ta == CblasNoTrans;
         fg_sgemm_small(m, n, J->K, (float)J->alpha, (const float *)A, nt ? J->lda : 1, nt ? 1 : J->lda,
