@@ -421,11 +421,10 @@ static int64_t lce_chunk_rows(int64_t R, int64_t V, int64_t chunk) {
     int64_t rc = LCE_CHUNK_ELEMS / (V > 0 ? V : 1);
     if (rc < LCE_MIN_ROWS) rc = LCE_MIN_ROWS;
     if (rc >= R) return R > 0 ? R : 1;
-    /* the chunks that size needs, made equal (in whole blocks of 16 rows for the GEMMs): a short
-     * last chunk would run its three GEMMs far below the others' speed */
+    /* the chunks that size needs, made equal (a short last chunk would run its three GEMMs far
+     * below the others' speed): ceil(R / n) <= rc rows each, the last at most n - 1 rows shorter */
     const int64_t n = (R + rc - 1) / rc;
-    const int64_t eq = ((R + n - 1) / n + 15) & ~(int64_t)15;
-    return eq < R ? eq : R;
+    return (R + n - 1) / n;
 }
 
 /* y[i] += a · x[i] over [b, e) */

@@ -27,6 +27,8 @@
 #include "autograd/autograd.h"
 #include "autograd/gradcheck.h"
 #include "ops/attention_kernels.h"
+#include "ops/cpu/attention_cpu.h"
+#include "ops/cpu/flash_tiles.h"
 #include "tests/common.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
@@ -1374,4 +1376,62 @@ Test(attention_variants, guide_example_matches_the_guide) {
               at, in_test + at, g + at);
     free(in_test);
     free(in_guide);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the causal diagonal: a tile that the causal mask cuts through computes its products in two parts
+ * (the first half of its rows against the keys they can see, the rest against all); a causal mask
+ * with an unbounded window is the same mask through the whole-tile path. With the x86 table both
+ * give the same bits; with the portable one (BLAS tiles) to float32 rounding.
+ * ------------------------------------------------------------------------------------------- */
+Test(attention_variants, a_causal_diagonal_tile_in_parts_gives_the_whole_tiles_results) {
+    static const struct {
+        int64_t Nq, Nk, d;
+        int bq, bk, causal;
+    } cases[] = {
+        {200, 200, 16, 64, 64, 1},                      /* ragged last blocks */
+        {130, 190, 24, 32, 32, 1},                      /* bottom-right: the diagonal shifted */
+        {190, 130, 16, 48, 40, 1},                      /* more queries than keys */
+        {150, 170, 8, 40, 24, FG_ATTN_CAUSAL_TOP_LEFT}, /* top-left */
+        {77, 77, 32, 9, 9, 1},                          /* odd blocks */
+    };
+    const int exact = fg_attn_flash_ops_f32() == &fg_flash_x86_f32;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double *got[2][4] = {{0}};
+        for (int form = 0; form < 2; form++) {
+            fg_tensor *q = fgt_randn4(FG_F32, 2, 2, cases[c].Nq, cases[c].d, 1, 61 + c, 1);
+            fg_tensor *k = fgt_randn4(FG_F32, 2, 2, cases[c].Nk, cases[c].d, 1, 61 + c, 2);
+            fg_tensor *v = fgt_randn4(FG_F32, 2, 2, cases[c].Nk, cases[c].d, 1, 61 + c, 3);
+            fg_tensor *dout = fgt_randn4(FG_F32, 2, 2, cases[c].Nq, cases[c].d, 1, 61 + c, 4);
+            fg_set_requires_grad(q, 1), fg_set_requires_grad(k, 1), fg_set_requires_grad(v, 1);
+            fg_attn_opts o = fg_attn_defaults();
+            o.impl = FG_ATTN_FLASH;
+            o.causal = cases[c].causal;
+            o.block_q = cases[c].bq;
+            o.block_k = cases[c].bk;
+            if (form) { /* a window with no bound on either side: the same mask, the whole-tile path */
+                o.variant.window = 1;
+                o.variant.window_left = -1;
+                o.variant.window_right = -1;
+            }
+            fg_tensor *out = fg_attention(q, k, v, &o, NULL);
+            cr_assert(out, "%s", fg_last_error());
+            cr_assert_eq(fg_backward(out, dout), FG_OK, "%s", fg_last_error());
+            got[form][0] = fgt_values(out), got[form][1] = fgt_values(q->grad);
+            got[form][2] = fgt_values(k->grad), got[form][3] = fgt_values(v->grad);
+            fg_release(out), fg_release(q), fg_release(k), fg_release(v), fg_release(dout);
+        }
+        static const char *names[4] = {"O", "dQ", "dK", "dV"};
+        const int64_t n[4] = {4 * cases[c].Nq * cases[c].d, 4 * cases[c].Nq * cases[c].d, 4 * cases[c].Nk * cases[c].d,
+                              4 * cases[c].Nk * cases[c].d};
+        for (int t = 0; t < 4; t++) {
+            for (int64_t i = 0; i < n[t]; i++) {
+                const double a = got[0][t][i], b = got[1][t][i];
+                if (exact ? memcmp(&a, &b, sizeof a) != 0 : !(fabs(a - b) <= 1e-5 * (1 + fabs(b))))
+                    cr_assert_fail("case %zu: %s[%lld] is %a in parts, %a as a whole tile", c, names[t], (long long)i,
+                                   a, b);
+            }
+            free(got[0][t]), free(got[1][t]);
+        }
+    }
 }

@@ -103,7 +103,9 @@ static inline int64_t head_at(fg_attn_rows R, int64_t b, int64_t h) { return b *
  * as rows [0, nq/2) × keys [0, kc) and rows [nq/2, nq) × all keys. Returns kc, or nk for a tile
  * that is not split (kc would be 0 or nk: nothing to leave out). The masked entries the products
  * leave unset are set to −inf by the mask step as before, and the terms left out of each sum are
- * products with a zero weight, so the results are those of the whole tile. */
+ * products with a zero weight: with the x86 table (each sum in index order) the bits of the whole
+ * tile; BLAS may round the smaller products differently. (A non-finite V or dO row of a key that a
+ * row cannot see no longer reaches the rows of the left-out quarter as 0 · inf.) */
 static int64_t causal_cut(const fg_attn_problem *pr, fg_tile_kind kind, int window_partial, int mask_partial,
                           int plain, int64_t i0, int64_t nq, int64_t j0, int64_t nk) {
     if (!plain || kind != FG_TILE_PARTIAL || !pr->causal || pr->var.window || mask_partial || pr->custom.mask ||
