@@ -303,6 +303,7 @@ static void gemm_item(void *ctx, int64_t item, int worker) {
     const char *B = J->B + (size_t)(J->tb == CblasNoTrans || J->kind == GEMM_TILE ? c0 : c0 * J->ldb) * esz;
     char *C = J->C + (size_t)(r0 * J->ldc + c0) * esz;
     double beta = J->beta;
+    /* oneDNN refuses only arguments BLAS refuses too: then BLAS, below, says why */
     if (J->kind == GEMM_DNNL &&
         !fg_dnnl_sgemm(J->ta == CblasTrans, J->tb == CblasTrans, m, n, J->K, (float)J->alpha, (const float *)A, J->lda,
                        (const float *)B, J->ldb, J->bias ? 0.0f : (float)beta, (float *)C, J->ldc, 1)) {
@@ -313,7 +314,7 @@ static void gemm_item(void *ctx, int64_t item, int worker) {
             fg_vbinary_f32(FG_VOP_ADD, row, row, (const float *)J->bias + c0, n);
         }
         return;
-    } /* (oneDNN refuses only arguments BLAS refuses too: then BLAS says why) */
+    }
     if (J->bias) { /* out = bias + A'B' */
         for (int64_t r = 0; r < m; r++) memcpy(C + (size_t)(r * J->ldc) * esz, J->bias + c0 * esz, (size_t)n * esz);
         beta = 1.0;
@@ -825,11 +826,11 @@ static void col_sums_plain_f32(float *dbias, const float *dout, int64_t R, int64
     }
 FG_TARGET_AVX512 static void col_sums_avx512(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0,
                                              int64_t c1) {
-    COL_SUMS_VEC_BODY(__m512, _mm512, 16, 8)
+    COL_SUMS_VEC_BODY(__m512, _mm512, 16, 8);
 }
 FG_TARGET_AVX2 static void col_sums_avx2(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0,
                                          int64_t c1) {
-    COL_SUMS_VEC_BODY(__m256, _mm256, 8, 8)
+    COL_SUMS_VEC_BODY(__m256, _mm256, 8, 8);
 }
 #endif
 static void col_sums_f32(float *dbias, const float *dout, int64_t R, int64_t N, int64_t c0, int64_t c1) {

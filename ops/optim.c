@@ -203,8 +203,8 @@ static void adamw_f32(float *p, const float *g, double gs, float *m, float *v, i
                       double b2, double step_size, double bc2_sqrt, double eps) {
     int64_t i = 0;
 #if FG_SIMD_X86
-    const adamw_f32c c = {(float)gs, (float)b1,        (float)(1.0 - b1), (float)b2, (float)(1.0 - b2),
-                          (float)step_size, (float)bc2_sqrt,   (float)eps};
+    const adamw_f32c c = {(float)gs,         (float)b1,        (float)(1.0 - b1), (float)b2,
+                          (float)(1.0 - b2), (float)step_size, (float)bc2_sqrt,   (float)eps};
     switch (fg_simd_active()) {
     case FG_SIMD_AVX512:
         i = adamw_avx512(p, g, m, v, n, (float)df, &c);

@@ -914,8 +914,8 @@ Test(train, clipping_inside_adamw_gives_the_bits_of_scaling_first) {
         double ss = 0;
         for (int64_t i = 0; i < P; i++) ss += (double)ga[i] * ga[i];
         cr_expect_float_eq(sqrt(ss), st.grad_norm, 1e-9 * st.grad_norm,
-                           "step %d: grads_flat is not the unclipped gradient (norm %g, the step's %g)", k + 1, sqrt(ss),
-                           st.grad_norm);
+                           "step %d: grads_flat is not the unclipped gradient (norm %g, the step's %g)", k + 1,
+                           sqrt(ss), st.grad_norm);
         memcpy(fg_data(tb->model->grads_flat), fg_data(ta->model->grads_flat), (size_t)P * sizeof(float));
         fg_grad_scale(tb->model->grads_flat, coef);
         cr_assert_eq(fg_adamw_update(&tb->opt, tb->model, st.lr), FG_OK, "%s", fg_last_error());

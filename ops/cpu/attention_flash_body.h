@@ -106,8 +106,8 @@ static inline int64_t head_at(fg_attn_rows R, int64_t b, int64_t h) { return b *
  * products with a zero weight: with the x86 table (each sum in index order) the bits of the whole
  * tile; BLAS may round the smaller products differently. (A non-finite V or dO row of a key that a
  * row cannot see no longer reaches the rows of the left-out quarter as 0 · inf.) */
-static int64_t causal_cut(const fg_attn_problem *pr, fg_tile_kind kind, int window_partial, int mask_partial,
-                          int plain, int64_t i0, int64_t nq, int64_t j0, int64_t nk) {
+static int64_t causal_cut(const fg_attn_problem *pr, fg_tile_kind kind, int window_partial, int mask_partial, int plain,
+                          int64_t i0, int64_t nq, int64_t j0, int64_t nk) {
     if (!plain || kind != FG_TILE_PARTIAL || !pr->causal || pr->var.window || mask_partial || pr->custom.mask ||
         !window_partial || nq < 2)
         return nk;
