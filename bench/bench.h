@@ -22,6 +22,14 @@ int fg_bench_peak(int argc, char **argv);
  * first call; call it once before timing anything). Every benchmark prints its GFLOP/s with it. */
 double fg_bench_pct_of_peak(double gflops);
 
+/* Warm-up calls of one GEMM shape before it is timed: at most FG_BENCH_GEMM_WARM_CALLS, and no
+ * more once they have taken FG_BENCH_GEMM_WARM_SECONDS. oneDNN's sgemm allocates its packing
+ * workspace in every call, and glibc's per-thread arenas give a thread fresh pages for it in its
+ * first calls of a shape (up to about ten), each first touch a page fault: those calls are slower
+ * than the steady state a training step runs in, and one warm-up call would time them. */
+#define FG_BENCH_GEMM_WARM_CALLS 10
+#define FG_BENCH_GEMM_WARM_SECONDS 1.0
+
 /* qsort's comparison of two doubles, ascending (for medians of timings). */
 int fg_bench_cmp_double(const void *a, const void *b);
 

@@ -20,8 +20,8 @@
  *   dnnl      oneDNN's sgemm, single-threaded per block of C on the pool
  *   dnnl-omp  oneDNN's sgemm given the whole product on its own OpenMP threads, the pool idle
  * and "pick": the kernel the automatic choice takes for that shape. Each figure is the best of
- * --repeat timed runs after one warm-up (best, not median: others' processes only ever slow a run
- * down). % = GFLOP/s against the FMA peak measured at the start (`flashgrad bench peak`'s figure)
+ * --repeat timed runs after the kernel's warm-up calls (best, not median: others' processes only
+ * ever slow a run down). % = GFLOP/s against the FMA peak measured at the start (`flashgrad bench peak`'s figure)
  * or given by --peak. On a shared machine, --threads 1 --cpu-time compares the kernels by the CPU
  * time they took, which others' processes disturb far less than the wall clock.
  */
@@ -75,17 +75,25 @@ static double time_once(fg_matmul_kernel k, fg_tensor *a, fg_tensor *b) {
     return o ? dt : -1;
 }
 
-/* t[k] = the best seconds of `repeat` products with kernel k (for the kernels in use), after one
- * warm-up each; the kernels take turns, so that a burst of load elsewhere slows all of them alike.
+/* t[k] = the best seconds of `repeat` products with kernel k (for the kernels in use), after its
+ * warm-up calls (bench/bench.h); the kernels take turns, so that a burst of load elsewhere slows all of them alike.
  * Returns 0, or -1 on failure. */
 static int time_kernels(const int *use, int repeat, fg_tensor *a, fg_tensor *b, double *t) {
-    for (int k = 0; k < KN_COUNT; k++) t[k] = use[k] ? 1e30 : 0;
-    for (int r = -1; r < repeat; r++) /* r = -1: the warm-up */
+    for (int k = 0; k < KN_COUNT; k++) {
+        t[k] = use[k] ? 1e30 : 0;
+        double spent = 0;
+        for (int w = 0; use[k] && w < FG_BENCH_GEMM_WARM_CALLS && spent < FG_BENCH_GEMM_WARM_SECONDS; w++) {
+            const double dt = time_once(kn_setting[k], a, b);
+            if (dt < 0) return -1;
+            spent += dt;
+        }
+    }
+    for (int r = 0; r < repeat; r++)
         for (int k = 0; k < KN_COUNT; k++) {
             if (!use[k]) continue;
             const double dt = time_once(kn_setting[k], a, b);
             if (dt < 0) return -1;
-            if (r >= 0 && dt < t[k]) t[k] = dt;
+            if (dt < t[k]) t[k] = dt;
         }
     return 0;
 }

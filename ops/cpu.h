@@ -62,13 +62,14 @@ fg_simd_level fg_simd_set(fg_simd_level level);
 
 /* ---- the float32 FMA peak (ops/cpu/peak.h), what MFU and "% of peak" divide by ---- */
 /* One measurement: `rounds` timed rounds (>= 1) of `iters` FMA steps per chain on every thread of
- * the pool (fg_pool_threads()) at the active SIMD level; returns the best round's GFLOP/s (> 0).
- * A round of 20,000,000 iters takes ~0.1 s per core with AVX2. */
+ * the pool (fg_pool_threads()) at the active SIMD level, after 0.1 s of untimed ones; returns the
+ * best GFLOP/s of the rounds that ran every thread side by side (ops/cpu/peak.h; > 0). A round of
+ * 20,000,000 iters takes ~0.1 s per core with AVX2. */
 double fg_fma_peak_measure(long iters, int rounds);
 
 /* The float32 FMA peak in GFLOP/s for the pool's current thread count and SIMD level: measured
- * once (about 50-100 ms: the best of 40 rounds of 500,000 iters, short rounds so that one of them
- * likely runs while no other process holds the cores) on the first call, and again only when the
+ * once (about 150 ms: 0.1 s of untimed rounds, then the best of 40 rounds of 500,000 iters, short
+ * rounds so that one of them likely runs while no other process holds the cores) on the first call, and again only when the
  * thread count or the SIMD level has changed since; later calls return the cached figure.
  * Thread-safe. Benchmarks divide their GFLOP/s by it; `train` divides its model FLOPs by it. */
 double fg_fma_peak_gflops(void);

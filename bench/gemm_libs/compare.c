@@ -16,8 +16,8 @@
  * --lib KEY times one library (fg-auto, fg-tile, onednn, openblas, openblas-wheel, mkl, libxsmm):
  * run.sh runs each in a process of its own, since the libraries' OpenMP and pthread teams
  * spin-wait after their calls and would take the cores from the next library in one process.
- * Each product: one untimed call, then --repeat timed calls with the operands hot (the same call
- * again); the median counts. Output: one line per product, "model product op M N K GFLOP/s %peak",
+ * Each product: untimed warm-up calls (bench/bench.h, FG_BENCH_GEMM_WARM_CALLS), then --repeat
+ * timed calls with the operands hot (the same call again); the median counts. Output: one line per product, "model product op M N K GFLOP/s %peak",
  * then one "all" line per model and the peak. GFLOP/s and % of the float32 FMA peak measured on flashgrad's pool
  * threads (the highest of a measurement before and one after).
  */
@@ -30,6 +30,7 @@
 
 #include <cblas.h>
 
+#include "bench/bench.h"
 #include "ops/cpu.h"
 #include "ops/ops.h"
 
@@ -257,7 +258,12 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "compare: %s\n", fg_last_error());
                 return 1;
             }
-            run(&libs[l], threads, P[p].ta, P[p].tb, P[p].M, P[p].N, P[p].K, A, B, C);
+            double warm = 0;
+            for (int w = 0; w < FG_BENCH_GEMM_WARM_CALLS && warm < FG_BENCH_GEMM_WARM_SECONDS; w++) {
+                const double t0 = now_s();
+                run(&libs[l], threads, P[p].ta, P[p].tb, P[p].M, P[p].N, P[p].K, A, B, C);
+                warm += now_s() - t0;
+            }
             for (int r = 0; r < repeat; r++) {
                 const double t0 = now_s();
                 run(&libs[l], threads, P[p].ta, P[p].tb, P[p].M, P[p].N, P[p].K, A, B, C);

@@ -6,7 +6,12 @@
  * the FMAs per second are what the cores can issue at most. Vector width by the active SIMD level
  * (ops/cpu/simd.h): 16 floats (AVX-512), 8 (AVX2+FMA), or 1 (scalar fmaf, only to have a number).
  * One FMA is 2 flops. The best of the timed rounds is the result (the peak, not the typical value),
- * after one untimed round that wakes the workers and settles the clocks.
+ * after 0.1 s of untimed rounds that wake the workers and bring an idle core back to its full clock
+ * (a core that was idle takes milliseconds to; timed while one is, a round reads as little as half
+ * the peak on two threads). Only rounds whose items ran side by side, each thread its
+ * own and all at one moment, count: a worker the system leaves out of a run (its item then runs
+ * after another on the same thread) would time fewer threads than it counts. Without such a round
+ * in the rounds asked for, more are timed, up to 2 s more.
  */
 #ifndef FG_PEAK_H
 #define FG_PEAK_H
