@@ -170,8 +170,9 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *         kernels on an AVX-512 CPU when OPENBLAS_CORETYPE says so (or it does not know the CPU):
  *         half the CPU's peak, behind both others;
  *       - on an AVX-512 CPU, a narrow output (N <= GEMM_TILE_NARROW_N, B' not transposed or
- *         transposed into scratch, A as stored: an LM head over a character vocabulary), where
- *         oneDNN's blocking leaves most of its vector lanes idle: tile.
+ *         transposed into scratch, A as stored: a narrow model's products into C = 128 columns,
+ *         an LM head over a character vocabulary): tile, as fast as oneDNN or faster at N = 128
+ *         (oneDNN is a little ahead at N = 65 on a Zen 5, on products too small to matter).
  *     On AVX2 CPUs oneDNN is ahead of the tile kernel at every shape measured, small ones
  *     included. Both tile rules follow the CPU (fg_simd_detect), not the level FG_SIMD caps the
  *     kernels to, so capping the level keeps the choice, and the tile kernel's bits are the same
@@ -381,12 +382,12 @@ static void dnnl_grid(int64_t M, int64_t N, int64_t *rows, int64_t *cols) {
 /* The grid of a product that reads B transposed (linear's forward, x @ wᵀ), as dnnl_grid's, except
  * on an AVX-512 CPU where its row blocks would be shorter than GEMM_DNNL_COLS_ROWS rows and the
  * product is at least GEMM_DNNL_COLS_MIN_K deep and at least as wide as it is deep: one full-height
- * block per CPU across the columns instead. (Measured on GPT-2 small's forward at 1024 rows on two
- * CPUs: oneDNN runs c_attn, attn.c_proj and c_fc well below its speed on the dx products in 512-row
- * blocks, and much closer to it in column blocks; the narrower mlp.c_proj (N = K / 4) and the
- * shallow products of small models were as fast or faster in row blocks, and so were the 1024-row
- * blocks of 2048 rows; bench/results/ has the figures.) It follows
- * the CPU and its CPU count, as dnnl_grid does, never the thread count. */
+ * block per CPU across the columns instead. (Chosen on GPT-2 small's forward at 1024 rows on two
+ * CPUs, where a benchmark that timed oneDNN's first calls of each shape showed the 512-row blocks
+ * far behind; timed in the steady state, the two grids run c_attn, attn.c_proj and c_fc within a
+ * few percent of each other, either way round: bench/results/ has both. The narrower mlp.c_proj
+ * (N = K / 4), the shallow products of small models and the 1024-row blocks of 2048 rows keep row
+ * blocks.) It follows the CPU and its CPU count, as dnnl_grid does, never the thread count. */
 static void dnnl_grid_bt(int64_t M, int64_t N, int64_t K, int64_t *rows, int64_t *cols) {
     dnnl_grid(M, N, rows, cols);
     const int64_t P = machine_cpus();
