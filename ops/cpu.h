@@ -63,8 +63,8 @@ fg_simd_level fg_simd_set(fg_simd_level level);
 /* ---- the float32 FMA peak (ops/cpu/peak.h), what MFU and "% of peak" divide by ---- */
 /* One measurement: `rounds` timed rounds (>= 1) of `iters` FMA steps per chain on every thread of
  * the pool (fg_pool_threads()) at the active SIMD level, after 0.1 s of untimed ones; returns the
- * best GFLOP/s of the rounds that ran every thread side by side (ops/cpu/peak.h; > 0). A round of
- * 20,000,000 iters takes ~0.1 s per core with AVX2. */
+ * best GFLOP/s of the rounds that ran every thread side by side, each on a core of its own
+ * (ops/cpu/peak.h; > 0). A round of 20,000,000 iters takes ~0.1 s per core with AVX2. */
 double fg_fma_peak_measure(long iters, int rounds);
 
 /* The float32 FMA peak in GFLOP/s for the pool's current thread count and SIMD level: measured

@@ -8,10 +8,13 @@
  * One FMA is 2 flops. The best of the timed rounds is the result (the peak, not the typical value),
  * after 0.1 s of untimed rounds that wake the workers and bring an idle core back to its full clock
  * (a core that was idle takes milliseconds to; timed while one is, a round reads as little as half
- * the peak on two threads). Only rounds whose items ran side by side, each thread its
- * own and all at one moment, count: a worker the system leaves out of a run (its item then runs
- * after another on the same thread) would time fewer threads than it counts. Without such a round
- * in the rounds asked for, more are timed, up to 2 s more.
+ * the peak on two threads). Only rounds whose items ran side by side count: each thread its own,
+ * all of them done within 1.3 times the best time of one item run alone (timed between the rounds).
+ * A worker the system leaves out of a run (its item then runs after another on the same thread),
+ * or two threads on one core's FMA units (its hardware threads, or a VM's virtual CPUs that the host
+ * runs on one core for a second or two), would time fewer cores than the round counts. Without
+ * such a round in the rounds asked for, more are timed, up to 3 s more, and then the best of all
+ * counts (what the threads get when they share cores for good).
  */
 #ifndef FG_PEAK_H
 #define FG_PEAK_H
