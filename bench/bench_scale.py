@@ -121,7 +121,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--flashgrad", default=os.path.join(ROOT, "build", "flashgrad"))
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated, of: " + ", ".join(CONFIGS))
-    ap.add_argument("--steps", default="10,3,2", help="timed steps per configuration (one number for all, or a list)")
+    ap.add_argument("--steps", default="20,5,2",
+                    help="timed steps per configuration (one number for all, or a list; the median counts, so "
+                         "more steps ride out a neighbour's burst)")
     ap.add_argument("--warmup-steps", default="3,2,1",
                     help="untimed steps first, per configuration as --steps (both frameworks; PyTorch's first "
                          "steps are slow)")
