@@ -172,7 +172,7 @@ static blas_mat mat_contig(void *p, int64_t cols) {
  *       - on an AVX-512 CPU, a narrow output (N <= GEMM_TILE_NARROW_N, B' not transposed or
  *         transposed into scratch, A as stored: a narrow model's products into C = 128 columns,
  *         an LM head over a character vocabulary): tile, as fast as oneDNN or faster at N = 128
- *         (oneDNN is a little ahead at N = 65 on a Zen 5, on products too small to matter).
+ *         and at N = 65 (whose last column the tile kernel runs as a strip of rows).
  *     On AVX2 CPUs oneDNN is ahead of the tile kernel at every shape measured, small ones
  *     included. Both tile rules follow the CPU (fg_simd_detect), not the level FG_SIMD caps the
  *     kernels to, so capping the level keeps the choice, and the tile kernel's bits are the same

@@ -494,9 +494,12 @@ void fgt_small_gemm_check(fg_dtype dt, int n_cases, int64_t max_m, int64_t max_n
     const size_t es = fg_dtype_size(dt);
     const long double eps = dt == FG_F32 ? FLT_EPSILON : DBL_EPSILON;
     for (int cs = 0; cs < n_cases; cs++) {
+        /* every fourth case ends in 1 to 4 columns past a multiple of 16 (the AVX-512 form's column
+         * strips), every fifth is deeper than four 16-deep chunks */
         const int64_t m = (int64_t)(gemm_lcg(&seed) % (uint64_t)max_m),
-                      n = (int64_t)(gemm_lcg(&seed) % (uint64_t)max_n) + (cs % 7 == 0 ? 64 : 0),
-                      k = (int64_t)(gemm_lcg(&seed) % 70);
+                      n0 = (int64_t)(gemm_lcg(&seed) % (uint64_t)max_n) + (cs % 7 == 0 ? 64 : 0),
+                      n = cs % 4 == 1 ? n0 / 16 * 16 + 1 + n0 % 4 : n0,
+                      k = (int64_t)(gemm_lcg(&seed) % (cs % 5 == 2 ? 150 : 70));
         const int transA = (int)(gemm_lcg(&seed) & 1), mode = (int)(gemm_lcg(&seed) % 3);
         const double alpha = cs % 3 == 0 ? 1.0 : (dt == FG_F32 ? (double)0.37f : 0.37);
         const int64_t lda = (transA ? m : k) + 3, ldb = n + 5, ldc = n + 7; /* padding that must stay untouched */

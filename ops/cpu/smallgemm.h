@@ -24,7 +24,9 @@
  * The register tile is 6 rows × 64 columns with AVX-512 (24 accumulators) and 6 × 16 with AVX2
  * (12): per step of p, one broadcast of A per row and one load of B per 16 (8) columns feed
  * 24 (12) FMAs. n that is not a multiple of the vector width is handled with masked loads and
- * stores (nothing is read or written past column n).
+ * stores (nothing is read or written past column n); with AVX-512, the last 1 to 4 columns past a
+ * multiple of 16 go instead as a strip with 16 rows in a vector's lanes, where A has a contiguous
+ * side (rsa or csa 1), so that N = 65 does not spend a fifth of its time on a nearly empty vector.
  *
  * Speed: close to the FMA peak per core for tiles in L1 (bench/results/ has the figures). The plain C
  * form is the bit-exact reference,
