@@ -109,16 +109,17 @@ static const blk512_fn blk512_table[6][4] = {
  * last columns run with 16 rows in a vector's lanes instead: acc[c] (16 rows of column c) +=
  * A[rows, p] · B[p, c]. The A column of 16 rows is loaded as it is where A is stored transposed
  * (rsa = 1), and taken from a 16 × 16 transpose in registers where A's rows are contiguous
- * (csa = 1); SG row groups side by side, so that independent chains of FMAs cover their latency.
+ * (csa = 1); four or two groups of 16 rows side by side, so that independent chains of FMAs
+ * cover their latency.
  * Each lane sums its element's products in order p = 0, 1, … from 0, and the final rounding is
  * store_one's: the bits of every other form. */
 #define STRIP_MAX 4
 
-static inline __attribute__((always_inline)) FG_TARGET_AVX512 __mmask16 mask_below(int64_t n) {
+static inline __mmask16 mask_below(int64_t n) { /* lanes [0, n) */
     return (__mmask16)(n <= 0 ? 0u : n >= 16 ? 0xFFFFu : (1u << n) - 1);
 }
 
-/* the epilogue of SG × 16 rows from r0 (at most m) of NT columns held in acc[g][c] */
+/* the epilogue of SG groups of 16 rows from r0 (rows below m) of NT columns held in acc[g][c] */
 static inline __attribute__((always_inline)) FG_TARGET_AVX512 void
 strip_store(const int SG, const int NT, __m512 acc[][STRIP_MAX], int64_t r0, int64_t m, float alpha, float *C,
             int64_t ldc, const float *rs, int accumulate) {
@@ -219,7 +220,7 @@ static void sgemm_avx512(int64_t m, int64_t n, int64_t k, float alpha, const flo
         const int64_t nc = nb - c0 < 64 ? nb - c0 : 64;
         const int nv = (int)((nc + 15) / 16);
         const int tail = (int)(nc - 16 * (nv - 1)); /* columns in the last vector, 1..16 */
-        const __mmask16 lm = (__mmask16)(tail == 16 ? 0xFFFFu : (1u << tail) - 1);
+        const __mmask16 lm = mask_below(tail);
         for (int64_t r0 = 0; r0 < m; r0 += 6) {
             const int mr = (int)(m - r0 < 6 ? m - r0 : 6);
             blk512_table[mr - 1][nv - 1](lm, k, alpha, A + r0 * rsa, rsa, csa, B + c0, ldb, C + r0 * ldc + c0, ldc,
