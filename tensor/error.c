@@ -30,6 +30,34 @@ fg_status fg_error(fg_status st, const char *fmt, ...) {
     return st;
 }
 
+const char *fg_printable(char *out, size_t cap, const char *text, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        int w = c == '\\' ? 2 : (c >= 0x20 && c < 0x7f) ? 1 : 4;
+        int last = i + 1 == n;
+        if (k + (size_t)w + 1 + (last ? 0 : 3) > cap) { /* keep room for "..." and the NUL */
+            memcpy(out + k, "...", 3);
+            k += 3;
+            break;
+        }
+        if (w == 1) {
+            out[k++] = (char)c;
+        } else if (w == 2) {
+            out[k++] = '\\';
+            out[k++] = '\\';
+        } else {
+            out[k++] = '\\';
+            out[k++] = 'x';
+            out[k++] = hex[c >> 4];
+            out[k++] = hex[c & 15];
+        }
+    }
+    out[k] = '\0';
+    return out;
+}
+
 const char *fg_status_name(fg_status st) {
     static const char *names[FG_STATUS_COUNT] = {
         "ok",        "bad argument",    "shape mismatch", "dtype mismatch",   "device mismatch", "out of memory",

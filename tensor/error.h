@@ -8,6 +8,8 @@
 #ifndef FG_ERROR_H
 #define FG_ERROR_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,6 +40,13 @@ fg_status fg_error(fg_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Text that came from outside (a file's bytes, a path, another program's output) made fit for a
+ * one-line message: the n bytes of `text` copied into out (cap >= 8 bytes, always NUL-terminated),
+ * every byte outside printable ASCII (a NUL too) written as \xNN and a backslash as \\,
+ * so that nothing reaches a terminal as a control sequence and the escapes read back unambiguously;
+ * text that does not fit ends in "...". Returns out. */
+const char *fg_printable(char *out, size_t cap, const char *text, size_t n);
+
 /* A short name for a status, for messages. */
 const char *fg_status_name(fg_status st);
 
