@@ -37,6 +37,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -255,10 +256,23 @@ static char *join(const char *dir, const char *name) {
     return p;
 }
 
+/* 1 after printing the line when path is too long for the system to open in one piece (it would
+ * fail with ENAMETOOLONG, and a message quoting thousands of bytes of it loses the reason). */
+static int too_long(const char *what, const char *path) {
+    size_t n = strlen(path);
+    if (n < PATH_MAX) return 0;
+    ERR("%s: a path of %zu bytes is too long (at most %d)", what, n, PATH_MAX - 1);
+    return 1;
+}
+
 /* Reads and parses DIR/log.csv: a regular file only, opened without blocking. 0 or -1 (printed). */
 static int read_log(plot_run *r) {
     char *path = join(r->dir, "log.csv");
     if (!path) return ERR("out of memory"), -1;
+    if (too_long("--run", path)) {
+        free(path);
+        return -1;
+    }
     int fd = -1;
     int64_t size = 0;
     void *buf = NULL;
@@ -287,6 +301,10 @@ static int run_label(plot_run *r) {
     r->tokens_per_step = 0;
     char *model = join(dir, FG_CKPT_MODEL_FILE);
     if (!model) return ERR("out of memory"), -1;
+    if (too_long("--run", model)) {
+        free(model);
+        return -1;
+    }
     struct stat st;
     int none = lstat(model, &st) != 0 && errno == ENOENT;
     free(model);
@@ -647,6 +665,7 @@ static int have_gnuplot(void) {
 /* What is at --out may be replaced: nothing, or a regular file that starts as a PNG. Read without
  * following a link and without blocking. 0, or 1 after printing the line. */
 static int out_replaceable(const char *out) {
+    if (too_long("--out", out)) return 1;
     if (fg_check_replaceable(out) != FG_OK) return ERR("--out: %s", show(fg_last_error())), 1;
     struct stat st;
     if (lstat(out, &st) != 0) return 0; /* nothing there (fg_check_replaceable said so) */
