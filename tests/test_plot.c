@@ -63,6 +63,8 @@ static int fg_t(int secs, const char *env, const char *args, char *log, size_t n
 }
 static int fg(const char *env, const char *args, char *log, size_t n) { return fg_t(120, env, args, log, n); }
 
+static void expect_png(const char *rel, long min);
+
 static int have_gnuplot(void) { return fgt_run_cmd("command -v gnuplot >/dev/null 2>&1", NULL, 0) == 0; }
 static void need_gnuplot(void) {
     if (!have_gnuplot()) fgt_skip("flashgrad plot", "no gnuplot here (Debian: gnuplot-nox)");
@@ -611,6 +613,14 @@ Test(plot, long_output_paths_are_written_exactly_or_refused) {
         }
         cr_expect(lens[i] <= 255 || st == 1, "a %zu-byte name was accepted", lens[i]);
     }
+    /* a run folder past PATH_MAX: one line that says why */
+    for (size_t j = 0; j < 5000; j += 2) memcpy(name + j, "./", 2);
+    strcpy(name + 5000, "r");
+    snprintf(args, sizeof args, "plot --run '%s' --out x.png", name);
+    st = fg(env, args, log, sizeof log);
+    cr_expect_eq(st, 1, "a 5001-byte --run: exited %d", st);
+    expect_one_clean_line("a long --run", log);
+    cr_expect(strstr(log, "too long"), "a 5001-byte --run: %.300s", log);
 }
 
 Test(plot, links_in_the_output_folder_are_never_followed) {
@@ -650,6 +660,28 @@ Test(plot, links_in_the_output_folder_are_never_followed) {
     cr_expect(lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode), "link.png is no longer a link");
     cr_expect(read_rel("precious.txt", buf, sizeof buf) == (long)strlen(precious) && !strcmp(buf, precious),
               "the link's target changed: %s", buf);
+}
+
+Test(plot, run_names_reach_gnuplot_as_text_only) {
+    need_gnuplot();
+    /* a folder name with everything gnuplot or a shell could act on: quotes, a newline, command
+     * substitution in both syntaxes, a macro, a backslash */
+    static const char name[] = "r'\n`touch pwned1`@x $(touch pwned2)\\\"";
+    make_dir(name);
+    char rel[600], q[600], args[1400], log[1 << 15];
+    snprintf(rel, sizeof rel, "%s/log.csv", name);
+    write_file(rel, "step,loss\n1,2.5\n2,2.25\n");
+    snprintf(args, sizeof args, "plot --run %s --out p.png", shq(q, sizeof q, name));
+    int st = fg(NULL, args, log, sizeof log);
+    cr_expect_eq(st, 0, "plot exited %d: %s", st, log);
+    expect_png("p.png", 10000);
+    char names[4096];
+    names_in(dir, names, sizeof names);
+    cr_expect(!strstr(names, "|pwned") && strncmp(names, "pwned", 5), "gnuplot ran a command: %s", names);
+    snprintf(args, sizeof args, "plot --run %s --script", shq(q, sizeof q, name));
+    cr_assert_eq(fg(NULL, args, log, sizeof log), 0);
+    cr_expect(strstr(log, "title 'r''\\x0a`touch pwned1`@x $(touch pwned2)\\\\\" (no checkpoint yet) train'"),
+              "the label: %.3000s", log);
 }
 
 Test(plot, a_failing_gnuplot_is_one_line_naming_the_cause_and_nothing_is_written) {
