@@ -726,7 +726,7 @@ int fg_cmd_plot(int argc, char **argv) {
     free(rest);
     if (rc == -1) {
         printf("Draw train and validation loss, learning rate and MFU of training runs (their log.csv) as one PNG.\n\n");
-        fg_flags_help(stdout, "plot", "--run DIR [--run DIR2 ...] [--out FILE.png | --script]", f, P_COUNT);
+        fg_flags_help(stdout, "plot", "--run DIR [--run DIR2 ...] [--out FILE.png | --script] [--timeout S]", f, P_COUNT);
         return 0;
     }
     if (rc) return rc;
