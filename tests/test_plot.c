@@ -268,7 +268,8 @@ TestSuite(plot, .init = setup, .fini = teardown, .timeout = 240);
 
 Test(plot, the_renderer_gets_every_row_of_every_log_exactly) {
     /* run a: train's own header and column order; b: columns in another order, no mfu column, CRLF
-     * lines; c: step and loss alone, steps far apart. Each ends with a row still being written. */
+     * lines; c: step and loss alone, steps far apart. a and b end with a row still being written,
+     * c with a whole row. */
     static log_row a[60], b[25], c[9];
     make_rows(a, 60, 1, 1, 10);
     make_rows(b, 25, 2, 2, 4);
@@ -291,7 +292,6 @@ Test(plot, the_renderer_gets_every_row_of_every_log_exactly) {
     write_file("b/log.csv", text);
     k = snprintf(text, sizeof text, "step,loss\n");
     for (long i = 0; i < 9; i++) k += snprintf(text + k, sizeof text - (size_t)k, "%s,%s\n", c[i].step, c[i].loss);
-    snprintf(text + k, sizeof text - (size_t)k, "9999,");
     make_dir("c");
     write_file("c/log.csv", text);
 
