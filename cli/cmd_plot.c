@@ -299,13 +299,15 @@ static int run_label(plot_run *r) {
         if (dir[i] == '/') name = dir + i + 1;
     int nl = (int)(dir + len - name);
     r->tokens_per_step = 0;
+    struct stat st;
+    if (stat(dir, &st) != 0) return ERR("--run %s: %s", show(dir), strerror(errno)), -1;
+    if (!S_ISDIR(st.st_mode)) return ERR("--run %s is not a folder (a run folder written by flashgrad train)", show(dir)), -1;
     char *model = join(dir, FG_CKPT_MODEL_FILE);
     if (!model) return ERR("out of memory"), -1;
     if (too_long("--run", model)) {
         free(model);
         return -1;
     }
-    struct stat st;
     int none = lstat(model, &st) != 0 && errno == ENOENT;
     free(model);
     if (none) {

@@ -468,8 +468,11 @@ Test(plot, special_files_as_inputs_are_refused_at_once) {
     } cases[] = {
         {"fifo", "FIFO"},   {"dir", "directory"},       {"zero", "character device"}, {"sock", "sock/log.csv"},
         {"lfifo", "FIFO"},  {"ckfifo", "checkpoint"},   {"ckdir", "checkpoint"},
+        {"runfifo", "not a folder"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) make_dir(cases[i].run);
+    for (size_t i = 0; i + 1 < sizeof cases / sizeof *cases; i++) make_dir(cases[i].run);
+    path_of(path, sizeof path, "runfifo"); /* --run names a FIFO itself */
+    cr_assert_eq(mkfifo(path, 0666), 0);
     path_of(path, sizeof path, "fifo/log.csv");
     cr_assert_eq(mkfifo(path, 0666), 0);
     make_dir("dir/log.csv");
@@ -812,7 +815,9 @@ Test(plot, bad_input_is_one_line_and_a_nonzero_exit) {
         {"plot --run x --bogus 1", 2, "unknown flag"},
         {"plot --run x --script --out x.png", 2, "give one"},
         {"plot --run x --timeout 0", 2, "--timeout"},
-        {"plot --run missing --out m.png", 1, "cannot open 'missing/log.csv'"},
+        {"plot --run missing --out m.png", 1, "--run missing: No such file or directory"},
+        {"plot --run empty/log.csv --out m.png", 1, "not a folder"},
+        {"plot --run /dev/zero --out m.png", 1, "not a folder"},
         {"plot --run empty --out m.png", 1, "no header line"},
         {"plot --run junk --out m.png", 1, "no step and loss columns"},
         {"plot --run header --out m.png", 1, "no complete rows yet"},
