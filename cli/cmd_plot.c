@@ -301,7 +301,8 @@ static int run_label(plot_run *r) {
     r->tokens_per_step = 0;
     struct stat st;
     if (stat(dir, &st) != 0) return ERR("--run %s: %s", show(dir), strerror(errno)), -1;
-    if (!S_ISDIR(st.st_mode)) return ERR("--run %s is not a folder (a run folder written by flashgrad train)", show(dir)), -1;
+    if (!S_ISDIR(st.st_mode))
+        return ERR("--run %s is not a folder (a run folder written by flashgrad train)", show(dir)), -1;
     char *model = join(dir, FG_CKPT_MODEL_FILE);
     if (!model) return ERR("out of memory"), -1;
     if (too_long("--run", model)) {
@@ -437,8 +438,9 @@ static void write_script(FILE *g, const plot_run *runs, int n_runs) {
         int empty = (p == 1 && !has_tok) || (p == 2 && !has_lr) || (p == 3 && !has_mfu);
         if (empty) {
             /* a panel with nothing to draw says why */
-            fprintf(g, "unset key\nset label 1 '%s' at graph 0.5, 0.5 center\nplot [0:1] [0:1] NaN notitle\n"
-                       "unset label 1\nset key top right\n",
+            fprintf(g,
+                    "unset key\nset label 1 '%s' at graph 0.5, 0.5 center\nplot [0:1] [0:1] NaN notitle\n"
+                    "unset label 1\nset key top right\n",
                     p == 1 ? "tokens seen unknown (no checkpoint with its batch size yet)" : "not in log.csv");
             continue;
         }
@@ -581,8 +583,7 @@ static int run_gnuplot(const char *script, size_t slen, double timeout_s, char *
                 size_t nc = cap ? 2 * cap : (size_t)1 << 16;
                 char *g = nc <= PNG_MAX + 1 ? realloc(*png, nc) : NULL;
                 if (!g) {
-                    snprintf(why, why_n, "gnuplot wrote more than %zu MiB: not a plot of this size",
-                             PNG_MAX >> 20);
+                    snprintf(why, why_n, "gnuplot wrote more than %zu MiB: not a plot of this size", PNG_MAX >> 20);
                     failed = 1;
                     break;
                 }
@@ -717,7 +718,8 @@ int fg_cmd_plot(int argc, char **argv) {
     rest[nr] = NULL;
     fg_flag f[P_COUNT] = {
         /* listed for --help; its values are taken out of argv above (it may repeat) */
-        [P_RUN] = {"--run", FG_FLAG_STR, "DIR", "a run folder written by flashgrad train (repeat for several runs; required)"},
+        [P_RUN] = {"--run", FG_FLAG_STR, "DIR",
+                   "a run folder written by flashgrad train (repeat for several runs; required)"},
         [P_OUT] = {"--out", FG_FLAG_STR, "FILE.png", "the picture (an existing PNG is replaced)", .s = "loss.png"},
         [P_SCRIPT] = {"--script", FG_FLAG_BOOL, NULL,
                       "print the gnuplot script, data included, instead of drawing (`... --script | gnuplot > x.png`)"},
@@ -727,8 +729,10 @@ int fg_cmd_plot(int argc, char **argv) {
     int rc = fg_flags_parse("plot", f, P_COUNT, nr, rest);
     free(rest);
     if (rc == -1) {
-        printf("Draw train and validation loss, learning rate and MFU of training runs (their log.csv) as one PNG.\n\n");
-        fg_flags_help(stdout, "plot", "--run DIR [--run DIR2 ...] [--out FILE.png | --script] [--timeout S]", f, P_COUNT);
+        printf(
+            "Draw train and validation loss, learning rate and MFU of training runs (their log.csv) as one PNG.\n\n");
+        fg_flags_help(stdout, "plot", "--run DIR [--run DIR2 ...] [--out FILE.png | --script] [--timeout S]", f,
+                      P_COUNT);
         return 0;
     }
     if (rc) return rc;

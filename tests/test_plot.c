@@ -411,7 +411,7 @@ Test(plot, rows_outside_reason_are_refused_by_line_and_column) {
         {"3,2.5", "fields"},
         {"3,2.5,0.001,1,1,,0.1,50,9", "fields"},
         {"", "fields"},
-        {"3,\x1b[2J\x07\x9b" "31m,0.001,1,1,,0.1,50", "loss"},
+        {"3,\x1b[2J\x07\23331m,0.001,1,1,,0.1,50", "loss"},
     };
     make_dir("r");
     const char *env = fake_gnuplot(PRINT_TINY_PNG);
@@ -427,8 +427,8 @@ Test(plot, rows_outside_reason_are_refused_by_line_and_column) {
             int st = fg(env, script ? "plot --run r --script" : "plot --run r --out x.png", log, sizeof log);
             cr_expect_eq(st, 1, "%s: exited %d: %s", what, st, log);
             expect_one_clean_line(what, log);
-            cr_expect(strstr(log, "r/log.csv:4: ") && strstr(log, cases[i].column), "%s: does not name line 4 and %s: %s",
-                      what, cases[i].column, log);
+            cr_expect(strstr(log, "r/log.csv:4: ") && strstr(log, cases[i].column),
+                      "%s: does not name line 4 and %s: %s", what, cases[i].column, log);
         }
         char path[600];
         path_of(path, sizeof path, "x.png");
@@ -466,9 +466,8 @@ Test(plot, special_files_as_inputs_are_refused_at_once) {
     static const struct {
         const char *run, *phrase;
     } cases[] = {
-        {"fifo", "FIFO"},   {"dir", "directory"},       {"zero", "character device"}, {"sock", "sock/log.csv"},
-        {"lfifo", "FIFO"},  {"ckfifo", "checkpoint"},   {"ckdir", "checkpoint"},
-        {"runfifo", "not a folder"},
+        {"fifo", "FIFO"},  {"dir", "directory"},     {"zero", "character device"}, {"sock", "sock/log.csv"},
+        {"lfifo", "FIFO"}, {"ckfifo", "checkpoint"}, {"ckdir", "checkpoint"},      {"runfifo", "not a folder"},
     };
     for (size_t i = 0; i + 1 < sizeof cases / sizeof *cases; i++) make_dir(cases[i].run);
     path_of(path, sizeof path, "runfifo"); /* --run names a FIFO itself */
@@ -507,8 +506,9 @@ Test(plot, special_files_as_inputs_are_refused_at_once) {
 
 Test(plot, output_names_are_written_exactly) {
     static const char *names[] = {
-        "a b.png", "it's.png", "back\\slash\\n.png", "100%.png", "%s%n%x.png", "new\nline.png", "tab\t.png",
-        "quote\".png", "$(touch pwned).png", "`touch pwned`.png", "@x.png", "\xc3\xa9t\xc3\xa9.png", "-.png",
+        "a b.png",   "it's.png",    "back\\slash\\n.png", "100%.png",          "%s%n%x.png", "new\nline.png",
+        "tab\t.png", "quote\".png", "$(touch pwned).png", "`touch pwned`.png", "@x.png",     "\xc3\xa9t\xc3\xa9.png",
+        "-.png",
     };
     make_dir("r");
     write_file("r/log.csv", "step,loss\n1,2.5\n2,2.25\n");
@@ -583,7 +583,8 @@ Test(plot, long_output_paths_are_written_exactly_or_refused) {
     strcpy(rel + base + 80, ".png");
     snprintf(args, sizeof args, "plot --run r --out '%s'", rel);
     int st = fg(env, args, log, sizeof log);
-    cr_expect_eq(st, 0, "a %zu-byte path: exited %d: ...%s", strlen(rel), st, log + (strlen(log) > 300 ? strlen(log) - 300 : 0));
+    cr_expect_eq(st, 0, "a %zu-byte path: exited %d: ...%s", strlen(rel), st,
+                 log + (strlen(log) > 300 ? strlen(log) - 300 : 0));
     static char cmd[9000];
     snprintf(cmd, sizeof cmd, "cd '%s' && test -f '%s'", dir, rel);
     cr_expect_eq(fgt_run_cmd(cmd, NULL, 0), 0, "the %zu-byte path was not written", strlen(rel));
@@ -725,7 +726,8 @@ Test(plot, a_failing_gnuplot_is_one_line_naming_the_cause_and_nothing_is_written
             names_in(dir, after, sizeof after);
             cr_expect_str_eq(after, before, "gnuplot '%s': the folder changed", cases[i].body);
             char png[64];
-            cr_expect(read_rel("keep.png", png, sizeof png) == (long)TINY_PNG_LEN && !memcmp(png, tiny_png, TINY_PNG_LEN),
+            cr_expect(read_rel("keep.png", png, sizeof png) == (long)TINY_PNG_LEN &&
+                          !memcmp(png, tiny_png, TINY_PNG_LEN),
                       "gnuplot '%s': keep.png changed", cases[i].body);
         }
     }
