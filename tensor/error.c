@@ -30,18 +30,19 @@ fg_status fg_error(fg_status st, const char *fmt, ...) {
     return st;
 }
 
+/* The width of byte c in fg_printable's output. */
+static size_t printable_width(unsigned char c) { return c == '\\' ? 2 : (c >= 0x20 && c < 0x7f) ? 1 : 4; }
+
 const char *fg_printable(char *out, size_t cap, const char *text, size_t n) {
     static const char hex[] = "0123456789abcdef";
-    size_t k = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < n && total < cap; i++) total += printable_width((unsigned char)text[i]);
+    /* all of it when it fits; else as much as leaves room for "..." and the NUL */
+    size_t room = total + 1 <= cap ? cap - 1 : cap - 4, k = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)text[i];
-        int w = c == '\\' ? 2 : (c >= 0x20 && c < 0x7f) ? 1 : 4;
-        int last = i + 1 == n;
-        if (k + (size_t)w + 1 + (last ? 0 : 3) > cap) { /* keep room for "..." and the NUL */
-            memcpy(out + k, "...", 3);
-            k += 3;
-            break;
-        }
+        size_t w = printable_width(c);
+        if (k + w > room) break;
         if (w == 1) {
             out[k++] = (char)c;
         } else if (w == 2) {
@@ -53,6 +54,10 @@ const char *fg_printable(char *out, size_t cap, const char *text, size_t n) {
             out[k++] = hex[c >> 4];
             out[k++] = hex[c & 15];
         }
+    }
+    if (total + 1 > cap) {
+        memcpy(out + k, "...", 3);
+        k += 3;
     }
     out[k] = '\0';
     return out;

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tensor/error.h"
 #include "tests/common.h"
 
 static char dir[256];
@@ -265,6 +266,30 @@ static void make_rows(log_row *rows, long n, long first, long stride, int val_ev
 }
 
 TestSuite(plot, .init = setup, .fini = teardown, .timeout = 240);
+
+/* The helper behind every message that quotes outside text. */
+Test(plot, messages_quote_outside_text_printably) {
+    char out[16];
+    static const struct {
+        const char *in;
+        size_t n, cap;
+        const char *want;
+    } cases[] = {
+        {"abc", 3, 16, "abc"},
+        {"a\x1b[2J\n", 6, 16, "a\\x1b[2J\\x0a"},
+        {"x\\y", 3, 16, "x\\\\y"},
+        {"\0\x7f\x80\xff", 4, 20, "\\x00\\x7f\\x80\\xff"},
+        {"0123456", 7, 8, "0123456"},     /* fits exactly */
+        {"01234567", 8, 8, "0123..."},    /* one too many: cut, and says so */
+        {"abcd\x01", 5, 8, "abcd..."},    /* one too many: cut, and says so */
+        {"abc\x01\x02", 5, 10, "abc..."}, /* an escape that does not fit is not cut in half */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fg_printable(out, cases[i].cap, cases[i].in, cases[i].n);
+        cr_expect_str_eq(out, cases[i].want, "case %zu: '%s', expected '%s'", i, out, cases[i].want);
+        cr_expect(strlen(out) < cases[i].cap, "case %zu: past the buffer", i);
+    }
+}
 
 Test(plot, the_renderer_gets_every_row_of_every_log_exactly) {
     /* run a: train's own header and column order; b: columns in another order, no mfu column, CRLF
