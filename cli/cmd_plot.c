@@ -10,8 +10,9 @@
  * run with no checkpoint yet is named by its folder alone, and its tokens-seen panel is empty).
  * The figure's title names the machine and the date it was drawn on.
  *
- * Inputs: log.csv and the checkpoint are read as regular files only, opened without blocking (a
- * FIFO, a device, a socket or a directory there, or a link to one, is refused in one line). A run
+ * Inputs: each --run is a folder (anything else is refused by name); its log.csv and checkpoint
+ * are read as regular files only, opened without blocking (a FIFO, a device, a socket or a
+ * directory there, or a link to one, is refused in one line). A run
  * still in progress works: a last line without its newline is a row being written and is left
  * out. Every other row must be one flashgrad writes, or the file is refused with one line naming
  * the file, the line and the column (see check_value): the header's number of fields, a step that
