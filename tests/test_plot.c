@@ -269,7 +269,7 @@ TestSuite(plot, .init = setup, .fini = teardown, .timeout = 240);
 
 /* The helper behind every message that quotes outside text. */
 Test(plot, messages_quote_outside_text_printably) {
-    char out[16];
+    char out[32];
     static const struct {
         const char *in;
         size_t n, cap;
@@ -285,6 +285,7 @@ Test(plot, messages_quote_outside_text_printably) {
         {"abc\x01\x02", 5, 10, "abc..."}, /* an escape that does not fit is not cut in half */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cr_assert(cases[i].cap <= sizeof out);
         fg_printable(out, cases[i].cap, cases[i].in, cases[i].n);
         cr_expect_str_eq(out, cases[i].want, "case %zu: '%s', expected '%s'", i, out, cases[i].want);
         cr_expect(strlen(out) < cases[i].cap, "case %zu: past the buffer", i);
