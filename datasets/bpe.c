@@ -334,7 +334,9 @@ static fg_status read_input(const char *path, char **buf, size_t *n) {
     return st;
 }
 
-static fg_status load_tiktoken(fg_bpe *t, const char *path, const char *encoding) {
+/* The encoding's index in bpe_encodings: named, or from the start of the file's name; -1 and an
+ * error when neither says. */
+static int find_encoding(const char *path, const char *encoding) {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     int e = -1;
     for (size_t i = 0; i < sizeof bpe_encodings / sizeof *bpe_encodings; i++) {
@@ -345,12 +347,15 @@ static fg_status load_tiktoken(fg_bpe *t, const char *path, const char *encoding
             break;
         }
     }
-    if (e < 0)
-        return encoding ? fg_error(FG_ERR_ARG, "unknown tiktoken encoding '%s' (gpt2, r50k_base, p50k_base, cl100k_base, o200k_base)", encoding)
-                        : fg_error(FG_ERR_ARG, "%s: the file's name does not say its encoding (gpt2, r50k_base, p50k_base, cl100k_base or o200k_base); name it with --encoding", path);
-    char *buf;
-    size_t n;
-    FG_TRY(read_input(path, &buf, &n));
+    if (e < 0 && encoding)
+        fg_error(FG_ERR_ARG, "unknown tiktoken encoding '%s' (gpt2, r50k_base, p50k_base, cl100k_base, o200k_base)", encoding);
+    else if (e < 0)
+        fg_error(FG_ERR_ARG, "%s: the file's name does not say its encoding (gpt2, r50k_base, p50k_base, cl100k_base or o200k_base); name it with --encoding", path);
+    return e;
+}
+
+/* A tiktoken rank file's text buf[0..n) (named `path` in messages), of encoding e. */
+static fg_status tiktoken_from(fg_bpe *t, char *buf, size_t n, int e, const char *path) {
     fg_status st = FG_OK;
     unsigned char tok[BPE_MAX_TOKEN];
     size_t line = 0, count = 0;
@@ -381,7 +386,6 @@ static fg_status load_tiktoken(fg_bpe *t, const char *path, const char *encoding
         count++;
         p = nl ? nl + 1 : end;
     }
-    free(buf);
     if (st == FG_OK && count == 0) st = fg_error(FG_ERR_FORMAT, "%s: no tokens in the file", path);
     for (const bpe_special_def *s = bpe_encodings[e].specials; st == FG_OK && s->text; s++) {
         if (s->id <= max_rank && t->len[s->id] != UINT32_MAX)
@@ -573,13 +577,10 @@ static fg_status hf_added(fg_bpe *t, const fg_json *added, hf_ctx *c) {
     return FG_OK;
 }
 
-static fg_status load_tokenizer_json(fg_bpe *t, const char *path, hf_ctx *c) {
-    char *buf;
-    size_t n;
-    FG_TRY(read_input(path, &buf, &n));
+/* A tokenizer.json's text buf[0..n) (named `path` in messages). */
+static fg_status tokenizer_json_from(fg_bpe *t, const char *buf, size_t n, const char *path, hf_ctx *c) {
     fg_json_doc *doc;
     fg_status st = fg_json_parse(buf, n, path, &doc);
-    free(buf);
     if (st != FG_OK) return st;
     const fg_json *root = fg_json_root(doc), *model = fg_json_get(root, "model");
     const fg_json *type = fg_json_get(model, "type");
@@ -649,46 +650,81 @@ static fg_status load_vocab_merges(fg_bpe *t, const char *vocab_path, const char
     return st;
 }
 
-fg_bpe *fg_bpe_load(const char *path, const char *encoding) {
-    if (!path || !*path) return fg_error(FG_ERR_ARG, "tokenizer: no path"), NULL;
-    fg_bpe *t = calloc(1, sizeof *t);
-    if (!t) return fg_error(FG_ERR_OOM, "tokenizer: out of memory"), NULL;
-    hf_ctx c = {.what = path};
+static hf_ctx hf_ctx_for(const char *what) {
+    hf_ctx c = {.what = what};
     uint32_t cp_of[256];
     byte_chars(cp_of);
     memset(c.byte_of_cp, -1, sizeof c.byte_of_cp);
     for (int b = 0; b < 256; b++) c.byte_of_cp[cp_of[b]] = (int16_t)b;
+    return c;
+}
+
+/* Reads `path` whole and hands it to the format's reader. */
+static fg_status load_file(fg_bpe *t, const char *path, int tiktoken_encoding) {
+    char *buf;
+    size_t n;
+    FG_TRY(read_input(path, &buf, &n));
+    hf_ctx c = hf_ctx_for(path);
+    fg_status st = tiktoken_encoding >= 0 ? tiktoken_from(t, buf, n, tiktoken_encoding, path) : tokenizer_json_from(t, buf, n, path, &c);
+    free(buf);
+    return st;
+}
+
+static fg_bpe *finish(fg_bpe *t, fg_status st) {
+    if (st == FG_OK) return t;
+    fg_bpe_free(t);
+    return NULL;
+}
+
+fg_bpe *fg_bpe_load(const char *path, const char *encoding) {
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "tokenizer: no path"), NULL;
+    fg_bpe *t = calloc(1, sizeof *t);
     size_t n = strlen(path);
-    fg_status st;
     char *a = malloc(n + 32), *b = malloc(n + 32);
-    if (!a || !b) {
+    fg_status st;
+    if (!t || !a || !b) {
         st = fg_error(FG_ERR_OOM, "tokenizer: out of memory");
-    } else if (n > 9 && strcmp(path + n - 9, ".tiktoken") == 0) {
-        st = load_tiktoken(t, path, encoding);
+    } else if (encoding || (n > 9 && strcmp(path + n - 9, ".tiktoken") == 0)) {
+        int e = find_encoding(path, encoding);
+        st = e < 0 ? fg_last_status() : load_file(t, path, e);
     } else if (n > 5 && strcmp(path + n - 5, ".json") == 0) {
-        st = load_tokenizer_json(t, path, &c);
+        st = load_file(t, path, -1);
     } else {
         sprintf(a, "%s/tokenizer.json", path);
         sprintf(b, "%s/vocab.json", path);
         if (access(a, F_OK) == 0) {
-            c.what = a;
-            st = load_tokenizer_json(t, a, &c);
+            st = load_file(t, a, -1);
         } else if (access(b, F_OK) == 0) {
             sprintf(a, "%s/merges.txt", path);
+            hf_ctx c = hf_ctx_for(b);
             st = load_vocab_merges(t, b, a, &c);
-        } else if (encoding) {
-            st = load_tiktoken(t, path, encoding);
         } else {
             st = fg_error(FG_ERR_ARG, "%s: not a tokenizer (a folder with tokenizer.json, or vocab.json + merges.txt; a .tiktoken file; a tokenizer.json)", path);
         }
     }
     free(a);
     free(b);
-    if (st != FG_OK) {
-        fg_bpe_free(t);
-        return NULL;
+    return t ? finish(t, st) : NULL;
+}
+
+fg_bpe *fg_bpe_from_memory(const void *data, size_t n, const char *encoding, const char *what) {
+    if (!data && n) return fg_error(FG_ERR_ARG, "fg_bpe_from_memory: data is NULL"), NULL;
+    what = what ? what : "tokenizer";
+    fg_bpe *t = calloc(1, sizeof *t);
+    if (!t) return fg_error(FG_ERR_OOM, "tokenizer: out of memory"), NULL;
+    fg_status st;
+    if (encoding) {
+        int e = find_encoding(what, encoding);
+        char *copy = malloc(n + 1);
+        if (e < 0) st = fg_last_status();
+        else if (!copy) st = fg_error(FG_ERR_OOM, "tokenizer: out of memory");
+        else st = (memcpy(copy, data, n), tiktoken_from(t, copy, n, e, what));
+        free(copy);
+    } else {
+        hf_ctx c = hf_ctx_for(what);
+        st = tokenizer_json_from(t, data, n, what, &c);
     }
-    return t;
+    return finish(t, st);
 }
 
 void fg_bpe_free(fg_bpe *t) {

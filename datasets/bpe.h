@@ -42,9 +42,13 @@ extern "C" {
 typedef struct fg_bpe fg_bpe;
 
 /* Reads the tokenizer at `path` (see above). `encoding` names a tiktoken file's encoding (NULL:
- * from the file's name). Caller frees with fg_bpe_free. NULL + fg_error (FG_ERR_IO, FG_ERR_FORMAT,
+ * from the file's name; given, `path` is read as a tiktoken file whatever its name). Caller frees with fg_bpe_free. NULL + fg_error (FG_ERR_IO, FG_ERR_FORMAT,
  * FG_ERR_ARG) on failure; a build without PCRE2 refuses every tokenizer with one line. */
 fg_bpe *fg_bpe_load(const char *path, const char *encoding);
+
+/* The same from a file's bytes data[0..n): a tiktoken rank file when `encoding` names its
+ * encoding, else a tokenizer.json. `what` names it in messages. */
+fg_bpe *fg_bpe_from_memory(const void *data, size_t n, const char *encoding, const char *what);
 
 void fg_bpe_free(fg_bpe *t);
 
