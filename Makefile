@@ -236,14 +236,14 @@ clean:
 # build-fuzz/corpus-<name>/, crashes to build-fuzz/crash-*. Turn a crash into a file under
 # tests/fuzz/regressions/ (make test replays them).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := npy safetensors dataset meta_pkl
+FUZZ_TARGETS := npy safetensors dataset meta_pkl bpe
 FUZZ_CC      ?= clang
-FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(XXH_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(XXH_CFLAGS) $(PCRE2_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRC := $(wildcard tensor/*.c) $(wildcard datasets/*.c)
 
 build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRC)
 	@mkdir -p build-fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lm -pthread
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) $(PCRE2_LIBS) -lm -pthread
 
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
