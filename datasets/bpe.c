@@ -12,6 +12,7 @@
  * position has another rank, or the position is gone) and dropped.
  */
 #include "datasets/bpe.h"
+#include "datasets/bpe_internal.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -81,9 +82,7 @@ struct fg_bpe {
     unsigned char special_first[256]; /* 1 when some special token starts with this byte */
     int whole_first;                  /* a piece that is a token is that token (no merging) */
     char *pattern;
-#ifdef FG_HAVE_PCRE2
-    pcre2_code *re;
-#endif
+    fg_bpe__regex *re;
 };
 
 /* ---- tables ---- */
@@ -272,26 +271,96 @@ static char *rewrite_spaces(const char *pat, const char *what) {
     return o;
 }
 
-static fg_status compile_pattern(fg_bpe *t, const char *pat, const char *what) {
-    if (!(t->pattern = strdup(pat))) return fg_error(FG_ERR_OOM, "tokenizer: out of memory");
+struct fg_bpe__regex {
 #ifdef FG_HAVE_PCRE2
-    char *p = rewrite_spaces(pat, what);
-    if (!p) return fg_last_status();
+    pcre2_code *code;
+#endif
+    int unused;
+};
+
+fg_bpe__regex *fg_bpe__regex_compile(const char *pat, const char *what) {
+#ifdef FG_HAVE_PCRE2
+    fg_bpe__regex *re = calloc(1, sizeof *re);
+    char *p = re ? rewrite_spaces(pat, what) : NULL;
+    if (!p) {
+        if (!re) fg_error(FG_ERR_OOM, "tokenizer: out of memory");
+        free(re);
+        return NULL;
+    }
     int err;
     PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)p, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY, &err, &at, NULL);
+    re->code = pcre2_compile((PCRE2_SPTR)p, PCRE2_ZERO_TERMINATED,
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY, &err, &at, NULL);
     free(p);
-    if (!t->re) {
+    if (!re->code) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return fg_error(FG_ERR_FORMAT, "%s: the pre-tokenizer's pattern does not compile: %s", what, (const char *)msg);
+        free(re);
+        fg_error(FG_ERR_FORMAT, "%s: the pre-tokenizer's pattern does not compile: %s", what, (const char *)msg);
+        return NULL;
     }
-    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* without the JIT (some CPUs) it still matches */
-    return FG_OK;
+    pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE); /* without the JIT (some CPUs) it still matches */
+    return re;
 #else
-    return fg_error(FG_ERR_DEVICE, "%s: this flashgrad was built without PCRE2 (install libpcre2-dev and rebuild for BPE tokenizers)", what);
+    (void)pat;
+    fg_error(FG_ERR_DEVICE, "%s: this flashgrad was built without PCRE2 (install libpcre2-dev and rebuild for BPE tokenizers)", what);
+    return NULL;
 #endif
+}
+
+void fg_bpe__regex_free(fg_bpe__regex *re) {
+    if (!re) return;
+#ifdef FG_HAVE_PCRE2
+    pcre2_code_free(re->code);
+#endif
+    free(re);
+}
+
+fg_status fg_bpe__pieces(const fg_bpe__regex *re, const unsigned char *text, size_t n, fg_bpe__piece_fn fn, void *ctx) {
+#ifdef FG_HAVE_PCRE2
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->code, NULL);
+    if (!md) return fg_error(FG_ERR_OOM, "tokenizer: out of memory while encoding");
+    fg_status st = FG_OK;
+    size_t at = 0, done = 0;
+    while (at < n && st == FG_OK) {
+        int rc = pcre2_match(re->code, text, n, at, 0, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            st = fg_error(FG_ERR_ARG, "tokenizer: the pre-tokenizer's regex failed at byte %zu: %s", at, (const char *)msg);
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) { /* an empty match: move on by one character */
+            size_t q = fg_utf8_seq(text + at, n - at);
+            at += q ? q : 1;
+            continue;
+        }
+        if (ms > done) st = fn(text + done, ms - done, ctx); /* a stretch no match covers */
+        if (st == FG_OK) st = fn(text + ms, me - ms, ctx);
+        done = at = me;
+    }
+    if (st == FG_OK && done < n) st = fn(text + done, n - done, ctx);
+    pcre2_match_data_free(md);
+    return st;
+#else
+    (void)re, (void)text, (void)n, (void)fn, (void)ctx;
+    return fg_error(FG_ERR_DEVICE, "tokenizer: this flashgrad was built without PCRE2");
+#endif
+}
+
+const char *fg_bpe__named_pattern(const char *name) {
+    for (size_t i = 0; i < sizeof bpe_encodings / sizeof *bpe_encodings; i++)
+        if (strcmp(name, bpe_encodings[i].name) == 0) return bpe_encodings[i].pattern;
+    return NULL;
+}
+
+static fg_status compile_pattern(fg_bpe *t, const char *pat, const char *what) {
+    if (!(t->pattern = strdup(pat))) return fg_error(FG_ERR_OOM, "tokenizer: out of memory");
+    t->re = fg_bpe__regex_compile(pat, what);
+    return t->re ? FG_OK : fg_last_status();
 }
 
 /* ---- tiktoken rank files ---- */
@@ -418,7 +487,7 @@ static fg_status tiktoken_from(fg_bpe *t, char *buf, size_t n, int e, const char
 
 /* GPT-2's byte-to-character table: bytes that are printable Latin-1 ('!'..'~', '¡'..'¬', '®'..'ÿ')
  * stand for themselves; the other 68 bytes, in increasing order, become U+0100, U+0101, ... */
-static void byte_chars(uint32_t cp_of[256]) {
+void fg_bpe__byte_chars(uint32_t cp_of[256]) {
     int next = 0;
     for (int b = 0; b < 256; b++) {
         int printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
@@ -653,7 +722,7 @@ static fg_status load_vocab_merges(fg_bpe *t, const char *vocab_path, const char
 static hf_ctx hf_ctx_for(const char *what) {
     hf_ctx c = {.what = what};
     uint32_t cp_of[256];
-    byte_chars(cp_of);
+    fg_bpe__byte_chars(cp_of);
     memset(c.byte_of_cp, -1, sizeof c.byte_of_cp);
     for (int b = 0; b < 256; b++) c.byte_of_cp[cp_of[b]] = (int16_t)b;
     return c;
@@ -739,9 +808,7 @@ void fg_bpe_free(fg_bpe *t) {
     free(t->special);
     free(t->special_flag);
     free(t->pattern);
-#ifdef FG_HAVE_PCRE2
-    pcre2_code_free(t->re);
-#endif
+    fg_bpe__regex_free(t->re);
     free(t);
 }
 
@@ -863,40 +930,20 @@ static fg_status encode_piece(const fg_bpe *t, const unsigned char *b, size_t n,
     return FG_OK;
 }
 
+typedef struct {
+    const fg_bpe *t;
+    enc_state *s;
+} piece_ctx;
+
+static fg_status merge_piece(const unsigned char *p, size_t n, void *ctx) {
+    piece_ctx *c = ctx;
+    return encode_piece(c->t, p, n, c->s);
+}
+
 /* Pre-tokenizes and merges text[0..n), which holds no special token. */
 static fg_status encode_ordinary(const fg_bpe *t, const unsigned char *text, size_t n, enc_state *s) {
-#ifdef FG_HAVE_PCRE2
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    if (!md) return fg_error(FG_ERR_OOM, "tokenizer: out of memory while encoding");
-    fg_status st = FG_OK;
-    size_t at = 0, done = 0;
-    while (at < n && st == FG_OK) {
-        int rc = pcre2_match(t->re, text, n, at, 0, md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
-            PCRE2_UCHAR msg[160];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            st = fg_error(FG_ERR_ARG, "tokenizer: the pre-tokenizer's regex failed at byte %zu: %s", at, (const char *)msg);
-            break;
-        }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        size_t ms = ov[0], me = ov[1];
-        if (me == ms) { /* an empty match: move on by one character */
-            size_t q = fg_utf8_seq(text + at, n - at);
-            at += q ? q : 1;
-            continue;
-        }
-        if (ms > done) st = encode_piece(t, text + done, ms - done, s); /* a stretch no match covers */
-        if (st == FG_OK) st = encode_piece(t, text + ms, me - ms, s);
-        done = at = me;
-    }
-    if (st == FG_OK && done < n) st = encode_piece(t, text + done, n - done, s);
-    pcre2_match_data_free(md);
-    return st;
-#else
-    (void)t, (void)text, (void)n, (void)s;
-    return fg_error(FG_ERR_DEVICE, "tokenizer: this flashgrad was built without PCRE2");
-#endif
+    piece_ctx c = {t, s};
+    return fg_bpe__pieces(t->re, text, n, merge_piece, &c);
 }
 
 fg_status fg_bpe_encode(const fg_bpe *t, const void *text, size_t n, int allow_special, int32_t **ids, size_t *nids) {
