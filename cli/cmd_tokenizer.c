@@ -5,11 +5,17 @@
  *   flashgrad tokenizer decode --tokenizer PATH FILE...   the bytes of the ids in each FILE (as encode
  *                                                          prints them), one after the other
  *
+ *   flashgrad tokenizer train --vocab-size N --out DIR FILE...
+ *                                                          trains a byte-level BPE on the files and
+ *                                                          writes DIR/tokenizer.json (datasets/bpe_train.h)
+ *
  * --allow-special cuts special tokens out of the text (tiktoken's allowed_special="all"); without
  * it their text is encoded as ordinary text. --bench encodes the file --repeat times and prints the
  * speed instead of the ids.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "datasets/bpe.h"
+#include "datasets/bpe_train.h"
 #include "tensor/fileio.h"
 
 enum { T_TOK, T_ENC, T_SPECIAL, T_BENCH, T_REPEAT, T_COUNT };
@@ -129,16 +136,85 @@ static int run_file(const fg_bpe *t, const char *path, int enc, const fg_flag *f
     return rc;
 }
 
+enum { R_VOCAB, R_OUT, R_PATTERN, R_SPECIAL, R_MINFREQ, R_OVERWRITE, R_COUNT };
+
+/* `tokenizer train`: DIR/tokenizer.json, written atomically; DIR is made when missing. */
+static int cmd_train(int argc, char **argv) {
+    fg_flag f[R_COUNT] = {
+        [R_VOCAB] = {"--vocab-size", FG_FLAG_INT, "N", "tokens in all: 256 bytes, the merges, the special tokens", .lo = 257, .hi = 1 << 24, .i = 0},
+        [R_OUT] = {"--out", FG_FLAG_STR, "DIR", "the folder for tokenizer.json (made when missing)", .s = NULL},
+        [R_PATTERN] = {"--pattern", FG_FLAG_STR, "NAME", "the pre-tokenizer's regex: gpt2, cl100k_base or o200k_base", .s = "gpt2"},
+        [R_SPECIAL] = {"--special", FG_FLAG_STR, "TOKENS", "special tokens, separated by spaces (\"\": none)", .s = "<|endoftext|>"},
+        [R_MINFREQ] = {"--min-frequency", FG_FLAG_INT, "N", "a pair seen fewer times is never merged", .lo = 1, .hi = 1e15, .i = 2},
+        [R_OVERWRITE] = {"--overwrite", FG_FLAG_BOOL, "", "replace DIR/tokenizer.json when it exists"},
+    };
+    const char *files[argc];
+    file_list fl = {files, 0};
+    int rc = fg_flags_parse_ex("tokenizer train", f, R_COUNT, argc, argv, take_file, &fl);
+    if (rc == -1) {
+        fg_flags_help(stdout, "tokenizer train", "--vocab-size N --out DIR [flags] FILE...", f, R_COUNT);
+        return 0;
+    }
+    if (rc) return rc;
+    if (!f[R_VOCAB].given || !f[R_OUT].s || fl.n == 0) {
+        fprintf(stderr, "usage: flashgrad tokenizer train --vocab-size N --out DIR [flags] FILE... (--help for the flags)\n");
+        return 2;
+    }
+    char *sp = strdup(f[R_SPECIAL].s);
+    const char *specials[64];
+    int ns = 0;
+    for (char *tok = strtok(sp, " "); tok; tok = strtok(NULL, " ")) {
+        if (ns == 64) {
+            fprintf(stderr, "flashgrad tokenizer train: --special: at most 64 special tokens\n");
+            free(sp);
+            return 2;
+        }
+        specials[ns++] = tok;
+    }
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/tokenizer.json", f[R_OUT].s) >= (int)sizeof path) {
+        fprintf(stderr, "flashgrad tokenizer train: --out: the path is too long\n");
+        free(sp);
+        return 2;
+    }
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !f[R_OVERWRITE].given) {
+        fprintf(stderr, "flashgrad tokenizer train: %s exists (--overwrite replaces it)\n", path);
+        free(sp);
+        return 1;
+    }
+    fg_bpe_train_opts o = {.vocab_size = (int32_t)f[R_VOCAB].i, .pattern = f[R_PATTERN].s, .specials = specials, .n_specials = ns,
+                           .min_frequency = f[R_MINFREQ].i, .progress = stderr};
+    char *json = NULL;
+    size_t len = 0;
+    fg_status st = fg_bpe_train(files, fl.n, &o, &json, &len);
+    free(sp);
+    if (st == FG_OK && mkdir(f[R_OUT].s, 0777) != 0 && errno != EEXIST)
+        st = fg_error(FG_ERR_IO, "cannot make the folder '%s': %s", f[R_OUT].s, strerror(errno));
+    if (st == FG_OK) {
+        const void *parts[] = {json};
+        st = fg_write_file_atomic(path, parts, &len, 1);
+    }
+    free(json);
+    if (st != FG_OK) {
+        fprintf(stderr, "flashgrad tokenizer train: %s\n", fg_last_error());
+        return 1;
+    }
+    fprintf(stderr, "flashgrad tokenizer train: wrote %s\n", path);
+    return 0;
+}
+
 int fg_cmd_tokenizer(int argc, char **argv) {
     if (argc < 2) return usage();
     const char *mode = argv[1];
+    if (strcmp(mode, "train") == 0) return cmd_train(argc - 1, argv + 1);
     int enc = strcmp(mode, "encode") == 0;
     if (!enc && strcmp(mode, "decode") != 0) {
         if (strcmp(mode, "--help") == 0 || strcmp(mode, "-h") == 0) {
-            printf("usage: flashgrad tokenizer encode|decode --tokenizer PATH [flags] FILE\n");
+            printf("usage: flashgrad tokenizer encode|decode --tokenizer PATH [flags] FILE...\n       flashgrad tokenizer train --vocab-size N --out DIR [flags] FILE...\n");
             return 0;
         }
-        fprintf(stderr, "flashgrad tokenizer: unknown mode '%s' (encode or decode)\n", mode);
+        fprintf(stderr, "flashgrad tokenizer: unknown mode '%s' (encode, decode or train)\n", mode);
         return 2;
     }
     fg_flag f[T_COUNT] = {

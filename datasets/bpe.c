@@ -227,48 +227,131 @@ static fg_status add_special(fg_bpe *t, int32_t id, int is_special) {
 
 /* ---- the pre-tokenizer's regular expression ---- */
 
-/* \s and \S as Unicode's White_Space property, which the reference tokenizers' regex engines use;
- * PCRE2's own \s differs from it (U+180E). */
+/* The reference tokenizers' regex engines and PCRE2 read a few things differently; a pattern is
+ * translated into PCRE2's spelling of what its own engine means:
+ *   - \s, \S: Unicode's White_Space property in both engines (PCRE2's \s also takes U+180E);
+ *   - Hugging Face's files are read by Oniguruma with Ruby's syntax, where X{n,m}+ is not a
+ *     possessive repeat but (?:X{n,m})+, \h is a hexadecimal digit, and ^ and $ match at every
+ *     line start and end; tiktoken's engine (fancy-regex) reads X{n,m}+ as possessive and $ as the
+ *     end of the text, as PCRE2 does with DOLLAR_ENDONLY. */
 #define WS_CLASS "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define HEX_CLASS "0-9a-fA-F"
 
-/* The pattern with every \s and \S spelled out as WS_CLASS; NULL (and an error) for a \S inside a
- * character class, which that spelling cannot express. */
-static char *rewrite_spaces(const char *pat, const char *what) {
-    size_t n = strlen(pat), extra = 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        if (pat[i] == '\\') extra += sizeof WS_CLASS + 4, i++;
-    char *o = malloc(n + extra + 1), *w = o;
-    if (!o) return fg_error(FG_ERR_OOM, "tokenizer: out of memory"), NULL;
-    int in_class = 0;
-    for (size_t i = 0; i < n; i++) {
+typedef struct {
+    char *s;
+    size_t n, cap;
+} pbuf;
+
+static int pb_put(pbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = realloc(b->s, cap);
+        if (!q) return 0;
+        b->s = q;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+    return 1;
+}
+
+/* The length of the escape at p (p[0] == '\\'): \p{..}, \x{..} and the like up to their '}'. */
+static size_t escape_len(const char *p) {
+    if (!p[1]) return 1;
+    if (strchr("pPxNgk", p[1]) && p[2] == '{') {
+        const char *e = strchr(p + 3, '}');
+        return e ? (size_t)(e - p) + 1 : strlen(p);
+    }
+    if ((p[1] == 'p' || p[1] == 'P') && p[2]) return 3;
+    if (p[1] == 'x' && isxdigit((unsigned char)p[2]) && isxdigit((unsigned char)p[3])) return 4;
+    size_t q = fg_utf8_seq((const unsigned char *)p + 1, strlen(p + 1));
+    return 1 + (q ? q : 1);
+}
+
+/* The pattern in PCRE2's spelling (see above); onig: the pattern comes from a Hugging Face file.
+ * NULL (and an error) for what the spelling cannot express (\S or \H inside a class). */
+static char *translate_pattern(const char *pat, int onig, const char *what) {
+    pbuf o = {0};
+    size_t n = strlen(pat), groups[64];
+    int ng = 0, in_class = 0, ok = 1;
+    long atom = -1; /* where the last complete atom starts in the output */
+    for (size_t i = 0; i < n && ok;) {
         char c = pat[i];
-        if (c == '\\' && i + 1 < n) {
+        if (c == '\\') {
+            size_t k = escape_len(pat + i);
             char e = pat[i + 1];
-            if (e == 's' || e == 'S') {
-                if (in_class && e == 'S') {
-                    free(o);
-                    fg_error(FG_ERR_FORMAT, "%s: the pre-tokenizer's pattern has \\S inside a character class (not supported)", what);
+            long at = (long)o.n;
+            if (e == 's' || e == 'S' || (onig && (e == 'h' || e == 'H'))) {
+                const char *cls = e == 's' || e == 'S' ? WS_CLASS : HEX_CLASS;
+                if (in_class && (e == 'S' || e == 'H')) {
+                    free(o.s);
+                    fg_error(FG_ERR_FORMAT, "%s: the pre-tokenizer's pattern has \\%c inside a character class (not supported)", what, e);
                     return NULL;
                 }
-                w += sprintf(w, in_class ? "%s" : e == 's' ? "[%s]" : "[^%s]", WS_CLASS);
+                ok = in_class ? pb_put(&o, cls, strlen(cls))
+                              : pb_put(&o, e == 's' || e == 'h' ? "[" : "[^", e == 's' || e == 'h' ? 1 : 2) && pb_put(&o, cls, strlen(cls)) && pb_put(&o, "]", 1);
             } else {
-                *w++ = c, *w++ = e;
+                ok = pb_put(&o, pat + i, k);
             }
+            if (!in_class) atom = at;
+            i += k;
+        } else if (in_class) {
+            ok = pb_put(&o, &c, 1);
+            if (c == ']') in_class = 0;
             i++;
-            continue;
-        }
-        if (c == '[' && !in_class) {
+        } else if (c == '[') {
+            atom = (long)o.n;
             in_class = 1;
-            *w++ = c;
-            if (i + 1 < n && pat[i + 1] == '^') *w++ = pat[++i];
-            if (i + 1 < n && pat[i + 1] == ']') *w++ = pat[++i]; /* a ']' first is a literal */
-            continue;
+            ok = pb_put(&o, &c, 1);
+            i++;
+            if (i < n && pat[i] == '^') ok &= pb_put(&o, &pat[i++], 1);
+            if (i < n && pat[i] == ']') ok &= pb_put(&o, &pat[i++], 1); /* a ']' first is a literal */
+        } else if (c == '(') {
+            if (ng < 64) groups[ng] = o.n;
+            ng++;
+            atom = -1;
+            ok = pb_put(&o, &c, 1);
+            i++;
+        } else if (c == ')') {
+            atom = ng > 0 && ng <= 64 ? (long)groups[ng - 1] : -1;
+            if (ng > 0) ng--;
+            ok = pb_put(&o, &c, 1);
+            i++;
+        } else if (c == '{' && onig) {
+            size_t j = i + 1;
+            while (j < n && (isdigit((unsigned char)pat[j]) || pat[j] == ',')) j++;
+            if (j < n && pat[j] == '}' && j > i + 1 && j + 1 < n && pat[j + 1] == '+' && atom >= 0) {
+                /* X{n,m}+ -> (?:X{n,m})+ */
+                size_t len = o.n - (size_t)atom;
+                ok = pb_put(&o, "(?:", 3);
+                if (ok) {
+                    memmove(o.s + atom + 3, o.s + atom, len);
+                    memcpy(o.s + atom, "(?:", 3);
+                    ok = pb_put(&o, pat + i, j + 1 - i) && pb_put(&o, ")+", 2);
+                }
+                i = j + 2;
+                atom = -1;
+            } else {
+                ok = pb_put(&o, &c, 1);
+                i++;
+            }
+        } else {
+            size_t k = fg_utf8_seq((const unsigned char *)pat + i, n - i);
+            if (!k) k = 1;
+            if (!strchr("*+?{|^$.", c) || c == '.') atom = (long)o.n;
+            if (c == '|') atom = -1;
+            ok = pb_put(&o, pat + i, k);
+            i += k;
         }
-        if (c == ']' && in_class) in_class = 0;
-        *w++ = c;
     }
-    *w = '\0';
-    return o;
+    if (!ok || !o.s) {
+        free(o.s);
+        fg_error(FG_ERR_OOM, "tokenizer: out of memory");
+        return NULL;
+    }
+    return o.s;
 }
 
 struct fg_bpe__regex {
@@ -278,10 +361,10 @@ struct fg_bpe__regex {
     int unused;
 };
 
-fg_bpe__regex *fg_bpe__regex_compile(const char *pat, const char *what) {
+fg_bpe__regex *fg_bpe__regex_compile(const char *pat, int onig, const char *what) {
 #ifdef FG_HAVE_PCRE2
     fg_bpe__regex *re = calloc(1, sizeof *re);
-    char *p = re ? rewrite_spaces(pat, what) : NULL;
+    char *p = re ? translate_pattern(pat, onig, what) : NULL;
     if (!p) {
         if (!re) fg_error(FG_ERR_OOM, "tokenizer: out of memory");
         free(re);
@@ -290,7 +373,7 @@ fg_bpe__regex *fg_bpe__regex_compile(const char *pat, const char *what) {
     int err;
     PCRE2_SIZE at;
     re->code = pcre2_compile((PCRE2_SPTR)p, PCRE2_ZERO_TERMINATED,
-                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY, &err, &at, NULL);
+                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (onig ? PCRE2_MULTILINE : PCRE2_DOLLAR_ENDONLY), &err, &at, NULL);
     free(p);
     if (!re->code) {
         PCRE2_UCHAR msg[160];
@@ -302,7 +385,7 @@ fg_bpe__regex *fg_bpe__regex_compile(const char *pat, const char *what) {
     pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE); /* without the JIT (some CPUs) it still matches */
     return re;
 #else
-    (void)pat;
+    (void)pat, (void)onig;
     fg_error(FG_ERR_DEVICE, "%s: this flashgrad was built without PCRE2 (install libpcre2-dev and rebuild for BPE tokenizers)", what);
     return NULL;
 #endif
@@ -357,9 +440,9 @@ const char *fg_bpe__named_pattern(const char *name) {
     return NULL;
 }
 
-static fg_status compile_pattern(fg_bpe *t, const char *pat, const char *what) {
+static fg_status compile_pattern(fg_bpe *t, const char *pat, int onig, const char *what) {
     if (!(t->pattern = strdup(pat))) return fg_error(FG_ERR_OOM, "tokenizer: out of memory");
-    t->re = fg_bpe__regex_compile(pat, what);
+    t->re = fg_bpe__regex_compile(pat, onig, what);
     return t->re ? FG_OK : fg_last_status();
 }
 
@@ -479,7 +562,7 @@ static fg_status tiktoken_from(fg_bpe *t, char *buf, size_t n, int e, const char
         }
     }
     t->whole_first = 1; /* tiktoken takes a piece that is a token as that token */
-    if (st == FG_OK) st = compile_pattern(t, bpe_encodings[e].pattern, path);
+    if (st == FG_OK) st = compile_pattern(t, bpe_encodings[e].pattern, 0, path);
     return st;
 }
 
@@ -622,7 +705,7 @@ static fg_status hf_pretokenizer(fg_bpe *t, const fg_json *pt, hf_ctx *c) {
         }
     }
     if (!byte_level) return fg_error(FG_ERR_FORMAT, "%s: pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)", c->what);
-    return compile_pattern(t, pattern ? pattern : "(?s).+", c->what);
+    return compile_pattern(t, pattern ? pattern : "(?s).+", 1, c->what);
 }
 
 static fg_status hf_added(fg_bpe *t, const fg_json *added, hf_ctx *c) {
@@ -715,7 +798,7 @@ static fg_status load_vocab_merges(fg_bpe *t, const char *vocab_path, const char
         p = nl ? nl + 1 : end;
     }
     free(buf);
-    if (st == FG_OK) st = compile_pattern(t, PAT_GPT2, vocab_path);
+    if (st == FG_OK) st = compile_pattern(t, PAT_GPT2, 1, vocab_path);
     return st;
 }
 

@@ -12,10 +12,11 @@
 extern "C" {
 #endif
 
-/* A compiled pre-tokenizer pattern (PCRE2 with Unicode properties, \s as Unicode's White_Space).
+/* A compiled pre-tokenizer pattern (PCRE2 with Unicode properties, \s as Unicode's White_Space),
+ * read as tiktoken's engine reads it, or with onig as Hugging Face's (Oniguruma, Ruby syntax).
  * NULL + fg_error when it does not compile, or without PCRE2. `what` names it in messages. */
 typedef struct fg_bpe__regex fg_bpe__regex;
-fg_bpe__regex *fg_bpe__regex_compile(const char *pattern, const char *what);
+fg_bpe__regex *fg_bpe__regex_compile(const char *pattern, int onig, const char *what);
 void fg_bpe__regex_free(fg_bpe__regex *re);
 
 /* Calls fn on every piece of text[0..n) in order: each match, and each stretch between matches;

@@ -5,7 +5,9 @@ implementations, id for id, on corpora made here:
     ByteLevel, ignore_merges, added special tokens), both trained here and saved as tokenizer.json;
     the first also as vocab.json + merges.txt; `transformers`' fast tokenizer on the same folder;
   - `bpe-openai` (tiktoken's API, its own rank files): cl100k_base and o200k_base, with special
-    tokens allowed and as ordinary text.
+    tokens allowed and as ordinary text;
+  - tokenizers that `flashgrad tokenizer train` wrote (GPT-2's and cl100k's patterns), loaded by
+    `tokenizers`.
 
 Usage: bpe_check.py FLASHGRAD WORKDIR [--speed]. Exit 0 when every id matches, 1 on a mismatch
 (the first differing position printed), 77 when a reference package is missing (the reason on
@@ -40,7 +42,8 @@ def corpus(seed):
         " ", "  ", "   ", "          ", "\n", "\n\n", "\n\n\n", "\t", "\t\t", "\r\n", " \n", "  \n  ",
         "\u0085", "\u00a0", "\u180e", "\u2028", "\u3000", "\u200b", "\u2009",
         "!!!", "?!", "...", "--", "/*", "*/", "#include <stdio.h>", "x+=1;", "a_b", "(){}", "<|endoftext|>", "<|fim_prefix|>",
-        "http://example.com/a/b", "foo@bar.baz", "$100", "€5", "100%", "'tis", "o'clock",
+        "http://example.com/a/b", "foo@bar.baz", "$100", "€5", "100%", "'tis", "o'clock", "deadbeef", "cafe\nbabe\n",
+        "ab\ncd", "1234567\n", "12\n345",
     ]
     r = random.Random(seed)
     docs = ["".join(frags)]
@@ -112,6 +115,19 @@ def train_hf(workdir, docs):
     os.makedirs(d3, exist_ok=True)
     t3.save(os.path.join(d3, "tokenizer.json"))
     made["hf_llama3"] = (d3, t3)
+    # what Oniguruma's Ruby syntax reads its own way: X{n,m}+ is (?:X{n,m})+, \h a hex digit, ^ and $
+    # at line starts and ends
+    pat4 = r"\p{N}{2,3}+|\p{L}{1,2}+$|^\p{L}+|\h+|\s+(?!\S)|\s+|\p{N}{1,3}+|[^\s\p{L}\p{N}]++"
+    t4 = Tokenizer(models.BPE())
+    t4.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pat4), behavior="isolated", invert=False),
+                                                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    t4.decoder = decoders.ByteLevel()
+    t4.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                     show_progress=False))
+    d4 = os.path.join(workdir, "hf_onig")
+    os.makedirs(d4, exist_ok=True)
+    t4.save(os.path.join(d4, "tokenizer.json"))
+    made["hf_onig"] = (d4, t4)
     return made
 
 
@@ -140,6 +156,8 @@ def main():
     docs = corpus(1234)
     train_docs = docs + [shakespeare()[:200000]]
     hf = train_hf(workdir, train_docs)
+    with open(os.path.join(workdir, "train_corpus.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(train_docs))
     tt = tiktoken_files(workdir)
     if speed:
         return run_speed(fg, workdir, hf, tt)
@@ -160,6 +178,13 @@ def main():
         check(name, path, lambda x, t=t: t.encode(x, add_special_tokens=False).ids, True)
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(hf["hf_llama3"][0], "tokenizer.json"))
     check("transformers fast", hf["hf_llama3"][0], lambda x: fast(x, add_special_tokens=False)["input_ids"], True, texts[:20])
+    tk = need("tokenizers")
+    for pat in ("gpt2", "cl100k_base"):
+        d = os.path.join(workdir, f"fg_trained_{pat}")
+        subprocess.run([fg, "tokenizer", "train", "--vocab-size", "700", "--pattern", pat, "--out", d, "--overwrite",
+                        os.path.join(workdir, "train_corpus.txt")], check=True, capture_output=True)
+        t = tk.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        check(f"flashgrad-trained {pat}", d, lambda x, t=t: t.encode(x, add_special_tokens=False).ids, True)
     for name, (path, enc) in tt.items():
         check(f"{name} allowed_special", path, lambda x, e=enc: e.encode(x, allowed_special="all"), True)
         check(f"{name} ordinary", path, lambda x, e=enc: e.encode_ordinary(x), False)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "datasets/bpe.h"
+#include "datasets/bpe_train.h"
 #include "tensor/json.h"
 #include "tests/common.h"
 
@@ -442,6 +443,188 @@ Test(bpe, a_piece_a_megabyte_long_takes_no_quadratic_time, .timeout = 60) {
     free(text);
     fg_bpe_free(tok);
     free(js);
+}
+
+/* Hugging Face reads its files' regexes with Oniguruma's Ruby syntax, where X{1,3}+ repeats
+ * X{1,3} (any run of digits is one piece) and \h is a hex digit; tiktoken's X{1,3}+ is a possessive
+ * repeat of at most three. Tokens 12 < 123 < 1234 show which reading was used. */
+Test(bpe, hugging_face_patterns_are_read_as_oniguruma_reads_them) {
+    table t;
+    memset(&t, 0, sizeof t);
+    const char *tok[] = {"12", "123", "1234", "ab", "abc"};
+    for (int i = 0; i < 5; i++) memcpy(t.bytes[i], tok[i], t.len[i] = strlen(tok[i]));
+    t.n = 5;
+    int ml[] = {'1', 256, 257, 'a', 259}, mr[] = {'2', '3', '4', 'b', 'c'};
+    for (int i = 0; i < 5; i++) t.ml[i] = ml[i], t.mr[i] = mr[i];
+    t.nm = 5;
+    const char *pre = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\p{N}{1,3}+|\\\\h|\\\\s+|.\"},"
+                      "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}";
+    char *js = hf_json(&t, pre, "");
+    fg_bpe *hf = fg_bpe_from_memory(js, strlen(js), NULL, "onig.json");
+    cr_assert(hf, "%s", fg_last_error());
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(fg_bpe_encode(hf, "1234", 4, 0, &ids, &n), FG_OK);
+    cr_expect(n == 1 && ids[0] == 258, "1234: %zu ids, the first %d (Oniguruma: one piece, one token)", n, (int)ids[0]);
+    free(ids);
+    cr_assert_eq(fg_bpe_encode(hf, "abc", 3, 0, &ids, &n), FG_OK); /* \h: a, b, c are hex digits, one piece each */
+    cr_expect(n == 3 && ids[0] == 'a' && ids[1] == 'b' && ids[2] == 'c', "abc: %zu ids", n);
+    free(ids);
+    fg_bpe_free(hf);
+    free(js);
+    /* the same merges as a tiktoken file with cl100k's pattern: digits go in threes */
+    size_t tn;
+    char *tt = tiktoken_text(&t, &tn);
+    fg_bpe *tk = fg_bpe_from_memory(tt, tn, "cl100k_base", "t");
+    cr_assert(tk, "%s", fg_last_error());
+    cr_assert_eq(fg_bpe_encode(tk, "1234", 4, 0, &ids, &n), FG_OK);
+    cr_expect(n == 2 && ids[0] == 257 && ids[1] == '4', "1234: %zu ids (tiktoken: 123|4)", n);
+    free(ids);
+    fg_bpe_free(tk);
+    free(tt);
+}
+
+/* ---- training ---- */
+
+typedef struct {
+    int tok[64];
+    int len;
+    long long count;
+} rword;
+
+/* The quadratic reference trainer on pieces given directly: recount every pair each round, merge
+ * the most frequent (smaller ids first among equals) everywhere, left to right. */
+static int reference_train(rword *w, int nw, int merges, long long min_freq, table *t) {
+    memset(t, 0, sizeof *t);
+    for (int m = 0; m < merges; m++) {
+        long long best = 0;
+        int ba = 0, bb = 0;
+        for (int i = 0; i < nw; i++)
+            for (int k = 0; k + 1 < w[i].len; k++) {
+                int a = w[i].tok[k], b = w[i].tok[k + 1];
+                long long f = 0;
+                for (int j = 0; j < nw; j++)
+                    for (int q = 0; q + 1 < w[j].len; q++) f += w[j].tok[q] == a && w[j].tok[q + 1] == b ? w[j].count : 0;
+                if (f > best || (f == best && (a < ba || (a == ba && b < bb)))) best = f, ba = a, bb = b;
+            }
+        if (best < min_freq || best == 0) return m;
+        unsigned char one_a[1], one_b[1];
+        size_t la, lb;
+        const unsigned char *pa = tok_bytes(t, ba, &la, one_a), *pb = tok_bytes(t, bb, &lb, one_b);
+        memcpy(t->bytes[t->n], pa, la);
+        memcpy(t->bytes[t->n] + la, pb, lb);
+        t->len[t->n++] = la + lb;
+        t->ml[t->nm] = ba, t->mr[t->nm++] = bb;
+        int x = 256 + m;
+        for (int i = 0; i < nw; i++) {
+            int out = 0;
+            for (int k = 0; k < w[i].len;) {
+                if (k + 1 < w[i].len && w[i].tok[k] == ba && w[i].tok[k + 1] == bb) w[i].tok[out++] = x, k += 2;
+                else w[i].tok[out++] = w[i].tok[k++];
+            }
+            w[i].len = out;
+        }
+    }
+    return merges;
+}
+
+Test(bpe, training_matches_the_quadratic_reference_and_is_deterministic) {
+    char dir[256], corpus[512];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_bpe_train_XXXXXX");
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        /* words of a and b separated by single spaces: GPT-2's regex makes "w" then " w" pieces */
+        uint64_t s = seed;
+        char text[4000];
+        size_t n = 0;
+        rword w[400];
+        int nw = 0;
+        for (int word = 0; word < 300; word++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            int len = 1 + (int)((s >> 40) % 6);
+            char piece[16];
+            int pl = 0;
+            if (word) piece[pl++] = ' ';
+            for (int k = 0; k < len; k++) {
+                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+                piece[pl++] = (s >> 50) & 1 ? 'a' : 'b';
+            }
+            memcpy(text + n, piece, (size_t)pl);
+            n += (size_t)pl;
+            int found = -1;
+            for (int i = 0; i < nw && found < 0; i++)
+                if (w[i].len == pl) {
+                    int same = 1;
+                    for (int k = 0; k < pl; k++) same &= w[i].tok[k] == (unsigned char)piece[k];
+                    if (same) found = i;
+                }
+            if (found >= 0) {
+                w[found].count++;
+            } else {
+                for (int k = 0; k < pl; k++) w[nw].tok[k] = (unsigned char)piece[k];
+                w[nw].len = pl, w[nw].count = 1;
+                nw++;
+            }
+        }
+        FILE *f = fopen(corpus, "wb");
+        fwrite(text, 1, n, f);
+        fclose(f);
+        const long long min_freq = seed % 2 ? 2 : 1;
+        table ref;
+        int made = reference_train(w, nw, 40, min_freq, &ref);
+        const char *files[] = {corpus};
+        const char *specials[] = {"<|endoftext|>"};
+        fg_bpe_train_opts o = {.vocab_size = 256 + 40 + 1, .pattern = "gpt2", .specials = specials, .n_specials = 1, .min_frequency = min_freq};
+        char *js, *js2;
+        size_t len, len2;
+        cr_assert_eq(fg_bpe_train(files, 1, &o, &js, &len), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_bpe_train(files, 1, &o, &js2, &len2), FG_OK, "%s", fg_last_error());
+        cr_expect(len == len2 && memcmp(js, js2, len) == 0, "seed %llu: two trainings differ", (unsigned long long)seed);
+        fg_json_doc *d;
+        cr_assert_eq(fg_json_parse(js, len, "trained", &d), FG_OK, "%s", fg_last_error());
+        const fg_json *merges = fg_json_get(fg_json_get(fg_json_root(d), "model"), "merges");
+        cr_assert(merges && merges->kind == FG_JSON_ARRAY);
+        cr_assert_eq((int)merges->len, made, "seed %llu: %u merges, the reference %d", (unsigned long long)seed, merges->len, made);
+        for (int m = 0; m < made; m++) {
+            for (int side = 0; side < 2; side++) {
+                unsigned char one[1];
+                size_t bl;
+                const unsigned char *b = tok_bytes(&ref, side ? ref.mr[m] : ref.ml[m], &bl, one);
+                char want[128];
+                size_t wl = token_json(b, bl, want);
+                const fg_json *got = &merges->items[m].items[side];
+                cr_assert(got->len == wl && memcmp(got->str, want, wl) == 0, "seed %llu merge %d side %d: '%s', the reference '%.*s'",
+                          (unsigned long long)seed, m, side, got->str, (int)wl, want);
+            }
+        }
+        /* what was written loads, and encodes the corpus as the reference merges do */
+        fg_bpe *tok = fg_bpe_from_memory(js, len, NULL, "trained");
+        cr_assert(tok, "%s", fg_last_error());
+        cr_expect_eq(fg_bpe_vocab_size(tok), 256 + made + 1);
+        cr_expect_eq(fg_bpe_special_id(tok, "<|endoftext|>"), 256 + made);
+        fg_bpe_free(tok);
+        fg_json_free(d);
+        free(js);
+        free(js2);
+    }
+    unlink(corpus);
+    fgt_remove_tmpdir(dir);
+}
+
+Test(bpe, training_options_out_of_range_are_refused) {
+    const char *files[] = {"/nonexistent/corpus.txt"};
+    char *js;
+    size_t len;
+    fg_bpe_train_opts o = {.vocab_size = 300, .pattern = "gpt3", .min_frequency = 2};
+    cr_expect_eq(fg_bpe_train(files, 1, &o, &js, &len), FG_ERR_ARG);
+    cr_expect(strstr(fg_last_error(), "unknown pattern 'gpt3'"), "%s", fg_last_error());
+    o.pattern = "gpt2";
+    o.vocab_size = 200;
+    cr_expect_eq(fg_bpe_train(files, 1, &o, &js, &len), FG_ERR_ARG);
+    cr_expect(strstr(fg_last_error(), "cannot hold the 256 bytes"), "%s", fg_last_error());
+    o.vocab_size = 300;
+    cr_expect_neq(fg_bpe_train(files, 1, &o, &js, &len), FG_OK);
+    cr_expect(strstr(fg_last_error(), "/nonexistent/corpus.txt"), "%s", fg_last_error());
 }
 
 /* ---- bad input: one line each ---- */
