@@ -15,6 +15,7 @@
 
 #include "datasets/bpe.h"
 #include "datasets/bpe_train.h"
+#include "tensor/fileio.h"
 #include "tensor/json.h"
 #include "tests/common.h"
 
@@ -625,6 +626,153 @@ Test(bpe, training_options_out_of_range_are_refused) {
     o.vocab_size = 300;
     cr_expect_neq(fg_bpe_train(files, 1, &o, &js, &len), FG_OK);
     cr_expect(strstr(fg_last_error(), "/nonexistent/corpus.txt"), "%s", fg_last_error());
+}
+
+/* ---- prepare ---- */
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    void *b = NULL;
+    cr_assert_eq(fg_read_file(path, 0, &b, n), FG_OK, "%s", fg_last_error());
+    return b;
+}
+
+/* The ids of text[0..n) as uint16 or uint32 little-endian bytes. */
+static unsigned char *encoded(const fg_bpe *tok, const char *text, size_t n, int width, const int32_t *eot, size_t *len) {
+    int32_t *ids;
+    size_t k;
+    cr_assert_eq(fg_bpe_encode(tok, text, n, 0, &ids, &k), FG_OK, "%s", fg_last_error());
+    unsigned char *o = malloc((k + 1) * 4 + 1);
+    for (size_t i = 0; i <= k; i++) {
+        if (i == k && !eot) break;
+        uint32_t v = (uint32_t)(i == k ? *eot : ids[i]);
+        for (int b = 0; b < width; b++) o[width * i + b] = (unsigned char)(v >> (8 * b));
+    }
+    *len = (k + (eot ? 1 : 0)) * (size_t)width;
+    free(ids);
+    return o;
+}
+
+Test(bpe, prepare_writes_the_ids_of_nanogpts_split_whatever_the_chunks_and_threads, .timeout = 120) {
+    char dir[256], cmd[2048], log[4096], p[600], tokdir[300], txt[300];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_prepare_XXXXXX");
+    /* a tokenizer trained here, and a text with multi-byte characters (the cut counts characters) */
+    snprintf(txt, sizeof txt, "%s/text.txt", dir);
+    FILE *f = fopen(txt, "wb");
+    for (int i = 0; i < 3000; i++) fprintf(f, "%s %d naïve café, “quoted” 中文\n%s", i % 7 ? "Line" : "LINE", i * 37 % 1000, i % 5 ? "" : "\n");
+    fclose(f);
+    snprintf(tokdir, sizeof tokdir, "%s/tok", dir);
+    snprintf(cmd, sizeof cmd, "%s tokenizer train --vocab-size 400 --out %s %s 2>&1", fgt_bin(), tokdir, txt);
+    cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    fg_bpe *tok = fg_bpe_load(tokdir, NULL);
+    cr_assert(tok, "%s", fg_last_error());
+    size_t n;
+    unsigned char *text = slurp(txt, &n);
+    size_t chars = 0;
+    for (size_t i = 0; i < n; i++) chars += (text[i] & 0xc0) != 0x80;
+    size_t cut_chars = (size_t)((double)chars * 0.9), cut = 0;
+    for (size_t c = 0; cut < n; cut++)
+        if ((text[cut] & 0xc0) != 0x80 && c++ == cut_chars) break;
+    size_t tl, vl;
+    unsigned char *want_train = encoded(tok, (char *)text, cut, 2, NULL, &tl), *want_val = encoded(tok, (char *)text + cut, n - cut, 2, NULL, &vl);
+    const char *runs[] = {"--threads 1", "--threads 3 --chunk-mb 0.001", "--threads 2 --chunk-mb 0.0005"};
+    for (int r = 0; r < 3; r++) {
+        snprintf(cmd, sizeof cmd, "%s prepare --tokenizer %s --out %s/out%d %s %s 2>&1", fgt_bin(), tokdir, dir, r, runs[r], txt);
+        cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "%s: %s", runs[r], log);
+        size_t gl;
+        snprintf(p, sizeof p, "%s/out%d/train.bin", dir, r);
+        unsigned char *got = slurp(p, &gl);
+        cr_expect(gl == tl && memcmp(got, want_train, tl) == 0, "%s: train.bin differs (%zu bytes, want %zu)", runs[r], gl, tl);
+        free(got);
+        snprintf(p, sizeof p, "%s/out%d/val.bin", dir, r);
+        got = slurp(p, &gl);
+        cr_expect(gl == vl && memcmp(got, want_val, vl) == 0, "%s: val.bin differs", runs[r]);
+        free(got);
+        snprintf(p, sizeof p, "%s/out%d/tokenizer.json", dir, r);
+        cr_expect_eq(access(p, R_OK), 0, "the tokenizer was not copied beside the ids");
+    }
+    /* again into the same folder: refused without --overwrite, and nothing changed */
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer %s --out %s/out0 %s 2>&1", fgt_bin(), tokdir, dir, txt);
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 1, "%s", log);
+    cr_expect(strstr(log, "exists (--overwrite replaces it)"), "%s", log);
+    /* llm.c's shards: the val shard first, train shards of at most 1000 ids, each with its header */
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer %s --out %s/llmc --format llmc --name t --shard-tokens 1000 %s 2>&1", fgt_bin(), tokdir, dir, txt);
+    cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    size_t at = 0;
+    for (int s = 1;; s++) {
+        snprintf(p, sizeof p, "%s/llmc/t_train_%06d.bin", dir, s);
+        if (access(p, F_OK) != 0) break;
+        size_t gl;
+        unsigned char *got = slurp(p, &gl);
+        int32_t h[3];
+        memcpy(h, got, sizeof h);
+        cr_expect(h[0] == 20240520 && h[1] == 1 && gl == 1024 + 2 * (size_t)h[2] && h[2] <= 1000, "shard %d: header %d %d %d, %zu bytes", s, h[0], h[1], h[2], gl);
+        cr_expect(memcmp(got + 1024, want_train + at, 2 * (size_t)h[2]) == 0, "shard %d differs", s);
+        at += 2 * (size_t)h[2];
+        free(got);
+    }
+    cr_expect_eq(at, tl, "the train shards hold %zu bytes of ids, want %zu", at, tl);
+    free(want_train);
+    free(want_val);
+    /* two documents: <|endoftext|> after each */
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer %s --out %s/two --val-fraction 0.5 %s %s 2>&1", fgt_bin(), tokdir, dir, txt, txt);
+    cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    const int32_t eot = fg_bpe_special_id(tok, "<|endoftext|>");
+    cr_assert_geq(eot, 0);
+    unsigned char *doc = encoded(tok, (char *)text, n, 2, &eot, &tl);
+    size_t gl;
+    snprintf(p, sizeof p, "%s/two/train.bin", dir);
+    unsigned char *got = slurp(p, &gl);
+    cr_expect(gl == tl && memcmp(got, doc, tl) == 0, "the first document (and its <|endoftext|>) is the train split");
+    free(got);
+    snprintf(p, sizeof p, "%s/two/val.bin", dir);
+    got = slurp(p, &gl);
+    cr_expect(gl == tl && memcmp(got, doc, tl) == 0, "the second is the val split");
+    free(got);
+    free(doc);
+    free(text);
+    fg_bpe_free(tok);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
+
+Test(bpe, prepare_writes_uint32_ids_for_a_large_vocabulary_and_refuses_what_cannot_be_written, .timeout = 60) {
+    char dir[256], cmd[2048], log[4096], p[600];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_prepare_XXXXXX");
+    /* cl100k's special ids make a vocabulary of 100277 even with the 256 bytes alone */
+    table t;
+    random_table(&t, "ab ", 20, 4);
+    size_t tn;
+    char *tt = tiktoken_text(&t, &tn);
+    snprintf(p, sizeof p, "%s/cl100k_base.tiktoken", dir);
+    FILE *f = fopen(p, "wb");
+    fwrite(tt, 1, tn, f);
+    fclose(f);
+    char txt[300];
+    snprintf(txt, sizeof txt, "%s/t.txt", dir);
+    f = fopen(txt, "wb");
+    for (int i = 0; i < 500; i++) fputs("ab ba aab <|endoftext|>\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer %s --out %s/n %s 2>&1", fgt_bin(), p, dir, txt);
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 1, "%s", log);
+    cr_expect(strstr(log, "uint16") && strstr(log, "--format llmc"), "%s", log);
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer %s --out %s/l --format llmc --name x %s 2>&1", fgt_bin(), p, dir, txt);
+    cr_assert_eq(fgt_run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    snprintf(p, sizeof p, "%s/l/x_train_000001.bin", dir);
+    size_t gl;
+    unsigned char *got = slurp(p, &gl);
+    int32_t h[3];
+    memcpy(h, got, sizeof h);
+    cr_expect(h[0] == 20240801 && h[1] == 7 && gl == 1024 + 4 * (size_t)h[2], "header %d %d %d, %zu bytes", h[0], h[1], h[2], gl);
+    free(got);
+    /* a FIFO as the text: refused at once */
+    snprintf(p, sizeof p, "%s/fifo.txt", dir);
+    cr_assert_eq(mkfifo(p, 0600), 0);
+    snprintf(cmd, sizeof cmd, "%s prepare --tokenizer %s/cl100k_base.tiktoken --out %s/f --format llmc %s 2>&1", fgt_bin(), dir, dir, p);
+    cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 1, "%s", log);
+    cr_expect(strstr(log, "fifo.txt"), "%s", log);
+    free(tt);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
 }
 
 /* ---- bad input: one line each ---- */
