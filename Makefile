@@ -15,7 +15,7 @@ BUILD   ?= build
 OPT     ?= -O2 -march=x86-64-v2 -mtune=native
 # -fPIC: the static library's objects are also the shared library's (make shared)
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread -fPIC
-DEPS_PKGS := libcriterion-dev libopenblas-dev libxxhash-dev xxhash pkg-config
+DEPS_PKGS := libcriterion-dev libopenblas-dev libxxhash-dev libpcre2-dev xxhash pkg-config
 
 # ---- dependencies: install what is missing (root), else stop with one line naming it ----
 HAVE_PKGCONFIG := $(shell command -v pkg-config >/dev/null 2>&1 && echo yes)
@@ -25,6 +25,7 @@ OPENBLAS_LIB := $(firstword $(wildcard /usr/lib/*/libopenblas.so /usr/lib/libope
 deps_missing = $(strip $(if $(HAVE_PKGCONFIG),,pkg-config) \
     $(if $(OPENBLAS_LIB),,libopenblas-dev) \
     $(if $(XXH_HDR)$(XXH_ASKED),,libxxhash-dev) \
+    $(if $(wildcard /usr/include/pcre2.h /usr/local/include/pcre2.h),,libpcre2-dev) \
     $(if $(wildcard /usr/include/criterion/criterion.h),,$(if $(NEED_CRITERION),libcriterion-dev)) \
     $(if $(NEED_CRITERION),$(if $(shell command -v xxhsum 2>/dev/null),,xxhash)))
 
@@ -64,6 +65,14 @@ CFLAGS    += $(XXH_CFLAGS)
 # fileio.o is rebuilt when the choice changes
 XXH_STAMP := $(BUILD)/.xxhash-$(if $(filter compat,$(FG_XXHASH)),compat,lib)
 
+# PCRE2 (libpcre2-dev), the regex engine of the BPE tokenizers' pre-tokenizer (datasets/bpe.c):
+# installed like the others when root; a build without it (`make cuda` on machines that cannot
+# install) still works, and a BPE tokenizer is then refused with one line saying so.
+PCRE2_HDR    := $(firstword $(wildcard /usr/include/pcre2.h /usr/local/include/pcre2.h))
+PCRE2_CFLAGS := $(if $(PCRE2_HDR),-DFG_HAVE_PCRE2)
+PCRE2_LIBS   := $(if $(PCRE2_HDR),-lpcre2-8)
+PCRE2_STAMP  := $(BUILD)/.pcre2-$(if $(PCRE2_HDR),yes,no)
+
 # FG_CBLAS=fallback builds without OpenBLAS, on ops/cpu/compat's plain C GEMM (for machines that
 # cannot install it, such as the GPU machines; `make cuda` sets it there by itself).
 ifeq ($(FG_CBLAS),fallback)
@@ -75,7 +84,7 @@ else
   BLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas) $(DNNL_LIBS)
   BLAS_SRC    :=
 endif
-LDLIBS      += $(BLAS_LIBS) -lm -pthread
+LDLIBS      += $(BLAS_LIBS) $(PCRE2_LIBS) -lm -pthread
 CFLAGS      += $(BLAS_CFLAGS)
 # objects that see FG_HAVE_DNNL are rebuilt when it changes (oneDNN installed or removed)
 DNNL_STAMP  := $(BUILD)/.dnnl-$(if $(FG_WITH_DNNL),yes,no)
@@ -131,6 +140,12 @@ $(BUILD)/ops/cpu/dnnl_gemm.o: $(DNNL_STAMP)
 $(DNNL_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/.dnnl-*
+	@touch $@
+$(BUILD)/datasets/bpe.o: CFLAGS += $(PCRE2_CFLAGS)
+$(BUILD)/datasets/bpe.o: $(PCRE2_STAMP)
+$(PCRE2_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/.pcre2-*
 	@touch $@
 $(BUILD)/tensor/fileio.o: $(XXH_STAMP)
 $(XXH_STAMP):
@@ -221,14 +236,14 @@ clean:
 # build-fuzz/corpus-<name>/, crashes to build-fuzz/crash-*. Turn a crash into a file under
 # tests/fuzz/regressions/ (make test replays them).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := npy safetensors dataset meta_pkl
+FUZZ_TARGETS := npy safetensors dataset meta_pkl bpe
 FUZZ_CC      ?= clang
-FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(XXH_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(XXH_CFLAGS) $(PCRE2_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRC := $(wildcard tensor/*.c) $(wildcard datasets/*.c)
 
 build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRC)
 	@mkdir -p build-fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lm -pthread
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) $(PCRE2_LIBS) -lm -pthread
 
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
@@ -318,7 +333,7 @@ NCCL_FLAGS     := $(if $(NCCL_LIB_DIR),-L$(NCCL_LIB_DIR) -Xlinker -rpath=$(NCCL_
 NVCCFLAGS      += $(if $(NCCL_LIB_DIR),$(filter-out -I/usr/include,-I$(NCCL_INC_DIR)))
 # the GPU test runner's C files: plain C over the CPU library's headers
 CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread $(CUDA_BLAS_CFLAGS)
-CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(NCCL_FLAGS) $(CUDA_BLAS_LIBS) -lm -lpthread
+CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(NCCL_FLAGS) $(CUDA_BLAS_LIBS) $(PCRE2_LIBS) -lm -lpthread
 CUDA_CPU_LIB   := $(CUDA_CPU_BUILD)/libflashgrad.a
 CUDA_CU_SRC    := $(filter-out $(if $(NCCL_LIB_DIR),,cuda/nccl.cu),$(wildcard cuda/*.cu))
 CUDA_CU_OBJ    := $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/%.o)

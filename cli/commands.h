@@ -16,5 +16,7 @@ int fg_cmd_attention(int argc, char **argv);
 int fg_cmd_gradcheck(int argc, char **argv);
 int fg_cmd_bench(int argc, char **argv);
 int fg_cmd_plot(int argc, char **argv);
+int fg_cmd_tokenizer(int argc, char **argv);
+int fg_cmd_prepare(int argc, char **argv);
 
 #endif /* FG_COMMANDS_H */

@@ -23,6 +23,8 @@ static const command commands[] = {
     {"gradcheck", fg_cmd_gradcheck, "gradient-check attention (naive vs finite differences, flash vs naive)"},
     {"bench", fg_cmd_bench, "benchmarks: train, attention, matmul, peak"},
     {"plot", fg_cmd_plot, "draw runs' loss, learning rate and MFU from their log.csv as a PNG"},
+    {"prepare", fg_cmd_prepare, "text files to token files (nanoGPT's train.bin/val.bin or llm.c's shards) with a BPE tokenizer"},
+    {"tokenizer", fg_cmd_tokenizer, "encode or decode text with a BPE tokenizer (Hugging Face or tiktoken files)"},
 };
 
 static void usage(FILE *f) {

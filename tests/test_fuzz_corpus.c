@@ -20,6 +20,9 @@
 #define LLVMFuzzerTestOneInput fuzz_meta_pkl_one
 #include "tests/fuzz/fuzz_meta_pkl.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_bpe_one
+#include "tests/fuzz/fuzz_bpe.c"
+#undef LLVMFuzzerTestOneInput
 
 typedef int (*harness)(const uint8_t *, size_t);
 
@@ -68,4 +71,10 @@ Test(fuzz_corpus, meta_pkl_seeds_and_regressions_replay_cleanly) {
     int n = replay_dir("tests/fuzz/corpus/meta_pkl", fuzz_meta_pkl_one);
     n += replay_dir("tests/fuzz/regressions/meta_pkl", fuzz_meta_pkl_one);
     cr_expect_geq(n, 1, "no meta_pkl corpus found");
+}
+
+Test(fuzz_corpus, bpe_seeds_and_regressions_replay_cleanly) {
+    int n = replay_dir("tests/fuzz/corpus/bpe", fuzz_bpe_one);
+    n += replay_dir("tests/fuzz/regressions/bpe", fuzz_bpe_one);
+    cr_expect_gt(n, 0, "no bpe seeds found (run from the repo root)");
 }
