@@ -13,6 +13,7 @@
 #include "datasets/source.h"
 #include "tensor/fileio.h"
 #include "tensor/npy.h"
+#include "tests/bf16_ref.h"
 #include "tests/common.h"
 #include "train/gpt2_files.h"
 #include "train/trainer.h"
@@ -176,6 +177,60 @@ static void llmc_round_trip(int version) {
 }
 
 Test(gpt2_files, llmc_float32_file_round_trips_byte_for_byte) { llmc_round_trip(3); }
+
+/* llm.c's bfloat16 export rounds each weight once to nearest, ties to even (PyTorch's rule, worked out
+ * here on the bits): wte's rows (the file's first elements) set to float32 values exactly halfway
+ * between two bf16 (kept part even and odd), one bit either side of halfway, and one below the
+ * binade's top that carries into the exponent; then a float64 model with values 2^-40 off a float32
+ * halfway point, which only a single rounding from float64 gets right (through float32 they land
+ * on the tie and go to even). */
+Test(gpt2_files, llmc_bfloat16_export_rounds_ties_to_even_once) {
+    char dir[256], p[512];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_llmc_rne_XXXXXX");
+    snprintf(p, sizeof p, "%s/m.bin", dir);
+    for (int dt64 = 0; dt64 < 2; dt64++) {
+        fg_gpt_config c = fgt_tiny_gpt_config(dt64 ? FG_F64 : FG_F32, FG_ATTN_FLASH, 16, 8, 7, 0);
+        fg_gpt *g = fg_gpt_create(&c, 3);
+        cr_assert(g, "%s", fg_last_error());
+        fg_tensor *wte = fg_gpt_weight(g, FG_GPT_WTE, 0);
+        const int64_t n = fg_numel(wte);
+        uint16_t *want = malloc((size_t)n * sizeof *want);
+        static const uint32_t rest32[4] = {0x8000u, 0x7fffu, 0x8001u, 0x8000u};
+        for (int64_t i = 0; i < n; i++) {
+            /* sign, an exponent in 120..135, a kept part whose last bit alternates (all ones every
+             * 9th: the carry), a dropped half at or beside the halfway point */
+            const uint32_t sign = (uint32_t)(i & 1) << 31, e = 120u + (uint32_t)(i % 16);
+            const uint32_t kept = i % 9 == 0 ? 0x7fu : (uint32_t)(i * 37 % 128);
+            const uint32_t u = sign | e << 23 | kept << 16 | (dt64 ? 0x8000u : rest32[i % 4]);
+            const uint16_t keep = (uint16_t)(u >> 16);
+            if (!dt64) {
+                const uint32_t r = u & 0xffffu;
+                want[i] = (uint16_t)(keep + (r > 0x8000u || (r == 0x8000u && (keep & 1u))));
+                cr_assert_eq(fg_set(wte, i, (double)fgt_f32_bits(u)), FG_OK);
+            } else {
+                /* 2^-40 relative off the tie: the magnitude goes up for even i/2, down otherwise */
+                const int up = (i / 2) % 2 == 0;
+                const double t = (double)fgt_f32_bits(u);
+                want[i] = (uint16_t)(keep + up);
+                cr_assert_eq(fg_set(wte, i, t * (up ? 1 + 0x1p-40 : 1 - 0x1p-40)), FG_OK);
+            }
+        }
+        cr_assert_eq(fg_gpt2_save_llmc(g, p, 5, 1), FG_OK, "%s", fg_last_error());
+        size_t nb = 0;
+        unsigned char *b = read_bytes(p, &nb);
+        cr_assert(nb >= 1024 + (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 1024 + i * 2, 2);
+            cr_assert_eq(h, want[i], "%s model, wte element %lld (%a): the file holds 0x%04x, nearest-even is 0x%04x",
+                         dt64 ? "float64" : "float32", (long long)i, fg_get(wte, i), h, want[i]);
+        }
+        free(b);
+        free(want);
+        fg_gpt_free(g);
+    }
+    fgt_remove_tmpdir(dir);
+}
 Test(gpt2_files, llmc_bfloat16_file_round_trips_byte_for_byte) { llmc_round_trip(5); }
 
 /* A small random model written as a Hugging Face folder by flashgrad's writer. */
