@@ -57,7 +57,9 @@ static void expected_dist(const double *logit, int n, double T, int top_k, doubl
 }
 
 /* The uniform fg_gpt_generate uses for draw j of seed s. */
-static double draw_u(uint64_t s, uint64_t j) { return fg_u32_to_uniform_f64(fg_philox_u32(s, FG_GPT_SAMPLE_STREAM, j)); }
+static double draw_u(uint64_t s, uint64_t j) {
+    return fg_u32_to_uniform_f64(fg_philox_u32(s, FG_GPT_SAMPLE_STREAM, j));
+}
 
 static int sample_once(const double *logit, int n, double T, int k, double p, double u) {
     double x[MAXV];
@@ -100,7 +102,8 @@ Test(sampling, draws_follow_the_filtered_softmax) {
         long count[MAXV] = {0};
         for (int s = 0; s < N; s++) {
             /* seed and counter both vary: draw s/4 of seed 1000 + s%4 ... */
-            int id = sample_once(c->logit, c->n, c->T, c->top_k, c->top_p, draw_u(1000 + (uint64_t)(s % 4), (uint64_t)(s / 4)));
+            int id = sample_once(c->logit, c->n, c->T, c->top_k, c->top_p,
+                                 draw_u(1000 + (uint64_t)(s % 4), (uint64_t)(s / 4)));
             cr_assert(id >= 0 && id < c->n, "%s: id %d out of range", c->name, id);
             cr_assert(prob[id] > 0, "%s: drew id %d, which the rules drop (draw %d)", c->name, id, s);
             count[id]++;
@@ -114,8 +117,9 @@ Test(sampling, draws_follow_the_filtered_softmax) {
             df++;
         }
         /* df <= 7: P(chi2 > 30) < 1e-4 for a correct sampler; one doubled temperature gives hundreds */
-        cr_expect(chi2 < 30, "%s: chi-square %.1f (df %d) against softmax(logits/T) filtered; first counts %ld %ld %ld, "
-                             "expected %.0f %.0f %.0f",
+        cr_expect(chi2 < 30,
+                  "%s: chi-square %.1f (df %d) against softmax(logits/T) filtered; first counts %ld %ld %ld, "
+                  "expected %.0f %.0f %.0f",
                   c->name, chi2, df, count[0], count[1], count[2], (double)(N * prob[0]), (double)(N * prob[1]),
                   (double)(N * prob[2]));
     }
@@ -172,7 +176,8 @@ Test(sampling, top_k_keeps_every_logit_tied_with_the_kth) {
     expect_shares("top_k 2, top_p 0.5", l, 6, 1.0, 2, 0.5, (double[]){0, 0.5, 0.5, 0, 0, 0});
     /* a tie below the k-th does not matter: ids 1 and 3 are the top 2, 0 and 2 tie for 3rd */
     const double m[4] = {1, 5, 1, 4};
-    expect_shares("top_k 2 above a tie", m, 4, 1.0, 2, 0, (double[]){0, 1 / (1 + exp(-1.0)), 0, exp(-1.0) / (1 + exp(-1.0))});
+    expect_shares("top_k 2 above a tie", m, 4, 1.0, 2, 0,
+                  (double[]){0, 1 / (1 + exp(-1.0)), 0, exp(-1.0) / (1 + exp(-1.0))});
     /* temperature 0: the first of the tied largest */
     cr_expect_eq(sample_once(l, 6, 0.0, 0, 0, 0.99), 1);
 }
@@ -209,8 +214,8 @@ Test(sampling, generate_draws_from_the_filtered_softmax_of_the_models_logits) {
         long count[7] = {0};
         for (int s = 0; s < N; s++) {
             int32_t tok[4] = {prompt[0], prompt[1], prompt[2], -1};
-            fg_sample_opts o = {.temperature = opts[oi].T, .top_k = opts[oi].k, .top_p = opts[oi].p,
-                                .seed = 5000 + (uint64_t)s};
+            fg_sample_opts o = {
+                .temperature = opts[oi].T, .top_k = opts[oi].k, .top_p = opts[oi].p, .seed = 5000 + (uint64_t)s};
             cr_assert_eq(fg_gpt_generate(g, tok, 3, 1, &o), FG_OK, "%s", fg_last_error());
             cr_assert(tok[3] >= 0 && tok[3] < 7 && prob[tok[3]] > 0, "T %g: drew id %d, which the rules drop",
                       opts[oi].T, tok[3]);
