@@ -176,6 +176,65 @@ static void llmc_round_trip(int version) {
     fgt_remove_tmpdir(dir);
 }
 
+/* A tiny GPT2LMHeadModel saved by transformers (tests/fixtures/make_tiny_gpt2.py: 2 blocks, 2 heads,
+ * C 16, V 32, weights large enough that every Conv1D weight moves the logits) loaded through
+ * fg_model_file_load (what --init-from, sample and eval use): its logits for the fixture's tokens
+ * against transformers' own (float64 forward on the file's float32 weights), with no Python. The
+ * float32 model that the loader makes, within 1e-5 of the logits' scale; the same weights copied
+ * into a float64 model (fg_gpt_copy_weights, as --init-from copies them), within 1e-9. */
+Test(gpt2_files, hf_fixture_logits_match_transformers_without_python) {
+    const char *dir = "tests/fixtures/tiny_gpt2", *ref = "tests/fixtures/tiny_gpt2_logits.txt";
+    FILE *f = fopen(ref, "r");
+    cr_assert(f, "no %s (run the tests from the repository root)", ref);
+    enum { TMAX = 16, VV = 32 };
+    int32_t tok[TMAX];
+    int T = 0;
+    char line[4096];
+    cr_assert(fgets(line, sizeof line, f));
+    for (char *p = line, *e; T < TMAX; p = e, T++) {
+        long t = strtol(p, &e, 10);
+        if (e == p) break;
+        tok[T] = (int32_t)t;
+    }
+    cr_assert(T >= 8, "%s: %d tokens", ref, T);
+    static double want[TMAX][VV];
+    double scale = 1;
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < VV; v++) {
+            cr_assert_eq(fscanf(f, "%lf", &want[t][v]), 1, "%s: row %d value %d", ref, t, v);
+            scale = fmax(scale, fabs(want[t][v]));
+        }
+    fclose(f);
+    fg_model_file *m = fg_model_file_load(dir);
+    cr_assert(m, "%s", fg_last_error());
+    cr_assert_eq(m->format, FG_MODEL_HF);
+    const fg_gpt_config *c = &m->model->cfg;
+    cr_assert(c->n_layer == 2 && c->n_head == 2 && c->n_embd == 16 && c->vocab_size == VV && c->block_size == 16,
+              "config L %d H %d C %d V %d T %d", c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size);
+    fg_gpt_config c64 = *c;
+    c64.dtype = FG_F64;
+    fg_gpt *g64 = fg_gpt_create_empty(&c64);
+    cr_assert(g64, "%s", fg_last_error());
+    cr_assert_eq(fg_gpt_copy_weights(g64, m->model), FG_OK, "%s", fg_last_error());
+    fg_no_grad_enter();
+    for (int pass = 0; pass < 2; pass++) {
+        fg_tensor *lg = fg_gpt_forward(pass ? g64 : m->model, tok, 1, T, NULL);
+        cr_assert(lg, "%s", fg_last_error());
+        const double tol = (pass ? 1e-9 : 1e-5) * scale;
+        for (int t = 0; t < T; t++)
+            for (int v = 0; v < VV; v++) {
+                const double got = fg_get(lg, (int64_t)t * VV + v);
+                cr_assert(fabs(got - want[t][v]) <= tol,
+                          "%s model: logit (position %d, token %d) is %.9g, transformers' %.9g (|diff| %.3g > %.3g)",
+                          pass ? "float64" : "float32", t, v, got, want[t][v], fabs(got - want[t][v]), tol);
+            }
+        fg_release(lg);
+    }
+    fg_no_grad_exit();
+    fg_gpt_free(g64);
+    fg_model_file_free(m);
+}
+
 Test(gpt2_files, llmc_float32_file_round_trips_byte_for_byte) { llmc_round_trip(3); }
 
 /* llm.c's bfloat16 export rounds each weight once to nearest, ties to even (PyTorch's rule, worked out
