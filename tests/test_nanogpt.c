@@ -401,7 +401,7 @@ Test(nanogpt, schedule_flags_follow_train_py_get_lr, .init = make_tmpdir, .fini 
                  "--learning_rate=0.003 --out_dir=c%d --samples 0%s",
                  k, constant[k]);
         expect_run(args, 0, "final:", out, sizeof out);
-        char d[8];
+        char d[16];
         snprintf(d, sizeof d, "c%d", k);
         cr_assert_eq(log_fields(d, cols, 1, rows, sizeof rows), 5);
         save = NULL;
