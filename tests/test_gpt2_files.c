@@ -1,6 +1,8 @@
 /* test_gpt2_files.c — GPT-2 model files in and out (train/gpt2_files.h): llm.c's model file
  * against a writer written here from llm.c's write_model, Hugging Face folders against transformers
- * itself (tests/gpt2_files_torch_check.py), refusals, and the export's rules for an existing OUT. */
+ * itself (tests/gpt2_files_torch_check.py) and, without Python, a checked-in transformers model with
+ * its logits (tests/fixtures/), llm.c's bfloat16 export at rounding ties, refusals, and the export's
+ * rules for an existing OUT. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
