@@ -58,6 +58,7 @@ typedef struct {
     int64_t B, H, Nq, Nk, d;
     int kind; /* FG_ATTN_TMASK_*, or 0: the callback (boolean) */
     pattern pat;
+    fg_dtype dt; /* of q, k, v (the reference reads their values exactly) */
 } problem;
 
 static void reference(const problem *pr, const double *q, const double *k, const double *v, const double *dout,
@@ -147,10 +148,11 @@ static double max_abs(const double *x, int64_t n) {
     return m;
 }
 
-/* got (a tensor) against want: |diff| <= 1e-10 · max(1, max |want|); the first bad index named. */
+/* got (a tensor) against want: |diff| <= rtol · max(1, max |want|) (1e-10 for float64, 5e-5 for
+ * float32: a wrong (b, h) of the mask moves values by far more); the first bad index named. */
 static void expect_close(const char *what, const char *name, const fg_tensor *got, const double *want, int64_t n) {
     double *g = fgt_values(got);
-    const double tol = 1e-10 * fmax(1.0, max_abs(want, n));
+    const double tol = (got->dtype == FG_F32 ? 5e-5 : 1e-10) * fmax(1.0, max_abs(want, n));
     for (int64_t i = 0; i < n; i++)
         if (!(fabs(g[i] - want[i]) <= tol)) {
             cr_expect(0, "%s: %s[%lld] is %.17g, the reference %.17g", what, name, (long long)i, g[i], want[i]);
@@ -164,16 +166,16 @@ static const char *route_name[ROUTE_COUNT] = {"tensor mask", "tensor mask + its 
 
 static void run_case(const problem *pr, route rt, fg_attn_impl impl, int bq, int bk, uint64_t seed) {
     char what[256];
-    snprintf(what, sizeof what, "%s %s, kind %d, %s, %s, B %lld H %lld Nq %lld Nk %lld, tiles %dx%d", route_name[rt],
-             fg_attn_impl_name(impl), pr->kind,
+    snprintf(what, sizeof what, "%s %s %s, kind %d, %s, %s, B %lld H %lld Nq %lld Nk %lld, tiles %dx%d", route_name[rt],
+             fg_attn_impl_name(impl), fg_dtype_name(pr->dt), pr->kind,
              pr->pat.use_b ? (pr->pat.use_h ? "per (b, h)" : "H-broadcast") : "B-broadcast",
              pr->kind == FG_ATTN_TMASK_BOOL || !pr->kind ? "boolean" : "additive", (long long)pr->B, (long long)pr->H,
              (long long)pr->Nq, (long long)pr->Nk, bq, bk);
     const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->H * pr->Nk * pr->d;
-    fg_tensor *q = fgt_leaf(FG_F64, FGT_DIMS(pr->B, pr->H, pr->Nq, pr->d), seed);
-    fg_tensor *k = fgt_leaf(FG_F64, FGT_DIMS(pr->B, pr->H, pr->Nk, pr->d), seed + 1);
-    fg_tensor *v = fgt_leaf(FG_F64, FGT_DIMS(pr->B, pr->H, pr->Nk, pr->d), seed + 2);
-    fg_tensor *dout = fgt_rand(FG_F64, FGT_DIMS(pr->B, pr->H, pr->Nq, pr->d), seed + 3);
+    fg_tensor *q = fgt_leaf(pr->dt, FGT_DIMS(pr->B, pr->H, pr->Nq, pr->d), seed);
+    fg_tensor *k = fgt_leaf(pr->dt, FGT_DIMS(pr->B, pr->H, pr->Nk, pr->d), seed + 1);
+    fg_tensor *v = fgt_leaf(pr->dt, FGT_DIMS(pr->B, pr->H, pr->Nk, pr->d), seed + 2);
+    fg_tensor *dout = fgt_rand(pr->dt, FGT_DIMS(pr->B, pr->H, pr->Nq, pr->d), seed + 3);
     /* scores of a few units, so the bias and the mask both move the softmax */
     for (int64_t i = 0; i < nq; i++) fg_set(q, i, 2.5 * fg_get(q, i));
 
@@ -243,10 +245,11 @@ Test(attention_masks, tensor_masks_per_batch_and_head_across_tiles_match_the_ref
         for (int pi = 0; pi < 3; pi++)
             for (int ki = 0; ki < 3; ki++)
                 for (int rt = ROUTE_TENSOR; rt <= ROUTE_TENSOR_BLOCKS; rt++)
-                    for (int impl = 0; impl < 2; impl++) {
-                        problem pr = {2, 3, sizes[si].Nq, sizes[si].Nk, 8, kinds[ki], patterns[pi]};
+                    for (int v = 0; v < 4; v++) { /* flash, naive; float64, float32 */
+                        problem pr = {2, 3,         sizes[si].Nq, sizes[si].Nk,
+                                      8, kinds[ki], patterns[pi], v < 2 ? FG_F64 : FG_F32};
                         pr.pat.tq = sizes[si].bq, pr.pat.tk = sizes[si].bk;
-                        run_case(&pr, (route)rt, impl ? FG_ATTN_NAIVE : FG_ATTN_FLASH, sizes[si].bq, sizes[si].bk,
+                        run_case(&pr, (route)rt, v % 2 ? FG_ATTN_NAIVE : FG_ATTN_FLASH, sizes[si].bq, sizes[si].bk,
                                  seed += 4);
                     }
 }
@@ -255,10 +258,10 @@ Test(attention_masks, block_masks_per_batch_and_head_across_tiles_match_the_refe
     uint64_t seed = 900;
     for (int si = 0; si < 2; si++)
         for (int pi = 0; pi < 3; pi++)
-            for (int impl = 0; impl < 2; impl++) {
-                problem pr = {2, 3, sizes[si].Nq, sizes[si].Nk, 8, 0, patterns[pi]};
+            for (int v = 0; v < 4; v++) {
+                problem pr = {2, 3, sizes[si].Nq, sizes[si].Nk, 8, 0, patterns[pi], v < 2 ? FG_F64 : FG_F32};
                 pr.pat.tq = sizes[si].bq, pr.pat.tk = sizes[si].bk;
-                run_case(&pr, ROUTE_CALLBACK_BLOCKS, impl ? FG_ATTN_NAIVE : FG_ATTN_FLASH, sizes[si].bq, sizes[si].bk,
+                run_case(&pr, ROUTE_CALLBACK_BLOCKS, v % 2 ? FG_ATTN_NAIVE : FG_ATTN_FLASH, sizes[si].bq, sizes[si].bk,
                          seed += 4);
             }
 }
