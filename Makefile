@@ -135,6 +135,20 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# Test builds treat a warning as an error: the tests' own objects always; the library's and the
+# program's when FG_WERROR=1, which `make test` and `make sanitize` pass (a plain `make` does not, so
+# a newer compiler's new warning cannot stop a user's build). The stamp rebuilds, once, the objects a
+# plain `make` compiled without -Werror.
+ifeq ($(FG_WERROR),1)
+CFLAGS += -Werror
+$(LIB_OBJ) $(PROG_OBJ) $(MPI_OBJ) $(TEST_OBJ): $(BUILD)/.werror
+$(BUILD)/.werror:
+	@mkdir -p $(dir $@)
+	@touch $@
+else
+$(BUILD)/tests/%.o: CFLAGS += -Werror
+endif
+
 $(BUILD)/ops/cpu/dnnl_gemm.o: CFLAGS += $(DNNL_CFLAGS)
 $(BUILD)/ops/cpu/dnnl_gemm.o: $(DNNL_STAMP)
 $(DNNL_STAMP):
@@ -175,12 +189,12 @@ lint:
 # The README's test command. Tests find the CLI at build/flashgrad and shared data at ../shared;
 # the runs they start keep their FMA peak cache (cli/peak_cache.h) in the build folder, not the user's.
 test: deps-test lint
-	@$(MAKE) --no-print-directory $(BUILD)/test_runner $(BUILD)/flashgrad
+	@$(MAKE) --no-print-directory FG_WERROR=1 $(BUILD)/test_runner $(BUILD)/flashgrad
 	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache \
 	    FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS)
 
 sanitize: deps-test
-	@$(MAKE) --no-print-directory BUILD=build-san OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	@$(MAKE) --no-print-directory FG_WERROR=1 BUILD=build-san OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-san/test_runner build-san/flashgrad
 	@# a leak report comes after a test's result, which it does not change: the log is searched for one
 	@{ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

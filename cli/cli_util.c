@@ -50,6 +50,41 @@ int fg_parse_int_list(const char *s, int64_t *out, int cap, int *n, int64_t lo, 
     return 0;
 }
 
+void fg_cli_vline(const char *prefix, const char *fmt, va_list ap) {
+    char stack[4096], *line = stack;
+    va_list aq;
+    va_copy(aq, ap);
+    const int n = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    const size_t want = strlen(prefix) + (size_t)(n > 0 ? n : 0) + 2; /* with '\n' and the NUL */
+    size_t cap = sizeof stack;
+    if (want > cap && (line = malloc(want)) != NULL)
+        cap = want;
+    else if (!line)
+        line = stack; /* no memory for a long line: its start, cut to fit */
+    snprintf(line, cap, "%s", prefix);
+    size_t len = strlen(line);
+    vsnprintf(line + len, cap - len, fmt, ap);
+    len = strlen(line);
+    if (len > cap - 2) len = cap - 2;
+    line[len++] = '\n';
+    fflush(stderr); /* anything stdio still holds goes first */
+    for (size_t off = 0; off < len;) {
+        const ssize_t w = write(STDERR_FILENO, line + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    if (line != stack) free(line);
+}
+
+void fg_cli_line(const char *prefix, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fg_cli_vline(prefix, fmt, ap);
+    va_end(ap);
+}
+
 double fg_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

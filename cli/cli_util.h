@@ -4,6 +4,7 @@
 #ifndef FG_CLI_UTIL_H
 #define FG_CLI_UTIL_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -16,6 +17,13 @@ int fg_parse_int(const char *s, int64_t *out);
 int fg_parse_double(const char *s, double *out);
 /* "256,512,1024" -> out[0..*n); each in [lo, hi]. -1 on junk, range or more than cap items. */
 int fg_parse_int_list(const char *s, int64_t *out, int cap, int *n, int64_t lo, int64_t hi);
+
+/* One message line on stderr: prefix, the formatted text and '\n', handed to the kernel in one
+ * write(2) (stdio may split a line made of several calls into several writes), so that another
+ * process writing to the same pipe or terminal (mpirun's abort banner, the other ranks) cannot
+ * land inside it: a pipe keeps a write of up to PIPE_BUF (4096) bytes whole. */
+void fg_cli_line(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fg_cli_vline(const char *prefix, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* Monotonic seconds. */
 double fg_now(void);

@@ -85,9 +85,9 @@ static const char attention_usage[] =
     "use --dtype float32)"
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
-    fprintf(stderr, CMD ": ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, " (flashgrad attention --help)\n");
+    char what[1024];
+    snprintf(what, sizeof what, fmt, a, b);
+    fg_cli_line(CMD ": ", "%s (flashgrad attention --help)", what);
     return 2;
 }
 

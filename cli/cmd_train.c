@@ -199,7 +199,8 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         if (isfinite(step_mfu)) snprintf(mfu, sizeof mfu, "%.4g", step_mfu);
         if (cpu) snprintf(peak, sizeof peak, "%.1f", r->peak.gflops);
         if (best_only && !do_eval) do_ckpt = 0;
-        snprintf(row, sizeof row, "%lld,%.6f,%.6g,%.6f,%.1f,%s,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
+        /* lr with 17 significant digits: it reads back as the very double the optimizer used */
+        snprintf(row, sizeof row, "%lld,%.6f,%.17g,%.6f,%.1f,%s,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
                  step_rate, val, mfu, peak);
         if (fg_run_log_add(&r->log, row)) {
             fg_error(FG_ERR_OOM, "out of memory for the log");

@@ -1,5 +1,6 @@
 /* flags.c — see flags.h. */
 #include "cli/flags.h"
+#include "cli/cli_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -35,9 +36,10 @@ fg_flag *fg_flags_lookup(fg_flag *flags, int n, const char *name) {
 
 static int bad(const char *cmd, const char *where, const char *name, const char *fmt, const char *val, double lo,
                double hi) {
-    fprintf(stderr, "flashgrad %s: %s%s: ", cmd, where, name);
-    fprintf(stderr, fmt, val, lo, hi);
-    fputc('\n', stderr);
+    char head[512], what[512];
+    snprintf(head, sizeof head, "flashgrad %s: %s%s: ", cmd, where, name);
+    snprintf(what, sizeof what, fmt, val, lo, hi);
+    fg_cli_line(head, "%s", what);
     return 2;
 }
 

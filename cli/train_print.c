@@ -30,20 +30,18 @@ void fg_train_say(const char *fmt, ...) {
 }
 
 void fg_train_die(int code, const char *fmt, ...) {
-    if (fg_train_on_tty) fputs("\r\033[K", stderr);
     fflush(stdout);
     const int ranks = fg_train_comm ? fg_train_comm->size : 1, rank = fg_train_comm ? fg_train_comm->rank : 0;
     /* Most failures happen on every rank alike (a bad flag): rank 0 says it and ends the run
      * (fg_comm_abort), and the others, a moment later, say it only if it was theirs alone. */
     if (rank > 0) usleep(300 * 1000);
-    char head[64] = "";
-    if (ranks > 1) snprintf(head, sizeof head, "rank %d: ", rank);
-    fprintf(stderr, "flashgrad train: %s", rank > 0 ? head : "");
+    char head[96];
+    snprintf(head, sizeof head, "%sflashgrad train: ", fg_train_on_tty ? "\r\033[K" : "");
+    if (rank > 0) snprintf(head + strlen(head), sizeof head - strlen(head), "rank %d: ", rank);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    fg_cli_vline(head, fmt, ap); /* one write: mpirun's banner cannot split it */
     va_end(ap);
-    fputc('\n', stderr);
     if (ranks > 1) fg_comm_abort(fg_train_comm, code);
     exit(code);
 }

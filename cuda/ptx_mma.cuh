@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tensor/bf16.h"
+
 /* ---- bf16 ⇄ float32 (host and device) ---- */
 
 /* x rounded to the nearest bf16, ties to even; NaN becomes the canonical NaN 0x7fff (as cvt.rn
@@ -30,16 +32,9 @@ __host__ __device__ __forceinline__ uint16_t fg_bf16_rne(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
-    /* add half an ulp of bf16, minus one when the kept part is even: ties go to the even side */
-    u += 0x7fffu + (u >> 16 & 1u);
-    return (uint16_t)(u >> 16);
+    return fg_bf16_from_f32(x); /* tensor/bf16.h's rounding, the one converter */
 }
-__host__ __device__ __forceinline__ float fg_bf16_float(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
+__host__ __device__ __forceinline__ float fg_bf16_float(uint16_t h) { return fg_bf16_to_f32(h); }
 
 /* {lo, hi} rounded to bf16 and packed (lo in bits 0–15): cvt.rn.bf16x2.f32 */
 __device__ __forceinline__ uint32_t fg_pack_bf16x2(float lo, float hi) {

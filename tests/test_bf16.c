@@ -12,6 +12,7 @@
 #include "autograd/autograd.h"
 #include "ops/attention.h"
 #include "ops/ops.h"
+#include "tensor/bf16.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tensor/safetensors.h"
@@ -265,6 +266,128 @@ Test(bf16, safetensors_bf16_matches_torch) {
     snprintf(cmd, sizeof cmd, "%s %s %s check 2>&1", torch_python(), script, g_dir);
     cr_expect_eq(fgt_run_cmd(cmd, out, sizeof out), 0, "torch check: %s", out);
     fg_release(x), fg_release(xb), fg_release(ours), fg_release(dst), fg_release(d32);
+}
+
+/* ---- tensor/bf16.h's converter at the edges ---- */
+
+/* float32 -> bfloat16 by the definition, apart from tensor/bf16.h's and bf16_ref.h's bit tricks: the
+ * two bf16 neighbours of x (truncated, and one bf16 ulp further from 0; past the largest finite
+ * that is inf, at distance as if it were 2^128), compared by exact distance in double (both
+ * distances are exact: their operands have at most 24 significant bits); the nearer wins, a tie
+ * goes to the one with an even last bit. NaN: a NaN with x's sign. */
+static uint16_t def_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint16_t sign = (uint16_t)(u >> 16 & 0x8000u);
+    if (isnan(x)) return (uint16_t)(sign | 0x7fc0u);
+    if (isinf(x)) return (uint16_t)(sign | 0x7f80u);
+    const uint16_t lo = (uint16_t)((u & 0x7fffffffu) >> 16), hi = (uint16_t)(lo + 1);
+    const double ax = fabs((double)x), vlo = fgt_f32_bits((uint32_t)lo << 16);
+    const double vhi = hi == 0x7f80u ? 0x1p128 : fgt_f32_bits((uint32_t)hi << 16);
+    const double dlo = ax - vlo, dhi = vhi - ax;
+    const uint16_t mag = dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1u) ? hi : lo;
+    return (uint16_t)(sign | mag);
+}
+
+/* Edge float32s: for exponents at the subnormal, normal, 1.0 and top ends, both signs, kept parts
+ * with an even and an odd last bit and all ones (a carry into the exponent), each with dropped
+ * halves just below, at and above the halfway point; then ±0, ±inf, the largest finite and the
+ * tie above it, and NaNs of both signs (quiet, and signalling ones whose payload is only in the
+ * dropped half, which truncation would turn into inf). Returns the count (at most cap). */
+static int edge_values(uint32_t *out, int cap) {
+    static const uint32_t exps[] = {0, 1, 2, 100, 126, 127, 128, 200, 253, 254};
+    static const uint32_t kept[] = {0x00, 0x01, 0x02, 0x3f, 0x40, 0x7e, 0x7f};
+    static const uint32_t rest[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0xff7fffffu,
+                                       0x7f7f8000u, 0xff7f8000u, 0x7f7f7fffu, 0x7f7f0000u, 0x7fc00000u, 0xffc00000u,
+                                       0x7f800001u, 0xff800001u, 0x7f808000u, 0x7fffffffu, 0xffffffffu, 0x7f80ffffu,
+                                       0x00008000u, 0x00018000u, 0x007f8000u, 0x807f8000u, 0x00000001u, 0x80000001u};
+    int n = 0;
+    for (size_t i = 0; i < sizeof special / sizeof *special && n < cap; i++) out[n++] = special[i];
+    for (int sg = 0; sg < 2; sg++)
+        for (size_t e = 0; e < sizeof exps / sizeof *exps; e++)
+            for (size_t k = 0; k < sizeof kept / sizeof *kept; k++)
+                for (size_t r = 0; r < sizeof rest / sizeof *rest && n < cap; r++)
+                    out[n++] = (uint32_t)sg << 31 | exps[e] << 23 | kept[k] << 16 | rest[r];
+    return n;
+}
+
+Test(bf16, converter_rounds_ties_to_even_by_the_definition_at_every_edge) {
+    enum { CAP = 1200, NR = 200000 };
+    static uint32_t bits[CAP + NR];
+    int n = edge_values(bits, CAP);
+    for (int i = 0; i < NR; i++) bits[n + i] = fg_philox_u32(21, 4, (uint64_t)i);
+    n += NR;
+    int ties_even = 0, ties_odd = 0, carries = 0, to_inf = 0, nans = 0;
+    for (int i = 0; i < n; i++) {
+        const float x = fgt_f32_bits(bits[i]);
+        const uint16_t got = fg_bf16_from_f32(x), want = def_bf16(x);
+        if (isnan(x)) {
+            nans++;
+            cr_assert(fgt_bf16_is_nan(got) && (got & 0x8000u) == (want & 0x8000u),
+                      "NaN 0x%08x -> 0x%04x: not a NaN of the same sign", bits[i], got);
+            continue;
+        }
+        cr_assert_eq(got, want, "0x%08x (%a) -> 0x%04x, the nearest (ties to even) is 0x%04x", bits[i], (double)x, got,
+                     want);
+        cr_assert_eq(got, fgt_ref_bf16(x), "0x%08x: 0x%04x, bf16_ref.h says 0x%04x", bits[i], got, fgt_ref_bf16(x));
+        /* exact back: bf16 -> float32 is the top half */
+        const float back = fg_bf16_to_f32(got), top = fgt_f32_bits((uint32_t)got << 16);
+        cr_assert(!memcmp(&back, &top, 4), "0x%04x back to float32", got);
+        if ((bits[i] & 0xffffu) == 0x8000u) (bits[i] >> 16 & 1u) ? ties_odd++ : ties_even++;
+        if ((got & 0x7f80u) != (bits[i] >> 16 & 0x7f80u)) carries++;
+        if ((got & 0x7fffu) == 0x7f80u && !isinf(x)) to_inf++;
+    }
+    /* the edge list did reach every case it is for */
+    cr_expect(ties_even > 50 && ties_odd > 50 && carries > 20 && to_inf >= 4 && nans >= 8,
+              "ties even %d odd %d, exponent carries %d, rounded to inf %d, NaNs %d", ties_even, ties_odd, carries,
+              to_inf, nans);
+}
+
+/* PyTorch's float32 -> bfloat16 on the same edge values and random bits. Only NaN-ness is compared for
+ * NaN (torch makes every NaN 0x7fc0, sign dropped; ours keeps the sign, checked above). */
+static const char *g_torch_cast_script = "import sys, numpy as np, torch\n"
+                                         "x = np.fromfile(sys.argv[1], dtype='<u4').view('<f4')\n"
+                                         "b = torch.from_numpy(x.copy()).to(torch.bfloat16)\n"
+                                         "b.view(torch.int16).numpy().astype('<u2').tofile(sys.argv[2])\n"
+                                         "print(len(x))\n";
+
+Test(bf16, converter_matches_torch_at_every_edge) {
+    enum { CAP = 1200, NR = 100000 };
+    static uint32_t bits[CAP + NR];
+    if (python_has("torch, numpy") != 0) {
+        remove_dir();
+        fgt_skip("PyTorch float32->bfloat16 edge cross-check", "no python with torch and numpy (set FG_TORCH_PYTHON)");
+    }
+    int n = edge_values(bits, CAP);
+    for (int i = 0; i < NR; i++) bits[n + i] = fg_philox_u32(22, 4, (uint64_t)i);
+    n += NR;
+    char script[160], in[160], outp[160], cmd[1024], out[256];
+    snprintf(script, sizeof script, "%s/cast.py", g_dir);
+    snprintf(in, sizeof in, "%s/x.f32", g_dir);
+    snprintf(outp, sizeof outp, "%s/x.bf16", g_dir);
+    write_text(script, g_torch_cast_script);
+    FILE *f = fopen(in, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bits, 4, (size_t)n, f), (size_t)n);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s %s %s %s 2>&1", torch_python(), script, in, outp);
+    cr_assert_eq(fgt_run_cmd(cmd, out, sizeof out), 0, "torch: %s", out);
+    uint16_t *t = malloc((size_t)n * 2);
+    f = fopen(outp, "rb");
+    cr_assert(f && t);
+    cr_assert_eq(fread(t, 2, (size_t)n, f), (size_t)n, "torch wrote fewer than %d values", n);
+    fclose(f);
+    for (int i = 0; i < n; i++) {
+        const float x = fgt_f32_bits(bits[i]);
+        const uint16_t got = fg_bf16_from_f32(x);
+        if (isnan(x))
+            cr_assert(fgt_bf16_is_nan(got) && fgt_bf16_is_nan(t[i]), "NaN 0x%08x: ours 0x%04x, torch 0x%04x", bits[i],
+                      got, t[i]);
+        else
+            cr_assert_eq(got, t[i], "0x%08x (%a): ours 0x%04x, torch 0x%04x", bits[i], (double)x, got, t[i]);
+    }
+    free(t);
 }
 
 /* Every CPU op refuses a bfloat16 tensor with one line naming the op and the way out. */

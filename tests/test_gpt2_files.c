@@ -1,6 +1,8 @@
 /* test_gpt2_files.c — GPT-2 model files in and out (train/gpt2_files.h): llm.c's model file
  * against a writer written here from llm.c's write_model, Hugging Face folders against transformers
- * itself (tests/gpt2_files_torch_check.py), refusals, and the export's rules for an existing OUT. */
+ * itself (tests/gpt2_files_torch_check.py) and, without Python, a checked-in transformers model with
+ * its logits (tests/fixtures/), llm.c's bfloat16 export at rounding ties, refusals, and the export's
+ * rules for an existing OUT. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "datasets/source.h"
 #include "tensor/fileio.h"
 #include "tensor/npy.h"
+#include "tests/bf16_ref.h"
 #include "tests/common.h"
 #include "train/gpt2_files.h"
 #include "train/trainer.h"
@@ -175,7 +178,120 @@ static void llmc_round_trip(int version) {
     fgt_remove_tmpdir(dir);
 }
 
+/* A tiny GPT2LMHeadModel saved by transformers (tests/fixtures/make_tiny_gpt2.py: 2 blocks, 2 heads,
+ * C 16, V 32, weights large enough that every Conv1D weight moves the logits) loaded through
+ * fg_model_file_load (what --init-from, sample and eval use): its logits for the fixture's tokens
+ * against transformers' own (float64 forward on the file's float32 weights), with no Python. The
+ * float32 model that the loader makes, within 1e-5 of the logits' scale; the same weights copied
+ * into a float64 model (fg_gpt_copy_weights, as --init-from copies them), within 1e-9. */
+Test(gpt2_files, hf_fixture_logits_match_transformers_without_python) {
+    const char *dir = "tests/fixtures/tiny_gpt2", *ref = "tests/fixtures/tiny_gpt2_logits.txt";
+    FILE *f = fopen(ref, "r");
+    cr_assert(f, "no %s (run the tests from the repository root)", ref);
+    enum { TMAX = 16, VV = 32 };
+    int32_t tok[TMAX];
+    int T = 0;
+    char line[4096];
+    cr_assert(fgets(line, sizeof line, f));
+    for (char *p = line, *e; T < TMAX; p = e, T++) {
+        long t = strtol(p, &e, 10);
+        if (e == p) break;
+        tok[T] = (int32_t)t;
+    }
+    cr_assert(T >= 8, "%s: %d tokens", ref, T);
+    static double want[TMAX][VV];
+    double scale = 1;
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < VV; v++) {
+            cr_assert_eq(fscanf(f, "%lf", &want[t][v]), 1, "%s: row %d value %d", ref, t, v);
+            scale = fmax(scale, fabs(want[t][v]));
+        }
+    fclose(f);
+    fg_model_file *m = fg_model_file_load(dir);
+    cr_assert(m, "%s", fg_last_error());
+    cr_assert_eq(m->format, FG_MODEL_HF);
+    const fg_gpt_config *c = &m->model->cfg;
+    cr_assert(c->n_layer == 2 && c->n_head == 2 && c->n_embd == 16 && c->vocab_size == VV && c->block_size == 16,
+              "config L %d H %d C %d V %d T %d", c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size);
+    fg_gpt_config c64 = *c;
+    c64.dtype = FG_F64;
+    fg_gpt *g64 = fg_gpt_create_empty(&c64);
+    cr_assert(g64, "%s", fg_last_error());
+    cr_assert_eq(fg_gpt_copy_weights(g64, m->model), FG_OK, "%s", fg_last_error());
+    fg_no_grad_enter();
+    for (int pass = 0; pass < 2; pass++) {
+        fg_tensor *lg = fg_gpt_forward(pass ? g64 : m->model, tok, 1, T, NULL);
+        cr_assert(lg, "%s", fg_last_error());
+        const double tol = (pass ? 1e-9 : 1e-5) * scale;
+        for (int t = 0; t < T; t++)
+            for (int v = 0; v < VV; v++) {
+                const double got = fg_get(lg, (int64_t)t * VV + v);
+                cr_assert(fabs(got - want[t][v]) <= tol,
+                          "%s model: logit (position %d, token %d) is %.9g, transformers' %.9g (|diff| %.3g > %.3g)",
+                          pass ? "float64" : "float32", t, v, got, want[t][v], fabs(got - want[t][v]), tol);
+            }
+        fg_release(lg);
+    }
+    fg_no_grad_exit();
+    fg_gpt_free(g64);
+    fg_model_file_free(m);
+}
+
 Test(gpt2_files, llmc_float32_file_round_trips_byte_for_byte) { llmc_round_trip(3); }
+
+/* llm.c's bfloat16 export rounds each weight once to nearest, ties to even (PyTorch's rule, worked out
+ * here on the bits): wte's rows (the file's first elements) set to float32 values exactly halfway
+ * between two bf16 (kept part even and odd), one bit either side of halfway, and one below the
+ * binade's top that carries into the exponent; then a float64 model with values 2^-40 off a float32
+ * halfway point, which only a single rounding from float64 gets right (through float32 they land
+ * on the tie and go to even). */
+Test(gpt2_files, llmc_bfloat16_export_rounds_ties_to_even_once) {
+    char dir[256], p[512];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_llmc_rne_XXXXXX");
+    snprintf(p, sizeof p, "%s/m.bin", dir);
+    for (int dt64 = 0; dt64 < 2; dt64++) {
+        fg_gpt_config c = fgt_tiny_gpt_config(dt64 ? FG_F64 : FG_F32, FG_ATTN_FLASH, 16, 8, 7, 0);
+        fg_gpt *g = fg_gpt_create(&c, 3);
+        cr_assert(g, "%s", fg_last_error());
+        fg_tensor *wte = fg_gpt_weight(g, FG_GPT_WTE, 0);
+        const int64_t n = fg_numel(wte);
+        uint16_t *want = malloc((size_t)n * sizeof *want);
+        static const uint32_t rest32[4] = {0x8000u, 0x7fffu, 0x8001u, 0x8000u};
+        for (int64_t i = 0; i < n; i++) {
+            /* sign, an exponent in 120..135, a kept part whose last bit alternates (all ones every
+             * 9th: the carry), a dropped half at or beside the halfway point */
+            const uint32_t sign = (uint32_t)(i & 1) << 31, e = 120u + (uint32_t)(i % 16);
+            const uint32_t kept = i % 9 == 0 ? 0x7fu : (uint32_t)(i * 37 % 128);
+            const uint32_t u = sign | e << 23 | kept << 16 | (dt64 ? 0x8000u : rest32[i % 4]);
+            const uint16_t keep = (uint16_t)(u >> 16);
+            if (!dt64) {
+                const uint32_t r = u & 0xffffu;
+                want[i] = (uint16_t)(keep + (r > 0x8000u || (r == 0x8000u && (keep & 1u))));
+                cr_assert_eq(fg_set(wte, i, (double)fgt_f32_bits(u)), FG_OK);
+            } else {
+                /* 2^-40 relative off the tie: the magnitude goes up for even i/2, down otherwise */
+                const int up = (i / 2) % 2 == 0;
+                const double t = (double)fgt_f32_bits(u);
+                want[i] = (uint16_t)(keep + up);
+                cr_assert_eq(fg_set(wte, i, t * (up ? 1 + 0x1p-40 : 1 - 0x1p-40)), FG_OK);
+            }
+        }
+        cr_assert_eq(fg_gpt2_save_llmc(g, p, 5, 1), FG_OK, "%s", fg_last_error());
+        size_t nb = 0;
+        unsigned char *b = read_bytes(p, &nb);
+        cr_assert(nb >= 1024 + (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 1024 + i * 2, 2);
+            cr_assert_eq(h, want[i], "%s model, wte element %lld (%a): the file holds 0x%04x, nearest-even is 0x%04x",
+                         dt64 ? "float64" : "float32", (long long)i, fg_get(wte, i), h, want[i]);
+        }
+        free(b);
+        free(want);
+        fg_gpt_free(g);
+    }
+    fgt_remove_tmpdir(dir);
+}
 Test(gpt2_files, llmc_bfloat16_file_round_trips_byte_for_byte) { llmc_round_trip(5); }
 
 /* A small random model written as a Hugging Face folder by flashgrad's writer. */

@@ -384,14 +384,33 @@ Test(nanogpt, schedule_flags_follow_train_py_get_lr, .init = make_tmpdir, .fini 
     char *save = NULL;
     int it = 0;
     for (char *r = strtok_r(rows, "\n", &save); r; r = strtok_r(NULL, "\n", &save), it++) {
+        /* log.csv's lr reads back as the double used (17 digits): only the order of operations may
+         * differ from the formula here */
         double want = nanogpt_get_lr(it, 0.01, 3, 9, 0.001);
-        cr_expect(fabs(atof(r) - want) <= 1e-5 * want, "step %d: lr %s, train.py's get_lr %.6g", it + 1, r, want);
+        cr_expect(fabs(strtod(r, NULL) - want) <= 4e-16 * want, "step %d: lr %s, train.py's get_lr %.17g", it + 1, r,
+                  want);
     }
-    expect_run("train config/train_shakespeare_char.py " SMALL " --decay_lr=False --learning_rate=0.003 --out_dir=c "
-               "--samples 0",
-               0, "final:", out, sizeof out);
-    cr_assert_eq(log_fields("c", cols, 1, rows, sizeof rows), 3);
-    cr_expect_str_eq(rows, "0.003\n0.003\n0.003\n", "decay_lr = False is not a constant learning_rate");
+    cr_expect_eq(it, 12);
+    /* decay_lr = False: exactly learning_rate at every step, whatever warm-up and decay flags say
+     * (a cosine over lr_decay_iters 5000 moves the third step's lr by 4e-7 relative only) */
+    const char *constant[] = {"", " --warmup_iters=2 --lr_decay_iters=4 --min_lr=0.0001"};
+    for (int k = 0; k < 2; k++) {
+        char args[512];
+        snprintf(args, sizeof args,
+                 "train config/train_shakespeare_char.py " SMALL " --max_iters=5 --decay_lr=False "
+                 "--learning_rate=0.003 --out_dir=c%d --samples 0%s",
+                 k, constant[k]);
+        expect_run(args, 0, "final:", out, sizeof out);
+        char d[16];
+        snprintf(d, sizeof d, "c%d", k);
+        cr_assert_eq(log_fields(d, cols, 1, rows, sizeof rows), 5);
+        save = NULL;
+        it = 0;
+        for (char *r = strtok_r(rows, "\n", &save); r; r = strtok_r(NULL, "\n", &save), it++)
+            cr_expect(strtod(r, NULL) == 0.003, "decay_lr = False%s: step %d has lr %s, not learning_rate 0.003",
+                      constant[k], it + 1, r);
+        cr_expect_eq(it, 5);
+    }
 }
 
 /* always_save_checkpoint = False: the checkpoint is the best evaluation's, as train.py keeps it. */

@@ -652,9 +652,7 @@ static int by_value_desc(const void *a, const void *b) {
     return (i > j) - (i < j);
 }
 
-/* Sample from softmax(x / temperature) restricted to the top_k largest, then to the nucleus of
- * probability top_p, with uniform u in (0, 1]. order (n ints) is scratch. */
-static int sample_token(double *x, int n, double temperature, int top_k, double top_p, double u, int *order) {
+int fg_gpt_sample_logits(double *x, int n, double temperature, int top_k, double top_p, double u, int *order) {
     if (temperature <= 0) return argmax(x, n);
     double mx = x[argmax(x, n)];
     const int use_k = top_k > 0 && top_k < n, use_p = top_p > 0 && top_p < 1;
@@ -750,7 +748,7 @@ fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, c
         st = next_logits(g, kv, tokens, len, row);
         if (st != FG_OK) break;
         double u = fg_u32_to_uniform_f64(fg_philox_u32(o->seed, FG_GPT_SAMPLE_STREAM, (uint64_t)j));
-        tokens[len] = sample_token(row, n_ids, o->temperature, o->top_k, o->top_p, u, order);
+        tokens[len] = fg_gpt_sample_logits(row, n_ids, o->temperature, o->top_k, o->top_p, u, order);
         if (o->on_token) o->on_token(o->user, j, tokens[len]);
     }
     fg_no_grad_exit();

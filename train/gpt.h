@@ -175,7 +175,9 @@ fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_
 fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, int B, int T,
                        const fg_gpt_train_ctx *train);
 
-/* Sampling. temperature 0 is greedy (argmax, first index on ties); top_k 0 keeps all V tokens.
+/* Sampling. temperature 0 is greedy (argmax, first index on ties); top_k 0 keeps all V tokens;
+ * top_k k keeps every logit >= the k-th largest, so ties with the k-th are all kept (nanoGPT's
+ * mask logits < topk(logits, k)[-1] = -inf), more than k tokens then.
  * vocab_limit n in 1..V-1 samples only ids below n — the tokenizer's real vocabulary when the model's
  * was padded (GPT-2's 50257 in 50304: no data id reaches the tail, which is never emitted then, as
  * llm.c samples); 0 keeps all V. Draw j of a generation uses fg_philox_u32(seed, FG_GPT_SAMPLE_STREAM, j). */
@@ -189,8 +191,10 @@ typedef struct {
     int top_k;
     uint64_t seed;
     int vocab_limit;
-    /* nucleus sampling: after temperature and top_k, keep the likeliest tokens until their
-     * probability reaches top_p (at least one token); 0 or >= 1 keeps them all */
+    /* nucleus sampling: after temperature and top_k, keep the likeliest tokens (by decreasing
+     * probability, equal ones by smaller id first) up to and including the first whose cumulative
+     * probability reaches top_p (>=, so a sum exactly equal to top_p stops there; at least one
+     * token); 0 or >= 1 keeps them all */
     double top_p;
     /* 1: recompute the whole context for every token (the reference the cache is tested against);
      * 0: the KV cache below (CPU models; a device model always recomputes) */
@@ -211,6 +215,11 @@ typedef struct {
  * token), so the cache is rebuilt from the cropped context: the same tokens as the recompute, at its
  * cost. No grad is recorded. */
 fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, const fg_sample_opts *o);
+/* One draw, the rule fg_gpt_generate applies to each token: the id from softmax(x / temperature)
+ * (temperature > 0) restricted by top_k and top_p as above, renormalized, at uniform u in (0, 1]
+ * (the smallest id whose cumulative probability in id order reaches u); temperature 0 is the
+ * argmax. x (n logits) is overwritten; order (n ints) is scratch. */
+int fg_gpt_sample_logits(double *x, int n, double temperature, int top_k, double top_p, double u, int *order);
 /* ---- the KV cache: incremental inference without autograd ----
  * Per layer, K and V of every position so far, (H, block_size, hd) each, and scratch for
  * block_size rows of every activation, all allocated once by fg_gpt_kv_create and reused by every

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tensor/bf16.h"
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
 
@@ -363,12 +364,6 @@ static float f16_to_f32(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
-static float bf16_to_f32(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* An array's n elements as float32 into dst (any alignment in the file). */
 static fg_status array_to_f32(const char *file, const fg_st_array *a, float *dst, int64_t n) {
@@ -380,7 +375,7 @@ static fg_status array_to_f32(const char *file, const fg_st_array *a, float *dst
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, s + 2 * i, 2);
-            dst[i] = a->dtype == FG_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+            dst[i] = a->dtype == FG_ST_F16 ? f16_to_f32(h) : fg_bf16_to_f32(h);
         }
         break;
     default:
@@ -651,7 +646,7 @@ static fg_model_file *llmc_load(const char *path) {
         } else {                                                                                                       \
             uint16_t b_;                                                                                               \
             memcpy(&b_, s + at * 2, 2);                                                                                \
-            (dst)[e_] = bf16_to_f32(b_);                                                                               \
+            (dst)[e_] = fg_bf16_to_f32(b_);                                                                            \
         }                                                                                                              \
     }
     /* wte: the V real rows, then skip the padding */
@@ -1017,15 +1012,6 @@ done:
     return st;
 }
 
-/* float to bfloat16, round to nearest even (PyTorch's conversion); NaN stays a quiet NaN. */
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
 fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, int overwrite) {
     if (!g || !out_file || !*out_file) return fg_error(FG_ERR_ARG, "export: no model or no output file");
     if (version != 3 && version != 5)
@@ -1042,10 +1028,13 @@ fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, 
     const int64_t V = c->vocab_size, C = c->n_embd, Vp = (V + LLMC_PAD - 1) / LLMC_PAD * LLMC_PAD;
     const size_t es = version == 3 ? 4 : 2;
     const int64_t total = g->num_elements + (Vp - V) * C;
-    float *flat = host_f32(g);
+    /* the parameters in the file's dtype, converted once from the model's own (fg_to: tensor/bf16.h's
+     * round to nearest even, from float64 without a float32 step that could round twice) */
+    fg_tensor *host = fg_to(g->params_flat, FG_CPU, version == 3 ? FG_F32 : FG_BF16);
+    const unsigned char *flat = host ? fg_data(host) : NULL;
     unsigned char *data = flat ? calloc((size_t)total, es) : NULL;
     if (!data) {
-        free(flat);
+        fg_release(host);
         return flat ? fg_error(FG_ERR_OOM, "export: out of memory") : fg_last_status();
     }
     int32_t hd[LLMC_HEADER_INTS] = {0};
@@ -1058,40 +1047,36 @@ fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, 
     hd[6] = c->n_embd;
     hd[7] = (int32_t)Vp;
     int64_t at = 0;
-#define PUT_ELEMS(src, cnt)                                                                                            \
-    for (int64_t e_ = 0; e_ < (int64_t)(cnt); e_++, at++) {                                                            \
-        if (es == 4) {                                                                                                 \
-            memcpy(data + at * 4, &(src)[e_], 4);                                                                      \
-        } else {                                                                                                       \
-            uint16_t b_ = f32_to_bf16((src)[e_]);                                                                      \
-            memcpy(data + at * 2, &b_, 2);                                                                             \
-        }                                                                                                              \
-    }
+#define PUT_ELEMS(offset, cnt)                                                                                         \
+    do {                                                                                                               \
+        memcpy(data + at * es, flat + es * (offset), es * (size_t)(cnt));                                              \
+        at += (cnt);                                                                                                   \
+    } while (0)
     const fg_gpt_param *wte = fg_gpt_find(g, "transformer.wte.weight"), *wpe = fg_gpt_find(g, "transformer.wpe.weight");
-    PUT_ELEMS(flat + wte->offset, wte->numel)
+    PUT_ELEMS(wte->offset, wte->numel);
     at += (Vp - V) * C; /* the padding rows: zero (calloc) */
-    PUT_ELEMS(flat + wpe->offset, wpe->numel)
+    PUT_ELEMS(wpe->offset, wpe->numel);
     for (int k = 0; k < FG_GPT_KIND_COUNT; k++) {
         if (k == FG_GPT_WTE || k == FG_GPT_WPE || k == FG_GPT_LNF_W || k == FG_GPT_LNF_B) continue;
         for (int l = 0; l < c->n_layer; l++)
             for (int i = 0; i < g->n_params; i++)
                 if (g->params[i].kind == (fg_gpt_kind)k && g->params[i].layer == l) {
-                    PUT_ELEMS(flat + g->params[i].offset, g->params[i].numel)
+                    PUT_ELEMS(g->params[i].offset, g->params[i].numel);
                 }
     }
     for (int i = 0; i < g->n_params; i++)
         if (g->params[i].kind == FG_GPT_LNF_W) {
-            PUT_ELEMS(flat + g->params[i].offset, g->params[i].numel)
+            PUT_ELEMS(g->params[i].offset, g->params[i].numel);
         }
     for (int i = 0; i < g->n_params; i++)
         if (g->params[i].kind == FG_GPT_LNF_B) {
-            PUT_ELEMS(flat + g->params[i].offset, g->params[i].numel)
+            PUT_ELEMS(g->params[i].offset, g->params[i].numel);
         }
 #undef PUT_ELEMS
     const void *parts[2] = {hd, data};
     size_t sizes[2] = {sizeof hd, (size_t)total * es};
     fg_status st = fg_write_file_atomic(out_file, parts, sizes, 2);
     free(data);
-    free(flat);
+    fg_release(host);
     return st;
 }
