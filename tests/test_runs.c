@@ -623,3 +623,122 @@ Test(runs, an_overwrite_replaces_a_symlinked_log_not_its_target, .init = setup, 
     cr_expect(lstat(path("r/log.csv"), &sb) == 0 && S_ISREG(sb.st_mode), "log.csv is not the new run's file");
     cr_expect(access(path("r/.flashgrad-overwritten"), F_OK) != 0, "the set-aside folder was left");
 }
+
+/* The "final:" line of a run's output (train and val loss, accuracy), or "" when there is none. */
+static void final_line(const char *out, char *line, size_t n) {
+    const char *f = strstr(out, "final:");
+    size_t k = f ? strcspn(f, "\n") : 0;
+    snprintf(line, n, "%.*s", (int)k, f ? f : "");
+}
+
+/* The step of the last row of a run's log.csv (0 when it has none). */
+static long long log_last_step(const char *run_dir) {
+    char rel[300];
+    size_t n = 0;
+    snprintf(rel, sizeof rel, "%s/log.csv", run_dir);
+    char *l = slurp(rel, &n);
+    long long s = 0;
+    for (char *p = l; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+        if (*p >= '0' && *p <= '9') s = atoll(p);
+    free(l);
+    return s;
+}
+
+/* A stop signal leaves the work resumable whatever the save policy: with nanoGPT's
+ * always_save_checkpoint = False (checkpoints only at evaluations that improve the val loss) the
+ * interrupted step's state goes to --out/interrupted, beside the best val loss's checkpoint (or
+ * alone, before any evaluation); `--resume` continues from it, and the run ends in the state and
+ * with the final losses of an uninterrupted run, bit for bit. eval_every "0": the signal comes
+ * before any evaluation. */
+static void best_only_stop(int sig, const char *name, const char *eval_every) {
+    need_bin();
+    const long long total = 2000000;
+    char logp[300];
+    snprintf(logp, sizeof logp, "%s/run.log", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(99);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(fgt_bin(), fgt_bin(), "train", "--task", "addition", "--digits", "1", "--n-layer", "1", "--n-head", "2",
+              "--n-embd", "16", "--batch-size", "8", "--eval-every", eval_every, "--eval-iters", "1",
+              "--eval-problems", "10", "--samples", "0", "--threads", "1", "--log-every", "1", "--steps", "2000000",
+              "--always_save_checkpoint=False", "--out", "sig", (char *)NULL);
+        _exit(98);
+    }
+    int seen = 0;
+    for (int i = 0; i < 6000 && !seen; i++) {
+        usleep(10000);
+        size_t n = 0;
+        char *l = slurp("run.log", &n);
+        seen = l && strstr(l, "step 50/");
+        free(l);
+    }
+    if (!seen) kill(pid, SIGKILL);
+    cr_assert(seen, "the run never logged step 50");
+    kill(pid, sig);
+    int status;
+    waitpid(pid, &status, 0);
+    size_t n = 0;
+    char *l = slurp("run.log", &n);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig, "after %s the exit status is %d (want %d):\n%s",
+              name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 128 + sig, l);
+    cr_expect(l && strstr(l, "interrupted by") && strstr(l, name) && strstr(l, "--resume") &&
+                  !strstr(l, "nothing written"),
+              "the interruption message should say where the state is and --resume:\n%s", l);
+    free(l);
+    /* the interrupted state: in its own folder, unless the signal's step was an improving evaluation */
+    const int own = access(path("sig/interrupted/model.safetensors"), F_OK) == 0;
+    long long step = fgt_ckpt_step(own ? path("sig/interrupted") : path("sig"));
+    cr_assert(step >= 50 && step < total, "interrupted state at step %lld", step);
+    cr_expect_eq(log_last_step("sig"), step, "log.csv does not reach the interrupted step %lld", step);
+    if (own && access(path("sig/model.safetensors"), F_OK) == 0) {
+        long long best = fgt_ckpt_step(path("sig"));
+        cr_expect(best < step && atoi(eval_every) > 0 && best % atoi(eval_every) == 0,
+                  "--out's checkpoint (step %lld) is not an evaluation's before the signal's step %lld", best, step);
+    } else {
+        cr_expect(own || atoi(eval_every) > 0, "no checkpoint of the interrupted step");
+    }
+    char out[16384];
+    int st = run("sample --ckpt sig --tokens 2 --prompt 1", out, sizeof out);
+    cr_expect_eq(st, 0, "sample after the signal: exit %d:\n%s", st, out);
+
+    /* resumed to 40 steps later: the state and the final losses of an uninterrupted run */
+    char args[1024], ref_final[512], got_final[512];
+    snprintf(args, sizeof args,
+             "train " TINY " --eval-every %s --always_save_checkpoint=False --steps %lld --lr-decay-steps %lld "
+             "--out ref",
+             eval_every, step + 40, total);
+    st = run(args, out, sizeof out);
+    cr_assert_eq(st, 0, "the uninterrupted run: exit %d:\n%s", st, out);
+    final_line(out, ref_final, sizeof ref_final);
+    snprintf(args, sizeof args, "train --resume --steps %lld --out sig --samples 0 --eval-problems 10", step + 40);
+    st = run(args, out, sizeof out);
+    cr_assert_eq(st, 0, "the resumed run: exit %d:\n%s", st, out);
+    cr_expect(strstr(out, "resuming from step") && atoll(strstr(out, "resuming from step") + 18) == step,
+              "did not resume from the interrupted step %lld:\n%s", step, out);
+    final_line(out, got_final, sizeof got_final);
+    cr_expect(*ref_final && !strcmp(ref_final, got_final), "final losses differ:\n  uninterrupted: %s\n  resumed:       %s",
+              ref_final, got_final);
+    fgt_expect_same_run_state(path("sig"), path("ref"));
+    if (fgt_ckpt_step(path("sig")) == step + 40)
+        cr_expect(access(path("sig/interrupted"), F_OK) != 0, "the older interrupted state was left beside step %lld",
+                  step + 40);
+}
+
+Test(runs, sigint_before_any_evaluation_keeps_the_work_with_always_save_checkpoint_false, .init = setup,
+     .fini = teardown, .timeout = 300) {
+    best_only_stop(SIGINT, "SIGINT", "0");
+}
+
+Test(runs, sigterm_after_an_evaluation_keeps_the_best_and_the_interrupted_state, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    best_only_stop(SIGTERM, "SIGTERM", "20");
+}
+
+Test(runs, sighup_keeps_the_work_with_always_save_checkpoint_false, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    best_only_stop(SIGHUP, "SIGHUP", "7");
+}
