@@ -199,7 +199,9 @@ void fg_train_configure(const train_args *a, train_run *r) {
         folder_or_die(fg_run_folder_make(out));
         folder_or_die(fg_run_folder_lock(&r->folder));
         folder_or_die(fg_run_folder_recover(&r->folder));
-        folder_or_die(fg_run_folder_other_run(&r->folder, a->f[F_OVERWRITE].given, &r->other_step));
+        fg_status os = fg_run_folder_other_run(&r->folder, a->f[F_OVERWRITE].given, &r->other_step);
+        if (os != FG_OK) fg_run_folder_refused(&r->folder);
+        folder_or_die(os);
         r->other_pending = r->other_step >= 0;
     } else if (access(out, W_OK) != 0) {
         fg_train_die(1, "--out: cannot write to '%s': %s", out, strerror(errno));

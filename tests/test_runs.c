@@ -742,3 +742,81 @@ Test(runs, sighup_keeps_the_work_with_always_save_checkpoint_false, .init = setu
      .timeout = 300) {
     best_only_stop(SIGHUP, "SIGHUP", "7");
 }
+
+/* Writes text to dir/rel. */
+static void put_file(const char *rel, const char *text) {
+    FILE *f = fopen(path(rel), "w");
+    cr_assert(f, "cannot create %s", rel);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* 1 when dir/rel holds exactly text. */
+static int holds(const char *rel, const char *text) {
+    size_t n = 0;
+    char *b = slurp(rel, &n);
+    int same = b && n == strlen(text) && !memcmp(b, text, n);
+    free(b);
+    return same;
+}
+
+/* --overwrite replaces a flashgrad run and nothing else: a folder holding anything flashgrad did
+ * not write (a Hugging Face model, a safetensors file without flashgrad's metadata, a user's notes or
+ * an llm.c file beside a run) is refused in one line naming it, and left as it was. */
+Test(runs, overwrite_replaces_a_flashgrad_run_and_nothing_else, .init = setup, .fini = teardown, .timeout = 120) {
+    need_bin();
+    char log[8192];
+    /* a Hugging Face model folder */
+    cr_assert_eq(mkdir(path("hf"), 0777), 0);
+    put_file("hf/config.json", "{\"model_type\": \"gpt2\"}\n");
+    put_file("hf/model.safetensors", "the user's weights");
+    int st = run("train " TINY " --steps 2 --out hf --overwrite", log, sizeof log);
+    cr_expect(st == 2 && one_line(log) && strstr(log, "--overwrite") &&
+                  (strstr(log, "'config.json'") || strstr(log, "'model.safetensors'")),
+              "an HF folder: exit %d:\n%s", st, log);
+    cr_expect(holds("hf/config.json", "{\"model_type\": \"gpt2\"}\n") &&
+                  holds("hf/model.safetensors", "the user's weights"),
+              "the user's model changed");
+    cr_expect(access(path("hf/log.csv"), F_OK) != 0 && access(path("hf/.flashgrad-overwritten"), F_OK) != 0 &&
+                  access(path("hf/train.lock"), F_OK) != 0,
+              "a run's files were written into the user's folder");
+    /* a model.safetensors alone that is not flashgrad's: refused with and without --overwrite */
+    cr_assert_eq(mkdir(path("st"), 0777), 0);
+    put_file("st/model.safetensors", "the user's weights");
+    st = run("train " TINY " --steps 2 --out st --overwrite", log, sizeof log);
+    cr_expect(st == 2 && one_line(log) && strstr(log, "'model.safetensors'") && strstr(log, "flashgrad metadata"),
+              "a foreign model.safetensors with --overwrite: exit %d:\n%s", st, log);
+    st = run("train " TINY " --steps 2 --out st", log, sizeof log);
+    cr_expect(st == 2 && one_line(log) && strstr(log, "not a flashgrad checkpoint"),
+              "a foreign model.safetensors: exit %d:\n%s", st, log);
+    cr_expect(holds("st/model.safetensors", "the user's weights"), "the user's file changed");
+    /* a user's file beside a flashgrad run: notes, an llm.c model */
+    run_ok("train " TINY " --steps 3 --out r");
+    snapshot before = take("r");
+    static const char *const theirs[] = {"r/notes.txt", "r/gpt2_124M.bin"};
+    for (int i = 0; i < 2; i++) {
+        put_file(theirs[i], "the user's");
+        st = run("train " TINY " --steps 2 --out r --overwrite", log, sizeof log);
+        cr_expect(st == 2 && one_line(log) && strstr(log, strchr(theirs[i], '/') + 1),
+                  "%s beside a run: exit %d:\n%s", theirs[i], st, log);
+        cr_expect(holds(theirs[i], "the user's"), "%s changed", theirs[i]);
+        expect_unchanged(&before, "r", "a refused --overwrite");
+        unlink(path(theirs[i]));
+    }
+    drop(&before);
+    /* a folder that is a link to a run: the run behind it is replaced; to a user's folder: refused */
+    cr_assert_eq(symlink("r", path("link")), 0);
+    run_ok("train " TINY " --steps 2 --out link --overwrite");
+    cr_expect_eq(fgt_ckpt_step(path("r")), 2, "the run behind the link was not replaced");
+    cr_assert_eq(symlink("hf", path("hflink")), 0);
+    st = run("train " TINY " --steps 2 --out hflink --overwrite", log, sizeof log);
+    cr_expect(st == 2 && one_line(log), "a link to an HF folder: exit %d:\n%s", st, log);
+    cr_expect(holds("hf/model.safetensors", "the user's weights"), "the user's model changed through a link");
+    /* an empty folder: nothing to replace; a file where the folder should be: refused, untouched */
+    cr_assert_eq(mkdir(path("empty"), 0777), 0);
+    run_ok("train " TINY " --steps 2 --out empty --overwrite");
+    put_file("model.bin", "an llm.c file");
+    st = run("train " TINY " --steps 2 --out model.bin --overwrite", log, sizeof log);
+    cr_expect(st != 0 && one_line(log) && strstr(log, "not a folder"), "a file as --out: exit %d:\n%s", st, log);
+    cr_expect(holds("model.bin", "an llm.c file"), "the file changed");
+}

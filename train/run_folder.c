@@ -71,7 +71,13 @@ fg_status fg_run_folder_lock(fg_run_folder *rf) {
     if (snprintf(p, sizeof p, "%s/%s", out, FG_RUN_LOCK_FILE) >= (int)sizeof p)
         return fg_error(FG_ERR_ARG, "--out: the path is too long");
     /* O_NONBLOCK: a FIFO put there must not hang the open; it is refused just below */
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
+    int fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    rf->made_lock = 0;
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
+        rf->made_lock = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    }
     if (fd < 0) return fg_error(FG_ERR_IO, "--out: cannot open the lock file '%s': %s", p, strerror(errno));
     /* The pid is written into the lock file: only into a regular file of its own, never into a
      * device or into a file that has other names (a hard link to someone's file). */
@@ -112,6 +118,15 @@ fg_status fg_run_folder_lock(fg_run_folder *rf) {
 void fg_run_folder_close(fg_run_folder *rf) {
     if (rf->lock_fd >= 0) close(rf->lock_fd);
     rf->lock_fd = -1;
+}
+
+void fg_run_folder_refused(fg_run_folder *rf) {
+    char p[4200];
+    /* removed while still held: no other writer can have taken it meanwhile */
+    if (rf->made_lock && rf->lock_fd >= 0 && snprintf(p, sizeof p, "%s/%s", rf->dir, FG_RUN_LOCK_FILE) < (int)sizeof p)
+        unlink(p);
+    rf->made_lock = 0;
+    fg_run_folder_close(rf);
 }
 
 int fg_is_temporary_of(const char *name, const char *base) {

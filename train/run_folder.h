@@ -60,6 +60,7 @@ extern "C" {
 typedef struct {
     const char *dir; /* the folder (borrowed) */
     int lock_fd;     /* the lock's descriptor, -1 while not locked */
+    int made_lock;   /* fg_run_folder_lock created the lock file (it was not there before) */
     /* Called with a line worth telling the user (no newline) when recovery or clean-up did something
      * or could not; NULL: nothing is said. */
     void (*note)(const char *line);
@@ -93,6 +94,9 @@ fg_status fg_run_folder_make(const char *dir);
 fg_status fg_run_folder_lock(fg_run_folder *rf);
 /* Drops the lock (closes its descriptor); the lock file stays. */
 void fg_run_folder_close(fg_run_folder *rf);
+/* A run refused at its start: drops the lock, and removes the lock file when the lock made it, so
+ * that a folder the run may not use (a user's) is left as it was. */
+void fg_run_folder_refused(fg_run_folder *rf);
 
 /* With the lock held, before anything reads the folder: finishes what an --overwrite killed midway
  * left (see above), saying what it did through rf->note. */
