@@ -820,3 +820,136 @@ Test(runs, overwrite_replaces_a_flashgrad_run_and_nothing_else, .init = setup, .
     cr_expect(st != 0 && one_line(log) && strstr(log, "not a folder"), "a file as --out: exit %d:\n%s", st, log);
     cr_expect(holds("model.bin", "an llm.c file"), "the file changed");
 }
+
+/* `flashgrad <args>` in the test folder: stdout into out, stderr into err; returns the exit status. */
+static int run2(const char *args, char *out, size_t n, char *err, size_t en) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>'%s/err.txt'", dir, fgt_bin(), args, dir);
+    int st = fgt_run_cmd(cmd, out, n);
+    size_t k = 0;
+    char *e = slurp("err.txt", &k);
+    snprintf(err, en, "%s", e ? e : "");
+    free(e);
+    return st;
+}
+
+/* What each reader makes of a run folder: sample's text, eval's loss line, the bytes of an llm.c
+ * export, whether --init-from starts from it; one string. */
+static int read_run(const char *run_dir, const char *reader, char *got, size_t n, char *err, size_t en) {
+    char args[1024], out[8192];
+    int st;
+    got[0] = '\0';
+    if (!strcmp(reader, "sample")) {
+        snprintf(args, sizeof args, "sample --ckpt %s --tokens 4 --prompt 1", run_dir);
+        st = run2(args, out, sizeof out, err, en);
+        snprintf(got, n, "%.200s", out);
+    } else if (!strcmp(reader, "eval")) {
+        snprintf(args, sizeof args, "eval --ckpt %s", run_dir);
+        st = run2(args, out, sizeof out, err, en);
+        const char *l = strstr(out, "\nstep ");
+        snprintf(got, n, "%.*s", l ? (int)strcspn(l + 1, "\n") : 0, l ? l + 1 : "");
+    } else if (!strcmp(reader, "export")) {
+        unlink(path("e.bin"));
+        snprintf(args, sizeof args, "export --ckpt %s --to llmc e.bin", run_dir);
+        st = run2(args, out, sizeof out, err, en);
+        size_t k = 0;
+        char *b = slurp("e.bin", &k);
+        snprintf(got, n, "%016llx %zu", b ? (unsigned long long)fg_xxh64(b, k, 0) : 0ull, k);
+        free(b);
+    } else {
+        char rm[700];
+        snprintf(rm, sizeof rm, "rm -rf '%s/i'", dir);
+        if (system(rm)) {}
+        snprintf(args, sizeof args, "train " TINY " --steps 1 --init-from %s --out i", run_dir);
+        st = run2(args, out, sizeof out, err, en);
+        snprintf(got, n, "%s", st == 0 && strstr(out, "init from") ? "init from the model" : "");
+    }
+    return st;
+}
+
+/* Moves dir/run/<name> into dir/run/<into>/<name>. */
+static void move_into(const char *run_dir, const char *name, const char *into) {
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/%s", run_dir, name);
+    snprintf(b, sizeof b, "%s/%s/%s", run_dir, into, name);
+    cr_assert_eq(rename(path(a), path(b)), 0, "mv %s %s", a, b);
+}
+
+/* An --overwrite killed (or still running) while the earlier run sits in its set-aside folder: every
+ * reader (sample, eval, export, --init-from) finds the earlier run. Each state is built by hand, as
+ * the overwrite's moves and writes leave it at that moment: with the writer dead and nothing of the
+ * new run in the folder, the reader puts the run back; with the new run's log or optimizer there, it
+ * reads the set-aside folder and names the command that restores it (which then does); with the
+ * writer alive, it reads the set-aside folder and changes nothing, or says to try again while the
+ * files are moving. */
+Test(runs, readers_find_a_run_an_interrupted_overwrite_set_aside, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    need_bin();
+    run_ok("train " TINY " --steps 30 --out r");
+    static const char *const readers[] = {"sample", "eval", "export", "init"};
+    char want[4][256], got[256], err[4096];
+    for (int k = 0; k < 4; k++) {
+        int st = read_run("r", readers[k], want[k], sizeof want[k], err, sizeof err);
+        cr_assert(st == 0 && want[k][0], "%s of the run itself: exit %d: %s", readers[k], st, err);
+    }
+    enum { MOVING_PART, MOVING_ALL, DONE_CLEAN, DONE_NEW_LOG, DONE_NEW_OPTIM, LIVE_DONE, LIVE_MOVING, N_STATES };
+    static const char *const names[N_STATES] = {"moving, model moved",     "moving, all moved", "set aside",
+                                                "set aside, new log",      "set aside, new log and optimizer",
+                                                "set aside, writer alive", "moving, writer alive"};
+    static const char *const files[3] = {"model.safetensors", "optimizer.safetensors", "log.csv"};
+    char cmd[1200];
+    for (int s = 0; s < N_STATES; s++)
+        for (int k = 0; k < 4; k++) {
+            snprintf(cmd, sizeof cmd, "cd '%s' && rm -rf s && cp -a r s", dir);
+            cr_assert_eq(system(cmd), 0);
+            const int moving = s == MOVING_PART || s == MOVING_ALL || s == LIVE_MOVING;
+            const char *aside = moving ? ".flashgrad-overwrite-moving" : ".flashgrad-overwritten";
+            char ap[300];
+            snprintf(ap, sizeof ap, "s/%s", aside);
+            cr_assert_eq(mkdir(path(ap), 0700), 0);
+            for (int i = 0; i < ((s == MOVING_PART || s == LIVE_MOVING) ? 1 : 3); i++) move_into("s", files[i], aside);
+            if (s == DONE_NEW_LOG || s == DONE_NEW_OPTIM) put_file("s/log.csv", CSV_HEADER_FOR_TEST "\n1,9.9,0.001,1.0,100.0,,\n");
+            if (s == DONE_NEW_OPTIM) put_file("s/optimizer.safetensors", "the new run's optimizer state, half written");
+            int lock = -1;
+            if (s == LIVE_DONE || s == LIVE_MOVING) { /* the --overwrite run, alive: it holds the lock */
+                lock = open(path("s/train.lock"), O_RDWR | O_CLOEXEC);
+                cr_assert(lock >= 0 && flock(lock, LOCK_EX | LOCK_NB) == 0);
+            }
+            int st = read_run("s", readers[k], got, sizeof got, err, sizeof err);
+            if (s == LIVE_MOVING) {
+                cr_expect(st != 0 && one_line(err) && strstr(err, "try again"), "%s, %s: exit %d: %s", names[s],
+                          readers[k], st, err);
+            } else {
+                cr_expect(st == 0 && !strcmp(got, want[k]), "%s, %s: exit %d, got '%s' want '%s': %s", names[s],
+                          readers[k], st, got, want[k], err);
+            }
+            struct stat sb;
+            const int aside_left = lstat(path(ap), &sb) == 0;
+            if (s == MOVING_PART || s == MOVING_ALL || s == DONE_CLEAN) {
+                cr_expect(!aside_left && strstr(err, "note:"), "%s, %s: the run was not put back (or not said): %s",
+                          names[s], readers[k], err);
+                snapshot back = take("r");
+                expect_unchanged(&back, "s", "a reader put the run back");
+                drop(&back);
+            } else if (s == DONE_NEW_LOG || s == DONE_NEW_OPTIM) {
+                cr_expect(aside_left && holds("s/log.csv", CSV_HEADER_FOR_TEST "\n1,9.9,0.001,1.0,100.0,,\n"),
+                          "%s, %s: the reader changed the folder", names[s], readers[k]);
+                const char *how = strstr(err, "restore it with: ");
+                cr_expect(how && strstr(err, ".flashgrad-overwritten"), "%s, %s: no restore command: %s", names[s],
+                          readers[k], err);
+                if (how && k == 0) { /* the command it names puts the run back */
+                    char c[512], o[8192];
+                    snprintf(c, sizeof c, "%.*s --steps 31 --samples 0 --eval-problems 10",
+                             (int)strcspn(how + 27, "\n"), how + 27);
+                    int rs = run(c, o, sizeof o);
+                    cr_expect(rs == 0 && access(path(ap), F_OK) != 0 &&
+                                  fgt_ckpt_step(path("s")) == 31,
+                              "`flashgrad %s`: exit %d:\n%s", c, rs, o);
+                }
+            } else if (s == LIVE_DONE) {
+                cr_expect(aside_left && access(path("s/model.safetensors"), F_OK) != 0 && !strstr(err, "note:"),
+                          "%s, %s: a reader changed the folder of a live writer: %s", names[s], readers[k], err);
+            }
+            if (lock >= 0) close(lock);
+        }
+}
