@@ -324,3 +324,16 @@ Test(run_folder, older_logs_get_their_missing_columns_and_other_files_nothing) {
     cr_expect_eq(l.n, 0, "rows of someone else's CSV: %lld", (long long)l.n);
     fg_run_log_free(&l);
 }
+
+/* A writer still at work holds its temporary: clean-up removes only what dead writers left. */
+Test(run_folder, clean_up_leaves_a_live_writers_temporary) {
+    char target[512];
+    snprintf(target, sizeof target, "%s/%s", g_dir, FG_RUN_LOG_FILE);
+    fg_atomic_file af;
+    cr_assert_eq(fg_atomic_begin(&af, target), FG_OK, "%s", fg_last_error());
+    put(g_dir, FG_CKPT_MODEL_FILE FG_TMP_MARK "Ab12Cd", "a dead writer's half file");
+    fg_run_folder_remove_temporaries(g_dir);
+    cr_expect_eq(access(af.tmp, F_OK), 0, "the live writer's temporary %s was removed", af.tmp);
+    cr_expect(!exists(g_dir, FG_CKPT_MODEL_FILE FG_TMP_MARK "Ab12Cd"), "the dead writer's temporary was left");
+    fg_atomic_abort(&af);
+}
