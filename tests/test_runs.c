@@ -688,11 +688,14 @@ static void best_only_stop(int sig, const char *name, const char *eval_every) {
     cr_expect(l && strstr(l, "interrupted by") && strstr(l, name) && strstr(l, "--resume") &&
                   !strstr(l, "nothing written"),
               "the interruption message should say where the state is and --resume:\n%s", l);
+    const char *at = l ? strstr(l, " at step ") : NULL;
+    const long long said = at ? atoll(at + 9) : -1;
     free(l);
     /* the interrupted state: in its own folder, unless the signal's step was an improving evaluation */
     const int own = access(path("sig/interrupted/model.safetensors"), F_OK) == 0;
     long long step = fgt_ckpt_step(own ? path("sig/interrupted") : path("sig"));
     cr_assert(step >= 50 && step < total, "interrupted state at step %lld", step);
+    cr_expect_eq(step, said, "the work up to the signal's step %lld is not kept (state at step %lld)", said, step);
     cr_expect_eq(log_last_step("sig"), step, "log.csv does not reach the interrupted step %lld", step);
     if (own && access(path("sig/model.safetensors"), F_OK) == 0) {
         long long best = fgt_ckpt_step(path("sig"));
