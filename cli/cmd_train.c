@@ -13,7 +13,8 @@
  *     (mfu: the step's model FLOPs utilization as a fraction, fg_trainer_mfu, of the FMA peak in
  *     peak_gflops, cli/peak_cache.h; both empty off the CPU and in the rows of a log written before
  *     the columns existed, which --resume keeps); with nanoGPT's always_save_checkpoint = False
- *     only evaluations that improve the best val loss checkpoint (and write the log);
+ *     only evaluations that improve the best val loss checkpoint (and write the log), and a stop
+ *     signal's checkpoint goes to DIR/FG_RUN_RESUME_DIR, beside the best one;
  *   - at the end, a few samples from the model.
  * Exit: 0 done; 1 runtime error (bad data, unwritable or busy folder, non-finite loss — the last
  * good checkpoint is kept); 2 usage error (also: a fresh run into a folder that holds another

@@ -566,6 +566,10 @@ static void reader_note(const char *line) { fprintf(stderr, "flashgrad: %s\n", l
 /* The earlier run is read from where an interrupted --overwrite set it aside, and the new run's files
  * beside it keep this reader from putting it back: where it is, and the command that does. */
 static void reader_note_f(const char *dir, const char *aside) {
+    /* said once: a command may open the folder more than once (eval: the model, then the run) */
+    static char said[4200];
+    if (!strcmp(said, aside)) return;
+    snprintf(said, sizeof said, "%s", aside);
     fprintf(stderr,
             "flashgrad: note: the earlier run was set aside in %s by an interrupted --overwrite (reading it from "
             "there); restore it with: flashgrad train --resume --out %s\n",

@@ -2,12 +2,13 @@
  *
  * The files of a run: FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE
  * (train/checkpoint.h) and FG_RUN_LOG_FILE, every one replaced atomically (tensor/fileio.h), so a
- * reader that takes no lock always sees whole files. The promises:
+ * reader that takes no lock always sees whole files; and the folder FG_RUN_RESUME_DIR (a checkpoint
+ * of its own, see below). The promises:
  *   - one writer at a time: DIR/FG_RUN_LOCK_FILE is flock'ed for the whole run (the kernel releases
  *     it when the process dies, however it dies); a second writer refuses at start;
  *   - a fresh run never replaces another run's files unless asked to (--overwrite), and even then
  *     the earlier files stay as they were until the new run's first checkpoint is down (the
- *     set-aside below);
+ *     set-aside below); --overwrite replaces a flashgrad run and nothing else (fg_folder_check_ours);
  *   - the log always belongs to the checkpoint beside it: it is written just before each
  *     checkpoint (the caller's order), and its rows are kept only up to the checkpoint's step;
  *   - the only files removed are the run's own leftovers: temporaries named
@@ -20,11 +21,13 @@
  * back. A kill anywhere leaves a state that the next writer resolves, under the lock, before
  * anything else (fg_run_folder_recover):
  *   FG_RUN_ASIDE_MOVING present: the move was cut short and the new run had written nothing: move back;
- *   FG_RUN_ASIDE_DONE present and the model present: the new run's checkpoint is complete: the
- *     earlier run goes;
+ *   FG_RUN_ASIDE_DONE present and the model present (in DIR or FG_RUN_RESUME_DIR): the new run's
+ *     checkpoint is complete: the earlier run goes;
  *   FG_RUN_ASIDE_DONE present, no model: the new checkpoint is incomplete: its files go, the
  *     earlier run's move back.
- * Only the run files are ever moved or removed.
+ * Only the run files are ever moved or removed. Readers, which take no lock, resolve the same states
+ * when the writer is dead and the folder holds nothing of the new run, and otherwise read the
+ * set-aside run where it is (fg_run_folder_for_reading).
  *
  * Errors: FG_ERR_ARG where the folder refuses what was asked as asked (another run is there; a path
  * too long) — a usage error for the program; FG_ERR_IO or FG_ERR_STATE otherwise. Each message is
