@@ -226,14 +226,13 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
             /* the save policy (always_save_checkpoint = False) keeps the best val loss's checkpoint in
              * --out; the work a stop signal interrupts is kept all the same, in a folder of its own */
             checkpoint(a, r, step, last_ckpt, 1);
-            if (last_ckpt >= 0)
-                fg_train_say("interrupted by %s at step %lld: its state is in %s/" FG_RUN_RESUME_DIR
-                             "; continue with --resume (%s holds the checkpoint of the best val loss, step %lld)\n",
-                             fg_stop_signal_name(stop), (long long)step, out, out, (long long)last_ckpt);
-            else
-                fg_train_say("interrupted by %s at step %lld, before any evaluation: its state is in %s/" FG_RUN_RESUME_DIR
-                             "; continue with --resume\n",
-                             fg_stop_signal_name(stop), (long long)step, out);
+            char best[4200];
+            snprintf(best, sizeof best, "%s/" FG_CKPT_MODEL_FILE, out);
+            fg_train_say("interrupted by %s at step %lld: its state is in %s/" FG_RUN_RESUME_DIR
+                         "; continue with --resume (%s%s)\n",
+                         fg_stop_signal_name(stop), (long long)step, out, out,
+                         access(best, F_OK) == 0 ? " keeps the checkpoint of the best val loss"
+                                                 : ": no evaluation has made a best checkpoint yet");
             code = 128 + stop;
             break;
         }
