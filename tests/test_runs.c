@@ -836,14 +836,15 @@ static int run2(const char *args, char *out, size_t n, char *err, size_t en) {
     return st;
 }
 
-/* What each reader makes of a run folder: sample's text, eval's loss line, the bytes of an llm.c
- * export, whether --init-from starts from it; one string. */
+/* What each reader makes of a run folder: sample's text (given the folder, or its model file), eval's
+ * loss line, the bytes of an llm.c export, whether --init-from starts from it; one string. */
 static int read_run(const char *run_dir, const char *reader, char *got, size_t n, char *err, size_t en) {
     char args[1024], out[8192];
     int st;
     got[0] = '\0';
-    if (!strcmp(reader, "sample")) {
-        snprintf(args, sizeof args, "sample --ckpt %s --tokens 4 --prompt 1", run_dir);
+    if (!strcmp(reader, "sample") || !strcmp(reader, "sample-file")) {
+        snprintf(args, sizeof args, "sample --ckpt %s%s --tokens 4 --prompt 1", run_dir,
+                 reader[6] ? "/model.safetensors" : "");
         st = run2(args, out, sizeof out, err, en);
         snprintf(got, n, "%.200s", out);
     } else if (!strcmp(reader, "eval")) {
@@ -879,7 +880,7 @@ static void move_into(const char *run_dir, const char *name, const char *into) {
 }
 
 /* An --overwrite killed (or still running) while the earlier run sits in its set-aside folder: every
- * reader (sample, eval, export, --init-from) finds the earlier run. Each state is built by hand, as
+ * reader (sample, eval, export, --init-from; given the folder or its model file) finds the earlier run. Each state is built by hand, as
  * the overwrite's moves and writes leave it at that moment: with the writer dead and nothing of the
  * new run in the folder, the reader puts the run back; with the new run's log or optimizer there, it
  * reads the set-aside folder and names the command that restores it (which then does); with the
@@ -889,9 +890,10 @@ Test(runs, readers_find_a_run_an_interrupted_overwrite_set_aside, .init = setup,
      .timeout = 300) {
     need_bin();
     run_ok("train " TINY " --steps 30 --out r");
-    static const char *const readers[] = {"sample", "eval", "export", "init"};
-    char want[4][256], got[256], err[4096];
-    for (int k = 0; k < 4; k++) {
+    static const char *const readers[] = {"sample", "eval", "export", "init", "sample-file"};
+    enum { N_READERS = sizeof readers / sizeof readers[0] };
+    char want[N_READERS][256], got[256], err[4096];
+    for (int k = 0; k < N_READERS; k++) {
         int st = read_run("r", readers[k], want[k], sizeof want[k], err, sizeof err);
         cr_assert(st == 0 && want[k][0], "%s of the run itself: exit %d: %s", readers[k], st, err);
     }
@@ -902,7 +904,7 @@ Test(runs, readers_find_a_run_an_interrupted_overwrite_set_aside, .init = setup,
     static const char *const files[3] = {"model.safetensors", "optimizer.safetensors", "log.csv"};
     char cmd[1200];
     for (int s = 0; s < N_STATES; s++)
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < N_READERS; k++) {
             snprintf(cmd, sizeof cmd, "cd '%s' && rm -rf s && cp -a r s", dir);
             cr_assert_eq(system(cmd), 0);
             const int moving = s == MOVING_PART || s == MOVING_ALL || s == LIVE_MOVING;

@@ -1200,7 +1200,15 @@ fg_ckpt *fg_ckpt_open(const char *path, int with_optimizer) {
         return NULL;
     }
     struct stat sb;
-    fg_status st = FG_OK;
+    /* a run's model file given by its path: where the run is (an interrupted --overwrite may have
+     * set it aside) */
+    char file[4096];
+    fg_status st = fg_run_folder_file_for_reading(path, file, sizeof file);
+    if (st != FG_OK) {
+        fg_ckpt_close(c);
+        return NULL;
+    }
+    path = file;
     if (stat(path, &sb) != 0) {
         st = fg_error(FG_ERR_IO, "%s: no such checkpoint (%s)", path, strerror(errno));
     } else if (S_ISDIR(sb.st_mode)) {

@@ -741,6 +741,9 @@ fg_model_file *fg_model_file_load(const char *path) {
         return NULL;
     }
     struct stat sb;
+    char file[4096];
+    if (fg_run_folder_file_for_reading(path, file, sizeof file) != FG_OK) return NULL;
+    path = file;
     if (stat(path, &sb) != 0) {
         fg_error(FG_ERR_IO, "%s: %s", path, strerror(errno));
         return NULL;

@@ -622,6 +622,18 @@ fg_status fg_run_folder_for_reading(const char *dir, char *path, size_t n) {
     return FG_OK;
 }
 
+fg_status fg_run_folder_file_for_reading(const char *file, char *path, size_t n) {
+    struct stat sb;
+    snprintf(path, n, "%s", file);
+    const char *slash = strrchr(file, '/'), *base = slash ? slash + 1 : file;
+    if (lstat(file, &sb) == 0 || errno != ENOENT || strcmp(base, FG_CKPT_MODEL_FILE)) return FG_OK;
+    char dir[4096], run[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == file ? 1 : (int)(slash - file)) : 1, slash ? file : ".");
+    fg_status st = fg_run_folder_for_reading(dir, run, sizeof run);
+    if (st == FG_OK && strcmp(run, dir)) snprintf(path, n, "%s/%s", run, FG_CKPT_MODEL_FILE);
+    return st;
+}
+
 /* ---- the log ---- */
 int fg_run_log_add(fg_run_log *l, const char *row) {
     if (l->n == l->cap) {

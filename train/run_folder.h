@@ -138,6 +138,9 @@ void fg_run_folder_resume_from(const char *dir, char *path, size_t n);
  *   - a run interrupted before any checkpoint in dir: dir/FG_RUN_RESUME_DIR.
  * Anything else: dir (the caller says what is missing). */
 fg_status fg_run_folder_for_reading(const char *dir, char *path, size_t n);
+/* The same for a model file given by its path: a missing DIR/model.safetensors is looked for where
+ * fg_run_folder_for_reading(DIR) finds the run; any other path is left as it is. */
+fg_status fg_run_folder_file_for_reading(const char *file, char *path, size_t n);
 
 /* --overwrite, at the new run's first checkpoint: the earlier run's files move into
  * FG_RUN_ASIDE_DONE. On failure they are moved back where that works (the message says where they
