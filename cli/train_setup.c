@@ -74,6 +74,7 @@ static void configure_resumed(const train_args *a, train_run *r) {
     snprintf(from_model, sizeof from_model, "%s/%s", from, FG_CKPT_MODEL_FILE);
     if (stat(from_model, &sb) != 0)
         fg_train_die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
+    snprintf(r->resumed_from, sizeof r->resumed_from, "%s", from);
     fg_ckpt *ck = r->ck = fg_ckpt_open(from, 1);
     if (!ck) fg_train_die(1, "--resume: %s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);

@@ -722,6 +722,7 @@ static void best_only_stop(int sig, const char *name, const char *eval_every) {
     cr_assert_eq(st, 0, "the resumed run: exit %d:\n%s", st, out);
     cr_expect(strstr(out, "resuming from step") && atoll(strstr(out, "resuming from step") + 18) == step,
               "did not resume from the interrupted step %lld:\n%s", step, out);
+    cr_expect(!own || strstr(out, "(sig/interrupted)"), "the resumed run does not say where it resumed from:\n%s", out);
     final_line(out, got_final, sizeof got_final);
     cr_expect(*ref_final && !strcmp(ref_final, got_final), "final losses differ:\n  uninterrupted: %s\n  resumed:       %s",
               ref_final, got_final);
