@@ -898,10 +898,25 @@ Test(runs, readers_find_a_run_an_interrupted_overwrite_set_aside, .init = setup,
         int st = read_run("r", readers[k], want[k], sizeof want[k], err, sizeof err);
         cr_assert(st == 0 && want[k][0], "%s of the run itself: exit %d: %s", readers[k], st, err);
     }
-    enum { MOVING_PART, MOVING_ALL, DONE_CLEAN, DONE_NEW_LOG, DONE_NEW_OPTIM, LIVE_DONE, LIVE_MOVING, N_STATES };
-    static const char *const names[N_STATES] = {"moving, model moved",     "moving, all moved", "set aside",
-                                                "set aside, new log",      "set aside, new log and optimizer",
-                                                "set aside, writer alive", "moving, writer alive"};
+    enum {
+        MOVING_PART,
+        MOVING_ALL,
+        DONE_CLEAN,
+        DONE_NEW_LOG,
+        DONE_NEW_OPTIM,
+        LIVE_DONE,
+        LIVE_MOVING,
+        DONE_NEW_COMPLETE,
+        N_STATES
+    };
+    static const char *const names[N_STATES] = {"moving, model moved",
+                                                "moving, all moved",
+                                                "set aside",
+                                                "set aside, new log",
+                                                "set aside, new log and optimizer",
+                                                "set aside, writer alive",
+                                                "moving, writer alive",
+                                                "set aside, the new run's first checkpoint (interrupted) complete"};
     static const char *const files[3] = {"model.safetensors", "optimizer.safetensors", "log.csv"};
     char cmd[1200];
     for (int s = 0; s < N_STATES; s++)
@@ -916,6 +931,16 @@ Test(runs, readers_find_a_run_an_interrupted_overwrite_set_aside, .init = setup,
             for (int i = 0; i < ((s == MOVING_PART || s == LIVE_MOVING) ? 1 : 3); i++) move_into("s", files[i], aside);
             if (s == DONE_NEW_LOG || s == DONE_NEW_OPTIM) put_file("s/log.csv", CSV_HEADER_FOR_TEST "\n1,9.9,0.001,1.0,100.0,,\n");
             if (s == DONE_NEW_OPTIM) put_file("s/optimizer.safetensors", "the new run's optimizer state, half written");
+            if (s == DONE_NEW_COMPLETE) {
+                /* the new run (here: the same bytes as r) stopped by a signal before its first
+                 * evaluation, under always_save_checkpoint = False; the earlier run, set aside, is
+                 * another (a model that does not load tells a reader that read it) */
+                snprintf(cmd, sizeof cmd,
+                         "cd '%s' && mkdir s/interrupted && cp r/model.safetensors r/optimizer.safetensors "
+                         "s/interrupted/ && cp r/log.csv s/ && echo earlier > s/%s/model.safetensors",
+                         dir, aside);
+                cr_assert_eq(system(cmd), 0);
+            }
             int lock = -1;
             if (s == LIVE_DONE || s == LIVE_MOVING) { /* the --overwrite run, alive: it holds the lock */
                 lock = open(path("s/train.lock"), O_RDWR | O_CLOEXEC);

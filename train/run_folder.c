@@ -586,7 +586,10 @@ fg_status fg_run_folder_for_reading(const char *dir, char *path, size_t n) {
     aside_path(r, sizeof r, dir, FG_RUN_RESUME_DIR);
     aside_path(lk, sizeof lk, dir, FG_RUN_LOCK_FILE);
     const int moving = lstat(m, &sb) == 0 && S_ISDIR(sb.st_mode), done = lstat(d, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (moving || done) {
+    /* set aside, and the new run's first checkpoint complete (in its interrupted state's folder):
+     * the new run is the folder's run, as the next writer's recovery decides */
+    const int replaced = done && !moving && path_exists(r, FG_CKPT_MODEL_FILE);
+    if ((moving || done) && !replaced) {
         /* the writer is dead when its lock is free (the kernel released it) or was never there */
         int fd = open(lk, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
         const int dead = fd >= 0 ? fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0
