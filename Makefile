@@ -159,10 +159,17 @@ lint:
 
 # The README's test command. Tests find the CLI at build/flashgrad and shared data at ../shared;
 # the runs they start keep their FMA peak cache (cli/peak_cache.h) in the build folder, not the user's.
+# Every skipped test goes to a log (tests/skip_log.c, tests/python/run_pytest.sh), and the run ends
+# with the groups that did not run and what enables each (tests/skip_summary.sh), after Criterion's
+# synthesis line; the runner's status is make's.
+SKIP_LOG    := $(abspath $(BUILD))/test-skips.txt
+SKIP_LOG_PY := $(abspath $(BUILD))/test-skips-python.txt
 test: deps-test lint
 	@$(MAKE) --no-print-directory $(BUILD)/test_runner $(BUILD)/flashgrad
-	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache \
-	    FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS)
+	@rm -f $(SKIP_LOG)
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache FG_SKIP_LOG=$(SKIP_LOG) \
+	    FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS); \
+	    st=$$?; sh tests/skip_summary.sh $(SKIP_LOG) $(if $(TEST_ARGS),,$(SKIP_LOG_PY)); exit $$st
 
 sanitize: deps-test
 	@$(MAKE) --no-print-directory BUILD=build-san OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
@@ -626,8 +633,10 @@ $(CUDA_BUILD)/libflashgrad.so: $(CUDA_PIC_OBJ)
 # dependency check is deps-test, the one `test` makes, so that two checks never run apt-get at once.)
 python-test: $(if $(filter test,$(MAKECMDGOALS)),deps-test,deps)
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.so $(BUILD)/flashgrad
+	@rm -f $(SKIP_LOG_PY)
 	@FG_PYTHON="$(FG_PYTHON)" FG_TORCH_PYTHON="$(FG_TORCH_PYTHON)" FLASHGRAD_LIB=$(abspath $(BUILD))/libflashgrad.so \
-	    FG_BIN=$(abspath $(BUILD))/flashgrad sh tests/python/run_pytest.sh $(PYTEST_ARGS)
+	    FG_BIN=$(abspath $(BUILD))/flashgrad FG_SKIP_LOG=$(SKIP_LOG_PY) sh tests/python/run_pytest.sh $(PYTEST_ARGS); \
+	    st=$$?; $(if $(filter test,$(MAKECMDGOALS)),,sh tests/skip_summary.sh $(SKIP_LOG_PY);) exit $$st
 
 test: $(if $(TEST_ARGS),,python-test)
 
