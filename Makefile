@@ -107,13 +107,17 @@ TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o $(BUILD)/cli/nanogpt.o $(BUILD)/cli/flag
 all: deps
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.a $(BUILD)/flashgrad
 
+# The build's required packages are installed (root) or named; the optional ones, Open MPI
+# (data-parallel runs) and gnuplot (flashgrad plot), only for the tests, which exercise them
+# (deps-test), or with FG_OPTIONAL_DEPS=1: `make` and `make train` name what they would enable.
+OPTIONAL_DEPS := $(if $(NEED_CRITERION),1,$(FG_OPTIONAL_DEPS))
 deps:
 	@missing="$(deps_missing)"; sh tests/deps.sh $$missing
 	@if [ "$(FG_MPI)" != 0 ] && [ -z "$(MPI_LIBS)" ]; then \
-	    sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null || \
-	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them)"; fi
-	@command -v gnuplot >/dev/null 2>&1 || sh tests/deps.sh gnuplot-nox 2>/dev/null || \
-	    echo "flashgrad: no gnuplot: flashgrad plot and make plots say so (install gnuplot-nox for them)"
+	    { [ "$(OPTIONAL_DEPS)" = 1 ] && sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null; } || \
+	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them, or make FG_OPTIONAL_DEPS=1 as root)"; fi
+	@command -v gnuplot >/dev/null 2>&1 || { [ "$(OPTIONAL_DEPS)" = 1 ] && sh tests/deps.sh gnuplot-nox 2>/dev/null; } || \
+	    echo "flashgrad: no gnuplot: flashgrad plot and make plots say so (install gnuplot-nox for them, or make FG_OPTIONAL_DEPS=1 as root)"
 ifeq ($(DNNL_DEPS),install)
 	@sh tests/deps.sh libdnnl-dev || echo "flashgrad: building without oneDNN: float32 products use the tile kernel and OpenBLAS"
 else ifeq ($(DNNL_DEPS),without)
