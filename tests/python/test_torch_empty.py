@@ -98,3 +98,15 @@ def test_lse_on_a_zero_size_is_the_references(zero, dtype):
     _, want, _, _ = reference.attention(*(x.detach().numpy() for x in (q, k, v)), scale=SCALE)
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
     np.testing.assert_allclose(lse.numpy(), want, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("zero", ZERO)
+def test_custom_ops_pass_opcheck_on_a_zero_size(zero):
+    """The registered ops (what torch.compile traces) on empty inputs: fake and real agree, autograd
+    registration holds."""
+    q, k, v = inputs(zero, torch.float64)
+    torch.library.opcheck(torch.ops.flashgrad.attn_fwd, (q, k, v, None, None, None, SCALE, 0, 0.0, -1, -1, 0.0))
+    B, H, Nq, d = q.shape
+    (pq, cq), (pk, ck), (pv, _) = _packed(q), _packed(k), _packed(v)
+    torch.library.opcheck(torch.ops.flashgrad.varlen_fwd, (pq, pk, pv, cq.long(), ck.long(), None, None, Nq,
+                                                           k.shape[2], SCALE, 0, 0.0, -1, -1, 0.0))
