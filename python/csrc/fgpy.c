@@ -333,9 +333,10 @@ static fg_status varlen_begin(call *c, const fgpy_attn_args *a) {
     return call_begin(c, a);
 }
 
-/* The empty problems of the dense calls (above), on packed q (Tq, H, d), k, v (Tk, H_kv, d): the
- * offsets are checked by the kernels in every case that runs them; with H or d zero no array but
- * lse is read or written. */
+/* The empty problems of the dense calls (above), on packed q (Tq, H, d), k, v (Tk, H_kv, d); the
+ * kernels check the offsets in every case. With no head every array is empty and may be NULL: the
+ * kernels, which refuse NULL arrays when there are tokens, get a stand-in that nothing reads. */
+static double no_array;
 fg_status fgpy_attn_varlen_forward(const fgpy_attn_args *a, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
                                    int64_t Tq, int64_t Tk, const double *slopes, void *o, void *lse, void *lse_lo,
                                    const void *q, const void *k, const void *v) {
@@ -344,7 +345,12 @@ fg_status fgpy_attn_varlen_forward(const fgpy_attn_args *a, const int64_t *cu_q,
     a = d1_args(a, &one);
     call c;
     fg_status st = varlen_begin(&c, a);
-    if (st != FG_OK || c.op.pr.H == 0) return call_end(&c, st); /* no head: every array is empty */
+    if (st != FG_OK) return call_end(&c, st);
+    if (c.op.pr.H == 0) { /* no head: every array is empty; the kernel still checks the offsets */
+        o = lse = (void *)&no_array;
+        q = k = v = &no_array;
+        lse_lo = NULL;
+    }
     const int64_t nq = Tq * c.op.pr.H, nk = Tk * c.op.pr.var.n_kv_heads;
     char *scratch = NULL;
     if (no_d && nq > 0) {
@@ -368,8 +374,13 @@ fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q
     a = d1_args(a, &one);
     call c;
     fg_status st = varlen_begin(&c, a);
-    /* no head or d = 0: every gradient is empty */
-    if (st != FG_OK || c.op.pr.H == 0 || no_d) return call_end(&c, st);
+    /* d = 0: every gradient is empty (the offsets were checked by the forward) */
+    if (st != FG_OK || no_d) return call_end(&c, st);
+    if (c.op.pr.H == 0) { /* no head: as in the forward */
+        dq = dk = dv = (void *)&no_array;
+        dout = q = k = v = o = lse = &no_array;
+        lse_lo = NULL;
+    }
     if (zero) {
         const size_t es = fg_dtype_size(c.dt);
         if (dq) memset(dq, 0, (size_t)(Tq * c.op.pr.H * c.op.pr.d) * es);

@@ -110,3 +110,12 @@ def test_custom_ops_pass_opcheck_on_a_zero_size(zero):
     (pq, cq), (pk, ck), (pv, _) = _packed(q), _packed(k), _packed(v)
     torch.library.opcheck(torch.ops.flashgrad.varlen_fwd, (pq, pk, pv, cq.long(), ck.long(), None, None, Nq,
                                                            k.shape[2], SCALE, 0, 0.0, -1, -1, 0.0))
+
+
+@pytest.mark.parametrize("shape", [(6, 0, 4), (6, 2, 0)])
+def test_varlen_offsets_are_checked_with_no_head_or_no_head_dim(shape):
+    q = torch.randn(*shape, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] must be 0"):
+        fgt.flash_attn_varlen_func(q, q, q, torch.tensor([1, 3, 6]), torch.tensor([0, 3, 6]), 3, 3)
+    with pytest.raises(ValueError, match="ends at 5 but there are 6 tokens"):
+        fgt.flash_attn_varlen_func(q, q, q, torch.tensor([0, 3, 6]), torch.tensor([0, 3, 5]), 3, 3)
