@@ -10,6 +10,8 @@
 #                    are skipped with one line. They need torch >= 2.1 (scaled_dot_product_attention,
 #                    torch.func); an older torch (Debian bookworm's python3-torch is 1.13) skips them
 #                    with one line too, and the numpy tests run as usual.
+#   FG_SKIP_LOG      a file that gets one line per skipped test or group of tests (make test and
+#                    make python-test set it; tests/skip_summary.sh prints them grouped at the end).
 cd "$(dirname "$0")/../.." || exit 2
 py=${FG_PYTHON:-/usr/bin/python3}
 tpy=${FG_TORCH_PYTHON:-}
