@@ -179,9 +179,12 @@ sanitize: deps-test
 	@$(MAKE) --no-print-directory BUILD=build-san OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-san/test_runner build-san/flashgrad
 	@# a leak report comes after a test's result, which it does not change: the log is searched for one
+	@rm -f build-san/test-skips.txt
 	@{ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    XDG_CACHE_HOME=$(abspath build-san)/test-cache FG_SANITIZE=1 FG_BIN=$(abspath build-san)/flashgrad \
+	    FG_SKIP_LOG=$(abspath build-san)/test-skips.txt \
 	    build-san/test_runner --jobs 1 $(TEST_ARGS); echo $$? > build-san/sanitize.status; } 2>&1 | tee build-san/sanitize.log
+	@sh tests/skip_summary.sh build-san/test-skips.txt
 	@st=$$(cat build-san/sanitize.status); [ "$$st" = 0 ] || exit $$st; \
 	if grep -q "ERROR: LeakSanitizer" build-san/sanitize.log; then \
 	    echo "make sanitize: LeakSanitizer reported leaks (build-san/sanitize.log)"; exit 1; fi
