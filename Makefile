@@ -116,13 +116,17 @@ TEST_CLI_OBJ := $(BUILD)/cli/cli_util.o $(BUILD)/cli/nanogpt.o $(BUILD)/cli/flag
 all: deps
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.a $(BUILD)/flashgrad
 
+# The build's required packages are installed (root) or named; the optional ones, Open MPI
+# (data-parallel runs) and gnuplot (flashgrad plot), only for the tests, which exercise them
+# (deps-test), or with FG_OPTIONAL_DEPS=1: `make` and `make train` name what they would enable.
+OPTIONAL_DEPS := $(if $(NEED_CRITERION),1,$(FG_OPTIONAL_DEPS))
 deps:
 	@missing="$(deps_missing)"; sh tests/deps.sh $$missing
 	@if [ "$(FG_MPI)" != 0 ] && [ -z "$(MPI_LIBS)" ]; then \
-	    sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null || \
-	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them)"; fi
-	@command -v gnuplot >/dev/null 2>&1 || sh tests/deps.sh gnuplot-nox 2>/dev/null || \
-	    echo "flashgrad: no gnuplot: flashgrad plot and make plots say so (install gnuplot-nox for them)"
+	    { [ "$(OPTIONAL_DEPS)" = 1 ] && sh tests/deps.sh libopenmpi-dev openmpi-bin 2>/dev/null; } || \
+	    echo "flashgrad: building without MPI (no data-parallel runs; install libopenmpi-dev openmpi-bin for them, or make FG_OPTIONAL_DEPS=1 as root)"; fi
+	@command -v gnuplot >/dev/null 2>&1 || { [ "$(OPTIONAL_DEPS)" = 1 ] && sh tests/deps.sh gnuplot-nox 2>/dev/null; } || \
+	    echo "flashgrad: no gnuplot: flashgrad plot and make plots say so (install gnuplot-nox for them, or make FG_OPTIONAL_DEPS=1 as root)"
 ifeq ($(DNNL_DEPS),install)
 	@sh tests/deps.sh libdnnl-dev || echo "flashgrad: building without oneDNN: float32 products use the tile kernel and OpenBLAS"
 else ifeq ($(DNNL_DEPS),without)
@@ -188,18 +192,28 @@ lint:
 
 # The README's test command. Tests find the CLI at build/flashgrad and shared data at ../shared;
 # the runs they start keep their FMA peak cache (cli/peak_cache.h) in the build folder, not the user's.
+# Every skipped test goes to a log (tests/skip_log.c, tests/python/run_pytest.sh), and the run ends
+# with the groups that did not run and what enables each (tests/skip_summary.sh), after Criterion's
+# synthesis line; the runner's status is make's.
+SKIP_LOG    := $(abspath $(BUILD))/test-skips.txt
+SKIP_LOG_PY := $(abspath $(BUILD))/test-skips-python.txt
 test: deps-test lint
 	@$(MAKE) --no-print-directory FG_WERROR=1 $(BUILD)/test_runner $(BUILD)/flashgrad
-	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache \
-	    FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS)
+	@rm -f $(SKIP_LOG)
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-2} XDG_CACHE_HOME=$(abspath $(BUILD))/test-cache FG_SKIP_LOG=$(SKIP_LOG) \
+	    FG_BIN=$(abspath $(BUILD))/flashgrad $(BUILD)/test_runner $(TEST_ARGS); \
+	    st=$$?; sh tests/skip_summary.sh $(SKIP_LOG) $(if $(TEST_ARGS),,$(SKIP_LOG_PY)); exit $$st
 
 sanitize: deps-test
 	@$(MAKE) --no-print-directory FG_WERROR=1 BUILD=build-san OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-san/test_runner build-san/flashgrad
 	@# a leak report comes after a test's result, which it does not change: the log is searched for one
+	@rm -f build-san/test-skips.txt
 	@{ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    XDG_CACHE_HOME=$(abspath build-san)/test-cache FG_SANITIZE=1 FG_BIN=$(abspath build-san)/flashgrad \
+	    FG_SKIP_LOG=$(abspath build-san)/test-skips.txt \
 	    build-san/test_runner --jobs 1 $(TEST_ARGS); echo $$? > build-san/sanitize.status; } 2>&1 | tee build-san/sanitize.log
+	@sh tests/skip_summary.sh build-san/test-skips.txt
 	@st=$$(cat build-san/sanitize.status); [ "$$st" = 0 ] || exit $$st; \
 	if grep -q "ERROR: LeakSanitizer" build-san/sanitize.log; then \
 	    echo "make sanitize: LeakSanitizer reported leaks (build-san/sanitize.log)"; exit 1; fi
@@ -655,8 +669,10 @@ $(CUDA_BUILD)/libflashgrad.so: $(CUDA_PIC_OBJ)
 # dependency check is deps-test, the one `test` makes, so that two checks never run apt-get at once.)
 python-test: $(if $(filter test,$(MAKECMDGOALS)),deps-test,deps)
 	@$(MAKE) --no-print-directory $(BUILD)/libflashgrad.so $(BUILD)/flashgrad
+	@rm -f $(SKIP_LOG_PY)
 	@FG_PYTHON="$(FG_PYTHON)" FG_TORCH_PYTHON="$(FG_TORCH_PYTHON)" FLASHGRAD_LIB=$(abspath $(BUILD))/libflashgrad.so \
-	    FG_BIN=$(abspath $(BUILD))/flashgrad sh tests/python/run_pytest.sh $(PYTEST_ARGS)
+	    FG_BIN=$(abspath $(BUILD))/flashgrad FG_SKIP_LOG=$(SKIP_LOG_PY) sh tests/python/run_pytest.sh $(PYTEST_ARGS); \
+	    st=$$?; $(if $(filter test,$(MAKECMDGOALS)),,sh tests/skip_summary.sh $(SKIP_LOG_PY);) exit $$st
 
 test: $(if $(TEST_ARGS),,python-test)
 

@@ -11,7 +11,7 @@
  *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops) rewritten
  *     atomically with each checkpoint, so it always describes the steps the checkpoint has seen
  *     (mfu: the step's model FLOPs utilization as a fraction, fg_trainer_mfu, of the FMA peak in
- *     peak_gflops, cli/peak_cache.h; both empty off the CPU and in the rows of a log written before
+ *     peak_gflops, cli/peak_cache.h, that of every process under mpirun; both empty off the CPU and in the rows of a log written before
  *     the columns existed, which --resume keeps); with nanoGPT's always_save_checkpoint = False
  *     only evaluations that improve the best val loss checkpoint (and write the log), and a stop
  *     signal's checkpoint goes to DIR/FG_RUN_RESUME_DIR, beside the best one;
@@ -207,7 +207,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         char peak[32] = "";
         /* 4 significant digits: a tiny model's MFU is tiny */
         if (isfinite(step_mfu)) snprintf(mfu, sizeof mfu, "%.4g", step_mfu);
-        if (cpu) snprintf(peak, sizeof peak, "%.1f", r->peak.gflops);
+        if (cpu) snprintf(peak, sizeof peak, "%.1f", fg_train_mfu_peak(r));
         if (best_only && !do_eval) do_ckpt = 0;
         /* lr with 17 significant digits: it reads back as the very double the optimizer used */
         snprintf(row, sizeof row, "%lld,%.6f,%.17g,%.6f,%.1f,%s,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,

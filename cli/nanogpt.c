@@ -690,7 +690,7 @@ void fg_nanogpt_help(FILE *out) {
         "  grad_clip: the same.\n"
         "  dtype: our --dtype (float32; bfloat16: mixed precision on cuda; float16 refused); bias: True only;\n"
         "  compile, wandb_log, wandb_project, wandb_run_name, backend: accepted,\n"
-        "  do nothing (a note says so); init_from: 'scratch' (a fresh run) or the path of a model to fine-tune (--init-from; 'resume' is --resume,\n"
-        "  and hub names such as 'gpt2' are refused: nothing is downloaded). The device\n"
+        "  do nothing (a note says so); init_from: 'scratch' (a fresh run) or the path of a model to fine-tune (--init-from;\n"
+        "  'resume' is refused: pass --resume instead; hub names such as 'gpt2' are refused: nothing is downloaded). The device\n"
         "  stays flashgrad's default (cpu) under a config file; seed is flashgrad's (nanoGPT fixes 1337, our default).\n");
 }

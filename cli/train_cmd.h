@@ -164,6 +164,10 @@ int fg_train_eval_only(const train_args *a);
 /* cli/train_print.c */
 void fg_train_print_header(const train_args *a, const train_run *r);
 void fg_train_report(const train_args *a, const train_run *r, const train_totals *t);
+/* The peak in GFLOP/s that MFU divides by (fg_trainer_mfu): every process's cores, each measured
+ * as this one's, so the process count x this process's FMA peak (r->peak). What the MFU lines and
+ * log.csv's peak_gflops name. */
+double fg_train_mfu_peak(const train_run *r);
 /* The progress after a step: on a terminal the \r-updated line on stderr (at most every 0.1 s, and
  * at evaluations and the last step), otherwise a plain line on stdout every log_every steps. */
 void fg_train_progress(const train_run *r, const train_totals *t, const fg_step_stats *s, int64_t steps_timed, int last,

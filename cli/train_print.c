@@ -168,12 +168,16 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
                      fg_train_comm->size, fg_train_comm->ops->name, cfg->grad_accum / fg_train_comm->size,
                      a->f[F_ZERO].i ? "; AdamW's moments sharded (ZeRO-1)" : "");
     if (mc->device == FG_CPU) {
-        char origin[4400];
+        char origin[4400], all[96] = "peak";
+        /* tokens/s counts every process's tokens, so the peak is every process's too */
+        if (fg_train_comm->size > 1)
+            snprintf(all, sizeof all, "(%d processes x peak = %.1f GFLOP/s)", fg_train_comm->size,
+                     fg_train_mfu_peak(r));
         fg_train_say(
             "fma peak: %.1f GFLOP/s float32 (%s, %d threads; %s); MFU = tokens/s x %.4g model flop/token (6 N + 12 L "
-            "C T) / peak\n",
+            "C T) / %s\n",
             r->peak.gflops, r->peak.simd, r->peak.threads, fg_peak_origin_text(&r->peak, origin, sizeof origin),
-            fg_trainer_flops_per_token(tr));
+            fg_trainer_flops_per_token(tr), all);
     }
     if (cfg->opt.warmup >= cfg->steps && cfg->opt.warmup > 0)
         fg_train_say(
@@ -206,6 +210,8 @@ void fg_train_set_crash_note(const char *out, int64_t last_ckpt, int other_pendi
         snprintf(note, sizeof note, " before any checkpoint of this run was written");
     fg_mapped_set_note(note);
 }
+
+double fg_train_mfu_peak(const train_run *r) { return fg_train_comm->size * r->peak.gflops; }
 
 /* After the last step: time, final losses, a few samples, where the checkpoint is. */
 void fg_train_report(const train_args *a, const train_run *r, const train_totals *t) {
@@ -254,12 +260,16 @@ void fg_train_progress(const train_run *r, const train_totals *t, const fg_step_
     const int64_t step = tr->step;
     double now = fg_now(), rate = t->step_time > 0 ? t->tokens_done / t->step_time : 0;
     double eta = steps_timed ? (t->step_time / steps_timed) * (double)(cfg->steps - step) : 0;
-    char el[32], et[32], rt[32], mf[64] = "";
+    char el[32], et[32], rt[32], mf[96] = "";
     fmt_time(el, sizeof el, now - t->t_start);
     fmt_time(et, sizeof et, eta);
     fmt_rate(rt, sizeof rt, rate);
     const double run_mfu = fg_trainer_mfu(tr, rate);
-    if (isfinite(run_mfu)) snprintf(mf, sizeof mf, " MFU %.1f%% of %.1f GF/s", 100 * run_mfu, r->peak.gflops);
+    if (isfinite(run_mfu) && fg_train_comm->size > 1)
+        snprintf(mf, sizeof mf, " MFU %.1f%% of %.1f GF/s (%d x %.1f)", 100 * run_mfu, fg_train_mfu_peak(r),
+                 fg_train_comm->size, r->peak.gflops);
+    else if (isfinite(run_mfu))
+        snprintf(mf, sizeof mf, " MFU %.1f%% of %.1f GF/s", 100 * run_mfu, fg_train_mfu_peak(r));
     if (fg_train_on_tty) {
         if (now - *last_draw > 0.1 || last || do_eval) {
             fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %s | lr %.2e | %s tok/s%s | %s elapsed | ETA %s",

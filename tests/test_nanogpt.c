@@ -467,6 +467,14 @@ Test(nanogpt, refusals_are_one_line, .init = make_tmpdir, .fini = remove_tmpdir,
     fputs("n_layer = 2\nfoo_bar = 3\n", f);
     fclose(f);
     expect_error("train bad.py", 2, "bad.py:2: unknown config key 'foo_bar'");
+    /* nanoGPT's init_from = 'resume' from a config file too: refused, naming the flag that resumes */
+    char rp[600];
+    snprintf(rp, sizeof rp, "%s/resume.py", tmpdir);
+    FILE *rf = fopen(rp, "w");
+    cr_assert(rf != NULL, "%s", rp);
+    fputs("n_layer = 2\ninit_from = 'resume'\n", rf);
+    fclose(rf);
+    expect_error("train resume.py", 2, "resume.py:2: init_from = 'resume': nanoGPT's way to continue the run in out_dir; here that is --resume");
     f = fopen(p, "w");
     fputs("n_layer = 'two'\n", f);
     fclose(f);

@@ -192,38 +192,93 @@ static fg_status call_end(call *c, fg_status st) {
     return fg_error(st, "%s", msg);
 }
 
+/* ---- empty problems ----
+ * A zero size leaves part of the result with nothing to compute, and every entry point of the
+ * package (numpy, torch.attention, the drop-ins) inherits the rules from here:
+ *   B, H or Nq zero: no output row (o, lse, dq empty); dk and dv are zeros (no query uses a key).
+ *   Nk zero: every row sees no key (o = 0, lse = -inf, dq = 0; dk, dv empty); k and v are not read.
+ *   d zero: o, dq, dk, dv are empty; every score is an empty dot product, 0, so lse is the logsumexp
+ *   of the options' biases and masks over the visible keys: that of the same problem with d = 1 and
+ *   q = k = 0, which the kernels compute here on zeroed scratch. PyTorch's SDPA accepts head dim 0
+ *   the same way (an empty output).
+ * The options are checked in every case (as the d = 1 problem when d is 0). An array with no
+ * elements may come with any pointer, NULL included (an empty torch tensor has none): only the
+ * arrays of a non-empty part of the problem are read or written. */
+
+/* a with d = 0 as the d = 1 problem it is computed as (see above); a itself otherwise. */
+static const fgpy_attn_args *d1_args(const fgpy_attn_args *a, fgpy_attn_args *one) {
+    if (!a || a->d != 0) return a;
+    *one = *a;
+    one->d = 1;
+    return one;
+}
+
+/* Zeroed scratch on the call's device for a d = 0 forward: q and o of nq elements, k and v of nk
+ * (the d = 1 problem's inputs and its discarded output). NULL with the error set when out of memory. */
+static char *d0_scratch(const call *c, size_t nq, size_t nk, const void **q, void **o, const void **k,
+                        const void **v) {
+    const size_t es = fg_dtype_size(c->dt), n = (2 * nq + 2 * nk) * es;
+    char *s = fg_alloc(c->dev, n ? n : 1);
+    if (!s) {
+        if (fg_last_status() == FG_OK) fg_error(FG_ERR_OOM, "attention: out of memory");
+        return NULL;
+    }
+    zero_fill(c, s, n);
+    *q = s;
+    *o = s + nq * es;
+    *k = s + 2 * nq * es;
+    *v = s + (2 * nq + nk) * es;
+    return s;
+}
+
 fg_status fgpy_attn_forward(const fgpy_attn_args *a, void *o, void *lse, void *lse_lo, const void *q, const void *k,
                             const void *v) {
+    fgpy_attn_args one;
+    const int no_d = a && a->d == 0;
+    a = d1_args(a, &one);
     call c;
     fg_status st = call_begin(&c, a);
     const size_t es = c.dt == FG_BF16 ? sizeof(float) : fg_dtype_size(c.dt); /* lse's element */
-    const int64_t rows = c.op.pr.B * c.op.pr.H * c.op.pr.Nq;
-    if (st == FG_OK && (!o || !lse || ((!q || !k || !v) && rows > 0)))
-        st = fg_error(FG_ERR_ARG, "attention: NULL array");
+    const fg_attn_problem *pr = &c.op.pr;
+    const int64_t rows = pr->B * pr->H * pr->Nq, nk = pr->B * pr->var.n_kv_heads * pr->Nk;
+    if (st != FG_OK || rows == 0) return call_end(&c, st); /* no output row */
+    if (!lse || (!no_d && (!o || !q || (nk > 0 && (!k || !v)))))
+        return call_end(&c, fg_error(FG_ERR_ARG, "attention: NULL array"));
+    char *scratch = NULL;
+    if (no_d) {
+        scratch = d0_scratch(&c, (size_t)rows, (size_t)nk, &q, &o, &k, &v);
+        if (!scratch) return call_end(&c, fg_last_status());
+    }
+    if (nk == 0) k = v = q; /* never read: no key (the kernels' pointers stay non-NULL) */
     /* fg_attention keeps lse_lo in float32 flash only; naive, float64 and bfloat16 run without it */
-    const int flash_lo = a && a->impl == FG_ATTN_FLASH && c.dt == FG_F32;
-    if (st == FG_OK) st = fg_attn_call_forward(&c.op, o, lse, flash_lo ? lse_lo : NULL, q, k, v);
+    const int flash_lo = a->impl == FG_ATTN_FLASH && c.dt == FG_F32;
+    st = fg_attn_call_forward(&c.op, o, lse, flash_lo ? lse_lo : NULL, q, k, v);
     if (st == FG_OK && lse_lo && !flash_lo) zero_fill(&c, lse_lo, (size_t)rows * es);
+    if (scratch) fg_free(c.dev, scratch);
     return call_end(&c, st);
 }
 
 fg_status fgpy_attn_backward(const fgpy_attn_args *a, int zero, void *dq, void *dk, void *dv, const void *dout,
                              const void *q, const void *k, const void *v, const void *o, const void *lse,
                              const void *lse_lo) {
+    fgpy_attn_args one;
+    const int no_d = a && a->d == 0;
+    a = d1_args(a, &one);
     call c;
     fg_status st = call_begin(&c, a);
-    if (st != FG_OK) return call_end(&c, st);
+    if (st != FG_OK || no_d) return call_end(&c, st); /* d = 0: every gradient is empty */
     const fg_attn_problem *pr = &c.op.pr;
     const size_t es = fg_dtype_size(c.dt);
-    if (pr->B * pr->H * pr->Nq > 0 && (!dout || !q || !k || !v || (a->impl == FG_ATTN_FLASH && (!o || !lse))))
-        return call_end(&c, fg_error(FG_ERR_ARG, "attention backward: NULL array"));
+    const int64_t rows = pr->B * pr->H * pr->Nq, nk = pr->B * pr->var.n_kv_heads * pr->Nk;
     if (zero) {
-        const size_t nq = (size_t)(pr->B * pr->H * pr->Nq * pr->d),
-                     nk = (size_t)(pr->B * pr->var.n_kv_heads * pr->Nk * pr->d);
-        zero_fill(&c, dq, nq * es);
-        zero_fill(&c, dk, nk * es);
-        zero_fill(&c, dv, nk * es);
+        zero_fill(&c, dq, (size_t)(rows * pr->d) * es);
+        zero_fill(&c, dk, (size_t)(nk * pr->d) * es);
+        zero_fill(&c, dv, (size_t)(nk * pr->d) * es);
     }
+    /* no query or no key: no weight, so nothing to add to any gradient */
+    if (rows == 0 || nk == 0) return call_end(&c, st);
+    if (!dout || !q || !k || !v || (a->impl == FG_ATTN_FLASH && (!o || !lse)))
+        return call_end(&c, fg_error(FG_ERR_ARG, "attention backward: NULL array"));
     /* flash: lse_lo in float32 only; naive: no saved P, so the entry recomputes it */
     const void *aux = a->impl == FG_ATTN_FLASH && c.dt == FG_F32 ? lse_lo : NULL;
     st = fg_attn_call_backward(&c.op, dq, dk, dv, dout, q, k, v, a->impl == FG_ATTN_FLASH ? o : NULL,
@@ -237,8 +292,15 @@ fg_status fgpy_attn_gradcheck(const fgpy_attn_args *a, uint64_t seed, double qk_
     fg_attn_opts o;
     FG_TRY(opts_of(a, &o));
     o.variant.n_kv_heads = a->H_kv;
-    const fg_attn_check_shape sh = {
-        .B = a->B, .H = a->H, .Nq = a->Nq, .Nk = a->Nk, .d = a->d, .seed = seed, .qk_std = qk_std};
+    /* d = 0: O, dQ, dK, dV are all empty, as with B = 0, which the checks then run (the options
+     * checked for the heads and sequences given) */
+    const fg_attn_check_shape sh = {.B = a->d == 0 ? 0 : a->B,
+                                    .H = a->H,
+                                    .Nq = a->Nq,
+                                    .Nk = a->Nk,
+                                    .d = a->d == 0 ? 1 : a->d,
+                                    .seed = seed,
+                                    .qk_std = qk_std};
     fg_attn_check_report r;
     FG_TRY(fg_attn_gradcheck(&o, &sh, &r));
     rep->passed = r.passed;
@@ -271,15 +333,35 @@ static fg_status varlen_begin(call *c, const fgpy_attn_args *a) {
     return call_begin(c, a);
 }
 
+/* The empty problems of the dense calls (above), on packed q (Tq, H, d), k, v (Tk, H_kv, d); the
+ * kernels check the offsets in every case. With no head every array is empty and may be NULL: the
+ * kernels, which refuse NULL arrays when there are tokens, get a stand-in that nothing reads. */
+static double no_array;
 fg_status fgpy_attn_varlen_forward(const fgpy_attn_args *a, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
                                    int64_t Tq, int64_t Tk, const double *slopes, void *o, void *lse, void *lse_lo,
                                    const void *q, const void *k, const void *v) {
+    fgpy_attn_args one;
+    const int no_d = a && a->d == 0;
+    a = d1_args(a, &one);
     call c;
     fg_status st = varlen_begin(&c, a);
-    if (st == FG_OK)
-        st = fg_attn_call_varlen_forward(&c.op, o, lse, c.dt == FG_F32 ? lse_lo : NULL, q, k, v, cu_q, cu_k, nseq, Tq,
-                                         Tk, slopes);
-    if (st == FG_OK && lse_lo && c.dt != FG_F32) memset(lse_lo, 0, (size_t)(c.op.pr.H * Tq) * fg_dtype_size(c.dt));
+    if (st != FG_OK) return call_end(&c, st);
+    if (c.op.pr.H == 0) { /* no head: every array is empty; the kernel still checks the offsets */
+        o = lse = (void *)&no_array;
+        q = k = v = &no_array;
+        lse_lo = NULL;
+    }
+    const int64_t nq = Tq * c.op.pr.H, nk = Tk * c.op.pr.var.n_kv_heads;
+    char *scratch = NULL;
+    if (no_d && nq > 0) {
+        if (!lse) return call_end(&c, fg_error(FG_ERR_ARG, "attention varlen: NULL array"));
+        scratch = d0_scratch(&c, (size_t)nq, (size_t)nk, &q, &o, &k, &v);
+        if (!scratch) return call_end(&c, fg_last_status());
+    }
+    st = fg_attn_call_varlen_forward(&c.op, o, lse, c.dt == FG_F32 ? lse_lo : NULL, q, k, v, cu_q, cu_k, nseq, Tq, Tk,
+                                     slopes);
+    if (st == FG_OK && lse_lo && c.dt != FG_F32) memset(lse_lo, 0, (size_t)nq * fg_dtype_size(c.dt));
+    if (scratch) fg_free(c.dev, scratch);
     return call_end(&c, st);
 }
 
@@ -287,16 +369,25 @@ fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q
                                     int64_t Tq, int64_t Tk, const double *slopes, int zero, void *dq, void *dk,
                                     void *dv, const void *dout, const void *q, const void *k, const void *v,
                                     const void *o, const void *lse, const void *lse_lo) {
+    fgpy_attn_args one;
+    const int no_d = a && a->d == 0;
+    a = d1_args(a, &one);
     call c;
     fg_status st = varlen_begin(&c, a);
-    if (st == FG_OK && zero) {
+    /* d = 0: every gradient is empty (the offsets were checked by the forward) */
+    if (st != FG_OK || no_d) return call_end(&c, st);
+    if (c.op.pr.H == 0) { /* no head: as in the forward */
+        dq = dk = dv = (void *)&no_array;
+        dout = q = k = v = o = lse = &no_array;
+        lse_lo = NULL;
+    }
+    if (zero) {
         const size_t es = fg_dtype_size(c.dt);
         if (dq) memset(dq, 0, (size_t)(Tq * c.op.pr.H * c.op.pr.d) * es);
         if (dk) memset(dk, 0, (size_t)(Tk * c.op.pr.var.n_kv_heads * c.op.pr.d) * es);
         if (dv) memset(dv, 0, (size_t)(Tk * c.op.pr.var.n_kv_heads * c.op.pr.d) * es);
     }
-    if (st == FG_OK)
-        st = fg_attn_call_varlen_backward(&c.op, dq, dk, dv, dout, q, k, v, o, lse, c.dt == FG_F32 ? lse_lo : NULL,
-                                          cu_q, cu_k, nseq, Tq, Tk, slopes);
+    st = fg_attn_call_varlen_backward(&c.op, dq, dk, dv, dout, q, k, v, o, lse, c.dt == FG_F32 ? lse_lo : NULL, cu_q,
+                                      cu_k, nseq, Tq, Tk, slopes);
     return call_end(&c, st);
 }

@@ -391,11 +391,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError("%s: attn_mask %s has more dims than the scores %s" % (api, _shp(attn_mask), full))
         m = attn_mask if attn_mask.dtype == torch.bool else attn_mask.to(cdt)
         mask = m.expand(full).reshape(B, Hq, L, S)
-    if E == 0 or B * Hq * L == 0 or S == 0:
-        # nothing to compute (no keys: every row sees none and is 0, as in torch); keep the graph so
-        # that backward gives zero gradients of the right shapes
-        z = (q.sum() + k.sum() + v.sum()) * 0
-        return q.new_zeros(out_shape) + z.to(q.dtype)
     q4 = q.reshape(B, Hq, L, E).to(cdt)
     k4 = k.reshape(B, Hk, S, E).to(cdt)
     v4 = v.reshape(B, Hk, S, E).to(cdt)
@@ -452,7 +447,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                          "nheads_k, headdim), got %s, %s, %s" % (api, _shp(q), _shp(k), _shp(v)))
     B, Nq, H, d = q.shape
     Nk, Hk = k.shape[1], k.shape[2]
-    if tuple(k.shape) != tuple(v.shape) or k.shape[0] != B or k.shape[3] != d or Hk == 0 or H % Hk:
+    if tuple(k.shape) != tuple(v.shape) or k.shape[0] != B or k.shape[3] != d or (H != 0 if Hk == 0 else H % Hk):
         raise ValueError("%s: q %s, k %s, v %s do not fit: need q (batch_size, seqlen_q, nheads, headdim), k and v "
                          "(batch_size, seqlen_k, nheads_k, headdim) with nheads a multiple of nheads_k"
                          % (api, _shp(q), _shp(k), _shp(v)))
@@ -461,15 +456,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     slopes = _slopes(api, alibi_slopes, B, H)
     if slopes is not None and slopes.dim() == 2 and B == 0:
         slopes = None
-    if B * Nq * H == 0:
-        z = (q.sum() + k.sum() + v.sum()) * 0
-        out = q.new_zeros(q.shape) + z.to(q.dtype)
-        lse = torch.full((B, H, Nq), -math.inf)
-        return (out, lse, None) if return_attn_probs else out
-    # the packed layout of varlen with B documents of equal length: no transposes in Python
-    cu_q = torch.arange(0, (B + 1) * Nq, Nq, dtype=torch.int64)[:B + 1]
-    cu_k = torch.arange(0, (B + 1) * Nk, Nk, dtype=torch.int64)[:B + 1] if Nk else torch.zeros(B + 1,
-                                                                                               dtype=torch.int64)
+    # the packed layout of varlen with B documents of equal length: no transposes in Python (empty
+    # sizes are the C side's, as for every entry point)
+    cu_q = torch.arange(B + 1, dtype=torch.int64) * Nq
+    cu_k = torch.arange(B + 1, dtype=torch.int64) * Nk
     o, lse = varlen_fwd(q.reshape(B * Nq, H, d).to(cdt), k.reshape(B * Nk, Hk, d).to(cdt),
                         v.reshape(B * Nk, Hk, d).to(cdt), cu_q, cu_k, slopes, seed, Nq, Nk, sc, 1 if causal else 0, p,
                         wl, wr, cap)
@@ -498,7 +488,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                          "%s" % (api, _shp(q), _shp(k), _shp(v)))
     Tq, H, d = q.shape
     Tk, Hk = k.shape[0], k.shape[1]
-    if tuple(k.shape) != tuple(v.shape) or k.shape[2] != d or Hk == 0 or H % Hk:
+    if tuple(k.shape) != tuple(v.shape) or k.shape[2] != d or (H != 0 if Hk == 0 else H % Hk):
         raise ValueError("%s: q %s, k %s, v %s do not fit: need q (total_q, nheads, headdim), k and v (total_k, "
                          "nheads_k, headdim) with nheads a multiple of nheads_k" % (api, _shp(q), _shp(k), _shp(v)))
     cus = []

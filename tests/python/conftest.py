@@ -42,3 +42,24 @@ def fg_bin():
     if not os.access(p, os.X_OK):
         pytest.skip("the flashgrad CLI is not built (%s)" % p)
     return p
+
+
+# ---- skips, for the summary `make test` ends with (tests/skip_summary.sh) -------------------------
+
+def _log_skip(name, report):
+    path = os.environ.get("FG_SKIP_LOG")
+    if not path or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    r = report.longrepr
+    why = r[2] if isinstance(r, tuple) and len(r) == 3 else str(r)
+    with open(path, "a") as f:
+        f.write("py\t%s\t%s\n" % (name, " ".join(str(why).split())))
+
+
+def pytest_runtest_logreport(report):
+    _log_skip(report.nodeid, report)
+
+
+def pytest_collectreport(report):
+    _log_skip(report.nodeid or "tests/python", report)
+

@@ -60,7 +60,7 @@ def alibi_slope(h, H):
 def _scores(q, k, causal, scale, window, alibi, softcap, score_mod, score_mod_grad, mask):
     B, H, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    K = np.repeat(k.astype(np.float64), H // Hkv, axis=1)
+    K = np.repeat(k.astype(np.float64), H // Hkv if Hkv else 1, axis=1)
     scale = 1 / np.sqrt(d) if scale is None else scale
     S = scale * np.einsum("bhid,bhjd->bhij", q.astype(np.float64), K)
     G = np.ones_like(S)
@@ -102,8 +102,8 @@ def attention(q, k, v, causal=False, scale=None, dropout=0.0, seed=0, window=Non
     S, _, _, _ = _scores(q, k, causal, scale, window, alibi, softcap, score_mod, score_mod_grad, mask)
     B, H, Nq, Nk = S.shape
     Hkv = k.shape[1]
-    V = np.repeat(v.astype(np.float64), H // Hkv, axis=1)
-    m = S.max(-1, keepdims=True)
+    V = np.repeat(v.astype(np.float64), H // Hkv if Hkv else 1, axis=1)
+    m = S.max(-1, keepdims=True, initial=-np.inf)  # no key: -inf, as a row that sees none
     none = ~np.isfinite(m)
     m = np.where(none, 0, m)
     e = np.exp(S - m)
@@ -124,7 +124,7 @@ def attention_backward(q, k, v, do, causal=False, scale=None, dropout=0.0, seed=
                            mask)
     B, H, Nq, d = q.shape
     Hkv = k.shape[1]
-    grp = H // Hkv
+    grp = H // Hkv if Hkv else 1
     V = np.repeat(v.astype(np.float64), grp, axis=1)
     do = do.astype(np.float64)
     dV = np.einsum("bhij,bhid->bhjd", P * Z, do)
@@ -133,6 +133,7 @@ def attention_backward(q, k, v, do, causal=False, scale=None, dropout=0.0, seed=
     dS1 = np.where(P > 0, dS * G, 0)
     dq = sc * np.einsum("bhij,bhjd->bhid", dS1, K)
     dK = sc * np.einsum("bhij,bhid->bhjd", dS1, q.astype(np.float64))
-    dk = dK.reshape(B, Hkv, grp, -1, d).sum(2)
-    dv = dV.reshape(B, Hkv, grp, -1, d).sum(2)
+    Nk = k.shape[2]
+    dk = dK.reshape(B, Hkv, grp, Nk, d).sum(2)
+    dv = dV.reshape(B, Hkv, grp, Nk, d).sum(2)
     return dq, dk, dv
