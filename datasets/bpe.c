@@ -448,6 +448,19 @@ static fg_status compile_pattern(fg_bpe *t, const char *pat, int onig, const cha
 
 /* ---- tiktoken rank files ---- */
 
+size_t fg_bpe__b64_encode(const void *data, size_t n, char *out) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *b = data;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+        out[k++] = digits[v >> 18], out[k++] = digits[(v >> 12) & 63];
+        out[k++] = i + 1 < n ? digits[(v >> 6) & 63] : '=';
+        out[k++] = i + 2 < n ? digits[v & 63] : '=';
+    }
+    return k;
+}
+
 static int b64_value(unsigned char c) {
     if (c >= 'A' && c <= 'Z') return c - 'A';
     if (c >= 'a' && c <= 'z') return c - 'a' + 26;
@@ -456,7 +469,7 @@ static int b64_value(unsigned char c) {
 }
 
 /* Decodes standard base64 (with its '=' padding) s[0..n) into out; returns the length or -1. */
-static long b64_decode(const char *s, size_t n, unsigned char *out) {
+long fg_bpe__b64_decode(const char *s, size_t n, unsigned char *out) {
     if (n == 0 || n % 4) return -1;
     size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
     long k = 0;
@@ -523,7 +536,7 @@ static fg_status tiktoken_from(fg_bpe *t, char *buf, size_t n, int e, const char
         char *sp = memchr(p, ' ', (size_t)(le - p));
         long k = -1;
         long long rank = -1;
-        if (sp && (size_t)(sp - p) <= 4 * ((BPE_MAX_TOKEN - 2) / 3)) k = b64_decode(p, (size_t)(sp - p), tok);
+        if (sp && (size_t)(sp - p) <= 4 * ((BPE_MAX_TOKEN - 2) / 3)) k = fg_bpe__b64_decode(p, (size_t)(sp - p), tok);
         if (sp && k > 0) {
             char *r = sp + 1;
             rank = 0;
