@@ -5,7 +5,8 @@
  *
  * SRC is anything `sample --ckpt` takes (train/gpt2_files.h): a flashgrad run folder or model file,
  * a Hugging Face folder, an llm.c model file. OUT is written atomically; an existing OUT is replaced
- * only with --overwrite, and only when it is itself such an export.
+ * only with --overwrite, and only when it is itself such an export (an HF folder: one flashgrad's
+ * export wrote, holding nothing else). What a killed export left beside OUT goes (gpt2_files.h).
  * Exit: 0 written, 1 unreadable source or failed write, 2 usage error (and an OUT that exists).
  */
 #include <stdio.h>

@@ -13,7 +13,8 @@
  *     (mfu: the step's model FLOPs utilization as a fraction, fg_trainer_mfu, of the FMA peak in
  *     peak_gflops, cli/peak_cache.h; both empty off the CPU and in the rows of a log written before
  *     the columns existed, which --resume keeps); with nanoGPT's always_save_checkpoint = False
- *     only evaluations that improve the best val loss checkpoint (and write the log);
+ *     only evaluations that improve the best val loss checkpoint (and write the log), and a stop
+ *     signal's checkpoint goes to DIR/FG_RUN_RESUME_DIR, beside the best one;
  *   - at the end, a few samples from the model.
  * Exit: 0 done; 1 runtime error (bad data, unwritable or busy folder, non-finite loss — the last
  * good checkpoint is kept); 2 usage error (also: a fresh run into a folder that holds another
@@ -27,11 +28,13 @@
  * Standard output may go away (`train | head`): SIGPIPE is ignored, printing stops, training and
  * checkpointing go on.
  */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli_util.h"
@@ -113,15 +116,21 @@ static void evaluate(const train_args *a, train_run *r, train_totals *t, int64_t
 
 /* The checkpoint of step: the earlier run that --overwrite replaces goes first; then the log: a
  * checkpoint at step s must never be on disk without the log's rows up to s (a resume keeps the
- * rows up to its checkpoint's step and drops later ones). A failure stops, saying what the folder
- * holds. */
-static void checkpoint(const train_args *a, train_run *r, int64_t step, int64_t last_ckpt) {
+ * rows up to its checkpoint's step and drops later ones). With `interrupted` it goes to its own
+ * folder (FG_RUN_RESUME_DIR: the state a stop signal interrupted, while the save policy keeps the
+ * best val loss's checkpoint in --out); a checkpoint in --out removes that folder, being newer. A
+ * failure stops, saying what the folder holds. */
+static void checkpoint(const train_args *a, train_run *r, int64_t step, int64_t last_ckpt, int interrupted) {
     const char *out = a->out;
     const int rank0 = fg_train_comm->rank == 0, aside = r->other_pending && rank0;
+    char dir[4200];
+    snprintf(dir, sizeof dir, interrupted ? "%s/" FG_RUN_RESUME_DIR : "%s", out);
     if (aside && fg_run_folder_set_aside(&r->folder) != FG_OK) fg_train_die(1, "%s", fg_last_error());
     fg_status cs = rank0 ? fg_run_log_write(&r->log, a->log_path) : FG_OK;
     const int logged = cs == FG_OK && rank0;
-    if (cs == FG_OK) cs = save_checkpoint(out, r->tr);
+    if (cs == FG_OK && interrupted && rank0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        cs = fg_error(FG_ERR_IO, "cannot create '%s': %s", dir, strerror(errno));
+    if (cs == FG_OK) cs = save_checkpoint(dir, r->tr);
     if (cs != FG_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "checkpoint at step %lld: %s", (long long)step, fg_last_error());
@@ -142,6 +151,7 @@ static void checkpoint(const train_args *a, train_run *r, int64_t step, int64_t 
         fg_train_die(1, "%s; stopped before any checkpoint was written.", msg);
     }
     if (aside) fg_run_folder_discard_aside(&r->folder);
+    if (rank0 && !interrupted) fg_run_folder_remove_resume(&r->folder);
     r->other_pending = 0;
     fg_train_set_crash_note(out, step, 0, 0);
 }
@@ -209,18 +219,21 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         fg_train_progress(r, t, &s, steps_timed, last, do_eval, log_every, comm_start, &last_draw);
 
         if (do_ckpt) {
-            checkpoint(a, r, step, last_ckpt);
+            checkpoint(a, r, step, last_ckpt, 0);
             last_ckpt = step;
         }
         t->last_ckpt = last_ckpt;
-        if (stop && best_only) {
-            if (last_ckpt >= 0)
-                fg_train_say("interrupted by %s at step %lld: %s holds the checkpoint of the best val loss (step "
-                             "%lld); continue from it with --resume\n",
-                             fg_stop_signal_name(stop), (long long)step, out, (long long)last_ckpt);
-            else
-                fg_train_say("interrupted by %s at step %lld before any evaluation: nothing written\n",
-                             fg_stop_signal_name(stop), (long long)step);
+        if (stop && last_ckpt != step) {
+            /* the save policy (always_save_checkpoint = False) keeps the best val loss's checkpoint in
+             * --out; the work a stop signal interrupts is kept all the same, in a folder of its own */
+            checkpoint(a, r, step, last_ckpt, 1);
+            char best[4200];
+            snprintf(best, sizeof best, "%s/" FG_CKPT_MODEL_FILE, out);
+            fg_train_say("interrupted by %s at step %lld: its state is in %s/" FG_RUN_RESUME_DIR
+                         "; continue with --resume (%s%s)\n",
+                         fg_stop_signal_name(stop), (long long)step, out, out,
+                         access(best, F_OK) == 0 ? " keeps the checkpoint of the best val loss"
+                                                 : ": no evaluation has made a best checkpoint yet");
             code = 128 + stop;
             break;
         }

@@ -87,6 +87,7 @@ typedef struct {
     fg_source *src;       /* owned */
     fg_trainer *tr;       /* owned */
     fg_ckpt *ck;          /* --resume: the checkpoint, open until the trainer is restored from it */
+    char resumed_from[4200]; /* --resume: the folder of that checkpoint (--out, or its interrupted state's) */
     fg_run_log log;       /* the rows of log.csv */
     fg_run_folder folder; /* --out (locked by rank 0) */
     int64_t other_step;   /* a fresh --overwrite run: the step of the run it will replace */

@@ -183,7 +183,8 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
     if (a->ng.best_only)
         fg_train_say(
             "checkpoints: only at evaluations that improve the best val loss (always_save_checkpoint = False)\n");
-    if (tr->step > 0) fg_train_say("resuming from step %lld (%s)\n", (long long)tr->step, a->out);
+    if (tr->step > 0)
+        fg_train_say("resuming from step %lld (%s)\n", (long long)tr->step, r->resumed_from[0] ? r->resumed_from : a->out);
     fg_train_say("output: %s/{model,optimizer}.safetensors, %s\n", a->out, a->log_path);
 }
 

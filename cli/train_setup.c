@@ -57,19 +57,25 @@ static void configure_resumed(const train_args *a, train_run *r) {
     const fg_flag *f = a->f;
     const char *out = a->out;
     struct stat sb;
-    char aside[4200], moving[4200];
+    char aside[4200], moving[4200], interrupted[4200], from[4200], from_model[4300];
     snprintf(aside, sizeof aside, "%s/%s", out, FG_RUN_ASIDE_DONE);
     snprintf(moving, sizeof moving, "%s/%s", out, FG_RUN_ASIDE_MOVING);
-    if (stat(a->model_path, &sb) != 0 && stat(aside, &sb) != 0 && stat(moving, &sb) != 0)
+    snprintf(interrupted, sizeof interrupted, "%s/%s/%s", out, FG_RUN_RESUME_DIR, FG_CKPT_MODEL_FILE);
+    if (stat(a->model_path, &sb) != 0 && stat(aside, &sb) != 0 && stat(moving, &sb) != 0 &&
+        stat(interrupted, &sb) != 0)
         fg_train_die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
     if (f[F_OVERWRITE].given) fg_train_die(2, "--overwrite starts a new run; it cannot be combined with --resume");
     if (fg_train_comm->rank == 0) {
         folder_or_die(fg_run_folder_lock(&r->folder));
         folder_or_die(fg_run_folder_recover(&r->folder));
     }
-    if (stat(a->model_path, &sb) != 0)
+    /* the latest state: --out's checkpoint, or the one a stop signal kept beside the best one */
+    fg_run_folder_resume_from(out, from, sizeof from);
+    snprintf(from_model, sizeof from_model, "%s/%s", from, FG_CKPT_MODEL_FILE);
+    if (stat(from_model, &sb) != 0)
         fg_train_die(1, "--resume: no checkpoint in '%s' (%s: %s)", out, a->model_path, strerror(errno));
-    fg_ckpt *ck = r->ck = fg_ckpt_open(out, 1);
+    snprintf(r->resumed_from, sizeof r->resumed_from, "%s", from);
+    fg_ckpt *ck = r->ck = fg_ckpt_open(from, 1);
     if (!ck) fg_train_die(1, "--resume: %s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
     fg_train_config cfg = in->train;
@@ -194,7 +200,9 @@ void fg_train_configure(const train_args *a, train_run *r) {
         folder_or_die(fg_run_folder_make(out));
         folder_or_die(fg_run_folder_lock(&r->folder));
         folder_or_die(fg_run_folder_recover(&r->folder));
-        folder_or_die(fg_run_folder_other_run(&r->folder, a->f[F_OVERWRITE].given, &r->other_step));
+        fg_status os = fg_run_folder_other_run(&r->folder, a->f[F_OVERWRITE].given, &r->other_step);
+        if (os != FG_OK) fg_run_folder_refused(&r->folder);
+        folder_or_die(os);
         r->other_pending = r->other_step >= 0;
     } else if (access(out, W_OK) != 0) {
         fg_train_die(1, "--out: cannot write to '%s': %s", out, strerror(errno));

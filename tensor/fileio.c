@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@
 
 /* The process umask without changing it (umask(2) can only read by writing): Linux reports it in
  * /proc/self/status since 4.7; otherwise assume the common 022. */
-static mode_t current_umask(void) {
+unsigned fg_umask(void) {
     FILE *f = fopen("/proc/self/status", "r");
     mode_t m = 022;
     if (!f) return m;
@@ -108,7 +109,7 @@ fg_status fg_atomic_begin(fg_atomic_file *af, const char *path) {
     /* The new file keeps the mode of the one it replaces (a checkpoint someone made group-readable
      * stays so); a new file (or one replacing a symlink) gets the usual 0666 & ~umask. */
     struct stat st;
-    mode_t mode = lstat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~current_umask();
+    mode_t mode = lstat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~(mode_t)fg_umask();
 
     size_t plen = strlen(path);
     af->path = strdup(path);
@@ -137,8 +138,8 @@ fg_status fg_atomic_begin(fg_atomic_file *af, const char *path) {
         atomic_free(af);
         return rc;
     }
-    if (fchmod(af->fd, mode) != 0) {
-        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot set the mode of temporary file '%s': %s", path, af->tmp,
+    if (fchmod(af->fd, mode) != 0 || fg_tmp_hold(af->fd) != 0) {
+        rc = fg_error(FG_ERR_IO, "cannot write '%s': cannot set up temporary file '%s': %s", path, af->tmp,
                       strerror(errno));
         fg_atomic_abort(af);
         return rc;
@@ -484,3 +485,13 @@ uint64_t fg_xxh64_digest(const fg_xxh64_state *s) {
 }
 
 uint64_t fg_xxh64(const void *data, size_t n, uint64_t seed) { return XXH64(data, n, seed); }
+
+int fg_tmp_hold(int fd) { return flock(fd, LOCK_EX | LOCK_NB); }
+
+int fg_tmp_abandoned(const char *path) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int free_now = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd); /* drops the lock just taken */
+    return free_now;
+}

@@ -67,6 +67,18 @@ fg_status fg_rename_replace(const char *from, const char *to);
  * user's own files. */
 #define FG_TMP_MARK ".flashgrad-tmp."
 
+/* A writer holds an exclusive flock(2) on its temporary (a file, or a folder it builds) for as long
+ * as it works on it; the kernel drops the lock when the writer's process ends, however it ends.
+ * fg_tmp_abandoned(path) takes that lock without waiting: 1 when it could (no live writer owns the
+ * temporary: what is there was left by one that died), 0 when a live writer holds it or `path`
+ * cannot be opened (a symbolic link is never followed). fg_tmp_hold(fd) takes the lock for the
+ * writer of fd; 0 or -1 (errno). */
+int fg_tmp_abandoned(const char *path);
+int fg_tmp_hold(int fd);
+
+/* The process's umask, read without changing it (umask(2) would, for a moment, for every thread). */
+unsigned fg_umask(void);
+
 /* Reads the whole of `path` into a new malloc'ed buffer: *buf (caller frees with free()) holds *n
  * bytes followed by one extra '\0' (so text can be used as a C string). Never reads without a
  * bound and never blocks waiting for a writer; what it takes depends on what `path` is:

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -593,6 +595,143 @@ Test(gpt2_files, eval_takes_hf_folders_and_llmc_files_with_data_bin) {
         cr_expect(fabs(tl - ref[0]) < 6e-5 && fabs(vl - ref[1]) < 6e-5, "%s: eval %.5f %.5f, reference %.5f %.5f",
                   forms[k], tl, vl, ref[0], ref[1]);
     }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
+
+/* Creates dir/rel with text (a folder when text is NULL). */
+static void plant(const char *dir, const char *rel, const char *text) {
+    char p[600];
+    snprintf(p, sizeof p, "%.400s/%s", dir, rel);
+    if (!text) {
+        cr_assert_eq(mkdir(p, 0777), 0, "mkdir %s", p);
+        return;
+    }
+    FILE *f = fopen(p, "w");
+    cr_assert(f, "cannot create %s", p);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int present(const char *dir, const char *rel) {
+    char p[600];
+    struct stat sb;
+    snprintf(p, sizeof p, "%.400s/%s", dir, rel);
+    return lstat(p, &sb) == 0;
+}
+
+/* An export killed midway leaves its temporary beside OUT (a folder for Hugging Face, a file for
+ * llm.c): the next export to that OUT removes it. Only those: a temporary that a live writer holds
+ * (its lock), a name that only looks like one, a folder with a user's file in it and a link stay. */
+Test(gpt2_files, an_export_removes_what_a_killed_export_left_and_nothing_else) {
+    char dir[256], out[512], bin[512];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_exl_XXXXXX");
+    snprintf(out, sizeof out, "%s/hf", dir);
+    snprintf(bin, sizeof bin, "%s/m.bin", dir);
+    /* left by dead writers */
+    static const char *const dead[] = {"hf" FG_TMP_MARK "Ab12Cd", "m.bin" FG_TMP_MARK "x9Y8z7",
+                                       "hf" FG_TMP_MARK "000000"};
+    plant(dir, dead[0], NULL);
+    plant(dir, "hf" FG_TMP_MARK "Ab12Cd/model.safetensors", "half a model");
+    plant(dir, "hf" FG_TMP_MARK "Ab12Cd/config.json" FG_TMP_MARK "Qw12Er", "{");
+    plant(dir, dead[1], "half an llm.c file");
+    plant(dir, dead[2], NULL);
+    /* not leftovers */
+    static const char *const keep[] = {"hf" FG_TMP_MARK "notes", "m.bin" FG_TMP_MARK "Ab12Cd.old",
+                                       "hf" FG_TMP_MARK "Zz99Yy", "other" FG_TMP_MARK "Ab12Cd",
+                                       "hf" FG_TMP_MARK "Ln00Kk", "m.bin" FG_TMP_MARK "Live01"};
+    plant(dir, keep[0], "the user's");
+    plant(dir, keep[1], "the user's");
+    plant(dir, keep[2], NULL);
+    plant(dir, "hf" FG_TMP_MARK "Zz99Yy/notes.txt", "the user's notes"); /* a folder holding a user's file */
+    plant(dir, keep[3], "the user's");
+    plant(dir, "target.txt", "the user's");
+    char lp[600], live[600];
+    snprintf(lp, sizeof lp, "%s/%s", dir, keep[4]);
+    cr_assert_eq(symlink("target.txt", lp), 0);
+    plant(dir, keep[5], "a live export's bytes");
+    snprintf(live, sizeof live, "%s/%s", dir, keep[5]);
+    int held = open(live, O_RDONLY | O_CLOEXEC); /* an export still writing: it holds its temporary */
+    cr_assert(held >= 0 && fg_tmp_hold(held) == 0);
+    fg_gpt *g = small_model(12);
+    cr_assert_eq(fg_gpt2_save_hf(g, out, 0), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_gpt2_save_llmc(g, bin, 3, 0), FG_OK, "%s", fg_last_error());
+    for (size_t i = 0; i < sizeof dead / sizeof dead[0]; i++)
+        cr_expect(!present(dir, dead[i]), "the dead writer's %s was left", dead[i]);
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        cr_expect(present(dir, keep[i]), "%s was removed", keep[i]);
+    cr_expect(present(dir, "hf" FG_TMP_MARK "Zz99Yy/notes.txt") && present(dir, "target.txt"),
+              "a user's file was removed");
+    close(held);
+    fg_gpt_free(g);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
+
+/* The Hugging Face folder gets the mode mkdir(2) gives (0777 less the umask), its files 0666 less
+ * the umask; a replaced export folder keeps its mode. */
+Test(gpt2_files, an_hf_export_folder_honours_the_umask) {
+    char dir[256], out[512], p[600];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_exm_XXXXXX");
+    fg_gpt *g = small_model(12);
+    static const unsigned masks[] = {022, 077, 002, 027};
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        umask(masks[i]);
+        snprintf(out, sizeof out, "%s/hf%zu", dir, i);
+        cr_assert_eq(fg_gpt2_save_hf(g, out, 0), FG_OK, "%s", fg_last_error());
+        struct stat sb;
+        cr_assert_eq(stat(out, &sb), 0);
+        cr_expect_eq(sb.st_mode & 07777, 0777 & ~masks[i], "umask %03o: folder mode %03o", masks[i],
+                     sb.st_mode & 07777);
+        snprintf(p, sizeof p, "%s/model.safetensors", out);
+        cr_assert_eq(stat(p, &sb), 0);
+        cr_expect_eq(sb.st_mode & 07777, 0666 & ~masks[i], "umask %03o: file mode %03o", masks[i], sb.st_mode & 07777);
+    }
+    /* replaced with --overwrite: the mode the user gave the folder stays */
+    snprintf(out, sizeof out, "%s/hf0", dir);
+    cr_assert_eq(chmod(out, 0750), 0);
+    umask(022);
+    cr_assert_eq(fg_gpt2_save_hf(g, out, 1), FG_OK, "%s", fg_last_error());
+    struct stat sb;
+    cr_assert_eq(stat(out, &sb), 0);
+    cr_expect_eq(sb.st_mode & 07777, 0750, "the replaced folder's mode %03o", sb.st_mode & 07777);
+    fg_gpt_free(g);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
+
+/* export --overwrite replaces an export that flashgrad wrote and nothing else: a Hugging Face folder
+ * from elsewhere (its model.safetensors without flashgrad's mark), a folder with a user's file, a
+ * link in OUT's place are refused by name and left as they were. */
+Test(gpt2_files, an_export_overwrites_only_an_export_flashgrad_wrote) {
+    char dir[256], out[512];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_exo_XXXXXX");
+    fg_gpt *g = small_model(12);
+    snprintf(out, sizeof out, "%s/user", dir);
+    plant(dir, "user", NULL);
+    plant(dir, "user/config.json", "{\"model_type\": \"gpt2\"}");
+    plant(dir, "user/model.safetensors", "the user's weights");
+    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_ERR_ARG, "a user's HF folder was replaced");
+    cr_expect(strstr(fg_last_error(), "model.safetensors") && strstr(fg_last_error(), "fg_export"), "%s",
+              fg_last_error());
+    cr_expect(present(dir, "user/model.safetensors") && present(dir, "user/config.json"), "the user's files went");
+    /* flashgrad's own export: replaced; with a user's file added: refused */
+    snprintf(out, sizeof out, "%s/ours", dir);
+    cr_assert_eq(fg_gpt2_save_hf(g, out, 0), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_OK, "%s", fg_last_error());
+    plant(dir, "ours/notes.txt", "mine");
+    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_ERR_ARG, "a folder with a user's file was replaced");
+    cr_expect(strstr(fg_last_error(), "notes.txt"), "%s", fg_last_error());
+    cr_expect(present(dir, "ours/notes.txt"), "the user's file went");
+    /* a link in OUT's place */
+    char lp[600];
+    snprintf(lp, sizeof lp, "%s/link", dir);
+    cr_assert_eq(symlink("ours", lp), 0);
+    cr_expect_eq(fg_gpt2_save_hf(g, lp, 1), FG_ERR_ARG, "a link was replaced");
+    fg_gpt_free(g);
+    char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
 }

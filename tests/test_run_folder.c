@@ -181,12 +181,27 @@ Test(run_folder, a_fresh_run_refuses_another_runs_folder) {
     cr_expect(strstr(fg_last_error(), "the log.csv of an earlier run"), "message: %s", fg_last_error());
     cr_expect_eq(fg_run_folder_other_run(&rf, 1, &step), FG_OK, "%s", fg_last_error());
     cr_expect_eq(step, 0);
-    put(g_dir, FG_CKPT_MODEL_FILE, "not a checkpoint");
+    /* a flashgrad checkpoint that does not load (its metadata says flashgrad, of another kind) */
+    static const char tagged[] = "\x24\0\0\0\0\0\0\0{\"__metadata__\":{\"fg_kind\":\"other\"}}";
+    char mp[512];
+    path_in(mp, sizeof mp, g_dir, FG_CKPT_MODEL_FILE);
+    FILE *f = fopen(mp, "wb");
+    cr_assert(f);
+    fwrite(tagged, 1, sizeof tagged - 1, f);
+    fclose(f);
     cr_expect_eq(fg_run_folder_other_run(&rf, 0, &step), FG_ERR_ARG, "a model file was taken");
     cr_expect(strstr(fg_last_error(), "a checkpoint that does not load") && strstr(fg_last_error(), "--resume"),
               "message: %s", fg_last_error());
     cr_expect_eq(fg_run_folder_other_run(&rf, 1, &step), FG_OK, "%s", fg_last_error());
     cr_expect_eq(step, 0);
+    /* a model.safetensors without flashgrad's metadata is not a run's: refused by name, even with --overwrite */
+    put(g_dir, FG_CKPT_MODEL_FILE, "not a checkpoint");
+    cr_expect_eq(fg_run_folder_other_run(&rf, 0, &step), FG_ERR_ARG, "a foreign model file was taken");
+    cr_expect(strstr(fg_last_error(), "not a flashgrad checkpoint") && !strstr(fg_last_error(), "--overwrite"),
+              "message: %s", fg_last_error());
+    cr_expect_eq(fg_run_folder_other_run(&rf, 1, &step), FG_ERR_ARG, "--overwrite took a foreign model file");
+    cr_expect(strstr(fg_last_error(), "'model.safetensors'") && strstr(fg_last_error(), "no flashgrad metadata"),
+              "message: %s", fg_last_error());
 }
 
 Test(run_folder, overwrite_sets_aside_then_restores_or_discards) {
@@ -308,4 +323,17 @@ Test(run_folder, older_logs_get_their_missing_columns_and_other_files_nothing) {
     fg_run_log_load(&l, path, 10);
     cr_expect_eq(l.n, 0, "rows of someone else's CSV: %lld", (long long)l.n);
     fg_run_log_free(&l);
+}
+
+/* A writer still at work holds its temporary: clean-up removes only what dead writers left. */
+Test(run_folder, clean_up_leaves_a_live_writers_temporary) {
+    char target[512];
+    snprintf(target, sizeof target, "%s/%s", g_dir, FG_RUN_LOG_FILE);
+    fg_atomic_file af;
+    cr_assert_eq(fg_atomic_begin(&af, target), FG_OK, "%s", fg_last_error());
+    put(g_dir, FG_CKPT_MODEL_FILE FG_TMP_MARK "Ab12Cd", "a dead writer's half file");
+    fg_run_folder_remove_temporaries(g_dir);
+    cr_expect_eq(access(af.tmp, F_OK), 0, "the live writer's temporary %s was removed", af.tmp);
+    cr_expect(!exists(g_dir, FG_CKPT_MODEL_FILE FG_TMP_MARK "Ab12Cd"), "the dead writer's temporary was left");
+    fg_atomic_abort(&af);
 }

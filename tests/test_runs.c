@@ -623,3 +623,364 @@ Test(runs, an_overwrite_replaces_a_symlinked_log_not_its_target, .init = setup, 
     cr_expect(lstat(path("r/log.csv"), &sb) == 0 && S_ISREG(sb.st_mode), "log.csv is not the new run's file");
     cr_expect(access(path("r/.flashgrad-overwritten"), F_OK) != 0, "the set-aside folder was left");
 }
+
+/* The "final:" line of a run's output (train and val loss, accuracy), or "" when there is none. */
+static void final_line(const char *out, char *line, size_t n) {
+    const char *f = strstr(out, "final:");
+    size_t k = f ? strcspn(f, "\n") : 0;
+    snprintf(line, n, "%.*s", (int)k, f ? f : "");
+}
+
+/* The step of the last row of a run's log.csv (0 when it has none). */
+static long long log_last_step(const char *run_dir) {
+    char rel[300];
+    size_t n = 0;
+    snprintf(rel, sizeof rel, "%s/log.csv", run_dir);
+    char *l = slurp(rel, &n);
+    long long s = 0;
+    for (char *p = l; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+        if (*p >= '0' && *p <= '9') s = atoll(p);
+    free(l);
+    return s;
+}
+
+/* A stop signal leaves the work resumable whatever the save policy: with nanoGPT's
+ * always_save_checkpoint = False (checkpoints only at evaluations that improve the val loss) the
+ * interrupted step's state goes to --out/interrupted, beside the best val loss's checkpoint (or
+ * alone, before any evaluation); `--resume` continues from it, and the run ends in the state and
+ * with the final losses of an uninterrupted run, bit for bit. eval_every "0": the signal comes
+ * before any evaluation. */
+static void best_only_stop(int sig, const char *name, const char *eval_every) {
+    need_bin();
+    const long long total = 2000000;
+    char logp[300];
+    snprintf(logp, sizeof logp, "%s/run.log", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(99);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(fgt_bin(), fgt_bin(), "train", "--task", "addition", "--digits", "1", "--n-layer", "1", "--n-head", "2",
+              "--n-embd", "16", "--batch-size", "8", "--eval-every", eval_every, "--eval-iters", "1",
+              "--eval-problems", "10", "--samples", "0", "--threads", "1", "--log-every", "1", "--steps", "2000000",
+              "--always_save_checkpoint=False", "--out", "sig", (char *)NULL);
+        _exit(98);
+    }
+    int seen = 0;
+    for (int i = 0; i < 6000 && !seen; i++) {
+        usleep(10000);
+        size_t n = 0;
+        char *l = slurp("run.log", &n);
+        seen = l && strstr(l, "step 50/");
+        free(l);
+    }
+    if (!seen) kill(pid, SIGKILL);
+    cr_assert(seen, "the run never logged step 50");
+    kill(pid, sig);
+    int status;
+    waitpid(pid, &status, 0);
+    size_t n = 0;
+    char *l = slurp("run.log", &n);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig, "after %s the exit status is %d (want %d):\n%s",
+              name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 128 + sig, l);
+    cr_expect(l && strstr(l, "interrupted by") && strstr(l, name) && strstr(l, "--resume") &&
+                  !strstr(l, "nothing written"),
+              "the interruption message should say where the state is and --resume:\n%s", l);
+    const char *at = l ? strstr(l, " at step ") : NULL;
+    const long long said = at ? atoll(at + 9) : -1;
+    free(l);
+    /* the interrupted state: in its own folder, unless the signal's step was an improving evaluation */
+    const int own = access(path("sig/interrupted/model.safetensors"), F_OK) == 0;
+    long long step = fgt_ckpt_step(own ? path("sig/interrupted") : path("sig"));
+    cr_assert(step >= 50 && step < total, "interrupted state at step %lld", step);
+    cr_expect_eq(step, said, "the work up to the signal's step %lld is not kept (state at step %lld)", said, step);
+    cr_expect_eq(log_last_step("sig"), step, "log.csv does not reach the interrupted step %lld", step);
+    if (own && access(path("sig/model.safetensors"), F_OK) == 0) {
+        long long best = fgt_ckpt_step(path("sig"));
+        cr_expect(best < step && atoi(eval_every) > 0 && best % atoi(eval_every) == 0,
+                  "--out's checkpoint (step %lld) is not an evaluation's before the signal's step %lld", best, step);
+    } else {
+        cr_expect(own || atoi(eval_every) > 0, "no checkpoint of the interrupted step");
+    }
+    char out[16384];
+    int st = run("sample --ckpt sig --tokens 2 --prompt 1", out, sizeof out);
+    cr_expect_eq(st, 0, "sample after the signal: exit %d:\n%s", st, out);
+
+    /* resumed to 40 steps later: the state and the final losses of an uninterrupted run */
+    char args[1024], ref_final[512], got_final[512];
+    snprintf(args, sizeof args,
+             "train " TINY " --eval-every %s --always_save_checkpoint=False --steps %lld --lr-decay-steps %lld "
+             "--out ref",
+             eval_every, step + 40, total);
+    st = run(args, out, sizeof out);
+    cr_assert_eq(st, 0, "the uninterrupted run: exit %d:\n%s", st, out);
+    final_line(out, ref_final, sizeof ref_final);
+    snprintf(args, sizeof args, "train --resume --steps %lld --out sig --samples 0 --eval-problems 10", step + 40);
+    st = run(args, out, sizeof out);
+    cr_assert_eq(st, 0, "the resumed run: exit %d:\n%s", st, out);
+    cr_expect(strstr(out, "resuming from step") && atoll(strstr(out, "resuming from step") + 18) == step,
+              "did not resume from the interrupted step %lld:\n%s", step, out);
+    cr_expect(!own || strstr(out, "(sig/interrupted)"), "the resumed run does not say where it resumed from:\n%s", out);
+    final_line(out, got_final, sizeof got_final);
+    cr_expect(*ref_final && !strcmp(ref_final, got_final), "final losses differ:\n  uninterrupted: %s\n  resumed:       %s",
+              ref_final, got_final);
+    fgt_expect_same_run_state(path("sig"), path("ref"));
+    if (fgt_ckpt_step(path("sig")) == step + 40)
+        cr_expect(access(path("sig/interrupted"), F_OK) != 0, "the older interrupted state was left beside step %lld",
+                  step + 40);
+}
+
+Test(runs, sigint_before_any_evaluation_keeps_the_work_with_always_save_checkpoint_false, .init = setup,
+     .fini = teardown, .timeout = 300) {
+    best_only_stop(SIGINT, "SIGINT", "0");
+}
+
+Test(runs, sigterm_after_an_evaluation_keeps_the_best_and_the_interrupted_state, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    best_only_stop(SIGTERM, "SIGTERM", "20");
+}
+
+Test(runs, sighup_keeps_the_work_with_always_save_checkpoint_false, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    best_only_stop(SIGHUP, "SIGHUP", "7");
+}
+
+/* Writes text to dir/rel. */
+static void put_file(const char *rel, const char *text) {
+    FILE *f = fopen(path(rel), "w");
+    cr_assert(f, "cannot create %s", rel);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* 1 when dir/rel holds exactly text. */
+static int holds(const char *rel, const char *text) {
+    size_t n = 0;
+    char *b = slurp(rel, &n);
+    int same = b && n == strlen(text) && !memcmp(b, text, n);
+    free(b);
+    return same;
+}
+
+/* --overwrite replaces a flashgrad run and nothing else: a folder holding anything flashgrad did
+ * not write (a Hugging Face model, a safetensors file without flashgrad's metadata, a user's notes or
+ * an llm.c file beside a run) is refused in one line naming it, and left as it was. */
+Test(runs, overwrite_replaces_a_flashgrad_run_and_nothing_else, .init = setup, .fini = teardown, .timeout = 120) {
+    need_bin();
+    char log[8192];
+    /* a Hugging Face model folder */
+    cr_assert_eq(mkdir(path("hf"), 0777), 0);
+    put_file("hf/config.json", "{\"model_type\": \"gpt2\"}\n");
+    put_file("hf/model.safetensors", "the user's weights");
+    int st = run("train " TINY " --steps 2 --out hf --overwrite", log, sizeof log);
+    cr_expect(st == 2 && one_line(log) && strstr(log, "--overwrite") &&
+                  (strstr(log, "'config.json'") || strstr(log, "'model.safetensors'")),
+              "an HF folder: exit %d:\n%s", st, log);
+    cr_expect(holds("hf/config.json", "{\"model_type\": \"gpt2\"}\n") &&
+                  holds("hf/model.safetensors", "the user's weights"),
+              "the user's model changed");
+    cr_expect(access(path("hf/log.csv"), F_OK) != 0 && access(path("hf/.flashgrad-overwritten"), F_OK) != 0 &&
+                  access(path("hf/train.lock"), F_OK) != 0,
+              "a run's files were written into the user's folder");
+    /* a model.safetensors alone that is not flashgrad's: refused with and without --overwrite */
+    cr_assert_eq(mkdir(path("st"), 0777), 0);
+    put_file("st/model.safetensors", "the user's weights");
+    st = run("train " TINY " --steps 2 --out st --overwrite", log, sizeof log);
+    cr_expect(st == 2 && one_line(log) && strstr(log, "'model.safetensors'") && strstr(log, "flashgrad metadata"),
+              "a foreign model.safetensors with --overwrite: exit %d:\n%s", st, log);
+    st = run("train " TINY " --steps 2 --out st", log, sizeof log);
+    cr_expect(st == 2 && one_line(log) && strstr(log, "not a flashgrad checkpoint"),
+              "a foreign model.safetensors: exit %d:\n%s", st, log);
+    cr_expect(holds("st/model.safetensors", "the user's weights"), "the user's file changed");
+    /* a user's file beside a flashgrad run: notes, an llm.c model */
+    run_ok("train " TINY " --steps 3 --out r");
+    snapshot before = take("r");
+    static const char *const theirs[] = {"r/notes.txt", "r/gpt2_124M.bin"};
+    for (int i = 0; i < 2; i++) {
+        put_file(theirs[i], "the user's");
+        st = run("train " TINY " --steps 2 --out r --overwrite", log, sizeof log);
+        cr_expect(st == 2 && one_line(log) && strstr(log, strchr(theirs[i], '/') + 1),
+                  "%s beside a run: exit %d:\n%s", theirs[i], st, log);
+        cr_expect(holds(theirs[i], "the user's"), "%s changed", theirs[i]);
+        expect_unchanged(&before, "r", "a refused --overwrite");
+        unlink(path(theirs[i]));
+    }
+    drop(&before);
+    /* a folder that is a link to a run: the run behind it is replaced; to a user's folder: refused */
+    cr_assert_eq(symlink("r", path("link")), 0);
+    run_ok("train " TINY " --steps 2 --out link --overwrite");
+    cr_expect_eq(fgt_ckpt_step(path("r")), 2, "the run behind the link was not replaced");
+    cr_assert_eq(symlink("hf", path("hflink")), 0);
+    st = run("train " TINY " --steps 2 --out hflink --overwrite", log, sizeof log);
+    cr_expect(st == 2 && one_line(log), "a link to an HF folder: exit %d:\n%s", st, log);
+    cr_expect(holds("hf/model.safetensors", "the user's weights"), "the user's model changed through a link");
+    /* an empty folder: nothing to replace; a file where the folder should be: refused, untouched */
+    cr_assert_eq(mkdir(path("empty"), 0777), 0);
+    run_ok("train " TINY " --steps 2 --out empty --overwrite");
+    put_file("model.bin", "an llm.c file");
+    st = run("train " TINY " --steps 2 --out model.bin --overwrite", log, sizeof log);
+    cr_expect(st != 0 && one_line(log) && strstr(log, "not a folder"), "a file as --out: exit %d:\n%s", st, log);
+    cr_expect(holds("model.bin", "an llm.c file"), "the file changed");
+}
+
+/* `flashgrad <args>` in the test folder: stdout into out, stderr into err; returns the exit status. */
+static int run2(const char *args, char *out, size_t n, char *err, size_t en) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>'%s/err.txt'", dir, fgt_bin(), args, dir);
+    int st = fgt_run_cmd(cmd, out, n);
+    size_t k = 0;
+    char *e = slurp("err.txt", &k);
+    snprintf(err, en, "%s", e ? e : "");
+    free(e);
+    return st;
+}
+
+/* What each reader makes of a run folder: sample's text (given the folder, or its model file), eval's
+ * loss line, the bytes of an llm.c export, whether --init-from starts from it; one string. */
+static int read_run(const char *run_dir, const char *reader, char *got, size_t n, char *err, size_t en) {
+    char args[1024], out[8192];
+    int st;
+    got[0] = '\0';
+    if (!strcmp(reader, "sample") || !strcmp(reader, "sample-file")) {
+        snprintf(args, sizeof args, "sample --ckpt %s%s --tokens 4 --prompt 1", run_dir,
+                 reader[6] ? "/model.safetensors" : "");
+        st = run2(args, out, sizeof out, err, en);
+        snprintf(got, n, "%.200s", out);
+    } else if (!strcmp(reader, "eval")) {
+        snprintf(args, sizeof args, "eval --ckpt %s", run_dir);
+        st = run2(args, out, sizeof out, err, en);
+        const char *l = strstr(out, "\nstep ");
+        snprintf(got, n, "%.*s", l ? (int)strcspn(l + 1, "\n") : 0, l ? l + 1 : "");
+    } else if (!strcmp(reader, "export")) {
+        unlink(path("e.bin"));
+        snprintf(args, sizeof args, "export --ckpt %s --to llmc e.bin", run_dir);
+        st = run2(args, out, sizeof out, err, en);
+        size_t k = 0;
+        char *b = slurp("e.bin", &k);
+        snprintf(got, n, "%016llx %zu", b ? (unsigned long long)fg_xxh64(b, k, 0) : 0ull, k);
+        free(b);
+    } else {
+        char rm[700];
+        snprintf(rm, sizeof rm, "rm -rf '%s/i'", dir);
+        if (system(rm)) {}
+        snprintf(args, sizeof args, "train " TINY " --steps 1 --init-from %s --out i", run_dir);
+        st = run2(args, out, sizeof out, err, en);
+        snprintf(got, n, "%s", st == 0 && strstr(out, "init from") ? "init from the model" : "");
+    }
+    return st;
+}
+
+/* Moves dir/run/<name> into dir/run/<into>/<name>. */
+static void move_into(const char *run_dir, const char *name, const char *into) {
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/%s", run_dir, name);
+    snprintf(b, sizeof b, "%s/%s/%s", run_dir, into, name);
+    cr_assert_eq(rename(path(a), path(b)), 0, "mv %s %s", a, b);
+}
+
+/* An --overwrite killed (or still running) while the earlier run sits in its set-aside folder: every
+ * reader (sample, eval, export, --init-from; given the folder or its model file) finds the earlier run. Each state is built by hand, as
+ * the overwrite's moves and writes leave it at that moment: with the writer dead and nothing of the
+ * new run in the folder, the reader puts the run back; with the new run's log or optimizer there, it
+ * reads the set-aside folder and names the command that restores it (which then does); with the
+ * writer alive, it reads the set-aside folder and changes nothing, or says to try again while the
+ * files are moving. */
+Test(runs, readers_find_a_run_an_interrupted_overwrite_set_aside, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    need_bin();
+    run_ok("train " TINY " --steps 30 --out r");
+    static const char *const readers[] = {"sample", "eval", "export", "init", "sample-file"};
+    enum { N_READERS = sizeof readers / sizeof readers[0] };
+    char want[N_READERS][256], got[256], err[4096];
+    for (int k = 0; k < N_READERS; k++) {
+        int st = read_run("r", readers[k], want[k], sizeof want[k], err, sizeof err);
+        cr_assert(st == 0 && want[k][0], "%s of the run itself: exit %d: %s", readers[k], st, err);
+    }
+    enum {
+        MOVING_PART,
+        MOVING_ALL,
+        DONE_CLEAN,
+        DONE_NEW_LOG,
+        DONE_NEW_OPTIM,
+        LIVE_DONE,
+        LIVE_MOVING,
+        DONE_NEW_COMPLETE,
+        N_STATES
+    };
+    static const char *const names[N_STATES] = {"moving, model moved",
+                                                "moving, all moved",
+                                                "set aside",
+                                                "set aside, new log",
+                                                "set aside, new log and optimizer",
+                                                "set aside, writer alive",
+                                                "moving, writer alive",
+                                                "set aside, the new run's first checkpoint (interrupted) complete"};
+    static const char *const files[3] = {"model.safetensors", "optimizer.safetensors", "log.csv"};
+    char cmd[1200];
+    for (int s = 0; s < N_STATES; s++)
+        for (int k = 0; k < N_READERS; k++) {
+            snprintf(cmd, sizeof cmd, "cd '%s' && rm -rf s && cp -a r s", dir);
+            cr_assert_eq(system(cmd), 0);
+            const int moving = s == MOVING_PART || s == MOVING_ALL || s == LIVE_MOVING;
+            const char *aside = moving ? ".flashgrad-overwrite-moving" : ".flashgrad-overwritten";
+            char ap[300];
+            snprintf(ap, sizeof ap, "s/%s", aside);
+            cr_assert_eq(mkdir(path(ap), 0700), 0);
+            for (int i = 0; i < ((s == MOVING_PART || s == LIVE_MOVING) ? 1 : 3); i++) move_into("s", files[i], aside);
+            if (s == DONE_NEW_LOG || s == DONE_NEW_OPTIM) put_file("s/log.csv", CSV_HEADER_FOR_TEST "\n1,9.9,0.001,1.0,100.0,,\n");
+            if (s == DONE_NEW_OPTIM) put_file("s/optimizer.safetensors", "the new run's optimizer state, half written");
+            if (s == DONE_NEW_COMPLETE) {
+                /* the new run (here: the same bytes as r) stopped by a signal before its first
+                 * evaluation, under always_save_checkpoint = False; the earlier run, set aside, is
+                 * another (a model that does not load tells a reader that read it) */
+                snprintf(cmd, sizeof cmd,
+                         "cd '%s' && mkdir s/interrupted && cp r/model.safetensors r/optimizer.safetensors "
+                         "s/interrupted/ && cp r/log.csv s/ && echo earlier > s/%s/model.safetensors",
+                         dir, aside);
+                cr_assert_eq(system(cmd), 0);
+            }
+            int lock = -1;
+            if (s == LIVE_DONE || s == LIVE_MOVING) { /* the --overwrite run, alive: it holds the lock */
+                lock = open(path("s/train.lock"), O_RDWR | O_CLOEXEC);
+                cr_assert(lock >= 0 && flock(lock, LOCK_EX | LOCK_NB) == 0);
+            }
+            int st = read_run("s", readers[k], got, sizeof got, err, sizeof err);
+            if (s == LIVE_MOVING) {
+                cr_expect(st != 0 && one_line(err) && strstr(err, "try again"), "%s, %s: exit %d: %s", names[s],
+                          readers[k], st, err);
+            } else {
+                cr_expect(st == 0 && !strcmp(got, want[k]), "%s, %s: exit %d, got '%s' want '%s': %s", names[s],
+                          readers[k], st, got, want[k], err);
+            }
+            struct stat sb;
+            const int aside_left = lstat(path(ap), &sb) == 0;
+            if (s == MOVING_PART || s == MOVING_ALL || s == DONE_CLEAN) {
+                cr_expect(!aside_left && strstr(err, "note:"), "%s, %s: the run was not put back (or not said): %s",
+                          names[s], readers[k], err);
+                snapshot back = take("r");
+                expect_unchanged(&back, "s", "a reader put the run back");
+                drop(&back);
+            } else if (s == DONE_NEW_LOG || s == DONE_NEW_OPTIM) {
+                cr_expect(aside_left && holds("s/log.csv", CSV_HEADER_FOR_TEST "\n1,9.9,0.001,1.0,100.0,,\n"),
+                          "%s, %s: the reader changed the folder", names[s], readers[k]);
+                const char *how = strstr(err, "restore it with: ");
+                cr_expect(how && strstr(err, ".flashgrad-overwritten"), "%s, %s: no restore command: %s", names[s],
+                          readers[k], err);
+                if (how && k == 0) { /* the command it names puts the run back */
+                    char c[512], o[8192];
+                    snprintf(c, sizeof c, "%.*s --steps 31 --samples 0 --eval-problems 10",
+                             (int)strcspn(how + 27, "\n"), how + 27);
+                    int rs = run(c, o, sizeof o);
+                    cr_expect(rs == 0 && access(path(ap), F_OK) != 0 &&
+                                  fgt_ckpt_step(path("s")) == 31,
+                              "`flashgrad %s`: exit %d:\n%s", c, rs, o);
+                }
+            } else if (s == LIVE_DONE) {
+                cr_expect(aside_left && access(path("s/model.safetensors"), F_OK) != 0 && !strstr(err, "note:"),
+                          "%s, %s: a reader changed the folder of a live writer: %s", names[s], readers[k], err);
+            }
+            if (lock >= 0) close(lock);
+        }
+}

@@ -2,6 +2,7 @@
 #include "train/checkpoint.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -10,10 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
 #include "tensor/utf8.h"
+#include "train/run_folder.h"
 
 #define KIND_MODEL "flashgrad.gpt"
 #define KIND_OPTIM "flashgrad.optimizer"
@@ -907,6 +910,28 @@ static fg_status save_paths(const char *dir, char mpath[4096], char opath[4096],
     return st;
 }
 
+int fg_ckpt_header_has(const char *path, const char *key) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
+    unsigned char len8[8];
+    int yes = 0;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(fd, len8, 8, 0) == 8) {
+        uint64_t hl = 0;
+        for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
+        char *h = hl > 0 && hl <= (100u << 20) && hl <= (uint64_t)sb.st_size - 8 ? malloc(hl + 1) : NULL;
+        char pat[96];
+        snprintf(pat, sizeof pat, "\"%s\"", key);
+        if (h && pread(fd, h, hl, 8) == (ssize_t)hl) {
+            h[hl] = '\0';
+            yes = strstr(h, pat) != NULL;
+        }
+        free(h);
+    }
+    close(fd);
+    return yes;
+}
+
 /* The string value of metadata `key` in the safetensors file at `path`, read from its header alone
  * (flashgrad writes compact JSON: "key":"value"; a tensor entry is "name":{...}, never a string), into
  * out[0..cap). 0 when the file, its header or the key cannot be read. */
@@ -1175,12 +1200,23 @@ fg_ckpt *fg_ckpt_open(const char *path, int with_optimizer) {
         return NULL;
     }
     struct stat sb;
-    fg_status st = FG_OK;
+    /* a run's model file given by its path: where the run is (an interrupted --overwrite may have
+     * set it aside) */
+    char file[4096];
+    fg_status st = fg_run_folder_file_for_reading(path, file, sizeof file);
+    if (st != FG_OK) {
+        fg_ckpt_close(c);
+        return NULL;
+    }
+    path = file;
     if (stat(path, &sb) != 0) {
         st = fg_error(FG_ERR_IO, "%s: no such checkpoint (%s)", path, strerror(errno));
     } else if (S_ISDIR(sb.st_mode)) {
-        st = join(c->model_path, sizeof c->model_path, path, FG_CKPT_MODEL_FILE);
-        if (st == FG_OK) st = join(c->optim_path, sizeof c->optim_path, path, FG_CKPT_OPTIM_FILE);
+        /* a run folder: where its run is (an interrupted --overwrite may have set it aside) */
+        char dir[4096];
+        st = fg_run_folder_for_reading(path, dir, sizeof dir);
+        if (st == FG_OK) st = join(c->model_path, sizeof c->model_path, dir, FG_CKPT_MODEL_FILE);
+        if (st == FG_OK) st = join(c->optim_path, sizeof c->optim_path, dir, FG_CKPT_OPTIM_FILE);
     } else {
         snprintf(c->model_path, sizeof c->model_path, "%s", path);
         const char *slash = strrchr(path, '/');

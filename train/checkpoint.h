@@ -130,6 +130,10 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given);
  * train on token files. Caller frees with fg_source_free. */
 fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given);
 
+/* 1 when the safetensors file at `path` (a regular file, or a link to one) has `key` in its
+ * header's metadata, read from the header alone ("fg_kind": a flashgrad checkpoint); else 0. */
+int fg_ckpt_header_has(const char *path, const char *key);
+
 /* XXH64 of a model's flat parameter buffer (the pairing check). */
 uint64_t fg_ckpt_params_hash(const fg_gpt *g);
 

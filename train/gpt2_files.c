@@ -14,18 +14,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "tensor/bf16.h"
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
+#include "train/run_folder.h"
 
 #define LLMC_MAGIC 20240326
 #define LLMC_HEADER_INTS 256
 #define LLMC_PAD 128
 #define HF_MAX_SHARDS 1024
-#define HEADER_PEEK_MAX (100u << 20)
 
 const char *fg_model_format_name(fg_model_format f) {
     static const char *const n[] = {"flashgrad", "hf", "llmc"};
@@ -694,24 +695,7 @@ fail:
 
 /* 1 when the safetensors file's header carries flashgrad's "fg_kind" (a checkpoint); reads only
  * the header. */
-static int st_is_flashgrad(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    unsigned char len8[8];
-    int yes = 0;
-    if (pread(fd, len8, 8, 0) == 8) {
-        uint64_t hl = 0;
-        for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
-        char *h = hl > 0 && hl <= HEADER_PEEK_MAX ? malloc(hl + 1) : NULL;
-        if (h && pread(fd, h, hl, 8) == (ssize_t)hl) {
-            h[hl] = '\0';
-            yes = strstr(h, "\"fg_kind\"") != NULL;
-        }
-        free(h);
-    }
-    close(fd);
-    return yes;
-}
+static int st_is_flashgrad(const char *path) { return fg_ckpt_header_has(path, "fg_kind"); }
 
 static int file_magic_is_llmc(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -752,12 +736,18 @@ fg_model_file *fg_model_file_load(const char *path) {
         return NULL;
     }
     struct stat sb;
+    char file[4096];
+    if (fg_run_folder_file_for_reading(path, file, sizeof file) != FG_OK) return NULL;
+    path = file;
     if (stat(path, &sb) != 0) {
         fg_error(FG_ERR_IO, "%s: %s", path, strerror(errno));
         return NULL;
     }
-    char p[4096 + 64];
+    char p[4096 + 64], run[4096];
     if (S_ISDIR(sb.st_mode)) {
+        /* a run folder: where its run is (an interrupted --overwrite may have set it aside) */
+        if (fg_run_folder_for_reading(path, run, sizeof run) != FG_OK) return NULL;
+        path = run;
         snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
         if (is_file(p) && st_is_flashgrad(p)) return flashgrad_load(path);
         snprintf(p, sizeof p, "%s/config.json", path);
@@ -836,15 +826,8 @@ fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src) {
 
 /* ---- writing ---- */
 
-/* Files an export folder may hold (and so may be replaced by another export). */
-static int export_file_name(const char *n) {
-    size_t L = strlen(n);
-    return !strcmp(n, "config.json") || !strcmp(n, "generation_config.json") || !strcmp(n, "model.safetensors") ||
-           !strcmp(n, "model.safetensors.index.json") ||
-           (!strncmp(n, "model-", 6) && L > 12 && !strcmp(n + L - 12, ".safetensors"));
-}
-
-/* OUT may be written: absent, or (with overwrite) a folder of export files only. */
+/* OUT may be written: absent, or (with overwrite) a folder that flashgrad's export wrote, holding
+ * nothing else (fg_folder_check_ours, the rule `train --overwrite` follows too). */
 static fg_status check_out_dir(const char *out, int overwrite) {
     struct stat sb;
     if (lstat(out, &sb) != 0) {
@@ -854,19 +837,25 @@ static fg_status check_out_dir(const char *out, int overwrite) {
     if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out);
     if (!S_ISDIR(sb.st_mode))
         return fg_error(FG_ERR_ARG, "%s exists and is not a folder; not replacing it", out);
-    DIR *d = opendir(out);
-    if (!d) return fg_error(FG_ERR_IO, "%s: %s", out, strerror(errno));
-    struct dirent *e;
-    fg_status st = FG_OK;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !export_file_name(e->d_name)) {
-            st = fg_error(FG_ERR_ARG,
-                          "%s holds '%s', which a Hugging Face export does not write; not replacing that folder", out,
-                          e->d_name);
-            break;
-        }
-    closedir(d);
-    return st;
+    return fg_folder_check_ours(out, FG_FOLDER_HF_EXPORT, "--overwrite");
+}
+
+/* The names an export folder holds (what a leftover build folder may hold besides temporaries). */
+static int export_file_name(const char *n) { return !strcmp(n, "config.json") || !strcmp(n, "model.safetensors"); }
+
+/* A temporary of the export to OUT (ctx: OUT's last component): the folder or file a killed export
+ * was building beside OUT. */
+static int export_temporary(const char *name, const void *ctx) { return fg_is_temporary_of(name, ctx); }
+
+/* Removes what an export to out that was killed midway left beside it (fg_remove_leftovers: only
+ * temporaries no live writer holds). */
+static void remove_export_leftovers(const char *out, int dirs) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", out);
+    char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    const char *dir = slash ? (slash == p ? "/" : (*slash = '\0', p)) : ".";
+    fg_remove_leftovers(dir, export_temporary, base, dirs ? export_file_name : NULL);
 }
 
 /* Removes a folder of plain files (the one an overwrite replaced, or a failed build). */
@@ -941,6 +930,7 @@ fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) {
     for (size_t L = strlen(out); L > 1 && out[L - 1] == '/'; L--) out[L - 1] = '\0';
     fg_status st = check_out_dir(out, overwrite);
     if (st != FG_OK) return st;
+    remove_export_leftovers(out, 1);
     float *flat = host_f32(g);
     if (!flat) return fg_last_status();
     /* the Conv1D weights transposed into one buffer, the rest borrowed from flat */
@@ -951,6 +941,7 @@ fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) {
     fg_st_writer *w = tr ? fg_st_writer_new() : NULL;
     char *cfg = w ? hf_config_json(g) : NULL;
     char tmp[4096 + 64] = "";
+    int tmp_fd = -1;
     if (!cfg) {
         st = fg_error(FG_ERR_OOM, "export: out of memory");
         goto done;
@@ -972,12 +963,24 @@ fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) {
         }
     }
     if (st == FG_OK) st = fg_st_writer_set_metadata(w, "format", "pt");
+    /* what tells a later --overwrite that flashgrad wrote this folder (transformers reads "format" only) */
+    if (st == FG_OK) st = fg_st_writer_set_metadata(w, "fg_export", "hf");
     if (st != FG_OK) goto done;
     /* build the folder beside OUT, then put it in place in one rename (or one exchange) */
     snprintf(tmp, sizeof tmp, "%s" FG_TMP_MARK "XXXXXX", out);
     if (!mkdtemp(tmp)) {
         st = fg_error(FG_ERR_IO, "export: cannot create a folder beside %s: %s", out, strerror(errno));
         tmp[0] = '\0';
+        goto done;
+    }
+    /* held while the folder is built, so that a later export tells it from a dead one's leftover */
+    tmp_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* mkdtemp makes 0700; the folder gets what mkdir(2) would give (0777 less the umask), or the mode
+     * of the export folder it replaces, as a file written by rename keeps the replaced file's */
+    struct stat old_sb;
+    mode_t mode = lstat(out, &old_sb) == 0 && S_ISDIR(old_sb.st_mode) ? old_sb.st_mode & 07777 : 0777 & ~fg_umask();
+    if (tmp_fd < 0 || fg_tmp_hold(tmp_fd) != 0 || fchmod(tmp_fd, mode) != 0) {
+        st = fg_error(FG_ERR_IO, "export: cannot set up the folder '%s': %s", tmp, strerror(errno));
         goto done;
     }
     char p1[4096 + 128];
@@ -1005,6 +1008,7 @@ fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) {
     fsync_dir_of(out);
 done:
     if (tmp[0]) remove_flat_dir(tmp);
+    if (tmp_fd >= 0) close(tmp_fd);
     free(cfg);
     fg_st_writer_free(w);
     free(tr);
@@ -1024,6 +1028,7 @@ fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, 
     } else if (errno != ENOENT) {
         return fg_error(FG_ERR_IO, "%s: %s", out_file, strerror(errno));
     }
+    remove_export_leftovers(out_file, 0);
     const fg_gpt_config *c = &g->cfg;
     const int64_t V = c->vocab_size, C = c->n_embd, Vp = (V + LLMC_PAD - 1) / LLMC_PAD * LLMC_PAD;
     const size_t es = version == 3 ? 4 : 2;

@@ -29,7 +29,11 @@
  * model file (version 3 or 5; Vp = V rounded up to a multiple of 128, as llm.c pads). Both are
  * written atomically: a folder is built beside OUT under a temporary name and swapped in whole; an
  * existing OUT is replaced only with `overwrite`, and only when it holds nothing but what such an
- * export writes (a run folder or any other file is never replaced).
+ * export writes (fg_folder_check_ours, train/run_folder.h: model.safetensors carries the metadata
+ * key "fg_export", which marks the folder as flashgrad's; a run folder, a Hugging Face folder from
+ * elsewhere or any other file is never replaced). The folder gets 0777 less the umask (or the mode
+ * of the export folder it replaces). Before writing, what a killed export to the same OUT left
+ * beside it (OUT FG_TMP_MARK "XXXXXX", held by no live writer) is removed (fg_remove_leftovers).
  */
 #ifndef FG_GPT2_FILES_H
 #define FG_GPT2_FILES_H

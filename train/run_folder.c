@@ -16,10 +16,15 @@
 #include "tensor/fileio.h"
 #include "train/checkpoint.h"
 
-/* The files a run keeps in its folder: the only ones ever moved or removed. */
+/* What a run keeps in its folder, the only entries ever moved or removed: its files, then the
+ * folder of an interrupted state (FG_RUN_RESUME_DIR, a checkpoint of its own). */
 static const char *const run_files[] = {FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE,
-                                        FG_RUN_LOG_FILE};
-#define N_RUN_FILES (sizeof run_files / sizeof run_files[0])
+                                        FG_RUN_LOG_FILE, FG_RUN_RESUME_DIR};
+#define N_RUN_ENTRIES (sizeof run_files / sizeof run_files[0])
+#define N_RUN_FILES (N_RUN_ENTRIES - 1)
+/* The files of a checkpoint (in the run folder and in FG_RUN_RESUME_DIR). */
+static const char *const ckpt_files[] = {FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE};
+#define N_CKPT_FILES (sizeof ckpt_files / sizeof ckpt_files[0])
 
 static void note(const fg_run_folder *rf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(const fg_run_folder *rf, const char *fmt, ...) {
@@ -66,7 +71,13 @@ fg_status fg_run_folder_lock(fg_run_folder *rf) {
     if (snprintf(p, sizeof p, "%s/%s", out, FG_RUN_LOCK_FILE) >= (int)sizeof p)
         return fg_error(FG_ERR_ARG, "--out: the path is too long");
     /* O_NONBLOCK: a FIFO put there must not hang the open; it is refused just below */
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
+    int fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    rf->made_lock = 0;
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0666);
+        rf->made_lock = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = open(p, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    }
     if (fd < 0) return fg_error(FG_ERR_IO, "--out: cannot open the lock file '%s': %s", p, strerror(errno));
     /* The pid is written into the lock file: only into a regular file of its own, never into a
      * device or into a file that has other names (a hard link to someone's file). */
@@ -109,38 +120,198 @@ void fg_run_folder_close(fg_run_folder *rf) {
     rf->lock_fd = -1;
 }
 
+void fg_run_folder_refused(fg_run_folder *rf) {
+    char p[4200];
+    /* removed while still held: no other writer can have taken it meanwhile */
+    if (rf->made_lock && rf->lock_fd >= 0 && snprintf(p, sizeof p, "%s/%s", rf->dir, FG_RUN_LOCK_FILE) < (int)sizeof p)
+        unlink(p);
+    rf->made_lock = 0;
+    fg_run_folder_close(rf);
+}
+
+int fg_is_temporary_of(const char *name, const char *base) {
+    size_t a = strlen(base), b = strlen(FG_TMP_MARK);
+    if (strncmp(name, base, a) || strncmp(name + a, FG_TMP_MARK, b)) return 0;
+    const char *x = name + a + b;
+    int k = 0;
+    while (k < 6 && ((x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') || (x[k] >= '0' && x[k] <= '9')))
+        k++;
+    return k == 6 && x[6] == '\0';
+}
+
 int fg_run_folder_is_temporary(const char *name) {
-    for (size_t i = 0; i < N_RUN_FILES; i++) {
-        size_t a = strlen(run_files[i]), b = strlen(FG_TMP_MARK);
-        if (strncmp(name, run_files[i], a) || strncmp(name + a, FG_TMP_MARK, b)) continue;
-        const char *x = name + a + b;
-        int k = 0;
-        while (k < 6 && ((x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') || (x[k] >= '0' && x[k] <= '9')))
-            k++;
-        if (k == 6 && x[6] == '\0') return 1;
-    }
+    for (size_t i = 0; i < N_RUN_FILES; i++)
+        if (fg_is_temporary_of(name, run_files[i])) return 1;
     return 0;
 }
 
-void fg_run_folder_remove_temporaries(const char *out) {
-    DIR *d = opendir(out);
+/* 1 when name is a temporary of a name that ok(name) accepts. */
+static int temporary_of_ok(const char *name, int (*ok)(const char *name)) {
+    size_t L = strlen(name), m = strlen(FG_TMP_MARK);
+    if (L <= m + 6 || L >= 4096) return 0;
+    char base[4096];
+    memcpy(base, name, L - m - 6);
+    base[L - m - 6] = '\0';
+    return ok(base) && fg_is_temporary_of(name, base);
+}
+
+/* A folder a writer built (and died building): removed when it holds only regular files that ok()
+ * accepts or their temporaries; otherwise left as it is. */
+static void remove_built_dir(const char *path, int (*ok)(const char *name)) {
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *e;
+    int only_ours = 1;
+    char p[8400];
+    struct stat sb;
+    while (only_ours && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            only_ours = (ok(e->d_name) || temporary_of_ok(e->d_name, ok)) &&
+                        snprintf(p, sizeof p, "%s/%s", path, e->d_name) < (int)sizeof p && lstat(p, &sb) == 0 &&
+                        S_ISREG(sb.st_mode);
+    if (only_ours) {
+        rewinddir(d);
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                snprintf(p, sizeof p, "%s/%s", path, e->d_name) < (int)sizeof p)
+                unlink(p);
+    }
+    closedir(d);
+    if (only_ours) rmdir(path);
+}
+
+void fg_remove_leftovers(const char *dir, int (*is_ours)(const char *name, const void *ctx), const void *ctx,
+                         int (*dirs_ok)(const char *name)) {
+    DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!fg_run_folder_is_temporary(e->d_name)) continue;
-        char path[4096];
+        if (!is_ours(e->d_name, ctx)) continue;
+        char path[4352];
         struct stat sb;
-        if (snprintf(path, sizeof path, "%s/%s", out, e->d_name) < (int)sizeof path && lstat(path, &sb) == 0 &&
-            S_ISREG(sb.st_mode))
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path || lstat(path, &sb) != 0)
+            continue;
+        /* a writer's temporary has one name; a live writer holds its lock */
+        if (S_ISREG(sb.st_mode) && sb.st_nlink == 1 && fg_tmp_abandoned(path))
             unlink(path);
+        else if (S_ISDIR(sb.st_mode) && dirs_ok && fg_tmp_abandoned(path))
+            remove_built_dir(path, dirs_ok);
     }
     closedir(d);
+}
+
+static int run_temporary(const char *name, const void *ctx) {
+    (void)ctx;
+    return fg_run_folder_is_temporary(name);
+}
+
+void fg_run_folder_remove_temporaries(const char *out) {
+    fg_remove_leftovers(out, run_temporary, NULL, NULL);
+    char r[4200];
+    if (snprintf(r, sizeof r, "%s/%s", out, FG_RUN_RESUME_DIR) < (int)sizeof r)
+        fg_remove_leftovers(r, run_temporary, NULL, NULL);
+}
+
+/* ---- the one rule for replacing a folder ---- */
+
+static int is_ckpt_file(const char *n) {
+    for (size_t i = 0; i < N_CKPT_FILES; i++)
+        if (!strcmp(n, ckpt_files[i])) return 1;
+    return 0;
+}
+
+/* 1 when the file at p starts with one of flashgrad's log headers and its newline. */
+static int log_is_ours(const char *p) {
+    int fd = open(p, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
+    char b[128];
+    ssize_t r = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? pread(fd, b, sizeof b - 1, 0) : -1;
+    close(fd);
+    if (r <= 0) return 0;
+    b[r] = '\0';
+    static const char *const headers[] = {FG_RUN_LOG_HEADER "\n", FG_RUN_LOG_HEADER_NO_PEAK "\n",
+                                          FG_RUN_LOG_HEADER_NO_MFU "\n"};
+    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++)
+        if (!strncmp(b, headers[i], strlen(headers[i]))) return 1;
+    return 0;
+}
+
+static int is_file_or_link(const struct stat *sb) { return S_ISREG(sb->st_mode) || S_ISLNK(sb->st_mode); }
+
+/* Why entry `name` of a folder of `kind` is not flashgrad's (into why[0..n)), or NULL when it is. */
+static const char *foreign_why(const char *dir, const char *name, fg_folder_kind kind, int in_resume, char *why,
+                               size_t n) {
+    char p[8400];
+    struct stat sb;
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p || lstat(p, &sb) != 0)
+        return snprintf(why, n, "which cannot be looked at: %s", strerror(errno)), why;
+    if (kind == FG_FOLDER_HF_EXPORT) {
+        if (!strcmp(name, "config.json") || fg_is_temporary_of(name, "config.json") ||
+            fg_is_temporary_of(name, "model.safetensors"))
+            return S_ISREG(sb.st_mode) ? NULL : (snprintf(why, n, "which is not a regular file"), why);
+        if (!strcmp(name, "model.safetensors"))
+            return S_ISREG(sb.st_mode) && fg_ckpt_header_has(p, "fg_export")
+                       ? NULL
+                       : (snprintf(why, n, "which flashgrad's export did not write (no fg_export metadata)"), why);
+        return snprintf(why, n, "which a Hugging Face export does not write"), why;
+    }
+    if (is_ckpt_file(name))
+        return is_file_or_link(&sb) && fg_ckpt_header_has(p, "fg_kind")
+                   ? NULL
+                   : (snprintf(why, n, "which is not a flashgrad checkpoint file (no flashgrad metadata)"), why);
+    if (fg_run_folder_is_temporary(name))
+        return S_ISREG(sb.st_mode) ? NULL : (snprintf(why, n, "which is not a regular file"), why);
+    /* a link in the log's place is replaced as a link (what it points to is never touched) */
+    if (!in_resume && !strcmp(name, FG_RUN_LOG_FILE))
+        return S_ISLNK(sb.st_mode) || (S_ISREG(sb.st_mode) && log_is_ours(p))
+                   ? NULL
+                   : (snprintf(why, n, "which is not a flashgrad log (its first line is not flashgrad's header)"), why);
+    if (!in_resume && !strcmp(name, FG_RUN_LOCK_FILE))
+        return S_ISREG(sb.st_mode) ? NULL : (snprintf(why, n, "which is not a regular file"), why);
+    if (!in_resume && (!strcmp(name, FG_RUN_ASIDE_MOVING) || !strcmp(name, FG_RUN_ASIDE_DONE)))
+        return S_ISDIR(sb.st_mode) ? NULL : (snprintf(why, n, "which is not a folder"), why);
+    if (!in_resume && !strcmp(name, FG_RUN_RESUME_DIR)) {
+        if (!S_ISDIR(sb.st_mode)) return snprintf(why, n, "which is not a folder"), why;
+        DIR *d = opendir(p);
+        if (!d) return snprintf(why, n, "which cannot be read: %s", strerror(errno)), why;
+        struct dirent *e;
+        const char *w = NULL;
+        char inner[512];
+        while (!w && (e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                (w = foreign_why(p, e->d_name, kind, 1, inner, sizeof inner)))
+                snprintf(why, n, "whose '%.200s' is %.280s", e->d_name, inner);
+        closedir(d);
+        return w ? why : NULL;
+    }
+    return snprintf(why, n, "which flashgrad does not write in a run folder"), why;
+}
+
+fg_status fg_folder_check_ours(const char *dir, fg_folder_kind kind, const char *flag) {
+    DIR *d = opendir(dir);
+    if (!d) return fg_error(FG_ERR_IO, "%s: cannot read '%s': %s", flag, dir, strerror(errno));
+    struct dirent *e;
+    fg_status st = FG_OK;
+    char why[600];
+    while (st == FG_OK && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            foreign_why(dir, e->d_name, kind, 0, why, sizeof why))
+            st = kind == FG_FOLDER_RUN
+                     ? fg_error(FG_ERR_ARG,
+                                "%s: '%s' holds '%s', %s; --overwrite replaces a flashgrad run and nothing else: "
+                                "move it away, or choose another --out",
+                                flag, dir, e->d_name, why)
+                     : fg_error(FG_ERR_ARG, "%s: '%s' holds '%s', %s; not replacing that folder", flag, dir,
+                                e->d_name, why);
+    closedir(d);
+    return st;
 }
 
 /* 1 when DIR/log.csv is one of ours with a header and no row (what a run that failed at its first
  * step used to leave), and nothing else of a run is there. */
 static int log_has_no_rows(const char *out) {
-    for (size_t i = 0; i < N_RUN_FILES; i++)
+    for (size_t i = 0; i < N_RUN_ENTRIES; i++)
         if (strcmp(run_files[i], FG_RUN_LOG_FILE) && path_exists(out, run_files[i])) return 0;
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", out, FG_RUN_LOG_FILE);
@@ -162,12 +333,27 @@ fg_status fg_run_folder_other_run(const fg_run_folder *rf, int overwrite, int64_
     const char *out = rf->dir;
     *step_out = -1;
     int any = 0;
-    for (size_t i = 0; i < N_RUN_FILES; i++) any |= path_exists(out, run_files[i]);
+    for (size_t i = 0; i < N_RUN_ENTRIES; i++) any |= path_exists(out, run_files[i]);
     if (!any) return FG_OK;
+    /* what --overwrite would replace must all be a flashgrad run's: a user's files are never
+     * deleted or left beside a new run */
+    if (overwrite && !log_has_no_rows(out)) {
+        fg_status st = fg_folder_check_ours(out, FG_FOLDER_RUN, "--overwrite");
+        if (st != FG_OK) return st;
+    }
     int64_t step = 0;
-    char what[512] = "";
-    if (path_exists(out, FG_CKPT_MODEL_FILE) || path_exists(out, FG_CKPT_OPTIM_FILE)) {
-        fg_ckpt *c = fg_ckpt_open(out, 0);
+    char what[512] = "", mp[4200];
+    snprintf(mp, sizeof mp, "%s/%s", out, FG_CKPT_MODEL_FILE);
+    if (!overwrite && path_exists(out, FG_CKPT_MODEL_FILE) && !fg_ckpt_header_has(mp, "fg_kind"))
+        return fg_error(FG_ERR_ARG,
+                        "--out '%s' holds a model.safetensors that is not a flashgrad checkpoint (no flashgrad "
+                        "metadata); choose another --out",
+                        out);
+    char rd[4200];
+    snprintf(rd, sizeof rd, "%s/%s", out, FG_RUN_RESUME_DIR);
+    const int has_ckpt = path_exists(out, FG_CKPT_MODEL_FILE) || path_exists(out, FG_CKPT_OPTIM_FILE);
+    if (has_ckpt || path_exists(out, FG_RUN_RESUME_DIR)) {
+        fg_ckpt *c = fg_ckpt_open(has_ckpt ? out : rd, 0);
         if (c) {
             step = fg_ckpt_get_info(c)->step;
             snprintf(what, sizeof what, "a checkpoint at step %lld", (long long)step);
@@ -207,7 +393,7 @@ static void fsync_dir(const char *d) {
 /* Moves the run files that are in `from` to `to` (folders), skipping names `to` already holds.
  * 0, or -1 with errno at the first failure (what moved stays moved). */
 static int move_run_files(const char *from, const char *to) {
-    for (size_t i = 0; i < N_RUN_FILES; i++) {
+    for (size_t i = 0; i < N_RUN_ENTRIES; i++) {
         char a[4200], b[4200];
         struct stat sb;
         snprintf(a, sizeof a, "%s/%s", from, run_files[i]);
@@ -220,14 +406,47 @@ static int move_run_files(const char *from, const char *to) {
     return 0;
 }
 
+/* The interrupted state's checkpoint folder: its checkpoint files and their temporaries (regular
+ * files), then the folder itself when nothing else is in it. */
+static void remove_resume_dir(const char *p) {
+    DIR *dd = opendir(p);
+    if (dd) {
+        struct dirent *e;
+        char q[8400];
+        struct stat sb;
+        while ((e = readdir(dd)))
+            if ((is_ckpt_file(e->d_name) || fg_run_folder_is_temporary(e->d_name)) &&
+                snprintf(q, sizeof q, "%s/%s", p, e->d_name) < (int)sizeof q && lstat(q, &sb) == 0 &&
+                S_ISREG(sb.st_mode))
+                unlink(q);
+        closedir(dd);
+    }
+    rmdir(p);
+}
+
+void fg_run_folder_remove_resume(fg_run_folder *rf) {
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", rf->dir, FG_RUN_RESUME_DIR);
+    if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+    remove_resume_dir(p);
+    if (lstat(p, &sb) == 0)
+        note(rf, "note: could not remove '%s' (an older interrupted state; the checkpoint beside it is newer)", p);
+    fsync_dir(rf->dir);
+}
+
 /* Removes the run files of folder d: regular files, and with links also symbolic links (a link the
  * earlier run had in its place was set aside with it; removing a link never touches its target). */
 static void remove_run_files(const char *d, int links) {
-    for (size_t i = 0; i < N_RUN_FILES; i++) {
+    for (size_t i = 0; i < N_RUN_ENTRIES; i++) {
         char p[4200];
         struct stat sb;
         snprintf(p, sizeof p, "%s/%s", d, run_files[i]);
-        if (lstat(p, &sb) == 0 && (S_ISREG(sb.st_mode) || (links && S_ISLNK(sb.st_mode)))) unlink(p);
+        if (lstat(p, &sb) != 0) continue;
+        if (S_ISREG(sb.st_mode) || (links && S_ISLNK(sb.st_mode)))
+            unlink(p);
+        else if (S_ISDIR(sb.st_mode) && !strcmp(run_files[i], FG_RUN_RESUME_DIR))
+            remove_resume_dir(p);
     }
     fsync_dir(d);
 }
@@ -268,6 +487,8 @@ fg_status fg_run_folder_recover(fg_run_folder *rf) {
     aside_path(m, sizeof m, out, FG_RUN_ASIDE_MOVING);
     aside_path(d, sizeof d, out, FG_RUN_ASIDE_DONE);
     snprintf(mp, sizeof mp, "%s/%s", out, FG_CKPT_MODEL_FILE);
+    char rmp[4200];
+    snprintf(rmp, sizeof rmp, "%s/%s/%s", out, FG_RUN_RESUME_DIR, FG_CKPT_MODEL_FILE);
     if (lstat(m, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         if (move_run_files(m, out) != 0 || rmdir(m) != 0)
             return fg_error(FG_ERR_IO,
@@ -278,7 +499,8 @@ fg_status fg_run_folder_recover(fg_run_folder *rf) {
         note(rf, "note: put back the earlier run's files that an interrupted --overwrite had begun to set aside");
     }
     if (lstat(d, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        if (lstat(mp, &sb) == 0) {
+        /* the new run's first checkpoint: in out, or its interrupted state's folder */
+        if (lstat(mp, &sb) == 0 || lstat(rmp, &sb) == 0) {
             fg_run_folder_discard_aside(rf);
             note(rf, "note: removed the run that an --overwrite killed after its first checkpoint had replaced");
         } else if (restore(out) != 0) {
@@ -318,6 +540,101 @@ fg_status fg_run_folder_set_aside(fg_run_folder *rf) {
     }
     fsync_dir(out);
     return FG_OK;
+}
+
+/* ---- which checkpoint to read ---- */
+
+/* The step of the checkpoint in folder d (its model file's), or -1 when it does not load. */
+static int64_t ckpt_step(const char *d) {
+    fg_ckpt *c = fg_ckpt_open(d, 0);
+    int64_t s = c ? fg_ckpt_get_info(c)->step : -1;
+    if (!c) fg_clear_error();
+    fg_ckpt_close(c);
+    return s;
+}
+
+void fg_run_folder_resume_from(const char *dir, char *path, size_t n) {
+    char r[4200];
+    snprintf(path, n, "%s", dir);
+    snprintf(r, sizeof r, "%s/%s", dir, FG_RUN_RESUME_DIR);
+    if (!path_exists(r, FG_CKPT_MODEL_FILE)) return;
+    if (!path_exists(dir, FG_CKPT_MODEL_FILE) || ckpt_step(r) > ckpt_step(dir)) snprintf(path, n, "%s", r);
+}
+
+static void reader_note(const char *line) { fprintf(stderr, "flashgrad: %s\n", line); }
+
+/* The earlier run is read from where an interrupted --overwrite set it aside, and the new run's files
+ * beside it keep this reader from putting it back: where it is, and the command that does. */
+static void reader_note_f(const char *dir, const char *aside) {
+    /* said once: a command may open the folder more than once (eval: the model, then the run) */
+    static char said[4200];
+    if (!strcmp(said, aside)) return;
+    snprintf(said, sizeof said, "%s", aside);
+    fprintf(stderr,
+            "flashgrad: note: the earlier run was set aside in %s by an interrupted --overwrite (reading it from "
+            "there); restore it with: flashgrad train --resume --out %s\n",
+            aside, dir);
+}
+
+fg_status fg_run_folder_for_reading(const char *dir, char *path, size_t n) {
+    char m[4200], d[4200], r[4200], lk[4200];
+    struct stat sb;
+    snprintf(path, n, "%s", dir);
+    if (path_exists(dir, FG_CKPT_MODEL_FILE)) return FG_OK;
+    aside_path(m, sizeof m, dir, FG_RUN_ASIDE_MOVING);
+    aside_path(d, sizeof d, dir, FG_RUN_ASIDE_DONE);
+    aside_path(r, sizeof r, dir, FG_RUN_RESUME_DIR);
+    aside_path(lk, sizeof lk, dir, FG_RUN_LOCK_FILE);
+    const int moving = lstat(m, &sb) == 0 && S_ISDIR(sb.st_mode), done = lstat(d, &sb) == 0 && S_ISDIR(sb.st_mode);
+    /* set aside, and the new run's first checkpoint complete (in its interrupted state's folder):
+     * the new run is the folder's run, as the next writer's recovery decides */
+    const int replaced = done && !moving && path_exists(r, FG_CKPT_MODEL_FILE);
+    if ((moving || done) && !replaced) {
+        /* the writer is dead when its lock is free (the kernel released it) or was never there */
+        int fd = open(lk, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        const int dead = fd >= 0 ? fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0
+                                 : errno == ENOENT;
+        int new_files = 0; /* the new run's, in dir (while moving, what is in dir is the earlier run's) */
+        for (size_t i = 0; i < N_RUN_ENTRIES; i++) new_files |= path_exists(dir, run_files[i]);
+        if (dead && (moving || !new_files)) {
+            /* nothing of the new run is there: putting the earlier run back is what the next writer
+             * would do first; done now, under the lock */
+            fg_run_folder rf = fg_run_folder_at(dir, reader_note);
+            rf.lock_fd = fd;
+            fg_status st = fg_run_folder_recover(&rf);
+            if (fd >= 0) close(fd);
+            if (st == FG_OK) return fg_run_folder_for_reading(dir, path, n);
+            if (!done || !path_exists(d, FG_CKPT_MODEL_FILE)) return st;
+            fg_clear_error(); /* a folder this reader may not write: read the run where it is */
+            fd = -1;
+        }
+        if (fd >= 0) close(fd);
+        if (done && path_exists(d, FG_CKPT_MODEL_FILE)) {
+            /* until the new run's first checkpoint, the earlier run is the folder's run */
+            if (dead) reader_note_f(dir, d);
+            snprintf(path, n, "%s", d);
+            return FG_OK;
+        }
+        if (moving && !dead)
+            return fg_error(FG_ERR_STATE,
+                            "%s: a running `flashgrad train --overwrite` is setting the run in it aside right now; "
+                            "try again in a moment",
+                            dir);
+    }
+    if (path_exists(r, FG_CKPT_MODEL_FILE)) snprintf(path, n, "%s", r);
+    return FG_OK;
+}
+
+fg_status fg_run_folder_file_for_reading(const char *file, char *path, size_t n) {
+    struct stat sb;
+    snprintf(path, n, "%s", file);
+    const char *slash = strrchr(file, '/'), *base = slash ? slash + 1 : file;
+    if (lstat(file, &sb) == 0 || errno != ENOENT || strcmp(base, FG_CKPT_MODEL_FILE)) return FG_OK;
+    char dir[4096], run[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == file ? 1 : (int)(slash - file)) : 1, slash ? file : ".");
+    fg_status st = fg_run_folder_for_reading(dir, run, sizeof run);
+    if (st == FG_OK && strcmp(run, dir)) snprintf(path, n, "%s/%s", run, FG_CKPT_MODEL_FILE);
+    return st;
 }
 
 /* ---- the log ---- */

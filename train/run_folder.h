@@ -2,12 +2,13 @@
  *
  * The files of a run: FG_CKPT_MODEL_FILE, FG_CKPT_OPTIM_FILE, FG_CKPT_OPTIM_PREV_FILE
  * (train/checkpoint.h) and FG_RUN_LOG_FILE, every one replaced atomically (tensor/fileio.h), so a
- * reader that takes no lock always sees whole files. The promises:
+ * reader that takes no lock always sees whole files; and the folder FG_RUN_RESUME_DIR (a checkpoint
+ * of its own, see below). The promises:
  *   - one writer at a time: DIR/FG_RUN_LOCK_FILE is flock'ed for the whole run (the kernel releases
  *     it when the process dies, however it dies); a second writer refuses at start;
  *   - a fresh run never replaces another run's files unless asked to (--overwrite), and even then
  *     the earlier files stay as they were until the new run's first checkpoint is down (the
- *     set-aside below);
+ *     set-aside below); --overwrite replaces a flashgrad run and nothing else (fg_folder_check_ours);
  *   - the log always belongs to the checkpoint beside it: it is written just before each
  *     checkpoint (the caller's order), and its rows are kept only up to the checkpoint's step;
  *   - the only files removed are the run's own leftovers: temporaries named
@@ -20,11 +21,13 @@
  * back. A kill anywhere leaves a state that the next writer resolves, under the lock, before
  * anything else (fg_run_folder_recover):
  *   FG_RUN_ASIDE_MOVING present: the move was cut short and the new run had written nothing: move back;
- *   FG_RUN_ASIDE_DONE present and the model present: the new run's checkpoint is complete: the
- *     earlier run goes;
+ *   FG_RUN_ASIDE_DONE present and the model present (in DIR or FG_RUN_RESUME_DIR): the new run's
+ *     checkpoint is complete: the earlier run goes;
  *   FG_RUN_ASIDE_DONE present, no model: the new checkpoint is incomplete: its files go, the
  *     earlier run's move back.
- * Only the run files are ever moved or removed.
+ * Only the run files are ever moved or removed. Readers, which take no lock, resolve the same states
+ * when the writer is dead and the folder holds nothing of the new run, and otherwise read the
+ * set-aside run where it is (fg_run_folder_for_reading).
  *
  * Errors: FG_ERR_ARG where the folder refuses what was asked as asked (another run is there; a path
  * too long) — a usage error for the program; FG_ERR_IO or FG_ERR_STATE otherwise. Each message is
@@ -33,6 +36,7 @@
 #ifndef FG_RUN_FOLDER_H
 #define FG_RUN_FOLDER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tensor/error.h"
@@ -45,6 +49,10 @@ extern "C" {
 #define FG_RUN_LOCK_FILE "train.lock"
 #define FG_RUN_ASIDE_MOVING ".flashgrad-overwrite-moving"
 #define FG_RUN_ASIDE_DONE ".flashgrad-overwritten"
+/* A checkpoint of the state a stop signal interrupted, when the save policy keeps another one in
+ * DIR (nanoGPT's always_save_checkpoint = False keeps the best val loss's): a checkpoint folder of
+ * its own, always at a later step than DIR's; the next checkpoint in DIR removes it. */
+#define FG_RUN_RESUME_DIR "interrupted"
 
 /* The log's header; those of logs written before the peak_gflops and the mfu columns, whose rows a
  * resumed run keeps with those columns empty. */
@@ -55,10 +63,27 @@ extern "C" {
 typedef struct {
     const char *dir; /* the folder (borrowed) */
     int lock_fd;     /* the lock's descriptor, -1 while not locked */
+    int made_lock;   /* fg_run_folder_lock created the lock file (it was not there before) */
     /* Called with a line worth telling the user (no newline) when recovery or clean-up did something
      * or could not; NULL: nothing is said. */
     void (*note)(const char *line);
 } fg_run_folder;
+
+/* What a folder that flashgrad would replace may hold. */
+typedef enum {
+    FG_FOLDER_RUN,       /* a training run: the run files (model and optimizer files that carry flashgrad's
+                          * metadata, log.csv with flashgrad's header), FG_RUN_RESUME_DIR, the lock, the
+                          * set-aside folders and the run files' temporaries */
+    FG_FOLDER_HF_EXPORT, /* a Hugging Face export written by flashgrad: config.json, generation_config.json,
+                          * the model's safetensors files (model.safetensors carries the "fg_export"
+                          * metadata key) and their temporaries */
+} fg_folder_kind;
+
+/* The one rule for replacing a folder (train --overwrite, export --overwrite): FG_OK when every entry
+ * of dir is one that flashgrad writes in a folder of that kind; else FG_ERR_ARG, naming the first
+ * entry that is not (what --overwrite would otherwise delete or leave beside the new files), its
+ * message starting with `flag`. FG_ERR_IO when dir cannot be read. */
+fg_status fg_folder_check_ours(const char *dir, fg_folder_kind kind, const char *flag);
 
 /* A handle on dir (not locked yet); nothing is touched. */
 fg_run_folder fg_run_folder_at(const char *dir, void (*note)(const char *line));
@@ -72,6 +97,9 @@ fg_status fg_run_folder_make(const char *dir);
 fg_status fg_run_folder_lock(fg_run_folder *rf);
 /* Drops the lock (closes its descriptor); the lock file stays. */
 void fg_run_folder_close(fg_run_folder *rf);
+/* A run refused at its start: drops the lock, and removes the lock file when the lock made it, so
+ * that a folder the run may not use (a user's) is left as it was. */
+void fg_run_folder_refused(fg_run_folder *rf);
 
 /* With the lock held, before anything reads the folder: finishes what an --overwrite killed midway
  * left (see above), saying what it did through rf->note. */
@@ -85,9 +113,34 @@ fg_status fg_run_folder_other_run(const fg_run_folder *rf, int overwrite, int64_
 /* 1 when name is a temporary of a run file: exactly "<run file>" FG_TMP_MARK and mkstemp's six
  * letters or digits; else 0. */
 int fg_run_folder_is_temporary(const char *name);
-/* Removes the temporaries of the run files (regular files only) from dir: a writer killed midway
- * leaves its temporary beside the target. Only with the lock held, so no live writer owns one. */
+/* 1 when name is exactly base FG_TMP_MARK and mkstemp's six letters or digits. */
+int fg_is_temporary_of(const char *name, const char *base);
+/* Removes what writers killed midway left in dir: the entries that is_ours(name, ctx) names as
+ * temporaries, only when no live writer holds them (fg_tmp_abandoned), and only regular files and
+ * (with dirs_ok) folders built by a writer, whose own entries are all temporaries or files that
+ * dirs_ok(name) accepts. A user's file with a similar name, a link, or anything else is left. */
+void fg_remove_leftovers(const char *dir, int (*is_ours)(const char *name, const void *ctx), const void *ctx,
+                         int (*dirs_ok)(const char *name));
+/* Removes the temporaries of the run files from dir and its FG_RUN_RESUME_DIR (fg_remove_leftovers). */
 void fg_run_folder_remove_temporaries(const char *dir);
+
+/* The checkpoint `train --resume` continues: dir, or dir/FG_RUN_RESUME_DIR when that holds a
+ * checkpoint at a later step (or dir holds none), into path[0..n). With the lock held. */
+void fg_run_folder_resume_from(const char *dir, char *path, size_t n);
+
+/* Where a reader (sample, eval, export, plot, --init-from: every fg_ckpt_open of a folder) finds the
+ * run in dir, into path[0..n): dir itself when it holds a model file. Otherwise:
+ *   - an --overwrite that was interrupted (or is still running) set the run aside: when its writer
+ *     is dead and the folder holds nothing of the new run, the earlier run is put back where it was
+ *     (fg_run_folder_recover, under the lock; a note on stderr says so); else the set-aside folder
+ *     is read as it is (with a note naming it and the command that puts it back when the writer is
+ *     dead); a set-aside under way right now is FG_ERR_STATE ("try again");
+ *   - a run interrupted before any checkpoint in dir: dir/FG_RUN_RESUME_DIR.
+ * Anything else: dir (the caller says what is missing). */
+fg_status fg_run_folder_for_reading(const char *dir, char *path, size_t n);
+/* The same for a model file given by its path: a missing DIR/model.safetensors is looked for where
+ * fg_run_folder_for_reading(DIR) finds the run; any other path is left as it is. */
+fg_status fg_run_folder_file_for_reading(const char *file, char *path, size_t n);
 
 /* --overwrite, at the new run's first checkpoint: the earlier run's files move into
  * FG_RUN_ASIDE_DONE. On failure they are moved back where that works (the message says where they
@@ -97,6 +150,8 @@ fg_status fg_run_folder_set_aside(fg_run_folder *rf);
 fg_status fg_run_folder_restore_aside(fg_run_folder *rf);
 /* The new checkpoint is down: the earlier run's files go (a failure to remove the folder is a note). */
 void fg_run_folder_discard_aside(fg_run_folder *rf);
+/* A checkpoint in dir is down: an older interrupted state (FG_RUN_RESUME_DIR) goes. */
+void fg_run_folder_remove_resume(fg_run_folder *rf);
 
 /* ---- the log: its rows kept in memory, the file rewritten atomically ---- */
 typedef struct {
