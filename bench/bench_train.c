@@ -249,7 +249,7 @@ int fg_bench_train(int argc, char **argv) {
 
     /* the data; the addition task keeps its default loss (on every token) */
     fg_source *src = f[B_SYNTH].given ? synth_source_new((int)f[B_SYNTH].i)
-                                      : fg_train_flags_source(f, fg_addition_default_config().answer_only);
+                                      : fg_train_flags_source(f, fg_addition_default_config().answer_only, NULL);
     if (!src) {
         fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
         return 1;

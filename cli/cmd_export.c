@@ -80,7 +80,7 @@ int fg_cmd_export(int argc, char **argv) {
         fprintf(stderr, "flashgrad export: %s\n", fg_last_error());
         return 1;
     }
-    fg_status st = to_hf ? fg_gpt2_save_hf(m->model, out, (int)f[E_OVERWRITE].i)
+    fg_status st = to_hf ? fg_gpt2_save_hf_with(m->model, m->tokenizer, out, (int)f[E_OVERWRITE].i)
                          : fg_gpt2_save_llmc(m->model, out, version, (int)f[E_OVERWRITE].i);
     const fg_gpt_config *c = &m->model->cfg;
     int code = 0;
@@ -91,11 +91,14 @@ int fg_cmd_export(int argc, char **argv) {
         fprintf(stderr, "flashgrad export: %s model (L %d, H %d, C %d, block %d, vocabulary %d) written to %s (%s)\n",
                 fg_model_format_name(m->format), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, out,
                 to_hf ? "Hugging Face GPT2LMHeadModel folder" : version == 3 ? "llm.c float32" : "llm.c bfloat16");
+        const int bpe = m->tokenizer && fg_tokenizer_kind(m->tokenizer) == FG_TOK_BPE;
         if (m->tokenizer || m->format != FG_MODEL_FLASHGRAD)
             fprintf(stderr, "flashgrad export: %s\n",
-                    m->tokenizer ? "the checkpoint's character/byte tokenizer is not part of either format: "
-                                   "encode text the same way (one token per byte) on the other side"
-                                 : "the weights only");
+                    bpe && to_hf    ? "the BPE tokenizer's files are beside the model"
+                    : bpe           ? "the BPE tokenizer is not part of llm.c's model file: keep its files beside it"
+                    : m->tokenizer  ? "the checkpoint's character/byte tokenizer is not part of either format: "
+                                      "encode text the same way (one token per byte) on the other side"
+                                    : "the weights only");
     }
     fg_model_file_free(m);
     return code;

@@ -98,12 +98,10 @@ typedef struct {
 
 static void write_tokens(writer *w, const int32_t *ids, size_t n) {
     if (w->tok) {
-        char buf[256];
-        for (size_t i = 0; i < n; i += sizeof buf) {
-            size_t m = n - i < sizeof buf ? n - i : sizeof buf;
-            fg_tokenizer_decode(w->tok, ids + i, m, buf); /* one byte per token */
-            fwrite(buf, 1, m, stdout);
-        }
+        char *buf = NULL;
+        size_t len = 0;
+        if (fg_tokenizer_decode_text(w->tok, ids, n, &buf, &len) == FG_OK) fwrite(buf, 1, len, stdout);
+        free(buf);
     } else if (w->vocab) {
         write_vocab(w->vocab, ids, n);
     } else {
@@ -127,11 +125,12 @@ int fg_cmd_sample(int argc, char **argv) {
                     "an llm.c model file (required)"},
         [S_PROMPT] = {"--prompt", FG_FLAG_STR, "TEXT", "text to continue (default: a newline, or the first token)"},
         [S_PROMPT_IDS] = {"--prompt-ids", FG_FLAG_STR, "IDS",
-                          "prompt as token ids, e.g. 50256,464 (models trained on --data-bin token files take no "
-                          "--prompt) (default: end-of-text of --tokenizer, or id 0)"},
-        [S_TOKENIZER] = {"--tokenizer", FG_FLAG_STR, "FILE",
-                         "decode a --data-bin model's ids with llm.c's tokenizer file (gpt2_tokenizer.bin); "
-                         "without it they are printed as numbers"},
+                          "prompt as token ids, e.g. 50256,464 (default: end-of-text of --tokenizer, or id 0)"},
+        [S_TOKENIZER] = {"--tokenizer", FG_FLAG_STR, "PATH",
+                         "the tokenizer of a model without one (trained on --data-bin ids, GPT-2 files): a BPE "
+                         "tokenizer (a folder with tokenizer.json or vocab.json + merges.txt, a tokenizer.json, a "
+                         ".tiktoken file) encodes --prompt and decodes; llm.c's gpt2_tokenizer.bin decodes only; "
+                         "without one, ids are printed as numbers"},
         [S_TOKENS] = {"--tokens", FG_FLAG_INT, "N", "tokens to generate", 0, 1e7, 0, .i = 200},
         [S_TEMP] = {"--temperature", FG_FLAG_F64, "T", "softmax temperature (0: greedy)", 0, 100, 0, .d = 0.8},
         [S_TOPK] = {"--top-k", FG_FLAG_INT, "K", "sample among the K likeliest tokens (0: all)", 0, 1 << 24, 0, .i = 0},
@@ -173,28 +172,47 @@ int fg_cmd_sample(int argc, char **argv) {
     fg_gpt *g = mf->model;
     const int V = g->cfg.vocab_size;
     fg_token_vocab *vocab = NULL;
+    fg_tokenizer *bpe = NULL; /* a --tokenizer BPE */
     int limit = 0; /* sample only ids below it (0: all V) */
     fg_gpt_kv *kv = NULL;
     int32_t *t = NULL, *work = NULL;
     int code = 0;
     if (f[S_TOKENIZER].given && tok) {
         fprintf(stderr,
-                "flashgrad sample: --tokenizer: this checkpoint has its own %s tokenizer; --tokenizer decodes models "
-                "trained on token files (train --data-bin)\n",
-                fg_tokenizer_kind(tok) == FG_TOK_BYTE ? "byte-level" : "character-level");
+                "flashgrad sample: --tokenizer: this checkpoint has its own %s tokenizer; --tokenizer is for models "
+                "trained on token files (train --data-bin) and GPT-2 files\n",
+                fg_tokenizer_kind(tok) == FG_TOK_BYTE ? "byte-level" : fg_tokenizer_kind(tok) == FG_TOK_BPE ? "BPE" : "character-level");
         code = 2;
         goto out;
+    }
+    size_t tl = f[S_TOKENIZER].given ? strlen(f[S_TOKENIZER].s) : 0;
+    if (tl && !(tl > 4 && strcmp(f[S_TOKENIZER].s + tl - 4, ".bin") == 0)) {
+        /* a BPE tokenizer (llm.c's .bin file decodes only, below) */
+        if (!(bpe = fg_tokenizer_bpe_load(f[S_TOKENIZER].s, NULL))) {
+            fprintf(stderr, "flashgrad sample: --tokenizer: %s\n", fg_last_error());
+            code = 1;
+            goto out;
+        }
+        if (fg_tokenizer_vocab_size(bpe) > V) {
+            fprintf(stderr, "flashgrad sample: --tokenizer: it has %d tokens, more than the model's %d ids\n", fg_tokenizer_vocab_size(bpe), V);
+            code = 1;
+            goto out;
+        }
+        if (fg_tokenizer_vocab_size(bpe) < V) limit = fg_tokenizer_vocab_size(bpe); /* a padded vocabulary */
+        tok = bpe;
     }
     if (f[S_PROMPT].given && !tok) {
         fprintf(stderr,
-                "flashgrad sample: --prompt: this model has no text tokenizer (%s) and flashgrad cannot encode text "
-                "for it; give the prompt as ids with --prompt-ids, e.g. --prompt-ids 50256,464\n",
+                "flashgrad sample: --prompt: this model has no text tokenizer (%s); give its BPE tokenizer with "
+                "--tokenizer PATH (tokenizer.json, vocab.json + merges.txt, a .tiktoken file), or the prompt as ids "
+                "with --prompt-ids, e.g. --prompt-ids 50256,464\n",
                 mf->format == FG_MODEL_FLASHGRAD ? "trained on token ids, train --data-bin"
-                                                 : "a GPT-2 model file: flashgrad has no BPE encoder");
+                : mf->tokenizer_note[0]          ? mf->tokenizer_note
+                                                 : "a GPT-2 model file without tokenizer files beside it");
         code = 2;
         goto out;
     }
-    if (f[S_TOKENIZER].given) {
+    if (f[S_TOKENIZER].given && !bpe) {
         vocab = fg_token_vocab_load(f[S_TOKENIZER].s);
         if (!vocab) {
             fprintf(stderr, "flashgrad sample: --tokenizer: %s\n", fg_last_error());
@@ -237,15 +255,26 @@ int fg_cmd_sample(int argc, char **argv) {
             }
         shown = 1;
     } else if (prompt && *prompt) {
-        np = strlen(prompt);
-        if (fg_tokenizer_encode(tok, prompt, np, t) != FG_OK) {
+        int32_t *ids = NULL;
+        if (fg_tokenizer_encode_text(tok, prompt, strlen(prompt), &ids, &np) != FG_OK) { /* at most one id per byte */
             fprintf(stderr, "flashgrad sample: --prompt: %s\n", fg_last_error());
             code = 1;
             goto out;
         }
+        memcpy(t, ids, np * sizeof *t);
+        free(ids);
+        for (size_t i = 0; i < np; i++)
+            if (t[i] >= V_out) {
+                fprintf(stderr, "flashgrad sample: --prompt: its token %d is outside the model's vocabulary of %d\n", (int)t[i], V_out);
+                code = 1;
+                goto out;
+            }
         shown = 1;
     } else {
-        int32_t start = tok ? fg_tokenizer_token_of(tok, '\n') : vocab ? fg_token_vocab_eot(vocab) : 0;
+        /* a BPE model starts from <|endoftext|> (GPT-2's habit), the others from a newline */
+        const fg_bpe *b = tok ? fg_tokenizer_bpe(tok) : NULL;
+        int32_t start = b && fg_bpe_special_id(b, "<|endoftext|>") >= 0 ? fg_bpe_special_id(b, "<|endoftext|>")
+                        : tok ? fg_tokenizer_token_of(tok, '\n') : vocab ? fg_token_vocab_eot(vocab) : 0;
         t[0] = start >= 0 && start < V_out ? start : 0;
         np = 1;
     }
@@ -300,6 +329,7 @@ out:
     free(work);
     fg_gpt_kv_free(kv);
     fg_token_vocab_free(vocab);
+    fg_tokenizer_free(bpe);
     fg_model_file_free(mf);
     return code;
 }

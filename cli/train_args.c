@@ -234,6 +234,14 @@ int fg_train_parse(int argc, char **argv, train_args *a) {
         f[FG_TF_VOCAB].given = 1;
         fg_tokenizer_free(t);
     }
+    if (a->is_bin && !f[FG_TF_VOCAB].given && !f[F_RESUME].given && f[FG_TF_TOKENIZER].given) {
+        /* the tokenizer that made the ids names their vocabulary */
+        fg_tokenizer *t = fg_tokenizer_bpe_load(f[FG_TF_TOKENIZER].s, NULL);
+        if (!t) fg_train_die(1, "--tokenizer: %s", fg_last_error());
+        f[FG_TF_VOCAB].i = fg_tokenizer_vocab_size(t);
+        f[FG_TF_VOCAB].given = 1;
+        fg_tokenizer_free(t);
+    }
 
     /* --byte, --data-bin, device (started here), attention, recompute, heads, learning rates:
      * train_flags.h. A resumed run takes its vocabulary from the checkpoint (configure_resumed

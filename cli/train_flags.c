@@ -46,6 +46,10 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d) {
 }
 
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
+    if (f[FG_TF_TOKENIZER].given && f[FG_TF_BYTE].given)
+        return fg_error(FG_ERR_ARG, "give either --byte or --tokenizer, not both");
+    if (f[FG_TF_TOKENIZER].given && !f[FG_TF_DATA].given && !f[FG_TF_DATA_BIN].given)
+        return fg_error(FG_ERR_ARG, "--tokenizer applies to --data (text) and --data-bin (its ids' tokenizer) only");
     if (!f[FG_TF_DATA].given && f[FG_TF_BYTE].given)
         return fg_error(FG_ERR_ARG, "--byte applies to --data files only%s",
                         f[FG_TF_DATA_BIN].given ? " (--data-bin files hold token ids already)" : "");
@@ -60,7 +64,7 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
     if (f[FG_TF_DATA_BIN].given && !f[FG_TF_VOCAB].given)
         return fg_error(FG_ERR_ARG,
                         "--data-bin needs --vocab-size V: the number of token ids (every id in the files is below it; "
-                        "GPT-2's is 50257)");
+                        "GPT-2's is 50257), or the --tokenizer that made them");
     const char *dev = f[FG_TF_DEVICE].s;
     if (!strcmp(dev, "cpu"))
         run->device = FG_CPU;
@@ -101,14 +105,30 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
     return FG_OK;
 }
 
-fg_source *fg_train_flags_source(const fg_flag *f, int answer_only) {
+fg_source *fg_train_flags_source(const fg_flag *f, int answer_only, const fg_tokenizer *model_tok) {
+    fg_tokenizer *bpe = NULL;
+    if (f[FG_TF_TOKENIZER].given && !(bpe = fg_tokenizer_bpe_load(f[FG_TF_TOKENIZER].s, NULL))) {
+        char why[1024]; /* fg_error must not read the buffer it writes */
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        fg_error(fg_last_status(), "--tokenizer: %s", why);
+        return NULL;
+    }
+    fg_source *src = NULL;
     if (f[FG_TF_DATA].given) {
         fg_text_options to = fg_text_default_options((int)f[FG_TF_BLOCK].i);
         to.kind = f[FG_TF_BYTE].given ? FG_TOK_BYTE : FG_TOK_CHAR;
-        return fg_source_text(f[FG_TF_DATA].s, &to);
+        /* a model's BPE tokenizer (--init-from a folder with one) reads the text unless told otherwise */
+        to.tokenizer = bpe ? bpe : !f[FG_TF_BYTE].given && model_tok && fg_tokenizer_kind(model_tok) == FG_TOK_BPE ? model_tok : NULL;
+        src = fg_source_text(f[FG_TF_DATA].s, &to);
+    } else if (f[FG_TF_DATA_BIN].given) {
+        src = fg_source_tokens(f[FG_TF_DATA_BIN].s, NULL, (int)f[FG_TF_VOCAB].i, (int)f[FG_TF_BLOCK].i);
+        if (src && bpe && fg_source_tokens_set_tokenizer(src, bpe) != FG_OK) {
+            fg_source_free(src);
+            src = NULL;
+        }
     }
-    if (f[FG_TF_DATA_BIN].given)
-        return fg_source_tokens(f[FG_TF_DATA_BIN].s, NULL, (int)f[FG_TF_VOCAB].i, (int)f[FG_TF_BLOCK].i);
+    fg_tokenizer_free(bpe);
+    if (f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given) return src;
     fg_addition_config ac = fg_addition_default_config();
     ac.n_digits = (int)f[FG_TF_DIGITS].i;
     ac.answer_only = answer_only;

@@ -26,6 +26,10 @@
 #define FG_TRAIN_FLAGS(X)                                                                                              \
     X(DATA, "--data", FG_FLAG_STR, "FILE", "train on a text file (character-level tokenizer unless --byte)", 0, 0, 0)  \
     X(BYTE, "--byte", FG_FLAG_BOOL, NULL, "byte-level tokenizer (vocabulary 256) for --data", 0, 0, 0)                 \
+    X(TOKENIZER, "--tokenizer", FG_FLAG_STR, "PATH",                                                                   \
+      "a BPE tokenizer for --data (a folder with tokenizer.json or vocab.json + merges.txt, a tokenizer.json, a "      \
+      ".tiktoken file); with --data-bin, the ids' tokenizer (--vocab-size then defaults to its vocabulary)",          \
+      0, 0, 0)                                                                                                         \
     X(DATA_BIN, "--data-bin", FG_FLAG_STR, "PATH",                                                                     \
       "train on pre-tokenized uint16 ids: a folder with nanoGPT's train.bin and val.bin (or llm.c's *train*.bin and "  \
       "*val*.bin files: a pair, or shards), one .bin file, or a quoted pattern of shards ('data/fw_train_*.bin')",     \
@@ -93,10 +97,11 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d);
  * --min-lr <= --lr. FG_OK with *run filled, else the error (a usage error). */
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run);
 
-/* The data: --data with its tokenizer (block size --block-size), --data-bin with --vocab-size, or
- * the addition task with --digits and the given answer_only. Caller frees. NULL + fg_last_error()
- * when it does not load. */
-fg_source *fg_train_flags_source(const fg_flag *f, int answer_only);
+/* The data: --data with its tokenizer (block size --block-size; --tokenizer's BPE, else model_tok when
+ * it is a BPE and --byte is not given, else a character-level one), --data-bin with --vocab-size
+ * (and --tokenizer's BPE), or the addition task with --digits and the given answer_only. Caller
+ * frees. NULL + fg_last_error() when it does not load. */
+fg_source *fg_train_flags_source(const fg_flag *f, int answer_only, const fg_tokenizer *model_tok);
 
 /* The configuration of a fresh run on src. The caller sets cfg->steps, cfg->eval_every and
  * cfg->eval_iters; the rest comes from the flags and *run: --block-size, when given, must hold the

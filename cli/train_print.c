@@ -87,17 +87,25 @@ static void show_text_samples(fg_trainer *tr, int n, uint64_t seed) {
     const fg_tokenizer *tok = fg_source_tokenizer(tr->data);
     const int len = tok ? 200 : 64;
     int32_t *t = malloc((len + 1) * sizeof *t);
-    char *s = malloc(tok ? (size_t)len + 2 : (size_t)len * 7 + 1);
+    char *s = malloc((size_t)len * 12 + 1);
     if (!t || !s) goto out;
-    int32_t start = tok ? fg_tokenizer_token_of(tok, '\n') : 0;
+    /* a BPE model starts from <|endoftext|> (GPT-2's habit), the others from a newline */
+    const fg_bpe *b = tok ? fg_tokenizer_bpe(tok) : NULL;
+    int32_t start = b && fg_bpe_special_id(b, "<|endoftext|>") >= 0 ? fg_bpe_special_id(b, "<|endoftext|>")
+                    : tok                                          ? fg_tokenizer_token_of(tok, '\n')
+                                                                   : 0;
     if (start < 0) start = 0;
     for (int i = 0; i < n; i++) {
         t[0] = start;
         fg_sample_opts o = {.temperature = 0.8, .top_k = 0, .seed = seed + (uint64_t)i};
         if (fg_gpt_generate(tr->model, t, 1, len, &o) != FG_OK) break;
         if (tok) {
-            fg_tokenizer_decode(tok, t + 1, (size_t)len, s);
-            s[len] = '\0';
+            char *text = NULL;
+            size_t tl = 0;
+            if (fg_tokenizer_decode_text(tok, t + 1, (size_t)len, &text, &tl) != FG_OK) break;
+            fg_train_say("---- sample %d (temperature 0.8) ----\n%.*s\n", i + 1, (int)tl, text);
+            free(text);
+            continue;
         } else {
             size_t k = 0;
             for (int j = 1; j <= len; j++) k += (size_t)sprintf(s + k, j > 1 ? " %d" : "%d", (int)t[j]);
@@ -128,7 +136,9 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
     } else if (src->kind == FG_SOURCE_TOKENS) {
         const fg_source_file *ft = &src->files[FG_SPLIT_TRAIN], *fv = &src->files[FG_SPLIT_VAL];
         const char *fmt = ft->format == FG_TOKFILE_LLMC ? "llm.c" : "nanoGPT";
-        const char *tok_desc = src->tok ? "meta.pkl's character-level tokenizer" : "no tokenizer";
+        const char *tok_desc = !src->tok                                   ? "no tokenizer"
+                               : fg_tokenizer_kind(src->tok) == FG_TOK_BPE ? "the BPE tokenizer of --tokenizer"
+                                                                           : "meta.pkl's character-level tokenizer";
         if (fv->path[0]) {
             if (snprintf(data_desc, sizeof data_desc,
                          "%s token files: %s (%" PRIu64 " ids, train), %s (%" PRIu64 " ids, val), %s", fmt, ft->path,
@@ -144,7 +154,9 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
         snprintf(data_desc, sizeof data_desc, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", src->path,
                  fg_text_num_tokens(src->text), fg_text_split_tokens(src->text, FG_SPLIT_TRAIN),
                  fg_text_split_tokens(src->text, FG_SPLIT_VAL),
-                 fg_tokenizer_kind(fg_source_tokenizer(src)) == FG_TOK_BYTE ? "byte-level" : "character-level");
+                 fg_tokenizer_kind(fg_source_tokenizer(src)) == FG_TOK_BYTE  ? "byte-level"
+                 : fg_tokenizer_kind(fg_source_tokenizer(src)) == FG_TOK_BPE ? "BPE"
+                                                                             : "character-level");
     }
     fg_train_say("data: %s, vocabulary %d\n", data_desc, mc->vocab_size);
     fg_train_say("model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, %s attention, dropout %g\n",

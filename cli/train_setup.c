@@ -170,7 +170,7 @@ static void configure_resumed(const train_args *a, train_run *r) {
  * flags, checked (train_flags.h). */
 void fg_train_configure_fresh(const train_args *a, train_run *r) {
     const fg_flag *f = a->f;
-    r->src = fg_train_flags_source(f, (int)f[F_ANSWER_ONLY].i);
+    r->src = fg_train_flags_source(f, (int)f[F_ANSWER_ONLY].i, fg_train_init_model ? fg_train_init_model->tokenizer : NULL);
     if (!r->src) fg_train_die(1, "%s", fg_last_error());
     r->cfg.steps = f[F_STEPS].i;
     r->cfg.eval_every = (int)f[F_EVAL_EVERY].i;

@@ -448,6 +448,19 @@ static fg_status compile_pattern(fg_bpe *t, const char *pat, int onig, const cha
 
 /* ---- tiktoken rank files ---- */
 
+size_t fg_bpe__b64_encode(const void *data, size_t n, char *out) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *b = data;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+        out[k++] = digits[v >> 18], out[k++] = digits[(v >> 12) & 63];
+        out[k++] = i + 1 < n ? digits[(v >> 6) & 63] : '=';
+        out[k++] = i + 2 < n ? digits[v & 63] : '=';
+    }
+    return k;
+}
+
 static int b64_value(unsigned char c) {
     if (c >= 'A' && c <= 'Z') return c - 'A';
     if (c >= 'a' && c <= 'z') return c - 'a' + 26;
@@ -456,7 +469,7 @@ static int b64_value(unsigned char c) {
 }
 
 /* Decodes standard base64 (with its '=' padding) s[0..n) into out; returns the length or -1. */
-static long b64_decode(const char *s, size_t n, unsigned char *out) {
+long fg_bpe__b64_decode(const char *s, size_t n, unsigned char *out) {
     if (n == 0 || n % 4) return -1;
     size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
     long k = 0;
@@ -523,7 +536,7 @@ static fg_status tiktoken_from(fg_bpe *t, char *buf, size_t n, int e, const char
         char *sp = memchr(p, ' ', (size_t)(le - p));
         long k = -1;
         long long rank = -1;
-        if (sp && (size_t)(sp - p) <= 4 * ((BPE_MAX_TOKEN - 2) / 3)) k = b64_decode(p, (size_t)(sp - p), tok);
+        if (sp && (size_t)(sp - p) <= 4 * ((BPE_MAX_TOKEN - 2) / 3)) k = fg_bpe__b64_decode(p, (size_t)(sp - p), tok);
         if (sp && k > 0) {
             char *r = sp + 1;
             rank = 0;
@@ -756,14 +769,11 @@ static fg_status tokenizer_json_from(fg_bpe *t, const char *buf, size_t n, const
     return st;
 }
 
-/* GPT-2's vocab.json + merges.txt. */
-static fg_status load_vocab_merges(fg_bpe *t, const char *vocab_path, const char *merges_path, hf_ctx *c) {
-    char *buf;
-    size_t n;
-    FG_TRY(read_input(vocab_path, &buf, &n));
+/* GPT-2's vocab.json + merges.txt, as bytes (named vocab_name and merges_name in messages). */
+static fg_status vocab_merges_from(fg_bpe *t, const char *vbuf, size_t vn, const char *mbuf, size_t n, const char *vocab_path,
+                                   const char *merges_path, hf_ctx *c) {
     fg_json_doc *doc;
-    fg_status st = fg_json_parse(buf, n, vocab_path, &doc);
-    free(buf);
+    fg_status st = fg_json_parse(vbuf, vn, vocab_path, &doc);
     if (st != FG_OK) return st;
     c->what = vocab_path;
     st = hf_vocab(t, fg_json_root(doc), c);
@@ -777,19 +787,18 @@ static fg_status load_vocab_merges(fg_bpe *t, const char *vocab_path, const char
     }
     if (st == FG_OK) st = build_index(t, vocab_path);
     if (st != FG_OK) return st;
-    FG_TRY(read_input(merges_path, &buf, &n));
     c->what = merges_path;
     size_t lines = 1;
-    for (size_t i = 0; i < n; i++) lines += buf[i] == '\n';
+    for (size_t i = 0; i < n; i++) lines += mbuf[i] == '\n';
     st = pair_reserve(t, lines);
     uint32_t rank = 0;
     size_t line = 0;
-    for (char *p = buf, *end = buf + n; p < end && st == FG_OK;) {
-        char *nl = memchr(p, '\n', (size_t)(end - p)), *le = nl ? nl : end;
+    for (const char *p = mbuf, *end = mbuf + n; p < end && st == FG_OK;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p)), *le = nl ? nl : end;
         line++;
         if (le > p && le[-1] == '\r') le--;
-        if (le > p && !(line == 1 && strncmp(p, "#version", 8) == 0)) {
-            char *sp = memchr(p, ' ', (size_t)(le - p));
+        if (le > p && !(line == 1 && (size_t)(le - p) >= 8 && strncmp(p, "#version", 8) == 0)) {
+            const char *sp = memchr(p, ' ', (size_t)(le - p));
             if (!sp || memchr(sp + 1, ' ', (size_t)(le - sp - 1)))
                 st = fg_error(FG_ERR_FORMAT, "%s: line %zu is not two tokens separated by one space", merges_path, line);
             else
@@ -797,7 +806,6 @@ static fg_status load_vocab_merges(fg_bpe *t, const char *vocab_path, const char
         }
         p = nl ? nl + 1 : end;
     }
-    free(buf);
     if (st == FG_OK) st = compile_pattern(t, PAT_GPT2, 1, vocab_path);
     return st;
 }
@@ -811,72 +819,96 @@ static hf_ctx hf_ctx_for(const char *what) {
     return c;
 }
 
-/* Reads `path` whole and hands it to the format's reader. */
-static fg_status load_file(fg_bpe *t, const char *path, int tiktoken_encoding) {
-    char *buf;
-    size_t n;
-    FG_TRY(read_input(path, &buf, &n));
-    hf_ctx c = hf_ctx_for(path);
-    fg_status st = tiktoken_encoding >= 0 ? tiktoken_from(t, buf, n, tiktoken_encoding, path) : tokenizer_json_from(t, buf, n, path, &c);
-    free(buf);
-    return st;
-}
-
 static fg_bpe *finish(fg_bpe *t, fg_status st) {
     if (st == FG_OK) return t;
     fg_bpe_free(t);
     return NULL;
 }
 
-fg_bpe *fg_bpe_load(const char *path, const char *encoding) {
-    if (!path || !*path) return fg_error(FG_ERR_ARG, "tokenizer: no path"), NULL;
-    fg_bpe *t = calloc(1, sizeof *t);
+void fg_bpe_files_free(fg_bpe_files *f) {
+    if (!f) return;
+    free(f->data[0]);
+    free(f->data[1]);
+    memset(f, 0, sizeof *f);
+}
+
+fg_status fg_bpe_files_read(const char *path, const char *encoding, fg_bpe_files *f) {
+    memset(f, 0, sizeof *f);
+    if (!path || !*path) return fg_error(FG_ERR_ARG, "tokenizer: no path");
     size_t n = strlen(path);
+    fg_status st = FG_OK;
     char *a = malloc(n + 32), *b = malloc(n + 32);
-    fg_status st;
-    if (!t || !a || !b) {
+    if (!a || !b) {
         st = fg_error(FG_ERR_OOM, "tokenizer: out of memory");
     } else if (encoding || (n > 9 && strcmp(path + n - 9, ".tiktoken") == 0)) {
         int e = find_encoding(path, encoding);
-        st = e < 0 ? fg_last_status() : load_file(t, path, e);
+        f->kind = FG_BPE_TIKTOKEN;
+        st = e < 0 ? fg_last_status() : read_input(path, &f->data[0], &f->n[0]);
+        if (e >= 0) snprintf(f->encoding, sizeof f->encoding, "%s", bpe_encodings[e].name);
     } else if (n > 5 && strcmp(path + n - 5, ".json") == 0) {
-        st = load_file(t, path, -1);
+        f->kind = FG_BPE_JSON;
+        st = read_input(path, &f->data[0], &f->n[0]);
     } else {
         sprintf(a, "%s/tokenizer.json", path);
         sprintf(b, "%s/vocab.json", path);
         if (access(a, F_OK) == 0) {
-            st = load_file(t, a, -1);
+            f->kind = FG_BPE_JSON;
+            st = read_input(a, &f->data[0], &f->n[0]);
         } else if (access(b, F_OK) == 0) {
+            f->kind = FG_BPE_VOCAB_MERGES;
+            st = read_input(b, &f->data[0], &f->n[0]);
             sprintf(a, "%s/merges.txt", path);
-            hf_ctx c = hf_ctx_for(b);
-            st = load_vocab_merges(t, b, a, &c);
+            if (st == FG_OK) st = read_input(a, &f->data[1], &f->n[1]);
         } else {
             st = fg_error(FG_ERR_ARG, "%s: not a tokenizer (a folder with tokenizer.json, or vocab.json + merges.txt; a .tiktoken file; a tokenizer.json)", path);
         }
     }
     free(a);
     free(b);
-    return t ? finish(t, st) : NULL;
+    if (st != FG_OK) fg_bpe_files_free(f);
+    return st;
+}
+
+fg_bpe *fg_bpe_from_files(const fg_bpe_files *f, const char *what) {
+    what = what ? what : "tokenizer";
+    fg_bpe *t = calloc(1, sizeof *t);
+    if (!t) return fg_error(FG_ERR_OOM, "tokenizer: out of memory"), NULL;
+    hf_ctx c = hf_ctx_for(what);
+    fg_status st;
+    if (f->kind == FG_BPE_TIKTOKEN) {
+        int e = find_encoding(what, f->encoding);
+        char *copy = e >= 0 ? malloc(f->n[0] + 1) : NULL;
+        if (e < 0) st = fg_last_status();
+        else if (!copy) st = fg_error(FG_ERR_OOM, "tokenizer: out of memory");
+        else st = (memcpy(copy, f->data[0], f->n[0]), tiktoken_from(t, copy, f->n[0], e, what));
+        free(copy);
+    } else if (f->kind == FG_BPE_JSON) {
+        st = tokenizer_json_from(t, f->data[0], f->n[0], what, &c);
+    } else if (f->kind == FG_BPE_VOCAB_MERGES) {
+        char vn[600], mn[600];
+        snprintf(vn, sizeof vn, "%s (vocab.json)", what);
+        snprintf(mn, sizeof mn, "%s (merges.txt)", what);
+        st = vocab_merges_from(t, f->data[0], f->n[0], f->data[1], f->n[1], vn, mn, &c);
+    } else {
+        st = fg_error(FG_ERR_ARG, "%s: no tokenizer files", what);
+    }
+    return finish(t, st);
+}
+
+fg_bpe *fg_bpe_load(const char *path, const char *encoding) {
+    fg_bpe_files f;
+    if (fg_bpe_files_read(path, encoding, &f) != FG_OK) return NULL;
+    fg_bpe *t = fg_bpe_from_files(&f, path);
+    fg_bpe_files_free(&f);
+    return t;
 }
 
 fg_bpe *fg_bpe_from_memory(const void *data, size_t n, const char *encoding, const char *what) {
     if (!data && n) return fg_error(FG_ERR_ARG, "fg_bpe_from_memory: data is NULL"), NULL;
-    what = what ? what : "tokenizer";
-    fg_bpe *t = calloc(1, sizeof *t);
-    if (!t) return fg_error(FG_ERR_OOM, "tokenizer: out of memory"), NULL;
-    fg_status st;
-    if (encoding) {
-        int e = find_encoding(what, encoding);
-        char *copy = malloc(n + 1);
-        if (e < 0) st = fg_last_status();
-        else if (!copy) st = fg_error(FG_ERR_OOM, "tokenizer: out of memory");
-        else st = (memcpy(copy, data, n), tiktoken_from(t, copy, n, e, what));
-        free(copy);
-    } else {
-        hf_ctx c = hf_ctx_for(what);
-        st = tokenizer_json_from(t, data, n, what, &c);
-    }
-    return finish(t, st);
+    fg_bpe_files f = {.kind = encoding ? FG_BPE_TIKTOKEN : FG_BPE_JSON, .data = {(char *)data, NULL}, .n = {n, 0}};
+    if (encoding) snprintf(f.encoding, sizeof f.encoding, "%s", encoding);
+    if (encoding && strcmp(f.encoding, encoding) != 0) return fg_error(FG_ERR_ARG, "unknown tiktoken encoding '%s'", encoding), NULL;
+    return fg_bpe_from_files(&f, what);
 }
 
 void fg_bpe_free(fg_bpe *t) {

@@ -46,6 +46,22 @@ typedef struct fg_bpe fg_bpe;
  * FG_ERR_ARG) on failure; a build without PCRE2 refuses every tokenizer with one line. */
 fg_bpe *fg_bpe_load(const char *path, const char *encoding);
 
+/* The bytes of a tokenizer's file(s) as read: what a checkpoint keeps to build it again. */
+typedef enum { FG_BPE_JSON = 1, FG_BPE_TIKTOKEN = 2, FG_BPE_VOCAB_MERGES = 3 } fg_bpe_kind;
+typedef struct {
+    fg_bpe_kind kind;
+    char encoding[16]; /* a tiktoken file's encoding */
+    char *data[2];     /* tokenizer.json, the rank file, or vocab.json and merges.txt (malloc'd) */
+    size_t n[2];
+} fg_bpe_files;
+
+/* Reads the file(s) of the tokenizer at `path` (as fg_bpe_load finds them) into *f; caller frees
+ * with fg_bpe_files_free. FG_OK, or an error and *f empty. */
+fg_status fg_bpe_files_read(const char *path, const char *encoding, fg_bpe_files *f);
+void fg_bpe_files_free(fg_bpe_files *f);
+/* The tokenizer of those bytes (`what` names it in messages). NULL + fg_error. */
+fg_bpe *fg_bpe_from_files(const fg_bpe_files *f, const char *what);
+
 /* The same from a file's bytes data[0..n): a tiktoken rank file when `encoding` names its
  * encoding, else a tokenizer.json. `what` names it in messages. */
 fg_bpe *fg_bpe_from_memory(const void *data, size_t n, const char *encoding, const char *what);

@@ -31,6 +31,12 @@ const char *fg_bpe__named_pattern(const char *name);
 /* GPT-2's byte-to-character table: cp_of[b] is the code point that stands for byte b. */
 void fg_bpe__byte_chars(uint32_t cp_of[256]);
 
+/* Standard base64 with '=' padding: the encoder writes 4 * ceil(n / 3) characters to out; the
+ * decoder takes only what an encoder writes (n a nonzero multiple of 4, padding bits zero) and
+ * returns the byte count written to out (at most 3 n / 4), or -1. */
+size_t fg_bpe__b64_encode(const void *data, size_t n, char *out);
+long fg_bpe__b64_decode(const char *s, size_t n, unsigned char *out);
+
 #ifdef __cplusplus
 }
 #endif

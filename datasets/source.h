@@ -102,6 +102,9 @@ int fg_source_tokens_meta_path(const char *path, char *out, size_t n);
 /* One line about a token source for the start of a run: the format, the files or, for a shard set,
  * the shard count and ids of each split and the total. Into out (n bytes, cut with "..."). */
 void fg_source_tokens_describe(const fg_source *d, char *out, size_t n);
+/* Gives a token source the tokenizer that made its ids (a copy is kept; it goes into the
+ * checkpoints). FG_ERR_ARG when its vocabulary is not the ids' or a meta.pkl gave one already. */
+fg_status fg_source_tokens_set_tokenizer(fg_source *d, const fg_tokenizer *tok);
 void fg_source_free(fg_source *d); /* NULL is fine */
 
 const fg_tokenizer *fg_source_tokenizer(const fg_source *d);

@@ -99,24 +99,6 @@ fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *nam
     fg_tok_kind kind = opt->tokenizer ? fg_tokenizer_kind(opt->tokenizer) : opt->kind;
     if (kind == FG_TOK_CHAR && check_text(p, n, name) != FG_OK) return NULL;
 
-    /* Split sizes before any allocation: val is the floor of the fraction, train the rest. */
-    size_t n_val = (size_t)((double)n * opt->val_fraction);
-    size_t n_train = n - n_val;
-    size_t need = (size_t)opt->block_size + 1;
-    if (n_train < need || (opt->val_fraction > 0 && n_val < need)) {
-        if (opt->val_fraction > 0)
-            fg_error(FG_ERR_FORMAT,
-                     "%s: too short: %zu tokens (train %zu, val %zu) but block_size %d "
-                     "needs at least %zu tokens in each split; use a longer text or a smaller block size",
-                     name, n, n_train, n_val, opt->block_size, need);
-        else
-            fg_error(FG_ERR_FORMAT,
-                     "%s: too short: %zu tokens but block_size %d needs at least %zu; use "
-                     "a longer text or a smaller block size",
-                     name, n, opt->block_size, need);
-        return NULL;
-    }
-
     fg_text_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) goto oom;
     ds->tok = opt->tokenizer        ? fg_tokenizer_clone(opt->tokenizer)
@@ -126,17 +108,65 @@ fg_text_dataset *fg_text_from_memory(const void *data, size_t n, const char *nam
         fg_text_free(ds);
         return NULL;
     }
-    ds->tokens = malloc(n * sizeof *ds->tokens);
-    if (!ds->tokens) goto oom;
-    if (fg_tokenizer_encode(ds->tok, p, n, ds->tokens) != FG_OK) {
-        /* Only possible with a given tokenizer: the text has a byte the checkpoint never saw. */
-        char why[512]; /* copy: fg_error must not read the buffer it writes */
-        snprintf(why, sizeof why, "%s", fg_last_error());
-        fg_error(FG_ERR_FORMAT, "%s: %s (the tokenizer came from elsewhere, e.g. a checkpoint)", name, why);
+    size_t n_tok, n_val;
+    if (kind == FG_TOK_BPE) {
+        /* nanoGPT's split: train = text[:int(n * (1 - val_fraction))] in characters, the two parts
+         * encoded apart (a piece never spans the cut) */
+        size_t chars = 0, cut = 0;
+        for (size_t i = 0; i < n; i++) chars += (p[i] & 0xc0) != 0x80;
+        const size_t cut_chars = (size_t)((double)chars * (1.0 - opt->val_fraction));
+        for (size_t c = 0; cut < n; cut++)
+            if ((p[cut] & 0xc0) != 0x80 && c++ == cut_chars) break;
+        int32_t *ids[2] = {NULL, NULL};
+        size_t nids[2] = {0, 0};
+        fg_status st = fg_tokenizer_encode_text(ds->tok, p, cut, &ids[0], &nids[0]);
+        if (st == FG_OK) st = fg_tokenizer_encode_text(ds->tok, p + cut, n - cut, &ids[1], &nids[1]);
+        if (st == FG_OK && !(ds->tokens = malloc((nids[0] + nids[1] + 1) * sizeof *ds->tokens))) st = FG_ERR_OOM;
+        if (st == FG_OK) {
+            memcpy(ds->tokens, ids[0], nids[0] * sizeof *ds->tokens);
+            memcpy(ds->tokens + nids[0], ids[1], nids[1] * sizeof *ds->tokens);
+        }
+        free(ids[0]);
+        free(ids[1]);
+        if (st == FG_ERR_OOM) goto oom;
+        if (st != FG_OK) {
+            fg_text_free(ds);
+            return NULL;
+        }
+        n_tok = nids[0] + nids[1];
+        n_val = nids[1];
+    } else {
+        /* one token per byte: val is the floor of the fraction of the tokens, train the rest */
+        n_tok = n;
+        n_val = (size_t)((double)n * opt->val_fraction);
+        ds->tokens = malloc(n * sizeof *ds->tokens);
+        if (!ds->tokens) goto oom;
+        if (fg_tokenizer_encode(ds->tok, p, n, ds->tokens) != FG_OK) {
+            /* Only possible with a given tokenizer: the text has a byte the checkpoint never saw. */
+            char why[512]; /* copy: fg_error must not read the buffer it writes */
+            snprintf(why, sizeof why, "%s", fg_last_error());
+            fg_error(FG_ERR_FORMAT, "%s: %s (the tokenizer came from elsewhere, e.g. a checkpoint)", name, why);
+            fg_text_free(ds);
+            return NULL;
+        }
+    }
+    size_t n_train = n_tok - n_val;
+    size_t need = (size_t)opt->block_size + 1;
+    if (n_train < need || (opt->val_fraction > 0 && n_val < need)) {
+        if (opt->val_fraction > 0)
+            fg_error(FG_ERR_FORMAT,
+                     "%s: too short: %zu tokens (train %zu, val %zu) but block_size %d "
+                     "needs at least %zu tokens in each split; use a longer text or a smaller block size",
+                     name, n_tok, n_train, n_val, opt->block_size, need);
+        else
+            fg_error(FG_ERR_FORMAT,
+                     "%s: too short: %zu tokens but block_size %d needs at least %zu; use "
+                     "a longer text or a smaller block size",
+                     name, n_tok, opt->block_size, need);
         fg_text_free(ds);
         return NULL;
     }
-    ds->n = n;
+    ds->n = n_tok;
     ds->split_off[FG_SPLIT_TRAIN] = 0;
     ds->split_len[FG_SPLIT_TRAIN] = n_train;
     ds->split_off[FG_SPLIT_VAL] = n_train;

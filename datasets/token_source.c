@@ -195,3 +195,12 @@ fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_si
     }
     return d;
 }
+
+fg_status fg_source_tokens_set_tokenizer(fg_source *d, const fg_tokenizer *tok) {
+    if (!d || d->kind != FG_SOURCE_TOKENS || !tok) return fg_error(FG_ERR_ARG, "fg_source_tokens_set_tokenizer: not a token source");
+    if (d->tok) return fg_error(FG_ERR_ARG, "--tokenizer: the ids come with nanoGPT's meta.pkl, whose tokenizer they use");
+    if (fg_tokenizer_vocab_size(tok) != fg_token_data_vocab_size(d->tokens))
+        return fg_error(FG_ERR_ARG, "--tokenizer: its vocabulary is %d and the ids' (--vocab-size) %d", fg_tokenizer_vocab_size(tok),
+                        fg_token_data_vocab_size(d->tokens));
+    return (d->tok = fg_tokenizer_clone(tok)) ? FG_OK : fg_last_status();
+}

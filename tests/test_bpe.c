@@ -7,6 +7,7 @@
  * `bpe-openai` by tests/bpe_check.py where FG_TORCH_PYTHON has them. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 
 #include "datasets/bpe.h"
 #include "datasets/bpe_train.h"
+#include "datasets/text.h"
+#include "datasets/tokenizer.h"
 #include "tensor/fileio.h"
 #include "tensor/json.h"
 #include "tests/common.h"
@@ -771,6 +774,195 @@ Test(bpe, prepare_writes_uint32_ids_for_a_large_vocabulary_and_refuses_what_cann
     cr_expect_eq(fgt_run_cmd(cmd, log, sizeof log), 1, "%s", log);
     cr_expect(strstr(log, "fifo.txt"), "%s", log);
     free(tt);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
+
+/* ---- the tokenizer in checkpoints, and the flows ---- */
+
+Test(bpe, tokenizer_strings_round_trip_in_every_file_kind_and_bad_ones_are_refused) {
+    table t;
+    random_table(&t, "ab c", 12, 21);
+    char dir[256], p[600];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_bpe_tok_XXXXXX");
+    /* the three kinds of files */
+    char *js = hf_json(&t, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}", "");
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    FILE *f = fopen(p, "wb");
+    fputs(js, f);
+    fclose(f);
+    size_t tn;
+    char *tt = tiktoken_text(&t, &tn);
+    snprintf(p, sizeof p, "%s/r50k_base.tiktoken", dir);
+    f = fopen(p, "wb");
+    fwrite(tt, 1, tn, f);
+    fclose(f);
+    char vm[300];
+    snprintf(vm, sizeof vm, "%s/vm", dir);
+    cr_assert_eq(mkdir(vm, 0700), 0);
+    char *v0 = strstr(js, "\"vocab\":{") + 8, *v1 = strstr(v0, "},\"merges\":");
+    snprintf(p, sizeof p, "%s/vocab.json", vm);
+    f = fopen(p, "wb");
+    fwrite(v0, 1, (size_t)(v1 - v0 + 1), f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/merges.txt", vm);
+    f = fopen(p, "wb");
+    fputs("#version: 0.2\n", f);
+    for (const char *m = strstr(js, "\"merges\":[") + 10; *m == ' ' || *m == ',';) {
+        const char *a = strchr(m, '"') + 1, *b = strchr(a, '"');
+        fwrite(a, 1, (size_t)(b - a), f);
+        fputc('\n', f);
+        m = b + 1;
+    }
+    fclose(f);
+    const char *paths[3] = {dir, NULL, vm};
+    char tpath[600];
+    snprintf(tpath, sizeof tpath, "%s/r50k_base.tiktoken", dir);
+    paths[1] = tpath;
+    const char *prefixes[3] = {"bpe-v1:json:", "bpe-v1:tiktoken:r50k_base:", "bpe-v1:vocab-merges:"};
+    for (int k = 0; k < 3; k++) {
+        fg_tokenizer *tok = fg_tokenizer_bpe_load(paths[k], NULL);
+        cr_assert(tok, "%s: %s", paths[k], fg_last_error());
+        cr_expect_eq(fg_tokenizer_kind(tok), FG_TOK_BPE);
+        char *str = fg_tokenizer_serialize(tok);
+        cr_assert(str && !strncmp(str, prefixes[k], strlen(prefixes[k])), "%s: '%.40s'", paths[k], str);
+        for (const char *c = str; *c; c++) cr_assert(*c >= 0x20 && *c < 0x7f, "a byte that is not printable ASCII");
+        fg_tokenizer *back = fg_tokenizer_parse(str, strlen(str));
+        cr_assert(back, "%s", fg_last_error());
+        char *again = fg_tokenizer_serialize(back);
+        cr_expect_str_eq(again, str);
+        /* the same ids both ways */
+        const char *text = "ab c abba  cab\nbca";
+        int32_t *i1, *i2;
+        size_t n1, n2;
+        cr_assert_eq(fg_tokenizer_encode_text(tok, text, strlen(text), &i1, &n1), FG_OK);
+        cr_assert_eq(fg_tokenizer_encode_text(back, text, strlen(text), &i2, &n2), FG_OK);
+        cr_expect(n1 == n2 && memcmp(i1, i2, n1 * sizeof *i1) == 0, "%s: the parsed tokenizer encodes otherwise", prefixes[k]);
+        char *dec = NULL;
+        size_t dl = 0;
+        cr_assert_eq(fg_tokenizer_decode_text(back, i2, n2, &dec, &dl), FG_OK);
+        cr_expect(dl == strlen(text) && !memcmp(dec, text, dl));
+        /* damaged strings: refused with one line */
+        size_t L = strlen(str);
+        char *bad = strdup(str);
+        bad[L - 3] = '!';
+        cr_expect_null(fg_tokenizer_parse(bad, L), "a bad base64 character was accepted");
+        cr_expect_null(fg_tokenizer_parse(str, L - 1), "a cut string was accepted");
+        free(bad);
+        free(dec);
+        free(i1);
+        free(i2);
+        free(again);
+        free(str);
+        fg_tokenizer_free(back);
+        fg_tokenizer_free(tok);
+    }
+    cr_expect_null(fg_tokenizer_parse("bpe-v1:yaml:QUJD", 16));
+    cr_expect(strstr(fg_last_error(), "unknown BPE tokenizer kind"), "%s", fg_last_error());
+    free(js);
+    free(tt);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+}
+
+/* A text file under a BPE: nanoGPT's split (train = text[:int(n * 0.9)] in characters), each part
+ * encoded on its own. */
+Test(bpe, a_text_dataset_splits_by_characters_and_encodes_the_parts_apart) {
+    table t;
+    random_table(&t, "ab ", 20, 8);
+    char *js = hf_json(&t, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}", "");
+    char dir[256], p[600];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_bpe_text_XXXXXX");
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    FILE *f = fopen(p, "wb");
+    fputs(js, f);
+    fclose(f);
+    fg_tokenizer *tok = fg_tokenizer_bpe_load(dir, NULL);
+    cr_assert(tok, "%s", fg_last_error());
+    /* two-byte characters before the cut move it away from 90% of the bytes */
+    char text[3000];
+    size_t n = 0;
+    for (int i = 0; i < 150; i++) n += (size_t)sprintf(text + n, i < 100 ? "\xc3\xa9\xc3\xa9 ab" : "abba ba");
+    fg_text_options o = fg_text_default_options(4);
+    o.tokenizer = tok;
+    fg_text_dataset *ds = fg_text_from_memory(text, n, "t", &o);
+    cr_assert(ds, "%s", fg_last_error());
+    size_t chars = 0, cut = 0;
+    for (size_t i = 0; i < n; i++) chars += ((unsigned char)text[i] & 0xc0) != 0x80;
+    size_t cc = (size_t)((double)chars * 0.9);
+    for (size_t c = 0; cut < n; cut++)
+        if (((unsigned char)text[cut] & 0xc0) != 0x80 && c++ == cc) break;
+    int32_t *a, *b;
+    size_t na, nb;
+    cr_assert_eq(fg_tokenizer_encode_text(tok, text, cut, &a, &na), FG_OK);
+    cr_assert_eq(fg_tokenizer_encode_text(tok, text + cut, n - cut, &b, &nb), FG_OK);
+    cr_expect_eq(fg_text_split_tokens(ds, FG_SPLIT_TRAIN), na);
+    cr_expect_eq(fg_text_split_tokens(ds, FG_SPLIT_VAL), nb);
+    cr_expect(memcmp(fg_text_split_data(ds, FG_SPLIT_TRAIN), a, na * sizeof *a) == 0, "train ids differ");
+    cr_expect(memcmp(fg_text_split_data(ds, FG_SPLIT_VAL), b, nb * sizeof *b) == 0, "val ids differ");
+    cr_expect_eq(fg_text_vocab_size(ds), fg_tokenizer_vocab_size(tok));
+    free(a);
+    free(b);
+    fg_text_free(ds);
+    fg_tokenizer_free(tok);
+    free(js);
+    unlink(p);
+    fgt_remove_tmpdir(dir);
+}
+
+/* Runs cmd (printf-style) and returns its exit status; its output in log. */
+static int runf(char *log, size_t n, const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return fgt_run_cmd(cmd, log, n);
+}
+
+Test(bpe, text_to_text_train_sample_export_and_init_from_with_a_bpe_tokenizer, .timeout = 300) {
+    char dir[256], log[16384], txt[300];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_bpe_flow_XXXXXX");
+    const char *fg = fgt_bin();
+    snprintf(txt, sizeof txt, "%s/text.txt", dir);
+    FILE *f = fopen(txt, "wb");
+    for (int i = 0; i < 800; i++) fprintf(f, "ROMEO: I love thee, %s %d.\nJULIET: O Romeo, Romeo!\n\n", i % 3 ? "sweet" : "fair", i % 17);
+    fclose(f);
+    const char *model = "--n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 4 --steps 6 --eval-every 3 --eval-iters 2";
+    cr_assert_eq(runf(log, sizeof log, "%s tokenizer train --vocab-size 300 --out %s/tok %s 2>&1", fg, dir, txt), 0, "%s", log);
+    /* text -> train with the tokenizer -> sample --prompt speaks text */
+    cr_assert_eq(runf(log, sizeof log, "%s train --data %s --tokenizer %s/tok --out %s/run %s 2>&1", fg, txt, dir, dir, model), 0, "%s", log);
+    cr_expect(strstr(log, "BPE tokenizer"), "the run does not say its tokenizer:\n%s", log);
+    cr_assert_eq(runf(log, sizeof log, "%s sample --ckpt %s/run --prompt 'ROMEO: I' --tokens 5 --seed 3 2>/dev/null", fg, dir), 0, "%s", log);
+    cr_expect(!strncmp(log, "ROMEO: I", 8), "the sample does not begin with the prompt's text: '%.60s'", log);
+    cr_assert_eq(runf(log, sizeof log, "%s eval --ckpt %s/run 2>&1", fg, dir), 0, "%s", log);
+    /* the tokenizer goes out with the model, byte for byte, and comes back in with it */
+    cr_assert_eq(runf(log, sizeof log, "%s export --ckpt %s/run --to hf %s/hf 2>&1", fg, dir, dir), 0, "%s", log);
+    cr_expect_eq(runf(log, sizeof log, "cmp %s/tok/tokenizer.json %s/hf/tokenizer.json 2>&1", dir, dir), 0, "%s", log);
+    cr_assert_eq(runf(log, sizeof log, "%s sample --ckpt %s/hf --prompt 'JULIET:' --tokens 4 2>/dev/null", fg, dir), 0, "%s", log);
+    cr_expect(!strncmp(log, "JULIET:", 7), "'%.60s'", log);
+    /* --init-from the exported folder on the text: the folder's tokenizer reads it */
+    cr_assert_eq(runf(log, sizeof log, "%s train --init-from %s/hf --data %s --out %s/ft --steps 2 --batch-size 2 --eval-every 1 --eval-iters 1 2>&1", fg, dir, txt, dir),
+                 0, "%s", log);
+    cr_expect(strstr(log, "BPE tokenizer"), "%s", log);
+    /* prepare -> train on the ids with their tokenizer -> sample --prompt */
+    cr_assert_eq(runf(log, sizeof log, "%s prepare --tokenizer %s/tok --out %s/ids %s 2>&1", fg, dir, dir, txt), 0, "%s", log);
+    cr_assert_eq(runf(log, sizeof log, "%s train --data-bin %s/ids --tokenizer %s/ids --out %s/run2 %s 2>&1", fg, dir, dir, dir, model), 0, "%s", log);
+    cr_assert_eq(runf(log, sizeof log, "%s sample --ckpt %s/run2 --prompt 'ROMEO:' --tokens 3 2>/dev/null", fg, dir), 0, "%s", log);
+    cr_expect(!strncmp(log, "ROMEO:", 6), "'%.60s'", log);
+    /* a model trained on ids without a tokenizer takes one at sampling */
+    cr_assert_eq(runf(log, sizeof log, "%s train --data-bin %s/ids --vocab-size 300 --out %s/run3 %s 2>&1", fg, dir, dir, model), 0, "%s", log);
+    cr_expect_neq(runf(log, sizeof log, "%s sample --ckpt %s/run3 --prompt 'ROMEO:' --tokens 3 2>&1", fg, dir), 0);
+    cr_expect(strstr(log, "--tokenizer PATH"), "%s", log);
+    cr_assert_eq(runf(log, sizeof log, "%s sample --ckpt %s/run3 --tokenizer %s/tok --prompt 'ROMEO:' --tokens 3 2>/dev/null", fg, dir, dir), 0, "%s", log);
+    cr_expect(!strncmp(log, "ROMEO:", 6), "'%.60s'", log);
+    /* refusals: one line each */
+    cr_expect_eq(runf(log, sizeof log, "%s train --data %s --tokenizer %s/tok --byte --out %s/x 2>&1", fg, txt, dir, dir), 2, "%s", log);
+    cr_expect(strstr(log, "--byte or --tokenizer"), "%s", log);
+    cr_expect_eq(runf(log, sizeof log, "%s train --data %s --tokenizer %s/nothing --out %s/x 2>&1", fg, txt, dir, dir), 1, "%s", log);
+    cr_expect(strstr(log, "--tokenizer: "), "%s", log);
+    char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
 }

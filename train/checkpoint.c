@@ -595,10 +595,10 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
         *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
         if (!*tok)
             m_fail(r, "bad tokenizer: %s", fg_last_error());
-        else if (fg_tokenizer_kind(*tok) != FG_TOK_CHAR || fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
+        else if (fg_tokenizer_kind(*tok) == FG_TOK_BYTE || fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
             m_fail(r,
-                   "metadata 'tokenizer' = '%.40s'; a model trained on token files has '%s' there, or the character "
-                   "tokenizer of its meta.pkl (vocab_size %d tokens)",
+                   "metadata 'tokenizer' = '%.40s'; a model trained on token files has '%s' there, the character "
+                   "tokenizer of its meta.pkl or the BPE tokenizer of its ids (vocab_size %d tokens)",
                    tokstr, TOKENIZER_NONE, in->model.vocab_size);
     } else if (data == FG_SOURCE_TOKENS) { /* token ids: no tokenizer, a vocabulary of uint16 ids */
         if (in->model.vocab_size > FG_TOKEN_MAX_VOCAB)
@@ -798,7 +798,7 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     const fg_tensor *hp = cw->hp;
     const uint64_t phash = hp ? fg_xxh64(fg_data(hp), (size_t)fg_nbytes(hp), 0) : fg_ckpt_params_hash(g);
     const fg_st_dtype dt = fg_st_from_dtype(mc->dtype);
-    /* token files have no tokenizer unless a meta.pkl gave them one */
+    /* token files have no tokenizer unless a meta.pkl or --tokenizer gave them one */
     tokstr = src->kind == FG_SOURCE_TOKENS && !fg_source_tokenizer(src) ? strdup(TOKENIZER_NONE)
                                                                           : fg_tokenizer_serialize(fg_source_tokenizer(src));
     fg_st_writer *mw = cw->mw = fg_st_writer_new(), *ow = cw->ow = fg_st_writer_new();

@@ -35,6 +35,7 @@ const char *fg_model_format_name(fg_model_format f) {
 
 void fg_model_file_free(fg_model_file *m) {
     if (!m) return;
+    fg_tokenizer_free(m->own_tokenizer);
     fg_gpt_free(m->model);
     fg_ckpt_close(m->ckpt);
     free(m);
@@ -516,7 +517,7 @@ fail:
 }
 
 /* A Hugging Face folder (dir), or one of its .safetensors files (file != NULL). */
-static fg_model_file *hf_load(const char *dir, const char *file) {
+static fg_model_file *hf_load_weights(const char *dir, const char *file) {
     char cfgpath[4096 + 16];
     char idx[4096 + 40];
     fg_gpt_config mc;
@@ -726,6 +727,31 @@ static fg_model_file *flashgrad_load(const char *path) {
     return m;
 }
 
+/* A Hugging Face folder: the model, and the BPE tokenizer of the tokenizer files beside it
+ * (tokenizer.json, or vocab.json + merges.txt) when flashgrad reads them; when it cannot, the model
+ * still loads and tokenizer_note says why. */
+static fg_model_file *hf_load(const char *dir, const char *file) {
+    fg_model_file *m = hf_load_weights(dir, file);
+    if (!m) return NULL;
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/tokenizer.json", dir);
+    snprintf(b, sizeof b, "%s/vocab.json", dir);
+    if (access(a, F_OK) != 0 && access(b, F_OK) != 0) return m;
+    fg_tokenizer *t = fg_tokenizer_bpe_load(dir, NULL);
+    if (t && fg_tokenizer_vocab_size(t) > m->model->cfg.vocab_size) {
+        fg_error(FG_ERR_FORMAT, "its %d tokens are more than the model's %d ids", fg_tokenizer_vocab_size(t), m->model->cfg.vocab_size);
+        fg_tokenizer_free(t);
+        t = NULL;
+    }
+    if (!t) {
+        snprintf(m->tokenizer_note, sizeof m->tokenizer_note, "the tokenizer files in '%.400s' are not used: %.500s", dir, fg_last_error());
+        fg_clear_error();
+        return m;
+    }
+    m->tokenizer = m->own_tokenizer = t;
+    return m;
+}
+
 fg_model_file *fg_model_file_load(const char *path) {
     if (!path || !*path) {
         fg_error(FG_ERR_ARG, "no model path given");
@@ -923,7 +949,26 @@ static char *hf_config_json(const fg_gpt *g) {
     return s;
 }
 
-fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) {
+fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) { return fg_gpt2_save_hf_with(g, NULL, out_dir, overwrite); }
+
+/* A BPE tokenizer's files into the folder dir, under the names Hugging Face (and tiktoken) give them. */
+static fg_status write_tokenizer_files(const fg_tokenizer *tok, const char *dir) {
+    const fg_bpe_files *f = fg_tokenizer_bpe_files(tok);
+    if (!f) return FG_OK; /* a character or byte tokenizer: Hugging Face has no file for it */
+    char name[2][64];
+    if (f->kind == FG_BPE_JSON) snprintf(name[0], sizeof name[0], "tokenizer.json");
+    else if (f->kind == FG_BPE_TIKTOKEN) snprintf(name[0], sizeof name[0], "%s.tiktoken", f->encoding);
+    else snprintf(name[0], sizeof name[0], "vocab.json"), snprintf(name[1], sizeof name[1], "merges.txt");
+    for (int i = 0; i < (f->kind == FG_BPE_VOCAB_MERGES ? 2 : 1); i++) {
+        char p[4096 + 128];
+        snprintf(p, sizeof p, "%s/%s", dir, name[i]);
+        const void *parts[1] = {f->data[i]};
+        FG_TRY(fg_write_file_atomic(p, parts, &f->n[i], 1));
+    }
+    return FG_OK;
+}
+
+fg_status fg_gpt2_save_hf_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite) {
     if (!g || !out_dir || !*out_dir) return fg_error(FG_ERR_ARG, "export: no model or no output folder");
     char out[4096];
     if (snprintf(out, sizeof out, "%s", out_dir) >= (int)sizeof out - 64) return fg_error(FG_ERR_ARG, "path too long");
@@ -992,6 +1037,7 @@ fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite) {
         size_t sizes[1] = {strlen(cfg)};
         st = fg_write_file_atomic(p1, parts, sizes, 1);
     }
+    if (st == FG_OK && tok) st = write_tokenizer_files(tok, tmp);
     if (st != FG_OK) goto done;
     if (rename(tmp, out) == 0) {
         tmp[0] = '\0';

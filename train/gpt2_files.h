@@ -55,7 +55,10 @@ const char *fg_model_format_name(fg_model_format f);
 typedef struct {
     fg_model_format format;
     fg_gpt *model;                 /* CPU; float32 except a flashgrad float64 checkpoint. Owned. */
-    const fg_tokenizer *tokenizer; /* the checkpoint's (flashgrad text runs), else NULL. Owned. */
+    const fg_tokenizer *tokenizer; /* the checkpoint's (flashgrad text runs), the BPE of a Hugging Face
+                                    * folder's tokenizer files, else NULL. Owned. */
+    fg_tokenizer *own_tokenizer;   /* a Hugging Face folder's (owned here), else NULL */
+    char tokenizer_note[1024];     /* why tokenizer files beside the model are not used, or "" */
     fg_ckpt *ckpt;                 /* flashgrad: the open checkpoint (owns tokenizer), else NULL */
     int64_t step;                  /* flashgrad: the checkpoint's step, else 0 */
     int padded_vocab;              /* llm.c: Vp of the file, else 0 */
@@ -77,6 +80,9 @@ fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src);
  * overwrite is 0, or it holds anything an export does not write; FG_ERR_IO on a write failure
  * (nothing is left behind then). */
 fg_status fg_gpt2_save_hf(const fg_gpt *g, const char *out_dir, int overwrite);
+/* The same, with a BPE tokenizer's files beside the model (tokenizer.json, vocab.json and
+ * merges.txt, or <encoding>.tiktoken, as it was read); tok NULL or not a BPE: none. */
+fg_status fg_gpt2_save_hf_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite);
 /* Writes an llm.c model file: version 3 (float32) or 5 (bfloat16, rounded to nearest even). The
  * same rule for an existing file (replaced with overwrite only when it is an llm.c model file). */
 fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, int overwrite);

@@ -247,8 +247,14 @@ static const char *foreign_why(const char *dir, const char *name, fg_folder_kind
     if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p || lstat(p, &sb) != 0)
         return snprintf(why, n, "which cannot be looked at: %s", strerror(errno)), why;
     if (kind == FG_FOLDER_HF_EXPORT) {
-        if (!strcmp(name, "config.json") || fg_is_temporary_of(name, "config.json") ||
-            fg_is_temporary_of(name, "model.safetensors"))
+        /* the model, its config, and the tokenizer files an export writes beside them */
+        static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"};
+        int written = 0;
+        for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+            written |= (i != 1 && !strcmp(name, files[i])) || fg_is_temporary_of(name, files[i]);
+        size_t nl = strlen(name);
+        written |= nl > 9 && !strcmp(name + nl - 9, ".tiktoken");
+        if (written)
             return S_ISREG(sb.st_mode) ? NULL : (snprintf(why, n, "which is not a regular file"), why);
         if (!strcmp(name, "model.safetensors"))
             return S_ISREG(sb.st_mode) && fg_ckpt_header_has(p, "fg_export")
