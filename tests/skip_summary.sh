@@ -9,6 +9,7 @@ cat "$@" 2>/dev/null | awk -F '\t' '
 function group(kind, name, msg,    m) {
     m = tolower(msg)
     if (name ~ /fine_tune/) return "ft"
+    if (name ~ /^bpe\//) return "bpe"
     if (m ~ /transformers/ || name ~ /^gpt2_files\//) return "hf"
     if (m ~ /cuda|gpu/ || name ~ /cuda/) return "cuda"
     if (m ~ /torch/) return "torch"
@@ -25,6 +26,8 @@ BEGIN {
     how["hf"] = "set FG_TORCH_PYTHON to a python with torch >= 2.1, numpy and transformers (pip install transformers)"
     title["ft"] = "GPT-2 fine-tune test (transformers)"
     how["ft"] = "set FG_TORCH_PYTHON to a python with torch >= 2.1, numpy and transformers (pip install transformers)"
+    title["bpe"] = "BPE tokenizer cross-checks (tokenizers, transformers, bpe-openai)"
+    how["bpe"] = "set FG_TORCH_PYTHON to a python with tokenizers, transformers and bpe-openai (pip install tokenizers transformers bpe-openai)"
     title["cuda"] = "CUDA tests"
     how["cuda"] = "a machine with an NVIDIA GPU and nvcc (make shared builds build-cuda/libflashgrad.so)"
     title["mpi"] = "MPI tests"
@@ -37,7 +40,7 @@ BEGIN {
     how["numpy"] = "apt-get install python3-numpy python3-pytest (or set FG_PYTHON)"
     title["other"] = "other tests"
     how["other"] = "each says why:"
-    n_order = split("torch hf ft cuda mpi dnnl root numpy other", order, " ")
+    n_order = split("torch hf ft bpe cuda mpi dnnl root numpy other", order, " ")
 }
 NF >= 2 {
     g = group($1, $2, $3)
