@@ -122,7 +122,9 @@ fg_source *fg_train_flags_source(const fg_flag *f, int answer_only, const fg_tok
         src = fg_source_text(f[FG_TF_DATA].s, &to);
     } else if (f[FG_TF_DATA_BIN].given) {
         src = fg_source_tokens(f[FG_TF_DATA_BIN].s, NULL, (int)f[FG_TF_VOCAB].i, (int)f[FG_TF_BLOCK].i);
-        if (src && bpe && fg_source_tokens_set_tokenizer(src, bpe) != FG_OK) {
+        /* the ids' tokenizer: --tokenizer's, else a model's BPE (--init-from a folder with one) */
+        const fg_tokenizer *ids_tok = bpe ? bpe : model_tok && fg_tokenizer_kind(model_tok) == FG_TOK_BPE ? model_tok : NULL;
+        if (src && ids_tok && (bpe || !fg_source_tokenizer(src)) && fg_source_tokens_set_tokenizer(src, ids_tok) != FG_OK) {
             fg_source_free(src);
             src = NULL;
         }

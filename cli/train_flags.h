@@ -99,7 +99,7 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run);
 
 /* The data: --data with its tokenizer (block size --block-size; --tokenizer's BPE, else model_tok when
  * it is a BPE and --byte is not given, else a character-level one), --data-bin with --vocab-size
- * (and --tokenizer's BPE), or the addition task with --digits and the given answer_only. Caller
+ * (and --tokenizer's BPE, else model_tok's when it is one, as the ids' tokenizer), or the addition task with --digits and the given answer_only. Caller
  * frees. NULL + fg_last_error() when it does not load. */
 fg_source *fg_train_flags_source(const fg_flag *f, int answer_only, const fg_tokenizer *model_tok);
 

@@ -951,6 +951,11 @@ Test(bpe, text_to_text_train_sample_export_and_init_from_with_a_bpe_tokenizer, .
     cr_assert_eq(runf(log, sizeof log, "%s train --data-bin %s/ids --tokenizer %s/ids --out %s/run2 %s 2>&1", fg, dir, dir, dir, model), 0, "%s", log);
     cr_assert_eq(runf(log, sizeof log, "%s sample --ckpt %s/run2 --prompt 'ROMEO:' --tokens 3 2>/dev/null", fg, dir), 0, "%s", log);
     cr_expect(!strncmp(log, "ROMEO:", 6), "'%.60s'", log);
+    /* --init-from a folder with a tokenizer, on ids: the run keeps the folder's tokenizer */
+    cr_assert_eq(runf(log, sizeof log, "%s train --init-from %s/hf --data-bin %s/ids --out %s/ft2 --steps 2 --batch-size 2 --eval-every 1 --eval-iters 1 2>&1", fg, dir, dir, dir),
+                 0, "%s", log);
+    cr_assert_eq(runf(log, sizeof log, "%s sample --ckpt %s/ft2 --prompt 'ROMEO:' --tokens 3 2>/dev/null", fg, dir), 0, "%s", log);
+    cr_expect(!strncmp(log, "ROMEO:", 6), "'%.60s'", log);
     /* a model trained on ids without a tokenizer takes one at sampling */
     cr_assert_eq(runf(log, sizeof log, "%s train --data-bin %s/ids --vocab-size 300 --out %s/run3 %s 2>&1", fg, dir, dir, model), 0, "%s", log);
     cr_expect_neq(runf(log, sizeof log, "%s sample --ckpt %s/run3 --prompt 'ROMEO:' --tokens 3 2>&1", fg, dir), 0);
