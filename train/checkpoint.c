@@ -2,6 +2,7 @@
 #include "train/checkpoint.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
@@ -561,16 +563,17 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     m_lit(r, "bias", "true");
     m_lit(r, "tied_lm_head", "true");
     in->model = fg_gpt_default_config();
-    in->model.n_layer = (int)m_int(r, "n_layer", 1, INT_MAX);
-    in->model.n_head = (int)m_int(r, "n_head", 1, INT_MAX);
-    in->model.n_embd = (int)m_int(r, "n_embd", 1, INT_MAX);
-    in->model.block_size = (int)m_int(r, "block_size", 1, INT_MAX);
-    in->model.vocab_size = (int)m_int(r, "vocab_size", 1, INT_MAX);
-    in->model.dropout = m_f64(r, "dropout", 0, 1);
+    /* each key's plausible range (gpt.h): a value outside is refused naming the key */
+    in->model.n_layer = (int)m_int(r, "n_layer", 1, FG_GPT_MAX_LAYER);
+    in->model.n_head = (int)m_int(r, "n_head", 1, FG_GPT_MAX_EMBD);
+    in->model.n_embd = (int)m_int(r, "n_embd", 1, FG_GPT_MAX_EMBD);
+    in->model.block_size = (int)m_int(r, "block_size", 1, FG_GPT_MAX_BLOCK);
+    in->model.vocab_size = (int)m_int(r, "vocab_size", 1, FG_GPT_MAX_VOCAB);
+    in->model.dropout = m_f64(r, "dropout", 0, nextafter(1.0, 0.0));
     const char *attn_names[FG_ATTN_IMPL_COUNT];
     for (int i = 0; i < FG_ATTN_IMPL_COUNT; i++) attn_names[i] = fg_attn_impl_name((fg_attn_impl)i);
     int attn = m_enum(r, "attn", attn_names, FG_ATTN_IMPL_COUNT);
-    in->step = m_int(r, "step", 0, INT64_MAX / 2);
+    in->step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     in->params_hash = m_hex(r, "params_xxh64");
     const char *tokstr = m_need(r, "tokenizer");
     int data = m_enum(r, "data", data_names, 3);
@@ -673,25 +676,27 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
 static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_train_config *t, int64_t *step,
                                   uint64_t *params_hash, int64_t *adamw_t) {
     m_kind(r, KIND_OPTIM);
-    *step = m_int(r, "step", 0, INT64_MAX / 2);
+    /* each key's plausible range (trainer.h): a value outside is refused naming the key */
+    const double below_one = nextafter(1.0, 0.0);
+    *step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     *params_hash = m_hex(r, "params_xxh64");
-    *adamw_t = m_int(r, "adamw_t", 0, INT64_MAX / 2);
+    *adamw_t = m_int(r, "adamw_t", 0, FG_TRAIN_STEPS_MAX);
     memset(t, 0, sizeof *t);
     t->model = *model;
-    t->opt.lr = m_f64(r, "lr", -INFINITY, INFINITY);
-    t->opt.min_lr = m_f64(r, "min_lr", -INFINITY, INFINITY);
-    t->opt.warmup = m_int(r, "warmup", 0, INT64_MAX / 2);
-    t->opt.decay_steps = m_int(r, "decay_steps", 1, INT64_MAX / 2);
-    t->opt.beta1 = m_f64(r, "beta1", -INFINITY, INFINITY);
-    t->opt.beta2 = m_f64(r, "beta2", -INFINITY, INFINITY);
-    t->opt.eps = m_f64(r, "eps", -INFINITY, INFINITY);
-    t->opt.weight_decay = m_f64(r, "weight_decay", -INFINITY, INFINITY);
-    t->opt.grad_clip = m_f64(r, "grad_clip", -INFINITY, INFINITY);
-    t->batch_size = (int)m_int(r, "batch_size", INT_MIN, INT_MAX);
-    t->grad_accum = (int)m_int(r, "grad_accum", INT_MIN, INT_MAX);
-    t->steps = m_int(r, "steps", 1, INT64_MAX / 2);
-    t->eval_every = (int)m_int(r, "eval_every", INT_MIN, INT_MAX);
-    t->eval_iters = (int)m_int(r, "eval_iters", INT_MIN, INT_MAX);
+    t->opt.lr = m_f64(r, "lr", DBL_MIN, FG_TRAIN_LR_MAX);
+    t->opt.min_lr = m_f64(r, "min_lr", 0, FG_TRAIN_LR_MAX);
+    t->opt.warmup = m_int(r, "warmup", 0, FG_TRAIN_STEPS_MAX);
+    t->opt.decay_steps = m_int(r, "decay_steps", 1, FG_TRAIN_STEPS_MAX);
+    t->opt.beta1 = m_f64(r, "beta1", 0, below_one);
+    t->opt.beta2 = m_f64(r, "beta2", 0, below_one);
+    t->opt.eps = m_f64(r, "eps", FG_TRAIN_EPS_MIN, FG_TRAIN_EPS_MAX);
+    t->opt.weight_decay = m_f64(r, "weight_decay", 0, FG_TRAIN_WD_MAX);
+    t->opt.grad_clip = m_f64(r, "grad_clip", 0, FG_TRAIN_CLIP_MAX);
+    t->batch_size = (int)m_int(r, "batch_size", 1, FG_TRAIN_BATCH_MAX);
+    t->grad_accum = (int)m_int(r, "grad_accum", 1, FG_TRAIN_ACCUM_MAX);
+    t->steps = m_int(r, "steps", 1, FG_TRAIN_STEPS_MAX);
+    t->eval_every = (int)m_int(r, "eval_every", 0, INT_MAX);
+    t->eval_iters = (int)m_int(r, "eval_iters", 1, FG_TRAIN_EVAL_ITERS_MAX);
     t->seed = m_u64(r, "seed");
     m_no_other_keys(r);
     if (r->st != FG_OK) return r->st;
@@ -913,10 +918,19 @@ static fg_status save_paths(const char *dir, char mpath[4096], char opath[4096],
 static int header_value(const char *path, const char *key, char *out, size_t cap) {
     int ok = 0;
     char *h = NULL;
-    struct stat sb;
-    FILE *f = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
+    int fd = -1;
+    int64_t size;
+    FILE *f = NULL;
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK) { /* a regular file, opened without blocking */
+        fg_clear_error();
+        goto done;
+    }
+    if (!(f = fdopen(fd, "rb"))) {
+        close(fd);
+        goto done;
+    }
     unsigned char len8[8];
-    if (!f || fread(len8, 1, 8, f) != 8) goto done;
+    if (fread(len8, 1, 8, f) != 8) goto done;
     uint64_t n = 0;
     for (int i = 0; i < 8; i++) n |= (uint64_t)len8[i] << (8 * i);
     if (n == 0 || n > (64u << 20) || !(h = malloc((size_t)n + 1)) || fread(h, 1, (size_t)n, f) != (size_t)n) goto done;
@@ -1326,9 +1340,14 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
     for (int i = 0; i < n; i++) {
         /* the contents first (a changed file may not even tokenize), then the dataset */
         uint64_t h = 0;
-        FILE *fp = fopen(cand[i], "rb");
-        if (!fp) {
-            snprintf(why[i], sizeof why[i], "'%s'%s: %s", cand[i], what[i], strerror(errno));
+        int fd = -1;
+        int64_t size;
+        FILE *fp = NULL;
+        /* a regular file, opened without blocking (a FIFO or device there is refused, unread) */
+        if (fg_open_read(cand[i], 0, &fd, &size) != FG_OK || !(fp = fdopen(fd, "rb"))) {
+            snprintf(why[i], sizeof why[i], "'%s'%s: %.1000s", cand[i], what[i], fd < 0 ? fg_last_error() : strerror(errno));
+            fg_clear_error();
+            if (fd >= 0) close(fd);
             continue;
         }
         fg_xxh64_state hs;

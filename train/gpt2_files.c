@@ -43,9 +43,12 @@ static int hf_transposed(fg_gpt_kind k) {
     return k == FG_GPT_ATTN_W || k == FG_GPT_APROJ_W || k == FG_GPT_FC_W || k == FG_GPT_MPROJ_W;
 }
 
-static int is_file(const char *p) {
+/* 1 when something is at p (following links): whatever it is, its reader then opens it through
+ * fg_read_file / fg_open_read, which refuses a FIFO, a device or a folder by name instead of this
+ * test passing it over in silence. */
+static int is_there(const char *p) {
     struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    return stat(p, &sb) == 0;
 }
 
 /* The parameter values of g as float32 into a new host buffer of g->num_elements (caller frees). */
@@ -541,10 +544,10 @@ static fg_model_file *hf_load(const char *dir, const char *file) {
         fg_error(FG_ERR_ARG, "%s: path too long", dir);
         goto fail;
     }
-    if (file || is_file(one)) {
+    if (file || is_there(one)) {
         snprintf(h->path[0], sizeof h->path[0], "%s", file ? file : one);
         h->n = 1;
-    } else if (is_file(idx)) {
+    } else if (is_there(idx)) {
         int n = 0;
         names = malloc(HF_MAX_SHARDS * sizeof *names);
         if (!names) {
@@ -700,8 +703,12 @@ fail:
 /* 1 when the safetensors file's header carries flashgrad's "fg_kind" (a checkpoint); reads only
  * the header. */
 static int st_is_flashgrad(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    int fd;
+    int64_t size;
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK) { /* a regular file only, opened without blocking */
+        fg_clear_error();
+        return 0;
+    }
     unsigned char len8[8];
     int yes = 0;
     if (pread(fd, len8, 8, 0) == 8) {
@@ -719,8 +726,12 @@ static int st_is_flashgrad(const char *path) {
 }
 
 static int file_magic_is_llmc(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    int fd;
+    int64_t size;
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK) {
+        fg_clear_error();
+        return 0;
+    }
     int32_t m = 0;
     int yes = pread(fd, &m, 4, 0) == 4 && m == LLMC_MAGIC;
     close(fd);
@@ -764,11 +775,11 @@ fg_model_file *fg_model_file_load(const char *path) {
     char p[4096 + 64];
     if (S_ISDIR(sb.st_mode)) {
         snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
-        if (is_file(p) && st_is_flashgrad(p)) return flashgrad_load(path);
+        if (is_there(p) && st_is_flashgrad(p)) return flashgrad_load(path);
         snprintf(p, sizeof p, "%s/config.json", path);
-        if (is_file(p)) return hf_load(path, NULL);
+        if (is_there(p)) return hf_load(path, NULL);
         snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
-        if (is_file(p)) return flashgrad_load(path); /* says what is wrong with it */
+        if (is_there(p)) return flashgrad_load(path); /* says what is wrong with it */
         fg_error(FG_ERR_IO,
                  "%s: no model here (looked for a flashgrad run's model.safetensors and a Hugging Face folder's "
                  "config.json)",
@@ -794,7 +805,7 @@ fg_model_file *fg_model_file_load(const char *path) {
     char cj[4096 + 80];
     snprintf(cj, sizeof cj, "%.4096s/config.json", dir);
     size_t L = strlen(path);
-    if (L > 12 && !strcmp(path + L - 12, ".safetensors") && is_file(cj)) return hf_load(dir, path);
+    if (L > 12 && !strcmp(path + L - 12, ".safetensors") && is_there(cj)) return hf_load(dir, path);
     if (L > 12 && !strcmp(path + L - 12, ".safetensors")) return flashgrad_load(path); /* its own message */
     fg_error(FG_ERR_FORMAT,
              "%s: not a model file flashgrad reads (an llm.c .bin starts with magic %d; safetensors files are "
