@@ -202,7 +202,7 @@ Test(meta_pkl, long1_and_long4_read_little_endian_twos_complement) {
         {{0x8a, 1, 0xff}, 3, -1, 0},                          /* 0xff: -1 */
         {{0x8a, 1, 0x80}, 3, -128, 0},                        /* -2^7 */
         {{0x8a, 2, 0x00, 0x80}, 4, -32768, 0},                /* -2^15 */
-        {{0x8a, 2, 0x80, 0x00}, 4, 128, 0},                   /* the 0x00 keeps it positive */
+        {{0x8a, 2, 0x81, 0x00}, 4, 129, 0},                   /* the 0x00 keeps it positive */
         {{0x8a, 3, 0x00, 0x00, 0xff}, 5, -65536, 0},          /* 0xff0000 - 2^24 */
         {{0x8a, 5, 0x00, 0x00, 0x00, 0x80, 0x00}, 7, 2147483648LL, 0}, /* 2^31, as Python writes it */
         {{0x8a, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, 10, 9223372036854775807LL, 0},

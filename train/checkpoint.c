@@ -518,7 +518,7 @@ static void m_shard_set(meta_rd *r, fg_ckpt_info *in) {
     int n[2];
     n[0] = (int)m_int(r, "tokens.train.shards", 1, FG_TOKEN_MAX_SHARDS);
     const int val = m_enum(r, "tokens.val", shards_val_names, 2);
-    n[1] = val == 0 ? (int)m_int(r, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS - n[0]) : 0;
+    n[1] = val == 0 ? (int)m_int(r, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS) : 0;
     for (int s = 0; s < 2 && r->st == FG_OK; s++) {
         if (!n[s]) continue;
         if (!(in->shards[s] = calloc((size_t)n[s], sizeof *in->shards[s]))) {
