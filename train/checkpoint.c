@@ -2,7 +2,6 @@
 #include "train/checkpoint.h"
 
 #include <errno.h>
-#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -279,9 +278,13 @@ static int64_t m_int(meta_rd *r, const char *key, int64_t lo, int64_t hi) {
     const char *v = m_need(r, key);
     int64_t x = 0;
     if (!v) return 0;
-    if (!parse_i64(v, &x) || x < lo || x > hi) {
+    if (!parse_i64(v, &x)) {
         m_fail(r, "metadata '%s' = '%.40s' is not an integer in %lld..%lld written in plain decimal", key, v,
                (long long)lo, (long long)hi);
+        return 0;
+    }
+    if (x < lo || x > hi) {
+        m_fail(r, "metadata '%s' = %lld is outside %lld..%lld", key, (long long)x, (long long)lo, (long long)hi);
         return 0;
     }
     return x;
@@ -313,8 +316,9 @@ static uint64_t m_hex(meta_rd *r, const char *key) {
     return x;
 }
 
-/* %.17g: a finite double written so it reads back to the same bits. */
-static double m_f64(meta_rd *r, const char *key, double lo, double hi) {
+/* %.17g: a finite double written so it reads back to the same bits, in [lo, hi] ([lo, hi) when
+ * hi_open). */
+static double m_f64(meta_rd *r, const char *key, double lo, double hi, int hi_open) {
     const char *v = m_need(r, key);
     if (!v) return 0;
     char *end, back[40];
@@ -328,8 +332,8 @@ static double m_f64(meta_rd *r, const char *key, double lo, double hi) {
         m_fail(r, "metadata '%s' = '%.40s' is not a finite number written as flashgrad writes it (%%.17g)", key, v);
         return 0;
     }
-    if (!(x >= lo && x <= hi)) {
-        m_fail(r, "metadata '%s' = %.17g is outside [%g, %g]", key, x, lo, hi);
+    if (!(x >= lo && (hi_open ? x < hi : x <= hi))) {
+        m_fail(r, "metadata '%s' = %.17g is outside [%g, %g%c", key, x, lo, hi, hi_open ? ')' : ']');
         return 0;
     }
     return x;
@@ -569,7 +573,7 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     in->model.n_embd = (int)m_int(r, "n_embd", 1, FG_GPT_MAX_EMBD);
     in->model.block_size = (int)m_int(r, "block_size", 1, FG_GPT_MAX_BLOCK);
     in->model.vocab_size = (int)m_int(r, "vocab_size", 1, FG_GPT_MAX_VOCAB);
-    in->model.dropout = m_f64(r, "dropout", 0, nextafter(1.0, 0.0));
+    in->model.dropout = m_f64(r, "dropout", 0, 1, 1);
     const char *attn_names[FG_ATTN_IMPL_COUNT];
     for (int i = 0; i < FG_ATTN_IMPL_COUNT; i++) attn_names[i] = fg_attn_impl_name((fg_attn_impl)i);
     int attn = m_enum(r, "attn", attn_names, FG_ATTN_IMPL_COUNT);
@@ -644,7 +648,7 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
         in->addition = fg_addition_default_config();
         in->addition.n_digits = (int)m_int(r, "addition.n_digits", 1, FG_ADD_MAX_DIGITS);
         in->addition.answer_only = (int)m_int(r, "addition.answer_only", 0, 1);
-        in->addition.val_fraction = m_f64(r, "addition.val_fraction", 0, 0.5);
+        in->addition.val_fraction = m_f64(r, "addition.val_fraction", 0, 0.5, 0);
         in->addition.split_seed = m_u64(r, "addition.split_seed");
         if (r->st != FG_OK) return r->st;
         /* the task's own checks, and its tokenizer and sequence length against the model's */
@@ -665,7 +669,7 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
         m_path(r, "text.path", in->data_path, sizeof in->data_path, 0);
         m_path(r, "text.path_abs", in->data_path_abs, sizeof in->data_path_abs, 1);
         in->data_hash = m_hex(r, "text.xxh64");
-        in->val_fraction = m_f64(r, "text.val_fraction", 0, 0.5);
+        in->val_fraction = m_f64(r, "text.val_fraction", 0, 0.5, 0);
     }
     m_no_other_keys(r);
     return r->st;
@@ -677,21 +681,20 @@ static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_tra
                                   uint64_t *params_hash, int64_t *adamw_t) {
     m_kind(r, KIND_OPTIM);
     /* each key's plausible range (trainer.h): a value outside is refused naming the key */
-    const double below_one = nextafter(1.0, 0.0);
     *step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     *params_hash = m_hex(r, "params_xxh64");
     *adamw_t = m_int(r, "adamw_t", 0, FG_TRAIN_STEPS_MAX);
     memset(t, 0, sizeof *t);
     t->model = *model;
-    t->opt.lr = m_f64(r, "lr", DBL_MIN, FG_TRAIN_LR_MAX);
-    t->opt.min_lr = m_f64(r, "min_lr", 0, FG_TRAIN_LR_MAX);
+    t->opt.lr = m_f64(r, "lr", 0, FG_TRAIN_LR_MAX, 0);
+    t->opt.min_lr = m_f64(r, "min_lr", 0, FG_TRAIN_LR_MAX, 0);
     t->opt.warmup = m_int(r, "warmup", 0, FG_TRAIN_STEPS_MAX);
     t->opt.decay_steps = m_int(r, "decay_steps", 1, FG_TRAIN_STEPS_MAX);
-    t->opt.beta1 = m_f64(r, "beta1", 0, below_one);
-    t->opt.beta2 = m_f64(r, "beta2", 0, below_one);
-    t->opt.eps = m_f64(r, "eps", FG_TRAIN_EPS_MIN, FG_TRAIN_EPS_MAX);
-    t->opt.weight_decay = m_f64(r, "weight_decay", 0, FG_TRAIN_WD_MAX);
-    t->opt.grad_clip = m_f64(r, "grad_clip", 0, FG_TRAIN_CLIP_MAX);
+    t->opt.beta1 = m_f64(r, "beta1", 0, 1, 1);
+    t->opt.beta2 = m_f64(r, "beta2", 0, 1, 1);
+    t->opt.eps = m_f64(r, "eps", FG_TRAIN_EPS_MIN, FG_TRAIN_EPS_MAX, 0);
+    t->opt.weight_decay = m_f64(r, "weight_decay", 0, FG_TRAIN_WD_MAX, 0);
+    t->opt.grad_clip = m_f64(r, "grad_clip", 0, FG_TRAIN_CLIP_MAX, 0);
     t->batch_size = (int)m_int(r, "batch_size", 1, FG_TRAIN_BATCH_MAX);
     t->grad_accum = (int)m_int(r, "grad_accum", 1, FG_TRAIN_ACCUM_MAX);
     t->steps = m_int(r, "steps", 1, FG_TRAIN_STEPS_MAX);
