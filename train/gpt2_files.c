@@ -244,13 +244,14 @@ static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
         return fg_error(FG_ERR_FORMAT, "%s: model_type is %s, and flashgrad loads GPT-2 (\"gpt2\") models", file,
                         val[HK_MODEL_TYPE][0] ? val[HK_MODEL_TYPE] + (val[HK_MODEL_TYPE][0] == '"') : "missing");
     *mc = fg_gpt_default_config();
-    if ((st = hf_int(file, val[HK_N_LAYER], "n_layer", 1, 1024, &mc->n_layer)) ||
-        (st = hf_int(file, val[HK_N_HEAD], "n_head", 1, 65536, &mc->n_head)) ||
-        (st = hf_int(file, val[HK_N_EMBD], "n_embd", 1, 65536, &mc->n_embd)) ||
-        (st = hf_int(file, val[HK_VOCAB], "vocab_size", 1, 1 << 24, &mc->vocab_size)))
+    /* each number within what flashgrad's GPT takes (gpt.h) */
+    if ((st = hf_int(file, val[HK_N_LAYER], "n_layer", 1, FG_GPT_MAX_LAYER, &mc->n_layer)) ||
+        (st = hf_int(file, val[HK_N_HEAD], "n_head", 1, FG_GPT_MAX_EMBD, &mc->n_head)) ||
+        (st = hf_int(file, val[HK_N_EMBD], "n_embd", 1, FG_GPT_MAX_EMBD, &mc->n_embd)) ||
+        (st = hf_int(file, val[HK_VOCAB], "vocab_size", 1, FG_GPT_MAX_VOCAB, &mc->vocab_size)))
         return st;
     /* n_positions (n_ctx in the oldest configs) */
-    if ((st = hf_int(file, val[HK_N_POS][0] ? val[HK_N_POS] : val[HK_N_CTX], "n_positions", 1, 1 << 20,
+    if ((st = hf_int(file, val[HK_N_POS][0] ? val[HK_N_POS] : val[HK_N_CTX], "n_positions", 1, FG_GPT_MAX_BLOCK,
                      &mc->block_size)))
         return st;
     /* what flashgrad computes: refuse a configuration that asks for something else */
@@ -259,7 +260,9 @@ static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
         return fg_error(FG_ERR_FORMAT,
                         "%s: activation_function %s: flashgrad's GPT uses the tanh GELU (\"gelu_new\") only", file,
                         act + 1);
-    if (*val[HK_EPS] && strtod(val[HK_EPS], NULL) != 1e-5)
+    char *eps_end = NULL;
+    const double eps = *val[HK_EPS] ? strtod(val[HK_EPS], &eps_end) : 1e-5;
+    if (*val[HK_EPS] && (eps_end == val[HK_EPS] || *eps_end || eps != 1e-5)) /* the whole value, a number */
         return fg_error(FG_ERR_FORMAT, "%s: layer_norm_epsilon %s: flashgrad's LayerNorm uses 1e-05", file,
                         val[HK_EPS]);
     if (*val[HK_N_INNER] && strcmp(val[HK_N_INNER], "null")) {
@@ -617,8 +620,8 @@ static fg_model_file *llmc_load(const char *path) {
         goto fail;
     }
     const int T = hd[2], V = hd[3], L = hd[4], H = hd[5], C = hd[6], Vp = hd[7];
-    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > (1 << 24) || Vp > (1 << 24) ||
-        L > 1024 || C > 65536 || T > (1 << 20)) {
+    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > FG_GPT_MAX_VOCAB ||
+        Vp > FG_GPT_MAX_VOCAB || L > FG_GPT_MAX_LAYER || C > FG_GPT_MAX_EMBD || T > FG_GPT_MAX_BLOCK) {
         fg_error(FG_ERR_FORMAT,
                  "%s: implausible llm.c header (maxT %d, V %d, L %d, H %d, C %d, Vp %d: each positive, H divides C, "
                  "V <= Vp)",
