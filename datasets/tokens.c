@@ -411,7 +411,10 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
         const char *w = split_word(base, "train");
         if (w) {
             snprintf(va, sizeof va, "%.*sval%s", (int)(w - path), path, w + 5);
-            if (!is_regular(va)) va[0] = '\0';
+            /* anything there is the val file: a FIFO or a folder by that name is refused by name when
+             * it is opened, not passed over for the train file's tail */
+            struct stat vb;
+            if (stat(va, &vb) != 0) va[0] = '\0';
         }
     }
     return fg_token_data_open_files(path, tr, va[0] ? va : NULL, vocab_size, block_size);

@@ -407,6 +407,7 @@ Test(cli_io, every_input_that_is_not_a_regular_file_is_refused_in_one_line, .tim
     save_tokens("nano/train.bin", 2000);
     save_tokens("nano/val.bin", 500);
     save_tokens("ids.bin", 2000);
+    save_tokens("ids_train.bin", 2000);
     cr_assert_eq(mkdir(path_in((char[256]){0}, 256, "hf"), 0700), 0);
     cr_assert_eq(mkdir(path_in((char[256]){0}, 256, "run"), 0700), 0);
     /* a model trained on token ids, for --tokenizer */
@@ -420,6 +421,7 @@ Test(cli_io, every_input_that_is_not_a_regular_file_is_refused_in_one_line, .tim
         {"x.txt", "train --data x.txt " TINY_RUN " --out r", 0},           /* a text */
         {"x.bin", "train --data-bin x.bin --vocab-size 65 " TINY_RUN " --out r", 1}, /* a token file */
         {"nano/meta.pkl", "train --data-bin nano " TINY_RUN " --out r", 0},          /* nanoGPT's meta.pkl */
+        {"ids_val.bin", "train --data-bin ids_train.bin --vocab-size 65 " TINY_RUN " --out r", 0}, /* its val file */
         {"m.bin", "sample --ckpt m.bin", 1},                               /* a model file or folder */
         {"m.bin", "eval --ckpt m.bin", 1},
         {"m.bin", "train --init-from m.bin --data-bin nano " TINY_RUN " --out r", 1},
