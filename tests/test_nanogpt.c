@@ -652,6 +652,17 @@ Test(peak, two_runs_divide_by_the_same_cached_peak, .init = make_tmpdir, .fini =
     expect_error(TINY " --peak -5 --out e", 2, "--peak: '-5'");
 }
 
+/* The line of out that holds `phrase` has no double space (words an empty field left apart). */
+static void expect_single_spaced(const char *out, const char *phrase) {
+    const char *at = strstr(out, phrase);
+    cr_assert(at, "no '%s' in:\n%s", phrase, out);
+    const char *start = at, *end = strchr(at, '\n');
+    while (start > out && start[-1] != '\n') start--;
+    if (!end) end = at + strlen(at);
+    for (const char *c = start; c + 1 < end; c++)
+        cr_expect(!(c[0] == ' ' && c[1] == ' '), "a double space in '%.*s'", (int)(end - start), start);
+}
+
 Test(peak, a_corrupt_cache_is_refused_and_rewritten, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 300) {
     need_bin();
     char p[600], out[16384];
@@ -664,6 +675,7 @@ Test(peak, a_corrupt_cache_is_refused_and_rewritten, .init = make_tmpdir, .fini 
     int lines = 0;
     for (const char *c = out; (c = strstr(c, "peak cache")); c++) lines++;
     cr_expect_eq(lines, 1, "the refusal is not one line:\n%s", out);
+    expect_single_spaced(out, "peak cache");
     expect_run(TINY " --out b", 0, "cached in", out, sizeof out);
     cr_expect(!strstr(out, "not a valid"), "the rewritten cache is refused again:\n%s", out);
     int rows;
@@ -706,6 +718,7 @@ Test(peak, an_implausible_cached_figure_is_measured_again, .init = make_tmpdir, 
         int lines = 0;
         for (const char *c = out; (c = strstr(c, "peak cache")); c++) lines++;
         cr_expect_eq(lines, 1, "%s: the warning is not one line:\n%s", figures[i], out);
+        expect_single_spaced(out, "peak cache");
         int rows;
         const double logged = log_peak(dir, &rows);
         cr_expect(logged >= 0.1 && logged <= 1e7, "%s: log.csv divides by %g GFLOP/s", figures[i], logged);
