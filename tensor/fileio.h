@@ -68,17 +68,18 @@ fg_status fg_rename_replace(const char *from, const char *to);
 #define FG_TMP_MARK ".flashgrad-tmp."
 
 /* Reads the whole of the regular file `path` into a new malloc'ed buffer: *buf (caller frees with
- * free()) holds *n bytes followed by one extra '\0' (so text can be used as a C string). This is
- * the one reader of every input flashgrad parses (configs, checkpoints, model, tokenizer and token
- * files, logs, caches): it never blocks and never reads without a bound. `path` (or what a symbolic
- * link at it points to) must be a regular file: a FIFO or pipe (with or without a writer), a
- * directory, a character device such as /dev/zero or a terminal, a block device or a socket is
- * refused without reading, "cannot read '<path>': it is a FIFO/pipe, not a regular file". The file
- * is refused when larger than max_bytes; with max_bytes 0 its size is the only limit (and a file
- * that grows while it is read is refused, not followed). Streams are read only where a caller asks
- * for them by name (fg_open_read with allow_stream, then fg_read_fd). Failures are FG_ERR_IO
- * (FG_ERR_OOM when memory runs out, FG_ERR_ARG for NULL pointers or an empty path), with the path
- * and the reason; *buf is then NULL and *n is 0. */
+ * free()) holds *n bytes followed by one extra '\0' (so text can be used as a C string). With
+ * fg_open_read below (for readers that map or pread), it is how every input flashgrad parses is
+ * opened (configs, checkpoints, model, tokenizer and token files, logs, caches): it never blocks
+ * and never reads without a bound. `path` (or what a symbolic link at it points to) must be a
+ * regular file: a FIFO or pipe (with or without a writer), a directory, a character device such as
+ * /dev/zero or a terminal, a block device or a socket is refused without reading, "cannot read
+ * '<path>': it is a FIFO/pipe, not a regular file". The file is refused when larger than
+ * max_bytes; with max_bytes 0 its size is the only limit (and a file that grows while it is read is
+ * refused, not followed). Streams are read only where a caller asks for them by name (fg_open_read
+ * with allow_stream, then fg_read_fd). Failures are FG_ERR_IO (FG_ERR_OOM when memory runs out,
+ * FG_ERR_ARG for NULL pointers or an empty path), with the path and the reason; *buf is then NULL
+ * and *n is 0. */
 fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n);
 
 /* The two steps of fg_read_file, for readers that take regular files their own way (pread of a
