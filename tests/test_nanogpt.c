@@ -650,6 +650,9 @@ Test(peak, two_runs_divide_by_the_same_cached_peak, .init = make_tmpdir, .fini =
               mfu, tps, fpt, want_mfu);
     expect_error(TINY " --peak fast --out e", 2, "--peak: 'fast'");
     expect_error(TINY " --peak -5 --out e", 2, "--peak: '-5'");
+    /* the cache's range holds for a figure given, too: no MFU divides by 1e-300 */
+    expect_error(TINY " --peak 1e-300 --out e", 2, "--peak: '1e-300' is neither GFLOP/s (0.1..1e+07");
+    expect_error(TINY " --peak 2e7 --out e", 2, "--peak: '2e7'");
 }
 
 /* The line of out that holds `phrase` has no double space (words an empty field left apart). */
