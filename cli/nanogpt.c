@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tensor/fileio.h"
+
 /* ---- names: nanoGPT's train.py settings and ours ---- */
 /* The settings whose flag of ours does what nanoGPT's does, in its units. gradient_accumulation_steps
  * counts every process's micro-batches, as nanoGPT's (which divides it by the world size): the
@@ -438,32 +440,15 @@ bad:
 
 int fg_pyconfig_read(const char *path, fg_pyconfig_entry **out, char *err, size_t err_n) {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        snprintf(err, err_n, "%s: %s", path, strerror(errno));
+    void *buf = NULL;
+    size_t got = 0;
+    /* a regular file of at most 1 MiB (fg_read_file: a FIFO, device or folder is refused unread) */
+    if (fg_read_file(path, 1 << 20, &buf, &got) != FG_OK) {
+        snprintf(err, err_n, "%s", fg_last_error());
+        fg_clear_error();
         return -1;
     }
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(err, err_n, "%s: not a regular file", path);
-        fclose(fp);
-        return -1;
-    }
-    if (sb.st_size > (1 << 20)) {
-        snprintf(err, err_n, "%s: %lld bytes is too large for a config file", path, (long long)sb.st_size);
-        fclose(fp);
-        return -1;
-    }
-    char *text = malloc((size_t)sb.st_size + 1);
-    size_t got = text ? fread(text, 1, (size_t)sb.st_size, fp) : 0;
-    int rd_err = ferror(fp);
-    fclose(fp);
-    if (!text || rd_err || got != (size_t)sb.st_size) {
-        snprintf(err, err_n, "%s: cannot read it", path);
-        free(text);
-        return -1;
-    }
-    text[got] = '\0';
+    char *text = buf;
     if (strlen(text) != got) {
         snprintf(err, err_n, "%s: holds a NUL byte (not a Python config file)", path);
         free(text);

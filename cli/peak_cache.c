@@ -65,18 +65,29 @@ typedef struct {
     char cpu[256];
 } entry;
 
-/* One data line into e: 0, or -1 when it is not a valid line. */
-static int parse_line(char *line, entry *e) {
+/* One data line into e: 0, or -1 when it is not a valid line, with why[0..wn) saying what is wrong.
+ * The figure is this file's one number that a run divides by: it must be finite and within
+ * [FG_PEAK_MIN_GFLOPS, FG_PEAK_MAX_GFLOPS], or an MFU computed from it would be nonsense. */
+static int parse_line(char *line, entry *e, char *why, size_t wn) {
     char *f[4], *save = NULL;
     int k = 0;
+    snprintf(why, wn, "not <GFLOP/s> TAB <simd> TAB <threads> TAB <cpu model>");
     for (char *t = strtok_r(line, "\t", &save); t && k < 4; t = strtok_r(NULL, "\t", &save)) f[k++] = t;
     if (k != 4 || strtok_r(NULL, "\t", &save)) return -1;
     char *end;
     errno = 0;
     e->gflops = strtod(f[0], &end);
-    if (*end || errno || !isfinite(e->gflops) || e->gflops <= 0 || e->gflops > 1e9) return -1;
+    if (end == f[0] || *end) return -1;
+    if (!(e->gflops >= FG_PEAK_MIN_GFLOPS && e->gflops <= FG_PEAK_MAX_GFLOPS)) { /* NaN fails too */
+        snprintf(why, wn, "%.20s GFLOP/s is outside %g..%g", f[0], FG_PEAK_MIN_GFLOPS, FG_PEAK_MAX_GFLOPS);
+        return -1;
+    }
+    errno = 0;
     long t = strtol(f[2], &end, 10);
-    if (*end || t < 1 || t > 1 << 20) return -1;
+    if (end == f[2] || *end || errno || t < 1 || t > 1 << 20) {
+        snprintf(why, wn, "thread count %.20s is outside 1..%d", f[2], 1 << 20);
+        return -1;
+    }
     e->threads = (int)t;
     if (!*f[1] || strlen(f[1]) >= sizeof e->simd || !*f[3] || strlen(f[3]) >= sizeof e->cpu) return -1;
     snprintf(e->simd, sizeof e->simd, "%s", f[1]);
@@ -84,10 +95,11 @@ static int parse_line(char *line, entry *e) {
     return 0;
 }
 
-/* The cache's entries into e (at most MAX_LINES); *bad: the first invalid line's number (0: none).
- * Returns the count; 0 for a missing file. */
-static int load(const char *path, entry *e, int *bad) {
+/* The cache's entries into e (at most MAX_LINES); *bad: the first invalid line's number (0: none),
+ * and why[0..wn) what is wrong with it. Returns the count; 0 for a missing file. */
+static int load(const char *path, entry *e, int *bad, char *why, size_t wn) {
     *bad = 0;
+    why[0] = '\0';
     void *buf = NULL;
     size_t n = 0;
     struct stat sb;
@@ -107,7 +119,7 @@ static int load(const char *path, entry *e, int *bad) {
             continue;
         }
         entry x;
-        if (parse_line(line, &x) != 0) {
+        if (parse_line(line, &x, why, wn) != 0) {
             *bad = lineno;
             continue;
         }
@@ -157,16 +169,24 @@ void fg_peak_get(double given, int remeasure, fg_peak_info *out) {
     /* the lock makes concurrent starts measure once: the second reads what the first wrote */
     char lock_path[4200];
     snprintf(lock_path, sizeof lock_path, "%s/peak.lock", dir);
-    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (lock >= 0 && flock(lock, LOCK_EX) != 0) {
+    /* never blocks at the open, and only a regular file serves (a FIFO or device there is left alone:
+     * the run goes on without the lock) */
+    int lock = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+    struct stat lsb;
+    if (lock >= 0 && (fstat(lock, &lsb) != 0 || !S_ISREG(lsb.st_mode) || flock(lock, LOCK_EX) != 0)) {
         close(lock);
         lock = -1;
     }
     static entry e[MAX_LINES + 1];
-    int bad = 0, n = load(out->path, e, &bad);
-    if (bad)
-        fprintf(stderr, "flashgrad: %s %s is not a valid peak cache: measuring the peak again and rewriting it\n",
-                out->path, bad > 1 ? "has an invalid line, so it" : "");
+    char why[128];
+    int bad = 0, n = load(out->path, e, &bad, why, sizeof why);
+    if (bad > 1)
+        fprintf(stderr,
+                "flashgrad: %s line %d (%s) is not a valid peak cache: measuring the peak again and rewriting it\n",
+                out->path, bad, why);
+    else if (bad)
+        fprintf(stderr, "flashgrad: %s is not a valid peak cache: measuring the peak again and rewriting it\n",
+                out->path);
     int found = -1;
     for (int i = 0; i < n; i++)
         if (e[i].threads == out->threads && !strcmp(e[i].simd, out->simd) && !strcmp(e[i].cpu, out->cpu)) found = i;

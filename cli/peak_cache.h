@@ -7,14 +7,20 @@
  * after a header line. A figure is measured (ops/cpu/peak.h, longer than the quick measure: the
  * best of many short rounds) the first time a configuration is asked for, then read back; the file
  * is replaced atomically (tensor/fileio.h) under a lock (peak.lock beside it), so concurrent runs
- * measure once. A cache that does not parse is refused with one line on stderr and rewritten with
- * its valid lines and a new measurement; one that cannot be written is said once, and the run goes
- * on with its own measurement.
+ * measure once. A cache that does not parse, or holds a figure outside [FG_PEAK_MIN_GFLOPS,
+ * FG_PEAK_MAX_GFLOPS] (or NaN, or an infinity), is refused with one line on stderr naming the line
+ * and what is wrong, and rewritten with its valid lines and a new measurement; one that cannot be
+ * written is said once, and the run goes on with its own measurement.
  */
 #ifndef FG_PEAK_CACHE_H
 #define FG_PEAK_CACHE_H
 
 #include <stddef.h>
+
+/* The figures a cache line may hold, in GFLOP/s: any CPU core's float32 FMA peak times any thread
+ * count this program runs lies between. A line outside is refused like a line that does not parse. */
+#define FG_PEAK_MIN_GFLOPS 0.1
+#define FG_PEAK_MAX_GFLOPS 1e7
 
 typedef enum { FG_PEAK_GIVEN, FG_PEAK_CACHED, FG_PEAK_MEASURED } fg_peak_origin;
 

@@ -218,8 +218,9 @@ int fg_train_parse(int argc, char **argv, train_args *a) {
         double g = strtod(f[F_PEAK].s, &end);
         if (!strcmp(f[F_PEAK].s, "measure"))
             a->peak_remeasure = 1;
-        else if (*end || !isfinite(g) || g <= 0 || g > 1e9)
-            fg_train_die(2, "--peak: '%s' is neither GFLOP/s (a number > 0) nor 'measure'", f[F_PEAK].s);
+        else if (end == f[F_PEAK].s || *end || !(g >= FG_PEAK_MIN_GFLOPS && g <= FG_PEAK_MAX_GFLOPS))
+            fg_train_die(2, "--peak: '%s' is neither GFLOP/s (%g..%g, the cache's range) nor 'measure'", f[F_PEAK].s,
+                         FG_PEAK_MIN_GFLOPS, FG_PEAK_MAX_GFLOPS);
         else
             a->peak = g;
     }

@@ -111,7 +111,27 @@ static const char *opcode_name(unsigned char op) {
     case 'd': return "DICT";
     case '0': return "POP";
     case '2': return "DUP";
-    default: return "an unknown opcode";
+    case '1': return "POP_MARK";
+    case 'F': return "FLOAT";
+    case 'L': return "LONG";
+    case 'T': return "BINSTRING";
+    case 'U': return "SHORT_BINSTRING";
+    case 'g': return "GET";
+    case 'p': return "PUT";
+    case 0x83: return "EXT2";
+    case 0x84: return "EXT4";
+    case 0x85: return "TUPLE1";
+    case 0x86: return "TUPLE2";
+    case 0x87: return "TUPLE3";
+    case 0x8d: return "BINUNICODE8";
+    case 0x8e: return "BINBYTES8";
+    case 0x8f: return "EMPTY_SET";
+    case 0x90: return "ADDITEMS";
+    case 0x91: return "FROZENSET";
+    case 0x96: return "BYTEARRAY8";
+    case 0x97: return "NEXT_BUFFER";
+    case 0x98: return "READONLY_BUFFER";
+    default: return NULL; /* not an opcode of protocols 0..5, or one named where it is read */
     }
 }
 
@@ -157,6 +177,27 @@ static fg_tokenizer *interpret(pk *k) {
             v.i = op == 'J' ? (int64_t)(int32_t)(uint32_t)a : a;
             if (!push(k, v)) return fail(k, "stack too deep%s (%lld values)", "", MAX_ITEMS);
             break;
+        case 0x8a:   /* LONG1 n1, then n bytes */
+        case 0x8b: { /* LONG4 n4, then n bytes */
+            /* The integer is the n bytes as little-endian two's complement (pickletools'
+             * decode_long; n = 0 is 0). Python writes ints outside BININT's 32 bits this way. Kept
+             * when it fits int64: the bytes past the 8th must all repeat the sign of the 8th. */
+            a = arg(k, op == 0x8a ? 1 : 4);
+            if (a < 0 || a > k->end - k->p) return fail(k, "a LONG%s integer runs past the end (%lld bytes)", "", a);
+            const unsigned char *b = k->p;
+            const int w = a < 8 ? (int)a : 8;
+            uint64_t u = 0;
+            for (int i = w - 1; i >= 0; i--) u = u << 8 | b[i];
+            if (w > 0 && w < 8 && (b[w - 1] & 0x80)) u |= ~(uint64_t)0 << (8 * w); /* sign-extend */
+            const unsigned char ext = w == 8 && (b[7] & 0x80) ? 0xff : 0x00;
+            for (int64_t i = 8; i < a; i++)
+                if (b[i] != ext) return fail(k, "a LONG%s integer outside the 64-bit range (%lld bytes)", "", a);
+            k->p += a;
+            v.kind = PV_INT;
+            v.i = (int64_t)u;
+            if (!push(k, v)) return fail(k, "stack too deep%s (%lld values)", "", MAX_ITEMS);
+            break;
+        }
         case 0x8c: /* SHORT_BINUNICODE len1 */
         case 'X':  /* BINUNICODE len4 */
             a = arg(k, op == 'X' ? 4 : 1);
@@ -211,8 +252,8 @@ static fg_tokenizer *interpret(pk *k) {
         case '.': /* STOP */
             goto done;
         default: {
-            char nm[64];
-            snprintf(nm, sizeof nm, "%s", opcode_name(op));
+            const char *nm = opcode_name(op);
+            if (!nm) return fail(k, "pickle byte%s (0x%02llx) is not a pickle opcode; refused", "", op);
             return fail(k, "pickle opcode %s (0x%02llx) is not one nanoGPT's meta.pkl uses; refused", nm, op);
         }
         }
@@ -223,13 +264,15 @@ done:
     const pdict *top = &k->dicts[k->stack[0].i];
     const pdict *itos = NULL, *stoi = NULL;
     int64_t V = -1;
+    int have_v = 0;
     for (uint32_t i = 0; i < top->n; i++) {
         const pv *key = &top->k[i], *val = &top->v[i];
         char name[16] = "";
         if (key->kind == PV_STR && key->len < sizeof name) memcpy(name, key->s, key->len);
-        if (!strcmp(name, "vocab_size") && val->kind == PV_INT && V < 0)
+        if (!strcmp(name, "vocab_size") && val->kind == PV_INT && !have_v) {
             V = val->i;
-        else if (!strcmp(name, "itos") && val->kind == PV_DICT && !itos)
+            have_v = 1;
+        } else if (!strcmp(name, "itos") && val->kind == PV_DICT && !itos)
             itos = &k->dicts[val->i];
         else if (!strcmp(name, "stoi") && val->kind == PV_DICT && !stoi)
             stoi = &k->dicts[val->i];

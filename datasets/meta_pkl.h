@@ -5,7 +5,8 @@
  * itos = {i: ch}, stoi = {ch: i}. Python (protocols 2 to 5) encodes that dict with these opcodes
  * only: PROTO, FRAME, EMPTY_DICT, MARK, SETITEM, SETITEMS, BININT1, BININT2, BININT,
  * SHORT_BINUNICODE, BINUNICODE, MEMOIZE, BINPUT, LONG_BINPUT, BINGET, LONG_BINGET, STOP (the
- * strings of stoi are memo references to itos's). This reader is a stack machine over exactly that
+ * strings of stoi are memo references to itos's), and LONG1/LONG4 for an int outside 32 bits (read
+ * as pickle defines them, little-endian two's complement; a value outside int64 is refused). This reader is a stack machine over exactly that
  * set: every other opcode (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, ...) is refused
  * with one line naming it, so no pickle can make it import or call anything, and every count and
  * length is checked against the bytes left (it is a fuzz target).

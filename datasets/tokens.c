@@ -411,7 +411,10 @@ fg_token_data *fg_token_data_open(const char *path, int vocab_size, int block_si
         const char *w = split_word(base, "train");
         if (w) {
             snprintf(va, sizeof va, "%.*sval%s", (int)(w - path), path, w + 5);
-            if (!is_regular(va)) va[0] = '\0';
+            /* anything there is the val file: a FIFO or a folder by that name is refused by name when
+             * it is opened, not passed over for the train file's tail */
+            struct stat vb;
+            if (stat(va, &vb) != 0) va[0] = '\0';
         }
     }
     return fg_token_data_open_files(path, tr, va[0] ? va : NULL, vocab_size, block_size);
@@ -437,10 +440,13 @@ static fg_token_data *open_lists(const char *name, const char *const *train, int
         fg_error(FG_ERR_ARG, "--data-bin '%s': block size %d must be >= 1", name, block_size);
         return NULL;
     }
-    if (ntrain > FG_TOKEN_MAX_SHARDS - nval) {
-        fg_error(FG_ERR_ARG, "--data-bin '%s': %d shards, more than the %d one dataset may hold", name, ntrain + nval,
-                 FG_TOKEN_MAX_SHARDS);
-        return NULL;
+    for (int s = 0; s < 2; s++) {
+        const int k = s ? nval : ntrain;
+        if (k > FG_TOKEN_MAX_SHARDS) {
+            fg_error(FG_ERR_ARG, "--data-bin '%s': %d %s shards, more than the %d %s shards one dataset may hold", name,
+                     k, s ? "val" : "train", FG_TOKEN_MAX_SHARDS, s ? "val" : "train");
+            return NULL;
+        }
     }
     fg_token_data *d = calloc(1, sizeof *d);
     if (d) d->files = calloc((size_t)(ntrain + nval), sizeof *d->files);

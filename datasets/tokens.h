@@ -45,7 +45,8 @@ extern "C" {
 #define FG_LLMC_DATA_MAGIC 20240520
 #define FG_LLMC_TOKENIZER_MAGIC 20240328
 #define FG_TOKEN_MAX_VOCAB 65536 /* uint16 ids */
-#define FG_TOKEN_MAX_SHARDS 4096 /* files in one dataset, train and val together */
+/* The most train shards one dataset may hold; its val shards are counted apart, to the same limit. */
+#define FG_TOKEN_MAX_SHARDS 4096
 
 typedef enum { FG_TOKFILE_NANOGPT = 0, FG_TOKFILE_LLMC = 1 } fg_token_format;
 

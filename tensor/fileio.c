@@ -247,7 +247,7 @@ fg_status fg_open_read(const char *path, int allow_stream, int *fd, int64_t *siz
     }
     fg_status rc = FG_OK;
     if (S_ISFIFO(st.st_mode) && !allow_stream)
-        rc = fg_error(FG_ERR_IO, "cannot read '%s': it is a FIFO/pipe, not a regular file", path);
+        rc = fg_error(FG_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, file_kind(st.st_mode));
     else if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
         rc = fg_error(FG_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, file_kind(st.st_mode));
     else {
@@ -339,7 +339,7 @@ fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n
     *n = 0;
     int fd;
     int64_t size;
-    fg_status rc = fg_open_read(path, max_bytes > 0, &fd, &size);
+    fg_status rc = fg_open_read(path, 0, &fd, &size);
     if (rc != FG_OK) return rc;
     rc = fg_read_fd(fd, path, max_bytes, buf, n);
     close(fd);

@@ -5,9 +5,9 @@
  * fsync'ed, and the temporary file is renamed over the target, then the folder is fsync'ed. A crash
  * or a full disk at any moment leaves either the old file or the new one, never a mixture, and a
  * failed write removes its temporary file. Readers take a whole file into memory with a size limit
- * (fg_read_file), so parsers work on a bounded buffer and never on a stream; a reader never reads
- * without a bound (a stream needs an explicit cap, devices are refused) and never waits for a FIFO's
- * writer.
+ * (fg_read_file), so parsers work on a bounded buffer and never on a stream; an input is a regular
+ * file (a FIFO, a device, a directory or a socket is refused in one line, never read or waited on),
+ * unless its reader asks for a stream by name (fg_open_read).
  *
  * The checksum is XXH64 (Yann Collet's xxHash, 64-bit variant), from libxxhash (Debian's
  * libxxhash-dev, used header-only): fast (several GB/s), 64 bits, and checkable with any xxHash tool
@@ -79,32 +79,35 @@ int fg_tmp_hold(int fd);
 /* The process's umask, read without changing it (umask(2) would, for a moment, for every thread). */
 unsigned fg_umask(void);
 
-/* Reads the whole of `path` into a new malloc'ed buffer: *buf (caller frees with free()) holds *n
- * bytes followed by one extra '\0' (so text can be used as a C string). Never reads without a
- * bound and never blocks waiting for a writer; what it takes depends on what `path` is:
- *   - a regular file: all of it; refused when larger than max_bytes. With max_bytes 0 its size is
- *     the only limit (and a file that grows while it is read is refused, not followed).
- *   - a FIFO or pipe (a named pipe, /dev/stdin or /dev/fd/N of a pipe, bash's <(...)): only when
- *     max_bytes > 0, since a stream has no size to check first; read to end of file, refused past
- *     max_bytes, and refused when it gives no data (a FIFO that no process holds open for writing
- *     reads that way at once instead of hanging).
- *   - anything else (a directory, a character device such as /dev/zero or a terminal, a block
- *     device, a socket): refused, with what it is in the message.
- * Failures are FG_ERR_IO (FG_ERR_OOM when memory runs out, FG_ERR_ARG for NULL pointers or an
- * empty path), with the path and the reason; *buf is then NULL and *n is 0. */
+/* Reads the whole of the regular file `path` into a new malloc'ed buffer: *buf (caller frees with
+ * free()) holds *n bytes followed by one extra '\0' (so text can be used as a C string). With
+ * fg_open_read below (for readers that map or pread), it is how every input flashgrad parses is
+ * opened (configs, checkpoints, model, tokenizer and token files, logs, caches): it never blocks
+ * and never reads without a bound. `path` (or what a symbolic link at it points to) must be a
+ * regular file: a FIFO or pipe (with or without a writer), a directory, a character device such as
+ * /dev/zero or a terminal, a block device or a socket is refused without reading, "cannot read
+ * '<path>': it is a FIFO/pipe, not a regular file". The file is refused when larger than
+ * max_bytes; with max_bytes 0 its size is the only limit (and a file that grows while it is read is
+ * refused, not followed). Streams are read only where a caller asks for them by name (fg_open_read
+ * with allow_stream, then fg_read_fd). Failures are FG_ERR_IO (FG_ERR_OOM when memory runs out,
+ * FG_ERR_ARG for NULL pointers or an empty path), with the path and the reason; *buf is then NULL
+ * and *n is 0. */
 fg_status fg_read_file(const char *path, size_t max_bytes, void **buf, size_t *n);
 
 /* The two steps of fg_read_file, for readers that take regular files their own way (pread of a
- * header, then the data straight into place) and streams whole.
+ * header, mmap, the data straight into place), and for the few inputs that may also be a stream
+ * (.npy arrays, which bash's <(...) and /dev/stdin of a pipe hand over).
  *
- * fg_open_read opens `path` read-only without blocking (see above), refuses what fg_read_file
- * refuses (FIFOs too unless allow_stream) and gives the descriptor in *fd (the caller closes it;
- * reads on it block as usual) and *size = the size of a regular file, or -1 for a FIFO/pipe. On
- * failure *fd is -1.
+ * fg_open_read opens `path` read-only without blocking (O_NONBLOCK, so a FIFO's open never waits
+ * for a writer), refuses what fg_read_file refuses (FIFOs/pipes too unless allow_stream) and gives
+ * the descriptor in *fd (the caller closes it; reads on it block as usual) and *size = the size of
+ * a regular file, or -1 for a FIFO/pipe. On failure *fd is -1.
  *
  * fg_read_fd reads an open descriptor from its current position to end of file, with fg_read_file's
- * limits (max_bytes > 0 is required for a FIFO/pipe); `path` names it in messages. It does not
- * close fd. */
+ * limits; a FIFO/pipe needs max_bytes > 0, is read to end of file (a writer that never writes is
+ * waited for: streams are for callers that asked for one), and is refused when it gives no data (a
+ * FIFO that no process holds open for writing reads that way at once). `path` names it in
+ * messages. It does not close fd. */
 fg_status fg_open_read(const char *path, int allow_stream, int *fd, int64_t *size);
 fg_status fg_read_fd(int fd, const char *path, size_t max_bytes, void **buf, size_t *n);
 

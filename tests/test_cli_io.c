@@ -5,11 +5,15 @@
  * test instead of stalling the suite. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tensor/npy.h"
@@ -55,7 +59,10 @@ static void expect_fg(const char *prefix, const char *args, int code, const char
     }
 }
 
-static void path_in(char *buf, size_t n, const char *rel) { snprintf(buf, n, "%s/%s", g_dir, rel); }
+static char *path_in(char *buf, size_t n, const char *rel) {
+    snprintf(buf, n, "%s/%s", g_dir, rel);
+    return buf;
+}
 
 /* A float32 .npy of shape (1, 1, rows, 2) with values from a formula (seed varies them). */
 static void save_input(const char *rel, int64_t rows, float seed) {
@@ -318,4 +325,165 @@ Test(cli_io, empty_path_flags_are_usage_errors) {
     expect_fg(NULL, "train --data '' --out o", 2, "--data");
     expect_fg(NULL, "sample --ckpt ''", 2, "--ckpt");
     expect_fg(NULL, "bench train --data ''", 2, "--data");
+}
+
+/* ---- every input is a regular file ----
+ * Each input a command reads (a config, a text, token and tokenizer files, meta.pkl, model files,
+ * checkpoints, a Hugging Face config.json) is put there as each kind of special file, and the
+ * command must refuse it promptly in one line naming it: never block on it, never read it. */
+
+typedef enum { SP_FIFO, SP_FIFO_WRITER, SP_DIR, SP_DEV_ZERO, SP_LINK_TO_FIFO, SP_COUNT } special_kind;
+static const char *const special_names[SP_COUNT] = {"a FIFO with no writer", "a FIFO whose writer never writes",
+                                                     "a directory", "a link to /dev/zero", "a link to a FIFO"};
+/* what the refusal says the file is */
+static const char *const special_phrase[SP_COUNT] = {"FIFO", "FIFO", "directory", "character device", "FIFO"};
+
+/* Makes `rel` a special file of `kind`; for SP_FIFO_WRITER, *writer is a child process that holds
+ * the FIFO open for writing and never writes (the caller kills it), else -1. */
+static void make_special(const char *rel, special_kind kind, pid_t *writer) {
+    char p[256], target[300];
+    path_in(p, sizeof p, rel);
+    *writer = -1;
+    switch (kind) {
+    case SP_FIFO: cr_assert_eq(mkfifo(p, 0600), 0, "mkfifo %s: %s", p, strerror(errno)); break;
+    case SP_FIFO_WRITER: {
+        cr_assert_eq(mkfifo(p, 0600), 0, "mkfifo %s: %s", p, strerror(errno));
+        int sync[2];
+        cr_assert_eq(pipe(sync), 0);
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) { /* O_RDWR: open at once on Linux, and it holds the write end */
+            int fd = open(p, O_RDWR);
+            char c = fd >= 0 ? 'y' : 'n';
+            if (write(sync[1], &c, 1) != 1) _exit(1);
+            for (;;) pause();
+        }
+        close(sync[1]);
+        char c = 0;
+        cr_assert(read(sync[0], &c, 1) == 1 && c == 'y', "the writer could not open %s", p);
+        close(sync[0]);
+        *writer = pid;
+        break;
+    }
+    case SP_DIR: cr_assert_eq(mkdir(p, 0700), 0, "mkdir %s: %s", p, strerror(errno)); break;
+    case SP_DEV_ZERO: cr_assert_eq(symlink("/dev/zero", p), 0, "symlink %s: %s", p, strerror(errno)); break;
+    default:
+        snprintf(target, sizeof target, "%s.target", p);
+        cr_assert_eq(mkfifo(target, 0600), 0, "mkfifo %s: %s", target, strerror(errno));
+        cr_assert_eq(symlink(target, p), 0, "symlink %s: %s", p, strerror(errno));
+    }
+}
+
+static void remove_special(const char *rel, pid_t writer) {
+    if (writer > 0) {
+        kill(writer, SIGKILL);
+        waitpid(writer, NULL, 0);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cd '%s' && rm -rf '%s' '%s.target'", g_dir, rel, rel);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* A raw uint16 token file of n ids below 65 (nanoGPT's format). */
+static void save_tokens(const char *rel, size_t n) {
+    char p[256];
+    path_in(p, sizeof p, rel);
+    FILE *f = fopen(p, "wb");
+    cr_assert(f, "cannot create %s", p);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t id = (uint16_t)(i * 7 % 65);
+        cr_assert_eq(fwrite(&id, 2, 1, f), 1);
+    }
+    cr_assert_eq(fclose(f), 0);
+}
+
+#define TINY_RUN                                                                                                       \
+    "--n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 4 --steps 1 --eval-every 0 --eval-iters 1 "         \
+    "--samples 0 --threads 1"
+
+Test(cli_io, every_input_that_is_not_a_regular_file_is_refused_in_one_line, .timeout = 900) {
+    need_bin();
+    cr_assert_eq(mkdir(path_in((char[256]){0}, 256, "nano"), 0700), 0);
+    save_tokens("nano/train.bin", 2000);
+    save_tokens("nano/val.bin", 500);
+    save_tokens("ids.bin", 2000);
+    save_tokens("ids_train.bin", 2000);
+    cr_assert_eq(mkdir(path_in((char[256]){0}, 256, "hf"), 0700), 0);
+    cr_assert_eq(mkdir(path_in((char[256]){0}, 256, "run"), 0700), 0);
+    /* a model trained on token ids, for --tokenizer */
+    expect_fg(NULL, "train --data-bin ids.bin --vocab-size 65 " TINY_RUN " --out ids_run", 0, "checkpoint:");
+    static const struct {
+        const char *at;   /* where the special file goes */
+        const char *args; /* the command that reads it */
+        int dir_ok;       /* a folder is this input's own kind (then its refusal says what it lacks) */
+    } rows[] = {
+        {"x.py", "train x.py --out r", 0},                                 /* a nanoGPT config */
+        {"x.txt", "train --data x.txt " TINY_RUN " --out r", 0},           /* a text */
+        {"x.bin", "train --data-bin x.bin --vocab-size 65 " TINY_RUN " --out r", 1}, /* a token file */
+        {"nano/meta.pkl", "train --data-bin nano " TINY_RUN " --out r", 0},          /* nanoGPT's meta.pkl */
+        {"ids_val.bin", "train --data-bin ids_train.bin --vocab-size 65 " TINY_RUN " --out r", 0}, /* its val file */
+        {"m.bin", "sample --ckpt m.bin", 1},                               /* a model file or folder */
+        {"m.bin", "eval --ckpt m.bin", 1},
+        {"m.bin", "train --init-from m.bin --data-bin nano " TINY_RUN " --out r", 1},
+        {"run/model.safetensors", "sample --ckpt run", 0}, /* a flashgrad run's model file */
+        {"hf/config.json", "sample --ckpt hf", 0},         /* a Hugging Face folder's config */
+        {"tok.bin", "sample --ckpt ids_run --tokenizer tok.bin --tokens 2", 0}, /* llm.c's tokenizer */
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+        for (int k = 0; k < SP_COUNT; k++) {
+            pid_t writer;
+            make_special(rows[r].at, (special_kind)k, &writer);
+            char log[8192];
+            int rc = run_fg(NULL, rows[r].args, log, sizeof log);
+            remove_special(rows[r].at, writer);
+            int lines = 0;
+            for (const char *c = log; *c; c++) lines += *c == '\n';
+            cr_expect(rc != 0 && rc != 124, "`flashgrad %s` with %s as %s exited %d (124: hung):\n%s", rows[r].args,
+                      special_names[k], rows[r].at, rc, log);
+            cr_expect(lines == 1 && strstr(log, rows[r].at), "`flashgrad %s` with %s as %s: not one line naming it:\n%s",
+                      rows[r].args, special_names[k], rows[r].at, log);
+            if (!(k == SP_DIR && rows[r].dir_ok))
+                cr_expect(strstr(log, special_phrase[k]), "`flashgrad %s` with %s as %s does not say '%s':\n%s",
+                          rows[r].args, special_names[k], rows[r].at, special_phrase[k], log);
+        }
+}
+
+/* The text a checkpoint recorded, read again on --resume, and the peak cache, as special files:
+ * the resume is refused in one line naming the text; the cache is set aside with one warning (the
+ * run measures its peak and goes on). */
+Test(cli_io, recorded_inputs_and_the_peak_cache_that_are_not_regular_files_do_not_block, .timeout = 900) {
+    need_bin();
+    char p[256];
+    path_in(p, sizeof p, "t.txt");
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    for (int i = 0; i < 200; i++) fputs("to be or not to be, that is the question. ", f);
+    cr_assert_eq(fclose(f), 0);
+    expect_fg(NULL, "train --data t.txt " TINY_RUN " --out tr", 0, "checkpoint:");
+    char keep[256], cache[300];
+    path_in(keep, sizeof keep, "t.keep");
+    cr_assert_eq(rename(p, keep), 0);
+    snprintf(cache, sizeof cache, "XDG_CACHE_HOME='%s/cache'; export XDG_CACHE_HOME;", g_dir);
+    cr_assert_eq(mkdir(path_in((char[256]){0}, 256, "cache"), 0700), 0);
+    cr_assert_eq(mkdir(path_in((char[256]){0}, 256, "cache/flashgrad"), 0700), 0);
+    for (int k = 0; k < SP_COUNT; k++) {
+        pid_t writer;
+        char log[8192];
+        make_special("t.txt", (special_kind)k, &writer);
+        int rc = run_fg(NULL, "train --resume --out tr --steps 2", log, sizeof log);
+        remove_special("t.txt", writer);
+        int lines = 0;
+        for (const char *c = log; *c; c++) lines += *c == '\n';
+        cr_expect(rc != 0 && rc != 124 && lines == 1 && strstr(log, "t.txt") && strstr(log, special_phrase[k]),
+                  "--resume with %s as its text: exit %d (124: hung):\n%s", special_names[k], rc, log);
+
+        make_special("cache/flashgrad/peak.tsv", (special_kind)k, &writer);
+        rc = run_fg(cache, "train --task addition --digits 1 " TINY_RUN " --out pk", log, sizeof log);
+        remove_special("cache/flashgrad/peak.tsv", writer);
+        cr_expect(rc == 0 && strstr(log, "peak.tsv is not a valid peak cache"),
+                  "a run with %s as its peak cache: exit %d (124: hung):\n%s", special_names[k], rc, log);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/pk'", g_dir);
+        cr_assert_eq(system(cmd), 0);
+    }
 }

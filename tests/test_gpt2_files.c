@@ -338,6 +338,15 @@ Test(gpt2_files, hf_folder_round_trips_and_foreign_configurations_are_refused) {
     } bad[] = {
         {"\"gelu_new\"", "\"relu\"", "activation_function"},
         {"1e-05", "1e-06", "layer_norm_epsilon"},
+        {"1e-05", "1e-05x", "layer_norm_epsilon 1e-05x"}, /* a number's prefix is not the number */
+        {"1e-05", "-1e-05", "layer_norm_epsilon -1e-05"},
+        {"1e-05", "nan", "layer_norm_epsilon nan"},
+        {"\"n_layer\": 2", "\"n_layer\": 1025", "n_layer\" is 1025, not an integer in 1..1024"},
+        {"\"n_embd\": 16", "\"n_embd\": 65537", "n_embd\" is 65537, not an integer in 1..65536"},
+        {"\"n_embd\": 16", "\"n_embd\": 16.0", "n_embd\" is 16.0"},
+        {"\"n_head\": 2", "\"n_head\": -2", "n_head\" is -2"},
+        {"\"n_positions\": 12", "\"n_positions\": 1048577", "n_positions\" is 1048577"},
+        {"\"vocab_size\": ", "\"vocab_size\": 99999999", "vocab_size\" is 9999999911, not an integer"},
         {"\"n_inner\": null", "\"n_inner\": 10", "n_inner"},
         {"\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", "tie_word_embeddings"},
         {"\"scale_attn_by_inverse_layer_idx\": false", "\"scale_attn_by_inverse_layer_idx\": true", "layer index"},

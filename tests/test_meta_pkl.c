@@ -60,8 +60,8 @@ Test(meta_pkl, foreign_pickles_are_refused_with_a_reason) {
 }
 
 Test(meta_pkl, every_opcode_outside_the_subset_is_refused) {
-    static const unsigned char allowed[] = {0x80, 0x95, '}', '(', 'K', 'M', 'J', 0x8c, 'X', 0x94, 'q', 'r', 'h', 'j',
-                                            's',  'u',  '.'};
+    static const unsigned char allowed[] = {0x80, 0x95, '}', '(', 'K', 'M',  'J', 0x8a, 0x8b, 0x8c,
+                                            'X',  0x94, 'q', 'r', 'h', 'j', 's', 'u',  '.'};
     int refused = 0;
     for (int op = 0; op < 256; op++) {
         /* PROTO 4, EMPTY_DICT, the opcode with room for an argument, STOP */
@@ -148,4 +148,116 @@ Test(meta_pkl, data_bin_folder_with_meta_pkl_trains_samples_text_and_resumes, .t
     fg_tokenizer_free(t);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
+}
+
+/* ---- LONG1 / LONG4 ----
+ * The dict {'vocab_size': X, 'itos': {0: 'a'}, 'stoi': {'a': 0}} with X given as the opcode bytes
+ * `xb[0..xn)`. X = 1 gives a one-character tokenizer; any other X is refused with "vocab_size is X",
+ * which is how these tests see the decoded value. */
+static size_t dict_with_int(unsigned char *b, const unsigned char *xb, size_t xn) {
+    static const unsigned char head[] = {0x80, 4, '}', '(', 0x8c, 10, 'v', 'o', 'c', 'a', 'b', '_', 's', 'i', 'z', 'e'};
+    static const unsigned char tail[] = {0x8c, 4,    'i', 't', 'o', 's', '}', 'K', 0,   0x8c, 1,   'a', 's',
+                                         0x8c, 4,    's', 't', 'o', 'i', '}', 0x8c, 1, 'a',  'K', 0,   's', 'u', '.'};
+    size_t n = 0;
+    memcpy(b + n, head, sizeof head), n += sizeof head;
+    memcpy(b + n, xb, xn), n += xn;
+    memcpy(b + n, tail, sizeof tail), n += sizeof tail;
+    return n;
+}
+
+/* Parses the dict whose vocab_size is the pickled integer xb[0..xn) and checks what it decoded to:
+ * `want` (accepted when 1, else named in the refusal), or a refusal saying it is outside int64 when
+ * `too_big`. */
+static void expect_int_decodes(const unsigned char *xb, size_t xn, long long want, int too_big, const char *what) {
+    unsigned char b[512];
+    cr_assert(xn < 400);
+    size_t n = dict_with_int(b, xb, xn);
+    fg_tokenizer *t = fg_meta_pkl_parse(b, n, "t");
+    if (too_big) {
+        cr_expect_null(t, "%s: an integer outside int64 was accepted", what);
+        cr_expect(strstr(fg_last_error(), "outside the 64-bit range"), "%s: '%s'", what, fg_last_error());
+    } else if (want == 1) {
+        cr_expect(t && fg_tokenizer_vocab_size(t) == 1, "%s: '%s'", what, t ? "" : fg_last_error());
+    } else {
+        cr_expect_null(t, "%s: vocab_size %lld accepted", what, want);
+        const char *v = strstr(fg_last_error(), "vocab_size is ");
+        cr_expect(v && strtoll(v + 14, NULL, 10) == want && !strchr(v + 14, ' '), "%s: want %lld, got '%s'", what,
+                  want, fg_last_error());
+    }
+    fg_tokenizer_free(t);
+}
+
+/* Hand-built integers; each value worked out from pickle's definition (n bytes, little-endian, two's
+ * complement; n = 0 is 0), not from the reader. */
+Test(meta_pkl, long1_and_long4_read_little_endian_twos_complement) {
+    static const struct {
+        unsigned char b[16];
+        size_t n;
+        long long want;
+        int too_big;
+    } cases[] = {
+        {{0x8a, 1, 0x01}, 3, 1, 0},
+        {{0x8a, 2, 0x01, 0x00}, 4, 1, 0},                     /* a needless 0x00: still 1 */
+        {{0x8a, 0}, 2, 0, 0},                                 /* no bytes: 0 */
+        {{0x8a, 1, 0xff}, 3, -1, 0},                          /* 0xff: -1 */
+        {{0x8a, 1, 0x80}, 3, -128, 0},                        /* -2^7 */
+        {{0x8a, 2, 0x00, 0x80}, 4, -32768, 0},                /* -2^15 */
+        {{0x8a, 2, 0x81, 0x00}, 4, 129, 0},                   /* the 0x00 keeps it positive */
+        {{0x8a, 3, 0x00, 0x00, 0xff}, 5, -65536, 0},          /* 0xff0000 - 2^24 */
+        {{0x8a, 5, 0x00, 0x00, 0x00, 0x80, 0x00}, 7, 2147483648LL, 0}, /* 2^31, as Python writes it */
+        {{0x8a, 5, 0xff, 0xff, 0xff, 0x7f, 0xff}, 7, -2147483649LL, 0}, /* 0xff7fffffff - 2^40 = -2^31 - 1 */
+        {{0x8a, 7, 0, 0, 0, 0, 0, 0, 0x80}, 9, -36028797018963968LL, 0}, /* -2^55 */
+        {{0x8a, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, 10, 9223372036854775807LL, 0},
+        {{0x8a, 8, 0, 0, 0, 0, 0, 0, 0, 0x80}, 10, -9223372036854775807LL - 1, 0},
+        {{0x8a, 9, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 11, -2, 0}, /* sign bytes past 8 */
+        {{0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x00}, 11, 0, 1},                      /* 2^63 */
+        {{0x8a, 9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff}, 11, 0, 1}, /* -2^63 - 1 */
+        {{0x8b, 1, 0, 0, 0, 0x01}, 6, 1, 0},                                        /* LONG4 */
+        {{0x8b, 2, 0, 0, 0, 0x00, 0xff}, 7, -256, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "case %zu", i);
+        expect_int_decodes(cases[i].b, cases[i].n, cases[i].want, cases[i].too_big, what);
+    }
+    /* a length past the end: refused, not read */
+    static const unsigned char runs_past[] = {0x80, 4, '}', 0x8a, 200, 1, '.'};
+    cr_expect_null(fg_meta_pkl_parse(runs_past, sizeof runs_past, "t"));
+    cr_expect(strstr(fg_last_error(), "runs past the end"), "'%s'", fg_last_error());
+}
+
+/* Python's own pickles of ints beyond 32 bits (LONG1), each protocol, where python3 is installed. */
+Test(meta_pkl, python_pickles_of_big_ints_read_back_as_python_wrote_them) {
+    static const char *const xs[] = {"2**31", "-2**31-1", "2**40+5", "-2**40-7", "2**62", "2**63-1", "-2**63",
+                                      "2**63", "-2**63-1", "2**100"};
+    for (int proto = 2; proto <= 5; proto++)
+        for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+            char cmd[512], out[4096];
+            snprintf(cmd, sizeof cmd,
+                     "python3 -c \"import pickle; x=%s; print(-2**63 <= x < 2**63, x, "
+                     "pickle.dumps({'vocab_size': x, 'itos': {0: 'a'}, 'stoi': {'a': 0}}, %d).hex())\" 2>/dev/null",
+                     xs[i], proto);
+            if (fgt_run_cmd(cmd, out, sizeof out) != 0) cr_skip_test("python3 is not available");
+            char fits[8], xs_dec[64], hex[2048];
+            cr_assert_eq(sscanf(out, "%7s %63s %2047s", fits, xs_dec, hex), 3, "python printed '%s'", out);
+            const long long x = !strcmp(fits, "True") ? strtoll(xs_dec, NULL, 10) : 0;
+            size_t n = strlen(hex) / 2;
+            unsigned char b[1024];
+            for (size_t k = 0; k < n; k++) {
+                unsigned v;
+                cr_assert_eq(sscanf(hex + 2 * k, "%2x", &v), 1);
+                b[k] = (unsigned char)v;
+            }
+            fg_tokenizer *t = fg_meta_pkl_parse(b, n, "t");
+            cr_expect_null(t, "%s (protocol %d) was accepted as a vocabulary size", xs[i], proto);
+            fg_tokenizer_free(t);
+            if (!strcmp(fits, "True")) {
+                const char *v = strstr(fg_last_error(), "vocab_size is ");
+                cr_expect(v && strtoll(v + 14, NULL, 10) == x, "%s (protocol %d): want %lld, got '%s'", xs[i], proto,
+                          x, fg_last_error());
+            } else {
+                cr_expect(strstr(fg_last_error(), "outside the 64-bit range"), "%s (protocol %d): '%s'", xs[i], proto,
+                          fg_last_error());
+            }
+        }
 }

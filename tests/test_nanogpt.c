@@ -677,6 +677,20 @@ Test(peak, two_runs_divide_by_the_same_cached_peak, .init = make_tmpdir, .fini =
               mfu, tps, fpt, want_mfu);
     expect_error(TINY " --peak fast --out e", 2, "--peak: 'fast'");
     expect_error(TINY " --peak -5 --out e", 2, "--peak: '-5'");
+    /* the cache's range holds for a figure given, too: no MFU divides by 1e-300 */
+    expect_error(TINY " --peak 1e-300 --out e", 2, "--peak: '1e-300' is neither GFLOP/s (0.1..1e+07");
+    expect_error(TINY " --peak 2e7 --out e", 2, "--peak: '2e7'");
+}
+
+/* The line of out that holds `phrase` has no double space (words an empty field left apart). */
+static void expect_single_spaced(const char *out, const char *phrase) {
+    const char *at = strstr(out, phrase);
+    cr_assert(at, "no '%s' in:\n%s", phrase, out);
+    const char *start = at, *end = strchr(at, '\n');
+    while (start > out && start[-1] != '\n') start--;
+    if (!end) end = at + strlen(at);
+    for (const char *c = start; c + 1 < end; c++)
+        cr_expect(!(c[0] == ' ' && c[1] == ' '), "a double space in '%.*s'", (int)(end - start), start);
 }
 
 Test(peak, a_corrupt_cache_is_refused_and_rewritten, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 300) {
@@ -691,10 +705,62 @@ Test(peak, a_corrupt_cache_is_refused_and_rewritten, .init = make_tmpdir, .fini 
     int lines = 0;
     for (const char *c = out; (c = strstr(c, "peak cache")); c++) lines++;
     cr_expect_eq(lines, 1, "the refusal is not one line:\n%s", out);
+    expect_single_spaced(out, "peak cache");
     expect_run(TINY " --out b", 0, "cached in", out, sizeof out);
     cr_expect(!strstr(out, "not a valid"), "the rewritten cache is refused again:\n%s", out);
     int rows;
     cr_expect_eq(log_peak("a", &rows), log_peak("b", &rows));
     /* --peak measure measures again and replaces the entry */
     expect_run(TINY " --peak measure --out c", 0, "measured now", out, sizeof out);
+}
+
+/* A cached figure outside any CPU's reach (or not a number) is never divided by: the run says so in
+ * one line naming the line and the value, measures again, logs the new figure and rewrites the
+ * cache with it. The line tampered with is the one this machine's runs read. */
+Test(peak, an_implausible_cached_figure_is_measured_again, .init = make_tmpdir, .fini = remove_tmpdir,
+     .timeout = 600) {
+    need_bin();
+    char out[16384], p[600];
+    expect_run(TINY " --out first", 0, "measured now", out, sizeof out);
+    snprintf(p, sizeof p, "%s/cache/flashgrad/peak.tsv", tmpdir);
+    void *buf = NULL;
+    size_t n = 0;
+    cr_assert_eq(fg_read_file(p, 0, &buf, &n), FG_OK, "%s", fg_last_error());
+    char *line2 = strchr(buf, '\n'), *tab = line2 ? strchr(line2 + 1, '\t') : NULL;
+    cr_assert(tab, "the cache has no entry: %s", (char *)buf);
+    static const char *const figures[] = {"1e-300", "-1", "nan", "inf", "1e300", "0.09", "1.1e7"};
+    for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++) {
+        /* the machine's own line, its figure replaced */
+        char cache[4096];
+        snprintf(cache, sizeof cache, "%.*s%s%s", (int)(line2 + 1 - (char *)buf), (char *)buf, figures[i], tab);
+        FILE *f = fopen(p, "w");
+        cr_assert(f);
+        fputs(cache, f);
+        fclose(f);
+        char args[300], dir[16];
+        snprintf(dir, sizeof dir, "r%zu", i);
+        snprintf(args, sizeof args, TINY " --out %s", dir);
+        expect_run(args, 0, "measured now", out, sizeof out);
+        char want[200];
+        snprintf(want, sizeof want, "peak.tsv line 2 (%s GFLOP/s is outside 0.1..1e+07) is not a valid peak cache",
+                 figures[i]);
+        cr_expect(strstr(out, want), "%s: no '%s' in:\n%s", figures[i], want, out);
+        int lines = 0;
+        for (const char *c = out; (c = strstr(c, "peak cache")); c++) lines++;
+        cr_expect_eq(lines, 1, "%s: the warning is not one line:\n%s", figures[i], out);
+        expect_single_spaced(out, "peak cache");
+        int rows;
+        const double logged = log_peak(dir, &rows);
+        cr_expect(logged >= 0.1 && logged <= 1e7, "%s: log.csv divides by %g GFLOP/s", figures[i], logged);
+        void *nb = NULL;
+        size_t nn = 0;
+        cr_assert_eq(fg_read_file(p, 0, &nb, &nn), FG_OK, "%s", fg_last_error());
+        char fig[64], old[64];
+        snprintf(fig, sizeof fig, "\n%.1f\t", logged);
+        snprintf(old, sizeof old, "\n%s\t", figures[i]);
+        cr_expect(strstr(nb, fig) && !strstr(nb, old), "%s: the cache was not rewritten with %.1f: %s", figures[i],
+                  logged, (char *)nb);
+        free(nb);
+    }
+    free(buf);
 }

@@ -603,3 +603,37 @@ Test(tokens, a_shard_set_beyond_a_gib_opens_and_batches_in_flat_memory, .init = 
     free(y);
     fg_token_data_free(d);
 }
+
+/* The shard limit counts train shards, and val shards apart: FG_TOKEN_MAX_SHARDS train shards and
+ * one val shard open; one train shard more is refused with a message naming what it counts. The
+ * shards are hard links of one small llm.c file. */
+Test(tokens, the_shard_limit_counts_train_shards_and_val_shards_apart, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    const size_t n = 40;
+    uint16_t *t = stream(n, 256, 3);
+    cr_assert_eq(mkdir(at("lim"), 0777), 0);
+    write_llmc("lim/one.bin", t, (int32_t)n, n, FG_LLMC_DATA_MAGIC, 1);
+    free(t);
+    const int ntrain = FG_TOKEN_MAX_SHARDS + 1;
+    char **tr = calloc((size_t)ntrain, sizeof *tr);
+    cr_assert(tr);
+    for (int i = 0; i < ntrain; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "lim/s_train_%05d.bin", i);
+        tr[i] = strdup(at(rel));
+        cr_assert_eq(link(at("lim/one.bin"), tr[i]), 0, "link %s", tr[i]);
+    }
+    const char *val[1] = {at("lim/one.bin")};
+    fg_token_data *d = fg_token_data_open_shards("lim", (const char *const *)tr, FG_TOKEN_MAX_SHARDS, val, 1, 256, 8);
+    cr_expect(d, "%d train shards and 1 val shard were refused: %s", FG_TOKEN_MAX_SHARDS, fg_last_error());
+    fg_token_data_free(d);
+    fg_clear_error();
+    d = fg_token_data_open_shards("lim", (const char *const *)tr, ntrain, val, 1, 256, 8);
+    cr_expect_null(d, "%d train shards were accepted", ntrain);
+    fg_token_data_free(d);
+    char want[128];
+    snprintf(want, sizeof want, "%d train shards, more than the %d train shards", ntrain, FG_TOKEN_MAX_SHARDS);
+    cr_expect(strstr(fg_last_error(), want), "'%s'", fg_last_error());
+    for (int i = 0; i < ntrain; i++) free(tr[i]);
+    free(tr);
+}

@@ -280,9 +280,13 @@ static int64_t m_int(meta_rd *r, const char *key, int64_t lo, int64_t hi) {
     const char *v = m_need(r, key);
     int64_t x = 0;
     if (!v) return 0;
-    if (!parse_i64(v, &x) || x < lo || x > hi) {
+    if (!parse_i64(v, &x)) {
         m_fail(r, "metadata '%s' = '%.40s' is not an integer in %lld..%lld written in plain decimal", key, v,
                (long long)lo, (long long)hi);
+        return 0;
+    }
+    if (x < lo || x > hi) {
+        m_fail(r, "metadata '%s' = %lld is outside %lld..%lld", key, (long long)x, (long long)lo, (long long)hi);
         return 0;
     }
     return x;
@@ -314,8 +318,9 @@ static uint64_t m_hex(meta_rd *r, const char *key) {
     return x;
 }
 
-/* %.17g: a finite double written so it reads back to the same bits. */
-static double m_f64(meta_rd *r, const char *key, double lo, double hi) {
+/* %.17g: a finite double written so it reads back to the same bits, in [lo, hi] ([lo, hi) when
+ * hi_open). */
+static double m_f64(meta_rd *r, const char *key, double lo, double hi, int hi_open) {
     const char *v = m_need(r, key);
     if (!v) return 0;
     char *end, back[40];
@@ -329,8 +334,8 @@ static double m_f64(meta_rd *r, const char *key, double lo, double hi) {
         m_fail(r, "metadata '%s' = '%.40s' is not a finite number written as flashgrad writes it (%%.17g)", key, v);
         return 0;
     }
-    if (!(x >= lo && x <= hi)) {
-        m_fail(r, "metadata '%s' = %.17g is outside [%g, %g]", key, x, lo, hi);
+    if (!(x >= lo && (hi_open ? x < hi : x <= hi))) {
+        m_fail(r, "metadata '%s' = %.17g is outside [%g, %g%c", key, x, lo, hi, hi_open ? ')' : ']');
         return 0;
     }
     return x;
@@ -519,7 +524,7 @@ static void m_shard_set(meta_rd *r, fg_ckpt_info *in) {
     int n[2];
     n[0] = (int)m_int(r, "tokens.train.shards", 1, FG_TOKEN_MAX_SHARDS);
     const int val = m_enum(r, "tokens.val", shards_val_names, 2);
-    n[1] = val == 0 ? (int)m_int(r, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS - n[0]) : 0;
+    n[1] = val == 0 ? (int)m_int(r, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS) : 0;
     for (int s = 0; s < 2 && r->st == FG_OK; s++) {
         if (!n[s]) continue;
         if (!(in->shards[s] = calloc((size_t)n[s], sizeof *in->shards[s]))) {
@@ -564,16 +569,17 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     m_lit(r, "bias", "true");
     m_lit(r, "tied_lm_head", "true");
     in->model = fg_gpt_default_config();
-    in->model.n_layer = (int)m_int(r, "n_layer", 1, INT_MAX);
-    in->model.n_head = (int)m_int(r, "n_head", 1, INT_MAX);
-    in->model.n_embd = (int)m_int(r, "n_embd", 1, INT_MAX);
-    in->model.block_size = (int)m_int(r, "block_size", 1, INT_MAX);
-    in->model.vocab_size = (int)m_int(r, "vocab_size", 1, INT_MAX);
-    in->model.dropout = m_f64(r, "dropout", 0, 1);
+    /* each key's plausible range (gpt.h): a value outside is refused naming the key */
+    in->model.n_layer = (int)m_int(r, "n_layer", 1, FG_GPT_MAX_LAYER);
+    in->model.n_head = (int)m_int(r, "n_head", 1, FG_GPT_MAX_EMBD);
+    in->model.n_embd = (int)m_int(r, "n_embd", 1, FG_GPT_MAX_EMBD);
+    in->model.block_size = (int)m_int(r, "block_size", 1, FG_GPT_MAX_BLOCK);
+    in->model.vocab_size = (int)m_int(r, "vocab_size", 1, FG_GPT_MAX_VOCAB);
+    in->model.dropout = m_f64(r, "dropout", 0, 1, 1);
     const char *attn_names[FG_ATTN_IMPL_COUNT];
     for (int i = 0; i < FG_ATTN_IMPL_COUNT; i++) attn_names[i] = fg_attn_impl_name((fg_attn_impl)i);
     int attn = m_enum(r, "attn", attn_names, FG_ATTN_IMPL_COUNT);
-    in->step = m_int(r, "step", 0, INT64_MAX / 2);
+    in->step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     in->params_hash = m_hex(r, "params_xxh64");
     const char *tokstr = m_need(r, "tokenizer");
     int data = m_enum(r, "data", data_names, 3);
@@ -644,7 +650,7 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
         in->addition = fg_addition_default_config();
         in->addition.n_digits = (int)m_int(r, "addition.n_digits", 1, FG_ADD_MAX_DIGITS);
         in->addition.answer_only = (int)m_int(r, "addition.answer_only", 0, 1);
-        in->addition.val_fraction = m_f64(r, "addition.val_fraction", 0, 0.5);
+        in->addition.val_fraction = m_f64(r, "addition.val_fraction", 0, 0.5, 0);
         in->addition.split_seed = m_u64(r, "addition.split_seed");
         if (r->st != FG_OK) return r->st;
         /* the task's own checks, and its tokenizer and sequence length against the model's */
@@ -665,7 +671,7 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
         m_path(r, "text.path", in->data_path, sizeof in->data_path, 0);
         m_path(r, "text.path_abs", in->data_path_abs, sizeof in->data_path_abs, 1);
         in->data_hash = m_hex(r, "text.xxh64");
-        in->val_fraction = m_f64(r, "text.val_fraction", 0, 0.5);
+        in->val_fraction = m_f64(r, "text.val_fraction", 0, 0.5, 0);
     }
     m_no_other_keys(r);
     return r->st;
@@ -676,25 +682,26 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
 static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_train_config *t, int64_t *step,
                                   uint64_t *params_hash, int64_t *adamw_t) {
     m_kind(r, KIND_OPTIM);
-    *step = m_int(r, "step", 0, INT64_MAX / 2);
+    /* each key's plausible range (trainer.h): a value outside is refused naming the key */
+    *step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     *params_hash = m_hex(r, "params_xxh64");
-    *adamw_t = m_int(r, "adamw_t", 0, INT64_MAX / 2);
+    *adamw_t = m_int(r, "adamw_t", 0, FG_TRAIN_STEPS_MAX);
     memset(t, 0, sizeof *t);
     t->model = *model;
-    t->opt.lr = m_f64(r, "lr", -INFINITY, INFINITY);
-    t->opt.min_lr = m_f64(r, "min_lr", -INFINITY, INFINITY);
-    t->opt.warmup = m_int(r, "warmup", 0, INT64_MAX / 2);
-    t->opt.decay_steps = m_int(r, "decay_steps", 1, INT64_MAX / 2);
-    t->opt.beta1 = m_f64(r, "beta1", -INFINITY, INFINITY);
-    t->opt.beta2 = m_f64(r, "beta2", -INFINITY, INFINITY);
-    t->opt.eps = m_f64(r, "eps", -INFINITY, INFINITY);
-    t->opt.weight_decay = m_f64(r, "weight_decay", -INFINITY, INFINITY);
-    t->opt.grad_clip = m_f64(r, "grad_clip", -INFINITY, INFINITY);
-    t->batch_size = (int)m_int(r, "batch_size", INT_MIN, INT_MAX);
-    t->grad_accum = (int)m_int(r, "grad_accum", INT_MIN, INT_MAX);
-    t->steps = m_int(r, "steps", 1, INT64_MAX / 2);
-    t->eval_every = (int)m_int(r, "eval_every", INT_MIN, INT_MAX);
-    t->eval_iters = (int)m_int(r, "eval_iters", INT_MIN, INT_MAX);
+    t->opt.lr = m_f64(r, "lr", 0, FG_TRAIN_LR_MAX, 0);
+    t->opt.min_lr = m_f64(r, "min_lr", 0, FG_TRAIN_LR_MAX, 0);
+    t->opt.warmup = m_int(r, "warmup", 0, FG_TRAIN_STEPS_MAX);
+    t->opt.decay_steps = m_int(r, "decay_steps", 1, FG_TRAIN_STEPS_MAX);
+    t->opt.beta1 = m_f64(r, "beta1", 0, 1, 1);
+    t->opt.beta2 = m_f64(r, "beta2", 0, 1, 1);
+    t->opt.eps = m_f64(r, "eps", FG_TRAIN_EPS_MIN, FG_TRAIN_EPS_MAX, 0);
+    t->opt.weight_decay = m_f64(r, "weight_decay", 0, FG_TRAIN_WD_MAX, 0);
+    t->opt.grad_clip = m_f64(r, "grad_clip", 0, FG_TRAIN_CLIP_MAX, 0);
+    t->batch_size = (int)m_int(r, "batch_size", 1, FG_TRAIN_BATCH_MAX);
+    t->grad_accum = (int)m_int(r, "grad_accum", 1, FG_TRAIN_ACCUM_MAX);
+    t->steps = m_int(r, "steps", 1, FG_TRAIN_STEPS_MAX);
+    t->eval_every = (int)m_int(r, "eval_every", 0, INT_MAX);
+    t->eval_iters = (int)m_int(r, "eval_iters", 1, FG_TRAIN_EVAL_ITERS_MAX);
     t->seed = m_u64(r, "seed");
     m_no_other_keys(r);
     if (r->st != FG_OK) return r->st;
@@ -938,10 +945,19 @@ int fg_ckpt_header_has(const char *path, const char *key) {
 static int header_value(const char *path, const char *key, char *out, size_t cap) {
     int ok = 0;
     char *h = NULL;
-    struct stat sb;
-    FILE *f = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
+    int fd = -1;
+    int64_t size;
+    FILE *f = NULL;
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK) { /* a regular file, opened without blocking */
+        fg_clear_error();
+        goto done;
+    }
+    if (!(f = fdopen(fd, "rb"))) {
+        close(fd);
+        goto done;
+    }
     unsigned char len8[8];
-    if (!f || fread(len8, 1, 8, f) != 8) goto done;
+    if (fread(len8, 1, 8, f) != 8) goto done;
     uint64_t n = 0;
     for (int i = 0; i < 8; i++) n |= (uint64_t)len8[i] << (8 * i);
     if (n == 0 || n > (64u << 20) || !(h = malloc((size_t)n + 1)) || fread(h, 1, (size_t)n, f) != (size_t)n) goto done;
@@ -1362,9 +1378,14 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
     for (int i = 0; i < n; i++) {
         /* the contents first (a changed file may not even tokenize), then the dataset */
         uint64_t h = 0;
-        FILE *fp = fopen(cand[i], "rb");
-        if (!fp) {
-            snprintf(why[i], sizeof why[i], "'%s'%s: %s", cand[i], what[i], strerror(errno));
+        int fd = -1;
+        int64_t size;
+        FILE *fp = NULL;
+        /* a regular file, opened without blocking (a FIFO or device there is refused, unread) */
+        if (fg_open_read(cand[i], 0, &fd, &size) != FG_OK || !(fp = fdopen(fd, "rb"))) {
+            snprintf(why[i], sizeof why[i], "'%s'%s: %.1000s", cand[i], what[i], fd < 0 ? fg_last_error() : strerror(errno));
+            fg_clear_error();
+            if (fd >= 0) close(fd);
             continue;
         }
         fg_xxh64_state hs;

@@ -32,17 +32,17 @@ fg_gpt_config fg_gpt_default_config(void) {
 
 fg_status fg_gpt_config_check(const fg_gpt_config *c) {
     if (!c) return fg_error(FG_ERR_ARG, "gpt: config is NULL");
-    if (c->n_layer < 1 || c->n_layer > 1024)
-        return fg_error(FG_ERR_ARG, "gpt: n_layer %d is outside 1..1024", c->n_layer);
+    if (c->n_layer < 1 || c->n_layer > FG_GPT_MAX_LAYER)
+        return fg_error(FG_ERR_ARG, "gpt: n_layer %d is outside 1..%d", c->n_layer, FG_GPT_MAX_LAYER);
     if (c->n_head < 1) return fg_error(FG_ERR_ARG, "gpt: n_head %d must be at least 1", c->n_head);
-    if (c->n_embd < 1 || c->n_embd > (1 << 16))
-        return fg_error(FG_ERR_ARG, "gpt: n_embd %d is outside 1..65536", c->n_embd);
+    if (c->n_embd < 1 || c->n_embd > FG_GPT_MAX_EMBD)
+        return fg_error(FG_ERR_ARG, "gpt: n_embd %d is outside 1..%d", c->n_embd, FG_GPT_MAX_EMBD);
     if (c->n_embd % c->n_head)
         return fg_error(FG_ERR_ARG, "gpt: n_embd %d is not a multiple of n_head %d", c->n_embd, c->n_head);
-    if (c->block_size < 1 || c->block_size > (1 << 20))
-        return fg_error(FG_ERR_ARG, "gpt: block_size %d is outside 1..1048576", c->block_size);
-    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
-        return fg_error(FG_ERR_ARG, "gpt: vocab_size %d is outside 1..16777216", c->vocab_size);
+    if (c->block_size < 1 || c->block_size > FG_GPT_MAX_BLOCK)
+        return fg_error(FG_ERR_ARG, "gpt: block_size %d is outside 1..%d", c->block_size, FG_GPT_MAX_BLOCK);
+    if (c->vocab_size < 1 || c->vocab_size > FG_GPT_MAX_VOCAB)
+        return fg_error(FG_ERR_ARG, "gpt: vocab_size %d is outside 1..%d", c->vocab_size, FG_GPT_MAX_VOCAB);
     if (!(c->dropout >= 0.0 && c->dropout < 1.0))
         return fg_error(FG_ERR_ARG, "gpt: dropout %g is outside [0, 1)", c->dropout);
     if (c->attn < 0 || c->attn >= FG_ATTN_IMPL_COUNT)

@@ -79,6 +79,12 @@ typedef struct {
 
 /* L 4, H 4, C 128, block 64, vocab 0 (must be set), dropout 0, flash, float32, CPU, full-precision products. */
 fg_gpt_config fg_gpt_default_config(void);
+/* The largest model dimensions fg_gpt_config_check accepts (and a checkpoint's metadata may hold). */
+#define FG_GPT_MAX_LAYER 1024
+#define FG_GPT_MAX_EMBD (1 << 16) /* n_embd; n_head divides it, so it bounds n_head too */
+#define FG_GPT_MAX_BLOCK (1 << 20)
+#define FG_GPT_MAX_VOCAB (1 << 24)
+
 /* FG_OK, or FG_ERR_ARG with a message naming the bad field. */
 fg_status fg_gpt_config_check(const fg_gpt_config *c);
 

@@ -46,9 +46,12 @@ static int hf_transposed(fg_gpt_kind k) {
     return k == FG_GPT_ATTN_W || k == FG_GPT_APROJ_W || k == FG_GPT_FC_W || k == FG_GPT_MPROJ_W;
 }
 
-static int is_file(const char *p) {
+/* 1 when something is at p (following links): whatever it is, its reader then opens it through
+ * fg_read_file / fg_open_read, which refuses a FIFO, a device or a folder by name instead of this
+ * test passing it over in silence. */
+static int is_there(const char *p) {
     struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    return stat(p, &sb) == 0;
 }
 
 /* The parameter values of g as float32 into a new host buffer of g->num_elements (caller frees). */
@@ -244,13 +247,14 @@ static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
         return fg_error(FG_ERR_FORMAT, "%s: model_type is %s, and flashgrad loads GPT-2 (\"gpt2\") models", file,
                         val[HK_MODEL_TYPE][0] ? val[HK_MODEL_TYPE] + (val[HK_MODEL_TYPE][0] == '"') : "missing");
     *mc = fg_gpt_default_config();
-    if ((st = hf_int(file, val[HK_N_LAYER], "n_layer", 1, 1024, &mc->n_layer)) ||
-        (st = hf_int(file, val[HK_N_HEAD], "n_head", 1, 65536, &mc->n_head)) ||
-        (st = hf_int(file, val[HK_N_EMBD], "n_embd", 1, 65536, &mc->n_embd)) ||
-        (st = hf_int(file, val[HK_VOCAB], "vocab_size", 1, 1 << 24, &mc->vocab_size)))
+    /* each number within what flashgrad's GPT takes (gpt.h) */
+    if ((st = hf_int(file, val[HK_N_LAYER], "n_layer", 1, FG_GPT_MAX_LAYER, &mc->n_layer)) ||
+        (st = hf_int(file, val[HK_N_HEAD], "n_head", 1, FG_GPT_MAX_EMBD, &mc->n_head)) ||
+        (st = hf_int(file, val[HK_N_EMBD], "n_embd", 1, FG_GPT_MAX_EMBD, &mc->n_embd)) ||
+        (st = hf_int(file, val[HK_VOCAB], "vocab_size", 1, FG_GPT_MAX_VOCAB, &mc->vocab_size)))
         return st;
     /* n_positions (n_ctx in the oldest configs) */
-    if ((st = hf_int(file, val[HK_N_POS][0] ? val[HK_N_POS] : val[HK_N_CTX], "n_positions", 1, 1 << 20,
+    if ((st = hf_int(file, val[HK_N_POS][0] ? val[HK_N_POS] : val[HK_N_CTX], "n_positions", 1, FG_GPT_MAX_BLOCK,
                      &mc->block_size)))
         return st;
     /* what flashgrad computes: refuse a configuration that asks for something else */
@@ -259,7 +263,9 @@ static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
         return fg_error(FG_ERR_FORMAT,
                         "%s: activation_function %s: flashgrad's GPT uses the tanh GELU (\"gelu_new\") only", file,
                         act + 1);
-    if (*val[HK_EPS] && strtod(val[HK_EPS], NULL) != 1e-5)
+    char *eps_end = NULL;
+    const double eps = *val[HK_EPS] ? strtod(val[HK_EPS], &eps_end) : 1e-5;
+    if (*val[HK_EPS] && (eps_end == val[HK_EPS] || *eps_end || eps != 1e-5)) /* the whole value, a number */
         return fg_error(FG_ERR_FORMAT, "%s: layer_norm_epsilon %s: flashgrad's LayerNorm uses 1e-05", file,
                         val[HK_EPS]);
     if (*val[HK_N_INNER] && strcmp(val[HK_N_INNER], "null")) {
@@ -538,10 +544,10 @@ static fg_model_file *hf_load_weights(const char *dir, const char *file) {
         fg_error(FG_ERR_ARG, "%s: path too long", dir);
         goto fail;
     }
-    if (file || is_file(one)) {
+    if (file || is_there(one)) {
         snprintf(h->path[0], sizeof h->path[0], "%s", file ? file : one);
         h->n = 1;
-    } else if (is_file(idx)) {
+    } else if (is_there(idx)) {
         int n = 0;
         names = malloc(HF_MAX_SHARDS * sizeof *names);
         if (!names) {
@@ -611,8 +617,8 @@ static fg_model_file *llmc_load(const char *path) {
         goto fail;
     }
     const int T = hd[2], V = hd[3], L = hd[4], H = hd[5], C = hd[6], Vp = hd[7];
-    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > (1 << 24) || Vp > (1 << 24) ||
-        L > 1024 || C > 65536 || T > (1 << 20)) {
+    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > FG_GPT_MAX_VOCAB ||
+        Vp > FG_GPT_MAX_VOCAB || L > FG_GPT_MAX_LAYER || C > FG_GPT_MAX_EMBD || T > FG_GPT_MAX_BLOCK) {
         fg_error(FG_ERR_FORMAT,
                  "%s: implausible llm.c header (maxT %d, V %d, L %d, H %d, C %d, Vp %d: each positive, H divides C, "
                  "V <= Vp)",
@@ -699,8 +705,12 @@ fail:
 static int st_is_flashgrad(const char *path) { return fg_ckpt_header_has(path, "fg_kind"); }
 
 static int file_magic_is_llmc(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    int fd;
+    int64_t size;
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK) {
+        fg_clear_error();
+        return 0;
+    }
     int32_t m = 0;
     int yes = pread(fd, &m, 4, 0) == 4 && m == LLMC_MAGIC;
     close(fd);
@@ -775,11 +785,11 @@ fg_model_file *fg_model_file_load(const char *path) {
         if (fg_run_folder_for_reading(path, run, sizeof run) != FG_OK) return NULL;
         path = run;
         snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
-        if (is_file(p) && st_is_flashgrad(p)) return flashgrad_load(path);
+        if (is_there(p) && st_is_flashgrad(p)) return flashgrad_load(path);
         snprintf(p, sizeof p, "%s/config.json", path);
-        if (is_file(p)) return hf_load(path, NULL);
+        if (is_there(p)) return hf_load(path, NULL);
         snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
-        if (is_file(p)) return flashgrad_load(path); /* says what is wrong with it */
+        if (is_there(p)) return flashgrad_load(path); /* says what is wrong with it */
         fg_error(FG_ERR_IO,
                  "%s: no model here (looked for a flashgrad run's model.safetensors and a Hugging Face folder's "
                  "config.json)",
@@ -805,7 +815,7 @@ fg_model_file *fg_model_file_load(const char *path) {
     char cj[4096 + 80];
     snprintf(cj, sizeof cj, "%.4096s/config.json", dir);
     size_t L = strlen(path);
-    if (L > 12 && !strcmp(path + L - 12, ".safetensors") && is_file(cj)) return hf_load(dir, path);
+    if (L > 12 && !strcmp(path + L - 12, ".safetensors") && is_there(cj)) return hf_load(dir, path);
     if (L > 12 && !strcmp(path + L - 12, ".safetensors")) return flashgrad_load(path); /* its own message */
     fg_error(FG_ERR_FORMAT,
              "%s: not a model file flashgrad reads (an llm.c .bin starts with magic %d; safetensors files are "

@@ -19,24 +19,33 @@ fg_status fg_train_config_check(const fg_train_config *c) {
     fg_status st = fg_gpt_config_check(&c->model);
     if (st != FG_OK) return st;
     const fg_adamw_config *o = &c->opt;
-    if (c->batch_size < 1) return fg_error(FG_ERR_ARG, "batch size %d must be at least 1", c->batch_size);
-    if (c->grad_accum < 1) return fg_error(FG_ERR_ARG, "grad-accum %d must be at least 1", c->grad_accum);
-    if (c->steps < 1) return fg_error(FG_ERR_ARG, "steps %lld must be at least 1", (long long)c->steps);
+    if (c->batch_size < 1 || c->batch_size > FG_TRAIN_BATCH_MAX)
+        return fg_error(FG_ERR_ARG, "batch size %d is outside 1..%d", c->batch_size, FG_TRAIN_BATCH_MAX);
+    if (c->grad_accum < 1 || c->grad_accum > FG_TRAIN_ACCUM_MAX)
+        return fg_error(FG_ERR_ARG, "grad-accum %d is outside 1..%d", c->grad_accum, FG_TRAIN_ACCUM_MAX);
+    if (c->steps < 1 || c->steps > FG_TRAIN_STEPS_MAX)
+        return fg_error(FG_ERR_ARG, "steps %lld is outside 1..%lld", (long long)c->steps, FG_TRAIN_STEPS_MAX);
     if (c->eval_every < 0) return fg_error(FG_ERR_ARG, "eval-every %d must not be negative", c->eval_every);
-    if (c->eval_iters < 1) return fg_error(FG_ERR_ARG, "eval-iters %d must be at least 1", c->eval_iters);
-    if (!(o->lr > 0 && isfinite(o->lr))) return fg_error(FG_ERR_ARG, "lr %g must be positive", o->lr);
+    if (c->eval_iters < 1 || c->eval_iters > FG_TRAIN_EVAL_ITERS_MAX)
+        return fg_error(FG_ERR_ARG, "eval-iters %d is outside 1..%d", c->eval_iters, FG_TRAIN_EVAL_ITERS_MAX);
+    if (!(o->lr > 0 && o->lr <= FG_TRAIN_LR_MAX))
+        return fg_error(FG_ERR_ARG, "lr %g is outside (0, %g]", o->lr, FG_TRAIN_LR_MAX);
     if (!(o->min_lr >= 0 && o->min_lr <= o->lr))
         return fg_error(FG_ERR_ARG, "min-lr %g must be in [0, lr = %g]", o->min_lr, o->lr);
-    if (o->warmup < 0) return fg_error(FG_ERR_ARG, "warmup %lld must not be negative", (long long)o->warmup);
-    if (o->decay_steps < 1)
-        return fg_error(FG_ERR_ARG, "lr-decay-steps %lld must be at least 1", (long long)o->decay_steps);
+    if (o->warmup < 0 || o->warmup > FG_TRAIN_STEPS_MAX)
+        return fg_error(FG_ERR_ARG, "warmup %lld is outside 0..%lld", (long long)o->warmup, FG_TRAIN_STEPS_MAX);
+    if (o->decay_steps < 1 || o->decay_steps > FG_TRAIN_STEPS_MAX)
+        return fg_error(FG_ERR_ARG, "lr-decay-steps %lld is outside 1..%lld", (long long)o->decay_steps,
+                        FG_TRAIN_STEPS_MAX);
     if (!(o->beta1 >= 0 && o->beta1 < 1)) return fg_error(FG_ERR_ARG, "beta1 %g must be in [0, 1)", o->beta1);
     if (!(o->beta2 >= 0 && o->beta2 < 1)) return fg_error(FG_ERR_ARG, "beta2 %g must be in [0, 1)", o->beta2);
-    if (!(o->eps > 0 && isfinite(o->eps))) return fg_error(FG_ERR_ARG, "eps %g must be positive", o->eps);
-    if (!(o->weight_decay >= 0 && isfinite(o->weight_decay)))
-        return fg_error(FG_ERR_ARG, "weight-decay %g must not be negative", o->weight_decay);
-    if (!(o->grad_clip >= 0 && isfinite(o->grad_clip)))
-        return fg_error(FG_ERR_ARG, "grad-clip %g must not be negative (0 turns clipping off)", o->grad_clip);
+    if (!(o->eps >= FG_TRAIN_EPS_MIN && o->eps <= FG_TRAIN_EPS_MAX))
+        return fg_error(FG_ERR_ARG, "eps %g is outside [%g, %g]", o->eps, FG_TRAIN_EPS_MIN, FG_TRAIN_EPS_MAX);
+    if (!(o->weight_decay >= 0 && o->weight_decay <= FG_TRAIN_WD_MAX))
+        return fg_error(FG_ERR_ARG, "weight-decay %g is outside [0, %g]", o->weight_decay, FG_TRAIN_WD_MAX);
+    if (!(o->grad_clip >= 0 && o->grad_clip <= FG_TRAIN_CLIP_MAX))
+        return fg_error(FG_ERR_ARG, "grad-clip %g is outside [0, %g] (0 turns clipping off)", o->grad_clip,
+                        FG_TRAIN_CLIP_MAX);
     return FG_OK;
 }
 

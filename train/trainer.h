@@ -58,6 +58,19 @@ typedef struct {
     uint64_t seed;
 } fg_train_config;
 
+/* The plausible ranges of a run's settings: what fg_train_config_check accepts, what the train
+ * command's flags accept, and what a checkpoint's metadata may hold when it is read back (a value
+ * outside is a damaged or foreign file, refused by key). */
+#define FG_TRAIN_LR_MAX 10.0           /* lr in (0, max], min_lr in [0, lr] */
+#define FG_TRAIN_EPS_MIN 1e-30         /* AdamW eps in [min, max] */
+#define FG_TRAIN_EPS_MAX 1.0
+#define FG_TRAIN_WD_MAX 1e6            /* weight decay in [0, max] */
+#define FG_TRAIN_CLIP_MAX 1e30         /* gradient clip norm in [0, max] (0: off) */
+#define FG_TRAIN_BATCH_MAX (1 << 24)   /* batch size in 1..max */
+#define FG_TRAIN_ACCUM_MAX (1 << 20)   /* grad-accum in 1..max */
+#define FG_TRAIN_STEPS_MAX 1000000000000LL /* steps, warmup, decay steps, step counters */
+#define FG_TRAIN_EVAL_ITERS_MAX 10000000 /* eval-iters in 1..max */
+
 /* FG_OK or FG_ERR_ARG naming the bad value (the model part via fg_gpt_config_check). */
 fg_status fg_train_config_check(const fg_train_config *c);
 

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tensor/fileio.h"
 #include "tensor/safetensors.h"
 
 #include "bench/json_libs/verdict.h"
@@ -187,11 +188,12 @@ static void add_dir(const char *dir) {
         if (e->d_name[0] == '.') continue;
         char p[1024];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(p, "rb");
-        if (!f) continue;
-        unsigned char *b = malloc(1 << 20);
-        size_t n = fread(b, 1, 1 << 20, f);
-        fclose(f);
+        void *b = NULL;
+        size_t n = 0;
+        if (fg_read_file(p, 1 << 20, &b, &n) != FG_OK) { /* regular files of at most 1 MiB, never waited on */
+            fg_clear_error();
+            continue;
+        }
         snprintf(p, sizeof p, "%s/%.40s", strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir, e->d_name);
         add_input(p, b, n);
     }
