@@ -87,7 +87,7 @@ static fg_status save_checkpoint(const char *out, fg_trainer *tr) {
 static void evaluate(const train_args *a, train_run *r, train_totals *t, int64_t step, int64_t last_ckpt, int *do_ckpt,
                      char *val, size_t val_n) {
     fg_trainer *tr = r->tr;
-    const int eval_problems = (int)a->f[F_EVAL_PROBLEMS].i, best_only = a->ng.best_only;
+    const int eval_problems = (int)a->f[F_EVAL_PROBLEMS].i, best_only = r->cfg.save_best_only;
     double tl = NAN, vl = NAN;
     if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK ||
         fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK) {
@@ -176,7 +176,7 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
                         .last_acc = NAN,
                         .first_step = tr->step,
                         .best_val = fg_run_log_best_val(&r->log)};
-    const int best_only = a->ng.best_only;
+    const int best_only = r->cfg.save_best_only;
     const int cpu = tr->cfg.model.device == FG_CPU;
     double last_draw = 0;
     int64_t steps_timed = 0, last_ckpt = tr->step > 0 ? tr->step : -1;

@@ -646,6 +646,7 @@ int fg_nanogpt_resolve(fg_nanogpt *ng, int resuming, int notes) {
     if (wb && wb->given && wb->i) note(notes, "--wandb_log does nothing%s: the curve is in log.csv (out_dir/log.csv)", "");
     fg_flag *as = flag(ng, "--always_save_checkpoint");
     ng->best_only = as && !as->i;
+    ng->best_only_given = as && as->given;
     if (ng->configs && notes && !(bias && bias->given))
         printf("note: nanoGPT's train.py default bias = False is not available: this model has GPT-2's biases "
                "(bias = True)\n");

@@ -47,6 +47,7 @@ typedef struct {
     int n;
     int configs;      /* config files read in this parse */
     int best_only;    /* resolved: always_save_checkpoint = False */
+    int best_only_given; /* always_save_checkpoint was given (a resumed run otherwise keeps its policy) */
     char data_bin[4200]; /* resolved: data/<dataset> */
 } fg_nanogpt;
 

@@ -196,7 +196,7 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
             "warning: --warmup %lld is not shorter than the run's %lld steps: the learning rate never reaches --lr %g "
             "(it ends at %.3g)\n",
             (long long)cfg->opt.warmup, (long long)cfg->steps, cfg->opt.lr, fg_lr_at(&cfg->opt, cfg->steps - 1));
-    if (a->ng.best_only)
+    if (r->cfg.save_best_only)
         fg_train_say(
             "checkpoints: only at evaluations that improve the best val loss (always_save_checkpoint = False)\n");
     if (tr->step > 0)
@@ -251,7 +251,7 @@ void fg_train_report(const train_args *a, const train_run *r, const train_totals
         fg_train_say("final: train loss %s, val loss %s\n", LOSS(t->last_train), LOSS(t->last_val));
         if (f[F_SAMPLES].i > 0) show_text_samples(r->tr, (int)f[F_SAMPLES].i, r->cfg.seed);
     }
-    if (a->ng.best_only && t->last_ckpt != r->cfg.steps) {
+    if (r->cfg.save_best_only && t->last_ckpt != r->cfg.steps) {
         if (t->last_ckpt >= 0)
             fg_train_say(
                 "checkpoint: %s holds step %lld, the best val loss %s (always_save_checkpoint = False)  (flashgrad "

@@ -149,6 +149,7 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (f[FG_TF_DECAY].given) cfg.opt.decay_steps = f[FG_TF_DECAY].i;
     if (f[F_EVAL_EVERY].given) cfg.eval_every = (int)f[F_EVAL_EVERY].i;
     if (f[F_EVAL_ITERS].given) cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
+    if (a->ng.best_only_given) cfg.save_best_only = a->ng.best_only; /* else the run's own policy */
     cfg.model.attn = f[FG_TF_ATTN].given ? a->run.attn : in->model.attn;
     cfg.model.recompute = a->run.recompute; /* changes no number: free on resume */
     cfg.model.device = a->run.device;       /* checkpoints are device-neutral: resume on either */
@@ -178,6 +179,7 @@ void fg_train_configure_fresh(const train_args *a, train_run *r) {
     if (f[F_INIT_FROM].given) init_from_check_data(f, r->src);
     if (fg_train_flags_config(f, r->src, &a->run, &r->cfg) != FG_OK) fg_train_die(2, "%s", fg_last_error());
     r->cfg.grad_accum *= fg_train_comm->size; /* --grad-accum is per process; the config counts the whole step */
+    r->cfg.save_best_only = a->ng.best_only;
 }
 
 /* The run's configuration (fresh or resumed), then its folder, then the trainer (restored from

@@ -732,6 +732,21 @@ static void best_only_stop(int sig, const char *name, const char *eval_every) {
                   step + 40);
 }
 
+/* The save policy is the run's: a --resume without always_save_checkpoint keeps it, one that gives
+ * it changes it. */
+Test(runs, a_resumed_run_keeps_its_save_policy, .init = setup, .fini = teardown, .timeout = 120) {
+    need_bin();
+    char log[16384];
+    run_ok("train " TINY " --steps 4 --eval-every 2 --always_save_checkpoint=False --out p");
+    int st = run("train --resume --steps 6 --out p", log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(strstr(log, "checkpoints: only at evaluations that improve"), "the resumed run saves every evaluation:\n%s", log);
+    st = run("train --resume --steps 8 --out p --always_save_checkpoint=True", log, sizeof log);
+    cr_assert_eq(st, 0, "%s", log);
+    cr_expect(!strstr(log, "checkpoints: only at evaluations"), "--always_save_checkpoint=True on resume is not taken:\n%s", log);
+    cr_expect_eq(fgt_ckpt_step(path("p")), 8, "every evaluation saves again");
+}
+
 Test(runs, sigint_before_any_evaluation_keeps_the_work_with_always_save_checkpoint_false, .init = setup,
      .fini = teardown, .timeout = 300) {
     best_only_stop(SIGINT, "SIGINT", "0");

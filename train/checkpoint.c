@@ -703,6 +703,8 @@ static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_tra
     t->eval_every = (int)m_int(r, "eval_every", 0, INT_MAX);
     t->eval_iters = (int)m_int(r, "eval_iters", 1, FG_TRAIN_EVAL_ITERS_MAX);
     t->seed = m_u64(r, "seed");
+    /* written since the save policy is kept across --resume: a checkpoint without it saved every evaluation */
+    t->save_best_only = m_lookup(r, "save_best_only") ? (int)m_int(r, "save_best_only", 0, 1) : 0;
     m_no_other_keys(r);
     if (r->st != FG_OK) return r->st;
     if (*adamw_t != *step)
@@ -903,6 +905,7 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     CHECK(meta_i64(ow, "eval_every", tc->eval_every));
     CHECK(meta_i64(ow, "eval_iters", tc->eval_iters));
     CHECK(meta_u64(ow, "seed", tc->seed));
+    CHECK(meta_i64(ow, "save_best_only", tc->save_best_only));
 out:
     free(tokstr);
     if (st != FG_OK) writers_free(cw);

@@ -56,6 +56,9 @@ typedef struct {
     int eval_every; /* evaluate every k steps (0: only at the end) */
     int eval_iters; /* batches per evaluation */
     uint64_t seed;
+    /* the save policy (nanoGPT's always_save_checkpoint = False: checkpoint only an evaluation that
+     * improves the best val loss): the checkpoint keeps it for --resume; the trainer does not read it */
+    int save_best_only;
 } fg_train_config;
 
 /* The plausible ranges of a run's settings: what fg_train_config_check accepts, what the train
