@@ -231,17 +231,6 @@ static fg_status copy_tokenizer(const char *tok, const char *dir, int overwrite)
 
 enum { P_TOK, P_ENC, P_OUT, P_FORMAT, P_NAME, P_VAL, P_THREADS, P_SHARD, P_CHUNK, P_EOT, P_OVERWRITE, P_COUNT };
 
-typedef struct {
-    const char **files;
-    int n;
-} file_list;
-
-static int take_file(const char *arg, void *ctx) {
-    file_list *l = ctx;
-    l->files[l->n++] = arg;
-    return 0;
-}
-
 int fg_cmd_prepare(int argc, char **argv) {
     fg_flag f[P_COUNT] = {
         [P_TOK] = {"--tokenizer", FG_FLAG_STR, "PATH", "a folder with tokenizer.json (or vocab.json + merges.txt), a tokenizer.json, or a .tiktoken file", .s = NULL},
@@ -257,8 +246,8 @@ int fg_cmd_prepare(int argc, char **argv) {
         [P_OVERWRITE] = {"--overwrite", FG_FLAG_BOOL, "", "replace token files that exist"},
     };
     const char *files[argc > 0 ? argc : 1];
-    file_list fl = {files, 0};
-    int rc = fg_flags_parse_ex("prepare", f, P_COUNT, argc, argv, take_file, &fl);
+    fg_flag_args fl = {files, 0};
+    int rc = fg_flags_parse_ex("prepare", f, P_COUNT, argc, argv, fg_flags_collect, &fl);
     if (rc == -1) {
         fg_flags_help(stdout, "prepare", "--tokenizer PATH --out DIR [flags] FILE...", f, P_COUNT);
         return 0;

@@ -40,17 +40,6 @@ static int usage(void) {
     return 2;
 }
 
-typedef struct {
-    const char **files;
-    int n;
-} file_list;
-
-static int take_file(const char *arg, void *ctx) {
-    file_list *l = ctx;
-    l->files[l->n++] = arg;
-    return 0;
-}
-
 /* Ids as encode prints them: decimal, separated by white space. */
 static int parse_ids(const char *text, size_t n, const char *path, int32_t **ids, size_t *nids) {
     size_t cap = 1024, k = 0;
@@ -149,8 +138,8 @@ static int cmd_train(int argc, char **argv) {
         [R_OVERWRITE] = {"--overwrite", FG_FLAG_BOOL, "", "replace DIR/tokenizer.json when it exists"},
     };
     const char *files[argc];
-    file_list fl = {files, 0};
-    int rc = fg_flags_parse_ex("tokenizer train", f, R_COUNT, argc, argv, take_file, &fl);
+    fg_flag_args fl = {files, 0};
+    int rc = fg_flags_parse_ex("tokenizer train", f, R_COUNT, argc, argv, fg_flags_collect, &fl);
     if (rc == -1) {
         fg_flags_help(stdout, "tokenizer train", "--vocab-size N --out DIR [flags] FILE...", f, R_COUNT);
         return 0;
@@ -225,8 +214,8 @@ int fg_cmd_tokenizer(int argc, char **argv) {
         [T_REPEAT] = {"--repeat", FG_FLAG_INT, "N", "encodings timed with --bench", .lo = 1, .hi = 1000, .i = 3},
     };
     const char *files[argc];
-    file_list fl = {files, 0};
-    int rc = fg_flags_parse_ex(enc ? "tokenizer encode" : "tokenizer decode", f, T_COUNT, argc - 1, argv + 1, take_file, &fl);
+    fg_flag_args fl = {files, 0};
+    int rc = fg_flags_parse_ex(enc ? "tokenizer encode" : "tokenizer decode", f, T_COUNT, argc - 1, argv + 1, fg_flags_collect, &fl);
     if (rc == -1) {
         fg_flags_help(stdout, enc ? "tokenizer encode" : "tokenizer decode", "--tokenizer PATH [flags] FILE...", f, T_COUNT);
         return 0;

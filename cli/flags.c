@@ -236,3 +236,9 @@ void fg_flags_help_alt(FILE *out, const char *cmd, const char *synopsis, const f
 void fg_flags_help(FILE *out, const char *cmd, const char *synopsis, const fg_flag *flags, int n) {
     fg_flags_help_alt(out, cmd, synopsis, flags, NULL, NULL, n);
 }
+
+int fg_flags_collect(const char *arg, void *list) {
+    fg_flag_args *l = list;
+    l->args[l->n++] = arg;
+    return 0;
+}

@@ -48,6 +48,13 @@ int fg_flags_parse(const char *cmd, fg_flag *flags, int n, int argc, char **argv
  * status (its own line printed). NULL: such an argument is a usage error, as above. */
 int fg_flags_parse_ex(const char *cmd, fg_flag *flags, int n, int argc, char **argv,
                       int (*positional)(const char *arg, void *ctx), void *ctx);
+/* The arguments that are not flags, in order: give fg_flags_collect and a list whose `args` has room
+ * for argc of them to fg_flags_parse_ex. */
+typedef struct {
+    const char **args;
+    int n;
+} fg_flag_args;
+int fg_flags_collect(const char *arg, void *list);
 /* An argument that is not a flag and ends in ".bin" is most likely a shard of a --data-bin pattern
  * the shell expanded: prints the one line that says to quote the pattern and returns 1; else 0. */
 int fg_flags_stray_bin(const char *cmd, const char *arg);

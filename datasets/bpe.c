@@ -87,14 +87,6 @@ struct fg_bpe {
 
 /* ---- tables ---- */
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-}
-
 static int32_t index_find(const fg_bpe *t, const void *b, size_t n) {
     if (!t->index_cap) return -1;
     size_t m = t->index_cap - 1;
@@ -174,7 +166,7 @@ static fg_status build_index(fg_bpe *t, const char *what) {
 }
 
 static size_t pair_slot(const fg_bpe *t, uint64_t key) {
-    size_t m = t->pair_cap - 1, h = mix64(key) & m;
+    size_t m = t->pair_cap - 1, h = fg_bpe__mix64(key) & m;
     while (t->pair_key[h] && t->pair_key[h] != key + 1) h = (h + 1) & m;
     return h;
 }

@@ -31,6 +31,15 @@ const char *fg_bpe__named_pattern(const char *name);
 /* GPT-2's byte-to-character table: cp_of[b] is the code point that stands for byte b. */
 void fg_bpe__byte_chars(uint32_t cp_of[256]);
 
+/* A 64-bit finalizer (MurmurHash3's): spreads a pair of ids over a hash table. */
+static inline uint64_t fg_bpe__mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
 /* Standard base64 with '=' padding: the encoder writes 4 * ceil(n / 3) characters to out; the
  * decoder takes only what an encoder writes (n a nonzero multiple of 4, padding bits zero) and
  * returns the byte count written to out (at most 3 n / 4), or -1. */

@@ -28,14 +28,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-}
-
 /* ---- distinct pieces and their counts ---- */
 typedef struct {
     uint64_t hash;
@@ -115,7 +107,7 @@ static pair *pair_get(pair_table *pt, int32_t a, int32_t b, int create) {
         if (!e) return NULL;
         for (size_t i = 0; i < pt->cap; i++) {
             if (!pt->e[i].key) continue;
-            size_t h = mix64(pt->e[i].key) & (cap - 1);
+            size_t h = fg_bpe__mix64(pt->e[i].key) & (cap - 1);
             while (e[h].key) h = (h + 1) & (cap - 1);
             e[h] = pt->e[i];
         }
@@ -124,7 +116,7 @@ static pair *pair_get(pair_table *pt, int32_t a, int32_t b, int create) {
         pt->cap = cap;
     }
     if (!pt->cap) return NULL;
-    for (size_t h = mix64(key) & (pt->cap - 1);; h = (h + 1) & (pt->cap - 1)) {
+    for (size_t h = fg_bpe__mix64(key) & (pt->cap - 1);; h = (h + 1) & (pt->cap - 1)) {
         if (pt->e[h].key == key) return &pt->e[h];
         if (!pt->e[h].key) {
             if (!create) return NULL;

@@ -338,9 +338,9 @@ Test(gpt2_files, hf_folder_round_trips_and_foreign_configurations_are_refused) {
     } bad[] = {
         {"\"gelu_new\"", "\"relu\"", "activation_function"},
         {"1e-05", "1e-06", "layer_norm_epsilon"},
-        {"1e-05", "1e-05x", "layer_norm_epsilon 1e-05x"}, /* a number's prefix is not the number */
+        {"1e-05", "1e-05x", "not a JSON object of the form config.json has"}, /* not JSON: refused where it stops being */
         {"1e-05", "-1e-05", "layer_norm_epsilon -1e-05"},
-        {"1e-05", "nan", "layer_norm_epsilon nan"},
+        {"1e-05", "nan", "expected a value at byte"},
         {"\"n_layer\": 2", "\"n_layer\": 1025", "n_layer\" is 1025, not an integer in 1..1024"},
         {"\"n_embd\": 16", "\"n_embd\": 65537", "n_embd\" is 65537, not an integer in 1..65536"},
         {"\"n_embd\": 16", "\"n_embd\": 16.0", "n_embd\" is 16.0"},

@@ -20,6 +20,7 @@
 
 #include "tensor/bf16.h"
 #include "tensor/fileio.h"
+#include "tensor/json.h"
 #include "tensor/safetensors.h"
 #include "train/run_folder.h"
 
@@ -68,124 +69,6 @@ static float *host_f32(const fg_gpt *g) {
     return out;
 }
 
-/* ---- a small JSON reader for config.json and model.safetensors.index.json: one pass over the
- * text, objects read key by key, values skipped when not wanted; no recursion (depth counted). ---- */
-
-typedef struct {
-    const char *p, *end;
-} js;
-
-static void js_ws(js *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-static int js_peek(js *j) {
-    js_ws(j);
-    return j->p < j->end ? (unsigned char)*j->p : -1;
-}
-static int js_eat(js *j, char c) {
-    if (js_peek(j) != (unsigned char)c) return 0;
-    j->p++;
-    return 1;
-}
-
-/* A string into out (NUL-terminated, at most cap - 1 bytes). \uXXXX below 0x80 only (names here
- * are ASCII); longer strings or other escapes fail. */
-static int js_string(js *j, char *out, size_t cap) {
-    if (!js_eat(j, '"')) return 0;
-    size_t n = 0;
-    while (j->p < j->end && *j->p != '"') {
-        unsigned char c = (unsigned char)*j->p++;
-        if (c < 0x20) return 0;
-        if (c == '\\') {
-            if (j->p >= j->end) return 0;
-            char e = *j->p++;
-            switch (e) {
-            case '"': c = '"'; break;
-            case '\\': c = '\\'; break;
-            case '/': c = '/'; break;
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'u': {
-                if (j->end - j->p < 4) return 0;
-                unsigned v = 0;
-                for (int i = 0; i < 4; i++) {
-                    char h = *j->p++;
-                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                            : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
-                    if (v > 0xffff) return 0;
-                }
-                if (v == 0 || v >= 0x80) return 0;
-                c = (unsigned char)v;
-                break;
-            }
-            default: return 0;
-            }
-        }
-        if (n + 1 >= cap) return 0;
-        out[n++] = (char)c;
-    }
-    if (j->p >= j->end) return 0;
-    j->p++;
-    out[n] = '\0';
-    return 1;
-}
-
-/* Skips one value of any kind. */
-static int js_skip(js *j) {
-    int depth = 0;
-    char tmp[4096];
-    do {
-        int c = js_peek(j);
-        if (c == '"') {
-            /* long strings (a description) are skipped without being kept */
-            j->p++;
-            while (j->p < j->end && *j->p != '"') j->p += *j->p == '\\' ? 2 : 1;
-            if (j->p >= j->end) return 0;
-            j->p++;
-        } else if (c == '{' || c == '[') {
-            j->p++;
-            if (++depth > 64) return 0;
-            continue;
-        } else if (c == '}' || c == ']') {
-            if (depth == 0) return 0;
-            j->p++;
-            depth--;
-        } else if (c == ',' || c == ':') {
-            if (depth == 0) return 0;
-            j->p++;
-            continue;
-        } else if (c == -1) {
-            return 0;
-        } else {
-            size_t n = 0;
-            while (j->p < j->end && strchr(",}] \t\r\n", *j->p) == NULL && n + 1 < sizeof tmp) tmp[n++] = *j->p++;
-            if (n == 0) return 0;
-        }
-    } while (depth > 0);
-    (void)tmp;
-    return 1;
-}
-
-/* A scalar value as text (number, true, false, null) into out, or a string (quoted form "s"). */
-static int js_scalar(js *j, char *out, size_t cap) {
-    int c = js_peek(j);
-    if (c == '"') {
-        if (cap < 3) return 0;
-        out[0] = '"';
-        return js_string(j, out + 1, cap - 1);
-    }
-    size_t n = 0;
-    while (j->p < j->end && strchr(",}] \t\r\n", *j->p) == NULL) {
-        if (n + 1 >= cap) return 0;
-        out[n++] = *j->p++;
-    }
-    out[n] = '\0';
-    return n > 0;
-}
-
 /* ---- Hugging Face config.json ---- */
 
 /* The keys that matter, as text ("" = absent). Strings keep a leading '"'. */
@@ -209,40 +92,49 @@ static fg_status hf_int(const char *file, const char *v, const char *key, int lo
     return FG_OK;
 }
 
-static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
+/* The keys' values as text: a string with a leading '"', a number as written, true/false/null;
+ * "" when absent, or when an object or array (what a key of these never is). */
+static void hf_value_text(const fg_json *v, char *out, size_t cap) {
+    out[0] = '\0';
+    if (!v) return;
+    switch (v->kind) {
+    case FG_JSON_STRING: snprintf(out, cap, "\"%s", v->str); break;
+    case FG_JSON_NUMBER: snprintf(out, cap, "%s", v->str); break;
+    case FG_JSON_TRUE:
+    case FG_JSON_FALSE:
+    case FG_JSON_NULL: snprintf(out, cap, "%s", fg_json_kind_name(v->kind)); break;
+    default: break;
+    }
+}
+
+/* file's text as a strict JSON object (tensor/json.h); NULL + the reason, `what` naming the form. */
+static fg_json_doc *hf_read_json(const char *file, size_t max, const char *what) {
     void *buf = NULL;
     size_t n = 0;
-    fg_status st = fg_read_file(file, 16u << 20, &buf, &n);
-    if (st != FG_OK) return st;
-    char val[HK_COUNT][256];
-    for (int k = 0; k < HK_COUNT; k++) val[k][0] = '\0';
-    js j = {buf, (const char *)buf + n};
-    int ok = js_eat(&j, '{');
-    if (ok && !js_eat(&j, '}')) {
-        for (;;) {
-            char key[256];
-            if (!js_string(&j, key, sizeof key) || !js_eat(&j, ':')) {
-                ok = 0;
-                break;
-            }
-            int k = 0;
-            while (k < HK_COUNT && strcmp(key, hf_keys[k])) k++;
-            int c = js_peek(&j);
-            if (k < HK_COUNT && c != '{' && c != '[') {
-                if (!js_scalar(&j, val[k], sizeof val[k])) ok = 0;
-            } else if (!js_skip(&j)) {
-                ok = 0;
-            }
-            if (!ok || js_eat(&j, '}')) break;
-            if (!js_eat(&j, ',')) {
-                ok = 0;
-                break;
-            }
-        }
-    }
-    if (ok && js_peek(&j) != -1) ok = 0;
+    if (fg_read_file(file, max, &buf, &n) != FG_OK) return NULL;
+    fg_json_doc *doc = NULL;
+    fg_status st = fg_json_parse(buf, n, file, &doc);
     free(buf);
-    if (!ok) return fg_error(FG_ERR_FORMAT, "%s: not a JSON object of the form config.json has", file);
+    if (st == FG_OK && fg_json_root(doc)->kind != FG_JSON_OBJECT) {
+        fg_json_free(doc);
+        doc = NULL;
+        fg_error(FG_ERR_FORMAT, "%s: the document is not an object", file);
+    }
+    if (!doc) {
+        char why[1024]; /* fg_error must not read the buffer it writes */
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        fg_error(FG_ERR_FORMAT, "%s: not %s (%s)", file, what, why);
+    }
+    return doc;
+}
+
+static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
+    fg_json_doc *doc = hf_read_json(file, 16u << 20, "a JSON object of the form config.json has");
+    if (!doc) return fg_last_status();
+    char val[HK_COUNT][256];
+    for (int k = 0; k < HK_COUNT; k++) hf_value_text(fg_json_get(fg_json_root(doc), hf_keys[k]), val[k], sizeof val[k]);
+    fg_json_free(doc);
+    fg_status st;
     if (strcmp(val[HK_MODEL_TYPE], "\"gpt2"))
         return fg_error(FG_ERR_FORMAT, "%s: model_type is %s, and flashgrad loads GPT-2 (\"gpt2\") models", file,
                         val[HK_MODEL_TYPE][0] ? val[HK_MODEL_TYPE] + (val[HK_MODEL_TYPE][0] == '"') : "missing");
@@ -298,62 +190,31 @@ static fg_status hf_read_config(const char *file, fg_gpt_config *mc) {
 /* The shard file names of model.safetensors.index.json (its "weight_map" values, each once), into
  * names[0..*n). */
 static fg_status hf_read_index(const char *file, char (*names)[256], int *n) {
-    void *buf = NULL;
-    size_t len = 0;
+    static const char what[] = "a safetensors index (a JSON object whose \"weight_map\" names each tensor's file in this folder)";
     *n = 0;
-    fg_status st = fg_read_file(file, 64u << 20, &buf, &len);
-    if (st != FG_OK) return st;
-    js j = {buf, (const char *)buf + len};
-    int ok = js_eat(&j, '{'), found = 0;
-    if (ok && !js_eat(&j, '}')) {
-        for (;;) {
-            char key[256];
-            if (!js_string(&j, key, sizeof key) || !js_eat(&j, ':')) {
+    fg_json_doc *doc = hf_read_json(file, 64u << 20, what);
+    if (!doc) return fg_last_status();
+    const fg_json *map = fg_json_get(fg_json_root(doc), "weight_map");
+    int ok = map && map->kind == FG_JSON_OBJECT;
+    for (uint32_t t = 0; ok && t < map->len; t++) {
+        const fg_json *shard = &map->items[t];
+        if (shard->kind != FG_JSON_STRING || shard->len == 0 || shard->len >= 256 || strlen(shard->str) != shard->len ||
+            strchr(shard->str, '/')) {
+            ok = 0;
+            break;
+        }
+        int i = 0;
+        while (i < *n && strcmp(names[i], shard->str)) i++;
+        if (i == *n) {
+            if (*n == HF_MAX_SHARDS) {
                 ok = 0;
                 break;
             }
-            if (!strcmp(key, "weight_map") && js_eat(&j, '{')) {
-                found = 1;
-                if (!js_eat(&j, '}')) {
-                    for (;;) {
-                        char tname[512], shard[256];
-                        if (!js_string(&j, tname, sizeof tname) || !js_eat(&j, ':') ||
-                            !js_string(&j, shard, sizeof shard) || strchr(shard, '/') || !shard[0]) {
-                            ok = 0;
-                            break;
-                        }
-                        int i = 0;
-                        while (i < *n && strcmp(names[i], shard)) i++;
-                        if (i == *n) {
-                            if (*n == HF_MAX_SHARDS) {
-                                ok = 0;
-                                break;
-                            }
-                            memcpy(names[(*n)++], shard, sizeof shard);
-                        }
-                        if (js_eat(&j, '}')) break;
-                        if (!js_eat(&j, ',')) {
-                            ok = 0;
-                            break;
-                        }
-                    }
-                }
-            } else if (!js_skip(&j)) {
-                ok = 0;
-            }
-            if (!ok || js_eat(&j, '}')) break;
-            if (!js_eat(&j, ',')) {
-                ok = 0;
-                break;
-            }
+            memcpy(names[(*n)++], shard->str, shard->len + 1);
         }
     }
-    free(buf);
-    if (!ok || !found || *n == 0)
-        return fg_error(FG_ERR_FORMAT,
-                        "%s: not a safetensors index (a JSON object whose \"weight_map\" names each tensor's file "
-                        "in this folder)",
-                        file);
+    fg_json_free(doc);
+    if (!ok || *n == 0) return fg_error(FG_ERR_FORMAT, "%s: not %s", file, what);
     return FG_OK;
 }
 
