@@ -9,7 +9,6 @@
  * N). Over an axis, a non-contiguous t is copied first (fg_op_contiguous): the reduction itself
  * wants rows; over everything, t is read through its strides. mean scales the sum by 1/N.
  */
-
 #include "ops/kernels.h"
 #include "ops/ops_internal.h"
 
