@@ -43,11 +43,6 @@ fg_status fg_op_no_kernel(const char *op, const char *device);
 
 /* NumPy broadcast of a's and b's shapes into (*ndim, shape); FG_ERR_SHAPE naming `op` if they clash. */
 fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor *b, int *ndim, int64_t *shape);
-/* Strides that read a tensor of shape (t_ndim, t_shape) with strides t_strides as if it had the
- * broadcast shape (ndim, shape): dims aligned at the right; missing or stretched dims get 0. */
-void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim, const int64_t *shape,
-                          int64_t *out);
-
 /* ---- backward helpers ---- */
 /* dst += alpha * src: same shape, dtype and device, any strides on either (dst must not overlap
  * itself), through the device's add_into kernel. */

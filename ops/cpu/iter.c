@@ -1,4 +1,4 @@
-/* iter.c — the strided row iterator and contiguous strides (ops/cpu/kernel.h). */
+/* iter.c — contiguous and broadcast strides, and the strided row iterator (ops/cpu/kernel.h). */
 #include "ops/cpu/kernel.h"
 
 #include <string.h>
@@ -8,6 +8,14 @@ void fg_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
     for (int i = ndim - 1; i >= 0; i--) {
         strides[i] = s;
         s *= shape[i];
+    }
+}
+
+void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim, const int64_t *shape,
+                          int64_t *out) {
+    for (int i = 0; i < ndim; i++) {
+        int it = i - (ndim - t_ndim);
+        out[i] = (it >= 0 && t_shape[it] == shape[i]) ? t_strides[it] : 0;
     }
 }
 

@@ -55,6 +55,10 @@ int fg_iter_next(fg_iter *it);
 
 /* Contiguous (C-order) strides of a shape. */
 void fg_contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Strides that read a tensor of shape (t_ndim, t_shape) with strides t_strides as if it had the
+ * broadcast shape (ndim, shape): dims aligned at the right; missing or stretched dims get 0. */
+void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim, const int64_t *shape,
+                          int64_t *out);
 
 #ifdef __cplusplus
 }
