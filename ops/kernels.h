@@ -191,7 +191,7 @@ typedef enum {
     FN(dropout, backward, all, fg_status,                                                                              \
        (fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream, double p))
 
-/* ---- optimizer (ops/optim.c; train/adamw.c uses them): not an op, the flat-array loops of
+/* ---- optimizer (ops/cpu/adamw.c; train/adamw.c uses them): not an op, the flat-array loops of
  * train/'s optimizer ----
  * Flat arrays of one dtype: p (parameters), g (gradients), m, v (AdamW's moments), each (n).
  * adamw updates, for each span, the elements [offset, offset + count) (spans do not overlap;
@@ -202,7 +202,7 @@ typedef enum {
  * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math).
  * sum_squares: *out = sum_i x[i]² in float64, in an order that depends on n only; it waits for the
  * result. scale: x[i] *= s, with s rounded to the dtype.
- * The CPU's order (ops/optim.c): norm_block(n) = B fixes blocks [kB, (k+1)B) of the array (the
+ * The CPU's order (ops/cpu/adamw.c): norm_block(n) = B fixes blocks [kB, (k+1)B) of the array (the
  * last one shorter); sum_squares adds the blocks' float64 sums in block order, starting from 0.
  * sum_squares_blocks writes part[k - b0] = block k's sum for the blocks [b0, b1) of the whole (n)
  * array x, so that adding every block's part in block order gives sum_squares's bits (a ZeRO-1
