@@ -32,8 +32,8 @@
  *   5. cuda/<family>.cu     the CUDA kernels, fg_cu_<family>_<name> (or `cpu` in the list's entry,
  *                           and the CUDA table holds NULL);
  * and, where they apply: ops/infer.h and ops/infer.c for a forward-only entry on raw buffers, and
- * the Makefile's VALGRIND_SUITES for its test suite. The table types, both devices' declarations and both tables are generated from the list; the
- * Makefile picks new files up by itself.
+ * the Makefile's VALGRIND_SUITES for its test suite. The table types, both devices' declarations
+ * and both tables are generated from the list; the Makefile picks new files up by itself.
  */
 #ifndef FG_KERNELS_H
 #define FG_KERNELS_H
