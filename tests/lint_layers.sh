@@ -8,7 +8,7 @@
 # ops/cpu/ is private to ops/: everything else (the Python shim too) reaches the CPU device through
 # ops/cpu.h, and only ops/, cuda/ and the tests include the kernel tables (ops/kernels.h,
 # ops/kernels_cpu.h, ops/attention_kernels.h). The CPU kernels live in ops/cpu/ and include nothing
-# of autograd/; no op shell (ops/*.c) defines an fg_cpu_ function. The tests are white-box and may
+# of autograd/ (nor ops/ops_internal.h, which does); no op shell (ops/*.c) defines an fg_cpu_ function. The tests are white-box and may
 # include any header.
 # Prints one line per offending include and exits 1; exits 0 when the tree is clean.
 cd "$(dirname "$0")/.." || exit 2
@@ -58,9 +58,11 @@ done
 # The CPU is a device like cuda/: its kernels (ops/cpu/) see raw pointers and sizes, never autograd,
 # and an op's shell (ops/<family>.c) holds no kernel: every fg_cpu_ function is defined under ops/cpu/.
 for f in $(find ops/cpu -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort); do
-    line=$(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"autograd/' "$f" | head -1 | cut -d: -f1)
+    # (ops/ops_internal.h is the shells' helpers, autograd's included: kernels use ops/cpu/kernel.h)
+    line=$(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"\(autograd/\|ops/ops_internal\.h"\)' "$f" |
+        head -1 | cut -d: -f1)
     [ -z "$line" ] && continue
-    echo "layers: $f:$line includes autograd/, but the CPU kernels know nothing of autograd (the op's shell in ops/ does)"
+    echo "layers: $f:$line includes autograd/ (or ops/ops_internal.h), but the CPU kernels know nothing of autograd (the op's shell in ops/ does)"
     bad=1
 done
 for f in $(find ops -maxdepth 1 -type f -name '*.c' 2>/dev/null | sort); do
