@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "ops/cpu/cross_entropy.h"
-#include "ops/kernels_cpu.h"
+#include "ops/kernels.h"
 #include "ops/ops_internal.h"
 
 /* ---- the op, for every device ---- */
@@ -139,24 +139,9 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
  * kernels per row; the loss summed in row order. With one chunk (R ≤ Rc) the gradients are the
  * composition's too (the composition's backward adds into zeroed gradients); with more chunks, dw
  * sums the chunks' products in chunk order, a different rounding of the same sum.
- * The CPU only (float32, float64); on other devices the op is the composition.
+ * The CPU only (float32, float64; the kernels, and LCE_CHUNK_ELEMS and LCE_MIN_ROWS, in
+ * ops/cpu/cross_entropy.c); on other devices the op is the composition.
  * ============================================================================================ */
-#define LCE_CHUNK_ELEMS ((int64_t)1 << 24) /* logits per chunk: 64 MiB of float32 */
-/* Fewer rows make the GEMMs slow: each chunk's products read all of w again (V C elements) for a
- * few rows of work, and the dw product's depth is the chunk's rows. */
-#define LCE_MIN_ROWS 256
-
-static int64_t lce_chunk_rows(int64_t R, int64_t V, int64_t chunk) {
-    if (chunk > 0) return chunk < R ? chunk : (R > 0 ? R : 1);
-    int64_t rc = LCE_CHUNK_ELEMS / (V > 0 ? V : 1);
-    if (rc < LCE_MIN_ROWS) rc = LCE_MIN_ROWS;
-    if (rc >= R) return R > 0 ? R : 1;
-    /* the chunks that size needs, made equal (a short last chunk would run its three GEMMs far
-     * below the others' speed): ceil(R / n) <= rc rows each, the last at most n - 1 rows shorter */
-    const int64_t n = (R + rc - 1) / rc;
-    return (R + n - 1) / n;
-}
-
 typedef struct {
     fg_tensor *dx1, *dw1; /* the gradients for dloss = 1 (NULL where the input wants none) */
 } linear_cross_entropy_state;
@@ -176,82 +161,6 @@ static fg_status linear_cross_entropy_backward(fg_node *n) {
     if (dx && s->dx1) fg__cpu_lce_axpy(dx->dtype, fg_data(dx), g, fg_data(s->dx1), fg_numel(dx));
     if (dw && s->dw1) fg__cpu_lce_axpy(dw->dtype, fg_data(dw), g, fg_data(s->dw1), fg_numel(dw));
     return FG_OK;
-}
-
-/* The forward on the CPU (see above). X (R, C) and W (V, C) contiguous; dx1 / dw1 NULL when not
- * wanted; lse and xt (R) scratch. */
-static fg_status lce_forward_cpu(fg_dtype dt, void *loss, fg_tensor *X, fg_tensor *W, const int32_t *t, int64_t R,
-                                 int64_t C, int64_t V, int64_t count, int64_t chunk, fg_tensor *dx1, fg_tensor *dw1) {
-    const size_t esz = fg_dtype_size(dt);
-    const int64_t Rc = lce_chunk_rows(R, V, chunk), nchunk = R > 0 ? (R + Rc - 1) / Rc : 0;
-    const int want_grad = dx1 || dw1;
-    fg_tensor *lse = fg_empty(dt, FG_CPU, 1, &R);
-    fg_tensor *logits = lse ? fg_empty(dt, FG_CPU, 2, (int64_t[]){Rc, V}) : NULL;
-    /* float32 turns the logits into their gradient in place; float64 (gradient checks) uses a
-     * second buffer and the plain backward kernel */
-    fg_tensor *dl = logits && want_grad && dt == FG_F64 ? fg_empty(dt, FG_CPU, 2, (int64_t[]){Rc, V}) : NULL;
-    const int dl_ok = !want_grad || dt == FG_F32 || dl;
-    double *xt = logits && dl_ok ? fg_alloc(FG_CPU, (size_t)(R > 0 ? R : 1) * sizeof *xt) : NULL;
-    fg_status st = xt ? FG_OK : fg_last_status();
-    const char *xp = X ? fg_data(X) : NULL, *wp = fg_data(W);
-    const double one = 1.0;
-    for (int64_t c = 0; c < nchunk && st == FG_OK; c++) {
-        const int64_t r0 = c * Rc, rn = R - r0 < Rc ? R - r0 : Rc;
-        const char *xc = xp + (size_t)(r0 * C) * esz;
-        const int32_t *tc = t + r0;
-        char *lg = fg_data(logits), *ls = (char *)fg_data(lse) + (size_t)r0 * esz;
-        /* logits_c (rn, V) = x_c (rn, C) @ wᵀ, as fg_linear computes it */
-        st = fg_cpu_matmul_gemm(dt, 0, 1, rn, V, C, 1.0, xc, C, 0, wp, C, 0, 0.0, NULL, lg, V, 0, 1);
-        if (st != FG_OK) break;
-        double unused;
-        fg__cpu_cross_entropy_rows(dt, &unused, ls, lg, tc, rn, V);
-        for (int64_t r = 0; r < rn; r++)
-            if (tc[r] >= 0)
-                xt[r0 + r] =
-                    dt == FG_F32 ? (double)((const float *)lg)[r * V + tc[r]] : ((const double *)lg)[r * V + tc[r]];
-        if (!want_grad || count == 0) continue;
-        /* dlogits_c = (softmax - onehot) / count, as into the composition's fresh (zero) gradient */
-        char *d = lg;
-        if (dt == FG_F32) {
-            fg__cpu_cross_entropy_bwd_inplace_f32((float *)lg, (const float *)ls, tc, rn, V, 1.0 / (double)count);
-            /* an ignored row's gradient is zero: clear its logits */
-            for (int64_t r = 0; r < rn; r++)
-                if (tc[r] < 0) memset(lg + (size_t)(r * V) * esz, 0, (size_t)V * esz);
-        } else {
-            d = fg_data(dl);
-            memset(d, 0, (size_t)(rn * V) * esz);
-            st = fg_cpu_cross_entropy_backward(dt, d, &one, lg, ls, tc, rn, V, count);
-        }
-        /* dx1_c (rn, C) = dlogits_c (rn, V) @ w (V, C);  dw1 (V, C) += dlogits_cᵀ (V, rn) @ x_c (rn, C) */
-        if (st == FG_OK && dx1)
-            st = fg_cpu_matmul_gemm(dt, 0, 0, rn, C, V, 1.0, d, V, 0, wp, C, 0, 0.0, NULL,
-                                    (char *)fg_data(dx1) + (size_t)(r0 * C) * esz, C, 0, 1);
-        if (st == FG_OK && dw1)
-            st = fg_cpu_matmul_gemm(dt, 1, 0, V, C, rn, 1.0, d, V, 0, xc, C, 0, c == 0 ? 0.0 : 1.0, NULL, fg_data(dw1),
-                                    C, 0, 1);
-    }
-    if (st == FG_OK) {
-        /* the loss in row order, as cross_entropy_fwd sums it */
-        double s = 0;
-        for (int64_t r = 0; r < R; r++)
-            if (t[r] >= 0) {
-                const double l =
-                    dt == FG_F32 ? (double)((const float *)fg_data(lse))[r] : ((const double *)fg_data(lse))[r];
-                s += l - xt[r];
-            }
-        const double mean = count ? s / (double)count : 0.0;
-        if (dt == FG_F32)
-            *(float *)loss = (float)mean;
-        else
-            *(double *)loss = mean;
-        if (count == 0 && dx1) memset(fg_data(dx1), 0, fg_nbytes(dx1));
-        if (count == 0 && dw1) memset(fg_data(dw1), 0, fg_nbytes(dw1));
-    }
-    if (xt) fg_free(FG_CPU, xt);
-    fg_release(dl);
-    fg_release(logits);
-    fg_release(lse);
-    return st;
 }
 
 fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *targets, int64_t chunk_rows) {
@@ -298,7 +207,9 @@ fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *ta
         fg_release(out);
         out = NULL;
     }
-    if (out && lce_forward_cpu(x->dtype, fg_data(out), X, W, targets, R, C, V, count, chunk_rows, dx1, dw1) != FG_OK) {
+    if (out && fg__cpu_linear_cross_entropy_forward(x->dtype, fg_data(out), fg_data(X), fg_data(W), targets, R, C, V,
+                                                    count, chunk_rows, dx1 ? fg_data(dx1) : NULL,
+                                                    dw1 ? fg_data(dw1) : NULL) != FG_OK) {
         fg_release(out);
         out = NULL;
     }

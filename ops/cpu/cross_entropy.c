@@ -255,13 +255,49 @@ static void cross_entropy_bwd_f32(float *dx, const float *x, const float *lse, c
 /* cross_entropy_bwd_f32 into a zeroed dx, written over x itself: x (R, V) becomes
  * g * (softmax(x) - onehot) in the rows whose target is not -1 (the same bits as the zeroed-dx
  * form: 0 + v is v); ignored rows are left as they were. */
-void fg__cpu_cross_entropy_bwd_inplace_f32(float *x, const float *lse, const int32_t *targets, int64_t R, int64_t V,
-                                           double g) {
+static void cross_entropy_bwd_inplace_f32(float *x, const float *lse, const int32_t *targets, int64_t R, int64_t V,
+                                          double g) {
     ce_job j = {.lse = lse, .dx = x, .x = x, .t = targets, .V = V, .g = (float)g, .set = 1};
     fg_par_range(R, fg_par_rows(V), 0.6 * (double)V, ce_bwd_piece, &j);
 }
 
-/* ---- linear_cross_entropy's kernels (ops/cpu/cross_entropy.h) ---- */
+/* ---- the CPU kernels (ops/kernels.h) ---- */
+fg_status fg_cpu_cross_entropy_forward(fg_dtype dt, void *loss, void *lse, const void *x, const int32_t *targets,
+                                       int64_t R, int64_t V, int64_t count) {
+    double total;
+    FG_DISPATCH(dt, cross_entropy_fwd, &total, lse, x, targets, R, V);
+    const double mean = count ? total / (double)count : 0.0;
+    if (dt == FG_F32)
+        *(float *)loss = (float)mean;
+    else
+        *(double *)loss = mean;
+    return FG_OK;
+}
+
+fg_status fg_cpu_cross_entropy_backward(fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse,
+                                        const int32_t *targets, int64_t R, int64_t V, int64_t count) {
+    const double g = (dt == FG_F32 ? (double)*(const float *)dloss : *(const double *)dloss) / (double)count;
+    FG_DISPATCH(dt, cross_entropy_bwd, dx, x, lse, targets, R, V, g);
+    return FG_OK;
+}
+
+/* ---- linear_cross_entropy, the CPU only (ops/cpu/cross_entropy.h) ---- */
+#define LCE_CHUNK_ELEMS ((int64_t)1 << 24) /* logits per chunk: 64 MiB of float32 */
+/* Fewer rows make the GEMMs slow: each chunk's products read all of w again (V C elements) for a
+ * few rows of work, and the dw product's depth is the chunk's rows. */
+#define LCE_MIN_ROWS 256
+
+static int64_t lce_chunk_rows(int64_t R, int64_t V, int64_t chunk) {
+    if (chunk > 0) return chunk < R ? chunk : (R > 0 ? R : 1);
+    int64_t rc = LCE_CHUNK_ELEMS / (V > 0 ? V : 1);
+    if (rc < LCE_MIN_ROWS) rc = LCE_MIN_ROWS;
+    if (rc >= R) return R > 0 ? R : 1;
+    /* the chunks that size needs, made equal (a short last chunk would run its three GEMMs far
+     * below the others' speed): ceil(R / n) <= rc rows each, the last at most n - 1 rows shorter */
+    const int64_t n = (R + rc - 1) / rc;
+    return (R + n - 1) / n;
+}
+
 /* y[i] += a · x[i] over [b, e) */
 typedef struct {
     void *y;
@@ -286,28 +322,77 @@ void fg__cpu_lce_axpy(fg_dtype dt, void *y, double a, const void *x, int64_t n) 
     fg_par_range(n, 1 << 16, 0.3, lce_axpy_piece, &j);
 }
 
-/* linear_cross_entropy's row kernel (ops/cpu/cross_entropy.h) */
-void fg__cpu_cross_entropy_rows(fg_dtype dt, double *total, void *lse, const void *x, const int32_t *targets, int64_t R,
-                                int64_t V) {
-    FG_DISPATCH(dt, cross_entropy_fwd, total, lse, x, targets, R, V);
-}
-
-/* ---- the CPU kernels (ops/kernels.h) ---- */
-fg_status fg_cpu_cross_entropy_forward(fg_dtype dt, void *loss, void *lse, const void *x, const int32_t *targets,
-                                       int64_t R, int64_t V, int64_t count) {
-    double total;
-    FG_DISPATCH(dt, cross_entropy_fwd, &total, lse, x, targets, R, V);
-    const double mean = count ? total / (double)count : 0.0;
-    if (dt == FG_F32)
-        *(float *)loss = (float)mean;
-    else
-        *(double *)loss = mean;
-    return FG_OK;
-}
-
-fg_status fg_cpu_cross_entropy_backward(fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse,
-                                        const int32_t *targets, int64_t R, int64_t V, int64_t count) {
-    const double g = (dt == FG_F32 ? (double)*(const float *)dloss : *(const double *)dloss) / (double)count;
-    FG_DISPATCH(dt, cross_entropy_bwd, dx, x, lse, targets, R, V, g);
-    return FG_OK;
+/* fg_linear_cross_entropy's forward (ops/cpu/cross_entropy.h; the op and its math: ops/cross_entropy.c).
+ * lse and xt (R) scratch. */
+fg_status fg__cpu_linear_cross_entropy_forward(fg_dtype dt, void *loss, const void *X, const void *W, const int32_t *t,
+                                               int64_t R, int64_t C, int64_t V, int64_t count, int64_t chunk, void *dx1,
+                                               void *dw1) {
+    const size_t esz = fg_dtype_size(dt);
+    const int64_t Rc = lce_chunk_rows(R, V, chunk), nchunk = R > 0 ? (R + Rc - 1) / Rc : 0;
+    const int want_grad = dx1 || dw1;
+    char *lse = fg_alloc(FG_CPU, (size_t)R * esz);
+    char *logits = lse ? fg_alloc(FG_CPU, (size_t)(Rc * V) * esz) : NULL;
+    /* float32 turns the logits into their gradient in place; float64 (gradient checks) uses a
+     * second buffer and the plain backward kernel */
+    char *dl = logits && want_grad && dt == FG_F64 ? fg_alloc(FG_CPU, (size_t)(Rc * V) * esz) : NULL;
+    const int dl_ok = !want_grad || dt == FG_F32 || dl;
+    double *xt = logits && dl_ok ? fg_alloc(FG_CPU, (size_t)(R > 0 ? R : 1) * sizeof *xt) : NULL;
+    fg_status st = xt ? FG_OK : fg_last_status();
+    const char *xp = X, *wp = W;
+    const double one = 1.0;
+    for (int64_t c = 0; c < nchunk && st == FG_OK; c++) {
+        const int64_t r0 = c * Rc, rn = R - r0 < Rc ? R - r0 : Rc;
+        const char *xc = xp + (size_t)(r0 * C) * esz;
+        const int32_t *tc = t + r0;
+        char *lg = logits, *ls = lse + (size_t)r0 * esz;
+        /* logits_c (rn, V) = x_c (rn, C) @ wᵀ, as fg_linear computes it */
+        st = fg_cpu_matmul_gemm(dt, 0, 1, rn, V, C, 1.0, xc, C, 0, wp, C, 0, 0.0, NULL, lg, V, 0, 1);
+        if (st != FG_OK) break;
+        double unused;
+        FG_DISPATCH(dt, cross_entropy_fwd, &unused, (void *)ls, (const void *)lg, tc, rn, V);
+        for (int64_t r = 0; r < rn; r++)
+            if (tc[r] >= 0)
+                xt[r0 + r] =
+                    dt == FG_F32 ? (double)((const float *)lg)[r * V + tc[r]] : ((const double *)lg)[r * V + tc[r]];
+        if (!want_grad || count == 0) continue;
+        /* dlogits_c = (softmax - onehot) / count, as into the composition's fresh (zero) gradient */
+        char *d = lg;
+        if (dt == FG_F32) {
+            cross_entropy_bwd_inplace_f32((float *)lg, (const float *)ls, tc, rn, V, 1.0 / (double)count);
+            /* an ignored row's gradient is zero: clear its logits */
+            for (int64_t r = 0; r < rn; r++)
+                if (tc[r] < 0) memset(lg + (size_t)(r * V) * esz, 0, (size_t)V * esz);
+        } else {
+            d = dl;
+            memset(d, 0, (size_t)(rn * V) * esz);
+            st = fg_cpu_cross_entropy_backward(dt, d, &one, lg, ls, tc, rn, V, count);
+        }
+        /* dx1_c (rn, C) = dlogits_c (rn, V) @ w (V, C);  dw1 (V, C) += dlogits_cᵀ (V, rn) @ x_c (rn, C) */
+        if (st == FG_OK && dx1)
+            st = fg_cpu_matmul_gemm(dt, 0, 0, rn, C, V, 1.0, d, V, 0, wp, C, 0, 0.0, NULL,
+                                    (char *)dx1 + (size_t)(r0 * C) * esz, C, 0, 1);
+        if (st == FG_OK && dw1)
+            st = fg_cpu_matmul_gemm(dt, 1, 0, V, C, rn, 1.0, d, V, 0, xc, C, 0, c == 0 ? 0.0 : 1.0, NULL, dw1, C, 0, 1);
+    }
+    if (st == FG_OK) {
+        /* the loss in row order, as cross_entropy_fwd sums it */
+        double s = 0;
+        for (int64_t r = 0; r < R; r++)
+            if (t[r] >= 0) {
+                const double l = dt == FG_F32 ? (double)((const float *)lse)[r] : ((const double *)lse)[r];
+                s += l - xt[r];
+            }
+        const double mean = count ? s / (double)count : 0.0;
+        if (dt == FG_F32)
+            *(float *)loss = (float)mean;
+        else
+            *(double *)loss = mean;
+        if (count == 0 && dx1) memset(dx1, 0, (size_t)(R * C) * esz);
+        if (count == 0 && dw1) memset(dw1, 0, (size_t)(V * C) * esz);
+    }
+    if (xt) fg_free(FG_CPU, xt);
+    if (dl) fg_free(FG_CPU, dl);
+    if (logits) fg_free(FG_CPU, logits);
+    if (lse) fg_free(FG_CPU, lse);
+    return st;
 }
