@@ -1,8 +1,8 @@
 /* adamw.cu — the optimizer kernels of the CUDA table (ops/kernels.h, `optimizer`): AdamW's update,
  * the sum of squares of the gradient norm and gradient scaling, on device arrays.
  *
- * CPU reference: ops/optim.c (ADAMW_RANGE, fg_cpu_optimizer_sum_squares, fg_cpu_optimizer_scale): the same arithmetic
- * in the same types, element by element. The norm's sum is float64 in a fixed two-stage order
+ * CPU reference: ops/cpu/adamw.c (ADAMW_RANGE, fg_cpu_optimizer_sum_squares, fg_cpu_optimizer_scale):
+ * the same arithmetic in the same types, element by element. The norm's sum is float64 in a fixed two-stage order
  * (the CPU sums in blocks of its own, so the two may differ in the last bits).
  *
  * Legend: p, g, m, v are (n) arrays of one dtype: parameters, gradients, AdamW's moments.

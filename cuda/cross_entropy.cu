@@ -1,6 +1,6 @@
 /* cross_entropy.cu — fused softmax + negative log-likelihood, mean over the counted rows, on the GPU.
  *
- * CPU reference: ops/cross_entropy.c (same formulas; exp sums in float64; a row with target -1
+ * CPU reference: ops/cpu/cross_entropy.c (same formulas; exp sums in float64; a row with target -1
  * is ignored and gets lse 0; the loss is 0 when no row counts).
  *
  * Legend: x (logits) is (R, V), contiguous; targets: R int32 ids in device memory (checked and

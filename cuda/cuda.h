@@ -35,19 +35,13 @@ extern "C" {
 
 /* Start the device and register the backends (see above). FG_OK or FG_ERR_DEVICE. */
 fg_status fg_cuda_init(void);
-/* 1 once fg_cuda_init() has succeeded. */
-int fg_cuda_ready(void);
 /* Wait until every queued kernel and copy has finished. FG_OK, or the error a kernel raised. */
 fg_status fg_cuda_synchronize(void);
 /* One line about the device: "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB, driver 13.0, runtime 13.0)".
  * Before init (or without a GPU) it says why there is none. Owned by the library. */
 const char *fg_cuda_device_string(void);
-/* Compute capability, e.g. 90 for sm_90; 0 before init. */
-int fg_cuda_arch(void);
-/* The stream, cuBLAS handle and cuRAND generator, as opaque pointers (cudaStream_t,
- * cublasHandle_t, curandGenerator_t) for tests and benchmarks; NULL before init. */
-void *fg_cuda_stream(void);
-void *fg_cuda_cublas(void);
+/* The cuRAND generator, as an opaque pointer (curandGenerator_t) for tests and benchmarks; NULL
+ * before init. */
 void *fg_cuda_curand(void);
 
 #ifdef __cplusplus

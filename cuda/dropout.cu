@@ -1,6 +1,6 @@
 /* dropout.cu — inverted dropout with a regenerated mask, on the GPU.
  *
- * CPU reference: ops/dropout.c. The keep decision is the same pure function on both sides,
+ * CPU reference: ops/cpu/dropout.c. The keep decision is the same pure function on both sides,
  *     keep(k) = fg_philox_u32(seed, stream, k) >= fg_dropout_threshold(p)   (tensor/philox.h)
  * so a GPU run drops exactly the elements the CPU run drops.
  *

@@ -1,7 +1,7 @@
 /* elementwise.cu — add, sub, mul, div with NumPy broadcasting; add_scalar, mul_scalar; add_into:
  * the launchers of the elementwise and memory kernels of ops/kernels.h.
  *
- * CPU reference: ops/elementwise.c (same rules; the table of ops/kernels.h).
+ * CPU reference: ops/cpu/elementwise.c (same rules; the table of ops/kernels.h).
  *
  * Legend: a and b broadcast (aligned at the right; size-1 or missing dims stretch) to out's
  * shape, e.g. a (B, T, C) + b (C) -> out (B, T, C). Forward reads a and b through broadcast
@@ -17,7 +17,7 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels_cuda.h"
 
-/* forward and backward expressions, as in ops/elementwise.c (fg_binary_op, fg_binary_rule) */
+/* forward and backward expressions, as in ops/cpu/elementwise.c (fg_binary_op, fg_binary_rule) */
 enum { F_ADD = FG_BINARY_ADD, F_SUB = FG_BINARY_SUB, F_MUL = FG_BINARY_MUL, F_DIV = FG_BINARY_DIV };
 enum {
     R_PLUS = FG_BINARY_RULE_PLUS,

@@ -1,7 +1,7 @@
 /* embedding.cu — token (or position) embedding lookup, on the GPU: the launchers of the embedding
  * kernels of ops/kernels.h.
  *
- * CPU reference: ops/embedding.c.
+ * CPU reference: ops/cpu/embedding.c.
  *
  * Legend: weight is (V, C); idx holds n int32 ids (host memory, checked by the shell); out is
  * (n, C) with out[r, :] = weight[idx[r], :]. The forward uploads the ids into device scratch

@@ -1,6 +1,6 @@
 /* gelu.cu — GELU in the tanh form GPT-2 uses, on the GPU.
  *
- * CPU reference: ops/gelu.c (same formula, same derivative).
+ * CPU reference: ops/cpu/gelu.c (same formula, same derivative).
  *
  * Legend: x, out, dout, dx are (n), contiguous (ops/gelu.c makes x so).
  *   u = sqrt(2/pi) (x + 0.044715 x³)        out = 0.5 x (1 + tanh u)

@@ -1,6 +1,6 @@
 /* layernorm.cu — layer normalization over the last dim, on the GPU.
  *
- * CPU reference: ops/layernorm.c (same formulas; row sums in float64; biased variance).
+ * CPU reference: ops/cpu/layernorm.c (same formulas; row sums in float64; biased variance).
  *
  * Legend: x is (..., C), seen as R rows of C; weight and bias are (C) or NULL (1 and 0);
  * out is (..., C).

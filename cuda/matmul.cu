@@ -2,7 +2,7 @@
  * ops/kernels.h (the row-major GEMM with an optional bias, linear's bias gradient) and the raw
  * GEMM fg_cuda_gemm for device code that keeps its own arrays.
  *
- * CPU reference: ops/matmul.c (the CPU GEMM and column sums behind the same table entries).
+ * CPU reference: ops/cpu/matmul.c (the CPU GEMM and column sums behind the same table entries).
  *
  * Row-major on a column-major library: a row-major (rows, cols) matrix with leading dimension ld
  * is, to cuBLAS, the column-major (cols, rows) matrix — its transpose. So the row-major product

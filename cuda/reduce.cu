@@ -1,7 +1,7 @@
 /* reduce.cu — sum and mean over one axis or over everything, on the GPU: the launchers of the
  * reduce kernels of ops/kernels.h.
  *
- * CPU reference: ops/reduce.c (sums accumulate in float64 for both dtypes; mean = sum · 1/N).
+ * CPU reference: ops/cpu/reduce.c (sums accumulate in float64 for both dtypes; mean = sum · 1/N).
  *
  * Legend: t is seen as (O, N, I) around the reduced axis: O = product of the dims before it,
  * N = its size, I = product of the dims after it; out is (O, I) (reshaped to t's shape without

@@ -290,8 +290,6 @@ extern "C" fg_status fg_cuda_init(void) {
     return st;
 }
 
-extern "C" int fg_cuda_ready(void) { return g_ready; }
-
 extern "C" fg_status fg_cuda_synchronize(void) {
     FG_TRY(fg_cu_require("synchronize"));
     FG_CU(cudaStreamSynchronize(g_stream));
@@ -300,7 +298,4 @@ extern "C" fg_status fg_cuda_synchronize(void) {
 }
 
 extern "C" const char *fg_cuda_device_string(void) { return g_devstr; }
-extern "C" int fg_cuda_arch(void) { return g_ready ? g_arch : 0; }
-extern "C" void *fg_cuda_stream(void) { return g_ready ? (void *)g_stream : NULL; }
-extern "C" void *fg_cuda_cublas(void) { return g_ready ? (void *)g_blas : NULL; }
 extern "C" void *fg_cuda_curand(void) { return g_ready ? (void *)g_rand : NULL; }

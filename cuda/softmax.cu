@@ -1,6 +1,6 @@
 /* softmax.cu — softmax over the last dim, on the GPU.
  *
- * CPU reference: ops/softmax.c (max-subtracted; sums in float64; a row that is all -inf gives
+ * CPU reference: ops/cpu/softmax.c (max-subtracted; sums in float64; a row that is all -inf gives
  * zeros and passes no gradient).
  *
  * Legend: x, y = softmax(x), dy, dx are (R, C), contiguous (ops/softmax.c makes x so and keeps y

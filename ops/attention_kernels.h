@@ -4,11 +4,10 @@
  *
  *   fg_attn_problem           the resolved options and sizes every kernel takes
  *   fg_attn_call_*            the one entry below fg_attention (ops/attention.c)
- *   fg_attn_{naive,flash}_*   raw-pointer CPU kernels, float32 and float64, for benchmarks, tests and
- *                             as the reference the CUDA mirror (cuda/attention.cu) is checked against
- *                             (ops/cpu/attention_f32.c, ops/cpu/attention_f64.c)
+ *   fg_attn_{naive,flash}_*   raw-pointer CPU kernels, float32 and float64 (ops/cpu/attention_f32.c,
+ *                             ops/cpu/attention_f64.c): what the CPU table's entries run, and in the
+ *                             tests the reference the CUDA kernels (cuda/attention.cu) are checked against
  *   fg_attn_varlen_*          packed variable-length sequences (ops/cpu/attention_varlen.c)
- *   fg_attn_score_tile_*      steps 2–5 on one tile (ops/cpu/attention_variant_body.h)
  *   fg_attn_tile_kind         a tile's kind under causal, window and block mask (ops/cpu/attention.c)
  *   fg_attn_online_update_*   the online-softmax step of one query row over one block of keys
  *                             (ops/cpu/flash_tiles_body.h, with flash's other tile operations)
@@ -187,19 +186,7 @@ fg_status fg_attn_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, con
                                   const int64_t *cu_q, const int64_t *cu_k, int64_t nseq, int64_t Tq, int64_t Tk,
                                   const double *slopes, const fg_attn_problem *pr);
 
-/* ---- variants on a tile (ops/cpu/attention_variant_body.h) ----
- * S is the tile of scaled scores (step 1) of rows [i0, i0 + nq) and keys [j0, j0 + nk) of head
- * (b, h), row stride ld. Applies steps 2–5 in place: softcap and ALiBi on every element; then, when
- * kind is FG_TILE_PARTIAL, −inf outside causal ∧ window (window_partial) and where the mask
- * callback says no (mask_partial); then score_mod on the elements still visible. With G not NULL,
- * G (same layout) receives ∂s_final/∂s_1 (1 where no variant changes the score, 0 where s_final is
- * −inf). FG_TILE_FULL: no element is masked, nothing is tested. Never called with MASKED. */
-void fg_attn_score_tile_f32(float *S, float *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
-                            const fg_attn_problem *pr);
-void fg_attn_score_tile_f64(double *S, double *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
-                            const fg_attn_problem *pr);
+/* ---- variants on a tile (ops/cpu/attention_variant_body.h) ---- */
 /* 1 when steps 2–4 change any score (softcap, ALiBi or score_mod); 0 for the plain path. */
 int fg_attn_modifies_scores(const fg_attn_problem *pr);
 /* 1 when ∂s_final/∂s_1 is not identically 1 (softcap or score_mod): the backward needs G. */

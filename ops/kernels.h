@@ -3,7 +3,7 @@
  * Every op has ONE shell, in ops/<family>.c, for every device: it checks the arguments, allocates
  * the outputs on the inputs' device, records the autograd node with its typed state, and in the
  * backward unpacks that state. The arithmetic is a kernel reached through the table of the
- * tensors' device:
+ * tensors' device (the CPU's kernels in ops/cpu/<family>.c, CUDA's in cuda/<family>.cu):
  *
  *     const fg_kernels *k = fg_kernels_for(x->device, "layernorm");     // NULL + error if none
  *     if (!k->layernorm.forward) -> FG_ERR_DEVICE "layernorm is not supported on cuda"
@@ -21,15 +21,19 @@
  * ggml's backends answer supports_op. Devices register their table once they are started:
  * the CPU's is built in (ops/kernels.c); cuda/ registers its own from fg_cuda_init().
  *
- * Adding an op family edits four places, and only these:
- *   1. ops/ops.h         its public functions;
- *   2. ops/kernels.h     its kernels' list FG_KERNELS_<FAMILY> (below) and its line in
- *                        FG_KERNEL_FAMILIES;
- *   3. ops/<family>.c    the shell and the CPU's kernels, fg_cpu_<family>_<name>;
- *   4. cuda/<family>.cu  the CUDA kernels, fg_cu_<family>_<name> (or `cpu` in the list's entry,
- *                        and the CUDA table holds NULL).
- * The table types, both devices' declarations and both tables are generated from the list; the
- * Makefile picks new files up by itself.
+ * Adding an op family edits these places, besides its tests:
+ *   1. ops/ops.h            its public functions;
+ *   2. ops/kernels.h        its kernels' list FG_KERNELS_<FAMILY> (below) and its line in
+ *                           FG_KERNEL_FAMILIES;
+ *   3. ops/<family>.c       the shell: checks, allocation, the autograd node, the saved state;
+ *   4. ops/cpu/<family>.c   the CPU's kernels, fg_cpu_<family>_<name> (no tensors, no autograd:
+ *                           tests/lint_layers.sh checks that ops/cpu/ includes nothing of autograd/
+ *                           and that no shell in ops/ defines an fg_cpu_ function);
+ *   5. cuda/<family>.cu     the CUDA kernels, fg_cu_<family>_<name> (or `cpu` in the list's entry,
+ *                           and the CUDA table holds NULL);
+ * and, where they apply: ops/infer.h and ops/infer.c for a forward-only entry on raw buffers, and
+ * the Makefile's VALGRIND_SUITES for its test suite. The table types, both devices' declarations
+ * and both tables are generated from the list; the Makefile picks new files up by itself.
  */
 #ifndef FG_KERNELS_H
 #define FG_KERNELS_H
@@ -50,14 +54,14 @@ extern "C" {
  * FG_KERNEL_FAMILIES (the order of ops/ops.h). An entry
  *     FN(family, name, where, ret, params)
  * is the member `name` of fg_<family>_kernels, of type ret (*)params, which the CPU defines as
- * fg_cpu_<family>_<name> (ops/<family>.c) and CUDA as fg_cu_<family>_<name> (cuda/<family>.cu);
+ * fg_cpu_<family>_<name> (ops/cpu/<family>.c) and CUDA as fg_cu_<family>_<name> (cuda/<family>.cu);
  * `where` is `all`, or `cpu` when only the CPU has it (NULL in the CUDA table). An entry
  *     VAL(family, type, name, cpu_value, cuda_value)
  * is a plain member with each device's value. From these lists come the table's types (here), both
  * devices' declarations (ops/kernels_cpu.h, cuda/kernels_cuda.h) and both tables (ops/kernels.c,
  * cuda/kernels.cu); none of those four files changes when an op is added. */
 
-/* ---- matmul (ops/matmul.c) ----
+/* ---- matmul (ops/matmul.c; the CPU's kernels in ops/cpu/matmul.c) ----
  * gemm: row-major GEMM, like cblas_?gemm(CblasRowMajor, ...), repeated over `batch` matrices that
  * are sA, sB, sC elements apart (0 = the same matrix for every batch):
  *     C (M, N) = alpha · op(A) op(B) + beta · C,     op(X) = X, or Xᵀ when tX is non-zero
@@ -73,7 +77,7 @@ extern "C" {
         int64_t sC, int64_t batch))                                                                                    \
     FN(matmul, colsum, all, fg_status, (fg_dtype dt, void *db, const void *dout, int64_t R, int64_t N))
 
-/* ---- elementwise (ops/elementwise.c) ----
+/* ---- elementwise (ops/elementwise.c; the CPU's kernels in ops/cpu/elementwise.c) ----
  * NumPy broadcasting over out's shape (nd dims, outermost first): out is contiguous, and an input
  * is read through its broadcast strides (nd element strides, 0 along a dim where the input is
  * missing or has size 1). */
@@ -105,7 +109,7 @@ typedef enum {
        (fg_binary_op op, fg_dtype dt, void *out, const void *a, const int64_t *sa, int nd, const int64_t *shape,       \
         double s))
 
-/* ---- reduce (ops/reduce.c) ----
+/* ---- reduce (ops/reduce.c; the CPU's kernels in ops/cpu/reduce.c) ----
  * Sums accumulate in float64 for both dtypes. Over an axis, x is contiguous and seen as (O, N, In)
  * around the axis (O = the dims before it, N = its size, In = the dims after it); out is (O, In).
  * (Not `I`: <complex.h>, which some BLAS headers include, defines it.)
@@ -122,7 +126,8 @@ typedef enum {
        (fg_dtype dt, void *out, const void *x, int nd, const int64_t *shape, const int64_t *strides, double scale))    \
     FN(reduce, all_backward, all, fg_status, (fg_dtype dt, void *dx, const void *dout, int64_t n, double scale))
 
-/* ---- memory (ops/ops_common.c): the accumulation behind the shape ops' backward ----
+/* ---- memory (ops/ops_common.c; the CPU's kernel in ops/cpu/elementwise.c): the accumulation behind
+ * the shape ops' backward ----
  * add_into: dst += alpha · src over shape (nd dims), each read through its own element strides
  * (dst must not reach one element twice); float32 scales by (float)alpha */
 #define FG_KERNELS_MEMORY(FN, VAL)                                                                                     \
@@ -130,7 +135,7 @@ typedef enum {
        (fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src, const int64_t *src_strides, int nd,       \
         const int64_t *shape, double alpha))
 
-/* ---- embedding (ops/embedding.c) ----
+/* ---- embedding (ops/embedding.c; the CPU's kernels in ops/cpu/embedding.c) ----
  * weight is (V, C) with rows ws elements apart (unit stride along C); idx holds n int32 ids in
  * HOST memory, each in [0, V) (the shell has checked them; a device kernel stages what it needs).
  *   forward   out (n, C): out[r, :] = weight[idx[r], :]
@@ -142,7 +147,7 @@ typedef enum {
     FN(embedding, backward, all, fg_status,                                                                            \
        (fg_dtype dt, void *dweight, const void *dout, const int32_t *idx, int64_t n, int64_t V, int64_t C))
 
-/* ---- layernorm (ops/layernorm.c) ----
+/* ---- layernorm (ops/layernorm.c; the CPU's kernels in ops/cpu/layernorm.c) ----
  * x is (R, C); w, b (C) or NULL (1 and 0); saved: mean (R), rstd (R) = 1/sqrt(var + eps).
  * The backward adds into dx, dw, db; any of them NULL when not wanted. */
 #define FG_KERNELS_LAYERNORM(FN, VAL)                                                                                  \
@@ -153,21 +158,21 @@ typedef enum {
        (fg_dtype dt, void *dx, void *dw, void *db, const void *dout, const void *x, const void *mean,                  \
         const void *rstd, const void *w, int64_t R, int64_t C))
 
-/* ---- gelu (ops/gelu.c) ----
+/* ---- gelu (ops/gelu.c; the CPU's kernels in ops/cpu/gelu.c) ----
  * x, out, dout, dx are (n), contiguous: out = gelu(x); dx = dout * gelu'(x) (add 0: dx is not read)
  * or dx += dout * gelu'(x) (add 1). */
 #define FG_KERNELS_GELU(FN, VAL)                                                                                       \
     FN(gelu, forward, all, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n))                              \
     FN(gelu, backward, all, fg_status, (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n, int add))
 
-/* ---- softmax (ops/softmax.c) ----
+/* ---- softmax (ops/softmax.c; the CPU's kernels in ops/cpu/softmax.c) ----
  * x, y = softmax(x) over each row, dy, dx are (R, C); a row of all -inf gives y = 0.
  * dx += y * (dy - sum_j dy_j y_j), row by row. */
 #define FG_KERNELS_SOFTMAX(FN, VAL)                                                                                    \
     FN(softmax, forward, all, fg_status, (fg_dtype dt, void *y, const void *x, int64_t R, int64_t C))                  \
     FN(softmax, backward, all, fg_status, (fg_dtype dt, void *dx, const void *dy, const void *y, int64_t R, int64_t C))
 
-/* ---- cross_entropy (ops/cross_entropy.c) ----
+/* ---- cross_entropy (ops/cross_entropy.c; the CPU's kernels in ops/cpu/cross_entropy.c) ----
  * x is (R, V) logits; targets (R) int32 class ids in [0, V) or -1 (row ignored), in the device's
  * memory; count = the rows whose target is not -1. forward writes lse (R) (0 for ignored rows) and
  * loss (1) = sum_r (lse_r - x_r,t_r) / count (0 when count is 0). backward, for count > 0 and
@@ -180,7 +185,7 @@ typedef enum {
        (fg_dtype dt, void *dx, const void *dloss, const void *x, const void *lse, const int32_t *targets, int64_t R,   \
         int64_t V, int64_t count))
 
-/* ---- dropout (ops/dropout.c) ----
+/* ---- dropout (ops/dropout.c; the CPU's kernels in ops/cpu/dropout.c) ----
  * x, out, dout, dx are (n), contiguous; k is the flat index, 0 <= p < 1:
  *   keep(k) = fg_philox_u32(seed, stream, k) >= fg_dropout_threshold(p)   (tensor/philox.h)
  *   forward: out[k] = keep(k) ? x[k] * scale : 0      backward: dx[k] += keep(k) ? dout[k] * scale : 0
@@ -191,7 +196,7 @@ typedef enum {
     FN(dropout, backward, all, fg_status,                                                                              \
        (fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream, double p))
 
-/* ---- optimizer (ops/optim.c; train/adamw.c uses them): not an op, the flat-array loops of
+/* ---- optimizer (ops/cpu/adamw.c; train/adamw.c uses them): not an op, the flat-array loops of
  * train/'s optimizer ----
  * Flat arrays of one dtype: p (parameters), g (gradients), m, v (AdamW's moments), each (n).
  * adamw updates, for each span, the elements [offset, offset + count) (spans do not overlap;
@@ -202,7 +207,7 @@ typedef enum {
  * each constant rounded to the dtype, in that order of operations (train/adamw.h has the math).
  * sum_squares: *out = sum_i x[i]² in float64, in an order that depends on n only; it waits for the
  * result. scale: x[i] *= s, with s rounded to the dtype.
- * The CPU's order (ops/optim.c): norm_block(n) = B fixes blocks [kB, (k+1)B) of the array (the
+ * The CPU's order (ops/cpu/adamw.c): norm_block(n) = B fixes blocks [kB, (k+1)B) of the array (the
  * last one shorter); sum_squares adds the blocks' float64 sums in block order, starting from 0.
  * sum_squares_blocks writes part[k - b0] = block k's sum for the blocks [b0, b1) of the whole (n)
  * array x, so that adding every block's part in block order gives sum_squares's bits (a ZeRO-1
@@ -219,7 +224,7 @@ typedef enum {
     FN(optimizer, sum_squares_blocks, cpu, fg_status,                                                                  \
        (fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part))
 
-/* ---- attention (ops/attention.c) ----
+/* ---- attention (ops/attention.c; the CPU's kernels in ops/cpu/attention.c) ----
  * The contract of the CPU kernels of ops/attention_kernels.h on the device's pointers: `aux` is
  * the naive P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for
  * FG_ATTN_FLASH; the naive backward gets lse NULL (it reads P); the backward adds into dq, dk, dv

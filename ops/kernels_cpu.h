@@ -1,7 +1,7 @@
-/* kernels_cpu.h — the CPU's kernels, defined beside their op's shell in ops/<family>.c and
- * gathered into the CPU table by ops/kernels.c. Each entry FN(family, name, ...) of the lists in
- * ops/kernels.h is declared here as fg_cpu_<family>_<name>, with the entry's signature; the
- * contracts are the list's. Only ops/ includes this. */
+/* kernels_cpu.h — the CPU's kernels, defined in ops/cpu/<family>.c (apart from their op's shell,
+ * ops/<family>.c) and gathered into the CPU table by ops/kernels.c. Each entry FN(family, name,
+ * ...) of the lists in ops/kernels.h is declared here as fg_cpu_<family>_<name>, with the entry's
+ * signature; the contracts are the list's. Only ops/ includes this. */
 #ifndef FG_KERNELS_CPU_H
 #define FG_KERNELS_CPU_H
 

@@ -8,7 +8,8 @@
  *    dtype and one device. Inputs may be non-contiguous views unless a note says otherwise.
  *  - When grad mode is on and an input requires grad, the op records a node (autograd/autograd.h)
  *    and its backward rule adds into the inputs' gradients. Forward and backward of a family live
- *    in one file, ops/<family>.c, mirrored by cuda/<family>.cu.
+ *    in one file, ops/<family>.c, the op's shell; its kernels in ops/cpu/<family>.c (the CPU) and
+ *    cuda/<family>.cu (the GPU).
  */
 #ifndef FG_OPS_H
 #define FG_OPS_H
@@ -29,8 +30,8 @@ extern "C" {
 fg_tensor *fg_matmul(fg_tensor *a, fg_tensor *b);
 /* x (..., K) @ w^T + bias: w is (N, K) like torch.nn.Linear, bias (N) or NULL -> (..., N). */
 fg_tensor *fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *bias);
-/* The kernel of float32 products on the CPU (ops/matmul.c): FG_MATMUL_AUTO, the default — chosen
- * per product by its shape (ops/matmul.c states the rule) — or one kernel for every float32
+/* The kernel of float32 products on the CPU (ops/cpu/matmul.c): FG_MATMUL_AUTO, the default — chosen
+ * per product by its shape (ops/cpu/matmul.c states the rule) — or one kernel for every float32
  * product it can run: FG_MATMUL_BLAS, OpenBLAS; FG_MATMUL_TILE, the register-blocked tile kernel
  * (AVX2+FMA or AVX-512); FG_MATMUL_DNNL, oneDNN single-threaded per block of C on the pool;
  * FG_MATMUL_DNNL_OMP, oneDNN given the whole product on its own OpenMP threads (as many as the

@@ -1,10 +1,8 @@
-/* ops_common.c — argument checks, the strided row iterator and backward helpers shared by ops/.
+/* ops_common.c — argument checks, broadcasting and backward helpers shared by the shells of ops/.
  * See ops_internal.h for what each does. */
-#include "ops/cpu/vmath.h"
-#include "ops/kernels_cpu.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/ops_internal.h"
-
-#include <string.h>
 
 /* ---- argument checks ---- */
 fg_status fg_op_compute_dtype(const char *op, const char *what, fg_dtype dt, fg_device dev) {
@@ -56,14 +54,6 @@ fg_status fg_op_no_kernel(const char *op, const char *device) {
 }
 
 /* ---- shapes and strides ---- */
-void fg_contig_strides(int ndim, const int64_t *shape, int64_t *strides) {
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        strides[i] = s;
-        s *= shape[i];
-    }
-}
-
 fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor *b, int *ndim, int64_t *shape) {
     char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
     int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
@@ -80,143 +70,14 @@ fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor
     return FG_OK;
 }
 
-void fg_broadcast_strides(int t_ndim, const int64_t *t_shape, const int64_t *t_strides, int ndim, const int64_t *shape,
-                          int64_t *out) {
-    for (int i = 0; i < ndim; i++) {
-        int it = i - (ndim - t_ndim);
-        out[i] = (it >= 0 && t_shape[it] == shape[i]) ? t_strides[it] : 0;
-    }
-}
-
-/* ---- the row iterator ---- */
-void fg_iter_init(fg_iter *it, int ndim, const int64_t *shape, int nops, int64_t (*strides)[FG_MAX_DIMS]) {
-    FG_ASSERT(nops >= 1 && nops <= FG_ITER_MAX_OPS && ndim >= 0 && ndim <= FG_MAX_DIMS, "fg_iter_init arguments");
-    memset(it, 0, sizeof *it);
-    it->nops = nops;
-    int64_t total = 1;
-    for (int d = 0; d < ndim; d++) total *= shape[d];
-    /* Drop size-1 dims (their strides never matter), then merge dim d into the dim before it when
-     * every operand steps over the pair as one: stride[prev] == stride[d] * shape[d]. */
-    int nd = 0;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 1) continue;
-        if (nd > 0) {
-            int mergeable = 1;
-            for (int k = 0; k < nops; k++)
-                if (it->strides[k][nd - 1] != strides[k][d] * shape[d]) mergeable = 0;
-            if (mergeable) {
-                it->shape[nd - 1] *= shape[d];
-                for (int k = 0; k < nops; k++) it->strides[k][nd - 1] = strides[k][d];
-                continue;
-            }
-        }
-        it->shape[nd] = shape[d];
-        for (int k = 0; k < nops; k++) it->strides[k][nd] = strides[k][d];
-        nd++;
-    }
-    if (nd == 0) { /* a single element */
-        it->shape[0] = 1;
-        for (int k = 0; k < nops; k++) it->strides[k][0] = 0;
-        nd = 1;
-    }
-    it->ndim = nd;
-    it->n = it->shape[nd - 1];
-    for (int k = 0; k < nops; k++) it->inner[k] = it->strides[k][nd - 1];
-    it->rows_left = total == 0 ? 0 : total / it->n;
-}
-
-int fg_iter_next(fg_iter *it) {
-    if (it->rows_left <= 0) return 0;
-    it->rows_left--;
-    if (!it->started) {
-        it->started = 1;
-        return 1;
-    }
-    /* odometer over the outer dims 0 .. ndim-2 */
-    for (int d = it->ndim - 2; d >= 0; d--) {
-        it->idx[d]++;
-        for (int k = 0; k < it->nops; k++) it->off[k] += it->strides[k][d];
-        if (it->idx[d] < it->shape[d]) break;
-        for (int k = 0; k < it->nops; k++) it->off[k] -= it->strides[k][d] * it->shape[d];
-        it->idx[d] = 0;
-    }
-    return 1;
-}
-
-/* ---- backward helpers ----
- * dst += alpha * src and the contiguous copy walk the row iterator in pieces (ops/cpu/vmath.h): on
- * the thread pool when big, each piece's rows through the vector kernel when both sides have unit
- * stride along the row. The product alpha * src is rounded before the sum on every path, so the
- * bits do not depend on the path. */
-typedef struct {
-    void *dst;
-    const void *src;
-    double alpha;
-} rows_job;
-
-#define ADD_INTO_BODY(T, VEC)                                                                                          \
-    const rows_job *j = ctx;                                                                                           \
-    T *dst = j->dst, a = (T)j->alpha;                                                                                  \
-    const T *src = j->src;                                                                                             \
-    while (fg_iter_next(it)) {                                                                                         \
-        T *d = dst + it->off[0];                                                                                       \
-        const T *s = src + it->off[1];                                                                                 \
-        int64_t sd = it->inner[0], ss = it->inner[1], n = it->n;                                                       \
-        if (sd == 1 && ss == 1)                                                                                        \
-            VEC(d, a, s, n);                                                                                           \
-        else                                                                                                           \
-            for (int64_t i = 0; i < n; i++) d[i * sd] += a * s[i * ss];                                                \
-    }
-
-#define ADD_INTO_LOOP_F64(d, a, s, n)                                                                                  \
-    for (int64_t i = 0; i < (n); i++) (d)[i] += (a) * (s)[i]
-static void add_into_f32(void *ctx, fg_iter *it) { ADD_INTO_BODY(float, fg_vaxpy_f32); }
-static void add_into_f64(void *ctx, fg_iter *it) { ADD_INTO_BODY(double, ADD_INTO_LOOP_F64); }
-
-#define COPY_ROWS_BODY(T)                                                                                              \
-    const rows_job *j = ctx;                                                                                           \
-    T *dst = j->dst;                                                                                                   \
-    const T *src = j->src;                                                                                             \
-    while (fg_iter_next(it)) {                                                                                         \
-        T *d = dst + it->off[0];                                                                                       \
-        const T *s = src + it->off[1];                                                                                 \
-        int64_t ss = it->inner[1], n = it->n;                                                                          \
-        if (ss == 1)                                                                                                   \
-            memcpy(d, s, (size_t)n * sizeof(T));                                                                       \
-        else                                                                                                           \
-            for (int64_t i = 0; i < n; i++) d[i] = s[i * ss];                                                          \
-    }
-
-static void copy_rows_f32(void *ctx, fg_iter *it) { COPY_ROWS_BODY(float); }
-static void copy_rows_f64(void *ctx, fg_iter *it) { COPY_ROWS_BODY(double); }
-
+/* ---- backward helpers ---- */
 fg_tensor *fg_op_contiguous(fg_tensor *t) {
     if (fg_is_contiguous(t)) return fg_retain(t);
     if (t->device != FG_CPU) return fg_contiguous(t);
     fg_tensor *c = fg_empty(t->dtype, FG_CPU, t->ndim, t->shape);
     if (!c) return NULL;
-    int64_t strides[2][FG_MAX_DIMS];
-    fg_contig_strides(t->ndim, t->shape, strides[0]);
-    memcpy(strides[1], t->strides, sizeof strides[1]);
-    fg_iter it;
-    fg_iter_init(&it, t->ndim, t->shape, 2, strides);
-    rows_job j = {fg_data(c), fg_data(t), 0};
-    /* ~0.3 ns per element: strided reads */
-    fg_par_iter(&it, 1, 0.3, t->dtype == FG_F32 ? copy_rows_f32 : copy_rows_f64, &j);
+    fg__cpu_copy_strided(t->dtype, fg_data(c), fg_data(t), t->strides, t->ndim, t->shape);
     return c;
-}
-
-fg_status fg_cpu_memory_add_into(fg_dtype dt, void *dst, const int64_t *dst_strides, const void *src,
-                                 const int64_t *src_strides, int nd, const int64_t *shape, double alpha) {
-    int64_t strides[2][FG_MAX_DIMS];
-    memcpy(strides[0], dst_strides, (size_t)nd * sizeof(int64_t));
-    memcpy(strides[1], src_strides, (size_t)nd * sizeof(int64_t));
-    fg_iter it;
-    fg_iter_init(&it, nd, shape, 2, strides);
-    rows_job j = {dst, src, alpha};
-    /* pieces in parallel only if no element of dst is reached twice; ~0.2 ns per element */
-    fg_par_iter(&it, fg_no_broadcast(nd, shape, dst_strides), 0.2, dt == FG_F32 ? add_into_f32 : add_into_f64, &j);
-    return FG_OK;
 }
 
 fg_status fg_op_add_into(fg_tensor *dst, const fg_tensor *src, double alpha) {

@@ -7,7 +7,9 @@
 # nothing but the benchmarks includes cuda/: the library reaches a device through its kernel table.
 # ops/cpu/ is private to ops/: everything else (the Python shim too) reaches the CPU device through
 # ops/cpu.h, and only ops/, cuda/ and the tests include the kernel tables (ops/kernels.h,
-# ops/kernels_cpu.h, ops/attention_kernels.h). The tests are white-box and may include any header.
+# ops/kernels_cpu.h, ops/attention_kernels.h). The CPU kernels live in ops/cpu/ and include nothing
+# of autograd/ (nor ops/ops_internal.h, which does); no op shell (ops/*.c) defines an fg_cpu_ function. The tests are white-box and may
+# include any header.
 # Prints one line per offending include and exits 1; exits 0 when the tree is clean.
 cd "$(dirname "$0")/.." || exit 2
 # The folders each layer may include besides its own.
@@ -53,5 +55,22 @@ for f in $(find datasets train cli bench -type f \
     echo "layers: $f:$line includes a kernel table header, which is private to ops/, cuda/ and the tests (use ops/ops.h, ops/flat.h, ops/infer.h, ops/device.h)"
     bad=1
 done
-[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench; ops/cpu/ and the kernel tables private to ops/)"
+# The CPU is a device like cuda/: its kernels (ops/cpu/) see raw pointers and sizes, never autograd,
+# and an op's shell (ops/<family>.c) holds no kernel: every fg_cpu_ function is defined under ops/cpu/.
+for f in $(find ops/cpu -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort); do
+    # (ops/ops_internal.h is the shells' helpers, autograd's included: kernels use ops/cpu/kernel.h)
+    line=$(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"\(autograd/\|ops/ops_internal\.h"\)' "$f" |
+        head -1 | cut -d: -f1)
+    [ -z "$line" ] && continue
+    echo "layers: $f:$line includes autograd/ (or ops/ops_internal.h), but the CPU kernels know nothing of autograd (the op's shell in ops/ does)"
+    bad=1
+done
+for f in $(find ops -maxdepth 1 -type f -name '*.c' 2>/dev/null | sort); do
+    # a definition (or declaration) starts at column 0: "fg_status fg_cpu_softmax_forward(..."
+    line=$(grep -n '^[A-Za-z_].*[^A-Za-z0-9_]fg_\{1,2\}cpu_[A-Za-z0-9_]*[[:space:]]*(' "$f" | head -1 | cut -d: -f1)
+    [ -z "$line" ] && continue
+    echo "layers: $f:$line defines a CPU kernel in an op's shell (kernels go in ops/cpu/, declared in ops/kernels_cpu.h or ops/cpu/<family>.h)"
+    bad=1
+done
+[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench; ops/cpu/ and the kernel tables private to ops/; the CPU kernels in ops/cpu/, free of autograd)"
 exit "$bad"

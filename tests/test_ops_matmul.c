@@ -318,7 +318,7 @@ Test(matmul, transposed_operands_are_not_copied) {
     fg_release(out), fg_release(a), fg_release(b), fg_release(at), fg_release(bt);
 }
 
-/* ---- the float32 GEMM on the pool (ops/matmul.c: tile kernel or BLAS per row block) ---- */
+/* ---- the float32 GEMM on the pool (ops/cpu/matmul.c: tile kernel or BLAS per row block) ---- */
 
 #include <string.h>
 

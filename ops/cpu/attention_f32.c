@@ -59,11 +59,6 @@ const fg_flash_ops_f32 fg_flash_x86_f32 = FLASH_X86_TABLE;
 
 float fg_attn_online_update_f32(float *m, float *l, float *s, int64_t n) { return online_update(m, l, s, n); }
 
-void fg_flash_softmax_cols_scalar_f32(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
-                                      float *alpha) {
-    softmax_cols_scalar(ST, ld, nk, r0, r1, m, l, alpha);
-}
-
 void fg_flash_transpose_scalar_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols) {
     transpose_scalar(dst, ldd, src, lds, rows, cols);
 }
@@ -99,12 +94,6 @@ FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f32(float *D, const float *a, int64_t
 void fg_attn_dropout_scale_f32(float *x, int64_t n, uint64_t seed, uint32_t threshold, float inv_keep, int64_t b,
                                int64_t h, int64_t i, int64_t j0) {
     dropout_scale(x, n, seed, threshold, inv_keep, b, h, i, j0);
-}
-
-void fg_attn_score_tile_f32(float *S, float *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
-                            const fg_attn_problem *pr) {
-    score_tile(S, G, ld, b, h, i0, nq, j0, nk, kind, window_partial, mask_partial, pr);
 }
 
 fg_status fg_attn_naive_forward_f32(float *o, float *lse, float *p, const float *q, const float *k, const float *v,

@@ -59,11 +59,6 @@ const fg_flash_ops_f64 fg_flash_x86_f64 = FLASH_X86_TABLE;
 
 double fg_attn_online_update_f64(double *m, double *l, double *s, int64_t n) { return online_update(m, l, s, n); }
 
-void fg_flash_softmax_cols_scalar_f64(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m, double *l,
-                                      double *alpha) {
-    softmax_cols_scalar(ST, ld, nk, r0, r1, m, l, alpha);
-}
-
 void fg_flash_transpose_scalar_f64(double *dst, int64_t ldd, const double *src, int64_t lds, int64_t rows,
                                    int64_t cols) {
     transpose_scalar(dst, ldd, src, lds, rows, cols);
@@ -95,12 +90,6 @@ FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f64(double *D, const double *a, int64
 void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t threshold, double inv_keep, int64_t b,
                                int64_t h, int64_t i, int64_t j0) {
     dropout_scale(x, n, seed, threshold, inv_keep, b, h, i, j0);
-}
-
-void fg_attn_score_tile_f64(double *S, double *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                            int64_t nk, fg_tile_kind kind, int window_partial, int mask_partial,
-                            const fg_attn_problem *pr) {
-    score_tile(S, G, ld, b, h, i0, nq, j0, nk, kind, window_partial, mask_partial, pr);
 }
 
 fg_status fg_attn_naive_forward_f64(double *o, double *lse, double *p, const double *q, const double *k,

@@ -7,7 +7,7 @@
  *   query head h reads K/V head h / G; masks and variants as in ops/attention.h.
  *
  * Forward, per (b, h):
- *     S1 = scale · Q Kᵀ;  S = variants(S1) (fg_attn_score_tile: softcap, ALiBi, mask -inf, score_mod)
+ *     S1 = scale · Q Kᵀ;  S = variants(S1) (score_tile: softcap, ALiBi, mask -inf, score_mod)
  *     P = softmax(S) row by row (max-subtracted)
  *     O = (P∘Z) V,  Z = dropout mask / (1 − p);  lse = rowmax S + log rowsum exp(S − rowmax S)
  * Backward, per (b, h), from the saved P:

@@ -12,8 +12,8 @@
  *
  * A template body: ops/cpu/attention_f32.c and ops/cpu/attention_f64.c include it once each, with
  * T the dtype, TANH and FABS its tanh and fabs, and LIN the bound below which c · tanh(s / c)
- * rounds to s; their fg_attn_score_tile_f32/_f64 and fg_attn_dropout_scale_f32/_f64 call
- * score_tile and dropout_scale.
+ * rounds to s; their kernels call score_tile and dropout_scale, and fg_attn_dropout_scale_f32/_f64
+ * wraps dropout_scale.
  */
 /* (no include guard: included once per dtype translation unit) */
 
@@ -40,7 +40,13 @@ static void dropout_scale(T *x, int64_t n, uint64_t seed, uint32_t threshold, T 
     }
 }
 
-/* ---- steps 2–5 on a tile (ops/attention_kernels.h, fg_attn_score_tile) ---- */
+/* ---- steps 2–5 on a tile ----
+ * S is the tile of scaled scores (step 1) of rows [i0, i0 + nq) and keys [j0, j0 + nk) of head
+ * (b, h), row stride ld. Applies steps 2–5 in place: softcap and ALiBi on every element; then, when
+ * kind is FG_TILE_PARTIAL, −inf outside causal ∧ window (window_partial) and where the mask
+ * callback says no (mask_partial); then score_mod on the elements still visible. With G not NULL,
+ * G (same layout) receives ∂s_final/∂s_1 (1 where no variant changes the score, 0 where s_final is
+ * −inf). FG_TILE_FULL: no element is masked, nothing is tested. Never called with MASKED. */
 static void score_tile(T *S, T *G, int64_t ld, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
                        fg_tile_kind kind, int window_partial, int mask_partial, const fg_attn_problem *pr) {
     const fg_attn_variant *v = &pr->var;

@@ -1,5 +1,5 @@
 /* dnnl_gemm.h — float32 GEMM through oneDNN (dnnl_sgemm, row-major), the CPU GEMM's main float32
- * kernel when the build has oneDNN (ops/matmul.c states which kernel runs where).
+ * kernel when the build has oneDNN (ops/cpu/matmul.c states which kernel runs where).
  *
  * Threads. Debian's oneDNN runs its parallel loops on OpenMP, a second thread runtime beside
  * flashgrad's pool (ops/cpu/threadpool.h). fg_dnnl_sgemm with threads = 1 runs on the calling

@@ -73,12 +73,7 @@ extern const fg_flash_ops_f64 fg_flash_x86_f64;
 
 /* ---- internal to ops/cpu/flash_tiles_body.h and ops/cpu/flash_x86.c: the x86 tables' pieces ----
  * The plain C forms (the bit-exact reference; the vector forms finish their ragged edges with them):
- * the column softmax of Sᵀ (nk × nq, row stride ld) for columns [r0, r1), the transpose and the
- * row dots. */
-void fg_flash_softmax_cols_scalar_f32(float *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, float *m, float *l,
-                                      float *alpha);
-void fg_flash_softmax_cols_scalar_f64(double *ST, int64_t ld, int64_t nk, int64_t r0, int64_t r1, double *m,
-                                      double *l, double *alpha);
+ * the transpose and the row dots. */
 void fg_flash_transpose_scalar_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 void fg_flash_row_dots_scalar_f32(float *D, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,
                                   int64_t d);

@@ -8,8 +8,8 @@
  * has AVX-512 forms (float32; float64 runs its AVX2 forms on AVX-512 CPUs); and the vector forms'
  * names (SOFTMAX_COLS_AVX2, ..., ROW_DOTS_AVX2, TRANSPOSE_AVX512). The instantiation defines the tables
  * fg_flash_portable_<dt> = FLASH_PORTABLE_TABLE and fg_flash_x86_<dt> = FLASH_X86_TABLE, and the
- * explicit fg_attn_online_update_<dt>, fg_flash_softmax_cols_scalar_<dt> and
- * fg_flash_transpose_scalar_<dt> over online_update, softmax_cols_scalar and transpose_scalar.
+ * explicit fg_attn_online_update_<dt> and fg_flash_transpose_scalar_<dt> over online_update and
+ * transpose_scalar.
  */
 /* (no include guard: included once per dtype translation unit) */
 

@@ -30,7 +30,7 @@
 
 #include <stdint.h>
 
-#include "ops/ops_internal.h"
+#include "ops/cpu/kernel.h" /* fg_iter */
 #include "ops/cpu/simd.h"
 #include "ops/cpu/threadpool.h"
 #include "ops/cpu/vexp.h" /* FG_TARGET_AVX512, FG_TARGET_AVX2, fg_vexp_* */

@@ -1,7 +1,7 @@
 /* vphilox.h — Philox4x32-10 for many consecutive counters at once (AVX-512: 16 blocks, AVX2: 8),
  * for the CPU's dropout masks.
  *
- * Dropout regenerates its mask from Philox wherever it needs it (ops/dropout.c, attention's
+ * Dropout regenerates its mask from Philox wherever it needs it (ops/cpu/dropout.c, attention's
  * fg_attn_dropout_scale_*): the forward and the backward of every dropout site, every step. One
  * block costs 10 rounds of two 32×32→64 multiplies; done one block at a time that was ~25% of a
  * training step with dropout 0.1. Here the 16 (8) lanes of a vector hold 16 (8) blocks whose first

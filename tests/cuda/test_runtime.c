@@ -150,7 +150,7 @@ static int gemm_covers_transposes_batches_and_empty_k(void) {
     return r;
 }
 
-/* AdamW on the device (the CUDA table's optimizer kernels): the same arithmetic as ops/optim.c's
+/* AdamW on the device (the CUDA table's optimizer kernels): the same arithmetic as ops/cpu/adamw.c's
  * ADAMW_RANGE (restated here) */
 static int adamw_range_matches_the_host_formula(void) {
     if (FGT_DEV != FG_CUDA) return FGT_SKIP;

@@ -1,4 +1,4 @@
-/* optim.c — the CPU's optimizer kernels (ops/kernels.h, `optimizer`): AdamW over spans of flat
+/* adamw.c — the CPU's optimizer kernels (ops/kernels.h, `optimizer`): AdamW over spans of flat
  * arrays, the sum of squares of the gradient norm, and scaling. train/adamw.c calls them, through
  * the kernel table, on the model's flat parameter, gradient and moment arrays (train/adamw.h has
  * the math and the blocks of the norm).
@@ -11,8 +11,8 @@
  */
 #include <math.h>
 
-#include "ops/kernels_cpu.h"
 #include "ops/cpu/vmath.h"
+#include "ops/kernels_cpu.h"
 
 /* ============================================================================================
  * the sum of squares, in blocks
