@@ -490,7 +490,7 @@ $(CUDA_EMU_BUILD)/libflashgrad.a: $(EMU_LIB_OBJ)
 # symbol only), then the CPU library they stand on
 $(CUDA_EMU_BUILD)/fg_cuda_tests_emu: $(EMU_TEST_OBJ) $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
 	$(EMU_CXX) -o $@ $(EMU_TEST_OBJ) -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a -Wl,--no-whole-archive \
-	    $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -lpthread -ldl
+	    $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) $(PCRE2_LIBS) -lm -lpthread -ldl
 # compiled with the instrumentation, linked without it (-fsanitize at link time would add the TSan
 # runtime, which the emulator replaces)
 # (after the rewritten copies of cuda/*.cuh, which -I$(CUDA_EMU_BUILD) puts first on the include path)
@@ -500,7 +500,7 @@ $(CUDA_EMU_BUILD)/%.o: tests/cuda/emu/%.cpp $(EMU_HDRS) $(EMU_CUH_GEN) $(wildcar
 	$(EMU_CXX) $(filter-out -include tests/cuda/emu/cuda_emu.h,$(EMU_CXXFLAGS)) -c $< -o $@
 $(CUDA_EMU_BUILD)/fg_flash_emu: $(CUDA_EMU_BUILD)/flash_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
 	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/flash_emu.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
-	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
+	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) $(PCRE2_LIBS) -lm -ldl
 $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.cpp: bench/fg_cuda_bench.cu tests/cuda/emu/rewrite_launches.py
 	@mkdir -p $(dir $@)
 	python3 tests/cuda/emu/rewrite_launches.py $< $@
@@ -508,14 +508,14 @@ $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.o: $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.c
 	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
 $(CUDA_EMU_BUILD)/fg_cuda_bench_emu: $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
 	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/bench/fg_cuda_bench.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
-	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
+	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) $(PCRE2_LIBS) -lm -ldl
 $(CUDA_EMU_BUILD)/fg_emu_detectors: $(CUDA_EMU_BUILD)/detectors.o $(EMU_RT_OBJ)
 	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl
 $(CUDA_EMU_BUILD)/fg_mma_emu: $(CUDA_EMU_BUILD)/mma_emu.o $(EMU_RT_OBJ)
 	$(EMU_CXX) -pthread -o $@ $^ -lm -ldl
 $(CUDA_EMU_BUILD)/fg_attn_bf16_emu: $(CUDA_EMU_BUILD)/attn_bf16_emu.o $(CUDA_EMU_BUILD)/libflashgrad.a $(EMU_RT_OBJ) $(CUDA_CPU_LIB)
 	$(EMU_CXX) -pthread -o $@ $(CUDA_EMU_BUILD)/attn_bf16_emu.o -Wl,--whole-archive $(CUDA_EMU_BUILD)/libflashgrad.a \
-	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) -lm -ldl
+	    -Wl,--no-whole-archive $(EMU_RT_OBJ) $(CUDA_CPU_LIB) $(CUDA_BLAS_LIBS) $(PCRE2_LIBS) -lm -ldl
 
 -include $(EMU_CU_OBJ:.o=.d)
 
