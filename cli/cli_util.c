@@ -98,25 +98,29 @@ void fg_device_sync(fg_device d) {
     if (be && be->synchronize) be->synchronize();
 }
 
-void fg_print_machine_line(FILE *f) {
-    char model[256] = "unknown cpu";
+void fg_cpu_model_name(char *out, size_t n) {
+    snprintf(out, n, "unknown cpu");
     FILE *ci = fopen("/proc/cpuinfo", "r");
-    if (ci) {
-        char line[512];
-        while (fgets(line, sizeof line, ci)) {
-            if (!strncmp(line, "model name", 10)) {
-                char *c = strchr(line, ':');
-                if (c) {
-                    c++;
-                    while (*c == ' ') c++;
-                    snprintf(model, sizeof model, "%s", c);
-                    model[strcspn(model, "\n")] = '\0';
-                }
-                break;
+    if (!ci) return;
+    char line[512];
+    while (fgets(line, sizeof line, ci)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                snprintf(out, n, "%s", c);
+                out[strcspn(out, "\n")] = '\0';
             }
+            break;
         }
-        fclose(ci);
     }
+    fclose(ci);
+}
+
+void fg_print_machine_line(FILE *f) {
+    char model[256];
+    fg_cpu_model_name(model, sizeof model);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     fprintf(f, "machine: %s, %ld cpus; OpenBLAS kernel %s with %d threads (OPENBLAS_CORETYPE=%s)\n", model,
             sysconf(_SC_NPROCESSORS_ONLN), fg_blas_core_name(), fg_blas_threads(), ct ? ct : "unset");
