@@ -5,7 +5,6 @@
 
 #include "bench/bench.h"
 #include "cli/commands.h"
-#include "ops/cpu.h"
 
 int fg_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -30,4 +29,3 @@ int fg_bench_cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double fg_bench_pct_of_peak(double gflops) { return 100.0 * gflops / fg_fma_peak_gflops(); }

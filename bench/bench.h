@@ -17,11 +17,6 @@ int fg_bench_matmul(int argc, char **argv);
 /* `flashgrad bench peak ...`: the float32 FMA peak and memory bandwidth (bench/bench_peak.c). */
 int fg_bench_peak(int argc, char **argv);
 
-/* gflops as a percentage of this machine's float32 FMA peak on the pool's current threads
- * (fg_fma_peak_gflops, ops/cpu/peak.h: measured once per process and thread count, ~0.1 s, on the
- * first call; call it once before timing anything). Every benchmark prints its GFLOP/s with it. */
-double fg_bench_pct_of_peak(double gflops);
-
 /* Warm-up calls of one GEMM shape before it is timed: at most FG_BENCH_GEMM_WARM_CALLS, and no
  * more once they have taken FG_BENCH_GEMM_WARM_SECONDS. oneDNN's sgemm allocates its packing
  * workspace in every call, and glibc's per-thread arenas give a thread fresh pages for it in its

@@ -74,10 +74,10 @@ typedef struct {
 static void set_threads(const attn_cfg *c, attn_result *r) {
     if (c->threads > 0) {
         fg_pool_set_threads(c->threads);
-        openblas_set_num_threads(c->threads);
+        fg_blas_set_threads(c->threads);
     }
     r->pool_threads = fg_pool_threads();
-    r->blas_threads = openblas_get_num_threads();
+    r->blas_threads = fg_blas_threads();
 }
 
 /* CPU seconds used by this process so far, all threads: user + system. Unlike wall time it does not
@@ -512,7 +512,7 @@ int fg_bench_attention(int argc, char **argv) {
     printf("flashgrad: %s flash tiles use %s (FG_SIMD to cap); %d threads (pool) and %d OpenBLAS threads in the "
            "measuring processes%s\n",
            dtn, fg_simd_name(tiles), c.threads > 0 ? c.threads : fg_pool_threads(),
-           c.threads > 0 ? c.threads : openblas_get_num_threads(), c.threads > 0 ? " (--threads)" : "");
+           c.threads > 0 ? c.threads : fg_blas_threads(), c.threads > 0 ? " (--threads)" : "");
     double peak32 = peak_given; /* float32 GFLOP/s; the dtype's peak is half of it in float64 */
     if (c.device == FG_CPU) {
         if (peak32 <= 0) {
@@ -609,7 +609,7 @@ int fg_bench_attention(int argc, char **argv) {
         }
         if (sgemm_gf > 0) {
             printf("%s  %6lld %6lld %4lld | OpenBLAS %s, %lld products %lldx%lld by %lldx%lld: %.1f GFLOP/s",
-                   f64 ? "dgemm" : "sgemm", (long long)c.nq, (long long)c.nk, (long long)c.d, openblas_get_corename(),
+                   f64 ? "dgemm" : "sgemm", (long long)c.nq, (long long)c.nk, (long long)c.d, fg_blas_core_name(),
                    (long long)(c.b * c.h), (long long)c.nq, (long long)c.d, (long long)c.d, (long long)c.nk, sgemm_gf);
             if (peak > 0) printf(" (%.0f%% of peak)", 100.0 * sgemm_gf / peak);
             if (flash_gf > 0)

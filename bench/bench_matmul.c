@@ -1,5 +1,5 @@
 /* bench_matmul.c — `flashgrad bench matmul`: every float32 product of a GPT training step, timed
- * with each CPU GEMM kernel of ops/matmul.c, as GFLOP/s and as a fraction of the FMA peak.
+ * with each CPU GEMM kernel of ops/cpu/matmul.c, as GFLOP/s and as a fraction of the FMA peak.
  *
  * For a model of width C and R = batch × block rows, the products of one block and of the LM head,
  * as the forward and backward of fg_linear run them:

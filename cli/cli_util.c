@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ops/cpu.h"
+
 int fg_parse_int(const char *s, int64_t *out) {
     if (!s || !*s) return -1;
     char *end;
@@ -96,32 +98,32 @@ void fg_device_sync(fg_device d) {
     if (be && be->synchronize) be->synchronize();
 }
 
-/* OpenBLAS reports its kernel and thread count; declared here to avoid depending on its headers. */
-extern char *openblas_get_corename(void);
-extern int openblas_get_num_threads(void);
+void fg_cpu_model_name(char *out, size_t n) {
+    snprintf(out, n, "unknown cpu");
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    if (!ci) return;
+    char line[512];
+    while (fgets(line, sizeof line, ci)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                snprintf(out, n, "%s", c);
+                out[strcspn(out, "\n")] = '\0';
+            }
+            break;
+        }
+    }
+    fclose(ci);
+}
 
 void fg_print_machine_line(FILE *f) {
-    char model[256] = "unknown cpu";
-    FILE *ci = fopen("/proc/cpuinfo", "r");
-    if (ci) {
-        char line[512];
-        while (fgets(line, sizeof line, ci)) {
-            if (!strncmp(line, "model name", 10)) {
-                char *c = strchr(line, ':');
-                if (c) {
-                    c++;
-                    while (*c == ' ') c++;
-                    snprintf(model, sizeof model, "%s", c);
-                    model[strcspn(model, "\n")] = '\0';
-                }
-                break;
-            }
-        }
-        fclose(ci);
-    }
+    char model[256];
+    fg_cpu_model_name(model, sizeof model);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     fprintf(f, "machine: %s, %ld cpus; OpenBLAS kernel %s with %d threads (OPENBLAS_CORETYPE=%s)\n", model,
-            sysconf(_SC_NPROCESSORS_ONLN), openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "unset");
+            sysconf(_SC_NPROCESSORS_ONLN), fg_blas_core_name(), fg_blas_threads(), ct ? ct : "unset");
 }
 
 FILE *fg_csv_open_atomic(fg_csv_file *c, const char *path) {
@@ -161,7 +163,7 @@ void fg_csv_abort(fg_csv_file *c) {
 }
 
 void fg_blas_hint(FILE *f) {
-    const char *core = openblas_get_corename();
+    const char *core = fg_blas_core_name();
     /* OpenBLAS 0.3.21 (Debian 12) falls back to its generic Prescott kernels on CPUs it does not
      * recognize, such as virtual machines that hide the CPU model; its AVX2 kernels are ~3x faster. */
     if (core && !strcmp(core, "Prescott") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&

@@ -32,6 +32,9 @@ void fg_device_sync(fg_device d);
 
 /* "machine: <cpu model>, <n> cpus; OpenBLAS <core> with <t> threads" (and the GPU in a CUDA build). */
 void fg_print_machine_line(FILE *f);
+/* The CPU's model, as /proc/cpuinfo's first "model name" says, into out (n bytes); "unknown cpu"
+ * when there is none. */
+void fg_cpu_model_name(char *out, size_t n);
 
 /* Prints one line to f when OpenBLAS runs its slow generic kernels on a CPU that has AVX2 (and
  * OPENBLAS_CORETYPE is unset): the product never changes that variable itself. */

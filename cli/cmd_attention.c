@@ -47,6 +47,7 @@
 
 #include "autograd/autograd.h"
 #include "ops/attention.h"
+#include "tensor/fileio.h"
 #include "tensor/npy.h"
 #include "cli/attn_flags.h"
 #include "cli/cli_util.h"
@@ -117,21 +118,6 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
-/* Removes the files in the flat folder dir (ours: the temporary output folder), then dir. */
-static void remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char p[4400];
-            if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p) unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 /* Replaces the output set in folder `out` (see the top of the file): ts[i] is written as
  * out/<names[i]>.npy, and out/<names[i]>.npy is removed where ts[i] is NULL. 0, or 1 after printing
  * one line on stderr. */
@@ -163,7 +149,7 @@ static int write_outputs(const char *out, const char *const *names, const fg_ten
         if (fg_npy_save(tmp, ts[i]) != FG_OK) {
             fprintf(stderr, CMD ": cannot write %s/%s.npy (nothing in %s was changed): %s\n", out, names[i], out,
                     fg_last_error());
-            remove_flat_dir(tmpdir);
+            fg_remove_flat_dir(tmpdir);
             return 1;
         }
     }
@@ -175,7 +161,7 @@ static int write_outputs(const char *out, const char *const *names, const fg_ten
             fprintf(stderr, CMD ": cannot move %s into place: %s (%s)\n", path, fg_last_error(),
                     moved ? "the folder now mixes this run's outputs with the previous run's"
                           : "nothing in the folder was changed");
-            remove_flat_dir(tmpdir);
+            fg_remove_flat_dir(tmpdir);
             return 1;
         }
         moved++;
@@ -192,14 +178,9 @@ static int write_outputs(const char *out, const char *const *names, const fg_ten
         }
     }
     /* make the renames and removals durable (a folder that cannot be fsync'ed loses nothing more) */
-    int dfd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
-            fprintf(stderr, CMD ": wrote the outputs but cannot fsync %s: %s\n", out, strerror(errno));
-            close(dfd);
-            return 1;
-        }
-        close(dfd);
+    if (fg_fsync_dir(out) != 0) {
+        fprintf(stderr, CMD ": wrote the outputs but cannot fsync %s: %s\n", out, strerror(errno));
+        return 1;
     }
     return 0;
 }

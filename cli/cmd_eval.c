@@ -14,7 +14,6 @@
 #include "train/trainer.h"
 #include "autograd/autograd.h"
 
-extern void openblas_set_num_threads(int n);
 
 /* The model at `path` (anything `sample --ckpt` takes: a flashgrad run folder or its model file, a
  * Hugging Face GPT-2 folder, an llm.c model file; train/gpt2_files.h) on the CPU, and for a flashgrad
@@ -176,7 +175,7 @@ int fg_cmd_eval(int argc, char **argv) {
         return 2;
     }
     if (f[E_THREADS].given) {
-        openblas_set_num_threads((int)f[E_THREADS].i);
+        fg_blas_set_threads((int)f[E_THREADS].i);
         fg_pool_set_threads((int)f[E_THREADS].i);
     }
     fg_eval_opts o = {.cmd = "eval",

@@ -364,23 +364,6 @@ static void gp_num(FILE *g, double v) {
     fputs(b, g);
 }
 
-/* The machine's CPU model, for the title. */
-static void cpu_model(char *out, size_t n) {
-    snprintf(out, n, "unknown cpu");
-    FILE *ci = fopen("/proc/cpuinfo", "r");
-    if (!ci) return;
-    char line[512];
-    while (fgets(line, sizeof line, ci))
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            const char *c = strchr(line, ':') + 1;
-            while (*c == ' ') c++;
-            snprintf(out, n, "%s", c);
-            out[strcspn(out, "\n")] = '\0';
-            break;
-        }
-    fclose(ci);
-}
-
 /* The whole script, data inline, into g. Datablocks: $run<k> rows "step tokens loss lr mfu",
  * $val<k> rows "step tokens val_loss" (only rows that have one; no block when none has). */
 static void write_script(FILE *g, const plot_run *runs, int n_runs) {
@@ -417,7 +400,7 @@ static void write_script(FILE *g, const plot_run *runs, int n_runs) {
         fputs("EOD\n", g);
     }
     char cpu[256], when[64];
-    cpu_model(cpu, sizeof cpu);
+    fg_cpu_model_name(cpu, sizeof cpu); /* for the title */
     time_t now = time(NULL);
     struct tm tm;
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime_r(&now, &tm));

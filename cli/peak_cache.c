@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/cli_util.h"
 #include "ops/cpu.h"
 #include "tensor/fileio.h"
 
@@ -21,24 +22,11 @@
 #define CACHE_ROUNDS 400
 #define MAX_LINES 256
 
+/* The CPU's model, tabs made spaces (the file's separator). */
 static void cpu_model(char *out, size_t n) {
-    snprintf(out, n, "unknown cpu");
-    FILE *ci = fopen("/proc/cpuinfo", "r");
-    if (!ci) return;
-    char line[512];
-    while (fgets(line, sizeof line, ci)) {
-        if (strncmp(line, "model name", 10)) continue;
-        char *c = strchr(line, ':');
-        if (!c) break;
-        c++;
-        while (*c == ' ') c++;
-        c[strcspn(c, "\n")] = '\0';
-        for (char *p = c; *p; p++)
-            if (*p == '\t') *p = ' '; /* the file's separator */
-        snprintf(out, n, "%s", c);
-        break;
-    }
-    fclose(ci);
+    fg_cpu_model_name(out, n);
+    for (char *p = out; *p; p++)
+        if (*p == '\t') *p = ' ';
 }
 
 /* $XDG_CACHE_HOME/flashgrad (an absolute XDG_CACHE_HOME only, as the spec says) or

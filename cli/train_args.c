@@ -129,8 +129,6 @@ static void init_from_flags(fg_flag *f) {
 
 /* Before any worker starts (flashgrad's pool and OpenBLAS's, which --threads sizes alike): the
  * reservations of `threads` threads must fit RLIMIT_AS, or one line and exit 1. */
-extern int openblas_get_num_threads(void);
-
 static void check_address_space(int threads) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
@@ -147,7 +145,7 @@ static void check_address_space(int threads) {
     /* The suggestion must also fit a later start whose "in use" is larger: OpenBLAS starts its
      * workers when it loads, and each one's malloc arena (a 128 MiB mapping, trimmed to 64) may
      * or may not be there yet when statm is read. */
-    const long long racing = (long long)(openblas_get_num_threads() > 1 ? openblas_get_num_threads() - 1 : 0) << 27;
+    const long long racing = (long long)(fg_blas_threads() > 1 ? fg_blas_threads() - 1 : 0) << 27;
     const long long room = limit - now - first - racing;
     const long long fit = room >= 0 ? room / per + 1 : 0;
     if (fit >= 1)

@@ -9,7 +9,6 @@
 
 _Static_assert(FG_POOL_MAX_THREADS == 64, "--threads says at most 64 (train_flags.h)");
 
-extern void openblas_set_num_threads(int n);
 
 void fg_train_flags_init(fg_flag *f) {
     static const fg_flag table[FG_TF_COUNT] = {
@@ -174,6 +173,6 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
 
 void fg_train_flags_threads(const fg_flag *f) {
     if (!f[FG_TF_THREADS].given) return;
-    openblas_set_num_threads((int)f[FG_TF_THREADS].i);
+    fg_blas_set_threads((int)f[FG_TF_THREADS].i);
     fg_pool_set_threads((int)f[FG_TF_THREADS].i);
 }

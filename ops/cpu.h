@@ -1,7 +1,11 @@
-/* cpu.h — the CPU device's public controls, for programs, train/ and the Python shim: the thread
- * pool's size and its parallel loop, the SIMD level the kernels run at, the float32 FMA peak and
- * which GEMM library the build has. ops/cpu/ is private to ops/ (make lint checks it); its headers
- * include this one, and say more of how each piece works (ops/cpu/threadpool.h holds the pool's
+/* cpu.h — the CPU runtime, the CPU device's public controls, for programs, train/ and the Python
+ * shim: the thread pool's size, its parallel loop and an outside team, the SIMD level the kernels
+ * run at, the float32 FMA peak, BLAS's threads, which GEMM library the build has and the flash
+ * kernels' profile. Its code is outside ops/cpu/ (ops/cpu_threadpool.c, ops/cpu_simd.c,
+ * ops/cpu_peak.c, ops/cpu_runtime.c); ops/cpu/ holds the kernels and is private to ops/. Outside
+ * ops/, this is the one header about the CPU to include, and nothing calls into ops/cpu/ or
+ * declares a BLAS function of its own (tests/lint_layers.sh checks both). ops/cpu/'s headers
+ * include this one and say more of how each piece works (ops/cpu/threadpool.h holds the pool's
  * full contract, ops/cpu/peak.h the peak's method).
  */
 #ifndef FG_CPU_H
@@ -81,6 +85,17 @@ void fg_fma_peak_set(double gflops);
 
 /* Lanes of one vector at a SIMD level: 16, 8 or 1. */
 int fg_simd_float_lanes(fg_simd_level level);
+
+/* ---- BLAS (OpenBLAS, or the build's fallback GEMM in ops/cpu/compat) ----
+ * Its own threads, for BLAS calls made outside the pool's loops (the pool runs BLAS on one thread
+ * inside a loop that asks for it: FG_POOL_BLAS_SERIAL). */
+/* Set the thread count of BLAS (openblas_set_num_threads). */
+void fg_blas_set_threads(int n);
+/* The thread count of BLAS now (openblas_get_num_threads). */
+int fg_blas_threads(void);
+/* The kernel BLAS picked for this CPU, as OpenBLAS names it ("Haswell", "Prescott"; the fallback
+ * says so). Static storage. */
+const char *fg_blas_core_name(void);
 
 /* ---- oneDNN (ops/cpu/dnnl_gemm.h) ---- */
 /* 1 when flashgrad was built with oneDNN, else 0. */

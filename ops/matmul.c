@@ -23,8 +23,19 @@
 #include <limits.h>
 #include <string.h>
 
+#include "ops/cpu/matmul.h"
 #include "ops/kernels.h"
 #include "ops/ops_internal.h"
+
+/* ---- the CPU GEMM's kernel choice (ops/ops.h), kept in ops/cpu/matmul.c ---- */
+
+fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k) {
+    return fg__matmul_set_kernel(k);
+}
+
+fg_matmul_kernel fg_matmul_auto_kernel(int64_t M, int64_t N, int64_t K, int ta) {
+    return fg__matmul_auto_kernel(M, N, K, ta);
+}
 
 /* ---- GEMM operands ---- */
 

@@ -63,7 +63,6 @@ static device_pool pools[FG_DEVICE_COUNT] = {
     {.mu = PTHREAD_MUTEX_INITIALIZER},
 };
 static const fg_device_backend *backends[FG_DEVICE_COUNT];
-static int caching = 1;
 
 void fg_register_backend(fg_device d, const fg_device_backend *be) {
     if (d > FG_CPU && d < FG_DEVICE_COUNT) backends[d] = be;
@@ -223,7 +222,7 @@ void fg_free(fg_device d, void *ptr) {
     size_t size = live_remove(p, ptr);
     FG_ASSERT(size != 0, "fg_free of a pointer fg_alloc did not hand out (double free?)");
     p->st.current -= size;
-    free_list *fl = caching ? list_find(p, size, 1) : NULL;
+    free_list *fl = list_find(p, size, 1);
     if (fl && fl->n == fl->cap) {
         size_t ncap = fl->cap ? fl->cap * 2 : 8;
         void **nb = realloc(fl->blocks, ncap * sizeof *nb);
@@ -271,8 +270,6 @@ void fg_alloc_empty_cache(fg_device d) {
     }
     pthread_mutex_unlock(&p->mu);
 }
-
-void fg_alloc_set_caching(int on) { caching = on ? 1 : 0; }
 
 /* At exit, return cached blocks so leak checkers see only real leaks. */
 __attribute__((destructor)) static void alloc_shutdown(void) {

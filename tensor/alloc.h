@@ -63,8 +63,6 @@ fg_alloc_stats fg_alloc_get_stats(fg_device d);
 void fg_alloc_reset_peak(fg_device d);
 /* Give every cached (free) block back to the system. */
 void fg_alloc_empty_cache(fg_device d);
-/* Turn caching off (every free goes to the system) or on; for measuring raw behaviour. */
-void fg_alloc_set_caching(int on);
 
 #ifdef __cplusplus
 }

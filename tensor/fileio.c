@@ -12,6 +12,7 @@
  */
 #include "tensor/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -147,6 +148,33 @@ fg_status fg_atomic_begin(fg_atomic_file *af, const char *path) {
     return FG_OK;
 }
 
+int fg_fsync_dir(const char *dir) {
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return 0;
+    int rc = 0, err = 0;
+    if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
+        err = errno;
+        rc = -1;
+    }
+    close(dfd);
+    if (rc) errno = err;
+    return rc;
+}
+
+void fg_remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char p[8192];
+            if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p) unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
 void fg_atomic_abort(fg_atomic_file *af) {
     if (!af) return;
     if (af->fd >= 0) close(af->fd);
@@ -187,13 +215,9 @@ fg_status fg_atomic_commit(fg_atomic_file *af) {
     }
     /* The data is in place; make the rename durable. Some filesystems cannot fsync a directory
      * (EINVAL): nothing more can be done there, so that is not an error. */
-    int dfd = open(af->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
-            rc = fg_error(FG_ERR_IO, "wrote '%s' but could not fsync its folder '%s': %s", af->path, af->dir,
-                          strerror(errno));
-        close(dfd);
-    }
+    if (fg_fsync_dir(af->dir) != 0)
+        rc = fg_error(FG_ERR_IO, "wrote '%s' but could not fsync its folder '%s': %s", af->path, af->dir,
+                      strerror(errno));
     atomic_free(af);
     return rc;
 }

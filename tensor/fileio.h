@@ -62,6 +62,16 @@ void fg_atomic_abort(fg_atomic_file *af);
  * fg_check_replaceable refuses, and fsyncs nothing. FG_OK or FG_ERR_IO with both names. */
 fg_status fg_rename_replace(const char *from, const char *to);
 
+/* Makes the entries of folder `dir` durable (after a rename into it, or a removal from it): fsync of
+ * the folder itself. 0, also when the folder cannot be opened or its filesystem cannot fsync a
+ * folder (EINVAL, EROFS: nothing more can be done there); -1 with errno when the fsync failed. The
+ * one way flashgrad fsyncs a folder (fg_atomic_commit and every writer of a folder of files). */
+int fg_fsync_dir(const char *dir);
+
+/* Removes the plain files in folder `dir` (one the caller made: a temporary output folder, or the
+ * one an overwrite replaced), then `dir` itself; best effort, errors are ignored. */
+void fg_remove_flat_dir(const char *dir);
+
 /* The temporary of fg_write_file_atomic(path) is named path FG_TMP_MARK "XXXXXX" (mkstemp's six
  * letters and digits): distinctive, so that a writer's leftovers after a kill can be told from a
  * user's own files. */

@@ -46,7 +46,6 @@
 /* The Python library refuses headers above 100 MB; so do we (a corrupt length must not make us
  * allocate or scan gigabytes). */
 #define ST_MAX_HEADER ((uint64_t)100000000)
-#define ST_CHECKSUM_KEY "fg_checksum"
 #define ST_CHECKSUM_PREFIX "xxh64:"    /* data only (files of older writers) */
 #define ST_CHECKSUM2_PREFIX "xxh64v2:" /* header content, then data */
 
@@ -64,14 +63,6 @@ static const struct {
 const char *fg_st_dtype_name(fg_st_dtype dt) { return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].name : "?"; }
 size_t fg_st_dtype_size(fg_st_dtype dt) { return (dt >= 0 && dt < FG_ST_DTYPE_COUNT) ? st_dtypes[dt].size : 0; }
 fg_st_dtype fg_st_from_dtype(fg_dtype dt) { return dt == FG_F64 ? FG_ST_F64 : dt == FG_BF16 ? FG_ST_BF16 : FG_ST_F32; }
-
-/* "(2, 3)" for messages. */
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
-    size_t k = (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < ndim && k < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, i ? ", %lld" : "%lld", (long long)shape[i]);
-    if (k < cap) snprintf(buf + k, cap - k, ")");
-}
 
 /* numel * size with overflow checks; 0 on overflow (sets *ok = 0). */
 static size_t array_bytes(int ndim, const int64_t *shape, size_t elem, int *ok) {
@@ -150,7 +141,7 @@ static fg_status writer_add(fg_st_writer *w, const char *name, fg_st_dtype dt, i
     size_t nb = array_bytes(ndim, shape, st_dtypes[dt].size, &ok);
     if (!ok) {
         char sb[200];
-        shape_str(sb, sizeof sb, ndim, shape);
+        fg_dims_str(sb, sizeof sb, ndim, shape);
         return fg_error(FG_ERR_ARG, "safetensors: tensor '%s': bad shape %s", name, sb);
     }
     if (nb && !data) return fg_error(FG_ERR_ARG, "safetensors: tensor '%s': NULL data", name);
@@ -216,8 +207,8 @@ fg_status fg_st_writer_add_tensor(fg_st_writer *w, const char *name, const fg_te
 
 fg_status fg_st_writer_set_metadata(fg_st_writer *w, const char *key, const char *value) {
     if (!w || !key || !value) return fg_error(FG_ERR_ARG, "safetensors: NULL metadata argument");
-    if (strcmp(key, ST_CHECKSUM_KEY) == 0)
-        return fg_error(FG_ERR_ARG, "safetensors: metadata key '%s' is reserved for the writer", ST_CHECKSUM_KEY);
+    if (strcmp(key, FG_ST_CHECKSUM_KEY) == 0)
+        return fg_error(FG_ERR_ARG, "safetensors: metadata key '%s' is reserved for the writer", FG_ST_CHECKSUM_KEY);
     if (!fg_utf8_valid(key) || !fg_utf8_valid(value))
         return fg_error(FG_ERR_ARG, "safetensors: metadata '%s' is not valid UTF-8", key);
     char *v = strdup(value);
@@ -381,7 +372,7 @@ static fg_status st_build(fg_st_writer *w, const char *path, sbuf *js, st_entry 
     const uint64_t data_sum = fg_xxh64_digest(&hs);
 
     int nm = 0;
-    char ck[] = ST_CHECKSUM_KEY;
+    char ck[] = FG_ST_CHECKSUM_KEY;
     mk[nm++] = ck;
     for (int i = 0; i < w->mn; i++) mk[nm++] = w->mkey[i];
     qsort(mk, (size_t)nm, sizeof *mk, cmp_str_ptr);
@@ -972,10 +963,10 @@ static int hex16(const char *s, uint64_t *v) {
 static uint64_t header_digest(const fg_st_file *f) {
     fg_xxh64_state h;
     fg_xxh64_init(&h, 0);
-    const int has_sum = fg_st_metadata(f, ST_CHECKSUM_KEY) != NULL;
+    const int has_sum = fg_st_metadata(f, FG_ST_CHECKSUM_KEY) != NULL;
     hx_u64(&h, (uint64_t)(f->mcount - has_sum));
     for (int i = 0; i < f->mcount; i++) {
-        if (strcmp(f->mkey[i], ST_CHECKSUM_KEY) == 0) continue;
+        if (strcmp(f->mkey[i], FG_ST_CHECKSUM_KEY) == 0) continue;
         hx_str(&h, f->mkey[i]);
         hx_str(&h, f->mval[i]);
     }
@@ -1098,7 +1089,7 @@ static fg_status st_validate(fg_st_file *f) {
         int ok;
         size_t need = array_bytes(a->ndim, a->shape, st_dtypes[a->dtype].size, &ok);
         char sb[200];
-        shape_str(sb, sizeof sb, a->ndim, a->shape);
+        fg_dims_str(sb, sizeof sb, a->ndim, a->shape);
         if (!ok) {
             st = st_fail(f, "tensor '%s': shape %s is too large", a->name, sb);
             goto fail;
@@ -1175,7 +1166,7 @@ static fg_status st_validate(fg_st_file *f) {
     }
 
     /* --- the checksum, when the writer left one --- */
-    const char *sum = fg_st_metadata(f, ST_CHECKSUM_KEY);
+    const char *sum = fg_st_metadata(f, FG_ST_CHECKSUM_KEY);
     if (sum) {
         const size_t pl1 = strlen(ST_CHECKSUM_PREFIX), pl2 = strlen(ST_CHECKSUM2_PREFIX);
         uint64_t want_head = 0, want_data = 0;
@@ -1307,9 +1298,9 @@ static const fg_st_array *find_checked(const fg_st_file *f, const char *name, fg
     for (int i = 0; same_shape && i < ndim; i++) same_shape = a->shape[i] == shape[i];
     if (a->dtype != dt || !same_shape) {
         char have[200], want[200];
-        shape_str(have, sizeof have, a->ndim, a->shape);
+        fg_dims_str(have, sizeof have, a->ndim, a->shape);
         if (ndim >= 0 && ndim <= FG_ST_MAX_DIMS && (shape || ndim == 0))
-            shape_str(want, sizeof want, ndim, shape);
+            fg_dims_str(want, sizeof want, ndim, shape);
         else
             snprintf(want, sizeof want, "(rank %d)", ndim);
         fg_error(a->dtype != dt ? FG_ERR_DTYPE : FG_ERR_SHAPE, "%s: tensor '%s' is %s %s in the file, expected %s %s",

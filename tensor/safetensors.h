@@ -106,6 +106,9 @@ fg_status fg_st_writer_add_copy(fg_st_writer *w, const char *name, fg_st_dtype d
  * fg_st_writer_add (keep it alive and unchanged until the write); others are copied to the host
  * now. Rank at most FG_MAX_DIMS. */
 fg_status fg_st_writer_add_tensor(fg_st_writer *w, const char *name, const fg_tensor *t);
+/* The metadata key of the checksum (see the top of the file): the writer's own, in every file it writes. */
+#define FG_ST_CHECKSUM_KEY "fg_checksum"
+
 /* Sets a metadata string (copied; a second call with the same key replaces the value). Keys and
  * values must be valid UTF-8 without NUL; "fg_checksum" is reserved for the writer. */
 fg_status fg_st_writer_set_metadata(fg_st_writer *w, const char *key, const char *value);

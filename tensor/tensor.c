@@ -65,16 +65,18 @@ int fg_same_shape(const fg_tensor *a, const fg_tensor *b) {
 
 void *fg_data(const fg_tensor *t) { return (char *)t->storage->data + (size_t)t->offset * fg_dtype_size(t->dtype); }
 
-const char *fg_shape_str(const fg_tensor *t, char *buf, size_t n) {
+const char *fg_dims_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     size_t used = 0;
     if (n == 0) return buf;
     buf[0] = '\0';
     used += (size_t)snprintf(buf + used, n - used, "(");
-    for (int i = 0; i < t->ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    for (int i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)shape[i]);
     if (used < n) snprintf(buf + used, n - used, ")");
     return buf;
 }
+
+const char *fg_shape_str(const fg_tensor *t, char *buf, size_t n) { return fg_dims_str(buf, n, t->ndim, t->shape); }
 
 /* Storage offset (elements) of the flat C-order index `k` of the view. */
 static int64_t flat_to_offset(const fg_tensor *t, int64_t k) {

@@ -102,6 +102,8 @@ int fg_same_shape(const fg_tensor *a, const fg_tensor *b);
 void *fg_data(const fg_tensor *t);
 /* Writes "(2, 3, 4)" into buf; returns buf. */
 const char *fg_shape_str(const fg_tensor *t, char *buf, size_t n);
+/* The same for a shape given as ndim sizes (a file's array before it is a tensor): "(96, 32)". */
+const char *fg_dims_str(char *buf, size_t n, int ndim, const int64_t *shape);
 /* Element at a flat C-order index of the view, as double. Any device (a device element is copied
  * one at a time: for tests and messages, not loops). NaN with FG_ERR_DEVICE if the device is gone. */
 double fg_get(const fg_tensor *t, int64_t flat_index);

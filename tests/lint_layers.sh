@@ -8,8 +8,10 @@
 # ops/cpu/ is private to ops/: everything else (the Python shim too) reaches the CPU device through
 # ops/cpu.h, and only ops/, cuda/ and the tests include the kernel tables (ops/kernels.h,
 # ops/kernels_cpu.h, ops/attention_kernels.h). The CPU kernels live in ops/cpu/ and include nothing
-# of autograd/ (nor ops/ops_internal.h, which does); no op shell (ops/*.c) defines an fg_cpu_ function. The tests are white-box and may
-# include any header.
+# of autograd/ (nor ops/ops_internal.h, which does); no op shell (ops/*.c) defines an fg_cpu_ function.
+# The CPU runtime (ops/cpu.h) is defined outside ops/cpu/, and outside ops/ nothing calls or declares
+# a function of an ops/cpu/ file, declares an OpenBLAS function, or (but cuda/) includes
+# ops/kernels_cpu.h. The tests are white-box and may include any header.
 # Prints one line per offending include and exits 1; exits 0 when the tree is clean.
 cd "$(dirname "$0")/.." || exit 2
 # The folders each layer may include besides its own.
@@ -72,5 +74,36 @@ for f in $(find ops -maxdepth 1 -type f -name '*.c' 2>/dev/null | sort); do
     echo "layers: $f:$line defines a CPU kernel in an op's shell (kernels go in ops/cpu/, declared in ops/kernels_cpu.h or ops/cpu/<family>.h)"
     bad=1
 done
-[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench; ops/cpu/ and the kernel tables private to ops/; the CPU kernels in ops/cpu/, free of autograd)"
+# The CPU runtime (ops/cpu.h: threads, SIMD level, peak, BLAS's threads, oneDNN, the flash profile)
+# is defined outside ops/cpu/ (ops/cpu_*.c), which holds kernels only: outside ops/ (the tests
+# aside, which are white-box), no file calls or declares a function defined in ops/cpu/*.c, none
+# declares an OpenBLAS function of its own (fg_blas_* are the runtime's), and none but cuda/
+# includes ops/kernels_cpu.h: ops/cpu.h is the one header about the CPU they include.
+cpu_names=$(for f in ops/cpu/*.c; do
+    # a definition starts at column 0 with its return type: "fg_status fg_cpu_softmax_forward(..."
+    sed -n 's/^[A-Za-z_][^;]*[^A-Za-z0-9_]\(fg_[A-Za-z0-9_]*\)[[:space:]]*(.*/\1/p' "$f"
+done | sort -u | paste -sd'|' -)
+for f in $(find tensor autograd cuda datasets train cli bench python -type f \
+    \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.py' \) 2>/dev/null | sort); do
+    # code lines only: a comment's line ("/* ...", " * ...", "// ...", "# ...") may name a kernel
+    hit=$(grep -nE "(^|[^A-Za-z0-9_])($cpu_names)[[:space:]]*\(" "$f" |
+        grep -vE '^[0-9]+:[[:space:]]*(/\*|\*|//|#)' | head -1)
+    if [ -n "$cpu_names" ] && [ -n "$hit" ]; then
+        name=$(echo "$hit" | grep -oE "(^|[^A-Za-z0-9_])($cpu_names)[[:space:]]*\(" | head -1 | tr -d '( \t' | sed 's/^[^f]*//')
+        echo "layers: $f:${hit%%:*} calls or declares $name, a function of an ops/cpu/ kernel file (outside ops/, the CPU is ops/cpu.h's runtime)"
+        bad=1
+    fi
+    line=$(grep -nE '^[[:space:]]*extern[^;(]*[^A-Za-z0-9_]openblas_[A-Za-z0-9_]*[[:space:]]*\(' "$f" | head -1 | cut -d: -f1)
+    if [ -n "$line" ]; then
+        echo "layers: $f:$line declares an OpenBLAS function (use ops/cpu.h: fg_blas_set_threads, fg_blas_threads, fg_blas_core_name)"
+        bad=1
+    fi
+    case "$f" in cuda/*) continue ;; esac
+    line=$(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"ops/kernels_cpu\.h"' "$f" | head -1 | cut -d: -f1)
+    if [ -n "$line" ]; then
+        echo "layers: $f:$line includes ops/kernels_cpu.h, the CPU's kernels (outside ops/ and cuda/, include ops/cpu.h)"
+        bad=1
+    fi
+done
+[ "$bad" -eq 0 ] && echo "layers: every include points down (tensor <- autograd <- ops <- cuda, datasets <- train <- cli, bench; ops/cpu/ and the kernel tables private to ops/; the CPU kernels in ops/cpu/, free of autograd; outside ops/, the CPU through ops/cpu.h only)"
 exit "$bad"

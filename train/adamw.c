@@ -1,7 +1,7 @@
 /* adamw.c — AdamW, the learning-rate schedule and gradient clipping (see adamw.h).
  *
  * The loops over the flat (P) arrays are the public ops of ops/flat.h, which run the `optimizer`
- * kernels of the arrays' device: ops/optim.c on the CPU, cuda/adamw.cu on the GPU. */
+ * kernels of the arrays' device: ops/cpu/adamw.c on the CPU, cuda/adamw.cu on the GPU. */
 #include "train/adamw.h"
 
 #include <math.h>

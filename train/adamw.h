@@ -19,7 +19,7 @@
  * Clipping is torch.nn.utils.clip_grad_norm_: with n = ‖g‖₂ over all parameters, the gradients
  * are scaled by clip / (n + 1e-6) when that is below 1. The norm is summed in float64, in fixed
  * blocks of the array (16 lanes each for float32) added in block order, so it does not depend on
- * threads or on the SIMD level (ops/optim.c).
+ * threads or on the SIMD level (ops/cpu/adamw.c).
  */
 #ifndef FG_ADAMW_H
 #define FG_ADAMW_H

@@ -21,8 +21,6 @@
 #define KIND_MODEL "flashgrad.gpt"
 #define KIND_OPTIM "flashgrad.optimizer"
 #define CKPT_VERSION "2"
-/* The safetensors layer's own metadata key (safetensors.h), present in every file flashgrad writes. */
-#define ST_CHECKSUM_KEY "fg_checksum"
 /* Room a file path leaves for the suffix of its temporary file (fileio.h: "<path>.tmp.XXXXXX"). */
 #define TMP_SUFFIX_ROOM 16
 
@@ -50,15 +48,6 @@ static fg_status join(char *dst, size_t n, const char *dir, const char *file) {
         return fg_error(FG_ERR_ARG, "checkpoint: the path '%.60s...%s' is too long (%zu bytes, at most %zu)", dir, file,
                         k, n - 1 - TMP_SUFFIX_ROOM);
     return FG_OK;
-}
-
-/* "(96, 32)" */
-static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
-    size_t k = (size_t)snprintf(buf, n, "(");
-    for (int d = 0; d < ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
-    if (k < n) snprintf(buf + k, n - k, ")");
-    return buf;
 }
 
 /* ---- the parameter table without a model ----
@@ -398,7 +387,7 @@ static void m_no_other_keys(meta_rd *r) {
             fg_st_metadata_at(r->f, i, &k, NULL);
         else
             fg_st_writer_metadata_at(r->w, i, &k, NULL);
-        int known = (r->f && !strcmp(k, ST_CHECKSUM_KEY)) || shard_key_read(r, k);
+        int known = (r->f && !strcmp(k, FG_ST_CHECKSUM_KEY)) || shard_key_read(r, k);
         for (int j = 0; j < r->nread && !known; j++) known = !strcmp(k, r->read[j]);
         if (!known) {
             m_fail(r, "metadata key '%.60s' is not one a flashgrad checkpoint (version %s) holds", k, CKPT_VERSION);
@@ -1127,8 +1116,8 @@ static fg_status check_tensors(fg_ckpt *c) {
             char have[200], want[64];
             st = fg_error(FG_ERR_FORMAT,
                           "%s: %s has shape %s %s, expected %s %s (from the configuration in the metadata)", path,
-                          p->name, shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
-                          shape_str(want, sizeof want, p->ndim, p->shape), fg_st_dtype_name(wte->dtype));
+                          p->name, fg_dims_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+                          fg_dims_str(want, sizeof want, p->ndim, p->shape), fg_st_dtype_name(wte->dtype));
             break;
         }
         double bad;
@@ -1187,7 +1176,7 @@ static fg_status read_optim(fg_ckpt *c) {
         if (a->dtype != dt || a->ndim != 1 || a->shape[0] != P) {
             char have[200];
             return fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected (%lld) %s (one moment per parameter)",
-                            path, names[k], shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+                            path, names[k], fg_dims_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
                             (long long)P, fg_st_dtype_name(dt));
         }
         double bad;
@@ -1301,8 +1290,8 @@ static fg_status check_against_model(const fg_ckpt *c, const fg_gpt *g) {
         if (!ok) {
             char have[200], want[64];
             return fg_error(FG_ERR_FORMAT, "%s: %s has shape %s %s, expected %s %s", c->model_path, p->name,
-                            shape_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
-                            shape_str(want, sizeof want, p->w->ndim, p->w->shape), fg_st_dtype_name(dt));
+                            fg_dims_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+                            fg_dims_str(want, sizeof want, p->w->ndim, p->w->shape), fg_st_dtype_name(dt));
         }
     }
     return FG_OK;

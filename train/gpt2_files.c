@@ -755,32 +755,13 @@ static void remove_export_leftovers(const char *out, int dirs) {
     fg_remove_leftovers(dir, export_temporary, base, dirs ? export_file_name : NULL);
 }
 
-/* Removes a folder of plain files (the one an overwrite replaced, or a failed build). */
-static void remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[8192];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
-static fg_status fsync_dir_of(const char *path) {
+/* fsyncs the folder that holds `path` (its rename into place); a failure loses nothing more */
+static void fsync_dir_of(const char *path) {
     char p[4096];
     snprintf(p, sizeof p, "%s", path);
     char *slash = strrchr(p, '/');
     const char *dir = slash ? (slash == p ? "/" : (*slash = '\0', p)) : ".";
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return FG_OK;
-    fsync(fd);
-    close(fd);
-    return FG_OK;
+    fg_fsync_dir(dir);
 }
 
 /* config.json for g: the keys GPT2Config reads, with flashgrad's fixed choices spelled out. */
@@ -924,7 +905,7 @@ fg_status fg_gpt2_save_hf_with(const fg_gpt *g, const fg_tokenizer *tok, const c
     }
     fsync_dir_of(out);
 done:
-    if (tmp[0]) remove_flat_dir(tmp);
+    if (tmp[0]) fg_remove_flat_dir(tmp);
     if (tmp_fd >= 0) close(tmp_fd);
     free(cfg);
     fg_st_writer_free(w);

@@ -388,14 +388,6 @@ fg_status fg_run_folder_other_run(const fg_run_folder *rf, int overwrite, int64_
 }
 
 /* ---- the set-aside ---- */
-static void fsync_dir(const char *d) {
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    if (fsync(fd) != 0) { /* a folder some filesystems cannot fsync: nothing more to do */
-    }
-    close(fd);
-}
-
 /* Moves the run files that are in `from` to `to` (folders), skipping names `to` already holds.
  * 0, or -1 with errno at the first failure (what moved stays moved). */
 static int move_run_files(const char *from, const char *to) {
@@ -407,8 +399,8 @@ static int move_run_files(const char *from, const char *to) {
         if (lstat(a, &sb) != 0 || lstat(b, &sb) == 0) continue;
         if (rename(a, b) != 0) return -1;
     }
-    fsync_dir(from);
-    fsync_dir(to);
+    fg_fsync_dir(from);
+    fg_fsync_dir(to);
     return 0;
 }
 
@@ -438,7 +430,7 @@ void fg_run_folder_remove_resume(fg_run_folder *rf) {
     remove_resume_dir(p);
     if (lstat(p, &sb) == 0)
         note(rf, "note: could not remove '%s' (an older interrupted state; the checkpoint beside it is newer)", p);
-    fsync_dir(rf->dir);
+    fg_fsync_dir(rf->dir);
 }
 
 /* Removes the run files of folder d: regular files, and with links also symbolic links (a link the
@@ -454,7 +446,7 @@ static void remove_run_files(const char *d, int links) {
         else if (S_ISDIR(sb.st_mode) && !strcmp(run_files[i], FG_RUN_RESUME_DIR))
             remove_resume_dir(p);
     }
-    fsync_dir(d);
+    fg_fsync_dir(d);
 }
 
 static void aside_path(char *p, size_t n, const char *out, const char *which) { snprintf(p, n, "%s/%s", out, which); }
@@ -466,7 +458,7 @@ static int restore(const char *out) {
     remove_run_files(out, 0);
     if (move_run_files(d, out) != 0) return -1;
     if (rmdir(d) != 0) return -1;
-    fsync_dir(out);
+    fg_fsync_dir(out);
     return 0;
 }
 
@@ -483,7 +475,7 @@ void fg_run_folder_discard_aside(fg_run_folder *rf) {
     remove_run_files(d, 1);
     if (rmdir(d) != 0 && errno != ENOENT)
         note(rf, "note: could not remove '%s' (the replaced run's folder): %s", d, strerror(errno));
-    fsync_dir(rf->dir);
+    fg_fsync_dir(rf->dir);
 }
 
 fg_status fg_run_folder_recover(fg_run_folder *rf) {
@@ -501,7 +493,7 @@ fg_status fg_run_folder_recover(fg_run_folder *rf) {
                             "--out: an interrupted --overwrite left the earlier run's files in '%s' and they cannot "
                             "be moved back: %s; move them back into '%s' by hand",
                             m, strerror(errno), out);
-        fsync_dir(out);
+        fg_fsync_dir(out);
         note(rf, "note: put back the earlier run's files that an interrupted --overwrite had begun to set aside");
     }
     if (lstat(d, &sb) == 0 && S_ISDIR(sb.st_mode)) {
@@ -544,7 +536,7 @@ fg_status fg_run_folder_set_aside(fg_run_folder *rf) {
                         "`flashgrad train --out %s` puts them back)",
                         strerror(e), m, out);
     }
-    fsync_dir(out);
+    fg_fsync_dir(out);
     return FG_OK;
 }
 

@@ -8,7 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 
-int fg_dnnl_available(void) { return 1; }
+int fg__dnnl_available(void) { return 1; }
 
 /* The widest instruction set oneDNN's kernels may use on this CPU. */
 static const char *isa_name(dnnl_cpu_isa_t isa) {
@@ -34,7 +34,7 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
     }
 }
 
-const char *fg_dnnl_version(void) {
+const char *fg__dnnl_version(void) {
     static char buf[96];
     const dnnl_version_t *v = dnnl_version();
     snprintf(buf, sizeof buf, "%d.%d.%d (%s, isa %s)", v->major, v->minor, v->patch,
@@ -92,9 +92,9 @@ int fg_dnnl_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, 
 
 #else
 
-int fg_dnnl_available(void) { return 0; }
+int fg__dnnl_available(void) { return 0; }
 
-const char *fg_dnnl_version(void) { return "none"; }
+const char *fg__dnnl_version(void) { return "none"; }
 
 int fg_dnnl_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads) {

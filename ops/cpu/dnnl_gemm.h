@@ -18,7 +18,7 @@
  * thread (and on an OpenMP team's workers) while oneDNN runs; one sent meanwhile is handled on
  * another thread or when the call returns.
  *
- * Built without oneDNN (no dnnl.h / libdnnl at build time), fg_dnnl_available() is 0 and
+ * Built without oneDNN (no dnnl.h / libdnnl at build time), fg__dnnl_available() is 0 and
  * fg_dnnl_sgemm does nothing and returns nonzero.
  */
 #ifndef FG_DNNL_GEMM_H
@@ -26,11 +26,16 @@
 
 #include <stdint.h>
 
-#include "ops/cpu.h" /* fg_dnnl_available, fg_dnnl_version */
+#include "ops/cpu.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What ops/cpu.h's fg_dnnl_available and fg_dnnl_version (ops/cpu_runtime.c) answer: 1 when this
+ * build has oneDNN, else 0; its version, threading runtime and instruction set, or "none". */
+int fg__dnnl_available(void);
+const char *fg__dnnl_version(void);
 
 /* C (m, n), row stride ldc  =  alpha · A' (m, k) @ B' (k, n)  +  beta · C, all row-major, where
  * A' = A (row stride lda) or, with ta, the transpose of the (k, m) matrix A; B' likewise with tb.

@@ -31,14 +31,14 @@ void fg_flash_prof_end(void) {
     memset(&fg_flash_prof_t, 0, sizeof fg_flash_prof_t);
 }
 
-void fg_flash_profile_start(void) {
+void fg__flash_profile_start(void) {
     for (int p = 0; p < FG_FLASH_PHASE_COUNT; p++) atomic_store(&total_cycles[p], 0), atomic_store(&total_flops[p], 0);
     start_ns = mono_ns();
     start_clock = fg_flash_prof_clock();
     atomic_store(&fg_flash_prof_on, 1);
 }
 
-void fg_flash_profile_stop(fg_flash_profile *out) {
+void fg__flash_profile_stop(fg_flash_profile *out) {
     atomic_store(&fg_flash_prof_on, 0);
     const double ns = mono_ns() - start_ns, ticks = (double)(fg_flash_prof_clock() - start_clock);
     const double sec_per_tick = ticks > 0 ? ns * 1e-9 / ticks : 0;
@@ -50,7 +50,7 @@ void fg_flash_profile_stop(fg_flash_profile *out) {
     }
 }
 
-const char *fg_flash_phase_name(fg_flash_phase p) {
+const char *fg__flash_phase_name(fg_flash_phase p) {
     static const char *const names[FG_FLASH_PHASE_COUNT] = {
         [FG_FLASH_FWD_SETUP] = "fwd setup (Qi^T, zero O)",
         [FG_FLASH_FWD_MASK] = "fwd tile kind, mask, variants",

@@ -48,4 +48,9 @@ static inline void fg_flash_prof_mark(fg_flash_phase p, double flops) {
 /* end an item: its counts join the totals */
 void fg_flash_prof_end(void);
 
+/* What ops/cpu.h's fg_flash_profile_start, _stop and fg_flash_phase_name (ops/cpu_runtime.c) do. */
+void fg__flash_profile_start(void);
+void fg__flash_profile_stop(fg_flash_profile *out);
+const char *fg__flash_phase_name(fg_flash_phase p);
+
 #endif /* FG_FLASH_PROFILE_H */

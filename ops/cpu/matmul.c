@@ -12,12 +12,13 @@
 #include "ops/cpu/dnnl_gemm.h"
 #include "ops/cpu/flash_tiles.h" /* fg_flash_x86_f32.transpose */
 #include "ops/cpu/kernel.h"
+#include "ops/cpu/matmul.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
 #include "ops/cpu/vmath.h" /* fg_par_range */
 #include "ops/kernels_cpu.h"
-#include "ops/ops.h" /* fg_matmul_kernel, fg_matmul_set_kernel, fg_matmul_auto_kernel */
+#include "ops/ops.h" /* fg_matmul_kernel */
 #include "tensor/alloc.h"
 
 /* ---- the CPU GEMM, on the library's thread pool ----
@@ -147,7 +148,7 @@ static fg_matmul_kernel gemm_setting(void) {
     return (fg_matmul_kernel)k;
 }
 
-fg_matmul_kernel fg_matmul_set_kernel(fg_matmul_kernel k) {
+fg_matmul_kernel fg__matmul_set_kernel(fg_matmul_kernel k) {
     const fg_matmul_kernel was = gemm_setting();
     atomic_store(&gemm_kernel_setting, k >= FG_MATMUL_AUTO && k <= FG_MATMUL_DNNL_OMP ? (int)k : FG_MATMUL_AUTO);
     return was;
@@ -348,7 +349,7 @@ static int gemm_ksplit(const gemm_job *J) {
  * the transpose of A as stored. */
 static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta, double beta) {
     const int tile_ok = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (beta == 0.0 || beta == 1.0);
-    if (dt == FG_F32 && fg_dnnl_available()) {
+    if (dt == FG_F32 && fg__dnnl_available()) {
         const int tile_wide = tile_ok && fg_simd_detect() == FG_SIMD_AVX512;
         if (ta && K >= GEMM_BLAS_MIN_K && (M >= GEMM_BLAS_MIN_M || tile_wide) &&
             (double)M * (double)N <= GEMM_BLAS_MAX_MN)
@@ -366,7 +367,7 @@ static gemm_kind gemm_auto(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta,
 static gemm_kind gemm_choose(fg_dtype dt, int64_t M, int64_t N, int64_t K, int ta, double beta) {
     /* the tile kernel overwrites or adds to C: beta 0 or 1 */
     const int tile_ok = dt == FG_F32 && fg_simd_active() != FG_SIMD_SCALAR && (beta == 0.0 || beta == 1.0);
-    const int dnnl_ok = dt == FG_F32 && fg_dnnl_available();
+    const int dnnl_ok = dt == FG_F32 && fg__dnnl_available();
     switch (gemm_setting()) {
     case FG_MATMUL_BLAS:
         return GEMM_BLAS;
@@ -385,7 +386,7 @@ static gemm_kind gemm_choose(fg_dtype dt, int64_t M, int64_t N, int64_t K, int t
     return gemm_auto(dt, M, N, K, ta, beta);
 }
 
-fg_matmul_kernel fg_matmul_auto_kernel(int64_t M, int64_t N, int64_t K, int ta) {
+fg_matmul_kernel fg__matmul_auto_kernel(int64_t M, int64_t N, int64_t K, int ta) {
     const gemm_kind k = gemm_auto(FG_F32, M, N, K, ta, 0.0);
     return k == GEMM_TILE ? FG_MATMUL_TILE : k == GEMM_DNNL ? FG_MATMUL_DNNL : FG_MATMUL_BLAS;
 }

@@ -30,7 +30,7 @@
  * Thread count: FG_NUM_THREADS in the environment when set (1 to 64), else the CPUs this process
  * may run on (sched_getaffinity), at most 64; fg_pool_set_threads overrides both.
  *
- * Between runs the workers spin for up to 0.2 ms, then sleep (ops/cpu/threadpool.c says why); a worker
+ * Between runs the workers spin for up to 0.2 ms, then sleep (ops/cpu_threadpool.c says why); a worker
  * that is not scheduled in time is simply left out of a run, so it never delays the caller.
  *
  * Use it for any loop whose iterations are independent and each worth at least tens of

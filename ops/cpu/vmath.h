@@ -47,7 +47,7 @@ extern "C" {
 
 /* ---- 1. parallel ranges ---- */
 
-/* A pool run has a fixed cost (waking or reaching the workers: ops/cpu/threadpool.c), far more while
+/* A pool run has a fixed cost (waking or reaching the workers: ops/cpu_threadpool.c), far more while
  * another process holds a core, so a loop goes parallel only when its serial time is well above
  * that. Each caller passes its cost per element (one thread, AVX-512, data in L2;
  * bench/results/train_cpu.md has the measurements). */

@@ -1,4 +1,5 @@
-/* peak.c — the float32 FMA peak on the pool's threads (see peak.h). */
+/* cpu_peak.c — the float32 FMA peak on the pool's threads (ops/cpu.h; the method in ops/cpu/peak.h).
+ * Part of the CPU runtime, not a kernel file. */
 #include "ops/cpu/peak.h"
 
 #include <pthread.h>

@@ -1,4 +1,5 @@
-/* simd.c — run-time choice of the vector instruction set (see simd.h). */
+/* cpu_simd.c — run-time choice of the vector instruction set (ops/cpu.h, ops/cpu/simd.h). Part of the
+ * CPU runtime, not a kernel file. */
 #include "ops/cpu/simd.h"
 
 #include <stdatomic.h>

@@ -1,4 +1,5 @@
-/* threadpool.c — the library's worker threads (see threadpool.h).
+/* cpu_threadpool.c — the library's worker threads (ops/cpu.h; ops/cpu/threadpool.h adds what the
+ * kernels share). Part of the CPU runtime, not a kernel file.
  *
  * One job at a time: the caller publishes (fn, ctx, n_items) under a new generation; a worker that
  * sees it joins the job (unless it is already closed), and the first min(threads, n_items) take
