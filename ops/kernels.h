@@ -282,8 +282,7 @@ typedef enum {
     FN(activation, relu2_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n))                  \
     FN(activation, relu2_backward, cpu, fg_status,                                                                     \
        (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n))                                            \
-    FN(activation, swiglu_forward, cpu, fg_status,                                                                     \
-       (fg_dtype dt, void *out, const void *a, const void *b, int64_t n))                                              \
+    FN(activation, swiglu_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *a, const void *b, int64_t n))  \
     FN(activation, swiglu_backward, cpu, fg_status,                                                                    \
        (fg_dtype dt, void *da, void *db, const void *dout, const void *a, const void *b, int64_t n))                   \
     FN(activation, softcap_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n, double c))      \

@@ -81,8 +81,8 @@ fg_tensor *fg_rope(fg_tensor *x, double theta, int64_t pos0) {
     }
     fg_node *node = out ? fg_record(out, op, rope_backward, 1, (fg_tensor *[]){x}) : NULL;
     if (node)
-        *FG_NODE_STATE(node, rope_state) =
-            (rope_state){.B = B, .H = H, .T = T, .D = D, .pos0 = pos0, .theta = theta, .dt = x->dtype, .dev = x->device};
+        *FG_NODE_STATE(node, rope_state) = (rope_state){
+            .B = B, .H = H, .T = T, .D = D, .pos0 = pos0, .theta = theta, .dt = x->dtype, .dev = x->device};
     fg_release(X);
     return out;
 }

@@ -13,7 +13,7 @@
         const T *xr = x + r * C;                                                                                       \
         T *o = out + r * C;                                                                                            \
         double ss = 0;                                                                                                 \
-        for (int64_t i = 0; i < C; i++) ss += (double)xr[i] * (double)xr[i];                                          \
+        for (int64_t i = 0; i < C; i++) ss += (double)xr[i] * (double)xr[i];                                           \
         const T rs = (T)(1.0 / sqrt(ss / (double)C + eps));                                                            \
         for (int64_t i = 0; i < C; i++) o[i] = w ? xr[i] * rs * w[i] : xr[i] * rs;                                     \
         rstd[r] = rs;                                                                                                  \
@@ -30,7 +30,7 @@
             for (int64_t i = 0; i < C; i++) dw[i] += d[i] * (xr[i] * rs);                                              \
         if (!dx) continue;                                                                                             \
         double s = 0;                                                                                                  \
-        for (int64_t i = 0; i < C; i++) s += (double)(w ? d[i] * w[i] : d[i]) * (double)(xr[i] * rs);                 \
+        for (int64_t i = 0; i < C; i++) s += (double)(w ? d[i] * w[i] : d[i]) * (double)(xr[i] * rs);                  \
         const T mean_dnn = (T)(s / (double)C);                                                                         \
         T *g = dx + r * C;                                                                                             \
         for (int64_t i = 0; i < C; i++) {                                                                              \
@@ -39,8 +39,7 @@
         }                                                                                                              \
     }
 
-static void rmsnorm_fwd_f32(float *out, float *rstd, const float *x, const float *w, int64_t R, int64_t C,
-                            double eps) {
+static void rmsnorm_fwd_f32(float *out, float *rstd, const float *x, const float *w, int64_t R, int64_t C, double eps) {
     RMSNORM_FWD_BODY(float);
 }
 static void rmsnorm_bwd_f32(float *dx, float *dw, const float *dout, const float *x, const float *rstd, const float *w,
@@ -57,8 +56,8 @@ static void rmsnorm_bwd_f64(double *dx, double *dw, const double *dout, const do
 }
 
 /* ---- the CPU kernels (ops/kernels.h) ---- */
-fg_status fg_cpu_rmsnorm_forward(fg_dtype dt, void *out, void *rstd, const void *x, const void *w, int64_t R,
-                                 int64_t C, double eps) {
+fg_status fg_cpu_rmsnorm_forward(fg_dtype dt, void *out, void *rstd, const void *x, const void *w, int64_t R, int64_t C,
+                                 double eps) {
     FG_DISPATCH(dt, rmsnorm_fwd, out, rstd, x, w, R, C, eps);
     return FG_OK;
 }

@@ -13,7 +13,7 @@
 /* cs (T, D2, 2): cos and sin of a_ti, rounded to T */
 #define ROPE_TABLE_BODY(T)                                                                                             \
     for (int64_t i = 0; i < D2; i++) {                                                                                 \
-        const double inv_freq = 1.0 / pow(theta, (double)(2 * i) / (double)D);                                        \
+        const double inv_freq = 1.0 / pow(theta, (double)(2 * i) / (double)D);                                         \
         for (int64_t t = 0; t < Tn; t++) {                                                                             \
             const double a = (double)(pos0 + t) * inv_freq;                                                            \
             cs[2 * (t * D2 + i)] = (T)cos(a);                                                                          \
