@@ -223,7 +223,7 @@ sanitize: deps-test
 # float32/float64 sweeps take hours (ASan + LSan cover them in make sanitize). Child processes are
 # traced except the Python cross-checks (valgrind reports false positives inside CPython's loader).
 VALGRIND_SUITES ?= philox view alloc autograd gradcheck npy safetensors fileio tokenizer text addition \
-    matmul elementwise reduce shape embedding layernorm gelu softmax cross_entropy dropout ops fuzz_corpus \
+    matmul elementwise reduce shape embedding layernorm gelu softmax cross_entropy dropout ops ops_llama fuzz_corpus \
     checkpoint recompute gpt train cli cli_io devices simd attn_tiles philox_shared fastpath
 valgrind: deps-test
 	@command -v valgrind >/dev/null 2>&1 || sh tests/deps.sh valgrind

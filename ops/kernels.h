@@ -246,6 +246,49 @@ typedef enum {
     VAL(attention, unsigned, caps, FG_ATTN_CAP_ALL | FG_ATTN_CAP_CAUSAL_TOP_LEFT, FG_ATTN_CAP_ALL)                 \
     VAL(attention, unsigned, caps_bf16, 0, FG_ATTN_CAPS_BF16_CUDA)
 
+/* ---- rmsnorm (ops/rmsnorm.c; the CPU's kernels in ops/cpu/rmsnorm.c; CPU only) ----
+ * x is (R, C); w (C) or NULL (parameter-free: 1); saved: rstd (R) = 1/sqrt(mean_i x_i² + eps).
+ *   forward   out_i = x_i * rstd * w_i
+ *   backward  dx (R, C), dw (C) += ...; either NULL when not wanted. */
+#define FG_KERNELS_RMSNORM(FN, VAL)                                                                                    \
+    FN(rmsnorm, forward, cpu, fg_status,                                                                               \
+       (fg_dtype dt, void *out, void *rstd, const void *x, const void *w, int64_t R, int64_t C, double eps))           \
+    FN(rmsnorm, backward, cpu, fg_status,                                                                              \
+       (fg_dtype dt, void *dx, void *dw, const void *dout, const void *x, const void *rstd, const void *w, int64_t R,  \
+        int64_t C))
+
+/* ---- rope (ops/rope.c; the CPU's kernels in ops/cpu/rope.c; CPU only) ----
+ * x, out, dout, dx are (B, H, T, D), contiguous, D even; token t is at position pos0 + t. The
+ * angles, cos and sin are computed in float64 and rounded to the dtype:
+ *   inv_freq_i = theta^(-2i / D),  a_ti = (pos0 + t) * inv_freq_i   (i < D/2)
+ *   forward   out_i = x_i cos a - x_{i+D/2} sin a;  out_{i+D/2} = x_{i+D/2} cos a + x_i sin a
+ *   backward  dx += the transposed rotation of dout (the same with sin a negated) */
+#define FG_KERNELS_ROPE(FN, VAL)                                                                                       \
+    FN(rope, forward, cpu, fg_status,                                                                                  \
+       (fg_dtype dt, void *out, const void *x, int64_t B, int64_t H, int64_t T, int64_t D, int64_t pos0,               \
+        double theta))                                                                                                 \
+    FN(rope, backward, cpu, fg_status,                                                                                 \
+       (fg_dtype dt, void *dx, const void *dout, int64_t B, int64_t H, int64_t T, int64_t D, int64_t pos0,             \
+        double theta))
+
+/* ---- activation (ops/activation.c; the CPU's kernels in ops/cpu/activation.c; CPU only) ----
+ * The pointwise activations of Llama- and nanochat-style models. Every array is (n), contiguous;
+ * backward outputs are added to (NULL: not wanted).
+ *   relu2:   out = relu(x)²                    dx += dout * 2 relu(x)
+ *   swiglu:  out = silu(a) * b                 da += dout * b * silu'(a);  db += dout * silu(a)
+ *            silu(a) = a σ(a),  silu'(a) = σ(a) (1 + a (1 - σ(a)))
+ *   softcap: out = c tanh(x / c), c > 0        dx += dout * (1 - tanh²(x / c)) */
+#define FG_KERNELS_ACTIVATION(FN, VAL)                                                                                 \
+    FN(activation, relu2_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n))                  \
+    FN(activation, relu2_backward, cpu, fg_status,                                                                     \
+       (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n))                                            \
+    FN(activation, swiglu_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *a, const void *b, int64_t n))  \
+    FN(activation, swiglu_backward, cpu, fg_status,                                                                    \
+       (fg_dtype dt, void *da, void *db, const void *dout, const void *a, const void *b, int64_t n))                   \
+    FN(activation, softcap_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n, double c))      \
+    FN(activation, softcap_backward, cpu, fg_status,                                                                   \
+       (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n, double c))
+
 /* The families: the table's members, in this order. */
 #define FG_KERNEL_FAMILIES(FAM)                                                                                        \
     FAM(matmul, FG_KERNELS_MATMUL)                                                                                     \
@@ -258,6 +301,9 @@ typedef enum {
     FAM(softmax, FG_KERNELS_SOFTMAX)                                                                                   \
     FAM(cross_entropy, FG_KERNELS_CROSS_ENTROPY)                                                                       \
     FAM(dropout, FG_KERNELS_DROPOUT)                                                                                   \
+    FAM(rmsnorm, FG_KERNELS_RMSNORM)                                                                                   \
+    FAM(rope, FG_KERNELS_ROPE)                                                                                         \
+    FAM(activation, FG_KERNELS_ACTIVATION)                                                                             \
     FAM(optimizer, FG_KERNELS_OPTIMIZER)                                                                               \
     FAM(attention, FG_KERNELS_ATTENTION)
 

@@ -115,6 +115,34 @@ fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *ta
  * the backward regenerates it. p == 0 returns x unchanged (retained). 0 <= p < 1. */
 fg_tensor *fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t stream);
 
+/* ---- rmsnorm.c (CPU only; other devices: FG_ERR_DEVICE) ---- */
+/* x (..., C), weight (C) or NULL -> (..., C): x_i / sqrt(mean_i x_i² + eps) * weight_i, over the
+ * last dim, like torch.nn.functional.rms_norm. weight NULL is the parameter-free RMSNorm
+ * (nanochat); with a weight it is Llama's. eps must be finite and > 0. Saves x and the per-row
+ * 1/rms for the backward. QK-norm is this op applied to q and k, (B, H, T, D), over D: each head
+ * normalized on its own (one weight of size D shared by the heads, or none); it has no op of its
+ * own. */
+fg_tensor *fg_rmsnorm(fg_tensor *x, fg_tensor *weight, double eps);
+
+/* ---- rope.c (CPU only) ---- */
+/* Rotary position embedding in Hugging Face Llama's layout ("rotate_half"): x (B, H, T, D), D
+ * even -> (B, H, T, D), where the pair (x_i, x_{i+D/2}), i < D/2, of the token at position
+ * p = pos0 + t is rotated by the angle p * theta^(-2i/D):
+ *     out_i = x_i cos - x_{i+D/2} sin,   out_{i+D/2} = x_{i+D/2} cos + x_i sin
+ * cos and sin computed in float64, then rounded to x's dtype. theta finite and > 0 (Llama:
+ * 10000 or 500000), pos0 >= 0 (0 in training; the cache length when decoding). */
+fg_tensor *fg_rope(fg_tensor *x, double theta, int64_t pos0);
+
+/* ---- activation.c (CPU only): the pointwise activations of Llama- and nanochat-style MLPs and
+ * heads; each result has its inputs' shape ---- */
+/* relu(x)², nanochat's MLP activation. */
+fg_tensor *fg_relu2(fg_tensor *x);
+/* SwiGLU's gate: silu(a) * b = a σ(a) b, with a = x W_gate, b = x W_up (Llama's MLP); a and b of
+ * the same shape (no broadcasting). */
+fg_tensor *fg_swiglu(fg_tensor *a, fg_tensor *b);
+/* The logit softcap: c * tanh(x / c), c finite and > 0 (nanochat: 15 on the final logits). */
+fg_tensor *fg_softcap(fg_tensor *x, double c);
+
 #ifdef __cplusplus
 }
 #endif
