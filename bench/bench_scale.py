@@ -8,6 +8,14 @@ peak resident memory (ru_maxrss), as a table and as CSV rows (--csv):
   L4  H4  C128 T64   B12   nanoGPT's CPU quick start (the Tiny Shakespeare config), vocabulary 65
   L6  H6  C384 T256  B8    nanoGPT's shakespeare-char model, vocabulary 65
   L12 H12 C768 T1024 B1    GPT-2 small, vocabulary 50304 (GPT-2's 50257 padded, as nanoGPT does)
+  nanochat-L6-C384         `--arch nanochat` (rotary, QK-norm, parameter-free RMSNorm, ReLU², untied head,
+                           softcap 15) at L6-C384's shape
+  nanochat-gpt2-small      `--arch nanochat` at GPT-2 small's shape
+  llama-smollm2-135m       `--arch llama` at SmolLM2-135M's shape: L30 H9, 3 K/V heads, C576, SwiGLU 1536,
+                           theta 100000, tied head, vocabulary 49152, T1024 B1
+
+The last three train, in PyTorch, transformers' NanoChatForCausalLM / LlamaForCausalLM with SDPA
+(bench/train_torch_arch.py), the same AdamW and clipping.
 
   flashgrad: `flashgrad bench train --data FILE ... --warmup-steps W --steps N` (its MFU line,
              its peak RSS line, its FMA peak);
@@ -20,8 +28,8 @@ MFU = tokens/s × (6 · params + 12 · L · C · T) / the float32 FMA peak that 
 same threads in the same run (ops/cpu/peak.h; `flashgrad bench peak` prints the long form), for both
 frameworks alike. Every flashgrad run measures the peak again; a neighbour or a clock dip can only
 make a measurement low, never high, so every row divides by the highest peak of the whole run (the
-line after each configuration, by the highest so far). params counts every parameter once (the LM
-head is tied to the token embedding).
+line after each configuration, by the highest so far). params counts every parameter once (a tied LM
+head is the token embedding; an untied model's input embedding is a lookup and is left out of the 6 N).
 
 Data. Vocabulary 65: a synthetic file of 2^20 characters drawn uniformly from 65 symbols (the size of
 Tiny Shakespeare's), written to a temporary folder; both read it and see the same batches (the
@@ -54,15 +62,40 @@ CONFIGS = {
     "L4-C128": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, vocab=65),
     "L6-C384": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=8, vocab=65),
     "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=1, vocab=50304),
+    # today's architectures (train/gpt.h presets), against transformers' own model in PyTorch
+    "nanochat-L6-C384": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=8, vocab=65,
+                             arch="nanochat"),
+    "nanochat-gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=1, vocab=50304,
+                                arch="nanochat"),
+    "llama-smollm2-135m": dict(n_layer=30, n_head=9, n_kv_head=3, n_embd=576, mlp_hidden=1536, block_size=1024,
+                               batch_size=1, vocab=49152, arch="llama", rope_theta=100000, untied=0),
 }
+# the presets' settings (train/gpt.h fg_gpt_arch_preset) where a configuration leaves them out
+ARCH_DEFAULTS = {"llama": dict(rope_theta=10000, untied=1, softcap=0),
+                 "nanochat": dict(rope_theta=10000, untied=1, softcap=15)}
 OPT = dict(lr=1e-3, min_lr=1e-4, warmup=0, weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0)
 CSV_FIELDS = ["config", "framework", "version", "n_layer", "n_head", "n_embd", "block_size", "batch_size", "vocab",
               "params", "flops_per_token", "step_ms", "tokens_per_s", "mfu", "peak_rss_mib", "fma_peak_gflops",
               "threads", "simd", "warmup_steps", "timed_steps", "machine"]
 
 
+def arch_of(c):
+    """c with its architecture's settings filled in (GPT-2: nothing to fill)."""
+    arch = c.get("arch", "gpt2")
+    if arch == "gpt2":
+        return dict(c, arch="gpt2")
+    out = dict(ARCH_DEFAULTS[arch], **c)
+    out.setdefault("n_kv_head", out["n_head"])
+    out.setdefault("mlp_hidden", 4 * out["n_embd"])
+    return out
+
+
 def flops_per_token(n_params, c):
-    return 6.0 * n_params + 12.0 * c["n_layer"] * c["n_embd"] * c["block_size"]
+    """6 per parameter a token's products touch, plus attention's 12 L C T. An untied model's input
+    embedding is a lookup, not a product: it is left out (a tied one is the LM head's matrix)."""
+    c = arch_of(c)
+    matmul_params = n_params - (c["vocab"] * c["n_embd"] if c.get("untied") else 0)
+    return 6.0 * matmul_params + 12.0 * c["n_layer"] * c["n_embd"] * c["block_size"]
 
 
 def write_text(path, n=1 << 20, seed=1):
@@ -80,6 +113,10 @@ def run_flashgrad(a, name, c, data_args):
         "--steps", c["steps"], "--threads", a.threads, "--seed", a.seed, "--lr", OPT["lr"], "--min-lr", OPT["min_lr"],
         "--warmup", 0, "--weight-decay", OPT["weight_decay"], "--beta1", OPT["beta1"], "--beta2", OPT["beta2"],
         "--grad-clip", OPT["grad_clip"]]
+    c = arch_of(c)
+    if c["arch"] != "gpt2":
+        cmd += ["--arch", c["arch"], "--n-kv-head", c["n_kv_head"], "--mlp-hidden", c["mlp_hidden"],
+                "--rope-theta", c["rope_theta"], "--untie-head", c["untied"], "--logit-softcap", c["softcap"]]
     cmd = [str(x) for x in cmd]
     print("$ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -107,6 +144,14 @@ def run_flashgrad(a, name, c, data_args):
 
 
 def run_torch(a, name, c, tmp):
+    if arch_of(c)["arch"] != "gpt2":
+        import train_torch_arch as tta
+        W = c["warmup_steps"]
+        cfg = dict(arch_of(c), **OPT)
+        cfg.update(steps=W + c["steps"], untimed=W, threads=a.threads, seed=a.seed)
+        r = tta.run_torch(cfg, tmp)
+        return {"step_ms": r["median_s"] * 1e3, "tokens_per_s": r["tok_s"], "n_params": r["n_params"],
+                "rss_mib": r["peak_rss_kb"] / 1024.0, "version": r["torch"], "attention": r["attention"]}
     cfg = dict(c, **OPT)
     W = c["warmup_steps"]
     cfg.update(steps=W + c["steps"], untimed=W, decay_steps=W + c["steps"],
@@ -120,11 +165,12 @@ def run_torch(a, name, c, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--flashgrad", default=os.path.join(ROOT, "build", "flashgrad"))
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated, of: " + ", ".join(CONFIGS))
-    ap.add_argument("--steps", default="20,5,2",
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help="comma-separated, of: " + ", ".join(CONFIGS))
+    ap.add_argument("--steps", default="20,5,2,5,2,2",
                     help="timed steps per configuration (one number for all, or a list; the median counts, so "
                          "more steps ride out a neighbour's burst)")
-    ap.add_argument("--warmup-steps", default="3,2,1",
+    ap.add_argument("--warmup-steps", default="3,2,1,2,1,1",
                     help="untimed steps first, per configuration as --steps (both frameworks; PyTorch's first "
                          "steps are slow)")
     ap.add_argument("--threads", type=int, default=2)
