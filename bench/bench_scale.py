@@ -116,7 +116,8 @@ def run_flashgrad(a, name, c, data_args):
     c = arch_of(c)
     if c["arch"] != "gpt2":
         cmd += ["--arch", c["arch"], "--n-kv-head", c["n_kv_head"], "--mlp-hidden", c["mlp_hidden"],
-                "--rope-theta", c["rope_theta"], "--untie-head", c["untied"], "--logit-softcap", c["softcap"]]
+                "--rope-theta", c["rope_theta"], "--tie-head", 0 if c["untied"] else 1,
+                "--logit-softcap", c["softcap"]]
     cmd = [str(x) for x in cmd]
     print("$ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
