@@ -29,7 +29,7 @@ def hf_model(c):
     common = dict(vocab_size=c["vocab"], hidden_size=c["n_embd"], intermediate_size=c["mlp_hidden"],
                   num_hidden_layers=c["n_layer"], num_attention_heads=c["n_head"],
                   num_key_value_heads=c["n_kv_head"], max_position_embeddings=c["block_size"],
-                  rms_norm_eps=1e-6 if c["arch"] == "nanochat" else 1e-5, rope_parameters=rope,
+                  rms_norm_eps=1e-6, rope_parameters=rope,
                   tie_word_embeddings=not c["untied"], attention_bias=False)
     if c["arch"] == "llama":
         cfg = transformers.LlamaConfig(mlp_bias=False, **common)
