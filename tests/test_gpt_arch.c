@@ -709,3 +709,21 @@ Test(gpt_arch, logits_and_gradients_match_pytorch, .timeout = 300) {
     if (fgt_verbose() || st) fprintf(stderr, "[gpt_arch] %s", log);
     cr_expect_eq(st, 0, "gpt_arch_torch_check.py exited %d:\n%s", st, log);
 }
+
+Test(gpt_arch, flops_per_token_leave_out_an_untied_embedding_and_count_windows) {
+    fg_source *src = addition_source();
+    fg_train_config c = arch_train_config(src, A_NANOCHAT, 2);
+    c.model.block_size = 16;
+    fg_trainer *tr = fg_trainer_create(&c, src);
+    cr_assert(tr, "%s", fg_last_error());
+    const fg_gpt_config *m = &tr->model->cfg;
+    const double T = tr->T, w = fg_gpt_layer_window(m, 0);
+    cr_assert(w > 0 && w + 1 < T && fg_gpt_layer_window(m, 2) == 0, "the test needs a short window: w %g T %g", w, T);
+    /* layers 0 and 1 windowed (SSSL over 3 layers, the last full) */
+    const double want = 6.0 * ((double)tr->model->num_elements - (double)m->vocab_size * m->n_embd) +
+                        12.0 * m->n_embd * (2 * (w + 1) + T);
+    cr_expect(fg_trainer_flops_per_token(tr) == want, "flops/token %.17g, expected %.17g",
+              fg_trainer_flops_per_token(tr), want);
+    fg_trainer_free(tr);
+    fg_source_free(src);
+}

@@ -1,7 +1,12 @@
-/* gpt.c — the GPT-2 style model of gpt.h: parameter table, forward graph, generation.
+/* gpt.c — the model of gpt.h: configuration, parameter table, forward graph, generation.
  *
- * Shapes: B batch, T time, C channels (n_embd), H heads, hd = C / H head size, V vocabulary,
- * L layers. The backward is autograd's: every step of the forward below is an op from ops/ that
+ * What an architecture may have (gpt.h, fg_gpt_config): learned or rotary positions (Llama's
+ * rotate_half or nanochat's direction), LayerNorm or RMSNorm with or without a weight, a norm
+ * after the embedding, QK-norm, grouped-query attention, GELU / SwiGLU / ReLU² MLPs, biases or
+ * none, a tied or untied head, a logit softcap, per-layer sliding windows.
+ *
+ * Shapes: B batch, T time, C channels (n_embd), H heads, H_kv K/V heads, hd = C / H head size,
+ * I MLP width, V vocabulary, L layers. The backward is autograd's: every step of the forward below is an op from ops/ that
  * records its own rule, so this file has no backward of its own.
  */
 #include "train/gpt.h"
