@@ -21,6 +21,7 @@
 
 #include "autograd/gradcheck.h"
 #include "ops/ops.h"
+#include "tensor/alloc.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tests/common.h"
@@ -725,5 +726,29 @@ Test(gpt_arch, flops_per_token_leave_out_an_untied_embedding_and_count_windows) 
     cr_expect(fg_trainer_flops_per_token(tr) == want, "flops/token %.17g, expected %.17g",
               fg_trainer_flops_per_token(tr), want);
     fg_trainer_free(tr);
+    fg_source_free(src);
+}
+
+Test(gpt_arch, a_step_after_warmup_takes_nothing_from_the_system) {
+    fg_source *src = addition_source();
+    const arch_case cases[] = {A_LLAMA, A_NANOCHAT, A_MIX};
+    for (size_t ci = 0; ci < 3; ci++) {
+        fg_train_config c = arch_train_config(src, cases[ci], 12);
+        fg_trainer *tr = fg_trainer_create(&c, src);
+        cr_assert(tr, "%s", fg_last_error());
+        double l[4], ev;
+        steps(tr, 3, l);
+        cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &ev), FG_OK);
+        const fg_alloc_stats mid = fg_alloc_get_stats(FG_CPU);
+        steps(tr, 3, l);
+        cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &ev), FG_OK);
+        const fg_alloc_stats after = fg_alloc_get_stats(FG_CPU);
+        cr_expect_eq(after.system_allocs, mid.system_allocs, "%s: system allocations grew from %llu to %llu",
+                     arch_case_names[cases[ci]], (unsigned long long)mid.system_allocs,
+                     (unsigned long long)after.system_allocs);
+        cr_expect_eq(after.current, mid.current, "%s: live bytes between steps changed: %zu -> %zu",
+                     arch_case_names[cases[ci]], mid.current, after.current);
+        fg_trainer_free(tr);
+    }
     fg_source_free(src);
 }
