@@ -61,8 +61,10 @@
       1, 0)                                                                                                            \
     X(MLP, "--mlp", FG_FLAG_STR, "KIND", "the MLP: gelu (GPT-2), swiglu (Llama) or relu2 (nanochat)", 0, 0, 0)       \
     X(MLP_HIDDEN, "--mlp-hidden", FG_FLAG_INT, "N", "the MLP's hidden width (default: 4 x --n-embd)", 1, 1 << 20, 0)  \
-    X(BIAS, "--bias", FG_FLAG_INT, "0|1", "biases in the linear layers and LayerNorm (gpt2: 1, llama, nanochat: 0)",  \
-      0, 1, 0)                                                                                                         \
+    X(BIAS, "--bias", FG_FLAG_TRUTH, NULL,                                                                             \
+      "biases in the linear layers and LayerNorm: True or False (gpt2: True; llama, nanochat: False; nanoGPT's "      \
+      "bias)",                                                                                                         \
+      0, 0, 0)                                                                                                         \
     X(TIE_HEAD, "--tie-head", FG_FLAG_INT, "0|1", "1: the LM head is the token embedding (gpt2: 1, others: 0)", 0, 1,  \
       0)                                                                                                               \
     X(SOFTCAP, "--logit-softcap", FG_FLAG_F64, "C", "final logits C tanh(logits / C) (0: off; nanochat: 15)", 0, 1e30, \

@@ -612,6 +612,9 @@ Test(gpt_arch, train_takes_the_architecture_flags_and_keeps_them_across_resume, 
     expect_cli(dir, args, 2, "--arch contradicts the model in 'run'");
     expect_cli(dir, "sample --ckpt run --tokens 5 --temperature 0", 0, "");
     expect_cli(dir, "export --ckpt run --to llmc m.bin", 2, "holds GPT-2 models only (this one is arch nanochat)");
+    /* nanoGPT's bias = False: GPT-2 without a bias anywhere, nanoGPT's names */
+    snprintf(args, sizeof args, "%s --bias=False --steps 1 --out nobias", base);
+    expect_cli(dir, args, 0, "architecture: gpt2: learned, layernorm (eps 1e-05), gelu (hidden 64), no biases, tied head");
     /* bench train builds the same model from the same flags */
     expect_cli(dir, "bench train --arch llama --n-kv-head 1 --n-layer 1 --n-embd 16 --n-head 2 --steps 2 --threads 1", 0,
                "architecture: llama: rope (theta 10000), rmsnorm (eps 1e-06), swiglu (hidden 64), 1 kv heads");
