@@ -6,8 +6,8 @@
  * none, a tied or untied head, a logit softcap, per-layer sliding windows.
  *
  * Shapes: B batch, T time, C channels (n_embd), H heads, H_kv K/V heads, hd = C / H head size,
- * I MLP width, V vocabulary, L layers. The backward is autograd's: every step of the forward below is an op from ops/ that
- * records its own rule, so this file has no backward of its own.
+ * I MLP width, V vocabulary, L layers. The backward is autograd's: every step of the forward below
+ * is an op from ops/ that records its own rule, so this file has no backward of its own.
  */
 #include "train/gpt.h"
 
