@@ -219,9 +219,9 @@ typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } 
       FG_INIT_ONES, P_EMBN_W)                                                                                          \
     X(EMBN_B, 0, "transformer.ln_e.bias", "model.embed_norm.bias", "model.embed_norm.bias", 1, C, 1, 0, FG_INIT_ZEROS, \
       P_EMBN_B)                                                                                                        \
-    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", "model.layers.%d.input_layernorm.weight",                             \
+    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", "model.layers.%d.input_layernorm.weight",                              \
       "model.layers.%d.input_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                                    \
-    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", "model.layers.%d.input_layernorm.bias",                                 \
+    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", "model.layers.%d.input_layernorm.bias",                                  \
       "model.layers.%d.input_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                                     \
     X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", "", "", 2, QKV, C, 1, FG_INIT_NORMAL, P_FUSED)                 \
     X(Q_W, 1, "", "model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.q_proj.weight", 2, C, C, 1,    \
@@ -237,25 +237,25 @@ typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } 
       FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
     X(V_B, 1, "", "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.v_proj.bias", 1, KV, 1, 0,       \
       FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
-    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", "model.layers.%d.self_attn.o_proj.weight",                   \
+    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", "model.layers.%d.self_attn.o_proj.weight",                    \
       "model.layers.%d.self_attn.o_proj.weight", 2, C, C, 1, FG_INIT_RESID, P_ALL)                                     \
-    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", "model.layers.%d.self_attn.o_proj.bias",                       \
+    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", "model.layers.%d.self_attn.o_proj.bias",                        \
       "model.layers.%d.self_attn.o_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                      \
-    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", "model.layers.%d.post_attention_layernorm.weight",                    \
+    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", "model.layers.%d.post_attention_layernorm.weight",                     \
       "model.layers.%d.post_attention_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                           \
-    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", "model.layers.%d.post_attention_layernorm.bias",                        \
+    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", "model.layers.%d.post_attention_layernorm.bias",                         \
       "model.layers.%d.post_attention_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                            \
-    X(GATE_W, 1, "transformer.h.%d.mlp.c_gate.weight", "model.layers.%d.mlp.gate_proj.weight",                        \
+    X(GATE_W, 1, "transformer.h.%d.mlp.c_gate.weight", "model.layers.%d.mlp.gate_proj.weight",                         \
       "model.layers.%d.mlp.fc_gate.weight", 2, I, C, 1, FG_INIT_NORMAL, P_GATE)                                        \
-    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", "model.layers.%d.mlp.up_proj.weight",                              \
+    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", "model.layers.%d.mlp.up_proj.weight",                               \
       "model.layers.%d.mlp.fc1.weight", 2, I, C, 1, FG_INIT_NORMAL, P_ALL)                                             \
-    X(GATE_B, 1, "transformer.h.%d.mlp.c_gate.bias", "model.layers.%d.mlp.gate_proj.bias",                            \
+    X(GATE_B, 1, "transformer.h.%d.mlp.c_gate.bias", "model.layers.%d.mlp.gate_proj.bias",                             \
       "model.layers.%d.mlp.fc_gate.bias", 1, I, 1, 0, FG_INIT_ZEROS, P_GATE_B)                                         \
-    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.fc1.bias",  \
+    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.fc1.bias",   \
       1, I, 1, 0, FG_INIT_ZEROS, P_BIAS)                                                                               \
-    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", "model.layers.%d.mlp.down_proj.weight",                       \
+    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", "model.layers.%d.mlp.down_proj.weight",                        \
       "model.layers.%d.mlp.fc2.weight", 2, C, I, 1, FG_INIT_RESID, P_ALL)                                              \
-    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", "model.layers.%d.mlp.down_proj.bias",                           \
+    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", "model.layers.%d.mlp.down_proj.bias",                            \
       "model.layers.%d.mlp.fc2.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                               \
     X(LNF_W, 2, "transformer.ln_f.weight", "model.norm.weight", "model.norm.weight", 1, C, 1, 0, FG_INIT_ONES,         \
       P_NORM_W)                                                                                                        \
