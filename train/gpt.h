@@ -178,7 +178,8 @@ int fg_gpt_norm_parse(const char *s);
 const char *fg_gpt_mlp_name(fg_gpt_mlp m);
 int fg_gpt_mlp_parse(const char *s);
 /* The resolved sizes and settings of c (defaults applied): K/V heads, head dim, MLP hidden width,
- * norm eps, rope theta, and layer l's attention window (0 = full, else window_left = block_size / 4). */
+ * norm eps, rope theta, and layer l's attention window (0 = full, else the keys back it sees:
+ * max(1, block_size / 4)). */
 int fg_gpt_kv_heads(const fg_gpt_config *c);
 int fg_gpt_head_dim(const fg_gpt_config *c);
 int fg_gpt_hidden(const fg_gpt_config *c);
