@@ -282,6 +282,11 @@ int fg_bench_train(int argc, char **argv) {
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
            cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(run.attn), cfg.model.dropout,
            fg_gpt_recompute_name(cfg.model.recompute));
+    if (!fg_gpt_is_gpt2(&cfg.model)) {
+        char arch[512];
+        fg_gpt_arch_describe(&cfg.model, arch, sizeof arch);
+        printf("architecture: %s\n", arch);
+    }
     if (cfg.model.compute == FG_COMPUTE_BF16)
         printf("precision: bfloat16 mixed (float32 weights and AdamW; bf16 matmuls and attention, float32 "
                "accumulation)\n");
@@ -331,10 +336,13 @@ int fg_bench_train(int argc, char **argv) {
         printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
         if (dev == FG_CPU) {
             const double peak = fg_fma_peak_gflops();
+            /* N: the parameters in products (an untied token embedding is a lookup; trainer.h) */
+            const long long n_prod = (long long)tr->model->num_elements -
+                                     (cfg.model.untie_head ? (long long)cfg.model.vocab_size * cfg.model.n_embd : 0);
             printf("mfu: %.1f%% at the median step time (%.6g model flop/token = 6 N + 12 L C T, N = %lld; fma peak "
                    "%.1f GFLOP/s, %s, %d threads)\n",
-                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr),
-                   (long long)tr->model->num_elements, peak, fg_simd_name(fg_simd_active()), fg_pool_threads());
+                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr), n_prod, peak,
+                   fg_simd_name(fg_simd_active()), fg_pool_threads());
         }
         printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
                fg_device_name(dev), end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
