@@ -104,6 +104,18 @@ static void configure_resumed(const train_args *a, train_run *r) {
             KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2) KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
                 KEEP_D(FG_TF_DROPOUT, cfg.model.dropout) if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed)
                     fg_train_die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
+    if (f[FG_TF_OPTIM].given && strcmp(f[FG_TF_OPTIM].s, fg_optim_name(cfg.optimizer)))
+        fg_train_die(2, "--optimizer %s differs from the checkpoint's %s; a resumed run keeps its settings",
+                     f[FG_TF_OPTIM].s, fg_optim_name(cfg.optimizer));
+    if (cfg.optimizer == FG_OPTIM_MUON) {
+        KEEP_D(FG_TF_MUON_LR, cfg.muon.lr)
+        KEEP_D(FG_TF_MUON_MOMENTUM, cfg.muon.momentum)
+        KEEP_D(FG_TF_MUON_WD, cfg.muon.weight_decay)
+        KEEP_I(FG_TF_MUON_NS, cfg.muon.ns_steps)
+        if (f[FG_TF_MUON_ADJUST].given && strcmp(f[FG_TF_MUON_ADJUST].s, fg_muon_adjust_name(cfg.muon.adjust)))
+            fg_train_die(2, "--muon-adjust-lr %s differs from the checkpoint's %s; a resumed run keeps its settings",
+                         f[FG_TF_MUON_ADJUST].s, fg_muon_adjust_name(cfg.muon.adjust));
+    }
     if (f[FG_TF_BYTE].given && (!in->tokenizer || fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE))
         fg_train_die(2, "--byte: the checkpoint %s",
                      in->tokenizer ? "uses a character-level tokenizer" : "trained on token files");

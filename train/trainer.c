@@ -46,6 +46,9 @@ fg_status fg_train_config_check(const fg_train_config *c) {
     if (!(o->grad_clip >= 0 && o->grad_clip <= FG_TRAIN_CLIP_MAX))
         return fg_error(FG_ERR_ARG, "grad-clip %g is outside [0, %g] (0 turns clipping off)", o->grad_clip,
                         FG_TRAIN_CLIP_MAX);
+    if (c->optimizer != FG_OPTIM_ADAMW && c->optimizer != FG_OPTIM_MUON)
+        return fg_error(FG_ERR_ARG, "optimizer %d is neither adamw nor muon", (int)c->optimizer);
+    if (c->optimizer == FG_OPTIM_MUON) return fg_muon_config_check(&c->muon);
     return FG_OK;
 }
 
@@ -69,6 +72,16 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
     if (!comm) comm = fg_comm_single();
     if (cfg->grad_accum % comm->size) {
         fg_error(FG_ERR_ARG, "grad-accum %d does not divide among %d processes", cfg->grad_accum, comm->size);
+        return NULL;
+    }
+    if (zero && comm->size > 1 && cfg->optimizer == FG_OPTIM_MUON) {
+        fg_error(FG_ERR_ARG, "--zero 1 does not shard Muon (its update needs whole matrices): use --zero 0 with "
+                             "--optimizer muon");
+        return NULL;
+    }
+    if (cfg->optimizer == FG_OPTIM_MUON && cfg->model.device != FG_CPU) {
+        fg_error(FG_ERR_DEVICE, "--optimizer muon runs on the CPU only (the device here: %s)",
+                 fg_device_name(cfg->model.device));
         return NULL;
     }
     if (zero && cfg->model.device != FG_CPU) {
@@ -137,6 +150,13 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
         fg_trainer_free(tr);
         return NULL;
     }
+    if (cfg->optimizer == FG_OPTIM_MUON) {
+        tr->opt.muon = 1;
+        if (fg_muon_init(&tr->muon, &cfg->muon, tr->model) != FG_OK) {
+            fg_trainer_free(tr);
+            return NULL;
+        }
+    }
     if (cfg->grad_accum / comm->size > 1 && !(tr->acc = fg_zeros(cfg->model.dtype, cfg->model.device, 1, &np))) {
         fg_trainer_free(tr);
         return NULL;
@@ -157,6 +177,7 @@ void fg_trainer_free(fg_trainer *tr) {
     free(tr->norm_parts);
     fg_gpt_free(tr->model);
     fg_adamw_free(&tr->opt);
+    fg_muon_free(&tr->muon);
     fg_release(tr->grad_seed);
     fg_release(tr->acc);
     free(tr->losses);
@@ -323,6 +344,8 @@ static fg_status trainer_step(fg_trainer *tr, fg_step_stats *out) {
     double coef = 1.0;
     if (c->opt.grad_clip > 0 && c->opt.grad_clip / (st.grad_norm + 1e-6) < 1.0)
         coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
+    if (c->optimizer == FG_OPTIM_MUON) s = fg_muon_update(&tr->muon, g, fg_trainer_muon_lr(c, tr->step), coef);
+    if (s != FG_OK) return s;
     if (tr->zero) {
         s = fg_adamw_update_range(&tr->opt, g, st.lr, coef, tr->shard_lo, tr->shard_hi);
         if (s == FG_OK) s = fg_comm_allgather(comm, fg_data(g->params_flat), c->model.dtype, g->num_elements, FG_CPU);
@@ -404,6 +427,10 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
     free(ans);
     if (st == FG_OK) *acc = (double)correct / K;
     return st;
+}
+
+double fg_trainer_muon_lr(const fg_train_config *c, int64_t s) {
+    return c->muon.lr * (fg_lr_at(&c->opt, s) / c->opt.lr);
 }
 
 /* ---- model FLOPs ---- */

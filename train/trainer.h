@@ -11,6 +11,7 @@
  *         loss = model(x, y) with dropout masks of (seed, step, micro)   (train/gpt.h)
  *         backward(loss) with d loss = 1 / grad_accum                   (so grads are the mean)
  *     clip the global gradient norm; AdamW at lr = schedule(step)
+ *     (with Muon: Muon for the hidden matrices at muon.lr · schedule(step) / lr first, train/muon.h)
  *     (the clip's coefficient applied as AdamW reads each gradient: grads_flat keeps the unclipped sum)
  * Everything random is a pure function of (seed, step, micro), so the state of a run is its
  * parameters, AdamW's moments and `step`: a run resumed from those continues bit for bit. Given
@@ -39,6 +40,7 @@
 #include "train/adamw.h"
 #include "train/dist.h"
 #include "train/gpt.h"
+#include "train/muon.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +52,10 @@ extern "C" {
 typedef struct {
     fg_gpt_config model;
     fg_adamw_config opt;
+    /* FG_OPTIM_ADAMW (0): AdamW for every parameter; FG_OPTIM_MUON: Muon (muon, train/muon.h) for
+     * the hidden matrices and AdamW (opt) for the rest, both on opt's schedule */
+    fg_optim_kind optimizer;
+    fg_muon_config muon; /* read with FG_OPTIM_MUON only */
     int batch_size; /* B, rows per micro-batch */
     int grad_accum; /* micro-batches per optimizer step, over all ranks of a data-parallel run */
     int64_t steps;  /* optimizer steps of the run */
@@ -82,6 +88,7 @@ typedef struct {
     fg_train_config cfg;
     fg_gpt *model;         /* owned */
     fg_adamw opt;          /* owned */
+    fg_muon muon;          /* owned; with FG_OPTIM_MUON only (muon.buf NULL otherwise) */
     const fg_source *data; /* borrowed */
     int64_t step;          /* optimizer steps done */
     int T;                 /* sequence length of the batches */
@@ -148,6 +155,9 @@ double fg_trainer_flops_per_token(const fg_trainer *tr);
  * process, ~0.1 s, on first use) of every rank (tokens/s counts all ranks' tokens). A fraction (0.41 is 41%);
  * NAN for a model not on the CPU. */
 double fg_trainer_mfu(const fg_trainer *tr, double tokens_per_s);
+
+/* The Muon group's learning rate at step s: cfg->muon.lr scaled as the schedule scales cfg->opt.lr. */
+double fg_trainer_muon_lr(const fg_train_config *c, int64_t s);
 
 #ifdef __cplusplus
 }
