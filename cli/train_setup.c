@@ -335,11 +335,13 @@ int fg_train_eval_only(const train_args *a) {
         (unsigned long long)r.cfg.seed, a->out, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size);
     fg_train_say("eval: %d batches of %d x %d tokens per split, nothing written\n", r.cfg.eval_iters, r.cfg.batch_size,
                  r.tr->T);
-    double tl, vl;
-    if (fg_trainer_eval_loss(r.tr, FG_SPLIT_TRAIN, &tl) != FG_OK ||
-        fg_trainer_eval_loss(r.tr, FG_SPLIT_VAL, &vl) != FG_OK)
+    double tl, vl, vb = NAN;
+    if (fg_trainer_eval_loss(r.tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval(r.tr, FG_SPLIT_VAL, &vl, &vb) != FG_OK)
         fg_train_die(1, "evaluation: %s", fg_last_error());
-    fg_train_say("step 0: train loss %s, val loss %s\n", LOSS(tl), LOSS(vl));
+    if (isfinite(vb))
+        fg_train_say("step 0: train loss %s, val loss %s, val bpb %.4f\n", LOSS(tl), LOSS(vl), vb);
+    else
+        fg_train_say("step 0: train loss %s, val loss %s\n", LOSS(tl), LOSS(vl));
     fg_trainer_free(r.tr);
     fg_source_free(r.src);
     return 0;

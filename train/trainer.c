@@ -161,6 +161,16 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
         fg_trainer_free(tr);
         return NULL;
     }
+    /* bits per byte: each token's length in bytes, once (text and tokens with a tokenizer) */
+    const fg_tokenizer *tok = fg_source_tokenizer(data);
+    if (tok && data->kind != FG_SOURCE_ADDITION) {
+        if (!(tr->token_bytes = malloc((size_t)V * sizeof *tr->token_bytes))) {
+            fg_error(FG_ERR_OOM, "trainer: out of memory");
+            fg_trainer_free(tr);
+            return NULL;
+        }
+        for (int32_t i = 0; i < V; i++) tr->token_bytes[i] = fg_tokenizer_token_bytes(tok, i);
+    }
     int64_t one = 1;
     tr->grad_seed = fg_full(cfg->model.dtype, cfg->model.device, 1, &one, 1.0 / cfg->grad_accum);
     if (!tr->grad_seed) {
@@ -181,6 +191,7 @@ void fg_trainer_free(fg_trainer *tr) {
     fg_release(tr->grad_seed);
     fg_release(tr->acc);
     free(tr->losses);
+    free(tr->token_bytes);
     free(tr->x);
     free(tr->y);
     free(tr);
@@ -375,9 +386,13 @@ uint64_t fg_trainer_eval_seed(uint64_t run_seed) {
 }
 
 fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss) {
+    return fg_trainer_eval(tr, s, loss, NULL);
+}
+
+fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb) {
     const int B = tr->cfg.batch_size, T = tr->T;
     const uint64_t seed = fg_trainer_eval_seed(tr->cfg.seed);
-    double sum = 0;
+    double sum = 0, nats = 0, bytes = 0;
     compute_scope cs;
     fg_status st = compute_enter(tr, &cs);
     if (st != FG_OK) return st;
@@ -390,12 +405,41 @@ fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss) {
             st = fg_last_status();
             break;
         }
-        sum += scalar_value(l);
+        const double lv = scalar_value(l);
+        sum += lv;
         fg_release(l);
+        if (!bpb || !tr->token_bytes) continue;
+        /* the batch's bytes; targets of no bytes are ignored (-1) in a second pass, if any */
+        int64_t counted = 0, zero = 0;
+        for (int64_t k = 0; k < (int64_t)B * T; k++) {
+            const int32_t y = tr->y[k];
+            if (y < 0) continue;
+            const int nb = tr->token_bytes[y];
+            if (nb == 0) {
+                zero++;
+                tr->y[k] = -1;
+            } else {
+                counted++;
+                bytes += nb;
+            }
+        }
+        if (counted == 0) continue;
+        if (zero == 0) {
+            nats += lv * (double)counted; /* the mean times the count: the sum of the targets' losses */
+            continue;
+        }
+        fg_tensor *l2 = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, NULL);
+        if (!l2) {
+            st = fg_last_status();
+            break;
+        }
+        nats += scalar_value(l2) * (double)counted;
+        fg_release(l2);
     }
     fg_no_grad_exit();
     compute_exit(&cs);
     if (st == FG_OK) *loss = sum / tr->cfg.eval_iters;
+    if (st == FG_OK && bpb) *bpb = tr->token_bytes && bytes > 0 ? nats / (M_LN2 * bytes) : NAN;
     return st;
 }
 

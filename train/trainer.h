@@ -105,6 +105,7 @@ typedef struct {
     fg_tensor *acc;               /* (P) the fold of the micro-batch gradients (when A > 1), or NULL */
     double *losses;               /* (grad_accum) the micro-batch losses of a step, global order */
     fg_tensor *m_shard, *v_shard; /* zero: the shard moments while opt holds full ones (fg_trainer_unshard) */
+    int32_t *token_bytes; /* (V) bytes of text per token (datasets/tokenizer.h), or NULL: no bits per byte */
 } fg_trainer;
 
 /* A fresh run: model initialized from cfg->seed, zero moments, step 0. cfg->model.vocab_size must
@@ -136,6 +137,12 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *st);
 
 /* Mean loss over eval_iters fixed batches of split s (no dropout, no graph). */
 fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss);
+/* The same loss (the same bits), and in *bpb the bits per byte of the same batches, as nanochat's
+ * evaluate_bpb: (sum of the targets' losses in nats) / (ln 2 · sum of their byte lengths), targets
+ * of 0 bytes (special tokens) left out of both sums (a batch with some runs the model once more with
+ * them ignored). *bpb is NAN when the data's tokens do not map to bytes (no tokenizer: token files
+ * without one; the addition task) or no target has a byte. bpb may be NULL. */
+fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb);
 
 /* Addition task only: exact-match accuracy over the first K evaluation problems of split s,
  * decoded greedily in batches. */
