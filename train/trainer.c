@@ -162,14 +162,10 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
         return NULL;
     }
     /* bits per byte: each token's length in bytes, once (text and tokens with a tokenizer) */
-    const fg_tokenizer *tok = fg_source_tokenizer(data);
-    if (tok && data->kind != FG_SOURCE_ADDITION) {
-        if (!(tr->token_bytes = malloc((size_t)V * sizeof *tr->token_bytes))) {
-            fg_error(FG_ERR_OOM, "trainer: out of memory");
-            fg_trainer_free(tr);
-            return NULL;
-        }
-        for (int32_t i = 0; i < V; i++) tr->token_bytes[i] = fg_tokenizer_token_bytes(tok, i);
+    tr->token_bytes = fg_token_bytes_table(data);
+    if (!tr->token_bytes && fg_source_tokenizer(data) && data->kind != FG_SOURCE_ADDITION) {
+        fg_trainer_free(tr);
+        return NULL;
     }
     int64_t one = 1;
     tr->grad_seed = fg_full(cfg->model.dtype, cfg->model.device, 1, &one, 1.0 / cfg->grad_accum);
@@ -389,18 +385,16 @@ fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss) {
     return fg_trainer_eval(tr, s, loss, NULL);
 }
 
-fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb) {
-    const int B = tr->cfg.batch_size, T = tr->T;
-    const uint64_t seed = fg_trainer_eval_seed(tr->cfg.seed);
+fg_status fg_eval_batches(fg_gpt *g, const fg_source *src, fg_split s, int B, int T, int iters, uint64_t run_seed,
+                          const int32_t *token_bytes, int32_t *x, int32_t *y, double *loss, double *bpb) {
+    const uint64_t seed = fg_trainer_eval_seed(run_seed);
     double sum = 0, nats = 0, bytes = 0;
-    compute_scope cs;
-    fg_status st = compute_enter(tr, &cs);
-    if (st != FG_OK) return st;
+    fg_status st = FG_OK;
     fg_no_grad_enter();
-    for (int i = 0; i < tr->cfg.eval_iters; i++) {
-        st = fg_source_batch(tr->data, s, B, T, seed, (uint64_t)i, tr->x, tr->y);
+    for (int i = 0; i < iters; i++) {
+        st = fg_source_batch(src, s, B, T, seed, (uint64_t)i, x, y);
         if (st != FG_OK) break;
-        fg_tensor *l = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, NULL);
+        fg_tensor *l = fg_gpt_loss(g, x, y, B, T, NULL);
         if (!l) {
             st = fg_last_status();
             break;
@@ -408,16 +402,15 @@ fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb)
         const double lv = scalar_value(l);
         sum += lv;
         fg_release(l);
-        if (!bpb || !tr->token_bytes) continue;
+        if (!bpb || !token_bytes) continue;
         /* the batch's bytes; targets of no bytes are ignored (-1) in a second pass, if any */
         int64_t counted = 0, zero = 0;
         for (int64_t k = 0; k < (int64_t)B * T; k++) {
-            const int32_t y = tr->y[k];
-            if (y < 0) continue;
-            const int nb = tr->token_bytes[y];
+            if (y[k] < 0) continue;
+            const int nb = token_bytes[y[k]];
             if (nb == 0) {
                 zero++;
-                tr->y[k] = -1;
+                y[k] = -1;
             } else {
                 counted++;
                 bytes += nb;
@@ -428,7 +421,7 @@ fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb)
             nats += lv * (double)counted; /* the mean times the count: the sum of the targets' losses */
             continue;
         }
-        fg_tensor *l2 = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, NULL);
+        fg_tensor *l2 = fg_gpt_loss(g, x, y, B, T, NULL);
         if (!l2) {
             st = fg_last_status();
             break;
@@ -437,9 +430,31 @@ fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb)
         fg_release(l2);
     }
     fg_no_grad_exit();
+    if (st == FG_OK) *loss = sum / iters;
+    if (st == FG_OK && bpb) *bpb = token_bytes && bytes > 0 ? nats / (M_LN2 * bytes) : NAN;
+    return st;
+}
+
+int32_t *fg_token_bytes_table(const fg_source *src) {
+    const fg_tokenizer *tok = fg_source_tokenizer(src);
+    if (!tok || src->kind == FG_SOURCE_ADDITION) return NULL;
+    const int V = fg_source_vocab_size(src);
+    int32_t *t = malloc((size_t)V * sizeof *t);
+    if (!t) {
+        fg_error(FG_ERR_OOM, "out of memory for %d token lengths", V);
+        return NULL;
+    }
+    for (int32_t i = 0; i < V; i++) t[i] = fg_tokenizer_token_bytes(tok, i);
+    return t;
+}
+
+fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb) {
+    compute_scope cs;
+    fg_status st = compute_enter(tr, &cs);
+    if (st != FG_OK) return st;
+    st = fg_eval_batches(tr->model, tr->data, s, tr->cfg.batch_size, tr->T, tr->cfg.eval_iters, tr->cfg.seed,
+                         tr->token_bytes, tr->x, tr->y, loss, bpb);
     compute_exit(&cs);
-    if (st == FG_OK) *loss = sum / tr->cfg.eval_iters;
-    if (st == FG_OK && bpb) *bpb = tr->token_bytes && bytes > 0 ? nats / (M_LN2 * bytes) : NAN;
     return st;
 }
 

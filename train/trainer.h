@@ -143,6 +143,14 @@ fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss);
  * them ignored). *bpb is NAN when the data's tokens do not map to bytes (no tokenizer: token files
  * without one; the addition task) or no target has a byte. bpb may be NULL. */
 fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb);
+/* What fg_trainer_eval computes, for any CPU model g (`flashgrad eval`): iters fixed batches (B, T)
+ * of src's split s drawn with fg_trainer_eval_seed(run_seed), x and y (B·T) scratch; token_bytes
+ * NULL gives *bpb NAN. */
+fg_status fg_eval_batches(fg_gpt *g, const fg_source *src, fg_split s, int B, int T, int iters, uint64_t run_seed,
+                          const int32_t *token_bytes, int32_t *x, int32_t *y, double *loss, double *bpb);
+/* (V) bytes of text per token of src's tokenizer (fg_tokenizer_token_bytes), caller frees; NULL
+ * when its tokens do not map to bytes (no tokenizer, the addition task) or out of memory. */
+int32_t *fg_token_bytes_table(const fg_source *src);
 
 /* Addition task only: exact-match accuracy over the first K evaluation problems of split s,
  * decoded greedily in batches. */
