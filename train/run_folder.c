@@ -329,6 +329,7 @@ static int log_has_no_rows(const char *out) {
     }
     const char *b = buf;
     int empty = (n == sizeof FG_RUN_LOG_HEADER && !memcmp(b, FG_RUN_LOG_HEADER "\n", n)) ||
+                (n == sizeof FG_RUN_LOG_HEADER_NO_BPB && !memcmp(b, FG_RUN_LOG_HEADER_NO_BPB "\n", n)) ||
                 (n == sizeof FG_RUN_LOG_HEADER_NO_PEAK && !memcmp(b, FG_RUN_LOG_HEADER_NO_PEAK "\n", n)) ||
                 (n == sizeof FG_RUN_LOG_HEADER_NO_MFU && !memcmp(b, FG_RUN_LOG_HEADER_NO_MFU "\n", n));
     free(buf);
