@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "datasets/tokenizer.h"
 #include "tests/common.h"
 #include "train/trainer.h"
 
@@ -69,6 +70,86 @@ Test(bpb, val_bpb_is_the_summed_nats_over_ln2_bytes_of_the_same_batches, .init =
     free(y);
     fg_trainer_free(tr);
     fg_source_free(s);
+}
+
+/* Targets of 0 bytes (special tokens) leave both sums, and longer tokens weigh by their bytes: a
+ * table of 0, 1, 2 bytes by id mod 3 against the same independent computation. */
+Test(bpb, zero_byte_targets_are_left_out_and_tokens_weigh_by_their_bytes, .init = make_tmpdir,
+     .fini = remove_tmpdir) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/t.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int i = 0; i < 40; i++) fprintf(f, "All:\nSpeak, speak. Resolved, resolved %d times.\n", i);
+    fclose(f);
+    const int T = 16, B = 3, iters = 3;
+    fg_text_options to = fg_text_default_options(T);
+    fg_source *s = fg_source_text(path, &to);
+    cr_assert(s, "%s", fg_last_error());
+    const int V = fg_source_vocab_size(s);
+    fg_gpt_config gc = fgt_tiny_gpt_config(FG_F32, FG_ATTN_FLASH, 16, T, V, 0);
+    fg_gpt *g = fg_gpt_create(&gc, 9);
+    cr_assert(g, "%s", fg_last_error());
+    int32_t *tb = malloc((size_t)V * sizeof *tb), *x = malloc((size_t)B * T * sizeof *x),
+            *y = malloc((size_t)B * T * sizeof *y);
+    for (int v = 0; v < V; v++) tb[v] = v % 3;
+    double loss, loss_plain, bpb;
+    cr_assert_eq(fg_eval_batches(g, s, FG_SPLIT_VAL, B, T, iters, 5, tb, x, y, &loss, &bpb), FG_OK, "%s",
+                 fg_last_error());
+    cr_assert_eq(fg_eval_batches(g, s, FG_SPLIT_VAL, B, T, iters, 5, NULL, x, y, &loss_plain, NULL), FG_OK);
+    cr_expect(loss == loss_plain, "the loss depends on the byte table: %.17g vs %.17g", loss, loss_plain);
+    double nats = 0, bytes = 0;
+    int zeros = 0;
+    for (int i = 0; i < iters; i++) {
+        cr_assert_eq(fg_source_batch(s, FG_SPLIT_VAL, B, T, fg_trainer_eval_seed(5), (uint64_t)i, x, y), FG_OK);
+        fg_tensor *lg = fg_gpt_forward(g, x, B, T, NULL);
+        cr_assert(lg, "%s", fg_last_error());
+        const float *z = fg_data(lg);
+        for (int r = 0; r < B * T; r++) {
+            if (tb[y[r]] == 0) {
+                zeros++;
+                continue;
+            }
+            double mx = -INFINITY, se = 0;
+            for (int v = 0; v < V; v++) mx = fmax(mx, z[(size_t)r * V + v]);
+            for (int v = 0; v < V; v++) se += exp(z[(size_t)r * V + v] - mx);
+            nats += mx + log(se) - z[(size_t)r * V + y[r]];
+            bytes += tb[y[r]];
+        }
+        fg_release(lg);
+    }
+    cr_assert(zeros > 0, "no target of 0 bytes in the batches: the test does not test the masking");
+    const double want = nats / (log(2.0) * bytes);
+    cr_expect(fabs(bpb - want) <= 1e-5 * want, "bpb %.9g, independent %.9g (%d targets of 0 bytes)", bpb, want,
+              zeros);
+    free(tb);
+    free(x);
+    free(y);
+    fg_gpt_free(g);
+    fg_source_free(s);
+}
+
+/* A BPE token counts its bytes; <|endoftext|> and unused ids count none. A tiktoken rank file with
+ * the 256 bytes, "ab" and "abc" (GPT-2's encoding puts <|endoftext|> at 50256). */
+Test(bpb, bpe_tokens_count_their_bytes_and_special_tokens_none, .init = make_tmpdir, .fini = remove_tmpdir) {
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char path[400];
+    snprintf(path, sizeof path, "%s/gpt2.tiktoken", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int b = 0; b < 256; b++) /* one byte: 2 base64 digits and == */
+        fprintf(f, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+    fprintf(f, "YWI= 256\nYWJj 257\n"); /* "ab", "abc" */
+    fclose(f);
+    fg_tokenizer *t = fg_tokenizer_bpe_load(path, NULL);
+    cr_assert(t, "%s", fg_last_error());
+    cr_expect_eq(fg_tokenizer_token_bytes(t, 'a'), 1);
+    cr_expect_eq(fg_tokenizer_token_bytes(t, 256), 2);
+    cr_expect_eq(fg_tokenizer_token_bytes(t, 257), 3);
+    cr_expect_eq(fg_tokenizer_token_bytes(t, 1000), 0, "an unused id");
+    cr_expect_eq(fg_tokenizer_token_bytes(t, 50256), 0, "<|endoftext|>");
+    cr_expect_eq(fg_tokenizer_token_bytes(t, 50257), 0, "outside the vocabulary");
+    fg_tokenizer_free(t);
 }
 
 Test(bpb, tasks_without_bytes_have_no_bpb) {
