@@ -7,7 +7,7 @@
  * muon.lr · fg_lr_at(s) / adamw.lr.
  *
  * The update of one matrix W (R, C) with gradient G is torch.optim.Muon's (its single-tensor path,
- * the defaults of PyTorch 2.9 and Keller Jordan's post):
+ * with its defaults, which are Keller Jordan's):
  *     B ← lerp(B, G, 1 − μ)                 momentum (B, the buffer, starts at 0)
  *     U ← lerp(G, B, μ)                     Nesterov (U = B without it)
  *     O ← NS₅(U / max(‖U‖_F, eps))          Newton–Schulz: X ← a X + (b A + c A²) X, A = X Xᵀ,
