@@ -116,6 +116,16 @@ static void configure_resumed(const train_args *a, train_run *r) {
             fg_train_die(2, "--muon-adjust-lr %s differs from the checkpoint's %s; a resumed run keeps its settings",
                          f[FG_TF_MUON_ADJUST].s, fg_muon_adjust_name(cfg.muon.adjust));
     }
+    if (fg_train_flags_arch_given(f)) {
+        fg_gpt_config want = cfg.model;
+        fg_train_flags_arch(f, &a->run, &want);
+        if (!fg_gpt_same_arch(&want, &cfg.model)) {
+            char arch[512];
+            fg_gpt_arch_describe(&cfg.model, arch, sizeof arch);
+            fg_train_die(2, "%s differs from the checkpoint's architecture (%s); a resumed run keeps its settings",
+                         fg_train_flags_arch_given(f), arch);
+        }
+    }
     if (f[FG_TF_BYTE].given && (!in->tokenizer || fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE))
         fg_train_die(2, "--byte: the checkpoint %s",
                      in->tokenizer ? "uses a character-level tokenizer" : "trained on token files");
