@@ -187,39 +187,50 @@ Test(muon, the_orthogonalized_update_has_singular_values_near_one) {
 /* ---- the split ---- */
 
 Test(muon, muon_takes_the_hidden_matrices_and_adamw_the_rest) {
+    /* per block: GPT-2's c_attn, attn.c_proj, c_fc, mlp.c_proj; Llama's q, k, v, o, gate, up, down;
+     * nanochat's q, k, v, o, fc1, fc2. Embeddings, an untied head and the norms stay with AdamW. */
+    static const struct {
+        fg_gpt_arch arch;
+        int per_block;
+    } archs[] = {{FG_ARCH_GPT2, 4}, {FG_ARCH_LLAMA, 7}, {FG_ARCH_NANOCHAT, 6}};
     fg_source *s = addition_source();
-    fg_train_config c = muon_config(s);
-    c.model.dropout = 0;
-    fg_trainer *tr = trainer(&c, s);
-    const fg_gpt *g = tr->model;
-    int64_t M = 0;
-    int taken = 0;
-    for (int j = 0; j < g->n_params; j++) {
-        const fg_gpt_param *pp = &g->params[j];
-        const int want = strstr(pp->name, "transformer.h.") && strstr(pp->name, ".weight") && pp->ndim == 2;
-        cr_expect_eq(fg_muon_takes(pp), want, "%s: Muon takes it = %d", pp->name, fg_muon_takes(pp));
-        if (want) M += pp->numel, taken++;
+    for (size_t ai = 0; ai < sizeof archs / sizeof archs[0]; ai++) {
+        fg_train_config c = muon_config(s);
+        c.model.dropout = 0;
+        fg_gpt_arch_preset(&c.model, archs[ai].arch);
+        fg_trainer *tr = trainer(&c, s);
+        const fg_gpt *g = tr->model;
+        const char *an = fg_gpt_arch_name(archs[ai].arch);
+        int64_t M = 0;
+        int taken = 0;
+        for (int j = 0; j < g->n_params; j++) {
+            const fg_gpt_param *pp = &g->params[j];
+            const int want = (!strncmp(pp->name, "transformer.h.", 14) || !strncmp(pp->name, "model.layers.", 13)) &&
+                             pp->ndim == 2;
+            cr_expect_eq(fg_muon_takes(pp), want, "%s %s: Muon takes it = %d", an, pp->name, fg_muon_takes(pp));
+            if (want) M += pp->numel, taken++;
+        }
+        cr_expect_eq(taken, archs[ai].per_block * c.model.n_layer, "%s: Muon takes %d tensors", an, taken);
+        cr_expect_eq(tr->muon.n, M, "%s: momentum buffers of %lld elements, the matrices %lld", an,
+                     (long long)tr->muon.n, (long long)M);
+        /* one step: AdamW's moments stay zero on Muon's matrices and move elsewhere; the buffers move */
+        steps(tr, 1, NULL);
+        const float *m = fg_data(tr->opt.m), *bf = fg_data(tr->muon.buf);
+        for (int j = 0; j < g->n_params; j++) {
+            const fg_gpt_param *pp = &g->params[j];
+            double mx = 0;
+            for (int64_t i = 0; i < pp->numel; i++) mx = fmax(mx, fabs(m[pp->offset + i]));
+            if (fg_muon_takes(pp))
+                cr_expect(mx == 0, "%s %s: AdamW's moment moved (%g) on a Muon matrix", an, pp->name, mx);
+            else if (!strstr(pp->name, "bias")) /* a bias may see a zero gradient */
+                cr_expect(mx > 0, "%s %s: AdamW's moment did not move", an, pp->name);
+        }
+        double bmx = 0;
+        for (int64_t i = 0; i < tr->muon.n; i++) bmx = fmax(bmx, fabs(bf[i]));
+        cr_expect(bmx > 0, "%s: the momentum buffers did not move", an);
+        cr_expect_eq(tr->muon.t, 1);
+        fg_trainer_free(tr);
     }
-    cr_expect_eq(taken, 4 * c.model.n_layer, "Muon takes %d tensors", taken);
-    cr_expect_eq(tr->muon.n, M, "momentum buffers: %lld elements, the matrices %lld", (long long)tr->muon.n,
-                 (long long)M);
-    /* one step: AdamW's moments stay zero on Muon's matrices and move elsewhere; the buffers move */
-    steps(tr, 1, NULL);
-    const float *m = fg_data(tr->opt.m), *bf = fg_data(tr->muon.buf);
-    for (int j = 0; j < g->n_params; j++) {
-        const fg_gpt_param *pp = &g->params[j];
-        double mx = 0;
-        for (int64_t i = 0; i < pp->numel; i++) mx = fmax(mx, fabs(m[pp->offset + i]));
-        if (fg_muon_takes(pp))
-            cr_expect(mx == 0, "%s: AdamW's moment moved (%g) on a Muon matrix", pp->name, mx);
-        else if (!strstr(pp->name, "bias")) /* a bias may see a zero gradient */
-            cr_expect(mx > 0, "%s: AdamW's moment did not move", pp->name);
-    }
-    double bmx = 0;
-    for (int64_t i = 0; i < tr->muon.n; i++) bmx = fmax(bmx, fabs(bf[i]));
-    cr_expect(bmx > 0, "the momentum buffers did not move");
-    cr_expect_eq(tr->muon.t, 1);
-    fg_trainer_free(tr);
     fg_source_free(s);
 }
 
@@ -252,9 +263,10 @@ Test(muon, training_is_bit_identical_for_any_thread_count) {
     fg_source_free(s);
 }
 
-Test(muon, resume_reproduces_the_uninterrupted_run_bit_for_bit, .init = make_tmpdir, .fini = remove_tmpdir) {
+static void resume_case(fg_gpt_arch arch) {
     fg_source *s = addition_source();
     fg_train_config c = muon_config(s);
+    fg_gpt_arch_preset(&c.model, arch);
     const int N = 4;
     fg_trainer *full = trainer(&c, s);
     double lf[2 * N];
@@ -290,6 +302,14 @@ Test(muon, resume_reproduces_the_uninterrupted_run_bit_for_bit, .init = make_tmp
     fg_trainer_free(full);
     fg_trainer_free(second);
     fg_source_free(s);
+}
+
+Test(muon, resume_reproduces_the_uninterrupted_run_bit_for_bit, .init = make_tmpdir, .fini = remove_tmpdir) {
+    resume_case(FG_ARCH_GPT2);
+}
+
+Test(muon, resume_of_a_nanochat_model_reproduces_the_uninterrupted_run, .init = make_tmpdir, .fini = remove_tmpdir) {
+    resume_case(FG_ARCH_NANOCHAT);
 }
 
 Test(muon, checkpoint_keeps_the_momentum_buffers_and_refuses_a_damaged_or_mismatched_state, .init = make_tmpdir,
