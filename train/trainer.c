@@ -351,7 +351,10 @@ static fg_status trainer_step(fg_trainer *tr, fg_step_stats *out) {
     double coef = 1.0;
     if (c->opt.grad_clip > 0 && c->opt.grad_clip / (st.grad_norm + 1e-6) < 1.0)
         coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
-    if (c->optimizer == FG_OPTIM_MUON) s = fg_muon_update(&tr->muon, g, fg_trainer_muon_lr(c, tr->step), coef);
+    if (c->optimizer == FG_OPTIM_MUON) {
+        s = fg_muon_update(&tr->muon, g, fg_trainer_muon_lr(c, tr->step), coef);
+        fg_op_profile_phase("step: Muon");
+    }
     if (s != FG_OK) return s;
     if (tr->zero) {
         s = fg_adamw_update_range(&tr->opt, g, st.lr, coef, tr->shard_lo, tr->shard_hi);
