@@ -477,3 +477,45 @@ Test(muon, steps_match_torch_optim_muon_and_adamw, .init = make_tmpdir, .fini = 
     if (fgt_verbose()) fprintf(stderr, "[muon] %s", log);
     cr_expect_eq(st, 0, "muon_torch_check.py exited %d:\n%s", st, log);
 }
+
+/* ---- the command line ---- */
+
+/* Runs `flashgrad <args>` in tmpdir; expects exit `code` and `phrase`, one line when an error. */
+static void expect_cli(const char *args, int code, const char *phrase) {
+    char cmd[2048], log[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", tmpdir, fgt_bin(), args);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, code, "`flashgrad %s` exited %d, expected %d:\n%s", args, st, code, log);
+    cr_expect(strstr(log, phrase) != NULL, "`flashgrad %s`: output does not mention '%s':\n%s", args, phrase, log);
+    if (code != 0) {
+        int lines = 0;
+        for (const char *c = log; *c; c++) lines += *c == '\n';
+        cr_expect_eq(lines, 1, "`flashgrad %s`: an error should be one line, got %d:\n%s", args, lines, log);
+    }
+}
+
+Test(muon, train_resumes_a_muon_run_to_the_same_state_and_refuses_bad_flags, .init = make_tmpdir,
+     .fini = remove_tmpdir, .timeout = 300) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    const char *model = "--task addition --digits 1 --n-layer 1 --n-head 2 --n-embd 16 --batch-size 8 --eval-every 3 "
+                        "--eval-iters 2 --eval-problems 10 --samples 0 --threads 1 --optimizer muon --muon-lr 0.03 "
+                        "--muon-weight-decay 0.01 --muon-adjust-lr match_rms_adamw";
+    char args[1024];
+    snprintf(args, sizeof args, "train %s --steps 6 --out full", model);
+    expect_cli(args, 0, "muon: the 2-d matrices inside the blocks, lr 0.03");
+    snprintf(args, sizeof args, "train %s --steps 3 --out r", model);
+    expect_cli(args, 0, "final");
+    expect_cli("train --resume --steps 6 --out r --threads 1 --eval-problems 10 --samples 0", 0, "resuming from step 3");
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/full", tmpdir);
+    snprintf(b, sizeof b, "%s/r", tmpdir);
+    fgt_expect_same_run_state(a, b);
+    /* refusals, one line each, exit 2 */
+    expect_cli("train --task addition --steps 2 --out x --muon-lr 0.1", 2, "--muon-lr applies to --optimizer muon only");
+    expect_cli("train --task addition --steps 2 --out x --optimizer sgd", 2, "--optimizer: unknown optimizer 'sgd'");
+    expect_cli("train --task addition --steps 2 --out x --optimizer muon --muon-adjust-lr none", 2,
+               "--muon-adjust-lr: unknown adjustment 'none'");
+    expect_cli("train --task addition --steps 2 --out x --optimizer muon --muon-momentum 1", 2, "--muon-momentum");
+    expect_cli("train --resume --steps 8 --out r --optimizer adamw", 2, "--optimizer adamw differs from the checkpoint's muon");
+    expect_cli("bench train --steps 1 --warmup-steps 1 --optimizer muon --muon-ns-steps 0", 2, "--muon-ns-steps");
+}
