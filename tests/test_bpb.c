@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "datasets/tokenizer.h"
 #include "tests/common.h"
@@ -179,4 +180,48 @@ Test(bpb, token_bytes_are_one_per_char_and_byte_and_zero_outside) {
     cr_expect_eq(fg_tokenizer_token_bytes(ch, 2), 1);
     cr_expect_eq(fg_tokenizer_token_bytes(ch, 3), 0);
     fg_tokenizer_free(ch);
+}
+
+/* train's evaluation line, log.csv's val_bpb column and `flashgrad eval` report bits per byte; a
+ * character-level model's is its val loss over ln 2. */
+Test(bpb, train_log_and_eval_report_val_bpb, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 300) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    char path[400], cmd[2048], out[16384];
+    snprintf(path, sizeof path, "%s/t.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    for (int i = 0; i < 60; i++) fprintf(f, "First Citizen:\nBefore we proceed any further, hear me speak %d.\n", i);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && '%s' train --data t.txt --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 "
+             "--steps 4 --eval-every 2 --eval-iters 2 --samples 0 --threads 1 --out r 2>&1",
+             tmpdir, fgt_bin());
+    cr_assert_eq(fgt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    const char *e = strstr(out, "step 4: train loss");
+    cr_assert(e, "no evaluation line:\n%s", out);
+    double tl, vl, vb;
+    cr_assert_eq(sscanf(e, "step 4: train loss %lf, val loss %lf, val bpb %lf", &tl, &vl, &vb), 3, "%s", e);
+    cr_expect(fabs(vb - vl / log(2.0)) < 2e-4, "val bpb %g, val loss / ln 2 = %g", vb, vl / log(2.0));
+    /* log.csv: the header's last column, filled at the evaluations (steps 2 and 4) */
+    snprintf(path, sizeof path, "%s/r/log.csv", tmpdir);
+    f = fopen(path, "r");
+    cr_assert(f);
+    char line[512];
+    cr_assert(fgets(line, sizeof line, f));
+    cr_expect_str_eq(line, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops,val_bpb\n");
+    for (int step = 1; step <= 4 && fgets(line, sizeof line, f); step++) {
+        const char *last = strrchr(line, ',');
+        cr_assert(last, "%s", line);
+        if (step % 2)
+            cr_expect_str_eq(last, ",\n", "step %d has a val_bpb: %s", step, line);
+        else
+            cr_expect(atof(last + 1) > 0, "step %d has no val_bpb: %s", step, line);
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' eval --ckpt r 2>&1", tmpdir, fgt_bin());
+    cr_assert_eq(fgt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    e = strstr(out, "step 4: train loss");
+    cr_assert(e, "%s", out);
+    cr_assert_eq(sscanf(e, "step 4: train loss %lf, val loss %lf, val bpb %lf", &tl, &vl, &vb), 3, "%s", e);
+    cr_expect(fabs(vb - vl / log(2.0)) < 2e-4, "eval: val bpb %g, val loss / ln 2 = %g", vb, vl / log(2.0));
 }
