@@ -296,6 +296,11 @@ int fg_bench_train(int argc, char **argv) {
            "grad clip %g, seed %llu\n",
            cfg.opt.lr, cfg.opt.min_lr, (long long)cfg.opt.warmup, (long long)cfg.opt.decay_steps, cfg.opt.beta1,
            cfg.opt.beta2, cfg.opt.eps, cfg.opt.weight_decay, cfg.opt.grad_clip, (unsigned long long)cfg.seed);
+    if (cfg.optimizer == FG_OPTIM_MUON)
+        printf("muon: the 2-d matrices inside the blocks, lr %g, momentum %g%s, %d Newton-Schulz steps, weight decay "
+               "%g, lr adjustment %s; AdamW for the rest\n",
+               cfg.muon.lr, cfg.muon.momentum, cfg.muon.nesterov ? " (Nesterov)" : "", cfg.muon.ns_steps,
+               cfg.muon.weight_decay, fg_muon_adjust_name(cfg.muon.adjust));
 
     int code = 0;
     double *t = malloc((size_t)N * sizeof *t), *t_order = f[B_STEP_TIMES].given ? malloc((size_t)N * sizeof *t) : NULL;

@@ -28,29 +28,17 @@ static fg_model_file *load_model(const char *path, fg_ckpt **ck) {
     return m;
 }
 
-/* The mean loss of iters fixed batches of split s, as fg_trainer_eval_loss draws them. */
+/* The mean loss (and bits per byte, where tokens map to bytes) of iters fixed batches of split s,
+ * as fg_trainer_eval draws them. */
 static fg_status eval_loss(fg_gpt *g, const fg_source *src, fg_split s, int B, int T, int iters, uint64_t run_seed,
-                           double *loss) {
+                           double *loss, double *bpb) {
     int32_t *x = malloc((size_t)B * T * sizeof *x), *y = malloc((size_t)B * T * sizeof *y);
+    int32_t *tb = bpb ? fg_token_bytes_table(src) : NULL;
     fg_status st = x && y ? FG_OK : fg_error(FG_ERR_OOM, "eval: out of memory for a %d x %d batch", B, T);
-    const uint64_t seed = fg_trainer_eval_seed(run_seed);
-    double sum = 0;
-    fg_no_grad_enter();
-    for (int i = 0; i < iters && st == FG_OK; i++) {
-        st = fg_source_batch(src, s, B, T, seed, (uint64_t)i, x, y);
-        if (st != FG_OK) break;
-        fg_tensor *l = fg_gpt_loss(g, x, y, B, T, NULL);
-        if (!l) {
-            st = fg_last_status();
-            break;
-        }
-        sum += fg_get(l, 0); /* the model is on the CPU */
-        fg_release(l);
-    }
-    fg_no_grad_exit();
+    if (st == FG_OK) st = fg_eval_batches(g, src, s, B, T, iters, run_seed, tb, x, y, loss, bpb);
+    free(tb);
     free(x);
     free(y);
-    if (st == FG_OK) *loss = sum / iters;
     return st;
 }
 
@@ -126,14 +114,17 @@ int fg_eval_run(const fg_eval_opts *o) {
            : in ? "; the checkpoint has no optimizer file: batch 12, 20 batches by default"
                 : "; the model file has no training record: batch 12, 20 batches by default",
            fg_pool_threads());
-    double tl = NAN, vl = NAN;
-    if (eval_loss(g, src, FG_SPLIT_TRAIN, B, T, iters, seed, &tl) != FG_OK ||
-        eval_loss(g, src, FG_SPLIT_VAL, B, T, iters, seed, &vl) != FG_OK) {
+    double tl = NAN, vl = NAN, vb = NAN;
+    if (eval_loss(g, src, FG_SPLIT_TRAIN, B, T, iters, seed, &tl, NULL) != FG_OK ||
+        eval_loss(g, src, FG_SPLIT_VAL, B, T, iters, seed, &vl, &vb) != FG_OK) {
         fprintf(stderr, "flashgrad %s: evaluation: %s\n", o->cmd, fg_last_error());
         code = 1;
         goto out;
     }
-    printf("step %lld: train loss %.4f, val loss %.4f\n", step, tl, vl);
+    if (isfinite(vb))
+        printf("step %lld: train loss %.4f, val loss %.4f, val bpb %.4f\n", step, tl, vl, vb);
+    else
+        printf("step %lld: train loss %.4f, val loss %.4f\n", step, tl, vl);
 out:
     fg_source_free(src);
     fg_ckpt_close(opt_ck);

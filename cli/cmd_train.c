@@ -8,11 +8,12 @@
  *   - every --eval-every steps and at the end: train and validation loss on fixed batches (and,
  *     for the addition task, exact-match accuracy on held-out problems by greedy decoding);
  *   - checkpoints (train/checkpoint.h) at every evaluation (or every --ckpt-every steps) and at the
- *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops) rewritten
+ *     end; DIR/log.csv (step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops,val_bpb) rewritten
  *     atomically with each checkpoint, so it always describes the steps the checkpoint has seen
  *     (mfu: the step's model FLOPs utilization as a fraction, fg_trainer_mfu, of the FMA peak in
  *     peak_gflops, cli/peak_cache.h, that of every process under mpirun; both empty off the CPU and in the rows of a log written before
- *     the columns existed, which --resume keeps); with nanoGPT's always_save_checkpoint = False
+ *     the columns existed, which --resume keeps; val_bpb: bits per byte of the validation batches,
+ *     fg_trainer_eval, empty where the tokens do not map to bytes); with nanoGPT's always_save_checkpoint = False
  *     only evaluations that improve the best val loss checkpoint (and write the log), and a stop
  *     signal's checkpoint goes to DIR/FG_RUN_RESUME_DIR, beside the best one;
  *   - at the end, a few samples from the model.
@@ -85,12 +86,11 @@ static fg_status save_checkpoint(const char *out, fg_trainer *tr) {
 /* The evaluation of a step (train and val loss, and the addition task's accuracy), printed; val
  * gets the log's val_loss. With always_save_checkpoint = False only an improvement checkpoints. */
 static void evaluate(const train_args *a, train_run *r, train_totals *t, int64_t step, int64_t last_ckpt, int *do_ckpt,
-                     char *val, size_t val_n) {
+                     char *val, size_t val_n, char *bpb, size_t bpb_n) {
     fg_trainer *tr = r->tr;
     const int eval_problems = (int)a->f[F_EVAL_PROBLEMS].i, best_only = r->cfg.save_best_only;
-    double tl = NAN, vl = NAN;
-    if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK ||
-        fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &vl) != FG_OK) {
+    double tl = NAN, vl = NAN, vb = NAN;
+    if (fg_trainer_eval_loss(tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval(tr, FG_SPLIT_VAL, &vl, &vb) != FG_OK) {
         fg_error(fg_last_status(), "evaluation at step %lld: %s", (long long)step, fg_last_error());
         stop_failed(&r->log, a->log_path, a->out, last_ckpt, r->other_pending, r->other_step);
     }
@@ -101,6 +101,11 @@ static void evaluate(const train_args *a, train_run *r, train_totals *t, int64_t
     if (improved || !best_only) t->best_val = vl;
     if (best_only) *do_ckpt = improved;
     snprintf(val, val_n, "%.6f", vl);
+    char bpb_say[48] = "";
+    if (isfinite(vb)) {
+        snprintf(bpb, bpb_n, "%.6f", vb);
+        snprintf(bpb_say, sizeof bpb_say, ", val bpb %.4f", vb);
+    }
     if (r->src->kind == FG_SOURCE_ADDITION) {
         if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &t->last_acc) != FG_OK) {
             fg_error(fg_last_status(), "accuracy at step %lld: %s", (long long)step, fg_last_error());
@@ -110,7 +115,7 @@ static void evaluate(const train_args *a, train_run *r, train_totals *t, int64_t
             "step %lld: train loss %s, val loss %s (optimum %.4f), held-out exact match %.1f%% (%d problems)\n",
             (long long)step, LOSS(tl), LOSS(vl), fg_source_optimal_loss(r->src), 100 * t->last_acc, eval_problems);
     } else {
-        fg_train_say("step %lld: train loss %s, val loss %s\n", (long long)step, LOSS(tl), LOSS(vl));
+        fg_train_say("step %lld: train loss %s, val loss %s%s\n", (long long)step, LOSS(tl), LOSS(vl), bpb_say);
     }
 }
 
@@ -200,8 +205,8 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         const int stop = fg_comm_max_int(fg_train_comm, fg_stop_requested()); /* every rank stops at the same step */
         int do_ckpt = last || stop || (ckpt_every > 0 ? step % ckpt_every == 0 : do_eval);
 
-        char row[256], val[48] = "";
-        if (do_eval) evaluate(a, r, t, step, last_ckpt, &do_ckpt, val, sizeof val);
+        char row[300], val[48] = "", bpb[48] = "";
+        if (do_eval) evaluate(a, r, t, step, last_ckpt, &do_ckpt, val, sizeof val, bpb, sizeof bpb);
         const double step_rate = dt > 0 ? s.tokens / dt : 0.0, step_mfu = fg_trainer_mfu(tr, step_rate);
         char mfu[32] = "";
         char peak[32] = "";
@@ -210,8 +215,8 @@ static int train_loop(const train_args *a, train_run *r, train_totals *t) {
         if (cpu) snprintf(peak, sizeof peak, "%.1f", fg_train_mfu_peak(r));
         if (best_only && !do_eval) do_ckpt = 0;
         /* lr with 17 significant digits: it reads back as the very double the optimizer used */
-        snprintf(row, sizeof row, "%lld,%.6f,%.17g,%.6f,%.1f,%s,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
-                 step_rate, val, mfu, peak);
+        snprintf(row, sizeof row, "%lld,%.6f,%.17g,%.6f,%.1f,%s,%s,%s,%s", (long long)step, s.loss, s.lr, s.grad_norm,
+                 step_rate, val, mfu, peak, bpb);
         if (fg_run_log_add(&r->log, row)) {
             fg_error(FG_ERR_OOM, "out of memory for the log");
             stop_failed(&r->log, a->log_path, out, last_ckpt, r->other_pending, r->other_step);

@@ -36,6 +36,15 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[FG_TF_BETA1].d = d->beta1;
     f[FG_TF_BETA2].d = d->beta2;
     f[FG_TF_CLIP].d = d->grad_clip;
+    {
+        const fg_muon_config mc = fg_muon_default_config();
+        f[FG_TF_OPTIM].s = fg_optim_name(FG_OPTIM_ADAMW);
+        f[FG_TF_MUON_LR].d = mc.lr;
+        f[FG_TF_MUON_MOMENTUM].d = mc.momentum;
+        f[FG_TF_MUON_WD].d = mc.weight_decay;
+        f[FG_TF_MUON_NS].i = mc.ns_steps;
+        f[FG_TF_MUON_ADJUST].s = fg_muon_adjust_name(mc.adjust);
+    }
     f[FG_TF_DROPOUT].d = d->dropout;
     f[FG_TF_SEED].u = 1337;
     f[FG_TF_ATTN].s = "flash";
@@ -144,6 +153,22 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
     if (ast != FG_OK) return ast;
     if (f[FG_TF_MIN_LR].d > f[FG_TF_LR].d)
         return fg_error(FG_ERR_ARG, "--min-lr %g is larger than --lr %g", f[FG_TF_MIN_LR].d, f[FG_TF_LR].d);
+    const int optim = fg_optim_parse(f[FG_TF_OPTIM].s);
+    if (optim < 0) return fg_error(FG_ERR_ARG, "--optimizer: unknown optimizer '%s' (adamw or muon)", f[FG_TF_OPTIM].s);
+    run->optimizer = (fg_optim_kind)optim;
+    static const int muon_flags[] = {FG_TF_MUON_LR, FG_TF_MUON_MOMENTUM, FG_TF_MUON_WD, FG_TF_MUON_NS,
+                                     FG_TF_MUON_ADJUST};
+    for (size_t i = 0; i < sizeof muon_flags / sizeof muon_flags[0]; i++)
+        if (f[muon_flags[i]].given && run->optimizer != FG_OPTIM_MUON)
+            return fg_error(FG_ERR_ARG, "%s applies to --optimizer muon only", f[muon_flags[i]].name);
+    const int adjust = fg_muon_adjust_parse(f[FG_TF_MUON_ADJUST].s);
+    if (adjust < 0)
+        return fg_error(FG_ERR_ARG,
+                        "--muon-adjust-lr: unknown adjustment '%s' (original, match_rms_adamw or spectral_unclamped)",
+                        f[FG_TF_MUON_ADJUST].s);
+    run->muon_adjust = (fg_muon_adjust)adjust;
+    if (run->optimizer == FG_OPTIM_MUON && run->device != FG_CPU)
+        return fg_error(FG_ERR_ARG, "--optimizer muon runs on the CPU only (--device %s)", fg_device_name(run->device));
     return FG_OK;
 }
 
@@ -218,6 +243,13 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
                                  .eps = 1e-8,
                                  .weight_decay = f[FG_TF_WD].d,
                                  .grad_clip = f[FG_TF_CLIP].d};
+    cfg->optimizer = run->optimizer;
+    cfg->muon = fg_muon_default_config();
+    cfg->muon.lr = f[FG_TF_MUON_LR].d;
+    cfg->muon.momentum = f[FG_TF_MUON_MOMENTUM].d;
+    cfg->muon.weight_decay = f[FG_TF_MUON_WD].d;
+    cfg->muon.ns_steps = (int)f[FG_TF_MUON_NS].i;
+    cfg->muon.adjust = run->muon_adjust;
     return fg_train_config_check(cfg);
 }
 

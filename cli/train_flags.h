@@ -83,6 +83,20 @@
     X(WD, "--weight-decay", FG_FLAG_F64, "X", "AdamW weight decay of the 2-d weights", 0, 1e6, 0)                      \
     X(BETA1, "--beta1", FG_FLAG_F64, "X", "AdamW beta1", 0, 0.999999999, 0)                                            \
     X(BETA2, "--beta2", FG_FLAG_F64, "X", "AdamW beta2", 0, 0.999999999, 0)                                            \
+    X(OPTIM, "--optimizer", FG_FLAG_STR, "NAME",                                                                      \
+      "adamw, or muon: Muon for the 2-d matrices inside the blocks, AdamW (--lr) for the rest", 0, 0, 0)              \
+    X(MUON_LR, "--muon-lr", FG_FLAG_F64, "X", "--optimizer muon: the Muon group's peak learning rate (default 0.02)", \
+      0, 10, 1)                                                                                                        \
+    X(MUON_MOMENTUM, "--muon-momentum", FG_FLAG_F64, "X", "--optimizer muon: momentum (default 0.95, Nesterov)", 0,    \
+      0.999999999, 0)                                                                                                  \
+    X(MUON_WD, "--muon-weight-decay", FG_FLAG_F64, "X", "--optimizer muon: decoupled weight decay (default 0)", 0, 1e6, \
+      0)                                                                                                               \
+    X(MUON_NS, "--muon-ns-steps", FG_FLAG_INT, "N", "--optimizer muon: Newton-Schulz iterations (default 5)", 1, 99,   \
+      0)                                                                                                               \
+    X(MUON_ADJUST, "--muon-adjust-lr", FG_FLAG_STR, "FN",                                                              \
+      "--optimizer muon: learning-rate adjustment, original (sqrt(max(1, rows/cols))), match_rms_adamw "               \
+      "(0.2 sqrt(max(rows, cols))) or spectral_unclamped (sqrt(rows/cols))",                                           \
+      0, 0, 0)                                                                                                         \
     X(CLIP, "--grad-clip", FG_FLAG_F64, "X", "clip the global gradient norm (0: off)", 0, 1e30, 0)                     \
     X(DROPOUT, "--dropout", FG_FLAG_F64, "P", "dropout probability (embeddings, attention, residuals)", 0, 0.99, 0)    \
     X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)                    \
@@ -110,6 +124,8 @@ typedef struct {
     fg_attn_impl attn;
     fg_gpt_recompute recompute;
     fg_compute compute; /* --dtype: FG_COMPUTE_FULL (float32) or FG_COMPUTE_BF16 (bfloat16) */
+    fg_optim_kind optimizer;  /* --optimizer */
+    fg_muon_adjust muon_adjust; /* --muon-adjust-lr */
     fg_gpt_arch arch;   /* --arch */
     int pos, norm, mlp; /* --pos, --norm, --mlp: fg_gpt_pos, fg_gpt_norm, fg_gpt_mlp, or -1 when not given */
     /* a model whose architecture the run takes (--init-from's; the caller sets it after
@@ -129,7 +145,8 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d);
  * "--device cuda: "); --attn and --recompute name a setting; --dtype is float32 or bfloat16, and bfloat16 needs
  * a device with bf16 kernels (cuda; on the cpu: "--dtype bfloat16: ..." and exit 2); --n-head divides --n-embd;
  * --arch, --pos, --norm and --mlp name a setting, --n-kv-head divides --n-head, --window is a pattern of S
- * and L; --min-lr <= --lr. FG_OK with *run filled, else the error (a usage error). */
+ * and L; --min-lr <= --lr; --optimizer is adamw or muon, --muon-* flags need muon, --muon-adjust-lr
+ * names an adjustment. FG_OK with *run filled, else the error (a usage error). */
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run);
 
 /* The data: --data with its tokenizer (block size --block-size; --tokenizer's BPE, else model_tok when

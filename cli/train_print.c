@@ -175,6 +175,11 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
                  (long long)cfg->steps, cfg->batch_size, tr->T, cfg->grad_accum, cfg->opt.lr, cfg->opt.min_lr,
                  (long long)cfg->opt.warmup, (long long)cfg->opt.decay_steps, cfg->opt.beta1, cfg->opt.beta2,
                  cfg->opt.weight_decay, cfg->opt.grad_clip, cfg->seed);
+    if (cfg->optimizer == FG_OPTIM_MUON)
+        fg_train_say("muon: the 2-d matrices inside the blocks, lr %g (scheduled as --lr), momentum %g%s, %d "
+                     "Newton-Schulz steps, wd %g, lr adjustment %s; AdamW for the rest\n",
+                     cfg->muon.lr, cfg->muon.momentum, cfg->muon.nesterov ? " (Nesterov)" : "", cfg->muon.ns_steps,
+                     cfg->muon.weight_decay, fg_muon_adjust_name(cfg->muon.adjust));
     if (fg_train_on_tty) fputs("\r\033[K", stderr);
     fg_print_machine_line(stdout);
     fg_blas_hint(stdout);

@@ -104,6 +104,18 @@ static void configure_resumed(const train_args *a, train_run *r) {
             KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2) KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
                 KEEP_D(FG_TF_DROPOUT, cfg.model.dropout) if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed)
                     fg_train_die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
+    if (f[FG_TF_OPTIM].given && strcmp(f[FG_TF_OPTIM].s, fg_optim_name(cfg.optimizer)))
+        fg_train_die(2, "--optimizer %s differs from the checkpoint's %s; a resumed run keeps its settings",
+                     f[FG_TF_OPTIM].s, fg_optim_name(cfg.optimizer));
+    if (cfg.optimizer == FG_OPTIM_MUON) {
+        KEEP_D(FG_TF_MUON_LR, cfg.muon.lr)
+        KEEP_D(FG_TF_MUON_MOMENTUM, cfg.muon.momentum)
+        KEEP_D(FG_TF_MUON_WD, cfg.muon.weight_decay)
+        KEEP_I(FG_TF_MUON_NS, cfg.muon.ns_steps)
+        if (f[FG_TF_MUON_ADJUST].given && strcmp(f[FG_TF_MUON_ADJUST].s, fg_muon_adjust_name(cfg.muon.adjust)))
+            fg_train_die(2, "--muon-adjust-lr %s differs from the checkpoint's %s; a resumed run keeps its settings",
+                         f[FG_TF_MUON_ADJUST].s, fg_muon_adjust_name(cfg.muon.adjust));
+    }
     if (fg_train_flags_arch_given(f)) {
         fg_gpt_config want = cfg.model;
         fg_train_flags_arch(f, &a->run, &want);
@@ -333,11 +345,13 @@ int fg_train_eval_only(const train_args *a) {
         (unsigned long long)r.cfg.seed, a->out, mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, mc->vocab_size);
     fg_train_say("eval: %d batches of %d x %d tokens per split, nothing written\n", r.cfg.eval_iters, r.cfg.batch_size,
                  r.tr->T);
-    double tl, vl;
-    if (fg_trainer_eval_loss(r.tr, FG_SPLIT_TRAIN, &tl) != FG_OK ||
-        fg_trainer_eval_loss(r.tr, FG_SPLIT_VAL, &vl) != FG_OK)
+    double tl, vl, vb = NAN;
+    if (fg_trainer_eval_loss(r.tr, FG_SPLIT_TRAIN, &tl) != FG_OK || fg_trainer_eval(r.tr, FG_SPLIT_VAL, &vl, &vb) != FG_OK)
         fg_train_die(1, "evaluation: %s", fg_last_error());
-    fg_train_say("step 0: train loss %s, val loss %s\n", LOSS(tl), LOSS(vl));
+    if (isfinite(vb))
+        fg_train_say("step 0: train loss %s, val loss %s, val bpb %.4f\n", LOSS(tl), LOSS(vl), vb);
+    else
+        fg_train_say("step 0: train loss %s, val loss %s\n", LOSS(tl), LOSS(vl));
     fg_trainer_free(r.tr);
     fg_source_free(r.src);
     return 0;

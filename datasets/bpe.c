@@ -929,6 +929,12 @@ const char *fg_bpe_token(const fg_bpe *t, int32_t id, size_t *len) {
     return t->pool + t->off[id];
 }
 
+int fg_bpe_is_special(const fg_bpe *t, int32_t id) {
+    for (int i = 0; t && i < t->n_special; i++)
+        if (t->special[i] == id) return 1;
+    return 0;
+}
+
 int32_t fg_bpe_special_id(const fg_bpe *t, const char *text) {
     size_t n = text ? strlen(text) : 0;
     for (int i = 0; t && i < t->n_special; i++)

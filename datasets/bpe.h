@@ -89,6 +89,8 @@ fg_status fg_bpe_decode(const fg_bpe *t, const int32_t *ids, size_t n, char **ou
 
 /* The bytes of one token (a view into t), or NULL for an id outside the vocabulary or unused. */
 const char *fg_bpe_token(const fg_bpe *t, int32_t id, size_t *len);
+/* 1 when id is one of t's special tokens (<|endoftext|>, ...), else 0. */
+int fg_bpe_is_special(const fg_bpe *t, int32_t id);
 
 #ifdef __cplusplus
 }

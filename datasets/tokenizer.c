@@ -169,6 +169,15 @@ int fg_tokenizer_byte_of(const fg_tokenizer *tok, int32_t id) {
     return (id >= 0 && id < tok->vocab) ? tok->byte[id] : -1;
 }
 
+int fg_tokenizer_token_bytes(const fg_tokenizer *tok, int32_t id) {
+    if (tok->bpe) {
+        size_t n = 0;
+        if (fg_bpe_is_special(tok->bpe->bpe, id) || !fg_bpe_token(tok->bpe->bpe, id, &n)) return 0;
+        return (int)n;
+    }
+    return id >= 0 && id < tok->vocab ? 1 : 0;
+}
+
 fg_status fg_tokenizer_encode_text(const fg_tokenizer *tok, const void *text, size_t n, int32_t **ids, size_t *nids) {
     if (!tok || !ids || !nids || (n > 0 && !text)) return fg_error(FG_ERR_ARG, "tokenizer: encode needs a tokenizer, text and an output");
     *ids = NULL;

@@ -85,6 +85,10 @@ int32_t fg_tokenizer_token_of(const fg_tokenizer *tok, unsigned char c);
 /* The byte of token id, or -1 when id is outside [0, vocab_size) (BPE: -1 unless the token is one
  * byte). */
 int fg_tokenizer_byte_of(const fg_tokenizer *tok, int32_t id);
+/* How many bytes of text token id stands for: 1 for a char- or byte-level token, the length of a
+ * BPE token's bytes; 0 for a special token (<|endoftext|>: no text), an unused id or one outside
+ * the vocabulary. The denominator of bits per byte (nanochat's token_bytes). */
+int fg_tokenizer_token_bytes(const fg_tokenizer *tok, int32_t id);
 
 /* Any kind: the ids of text[0..n) into *ids (caller frees with free()), *nids of them (BPE: special
  * tokens in the text are ordinary text). A char-level tokenizer refuses a byte outside its

@@ -84,3 +84,29 @@ fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, double gscale, fg_tens
         ->optimizer.adamw(p->dtype, (char *)fg_data(p) + off, (const char *)fg_data(g) + off, gscale, fg_data(m),
                           fg_data(v), n, n_spans, spans, b1, b2, step_size, bc2_sqrt, eps);
 }
+
+int64_t fg_flat_muon_work(int64_t rows, int64_t cols) {
+    const int64_t k = rows < cols ? rows : cols;
+    return 2 * rows * cols + 2 * k * k; /* X and its next iterate, A and B */
+}
+
+fg_status fg_flat_muon(fg_tensor *p, const fg_tensor *g, double gscale, int64_t off, int64_t rows, int64_t cols,
+                       fg_tensor *buf, int64_t boff, const fg_muon_step *ms, fg_tensor *work) {
+    static const char op[] = "muon";
+    const fg_kernels *k = fg_kernels_for(p->device, op);
+    if (!k) return fg_last_status();
+    if (!k->optimizer.muon) return fg_op_no_kernel(op, k->device);
+    const int64_t n = rows * cols;
+    if (p->device != g->device || p->device != buf->device || p->device != work->device || p->dtype != g->dtype ||
+        p->dtype != buf->dtype || p->dtype != work->dtype || fg_numel(g) != fg_numel(p) || rows < 1 || cols < 1 ||
+        off < 0 || off + n > fg_numel(p) || boff < 0 || boff + n > fg_numel(buf) ||
+        fg_numel(work) < fg_flat_muon_work(rows, cols) || !fg_is_contiguous(p) || !fg_is_contiguous(g) ||
+        !fg_is_contiguous(buf) || !fg_is_contiguous(work))
+        return fg_error(FG_ERR_ARG, "muon: a (%lld, %lld) matrix at %lld of %lld parameters, its buffer at %lld of %lld",
+                        (long long)rows, (long long)cols, (long long)off, (long long)fg_numel(p), (long long)boff,
+                        (long long)fg_numel(buf));
+    if (ms->ns_steps < 0) return fg_error(FG_ERR_ARG, "muon: %d Newton-Schulz steps", ms->ns_steps);
+    const size_t es = fg_dtype_size(p->dtype);
+    return k->optimizer.muon(p->dtype, (char *)fg_data(p) + (size_t)off * es, (const char *)fg_data(g) + (size_t)off * es,
+                             gscale, (char *)fg_data(buf) + (size_t)boff * es, rows, cols, ms, fg_data(work));
+}

@@ -23,6 +23,17 @@ typedef struct {
     double decay_factor;
 } fg_adamw_span;
 
+/* The scalars of one Muon update of one matrix (fg_flat_muon). */
+typedef struct {
+    double momentum;     /* mu */
+    int nesterov;        /* 1: Nesterov's look-ahead */
+    int ns_steps;        /* Newton–Schulz iterations */
+    double a, b, c;      /* the iteration's coefficients */
+    double eps;          /* the floor of the norm the iteration starts from */
+    double decay_factor; /* 1 - lr · weight_decay (the unadjusted lr) */
+    double lr;           /* the adjusted learning rate the orthogonalized update is applied at */
+} fg_muon_step;
+
 /* out = a + b elementwise (out may be a or b), in the elementwise kernel's bits. */
 fg_status fg_flat_add(fg_tensor *out, const fg_tensor *a, const fg_tensor *b);
 
@@ -51,6 +62,21 @@ fg_status fg_flat_sum_squares_blocks(const fg_tensor *x, int64_t b0, int64_t b1,
 fg_status fg_flat_adamw(fg_tensor *p, const fg_tensor *g, double gscale, fg_tensor *m, fg_tensor *v, int64_t lo,
                         int n_spans, const fg_adamw_span *spans, double b1, double b2, double step_size,
                         double bc2_sqrt, double eps);
+
+/* Muon (torch.optim.Muon's single-tensor update) on one (rows, cols) matrix p of a flat array,
+ * the elements [off, off + rows·cols) of p and g, with its momentum buffer the elements
+ * [boff, boff + rows·cols) of buf, the gradient read as g · gscale (g is only read):
+ *     buf = lerp(buf, g, 1 - mu)                        (an average of the gradients)
+ *     u   = nesterov ? lerp(g, buf, mu) : buf
+ *     X   = u / max(‖u‖_F, eps), transposed when rows > cols, so X is (k, n) with k <= n
+ *     ns_steps times:  A = X Xᵀ;  B = b A + c A A;  X = a X + B X      (Newton–Schulz, quintic)
+ *     p   = p · decay_factor − lr · X (transposed back)
+ * with lerp(x, y, w) = x + w (y − x) for w < 0.5, else y − (y − x)(1 − w) (PyTorch's). The norm is
+ * summed in float64 in index order; the products are the device's GEMM. work is scratch of at
+ * least fg_flat_muon_work(rows, cols) elements of p's dtype, on p's device. */
+int64_t fg_flat_muon_work(int64_t rows, int64_t cols);
+fg_status fg_flat_muon(fg_tensor *p, const fg_tensor *g, double gscale, int64_t off, int64_t rows, int64_t cols,
+                       fg_tensor *buf, int64_t boff, const fg_muon_step *ms, fg_tensor *work);
 
 /* FG_OK when device d has the optimizer's loops (AdamW, the sum of squares, scaling), else the
  * error of an op that d does not support, named `op`. */

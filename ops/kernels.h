@@ -211,8 +211,12 @@ typedef enum {
  * last one shorter); sum_squares adds the blocks' float64 sums in block order, starting from 0.
  * sum_squares_blocks writes part[k - b0] = block k's sum for the blocks [b0, b1) of the whole (n)
  * array x, so that adding every block's part in block order gives sum_squares's bits (a ZeRO-1
- * rank sums its own blocks, train/trainer.c). Both are NULL on devices without that order. */
-/* fg_adamw_span: ops/flat.h */
+ * rank sums its own blocks, train/trainer.c). Both are NULL on devices without that order.
+ * muon: one Muon update of the (rows, cols) matrix p from its gradient g · gscale and momentum
+ * buffer buf (ops/flat.h, fg_flat_muon, has the math); work holds fg_flat_muon_work(rows, cols)
+ * elements of scratch. The CPU's Newton–Schulz products run on its GEMM (ops/cpu/matmul.c), whose
+ * bits do not depend on the thread count. */
+/* fg_adamw_span, fg_muon_step: ops/flat.h */
 
 #define FG_KERNELS_OPTIMIZER(FN, VAL)                                                                                  \
     FN(optimizer, adamw, all, fg_status,                                                                               \
@@ -222,7 +226,10 @@ typedef enum {
     FN(optimizer, scale, all, fg_status, (fg_dtype dt, void *x, int64_t n, double s))                                  \
     FN(optimizer, norm_block, cpu, int64_t, (int64_t n))                                                               \
     FN(optimizer, sum_squares_blocks, cpu, fg_status,                                                                  \
-       (fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part))
+       (fg_dtype dt, const void *x, int64_t n, int64_t b0, int64_t b1, double *part))                                  \
+    FN(optimizer, muon, cpu, fg_status,                                                                                \
+       (fg_dtype dt, void *p, const void *g, double gscale, void *buf, int64_t rows, int64_t cols,                     \
+        const fg_muon_step *ms, void *work))
 
 /* ---- attention (ops/attention.c; the CPU's kernels in ops/cpu/attention.c) ----
  * The contract of the CPU kernels of ops/attention_kernels.h on the device's pointers: `aux` is

@@ -145,6 +145,19 @@ Test(mpi, four_ranks_equal_one_process_with_grad_accum_4_with_and_without_zero1)
     expect_same_run("one", "zero");
 }
 
+/* Muon: every rank orthogonalizes the same whole gradient, so the ranks and one process agree bit for
+ * bit, momentum buffers included; ZeRO-1 does not shard Muon and says so in one line. */
+Test(mpi, muon_on_two_ranks_equals_one_process_and_zero1_is_refused) {
+    need_mpi();
+    train_ok(0, "--steps 3 --grad-accum 2 --optimizer muon --out one");
+    train_ok(2, "--steps 3 --grad-accum 1 --optimizer muon --out two");
+    expect_same_run("one", "two");
+    static char log[65536];
+    int st = train(2, "--steps 3 --grad-accum 1 --optimizer muon --zero 1 --out z", log, sizeof log);
+    cr_expect_neq(st, 0, "--zero 1 with Muon on two ranks was accepted:\n%s", log);
+    cr_expect(strstr(log, "--zero 1 does not shard Muon"), "no one-line refusal:\n%s", log);
+}
+
 Test(mpi, zero1_on_two_ranks_equals_one_process) {
     need_mpi();
     train_ok(0, "--steps 3 --grad-accum 2 --out one");

@@ -352,7 +352,7 @@ Test(plot, tokens_and_labels_come_from_the_checkpoint) {
     /* the rows, read by this test from the log train wrote */
     static char text[8192];
     cr_assert(read_rel("r/log.csv", text, sizeof text) > 0);
-    static const char header[] = "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops\n";
+    static const char header[] = "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops,val_bpb\n";
     cr_assert(!strncmp(text, header, sizeof header - 1), "%s", text);
     log_row rows[16];
     long n = 0;

@@ -511,9 +511,9 @@ Test(runs, a_header_only_log_does_not_block_and_failure_messages_count_the_steps
      .fini = teardown, .timeout = 60) {
     need_bin();
     /* the headers of this and earlier versions' logs */
-    static const char *const headers[] = {CSV_HEADER_FOR_TEST ",peak_gflops", CSV_HEADER_FOR_TEST,
-                                          "step,loss,lr,grad_norm,tokens_per_s,val_loss"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const headers[] = {CSV_HEADER_FOR_TEST ",peak_gflops,val_bpb", CSV_HEADER_FOR_TEST ",peak_gflops",
+                                          CSV_HEADER_FOR_TEST, "step,loss,lr,grad_norm,tokens_per_s,val_loss"};
+    for (int k = 0; k < 4; k++) {
         char rel[32], args[512];
         snprintf(rel, sizeof rel, "h%d", k);
         cr_assert_eq(mkdir(path(rel), 0777), 0);

@@ -697,7 +697,7 @@ Test(cli, train_writes_log_checkpoint_and_resumes_to_the_same_curve, .init = mak
     expect_cli(args, 0, "final:");
     char header[256], full[16][32], part[16][32], val[16][32];
     int n = read_log_column("full", 1, full, 16, header, sizeof header);
-    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops\n");
+    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops,val_bpb\n");
     cr_expect_eq(n, 10, "log.csv has %d rows", n);
     char mfu[16][32];
     read_log_column("full", 6, mfu, 16, header, sizeof header);
@@ -767,7 +767,7 @@ Test(cli, resume_keeps_a_log_written_without_the_mfu_column, .init = make_tmpdir
                "resuming from step 4");
     char header[256], step[16][32], mfu[16][32];
     int rows = read_log_column("r", 0, step, 16, header, sizeof header);
-    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops\n");
+    cr_expect_str_eq(header, "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops,val_bpb\n");
     cr_assert_eq(rows, 6, "resumed log.csv has %d rows", rows);
     read_log_column("r", 6, mfu, 16, header, sizeof header);
     for (int i = 0; i < 6; i++) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/flat.h"
+#include "train/muon.h"
 
 double fg_lr_at(const fg_adamw_config *c, int64_t s) {
     if (s < c->warmup) return c->lr * (double)(s + 1) / (double)(c->warmup + 1);
@@ -79,6 +80,7 @@ fg_status fg_adamw_update_range(fg_adamw *o, fg_gpt *g, double lr, double gscale
     int ns = 0;
     for (int j = 0; j < g->n_params; j++) {
         const fg_gpt_param *pp = &g->params[j];
+        if (o->muon && fg_muon_takes(pp)) continue;
         /* the range's part inside [lo, hi), relative to lo */
         int64_t a = pp->offset > lo ? pp->offset : lo, b = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
         if (b <= a) continue;

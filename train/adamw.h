@@ -50,6 +50,8 @@ typedef struct {
     int64_t n;        /* P */
     fg_tensor *m, *v; /* (P), zero at the start */
     int64_t t;        /* updates done */
+    int muon;         /* 1: the entries Muon takes (train/muon.h, fg_muon_takes) are Muon's; AdamW
+                       * leaves them alone (their moments stay zero) */
 } fg_adamw;
 
 /* Zeroed moments for P >= 0 parameters of dtype dt (0: an empty ZeRO-1 shard). FG_OK or FG_ERR_OOM /

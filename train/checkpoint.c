@@ -29,6 +29,7 @@ struct fg_ckpt {
     fg_st_file *model, *optim;
     fg_tokenizer *tok;
     int64_t adamw_t;
+    int64_t muon_t;
     fg_ckpt_info info;
 };
 
@@ -57,6 +58,7 @@ static fg_status join(char *dst, size_t n, const char *dir, const char *file) {
 typedef struct {
     char name[FG_GPT_NAME_MAX];
     int ndim;
+    int layer; /* block index, or -1 */
     int64_t shape[2];
     int64_t offset, numel;
 } ck_param;
@@ -75,6 +77,7 @@ static ck_param *param_table(const fg_gpt_config *mc, int *n) {
     for (int i = 0; i < total; i++) {
         snprintf(t[i].name, sizeof t[i].name, "%s", g[i].name);
         t[i].ndim = g[i].ndim;
+        t[i].layer = g[i].layer;
         t[i].shape[0] = g[i].shape[0];
         t[i].shape[1] = g[i].shape[1];
         t[i].offset = g[i].offset;
@@ -661,7 +664,7 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
 /* The optimizer file's metadata: the run's configuration (its model part from `model`), the step,
  * the pairing hash and AdamW's update count. */
 static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_train_config *t, int64_t *step,
-                                  uint64_t *params_hash, int64_t *adamw_t) {
+                                  uint64_t *params_hash, int64_t *adamw_t, int64_t *muon_t) {
     m_kind(r, KIND_OPTIM);
     /* each key's plausible range (trainer.h): a value outside is refused naming the key */
     *step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
@@ -686,11 +689,33 @@ static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_tra
     t->seed = m_u64(r, "seed");
     /* written since the save policy is kept across --resume: a checkpoint without it saved every evaluation */
     t->save_best_only = m_lookup(r, "save_best_only") ? (int)m_int(r, "save_best_only", 0, 1) : 0;
+    /* a run with Muon says so; a file without "optimizer" trained with AdamW alone */
+    *muon_t = 0;
+    if (m_lookup(r, "optimizer")) {
+        const char *on[FG_OPTIM_COUNT], *an[FG_MUON_ADJUST_COUNT];
+        for (int i = 0; i < FG_OPTIM_COUNT; i++) on[i] = fg_optim_name((fg_optim_kind)i);
+        for (int i = 0; i < FG_MUON_ADJUST_COUNT; i++) an[i] = fg_muon_adjust_name((fg_muon_adjust)i);
+        const int k = m_enum(r, "optimizer", on, FG_OPTIM_COUNT);
+        t->optimizer = k == FG_OPTIM_MUON ? FG_OPTIM_MUON : FG_OPTIM_ADAMW;
+        if (k == FG_OPTIM_MUON) {
+            t->muon.lr = m_f64(r, "muon_lr", 0, FG_TRAIN_LR_MAX, 0);
+            t->muon.momentum = m_f64(r, "muon_momentum", 0, 1, 1);
+            t->muon.nesterov = (int)m_int(r, "muon_nesterov", 0, 1);
+            t->muon.ns_steps = (int)m_int(r, "muon_ns_steps", 1, FG_MUON_MAX_NS_STEPS);
+            t->muon.weight_decay = m_f64(r, "muon_weight_decay", 0, FG_TRAIN_WD_MAX, 0);
+            const int a = m_enum(r, "muon_adjust_lr", an, FG_MUON_ADJUST_COUNT);
+            t->muon.adjust = a < 0 ? FG_MUON_ADJUST_ORIGINAL : (fg_muon_adjust)a;
+            *muon_t = m_int(r, "muon_t", 0, FG_TRAIN_STEPS_MAX);
+        }
+    }
     m_no_other_keys(r);
     if (r->st != FG_OK) return r->st;
     if (*adamw_t != *step)
         m_fail(r, "metadata 'adamw_t' = %lld differs from 'step' = %lld (AdamW makes one update per step)",
                (long long)*adamw_t, (long long)*step);
+    else if (t->optimizer == FG_OPTIM_MUON && *muon_t != *step)
+        m_fail(r, "metadata 'muon_t' = %lld differs from 'step' = %lld (Muon makes one update per step)",
+               (long long)*muon_t, (long long)*step);
     else if (fg_train_config_check(t) != FG_OK)
         m_fail(r, "the metadata describes no valid training run: %s", fg_last_error());
     return r->st;
@@ -902,6 +927,19 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     CHECK(meta_i64(ow, "eval_iters", tc->eval_iters));
     CHECK(meta_u64(ow, "seed", tc->seed));
     CHECK(meta_i64(ow, "save_best_only", tc->save_best_only));
+    if (tc->optimizer == FG_OPTIM_MUON) {
+        /* Muon's momentum buffers, back to back in table order (train/muon.h) */
+        int64_t M = tr->muon.n;
+        CHECK(fg_st_writer_add(ow, "muon_momentum_buffer", dt, 1, &M, fg_data(tr->muon.buf)));
+        CHECK(fg_st_writer_set_metadata(ow, "optimizer", fg_optim_name(FG_OPTIM_MUON)));
+        CHECK(meta_f64(ow, "muon_lr", tc->muon.lr));
+        CHECK(meta_f64(ow, "muon_momentum", tc->muon.momentum));
+        CHECK(meta_i64(ow, "muon_nesterov", tc->muon.nesterov));
+        CHECK(meta_i64(ow, "muon_ns_steps", tc->muon.ns_steps));
+        CHECK(meta_f64(ow, "muon_weight_decay", tc->muon.weight_decay));
+        CHECK(fg_st_writer_set_metadata(ow, "muon_adjust_lr", fg_muon_adjust_name(tc->muon.adjust)));
+        CHECK(meta_i64(ow, "muon_t", tr->muon.t));
+    }
 out:
     free(tokstr);
     if (st != FG_OK) writers_free(cw);
@@ -1041,10 +1079,10 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr) {
     if (st != FG_OK) goto out;
     in.model.dtype = tr->model->cfg.dtype;
     fg_train_config t;
-    int64_t step, adamw_t;
+    int64_t step, adamw_t, muon_t;
     uint64_t ph;
     meta_rd ro = {.w = cw.ow, .path = opath};
-    CHECK(parse_optim_meta(&ro, &in.model, &t, &step, &ph, &adamw_t));
+    CHECK(parse_optim_meta(&ro, &in.model, &t, &step, &ph, &adamw_t, &muon_t));
     if (tr->data->kind == FG_SOURCE_TEXT && strcmp(in.data_path, tr->data->path))
         st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path,
                       in.data_path);
@@ -1159,10 +1197,10 @@ static fg_status read_optim(fg_ckpt *c) {
     const char *path = c->optim_path;
     fg_ckpt_info *in = &c->info;
     fg_train_config t;
-    int64_t step, adamw_t;
+    int64_t step, adamw_t, muon_t;
     uint64_t ph;
     meta_rd r = {.f = f, .path = path};
-    fg_status st = parse_optim_meta(&r, &in->model, &t, &step, &ph, &adamw_t);
+    fg_status st = parse_optim_meta(&r, &in->model, &t, &step, &ph, &adamw_t, &muon_t);
     if (st != FG_OK) return st;
     if (step != in->step || ph != in->params_hash)
         return fg_error(FG_ERR_FORMAT,
@@ -1170,9 +1208,10 @@ static fg_status read_optim(fg_ckpt *c) {
                         "write was interrupted?), so the run cannot be resumed exactly",
                         path, (long long)step, c->model_path, (long long)in->step,
                         step == in->step ? " with other weights" : "");
-    if (fg_st_count(f) != 4)
-        return fg_error(FG_ERR_FORMAT, "%s: holds %d tensors, expected 4 (exp_avg, exp_avg_sq, rng, step)", path,
-                        fg_st_count(f));
+    const int muon = t.optimizer == FG_OPTIM_MUON;
+    if (fg_st_count(f) != 4 + muon)
+        return fg_error(FG_ERR_FORMAT, "%s: holds %d tensors, expected %d (exp_avg, exp_avg_sq, %srng, step)", path,
+                        fg_st_count(f), 4 + muon, muon ? "muon_momentum_buffer, " : "");
     /* the moments: one per parameter, finite; the second ones are averages of squares */
     int64_t P = 0;
     for (int i = 0; i < fg_st_count(c->model); i++) {
@@ -1197,6 +1236,33 @@ static fg_status read_optim(fg_ckpt *c) {
                             names[k], isfinite(bad) ? "a negative second moment" : "a non-finite value", bad,
                             (long long)i);
     }
+    if (muon) {
+        /* one buffer element per element of the matrices Muon takes, finite */
+        int np = 0;
+        ck_param *tab = param_table(&in->model, &np);
+        if (!tab) return fg_last_status();
+        int64_t M = 0;
+        for (int j = 0; j < np; j++) {
+            fg_gpt_param q = {.ndim = tab[j].ndim, .layer = tab[j].layer};
+            if (fg_muon_takes(&q)) M += tab[j].numel;
+        }
+        free(tab);
+        const fg_st_array *a = fg_st_find(f, "muon_momentum_buffer");
+        if (!a) return fg_error(FG_ERR_FORMAT, "%s: no tensor 'muon_momentum_buffer' (the run trained with Muon)", path);
+        if (a->dtype != dt || a->ndim != 1 || a->shape[0] != M) {
+            char have[200];
+            return fg_error(FG_ERR_FORMAT,
+                            "%s: muon_momentum_buffer has shape %s %s, expected (%lld) %s (one element per element of "
+                            "the hidden matrices)",
+                            path, fg_dims_str(have, sizeof have, a->ndim, a->shape), fg_st_dtype_name(a->dtype),
+                            (long long)M, fg_st_dtype_name(dt));
+        }
+        double bad;
+        int64_t i = first_bad(a, 0, &bad);
+        if (i >= 0)
+            return fg_error(FG_ERR_FORMAT, "%s: muon_momentum_buffer holds a non-finite value (%g) at index %lld; Muon "
+                            "cannot continue from it", path, bad, (long long)i);
+    }
     int64_t st_step = 0, one = 1, two = 2;
     uint64_t rng[2];
     if (fg_st_read(f, "step", FG_ST_I64, 1, &one, &st_step) != FG_OK ||
@@ -1208,6 +1274,7 @@ static fg_status read_optim(fg_ckpt *c) {
                         (long long)st_step, (unsigned long long)rng[0], (long long)step, (unsigned long long)t.seed);
     in->train = t;
     c->adamw_t = adamw_t;
+    c->muon_t = muon_t;
     in->has_train = 1;
     return FG_OK;
 }
@@ -1342,11 +1409,17 @@ fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr) {
     if (a->compute != b->compute)
         return fg_error(FG_ERR_ARG, "checkpoint: the run computed in %s, the trainer in %s; a resumed run keeps its "
                                     "precision", fg_compute_name(b->compute), fg_compute_name(a->compute));
+    const fg_optim_kind ok = c->info.train.optimizer;
+    if (tr->cfg.optimizer != ok)
+        return fg_error(FG_ERR_ARG, "checkpoint: the run trained with --optimizer %s, the trainer has %s; a resumed run "
+                                    "keeps its optimizer", fg_optim_name(ok), fg_optim_name(tr->cfg.optimizer));
     fg_status st = load_weights(c, tr->model);
     if (st == FG_OK) st = fg_st_read_into(c->optim, "exp_avg", tr->opt.m);
     if (st == FG_OK) st = fg_st_read_into(c->optim, "exp_avg_sq", tr->opt.v);
+    if (st == FG_OK && ok == FG_OPTIM_MUON) st = fg_st_read_into(c->optim, "muon_momentum_buffer", tr->muon.buf);
     if (st != FG_OK) return st;
     tr->opt.t = c->adamw_t;
+    tr->muon.t = c->muon_t;
     tr->step = c->info.step;
     return FG_OK;
 }

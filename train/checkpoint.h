@@ -10,7 +10,12 @@
  *                            "exp_avg" and "exp_avg_sq" (P) in the parameters' flat order,
  *                            "step" (I64, 1), "rng" (U64, 2: the run seed and the step — every
  *                            random draw is a pure function of those, so this is the whole RNG
- *                            state), and the training configuration in its metadata.
+ *                            state), and the training configuration in its metadata; a run
+ *                            with Muon (train/muon.h) adds "muon_momentum_buffer" (the hidden
+ *                            matrices' buffers back to back in table order) and the metadata
+ *                            "optimizer" = "muon", "muon_lr", "muon_momentum", "muon_nesterov",
+ *                            "muon_ns_steps", "muon_weight_decay", "muon_adjust_lr", "muon_t"
+ *                            (absent "optimizer": AdamW alone).
  *
  * Pairing. Both files are written atomically (fileio.h). Both record the step and params_xxh64,
  * the XXH64 of the flat parameter buffer, and a resume checks that they agree. A save first renames

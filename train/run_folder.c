@@ -230,8 +230,8 @@ static int log_is_ours(const char *p) {
     close(fd);
     if (r <= 0) return 0;
     b[r] = '\0';
-    static const char *const headers[] = {FG_RUN_LOG_HEADER "\n", FG_RUN_LOG_HEADER_NO_PEAK "\n",
-                                          FG_RUN_LOG_HEADER_NO_MFU "\n"};
+    static const char *const headers[] = {FG_RUN_LOG_HEADER "\n", FG_RUN_LOG_HEADER_NO_BPB "\n",
+                                          FG_RUN_LOG_HEADER_NO_PEAK "\n", FG_RUN_LOG_HEADER_NO_MFU "\n"};
     for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++)
         if (!strncmp(b, headers[i], strlen(headers[i]))) return 1;
     return 0;
@@ -329,6 +329,7 @@ static int log_has_no_rows(const char *out) {
     }
     const char *b = buf;
     int empty = (n == sizeof FG_RUN_LOG_HEADER && !memcmp(b, FG_RUN_LOG_HEADER "\n", n)) ||
+                (n == sizeof FG_RUN_LOG_HEADER_NO_BPB && !memcmp(b, FG_RUN_LOG_HEADER_NO_BPB "\n", n)) ||
                 (n == sizeof FG_RUN_LOG_HEADER_NO_PEAK && !memcmp(b, FG_RUN_LOG_HEADER_NO_PEAK "\n", n)) ||
                 (n == sizeof FG_RUN_LOG_HEADER_NO_MFU && !memcmp(b, FG_RUN_LOG_HEADER_NO_MFU "\n", n));
     free(buf);
@@ -681,7 +682,10 @@ void fg_run_log_load(fg_run_log *l, const char *path, int64_t step) {
     for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (first) {
             first = 0;
-            missing = !strcmp(line, FG_RUN_LOG_HEADER_NO_MFU) ? 2 : !strcmp(line, FG_RUN_LOG_HEADER_NO_PEAK) ? 1 : 0;
+            missing = !strcmp(line, FG_RUN_LOG_HEADER_NO_MFU)    ? 3
+                      : !strcmp(line, FG_RUN_LOG_HEADER_NO_PEAK) ? 2
+                      : !strcmp(line, FG_RUN_LOG_HEADER_NO_BPB)  ? 1
+                                                                 : 0;
             if (strcmp(line, FG_RUN_LOG_HEADER) && !missing) break; /* not our log: start over */
             continue;
         }
@@ -689,7 +693,7 @@ void fg_run_log_load(fg_run_log *l, const char *path, int64_t step) {
         long long st = strtoll(line, &end, 10);
         if (end == line || *end != ',' || st < 1 || st > step) continue;
         char row[512];
-        if (missing && snprintf(row, sizeof row, "%s%s", line, missing == 2 ? ",," : ",") >= (int)sizeof row) continue;
+        if (missing && snprintf(row, sizeof row, "%s%.*s", line, missing, ",,,") >= (int)sizeof row) continue;
         if (fg_run_log_add(l, missing ? row : line)) break;
     }
     free(buf);

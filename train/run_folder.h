@@ -54,9 +54,10 @@ extern "C" {
  * its own, always at a later step than DIR's; the next checkpoint in DIR removes it. */
 #define FG_RUN_RESUME_DIR "interrupted"
 
-/* The log's header; those of logs written before the peak_gflops and the mfu columns, whose rows a
- * resumed run keeps with those columns empty. */
-#define FG_RUN_LOG_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops"
+/* The log's header; those of logs written before the val_bpb, peak_gflops and mfu columns, whose
+ * rows a resumed run keeps with those columns empty. */
+#define FG_RUN_LOG_HEADER "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops,val_bpb"
+#define FG_RUN_LOG_HEADER_NO_BPB "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops"
 #define FG_RUN_LOG_HEADER_NO_PEAK "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu"
 #define FG_RUN_LOG_HEADER_NO_MFU "step,loss,lr,grad_norm,tokens_per_s,val_loss"
 
@@ -155,7 +156,7 @@ void fg_run_folder_remove_resume(fg_run_folder *rf);
 
 /* ---- the log: its rows kept in memory, the file rewritten atomically ---- */
 typedef struct {
-    char **rows; /* "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops" values, no newline */
+    char **rows; /* "step,loss,lr,grad_norm,tokens_per_s,val_loss,mfu,peak_gflops,val_bpb" values, no newline */
     int64_t n, cap;
 } fg_run_log;
 

@@ -46,6 +46,9 @@ fg_status fg_train_config_check(const fg_train_config *c) {
     if (!(o->grad_clip >= 0 && o->grad_clip <= FG_TRAIN_CLIP_MAX))
         return fg_error(FG_ERR_ARG, "grad-clip %g is outside [0, %g] (0 turns clipping off)", o->grad_clip,
                         FG_TRAIN_CLIP_MAX);
+    if (c->optimizer != FG_OPTIM_ADAMW && c->optimizer != FG_OPTIM_MUON)
+        return fg_error(FG_ERR_ARG, "optimizer %d is neither adamw nor muon", (int)c->optimizer);
+    if (c->optimizer == FG_OPTIM_MUON) return fg_muon_config_check(&c->muon);
     return FG_OK;
 }
 
@@ -69,6 +72,16 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
     if (!comm) comm = fg_comm_single();
     if (cfg->grad_accum % comm->size) {
         fg_error(FG_ERR_ARG, "grad-accum %d does not divide among %d processes", cfg->grad_accum, comm->size);
+        return NULL;
+    }
+    if (zero && comm->size > 1 && cfg->optimizer == FG_OPTIM_MUON) {
+        fg_error(FG_ERR_ARG, "--zero 1 does not shard Muon (its update needs whole matrices): use --zero 0 with "
+                             "--optimizer muon");
+        return NULL;
+    }
+    if (cfg->optimizer == FG_OPTIM_MUON && cfg->model.device != FG_CPU) {
+        fg_error(FG_ERR_DEVICE, "--optimizer muon runs on the CPU only (the device here: %s)",
+                 fg_device_name(cfg->model.device));
         return NULL;
     }
     if (zero && cfg->model.device != FG_CPU) {
@@ -137,7 +150,20 @@ fg_trainer *fg_trainer_create_dist(const fg_train_config *cfg, const fg_source *
         fg_trainer_free(tr);
         return NULL;
     }
+    if (cfg->optimizer == FG_OPTIM_MUON) {
+        tr->opt.muon = 1;
+        if (fg_muon_init(&tr->muon, &cfg->muon, tr->model) != FG_OK) {
+            fg_trainer_free(tr);
+            return NULL;
+        }
+    }
     if (cfg->grad_accum / comm->size > 1 && !(tr->acc = fg_zeros(cfg->model.dtype, cfg->model.device, 1, &np))) {
+        fg_trainer_free(tr);
+        return NULL;
+    }
+    /* bits per byte: each token's length in bytes, once (text and tokens with a tokenizer) */
+    tr->token_bytes = fg_token_bytes_table(data);
+    if (!tr->token_bytes && fg_source_tokenizer(data) && data->kind != FG_SOURCE_ADDITION) {
         fg_trainer_free(tr);
         return NULL;
     }
@@ -157,9 +183,11 @@ void fg_trainer_free(fg_trainer *tr) {
     free(tr->norm_parts);
     fg_gpt_free(tr->model);
     fg_adamw_free(&tr->opt);
+    fg_muon_free(&tr->muon);
     fg_release(tr->grad_seed);
     fg_release(tr->acc);
     free(tr->losses);
+    free(tr->token_bytes);
     free(tr->x);
     free(tr->y);
     free(tr);
@@ -323,6 +351,11 @@ static fg_status trainer_step(fg_trainer *tr, fg_step_stats *out) {
     double coef = 1.0;
     if (c->opt.grad_clip > 0 && c->opt.grad_clip / (st.grad_norm + 1e-6) < 1.0)
         coef = c->opt.grad_clip / (st.grad_norm + 1e-6);
+    if (c->optimizer == FG_OPTIM_MUON) {
+        s = fg_muon_update(&tr->muon, g, fg_trainer_muon_lr(c, tr->step), coef);
+        fg_op_profile_phase("step: Muon");
+    }
+    if (s != FG_OK) return s;
     if (tr->zero) {
         s = fg_adamw_update_range(&tr->opt, g, st.lr, coef, tr->shard_lo, tr->shard_hi);
         if (s == FG_OK) s = fg_comm_allgather(comm, fg_data(g->params_flat), c->model.dtype, g->num_elements, FG_CPU);
@@ -352,27 +385,79 @@ uint64_t fg_trainer_eval_seed(uint64_t run_seed) {
 }
 
 fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss) {
-    const int B = tr->cfg.batch_size, T = tr->T;
-    const uint64_t seed = fg_trainer_eval_seed(tr->cfg.seed);
-    double sum = 0;
-    compute_scope cs;
-    fg_status st = compute_enter(tr, &cs);
-    if (st != FG_OK) return st;
+    return fg_trainer_eval(tr, s, loss, NULL);
+}
+
+fg_status fg_eval_batches(fg_gpt *g, const fg_source *src, fg_split s, int B, int T, int iters, uint64_t run_seed,
+                          const int32_t *token_bytes, int32_t *x, int32_t *y, double *loss, double *bpb) {
+    const uint64_t seed = fg_trainer_eval_seed(run_seed);
+    double sum = 0, nats = 0, bytes = 0;
+    fg_status st = FG_OK;
     fg_no_grad_enter();
-    for (int i = 0; i < tr->cfg.eval_iters; i++) {
-        st = fg_source_batch(tr->data, s, B, T, seed, (uint64_t)i, tr->x, tr->y);
+    for (int i = 0; i < iters; i++) {
+        st = fg_source_batch(src, s, B, T, seed, (uint64_t)i, x, y);
         if (st != FG_OK) break;
-        fg_tensor *l = fg_gpt_loss(tr->model, tr->x, tr->y, B, T, NULL);
+        fg_tensor *l = fg_gpt_loss(g, x, y, B, T, NULL);
         if (!l) {
             st = fg_last_status();
             break;
         }
-        sum += scalar_value(l);
+        const double lv = scalar_value(l);
+        sum += lv;
         fg_release(l);
+        if (!bpb || !token_bytes) continue;
+        /* the batch's bytes; targets of no bytes are ignored (-1) in a second pass, if any */
+        int64_t counted = 0, zero = 0;
+        for (int64_t k = 0; k < (int64_t)B * T; k++) {
+            if (y[k] < 0) continue;
+            const int nb = token_bytes[y[k]];
+            if (nb == 0) {
+                zero++;
+                y[k] = -1;
+            } else {
+                counted++;
+                bytes += nb;
+            }
+        }
+        if (counted == 0) continue;
+        if (zero == 0) {
+            nats += lv * (double)counted; /* the mean times the count: the sum of the targets' losses */
+            continue;
+        }
+        fg_tensor *l2 = fg_gpt_loss(g, x, y, B, T, NULL);
+        if (!l2) {
+            st = fg_last_status();
+            break;
+        }
+        nats += scalar_value(l2) * (double)counted;
+        fg_release(l2);
     }
     fg_no_grad_exit();
+    if (st == FG_OK) *loss = sum / iters;
+    if (st == FG_OK && bpb) *bpb = token_bytes && bytes > 0 ? nats / (M_LN2 * bytes) : NAN;
+    return st;
+}
+
+int32_t *fg_token_bytes_table(const fg_source *src) {
+    const fg_tokenizer *tok = fg_source_tokenizer(src);
+    if (!tok || src->kind == FG_SOURCE_ADDITION) return NULL;
+    const int V = fg_source_vocab_size(src);
+    int32_t *t = malloc((size_t)V * sizeof *t);
+    if (!t) {
+        fg_error(FG_ERR_OOM, "out of memory for %d token lengths", V);
+        return NULL;
+    }
+    for (int32_t i = 0; i < V; i++) t[i] = fg_tokenizer_token_bytes(tok, i);
+    return t;
+}
+
+fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb) {
+    compute_scope cs;
+    fg_status st = compute_enter(tr, &cs);
+    if (st != FG_OK) return st;
+    st = fg_eval_batches(tr->model, tr->data, s, tr->cfg.batch_size, tr->T, tr->cfg.eval_iters, tr->cfg.seed,
+                         tr->token_bytes, tr->x, tr->y, loss, bpb);
     compute_exit(&cs);
-    if (st == FG_OK) *loss = sum / tr->cfg.eval_iters;
     return st;
 }
 
@@ -404,6 +489,10 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
     free(ans);
     if (st == FG_OK) *acc = (double)correct / K;
     return st;
+}
+
+double fg_trainer_muon_lr(const fg_train_config *c, int64_t s) {
+    return c->muon.lr * (fg_lr_at(&c->opt, s) / c->opt.lr);
 }
 
 /* ---- model FLOPs ---- */

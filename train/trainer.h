@@ -11,6 +11,7 @@
  *         loss = model(x, y) with dropout masks of (seed, step, micro)   (train/gpt.h)
  *         backward(loss) with d loss = 1 / grad_accum                   (so grads are the mean)
  *     clip the global gradient norm; AdamW at lr = schedule(step)
+ *     (with Muon: Muon for the hidden matrices at muon.lr · schedule(step) / lr first, train/muon.h)
  *     (the clip's coefficient applied as AdamW reads each gradient: grads_flat keeps the unclipped sum)
  * Everything random is a pure function of (seed, step, micro), so the state of a run is its
  * parameters, AdamW's moments and `step`: a run resumed from those continues bit for bit. Given
@@ -39,6 +40,7 @@
 #include "train/adamw.h"
 #include "train/dist.h"
 #include "train/gpt.h"
+#include "train/muon.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +52,10 @@ extern "C" {
 typedef struct {
     fg_gpt_config model;
     fg_adamw_config opt;
+    /* FG_OPTIM_ADAMW (0): AdamW for every parameter; FG_OPTIM_MUON: Muon (muon, train/muon.h) for
+     * the hidden matrices and AdamW (opt) for the rest, both on opt's schedule */
+    fg_optim_kind optimizer;
+    fg_muon_config muon; /* read with FG_OPTIM_MUON only */
     int batch_size; /* B, rows per micro-batch */
     int grad_accum; /* micro-batches per optimizer step, over all ranks of a data-parallel run */
     int64_t steps;  /* optimizer steps of the run */
@@ -82,6 +88,7 @@ typedef struct {
     fg_train_config cfg;
     fg_gpt *model;         /* owned */
     fg_adamw opt;          /* owned */
+    fg_muon muon;          /* owned; with FG_OPTIM_MUON only (muon.buf NULL otherwise) */
     const fg_source *data; /* borrowed */
     int64_t step;          /* optimizer steps done */
     int T;                 /* sequence length of the batches */
@@ -98,6 +105,7 @@ typedef struct {
     fg_tensor *acc;               /* (P) the fold of the micro-batch gradients (when A > 1), or NULL */
     double *losses;               /* (grad_accum) the micro-batch losses of a step, global order */
     fg_tensor *m_shard, *v_shard; /* zero: the shard moments while opt holds full ones (fg_trainer_unshard) */
+    int32_t *token_bytes; /* (V) bytes of text per token (datasets/tokenizer.h), or NULL: no bits per byte */
 } fg_trainer;
 
 /* A fresh run: model initialized from cfg->seed, zero moments, step 0. cfg->model.vocab_size must
@@ -129,6 +137,20 @@ fg_status fg_trainer_step(fg_trainer *tr, fg_step_stats *st);
 
 /* Mean loss over eval_iters fixed batches of split s (no dropout, no graph). */
 fg_status fg_trainer_eval_loss(fg_trainer *tr, fg_split s, double *loss);
+/* The same loss (the same bits), and in *bpb the bits per byte of the same batches, as nanochat's
+ * evaluate_bpb: (sum of the targets' losses in nats) / (ln 2 · sum of their byte lengths), targets
+ * of 0 bytes (special tokens) left out of both sums (a batch with some runs the model once more with
+ * them ignored). *bpb is NAN when the data's tokens do not map to bytes (no tokenizer: token files
+ * without one; the addition task) or no target has a byte. bpb may be NULL. */
+fg_status fg_trainer_eval(fg_trainer *tr, fg_split s, double *loss, double *bpb);
+/* What fg_trainer_eval computes, for any CPU model g (`flashgrad eval`): iters fixed batches (B, T)
+ * of src's split s drawn with fg_trainer_eval_seed(run_seed), x and y (B·T) scratch; token_bytes
+ * NULL gives *bpb NAN. */
+fg_status fg_eval_batches(fg_gpt *g, const fg_source *src, fg_split s, int B, int T, int iters, uint64_t run_seed,
+                          const int32_t *token_bytes, int32_t *x, int32_t *y, double *loss, double *bpb);
+/* (V) bytes of text per token of src's tokenizer (fg_tokenizer_token_bytes), caller frees; NULL
+ * when its tokens do not map to bytes (no tokenizer, the addition task) or out of memory. */
+int32_t *fg_token_bytes_table(const fg_source *src);
 
 /* Addition task only: exact-match accuracy over the first K evaluation problems of split s,
  * decoded greedily in batches. */
@@ -150,6 +172,9 @@ double fg_trainer_flops_per_token(const fg_trainer *tr);
  * process, ~0.1 s, on first use) of every rank (tokens/s counts all ranks' tokens). A fraction (0.41 is 41%);
  * NAN for a model not on the CPU. */
 double fg_trainer_mfu(const fg_trainer *tr, double tokens_per_s);
+
+/* The Muon group's learning rate at step s: cfg->muon.lr scaled as the schedule scales cfg->opt.lr. */
+double fg_trainer_muon_lr(const fg_train_config *c, int64_t s);
 
 #ifdef __cplusplus
 }
