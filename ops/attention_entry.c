@@ -16,6 +16,8 @@
  */
 #include "ops/attention_kernels.h"
 
+#include "ops/attention.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdio.h>

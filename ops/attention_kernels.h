@@ -22,7 +22,8 @@
 
 #include <stdint.h>
 
-#include "ops/attention.h"
+#include "ops/attention_types.h"
+#include "tensor/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
