@@ -147,16 +147,13 @@ template <typename T> static fg_status flash_launch(int D, const fa_args<T> &a, 
     return fa_mods(a) ? flash_launch_d<T, true>(D, a, backward) : flash_launch_d<T, false>(D, a, backward);
 }
 
-/* The limits of these kernels: the sizes the grids can hold, and no user callbacks (they run on
- * the CPU only; fg_attention refuses them on cuda before calling us, direct callers get the same
- * answer here). The problem's own checks (heads, softcap, ALiBi slopes, ...) are fg_attention's,
- * made before any kernel is called (fg_attn_call_begin). */
-static fg_status check_problem(const fg_attn_problem *pr, const char *what) {
-    if (pr->custom.score_mod || pr->custom.score_mod_grad || pr->custom.mask || pr->custom.block_mask)
-        return fg_error(FG_ERR_DEVICE,
-                        "%s on cuda: user callbacks (score_mod, mask, block mask) run on the CPU only; "
-                        "move the tensors to the CPU, or use the built-in variants (GQA, window, ALiBi, softcap)",
-                        what);
+/* The limits of these kernels: the sizes the grids can hold. What the kernels implement (no user
+ * callbacks: they run on the CPU only; the variants of caps and caps_bf16) is the entry's one check,
+ * fg_attn_check_caps (ops/attention_entry.c), made before any kernel is called; a direct caller
+ * gets the same answer here from the same function. The problem's own checks (heads, softcap,
+ * ALiBi slopes, ...) are the entry's too (fg_attn_call_begin). */
+static fg_status check_problem(fg_attn_impl impl, fg_dtype dt, const fg_attn_problem *pr, const char *what) {
+    FG_TRY(fg_attn_check_caps(pr, impl, dt, FG_CUDA, dt == FG_BF16 ? FG_ATTN_CAPS_BF16_CUDA : FG_ATTN_CAP_ALL));
     if (pr->B > 65535 || pr->H > 65535)
         return fg_error(FG_ERR_ARG, "%s: B = %lld and H = %lld must each be at most 65535 on the GPU", what,
                         (long long)pr->B, (long long)pr->H);
@@ -490,10 +487,8 @@ static fg_status bf16_backward(void *dq, void *dk, void *dv, const void *dout, c
 extern "C" fg_status fg_cu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux,
                                              const void *q, const void *k, const void *v, const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention"));
-    FG_TRY(check_problem(pr, "attention"));
-    if (dt == FG_BF16)
-        return impl == FG_ATTN_FLASH ? bf16_forward(o, lse, q, k, v, pr)
-                                     : fg_error(FG_ERR_ARG, "attention on cuda: bfloat16 runs the flash kernels only");
+    FG_TRY(check_problem(impl, dt, pr, "attention"));
+    if (dt == FG_BF16) return bf16_forward(o, lse, q, k, v, pr); /* flash: check_problem refused naive */
     if (fg_cu_mixed_bf16() && (dt == FG_F32 || dt == FG_F64)) /* bfloat16 mixed precision (cuda/mixed.cuh) */
         return fg_cu_attention_mixed_forward(impl, dt, o, lse, aux, q, k, v, pr);
     if (impl == FG_ATTN_FLASH)
@@ -514,11 +509,9 @@ extern "C" fg_status fg_cu_attention_backward(fg_attn_impl impl, fg_dtype dt, vo
                                               const void *o, const void *lse, const void *aux,
                                               const fg_attn_problem *pr) {
     FG_TRY(fg_cu_require("attention backward"));
-    FG_TRY(check_problem(pr, "attention backward"));
-    if (dt == FG_BF16)
-        return impl == FG_ATTN_FLASH
-                   ? bf16_backward(dq, dk, dv, dout, q, k, v, o, lse, pr)
-                   : fg_error(FG_ERR_ARG, "attention backward on cuda: bfloat16 runs the flash kernels only");
+    FG_TRY(check_problem(impl, dt, pr, "attention backward"));
+    if (dt == FG_BF16) /* flash: check_problem refused naive */
+        return bf16_backward(dq, dk, dv, dout, q, k, v, o, lse, pr);
     if (fg_cu_mixed_bf16() && (dt == FG_F32 || dt == FG_F64)) /* bfloat16 mixed precision (cuda/mixed.cuh) */
         return fg_cu_attention_mixed_backward(impl, dt, dq, dk, dv, dout, q, k, v, o, lse, pr);
     if (impl == FG_ATTN_FLASH)

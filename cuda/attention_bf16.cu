@@ -30,10 +30,9 @@ static fa16_args bf16_args(const fg_attn_problem *pr) {
 fg_status fg_cuda_attn_bf16_check(const fg_attn_problem *pr) {
     if (!fa16_width(pr->d))
         return fg_error(FG_ERR_ARG, "bf16 attention: head dim %lld is not a multiple of 8 in 8..128", (long long)pr->d);
-    if (pr->var.softcap > 0 || pr->var.alibi)
-        return fg_error(FG_ERR_ARG, "bf16 attention: softcap and ALiBi are not supported yet");
-    if (pr->custom.score_mod || pr->custom.mask || pr->custom.block_mask)
-        return fg_error(FG_ERR_ARG, "bf16 attention: user callbacks run on the CPU only");
+    /* what these kernels implement (FG_ATTN_CAPS_BF16_CUDA: no softcap, ALiBi or user callbacks): the
+     * entry's one check, which the mixed-precision path (a float32 problem) needs here too */
+    FG_TRY(fg_attn_check_caps(pr, FG_ATTN_FLASH, FG_BF16, FG_CUDA, FG_ATTN_CAPS_BF16_CUDA));
     if (pr->H > 65535 || pr->B > 65535) return fg_error(FG_ERR_ARG, "bf16 attention: B and H must be at most 65535");
     return FG_OK;
 }

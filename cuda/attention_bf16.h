@@ -18,7 +18,8 @@
 extern "C" {
 #endif
 
-/* FG_OK, or FG_ERR_ARG (an unsupported problem) or FG_ERR_DEVICE (the launch failed). */
+/* FG_OK, or FG_ERR_ARG (sizes these kernels cannot hold) or FG_ERR_DEVICE (what they do not
+ * implement, fg_attn_check_caps with FG_ATTN_CAPS_BF16_CUDA). */
 fg_status fg_cuda_attn_bf16_check(const fg_attn_problem *pr);
 /* The forward on the current stream: o, lse out (device memory). */
 fg_status fg_cuda_attn_bf16_forward(float *o, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,

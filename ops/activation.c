@@ -25,16 +25,24 @@ typedef struct {
     double c;
 } activation_state;
 
+/* What every backward below starts with, once an input wants a gradient: the kernel table of the
+ * saved input's device and dout, contiguous (*dout a new reference). */
+static fg_status activation_backward_begin(fg_node *n, const activation_state *s, const fg_kernels **k,
+                                           fg_tensor **dout) {
+    *k = fg_kernels_for(s->a->device, n->op);
+    if (!*k) return fg_last_status();
+    *dout = fg_op_grad_out(n);
+    return *dout ? FG_OK : fg_last_status();
+}
+
 /* inputs {x}. forward: out = relu(x)²  ->  dx += dout * 2 relu(x) */
 static fg_status relu2_backward(fg_node *n) {
     const activation_state *s = FG_NODE_STATE(n, activation_state);
-    fg_tensor *dx;
+    fg_tensor *dx, *dout;
+    const fg_kernels *k;
     FG_TRY(fg_grad_get(n->inputs[0], &dx));
     if (!dx) return FG_OK;
-    const fg_kernels *k = fg_kernels_for(s->a->device, n->op);
-    if (!k) return fg_last_status();
-    fg_tensor *dout = fg_op_grad_out(n);
-    if (!dout) return fg_last_status();
+    FG_TRY(activation_backward_begin(n, s, &k, &dout));
     fg_status st = k->activation.relu2_backward(s->a->dtype, fg_data(dx), fg_data(dout), fg_data(s->a), fg_numel(s->a));
     fg_release(dout);
     return st;
@@ -43,14 +51,12 @@ static fg_status relu2_backward(fg_node *n) {
 /* inputs {a, b}. forward: out = silu(a) b  ->  da += dout b silu'(a);  db += dout silu(a) */
 static fg_status swiglu_backward(fg_node *n) {
     const activation_state *s = FG_NODE_STATE(n, activation_state);
-    fg_tensor *da, *db;
+    fg_tensor *da, *db, *dout;
+    const fg_kernels *k;
     FG_TRY(fg_grad_get(n->inputs[0], &da));
     FG_TRY(fg_grad_get(n->inputs[1], &db));
     if (!da && !db) return FG_OK;
-    const fg_kernels *k = fg_kernels_for(s->a->device, n->op);
-    if (!k) return fg_last_status();
-    fg_tensor *dout = fg_op_grad_out(n);
-    if (!dout) return fg_last_status();
+    FG_TRY(activation_backward_begin(n, s, &k, &dout));
     fg_status st = k->activation.swiglu_backward(s->a->dtype, da ? fg_data(da) : NULL, db ? fg_data(db) : NULL,
                                                  fg_data(dout), fg_data(s->a), fg_data(s->b), fg_numel(s->a));
     fg_release(dout);
@@ -60,13 +66,11 @@ static fg_status swiglu_backward(fg_node *n) {
 /* inputs {x}. forward: out = c tanh(x / c)  ->  dx += dout (1 − tanh²(x / c)) */
 static fg_status softcap_backward(fg_node *n) {
     const activation_state *s = FG_NODE_STATE(n, activation_state);
-    fg_tensor *dx;
+    fg_tensor *dx, *dout;
+    const fg_kernels *k;
     FG_TRY(fg_grad_get(n->inputs[0], &dx));
     if (!dx) return FG_OK;
-    const fg_kernels *k = fg_kernels_for(s->a->device, n->op);
-    if (!k) return fg_last_status();
-    fg_tensor *dout = fg_op_grad_out(n);
-    if (!dout) return fg_last_status();
+    FG_TRY(activation_backward_begin(n, s, &k, &dout));
     fg_status st =
         k->activation.softcap_backward(s->a->dtype, fg_data(dx), fg_data(dout), fg_data(s->a), fg_numel(s->a), s->c);
     fg_release(dout);

@@ -1,7 +1,7 @@
-/* attention.c — fg_attention, the op's one shell for every device: argument checks, the autograd
- * node and its typed state, and the one entry below it (fg_attn_call_*, ops/attention_kernels.h)
- * through which every caller reaches the device's kernel table (ops/kernels.h: the CPU's are in
- * ops/cpu/attention.c).
+/* attention.c — fg_attention and fg_attention_qkv, the op's one shell for every device: the
+ * tensors' checks, the autograd node and its typed state. Below it, the one entry (fg_attn_call_*,
+ * ops/attention_entry.c) checks the problem and reaches the device's kernel table (ops/kernels.h:
+ * the CPU's are in ops/cpu/attention.c).
  *
  * Legend: B batch, H heads, Nq queries, Nk keys, d head dim.
  *   q (B, H, Nq, d); k, v (B, H, Nk, d) -> o (B, H, Nq, d), lse (B, H, Nq)
@@ -16,6 +16,8 @@
  * reference to the block mask.
  */
 #include "ops/attention_kernels.h"
+
+#include "ops/attention.h"
 
 #include <float.h>
 #include <math.h>
@@ -58,123 +60,6 @@ int fg_attn_has_variant(const fg_attn_opts *o) {
            c->mask || c->block_mask;
 }
 
-/* ---- checks ---- */
-fg_status fg_attn_problem_init(fg_attn_problem *pr, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
-                               const fg_attn_opts *opts) {
-    fg_attn_opts o = opts ? *opts : fg_attn_defaults();
-    if (B < 0 || H < 0 || Nq < 0 || Nk < 0)
-        return fg_error(FG_ERR_SHAPE, "attention: negative size (B=%lld H=%lld Nq=%lld Nk=%lld)", (long long)B,
-                        (long long)H, (long long)Nq, (long long)Nk);
-    if (d < 1) return fg_error(FG_ERR_SHAPE, "attention: head dim d must be >= 1, got %lld", (long long)d);
-    /* BLAS takes int sizes, Philox's counter takes 32-bit indices */
-    const int64_t lim = INT32_MAX;
-    if (B > lim || H > lim || Nq > lim || Nk > lim || d > lim)
-        return fg_error(FG_ERR_SHAPE, "attention: a size exceeds 2^31-1 (B=%lld H=%lld Nq=%lld Nk=%lld d=%lld)",
-                        (long long)B, (long long)H, (long long)Nq, (long long)Nk, (long long)d);
-    if (o.impl != FG_ATTN_NAIVE && o.impl != FG_ATTN_FLASH)
-        return fg_error(FG_ERR_ARG, "attention: unknown implementation %d (naive or flash)", (int)o.impl);
-    if (!isfinite(o.scale)) return fg_error(FG_ERR_ARG, "attention: scale must be finite, got %g", o.scale);
-    if (!(o.dropout_p >= 0 && o.dropout_p < 1))
-        return fg_error(FG_ERR_ARG, "attention: dropout p must be in [0, 1), got %g", o.dropout_p);
-    if (o.block_q < 0 || o.block_q > FG_ATTN_MAX_BLOCK || o.block_k < 0 || o.block_k > FG_ATTN_MAX_BLOCK)
-        return fg_error(FG_ERR_ARG,
-                        "attention: block sizes must be in [1, %d] (0 = default), got block_q=%d block_k=%d",
-                        FG_ATTN_MAX_BLOCK, o.block_q, o.block_k);
-    /* ---- variants ---- */
-    fg_attn_variant var = o.variant;
-    if (var.n_kv_heads == 0) var.n_kv_heads = H;
-    if (var.n_kv_heads < 0 || var.n_kv_heads > lim || (H > 0 && (var.n_kv_heads < 1 || H % var.n_kv_heads != 0)) ||
-        (H == 0 && var.n_kv_heads != 0))
-        return fg_error(FG_ERR_SHAPE, "attention: H = %lld query heads must be a multiple of the %lld K/V heads",
-                        (long long)H, (long long)var.n_kv_heads);
-    var.window = var.window ? 1 : 0;
-    /* a bound at least 2^32 lets every key through on that side (|i'| < 2^31 and j < 2^31): the same
-     * as unbounded, written as -1 so that i' ± L never overflows */
-    if (var.window_left < 0 || var.window_left >= ((int64_t)1 << 32)) var.window_left = -1;
-    if (var.window_right < 0 || var.window_right >= ((int64_t)1 << 32)) var.window_right = -1;
-    var.alibi = var.alibi ? 1 : 0;
-    if (!(isfinite(var.softcap) && var.softcap >= 0))
-        return fg_error(FG_ERR_ARG, "attention: softcap must be finite and >= 0 (0 = off), got %g", var.softcap);
-    if (var.alibi && var.alibi_slopes)
-        for (int64_t h = 0; h < H; h++)
-            if (!isfinite(var.alibi_slopes[h]))
-                return fg_error(FG_ERR_ARG, "attention: ALiBi slope of head %lld is %g, not finite", (long long)h,
-                                var.alibi_slopes[h]);
-    if (!var.alibi) var.alibi_slopes = NULL;
-    const fg_attn_custom *c = &o.custom;
-    if ((c->score_mod == NULL) != (c->score_mod_grad == NULL))
-        return fg_error(FG_ERR_ARG,
-                        "attention: a score_mod needs its derivative score_mod_grad, and the reverse (got %s "
-                        "without %s)",
-                        c->score_mod ? "score_mod" : "score_mod_grad", c->score_mod ? "score_mod_grad" : "score_mod");
-    if (c->block_mask) {
-        int64_t bB, bH, bNq, bNk;
-        int bbq, bbk;
-        fg_attn_block_mask_dims(c->block_mask, &bB, &bH, &bNq, &bNk, &bbq, &bbk);
-        if (!c->mask) return fg_error(FG_ERR_ARG, "attention: a block mask needs the mask callback it was built from");
-        if (bNq != Nq || bNk != Nk || (bB != 1 && bB != B) || (bH != 1 && bH != H))
-            return fg_error(FG_ERR_SHAPE,
-                            "attention: the block mask was built for B=%lld H=%lld Nq=%lld Nk=%lld, the "
-                            "inputs are B=%lld H=%lld Nq=%lld Nk=%lld",
-                            (long long)bB, (long long)bH, (long long)bNq, (long long)bNk, (long long)B, (long long)H,
-                            (long long)Nq, (long long)Nk);
-        if (o.block_q == 0) o.block_q = bbq;
-        if (o.block_k == 0) o.block_k = bbk;
-        if (o.block_q != bbq || o.block_k != bbk)
-            return fg_error(FG_ERR_ARG, "attention: the block mask has %dx%d tiles but the flash blocks are %dx%d", bbq,
-                            bbk, o.block_q, o.block_k);
-    }
-    *pr = (fg_attn_problem){
-        .B = B,
-        .H = H,
-        .Nq = Nq,
-        .Nk = Nk,
-        .d = d,
-        .scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d),
-        .causal = o.causal == FG_ATTN_CAUSAL_TOP_LEFT ? FG_ATTN_CAUSAL_TOP_LEFT
-                  : o.causal                          ? 1
-                                                      : 0,
-        .dropout_p = o.dropout_p,
-        .seed = o.seed,
-        .block_q = o.block_q ? o.block_q : FG_ATTN_DEFAULT_BLOCK_Q,
-        .block_k = o.block_k ? o.block_k : FG_ATTN_DEFAULT_BLOCK_K,
-        .var = var,
-        .custom = *c,
-    };
-    return FG_OK;
-}
-
-fg_status fg_attn_problem_check_dtype(const fg_attn_problem *pr, fg_dtype dt) {
-    if (dt != FG_F32 && dt != FG_F64 && dt != FG_BF16)
-        return fg_error(FG_ERR_DTYPE, "attention: unsupported dtype %d", (int)dt);
-    /* bfloat16 kernels compute the scores in float32 */
-    const fg_dtype cdt = dt == FG_BF16 ? FG_F32 : dt;
-    const double tmax = cdt == FG_F32 ? FLT_MAX : DBL_MAX, tmin = cdt == FG_F32 ? FLT_MIN : DBL_MIN;
-    const char *dn = fg_dtype_name(cdt);
-    if (!(fabs(pr->scale) <= tmax))
-        return fg_error(FG_ERR_ARG, "attention: scale %g does not fit %s: |scale| must be at most %.3g", pr->scale, dn,
-                        tmax);
-    const double c = pr->var.softcap;
-    if (c != 0 && !(c >= tmin && c <= tmax))
-        return fg_error(FG_ERR_ARG,
-                        "attention: softcap %g does not fit %s: it must be 0 (off) or in [%.3g, %.3g] (c and "
-                        "1/c are both %s)",
-                        c, dn, tmin, tmax, dn);
-    if (pr->var.alibi) {
-        /* the bias slope_h · |i' − j| is rounded to dt once; |i' − j| <= max(Nq, Nk) − 1 */
-        const int64_t far = (pr->Nq > pr->Nk ? pr->Nq : pr->Nk) - 1;
-        for (int64_t h = 0; far > 0 && h < pr->H; h++) {
-            const double slope = pr->var.alibi_slopes ? pr->var.alibi_slopes[h] : fg_attn_alibi_slope(h, pr->H);
-            if (!(fabs(slope) * (double)far <= tmax))
-                return fg_error(FG_ERR_ARG,
-                                "attention: ALiBi slope %g of head %lld does not fit %s at distance %lld: "
-                                "|slope| must be at most %.3g",
-                                slope, (long long)h, dn, (long long)far, tmax / (double)far);
-        }
-    }
-    return FG_OK;
-}
-
 static fg_status check_qkv(const fg_tensor *q, const fg_tensor *k, const fg_tensor *v) {
     char b1[96], b2[96], b3[96];
     const fg_tensor *t[3] = {q, k, v};
@@ -205,46 +90,6 @@ static fg_status check_qkv(const fg_tensor *q, const fg_tensor *k, const fg_tens
                         "H a multiple of H_kv",
                         fg_shape_str(q, b1, sizeof b1), fg_shape_str(k, b2, sizeof b2), fg_shape_str(v, b3, sizeof b3));
     return FG_OK;
-}
-
-/* The device's kernels run only the variants they list in caps (caps_bf16 for bfloat16, which a
- * device without FG_ATTN_CAP_BF16 there refuses outright), and user callbacks only on the CPU. */
-static fg_status check_device_variant(const fg_attn_problem *pr, fg_attn_impl impl, fg_dtype dt, fg_device dev,
-                                      const fg_attention_kernels *kn) {
-    const int bf16 = dt == FG_BF16;
-    const unsigned caps = bf16 ? kn->caps_bf16 : kn->caps;
-    if (bf16 && !(caps & FG_ATTN_CAP_BF16)) return fg_op_compute_dtype("attention", "q", dt, dev);
-    if (bf16 && impl != FG_ATTN_FLASH)
-        return fg_error(FG_ERR_ARG, "attention on %s: bfloat16 q, k, v run the flash kernels only (not --impl %s)",
-                        fg_device_name(dev), fg_attn_impl_name(impl));
-    const char *what = NULL;
-    if (dev != FG_CPU && (pr->custom.score_mod || pr->custom.mask || (bf16 && pr->custom.block_mask)))
-        what = "user callbacks (score_mod, mask), which run on the CPU only";
-    else if (pr->var.n_kv_heads != pr->H && !(caps & FG_ATTN_CAP_GQA))
-        what = "grouped-query attention";
-    else if (pr->var.window && !(caps & FG_ATTN_CAP_WINDOW))
-        what = "sliding windows";
-    else if (pr->var.alibi && !(caps & FG_ATTN_CAP_ALIBI))
-        what = "ALiBi";
-    else if (pr->var.softcap > 0 && !(caps & FG_ATTN_CAP_SOFTCAP))
-        what = "softcapping";
-    else if (pr->causal == FG_ATTN_CAUSAL_TOP_LEFT && pr->Nq != pr->Nk && !(caps & FG_ATTN_CAP_CAUSAL_TOP_LEFT))
-        what = "a top-left aligned causal mask with Nq != Nk";
-    if (what)
-        return fg_error(FG_ERR_DEVICE, "attention on %s: this build's %skernels do not support %s", fg_device_name(dev),
-                        bf16 ? "bfloat16 " : "", what);
-    return FG_OK;
-}
-
-/* The attention kernels of device dev; NULL (and the error) when it has none for that direction. */
-static const fg_attention_kernels *attention_kernels(fg_device dev, int backward) {
-    const fg_kernels *kt = fg_kernels_for(dev, "attention");
-    if (!kt) return NULL;
-    if (backward ? !kt->attention.backward : !kt->attention.forward) {
-        fg_error(FG_ERR_DEVICE, "op attention%s: not supported on %s", backward ? " backward" : "", kt->device);
-        return NULL;
-    }
-    return &kt->attention;
 }
 
 /* ---- the backward's copy of the resolved problem, owning what it points at ---- */
@@ -330,152 +175,6 @@ static fg_status attention_backward(fg_node *n) {
                                       g[2] ? fg_data(g[2]) : NULL, dout);
     fg_release(dout);
     return st;
-}
-
-/* ============================================================================================
- * the one entry below fg_attention (ops/attention_kernels.h): fg_attention, fg_attention_qkv and
- * the Python package's shim run every attention through these
- * ============================================================================================ */
-
-fg_status fg_attn_check_opts(const fg_attn_opts *opts, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t d,
-                             fg_dtype dt) {
-    fg_attn_problem pr;
-    FG_TRY(fg_attn_problem_init(&pr, B, H, Nq, Nk, d, opts));
-    return fg_attn_problem_check_dtype(&pr, dt);
-}
-
-fg_status fg_attn_call_begin(fg_attn_call *c, const fg_attn_opts *opts, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
-                             int64_t d, fg_dtype dt, fg_device dev, unsigned bm_broadcast) {
-    const fg_attn_opts op = opts ? *opts : fg_attn_defaults();
-    *c = (fg_attn_call){.impl = op.impl, .dt = dt, .dev = dev};
-    fg_attn_problem *pr = &c->pr;
-    FG_TRY(fg_attn_problem_init(pr, B, H, Nq, Nk, d, &op));
-    FG_TRY(fg_attn_problem_check_dtype(pr, dt));
-    const fg_attention_kernels *kn = attention_kernels(dev, 0);
-    if (!kn) return fg_last_status();
-    FG_TRY(check_device_variant(pr, op.impl, dt, dev, kn));
-    /* a mask without a block mask: flash builds one for this call (and its backward) */
-    if (op.impl == FG_ATTN_FLASH && pr->custom.mask && !pr->custom.block_mask && pr->B > 0 && pr->H > 0) {
-        const int64_t bB = bm_broadcast & 1 ? 1 : pr->B, bH = bm_broadcast & 2 ? 1 : pr->H;
-        c->own_bm = fg_attn_block_mask_create(pr->custom.mask, pr->custom.user, bB, bH, pr->Nq, pr->Nk, pr->block_q,
-                                              pr->block_k);
-        if (!c->own_bm) return fg_last_status();
-        pr->custom.block_mask = c->own_bm;
-    }
-    return FG_OK;
-}
-
-void fg_attn_call_end(fg_attn_call *c) {
-    fg_attn_block_mask_release(c->own_bm);
-    c->own_bm = NULL;
-}
-
-/* Are all n elements of x (float32 or float64) finite? */
-static int all_finite(fg_dtype dt, const void *x, int64_t n) {
-    if (dt == FG_F32) {
-        const float *f = x;
-        for (int64_t e = 0; e < n; e++)
-            if (!isfinite(f[e])) return 0;
-    } else {
-        const double *f = x;
-        for (int64_t e = 0; e < n; e++)
-            if (!isfinite(f[e])) return 0;
-    }
-    return 1;
-}
-
-/* After a CPU forward: with finite q, k and v every visible score is finite or the scores
- * overflowed dt (|scale · q·k| above its range): a row's lse is then NaN (a score +inf, so
- * inf − inf), or −inf although the row sees keys (every score −inf). A NaN or infinite input
- * rightly makes NaN rows (or −inf ones), so the inputs are scanned only when such a row turns up.
- * FG_ERR_NUMERIC for overflowed scores; a score_mod that returns NaN or +inf (it must not) reads the
- * same. The lse of a row that sees no key is −inf; with a mask or score_mod callback a visible
- * score may be −inf, so −inf rows count only without them. */
-static fg_status check_scores(const fg_attn_problem *pr, fg_dtype dt, const void *lse, int n_in,
-                              const void *const *in, const int64_t *len) {
-    const int64_t rows = pr->B * pr->H * pr->Nq;
-    const int inf_rows = !pr->custom.mask && !pr->custom.score_mod;
-    int64_t bad = -1;
-    for (int64_t r = 0; r < rows && bad < 0; r++) {
-        const double L = dt == FG_F32 ? (double)((const float *)lse)[r] : ((const double *)lse)[r];
-        if (isnan(L) || L == INFINITY)
-            bad = r;
-        else if (L == -INFINITY && inf_rows) {
-            int64_t lo, hi;
-            fg_attn_row_range(r % pr->Nq, pr->Nq, pr->Nk, pr->causal, pr->var.window, pr->var.window_left,
-                              pr->var.window_right, &lo, &hi);
-            if (lo < hi) bad = r;
-        }
-    }
-    if (bad < 0) return FG_OK;
-    for (int a = 0; a < n_in; a++)
-        if (!all_finite(dt, in[a], len[a])) return FG_OK;
-    const int64_t b = bad / (pr->H * pr->Nq), h = bad / pr->Nq % pr->H, i = bad % pr->Nq;
-    return fg_error(FG_ERR_NUMERIC,
-                    "attention: the scores of query %lld (batch %lld, head %lld) overflow %s although q, "
-                    "k and v are finite: |scale * q.k| exceeds %.3g (scale %g)%s; use float64 inputs or "
-                    "a smaller scale",
-                    (long long)i, (long long)b, (long long)h, fg_dtype_name(dt), dt == FG_F32 ? FLT_MAX : DBL_MAX,
-                    pr->scale, pr->custom.score_mod ? ", or score_mod returned NaN or +inf" : "");
-}
-
-fg_status fg_attn_call_forward(const fg_attn_call *c, void *o, void *lse, void *aux, const void *q, const void *k,
-                               const void *v) {
-    const fg_attention_kernels *kn = attention_kernels(c->dev, 0);
-    if (!kn) return fg_last_status();
-    FG_TRY(kn->forward(c->impl, c->dt, o, lse, aux, q, k, v, &c->pr));
-    if (c->dev != FG_CPU) return FG_OK;
-    const fg_attn_problem *pr = &c->pr;
-    const int64_t nq = pr->B * pr->H * pr->Nq * pr->d, nk = pr->B * pr->var.n_kv_heads * pr->Nk * pr->d;
-    return check_scores(pr, c->dt, lse, 3, (const void *[]){q, k, v}, (const int64_t[]){nq, nk, nk});
-}
-
-fg_status fg_attn_call_backward(const fg_attn_call *c, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                                const void *k, const void *v, const void *o, const void *lse, const void *aux) {
-    const fg_attention_kernels *kn = attention_kernels(c->dev, 1);
-    if (!kn) return fg_last_status();
-    const fg_attn_problem *pr = &c->pr;
-    if (c->impl != FG_ATTN_NAIVE || aux)
-        return kn->backward(c->impl, c->dt, dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
-    /* naive without the P its forward saves: recompute it (and O, L, unused) the same way */
-    const fg_attention_kernels *kf = attention_kernels(c->dev, 0);
-    if (!kf) return fg_last_status();
-    const size_t es = fg_dtype_size(c->dt), rows = (size_t)(pr->B * pr->H * pr->Nq);
-    const size_t pn = rows * (size_t)pr->Nk, on = rows * (size_t)pr->d;
-    void *P = fg_alloc(c->dev, (pn ? pn : 1) * es);
-    void *O = P ? fg_alloc(c->dev, (on ? on : 1) * es) : NULL;
-    void *L = O ? fg_alloc(c->dev, (rows ? rows : 1) * es) : NULL;
-    fg_status st = FG_OK;
-    if (!L) st = fg_last_status() != FG_OK ? fg_last_status() : fg_error(FG_ERR_OOM, "attention: out of memory");
-    if (st == FG_OK) st = kf->forward(FG_ATTN_NAIVE, c->dt, O, L, P, q, k, v, pr);
-    if (st == FG_OK) st = kn->backward(FG_ATTN_NAIVE, c->dt, dq, dk, dv, dout, q, k, v, o, lse, P, pr);
-    if (L) fg_free(c->dev, L);
-    if (O) fg_free(c->dev, O);
-    if (P) fg_free(c->dev, P);
-    return st;
-}
-
-/* The packed variable-length kernels run on the CPU only. */
-static fg_status varlen_device(const fg_attn_call *c) {
-    if (c->dev != FG_CPU)
-        return fg_error(FG_ERR_DEVICE, "attention varlen: not supported on %s", fg_device_name(c->dev));
-    return FG_OK;
-}
-
-fg_status fg_attn_call_varlen_forward(const fg_attn_call *c, void *o, void *lse, void *lse_lo, const void *q,
-                                      const void *k, const void *v, const int64_t *cu_q, const int64_t *cu_k,
-                                      int64_t nseq, int64_t Tq, int64_t Tk, const double *slopes) {
-    FG_TRY(varlen_device(c));
-    return fg_attn_varlen_forward(c->dt, o, lse, lse_lo, q, k, v, cu_q, cu_k, nseq, Tq, Tk, slopes, &c->pr);
-}
-
-fg_status fg_attn_call_varlen_backward(const fg_attn_call *c, void *dq, void *dk, void *dv, const void *dout,
-                                       const void *q, const void *k, const void *v, const void *o, const void *lse,
-                                       const void *lse_lo, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq,
-                                       int64_t Tq, int64_t Tk, const double *slopes) {
-    FG_TRY(varlen_device(c));
-    return fg_attn_varlen_backward(c->dt, dq, dk, dv, dout, q, k, v, o, lse, lse_lo, cu_q, cu_k, nseq, Tq, Tk, slopes,
-                                   &c->pr);
 }
 
 /* ---- the forward shared by fg_attention and fg_attention_qkv ---- */
@@ -607,8 +306,9 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
  * The same as slicing q, k, v out of qkv, permuting each to (B, heads, T, d), fg_attention, and
  * permuting and reshaping the output back, without four autograd views, their gradient buffers
  * and their accumulations. Flash on the CPU reads the heads where they are and writes y's rows
- * and the gradient's in place (fg_attn_flash_*_rows): nothing is gathered or scattered, and a new
- * gradient buffer is written, not zeroed first. Naive gathers the heads into its layout and
+ * and the gradient's in place (the problem's rows, through the entry and the CPU's kernel table
+ * like every other call): nothing is gathered or scattered, and a new gradient buffer is written,
+ * not zeroed first. Naive gathers the heads into its layout and
  * scatters them back, once each way.
  *
  * Saved for backward: flash on the CPU qkv, y, L and lse_lo; naive as fg_attention (Q, K, V, O in
@@ -677,8 +377,9 @@ static fg_tensor *gather_heads(const fg_tensor *r, int64_t Hs, int64_t d, int64_
     return h;
 }
 
-/* The packed rows of fg_attention_qkv as the flash kernels address them (fg_attn_layout): heads of
- * width d side by side in rows of qkv's W = (H + 2 H_kv) d and y's H d, one row per time step. */
+/* The packed rows of fg_attention_qkv as the flash kernels address them (the problem's rows,
+ * fg_attn_layout): heads of width d side by side in rows of qkv's W = (H + 2 H_kv) d and y's H d,
+ * one row per time step. */
 static fg_attn_layout packed_layout(int64_t T, int64_t H, int64_t Hkv, int64_t d) {
     const int64_t W = (H + 2 * Hkv) * d;
     const fg_attn_rows in = {T * W, d, W}, out = {T * H * d, d, H * d};
@@ -689,16 +390,16 @@ static fg_attn_layout packed_layout(int64_t T, int64_t H, int64_t Hkv, int64_t d
  * buffer) or adds (an existing one) dQ, dK, dV into qkv's gradient rows g, which the three head
  * groups cover. */
 static fg_status qkv_backward_packed(const attention_state *s, fg_tensor *g, int fresh, const fg_tensor *dy) {
-    const fg_attn_problem *pr = &s->pc->pr;
     const fg_tensor *x = s->q;
-    const int64_t H = pr->H, Hkv = pr->var.n_kv_heads, d = pr->d;
-    fg_attn_layout L = packed_layout(pr->Nq, H, Hkv, d);
-    L.write_grads = fresh;
+    /* the forward's call again, on the node's copy of its problem (its rows: the packed layout) */
+    fg_attn_call call = {.pr = s->pc->pr, .impl = FG_ATTN_FLASH, .dt = x->dtype, .dev = FG_CPU};
+    call.pr.rows.write_grads = fresh;
+    const int64_t H = call.pr.H, Hkv = call.pr.var.n_kv_heads, d = call.pr.d;
     const size_t es = fg_dtype_size(x->dtype), ko = (size_t)(H * d) * es, vo = (size_t)((H + Hkv) * d) * es;
     char *gp = fg_data(g);
     const char *xp = fg_data(x);
-    return fg_attn_flash_backward_rows(x->dtype, gp, gp + ko, gp + vo, fg_data(dy), xp, xp + ko, xp + vo, fg_data(s->o),
-                                       fg_data(s->lse), s->aux ? fg_data(s->aux) : NULL, pr, &L);
+    return fg_attn_call_backward(&call, gp, gp + ko, gp + vo, fg_data(dy), xp, xp + ko, xp + vo, fg_data(s->o),
+                                 fg_data(s->lse), s->aux ? fg_data(s->aux) : NULL);
 }
 
 /* The gathered heads' backward (naive): dY into the heads' layout, the kernels' backward into
@@ -756,15 +457,12 @@ static fg_tensor *attention_qkv_packed(fg_tensor *qkv, fg_tensor *x, const fg_at
         lo = lse && wants_grad && dt == FG_F32 ? fg_empty(dt, FG_CPU, 3, (int64_t[]){B, H, T}) : NULL;
         if (!lse || (wants_grad && dt == FG_F32 && !lo)) st = fg_last_status();
     }
-    if (st == FG_OK) {
-        const fg_attn_layout L = packed_layout(T, H, Hkv, d);
+    if (st == FG_OK) { /* the kernels read q, k, v and write y on the packed rows (the entry checks the scores) */
+        call.pr.rows = packed_layout(T, H, Hkv, d);
         const size_t es = fg_dtype_size(dt), ko = (size_t)(H * d) * es, vo = (size_t)((H + Hkv) * d) * es;
         const char *xp = fg_data(x);
-        st = fg_attn_flash_forward_rows(dt, fg_data(y), fg_data(lse), lo ? fg_data(lo) : NULL, xp, xp + ko, xp + vo,
-                                        &call.pr, &L);
+        st = fg_attn_call_forward(&call, fg_data(y), fg_data(lse), lo ? fg_data(lo) : NULL, xp, xp + ko, xp + vo);
     }
-    if (st == FG_OK)
-        st = check_scores(&call.pr, dt, fg_data(lse), 1, (const void *[]){fg_data(x)}, (const int64_t[]){fg_numel(x)});
     if (st == FG_OK) {
         fg_node *n = fg_record(y, "attention_qkv", attention_qkv_backward, 1, (fg_tensor *[]){qkv});
         if (n) {

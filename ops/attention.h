@@ -52,11 +52,13 @@
  * The CPU kernels apply steps 2–5 to a tile of scores with one function (score_tile,
  * ops/cpu/attention_variant_body.h) that both call, so a variant's semantics are written once.
  *
- * This header is the family's public face: the options, the ops fg_attention and
- * fg_attention_qkv, block masks, named variants and the gradient check. Everything below the op —
- * the resolved problem, the one internal entry fg_attn_call_* that fg_attention runs through, and
- * the raw kernels — is in ops/attention_kernels.h, for the family's code and the devices' kernels.
- *   ops/attention.c          fg_attention, fg_attention_qkv and the entry below them
+ * This header is the family's public face: the ops fg_attention and fg_attention_qkv, block
+ * masks, named variants and the gradient check; the options' plain types are in
+ * ops/attention_types.h (included here). Everything below the op — the resolved problem, the one
+ * internal entry fg_attn_call_* that every call runs through, and the raw kernels — is in
+ * ops/attention_kernels.h, for the family's code and the devices' kernels.
+ *   ops/attention.c          fg_attention and fg_attention_qkv: the tensors' checks, the node
+ *   ops/attention_entry.c    the entry below them, where the problem is checked, once
  *   ops/attention_variant.c  block masks, tensor masks, the registry of named variants
  *   ops/attention_check.c    fg_attn_gradcheck
  *   ops/cpu/attention*.c     the CPU kernels (naive, flash, the variants on a tile, varlen)
@@ -70,31 +72,12 @@
 #include "autograd/autograd.h"
 #include "ops/shared/attn_dropout.h"
 #include "ops/shared/attn_variant.h"
+#include "ops/attention_types.h" /* fg_attn_impl, fg_attn_custom, fg_attn_opts and their limits */
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { FG_ATTN_NAIVE = 0, FG_ATTN_FLASH = 1, FG_ATTN_IMPL_COUNT } fg_attn_impl;
-
-/* "naive" / "flash" */
-const char *fg_attn_impl_name(fg_attn_impl impl);
-
-/* Default flash tiles on the CPU: a 64×64 score tile is 16 KiB in float32 (32 KiB in float64);
- * with the Q, K and V tiles (64×d each) it stays in a core's L2 for every d up to 256. */
-#define FG_ATTN_DEFAULT_BLOCK_Q 64
-#define FG_ATTN_DEFAULT_BLOCK_K 64
-/* Largest block size accepted (a tile is block_q × block_k elements). */
-#define FG_ATTN_MAX_BLOCK 65536
-
-/* ---- user-defined variants (CPU only) ----
- * score_mod: the new score from the score s after steps 1–3 (see the top), for batch b, query head
- *            h, query i, key j. Must be finite or −inf (−inf masks the element).
- * score_mod_grad: ∂score_mod/∂s at the same arguments (required with score_mod).
- * mask:      nonzero when query i may see key j (ANDed with causal and window). */
-typedef double (*fg_attn_score_mod_fn)(double s, int64_t b, int64_t h, int64_t i, int64_t j, void *user);
-typedef int (*fg_attn_mask_fn)(int64_t b, int64_t h, int64_t i, int64_t j, void *user);
 
 /* A mask held in memory, as torch's scaled_dot_product_attention takes it: element (b, h, i, j) at
  * data + b·stride[0] + h·stride[1] + i·stride[2] + j·stride[3] (strides in elements; a stride 0
@@ -110,40 +93,6 @@ typedef struct {
     int64_t stride[4];
 } fg_attn_tensor_mask;
 
-/* A mask callback summarized per flash tile: for each (b, h, query tile, key tile) whether no
- * element, some or every element is visible (fg_tile_kind). Flash skips MASKED tiles, and calls
- * the mask per element only in PARTIAL ones. Opaque, reference-counted. */
-typedef struct fg_attn_block_mask fg_attn_block_mask;
-
-typedef struct {
-    fg_attn_score_mod_fn score_mod;      /* NULL: none */
-    fg_attn_score_mod_fn score_mod_grad; /* with score_mod */
-    fg_attn_mask_fn mask;                /* NULL: every key (that causal and window allow) */
-    void *user;                          /* passed to the three callbacks */
-    /* optional, flash only: fg_attn_block_mask_create(mask, user, ...) for these sizes and
-     * blocks. Without one, fg_attention builds one per call (B·H·Nq·Nk mask calls); build it once
-     * and pass it to reuse it across calls and layers. */
-    const fg_attn_block_mask *block_mask;
-} fg_attn_custom;
-
-/* fg_attn_opts.causal: 0 none; FG_ATTN_CAUSAL_BOTTOM_RIGHT (or any other nonzero value) query i
- * sees keys j <= i + Nk − Nq, FlashAttention's alignment; FG_ATTN_CAUSAL_TOP_LEFT j <= i, the
- * alignment of torch's scaled_dot_product_attention(is_causal=True). They differ only when Nq != Nk.
- * A sliding window and ALiBi stay bottom-right aligned under either. */
-#define FG_ATTN_CAUSAL_BOTTOM_RIGHT 1
-#define FG_ATTN_CAUSAL_TOP_LEFT 2
-
-typedef struct {
-    fg_attn_impl impl;
-    double scale;            /* 0 means 1/sqrt(d) */
-    int causal;              /* 0, FG_ATTN_CAUSAL_BOTTOM_RIGHT or FG_ATTN_CAUSAL_TOP_LEFT */
-    double dropout_p;        /* 0 <= p < 1 */
-    uint64_t seed;           /* dropout seed */
-    int block_q, block_k;    /* flash tile sizes; 0 means the default (or the block mask's) */
-    fg_attn_variant variant; /* built-in variants; all zero = none. n_kv_heads 0: from K's shape */
-    fg_attn_custom custom;   /* user variants; all zero = none */
-} fg_attn_opts;
-
 /* The user variant that applies tensor mask *m (ops/attention_variant.c): a mask callback reading it
  * and, for a float bias, a score_mod adding it. *m (and its data) must outlive every use of the
  * returned struct, the backward included; the struct points to it. Build a block mask from it
@@ -151,8 +100,6 @@ typedef struct {
  * stride[1] is 0) to skip the tiles it masks entirely. Zero struct for an unknown kind. */
 fg_attn_custom fg_attn_tensor_mask_custom(const fg_attn_tensor_mask *m);
 
-/* Default options: flash, scale 1/sqrt(d), no mask, no dropout, default blocks, no variant. */
-fg_attn_opts fg_attn_defaults(void);
 /* 1 when opts asks for any built-in or user variant (anything beyond causal and dropout). */
 int fg_attn_has_variant(const fg_attn_opts *opts);
 
@@ -182,8 +129,10 @@ fg_tensor *fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v, const fg_attn_
  * opts->variant.n_kv_heads, 0 = H); returns y (B, T, H·d), each row the heads' outputs side by
  * side (new reference). Self-attention: Nq = Nk = T. Equal, bit for bit, to slicing q, k, v out of
  * qkv, permuting each to (B, heads, T, d), fg_attention, and permuting and reshaping its output
- * back — on the CPU without those views: the heads are gathered into the kernels' layout once and
- * scattered back once, and the backward adds dQ, dK, dV straight into qkv's gradient. The node
+ * back — on the CPU without those views: flash reads and writes the packed rows in place (the
+ * problem's row strides, through the same entry and kernel table as fg_attention), naive gathers
+ * the heads into its layout once and scatters them back once, and the backward adds dQ, dK, dV
+ * straight into qkv's gradient. The node
  * saves what fg_attention's does. NULL on error: qkv not rank 3 or not float; a last dim that does
  * not split into H + 2·H_kv heads of one width, H not a multiple of H_kv; and fg_attention's. */
 fg_tensor *fg_attention_qkv(fg_tensor *qkv, int64_t n_head, const fg_attn_opts *opts);

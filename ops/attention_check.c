@@ -13,6 +13,8 @@
 #include "autograd/gradcheck.h"
 #include "ops/attention_kernels.h"
 
+#include "ops/attention.h"
+
 typedef struct {
     double max_abs, ref_max;
 } err_stat;

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "ops/attention_kernels.h"
+
+#include "ops/attention.h"
 #include "tensor/alloc.h"
 
 /* ---- block masks ---- */

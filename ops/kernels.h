@@ -231,18 +231,24 @@ typedef enum {
        (fg_dtype dt, void *p, const void *g, double gscale, void *buf, int64_t rows, int64_t cols,                     \
         const fg_muon_step *ms, void *work))
 
-/* ---- attention (ops/attention.c; the CPU's kernels in ops/cpu/attention.c) ----
+/* ---- attention (ops/attention.c; the entry ops/attention_entry.c; the CPU's kernels in
+ * ops/cpu/attention.c) ----
  * The contract of the CPU kernels of ops/attention_kernels.h on the device's pointers: `aux` is
  * the naive P buffer (B, H, Nq, Nk) for FG_ATTN_NAIVE and lse_lo (B, H, Nq) or NULL for
  * FG_ATTN_FLASH; the naive backward gets lse NULL (it reads P); the backward adds into dq, dk, dv
- * (any NULL). `caps` lists the built-in variants the kernels implement (FG_ATTN_CAP_*); the shell
- * refuses the others on that device, and always refuses user callbacks off the CPU. `caps_bf16`
+ * (any NULL) — or, with pr->rows.write_grads, writes them. Arrays are where pr->rows says (all
+ * zero: contiguous), and with pr->varlen they hold packed documents (fg_attn_varlen). `caps` lists
+ * the built-in variants the kernels implement (FG_ATTN_CAP_*), `layouts` the array layouts beyond
+ * contiguous ones they take (FG_ATTN_CAP_ROWS, FG_ATTN_CAP_VARLEN; float32 and float64); the entry
+ * refuses the rest on that device (fg_attn_check_caps), and always refuses user callbacks off the
+ * CPU. `caps_bf16`
  * is the same for bfloat16 q, k, v (dt FG_BF16), FG_ATTN_CAP_BF16 set when the device takes them
  * at all: then q, k, v, dout, o, dq, dk, dv are bfloat16 and lse float32, aux is NULL, the impl is
  * flash (the shell refuses naive), and the backward adds into dq, dk, dv with one rounding each. With
  * FG_ATTN_CAP_ALIBI, pr->var.alibi_slopes is a HOST pointer (H doubles) or NULL (standard slopes).
- * The shell has checked the problem (fg_attn_problem_init, fg_attn_problem_check_dtype) and the
- * caps before it calls a kernel: a device's kernels check only their own limits. */
+ * The entry has checked the problem (fg_attn_problem_init, fg_attn_problem_check_dtype, the
+ * varlen offsets) and the caps before it calls a kernel: a device's kernels check only their own
+ * limits, and never call back into the entry. */
 #define FG_KERNELS_ATTENTION(FN, VAL)                                                                                  \
     FN(attention, forward, all, fg_status,                                                                             \
        (fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q, const void *k, const void *v,    \
@@ -251,6 +257,7 @@ typedef enum {
        (fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,  \
         const void *v, const void *o, const void *lse, const void *aux, const fg_attn_problem *pr))                    \
     VAL(attention, unsigned, caps, FG_ATTN_CAP_ALL | FG_ATTN_CAP_CAUSAL_TOP_LEFT, FG_ATTN_CAP_ALL)                 \
+    VAL(attention, unsigned, layouts, FG_ATTN_CAP_ROWS | FG_ATTN_CAP_VARLEN, 0)                                        \
     VAL(attention, unsigned, caps_bf16, 0, FG_ATTN_CAPS_BF16_CUDA)
 
 /* ---- rmsnorm (ops/rmsnorm.c; the CPU's kernels in ops/cpu/rmsnorm.c; CPU only) ----

@@ -41,27 +41,10 @@ static fg_status layernorm_backward(fg_node *n) {
 
 fg_tensor *fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias, double eps) {
     static const char op[] = "layernorm";
-    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
-    if (fg_op_check(op, "x", x) != FG_OK) return NULL;
-    if (weight && fg_op_check_like(op, "weight", weight, "x", x) != FG_OK) return NULL;
-    if (bias && fg_op_check_like(op, "bias", bias, "x", x) != FG_OK) return NULL;
-    if (x->ndim < 1) {
-        fg_error(FG_ERR_SHAPE, "%s: x %s needs at least one dim", op, FG_SHP(x, b1));
+    int64_t R, C;
+    if (fg_op_check_norm(op, x, 2, (const fg_tensor *[]){weight, bias}, (const char *[]){"weight", "bias"}, eps, 0, &R,
+                         &C) != FG_OK)
         return NULL;
-    }
-    int64_t C = x->shape[x->ndim - 1], R = 1;
-    for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
-    const fg_tensor *params[2] = {weight, bias};
-    for (int k = 0; k < 2; k++)
-        if (params[k] && (params[k]->ndim != 1 || params[k]->shape[0] != C)) {
-            fg_error(FG_ERR_SHAPE, "%s: %s %s does not match x %s: need (%lld)", op, k ? "bias" : "weight",
-                     FG_SHP(params[k], b2), FG_SHP(x, b1), (long long)C);
-            return NULL;
-        }
-    if (!(eps >= 0) || isinf(eps)) {
-        fg_error(FG_ERR_ARG, "%s: eps = %g must be finite and >= 0 (x %s)", op, eps, FG_SHP(x, b1));
-        return NULL;
-    }
     const fg_kernels *k = fg_kernels_for(x->device, op);
     if (!k) return NULL;
     if (!k->layernorm.forward || !k->layernorm.backward) {

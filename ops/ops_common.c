@@ -1,5 +1,7 @@
 /* ops_common.c — argument checks, broadcasting and backward helpers shared by the shells of ops/.
  * See ops_internal.h for what each does. */
+#include <math.h>
+
 #include "ops/cpu/elementwise.h"
 #include "ops/kernels.h"
 #include "ops/ops_internal.h"
@@ -36,6 +38,26 @@ fg_status fg_op_check_like(const char *op, const char *what, const fg_tensor *t,
     if (t->device != ref->device)
         return fg_error(FG_ERR_DEVICE, "%s: device mismatch: %s is on %s %s, %s on %s %s", op, ref_what,
                         fg_device_name(ref->device), FG_SHP(ref, b1), what, fg_device_name(t->device), FG_SHP(t, b2));
+    return FG_OK;
+}
+
+fg_status fg_op_check_norm(const char *op, const fg_tensor *x, int n, const fg_tensor *const *params,
+                           const char *const *names, double eps, int eps_positive, int64_t *R, int64_t *C) {
+    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
+    FG_TRY(fg_op_check(op, "x", x));
+    for (int i = 0; i < n; i++)
+        if (params[i]) FG_TRY(fg_op_check_like(op, names[i], params[i], "x", x));
+    if (x->ndim < 1) return fg_error(FG_ERR_SHAPE, "%s: x %s needs at least one dim", op, FG_SHP(x, b1));
+    *C = x->shape[x->ndim - 1];
+    *R = 1;
+    for (int d = 0; d < x->ndim - 1; d++) *R *= x->shape[d];
+    for (int i = 0; i < n; i++)
+        if (params[i] && (params[i]->ndim != 1 || params[i]->shape[0] != *C))
+            return fg_error(FG_ERR_SHAPE, "%s: %s %s does not match x %s: need (%lld)", op, names[i],
+                            FG_SHP(params[i], b2), FG_SHP(x, b1), (long long)*C);
+    if (eps_positive ? !(eps > 0) || isinf(eps) : !(eps >= 0) || isinf(eps))
+        return fg_error(FG_ERR_ARG, "%s: eps = %g must be finite and %s 0 (x %s)", op, eps, eps_positive ? ">" : ">=",
+                        FG_SHP(x, b1));
     return FG_OK;
 }
 

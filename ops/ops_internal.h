@@ -43,6 +43,12 @@ fg_status fg_op_no_kernel(const char *op, const char *device);
 
 /* NumPy broadcast of a's and b's shapes into (*ndim, shape); FG_ERR_SHAPE naming `op` if they clash. */
 fg_status fg_broadcast_shape(const char *op, const fg_tensor *a, const fg_tensor *b, int *ndim, int64_t *shape);
+/* The checks of a normalization over x's last dim (layernorm, rmsnorm), in this order: x (fg_op_check);
+ * each non-NULL params[i], named names[i], like x (fg_op_check_like); x of rank >= 1; each param
+ * of shape (C), C = x's last dim; eps finite and > 0 (eps_positive) or >= 0. Sets *R (the product
+ * of x's other dims) and *C. FG_OK, or the error with one line naming op. */
+fg_status fg_op_check_norm(const char *op, const fg_tensor *x, int n, const fg_tensor *const *params,
+                           const char *const *names, double eps, int eps_positive, int64_t *R, int64_t *C);
 /* ---- backward helpers ---- */
 /* dst += alpha * src: same shape, dtype and device, any strides on either (dst must not overlap
  * itself), through the device's add_into kernel. */

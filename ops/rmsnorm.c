@@ -42,25 +42,9 @@ static fg_status rmsnorm_backward(fg_node *n) {
 
 fg_tensor *fg_rmsnorm(fg_tensor *x, fg_tensor *weight, double eps) {
     static const char op[] = "rmsnorm";
-    char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
-    if (fg_op_check(op, "x", x) != FG_OK) return NULL;
-    if (weight && fg_op_check_like(op, "weight", weight, "x", x) != FG_OK) return NULL;
-    if (x->ndim < 1) {
-        fg_error(FG_ERR_SHAPE, "%s: x %s needs at least one dim", op, FG_SHP(x, b1));
+    int64_t R, C;
+    if (fg_op_check_norm(op, x, 1, (const fg_tensor *[]){weight}, (const char *[]){"weight"}, eps, 1, &R, &C) != FG_OK)
         return NULL;
-    }
-    const int64_t C = x->shape[x->ndim - 1];
-    int64_t R = 1;
-    for (int d = 0; d < x->ndim - 1; d++) R *= x->shape[d];
-    if (weight && (weight->ndim != 1 || weight->shape[0] != C)) {
-        fg_error(FG_ERR_SHAPE, "%s: weight %s does not match x %s: need (%lld)", op, FG_SHP(weight, b2), FG_SHP(x, b1),
-                 (long long)C);
-        return NULL;
-    }
-    if (!(eps > 0) || isinf(eps)) {
-        fg_error(FG_ERR_ARG, "%s: eps = %g must be finite and > 0 (x %s)", op, eps, FG_SHP(x, b1));
-        return NULL;
-    }
     const fg_kernels *k = fg_kernels_for(x->device, op);
     if (!k) return NULL;
     if (!k->rmsnorm.forward || !k->rmsnorm.backward) {

@@ -8,10 +8,13 @@
  *   ops/cpu/attention_flash_body.h    flash: tiled, online softmax, recomputing backward
  *   ops/cpu/attention_variant_body.h  the variants and dropout on a tile, which both call
  *   ops/cpu/flash_tiles_body.h        flash's tables of tile operations (ops/cpu/flash_tiles.h)
- * with every public name written out there (fg_attn_flash_forward_lo_f32, ...). A call from the
- * op (ops/attention.c) goes: fg_attention -> fg_attn_call_forward -> the device table's
- * attention.forward = fg_cpu_attention_forward (below) -> fg_attn_flash_forward_lo_f32 (attention_f32.c)
- * -> flash_forward_lo (attention_flash_body.h) -> fwd_item -> the tile operations and score_tile.
+ * with every name written out there (fg_cpu_attention_flash_forward_f32, ...). A call from the op
+ * (ops/attention.c) goes: fg_attention -> fg_attn_call_forward (ops/attention_entry.c, where every
+ * check is made) -> the device table's attention.forward = fg_cpu_attention_forward (below) ->
+ * fg_cpu_attention_flash_forward_f32 (attention_f32.c) -> flash_forward_lo (attention_flash_body.h)
+ * -> fwd_item -> the tile operations and score_tile. fg_attention_qkv's packed rows (pr->rows) and
+ * varlen documents (pr->varlen, attention_varlen.c) come the same way; no kernel checks the
+ * problem or calls back into the entry.
  */
 #include "ops/cpu/attention_cpu.h"
 
@@ -26,46 +29,40 @@
 #include "tensor/alloc.h"
 
 /* ---- the CPU table's attention entries (ops/kernels.h): naive or flash, float32 or float64 ----
- * aux: naive's P (may be NULL in the forward), or flash's lse_lo (may be NULL). */
+ * aux: naive's P (may be NULL in the forward), or flash's lse_lo (may be NULL). pr is checked (the
+ * entry made every check before the table was called): pr->varlen runs the documents, pr->rows
+ * comes with flash only. */
 fg_status fg_cpu_attention_forward(fg_attn_impl impl, fg_dtype dt, void *o, void *lse, void *aux, const void *q,
                                    const void *k, const void *v, const fg_attn_problem *pr) {
+    if (pr->varlen) return fg_cpu_attention_varlen_forward(dt, o, lse, aux, q, k, v, pr);
     if (impl == FG_ATTN_NAIVE)
-        return dt == FG_F32 ? fg_attn_naive_forward_f32(o, lse, aux, q, k, v, pr)
-                            : fg_attn_naive_forward_f64(o, lse, aux, q, k, v, pr);
-    return dt == FG_F32 ? fg_attn_flash_forward_lo_f32(o, lse, aux, q, k, v, pr)
-                        : fg_attn_flash_forward_lo_f64(o, lse, aux, q, k, v, pr);
+        return dt == FG_F32 ? fg_cpu_attention_naive_forward_f32(o, lse, aux, q, k, v, pr)
+                            : fg_cpu_attention_naive_forward_f64(o, lse, aux, q, k, v, pr);
+    return dt == FG_F32 ? fg_cpu_attention_flash_forward_f32(o, lse, aux, q, k, v, pr)
+                        : fg_cpu_attention_flash_forward_f64(o, lse, aux, q, k, v, pr);
 }
 
 fg_status fg_cpu_attention_backward(fg_attn_impl impl, fg_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                                     const void *q, const void *k, const void *v, const void *o, const void *lse,
                                     const void *aux, const fg_attn_problem *pr) {
+    if (pr->varlen) return fg_cpu_attention_varlen_backward(dt, dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
     if (impl == FG_ATTN_NAIVE)
-        return dt == FG_F32 ? fg_attn_naive_backward_f32(dq, dk, dv, dout, q, k, v, aux, pr)
-                            : fg_attn_naive_backward_f64(dq, dk, dv, dout, q, k, v, aux, pr);
-    return dt == FG_F32 ? fg_attn_flash_backward_lo_f32(dq, dk, dv, dout, q, k, v, o, lse, aux, pr)
-                        : fg_attn_flash_backward_lo_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
+        return dt == FG_F32 ? fg_cpu_attention_naive_backward_f32(dq, dk, dv, dout, q, k, v, aux, pr)
+                            : fg_cpu_attention_naive_backward_f64(dq, dk, dv, dout, q, k, v, aux, pr);
+    return dt == FG_F32 ? fg_cpu_attention_flash_backward_f32(dq, dk, dv, dout, q, k, v, o, lse, aux, pr)
+                        : fg_cpu_attention_flash_backward_f64(dq, dk, dv, dout, q, k, v, o, lse, aux, pr);
 }
 
-/* ---- the flash kernels on strided rows (ops/attention_kernels.h) ---- */
+/* ---- the arrays' rows (ops/attention_kernels.h) ---- */
 fg_attn_layout fg_attn_layout_contiguous(const fg_attn_problem *pr) {
     const int64_t d = pr->d, Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
     const fg_attn_rows qr = {pr->H * pr->Nq * d, pr->Nq * d, d}, kr = {Hkv * pr->Nk * d, pr->Nk * d, d};
     return (fg_attn_layout){.q = qr, .k = kr, .v = kr, .o = qr, .dout = qr, .dq = qr, .dk = kr, .dv = kr};
 }
 
-fg_status fg_attn_flash_forward_rows(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
-                                     const void *v, const fg_attn_problem *pr, const fg_attn_layout *L) {
-    if (dt == FG_F32) return fg_attn_flash_forward_rows_f32(o, lse, lse_lo, q, k, v, pr, L);
-    if (dt == FG_F64) return fg_attn_flash_forward_rows_f64(o, lse, lse_lo, q, k, v, pr, L);
-    return fg_error(FG_ERR_DTYPE, "attention: the CPU flash kernels take float32 or float64, not %s", fg_dtype_name(dt));
-}
-
-fg_status fg_attn_flash_backward_rows(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                                      const void *k, const void *v, const void *o, const void *lse,
-                                      const void *lse_lo, const fg_attn_problem *pr, const fg_attn_layout *L) {
-    if (dt == FG_F32) return fg_attn_flash_backward_rows_f32(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
-    if (dt == FG_F64) return fg_attn_flash_backward_rows_f64(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
-    return fg_error(FG_ERR_DTYPE, "attention: the CPU flash kernels take float32 or float64, not %s", fg_dtype_name(dt));
+fg_attn_layout fg_cpu_attention_rows(const fg_attn_problem *pr) {
+    /* a row holds d >= 1 elements, so a set layout has a nonzero row stride */
+    return pr->rows.q.t != 0 ? pr->rows : fg_attn_layout_contiguous(pr);
 }
 
 /* ---- predicates ---- */

@@ -58,18 +58,38 @@ fg_attn_problem fg_attn_flash_resolved(const fg_attn_problem *pr);
  * core's L2 cache, at most FG_ATTN_FLASH_FWD_GROUP and nqb, and then fewer while that would leave
  * under four items per pool thread. At least 1. */
 int64_t fg_attn_flash_fwd_group(int64_t nqb, int64_t heads, int64_t block_bytes);
-/* The per-dtype drivers behind fg_attn_flash_{forward,backward}_rows (attention_f32.c,
- * attention_f64.c; L NULL: the contiguous layouts). */
-fg_status fg_attn_flash_forward_rows_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
-                                         const float *v, const fg_attn_problem *pr, const fg_attn_layout *L);
-fg_status fg_attn_flash_forward_rows_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
-                                         const double *v, const fg_attn_problem *pr, const fg_attn_layout *L);
-fg_status fg_attn_flash_backward_rows_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                          const float *k, const float *v, const float *o, const float *lse,
-                                          const float *lse_lo, const fg_attn_problem *pr, const fg_attn_layout *L);
-fg_status fg_attn_flash_backward_rows_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                          const double *k, const double *v, const double *o, const double *lse,
-                                          const double *lse_lo, const fg_attn_problem *pr, const fg_attn_layout *L);
+/* The per-dtype kernels behind the CPU table's attention entries (attention_f32.c, attention_f64.c),
+ * on the resolved and checked problem pr (the entry, ops/attention_entry.c, checked it): the
+ * contracts of fg_attn_{naive,flash}_* in ops/attention_kernels.h, the flash ones on pr->rows. */
+fg_status fg_cpu_attention_naive_forward_f32(float *o, float *lse, float *p, const float *q, const float *k,
+                                             const float *v, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_naive_forward_f64(double *o, double *lse, double *p, const double *q, const double *k,
+                                             const double *v, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_naive_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                              const float *k, const float *v, const float *p,
+                                              const fg_attn_problem *pr);
+fg_status fg_cpu_attention_naive_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                              const double *k, const double *v, const double *p,
+                                              const fg_attn_problem *pr);
+fg_status fg_cpu_attention_flash_forward_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
+                                             const float *v, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_flash_forward_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
+                                             const double *v, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                              const float *k, const float *v, const float *o, const float *lse,
+                                              const float *lse_lo, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                              const double *k, const double *v, const double *o, const double *lse,
+                                              const double *lse_lo, const fg_attn_problem *pr);
+/* The flash kernels on pr->varlen's documents (attention_varlen.c): each document gathered into
+ * the contiguous layout, run, scattered back; the backward adds into dq, dk, dv (any NULL). */
+fg_status fg_cpu_attention_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
+                                          const void *v, const fg_attn_problem *pr);
+fg_status fg_cpu_attention_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                           const void *k, const void *v, const void *o, const void *lse,
+                                           const void *lse_lo, const fg_attn_problem *pr);
+/* The rows the flash kernels read: pr->rows, or the contiguous layouts when it is all zero. */
+fg_attn_layout fg_cpu_attention_rows(const fg_attn_problem *pr);
 /* The key blocks that query rows [i0, i0 + nq) can see under causal ∧ window: [*j0, *j1). */
 void fg_attn_flash_key_blocks(const fg_attn_problem *pr, int64_t i0, int64_t nq, int64_t *j0, int64_t *j1);
 /* The table of tile operations the flash kernels use for each dtype: the x86 one, or the portable

@@ -96,45 +96,25 @@ void fg_attn_dropout_scale_f32(float *x, int64_t n, uint64_t seed, uint32_t thre
     dropout_scale(x, n, seed, threshold, inv_keep, b, h, i, j0);
 }
 
-fg_status fg_attn_naive_forward_f32(float *o, float *lse, float *p, const float *q, const float *k, const float *v,
-                                    const fg_attn_problem *pr) {
+/* ---- ops/cpu/attention_cpu.h: what the CPU table's entries run (unchecked: the entry checked) ---- */
+fg_status fg_cpu_attention_naive_forward_f32(float *o, float *lse, float *p, const float *q, const float *k,
+                                             const float *v, const fg_attn_problem *pr) {
     return naive_forward(o, lse, p, q, k, v, pr);
 }
 
-fg_status fg_attn_naive_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                                     const float *v, const float *p, const fg_attn_problem *pr) {
+fg_status fg_cpu_attention_naive_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                              const float *k, const float *v, const float *p,
+                                              const fg_attn_problem *pr) {
     return naive_backward(dq, dk, dv, dout, q, k, v, p, pr);
 }
 
-fg_status fg_attn_flash_forward_lo_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
-                                       const float *v, const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, NULL);
+fg_status fg_cpu_attention_flash_forward_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k,
+                                             const float *v, const fg_attn_problem *pr) {
+    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr);
 }
 
-fg_status fg_attn_flash_backward_lo_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                        const float *k, const float *v, const float *o, const float *lse,
-                                        const float *lse_lo, const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, NULL);
-}
-
-fg_status fg_attn_flash_forward_f32(float *o, float *lse, const float *q, const float *k, const float *v,
-                                    const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, NULL, q, k, v, pr, NULL);
-}
-
-fg_status fg_attn_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                                     const float *v, const float *o, const float *lse, const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr, NULL);
-}
-
-/* ---- ops/cpu/attention_cpu.h ---- */
-fg_status fg_attn_flash_forward_rows_f32(float *o, float *lse, float *lse_lo, const float *q, const float *k, const float *v,
-                                        const fg_attn_problem *pr, const fg_attn_layout *L) {
-    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, L);
-}
-
-fg_status fg_attn_flash_backward_rows_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                                         const float *v, const float *o, const float *lse, const float *lse_lo,
-                                         const fg_attn_problem *pr, const fg_attn_layout *L) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
+fg_status fg_cpu_attention_flash_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                              const float *k, const float *v, const float *o, const float *lse,
+                                              const float *lse_lo, const fg_attn_problem *pr) {
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
 }

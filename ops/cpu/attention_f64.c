@@ -81,7 +81,7 @@ FG_TARGET_AVX2 void fg_flash_ds_rows_avx2_f64(double *dS, const double *P, int64
 }
 
 FG_TARGET_AVX2 void fg_flash_row_dots_avx2_f64(double *D, const double *a, int64_t lda, const double *b, int64_t ldb,
-                                                int64_t rows, int64_t d) {
+                                               int64_t rows, int64_t d) {
     row_dots_avx2(D, a, lda, b, ldb, rows, d);
 }
 #endif
@@ -92,46 +92,25 @@ void fg_attn_dropout_scale_f64(double *x, int64_t n, uint64_t seed, uint32_t thr
     dropout_scale(x, n, seed, threshold, inv_keep, b, h, i, j0);
 }
 
-fg_status fg_attn_naive_forward_f64(double *o, double *lse, double *p, const double *q, const double *k,
-                                    const double *v, const fg_attn_problem *pr) {
+/* ---- ops/cpu/attention_cpu.h: what the CPU table's entries run (unchecked: the entry checked) ---- */
+fg_status fg_cpu_attention_naive_forward_f64(double *o, double *lse, double *p, const double *q, const double *k,
+                                             const double *v, const fg_attn_problem *pr) {
     return naive_forward(o, lse, p, q, k, v, pr);
 }
 
-fg_status fg_attn_naive_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                     const double *k, const double *v, const double *p, const fg_attn_problem *pr) {
+fg_status fg_cpu_attention_naive_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                              const double *k, const double *v, const double *p,
+                                              const fg_attn_problem *pr) {
     return naive_backward(dq, dk, dv, dout, q, k, v, p, pr);
 }
 
-fg_status fg_attn_flash_forward_lo_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
-                                       const double *v, const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, NULL);
+fg_status fg_cpu_attention_flash_forward_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k,
+                                             const double *v, const fg_attn_problem *pr) {
+    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr);
 }
 
-fg_status fg_attn_flash_backward_lo_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                        const double *k, const double *v, const double *o, const double *lse,
-                                        const double *lse_lo, const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, NULL);
-}
-
-fg_status fg_attn_flash_forward_f64(double *o, double *lse, const double *q, const double *k, const double *v,
-                                    const fg_attn_problem *pr) {
-    return flash_forward_lo(o, lse, NULL, q, k, v, pr, NULL);
-}
-
-fg_status fg_attn_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
-                                     const double *k, const double *v, const double *o, const double *lse,
-                                     const fg_attn_problem *pr) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, NULL, pr, NULL);
-}
-
-/* ---- ops/cpu/attention_cpu.h ---- */
-fg_status fg_attn_flash_forward_rows_f64(double *o, double *lse, double *lse_lo, const double *q, const double *k, const double *v,
-                                        const fg_attn_problem *pr, const fg_attn_layout *L) {
-    return flash_forward_lo(o, lse, lse_lo, q, k, v, pr, L);
-}
-
-fg_status fg_attn_flash_backward_rows_f64(double *dq, double *dk, double *dv, const double *dout, const double *q, const double *k,
-                                         const double *v, const double *o, const double *lse, const double *lse_lo,
-                                         const fg_attn_problem *pr, const fg_attn_layout *L) {
-    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr, L);
+fg_status fg_cpu_attention_flash_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                              const double *k, const double *v, const double *o, const double *lse,
+                                              const double *lse_lo, const fg_attn_problem *pr) {
+    return flash_backward_lo(dq, dk, dv, dout, q, k, v, o, lse, lse_lo, pr);
 }

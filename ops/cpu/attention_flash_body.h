@@ -7,7 +7,7 @@
  *   q (B, H, Nq, d); k, v (B, H_kv, Nk, d); o (B, H, Nq, d); lse (B, H, Nq)
  *   query head h reads K/V head h / G; masks and variants as in ops/attention.h.
  * Those are the contiguous layouts; the drivers address every array but lse through its rows'
- * strides (fg_attn_layout, ops/attention_kernels.h), so a head may also be a column group of a
+ * strides (pr->rows, fg_attn_layout, ops/attention_kernels.h), so a head may also be a column group of a
  * packed projection. A row's d elements are always contiguous.
  *
  * Every tile (query block i, key block j) is first classified (fg_attn_tile_kind: causal, window
@@ -56,7 +56,7 @@
  *
  * The drivers are a template body: ops/cpu/attention_f32.c and ops/cpu/attention_f64.c include it
  * once each, with T the dtype, DT its fg_dtype, flash_ops its table type of tile operations and
- * flash_ops_of_dtype() the table to use; their fg_attn_flash_{forward,backward}[_lo]_f32/_f64 call
+ * flash_ops_of_dtype() the table to use; their fg_cpu_attention_flash_{forward,backward}_f32/_f64 call
  * flash_forward_lo and flash_backward_lo. What both dtypes share (scratch, the item runner, the
  * choice of table) is in ops/cpu/attention.c.
  */
@@ -306,16 +306,15 @@ static void fwd_item(void *ctx, int64_t item, int worker) {
     fg_flash_prof_end();
 }
 
-/* L: the arrays' rows (NULL: the contiguous layouts) */
+/* The arrays' rows are pr->rows (all zero: the contiguous layouts). pr is checked (the entry). */
 static fg_status flash_forward_lo(T *o, T *lse, T *lse_lo, const T *q, const T *k, const T *v,
-                                  const fg_attn_problem *pr, const fg_attn_layout *L) {
+                                  const fg_attn_problem *pr) {
     const flash_ops *op = flash_ops_of_dtype();
-    FG_TRY(fg_attn_problem_check_dtype(pr, DT));
     const fg_attn_problem p2 = fg_attn_flash_resolved(pr);
     if (p2.B * p2.H * p2.Nq == 0) return FG_OK;
     const int64_t bq = p2.block_q, bk = p2.block_k, d = p2.d, H = p2.H;
     fwd_job J = {.op = op, .pr = &p2, .o = o, .lse = lse, .lse_lo = lse_lo, .q = q, .k = k, .v = v};
-    J.L = L ? *L : fg_attn_layout_contiguous(&p2);
+    J.L = fg_cpu_attention_rows(&p2);
     const int64_t nqb = (p2.Nq + bq - 1) / bq;
     J.ld = op->packs ? (bq + 15) / 16 * 16 : bk;
     J.group = fg_attn_flash_fwd_group(nqb, p2.B * H, ((op->packs ? d * J.ld : 0) + bq * d) * (int64_t)sizeof(T));
@@ -528,11 +527,11 @@ static void bwd_item(void *ctx, int64_t item, int worker) {
     fg_flash_prof_end();
 }
 
-/* L: the arrays' rows (NULL: the contiguous layouts, dq, dk, dv added into) */
+/* The arrays' rows are pr->rows (all zero: the contiguous layouts, dq, dk, dv added into). pr is
+ * checked (the entry). */
 static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *o,
-                                   const T *lse, const T *lse_lo, const fg_attn_problem *pr, const fg_attn_layout *L) {
+                                   const T *lse, const T *lse_lo, const fg_attn_problem *pr) {
     const flash_ops *op = flash_ops_of_dtype();
-    FG_TRY(fg_attn_problem_check_dtype(pr, DT));
     if (!dq && !dk && !dv) return FG_OK;
     const fg_attn_problem p2 = fg_attn_flash_resolved(pr);
     if (p2.B * p2.H == 0) return FG_OK;
@@ -549,7 +548,7 @@ static fg_status flash_backward_lo(T *dq, T *dk, T *dv, const T *dout, const T *
                  .o = o,
                  .lse = lse,
                  .lse_lo = lse_lo};
-    J.L = L ? *L : fg_attn_layout_contiguous(&p2);
+    J.L = fg_cpu_attention_rows(&p2);
     J.Hkv = p2.var.n_kv_heads > 0 ? p2.var.n_kv_heads : H;
     J.G = J.Hkv > 0 ? H / J.Hkv : 1;
     J.nd = p2.Nq > 0 ? p2.Nq : 1;

@@ -19,7 +19,7 @@
  *
  * A template body: ops/cpu/attention_f32.c and ops/cpu/attention_f64.c include it once each, with
  * T the dtype, GEMM its cblas_?gemm and EXP its exp, after ops/cpu/attention_variant_body.h
- * (score_tile, dropout_scale); their fg_attn_naive_{forward,backward}_f32/_f64 call
+ * (score_tile, dropout_scale); their fg_cpu_attention_naive_{forward,backward}_f32/_f64 call
  * naive_forward and naive_backward.
  */
 /* (no include guard: included once per dtype translation unit) */
@@ -45,8 +45,6 @@ static fg_tile_kind naive_kind(const fg_attn_problem *pr, int *wp, int *mp) {
 }
 
 static fg_status naive_forward(T *o, T *lse, T *p, const T *q, const T *k, const T *v, const fg_attn_problem *pr) {
-    const fg_status fits = fg_attn_problem_check_dtype(pr, sizeof(T) == sizeof(float) ? FG_F32 : FG_F64);
-    if (fits != FG_OK) return fits;
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
     const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H, G = Hkv > 0 ? H / Hkv : 1;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
@@ -120,8 +118,6 @@ static fg_status naive_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, 
     const int64_t B = pr->B, H = pr->H, Nq = pr->Nq, Nk = pr->Nk, d = pr->d;
     const int64_t Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : H, G = Hkv > 0 ? H / Hkv : 1;
     if (!dq && !dk && !dv) return FG_OK;
-    const fg_status fits = fg_attn_problem_check_dtype(pr, sizeof(T) == sizeof(float) ? FG_F32 : FG_F64);
-    if (fits != FG_OK) return fits;
     const uint32_t thr = fg_dropout_threshold(pr->dropout_p);
     const T inv_keep = (T)(1.0 / (1.0 - pr->dropout_p));
     const T scale = (T)pr->scale;

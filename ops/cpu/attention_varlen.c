@@ -1,4 +1,6 @@
-/* attention_varlen.c — flash attention over packed variable-length sequences (ops/attention.h).
+/* attention_varlen.c — flash attention over packed variable-length sequences (pr->varlen,
+ * fg_attn_varlen in ops/attention_kernels.h): what the CPU table's entries run when the problem
+ * carries documents.
  *
  * Legend: S documents, H query heads, H_kv K/V heads, Tq / Tk packed queries / keys, d head dim.
  *   q, o, dout, dq (Tq, H, d); k, v, dk, dv (Tk, H_kv, d); lse, lse_lo (H, Tq)
@@ -7,30 +9,21 @@
  * Attention never crosses a document, so each document is the problem (1, H, Nq_s, Nk_s, d) of the
  * flash kernels, run on a copy gathered into their (H, N, d) layout and scattered back: the math
  * is the kernels', unchanged, and causal, window and ALiBi are aligned per document as flash_attn
- * aligns them. The scratch is sized once for the longest document and reused for every one.
+ * aligns them. The scratch is sized once for the longest document and reused for every one. The
+ * offsets, arrays and per-document slopes were checked by the entry (ops/attention_entry.c).
  */
 #include <string.h>
 
-#include "ops/attention_kernels.h"
+#include "ops/cpu/attention_cpu.h"
 #include "tensor/alloc.h"
 #include "tensor/error.h"
 
-/* cu (S + 1) starts at 0, never decreases, ends at T; *longest receives the longest document. */
-static fg_status check_offsets(const int64_t *cu, int64_t S, int64_t T, const char *name, int64_t *longest) {
-    if (!cu) return fg_error(FG_ERR_ARG, "attention varlen: %s is NULL", name);
-    if (cu[0] != 0) return fg_error(FG_ERR_ARG, "attention varlen: %s[0] must be 0, got %lld", name, (long long)cu[0]);
-    *longest = 0;
-    for (int64_t s = 0; s < S; s++) {
-        const int64_t n = cu[s + 1] - cu[s];
-        if (n < 0)
-            return fg_error(FG_ERR_ARG, "attention varlen: %s decreases at %lld (%lld then %lld)", name, (long long)s,
-                            (long long)cu[s], (long long)cu[s + 1]);
-        if (n > *longest) *longest = n;
-    }
-    if (cu[S] != T)
-        return fg_error(FG_ERR_ARG, "attention varlen: %s ends at %lld but there are %lld tokens", name,
-                        (long long)cu[S], (long long)T);
-    return FG_OK;
+/* The longest document of offsets cu (S + 1, checked: nondecreasing). */
+static int64_t longest(const int64_t *cu, int64_t S) {
+    int64_t n = 0;
+    for (int64_t s = 0; s < S; s++)
+        if (cu[s + 1] - cu[s] > n) n = cu[s + 1] - cu[s];
+    return n;
 }
 
 /* (n, heads, d) rows starting at token t0 of packed x <-> (heads, n, d) in y */
@@ -72,46 +65,40 @@ static void lse_scatter(char *x, const char *y, int64_t t0, int64_t n, int64_t H
 
 typedef struct {
     fg_attn_problem pr; /* the template; per document Nq, Nk, seed and slopes are set */
-    int64_t nq_max, nk_max, H, Hkv, d;
+    const int64_t *cu_q, *cu_k;
+    const double *slopes;
+    int64_t nseq, Tq, Tk, nq_max, nk_max, H, Hkv, d;
     size_t es;
 } varlen;
 
-static fg_status varlen_begin(varlen *w, fg_dtype dt, const int64_t *cu_q, const int64_t *cu_k, int64_t S, int64_t Tq,
-                              int64_t Tk, const fg_attn_problem *pr) {
-    if (!pr) return fg_error(FG_ERR_ARG, "attention varlen: NULL problem");
-    if (dt != FG_F32 && dt != FG_F64) return fg_error(FG_ERR_DTYPE, "attention varlen: unsupported dtype %d", (int)dt);
-    if (S < 0 || Tq < 0 || Tk < 0)
-        return fg_error(FG_ERR_SHAPE, "attention varlen: negative size (%lld documents, Tq=%lld, Tk=%lld)",
-                        (long long)S, (long long)Tq, (long long)Tk);
-    if (pr->custom.mask || pr->custom.score_mod)
-        return fg_error(FG_ERR_ARG, "attention varlen: user callbacks (score_mod, mask) are not supported");
+static void varlen_begin(varlen *w, fg_dtype dt, const fg_attn_problem *pr) {
+    const fg_attn_varlen *vl = pr->varlen;
     w->pr = *pr;
     w->pr.B = 1;
+    w->pr.varlen = NULL;
+    w->cu_q = vl->cu_q, w->cu_k = vl->cu_k, w->slopes = vl->slopes;
+    w->nseq = vl->nseq, w->Tq = vl->Tq, w->Tk = vl->Tk;
     w->H = pr->H;
     w->Hkv = pr->var.n_kv_heads > 0 ? pr->var.n_kv_heads : pr->H;
     w->d = pr->d;
     w->es = fg_dtype_size(dt);
-    FG_TRY(check_offsets(cu_q, S, Tq, "cu_seqlens_q", &w->nq_max));
-    FG_TRY(check_offsets(cu_k, S, Tk, "cu_seqlens_k", &w->nk_max));
-    return FG_OK;
+    w->nq_max = longest(vl->cu_q, vl->nseq);
+    w->nk_max = longest(vl->cu_k, vl->nseq);
 }
 
 /* document s's problem: its sizes, its dropout seed, its slopes */
-static void varlen_doc(varlen *w, const int64_t *cu_q, const int64_t *cu_k, int64_t s, const double *slopes,
-                       const fg_attn_problem *pr) {
-    w->pr.Nq = cu_q[s + 1] - cu_q[s];
-    w->pr.Nk = cu_k[s + 1] - cu_k[s];
+static void varlen_doc(varlen *w, int64_t s, const fg_attn_problem *pr) {
+    w->pr.Nq = w->cu_q[s + 1] - w->cu_q[s];
+    w->pr.Nk = w->cu_k[s + 1] - w->cu_k[s];
     w->pr.seed = pr->seed + (uint64_t)s * 0x9E3779B97F4A7C15ull;
-    if (slopes && pr->var.alibi) w->pr.var.alibi_slopes = slopes + s * pr->H;
+    if (w->slopes && pr->var.alibi) w->pr.var.alibi_slopes = w->slopes + s * pr->H;
 }
 
-fg_status fg_attn_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
-                                 const void *v, const int64_t *cu_q, const int64_t *cu_k, int64_t nseq, int64_t Tq,
-                                 int64_t Tk, const double *slopes, const fg_attn_problem *pr) {
+fg_status fg_cpu_attention_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, const void *q, const void *k,
+                                          const void *v, const fg_attn_problem *pr) {
     varlen w;
-    FG_TRY(varlen_begin(&w, dt, cu_q, cu_k, nseq, Tq, Tk, pr));
-    if (Tq > 0 && (!o || !lse || !q || (Tk > 0 && (!k || !v))))
-        return fg_error(FG_ERR_ARG, "attention varlen: NULL array");
+    varlen_begin(&w, dt, pr);
+    const int64_t *cu_q = w.cu_q, *cu_k = w.cu_k, Tq = w.Tq;
     const size_t es = w.es, nqe = (size_t)(w.H * w.nq_max * w.d), nke = (size_t)(w.Hkv * w.nk_max * w.d),
                  nl = (size_t)(w.H * w.nq_max);
     /* one block: q, o | k, v | lse, lse_lo */
@@ -120,8 +107,8 @@ fg_status fg_attn_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, 
     char *qs = buf, *os = qs + nqe * es, *ks = os + nqe * es, *vs = ks + nke * es, *ls = vs + nke * es,
          *los = ls + nl * es;
     fg_status st = FG_OK;
-    for (int64_t s = 0; s < nseq && st == FG_OK; s++) {
-        varlen_doc(&w, cu_q, cu_k, s, slopes, pr);
+    for (int64_t s = 0; s < w.nseq && st == FG_OK; s++) {
+        varlen_doc(&w, s, pr);
         const int64_t nq = w.pr.Nq, nk = w.pr.Nk;
         if (nq == 0) continue;
         gather(qs, q, cu_q[s], nq, w.H, w.d, es);
@@ -129,11 +116,12 @@ fg_status fg_attn_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, 
             gather(ks, k, cu_k[s], nk, w.Hkv, w.d, es);
             gather(vs, v, cu_k[s], nk, w.Hkv, w.d, es);
         }
-        st = dt == FG_F32
-                 ? fg_attn_flash_forward_lo_f32((float *)os, (float *)ls, lse_lo ? (float *)los : NULL,
-                                                (const float *)qs, (const float *)ks, (const float *)vs, &w.pr)
-                 : fg_attn_flash_forward_lo_f64((double *)os, (double *)ls, lse_lo ? (double *)los : NULL,
-                                                (const double *)qs, (const double *)ks, (const double *)vs, &w.pr);
+        st =
+            dt == FG_F32
+                ? fg_cpu_attention_flash_forward_f32((float *)os, (float *)ls, lse_lo ? (float *)los : NULL,
+                                                     (const float *)qs, (const float *)ks, (const float *)vs, &w.pr)
+                : fg_cpu_attention_flash_forward_f64((double *)os, (double *)ls, lse_lo ? (double *)los : NULL,
+                                                     (const double *)qs, (const double *)ks, (const double *)vs, &w.pr);
         if (st != FG_OK) break;
         scatter(o, os, cu_q[s], nq, w.H, w.d, es);
         lse_scatter(lse, ls, cu_q[s], nq, w.H, Tq, es);
@@ -143,14 +131,12 @@ fg_status fg_attn_varlen_forward(fg_dtype dt, void *o, void *lse, void *lse_lo, 
     return st;
 }
 
-fg_status fg_attn_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                                  const void *k, const void *v, const void *o, const void *lse, const void *lse_lo,
-                                  const int64_t *cu_q, const int64_t *cu_k, int64_t nseq, int64_t Tq, int64_t Tk,
-                                  const double *slopes, const fg_attn_problem *pr) {
+fg_status fg_cpu_attention_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                           const void *k, const void *v, const void *o, const void *lse,
+                                           const void *lse_lo, const fg_attn_problem *pr) {
     varlen w;
-    FG_TRY(varlen_begin(&w, dt, cu_q, cu_k, nseq, Tq, Tk, pr));
-    if (Tq > 0 && Tk > 0 && (!dout || !q || !k || !v || !o || !lse))
-        return fg_error(FG_ERR_ARG, "attention varlen backward: NULL array");
+    varlen_begin(&w, dt, pr);
+    const int64_t *cu_q = w.cu_q, *cu_k = w.cu_k, Tq = w.Tq;
     const size_t es = w.es, nqe = (size_t)(w.H * w.nq_max * w.d), nke = (size_t)(w.Hkv * w.nk_max * w.d),
                  nl = (size_t)(w.H * w.nq_max);
     /* q, o, dout, dq | k, v, dk, dv | lse, lse_lo */
@@ -159,8 +145,8 @@ fg_status fg_attn_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, con
     char *qs = buf, *os = qs + nqe * es, *dos = os + nqe * es, *dqs = dos + nqe * es, *ks = dqs + nqe * es,
          *vs = ks + nke * es, *dks = vs + nke * es, *dvs = dks + nke * es, *ls = dvs + nke * es, *los = ls + nl * es;
     fg_status st = FG_OK;
-    for (int64_t s = 0; s < nseq && st == FG_OK; s++) {
-        varlen_doc(&w, cu_q, cu_k, s, slopes, pr);
+    for (int64_t s = 0; s < w.nseq && st == FG_OK; s++) {
+        varlen_doc(&w, s, pr);
         const int64_t nq = w.pr.Nq, nk = w.pr.Nk;
         if (nq == 0 || nk == 0) continue; /* no weights: every gradient of the document is 0 */
         gather(qs, q, cu_q[s], nq, w.H, w.d, es);
@@ -173,14 +159,15 @@ fg_status fg_attn_varlen_backward(fg_dtype dt, void *dq, void *dk, void *dv, con
         memset(dqs, 0, (size_t)(w.H * nq * w.d) * es);
         memset(dks, 0, (size_t)(w.Hkv * nk * w.d) * es);
         memset(dvs, 0, (size_t)(w.Hkv * nk * w.d) * es);
-        st = dt == FG_F32 ? fg_attn_flash_backward_lo_f32((float *)dqs, (float *)dks, (float *)dvs, (const float *)dos,
-                                                          (const float *)qs, (const float *)ks, (const float *)vs,
-                                                          (const float *)os, (const float *)ls,
-                                                          lse_lo ? (const float *)los : NULL, &w.pr)
-                          : fg_attn_flash_backward_lo_f64((double *)dqs, (double *)dks, (double *)dvs,
-                                                          (const double *)dos, (const double *)qs, (const double *)ks,
-                                                          (const double *)vs, (const double *)os, (const double *)ls,
-                                                          lse_lo ? (const double *)los : NULL, &w.pr);
+        st = dt == FG_F32
+                 ? fg_cpu_attention_flash_backward_f32((float *)dqs, (float *)dks, (float *)dvs, (const float *)dos,
+                                                       (const float *)qs, (const float *)ks, (const float *)vs,
+                                                       (const float *)os, (const float *)ls,
+                                                       lse_lo ? (const float *)los : NULL, &w.pr)
+                 : fg_cpu_attention_flash_backward_f64((double *)dqs, (double *)dks, (double *)dvs, (const double *)dos,
+                                                       (const double *)qs, (const double *)ks, (const double *)vs,
+                                                       (const double *)os, (const double *)ls,
+                                                       lse_lo ? (const double *)los : NULL, &w.pr);
         if (st != FG_OK) break;
         if (dq) scatter_add(dt, dq, dqs, cu_q[s], nq, w.H, w.d);
         if (dk) scatter_add(dt, dk, dks, cu_k[s], nk, w.Hkv, w.d);
