@@ -1,8 +1,9 @@
 /* test_recompute.c — the recomputation study:
  *   - fg_recompute (autograd/recompute.h) gives the same gradients, bit for bit, as the graph it
  *     replaces, frees its nodes, and records nothing under no-grad;
- *   - GPT training with --recompute none / attn / block: identical losses and parameters, bit for
- *     bit, with dropout on, for naive and flash attention; and less peak memory when recomputing;
+ *   - GPT training under every per-block choice (none, pointwise, attn, mlp, block) and two mixed
+ *     plans: identical losses and parameters, bit for bit, with dropout on, for naive and flash
+ *     attention; and less peak memory when recomputing;
  *   - `flashgrad bench attention --csv`: the expected columns, and peak bytes that grow linearly
  *     in N for flash (O and the logsumexp) but quadratically for naive (the stored P);
  *   - `flashgrad bench train --recompute`: the same losses for every setting. */
@@ -111,20 +112,37 @@ static fg_source *addition_source(void) {
     return s;
 }
 
-/* run 3 steps; losses[3], the final parameters (malloc'd float32 copy), and the largest per-step peak */
-static float *run3(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc, double *losses, size_t *peak) {
+/* The plans every training test runs: each choice for every block, then two mixed ones (every
+ * choice once, in two orders), on a model of PLAN_LAYERS blocks. */
+#define PLAN_LAYERS 5
+static const char *const plans[] = {"none",
+                                    "attn",
+                                    "block",
+                                    "pointwise",
+                                    "mlp",
+                                    "pointwise,block,mlp,attn,none",
+                                    "none,attn,mlp,block,pointwise"};
+#define N_PLANS ((int)(sizeof plans / sizeof plans[0]))
+
+static fg_train_config plan_config(const fg_source *src, fg_attn_impl attn, const char *plan) {
     /* dropout 0.1: the recomputation must redraw the same masks */
     fg_train_config c = fgt_tiny_train_config(src, fg_source_fixed_block(src), 4, 4, 1, 5);
     c.model.attn = attn;
-    c.model.recompute = rc;
+    c.model.n_layer = PLAN_LAYERS;
+    cr_assert_eq(fg_gpt_recompute_set(&c.model, plan), FG_OK, "plan %s: %s", plan, fg_last_error());
+    return c;
+}
+
+/* run 3 steps; losses[3], the final parameters (malloc'd float32 copy), and the largest per-step peak */
+static float *run3(const fg_source *src, fg_attn_impl attn, const char *plan, double *losses, size_t *peak) {
+    fg_train_config c = plan_config(src, attn, plan);
     fg_trainer *tr = fg_trainer_create(&c, src);
     cr_assert(tr, "fg_trainer_create: %s", fg_last_error());
     *peak = 0;
     for (int i = 0; i < 3; i++) {
         fg_alloc_reset_peak(FG_CPU);
         fg_step_stats s;
-        cr_assert_eq(fg_trainer_step(tr, &s), FG_OK, "recompute %s step %d: %s", fg_gpt_recompute_name(rc), i + 1,
-                     fg_last_error());
+        cr_assert_eq(fg_trainer_step(tr, &s), FG_OK, "recompute %s step %d: %s", plan, i + 1, fg_last_error());
         losses[i] = s.loss;
         size_t p = fg_alloc_get_stats(FG_CPU).peak;
         if (p > *peak) *peak = p;
@@ -139,35 +157,56 @@ static float *run3(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc,
 
 static void same_training(fg_attn_impl attn) {
     fg_source *src = addition_source();
-    double loss[FG_RECOMPUTE_COUNT][3];
-    size_t peak[FG_RECOMPUTE_COUNT];
-    float *w[FG_RECOMPUTE_COUNT];
-    for (int r = 0; r < FG_RECOMPUTE_COUNT; r++) w[r] = run3(src, attn, (fg_gpt_recompute)r, loss[r], &peak[r]);
-    fg_train_config c = fgt_tiny_train_config(src, fg_source_fixed_block(src), 4, 4, 1, 5);
-    c.model.attn = attn;
+    double loss[N_PLANS][3];
+    size_t peak[N_PLANS];
+    float *w[N_PLANS];
+    for (int r = 0; r < N_PLANS; r++) w[r] = run3(src, attn, plans[r], loss[r], &peak[r]);
+    fg_train_config c = plan_config(src, attn, "none");
     fg_trainer *tr = fg_trainer_create(&c, src);
     const size_t n = (size_t)tr->model->num_elements;
     fg_trainer_free(tr);
-    for (int r = 1; r < FG_RECOMPUTE_COUNT; r++) {
+    for (int r = 1; r < N_PLANS; r++) {
         for (int i = 0; i < 3; i++)
             cr_assert(loss[r][i] == loss[0][i], "%s attention, recompute %s, step %d: loss %a, without recompute %a",
-                      fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), i + 1, loss[r][i],
-                      loss[0][i]);
+                      fg_attn_impl_name(attn), plans[r], i + 1, loss[r][i], loss[0][i]);
         for (size_t k = 0; k < n; k++)
             cr_assert(memcmp(&w[r][k], &w[0][k], sizeof(float)) == 0,
                       "%s attention, recompute %s: parameter %zu after 3 steps %.9g, without recompute %.9g",
-                      fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), k, w[r][k], w[0][k]);
+                      fg_attn_impl_name(attn), plans[r], k, w[r][k], w[0][k]);
         cr_expect(peak[r] < peak[0], "%s attention, recompute %s: peak %zu bytes, not below none's %zu",
-                  fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), peak[r], peak[0]);
+                  fg_attn_impl_name(attn), plans[r], peak[r], peak[0]);
     }
     /* (block below attn holds at the Shakespeare size — bench/results/train_recompute.csv — but not
      * necessarily at this toy size, where one block's recomputed graph is most of the saving) */
-    for (int r = 0; r < FG_RECOMPUTE_COUNT; r++) free(w[r]);
+    for (int r = 0; r < N_PLANS; r++) free(w[r]);
     fg_source_free(src);
 }
 
-Test(recompute, gpt_training_is_bit_identical_across_settings_flash) { same_training(FG_ATTN_FLASH); }
-Test(recompute, gpt_training_is_bit_identical_across_settings_naive) { same_training(FG_ATTN_NAIVE); }
+Test(recompute, gpt_training_is_bit_identical_across_plans_flash) { same_training(FG_ATTN_FLASH); }
+Test(recompute, gpt_training_is_bit_identical_across_plans_naive) { same_training(FG_ATTN_NAIVE); }
+
+Test(recompute, plan_text_round_trips_and_bad_plans_are_refused) {
+    fg_gpt_config c = fg_gpt_default_config();
+    c.vocab_size = 10;
+    c.n_layer = 3;
+    char buf[256];
+    const char *good[] = {"none", "pointwise", "block", "attn,mlp,pointwise", "none,none,block"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        cr_assert_eq(fg_gpt_recompute_set(&c, good[i]), FG_OK, "%s: %s", good[i], fg_last_error());
+        cr_assert_eq(fg_gpt_config_check(&c), FG_OK, "%s: %s", good[i], fg_last_error());
+        fg_gpt_recompute_format(&c, buf, sizeof buf);
+        cr_expect_str_eq(buf, good[i], "plan %s formats as %s", good[i], buf);
+    }
+    cr_assert_eq(fg_gpt_recompute_set(&c, "attn,attn,attn"), FG_OK);
+    fg_gpt_recompute_format(&c, buf, sizeof buf);
+    cr_expect_str_eq(buf, "attn", "a uniform list formats as the one name");
+    for (int l = 0; l < 3; l++) cr_expect_eq(fg_gpt_layer_recompute(&c, l), FG_RECOMPUTE_ATTN);
+    const char *bad[] = {"", "full", "none,none", "none,none,none,none", "none,,block", "block,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(fg_gpt_recompute_set(&c, bad[i]), FG_ERR_ARG, "plan '%s' accepted", bad[i]);
+    c.recompute_plan[5] = 1; /* past n_layer */
+    cr_expect_eq(fg_gpt_config_check(&c), FG_ERR_ARG, "a plan entry past the last block passed the check");
+}
 
 Test(recompute, setting_names_round_trip) {
     for (int r = 0; r < FG_RECOMPUTE_COUNT; r++)
