@@ -278,10 +278,12 @@ int fg_bench_train(int argc, char **argv) {
     fg_blas_hint(stdout);
     printf("threads: %d (flashgrad pool)\n", fg_pool_threads());
     const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
+    char plan[FG_GPT_MAX_LAYER * 12];
+    fg_gpt_recompute_format(&cfg.model, plan, sizeof plan);
     printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g, recompute %s\n",
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
            cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(run.attn), cfg.model.dropout,
-           fg_gpt_recompute_name(cfg.model.recompute));
+           plan);
     if (cfg.model.compute == FG_COMPUTE_BF16)
         printf("precision: bfloat16 mixed (float32 weights and AdamW; bf16 matmuls and attention, float32 "
                "accumulation)\n");

@@ -84,10 +84,16 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
         run->attn = FG_ATTN_NAIVE;
     else
         return fg_error(FG_ERR_ARG, "--attn: unknown implementation '%s' (naive or flash)", attn);
-    int recompute = fg_gpt_recompute_parse(f[FG_TF_RECOMPUTE].s);
-    if (recompute < 0)
-        return fg_error(FG_ERR_ARG, "--recompute: unknown setting '%s' (none, attn or block)", f[FG_TF_RECOMPUTE].s);
-    run->recompute = (fg_gpt_recompute)recompute;
+    /* one name for every block, or one per block */
+    fg_gpt_config rc = fg_gpt_default_config();
+    rc.n_layer = FG_GPT_MAX_LAYER; /* the names here; their count against the model in the config */
+    if (fg_gpt_recompute_set(&rc, f[FG_TF_RECOMPUTE].s) != FG_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        return fg_error(FG_ERR_ARG, "--recompute '%.60s': %s", f[FG_TF_RECOMPUTE].s, why);
+    }
+    run->recompute = rc.recompute;
+    run->recompute_plan = f[FG_TF_RECOMPUTE].s;
     const int compute = fg_compute_parse(f[FG_TF_DTYPE].s);
     if (compute < 0)
         return fg_error(FG_ERR_ARG, "--dtype %s: not available (float32, or bfloat16 on cuda)", f[FG_TF_DTYPE].s);
@@ -154,6 +160,7 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
     cfg->model.dropout = f[FG_TF_DROPOUT].d;
     cfg->model.attn = run->attn;
     cfg->model.recompute = run->recompute;
+    if (run->recompute_plan && fg_gpt_recompute_set(&cfg->model, run->recompute_plan) != FG_OK) return fg_last_status();
     cfg->model.compute = run->compute;
     cfg->model.device = run->device;
     cfg->batch_size = (int)f[FG_TF_BATCH].i;

@@ -59,7 +59,7 @@
     X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)                    \
     X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)                        \
     X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                                  \
-    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)         \
+    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, pointwise, attn, mlp or block, or one per block (block,attn,none,...)", 0, 0, 0)         \
     X(DTYPE, "--dtype", FG_FLAG_STR, "DTYPE",                                                                          \
       "float32, or bfloat16: mixed precision on cuda (float32 weights and AdamW, bf16 matmuls and attention)", 0, 0,   \
       0)                                                                                                               \
@@ -79,7 +79,8 @@ enum {
 typedef struct {
     fg_device device;
     fg_attn_impl attn;
-    fg_gpt_recompute recompute;
+    fg_gpt_recompute recompute;     /* --recompute when it names one choice for every block */
+    const char *recompute_plan;     /* --recompute as given (borrowed): one name or one per block */
     fg_compute compute; /* --dtype: FG_COMPUTE_FULL (float32) or FG_COMPUTE_BF16 (bfloat16) */
 } fg_train_choice;
 

@@ -151,7 +151,13 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (f[F_EVAL_ITERS].given) cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
     if (a->ng.best_only_given) cfg.save_best_only = a->ng.best_only; /* else the run's own policy */
     cfg.model.attn = f[FG_TF_ATTN].given ? a->run.attn : in->model.attn;
-    cfg.model.recompute = a->run.recompute; /* changes no number: free on resume */
+    /* changes no number: free on resume; without --recompute the checkpoint's plan */
+    if (f[FG_TF_RECOMPUTE].given) {
+        cfg.model.recompute = FG_RECOMPUTE_NONE;
+        memset(cfg.model.recompute_plan, 0, sizeof cfg.model.recompute_plan);
+        if (fg_gpt_recompute_set(&cfg.model, f[FG_TF_RECOMPUTE].s) != FG_OK)
+            fg_train_die(2, "--recompute: %s", fg_last_error());
+    }
     cfg.model.device = a->run.device;       /* checkpoints are device-neutral: resume on either */
     /* the products' precision shapes the curve: it stays the checkpoint's (ops/device.h) */
     if (f[FG_TF_DTYPE].given && a->run.compute != in->model.compute)

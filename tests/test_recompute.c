@@ -19,6 +19,7 @@
 #include "autograd/recompute.h"
 #include "tensor/alloc.h"
 #include "tests/common.h"
+#include "train/recompute_plan.h"
 #include "train/trainer.h"
 
 /* ---- fg_recompute on a small function ---- */
@@ -365,4 +366,125 @@ Test(recompute, bench_train_losses_are_identical_across_settings, .timeout = 300
     snprintf(cmd, sizeof cmd, "%s bench train --recompute full --steps 1 --warmup-steps 1 2>&1", fg_bin());
     int st = run_cmd(cmd, log, sizeof log);
     cr_expect_eq(st, 2, "--recompute full exited %d: %s", st, log);
+}
+
+/* ---- the planner (train/recompute_plan.h) ---- */
+
+/* The model's peak, written out again here: max over l of (bytes of blocks 0..l) + top of block l. */
+static int64_t ref_peak(const fg_recompute_costs *c, int L, const unsigned char *p) {
+    int64_t held = 0, best = INT64_MIN;
+    for (int l = 0; l < L; l++) {
+        held += c->bytes[p[l]];
+        if (held + c->top[p[l]] > best) best = held + c->top[p[l]];
+    }
+    return best;
+}
+
+/* Every plan of L blocks (5^L), by brute force: the least time with peak <= budget (INFINITY when
+ * none), and the least peak of all. */
+static double brute_best(const fg_recompute_costs *c, int L, int64_t budget, int64_t *lowest) {
+    unsigned char p[8];
+    int total = 1;
+    for (int l = 0; l < L; l++) total *= FG_RECOMPUTE_COUNT;
+    double best = INFINITY;
+    *lowest = INT64_MAX;
+    for (int code = 0; code < total; code++) {
+        int ok = 1;
+        for (int l = 0, x = code; l < L; l++, x /= FG_RECOMPUTE_COUNT) {
+            p[l] = (unsigned char)(x % FG_RECOMPUTE_COUNT);
+            ok &= c->allowed[p[l]];
+        }
+        if (!ok) continue;
+        const int64_t pk = ref_peak(c, L, p);
+        double t = c->base_seconds;
+        for (int l = 0; l < L; l++) t += c->seconds[p[l]];
+        if (pk < *lowest) *lowest = pk;
+        if (pk <= budget && t < best) best = t;
+    }
+    return best;
+}
+
+/* Costs shaped like a measured GPT block: recomputing more keeps fewer bytes, has a larger
+ * transient (top) and costs more time. Indexed by FG_RECOMPUTE_{NONE, ATTN, BLOCK, POINTWISE, MLP}. */
+static fg_recompute_costs gpt_like_costs(void) {
+    fg_recompute_costs c = {.bytes = {1000, 760, 300, 820, 640},
+                            .top = {5000, 5240, 5700, 5180, 5360},
+                            .seconds = {1.0, 1.25, 1.4, 1.05, 1.2},
+                            .base_seconds = 2.0,
+                            .allowed = {1, 1, 1, 1, 1}};
+    return c;
+}
+
+Test(recompute, planner_is_exact_against_every_plan) {
+    for (int set = 0; set < 4; set++) {
+        fg_recompute_costs c = gpt_like_costs();
+        if (set >= 1) /* other shapes: pseudo-random costs, one choice forbidden in set 3 */
+            for (int k = 0; k < FG_RECOMPUTE_COUNT; k++) {
+                uint32_t h = (uint32_t)(k * 2654435761u + (unsigned)set * 40503u);
+                c.bytes[k] = 100 + (int64_t)(h % 900);
+                c.top[k] = 3000 + (int64_t)((h >> 10) % 2000);
+                c.seconds[k] = 1.0 + (double)((h >> 20) % 500) / 1000.0;
+            }
+        if (set == 3) c.allowed[FG_RECOMPUTE_ATTN] = 0;
+        for (int L = 1; L <= 5; L++) {
+            int64_t lowest;
+            brute_best(&c, L, INT64_MAX, &lowest);
+            for (int64_t budget = lowest - 50; budget <= lowest + L * 1000 + 2000; budget += 37) {
+                int64_t low2;
+                const double want = brute_best(&c, L, budget, &low2);
+                unsigned char plan[8];
+                int64_t pk;
+                double t;
+                fg_status st = fg_recompute_plan(&c, L, budget, plan, &pk, &t);
+                if (want == INFINITY) {
+                    cr_assert_eq(st, FG_ERR_ARG, "set %d, L %d, budget %lld: a plan was returned, none fits", set, L,
+                                 (long long)budget);
+                    cr_assert_eq(pk, lowest, "set %d, L %d: smallest budget %lld, brute force %lld", set, L,
+                                 (long long)pk, (long long)lowest);
+                    continue;
+                }
+                cr_assert_eq(st, FG_OK, "set %d, L %d, budget %lld: %s", set, L, (long long)budget, fg_last_error());
+                cr_assert_eq(pk, ref_peak(&c, L, plan), "set %d, L %d: reported peak %lld, the plan's %lld", set, L,
+                             (long long)pk, (long long)ref_peak(&c, L, plan));
+                cr_assert(pk <= budget, "set %d, L %d: peak %lld over budget %lld", set, L, (long long)pk,
+                          (long long)budget);
+                for (int l = 0; l < L; l++) cr_assert(c.allowed[plan[l]], "a forbidden choice was used");
+                cr_assert(fabs(t - want) < 1e-9, "set %d, L %d, budget %lld: time %.6f, brute force's best %.6f", set,
+                          L, (long long)budget, t, want);
+            }
+        }
+    }
+}
+
+Test(recompute, planner_budget_between_uniform_plans_forces_a_mixed_plan) {
+    fg_recompute_costs c = gpt_like_costs();
+    const int L = 12;
+    unsigned char u[12];
+    /* between "every block recomputes its attention" and "every block recomputes everything" */
+    memset(u, FG_RECOMPUTE_ATTN, sizeof u);
+    const int64_t attn_peak = fg_recompute_predict_peak(&c, L, u);
+    memset(u, FG_RECOMPUTE_BLOCK, sizeof u);
+    const int64_t block_peak = fg_recompute_predict_peak(&c, L, u);
+    const int64_t budget = (attn_peak + block_peak) / 2;
+    unsigned char plan[12];
+    int64_t pk;
+    double t;
+    cr_assert_eq(fg_recompute_plan(&c, L, budget, plan, &pk, &t), FG_OK, "%s", fg_last_error());
+    int seen[FG_RECOMPUTE_COUNT] = {0}, kinds = 0;
+    for (int l = 0; l < L; l++) kinds += !seen[plan[l]]++;
+    cr_expect(kinds >= 2, "budget %lld (uniform attn %lld, block %lld): plan of %d kind(s)", (long long)budget,
+              (long long)attn_peak, (long long)block_peak, kinds);
+    cr_expect(pk <= budget && pk == ref_peak(&c, L, plan), "peak %lld, budget %lld", (long long)pk, (long long)budget);
+    const double uniform_block_t = c.base_seconds + L * c.seconds[FG_RECOMPUTE_BLOCK];
+    cr_expect(t < uniform_block_t, "mixed plan %.3f s is not faster than all-block %.3f s", t, uniform_block_t);
+    /* the plan applied to a config reads back block by block */
+    fg_gpt_config g = fg_gpt_default_config();
+    g.vocab_size = 10;
+    g.n_layer = L;
+    fg_recompute_plan_apply(&g, plan);
+    cr_assert_eq(fg_gpt_config_check(&g), FG_OK, "%s", fg_last_error());
+    for (int l = 0; l < L; l++) cr_expect_eq(fg_gpt_layer_recompute(&g, l), (fg_gpt_recompute)plan[l], "block %d", l);
+    /* below the least peak: refused, naming it */
+    cr_expect_eq(fg_recompute_plan(&c, L, 100, plan, &pk, &t), FG_ERR_ARG);
+    cr_expect(strstr(fg_last_error(), "smallest budget that fits"), "message: %s", fg_last_error());
 }
