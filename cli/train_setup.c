@@ -200,6 +200,13 @@ void fg_train_configure(const train_args *a, train_run *r) {
     else
         fg_train_configure_fresh(a, r);
 
+    /* --memory-budget: the plan, measured on this machine, before anything is written */
+    if (a->run.memory_budget) {
+        if (fg_train_comm->size > 1) fg_train_die(2, "--memory-budget plans one process (not under mpirun)");
+        const int rc = fg_train_flags_memory_plan(&a->run, r->src, &r->cfg, 1, 2, NULL, stdout);
+        if (rc) fg_train_die(rc, "%s", fg_last_error());
+    }
+
     /* The folder: after the data loaded, so a bad dataset leaves nothing behind. A fresh run takes
      * the lock here; a resumed one took it before reading the checkpoint. */
     if (fg_train_comm->rank > 0) {
