@@ -125,11 +125,20 @@ static const char *const plans[] = {"none",
                                     "none,attn,mlp,block,pointwise"};
 #define N_PLANS ((int)(sizeof plans / sizeof plans[0]))
 
+/* The architecture the training tests build: GPT-2, or (arch_variant) Llama's pieces with a relu²
+ * MLP every other run — rmsnorm, swiglu or relu², rope, GQA — whose norms and activations the
+ * pointwise choice recomputes through other functions. */
+static int arch_variant;
+
 static fg_train_config plan_config(const fg_source *src, fg_attn_impl attn, const char *plan) {
     /* dropout 0.1: the recomputation must redraw the same masks */
     fg_train_config c = fgt_tiny_train_config(src, fg_source_fixed_block(src), 4, 4, 1, 5);
     c.model.attn = attn;
     c.model.n_layer = PLAN_LAYERS;
+    if (arch_variant) {
+        fg_gpt_arch_preset(&c.model, arch_variant == 1 ? FG_ARCH_LLAMA : FG_ARCH_NANOCHAT);
+        c.model.n_kv_head = 1;
+    }
     cr_assert_eq(fg_gpt_recompute_set(&c.model, plan), FG_OK, "plan %s: %s", plan, fg_last_error());
     return c;
 }
@@ -185,6 +194,10 @@ static void same_training(fg_attn_impl attn) {
 
 Test(recompute, gpt_training_is_bit_identical_across_plans_flash) { same_training(FG_ATTN_FLASH); }
 Test(recompute, gpt_training_is_bit_identical_across_plans_naive) { same_training(FG_ATTN_NAIVE); }
+Test(recompute, llama_and_nanochat_training_is_bit_identical_across_plans) {
+    for (arch_variant = 1; arch_variant <= 2; arch_variant++) same_training(FG_ATTN_FLASH);
+    arch_variant = 0;
+}
 
 Test(recompute, plan_text_round_trips_and_bad_plans_are_refused) {
     fg_gpt_config c = fg_gpt_default_config();

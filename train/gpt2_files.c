@@ -528,6 +528,7 @@ static fg_model_file *llmc_load(const char *path) {
         if (k == FG_GPT_WTE || k == FG_GPT_WPE || k == FG_GPT_LNF_W || k == FG_GPT_LNF_B) continue;
         for (int l = 0; l < L; l++) {
             const fg_tensor *w = fg_gpt_weight(g, (fg_gpt_kind)k, l);
+            if (!w) continue; /* an entry GPT-2 does not have */
             float *d = fg_data(w);
             TAKE_ELEMS(d, fg_numel(w))
         }
