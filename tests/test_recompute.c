@@ -19,6 +19,7 @@
 #include "autograd/recompute.h"
 #include "tensor/alloc.h"
 #include "tests/common.h"
+#include "train/checkpoint.h"
 #include "train/recompute_plan.h"
 #include "train/trainer.h"
 
@@ -500,4 +501,125 @@ Test(recompute, planner_budget_between_uniform_plans_forces_a_mixed_plan) {
     /* below the least peak: refused, naming it */
     cr_expect_eq(fg_recompute_plan(&c, L, 100, plan, &pk, &t), FG_ERR_ARG);
     cr_expect(strstr(fg_last_error(), "smallest budget that fits"), "message: %s", fg_last_error());
+}
+
+Test(recompute, checkpoint_records_the_plan_and_reads_it_back) {
+    fg_source *src = addition_source();
+    fg_train_config c = plan_config(src, FG_ATTN_FLASH, "pointwise,block,mlp,attn,none");
+    fg_trainer *tr = fg_trainer_create(&c, src);
+    cr_assert(tr, "%s", fg_last_error());
+    char dir[] = "/tmp/fg_recompute_ckpt_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    cr_assert_eq(fg_ckpt_save(dir, tr), FG_OK, "%s", fg_last_error());
+    fg_ckpt *ck = fg_ckpt_open(dir, 0);
+    cr_assert(ck, "%s", fg_last_error());
+    const fg_gpt_config *m = &fg_ckpt_get_info(ck)->model;
+    char buf[256];
+    fg_gpt_recompute_format(m, buf, sizeof buf);
+    cr_expect_str_eq(buf, "pointwise,block,mlp,attn,none", "the plan read back from the checkpoint");
+    fg_ckpt_close(ck);
+    fg_trainer_free(tr);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    fg_source_free(src);
+}
+
+/* ---- bench recompute and --memory-budget on the command line ---- */
+
+#define TINY_MODEL "--n-layer 3 --n-head 2 --n-embd 16 --batch-size 4 --dropout 0.1"
+
+Test(recompute, bench_recompute_pareto_predicts_every_plans_bytes_exactly, .timeout = 600) {
+    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    char dir[] = "/tmp/fg_recompute_pareto_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char cmd[1024];
+    static char log[1 << 17];
+    snprintf(cmd, sizeof cmd,
+             "%s bench recompute " TINY_MODEL " --steps 1 --warmup-steps 1 --pareto --csv %s/p.csv --png %s/p.png 2>&1",
+             fg_bin(), dir, dir);
+    int st = run_cmd(cmd, log, sizeof log);
+    const int have_png = !strstr(log, "gnuplot is not installed");
+    cr_assert(st == 0 || (!have_png && st == 1), "bench recompute --pareto exited %d: %s", st, log);
+    cr_assert(strstr(log, "first losses are identical (bit for bit)"), "choices' losses differ: %s", log);
+    cr_assert(strstr(log, "loss is identical across the measured plans"), "plans' losses differ: %s", log);
+    /* 3 blocks, 5 choices: C(7, 4) = 35 count vectors, all measured */
+    cr_assert(strstr(log, "pareto: 35 plans"), "plan count: %s", log);
+    snprintf(cmd, sizeof cmd, "%s/p.csv", dir);
+    FILE *f = fopen(cmd, "r");
+    cr_assert(f, "no CSV: %s", log);
+    char line[1024];
+    cr_assert(fgets(line, sizeof line, f));
+    const char *hdr = "plan,uniform,frontier,pred_peak_bytes,peak_bytes,peak_err_bytes,rss_growth_bytes,";
+    cr_assert(!strncmp(line, hdr, strlen(hdr)), "header %s", line);
+    int rows = 0, frontier = 0;
+    while (fgets(line, sizeof line, f)) {
+        /* "plan",uniform,frontier,pred,measured,err,... : the plan is quoted (it has commas) */
+        char *q = strchr(line + 1, '"');
+        cr_assert(line[0] == '"' && q, "row %s", line);
+        int uni, fr;
+        long long pred, meas, err;
+        cr_assert(sscanf(q + 1, ",%d,%d,%lld,%lld,%lld", &uni, &fr, &pred, &meas, &err) == 5, "row %s", line);
+        cr_expect(err == meas - pred && err == 0, "plan %.*s: predicted %lld bytes, measured %lld", (int)(q - line),
+                  line, pred, meas);
+        rows++;
+        frontier += fr;
+    }
+    fclose(f);
+    cr_expect_eq(rows, 35, "CSV rows %d", rows);
+    cr_expect(frontier >= 1, "no frontier plan marked");
+    if (st == 0) {
+        snprintf(cmd, sizeof cmd, "%s/p.png", dir);
+        f = fopen(cmd, "rb");
+        unsigned char sig[8] = {0};
+        cr_assert(f && fread(sig, 1, 8, f) == 8, "no PNG written: %s", log);
+        fclose(f);
+        cr_expect(sig[0] == 0x89 && sig[1] == 'P' && sig[2] == 'N' && sig[3] == 'G', "not a PNG");
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* the number after `key` in log, or -1 */
+static long long number_after(const char *log, const char *key) {
+    const char *p = strstr(log, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
+Test(recompute, memory_budget_picks_a_plan_within_it_and_refuses_below_the_least, .timeout = 600) {
+    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    static char log[1 << 16];
+    char cmd[1024];
+    /* the uniform plans' peaks, from the cost table's runs */
+    snprintf(cmd, sizeof cmd, "%s bench recompute " TINY_MODEL " --steps 1 --warmup-steps 1 2>&1", fg_bin());
+    cr_assert_eq(run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    const char *none = strstr(log, "every block none      depth   3"),
+               *block = strstr(log, "every block block     depth   3");
+    cr_assert(none && block, "no depth-3 runs in: %s", log);
+    const long long pk_none = number_after(strstr(none, "MiB ("), "MiB ("),
+                    pk_block = number_after(strstr(block, "MiB ("), "MiB (");
+    cr_assert(pk_none > pk_block && pk_block > 0, "peaks none %lld, block %lld", pk_none, pk_block);
+    /* a budget halfway: some recomputation needed, not all of it */
+    const long long budget = (pk_none + pk_block) / 2;
+    snprintf(cmd, sizeof cmd, "%s bench train " TINY_MODEL " --steps 1 --warmup-steps 1 --memory-budget %lld 2>&1",
+             fg_bin(), budget);
+    cr_assert_eq(run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    cr_assert(strstr(log, "-> plan "), "no plan printed: %s", log);
+    const long long pred = number_after(strstr(log, "predicted peak"), "MiB ("),
+                    meas = number_after(strstr(log, "measured"), "MiB (");
+    cr_expect(pred > 0 && pred <= budget && meas == pred, "budget %lld: predicted %lld, measured %lld: %s", budget,
+              pred, meas, log);
+    cr_expect(strstr(log, "within the budget"), "%s", log);
+    /* below every plan: one line naming the smallest budget, exit 2 */
+    snprintf(cmd, sizeof cmd, "%s bench train " TINY_MODEL " --steps 1 --warmup-steps 1 --memory-budget 1KiB 2>&1",
+             fg_bin());
+    int st = run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 2, "exit %d: %s", st, log);
+    cr_expect(strstr(log, "no recompute plan fits; the smallest budget that fits is "), "%s", log);
+    const char *bad[] = {"1.5GB", "12XiB", "-3MiB", "0", "abc"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s bench train " TINY_MODEL " --steps 1 --memory-budget %s 2>&1", fg_bin(), bad[i]);
+        st = run_cmd(cmd, log, sizeof log);
+        cr_expect(st == 2 && strstr(log, "--memory-budget"), "--memory-budget %s: exit %d: %s", bad[i], st, log);
+    }
 }
