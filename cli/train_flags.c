@@ -168,7 +168,11 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
     cfg->model.dropout = f[FG_TF_DROPOUT].d;
     cfg->model.attn = run->attn;
     cfg->model.recompute = run->recompute;
-    if (run->recompute_plan && fg_gpt_recompute_set(&cfg->model, run->recompute_plan) != FG_OK) return fg_last_status();
+    if (run->recompute_plan && fg_gpt_recompute_set(&cfg->model, run->recompute_plan) != FG_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        return fg_error(FG_ERR_ARG, "--recompute '%.60s': %s", run->recompute_plan, why);
+    }
     cfg->model.compute = run->compute;
     cfg->model.device = run->device;
     cfg->batch_size = (int)f[FG_TF_BATCH].i;
