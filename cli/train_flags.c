@@ -89,7 +89,10 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
         return fg_error(FG_ERR_ARG, "--attn: unknown implementation '%s' (naive or flash)", attn);
     /* one name for every block, or one per block */
     fg_gpt_config rc = fg_gpt_default_config();
-    rc.n_layer = FG_GPT_MAX_LAYER; /* the names here; their count against the model in the config */
+    /* the names here (as many blocks as names); their count against the model in the config */
+    rc.n_layer = 1;
+    for (const char *p = f[FG_TF_RECOMPUTE].s; *p; p++) rc.n_layer += *p == ',';
+    if (rc.n_layer > FG_GPT_MAX_LAYER) rc.n_layer = FG_GPT_MAX_LAYER;
     if (fg_gpt_recompute_set(&rc, f[FG_TF_RECOMPUTE].s) != FG_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", fg_last_error());
