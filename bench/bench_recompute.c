@@ -10,7 +10,8 @@
  * share of the step time. The table prints them with the saving and the added time against none.
  *
  * --memory-budget SIZE: the plan of least predicted step time within SIZE, then that plan measured
- * (as `train --memory-budget` does, from the costs measured here).
+ * (as `train --memory-budget` does, from the costs measured here); --budgets SIZE,SIZE,... the same
+ * at each.
  *
  * --pareto: every plan is predicted — each count vector of choices (how many blocks make each) in
  * the planner's order, which for those counts has the least predicted peak; any other order of the
@@ -41,7 +42,7 @@
 
 #define ERR_PREFIX "flashgrad bench recompute: "
 
-enum { R_STEPS = FG_TF_COUNT, R_WARM, R_SYNTH, R_PARETO, R_CSV, R_PNG, R_SAMPLE, R_COUNT };
+enum { R_STEPS = FG_TF_COUNT, R_WARM, R_SYNTH, R_PARETO, R_CSV, R_PNG, R_SAMPLE, R_BUDGETS, R_COUNT };
 
 static void init_flags(fg_flag *f) {
     fg_train_flags_init(f);
@@ -61,6 +62,9 @@ static void init_flags(fg_flag *f) {
                             "with --pareto: measure every plan when there are at most N, else the predicted frontier "
                             "thinned to N plus the uniform plans",
                             1, 1e6, 0, .i = 250};
+    f[R_BUDGETS] = (fg_flag){"--budgets", FG_FLAG_STR, "SIZE,...",
+                             "the planner at each of these budgets (as --memory-budget), from the costs measured once",
+                             .s = ""};
 }
 
 static const char *mib(int64_t b, char *buf, size_t n) {
@@ -439,6 +443,23 @@ int fg_bench_recompute(int argc, char **argv) {
             fprintf(stderr, ERR_PREFIX "%s\n", fg_last_error());
             code = mrc;
         }
+    }
+    for (const char *b = f[R_BUDGETS].s; code == 0 && *b;) {
+        /* one budget after another; one that fits no plan is reported and the rest still run */
+        char one[64];
+        const size_t n = strcspn(b, ",");
+        snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one - 1 ? n : sizeof one - 1), b);
+        b += n + (b[n] == ',');
+        fg_train_choice r = run;
+        fg_train_config c = cfg;
+        printf("budget %s:\n", one);
+        if (fg_parse_size(one, &r.memory_budget)) {
+            fprintf(stderr, ERR_PREFIX "--budgets: '%s' is not a size (bytes, KiB, MiB, GiB)\n", one);
+            code = 2;
+        } else if (fg_train_flags_memory_plan(&r, src, &c, W, N, &costs, stdout) != 0) {
+            printf("memory budget: %s\n", fg_last_error());
+        }
+        fflush(stdout);
     }
     fg_recompute_run deep[FG_RECOMPUTE_COUNT];
     for (int k = 0; k < FG_RECOMPUTE_COUNT; k++) deep[k] = runs[k][1];
