@@ -373,6 +373,16 @@ Test(recompute, bench_train_losses_are_identical_across_settings, .timeout = 300
     bench_losses("block", block, sizeof block, &pk_block);
     cr_expect_str_eq(attn, none, "attn: '%s', none: '%s'", attn, none);
     cr_expect_str_eq(block, none, "block: '%s', none: '%s'", block, none);
+    {
+        char other[512];
+        long long pk;
+        const char *more[] = {"pointwise", "mlp", "pointwise,block"};
+        for (int i = 0; i < 3; i++) {
+            bench_losses(more[i], other, sizeof other, &pk);
+            cr_expect_str_eq(other, none, "%s: '%s', none: '%s'", more[i], other, none);
+            cr_expect(pk < pk_none, "%s: peak %lld bytes, none's %lld", more[i], pk, pk_none);
+        }
+    }
     /* the setting took effect: recomputation keeps fewer activations alive during a step */
     cr_expect(pk_attn < pk_none && pk_block < pk_attn,
               "peak bytes none %lld, attn %lld, block %lld: expected decreasing", pk_none, pk_attn, pk_block);
