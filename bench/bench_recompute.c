@@ -75,10 +75,12 @@ static const char *mib(int64_t b, char *buf, size_t n) {
 static void progress(void *user, int choice, int deep, const fg_recompute_run *r) {
     const int *depth = user;
     char a[32], b[32];
-    printf("  run: every block %-9s depth %3d: peak %s MiB (%" PRId64 " bytes), RSS growth %s MiB, step %.2f ms, "
-           "first loss %a\n",
+    char c[32];
+    printf("  run: every block %-9s depth %3d: peak %s MiB (%" PRId64 " bytes; %s MiB above what lives between steps), "
+           "RSS growth %s MiB, step %.2f ms, first loss %a\n",
            fg_gpt_recompute_name((fg_gpt_recompute)choice), depth[deep], mib(r->peak, a, sizeof a), r->peak,
-           r->rss_growth >= 0 ? mib(r->rss_growth, b, sizeof b) : "?", r->seconds * 1e3, r->first_loss);
+           mib(r->peak - r->held, c, sizeof c), r->rss_growth >= 0 ? mib(r->rss_growth, b, sizeof b) : "?",
+           r->seconds * 1e3, r->first_loss);
     fflush(stdout);
 }
 

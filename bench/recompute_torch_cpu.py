@@ -11,8 +11,10 @@ compiled once per budget, each in its own process, and reports per budget:
 
   step_ms     the fastest timed step (forward, backward, AdamW), as flashgrad bench recompute does;
   step_rss    the process's resident high-water mark during the timed steps above its resident size
-              just before them (VmHWM reset through /proc/self/clear_refs): what a step adds, the
-              CPU having no allocator counter in PyTorch;
+              just before them (VmHWM reset through /proc/self/clear_refs): what a step holds above
+              what lives between steps, PyTorch having no allocator counter on the CPU. The worker
+              runs with MALLOC_MMAP_THRESHOLD_=65536, so glibc maps every block of 64 KiB and more on
+              its own and unmaps it when freed, and the resident size follows the live tensors;
   compile_s   the first step's wall time (compilation included).
 
 Usage: recompute_torch_cpu.py --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 4
@@ -83,6 +85,14 @@ def worker(a, budget):
             return F.cross_entropy(logits.view(-1, V), tgt.view(-1))
 
     model = GPT()
+    with torch.no_grad():  # GPT-2's initialization, so that the loss starts near log V
+        for n, w in model.named_parameters():
+            if w.dim() == 2:
+                w.normal_(0.0, 0.02 / (2 * L) ** 0.5 if n.endswith(("c_proj.weight", "m_proj.weight")) else 0.02)
+            elif "ln" in n:
+                w.fill_(1.0 if n.endswith("weight") else 0.0)
+            else:
+                w.zero_()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     loss_fn = torch.compile(model)
     g = torch.Generator().manual_seed(0)
@@ -133,7 +143,7 @@ def main():
     for b in [float(x) for x in a.budgets.split(",")]:
         args = [sys.executable, __file__, "--worker", str(b)] + [
             f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("worker", "budgets", "csv")]
-        env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+        env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MALLOC_MMAP_THRESHOLD_="65536")
         r = subprocess.run(args, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             print(f"budget {b}: the worker failed:\n{r.stderr[-2000:]}", file=sys.stderr)
