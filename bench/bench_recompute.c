@@ -37,6 +37,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/train_flags.h"
+#include "tensor/fileio.h"
 #include "ops/cpu.h"
 #include "train/recompute_plan.h"
 
@@ -361,6 +362,12 @@ int fg_bench_recompute(int argc, char **argv) {
         fprintf(stderr, ERR_PREFIX "--csv needs a file name\n");
         return 2;
     }
+    /* refused paths before the measurements, not after them (written at the end, checked again) */
+    for (int k = R_CSV; k <= R_PNG; k++)
+        if (f[k].given && fg_check_replaceable(f[k].s) != FG_OK) {
+            fprintf(stderr, ERR_PREFIX "%s: %s\n", f[k].name, fg_last_error());
+            return 2;
+        }
     if (f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given || f[R_SYNTH].given) {
         fg_flag g[R_COUNT];
         memcpy(g, f, sizeof g);
