@@ -104,6 +104,16 @@ static void configure_resumed(const train_args *a, train_run *r) {
             KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2) KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
                 KEEP_D(FG_TF_DROPOUT, cfg.model.dropout) if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed)
                     fg_train_die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
+    if (fg_train_flags_arch_given(f)) {
+        fg_gpt_config want = cfg.model;
+        fg_train_flags_arch(f, &a->run, &want);
+        if (!fg_gpt_same_arch(&want, &cfg.model)) {
+            char arch[512];
+            fg_gpt_arch_describe(&cfg.model, arch, sizeof arch);
+            fg_train_die(2, "%s differs from the checkpoint's architecture (%s); a resumed run keeps its settings",
+                         fg_train_flags_arch_given(f), arch);
+        }
+    }
     if (f[FG_TF_BYTE].given && (!in->tokenizer || fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE))
         fg_train_die(2, "--byte: the checkpoint %s",
                      in->tokenizer ? "uses a character-level tokenizer" : "trained on token files");

@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "autograd/gradcheck.h"
+#include "ops/ops.h"
+#include "tensor/alloc.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tests/common.h"
@@ -39,10 +41,9 @@ static void fill_tokens(int32_t *t, int n, int V, uint64_t seed) {
 
 /* The architectures the tests run: a preset plus changes, on a tiny model. */
 typedef enum { A_LLAMA, A_LLAMA_TIED, A_NANOCHAT, A_MIX, A_GPT2_GQA, A_COUNT } arch_case;
-static const char *const arch_case_names[A_COUNT] = {"llama (GQA, untied)", "llama (MQA, tied, bias)",
-                                                     "nanochat (SSSL windows, softcap)",
-                                                     "gpt2 names, rope + rmsnorm + qk-norm + swiglu + emb-norm",
-                                                     "gpt2 with GQA and a window"};
+static const char *const arch_case_names[A_COUNT] = {
+    "llama (GQA, untied)", "llama (MQA, tied, bias)", "nanochat (SSSL windows, softcap)",
+    "gpt2 names, rope + rmsnorm + qk-norm + swiglu + emb-norm", "gpt2 with GQA and a window"};
 
 static fg_gpt_config arch_config(arch_case a, fg_dtype dt, fg_attn_impl impl, int n_embd, int n_head, int block,
                                  int vocab) {
@@ -107,7 +108,7 @@ static void eps_neg(fg_gpt_config *c) { c->norm_eps = -1e-6; }
 static void eps_nan(fg_gpt_config *c) { c->norm_eps = NAN; }
 static void norm_bad(fg_gpt_config *c) { c->norm = (fg_gpt_norm)7; }
 static void mlp_bad(fg_gpt_config *c) { c->mlp = (fg_gpt_mlp)-1; }
-static void pos_bad(fg_gpt_config *c) { c->pos = (fg_gpt_pos)2; }
+static void pos_bad(fg_gpt_config *c) { c->pos = (fg_gpt_pos)3; }
 static void arch_bad(fg_gpt_config *c) { c->arch = (fg_gpt_arch)3; }
 static void hidden_neg(fg_gpt_config *c) { c->mlp_hidden = -4; }
 static void softcap_neg(fg_gpt_config *c) { c->logit_softcap = -15; }
@@ -134,7 +135,7 @@ Test(gpt_arch, bad_options_are_refused_naming_the_field) {
         {"norm_eps nan", eps_nan, "norm_eps nan"},
         {"norm 7", norm_bad, "unknown norm 7"},
         {"mlp -1", mlp_bad, "unknown mlp -1"},
-        {"pos 2", pos_bad, "unknown pos 2"},
+        {"pos 3", pos_bad, "unknown pos 3"},
         {"arch 3", arch_bad, "unknown arch 3"},
         {"mlp_hidden -4", hidden_neg, "mlp_hidden -4"},
         {"logit_softcap -15", softcap_neg, "logit_softcap -15"},
@@ -153,8 +154,8 @@ Test(gpt_arch, bad_options_are_refused_naming_the_field) {
         cr_assert_eq(fg_gpt_config_check(&c), FG_OK, "%s: the base config: %s", rows[i].name, fg_last_error());
         rows[i].edit(&c);
         cr_expect_neq(fg_gpt_config_check(&c), FG_OK, "%s: accepted", rows[i].name);
-        cr_expect(strstr(fg_last_error(), rows[i].phrase) != NULL, "%s: message '%s' does not say '%s'",
-                  rows[i].name, fg_last_error(), rows[i].phrase);
+        cr_expect(strstr(fg_last_error(), rows[i].phrase) != NULL, "%s: message '%s' does not say '%s'", rows[i].name,
+                  fg_last_error(), rows[i].phrase);
         cr_expect(!strchr(fg_last_error(), '\n'), "%s: the message is not one line", rows[i].name);
         cr_expect(fg_gpt_create(&c, 1) == NULL, "%s: a model was made", rows[i].name);
     }
@@ -324,8 +325,8 @@ static void check_gradients(arch_case a, fg_attn_impl impl, int logits) {
                  (long long)r.checked, (long long)g->num_elements);
     cr_expect(r.passed, "%s, %s attention, %s: worst at %s[%lld]: analytic %.10g numeric %.10g (max abs %.3g rel %.3g)",
               arch_case_names[a], fg_attn_impl_name(impl), logits ? "logits" : "loss",
-              r.worst_input >= 0 ? g->params[r.worst_input].name : "?", (long long)r.worst_index, r.analytic,
-              r.numeric, r.max_abs_err, r.max_rel_err);
+              r.worst_input >= 0 ? g->params[r.worst_input].name : "?", (long long)r.worst_index, r.analytic, r.numeric,
+              r.max_abs_err, r.max_rel_err);
     free(in);
     fg_gpt_free(g);
 }
@@ -353,7 +354,8 @@ Test(gpt_arch, fused_and_split_names_are_one_model) {
     memcpy(fg_data(gb->params_flat), fg_data(ga->params_flat), fg_nbytes(ga->params_flat));
     int32_t x[16];
     fill_tokens(x, 16, 13, 3);
-    fg_tensor *la = fgt_ok(fg_gpt_forward(ga, x, 2, 8, NULL), "a"), *lb = fgt_ok(fg_gpt_forward(gb, x, 2, 8, NULL), "b");
+    fg_tensor *la = fgt_ok(fg_gpt_forward(ga, x, 2, 8, NULL), "a"),
+              *lb = fgt_ok(fg_gpt_forward(gb, x, 2, 8, NULL), "b");
     cr_expect(!memcmp(fg_data(la), fg_data(lb), fg_nbytes(la)), "the logits differ");
     fg_release(la);
     fg_release(lb);
@@ -387,7 +389,8 @@ static void kv_matches(arch_case a, fg_dtype dt, fg_attn_impl impl, int block, i
         int len = 0;
         while (len < T) {
             int n = len == 0 ? prompt : 1;
-            cr_assert_eq(fg_gpt_kv_append(g, kv, tok + len, n, x), FG_OK, "%s: %s", arch_case_names[a], fg_last_error());
+            cr_assert_eq(fg_gpt_kv_append(g, kv, tok + len, n, x), FG_OK, "%s: %s", arch_case_names[a],
+                         fg_last_error());
             len += n;
             full_last_logits(g, tok, len, y);
             double worst = 0, scale = 1;
@@ -547,4 +550,210 @@ Test(gpt_arch, a_resumed_nanochat_run_is_the_uninterrupted_one_bit_for_bit, .tim
     fg_trainer_free(second);
     fg_source_free(s);
     fgt_remove_tmpdir(dir);
+}
+
+/* ---- the command line ---- */
+
+/* `flashgrad <args>` run in dir: exit code `code` and `phrase` in its output, one line when an error. */
+static void expect_cli(const char *dir, const char *args, int code, const char *phrase) {
+    char cmd[2048], log[16384];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", dir, fgt_bin(), args);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, code, "`flashgrad %s` exited %d, expected %d:\n%s", args, st, code, log);
+    cr_expect(strstr(log, phrase) != NULL, "`flashgrad %s`: output does not mention '%s':\n%s", args, phrase, log);
+    if (code != 0) {
+        int lines = 0;
+        for (const char *c = log; *c; c++) lines += *c == '\n';
+        cr_expect_eq(lines, 1, "`flashgrad %s`: an error should be one line, got %d:\n%s", args, lines, log);
+    }
+}
+
+Test(gpt_arch, train_takes_the_architecture_flags_and_keeps_them_across_resume, .timeout = 300) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    char dir[256], p[512];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_gpt_arch_cli_XXXXXX");
+    snprintf(p, sizeof p, "%s/text.txt", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    for (int i = 0; i < 400; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog\n", i % 7);
+    fclose(f);
+    const char *base = "train --data text.txt --n-layer 2 --n-embd 16 --n-head 4 --block-size 16 --batch-size 2 "
+                       "--eval-every 0 --eval-iters 1 --threads 1";
+    char args[1024];
+    /* refusals: one line, exit 2, naming the flag */
+    snprintf(args, sizeof args, "%s --arch llama3 --out o", base);
+    expect_cli(dir, args, 2, "--arch: unknown architecture 'llama3' (gpt2, llama or nanochat)");
+    snprintf(args, sizeof args, "%s --n-kv-head 3 --out o", base);
+    expect_cli(dir, args, 2, "--n-kv-head 3 does not divide --n-head 4");
+    snprintf(args, sizeof args, "%s --norm rms --out o", base);
+    expect_cli(dir, args, 2, "--norm: unknown kind 'rms'");
+    snprintf(args, sizeof args, "%s --mlp geglu --out o", base);
+    expect_cli(dir, args, 2, "--mlp: unknown kind 'geglu'");
+    snprintf(args, sizeof args, "%s --pos alibi --out o", base);
+    expect_cli(dir, args, 2, "--pos: unknown kind 'alibi'");
+    snprintf(args, sizeof args, "%s --window SXL --out o", base);
+    expect_cli(dir, args, 2, "--window 'SXL'");
+    snprintf(args, sizeof args, "%s --qk-norm 2 --out o", base);
+    expect_cli(dir, args, 2, "--qk-norm");
+    snprintf(args, sizeof args, "%s --pos rope --n-embd 12 --out o", base);
+    expect_cli(dir, args, 2, "pos rope needs an even head dim");
+    snprintf(args, sizeof args, "%s --arch nanochat --device cuda --out o", base);
+    expect_cli(dir, args, 2, "cuda");
+    /* a nanochat run with options over the preset, then a resume that must keep them */
+    snprintf(args, sizeof args, "%s --arch nanochat --n-kv-head 2 --window SL --logit-softcap 10 --steps 4 --out run",
+             base);
+    expect_cli(dir, args, 0,
+               "architecture: nanochat: rope-nanochat (theta 10000), rmsnorm-free (eps 1e-06) after the embedding too, "
+               "qk-norm, relu2 (hidden 64), 2 kv heads, no biases, untied head, logit softcap 10, windows SL");
+    snprintf(args, sizeof args, "%s --resume --steps 6 --mlp gelu --out run", base);
+    expect_cli(dir, args, 2, "--mlp differs from the checkpoint's architecture");
+    snprintf(args, sizeof args, "%s --resume --steps 6 --out run", base);
+    expect_cli(dir, args, 0, "step 6/6");
+    snprintf(args, sizeof args, "%s --init-from run --steps 2 --out run2 --arch llama", base);
+    expect_cli(dir, args, 2, "--arch contradicts the model in 'run'");
+    expect_cli(dir, "sample --ckpt run --tokens 5 --temperature 0", 0, "");
+    expect_cli(dir, "export --ckpt run --to llmc m.bin", 2, "holds GPT-2 models only (this one is arch nanochat)");
+    /* nanoGPT's bias = False: GPT-2 without a bias anywhere, nanoGPT's names */
+    snprintf(args, sizeof args, "%s --bias=False --steps 1 --out nobias", base);
+    expect_cli(dir, args, 0,
+               "architecture: gpt2: learned, layernorm (eps 1e-05), gelu (hidden 64), no biases, tied head");
+    /* bench train builds the same model from the same flags */
+    expect_cli(dir, "bench train --arch llama --n-kv-head 1 --n-layer 1 --n-embd 16 --n-head 2 --steps 2 --threads 1",
+               0, "architecture: llama: rope (theta 10000), rmsnorm (eps 1e-06), swiglu (hidden 64), 1 kv heads");
+    fgt_remove_tmpdir(dir);
+}
+
+/* ---- PyTorch ---- */
+
+static const char *torch_python(void) {
+    const char *p = getenv("FG_TORCH_PYTHON");
+    return p && *p ? p : FGT_PYTHON;
+}
+
+static void save_npy(const char *dir, const char *cname, const char *what, const char *name, const fg_tensor *t) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s__%s__%s.npy", dir, cname, what, name);
+    fg_tensor *c = fgt_ok(fg_make_contiguous((fg_tensor *)t), "contiguous");
+    cr_assert_eq(fg_npy_save(p, c), FG_OK, "%s: %s", p, fg_last_error());
+    fg_release(c);
+}
+
+/* One case of the cross-check: its model (float64, weights uniform in ±0.5, norm gains around 1),
+ * tokens and targets, and flashgrad's logits, loss and gradients, into dir; its line in cases.txt:
+ * name, then the config as key=value, then the loss (%.17g). */
+static void torch_case(FILE *list, const char *dir, const char *cname, const fg_gpt_config *c, uint64_t seed) {
+    fg_gpt *g = make(c, seed);
+    randomize(g, seed + 1);
+    enum { B = 2, T = 7 };
+    int32_t x[B * T], y[B * T];
+    fill_tokens(x, B * T, c->vocab_size, seed + 2);
+    fill_tokens(y, B * T, c->vocab_size, seed + 3);
+    y[4] = -1; /* an ignored target */
+    fg_tensor *logits = fgt_ok(fg_gpt_forward(g, x, B, T, NULL), "forward");
+    fg_gpt_zero_grad(g);
+    fg_tensor *loss = fgt_ok(fg_gpt_loss(g, x, y, B, T, NULL), "loss");
+    cr_assert_eq(fg_backward(loss, NULL), FG_OK, "%s", fg_last_error());
+    save_npy(dir, cname, "out", "logits", logits);
+    for (int j = 0; j < g->n_params; j++) {
+        save_npy(dir, cname, "w", g->params[j].name, g->params[j].w);
+        save_npy(dir, cname, "grad", g->params[j].name, g->params[j].w->grad);
+    }
+    char win[FG_GPT_WINDOW_MAX + 2];
+    snprintf(win, sizeof win, "%s", c->window[0] ? c->window : "L");
+    fprintf(list,
+            "%s arch=%s L=%d H=%d Hkv=%d C=%d V=%d T=%d Tq=%d pos=%s theta=%.17g norm=%s eps=%.17g emb_norm=%d "
+            "qk_norm=%d mlp=%s hidden=%d bias=%d tie=%d softcap=%.17g window=%s loss=%.17g x=",
+            cname, fg_gpt_arch_name(c->arch), c->n_layer, c->n_head, fg_gpt_kv_heads(c), c->n_embd, c->vocab_size,
+            c->block_size, T, fg_gpt_pos_name(c->pos), fg_gpt_theta(c), fg_gpt_norm_name(c->norm), fg_gpt_eps(c),
+            c->emb_norm, c->qk_norm, fg_gpt_mlp_name(c->mlp), fg_gpt_hidden(c), !c->no_bias, !c->untie_head,
+            c->logit_softcap, win, fg_get(loss, 0));
+    for (int i = 0; i < B * T; i++) fprintf(list, "%s%d", i ? "," : "", x[i]);
+    fprintf(list, " y=");
+    for (int i = 0; i < B * T; i++) fprintf(list, "%s%d", i ? "," : "", y[i]);
+    fprintf(list, " B=%d\n", B);
+    fg_release(logits);
+    fg_release(loss);
+    fg_gpt_free(g);
+}
+
+Test(gpt_arch, logits_and_gradients_match_pytorch, .timeout = 300) {
+    const char *what = "PyTorch cross-check of the llama and nanochat architectures";
+    const char *script = "tests/gpt_arch_torch_check.py";
+    if (access(script, R_OK) != 0) fgt_skip(what, "tests/gpt_arch_torch_check.py not found (run from the repo root)");
+    if (access(torch_python(), X_OK) != 0) fgt_skip(what, "no python interpreter (set FG_TORCH_PYTHON)");
+    char dir[256], p[512], cmd[1024], log[65536];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_gpt_arch_torch_XXXXXX");
+    snprintf(p, sizeof p, "%s/cases.txt", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert(f, "%s", p);
+    const int C = 16, H = 4, T = 12, V = 19;
+    fg_gpt_config c = arch_config(A_LLAMA, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    torch_case(f, dir, "llama_gqa_untied", &c, 10);
+    c = arch_config(A_LLAMA_TIED, FG_F64, FG_ATTN_NAIVE, C, H, T, V);
+    torch_case(f, dir, "llama_mqa_tied_bias", &c, 20);
+    c = arch_config(A_NANOCHAT, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    c.window[0] = 0; /* transformers' NanoChat has no windows */
+    c.logit_softcap = 15;
+    c.n_kv_head = 2;
+    torch_case(f, dir, "nanochat_gqa", &c, 30);
+    c = arch_config(A_NANOCHAT, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    torch_case(f, dir, "nanochat_windows_softcap2", &c, 40); /* the reference module only */
+    c = arch_config(A_MIX, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    c.no_bias = 0;
+    torch_case(f, dir, "gpt2_names_mix", &c, 50);
+    c = arch_config(A_GPT2_GQA, FG_F64, FG_ATTN_NAIVE, C, H, T, V);
+    torch_case(f, dir, "gpt2_gqa_window", &c, 60);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "HF_HUB_OFFLINE=1 %s %s %s 2>&1", torch_python(), script, dir);
+    const int st = fgt_run_cmd(cmd, log, sizeof log);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+    if (st == FGT_PYTHON_CANNOT_RUN) {
+        log[strcspn(log, "\n")] = 0; /* its one line */
+        fgt_skip(what, log);
+    }
+    if (fgt_verbose() || st) fprintf(stderr, "[gpt_arch] %s", log);
+    cr_expect_eq(st, 0, "gpt_arch_torch_check.py exited %d:\n%s", st, log);
+}
+
+Test(gpt_arch, flops_per_token_leave_out_an_untied_embedding_and_count_windows) {
+    fg_source *src = addition_source();
+    fg_train_config c = arch_train_config(src, A_NANOCHAT, 2);
+    c.model.block_size = 16;
+    fg_trainer *tr = fg_trainer_create(&c, src);
+    cr_assert(tr, "%s", fg_last_error());
+    const fg_gpt_config *m = &tr->model->cfg;
+    const double T = tr->T, w = fg_gpt_layer_window(m, 0);
+    cr_assert(w > 0 && w + 1 < T && fg_gpt_layer_window(m, 2) == 0, "the test needs a short window: w %g T %g", w, T);
+    /* layers 0 and 1 windowed (SSSL over 3 layers, the last full) */
+    const double want = 6.0 * ((double)tr->model->num_elements - (double)m->vocab_size * m->n_embd) +
+                        12.0 * m->n_embd * (2 * (w + 1) + T);
+    cr_expect(fg_trainer_flops_per_token(tr) == want, "flops/token %.17g, expected %.17g",
+              fg_trainer_flops_per_token(tr), want);
+    fg_trainer_free(tr);
+    fg_source_free(src);
+}
+
+Test(gpt_arch, a_step_after_warmup_takes_nothing_from_the_system) {
+    fg_source *src = addition_source();
+    const arch_case cases[] = {A_LLAMA, A_NANOCHAT, A_MIX};
+    for (size_t ci = 0; ci < 3; ci++) {
+        fg_train_config c = arch_train_config(src, cases[ci], 12);
+        fg_trainer *tr = fg_trainer_create(&c, src);
+        cr_assert(tr, "%s", fg_last_error());
+        double l[4], ev;
+        steps(tr, 3, l);
+        cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &ev), FG_OK);
+        const fg_alloc_stats mid = fg_alloc_get_stats(FG_CPU);
+        steps(tr, 3, l);
+        cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &ev), FG_OK);
+        const fg_alloc_stats after = fg_alloc_get_stats(FG_CPU);
+        cr_expect_eq(after.system_allocs, mid.system_allocs, "%s: system allocations grew from %llu to %llu",
+                     arch_case_names[cases[ci]], (unsigned long long)mid.system_allocs,
+                     (unsigned long long)after.system_allocs);
+        cr_expect_eq(after.current, mid.current, "%s: live bytes between steps changed: %zu -> %zu",
+                     arch_case_names[cases[ci]], mid.current, after.current);
+        fg_trainer_free(tr);
+    }
+    fg_source_free(src);
 }

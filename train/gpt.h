@@ -1,34 +1,48 @@
-/* gpt.h — a GPT-2 style decoder whose parameters live in one flat buffer.
+/* gpt.h — one decoder-only transformer with architecture options (GPT-2, Llama, nanochat and free
+ * mixes of their parts), its parameters in one flat buffer.
  *
- * The model, shape letters: B batch, T time (<= block_size), C = n_embd, H = n_head, hd = C / H,
- * V = vocab_size, L = n_layer.
+ * Shape letters: B batch, T time (<= block_size), C = n_embd, H = n_head, H_kv = n_kv_head (K/V
+ * heads), hd = C / H, I = the MLP's hidden width, V = vocab_size, L = n_layer.
  *
- *     x = wte[idx] + wpe[0..T)                                   (B, T, C), then dropout
+ *     x = wte[idx] (+ wpe[0..T) with learned positions)          (B, T, C), then dropout
+ *     x = norm(x)                                                  with emb_norm only (nanochat)
  *     for each of the L blocks:
- *         x = x + dropout(c_proj(attention(split_heads(c_attn(ln_1(x))))))   causal, attn dropout
- *         x = x + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))                 4C hidden
- *     logits = ln_f(x) @ wteᵀ                                     (B, T, V), LM head tied to wte
+ *         h = norm(x); q, k, v = split(h @ [W_q; W_k; W_v]ᵀ (+ b))   H, H_kv, H_kv heads of hd
+ *         q, k = rope(q), rope(k)                                   rotary positions only
+ *         q, k = rmsnorm(q), rmsnorm(k) over hd, no weight          qk_norm only (after rope)
+ *         x = x + dropout(o_proj(attention(q, k, v)))               causal, GQA, the layer's window
+ *         x = x + dropout(down(act(up(norm(x)))))                    gelu_tanh (4C, GPT-2) |
+ *                                                                    silu(gate) * up (SwiGLU) | relu²
+ *     logits = norm(x) @ headᵀ                                      (B, T, V): head = wte (tied) or
+ *     logits = c tanh(logits / c)                                   lm_head; the softcap when c > 0
+ * norm is LayerNorm (weight, bias), RMSNorm with a weight, or RMSNorm without one, per the config.
+ * The options and presets are listed at fg_gpt_config below; the default is exactly GPT-2.
  *
  * Attention goes through fg_attention (ops/attention.h) with the implementation in cfg.attn
- * (naive or flash), causal masking and attention dropout. Dropout sites follow nanoGPT: after the
- * embeddings, on the attention weights, and after each residual branch's output projection.
+ * (naive or flash), causal masking, GQA (its variant.n_kv_heads), sliding windows and attention
+ * dropout. Dropout sites follow nanoGPT: after the embeddings, on the attention weights, and after
+ * each residual branch's output projection. The backward is autograd's: every step above is an op
+ * of ops/ with its own rule (fg_rmsnorm, fg_rope, fg_swiglu, fg_relu2, fg_softcap ...).
  *
  * Parameters. Every parameter is a named view into ONE contiguous buffer (params_flat), and each
  * view's gradient (tensor->grad) is the matching view into one flat gradient buffer (grads_flat),
  * set before the first backward, so zeroing, clipping and AdamW are single loops over an array.
- * The table of views is generated from one X-macro list, FG_GPT_PARAMS below: name, shape, whether
- * AdamW decays it, and how it is initialized. Names and layouts are nanoGPT's (PyTorch
- * nn.Linear: a weight is (out, in)), so `model.load_state_dict(safetensors.torch.load_file(...))`
- * works for nanoGPT's GPT with bias=True; the tied lm_head.weight is not stored (as in HF's GPT-2
- * files). The buffer holds them in table order: wte, wpe, then block 0's twelve tensors, block 1's,
- * ..., then ln_f.
+ * The table of views is generated from one X-macro list, FG_GPT_PARAMS below: names per family,
+ * shape, whether AdamW decays it, how it is initialized, and under which options it exists. For a
+ * GPT-2 the names and layouts are nanoGPT's (PyTorch nn.Linear: a weight is (out, in)), so
+ * `model.load_state_dict(safetensors.torch.load_file(...))` works for nanoGPT's GPT with
+ * bias=True; the tied lm_head.weight is not stored (as in HF's GPT-2 files). The buffer holds them
+ * in table order: wte, wpe, then block 0's twelve tensors, block 1's, ..., then ln_f.
  *
- * Initialization is GPT-2's: weights normal(0, 0.02), the two residual output projections
- * normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gains 1. Parameter i of the table draws from
- * Philox stream (seed, FG_GPT_INIT_STREAM + i), so a model does not depend on thread count, and a
- * float64 model starts from the same values as a float32 one (up to rounding).
+ * Initialization, for every architecture, is GPT-2's (also what transformers' _init_weights does
+ * for Llama and NanoChat with initializer_range 0.02): matrices and embeddings normal(0, 0.02), an
+ * untied lm_head too; the two residual output projections (attention's and the MLP's) normal(0,
+ * 0.02 / sqrt(2 L)); biases 0; norm gains 1. Parameter i of the table draws from Philox stream
+ * (seed, FG_GPT_INIT_STREAM + i), so a model does not depend on thread count, and a float64 model
+ * starts from the same values as a float32 one (up to rounding).
  *
- * Float64 models exist for gradient checks; training uses float32.
+ * Float64 models exist for gradient checks; training uses float32. Architectures other than
+ * GPT-2's run on the CPU (their ops have no device kernels).
  */
 #ifndef FG_GPT_H
 #define FG_GPT_H
@@ -80,8 +94,10 @@ int fg_gpt_recompute_parse(const char *s);
  *   arch        the family the parameter NAMES follow (below); a preset also sets the options.
  *   n_kv_head   heads of K and V (grouped-query attention; 1 = multi-query); 0 = n_head. Divides n_head.
  *   pos         LEARNED: wpe (block_size, C) added to the token embedding; ROPE: rotary embedding of
- *               q and k in every layer (fg_rope: Hugging Face's rotate_half layout, position t of
- *               the sequence), no wpe; rope_theta its base (0 = 10000).
+ *               q and k in every layer (fg_rope: Hugging Face Llama's rotate_half layout, position t
+ *               of the sequence), no wpe; ROPE_NANOCHAT: the same pairs turned the other way, as
+ *               nanochat and transformers' NanoChat do (out_i = x_i cos + x_{i+D/2} sin,
+ *               out_{i+D/2} = x_{i+D/2} cos − x_i sin); rope_theta their base (0 = 10000).
  *   norm        LAYERNORM (weight, and a bias unless no_bias), RMSNORM (weight: Llama), RMSNORM_FREE
  *               (no parameter: nanochat); norm_eps every norm's eps (0 = 1e-5, GPT-2's).
  *   emb_norm    1: a norm of the model's kind right after the embedding (nanochat).
@@ -97,9 +113,10 @@ int fg_gpt_recompute_parse(const char *s);
  *               the block_size / 4 previous tokens and itself; the last layer is always 'L'. ""
  *               (or "L") = every layer full. nanochat trains with "SSSL".
  * Presets (fg_gpt_arch_preset): gpt2 = all zero. llama = rope 10000, rmsnorm 1e-6, swiglu (hidden
- * mlp_hidden, 0 = 4C), no bias, untied head (Hugging Face LlamaConfig's defaults). nanochat = rope
- * 10000, parameter-free rmsnorm 1e-6, emb_norm, qk_norm, relu2 4C, no bias, untied head, softcap 15,
- * window "L" (Hugging Face NanoChatForCausalLM has no windows; "SSSL" is the flag --window).
+ * mlp_hidden, 0 = 4C), no bias, untied head (Hugging Face LlamaConfig's defaults). nanochat =
+ * rope-nanochat 10000, parameter-free rmsnorm 1e-6, emb_norm, qk_norm, relu2 4C, no bias, untied head, softcap 15,
+ * window "L" (Hugging Face NanoChatForCausalLM has no windows; "SSSL" is the flag --window),
+ * rotary turned nanochat's way (ROPE_NANOCHAT).
  *
  * Names. arch GPT2 keeps nanoGPT's names (transformer.wte.weight, transformer.h.%d.attn.c_attn.weight:
  * q, k, v fused in one matrix of (H + 2 H_kv) hd rows ...); LLAMA uses Hugging Face LlamaForCausalLM's
@@ -110,7 +127,7 @@ int fg_gpt_recompute_parse(const char *s);
  * positions under LLAMA or NANOCHAT model.embed_positions.weight. Whatever the names, q, k and v
  * (and gate and up) are adjacent in the flat buffer in that order, so each is one GEMM. */
 typedef enum { FG_ARCH_GPT2 = 0, FG_ARCH_LLAMA, FG_ARCH_NANOCHAT, FG_ARCH_COUNT } fg_gpt_arch;
-typedef enum { FG_POS_LEARNED = 0, FG_POS_ROPE, FG_POS_COUNT } fg_gpt_pos;
+typedef enum { FG_POS_LEARNED = 0, FG_POS_ROPE, FG_POS_ROPE_NANOCHAT, FG_POS_COUNT } fg_gpt_pos;
 typedef enum { FG_NORM_LAYERNORM = 0, FG_NORM_RMSNORM, FG_NORM_RMSNORM_FREE, FG_NORM_COUNT } fg_gpt_norm;
 typedef enum { FG_MLP_GELU = 0, FG_MLP_SWIGLU, FG_MLP_RELU2, FG_MLP_COUNT } fg_gpt_mlp;
 #define FG_GPT_WINDOW_MAX 32 /* bytes of the window pattern, its terminating 0 included */
@@ -179,8 +196,10 @@ int fg_gpt_recompute_format(const fg_gpt_config *c, char *out, size_t n);
 
 /* Sets c's architecture fields (arch and every option above) to preset a's; sizes untouched. */
 void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a);
+/* Copies src's architecture fields (arch and every option above) into dst; sizes untouched. */
+void fg_gpt_copy_arch(fg_gpt_config *dst, const fg_gpt_config *src);
 /* "gpt2", "llama", "nanochat"; parse returns -1 on an unknown name. The same for the options:
- * pos "learned" | "rope"; norm "layernorm" | "rmsnorm" | "rmsnorm-free"; mlp "gelu" | "swiglu" | "relu2". */
+ * pos "learned" | "rope" | "rope-nanochat"; norm "layernorm" | "rmsnorm" | "rmsnorm-free"; mlp "gelu" | "swiglu" | "relu2". */
 const char *fg_gpt_arch_name(fg_gpt_arch a);
 int fg_gpt_arch_parse(const char *s);
 const char *fg_gpt_pos_name(fg_gpt_pos p);
@@ -190,7 +209,8 @@ int fg_gpt_norm_parse(const char *s);
 const char *fg_gpt_mlp_name(fg_gpt_mlp m);
 int fg_gpt_mlp_parse(const char *s);
 /* The resolved sizes and settings of c (defaults applied): K/V heads, head dim, MLP hidden width,
- * norm eps, rope theta, and layer l's attention window (0 = full, else window_left = block_size / 4). */
+ * norm eps, rope theta, and layer l's attention window (0 = full, else the keys back it sees:
+ * max(1, block_size / 4)). */
 int fg_gpt_kv_heads(const fg_gpt_config *c);
 int fg_gpt_head_dim(const fg_gpt_config *c);
 int fg_gpt_hidden(const fg_gpt_config *c);
@@ -200,6 +220,10 @@ int fg_gpt_layer_window(const fg_gpt_config *c, int l);
 /* 1 when c's architecture is GPT-2's: every option at zero, or at a value that means the same
  * (n_kv_head = n_head, mlp_hidden = 4C, a window pattern of only L). */
 int fg_gpt_is_gpt2(const fg_gpt_config *c);
+/* One line of c's architecture into buf (n bytes, always terminated), e.g. "nanochat: rope (theta
+ * 10000), rmsnorm-free (eps 1e-06) after the embedding too, qk-norm, relu2 (hidden 512), 2 kv heads,
+ * no biases, untied head, logit softcap 15, windows SSSL"; "gpt2" for GPT-2's. */
+void fg_gpt_arch_describe(const fg_gpt_config *c, char *buf, size_t n);
 /* 1 when a and b have the same architecture (options compared after their defaults apply). */
 int fg_gpt_same_arch(const fg_gpt_config *a, const fg_gpt_config *b);
 
@@ -227,9 +251,9 @@ typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } 
       FG_INIT_ONES, P_EMBN_W)                                                                                          \
     X(EMBN_B, 0, "transformer.ln_e.bias", "model.embed_norm.bias", "model.embed_norm.bias", 1, C, 1, 0, FG_INIT_ZEROS, \
       P_EMBN_B)                                                                                                        \
-    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", "model.layers.%d.input_layernorm.weight",                             \
+    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", "model.layers.%d.input_layernorm.weight",                              \
       "model.layers.%d.input_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                                    \
-    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", "model.layers.%d.input_layernorm.bias",                                 \
+    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", "model.layers.%d.input_layernorm.bias",                                  \
       "model.layers.%d.input_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                                     \
     X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", "", "", 2, QKV, C, 1, FG_INIT_NORMAL, P_FUSED)                 \
     X(Q_W, 1, "", "model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.q_proj.weight", 2, C, C, 1,    \
@@ -245,25 +269,25 @@ typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } 
       FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
     X(V_B, 1, "", "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.v_proj.bias", 1, KV, 1, 0,       \
       FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
-    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", "model.layers.%d.self_attn.o_proj.weight",                   \
+    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", "model.layers.%d.self_attn.o_proj.weight",                    \
       "model.layers.%d.self_attn.o_proj.weight", 2, C, C, 1, FG_INIT_RESID, P_ALL)                                     \
-    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", "model.layers.%d.self_attn.o_proj.bias",                       \
+    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", "model.layers.%d.self_attn.o_proj.bias",                        \
       "model.layers.%d.self_attn.o_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                      \
-    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", "model.layers.%d.post_attention_layernorm.weight",                    \
+    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", "model.layers.%d.post_attention_layernorm.weight",                     \
       "model.layers.%d.post_attention_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                           \
-    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", "model.layers.%d.post_attention_layernorm.bias",                        \
+    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", "model.layers.%d.post_attention_layernorm.bias",                         \
       "model.layers.%d.post_attention_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                            \
-    X(GATE_W, 1, "transformer.h.%d.mlp.c_gate.weight", "model.layers.%d.mlp.gate_proj.weight",                        \
+    X(GATE_W, 1, "transformer.h.%d.mlp.c_gate.weight", "model.layers.%d.mlp.gate_proj.weight",                         \
       "model.layers.%d.mlp.fc_gate.weight", 2, I, C, 1, FG_INIT_NORMAL, P_GATE)                                        \
-    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", "model.layers.%d.mlp.up_proj.weight",                              \
+    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", "model.layers.%d.mlp.up_proj.weight",                               \
       "model.layers.%d.mlp.fc1.weight", 2, I, C, 1, FG_INIT_NORMAL, P_ALL)                                             \
-    X(GATE_B, 1, "transformer.h.%d.mlp.c_gate.bias", "model.layers.%d.mlp.gate_proj.bias",                            \
+    X(GATE_B, 1, "transformer.h.%d.mlp.c_gate.bias", "model.layers.%d.mlp.gate_proj.bias",                             \
       "model.layers.%d.mlp.fc_gate.bias", 1, I, 1, 0, FG_INIT_ZEROS, P_GATE_B)                                         \
-    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.fc1.bias",  \
+    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.fc1.bias",   \
       1, I, 1, 0, FG_INIT_ZEROS, P_BIAS)                                                                               \
-    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", "model.layers.%d.mlp.down_proj.weight",                       \
+    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", "model.layers.%d.mlp.down_proj.weight",                        \
       "model.layers.%d.mlp.fc2.weight", 2, C, I, 1, FG_INIT_RESID, P_ALL)                                              \
-    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", "model.layers.%d.mlp.down_proj.bias",                           \
+    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", "model.layers.%d.mlp.down_proj.bias",                            \
       "model.layers.%d.mlp.fc2.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                               \
     X(LNF_W, 2, "transformer.ln_f.weight", "model.norm.weight", "model.norm.weight", 1, C, 1, 0, FG_INIT_ONES,         \
       P_NORM_W)                                                                                                        \
@@ -300,6 +324,7 @@ typedef struct fg_gpt {
     fg_tensor *params_flat; /* (num_elements) */
     fg_tensor *grads_flat;  /* (num_elements) */
     fg_tensor **by_kind;    /* [kind * (L + 1) + (layer or 0)]: borrowed from the table; NULL if absent */
+    fg_tensor *rope_sign;   /* (hd): +1 on the first half, −1 on the second (ROPE_NANOCHAT); else NULL */
     fg_tensor **fused;      /* per layer, leaves over adjacent entries (q|k|v, gate|up, their biases)
                              * whose gradients are the same ranges of grads_flat; gpt.c's own */
 } fg_gpt;
@@ -391,9 +416,10 @@ fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, c
  * argmax. x (n logits) is overwritten; order (n ints) is scratch. */
 int fg_gpt_sample_logits(double *x, int n, double temperature, int top_k, double top_p, double u, int *order);
 /* ---- the KV cache: incremental inference without autograd ----
- * Per layer, K and V of every position so far, (H, block_size, hd) each, and scratch for
- * block_size rows of every activation, all allocated once by fg_gpt_kv_create and reused by every
- * call. fg_gpt_kv_append(g, kv, idx, n, logits) runs the model on n new tokens at positions
+ * Per layer, K and V of every position so far, (H_kv, block_size, hd) each, and (GPT-2) scratch
+ * for block_size rows of every activation, all allocated once by fg_gpt_kv_create and reused by
+ * every call. Other architectures run the forward's own ops on the new rows (rotary positions from
+ * len, the layer's window, the softcap) and keep only K and V here. fg_gpt_kv_append(g, kv, idx, n, logits) runs the model on n new tokens at positions
  * len .. len + n − 1 (len = fg_gpt_kv_len): each layer computes its n new rows (ln_1, c_attn),
  * writes their k, v into the cache, and attends with its n queries to all len + n cached keys
  * (fg_attention's kernels, causal with Nq = n < Nk: bottom-right, so query i sees keys 0 .. len + i);

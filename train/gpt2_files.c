@@ -693,6 +693,7 @@ fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src) {
     if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd || a->vocab_size != b->vocab_size)
         return fg_error(FG_ERR_ARG, "copy weights: the models differ (L %d/%d, H %d/%d, C %d/%d, V %d/%d)", a->n_layer,
                         b->n_layer, a->n_head, b->n_head, a->n_embd, b->n_embd, a->vocab_size, b->vocab_size);
+    if (!fg_gpt_same_arch(a, b)) return fg_error(FG_ERR_ARG, "copy weights: the models' architectures differ");
     if (a->block_size > b->block_size)
         return fg_error(FG_ERR_ARG, "copy weights: block size %d is larger than the source's %d", a->block_size,
                         b->block_size);
@@ -823,6 +824,9 @@ static fg_status write_tokenizer_files(const fg_tokenizer *tok, const char *dir)
 
 fg_status fg_gpt2_save_hf_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite) {
     if (!g || !out_dir || !*out_dir) return fg_error(FG_ERR_ARG, "export: no model or no output folder");
+    if (!fg_gpt_is_gpt2(&g->cfg))
+        return fg_error(FG_ERR_ARG, "a GPT2LMHeadModel folder holds GPT-2 models only (this one is arch %s)",
+                        fg_gpt_arch_name(g->cfg.arch));
     char out[4096];
     if (snprintf(out, sizeof out, "%s", out_dir) >= (int)sizeof out - 64) return fg_error(FG_ERR_ARG, "path too long");
     for (size_t L = strlen(out); L > 1 && out[L - 1] == '/'; L--) out[L - 1] = '\0';
@@ -917,6 +921,9 @@ done:
 
 fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, int overwrite) {
     if (!g || !out_file || !*out_file) return fg_error(FG_ERR_ARG, "export: no model or no output file");
+    if (!fg_gpt_is_gpt2(&g->cfg))
+        return fg_error(FG_ERR_ARG, "llm.c's model file holds GPT-2 models only (this one is arch %s)",
+                        fg_gpt_arch_name(g->cfg.arch));
     if (version != 3 && version != 5)
         return fg_error(FG_ERR_ARG, "export: llm.c version %d (3: float32, 5: bfloat16)", version);
     struct stat sb;
