@@ -596,11 +596,13 @@ bench-scale: all
 	else echo "bench-scale: no gnuplot here: make plots draws bench/results/train_scale.png"; fi
 
 # ---- the recomputation study (docs/recomputation.md) ----
-# make recompute-bench : the CSV files (attention naive vs flash over N, and --recompute per setting)
+# make recompute-bench : the CSV files (attention naive vs flash over N, --recompute per setting, and
+#                        bench recompute's trade-off at nanoGPT's L6 Shakespeare shape: CSV and PNG)
 # make plots           : bench/results/{attention_memory,attention_time,train_recompute}.png from them
 #                        (and train_scale.png from make bench-scale's CSV when it is there)
 RECOMPUTE_N ?= 256,512,1024,2048,4096,8192,16384
 RECOMPUTE_SDPA_N ?= 256,512,1024,2048
+RECOMPUTE_L6 ?= --synthetic-vocab 65 --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 4 --dropout 0
 .PHONY: recompute-bench
 recompute-bench: all
 	$(BUILD)/flashgrad bench attention --n $(RECOMPUTE_N) --d 64 --repeat 3 --csv bench/results/attention_cpu.csv
@@ -608,6 +610,9 @@ recompute-bench: all
 	$(BUILD)/flashgrad bench attention --n $(RECOMPUTE_N) --d 64 --repeat 3 --causal --csv bench/results/attention_cpu_causal.csv
 	sh bench/recompute.sh --bin $(BUILD)/flashgrad
 	sh bench/made_on.sh > bench/results/train_recompute.csv.made
+	$(BUILD)/flashgrad bench recompute $(RECOMPUTE_L6) --steps 2 --warmup-steps 1 --pareto --sample 24 \
+	    --csv bench/results/recompute_pareto_l6.csv --png bench/results/recompute_pareto_l6.png
+	sh bench/made_on.sh > bench/results/recompute_pareto_l6.csv.made
 	@# the SDPA line of attention_time.png (PyTorch at the same shapes), when $(SCALE_PYTHON) has torch
 	-$(SCALE_PYTHON) bench/attention_torch_cpu.py --flashgrad $(BUILD)/flashgrad --n $(RECOMPUTE_SDPA_N) --b 1 --h 1 \
 	    --d 64 --causal 0 --repeat 3 --csv bench/results/attention_torch_cpu.csv && \

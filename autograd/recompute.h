@@ -43,6 +43,24 @@ typedef fg_tensor *(*fg_recompute_fn)(void *ctx, fg_tensor *const *inputs);
  * 1 <= n_inputs <= 4 (FG_MAX_INPUTS). New reference; NULL with fg_last_error() on failure. */
 fg_tensor *fg_recompute(fg_recompute_fn fn, const void *ctx, size_t ctx_size, int n_inputs, fg_tensor *const *inputs);
 
+/* Recompute one saved input instead of keeping it (the cheap pointwise outputs: a norm's or an
+ * activation's output that the next matmul saves for its weight gradient):
+ *
+ *     h = fn(ctx, inputs)          recorded as usual (its own rule needs inputs, not h)
+ *     y = consumer(h)              saves h for its backward (a linear)
+ *     y = fg_recompute_drop(y, h, fn, ctx, ctx_size, n, inputs)
+ *
+ * frees h's storage now and returns an alias of y with one node "recompute_drop" whose rule, which
+ * runs before the consumer's (it is downstream of it), first recomputes fn(ctx, inputs) under no-grad
+ * into h's storage, then passes the gradient through unchanged. The matmul is not redone; only fn.
+ * Bit-for-bit under the same rule as fg_recompute (fn pure), so h holds the same values again.
+ * Contract: nothing but the consumer reads h after this call (no other op took h or a view of it),
+ * h is contiguous and owns its whole storage; the inputs are retained by the node.
+ * When grad mode is off or y needs no gradient, or h does not own its storage, nothing is dropped
+ * and y itself is returned (retained). New reference; NULL with fg_last_error() on failure. */
+fg_tensor *fg_recompute_drop(fg_tensor *y, fg_tensor *h, fg_recompute_fn fn, const void *ctx, size_t ctx_size,
+                             int n_inputs, fg_tensor *const *inputs);
+
 #ifdef __cplusplus
 }
 #endif

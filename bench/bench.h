@@ -7,8 +7,23 @@
 #ifndef FG_BENCH_H
 #define FG_BENCH_H
 
+#include "cli/flags.h"
+#include "cli/train_defaults.h"
+#include "datasets/source.h"
+
 /* `flashgrad bench train ...`: the steady-state training step (bench/bench_train.c). */
 int fg_bench_train(int argc, char **argv);
+/* `flashgrad bench recompute ...`: what each recompute choice saves and costs per block, the
+ * planner, and the measured trade-off (bench/bench_recompute.c). */
+int fg_bench_recompute(int argc, char **argv);
+
+/* bench train's flag defaults for a task (train's, cli/train_defaults.h) with the benchmark's
+ * optimizer settings (lr 1e-3 -> 1e-4, no warm-up), for the flags of cli/train_flags.h. */
+void fg_bench_train_defaults(fg_flag *f, const fg_train_defaults *d);
+/* bench train's --synthetic-vocab V dataset: uniform tokens from Philox, no file. Caller frees
+ * (fg_source_free); NULL with fg_last_error() when out of memory. */
+fg_source *fg_bench_synth_source(int V);
+
 /* `flashgrad bench attention ...`: naive against flash attention (bench/bench_attention.c). */
 int fg_bench_attention(int argc, char **argv);
 /* `flashgrad bench matmul ...`: a GPT's float32 products with each CPU kernel (bench/bench_matmul.c). */

@@ -125,7 +125,7 @@ static fg_status synth_batch(const fg_source *d, fg_split s, int B, int T, uint6
 static const fg_source_ops synth_ops = {synth_tokenizer, synth_vocab, synth_fixed_block, synth_batch, synth_optimal,
                                         NULL};
 
-static fg_source *synth_source_new(int V) {
+fg_source *fg_bench_synth_source(int V) {
     synth_source *d = calloc(1, sizeof *d);
     if (!d) {
         fg_error(FG_ERR_OOM, "out of memory");
@@ -140,7 +140,7 @@ static fg_source *synth_source_new(int V) {
 
 /* A task's model defaults (train's, train_defaults.h) with the benchmark's optimizer defaults,
  * the same for every task: lr 1e-3 -> 1e-4 without warm-up. */
-static void set_bench_defaults(fg_flag *f, const fg_train_defaults *d) {
+void fg_bench_train_defaults(fg_flag *f, const fg_train_defaults *d) {
     fg_train_flags_defaults(f, d);
     f[FG_TF_LR].d = 1e-3;
     f[FG_TF_MIN_LR].d = 1e-4;
@@ -215,7 +215,7 @@ static int profile_steps(fg_trainer *tr, int P, fg_device dev) {
 int fg_bench_train(int argc, char **argv) {
     fg_flag f[B_COUNT];
     init_bench_flags(f);
-    set_bench_defaults(f, &fg_defaults_addition);
+    fg_bench_train_defaults(f, &fg_defaults_addition);
     int rc = fg_flags_parse("bench train", f, B_COUNT, argc, argv);
     if (rc == -1) {
         fg_flags_help(stdout, "bench train", "[--data FILE] [model flags] [--steps N] [--warmup-steps N]", f, B_COUNT);
@@ -234,7 +234,7 @@ int fg_bench_train(int argc, char **argv) {
     if (f[FG_TF_DATA].given || f[FG_TF_DATA_BIN].given || f[B_SYNTH].given) {
         fg_flag g[B_COUNT];
         memcpy(g, f, sizeof g);
-        set_bench_defaults(f, &fg_defaults_text);
+        fg_bench_train_defaults(f, &fg_defaults_text);
         for (int k = 0; k < B_COUNT; k++)
             if (g[k].given) f[k] = g[k];
     }
@@ -248,7 +248,7 @@ int fg_bench_train(int argc, char **argv) {
     const fg_device dev = run.device;
 
     /* the data; the addition task keeps its default loss (on every token) */
-    fg_source *src = f[B_SYNTH].given ? synth_source_new((int)f[B_SYNTH].i)
+    fg_source *src = f[B_SYNTH].given ? fg_bench_synth_source((int)f[B_SYNTH].i)
                                       : fg_train_flags_source(f, fg_addition_default_config().answer_only, NULL);
     if (!src) {
         fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
@@ -268,6 +268,14 @@ int fg_bench_train(int argc, char **argv) {
         fg_source_free(src);
         return 2;
     }
+    if (run.memory_budget) {
+        const int mrc = fg_train_flags_memory_plan(&run, src, &cfg, 1, 2, NULL, stdout);
+        if (mrc) {
+            fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
+            fg_source_free(src);
+            return mrc;
+        }
+    }
     fg_trainer *tr = fg_trainer_create(&cfg, src);
     if (!tr) {
         fprintf(stderr, "flashgrad bench train: %s\n", fg_last_error());
@@ -278,10 +286,12 @@ int fg_bench_train(int argc, char **argv) {
     fg_blas_hint(stdout);
     printf("threads: %d (flashgrad pool)\n", fg_pool_threads());
     const int64_t tokens = (int64_t)cfg.batch_size * tr->T * cfg.grad_accum;
+    char plan[FG_GPT_MAX_LAYER * 12];
+    fg_gpt_recompute_format(&cfg.model, plan, sizeof plan);
     printf("bench train: %s, %d layers, %d heads, %d embd, %.3fM parameters, %s attention, dropout %g, recompute %s\n",
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
            cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(run.attn), cfg.model.dropout,
-           fg_gpt_recompute_name(cfg.model.recompute));
+           plan);
     if (!fg_gpt_is_gpt2(&cfg.model)) {
         char arch[512];
         fg_gpt_arch_describe(&cfg.model, arch, sizeof arch);

@@ -1,6 +1,7 @@
 /* cli_util.c — see cli_util.h. */
 #include "cli/cli_util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +28,29 @@ int fg_parse_double(const char *s, double *out) {
     double v = strtod(s, &end);
     if (errno || *end || end == s || !isfinite(v)) return -1;
     *out = v;
+    return 0;
+}
+
+int fg_parse_size(const char *s, int64_t *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v < 0 || *s == '+' || *s == '-' || isspace((unsigned char)*s)) return -1;
+    double unit = 1;
+    if (!strcmp(end, "") || !strcmp(end, "B"))
+        unit = 1;
+    else if (!strcmp(end, "KiB"))
+        unit = 1024.0;
+    else if (!strcmp(end, "MiB"))
+        unit = 1024.0 * 1024;
+    else if (!strcmp(end, "GiB"))
+        unit = 1024.0 * 1024 * 1024;
+    else
+        return -1;
+    const double b = floor(v * unit);
+    if (!(b >= 1 && b <= 0x1p60)) return -1;
+    *out = (int64_t)b;
     return 0;
 }
 

@@ -15,6 +15,10 @@
 /* 0 on success; -1 if s is not entirely a number (no trailing junk, no overflow). */
 int fg_parse_int(const char *s, int64_t *out);
 int fg_parse_double(const char *s, double *out);
+/* A size in bytes: a number (decimals allowed) with an optional suffix B, KiB, MiB or GiB (powers
+ * of 1024), "1.5GiB", "512MiB", "4096"; rounded down to whole bytes, at least 1 and at most 2^60.
+ * 0 on success; -1 on junk, another suffix (KB, MB: ambiguous) or out of range. */
+int fg_parse_size(const char *s, int64_t *out);
 /* "256,512,1024" -> out[0..*n); each in [lo, hi]. -1 on junk, range or more than cap items. */
 int fg_parse_int_list(const char *s, int64_t *out, int cap, int *n, int64_t lo, int64_t hi);
 

@@ -651,19 +651,53 @@ static int have_gnuplot(void) {
 
 /* What is at --out may be replaced: nothing, or a regular file that starts as a PNG. Read without
  * following a link and without blocking. 0, or 1 after printing the line. */
-static int out_replaceable(const char *out) {
-    if (too_long("--out", out)) return 1;
-    if (fg_check_replaceable(out) != FG_OK) return ERR("--out: %s", show(fg_last_error())), 1;
+static int out_replaceable(const char *out, const char *prefix, const char *flag) {
+    if (strlen(out) >= PATH_MAX)
+        return fg_cli_line(prefix, "%s: a path of %zu bytes is too long (at most %d)", flag, strlen(out), PATH_MAX - 1), 1;
+    if (fg_check_replaceable(out) != FG_OK) return fg_cli_line(prefix, "%s: %s", flag, show(fg_last_error())), 1;
     struct stat st;
     if (lstat(out, &st) != 0) return 0; /* nothing there (fg_check_replaceable said so) */
-    if (S_ISLNK(st.st_mode)) return ERR("--out %s is a symbolic link: not replacing it", show(out)), 1;
+    if (S_ISLNK(st.st_mode))
+        return fg_cli_line(prefix, "%s %s is a symbolic link: not replacing it", flag, show(out)), 1;
     unsigned char b[8];
     int fd = open(out, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? pread(fd, b, sizeof b, 0) : -1;
     if (fd >= 0) close(fd);
     if (n != (ssize_t)sizeof b || memcmp(b, png_magic, sizeof b))
-        return ERR("--out %s exists and is not a PNG: not replacing it", show(out)), 1;
+        return fg_cli_line(prefix, "%s %s exists and is not a PNG: not replacing it", flag, show(out)), 1;
     return 0;
+}
+
+int fg_plot_png(const char *script, size_t slen, const char *out, const char *flag, double timeout_s,
+                const char *prefix) {
+    char *png = NULL, why[600];
+    size_t n = 0;
+    int code = 0;
+    if (out_replaceable(out, prefix, flag)) return 1;
+    if (!have_gnuplot()) {
+        fg_cli_line(prefix, "gnuplot is not installed (Debian: apt-get install gnuplot-nox; make deps installs it)");
+        return 1;
+    }
+    if (run_gnuplot(script, slen, timeout_s, &png, &n, why, sizeof why)) {
+        fg_cli_line(prefix, "%s (nothing written)", why);
+        code = 1;
+    } else if (n < sizeof png_magic + sizeof png_iend || memcmp(png, png_magic, sizeof png_magic) ||
+               memcmp(png + n - sizeof png_iend, png_iend, sizeof png_iend)) {
+        fg_cli_line(prefix, "gnuplot's output is not a whole PNG (%zu bytes, starting '%s'): nothing written", n,
+                    shown(png ? png : "", n < 16 ? n : 16, 80));
+        code = 1;
+    } else if (out_replaceable(out, prefix, flag)) { /* again: something may have appeared while gnuplot drew */
+        code = 1;
+    } else {
+        const void *parts[1] = {png};
+        size_t sizes[1] = {n};
+        if (fg_write_file_atomic(out, parts, sizes, 1) != FG_OK) {
+            fg_cli_line(prefix, "%s", show(fg_last_error()));
+            code = 1;
+        }
+    }
+    free(png);
+    return code;
 }
 
 int fg_cmd_plot(int argc, char **argv) {
@@ -727,7 +761,7 @@ int fg_cmd_plot(int argc, char **argv) {
     size_t ol = strlen(out);
     if (!script_only && (ol < 5 || strcmp(out + ol - 4, ".png")))
         return ERR("--out '%s': the picture is a PNG, name it FILE.png", show(out)), 2;
-    if (!script_only && out_replaceable(out)) return 1;
+    if (!script_only && out_replaceable(out, "flashgrad plot: ", "--out")) return 1;
     if (!script_only && !have_gnuplot())
         return ERR("gnuplot is not installed (Debian: apt-get install gnuplot-nox; make deps installs it)"), 1;
 
@@ -748,27 +782,7 @@ int fg_cmd_plot(int argc, char **argv) {
     if (!code && script_only) {
         fwrite(script, 1, slen, stdout);
     } else if (!code) {
-        char *png = NULL, why[600];
-        size_t n = 0;
-        if (run_gnuplot(script, slen, f[P_TIMEOUT].d, &png, &n, why, sizeof why)) {
-            ERR("%s (nothing written)", why);
-            code = 1;
-        } else if (n < sizeof png_magic + sizeof png_iend || memcmp(png, png_magic, sizeof png_magic) ||
-                   memcmp(png + n - sizeof png_iend, png_iend, sizeof png_iend)) {
-            ERR("gnuplot's output is not a whole PNG (%zu bytes, starting '%s'): nothing written", n,
-                shown(png ? png : "", n < 16 ? n : 16, 80));
-            code = 1;
-        } else if (out_replaceable(out)) { /* again: something may have appeared while gnuplot drew */
-            code = 1;
-        } else {
-            const void *parts[1] = {png};
-            size_t sizes[1] = {n};
-            if (fg_write_file_atomic(out, parts, sizes, 1) != FG_OK) {
-                ERR("%s", show(fg_last_error()));
-                code = 1;
-            }
-        }
-        free(png);
+        code = fg_plot_png(script, slen, out, "--out", f[P_TIMEOUT].d, "flashgrad plot: ");
         if (!code) printf("%s\n", out);
     }
     free(script);

@@ -2,10 +2,13 @@
 #include "cli/train_flags.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_util.h"
 #include "ops/cpu.h"
 #include "ops/device.h"
+#include "train/recompute_plan.h"
 
 _Static_assert(FG_POOL_MAX_THREADS == 64, "--threads says at most 64 (train_flags.h)");
 
@@ -134,10 +137,24 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
         run->attn = FG_ATTN_NAIVE;
     else
         return fg_error(FG_ERR_ARG, "--attn: unknown implementation '%s' (naive or flash)", attn);
-    int recompute = fg_gpt_recompute_parse(f[FG_TF_RECOMPUTE].s);
-    if (recompute < 0)
-        return fg_error(FG_ERR_ARG, "--recompute: unknown setting '%s' (none, attn or block)", f[FG_TF_RECOMPUTE].s);
-    run->recompute = (fg_gpt_recompute)recompute;
+    /* one name for every block, or one per block */
+    fg_gpt_config rc = fg_gpt_default_config();
+    /* the names here (as many blocks as names); their count against the model in the config */
+    rc.n_layer = 1;
+    for (const char *p = f[FG_TF_RECOMPUTE].s; *p; p++) rc.n_layer += *p == ',';
+    if (rc.n_layer > FG_GPT_MAX_LAYER) rc.n_layer = FG_GPT_MAX_LAYER;
+    if (fg_gpt_recompute_set(&rc, f[FG_TF_RECOMPUTE].s) != FG_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        return fg_error(FG_ERR_ARG, "--recompute '%.60s': %s", f[FG_TF_RECOMPUTE].s, why);
+    }
+    run->recompute = rc.recompute;
+    run->recompute_plan = f[FG_TF_RECOMPUTE].s;
+    run->memory_budget = 0;
+    if (f[FG_TF_MEMORY_BUDGET].given && fg_parse_size(f[FG_TF_MEMORY_BUDGET].s, &run->memory_budget))
+        return fg_error(FG_ERR_ARG, "--memory-budget '%.60s': not a size (bytes, or a number with KiB, MiB or GiB: "
+                                    "1.5GiB)",
+                        f[FG_TF_MEMORY_BUDGET].s);
     const int compute = fg_compute_parse(f[FG_TF_DTYPE].s);
     if (compute < 0)
         return fg_error(FG_ERR_ARG, "--dtype %s: not available (float32, or bfloat16 on cuda)", f[FG_TF_DTYPE].s);
@@ -222,6 +239,11 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
     cfg->model.dropout = f[FG_TF_DROPOUT].d;
     cfg->model.attn = run->attn;
     cfg->model.recompute = run->recompute;
+    if (run->recompute_plan && fg_gpt_recompute_set(&cfg->model, run->recompute_plan) != FG_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        return fg_error(FG_ERR_ARG, "--recompute '%.60s': %s", run->recompute_plan, why);
+    }
     cfg->model.compute = run->compute;
     cfg->model.device = run->device;
     /* the architecture: a model's (--init-from), or the preset and each option given */
@@ -283,4 +305,72 @@ void fg_train_flags_threads(const fg_flag *f) {
     if (!f[FG_TF_THREADS].given) return;
     fg_blas_set_threads((int)f[FG_TF_THREADS].i);
     fg_pool_set_threads((int)f[FG_TF_THREADS].i);
+}
+
+/* "1.50 GiB (1610612736 bytes)" into buf */
+static const char *bytes_text(int64_t b, char *buf, size_t n) {
+    snprintf(buf, n, "%.2f MiB (%lld bytes)", (double)b / 1048576.0, (long long)b);
+    return buf;
+}
+
+int fg_train_flags_memory_plan(const fg_train_choice *run, const fg_source *src, fg_train_config *cfg,
+                               int warm, int steps, const fg_recompute_costs *known, FILE *out) {
+    const int L = cfg->model.n_layer;
+    if (L > FG_RECOMPUTE_PLAN_MAX_LAYER) {
+        fg_error(FG_ERR_ARG, "--memory-budget: the planner takes models of up to %d blocks (this one has %d)",
+                 FG_RECOMPUTE_PLAN_MAX_LAYER, L);
+        return 2;
+    }
+    fg_recompute_costs costs;
+    fg_recompute_run runs[FG_RECOMPUTE_COUNT][2];
+    int64_t inexact = 0;
+    if (known) {
+        costs = *known;
+    } else {
+        fprintf(out, "memory budget: measuring each recompute choice at depths 1 and %d (%d + %d steps each)...\n",
+                L > 1 ? L : 2, warm, steps);
+        fflush(out);
+    }
+    if (!known && fg_recompute_measure_costs(cfg, src, warm, steps, NULL, &costs, runs, &inexact, NULL, NULL) != FG_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        fg_error(FG_ERR_STATE, "--memory-budget: measuring: %s", why);
+        return 1;
+    }
+    unsigned char *plan = malloc((size_t)L);
+    if (!plan) {
+        fg_error(FG_ERR_OOM, "out of memory");
+        return 1;
+    }
+    int64_t peak = 0;
+    double secs = 0;
+    char b1[64], b2[64];
+    if (fg_recompute_plan(&costs, L, run->memory_budget, plan, &peak, &secs) != FG_OK) {
+        free(plan);
+        fg_error(FG_ERR_ARG, "--memory-budget %s: no recompute plan fits; the smallest budget that fits is %lld bytes "
+                             "(%.2f MiB)",
+                 bytes_text(run->memory_budget, b1, sizeof b1), (long long)peak, (double)peak / 1048576.0);
+        return 2;
+    }
+    fg_recompute_plan_apply(&cfg->model, plan);
+    free(plan);
+    char text[FG_GPT_MAX_LAYER * 12];
+    fg_gpt_recompute_format(&cfg->model, text, sizeof text);
+    fprintf(out, "memory budget: %s -> plan %s\n", bytes_text(run->memory_budget, b1, sizeof b1), text);
+    fg_recompute_run m;
+    if (fg_recompute_measure(cfg, src, warm, steps, &m) != FG_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        fg_error(FG_ERR_STATE, "--memory-budget: measuring the plan: %s", why);
+        return 1;
+    }
+    fprintf(out, "memory budget: predicted peak %s, measured %s (%+lld bytes)%s\n", bytes_text(peak, b1, sizeof b1),
+            bytes_text(m.peak, b2, sizeof b2), (long long)(m.peak - peak),
+            m.peak <= run->memory_budget ? ", within the budget" : ", OVER the budget");
+    if (m.rss_growth >= 0)
+        fprintf(out, "memory budget: process RSS grew %.2f MiB over the measured run (allocator peak %.2f MiB)\n",
+                (double)m.rss_growth / 1048576.0, (double)m.peak / 1048576.0);
+    fprintf(out, "memory budget: predicted step %.2f ms, measured %.2f ms (%+.1f%%)\n", secs * 1e3, m.seconds * 1e3,
+            100.0 * (m.seconds - secs) / secs);
+    return 0;
 }

@@ -17,8 +17,11 @@
 #ifndef FG_TRAIN_FLAGS_H
 #define FG_TRAIN_FLAGS_H
 
+#include <stdio.h>
+
 #include "cli/flags.h"
 #include "cli/train_defaults.h"
+#include "train/recompute_plan.h"
 #include "train/trainer.h"
 
 /* X(id, name, type, meta, help, lo, hi, lo_open): the value must lie in [lo, hi] ((lo, hi] when
@@ -102,7 +105,11 @@
     X(SEED, "--seed", FG_FLAG_U64, "N", "seed of the initialization, batches and dropout", 0, 0, 0)                    \
     X(ATTN, "--attn", FG_FLAG_STR, "IMPL", "attention implementation: naive or flash", 0, 0, 0)                        \
     X(DEVICE, "--device", FG_FLAG_STR, "DEV", "cpu or cuda", 0, 0, 0)                                                  \
-    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, attn or block", 0, 0, 0)         \
+    X(RECOMPUTE, "--recompute", FG_FLAG_STR, "WHAT", "activation checkpointing: none, pointwise, attn, mlp or block, or one per block (block,attn,none,...)", 0, 0, 0)         \
+    X(MEMORY_BUDGET, "--memory-budget", FG_FLAG_STR, "SIZE",                                                         \
+      "pick the per-block recompute plan of least step time whose peak fits SIZE (bytes, KiB, MiB, GiB), from costs "  \
+      "measured first on this machine (overrides --recompute)",                                                        \
+      0, 0, 0)                                                                                                         \
     X(DTYPE, "--dtype", FG_FLAG_STR, "DTYPE",                                                                          \
       "float32, or bfloat16: mixed precision on cuda (float32 weights and AdamW, bf16 matmuls and attention)", 0, 0,   \
       0)                                                                                                               \
@@ -122,7 +129,9 @@ enum {
 typedef struct {
     fg_device device;
     fg_attn_impl attn;
-    fg_gpt_recompute recompute;
+    fg_gpt_recompute recompute;     /* --recompute when it names one choice for every block */
+    const char *recompute_plan;     /* --recompute as given (borrowed): one name or one per block */
+    int64_t memory_budget;          /* --memory-budget in bytes; 0 when not given */
     fg_compute compute; /* --dtype: FG_COMPUTE_FULL (float32) or FG_COMPUTE_BF16 (bfloat16) */
     fg_optim_kind optimizer;  /* --optimizer */
     fg_muon_adjust muon_adjust; /* --muon-adjust-lr */
@@ -161,6 +170,16 @@ fg_source *fg_train_flags_source(const fg_flag *f, int answer_only, const fg_tok
  * cfg->steps; the architecture is --arch's preset with each given option flag applied over it. Then the whole is checked (fg_train_config_check). FG_OK, or FG_ERR_ARG. */
 fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg_train_choice *run,
                                 fg_train_config *cfg);
+
+/* --memory-budget: measures the cost model of train/recompute_plan.h for cfg's model and batch on
+ * src (every choice at two depths, warm + steps steps each; or takes `known` ones when not NULL),
+ * picks the plan of least predicted step time within run->memory_budget, sets it in cfg->model, then measures that plan and prints, on out,
+ * the plan and its predicted and measured peak and step time (lines prefixed "memory budget: ").
+ * 0; 2 when no plan fits, with fg_last_error() "--memory-budget ...: no recompute plan fits; the
+ * smallest budget that fits is N bytes (...)" (one line for the caller to print); 1 on a runtime
+ * error (fg_last_error() says which). */
+int fg_train_flags_memory_plan(const fg_train_choice *run, const fg_source *src, fg_train_config *cfg,
+                               int warm, int steps, const fg_recompute_costs *known, FILE *out);
 
 /* The architecture flags over m: --arch's preset when given (else m's options stay), then each
  * option flag given. */

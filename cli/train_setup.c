@@ -173,7 +173,13 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (f[F_EVAL_ITERS].given) cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
     if (a->ng.best_only_given) cfg.save_best_only = a->ng.best_only; /* else the run's own policy */
     cfg.model.attn = f[FG_TF_ATTN].given ? a->run.attn : in->model.attn;
-    cfg.model.recompute = a->run.recompute; /* changes no number: free on resume */
+    /* changes no number: free on resume; without --recompute the checkpoint's plan */
+    if (f[FG_TF_RECOMPUTE].given) {
+        cfg.model.recompute = FG_RECOMPUTE_NONE;
+        memset(cfg.model.recompute_plan, 0, sizeof cfg.model.recompute_plan);
+        if (fg_gpt_recompute_set(&cfg.model, f[FG_TF_RECOMPUTE].s) != FG_OK)
+            fg_train_die(2, "--recompute: %s", fg_last_error());
+    }
     cfg.model.device = a->run.device;       /* checkpoints are device-neutral: resume on either */
     /* the products' precision shapes the curve: it stays the checkpoint's (ops/device.h) */
     if (f[FG_TF_DTYPE].given && a->run.compute != in->model.compute)
@@ -215,6 +221,13 @@ void fg_train_configure(const train_args *a, train_run *r) {
         configure_resumed(a, r);
     else
         fg_train_configure_fresh(a, r);
+
+    /* --memory-budget: the plan, measured on this machine, before anything is written */
+    if (a->run.memory_budget) {
+        if (fg_train_comm->size > 1) fg_train_die(2, "--memory-budget plans one process (not under mpirun)");
+        const int rc = fg_train_flags_memory_plan(&a->run, r->src, &r->cfg, 1, 2, NULL, stdout);
+        if (rc) fg_train_die(rc, "%s", fg_last_error());
+    }
 
     /* The folder: after the data loaded, so a bad dataset leaves nothing behind. A fresh run takes
      * the lock here; a resumed one took it before reading the checkpoint. */

@@ -1,8 +1,9 @@
 /* test_recompute.c — the recomputation study:
  *   - fg_recompute (autograd/recompute.h) gives the same gradients, bit for bit, as the graph it
  *     replaces, frees its nodes, and records nothing under no-grad;
- *   - GPT training with --recompute none / attn / block: identical losses and parameters, bit for
- *     bit, with dropout on, for naive and flash attention; and less peak memory when recomputing;
+ *   - GPT training under every per-block choice (none, pointwise, attn, mlp, block) and two mixed
+ *     plans: identical losses and parameters, bit for bit, with dropout on, for naive and flash
+ *     attention; and less peak memory when recomputing;
  *   - `flashgrad bench attention --csv`: the expected columns, and peak bytes that grow linearly
  *     in N for flash (O and the logsumexp) but quadratically for naive (the stored P);
  *   - `flashgrad bench train --recompute`: the same losses for every setting. */
@@ -18,6 +19,8 @@
 #include "autograd/recompute.h"
 #include "tensor/alloc.h"
 #include "tests/common.h"
+#include "train/checkpoint.h"
+#include "train/recompute_plan.h"
 #include "train/trainer.h"
 
 /* ---- fg_recompute on a small function ---- */
@@ -111,20 +114,46 @@ static fg_source *addition_source(void) {
     return s;
 }
 
-/* run 3 steps; losses[3], the final parameters (malloc'd float32 copy), and the largest per-step peak */
-static float *run3(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc, double *losses, size_t *peak) {
+/* The plans every training test runs: each choice for every block, then two mixed ones (every
+ * choice once, in two orders), on a model of PLAN_LAYERS blocks. */
+#define PLAN_LAYERS 5
+static const char *const plans[] = {"none",
+                                    "attn",
+                                    "block",
+                                    "pointwise",
+                                    "mlp",
+                                    "pointwise,block,mlp,attn,none",
+                                    "none,attn,mlp,block,pointwise"};
+#define N_PLANS ((int)(sizeof plans / sizeof plans[0]))
+
+/* The architecture the training tests build: GPT-2, or (arch_variant) Llama's pieces with a relu²
+ * MLP every other run — rmsnorm, swiglu or relu², rope, GQA — whose norms and activations the
+ * pointwise choice recomputes through other functions. */
+static int arch_variant;
+
+static fg_train_config plan_config(const fg_source *src, fg_attn_impl attn, const char *plan) {
     /* dropout 0.1: the recomputation must redraw the same masks */
     fg_train_config c = fgt_tiny_train_config(src, fg_source_fixed_block(src), 4, 4, 1, 5);
     c.model.attn = attn;
-    c.model.recompute = rc;
+    c.model.n_layer = PLAN_LAYERS;
+    if (arch_variant) {
+        fg_gpt_arch_preset(&c.model, arch_variant == 1 ? FG_ARCH_LLAMA : FG_ARCH_NANOCHAT);
+        c.model.n_kv_head = 1;
+    }
+    cr_assert_eq(fg_gpt_recompute_set(&c.model, plan), FG_OK, "plan %s: %s", plan, fg_last_error());
+    return c;
+}
+
+/* run 3 steps; losses[3], the final parameters (malloc'd float32 copy), and the largest per-step peak */
+static float *run3(const fg_source *src, fg_attn_impl attn, const char *plan, double *losses, size_t *peak) {
+    fg_train_config c = plan_config(src, attn, plan);
     fg_trainer *tr = fg_trainer_create(&c, src);
     cr_assert(tr, "fg_trainer_create: %s", fg_last_error());
     *peak = 0;
     for (int i = 0; i < 3; i++) {
         fg_alloc_reset_peak(FG_CPU);
         fg_step_stats s;
-        cr_assert_eq(fg_trainer_step(tr, &s), FG_OK, "recompute %s step %d: %s", fg_gpt_recompute_name(rc), i + 1,
-                     fg_last_error());
+        cr_assert_eq(fg_trainer_step(tr, &s), FG_OK, "recompute %s step %d: %s", plan, i + 1, fg_last_error());
         losses[i] = s.loss;
         size_t p = fg_alloc_get_stats(FG_CPU).peak;
         if (p > *peak) *peak = p;
@@ -139,35 +168,60 @@ static float *run3(const fg_source *src, fg_attn_impl attn, fg_gpt_recompute rc,
 
 static void same_training(fg_attn_impl attn) {
     fg_source *src = addition_source();
-    double loss[FG_RECOMPUTE_COUNT][3];
-    size_t peak[FG_RECOMPUTE_COUNT];
-    float *w[FG_RECOMPUTE_COUNT];
-    for (int r = 0; r < FG_RECOMPUTE_COUNT; r++) w[r] = run3(src, attn, (fg_gpt_recompute)r, loss[r], &peak[r]);
-    fg_train_config c = fgt_tiny_train_config(src, fg_source_fixed_block(src), 4, 4, 1, 5);
-    c.model.attn = attn;
+    double loss[N_PLANS][3];
+    size_t peak[N_PLANS];
+    float *w[N_PLANS];
+    for (int r = 0; r < N_PLANS; r++) w[r] = run3(src, attn, plans[r], loss[r], &peak[r]);
+    fg_train_config c = plan_config(src, attn, "none");
     fg_trainer *tr = fg_trainer_create(&c, src);
     const size_t n = (size_t)tr->model->num_elements;
     fg_trainer_free(tr);
-    for (int r = 1; r < FG_RECOMPUTE_COUNT; r++) {
+    for (int r = 1; r < N_PLANS; r++) {
         for (int i = 0; i < 3; i++)
             cr_assert(loss[r][i] == loss[0][i], "%s attention, recompute %s, step %d: loss %a, without recompute %a",
-                      fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), i + 1, loss[r][i],
-                      loss[0][i]);
+                      fg_attn_impl_name(attn), plans[r], i + 1, loss[r][i], loss[0][i]);
         for (size_t k = 0; k < n; k++)
             cr_assert(memcmp(&w[r][k], &w[0][k], sizeof(float)) == 0,
                       "%s attention, recompute %s: parameter %zu after 3 steps %.9g, without recompute %.9g",
-                      fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), k, w[r][k], w[0][k]);
+                      fg_attn_impl_name(attn), plans[r], k, w[r][k], w[0][k]);
         cr_expect(peak[r] < peak[0], "%s attention, recompute %s: peak %zu bytes, not below none's %zu",
-                  fg_attn_impl_name(attn), fg_gpt_recompute_name((fg_gpt_recompute)r), peak[r], peak[0]);
+                  fg_attn_impl_name(attn), plans[r], peak[r], peak[0]);
     }
     /* (block below attn holds at the Shakespeare size — bench/results/train_recompute.csv — but not
      * necessarily at this toy size, where one block's recomputed graph is most of the saving) */
-    for (int r = 0; r < FG_RECOMPUTE_COUNT; r++) free(w[r]);
+    for (int r = 0; r < N_PLANS; r++) free(w[r]);
     fg_source_free(src);
 }
 
-Test(recompute, gpt_training_is_bit_identical_across_settings_flash) { same_training(FG_ATTN_FLASH); }
-Test(recompute, gpt_training_is_bit_identical_across_settings_naive) { same_training(FG_ATTN_NAIVE); }
+Test(recompute, gpt_training_is_bit_identical_across_plans_flash) { same_training(FG_ATTN_FLASH); }
+Test(recompute, gpt_training_is_bit_identical_across_plans_naive) { same_training(FG_ATTN_NAIVE); }
+Test(recompute, llama_and_nanochat_training_is_bit_identical_across_plans) {
+    for (arch_variant = 1; arch_variant <= 2; arch_variant++) same_training(FG_ATTN_FLASH);
+    arch_variant = 0;
+}
+
+Test(recompute, plan_text_round_trips_and_bad_plans_are_refused) {
+    fg_gpt_config c = fg_gpt_default_config();
+    c.vocab_size = 10;
+    c.n_layer = 3;
+    char buf[256];
+    const char *good[] = {"none", "pointwise", "block", "attn,mlp,pointwise", "none,none,block"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        cr_assert_eq(fg_gpt_recompute_set(&c, good[i]), FG_OK, "%s: %s", good[i], fg_last_error());
+        cr_assert_eq(fg_gpt_config_check(&c), FG_OK, "%s: %s", good[i], fg_last_error());
+        fg_gpt_recompute_format(&c, buf, sizeof buf);
+        cr_expect_str_eq(buf, good[i], "plan %s formats as %s", good[i], buf);
+    }
+    cr_assert_eq(fg_gpt_recompute_set(&c, "attn,attn,attn"), FG_OK);
+    fg_gpt_recompute_format(&c, buf, sizeof buf);
+    cr_expect_str_eq(buf, "attn", "a uniform list formats as the one name");
+    for (int l = 0; l < 3; l++) cr_expect_eq(fg_gpt_layer_recompute(&c, l), FG_RECOMPUTE_ATTN);
+    const char *bad[] = {"", "full", "none,none", "none,none,none,none", "none,,block", "block,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(fg_gpt_recompute_set(&c, bad[i]), FG_ERR_ARG, "plan '%s' accepted", bad[i]);
+    c.recompute_plan[5] = 1; /* past n_layer */
+    cr_expect_eq(fg_gpt_config_check(&c), FG_ERR_ARG, "a plan entry past the last block passed the check");
+}
 
 Test(recompute, setting_names_round_trip) {
     for (int r = 0; r < FG_RECOMPUTE_COUNT; r++)
@@ -319,6 +373,16 @@ Test(recompute, bench_train_losses_are_identical_across_settings, .timeout = 300
     bench_losses("block", block, sizeof block, &pk_block);
     cr_expect_str_eq(attn, none, "attn: '%s', none: '%s'", attn, none);
     cr_expect_str_eq(block, none, "block: '%s', none: '%s'", block, none);
+    {
+        char other[512];
+        long long pk;
+        const char *more[] = {"pointwise", "mlp", "pointwise,block"};
+        for (int i = 0; i < 3; i++) {
+            bench_losses(more[i], other, sizeof other, &pk);
+            cr_expect_str_eq(other, none, "%s: '%s', none: '%s'", more[i], other, none);
+            cr_expect(pk < pk_none, "%s: peak %lld bytes, none's %lld", more[i], pk, pk_none);
+        }
+    }
     /* the setting took effect: recomputation keeps fewer activations alive during a step */
     cr_expect(pk_attn < pk_none && pk_block < pk_attn,
               "peak bytes none %lld, attn %lld, block %lld: expected decreasing", pk_none, pk_attn, pk_block);
@@ -326,4 +390,246 @@ Test(recompute, bench_train_losses_are_identical_across_settings, .timeout = 300
     snprintf(cmd, sizeof cmd, "%s bench train --recompute full --steps 1 --warmup-steps 1 2>&1", fg_bin());
     int st = run_cmd(cmd, log, sizeof log);
     cr_expect_eq(st, 2, "--recompute full exited %d: %s", st, log);
+}
+
+/* ---- the planner (train/recompute_plan.h) ---- */
+
+/* The model's peak, written out again here: max over l of (bytes of blocks 0..l) + top of block l. */
+static int64_t ref_peak(const fg_recompute_costs *c, int L, const unsigned char *p) {
+    int64_t held = 0, best = INT64_MIN;
+    for (int l = 0; l < L; l++) {
+        held += c->bytes[p[l]];
+        if (held + c->top[p[l]] > best) best = held + c->top[p[l]];
+    }
+    return best;
+}
+
+/* Every plan of L blocks (5^L), by brute force: the least time with peak <= budget (INFINITY when
+ * none), and the least peak of all. */
+static double brute_best(const fg_recompute_costs *c, int L, int64_t budget, int64_t *lowest) {
+    unsigned char p[8];
+    int total = 1;
+    for (int l = 0; l < L; l++) total *= FG_RECOMPUTE_COUNT;
+    double best = INFINITY;
+    *lowest = INT64_MAX;
+    for (int code = 0; code < total; code++) {
+        int ok = 1;
+        for (int l = 0, x = code; l < L; l++, x /= FG_RECOMPUTE_COUNT) {
+            p[l] = (unsigned char)(x % FG_RECOMPUTE_COUNT);
+            ok &= c->allowed[p[l]];
+        }
+        if (!ok) continue;
+        const int64_t pk = ref_peak(c, L, p);
+        double t = c->base_seconds;
+        for (int l = 0; l < L; l++) t += c->seconds[p[l]];
+        if (pk < *lowest) *lowest = pk;
+        if (pk <= budget && t < best) best = t;
+    }
+    return best;
+}
+
+/* Costs shaped like a measured GPT block: recomputing more keeps fewer bytes, has a larger
+ * transient (top) and costs more time. Indexed by FG_RECOMPUTE_{NONE, ATTN, BLOCK, POINTWISE, MLP}. */
+static fg_recompute_costs gpt_like_costs(void) {
+    fg_recompute_costs c = {.bytes = {1000, 760, 300, 820, 640},
+                            .top = {5000, 5240, 5700, 5180, 5360},
+                            .seconds = {1.0, 1.25, 1.4, 1.05, 1.2},
+                            .base_seconds = 2.0,
+                            .allowed = {1, 1, 1, 1, 1}};
+    return c;
+}
+
+Test(recompute, planner_is_exact_against_every_plan) {
+    for (int set = 0; set < 4; set++) {
+        fg_recompute_costs c = gpt_like_costs();
+        if (set >= 1) /* other shapes: pseudo-random costs, one choice forbidden in set 3 */
+            for (int k = 0; k < FG_RECOMPUTE_COUNT; k++) {
+                uint32_t h = (uint32_t)(k * 2654435761u + (unsigned)set * 40503u);
+                c.bytes[k] = 100 + (int64_t)(h % 900);
+                c.top[k] = 3000 + (int64_t)((h >> 10) % 2000);
+                c.seconds[k] = 1.0 + (double)((h >> 20) % 500) / 1000.0;
+            }
+        if (set == 3) c.allowed[FG_RECOMPUTE_ATTN] = 0;
+        for (int L = 1; L <= 5; L++) {
+            int64_t lowest;
+            brute_best(&c, L, INT64_MAX, &lowest);
+            for (int64_t budget = lowest - 50; budget <= lowest + L * 1000 + 2000; budget += 37) {
+                int64_t low2;
+                const double want = brute_best(&c, L, budget, &low2);
+                unsigned char plan[8];
+                int64_t pk;
+                double t;
+                fg_status st = fg_recompute_plan(&c, L, budget, plan, &pk, &t);
+                if (want == INFINITY) {
+                    cr_assert_eq(st, FG_ERR_ARG, "set %d, L %d, budget %lld: a plan was returned, none fits", set, L,
+                                 (long long)budget);
+                    cr_assert_eq(pk, lowest, "set %d, L %d: smallest budget %lld, brute force %lld", set, L,
+                                 (long long)pk, (long long)lowest);
+                    continue;
+                }
+                cr_assert_eq(st, FG_OK, "set %d, L %d, budget %lld: %s", set, L, (long long)budget, fg_last_error());
+                cr_assert_eq(pk, ref_peak(&c, L, plan), "set %d, L %d: reported peak %lld, the plan's %lld", set, L,
+                             (long long)pk, (long long)ref_peak(&c, L, plan));
+                cr_assert(pk <= budget, "set %d, L %d: peak %lld over budget %lld", set, L, (long long)pk,
+                          (long long)budget);
+                for (int l = 0; l < L; l++) cr_assert(c.allowed[plan[l]], "a forbidden choice was used");
+                cr_assert(fabs(t - want) < 1e-9, "set %d, L %d, budget %lld: time %.6f, brute force's best %.6f", set,
+                          L, (long long)budget, t, want);
+            }
+        }
+    }
+}
+
+Test(recompute, planner_budget_between_uniform_plans_forces_a_mixed_plan) {
+    fg_recompute_costs c = gpt_like_costs();
+    const int L = 12;
+    unsigned char u[12];
+    /* between "every block recomputes its attention" and "every block recomputes everything" */
+    memset(u, FG_RECOMPUTE_ATTN, sizeof u);
+    const int64_t attn_peak = fg_recompute_predict_peak(&c, L, u);
+    memset(u, FG_RECOMPUTE_BLOCK, sizeof u);
+    const int64_t block_peak = fg_recompute_predict_peak(&c, L, u);
+    const int64_t budget = (attn_peak + block_peak) / 2;
+    unsigned char plan[12];
+    int64_t pk;
+    double t;
+    cr_assert_eq(fg_recompute_plan(&c, L, budget, plan, &pk, &t), FG_OK, "%s", fg_last_error());
+    int seen[FG_RECOMPUTE_COUNT] = {0}, kinds = 0;
+    for (int l = 0; l < L; l++) kinds += !seen[plan[l]]++;
+    cr_expect(kinds >= 2, "budget %lld (uniform attn %lld, block %lld): plan of %d kind(s)", (long long)budget,
+              (long long)attn_peak, (long long)block_peak, kinds);
+    cr_expect(pk <= budget && pk == ref_peak(&c, L, plan), "peak %lld, budget %lld", (long long)pk, (long long)budget);
+    const double uniform_block_t = c.base_seconds + L * c.seconds[FG_RECOMPUTE_BLOCK];
+    cr_expect(t < uniform_block_t, "mixed plan %.3f s is not faster than all-block %.3f s", t, uniform_block_t);
+    /* the plan applied to a config reads back block by block */
+    fg_gpt_config g = fg_gpt_default_config();
+    g.vocab_size = 10;
+    g.n_layer = L;
+    fg_recompute_plan_apply(&g, plan);
+    cr_assert_eq(fg_gpt_config_check(&g), FG_OK, "%s", fg_last_error());
+    for (int l = 0; l < L; l++) cr_expect_eq(fg_gpt_layer_recompute(&g, l), (fg_gpt_recompute)plan[l], "block %d", l);
+    /* below the least peak: refused, naming it */
+    cr_expect_eq(fg_recompute_plan(&c, L, 100, plan, &pk, &t), FG_ERR_ARG);
+    cr_expect(strstr(fg_last_error(), "smallest budget that fits"), "message: %s", fg_last_error());
+}
+
+Test(recompute, checkpoint_records_the_plan_and_reads_it_back) {
+    fg_source *src = addition_source();
+    fg_train_config c = plan_config(src, FG_ATTN_FLASH, "pointwise,block,mlp,attn,none");
+    fg_trainer *tr = fg_trainer_create(&c, src);
+    cr_assert(tr, "%s", fg_last_error());
+    char dir[] = "/tmp/fg_recompute_ckpt_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    cr_assert_eq(fg_ckpt_save(dir, tr), FG_OK, "%s", fg_last_error());
+    fg_ckpt *ck = fg_ckpt_open(dir, 0);
+    cr_assert(ck, "%s", fg_last_error());
+    const fg_gpt_config *m = &fg_ckpt_get_info(ck)->model;
+    char buf[256];
+    fg_gpt_recompute_format(m, buf, sizeof buf);
+    cr_expect_str_eq(buf, "pointwise,block,mlp,attn,none", "the plan read back from the checkpoint");
+    fg_ckpt_close(ck);
+    fg_trainer_free(tr);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+    fg_source_free(src);
+}
+
+/* ---- bench recompute and --memory-budget on the command line ---- */
+
+#define TINY_MODEL "--n-layer 3 --n-head 2 --n-embd 16 --batch-size 4 --dropout 0.1"
+
+Test(recompute, bench_recompute_pareto_predicts_every_plans_bytes_exactly, .timeout = 600) {
+    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    char dir[] = "/tmp/fg_recompute_pareto_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char cmd[1024];
+    static char log[1 << 17];
+    snprintf(cmd, sizeof cmd,
+             "%s bench recompute " TINY_MODEL " --steps 1 --warmup-steps 1 --pareto --csv %s/p.csv --png %s/p.png 2>&1",
+             fg_bin(), dir, dir);
+    int st = run_cmd(cmd, log, sizeof log);
+    const int have_png = !strstr(log, "gnuplot is not installed");
+    cr_assert(st == 0 || (!have_png && st == 1), "bench recompute --pareto exited %d: %s", st, log);
+    cr_assert(strstr(log, "first losses are identical (bit for bit)"), "choices' losses differ: %s", log);
+    cr_assert(strstr(log, "loss is identical across the measured plans"), "plans' losses differ: %s", log);
+    /* 3 blocks, 5 choices: C(7, 4) = 35 count vectors, all measured */
+    cr_assert(strstr(log, "pareto: 35 plans"), "plan count: %s", log);
+    snprintf(cmd, sizeof cmd, "%s/p.csv", dir);
+    FILE *f = fopen(cmd, "r");
+    cr_assert(f, "no CSV: %s", log);
+    char line[1024];
+    cr_assert(fgets(line, sizeof line, f));
+    const char *hdr = "plan,uniform,frontier,pred_peak_bytes,peak_bytes,peak_err_bytes,rss_growth_bytes,";
+    cr_assert(!strncmp(line, hdr, strlen(hdr)), "header %s", line);
+    int rows = 0, frontier = 0;
+    while (fgets(line, sizeof line, f)) {
+        /* "plan",uniform,frontier,pred,measured,err,... : the plan is quoted (it has commas) */
+        char *q = strchr(line + 1, '"');
+        cr_assert(line[0] == '"' && q, "row %s", line);
+        int uni, fr;
+        long long pred, meas, err;
+        cr_assert(sscanf(q + 1, ",%d,%d,%lld,%lld,%lld", &uni, &fr, &pred, &meas, &err) == 5, "row %s", line);
+        cr_expect(err == meas - pred && err == 0, "plan %.*s: predicted %lld bytes, measured %lld", (int)(q - line),
+                  line, pred, meas);
+        rows++;
+        frontier += fr;
+    }
+    fclose(f);
+    cr_expect_eq(rows, 35, "CSV rows %d", rows);
+    cr_expect(frontier >= 1, "no frontier plan marked");
+    if (st == 0) {
+        snprintf(cmd, sizeof cmd, "%s/p.png", dir);
+        f = fopen(cmd, "rb");
+        unsigned char sig[8] = {0};
+        cr_assert(f && fread(sig, 1, 8, f) == 8, "no PNG written: %s", log);
+        fclose(f);
+        cr_expect(sig[0] == 0x89 && sig[1] == 'P' && sig[2] == 'N' && sig[3] == 'G', "not a PNG");
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* the number after `key` in log, or -1 */
+static long long number_after(const char *log, const char *key) {
+    const char *p = strstr(log, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
+Test(recompute, memory_budget_picks_a_plan_within_it_and_refuses_below_the_least, .timeout = 600) {
+    if (access(fg_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fg_bin());
+    static char log[1 << 16];
+    char cmd[1024];
+    /* the uniform plans' peaks, from the cost table's runs */
+    snprintf(cmd, sizeof cmd, "%s bench recompute " TINY_MODEL " --steps 1 --warmup-steps 1 2>&1", fg_bin());
+    cr_assert_eq(run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    const char *none = strstr(log, "every block none      depth   3"),
+               *block = strstr(log, "every block block     depth   3");
+    cr_assert(none && block, "no depth-3 runs in: %s", log);
+    const long long pk_none = number_after(strstr(none, "MiB ("), "MiB ("),
+                    pk_block = number_after(strstr(block, "MiB ("), "MiB (");
+    cr_assert(pk_none > pk_block && pk_block > 0, "peaks none %lld, block %lld", pk_none, pk_block);
+    /* a budget halfway: some recomputation needed, not all of it */
+    const long long budget = (pk_none + pk_block) / 2;
+    snprintf(cmd, sizeof cmd, "%s bench train " TINY_MODEL " --steps 1 --warmup-steps 1 --memory-budget %lld 2>&1",
+             fg_bin(), budget);
+    cr_assert_eq(run_cmd(cmd, log, sizeof log), 0, "%s", log);
+    cr_assert(strstr(log, "-> plan "), "no plan printed: %s", log);
+    const long long pred = number_after(strstr(log, "predicted peak"), "MiB ("),
+                    meas = number_after(strstr(log, "measured"), "MiB (");
+    cr_expect(pred > 0 && pred <= budget && meas == pred, "budget %lld: predicted %lld, measured %lld: %s", budget,
+              pred, meas, log);
+    cr_expect(strstr(log, "within the budget"), "%s", log);
+    /* below every plan: one line naming the smallest budget, exit 2 */
+    snprintf(cmd, sizeof cmd, "%s bench train " TINY_MODEL " --steps 1 --warmup-steps 1 --memory-budget 1KiB 2>&1",
+             fg_bin());
+    int st = run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, 2, "exit %d: %s", st, log);
+    cr_expect(strstr(log, "no recompute plan fits; the smallest budget that fits is "), "%s", log);
+    const char *bad[] = {"1.5GB", "12XiB", "-3MiB", "0", "abc"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s bench train " TINY_MODEL " --steps 1 --memory-budget %s 2>&1", fg_bin(), bad[i]);
+        st = run_cmd(cmd, log, sizeof log);
+        cr_expect(st == 2 && strstr(log, "--memory-budget"), "--memory-budget %s: exit %d: %s", bad[i], st, log);
+    }
 }

@@ -645,6 +645,7 @@ Test(cli, train_and_bench_train_refuse_the_same_settings_alike, .init = make_tmp
         "--grad-clip -1",   "--dropout 1",  "--n-embd 30 --n-head 4",
         "--block-size 3",   "--byte",       "--attn fast",
         "--recompute full", "--device tpu", "--device cuda",
+        "--memory-budget 1.5GB", "--recompute none,block,none,attn,none,none,none,none,none",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[1024], tr[2048], be[2048];

@@ -574,9 +574,13 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
         for (int i = 0; i < FG_COMPUTE_COUNT; i++) compute_names[i] = fg_compute_name((fg_compute)i);
         compute = m_enum(r, "compute_dtype", compute_names, FG_COMPUTE_COUNT);
     }
+    /* written when some block recomputes: the plan (fg_gpt_recompute_format's text) */
+    m_known(r, "recompute");
+    const char *plan = m_lookup(r, "recompute");
     if (r->st != FG_OK) return r->st;
     in->model.attn = (fg_attn_impl)attn;
     in->model.compute = (fg_compute)compute;
+    if (plan && fg_gpt_recompute_set(&in->model, plan) != FG_OK) m_fail(r, "bad 'recompute': %s", fg_last_error());
     if (fg_gpt_config_check(&in->model) != FG_OK)
         m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
     if (r->st != FG_OK) return r->st;
@@ -840,6 +844,12 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     CHECK(fg_st_writer_set_metadata(mw, "attn", fg_attn_impl_name(mc->attn)));
     if (mc->compute != FG_COMPUTE_FULL)
         CHECK(fg_st_writer_set_metadata(mw, "compute_dtype", fg_compute_name(mc->compute)));
+    {
+        /* the recompute plan, when there is one (a run without recomputation keeps its old bytes) */
+        char plan[FG_GPT_MAX_LAYER * 12];
+        fg_gpt_recompute_format(mc, plan, sizeof plan);
+        if (strcmp(plan, "none")) CHECK(fg_st_writer_set_metadata(mw, "recompute", plan));
+    }
     CHECK(fg_st_writer_set_metadata(mw, "bias", mc->no_bias ? "false" : "true"));
     CHECK(fg_st_writer_set_metadata(mw, "tied_lm_head", mc->untie_head ? "false" : "true"));
     if (!fg_gpt_is_gpt2(mc)) {

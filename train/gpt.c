@@ -212,6 +212,10 @@ fg_status fg_gpt_config_check(const fg_gpt_config *c) {
         return fg_error(FG_ERR_DEVICE, "gpt: unknown device %d", (int)c->device);
     if (c->recompute < 0 || c->recompute >= FG_RECOMPUTE_COUNT)
         return fg_error(FG_ERR_ARG, "gpt: unknown recompute setting %d", (int)c->recompute);
+    for (int l = 0; l < FG_GPT_MAX_LAYER_PLAN; l++)
+        if (c->recompute_plan[l] > FG_RECOMPUTE_COUNT || (l >= c->n_layer && c->recompute_plan[l]))
+            return fg_error(FG_ERR_ARG, "gpt: recompute plan entry %d (%d) is not a choice for a block of %d", l,
+                            (int)c->recompute_plan[l], c->n_layer);
     if (c->compute < 0 || c->compute >= FG_COMPUTE_COUNT)
         return fg_error(FG_ERR_ARG, "gpt: unknown compute precision %d", (int)c->compute);
     fg_status ast = arch_check(c);
@@ -234,7 +238,7 @@ fg_status fg_gpt_config_check(const fg_gpt_config *c) {
     return FG_OK;
 }
 
-static const char *const recompute_names[FG_RECOMPUTE_COUNT] = {"none", "attn", "block"};
+static const char *const recompute_names[FG_RECOMPUTE_COUNT] = {"none", "attn", "block", "pointwise", "mlp"};
 
 const char *fg_gpt_recompute_name(fg_gpt_recompute r) {
     return r >= 0 && r < FG_RECOMPUTE_COUNT ? recompute_names[r] : "?";
@@ -244,6 +248,57 @@ int fg_gpt_recompute_parse(const char *s) {
     for (int r = 0; s && r < FG_RECOMPUTE_COUNT; r++)
         if (!strcmp(s, recompute_names[r])) return r;
     return -1;
+}
+
+fg_gpt_recompute fg_gpt_layer_recompute(const fg_gpt_config *c, int l) {
+    const int p = l >= 0 && l < FG_GPT_MAX_LAYER_PLAN ? c->recompute_plan[l] : 0;
+    return p ? (fg_gpt_recompute)(p - 1) : c->recompute;
+}
+
+fg_status fg_gpt_recompute_set(fg_gpt_config *c, const char *plan) {
+    if (!plan || !*plan) return fg_error(FG_ERR_ARG, "recompute plan: empty");
+    unsigned char p[FG_GPT_MAX_LAYER_PLAN] = {0};
+    int n = 0;
+    for (const char *s = plan;; n++) {
+        size_t len = strcspn(s, ",");
+        int r = -1;
+        for (int k = 0; k < FG_RECOMPUTE_COUNT; k++)
+            if (strlen(recompute_names[k]) == len && !strncmp(s, recompute_names[k], len)) r = k;
+        if (r < 0)
+            return fg_error(FG_ERR_ARG, "recompute plan: '%.*s' (block %d) is not none, pointwise, attn, mlp or block",
+                            (int)(len > 40 ? 40 : len), s, n);
+        if (n >= c->n_layer || n >= FG_GPT_MAX_LAYER_PLAN)
+            return fg_error(FG_ERR_ARG, "recompute plan: more choices than the model's %d blocks", c->n_layer);
+        p[n] = (unsigned char)(r + 1);
+        s += len;
+        if (!*s) break;
+        s++;
+    }
+    n++;
+    if (n == 1) { /* one name: every block */
+        c->recompute = (fg_gpt_recompute)(p[0] - 1);
+        memset(c->recompute_plan, 0, sizeof c->recompute_plan);
+        return FG_OK;
+    }
+    if (n != c->n_layer)
+        return fg_error(FG_ERR_ARG, "recompute plan: %d choices for a model of %d blocks (one name, or one per block)",
+                        n, c->n_layer);
+    memcpy(c->recompute_plan, p, sizeof p);
+    return FG_OK;
+}
+
+int fg_gpt_recompute_format(const fg_gpt_config *c, char *out, size_t n) {
+    const fg_gpt_recompute r0 = fg_gpt_layer_recompute(c, 0);
+    int uniform = 1;
+    for (int l = 1; l < c->n_layer; l++) uniform &= fg_gpt_layer_recompute(c, l) == r0;
+    if (uniform) return snprintf(out, n, "%s", recompute_names[r0]);
+    size_t used = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        int k = snprintf(used < n ? out + used : NULL, used < n ? n - used : 0, "%s%s", l ? "," : "",
+                         fg_gpt_recompute_name(fg_gpt_layer_recompute(c, l)));
+        used += (size_t)k;
+    }
+    return (int)used;
 }
 
 /* ---- the parameter table, generated from FG_GPT_PARAMS ---- */
@@ -655,6 +710,39 @@ static fg_tensor *head_weight(const fg_gpt *g) {
     return w ? w : fg_gpt_weight(g, FG_GPT_WTE, 0);
 }
 
+/* ---- pointwise recomputation (FG_RECOMPUTE_POINTWISE; fg_recompute_drop) ----
+ * The pointwise outputs a block's matmuls save: the norms' outputs before the qkv and the c_fc
+ * projections (B, T, C) and the MLP activation's (B, T, I). Each is given back once its matmul has
+ * run and recomputed, with the same function, from the pointwise op's own input (which that op keeps
+ * anyway) just before the matmul's backward. */
+typedef enum { PW_LN1, PW_LN2, PW_ACT } pw_site;
+typedef struct {
+    fg_gpt *g;
+    int l;
+    pw_site site;
+} pw_args;
+
+/* the pointwise op of a site, in[0] its input: ln_1(x), ln_2(x) or act(c_fc output) */
+static fg_tensor *pw_recompute(void *ctx, fg_tensor *const *in) {
+    const pw_args *a = ctx;
+    switch (a->site) {
+    case PW_LN1:
+        return model_norm(a->g, in[0], fg_gpt_weight(a->g, FG_GPT_LN1_W, a->l), fg_gpt_weight(a->g, FG_GPT_LN1_B, a->l));
+    case PW_LN2:
+        return model_norm(a->g, in[0], fg_gpt_weight(a->g, FG_GPT_LN2_W, a->l), fg_gpt_weight(a->g, FG_GPT_LN2_B, a->l));
+    default:
+        return mlp_act(a->g, in[0]);
+    }
+}
+
+/* y, the output of the matmul that read h = the site's op of `in`: with block l pointwise, h is
+ * dropped (recomputed in the backward); otherwise y as it is. New reference. */
+static fg_tensor *pointwise_drop(fg_gpt *g, int l, pw_site site, fg_tensor *y, fg_tensor *h, fg_tensor *in) {
+    if (fg_gpt_layer_recompute(&g->cfg, l) != FG_RECOMPUTE_POINTWISE) return fg_retain(y);
+    pw_args a = {g, l, site};
+    return fg_recompute_drop(y, h, pw_recompute, &a, sizeof a, 1, &in);
+}
+
 /* Layer l's attention options: causal, GQA, its window. */
 static fg_attn_opts layer_attn_opts(const fg_gpt *g, int l) {
     fg_attn_opts o = fg_attn_defaults();
@@ -699,6 +787,7 @@ static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_
     fg_tensor *h = NULL, *qkv = NULL, *y = NULL, *q = NULL, *k = NULL, *v = NULL;
     TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l)));
     TAKE(qkv, fg_linear(h, qkv_weight(g, l), qkv_bias(g, l))); /* (B,T,QKV) */
+    TAKE(qkv, pointwise_drop(g, l, PW_LN1, qkv, h, x));
     fg_attn_opts o = layer_attn_opts(g, l);
     if (train && g->cfg.dropout > 0) {
         o.dropout_p = g->cfg.dropout;
@@ -740,15 +829,21 @@ fail:
 
 /* One block's MLP branch. x is (B, T, C); returns mlp.c_proj(act(mlp.c_fc(ln_2(x)))) (B, T, C). */
 static fg_tensor *mlp_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
-    fg_tensor *h = NULL;
-    TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN2_W, l), fg_gpt_weight(g, FG_GPT_LN2_B, l)));
-    TAKE(h, fg_linear(h, fc_weight(g, l), fc_bias(g, l))); /* (B,T,I), or (B,T,2I): gate|up */
-    TAKE(h, mlp_act(g, h));                                /* (B,T,I) */
-    TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_MPROJ_W, l), fg_gpt_weight(g, FG_GPT_MPROJ_B, l))); /* (B,T,C) */
-    TAKE(h, maybe_dropout(g, h, train, l, FG_DROP_MLP_RESID));
-    return h;
+    fg_tensor *h = NULL, *a = NULL, *y = NULL;
+    TAKE(a, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN2_W, l), fg_gpt_weight(g, FG_GPT_LN2_B, l)));
+    TAKE(h, fg_linear(a, fc_weight(g, l), fc_bias(g, l))); /* (B,T,I), or (B,T,2I): gate|up */
+    TAKE(h, pointwise_drop(g, l, PW_LN2, h, a, x));
+    TAKE(a, mlp_act(g, h)); /* (B,T,I) */
+    TAKE(y, fg_linear(a, fg_gpt_weight(g, FG_GPT_MPROJ_W, l), fg_gpt_weight(g, FG_GPT_MPROJ_B, l))); /* (B,T,C) */
+    TAKE(y, pointwise_drop(g, l, PW_ACT, y, a, h));
+    TAKE(y, maybe_dropout(g, y, train, l, FG_DROP_MLP_RESID));
+    fg_release(h);
+    fg_release(a);
+    return y;
 fail:
     fg_release(h);
+    fg_release(a);
+    fg_release(y);
     return NULL;
 }
 
@@ -768,18 +863,29 @@ static fg_tensor *ckpt_attention(void *ctx, fg_tensor *const *in) {
     return attention_branch(a->g, in[0], a->l, a->has_train ? &a->train : NULL);
 }
 
+/* x (B, T, C) -> mlp_branch(x) (B, T, C) */
+static fg_tensor *ckpt_mlp(void *ctx, fg_tensor *const *in) {
+    const ckpt_args *a = ctx;
+    return mlp_branch(a->g, in[0], a->l, a->has_train ? &a->train : NULL);
+}
+
 /* One block, x (B, T, C) -> x + attn(x), then + mlp(...) (B, T, C) */
 static fg_tensor *block_forward(fg_gpt *g, fg_tensor *x_in, int l, const fg_gpt_train_ctx *train) {
     fg_tensor *x = fg_retain(x_in), *br = NULL;
-    if (g->cfg.recompute == FG_RECOMPUTE_ATTN) {
-        ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
-        if (train) a.train = *train;
+    const fg_gpt_recompute rc = fg_gpt_layer_recompute(&g->cfg, l);
+    ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
+    if (train) a.train = *train;
+    if (rc == FG_RECOMPUTE_ATTN) {
         TAKE(br, fg_recompute(ckpt_attention, &a, sizeof a, 1, &x));
     } else {
         TAKE(br, attention_branch(g, x, l, train));
     }
     TAKE(x, fg_add(x, br));
-    TAKE(br, mlp_branch(g, x, l, train));
+    if (rc == FG_RECOMPUTE_MLP) {
+        TAKE(br, fg_recompute(ckpt_mlp, &a, sizeof a, 1, &x));
+    } else {
+        TAKE(br, mlp_branch(g, x, l, train));
+    }
     TAKE(x, fg_add(x, br));
     fg_release(br);
     return x;
@@ -810,7 +916,7 @@ static fg_tensor *gpt_hidden(fg_gpt *g, const int32_t *idx, int B, int T, const 
     if (g->cfg.emb_norm)
         TAKE(x, model_norm(g, x, fg_gpt_weight(g, FG_GPT_EMBN_W, 0), fg_gpt_weight(g, FG_GPT_EMBN_B, 0)));
     for (int l = 0; l < g->cfg.n_layer; l++) {
-        if (g->cfg.recompute == FG_RECOMPUTE_BLOCK) {
+        if (fg_gpt_layer_recompute(&g->cfg, l) == FG_RECOMPUTE_BLOCK) {
             ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
             if (train) a.train = *train;
             TAKE(x, fg_recompute(ckpt_block, &a, sizeof a, 1, &x));

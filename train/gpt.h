@@ -58,19 +58,36 @@
 extern "C" {
 #endif
 
-/* Activation checkpointing (autograd/recompute.h), a memory/time trade that never changes a number:
- *   NONE   every op keeps what its backward needs (the whole graph lives until the backward);
- *   ATTN   each block's attention sublayer — ln_1, c_attn, the heads' attention, c_proj and its
- *          dropout — is one checkpoint: the forward keeps only the sublayer's input (the block
- *          input x) and its output; the backward recomputes ln_1(x), qkv, attention (and flash's
- *          logsumexp, or naive's P) before backpropagating through them. The MLP keeps its graph.
- *   BLOCK  each whole block is one checkpoint: only the block inputs survive the forward; the
- *          backward re-runs one block at a time (attention and MLP) before its backward.
- * Losses and gradients are bit-for-bit the same in all three (tests/test_recompute.c). */
-typedef enum { FG_RECOMPUTE_NONE = 0, FG_RECOMPUTE_ATTN, FG_RECOMPUTE_BLOCK, FG_RECOMPUTE_COUNT } fg_gpt_recompute;
-/* "none", "attn", "block"; parse returns -1 on an unknown name. */
+/* Activation checkpointing (autograd/recompute.h), a memory/time trade that never changes a number.
+ * Each block makes one of these choices:
+ *   NONE       every op keeps what its backward needs (the whole graph lives until the backward);
+ *   ATTN       the block's attention sublayer — ln_1, c_attn, the heads' attention, c_proj and its
+ *              dropout — is one checkpoint: the forward keeps only the sublayer's input (the block
+ *              input x) and its output; the backward recomputes ln_1(x), qkv, attention (and flash's
+ *              logsumexp, or naive's P) before backpropagating through them. The MLP keeps its graph.
+ *   BLOCK      the whole block is one checkpoint: only its input survives the forward; the backward
+ *              re-runs the block (attention and MLP) before its backward.
+ *   POINTWISE  the cheap pointwise outputs are dropped after their matmul has used them and
+ *              recomputed just before that matmul's backward (fg_recompute_drop): ln_1's, ln_2's
+ *              and the MLP activation's outputs (llm.c's -r 2, Megatron's selective recompute); the
+ *              matmuls are not redone.
+ *   MLP        the block's MLP sublayer (ln_2, c_fc, the activation, c_proj, dropout) is one
+ *              checkpoint; attention keeps its graph.
+ * cfg.recompute is the choice of every block unless cfg.recompute_plan gives one per block.
+ * Losses and gradients are bit-for-bit the same under every plan (tests/test_recompute.c). */
+typedef enum {
+    FG_RECOMPUTE_NONE = 0,
+    FG_RECOMPUTE_ATTN,
+    FG_RECOMPUTE_BLOCK,
+    FG_RECOMPUTE_POINTWISE,
+    FG_RECOMPUTE_MLP,
+    FG_RECOMPUTE_COUNT
+} fg_gpt_recompute;
+/* "none", "attn", "block", "pointwise", "mlp"; parse returns -1 on an unknown name. */
 const char *fg_gpt_recompute_name(fg_gpt_recompute r);
 int fg_gpt_recompute_parse(const char *s);
+
+#define FG_GPT_MAX_LAYER_PLAN 1024 /* = FG_GPT_MAX_LAYER */
 
 /* ---- architecture options ----
  * Every option's zero value is GPT-2's, so a zeroed config with the sizes set is today's model:
@@ -125,7 +142,10 @@ typedef struct {
     fg_attn_impl attn; /* naive or flash */
     fg_dtype dtype;    /* FG_F32 for training, FG_F64 for gradient checks */
     fg_device device;
-    fg_gpt_recompute recompute; /* activation checkpointing (see above); 0 = none */
+    fg_gpt_recompute recompute; /* activation checkpointing of every block (see above); 0 = none */
+    /* per-block choices: recompute_plan[l] = 1 + the choice of block l; 0 (all zero by default)
+     * leaves block l to cfg.recompute. Read it with fg_gpt_layer_recompute. */
+    unsigned char recompute_plan[FG_GPT_MAX_LAYER_PLAN];
     /* the products' precision (ops/device.h): FULL, or BF16 — bfloat16 mixed precision, float32
      * weights, gradients and AdamW with bf16 GEMMs and attention — which needs a float32 model,
      * flash attention and a head dim (n_embd / n_head) that is a multiple of 8 up to 128 (the bf16
@@ -154,7 +174,7 @@ typedef struct {
  * products, GPT-2's architecture. */
 fg_gpt_config fg_gpt_default_config(void);
 /* The largest model dimensions fg_gpt_config_check accepts (and a checkpoint's metadata may hold). */
-#define FG_GPT_MAX_LAYER 1024
+#define FG_GPT_MAX_LAYER 1024 /* FG_GPT_MAX_LAYER_PLAN too */
 #define FG_GPT_MAX_EMBD (1 << 16) /* n_embd; n_head divides it, so it bounds n_head too */
 #define FG_GPT_MAX_BLOCK (1 << 20)
 #define FG_GPT_MAX_VOCAB (1 << 24)
@@ -162,6 +182,17 @@ fg_gpt_config fg_gpt_default_config(void);
 
 /* FG_OK, or FG_ERR_ARG with a message naming the bad field. */
 fg_status fg_gpt_config_check(const fg_gpt_config *c);
+
+/* The recompute choice of block l (0 <= l < n_layer): the plan's, else cfg.recompute. */
+fg_gpt_recompute fg_gpt_layer_recompute(const fg_gpt_config *c, int l);
+/* A plan from text: one name ("block": every block the same; recompute_plan cleared) or n_layer
+ * names separated by commas, one per block from block 0 ("block,attn,none,none"). FG_OK with c
+ * set, or FG_ERR_ARG naming the bad part (c unchanged). */
+fg_status fg_gpt_recompute_set(fg_gpt_config *c, const char *plan);
+/* The plan as text: the one name when every block makes the same choice, else the per-block list
+ * (fg_gpt_recompute_set reads it back). Writes at most n bytes (NUL included); returns the length
+ * it needs (as snprintf). */
+int fg_gpt_recompute_format(const fg_gpt_config *c, char *out, size_t n);
 
 /* Sets c's architecture fields (arch and every option above) to preset a's; sizes untouched. */
 void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a);
