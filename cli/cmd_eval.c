@@ -10,13 +10,13 @@
 #include "cli/flags.h"
 #include "ops/cpu.h"
 #include "train/checkpoint.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "train/trainer.h"
 #include "autograd/autograd.h"
 
 
 /* The model at `path` (anything `sample --ckpt` takes: a flashgrad run folder or its model file, a
- * Hugging Face GPT-2 folder, an llm.c model file; train/gpt2_files.h) on the CPU, and for a flashgrad
+ * Hugging Face GPT-2 folder, an llm.c model file; train/model_files.h) on the CPU, and for a flashgrad
  * run its checkpoint's record of the data and training (*ck, NULL for the GPT-2 files; its
  * configuration is valid when the optimizer file was there). NULL + fg_last_error(). */
 static fg_model_file *load_model(const char *path, fg_ckpt **ck) {

@@ -3,16 +3,16 @@
  *   flashgrad export --ckpt SRC --to hf OUT_DIR        a Hugging Face GPT-2 folder
  *   flashgrad export --ckpt SRC --to llmc OUT.bin      an llm.c model file (--llmc-dtype float32|bfloat16)
  *
- * SRC is anything `sample --ckpt` takes (train/gpt2_files.h): a flashgrad run folder or model file,
+ * SRC is anything `sample --ckpt` takes (train/model_files.h): a flashgrad run folder or model file,
  * a Hugging Face folder, an llm.c model file. OUT is written atomically; an existing OUT is replaced
  * only with --overwrite, and only when it is itself such an export (an HF folder: one flashgrad's
- * export wrote, holding nothing else). What a killed export left beside OUT goes (gpt2_files.h).
+ * export wrote, holding nothing else). What a killed export left beside OUT goes (model_files.h).
  * Exit: 0 written, 1 unreadable source or failed write, 2 usage error (and an OUT that exists).
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 

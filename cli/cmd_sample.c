@@ -1,6 +1,6 @@
 /* cmd_sample.c — `flashgrad sample`: generate text from a checkpoint.
  *
- * Loads a model (train/gpt2_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2
+ * Loads a model (train/model_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2
  * folder, an llm.c model file), encodes the prompt with the checkpoint's own
  * tokenizer, and writes the prompt plus --tokens generated tokens to stdout for each of
  * --num-samples samples (sample s draws with seed + s). Sampling is softmax(logits / temperature)
@@ -30,7 +30,7 @@
 #include "cli/cli_util.h"
 #include "datasets/tokens.h"
 #include "ops/cpu.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
@@ -162,7 +162,7 @@ int fg_cmd_sample(int argc, char **argv) {
         fprintf(stderr, "flashgrad sample: give either --prompt TEXT or --prompt-ids IDS, not both\n");
         return 2;
     }
-    /* a flashgrad checkpoint, a Hugging Face folder or an llm.c file (train/gpt2_files.h) */
+    /* a flashgrad checkpoint, a Hugging Face folder or an llm.c file (train/model_files.h) */
     fg_model_file *mf = fg_model_file_load(f[S_CKPT].s);
     if (!mf) {
         fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());

@@ -22,7 +22,7 @@
 #include "cli/train_flags.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "train/run_folder.h"
 #include "train/trainer.h"
 

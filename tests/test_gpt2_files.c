@@ -1,4 +1,4 @@
-/* test_gpt2_files.c — GPT-2 model files in and out (train/gpt2_files.h): llm.c's model file
+/* test_gpt2_files.c — GPT-2 model files in and out (train/model_files.h): llm.c's model file
  * against a writer written here from llm.c's write_model, Hugging Face folders against transformers
  * itself (tests/gpt2_files_torch_check.py) and, without Python, a checked-in transformers model with
  * its logits (tests/fixtures/), llm.c's bfloat16 export at rounding ties, refusals, and the export's
@@ -19,7 +19,7 @@
 #include "tensor/npy.h"
 #include "tests/bf16_ref.h"
 #include "tests/common.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "train/trainer.h"
 
 TestSuite(gpt2_files, .timeout = 300);

@@ -1,20 +1,16 @@
-/* gpt2_files.c — GPT-2 model files in and out (see gpt2_files.h).
+/* hf_files.c — Hugging Face folders in and out (see model_files.h).
  *
- * Shapes: L blocks, H heads, C = n_embd, V vocabulary, Vp llm.c's padded vocabulary, T positions.
- * flashgrad and llm.c keep the matmul weights as PyTorch's nn.Linear does, (out, in); Hugging
- * Face's GPT-2 keeps them as its Conv1D does, (in, out): c_attn (C, 3C), attn.c_proj (C, C),
- * c_fc (C, 4C), mlp.c_proj (4C, C). Everything else has the same shape in all three.
+ * Shapes: L blocks, H heads, C = n_embd, V vocabulary, T positions. flashgrad keeps the matmul
+ * weights as PyTorch's nn.Linear does, (out, in); Hugging Face's GPT-2 keeps them as its Conv1D
+ * does, (in, out): c_attn (C, 3C), attn.c_proj (C, C), c_fc (C, 4C), mlp.c_proj (4C, C).
+ * Everything else has the same shape in both.
  */
-#include "train/gpt2_files.h"
-
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,51 +18,15 @@
 #include "tensor/fileio.h"
 #include "tensor/json.h"
 #include "tensor/safetensors.h"
+#include "train/model_files.h"
+#include "train/model_files_internal.h"
 #include "train/run_folder.h"
 
-#define LLMC_MAGIC 20240326
-#define LLMC_HEADER_INTS 256
-#define LLMC_PAD 128
 #define HF_MAX_SHARDS 1024
-
-const char *fg_model_format_name(fg_model_format f) {
-    static const char *const n[] = {"flashgrad", "hf", "llmc"};
-    return (unsigned)f < FG_MODEL_FORMAT_COUNT ? n[f] : "?";
-}
-
-void fg_model_file_free(fg_model_file *m) {
-    if (!m) return;
-    fg_tokenizer_free(m->own_tokenizer);
-    fg_gpt_free(m->model);
-    fg_ckpt_close(m->ckpt);
-    free(m);
-}
 
 /* The Conv1D weights: stored transposed in Hugging Face files. */
 static int hf_transposed(fg_gpt_kind k) {
     return k == FG_GPT_ATTN_W || k == FG_GPT_APROJ_W || k == FG_GPT_FC_W || k == FG_GPT_MPROJ_W;
-}
-
-/* 1 when something is at p (following links): whatever it is, its reader then opens it through
- * fg_read_file / fg_open_read, which refuses a FIFO, a device or a folder by name instead of this
- * test passing it over in silence. */
-static int is_there(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
-
-/* The parameter values of g as float32 into a new host buffer of g->num_elements (caller frees). */
-static float *host_f32(const fg_gpt *g) {
-    float *out = malloc((size_t)g->num_elements * sizeof *out);
-    fg_tensor *h = out ? fg_to(g->params_flat, FG_CPU, FG_F32) : NULL;
-    if (!h) {
-        free(out);
-        if (!out) fg_error(FG_ERR_OOM, "out of memory for the model's %lld parameters", (long long)g->num_elements);
-        return NULL;
-    }
-    memcpy(out, fg_data(h), (size_t)g->num_elements * sizeof *out);
-    fg_release(h);
-    return out;
 }
 
 /* ---- Hugging Face config.json ---- */
@@ -405,10 +365,10 @@ static fg_model_file *hf_load_weights(const char *dir, const char *file) {
         fg_error(FG_ERR_ARG, "%s: path too long", dir);
         goto fail;
     }
-    if (file || is_there(one)) {
+    if (file || fg__file_is_there(one)) {
         snprintf(h->path[0], sizeof h->path[0], "%s", file ? file : one);
         h->n = 1;
-    } else if (is_there(idx)) {
+    } else if (fg__file_is_there(idx)) {
         int n = 0;
         names = malloc(HF_MAX_SHARDS * sizeof *names);
         if (!names) {
@@ -452,156 +412,10 @@ fail:
     return NULL;
 }
 
-/* ---- llm.c ---- */
-
-static fg_model_file *llmc_load(const char *path) {
-    void *buf = NULL;
-    size_t n = 0;
-    if (fg_read_file(path, 0, &buf, &n) != FG_OK) return NULL;
-    fg_model_file *m = NULL;
-    fg_gpt *g = NULL;
-    int32_t hd[LLMC_HEADER_INTS];
-    if (n < sizeof hd) {
-        fg_error(FG_ERR_FORMAT, "%s: %zu bytes, shorter than llm.c's 1024-byte header", path, n);
-        goto fail;
-    }
-    memcpy(hd, buf, sizeof hd);
-    if (hd[0] != LLMC_MAGIC) {
-        fg_error(FG_ERR_FORMAT, "%s: not an llm.c model file (magic %d, expected %d)", path, hd[0], LLMC_MAGIC);
-        goto fail;
-    }
-    if (hd[1] != 3 && hd[1] != 5) {
-        fg_error(FG_ERR_FORMAT,
-                 "%s: llm.c model file version %d; flashgrad reads 3 (float32) and 5 (bfloat16), the padded-vocabulary "
-                 "versions",
-                 path, hd[1]);
-        goto fail;
-    }
-    const int T = hd[2], V = hd[3], L = hd[4], H = hd[5], C = hd[6], Vp = hd[7];
-    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > FG_GPT_MAX_VOCAB ||
-        Vp > FG_GPT_MAX_VOCAB || L > FG_GPT_MAX_LAYER || C > FG_GPT_MAX_EMBD || T > FG_GPT_MAX_BLOCK) {
-        fg_error(FG_ERR_FORMAT,
-                 "%s: implausible llm.c header (maxT %d, V %d, L %d, H %d, C %d, Vp %d: each positive, H divides C, "
-                 "V <= Vp)",
-                 path, T, V, L, H, C, Vp);
-        goto fail;
-    }
-    fg_gpt_config mc = fg_gpt_default_config();
-    mc.n_layer = L;
-    mc.n_head = H;
-    mc.n_embd = C;
-    mc.block_size = T;
-    mc.vocab_size = V;
-    const size_t es = hd[1] == 3 ? 4 : 2;
-    /* elements in the file: the model's plus the padding rows */
-    const uint64_t per_block = 12ull * C * C + 13ull * C;
-    const uint64_t total = (uint64_t)Vp * C + (uint64_t)T * C + (uint64_t)L * per_block + 2ull * C;
-    if ((uint64_t)(n - sizeof hd) != total * es) {
-        fg_error(FG_ERR_FORMAT,
-                 "%s: %zu bytes of parameters, but its header (V %d padded to %d, maxT %d, L %d, C %d, %s) needs "
-                 "%llu: %s",
-                 path, n - sizeof hd, V, Vp, T, L, C, es == 4 ? "float32" : "bfloat16",
-                 (unsigned long long)(total * es), (uint64_t)(n - sizeof hd) < total * es ? "truncated" : "extra bytes");
-        goto fail;
-    }
-    if (!(g = fg_gpt_create_empty(&mc))) goto fail;
-    float *flat = fg_data(g->params_flat);
-    const unsigned char *s = (const unsigned char *)buf + sizeof hd;
-    uint64_t at = 0; /* element index into the file's parameters */
-#define TAKE_ELEMS(dst, cnt)                                                                                           \
-    for (int64_t e_ = 0; e_ < (int64_t)(cnt); e_++, at++) {                                                            \
-        if (es == 4) {                                                                                                 \
-            memcpy(&(dst)[e_], s + at * 4, 4);                                                                         \
-        } else {                                                                                                       \
-            uint16_t b_;                                                                                               \
-            memcpy(&b_, s + at * 2, 2);                                                                                \
-            (dst)[e_] = fg_bf16_to_f32(b_);                                                                            \
-        }                                                                                                              \
-    }
-    /* wte: the V real rows, then skip the padding */
-    const fg_gpt_param *wte = fg_gpt_find(g, "transformer.wte.weight");
-    TAKE_ELEMS(flat + wte->offset, wte->numel)
-    at += (uint64_t)(Vp - V) * C;
-    const fg_gpt_param *wpe = fg_gpt_find(g, "transformer.wpe.weight");
-    TAKE_ELEMS(flat + wpe->offset, wpe->numel)
-    for (int k = 0; k < FG_GPT_KIND_COUNT; k++) {
-        if (k == FG_GPT_WTE || k == FG_GPT_WPE || k == FG_GPT_LNF_W || k == FG_GPT_LNF_B) continue;
-        for (int l = 0; l < L; l++) {
-            const fg_tensor *w = fg_gpt_weight(g, (fg_gpt_kind)k, l);
-            float *d = fg_data(w);
-            TAKE_ELEMS(d, fg_numel(w))
-        }
-    }
-    for (int k = FG_GPT_LNF_W; k <= FG_GPT_LNF_B; k++) {
-        const fg_tensor *w = fg_gpt_weight(g, (fg_gpt_kind)k, 0);
-        float *d = fg_data(w);
-        TAKE_ELEMS(d, fg_numel(w))
-    }
-#undef TAKE_ELEMS
-    for (int64_t i = 0; i < g->num_elements; i++)
-        if (!isfinite(flat[i])) {
-            fg_error(FG_ERR_FORMAT, "%s: a weight is not finite (element %lld of the model)", path, (long long)i);
-            goto fail;
-        }
-    if (!(m = calloc(1, sizeof *m))) {
-        fg_error(FG_ERR_OOM, "out of memory");
-        goto fail;
-    }
-    m->format = FG_MODEL_LLMC;
-    m->model = g;
-    m->padded_vocab = Vp;
-    m->llmc_version = hd[1];
-    free(buf);
-    return m;
-fail:
-    fg_gpt_free(g);
-    free(buf);
-    return NULL;
-}
-
-/* ---- what is at a path ---- */
-
-/* 1 when the safetensors file's header carries flashgrad's "fg_kind" (a checkpoint); reads only
- * the header. */
-static int st_is_flashgrad(const char *path) { return fg_ckpt_header_has(path, "fg_kind"); }
-
-static int file_magic_is_llmc(const char *path) {
-    int fd;
-    int64_t size;
-    if (fg_open_read(path, 0, &fd, &size) != FG_OK) {
-        fg_clear_error();
-        return 0;
-    }
-    int32_t m = 0;
-    int yes = pread(fd, &m, 4, 0) == 4 && m == LLMC_MAGIC;
-    close(fd);
-    return yes;
-}
-
-static fg_model_file *flashgrad_load(const char *path) {
-    fg_ckpt *c = fg_ckpt_open(path, 0);
-    if (!c) return NULL;
-    fg_model_file *m = calloc(1, sizeof *m);
-    fg_gpt *g = m ? fg_ckpt_load_model(c) : NULL;
-    if (!g) {
-        if (!m) fg_error(FG_ERR_OOM, "out of memory");
-        free(m);
-        fg_ckpt_close(c);
-        return NULL;
-    }
-    const fg_ckpt_info *in = fg_ckpt_get_info(c);
-    m->format = FG_MODEL_FLASHGRAD;
-    m->model = g;
-    m->ckpt = c;
-    m->tokenizer = in->tokenizer;
-    m->step = in->step;
-    return m;
-}
-
 /* A Hugging Face folder: the model, and the BPE tokenizer of the tokenizer files beside it
  * (tokenizer.json, or vocab.json + merges.txt) when flashgrad reads them; when it cannot, the model
  * still loads and tokenizer_note says why. */
-static fg_model_file *hf_load(const char *dir, const char *file) {
+fg_model_file *fg__hf_load(const char *dir, const char *file) {
     fg_model_file *m = hf_load_weights(dir, file);
     if (!m) return NULL;
     char a[4200], b[4200];
@@ -621,147 +435,6 @@ static fg_model_file *hf_load(const char *dir, const char *file) {
     }
     m->tokenizer = m->own_tokenizer = t;
     return m;
-}
-
-fg_model_file *fg_model_file_load(const char *path) {
-    if (!path || !*path) {
-        fg_error(FG_ERR_ARG, "no model path given");
-        return NULL;
-    }
-    if (strlen(path) > 4000) {
-        fg_error(FG_ERR_ARG, "model path too long");
-        return NULL;
-    }
-    struct stat sb;
-    char file[4096];
-    if (fg_run_folder_file_for_reading(path, file, sizeof file) != FG_OK) return NULL;
-    path = file;
-    if (stat(path, &sb) != 0) {
-        fg_error(FG_ERR_IO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char p[4096 + 64], run[4096];
-    if (S_ISDIR(sb.st_mode)) {
-        /* a run folder: where its run is (an interrupted --overwrite may have set it aside) */
-        if (fg_run_folder_for_reading(path, run, sizeof run) != FG_OK) return NULL;
-        path = run;
-        snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
-        if (is_there(p) && st_is_flashgrad(p)) return flashgrad_load(path);
-        snprintf(p, sizeof p, "%s/config.json", path);
-        if (is_there(p)) return hf_load(path, NULL);
-        snprintf(p, sizeof p, "%s/%s", path, FG_CKPT_MODEL_FILE);
-        if (is_there(p)) return flashgrad_load(path); /* says what is wrong with it */
-        fg_error(FG_ERR_IO,
-                 "%s: no model here (looked for a flashgrad run's model.safetensors and a Hugging Face folder's "
-                 "config.json)",
-                 path);
-        return NULL;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        /* a device, FIFO or socket: fg_open_read refuses it without reading or waiting, and says what it is */
-        int fd = -1;
-        int64_t size = 0;
-        if (fg_open_read(path, 0, &fd, &size) == FG_OK) {
-            close(fd);
-            fg_error(FG_ERR_IO, "%s: not a regular file or folder", path);
-        }
-        return NULL;
-    }
-    if (file_magic_is_llmc(path)) return llmc_load(path);
-    if (st_is_flashgrad(path)) return flashgrad_load(path);
-    /* a Hugging Face weights file: its config.json is beside it */
-    snprintf(p, sizeof p, "%s", path);
-    char *slash = strrchr(p, '/');
-    const char *dir = slash ? (slash == p ? "/" : (*slash = '\0', p)) : ".";
-    char cj[4096 + 80];
-    snprintf(cj, sizeof cj, "%.4096s/config.json", dir);
-    size_t L = strlen(path);
-    if (L > 12 && !strcmp(path + L - 12, ".safetensors") && is_there(cj)) return hf_load(dir, path);
-    if (L > 12 && !strcmp(path + L - 12, ".safetensors")) return flashgrad_load(path); /* its own message */
-    fg_error(FG_ERR_FORMAT,
-             "%s: not a model file flashgrad reads (an llm.c .bin starts with magic %d; safetensors files are "
-             "flashgrad checkpoints or Hugging Face weights with config.json beside them)",
-             path, LLMC_MAGIC);
-    return NULL;
-}
-
-/* ---- copying weights between models ---- */
-
-fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src) {
-    const fg_gpt_config *a = &dst->cfg, *b = &src->cfg;
-    if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd || a->vocab_size != b->vocab_size)
-        return fg_error(FG_ERR_ARG, "copy weights: the models differ (L %d/%d, H %d/%d, C %d/%d, V %d/%d)", a->n_layer,
-                        b->n_layer, a->n_head, b->n_head, a->n_embd, b->n_embd, a->vocab_size, b->vocab_size);
-    if (a->block_size > b->block_size)
-        return fg_error(FG_ERR_ARG, "copy weights: block size %d is larger than the source's %d", a->block_size,
-                        b->block_size);
-    fg_tensor *hs = fg_to(src->params_flat, FG_CPU, dst->cfg.dtype);
-    int64_t n = dst->num_elements;
-    fg_tensor *hd = hs ? fg_empty(dst->cfg.dtype, FG_CPU, 1, &n) : NULL;
-    if (!hd) {
-        fg_release(hs);
-        return fg_last_status();
-    }
-    const size_t es = dst->cfg.dtype == FG_F64 ? 8 : 4;
-    for (int i = 0; i < dst->n_params; i++) {
-        const fg_gpt_param *p = &dst->params[i], *q = fg_gpt_find(src, p->name);
-        /* wpe keeps its first rows (cropped context); everything else is whole */
-        memcpy((char *)fg_data(hd) + p->offset * es, (const char *)fg_data(hs) + q->offset * es, (size_t)p->numel * es);
-    }
-    fg_status st;
-    if (dst->params_flat->device == FG_CPU) {
-        st = fg_copy_into(dst->params_flat, hd);
-    } else {
-        fg_tensor *moved = fg_to(hd, dst->params_flat->device, dst->cfg.dtype);
-        st = moved ? fg_copy_into(dst->params_flat, moved) : fg_last_status();
-        fg_release(moved);
-    }
-    fg_release(hs);
-    fg_release(hd);
-    return st;
-}
-
-/* ---- writing ---- */
-
-/* OUT may be written: absent, or (with overwrite) a folder that flashgrad's export wrote, holding
- * nothing else (fg_folder_check_ours, the rule `train --overwrite` follows too). */
-static fg_status check_out_dir(const char *out, int overwrite) {
-    struct stat sb;
-    if (lstat(out, &sb) != 0) {
-        if (errno == ENOENT) return FG_OK;
-        return fg_error(FG_ERR_IO, "%s: %s", out, strerror(errno));
-    }
-    if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out);
-    if (!S_ISDIR(sb.st_mode))
-        return fg_error(FG_ERR_ARG, "%s exists and is not a folder; not replacing it", out);
-    return fg_folder_check_ours(out, FG_FOLDER_HF_EXPORT, "--overwrite");
-}
-
-/* The names an export folder holds (what a leftover build folder may hold besides temporaries). */
-static int export_file_name(const char *n) { return !strcmp(n, "config.json") || !strcmp(n, "model.safetensors"); }
-
-/* A temporary of the export to OUT (ctx: OUT's last component): the folder or file a killed export
- * was building beside OUT. */
-static int export_temporary(const char *name, const void *ctx) { return fg_is_temporary_of(name, ctx); }
-
-/* Removes what an export to out that was killed midway left beside it (fg_remove_leftovers: only
- * temporaries no live writer holds). */
-static void remove_export_leftovers(const char *out, int dirs) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", out);
-    char *slash = strrchr(p, '/');
-    const char *base = slash ? slash + 1 : p;
-    const char *dir = slash ? (slash == p ? "/" : (*slash = '\0', p)) : ".";
-    fg_remove_leftovers(dir, export_temporary, base, dirs ? export_file_name : NULL);
-}
-
-/* fsyncs the folder that holds `path` (its rename into place); a failure loses nothing more */
-static void fsync_dir_of(const char *path) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", path);
-    char *slash = strrchr(p, '/');
-    const char *dir = slash ? (slash == p ? "/" : (*slash = '\0', p)) : ".";
-    fg_fsync_dir(dir);
 }
 
 /* config.json for g: the keys GPT2Config reads, with flashgrad's fixed choices spelled out. */
@@ -825,10 +498,10 @@ fg_status fg_gpt2_save_hf_with(const fg_gpt *g, const fg_tokenizer *tok, const c
     char out[4096];
     if (snprintf(out, sizeof out, "%s", out_dir) >= (int)sizeof out - 64) return fg_error(FG_ERR_ARG, "path too long");
     for (size_t L = strlen(out); L > 1 && out[L - 1] == '/'; L--) out[L - 1] = '\0';
-    fg_status st = check_out_dir(out, overwrite);
+    fg_status st = fg__export_check_out(out, overwrite);
     if (st != FG_OK) return st;
-    remove_export_leftovers(out, 1);
-    float *flat = host_f32(g);
+    fg__export_remove_leftovers(out, 1);
+    float *flat = fg__model_host_f32(g);
     if (!flat) return fg_last_status();
     /* the Conv1D weights transposed into one buffer, the rest borrowed from flat */
     int64_t nt = 0;
@@ -903,7 +576,7 @@ fg_status fg_gpt2_save_hf_with(const fg_gpt *g, const fg_tokenizer *tok, const c
         st = fg_error(FG_ERR_IO, "export: cannot put %s in place: %s", out, strerror(errno));
         goto done;
     }
-    fsync_dir_of(out);
+    fg__fsync_dir_of(out);
 done:
     if (tmp[0]) fg_remove_flat_dir(tmp);
     if (tmp_fd >= 0) close(tmp_fd);
@@ -911,75 +584,5 @@ done:
     fg_st_writer_free(w);
     free(tr);
     free(flat);
-    return st;
-}
-
-fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, int overwrite) {
-    if (!g || !out_file || !*out_file) return fg_error(FG_ERR_ARG, "export: no model or no output file");
-    if (version != 3 && version != 5)
-        return fg_error(FG_ERR_ARG, "export: llm.c version %d (3: float32, 5: bfloat16)", version);
-    struct stat sb;
-    if (lstat(out_file, &sb) == 0) {
-        if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out_file);
-        if (!S_ISREG(sb.st_mode) || !file_magic_is_llmc(out_file))
-            return fg_error(FG_ERR_ARG, "%s exists and is not an llm.c model file; not replacing it", out_file);
-    } else if (errno != ENOENT) {
-        return fg_error(FG_ERR_IO, "%s: %s", out_file, strerror(errno));
-    }
-    remove_export_leftovers(out_file, 0);
-    const fg_gpt_config *c = &g->cfg;
-    const int64_t V = c->vocab_size, C = c->n_embd, Vp = (V + LLMC_PAD - 1) / LLMC_PAD * LLMC_PAD;
-    const size_t es = version == 3 ? 4 : 2;
-    const int64_t total = g->num_elements + (Vp - V) * C;
-    /* the parameters in the file's dtype, converted once from the model's own (fg_to: tensor/bf16.h's
-     * round to nearest even, from float64 without a float32 step that could round twice) */
-    fg_tensor *host = fg_to(g->params_flat, FG_CPU, version == 3 ? FG_F32 : FG_BF16);
-    const unsigned char *flat = host ? fg_data(host) : NULL;
-    unsigned char *data = flat ? calloc((size_t)total, es) : NULL;
-    if (!data) {
-        fg_release(host);
-        return flat ? fg_error(FG_ERR_OOM, "export: out of memory") : fg_last_status();
-    }
-    int32_t hd[LLMC_HEADER_INTS] = {0};
-    hd[0] = LLMC_MAGIC;
-    hd[1] = version;
-    hd[2] = c->block_size;
-    hd[3] = c->vocab_size;
-    hd[4] = c->n_layer;
-    hd[5] = c->n_head;
-    hd[6] = c->n_embd;
-    hd[7] = (int32_t)Vp;
-    int64_t at = 0;
-#define PUT_ELEMS(offset, cnt)                                                                                         \
-    do {                                                                                                               \
-        memcpy(data + at * es, flat + es * (offset), es * (size_t)(cnt));                                              \
-        at += (cnt);                                                                                                   \
-    } while (0)
-    const fg_gpt_param *wte = fg_gpt_find(g, "transformer.wte.weight"), *wpe = fg_gpt_find(g, "transformer.wpe.weight");
-    PUT_ELEMS(wte->offset, wte->numel);
-    at += (Vp - V) * C; /* the padding rows: zero (calloc) */
-    PUT_ELEMS(wpe->offset, wpe->numel);
-    for (int k = 0; k < FG_GPT_KIND_COUNT; k++) {
-        if (k == FG_GPT_WTE || k == FG_GPT_WPE || k == FG_GPT_LNF_W || k == FG_GPT_LNF_B) continue;
-        for (int l = 0; l < c->n_layer; l++)
-            for (int i = 0; i < g->n_params; i++)
-                if (g->params[i].kind == (fg_gpt_kind)k && g->params[i].layer == l) {
-                    PUT_ELEMS(g->params[i].offset, g->params[i].numel);
-                }
-    }
-    for (int i = 0; i < g->n_params; i++)
-        if (g->params[i].kind == FG_GPT_LNF_W) {
-            PUT_ELEMS(g->params[i].offset, g->params[i].numel);
-        }
-    for (int i = 0; i < g->n_params; i++)
-        if (g->params[i].kind == FG_GPT_LNF_B) {
-            PUT_ELEMS(g->params[i].offset, g->params[i].numel);
-        }
-#undef PUT_ELEMS
-    const void *parts[2] = {hd, data};
-    size_t sizes[2] = {sizeof hd, (size_t)total * es};
-    fg_status st = fg_write_file_atomic(out_file, parts, sizes, 2);
-    free(data);
-    fg_release(host);
     return st;
 }

@@ -1,4 +1,4 @@
-/* gpt2_files.h — GPT-2 models in and out: flashgrad checkpoints, Hugging Face folders, llm.c files.
+/* model_files.h — models in and out: flashgrad checkpoints, Hugging Face folders, llm.c files.
  *
  * One loader takes any path a user may hand over and says what it found:
  *   - a flashgrad run folder, or its model.safetensors (train/checkpoint.h): weights, the
@@ -35,8 +35,8 @@
  * of the export folder it replaces). Before writing, what a killed export to the same OUT left
  * beside it (OUT FG_TMP_MARK "XXXXXX", held by no live writer) is removed (fg_remove_leftovers).
  */
-#ifndef FG_GPT2_FILES_H
-#define FG_GPT2_FILES_H
+#ifndef FG_MODEL_FILES_H
+#define FG_MODEL_FILES_H
 
 #include "datasets/tokenizer.h"
 #include "train/checkpoint.h"
@@ -90,4 +90,4 @@ fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, 
 #ifdef __cplusplus
 }
 #endif
-#endif /* FG_GPT2_FILES_H */
+#endif /* FG_MODEL_FILES_H */
