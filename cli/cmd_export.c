@@ -80,8 +80,8 @@ int fg_cmd_export(int argc, char **argv) {
         fprintf(stderr, "flashgrad export: %s\n", fg_last_error());
         return 1;
     }
-    fg_status st = to_hf ? fg_gpt2_save_hf_with(m->model, m->tokenizer, out, (int)f[E_OVERWRITE].i)
-                         : fg_gpt2_save_llmc(m->model, out, version, (int)f[E_OVERWRITE].i);
+    fg_status st = to_hf ? fg_hf_save_with(m->model, m->tokenizer, out, (int)f[E_OVERWRITE].i)
+                         : fg_llmc_save(m->model, out, version, (int)f[E_OVERWRITE].i);
     const fg_gpt_config *c = &m->model->cfg;
     int code = 0;
     if (st != FG_OK) {

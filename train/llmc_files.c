@@ -96,6 +96,7 @@ fg_model_file *fg__llmc_load(const char *path) {
         if (k == FG_GPT_WTE || k == FG_GPT_WPE || k == FG_GPT_LNF_W || k == FG_GPT_LNF_B) continue;
         for (int l = 0; l < L; l++) {
             const fg_tensor *w = fg_gpt_weight(g, (fg_gpt_kind)k, l);
+            if (!w) continue; /* an entry GPT-2 does not have */
             float *d = fg_data(w);
             TAKE_ELEMS(d, fg_numel(w))
         }
@@ -140,10 +141,14 @@ int fg__llmc_file_magic(const char *path) {
     return yes;
 }
 
-fg_status fg_gpt2_save_llmc(const fg_gpt *g, const char *out_file, int version, int overwrite) {
+fg_status fg_llmc_save(const fg_gpt *g, const char *out_file, int version, int overwrite) {
     if (!g || !out_file || !*out_file) return fg_error(FG_ERR_ARG, "export: no model or no output file");
     if (version != 3 && version != 5)
         return fg_error(FG_ERR_ARG, "export: llm.c version %d (3: float32, 5: bfloat16)", version);
+    char why[256];
+    if (fg__gpt2_cannot(&g->cfg, why, sizeof why))
+        return fg_error(FG_ERR_ARG, "export --to llmc: llm.c model files hold GPT-2 models, and this %s model has %s",
+                        fg_gpt_arch_name(g->cfg.arch), why);
     struct stat sb;
     if (lstat(out_file, &sb) == 0) {
         if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out_file);

@@ -20,6 +20,10 @@ int fg__file_is_there(const char *p);
  * NULL + fg_last_error() on failure. */
 float *fg__model_host_f32(const fg_gpt *g);
 
+/* The first option of c that GPT-2 (GPT2LMHeadModel, llm.c) lacks, as "name value" in why, or
+ * NULL when c is GPT-2's architecture. */
+const char *fg__gpt2_cannot(const fg_gpt_config *c, char *why, size_t cap);
+
 /* OUT may be written: absent, or (with overwrite) a folder flashgrad's export wrote, holding
  * nothing else (fg_folder_check_ours). FG_ERR_ARG otherwise, FG_ERR_IO when OUT cannot be read. */
 fg_status fg__export_check_out(const char *out, int overwrite);
