@@ -61,65 +61,26 @@ typedef struct {
     int64_t offset, numel;
 } ck_param;
 
-/* The table of mc: malloc'd, *n entries; NULL + fg_error on out-of-memory. */
+/* The table of mc (fg_gpt_table): malloc'd, *n entries; NULL + fg_error on out-of-memory. */
 static ck_param *param_table(const fg_gpt_config *mc, int *n) {
-    const int64_t V = mc->vocab_size, T = mc->block_size, C = mc->n_embd, C3 = 3 * C, C4 = 4 * C;
-    static const struct {
-        int where;
-        const char *name;
-        int ndim;
-    } kinds[] = {
-#define CK_KIND(id, where, name, nd, r, c, decay, init) {where, name, nd},
-        FG_GPT_PARAMS(CK_KIND)
-#undef CK_KIND
-    };
-    const int64_t rows[] = {
-#define CK_ROWS(id, where, name, nd, r, c, decay, init) (r),
-        FG_GPT_PARAMS(CK_ROWS)
-#undef CK_ROWS
-    };
-    const int64_t cols[] = {
-#define CK_COLS(id, where, name, nd, r, c, decay, init) (c),
-        FG_GPT_PARAMS(CK_COLS)
-#undef CK_COLS
-    };
-    (void)V;
-    (void)T;
-    (void)C3;
-    (void)C4;
-    const int nk = (int)(sizeof kinds / sizeof kinds[0]);
-    int total = 0;
-    for (int k = 0; k < nk; k++) total += kinds[k].where == 1 ? mc->n_layer : 1;
-    ck_param *t = calloc((size_t)total, sizeof *t);
+    const int total = fg_gpt_table(mc, NULL);
+    fg_gpt_param *g = calloc((size_t)total, sizeof *g);
+    ck_param *t = g ? calloc((size_t)total, sizeof *t) : NULL;
     if (!t) {
+        free(g);
         fg_error(FG_ERR_OOM, "checkpoint: out of memory");
         return NULL;
     }
-    int i = 0;
-    int64_t off = 0;
-    for (int where = 0; where < 3; where++) {
-        const int reps = where == 1 ? mc->n_layer : 1;
-        for (int l = 0; l < reps; l++) {
-            for (int k = 0; k < nk; k++) {
-                if (kinds[k].where != where) continue;
-                ck_param *p = &t[i++];
-                if (where == 1) {
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-                    snprintf(p->name, sizeof p->name, kinds[k].name, l);
-#pragma GCC diagnostic pop
-                } else {
-                    snprintf(p->name, sizeof p->name, "%s", kinds[k].name);
-                }
-                p->ndim = kinds[k].ndim;
-                p->shape[0] = rows[k];
-                p->shape[1] = p->ndim == 2 ? cols[k] : 1;
-                p->numel = p->shape[0] * p->shape[1];
-                p->offset = off;
-                off += p->numel;
-            }
-        }
+    fg_gpt_table(mc, g);
+    for (int i = 0; i < total; i++) {
+        snprintf(t[i].name, sizeof t[i].name, "%s", g[i].name);
+        t[i].ndim = g[i].ndim;
+        t[i].shape[0] = g[i].shape[0];
+        t[i].shape[1] = g[i].shape[1];
+        t[i].offset = g[i].offset;
+        t[i].numel = g[i].numel;
     }
+    free(g);
     *n = total;
     return t;
 }
@@ -198,7 +159,7 @@ typedef struct {
     const char *path;      /* names it in messages */
     fg_status st;          /* the first error; later lookups do nothing */
     int nread;
-    const char *read[64]; /* the keys looked up: the only keys the file may hold */
+    const char *read[96]; /* the keys looked up: the only keys the file may hold */
     int nshard[2];        /* and "tokens.train.shard.K" / "tokens.val.shard.K" for K below these */
 } meta_rd;
 
@@ -550,14 +511,45 @@ static void info_free_shards(fg_ckpt_info *in) {
     }
 }
 
+/* The architecture beyond GPT-2's (fg_gpt_config's options), written only for other models: a
+ * file without "arch" is a GPT-2 (every option zero). Each value in the range gpt.h allows. */
+static void parse_arch_meta(meta_rd *r, fg_gpt_config *c) {
+    if (r->st != FG_OK || !m_lookup(r, "arch")) return;
+    const char *arch[FG_ARCH_COUNT], *pos[FG_POS_COUNT], *norm[FG_NORM_COUNT], *mlp[FG_MLP_COUNT];
+    for (int i = 0; i < FG_ARCH_COUNT; i++) arch[i] = fg_gpt_arch_name((fg_gpt_arch)i);
+    for (int i = 0; i < FG_POS_COUNT; i++) pos[i] = fg_gpt_pos_name((fg_gpt_pos)i);
+    for (int i = 0; i < FG_NORM_COUNT; i++) norm[i] = fg_gpt_norm_name((fg_gpt_norm)i);
+    for (int i = 0; i < FG_MLP_COUNT; i++) mlp[i] = fg_gpt_mlp_name((fg_gpt_mlp)i);
+    c->arch = (fg_gpt_arch)m_enum(r, "arch", arch, FG_ARCH_COUNT);
+    c->n_kv_head = (int)m_int(r, "n_kv_head", 0, FG_GPT_MAX_EMBD);
+    c->pos = (fg_gpt_pos)m_enum(r, "pos", pos, FG_POS_COUNT);
+    c->rope_theta = m_f64(r, "rope_theta", 0, 1e300, 0);
+    c->norm = (fg_gpt_norm)m_enum(r, "norm", norm, FG_NORM_COUNT);
+    c->norm_eps = m_f64(r, "norm_eps", 0, 1, 1);
+    c->emb_norm = (int)m_int(r, "emb_norm", 0, 1);
+    c->qk_norm = (int)m_int(r, "qk_norm", 0, 1);
+    c->mlp = (fg_gpt_mlp)m_enum(r, "mlp", mlp, FG_MLP_COUNT);
+    c->mlp_hidden = (int)m_int(r, "mlp_hidden", 0, FG_GPT_MAX_HIDDEN);
+    c->logit_softcap = m_f64(r, "logit_softcap", 0, 1e300, 0);
+    const char *w = m_need(r, "window");
+    if (w && (strlen(w) >= sizeof c->window || strspn(w, "SL") != strlen(w) || !*w))
+        m_fail(r, "metadata 'window' = '%.40s' is not a pattern of 1 to %d letters S and L", w,
+               (int)sizeof c->window - 1);
+    else if (w)
+        snprintf(c->window, sizeof c->window, "%s", strcmp(w, "L") ? w : "");
+}
+
 /* The model file's metadata into *in; *tok gets the tokenizer (caller frees, also on error). */
 static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **tok) {
     *tok = NULL;
     m_kind(r, KIND_MODEL);
     m_lit(r, "format", "pt");
-    m_lit(r, "bias", "true");
-    m_lit(r, "tied_lm_head", "true");
+    static const char *const no_yes[2] = {"false", "true"};
+    const int bias = m_enum(r, "bias", no_yes, 2), tied = m_enum(r, "tied_lm_head", no_yes, 2);
     in->model = fg_gpt_default_config();
+    in->model.no_bias = bias == 0;
+    in->model.untie_head = tied == 0;
+    parse_arch_meta(r, &in->model);
     /* each key's plausible range (gpt.h): a value outside is refused naming the key */
     in->model.n_layer = (int)m_int(r, "n_layer", 1, FG_GPT_MAX_LAYER);
     in->model.n_head = (int)m_int(r, "n_head", 1, FG_GPT_MAX_EMBD);
@@ -823,8 +815,23 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     CHECK(fg_st_writer_set_metadata(mw, "attn", fg_attn_impl_name(mc->attn)));
     if (mc->compute != FG_COMPUTE_FULL)
         CHECK(fg_st_writer_set_metadata(mw, "compute_dtype", fg_compute_name(mc->compute)));
-    CHECK(fg_st_writer_set_metadata(mw, "bias", "true"));
-    CHECK(fg_st_writer_set_metadata(mw, "tied_lm_head", "true"));
+    CHECK(fg_st_writer_set_metadata(mw, "bias", mc->no_bias ? "false" : "true"));
+    CHECK(fg_st_writer_set_metadata(mw, "tied_lm_head", mc->untie_head ? "false" : "true"));
+    if (!fg_gpt_is_gpt2(mc)) {
+        /* the architecture's options (parse_arch_meta); a GPT-2 writes none */
+        CHECK(fg_st_writer_set_metadata(mw, "arch", fg_gpt_arch_name(mc->arch)));
+        CHECK(meta_i64(mw, "n_kv_head", mc->n_kv_head));
+        CHECK(fg_st_writer_set_metadata(mw, "pos", fg_gpt_pos_name(mc->pos)));
+        CHECK(meta_f64(mw, "rope_theta", mc->rope_theta));
+        CHECK(fg_st_writer_set_metadata(mw, "norm", fg_gpt_norm_name(mc->norm)));
+        CHECK(meta_f64(mw, "norm_eps", mc->norm_eps));
+        CHECK(meta_i64(mw, "emb_norm", mc->emb_norm));
+        CHECK(meta_i64(mw, "qk_norm", mc->qk_norm));
+        CHECK(fg_st_writer_set_metadata(mw, "mlp", fg_gpt_mlp_name(mc->mlp)));
+        CHECK(meta_i64(mw, "mlp_hidden", mc->mlp_hidden));
+        CHECK(meta_f64(mw, "logit_softcap", mc->logit_softcap));
+        CHECK(fg_st_writer_set_metadata(mw, "window", mc->window[0] ? mc->window : "L"));
+    }
     CHECK(fg_st_writer_set_metadata(mw, "tokenizer", tokstr));
     CHECK(fg_st_writer_set_metadata(mw, "data", data_names[src->kind]));
     if (src->kind == FG_SOURCE_ADDITION) {
@@ -1325,7 +1332,8 @@ fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr) {
     if (!c->info.has_train) return fg_error(FG_ERR_STATE, "checkpoint: opened without its optimizer state");
     const fg_gpt_config *a = &tr->model->cfg, *b = &c->info.model;
     if (a->n_layer != b->n_layer || a->n_head != b->n_head || a->n_embd != b->n_embd ||
-        a->block_size != b->block_size || a->vocab_size != b->vocab_size || a->dtype != b->dtype)
+        a->block_size != b->block_size || a->vocab_size != b->vocab_size || a->dtype != b->dtype ||
+        !fg_gpt_same_arch(a, b))
         return fg_error(FG_ERR_ARG, "checkpoint: the trainer's model differs from the checkpoint's");
     if (a->compute != b->compute)
         return fg_error(FG_ERR_ARG, "checkpoint: the run computed in %s, the trainer in %s; a resumed run keeps its "

@@ -30,6 +30,119 @@ fg_gpt_config fg_gpt_default_config(void) {
                            .device = FG_CPU};
 }
 
+/* ---- architecture options ---- */
+
+static const char *const arch_names[FG_ARCH_COUNT] = {"gpt2", "llama", "nanochat"};
+static const char *const pos_names[FG_POS_COUNT] = {"learned", "rope"};
+static const char *const norm_names[FG_NORM_COUNT] = {"layernorm", "rmsnorm", "rmsnorm-free"};
+static const char *const mlp_names[FG_MLP_COUNT] = {"gelu", "swiglu", "relu2"};
+
+static int parse_name(const char *const *names, int n, const char *s) {
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+const char *fg_gpt_arch_name(fg_gpt_arch a) { return a >= 0 && a < FG_ARCH_COUNT ? arch_names[a] : "?"; }
+int fg_gpt_arch_parse(const char *s) { return parse_name(arch_names, FG_ARCH_COUNT, s); }
+const char *fg_gpt_pos_name(fg_gpt_pos p) { return p >= 0 && p < FG_POS_COUNT ? pos_names[p] : "?"; }
+int fg_gpt_pos_parse(const char *s) { return parse_name(pos_names, FG_POS_COUNT, s); }
+const char *fg_gpt_norm_name(fg_gpt_norm n) { return n >= 0 && n < FG_NORM_COUNT ? norm_names[n] : "?"; }
+int fg_gpt_norm_parse(const char *s) { return parse_name(norm_names, FG_NORM_COUNT, s); }
+const char *fg_gpt_mlp_name(fg_gpt_mlp m) { return m >= 0 && m < FG_MLP_COUNT ? mlp_names[m] : "?"; }
+int fg_gpt_mlp_parse(const char *s) { return parse_name(mlp_names, FG_MLP_COUNT, s); }
+
+void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a) {
+    c->arch = a;
+    c->n_kv_head = 0;
+    c->pos = FG_POS_LEARNED;
+    c->rope_theta = 0;
+    c->norm = FG_NORM_LAYERNORM;
+    c->norm_eps = 0;
+    c->emb_norm = c->qk_norm = 0;
+    c->mlp = FG_MLP_GELU;
+    c->mlp_hidden = 0;
+    c->no_bias = c->untie_head = 0;
+    c->logit_softcap = 0;
+    memset(c->window, 0, sizeof c->window);
+    if (a == FG_ARCH_LLAMA) {
+        /* LlamaForCausalLM with LlamaConfig's defaults */
+        c->pos = FG_POS_ROPE;
+        c->rope_theta = 10000;
+        c->norm = FG_NORM_RMSNORM;
+        c->norm_eps = 1e-6;
+        c->mlp = FG_MLP_SWIGLU;
+        c->no_bias = c->untie_head = 1;
+    } else if (a == FG_ARCH_NANOCHAT) {
+        /* NanoChatForCausalLM with NanoChatConfig's defaults (nanochat's model without windows) */
+        c->pos = FG_POS_ROPE;
+        c->rope_theta = 10000;
+        c->norm = FG_NORM_RMSNORM_FREE;
+        c->norm_eps = 1e-6;
+        c->emb_norm = c->qk_norm = 1;
+        c->mlp = FG_MLP_RELU2;
+        c->no_bias = c->untie_head = 1;
+        c->logit_softcap = 15;
+    }
+}
+
+int fg_gpt_kv_heads(const fg_gpt_config *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }
+int fg_gpt_head_dim(const fg_gpt_config *c) { return c->n_embd / c->n_head; }
+int fg_gpt_hidden(const fg_gpt_config *c) { return c->mlp_hidden > 0 ? c->mlp_hidden : 4 * c->n_embd; }
+double fg_gpt_eps(const fg_gpt_config *c) { return c->norm_eps > 0 ? c->norm_eps : 1e-5; }
+double fg_gpt_theta(const fg_gpt_config *c) { return c->rope_theta > 0 ? c->rope_theta : 10000.0; }
+
+int fg_gpt_layer_window(const fg_gpt_config *c, int l) {
+    const size_t n = strnlen(c->window, sizeof c->window);
+    if (n == 0 || l == c->n_layer - 1 || c->window[(size_t)l % n] != 'S') return 0;
+    return c->block_size / 4 > 0 ? c->block_size / 4 : 1;
+}
+
+int fg_gpt_is_gpt2(const fg_gpt_config *c) {
+    int full = 1;
+    for (int l = 0; l < c->n_layer; l++) full &= fg_gpt_layer_window(c, l) == 0;
+    return c->arch == FG_ARCH_GPT2 && fg_gpt_kv_heads(c) == c->n_head && c->pos == FG_POS_LEARNED &&
+           c->norm == FG_NORM_LAYERNORM && !c->emb_norm && !c->qk_norm && c->mlp == FG_MLP_GELU &&
+           fg_gpt_hidden(c) == 4 * c->n_embd && !c->no_bias && !c->untie_head && c->logit_softcap == 0 && full;
+}
+
+static fg_status arch_check(const fg_gpt_config *c) {
+    if (c->arch < 0 || c->arch >= FG_ARCH_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown arch %d", (int)c->arch);
+    if (c->n_kv_head < 0 || c->n_kv_head > c->n_head || c->n_head % fg_gpt_kv_heads(c))
+        return fg_error(FG_ERR_ARG, "gpt: n_kv_head %d must divide n_head %d", c->n_kv_head, c->n_head);
+    if (c->pos < 0 || c->pos >= FG_POS_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown pos %d", (int)c->pos);
+    if (!(c->rope_theta >= 0 && isfinite(c->rope_theta)))
+        return fg_error(FG_ERR_ARG, "gpt: rope_theta %g must be finite and > 0 (0 = 10000)", c->rope_theta);
+    if (c->pos == FG_POS_ROPE && fg_gpt_head_dim(c) % 2)
+        return fg_error(FG_ERR_ARG, "gpt: pos rope needs an even head dim (n_embd / n_head = %d)", fg_gpt_head_dim(c));
+    if (c->norm < 0 || c->norm >= FG_NORM_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown norm %d", (int)c->norm);
+    if (!(c->norm_eps >= 0 && c->norm_eps < 1))
+        return fg_error(FG_ERR_ARG, "gpt: norm_eps %g must be > 0 and < 1 (0 = 1e-5)", c->norm_eps);
+    if (c->emb_norm != 0 && c->emb_norm != 1) return fg_error(FG_ERR_ARG, "gpt: emb_norm %d is not 0 or 1", c->emb_norm);
+    if (c->qk_norm != 0 && c->qk_norm != 1) return fg_error(FG_ERR_ARG, "gpt: qk_norm %d is not 0 or 1", c->qk_norm);
+    if (c->mlp < 0 || c->mlp >= FG_MLP_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown mlp %d", (int)c->mlp);
+    if (c->mlp_hidden < 0 || c->mlp_hidden > FG_GPT_MAX_HIDDEN || (c->mlp_hidden == 0 && 4 * c->n_embd > FG_GPT_MAX_HIDDEN))
+        return fg_error(FG_ERR_ARG, "gpt: mlp_hidden %d is outside 1..%d (0 = 4 n_embd)", c->mlp_hidden,
+                        FG_GPT_MAX_HIDDEN);
+    if (c->no_bias != 0 && c->no_bias != 1) return fg_error(FG_ERR_ARG, "gpt: no_bias %d is not 0 or 1", c->no_bias);
+    if (c->untie_head != 0 && c->untie_head != 1)
+        return fg_error(FG_ERR_ARG, "gpt: untie_head %d is not 0 or 1", c->untie_head);
+    if (!(c->logit_softcap >= 0 && isfinite(c->logit_softcap)))
+        return fg_error(FG_ERR_ARG, "gpt: logit_softcap %g must be finite and >= 0 (0 = off)", c->logit_softcap);
+    if (c->dtype == FG_F32 && c->logit_softcap > 0 && c->logit_softcap < 1e-30)
+        return fg_error(FG_ERR_ARG, "gpt: logit_softcap %g is too small for float32", c->logit_softcap);
+    const size_t wn = strnlen(c->window, sizeof c->window);
+    if (wn == sizeof c->window)
+        return fg_error(FG_ERR_ARG, "gpt: window pattern is longer than %d letters", FG_GPT_WINDOW_MAX - 1);
+    for (size_t i = 0; i < wn; i++)
+        if (c->window[i] != 'S' && c->window[i] != 'L')
+            return fg_error(FG_ERR_ARG, "gpt: window pattern '%s' may hold only S and L", c->window);
+    if (c->device != FG_CPU && !fg_gpt_is_gpt2(c))
+        return fg_error(FG_ERR_DEVICE, "gpt: architectures other than GPT-2's (arch %s) run on the CPU only",
+                        fg_gpt_arch_name(c->arch));
+    return FG_OK;
+}
+
 fg_status fg_gpt_config_check(const fg_gpt_config *c) {
     if (!c) return fg_error(FG_ERR_ARG, "gpt: config is NULL");
     if (c->n_layer < 1 || c->n_layer > FG_GPT_MAX_LAYER)
@@ -55,6 +168,8 @@ fg_status fg_gpt_config_check(const fg_gpt_config *c) {
         return fg_error(FG_ERR_ARG, "gpt: unknown recompute setting %d", (int)c->recompute);
     if (c->compute < 0 || c->compute >= FG_COMPUTE_COUNT)
         return fg_error(FG_ERR_ARG, "gpt: unknown compute precision %d", (int)c->compute);
+    fg_status ast = arch_check(c);
+    if (ast != FG_OK) return ast;
     if (c->compute == FG_COMPUTE_BF16) {
         const int d = c->n_embd / c->n_head;
         if (c->dtype != FG_F32)
@@ -87,29 +202,72 @@ int fg_gpt_recompute_parse(const char *s) {
 
 /* ---- the parameter table, generated from FG_GPT_PARAMS ---- */
 
+/* When an entry exists (the list's `present` column). */
+typedef enum {
+    P_ALL,      /* always */
+    P_LEARNED,  /* learned positions */
+    P_NORM_W,   /* a norm with a weight (layernorm, rmsnorm) */
+    P_NORM_B,   /* a layernorm with a bias */
+    P_EMBN_W,   /* emb_norm, with a weight */
+    P_EMBN_B,   /* emb_norm, layernorm with a bias */
+    P_FUSED,    /* q, k, v in one named matrix (GPT-2 names) */
+    P_SPLIT,    /* q, k, v as three named matrices (Llama / NanoChat names) */
+    P_FUSED_B,  /* their biases */
+    P_SPLIT_B,
+    P_BIAS,     /* a linear layer's bias */
+    P_GATE,     /* swiglu's gate */
+    P_GATE_B,   /* its bias */
+    P_UNTIED    /* an untied LM head */
+} present_rule;
+
+static int param_present(const fg_gpt_config *c, present_rule r) {
+    const int norm_w = c->norm != FG_NORM_RMSNORM_FREE, norm_b = c->norm == FG_NORM_LAYERNORM && !c->no_bias;
+    const int fused = c->arch == FG_ARCH_GPT2, bias = !c->no_bias;
+    switch (r) {
+    case P_ALL: return 1;
+    case P_LEARNED: return c->pos == FG_POS_LEARNED;
+    case P_NORM_W: return norm_w;
+    case P_NORM_B: return norm_b;
+    case P_EMBN_W: return c->emb_norm && norm_w;
+    case P_EMBN_B: return c->emb_norm && norm_b;
+    case P_FUSED: return fused;
+    case P_SPLIT: return !fused;
+    case P_FUSED_B: return fused && bias;
+    case P_SPLIT_B: return !fused && bias;
+    case P_BIAS: return bias;
+    case P_GATE: return c->mlp == FG_MLP_SWIGLU;
+    case P_GATE_B: return c->mlp == FG_MLP_SWIGLU && bias;
+    case P_UNTIED: return c->untie_head;
+    }
+    return 0;
+}
+
 typedef struct {
-    int where;        /* 0 before the blocks, 1 per block, 2 after */
-    const char *name; /* printf format, %d = block */
+    int where;                          /* 0 before the blocks, 1 per block, 2 after */
+    const char *name[FG_ARCH_COUNT];    /* printf formats, %d = block */
     int ndim;
     int decay;
     fg_gpt_init init;
+    present_rule present;
 } kind_info;
 
 static const kind_info kinds[FG_GPT_KIND_COUNT] = {
-#define FG_GPT_KIND_INFO(id, where, name, nd, r, c, decay, init) {where, name, nd, decay, init},
+#define FG_GPT_KIND_INFO(id, where, n0, n1, n2, nd, r, c, decay, init, present) {where, {n0, n1, n2}, nd, decay, init, present},
     FG_GPT_PARAMS(FG_GPT_KIND_INFO)
 #undef FG_GPT_KIND_INFO
 };
 
-/* The shape of one kind under config c: the list's rows/cols with V, T, C, C3, C4 bound here. */
+/* The shape of one kind under config cfg: the list's rows/cols with V, T, C, QKV, KV, I bound here. */
 static void kind_shape(const fg_gpt_config *cfg, fg_gpt_kind k, int64_t shape[2]) {
-    const int64_t V = cfg->vocab_size, T = cfg->block_size, C = cfg->n_embd, C3 = 3 * C, C4 = 4 * C;
+    const int64_t V = cfg->vocab_size, T = cfg->block_size, C = cfg->n_embd;
+    const int64_t KV = (int64_t)fg_gpt_kv_heads(cfg) * fg_gpt_head_dim(cfg), QKV = C + 2 * KV, I = fg_gpt_hidden(cfg);
     (void)V;
     (void)T;
-    (void)C3;
-    (void)C4;
+    (void)KV;
+    (void)QKV;
+    (void)I;
     switch (k) {
-#define FG_GPT_KIND_SHAPE(id, where, name, nd, r, c, decay, init)                                                      \
+#define FG_GPT_KIND_SHAPE(id, where, n0, n1, n2, nd, r, c, decay, init, present)                                       \
     case FG_GPT_##id:                                                                                                  \
         shape[0] = (r);                                                                                                \
         shape[1] = (c);                                                                                                \
@@ -121,42 +279,99 @@ static void kind_shape(const fg_gpt_config *cfg, fg_gpt_kind k, int64_t shape[2]
     }
 }
 
-static int table_size(const fg_gpt_config *c) {
-    int n = 0;
-    for (int k = 0; k < FG_GPT_KIND_COUNT; k++) n += kinds[k].where == 1 ? c->n_layer : 1;
-    return n;
-}
-
-static void add_entry(fg_gpt *g, int *i, fg_gpt_kind k, int layer, int64_t *offset) {
-    fg_gpt_param *p = &g->params[(*i)++];
+static void fill_entry(const fg_gpt_config *c, fg_gpt_param *p, fg_gpt_kind k, int layer, int64_t *offset) {
     p->kind = k;
     p->layer = layer;
     p->ndim = kinds[k].ndim;
-    kind_shape(&g->cfg, k, p->shape);
+    kind_shape(c, k, p->shape);
     p->numel = p->ndim == 2 ? p->shape[0] * p->shape[1] : p->shape[0];
     if (p->ndim == 1) p->shape[1] = 1;
     p->offset = *offset;
     *offset += p->numel;
     p->decay = kinds[k].decay;
     p->init = kinds[k].init;
+    p->w = NULL;
     if (kinds[k].where == 1) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
-        snprintf(p->name, sizeof p->name, kinds[k].name, layer);
+        snprintf(p->name, sizeof p->name, kinds[k].name[c->arch], layer);
 #pragma GCC diagnostic pop
     } else {
-        snprintf(p->name, sizeof p->name, "%s", kinds[k].name);
+        snprintf(p->name, sizeof p->name, "%s", kinds[k].name[c->arch]);
     }
 }
 
-/* A contiguous view of flat[offset .. offset + numel) with the entry's shape. */
-static fg_tensor *flat_view(fg_tensor *flat, const fg_gpt_param *p) {
-    fg_tensor *s = fg_view_slice(flat, 0, p->offset, p->offset + p->numel);
+int fg_gpt_table(const fg_gpt_config *c, fg_gpt_param *out) {
+    /* Table order: the "before" kinds, then each block's kinds, then the "after" kinds; in each
+     * part the list's order, skipping the entries c lacks. */
+    int i = 0;
+    int64_t off = 0;
+    for (int where = 0; where < 3; where++) {
+        const int reps = where == 1 ? c->n_layer : 1;
+        for (int l = 0; l < reps; l++)
+            for (int k = 0; k < FG_GPT_KIND_COUNT; k++) {
+                if (kinds[k].where != where || !param_present(c, kinds[k].present)) continue;
+                if (out) fill_entry(c, &out[i], (fg_gpt_kind)k, where == 1 ? l : -1, &off);
+                i++;
+            }
+    }
+    return i;
+}
+
+/* A contiguous view of flat[offset .. offset + numel) as (rows, cols), or (rows) when cols is 0. */
+static fg_tensor *range_view(fg_tensor *flat, int64_t offset, int64_t rows, int64_t cols) {
+    const int64_t numel = cols ? rows * cols : rows;
+    fg_tensor *s = fg_view_slice(flat, 0, offset, offset + numel);
     if (!s) return NULL;
-    int64_t shape[2] = {p->shape[0], p->shape[1]};
-    fg_tensor *v = fg_view_reshape(s, p->ndim, shape);
+    int64_t shape[2] = {rows, cols};
+    fg_tensor *v = fg_view_reshape(s, cols ? 2 : 1, shape);
     fg_release(s);
     return v;
+}
+
+/* A leaf over params_flat[offset ..) whose gradient is the same range of grads_flat. */
+static fg_tensor *leaf_view(fg_gpt *g, int64_t offset, int64_t rows, int64_t cols, const char *name) {
+    fg_tensor *w = range_view(g->params_flat, offset, rows, cols);
+    fg_tensor *gv = w ? range_view(g->grads_flat, offset, rows, cols) : NULL;
+    fg_status st = gv ? fg_set_requires_grad(w, 1) : fg_last_status();
+    if (st == FG_OK) st = fg_set_grad_storage(w, gv);
+    fg_release(gv);
+    if (st != FG_OK) {
+        fg_release(w);
+        return NULL;
+    }
+    w->name = name;
+    return w;
+}
+
+/* The fused leaves of layer l (slot FUSED_QKV_W ...): one view over adjacent entries, so that
+ * q, k, v (and gate, up) are one GEMM whatever the names. */
+enum { FUSED_QKV_W = 0, FUSED_QKV_B, FUSED_GU_W, FUSED_GU_B, FUSED_COUNT };
+
+static fg_status make_fused(fg_gpt *g) {
+    const fg_gpt_config *c = &g->cfg;
+    static const struct {
+        fg_gpt_kind first, last;
+        const char *name;
+    } spans[FUSED_COUNT] = {{FG_GPT_Q_W, FG_GPT_V_W, "qkv.weight"},
+                            {FG_GPT_Q_B, FG_GPT_V_B, "qkv.bias"},
+                            {FG_GPT_GATE_W, FG_GPT_FC_W, "gate_up.weight"},
+                            {FG_GPT_GATE_B, FG_GPT_FC_B, "gate_up.bias"}};
+    for (int l = 0; l < c->n_layer; l++)
+        for (int f = 0; f < FUSED_COUNT; f++) {
+            const fg_tensor *a = fg_gpt_weight(g, spans[f].first, l), *b = fg_gpt_weight(g, spans[f].last, l);
+            if (!a || !b) continue;
+            const fg_gpt_param *pa = NULL, *pb = NULL;
+            for (int j = 0; j < g->n_params; j++) {
+                if (g->params[j].w == a) pa = &g->params[j];
+                if (g->params[j].w == b) pb = &g->params[j];
+            }
+            const int64_t rows = (pb->offset + pb->numel - pa->offset) / (pa->ndim == 2 ? pa->shape[1] : 1);
+            fg_tensor *w = leaf_view(g, pa->offset, rows, pa->ndim == 2 ? pa->shape[1] : 0, spans[f].name);
+            if (!w) return fg_last_status();
+            g->fused[(size_t)l * FUSED_COUNT + (size_t)f] = w;
+        }
+    return FG_OK;
 }
 
 fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
@@ -168,27 +383,20 @@ fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
         return NULL;
     }
     g->cfg = *cfg;
-    g->n_params = table_size(cfg);
+    g->n_params = fg_gpt_table(cfg, NULL);
     g->params = calloc((size_t)g->n_params, sizeof *g->params);
     g->by_kind = calloc((size_t)FG_GPT_KIND_COUNT * (size_t)(cfg->n_layer + 1), sizeof *g->by_kind);
-    if (!g->params || !g->by_kind) {
+    g->fused = calloc((size_t)FUSED_COUNT * (size_t)cfg->n_layer, sizeof *g->fused);
+    if (!g->params || !g->by_kind || !g->fused) {
         fg_error(FG_ERR_OOM, "gpt: out of memory");
         fg_gpt_free(g);
         return NULL;
     }
-    /* Table order: the "before" kinds, then each block's kinds, then the "after" kinds. */
-    int i = 0;
-    int64_t off = 0;
-    for (int k = 0; k < FG_GPT_KIND_COUNT; k++)
-        if (kinds[k].where == 0) add_entry(g, &i, (fg_gpt_kind)k, -1, &off);
-    for (int l = 0; l < cfg->n_layer; l++)
-        for (int k = 0; k < FG_GPT_KIND_COUNT; k++)
-            if (kinds[k].where == 1) add_entry(g, &i, (fg_gpt_kind)k, l, &off);
-    for (int k = 0; k < FG_GPT_KIND_COUNT; k++)
-        if (kinds[k].where == 2) add_entry(g, &i, (fg_gpt_kind)k, -1, &off);
-    g->num_elements = off;
+    fg_gpt_table(cfg, g->params);
+    const fg_gpt_param *last = &g->params[g->n_params - 1];
+    g->num_elements = last->offset + last->numel;
 
-    int64_t n = off;
+    int64_t n = g->num_elements;
     g->params_flat = fg_zeros(cfg->dtype, cfg->device, 1, &n);
     g->grads_flat = g->params_flat ? fg_zeros(cfg->dtype, cfg->device, 1, &n) : NULL;
     if (!g->grads_flat) {
@@ -197,18 +405,17 @@ fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
     }
     for (int j = 0; j < g->n_params; j++) {
         fg_gpt_param *p = &g->params[j];
-        p->w = flat_view(g->params_flat, p);
-        fg_tensor *gv = p->w ? flat_view(g->grads_flat, p) : NULL;
         /* the gradient lives in grads_flat, so zeroing, clipping and AdamW are flat loops */
-        fg_status st = gv ? fg_set_requires_grad(p->w, 1) : fg_last_status();
-        if (st == FG_OK) st = fg_set_grad_storage(p->w, gv);
-        fg_release(gv);
-        if (st != FG_OK) {
+        p->w = leaf_view(g, p->offset, p->shape[0], p->ndim == 2 ? p->shape[1] : 0, p->name);
+        if (!p->w) {
             fg_gpt_free(g);
             return NULL;
         }
-        p->w->name = p->name;
         g->by_kind[p->kind * (cfg->n_layer + 1) + (p->layer < 0 ? 0 : p->layer)] = p->w;
+    }
+    if (make_fused(g) != FG_OK) {
+        fg_gpt_free(g);
+        return NULL;
     }
     return g;
 }
@@ -266,10 +473,13 @@ void fg_gpt_free(fg_gpt *g) {
     if (!g) return;
     if (g->params)
         for (int j = 0; j < g->n_params; j++) fg_release(g->params[j].w);
+    if (g->fused)
+        for (int j = 0; j < FUSED_COUNT * g->cfg.n_layer; j++) fg_release(g->fused[j]);
     fg_release(g->params_flat);
     fg_release(g->grads_flat);
     free(g->params);
     free(g->by_kind);
+    free(g->fused);
     free(g);
 }
 
@@ -314,40 +524,141 @@ static fg_tensor *maybe_dropout(fg_gpt *g, fg_tensor *x, const fg_gpt_train_ctx 
     return fg_dropout(x, g->cfg.dropout, fg_gpt_dropout_seed(train, layer, site), 0);
 }
 
-/* One block's attention branch. x is (B, T, C); returns c_proj(attn(...)) (B, T, C). */
-static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
-    const int64_t H = g->cfg.n_head;
-    fg_tensor *h = NULL, *qkv = NULL, *y = NULL;
-    TAKE(h, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l), 1e-5));
-    TAKE(qkv, fg_linear(h, fg_gpt_weight(g, FG_GPT_ATTN_W, l), fg_gpt_weight(g, FG_GPT_ATTN_B, l))); /* (B,T,3C) */
+/* ---- the pieces every architecture is made of ---- */
+
+/* The model's norm of x (..., C) with weight w and bias b (either NULL where absent): layernorm,
+ * rmsnorm with a weight, or rmsnorm without one, each with cfg's eps. */
+static fg_tensor *model_norm(const fg_gpt *g, fg_tensor *x, fg_tensor *w, fg_tensor *b) {
+    const double eps = fg_gpt_eps(&g->cfg);
+    switch (g->cfg.norm) {
+    case FG_NORM_RMSNORM: return fg_rmsnorm(x, w, eps);
+    case FG_NORM_RMSNORM_FREE: return fg_rmsnorm(x, NULL, eps);
+    default: return fg_layernorm(x, w, b, eps);
+    }
+}
+
+/* The MLP's activation of fc (..., I) — of (..., 2I) for swiglu, gate then up — -> (..., I). */
+static fg_tensor *mlp_act(const fg_gpt *g, fg_tensor *fc) {
+    switch (g->cfg.mlp) {
+    case FG_MLP_RELU2: return fg_relu2(fc);
+    case FG_MLP_SWIGLU: {
+        const int64_t I = fg_gpt_hidden(&g->cfg);
+        const int last = fc->ndim - 1;
+        fg_tensor *a = fg_slice(fc, last, 0, I), *b = a ? fg_slice(fc, last, I, 2 * I) : NULL;
+        fg_tensor *y = b ? fg_swiglu(a, b) : NULL;
+        fg_release(a);
+        fg_release(b);
+        return y;
+    }
+    default: return fg_gelu(fc);
+    }
+}
+
+/* Layer l's q|k|v projection (weight (QKV, C), bias (QKV) or NULL) and gate|up (or c_fc) one. */
+static fg_tensor *qkv_weight(const fg_gpt *g, int l) {
+    fg_tensor *w = fg_gpt_weight(g, FG_GPT_ATTN_W, l);
+    return w ? w : g->fused[(size_t)l * FUSED_COUNT + FUSED_QKV_W];
+}
+static fg_tensor *qkv_bias(const fg_gpt *g, int l) {
+    fg_tensor *b = fg_gpt_weight(g, FG_GPT_ATTN_B, l);
+    return b ? b : g->fused[(size_t)l * FUSED_COUNT + FUSED_QKV_B];
+}
+static fg_tensor *fc_weight(const fg_gpt *g, int l) {
+    fg_tensor *w = g->fused[(size_t)l * FUSED_COUNT + FUSED_GU_W];
+    return w ? w : fg_gpt_weight(g, FG_GPT_FC_W, l);
+}
+static fg_tensor *fc_bias(const fg_gpt *g, int l) {
+    fg_tensor *b = g->fused[(size_t)l * FUSED_COUNT + FUSED_GU_B];
+    return b ? b : fg_gpt_weight(g, FG_GPT_FC_B, l);
+}
+/* The LM head's weight (V, C): lm_head, or the token embedding when tied. */
+static fg_tensor *head_weight(const fg_gpt *g) {
+    fg_tensor *w = fg_gpt_weight(g, FG_GPT_HEAD_W, 0);
+    return w ? w : fg_gpt_weight(g, FG_GPT_WTE, 0);
+}
+
+/* Layer l's attention options: causal, GQA, its window. */
+static fg_attn_opts layer_attn_opts(const fg_gpt *g, int l) {
     fg_attn_opts o = fg_attn_defaults();
     o.impl = g->cfg.attn;
     o.causal = 1;
+    if (fg_gpt_kv_heads(&g->cfg) != g->cfg.n_head) o.variant.n_kv_heads = fg_gpt_kv_heads(&g->cfg);
+    const int w = fg_gpt_layer_window(&g->cfg, l);
+    if (w > 0) {
+        o.variant.window = 1;
+        o.variant.window_left = w;
+        o.variant.window_right = 0;
+    }
+    return o;
+}
+
+/* The heads of one part of qkv (B, T, QKV): columns [c0, c0 + n hd) as (B, n, T, hd), then the
+ * rotary embedding (positions pos0 + t) and the QK-norm where the config has them. */
+static fg_tensor *split_heads(const fg_gpt *g, fg_tensor *qkv, int64_t c0, int64_t n, int64_t pos0) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], hd = fg_gpt_head_dim(&g->cfg);
+    fg_tensor *x = NULL;
+    TAKE(x, fg_slice(qkv, 2, c0, c0 + n * hd));
+    TAKE(x, fg_reshape(x, 4, (int64_t[]){B, T, n, hd}));
+    TAKE(x, fg_permute(x, (int[]){0, 2, 1, 3}));
+    if (g->cfg.pos == FG_POS_ROPE) TAKE(x, fg_rope(x, fg_gpt_theta(&g->cfg), pos0));
+    if (g->cfg.qk_norm) TAKE(x, fg_rmsnorm(x, NULL, fg_gpt_eps(&g->cfg)));
+    return x;
+fail:
+    fg_release(x);
+    return NULL;
+}
+
+/* One block's attention branch. x is (B, T, C); returns c_proj(attn(...)) (B, T, C). */
+static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
+    const int64_t H = g->cfg.n_head, Hkv = fg_gpt_kv_heads(&g->cfg), hd = fg_gpt_head_dim(&g->cfg);
+    fg_tensor *h = NULL, *qkv = NULL, *y = NULL, *q = NULL, *k = NULL, *v = NULL;
+    TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l)));
+    TAKE(qkv, fg_linear(h, qkv_weight(g, l), qkv_bias(g, l))); /* (B,T,QKV) */
+    fg_attn_opts o = layer_attn_opts(g, l);
     if (train && g->cfg.dropout > 0) {
         o.dropout_p = g->cfg.dropout;
         o.seed = fg_gpt_dropout_seed(train, l, FG_DROP_ATTN);
     }
-    /* q, k, v are the three C-wide thirds of each row, H heads of hd each; y (B, T, C) has the
-     * heads side by side: fg_attention_qkv moves the heads without autograd views */
-    TAKE(y, fg_attention_qkv(qkv, H, &o));
+    if (g->cfg.pos == FG_POS_LEARNED && !g->cfg.qk_norm) {
+        /* q, k, v are the parts of each row, H, H_kv, H_kv heads of hd each; y (B, T, C) has the
+         * heads side by side: fg_attention_qkv moves the heads without autograd views */
+        TAKE(y, fg_attention_qkv(qkv, H, &o));
+    } else {
+        /* rotary embedding and QK-norm act on q and k between the projection and the attention */
+        const int64_t B = qkv->shape[0], T = qkv->shape[1];
+        TAKE(q, split_heads(g, qkv, 0, H, 0));
+        TAKE(k, split_heads(g, qkv, H * hd, Hkv, 0));
+        TAKE(v, fg_slice(qkv, 2, (H + Hkv) * hd, (H + 2 * Hkv) * hd));
+        TAKE(v, fg_reshape(v, 4, (int64_t[]){B, T, Hkv, hd}));
+        TAKE(v, fg_permute(v, (int[]){0, 2, 1, 3}));
+        TAKE(y, fg_attention(q, k, v, &o, NULL)); /* (B,H,T,hd) */
+        TAKE(y, fg_permute(y, (int[]){0, 2, 1, 3}));
+        TAKE(y, fg_reshape(y, 3, (int64_t[]){B, T, H * hd}));
+    }
     TAKE(y, fg_linear(y, fg_gpt_weight(g, FG_GPT_APROJ_W, l), fg_gpt_weight(g, FG_GPT_APROJ_B, l)));
     TAKE(y, maybe_dropout(g, y, train, l, FG_DROP_ATTN_RESID));
     fg_release(h);
     fg_release(qkv);
+    fg_release(q);
+    fg_release(k);
+    fg_release(v);
     return y;
 fail:
     fg_release(h);
     fg_release(qkv);
+    fg_release(q);
+    fg_release(k);
+    fg_release(v);
     fg_release(y);
     return NULL;
 }
 
-/* One block's MLP branch. x is (B, T, C); returns mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))) (B, T, C). */
+/* One block's MLP branch. x is (B, T, C); returns mlp.c_proj(act(mlp.c_fc(ln_2(x)))) (B, T, C). */
 static fg_tensor *mlp_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
     fg_tensor *h = NULL;
-    TAKE(h, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LN2_W, l), fg_gpt_weight(g, FG_GPT_LN2_B, l), 1e-5));
-    TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_FC_W, l), fg_gpt_weight(g, FG_GPT_FC_B, l))); /* (B,T,4C) */
-    TAKE(h, fg_gelu(h));
+    TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN2_W, l), fg_gpt_weight(g, FG_GPT_LN2_B, l)));
+    TAKE(h, fg_linear(h, fc_weight(g, l), fc_bias(g, l))); /* (B,T,I), or (B,T,2I): gate|up */
+    TAKE(h, mlp_act(g, h));                                /* (B,T,I) */
     TAKE(h, fg_linear(h, fg_gpt_weight(g, FG_GPT_MPROJ_W, l), fg_gpt_weight(g, FG_GPT_MPROJ_B, l))); /* (B,T,C) */
     TAKE(h, maybe_dropout(g, h, train, l, FG_DROP_MLP_RESID));
     return h;
@@ -406,9 +717,12 @@ static fg_tensor *gpt_hidden(fg_gpt *g, const int32_t *idx, int B, int T, const 
     }
     fg_tensor *x = NULL, *pos = NULL, *br = NULL;
     TAKE(x, fg_embedding(fg_gpt_weight(g, FG_GPT_WTE, 0), idx, 2, (int64_t[]){B, T})); /* (B,T,C) */
-    TAKE(pos, fg_slice(fg_gpt_weight(g, FG_GPT_WPE, 0), 0, 0, T));                     /* (T,C) view */
-    TAKE(x, fg_add(x, pos));                                                           /* broadcast over B */
+    if (g->cfg.pos == FG_POS_LEARNED) {
+        TAKE(pos, fg_slice(fg_gpt_weight(g, FG_GPT_WPE, 0), 0, 0, T)); /* (T,C) view */
+        TAKE(x, fg_add(x, pos));                                       /* broadcast over B */
+    }
     TAKE(x, maybe_dropout(g, x, train, -1, FG_DROP_EMB));
+    if (g->cfg.emb_norm) TAKE(x, model_norm(g, x, fg_gpt_weight(g, FG_GPT_EMBN_W, 0), fg_gpt_weight(g, FG_GPT_EMBN_B, 0)));
     for (int l = 0; l < g->cfg.n_layer; l++) {
         if (g->cfg.recompute == FG_RECOMPUTE_BLOCK) {
             ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
@@ -418,7 +732,7 @@ static fg_tensor *gpt_hidden(fg_gpt *g, const int32_t *idx, int B, int T, const 
             TAKE(x, block_forward(g, x, l, train));
         }
     }
-    TAKE(x, fg_layernorm(x, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0), 1e-5));
+    TAKE(x, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0)));
     fg_release(pos);
     fg_release(br);
     return x;
@@ -431,17 +745,33 @@ fail:
 
 fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_gpt_train_ctx *train) {
     fg_tensor *h = gpt_hidden(g, idx, B, T, train);
-    fg_tensor *logits = h ? fg_linear(h, fg_gpt_weight(g, FG_GPT_WTE, 0), NULL) : NULL; /* (B,T,V): the tied head */
+    fg_tensor *logits = h ? fg_linear(h, head_weight(g), NULL) : NULL; /* (B,T,V) */
     fg_release(h);
+    if (logits && g->cfg.logit_softcap > 0) {
+        fg_tensor *c = fg_softcap(logits, g->cfg.logit_softcap);
+        fg_release(logits);
+        logits = c;
+    }
     return logits;
 }
 
-/* The tied LM head and the loss as one op (fg_linear_cross_entropy): the (B, T, V) logits are
- * never all live, the same numbers as cross_entropy(fg_gpt_forward(...)). */
+/* The LM head and the loss as one op (fg_linear_cross_entropy): the (B, T, V) logits are never
+ * all live, the same numbers as cross_entropy(fg_gpt_forward(...)). With a logit softcap the
+ * composition itself: cross_entropy(softcap(h @ headᵀ)). */
 fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, int B, int T,
                        const fg_gpt_train_ctx *train) {
     fg_tensor *h = gpt_hidden(g, idx, B, T, train);
-    fg_tensor *loss = h ? fg_linear_cross_entropy(h, fg_gpt_weight(g, FG_GPT_WTE, 0), targets, 0) : NULL;
+    if (!h) return NULL;
+    fg_tensor *loss = NULL;
+    if (g->cfg.logit_softcap > 0) {
+        fg_tensor *logits = fg_linear(h, head_weight(g), NULL);
+        fg_tensor *capped = logits ? fg_softcap(logits, g->cfg.logit_softcap) : NULL;
+        loss = capped ? fg_cross_entropy(capped, targets) : NULL;
+        fg_release(capped);
+        fg_release(logits);
+    } else {
+        loss = fg_linear_cross_entropy(h, head_weight(g), targets, 0);
+    }
     fg_release(h);
     return loss;
 }
@@ -486,9 +816,14 @@ fg_gpt_kv *fg_gpt_kv_create(const fg_gpt *g) {
     kv->cfg = *c;
     kv->es = c->dtype == FG_F64 ? 8 : 4;
     const size_t L = (size_t)c->n_layer, T = (size_t)c->block_size, C = (size_t)c->n_embd, H = (size_t)c->n_head;
-    const size_t n[14] = {L * T * C, L * T * C, T * C, T * C, 3 * T * C, T * C, T * C,
-                          T * C,     4 * T * C, 4 * T * C, T, T, H * T, (size_t)c->vocab_size};
+    const size_t KV = (size_t)fg_gpt_kv_heads(c) * (size_t)fg_gpt_head_dim(c); /* a row of k or v */
+    /* the buffers after k and v serve the GPT-2 path only; other architectures run the ops on
+     * tensors and keep only k and v here */
+    const size_t s = fg_gpt_is_gpt2(c) ? 1 : 0;
+    const size_t n[14] = {L * T * KV, L * T * KV, s * T * C, s * T * C, s * 3 * T * C, s * T * C, s * T * C,
+                          s * T * C,  s * 4 * T * C, s * 4 * T * C, s * T, s * T, s * H * T, (size_t)c->vocab_size};
     for (size_t i = 0; i < kv_count; i++) {
+        if (n[i] == 0) continue;
         char *p = fg_alloc(FG_CPU, n[i] * kv->es);
         if (!p) {
             fg_gpt_kv_free(kv);
@@ -525,6 +860,92 @@ static void kv_add(fg_dtype dt, char *dst, const char *src, size_t n) {
     }
 }
 
+int fg_gpt_same_arch(const fg_gpt_config *a, const fg_gpt_config *b) {
+    return a->arch == b->arch && fg_gpt_kv_heads(a) == fg_gpt_kv_heads(b) && a->pos == b->pos &&
+           fg_gpt_theta(a) == fg_gpt_theta(b) && a->norm == b->norm && fg_gpt_eps(a) == fg_gpt_eps(b) &&
+           a->emb_norm == b->emb_norm && a->qk_norm == b->qk_norm && a->mlp == b->mlp &&
+           fg_gpt_hidden(a) == fg_gpt_hidden(b) && a->no_bias == b->no_bias && a->untie_head == b->untie_head &&
+           a->logit_softcap == b->logit_softcap && !strncmp(a->window, b->window, sizeof a->window);
+}
+
+/* The cache for every architecture but plain GPT-2: the forward's own ops (no grad) on the n new
+ * rows, positions len .. len + n − 1 (rotary with pos0 = len), with K and V of every position kept
+ * per layer and KV head in kv->k, kv->v, (L, H_kv, T, hd); each layer's n queries attend to the
+ * len + n cached keys under its options (GQA, window; causal bottom-right). */
+static fg_status kv_append_ops(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int n, double *logits) {
+    const fg_gpt_config *c = &g->cfg;
+    const int64_t H = c->n_head, Hkv = fg_gpt_kv_heads(c), hd = fg_gpt_head_dim(c), T = c->block_size;
+    const int64_t len = kv->len, N = len + n, V = c->vocab_size;
+    const size_t es = kv->es, head = (size_t)T * (size_t)hd * es; /* bytes of one KV head's cache */
+    fg_tensor *x = NULL, *t = NULL, *h = NULL, *qkv = NULL, *q = NULL, *k = NULL, *v = NULL, *y = NULL;
+    fg_tensor *kc = NULL, *vc = NULL;
+    TAKE(x, fg_embedding(fg_gpt_weight(g, FG_GPT_WTE, 0), idx, 2, (int64_t[]){1, n})); /* (1,n,C) */
+    if (c->pos == FG_POS_LEARNED) {
+        TAKE(t, fg_slice(fg_gpt_weight(g, FG_GPT_WPE, 0), 0, len, N));
+        TAKE(x, fg_add(x, t));
+    }
+    if (c->emb_norm) TAKE(x, model_norm(g, x, fg_gpt_weight(g, FG_GPT_EMBN_W, 0), fg_gpt_weight(g, FG_GPT_EMBN_B, 0)));
+    for (int l = 0; l < c->n_layer; l++) {
+        TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l)));
+        TAKE(qkv, fg_linear(h, qkv_weight(g, l), qkv_bias(g, l))); /* (1,n,QKV) */
+        TAKE(q, split_heads(g, qkv, 0, H, len));                    /* (1,H,n,hd) */
+        TAKE(k, split_heads(g, qkv, H * hd, Hkv, len));             /* (1,H_kv,n,hd) */
+        TAKE(v, fg_slice(qkv, 2, (H + Hkv) * hd, (H + 2 * Hkv) * hd));
+        TAKE(v, fg_reshape(v, 4, (int64_t[]){1, n, Hkv, hd}));
+        TAKE(v, fg_permute(v, (int[]){0, 2, 1, 3}));
+        TAKE(k, fg_make_contiguous(k));
+        TAKE(v, fg_make_contiguous(v));
+        char *kl = kv->k + (size_t)l * (size_t)Hkv * head, *vl = kv->v + (size_t)l * (size_t)Hkv * head;
+        const size_t rows = (size_t)n * (size_t)hd * es, at = (size_t)len * (size_t)hd * es;
+        for (int64_t j = 0; j < Hkv; j++) {
+            memcpy(kl + (size_t)j * head + at, (const char *)fg_data(k) + (size_t)j * rows, rows);
+            memcpy(vl + (size_t)j * head + at, (const char *)fg_data(v) + (size_t)j * rows, rows);
+        }
+        /* the cached keys and values 0 .. N − 1 of every KV head, as (1, H_kv, N, hd) views */
+        const int64_t shape[4] = {1, Hkv, T, hd};
+        TAKE(kc, fg_from_blob(c->dtype, 4, shape, kl));
+        TAKE(kc, fg_slice(kc, 2, 0, N));
+        TAKE(vc, fg_from_blob(c->dtype, 4, shape, vl));
+        TAKE(vc, fg_slice(vc, 2, 0, N));
+        const fg_attn_opts o = layer_attn_opts(g, l); /* causal bottom-right: query i sees keys <= len + i */
+        TAKE(y, fg_attention(q, kc, vc, &o, NULL));   /* (1,H,n,hd) */
+        TAKE(y, fg_permute(y, (int[]){0, 2, 1, 3}));
+        TAKE(y, fg_reshape(y, 3, (int64_t[]){1, n, H * hd}));
+        TAKE(y, fg_linear(y, fg_gpt_weight(g, FG_GPT_APROJ_W, l), fg_gpt_weight(g, FG_GPT_APROJ_B, l)));
+        TAKE(x, fg_add(x, y));
+        TAKE(y, mlp_branch(g, x, l, NULL));
+        TAKE(x, fg_add(x, y));
+    }
+    kv->len = (int)N;
+    if (logits) {
+        /* the final norm, the head and the softcap on the last new row only */
+        TAKE(t, fg_slice(x, 1, n - 1, n));
+        TAKE(t, model_norm(g, t, fg_gpt_weight(g, FG_GPT_LNF_W, 0), fg_gpt_weight(g, FG_GPT_LNF_B, 0)));
+        TAKE(t, fg_linear(t, head_weight(g), NULL));
+        if (c->logit_softcap > 0) TAKE(t, fg_softcap(t, c->logit_softcap));
+        TAKE(t, fg_make_contiguous(t));
+        for (int64_t j = 0; j < V; j++)
+            logits[j] = c->dtype == FG_F32 ? ((const float *)fg_data(t))[j] : ((const double *)fg_data(t))[j];
+    }
+    fg_status st = FG_OK;
+    if (0) {
+    fail:
+        st = fg_last_status();
+        if (st == FG_OK) st = fg_error(FG_ERR_OOM, "gpt: the KV cache's step failed");
+    }
+    fg_release(x);
+    fg_release(t);
+    fg_release(h);
+    fg_release(qkv);
+    fg_release(q);
+    fg_release(k);
+    fg_release(v);
+    fg_release(y);
+    fg_release(kc);
+    fg_release(vc);
+    return st;
+}
+
 #define KV_W(kind, l) fg_data(fg_gpt_weight(g, FG_GPT_##kind, (l)))
 #define KV_TRY(expr)                                                                                                   \
     do {                                                                                                               \
@@ -536,7 +957,7 @@ fg_status fg_gpt_kv_append(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int n, 
     const fg_gpt_config *c = &g->cfg;
     if (c->n_layer != kv->cfg.n_layer || c->n_head != kv->cfg.n_head || c->n_embd != kv->cfg.n_embd ||
         c->block_size != kv->cfg.block_size || c->vocab_size != kv->cfg.vocab_size || c->dtype != kv->cfg.dtype ||
-        c->device != FG_CPU)
+        c->device != FG_CPU || !fg_gpt_same_arch(c, &kv->cfg))
         return fg_error(FG_ERR_ARG, "gpt: the KV cache was made for a model of other shapes");
     if (n < 1 || n > c->block_size - kv->len)
         return fg_error(FG_ERR_ARG, "gpt: %d new tokens do not fit the KV cache (%d of block_size %d held)", n, kv->len,
@@ -546,6 +967,12 @@ fg_status fg_gpt_kv_append(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int n, 
         if (idx[i] < 0 || idx[i] >= V)
             return fg_error(FG_ERR_ARG, "gpt: token %d (number %d) is outside the vocabulary of %lld", (int)idx[i], i,
                             (long long)V);
+    if (!fg_gpt_is_gpt2(c)) {
+        fg_no_grad_enter();
+        fg_status st = kv_append_ops(g, kv, idx, n, logits);
+        fg_no_grad_exit();
+        return st;
+    }
     const fg_dtype dt = c->dtype;
     const fg_device D = FG_CPU;
     const size_t es = kv->es, row = (size_t)C * es;

@@ -57,6 +57,46 @@ typedef enum { FG_RECOMPUTE_NONE = 0, FG_RECOMPUTE_ATTN, FG_RECOMPUTE_BLOCK, FG_
 const char *fg_gpt_recompute_name(fg_gpt_recompute r);
 int fg_gpt_recompute_parse(const char *s);
 
+/* ---- architecture options ----
+ * Every option's zero value is GPT-2's, so a zeroed config with the sizes set is today's model:
+ *   arch        the family the parameter NAMES follow (below); a preset also sets the options.
+ *   n_kv_head   heads of K and V (grouped-query attention; 1 = multi-query); 0 = n_head. Divides n_head.
+ *   pos         LEARNED: wpe (block_size, C) added to the token embedding; ROPE: rotary embedding of
+ *               q and k in every layer (fg_rope: Hugging Face's rotate_half layout, position t of
+ *               the sequence), no wpe; rope_theta its base (0 = 10000).
+ *   norm        LAYERNORM (weight, and a bias unless no_bias), RMSNORM (weight: Llama), RMSNORM_FREE
+ *               (no parameter: nanochat); norm_eps every norm's eps (0 = 1e-5, GPT-2's).
+ *   emb_norm    1: a norm of the model's kind right after the embedding (nanochat).
+ *   qk_norm     1: q and k are RMS-normalized over the head dim, per head, without a weight, with
+ *               norm_eps: after the rotary embedding when pos is ROPE (Hugging Face NanoChat's order).
+ *   mlp         GELU: c_proj(gelu_tanh(c_fc x)); SWIGLU: down(silu(gate x) * up x) (Llama);
+ *               RELU2: c_proj(relu(c_fc x)²) (nanochat). mlp_hidden the hidden width (0 = 4C).
+ *   no_bias     1: no bias in any linear layer nor in LayerNorm (Llama, nanochat).
+ *   untie_head  1: the LM head is its own (V, C) matrix lm_head.weight; 0: tied to the token embedding.
+ *   logit_softcap   c > 0: logits = c tanh(logits / c) (nanochat: 15); 0 = off.
+ *   window      per-layer attention windows, a string of 'S' and 'L' repeated over the layers: layer l
+ *               takes window[l % strlen(window)]; 'L' attends to the whole (causal) context, 'S' to
+ *               the block_size / 4 previous tokens and itself; the last layer is always 'L'. ""
+ *               (or "L") = every layer full. nanochat trains with "SSSL".
+ * Presets (fg_gpt_arch_preset): gpt2 = all zero. llama = rope 10000, rmsnorm 1e-6, swiglu (hidden
+ * mlp_hidden, 0 = 4C), no bias, untied head (Hugging Face LlamaConfig's defaults). nanochat = rope
+ * 10000, parameter-free rmsnorm 1e-6, emb_norm, qk_norm, relu2 4C, no bias, untied head, softcap 15,
+ * window "L" (Hugging Face NanoChatForCausalLM has no windows; "SSSL" is the flag --window).
+ *
+ * Names. arch GPT2 keeps nanoGPT's names (transformer.wte.weight, transformer.h.%d.attn.c_attn.weight:
+ * q, k, v fused in one matrix of (H + 2 H_kv) hd rows ...); LLAMA uses Hugging Face LlamaForCausalLM's
+ * (model.embed_tokens.weight, model.layers.%d.self_attn.q_proj.weight ...) and NANOCHAT transformers'
+ * NanoChatForCausalLM's (the same, with mlp.fc1 and mlp.fc2). An option a family lacks gets a name in
+ * that family's style: GPT2 with swiglu adds mlp.c_gate (gate) beside mlp.c_fc (up), an untied head
+ * is lm_head.weight, emb_norm's weight transformer.ln_e.weight / model.embed_norm.weight, learned
+ * positions under LLAMA or NANOCHAT model.embed_positions.weight. Whatever the names, q, k and v
+ * (and gate and up) are adjacent in the flat buffer in that order, so each is one GEMM. */
+typedef enum { FG_ARCH_GPT2 = 0, FG_ARCH_LLAMA, FG_ARCH_NANOCHAT, FG_ARCH_COUNT } fg_gpt_arch;
+typedef enum { FG_POS_LEARNED = 0, FG_POS_ROPE, FG_POS_COUNT } fg_gpt_pos;
+typedef enum { FG_NORM_LAYERNORM = 0, FG_NORM_RMSNORM, FG_NORM_RMSNORM_FREE, FG_NORM_COUNT } fg_gpt_norm;
+typedef enum { FG_MLP_GELU = 0, FG_MLP_SWIGLU, FG_MLP_RELU2, FG_MLP_COUNT } fg_gpt_mlp;
+#define FG_GPT_WINDOW_MAX 32 /* bytes of the window pattern, its terminating 0 included */
+
 typedef struct {
     int n_layer;       /* L, >= 1 */
     int n_head;        /* H, divides n_embd */
@@ -75,47 +115,131 @@ typedef struct {
      * (cuda), checked by the trainer, which runs its steps and evaluations under the setting
      * (fg_device_set_compute). A model alone (no trainer) computes in full precision. */
     fg_compute compute;
+    /* the architecture (see above); all zero = GPT-2 */
+    fg_gpt_arch arch;
+    int n_kv_head;
+    fg_gpt_pos pos;
+    double rope_theta;
+    fg_gpt_norm norm;
+    double norm_eps;
+    int emb_norm;
+    int qk_norm;
+    fg_gpt_mlp mlp;
+    int mlp_hidden;
+    int no_bias;
+    int untie_head;
+    double logit_softcap;
+    char window[FG_GPT_WINDOW_MAX];
 } fg_gpt_config;
 
-/* L 4, H 4, C 128, block 64, vocab 0 (must be set), dropout 0, flash, float32, CPU, full-precision products. */
+/* L 4, H 4, C 128, block 64, vocab 0 (must be set), dropout 0, flash, float32, CPU, full-precision
+ * products, GPT-2's architecture. */
 fg_gpt_config fg_gpt_default_config(void);
 /* The largest model dimensions fg_gpt_config_check accepts (and a checkpoint's metadata may hold). */
 #define FG_GPT_MAX_LAYER 1024
 #define FG_GPT_MAX_EMBD (1 << 16) /* n_embd; n_head divides it, so it bounds n_head too */
 #define FG_GPT_MAX_BLOCK (1 << 20)
 #define FG_GPT_MAX_VOCAB (1 << 24)
+#define FG_GPT_MAX_HIDDEN (1 << 20) /* mlp_hidden */
 
 /* FG_OK, or FG_ERR_ARG with a message naming the bad field. */
 fg_status fg_gpt_config_check(const fg_gpt_config *c);
 
+/* Sets c's architecture fields (arch and every option above) to preset a's; sizes untouched. */
+void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a);
+/* "gpt2", "llama", "nanochat"; parse returns -1 on an unknown name. The same for the options:
+ * pos "learned" | "rope"; norm "layernorm" | "rmsnorm" | "rmsnorm-free"; mlp "gelu" | "swiglu" | "relu2". */
+const char *fg_gpt_arch_name(fg_gpt_arch a);
+int fg_gpt_arch_parse(const char *s);
+const char *fg_gpt_pos_name(fg_gpt_pos p);
+int fg_gpt_pos_parse(const char *s);
+const char *fg_gpt_norm_name(fg_gpt_norm n);
+int fg_gpt_norm_parse(const char *s);
+const char *fg_gpt_mlp_name(fg_gpt_mlp m);
+int fg_gpt_mlp_parse(const char *s);
+/* The resolved sizes and settings of c (defaults applied): K/V heads, head dim, MLP hidden width,
+ * norm eps, rope theta, and layer l's attention window (0 = full, else window_left = block_size / 4). */
+int fg_gpt_kv_heads(const fg_gpt_config *c);
+int fg_gpt_head_dim(const fg_gpt_config *c);
+int fg_gpt_hidden(const fg_gpt_config *c);
+double fg_gpt_eps(const fg_gpt_config *c);
+double fg_gpt_theta(const fg_gpt_config *c);
+int fg_gpt_layer_window(const fg_gpt_config *c, int l);
+/* 1 when c's architecture is GPT-2's: every option at zero, or at a value that means the same
+ * (n_kv_head = n_head, mlp_hidden = 4C, a window pattern of only L). */
+int fg_gpt_is_gpt2(const fg_gpt_config *c);
+/* 1 when a and b have the same architecture (options compared after their defaults apply). */
+int fg_gpt_same_arch(const fg_gpt_config *a, const fg_gpt_config *b);
+
 /* How a parameter starts. */
 typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } fg_gpt_init;
 
-/* The parameter list. X(id, where, name, ndim, rows, cols, decay, init):
- *   where  0 = before the blocks, 1 = once per block (name has a %d for the block), 2 = after;
- *   rows, cols  the shape in terms of V, T (block size), C, C3 = 3C, C4 = 4C (cols 1 for 1-d);
+/* The parameter list. X(id, where, gpt2_name, llama_name, nanochat_name, ndim, rows, cols, decay,
+ * init, present):
+ *   where  0 = before the blocks, 1 = once per block (names have a %d for the block), 2 = after;
+ *   names  under arch GPT2, LLAMA, NANOCHAT (see "Names" above);
+ *   rows, cols  the shape in terms of V, T (block size), C, QKV = (H + 2 H_kv) hd, KV = H_kv hd,
+ *          I = the MLP's hidden width (cols 1 for 1-d);
  *   decay  1 if AdamW's weight decay applies (nanoGPT: every 2-d tensor, i.e. the matmul weights
- *          and the two embeddings; never biases or LayerNorm parameters). */
+ *          and the embeddings; never biases or norm parameters);
+ *   present  under which options the entry exists (P_ALL, P_LEARNED, P_NORM_W, P_NORM_B, P_EMBN_W,
+ *          P_EMBN_B, P_FUSED, P_SPLIT, P_FUSED_B, P_SPLIT_B, P_BIAS, P_GATE, P_GATE_B, P_UNTIED;
+ *          train/gpt.c's param_present says each). GPT-2 has exactly the entries it always had, in
+ *          the same order. */
 #define FG_GPT_PARAMS(X)                                                                                               \
-    X(WTE, 0, "transformer.wte.weight", 2, V, C, 1, FG_INIT_NORMAL)                                                    \
-    X(WPE, 0, "transformer.wpe.weight", 2, T, C, 1, FG_INIT_NORMAL)                                                    \
-    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", 1, C, 1, 0, FG_INIT_ONES)                                              \
-    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                               \
-    X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", 2, C3, C, 1, FG_INIT_NORMAL)                                   \
-    X(ATTN_B, 1, "transformer.h.%d.attn.c_attn.bias", 1, C3, 1, 0, FG_INIT_ZEROS)                                      \
-    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", 2, C, C, 1, FG_INIT_RESID)                                    \
-    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                      \
-    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", 1, C, 1, 0, FG_INIT_ONES)                                              \
-    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                               \
-    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", 2, C4, C, 1, FG_INIT_NORMAL)                                        \
-    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", 1, C4, 1, 0, FG_INIT_ZEROS)                                           \
-    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", 2, C, C4, 1, FG_INIT_RESID)                                    \
-    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS)                                       \
-    X(LNF_W, 2, "transformer.ln_f.weight", 1, C, 1, 0, FG_INIT_ONES)                                                   \
-    X(LNF_B, 2, "transformer.ln_f.bias", 1, C, 1, 0, FG_INIT_ZEROS)
+    X(WTE, 0, "transformer.wte.weight", "model.embed_tokens.weight", "model.embed_tokens.weight", 2, V, C, 1,          \
+      FG_INIT_NORMAL, P_ALL)                                                                                           \
+    X(WPE, 0, "transformer.wpe.weight", "model.embed_positions.weight", "model.embed_positions.weight", 2, T, C, 1,    \
+      FG_INIT_NORMAL, P_LEARNED)                                                                                       \
+    X(EMBN_W, 0, "transformer.ln_e.weight", "model.embed_norm.weight", "model.embed_norm.weight", 1, C, 1, 0,          \
+      FG_INIT_ONES, P_EMBN_W)                                                                                          \
+    X(EMBN_B, 0, "transformer.ln_e.bias", "model.embed_norm.bias", "model.embed_norm.bias", 1, C, 1, 0, FG_INIT_ZEROS, \
+      P_EMBN_B)                                                                                                        \
+    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", "model.layers.%d.input_layernorm.weight",                             \
+      "model.layers.%d.input_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                                    \
+    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", "model.layers.%d.input_layernorm.bias",                                 \
+      "model.layers.%d.input_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                                     \
+    X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", "", "", 2, QKV, C, 1, FG_INIT_NORMAL, P_FUSED)                 \
+    X(Q_W, 1, "", "model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.q_proj.weight", 2, C, C, 1,    \
+      FG_INIT_NORMAL, P_SPLIT)                                                                                         \
+    X(K_W, 1, "", "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.k_proj.weight", 2, KV, C, 1,   \
+      FG_INIT_NORMAL, P_SPLIT)                                                                                         \
+    X(V_W, 1, "", "model.layers.%d.self_attn.v_proj.weight", "model.layers.%d.self_attn.v_proj.weight", 2, KV, C, 1,   \
+      FG_INIT_NORMAL, P_SPLIT)                                                                                         \
+    X(ATTN_B, 1, "transformer.h.%d.attn.c_attn.bias", "", "", 1, QKV, 1, 0, FG_INIT_ZEROS, P_FUSED_B)                  \
+    X(Q_B, 1, "", "model.layers.%d.self_attn.q_proj.bias", "model.layers.%d.self_attn.q_proj.bias", 1, C, 1, 0,        \
+      FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
+    X(K_B, 1, "", "model.layers.%d.self_attn.k_proj.bias", "model.layers.%d.self_attn.k_proj.bias", 1, KV, 1, 0,       \
+      FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
+    X(V_B, 1, "", "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.v_proj.bias", 1, KV, 1, 0,       \
+      FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
+    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", "model.layers.%d.self_attn.o_proj.weight",                   \
+      "model.layers.%d.self_attn.o_proj.weight", 2, C, C, 1, FG_INIT_RESID, P_ALL)                                     \
+    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", "model.layers.%d.self_attn.o_proj.bias",                       \
+      "model.layers.%d.self_attn.o_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                      \
+    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", "model.layers.%d.post_attention_layernorm.weight",                    \
+      "model.layers.%d.post_attention_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                           \
+    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", "model.layers.%d.post_attention_layernorm.bias",                        \
+      "model.layers.%d.post_attention_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                            \
+    X(GATE_W, 1, "transformer.h.%d.mlp.c_gate.weight", "model.layers.%d.mlp.gate_proj.weight",                        \
+      "model.layers.%d.mlp.fc_gate.weight", 2, I, C, 1, FG_INIT_NORMAL, P_GATE)                                        \
+    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", "model.layers.%d.mlp.up_proj.weight",                              \
+      "model.layers.%d.mlp.fc1.weight", 2, I, C, 1, FG_INIT_NORMAL, P_ALL)                                             \
+    X(GATE_B, 1, "transformer.h.%d.mlp.c_gate.bias", "model.layers.%d.mlp.gate_proj.bias",                            \
+      "model.layers.%d.mlp.fc_gate.bias", 1, I, 1, 0, FG_INIT_ZEROS, P_GATE_B)                                         \
+    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.fc1.bias",  \
+      1, I, 1, 0, FG_INIT_ZEROS, P_BIAS)                                                                               \
+    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", "model.layers.%d.mlp.down_proj.weight",                       \
+      "model.layers.%d.mlp.fc2.weight", 2, C, I, 1, FG_INIT_RESID, P_ALL)                                              \
+    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", "model.layers.%d.mlp.down_proj.bias",                           \
+      "model.layers.%d.mlp.fc2.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                               \
+    X(LNF_W, 2, "transformer.ln_f.weight", "model.norm.weight", "model.norm.weight", 1, C, 1, 0, FG_INIT_ONES,         \
+      P_NORM_W)                                                                                                        \
+    X(LNF_B, 2, "transformer.ln_f.bias", "model.norm.bias", "model.norm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)    \
+    X(HEAD_W, 2, "lm_head.weight", "lm_head.weight", "lm_head.weight", 2, V, C, 1, FG_INIT_NORMAL, P_UNTIED)
 
 typedef enum {
-#define FG_GPT_KIND_ENUM(id, where, name, nd, r, c, decay, init) FG_GPT_##id,
+#define FG_GPT_KIND_ENUM(id, where, n0, n1, n2, nd, r, c, decay, init, present) FG_GPT_##id,
     FG_GPT_PARAMS(FG_GPT_KIND_ENUM)
 #undef FG_GPT_KIND_ENUM
         FG_GPT_KIND_COUNT
@@ -143,8 +267,15 @@ typedef struct fg_gpt {
     int64_t num_elements;   /* total parameter count */
     fg_tensor *params_flat; /* (num_elements) */
     fg_tensor *grads_flat;  /* (num_elements) */
-    fg_tensor **by_kind;    /* [kind * (L + 1) + (layer or 0)]: borrowed from the table */
+    fg_tensor **by_kind;    /* [kind * (L + 1) + (layer or 0)]: borrowed from the table; NULL if absent */
+    fg_tensor **fused;      /* per layer, leaves over adjacent entries (q|k|v, gate|up, their biases)
+                             * whose gradients are the same ranges of grads_flat; gpt.c's own */
 } fg_gpt;
+
+/* The table config c implies, without a model: every entry's name, kind, layer, shape, offset,
+ * decay and init (w NULL), in the flat buffer's order, into out (NULL: only count). Returns the
+ * number of entries. c must pass fg_gpt_config_check. */
+int fg_gpt_table(const fg_gpt_config *c, fg_gpt_param *out);
 
 /* A model with GPT-2 initialization from `seed` (see the top). Caller frees with fg_gpt_free.
  * NULL with fg_last_error() on a bad config or out of memory. */
@@ -153,7 +284,8 @@ fg_gpt *fg_gpt_create(const fg_gpt_config *cfg, uint64_t seed);
 fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg);
 void fg_gpt_free(fg_gpt *g); /* NULL is fine */
 
-/* The leaf of parameter `kind` in block `layer` (layer ignored for the global ones). Borrowed. */
+/* The leaf of parameter `kind` in block `layer` (layer ignored for the global ones), or NULL when
+ * the architecture has no such entry. Borrowed. */
 fg_tensor *fg_gpt_weight(const fg_gpt *g, fg_gpt_kind kind, int layer);
 /* The table entry called `name`, or NULL. */
 const fg_gpt_param *fg_gpt_find(const fg_gpt *g, const char *name);
