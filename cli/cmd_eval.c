@@ -16,7 +16,7 @@
 
 
 /* The model at `path` (anything `sample --ckpt` takes: a flashgrad run folder or its model file, a
- * Hugging Face GPT-2 folder, an llm.c model file; train/model_files.h) on the CPU, and for a flashgrad
+ * Hugging Face folder (GPT-2, Llama, NanoChat), an llm.c model file; train/model_files.h) on the CPU, and for a flashgrad
  * run its checkpoint's record of the data and training (*ck, NULL for the GPT-2 files; its
  * configuration is valid when the optimizer file was there). NULL + fg_last_error(). */
 static fg_model_file *load_model(const char *path, fg_ckpt **ck) {
@@ -68,7 +68,7 @@ int fg_eval_run(const fg_eval_opts *o) {
     const fg_ckpt_info *in = ck ? fg_ckpt_get_info(ck) : NULL;
     if (!in) {
         /* a GPT-2 file records no data: token ids of its vocabulary are the only thing it reads */
-        const char *what = mf->format == FG_MODEL_HF ? "a Hugging Face GPT-2 folder" : "an llm.c model file";
+        const char *what = mf->format == FG_MODEL_HF ? "a Hugging Face folder" : "an llm.c model file";
         if (o->data) {
             fprintf(stderr,
                     "flashgrad %s: --data: %s takes GPT-2 token ids and flashgrad has no BPE encoder; give the "

@@ -1,6 +1,6 @@
 /* cmd_sample.c — `flashgrad sample`: generate text from a checkpoint.
  *
- * Loads a model (train/model_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2
+ * Loads a model (train/model_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2, Llama or NanoChat
  * folder, an llm.c model file), encodes the prompt with the checkpoint's own
  * tokenizer, and writes the prompt plus --tokens generated tokens to stdout for each of
  * --num-samples samples (sample s draws with seed + s). Sampling is softmax(logits / temperature)

@@ -167,6 +167,31 @@ static void configure_resumed(const train_args *a, train_run *r) {
     r->cfg = cfg;
 }
 
+/* --init-from: the architecture comes from the file (a Llama or NanoChat folder is one, whatever
+ * the flags' default); flags that describe another architecture than GPT-2's must describe the
+ * file's, else one line and exit 2. */
+static void init_from_arch(const fg_flag *f, fg_gpt_config *mc) {
+    const fg_gpt_config *fc = &fg_train_init_model->model->cfg;
+    if (!fg_gpt_is_gpt2(mc) && !fg_gpt_same_arch(mc, fc))
+        fg_train_die(2, "the architecture flags (%s) contradict the model in '%s' (%s); its architecture comes from the file",
+                     fg_gpt_arch_name(mc->arch), f[F_INIT_FROM].s, fg_gpt_arch_name(fc->arch));
+    mc->arch = fc->arch;
+    mc->n_kv_head = fc->n_kv_head;
+    mc->pos = fc->pos;
+    mc->rope_theta = fc->rope_theta;
+    mc->norm = fc->norm;
+    mc->norm_eps = fc->norm_eps;
+    mc->emb_norm = fc->emb_norm;
+    mc->qk_norm = fc->qk_norm;
+    mc->mlp = fc->mlp;
+    mc->mlp_hidden = fc->mlp_hidden;
+    mc->no_bias = fc->no_bias;
+    mc->untie_head = fc->untie_head;
+    mc->logit_softcap = fc->logit_softcap;
+    memcpy(mc->window, fc->window, sizeof mc->window);
+    if (fg_gpt_config_check(mc) != FG_OK) fg_train_die(2, "--init-from: %s", fg_last_error());
+}
+
 /* A fresh run: the data (a bad file is one line and exit 1), then the configuration from the
  * flags, checked (train_flags.h). */
 void fg_train_configure_fresh(const train_args *a, train_run *r) {
@@ -178,6 +203,7 @@ void fg_train_configure_fresh(const train_args *a, train_run *r) {
     r->cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
     if (f[F_INIT_FROM].given) init_from_check_data(f, r->src);
     if (fg_train_flags_config(f, r->src, &a->run, &r->cfg) != FG_OK) fg_train_die(2, "%s", fg_last_error());
+    if (fg_train_init_model) init_from_arch(f, &r->cfg.model);
     r->cfg.grad_accum *= fg_train_comm->size; /* --grad-accum is per process; the config counts the whole step */
     r->cfg.save_best_only = a->ng.best_only;
 }
@@ -218,8 +244,9 @@ void fg_train_configure(const train_args *a, train_run *r) {
         if (fg_gpt_copy_weights(r->tr->model, fg_train_init_model->model) != FG_OK)
             fg_train_die(1, "--init-from: %s", fg_last_error());
         const fg_gpt_config *mc = &fg_train_init_model->model->cfg;
-        fg_train_say("init from %s (%s: L %d, H %d, C %d, vocabulary %d, context %d%s)\n", a->f[F_INIT_FROM].s,
-                     fg_model_format_name(fg_train_init_model->format), mc->n_layer, mc->n_head, mc->n_embd,
+        fg_train_say("init from %s (%s%s%s: L %d, H %d, C %d, vocabulary %d, context %d%s)\n", a->f[F_INIT_FROM].s,
+                     fg_model_format_name(fg_train_init_model->format), fg_gpt_is_gpt2(mc) ? "" : " ",
+                     fg_gpt_is_gpt2(mc) ? "" : fg_gpt_arch_name(mc->arch), mc->n_layer, mc->n_head, mc->n_embd,
                      mc->vocab_size, mc->block_size, r->cfg.model.block_size < mc->block_size ? ", cropped" : "");
         fg_model_file_free(fg_train_init_model);
         fg_train_init_model = NULL;
