@@ -1097,15 +1097,19 @@ static int64_t first_bad(const fg_st_array *a, int nonneg, double *bad) {
 static fg_status check_tensors(fg_ckpt *c) {
     const fg_gpt_config *mc = &c->info.model;
     const char *path = c->model_path;
-    const fg_st_array *wte = fg_st_find(c->model, "transformer.wte.weight");
-    if (!wte) return fg_error(FG_ERR_FORMAT, "%s: no tensor 'transformer.wte.weight'", path);
-    if (wte->dtype != FG_ST_F32 && wte->dtype != FG_ST_F64)
-        return fg_error(FG_ERR_FORMAT, "%s: parameters are %s; flashgrad reads F32 and F64", path,
-                        fg_st_dtype_name(wte->dtype));
-    c->info.model.dtype = wte->dtype == FG_ST_F32 ? FG_F32 : FG_F64;
     int n;
     ck_param *t = param_table(mc, &n);
     if (!t) return fg_last_status();
+    /* the token embedding, the table's first entry (transformer.wte.weight for a GPT-2) */
+    const fg_st_array *wte = fg_st_find(c->model, t[0].name);
+    if (!wte || (wte->dtype != FG_ST_F32 && wte->dtype != FG_ST_F64)) {
+        fg_status e = !wte ? fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", path, t[0].name)
+                           : fg_error(FG_ERR_FORMAT, "%s: parameters are %s; flashgrad reads F32 and F64", path,
+                                      fg_st_dtype_name(wte->dtype));
+        free(t);
+        return e;
+    }
+    c->info.model.dtype = wte->dtype == FG_ST_F32 ? FG_F32 : FG_F64;
     fg_status st = FG_OK;
     if (fg_st_count(c->model) != n)
         st = fg_error(FG_ERR_FORMAT, "%s: holds %d tensors; a %d-layer model has %d", path, fg_st_count(c->model),

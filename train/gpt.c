@@ -860,12 +860,20 @@ static void kv_add(fg_dtype dt, char *dst, const char *src, size_t n) {
     }
 }
 
+/* 1 when every layer has the same window under a and b. */
+static int same_windows(const fg_gpt_config *a, const fg_gpt_config *b) {
+    const int L = a->n_layer > b->n_layer ? a->n_layer : b->n_layer;
+    for (int l = 0; l < L; l++)
+        if (fg_gpt_layer_window(a, l) != fg_gpt_layer_window(b, l)) return 0;
+    return 1;
+}
+
 int fg_gpt_same_arch(const fg_gpt_config *a, const fg_gpt_config *b) {
     return a->arch == b->arch && fg_gpt_kv_heads(a) == fg_gpt_kv_heads(b) && a->pos == b->pos &&
            fg_gpt_theta(a) == fg_gpt_theta(b) && a->norm == b->norm && fg_gpt_eps(a) == fg_gpt_eps(b) &&
            a->emb_norm == b->emb_norm && a->qk_norm == b->qk_norm && a->mlp == b->mlp &&
            fg_gpt_hidden(a) == fg_gpt_hidden(b) && a->no_bias == b->no_bias && a->untie_head == b->untie_head &&
-           a->logit_softcap == b->logit_softcap && !strncmp(a->window, b->window, sizeof a->window);
+           a->logit_softcap == b->logit_softcap && same_windows(a, b);
 }
 
 /* The cache for every architecture but plain GPT-2: the forward's own ops (no grad) on the n new
