@@ -147,8 +147,9 @@ fg_status fg_llmc_save(const fg_gpt *g, const char *out_file, int version, int o
         return fg_error(FG_ERR_ARG, "export: llm.c version %d (3: float32, 5: bfloat16)", version);
     char why[256];
     if (fg__gpt2_cannot(&g->cfg, why, sizeof why))
-        return fg_error(FG_ERR_ARG, "export --to llmc: llm.c model files hold GPT-2 models, and this %s model has %s",
-                        fg_gpt_arch_name(g->cfg.arch), why);
+        return fg_error(FG_ERR_ARG, "export --to llmc: an llm.c model file holds GPT-2 models only (this one is arch %s%s%s)",
+                        fg_gpt_arch_name(g->cfg.arch), g->cfg.arch == FG_ARCH_GPT2 ? ", with " : "",
+                        g->cfg.arch == FG_ARCH_GPT2 ? why : "");
     struct stat sb;
     if (lstat(out_file, &sb) == 0) {
         if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out_file);
