@@ -4,6 +4,7 @@
  * round trip through a folder and the refusals: a config.json key that asks for what flashgrad does
  * not compute, and a model whose options its transformers class cannot express. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,77 @@ Test(hf_arch, llama_and_nanochat_fine_tune_with_init_from_and_export_back, .time
     cr_expect_eq(st, 0, "check_ft exited %d:\n%s", st, log);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
+}
+
+/* A checked-in transformers folder (tests/fixtures/make_tiny_llama.py) through fg_model_file_load
+ * (what --init-from, sample and eval use): its logits for the fixture's tokens against
+ * transformers' own (float64 forward on the file's float32 weights), with no Python. The float32
+ * model within 1e-5 of the logits' scale; the same weights in a float64 model (fg_gpt_copy_weights,
+ * as --init-from copies them) within 1e-9. */
+static void fixture_logits(const char *name, fg_gpt_arch arch) {
+    char dir[256], ref[256];
+    snprintf(dir, sizeof dir, "tests/fixtures/%s", name);
+    snprintf(ref, sizeof ref, "tests/fixtures/%s_logits.txt", name);
+    FILE *f = fopen(ref, "r");
+    cr_assert(f, "no %s (run the tests from the repository root)", ref);
+    enum { TMAX = 16, VV = 32 };
+    int32_t tok[TMAX];
+    int T = 0;
+    char line[4096];
+    cr_assert(fgets(line, sizeof line, f));
+    for (char *p = line, *e; T < TMAX; p = e, T++) {
+        long t = strtol(p, &e, 10);
+        if (e == p) break;
+        tok[T] = (int32_t)t;
+    }
+    cr_assert(T >= 8, "%s: %d tokens", ref, T);
+    static double want[TMAX][VV];
+    double scale = 1;
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < VV; v++) {
+            cr_assert_eq(fscanf(f, "%lf", &want[t][v]), 1, "%s: row %d value %d", ref, t, v);
+            scale = fmax(scale, fabs(want[t][v]));
+        }
+    fclose(f);
+    fg_model_file *m = fg_model_file_load(dir);
+    cr_assert(m, "%s", fg_last_error());
+    cr_assert_eq(m->format, FG_MODEL_HF);
+    const fg_gpt_config *c = &m->model->cfg;
+    cr_assert(c->arch == arch && c->n_layer == 2 && c->n_head == 4 && fg_gpt_kv_heads(c) == 2 && c->n_embd == 16 &&
+                  fg_gpt_hidden(c) == 40 && c->vocab_size == VV && c->block_size == 16 && fg_gpt_theta(c) == 500,
+              "%s: config arch %s L %d H %d KV %d C %d I %d V %d T %d theta %g", name, fg_gpt_arch_name(c->arch),
+              c->n_layer, c->n_head, fg_gpt_kv_heads(c), c->n_embd, fg_gpt_hidden(c), c->vocab_size, c->block_size,
+              fg_gpt_theta(c));
+    fg_gpt_config c64 = *c;
+    c64.dtype = FG_F64;
+    fg_gpt *g64 = fg_gpt_create_empty(&c64);
+    cr_assert(g64, "%s", fg_last_error());
+    cr_assert_eq(fg_gpt_copy_weights(g64, m->model), FG_OK, "%s", fg_last_error());
+    fg_no_grad_enter();
+    for (int pass = 0; pass < 2; pass++) {
+        fg_tensor *lg = fg_gpt_forward(pass ? g64 : m->model, tok, 1, T, NULL);
+        cr_assert(lg, "%s", fg_last_error());
+        const double tol = (pass ? 1e-9 : 1e-5) * scale;
+        for (int t = 0; t < T; t++)
+            for (int v = 0; v < VV; v++) {
+                const double got = fg_get(lg, (int64_t)t * VV + v);
+                cr_assert(fabs(got - want[t][v]) <= tol,
+                          "%s, %s model: logit (position %d, token %d) is %.9g, transformers' %.9g (|diff| %.3g > %.3g)",
+                          name, pass ? "float64" : "float32", t, v, got, want[t][v], fabs(got - want[t][v]), tol);
+            }
+        fg_release(lg);
+    }
+    fg_no_grad_exit();
+    fg_gpt_free(g64);
+    fg_model_file_free(m);
+}
+
+Test(hf_arch, llama_fixture_logits_match_transformers_without_python) {
+    fixture_logits("tiny_llama", FG_ARCH_LLAMA);
+}
+
+Test(hf_arch, nanochat_fixture_logits_match_transformers_without_python) {
+    fixture_logits("tiny_nanochat", FG_ARCH_NANOCHAT);
 }
 
 /* A Llama and a NanoChat model through a folder and back: the same weights bit for bit, the same
