@@ -282,6 +282,11 @@ int fg_bench_train(int argc, char **argv) {
            src->kind == FG_SOURCE_ADDITION ? "addition task" : src->path, cfg.model.n_layer, cfg.model.n_head,
            cfg.model.n_embd, tr->model->num_elements / 1e6, fg_attn_impl_name(run.attn), cfg.model.dropout,
            fg_gpt_recompute_name(cfg.model.recompute));
+    if (!fg_gpt_is_gpt2(&cfg.model)) {
+        char arch[512];
+        fg_gpt_arch_describe(&cfg.model, arch, sizeof arch);
+        printf("architecture: %s\n", arch);
+    }
     if (cfg.model.compute == FG_COMPUTE_BF16)
         printf("precision: bfloat16 mixed (float32 weights and AdamW; bf16 matmuls and attention, float32 "
                "accumulation)\n");

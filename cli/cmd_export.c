@@ -1,6 +1,6 @@
 /* cmd_export.c — `flashgrad export`: a model handed to another program.
  *
- *   flashgrad export --ckpt SRC --to hf OUT_DIR        a Hugging Face GPT-2 folder
+ *   flashgrad export --ckpt SRC --to hf OUT_DIR        a Hugging Face folder (the class by the arch)
  *   flashgrad export --ckpt SRC --to llmc OUT.bin      an llm.c model file (--llmc-dtype float32|bfloat16)
  *
  * SRC is anything `sample --ckpt` takes (train/model_files.h): a flashgrad run folder or model file,
@@ -88,9 +88,9 @@ int fg_cmd_export(int argc, char **argv) {
         fprintf(stderr, "flashgrad export: %s\n", fg_last_error());
         code = st == FG_ERR_ARG ? 2 : 1;
     } else {
-        fprintf(stderr, "flashgrad export: %s model (L %d, H %d, C %d, block %d, vocabulary %d) written to %s (%s)\n",
-                fg_model_format_name(m->format), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, out,
-                to_hf ? "Hugging Face GPT2LMHeadModel folder" : version == 3 ? "llm.c float32" : "llm.c bfloat16");
+        fprintf(stderr, "flashgrad export: %s %s model (L %d, H %d, C %d, block %d, vocabulary %d) written to %s (%s)\n",
+                fg_model_format_name(m->format), fg_gpt_arch_name(c->arch), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, out,
+                to_hf ? "Hugging Face folder" : version == 3 ? "llm.c float32" : "llm.c bfloat16");
         const int bpe = m->tokenizer && fg_tokenizer_kind(m->tokenizer) == FG_TOK_BPE;
         if (m->tokenizer || m->format != FG_MODEL_FLASHGRAD)
             fprintf(stderr, "flashgrad export: %s\n",

@@ -249,6 +249,19 @@ int fg_train_parse(int argc, char **argv, train_args *a) {
     memcpy(chk, f, sizeof chk);
     if (f[F_RESUME].given) chk[FG_TF_VOCAB].given = a->is_bin;
     if (fg_train_flags_check(chk, &a->run) != FG_OK) fg_train_die(2, "%s", fg_last_error());
+    if (fg_train_init_model) {
+        /* the architecture comes from the file: an option flag given must agree with it */
+        const fg_gpt_config *mc = &fg_train_init_model->model->cfg;
+        fg_gpt_config want = *mc;
+        fg_train_flags_arch(f, &a->run, &want);
+        if (!fg_gpt_same_arch(&want, mc)) {
+            char arch[512];
+            fg_gpt_arch_describe(mc, arch, sizeof arch);
+            fg_train_die(2, "%s contradicts the model in '%s' (%s); its architecture comes from the file",
+                         fg_train_flags_arch_given(f), f[F_INIT_FROM].s, arch);
+        }
+        a->run.arch_from = mc;
+    }
     check_address_space(f[FG_TF_THREADS].given ? (int)f[FG_TF_THREADS].i : fg_pool_threads()); /* no thread yet */
     fg_train_flags_threads(f);
 

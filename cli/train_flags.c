@@ -42,6 +42,46 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d) {
     f[FG_TF_DEVICE].s = "cpu";
     f[FG_TF_RECOMPUTE].s = "none";
     f[FG_TF_DTYPE].s = "float32";
+    f[FG_TF_ARCH].s = "gpt2";
+}
+
+/* The index of s among a name function's values 0 .. n-1, or -1. */
+static int parse_named(const char *s, int n, const char *(*name)(int)) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, name(i))) return i;
+    return -1;
+}
+static const char *arch_name(int i) { return fg_gpt_arch_name((fg_gpt_arch)i); }
+static const char *pos_name(int i) { return fg_gpt_pos_name((fg_gpt_pos)i); }
+static const char *norm_name(int i) { return fg_gpt_norm_name((fg_gpt_norm)i); }
+static const char *mlp_name(int i) { return fg_gpt_mlp_name((fg_gpt_mlp)i); }
+
+/* The architecture flags into run (see fg_train_flags_check). */
+static fg_status arch_flags_check(const fg_flag *f, fg_train_choice *run) {
+    const int arch = parse_named(f[FG_TF_ARCH].s, FG_ARCH_COUNT, arch_name);
+    if (arch < 0) return fg_error(FG_ERR_ARG, "--arch: unknown architecture '%s' (gpt2, llama or nanochat)", f[FG_TF_ARCH].s);
+    run->arch = (fg_gpt_arch)arch;
+    run->arch_from = NULL;
+    run->pos = f[FG_TF_POS].given ? parse_named(f[FG_TF_POS].s, FG_POS_COUNT, pos_name) : -1;
+    if (f[FG_TF_POS].given && run->pos < 0)
+        return fg_error(FG_ERR_ARG, "--pos: unknown kind '%s' (learned or rope)", f[FG_TF_POS].s);
+    run->norm = f[FG_TF_NORM].given ? parse_named(f[FG_TF_NORM].s, FG_NORM_COUNT, norm_name) : -1;
+    if (f[FG_TF_NORM].given && run->norm < 0)
+        return fg_error(FG_ERR_ARG, "--norm: unknown kind '%s' (layernorm, rmsnorm or rmsnorm-free)", f[FG_TF_NORM].s);
+    run->mlp = f[FG_TF_MLP].given ? parse_named(f[FG_TF_MLP].s, FG_MLP_COUNT, mlp_name) : -1;
+    if (f[FG_TF_MLP].given && run->mlp < 0)
+        return fg_error(FG_ERR_ARG, "--mlp: unknown kind '%s' (gelu, swiglu or relu2)", f[FG_TF_MLP].s);
+    if (f[FG_TF_N_KV_HEAD].given && f[FG_TF_N_HEAD].i % f[FG_TF_N_KV_HEAD].i)
+        return fg_error(FG_ERR_ARG, "--n-kv-head %lld does not divide --n-head %lld", (long long)f[FG_TF_N_KV_HEAD].i,
+                        (long long)f[FG_TF_N_HEAD].i);
+    if (f[FG_TF_WINDOW].given) {
+        const char *w = f[FG_TF_WINDOW].s;
+        const size_t n = strlen(w);
+        if (!n || n >= FG_GPT_WINDOW_MAX || strspn(w, "SL") != n)
+            return fg_error(FG_ERR_ARG, "--window '%s': a pattern of 1 to %d letters S (short) and L (long)", w,
+                            FG_GPT_WINDOW_MAX - 1);
+    }
+    return FG_OK;
 }
 
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
@@ -99,6 +139,8 @@ fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run) {
     if (f[FG_TF_N_EMBD].i % f[FG_TF_N_HEAD].i)
         return fg_error(FG_ERR_ARG, "--n-embd %lld is not a multiple of --n-head %lld", (long long)f[FG_TF_N_EMBD].i,
                         (long long)f[FG_TF_N_HEAD].i);
+    fg_status ast = arch_flags_check(f, run);
+    if (ast != FG_OK) return ast;
     if (f[FG_TF_MIN_LR].d > f[FG_TF_LR].d)
         return fg_error(FG_ERR_ARG, "--min-lr %g is larger than --lr %g", f[FG_TF_MIN_LR].d, f[FG_TF_LR].d);
     return FG_OK;
@@ -156,6 +198,13 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
     cfg->model.recompute = run->recompute;
     cfg->model.compute = run->compute;
     cfg->model.device = run->device;
+    /* the architecture: a model's (--init-from), or the preset and each option given */
+    if (run->arch_from) {
+        fg_gpt_copy_arch(&cfg->model, run->arch_from);
+    } else {
+        fg_gpt_arch_preset(&cfg->model, run->arch);
+        fg_train_flags_arch(f, run, &cfg->model);
+    }
     cfg->batch_size = (int)f[FG_TF_BATCH].i;
     cfg->grad_accum = (int)f[FG_TF_ACCUM].i;
     cfg->seed = f[FG_TF_SEED].u;
@@ -169,6 +218,32 @@ fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg
                                  .weight_decay = f[FG_TF_WD].d,
                                  .grad_clip = f[FG_TF_CLIP].d};
     return fg_train_config_check(cfg);
+}
+
+void fg_train_flags_arch(const fg_flag *f, const fg_train_choice *run, fg_gpt_config *m) {
+    if (f[FG_TF_ARCH].given) fg_gpt_arch_preset(m, run->arch);
+    if (f[FG_TF_N_KV_HEAD].given) m->n_kv_head = (int)f[FG_TF_N_KV_HEAD].i;
+    if (run->pos >= 0) m->pos = (fg_gpt_pos)run->pos;
+    if (f[FG_TF_ROPE_THETA].given) m->rope_theta = f[FG_TF_ROPE_THETA].d;
+    if (run->norm >= 0) m->norm = (fg_gpt_norm)run->norm;
+    if (f[FG_TF_NORM_EPS].given) m->norm_eps = f[FG_TF_NORM_EPS].d;
+    if (f[FG_TF_EMB_NORM].given) m->emb_norm = (int)f[FG_TF_EMB_NORM].i;
+    if (f[FG_TF_QK_NORM].given) m->qk_norm = (int)f[FG_TF_QK_NORM].i;
+    if (run->mlp >= 0) m->mlp = (fg_gpt_mlp)run->mlp;
+    if (f[FG_TF_MLP_HIDDEN].given) m->mlp_hidden = (int)f[FG_TF_MLP_HIDDEN].i;
+    if (f[FG_TF_BIAS].given) m->no_bias = !f[FG_TF_BIAS].i;
+    if (f[FG_TF_TIE_HEAD].given) m->untie_head = !f[FG_TF_TIE_HEAD].i;
+    if (f[FG_TF_SOFTCAP].given) m->logit_softcap = f[FG_TF_SOFTCAP].d;
+    if (f[FG_TF_WINDOW].given) snprintf(m->window, sizeof m->window, "%s", f[FG_TF_WINDOW].s);
+}
+
+const char *fg_train_flags_arch_given(const fg_flag *f) {
+    static const int ids[] = {FG_TF_ARCH,  FG_TF_N_KV_HEAD, FG_TF_POS, FG_TF_ROPE_THETA, FG_TF_NORM,
+                              FG_TF_NORM_EPS, FG_TF_EMB_NORM, FG_TF_QK_NORM, FG_TF_MLP, FG_TF_MLP_HIDDEN,
+                              FG_TF_BIAS, FG_TF_TIE_HEAD, FG_TF_SOFTCAP, FG_TF_WINDOW};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (f[ids[i]].given) return f[ids[i]].name;
+    return NULL;
 }
 
 void fg_train_flags_threads(const fg_flag *f) {

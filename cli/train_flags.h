@@ -44,6 +44,33 @@
     X(BLOCK, "--block-size", FG_FLAG_INT, "N",                                                                         \
       "context length (default: 64 for text; 3 x digits + 3 for the addition task, which needs at least that)", 1,     \
       1 << 20, 0)                                                                                                      \
+    X(ARCH, "--arch", FG_FLAG_STR, "NAME",                                                                             \
+      "architecture preset: gpt2 (learned positions, LayerNorm, GELU, biases, tied head), llama (RoPE, RMSNorm, "      \
+      "SwiGLU, no biases, untied head) or nanochat (RoPE, QK-norm, parameter-free RMSNorm after the embedding too, "    \
+      "ReLU², no biases, untied head, logit softcap 15); each flag below changes one option of it",                    \
+      0, 0, 0)                                                                                                         \
+    X(N_KV_HEAD, "--n-kv-head", FG_FLAG_INT, "N",                                                                      \
+      "key/value heads, dividing --n-head: grouped-query attention, 1 = multi-query (default: --n-head)", 1, 65536, 0) \
+    X(POS, "--pos", FG_FLAG_STR, "KIND", "positions: learned (a table) or rope (rotary)", 0, 0, 0)                    \
+    X(ROPE_THETA, "--rope-theta", FG_FLAG_F64, "X", "the rotary embedding's base (default: 10000)", 0, 1e300, 1)      \
+    X(NORM, "--norm", FG_FLAG_STR, "KIND", "layernorm, rmsnorm, or rmsnorm-free (RMSNorm without a weight)", 0, 0, 0) \
+    X(NORM_EPS, "--norm-eps", FG_FLAG_F64, "X", "every norm's eps (default: 1e-5; llama and nanochat 1e-6)", 0, 0.5,  \
+      1)                                                                                                               \
+    X(EMB_NORM, "--emb-norm", FG_FLAG_INT, "0|1", "1: a norm right after the token embedding (nanochat)", 0, 1, 0)    \
+    X(QK_NORM, "--qk-norm", FG_FLAG_INT, "0|1", "1: q and k RMS-normalized per head, after the rotary embedding", 0,  \
+      1, 0)                                                                                                            \
+    X(MLP, "--mlp", FG_FLAG_STR, "KIND", "the MLP: gelu (GPT-2), swiglu (Llama) or relu2 (nanochat)", 0, 0, 0)       \
+    X(MLP_HIDDEN, "--mlp-hidden", FG_FLAG_INT, "N", "the MLP's hidden width (default: 4 x --n-embd)", 1, 1 << 20, 0)  \
+    X(BIAS, "--bias", FG_FLAG_INT, "0|1", "biases in the linear layers and LayerNorm (gpt2: 1, llama, nanochat: 0)",  \
+      0, 1, 0)                                                                                                         \
+    X(TIE_HEAD, "--tie-head", FG_FLAG_INT, "0|1", "1: the LM head is the token embedding (gpt2: 1, others: 0)", 0, 1,  \
+      0)                                                                                                               \
+    X(SOFTCAP, "--logit-softcap", FG_FLAG_F64, "C", "final logits C tanh(logits / C) (0: off; nanochat: 15)", 0, 1e30, \
+      0)                                                                                                               \
+    X(WINDOW, "--window", FG_FLAG_STR, "PATTERN",                                                                      \
+      "per-layer attention windows: S and L repeated over the layers, S seeing the block-size / 4 previous tokens, L " \
+      "all of them; the last layer is always L (nanochat trains with SSSL) (default: L)",                              \
+      0, 0, 0)                                                                                                         \
     X(BATCH, "--batch-size", FG_FLAG_INT, "N", "sequences per micro-batch", 1, 1 << 24, 0)                             \
     X(ACCUM, "--grad-accum", FG_FLAG_INT, "N", "micro-batches per optimizer step", 1, 1 << 20, 0)                      \
     X(LR, "--lr", FG_FLAG_F64, "X", "peak learning rate", 0, 10, 1)                                                    \
@@ -81,6 +108,11 @@ typedef struct {
     fg_attn_impl attn;
     fg_gpt_recompute recompute;
     fg_compute compute; /* --dtype: FG_COMPUTE_FULL (float32) or FG_COMPUTE_BF16 (bfloat16) */
+    fg_gpt_arch arch;   /* --arch */
+    int pos, norm, mlp; /* --pos, --norm, --mlp: fg_gpt_pos, fg_gpt_norm, fg_gpt_mlp, or -1 when not given */
+    /* a model whose architecture the run takes (--init-from's; the caller sets it after
+     * fg_train_flags_check), or NULL: the flags' */
+    const fg_gpt_config *arch_from;
 } fg_train_choice;
 
 /* f[0 .. FG_TF_COUNT): names, types, bounds and help; values zero, nothing given. */
@@ -94,7 +126,8 @@ void fg_train_flags_defaults(fg_flag *f, const fg_train_defaults *d);
  * is cpu or cuda, and that device starts (fg_device_start; its reason otherwise, after
  * "--device cuda: "); --attn and --recompute name a setting; --dtype is float32 or bfloat16, and bfloat16 needs
  * a device with bf16 kernels (cuda; on the cpu: "--dtype bfloat16: ..." and exit 2); --n-head divides --n-embd;
- * --min-lr <= --lr. FG_OK with *run filled, else the error (a usage error). */
+ * --arch, --pos, --norm and --mlp name a setting, --n-kv-head divides --n-head, --window is a pattern of S
+ * and L; --min-lr <= --lr. FG_OK with *run filled, else the error (a usage error). */
 fg_status fg_train_flags_check(const fg_flag *f, fg_train_choice *run);
 
 /* The data: --data with its tokenizer (block size --block-size; --tokenizer's BPE, else model_tok when
@@ -106,9 +139,15 @@ fg_source *fg_train_flags_source(const fg_flag *f, int answer_only, const fg_tok
 /* The configuration of a fresh run on src. The caller sets cfg->steps, cfg->eval_every and
  * cfg->eval_iters; the rest comes from the flags and *run: --block-size, when given, must hold the
  * addition task's sequences (its default is their length); --lr-decay-steps defaults to
- * cfg->steps. Then the whole is checked (fg_train_config_check). FG_OK, or FG_ERR_ARG. */
+ * cfg->steps; the architecture is --arch's preset with each given option flag applied over it. Then the whole is checked (fg_train_config_check). FG_OK, or FG_ERR_ARG. */
 fg_status fg_train_flags_config(const fg_flag *f, const fg_source *src, const fg_train_choice *run,
                                 fg_train_config *cfg);
+
+/* The architecture flags over m: --arch's preset when given (else m's options stay), then each
+ * option flag given. */
+void fg_train_flags_arch(const fg_flag *f, const fg_train_choice *run, fg_gpt_config *m);
+/* The first architecture flag given (its name, "--arch", "--pos", ...), or NULL. */
+const char *fg_train_flags_arch_given(const fg_flag *f);
 
 /* --threads, when given: the size of flashgrad's pool and of OpenBLAS's. */
 void fg_train_flags_threads(const fg_flag *f);

@@ -162,6 +162,11 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
     fg_train_say("model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, %s attention, dropout %g\n",
                  mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, tr->model->num_elements / 1e6,
                  fg_attn_impl_name(mc->attn), mc->dropout);
+    if (!fg_gpt_is_gpt2(mc)) {
+        char arch[512];
+        fg_gpt_arch_describe(mc, arch, sizeof arch);
+        fg_train_say("architecture: %s\n", arch);
+    }
     if (mc->compute == FG_COMPUTE_BF16)
         fg_train_say("precision: bfloat16 mixed (float32 weights, gradients and AdamW; bf16 matmuls and attention "
                      "with float32 accumulation)\n");

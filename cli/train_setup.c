@@ -104,6 +104,16 @@ static void configure_resumed(const train_args *a, train_run *r) {
             KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2) KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
                 KEEP_D(FG_TF_DROPOUT, cfg.model.dropout) if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed)
                     fg_train_die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
+    if (fg_train_flags_arch_given(f)) {
+        fg_gpt_config want = cfg.model;
+        fg_train_flags_arch(f, &a->run, &want);
+        if (!fg_gpt_same_arch(&want, &cfg.model)) {
+            char arch[512];
+            fg_gpt_arch_describe(&cfg.model, arch, sizeof arch);
+            fg_train_die(2, "%s differs from the checkpoint's architecture (%s); a resumed run keeps its settings",
+                         fg_train_flags_arch_given(f), arch);
+        }
+    }
     if (f[FG_TF_BYTE].given && (!in->tokenizer || fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE))
         fg_train_die(2, "--byte: the checkpoint %s",
                      in->tokenizer ? "uses a character-level tokenizer" : "trained on token files");
@@ -167,31 +177,6 @@ static void configure_resumed(const train_args *a, train_run *r) {
     r->cfg = cfg;
 }
 
-/* --init-from: the architecture comes from the file (a Llama or NanoChat folder is one, whatever
- * the flags' default); flags that describe another architecture than GPT-2's must describe the
- * file's, else one line and exit 2. */
-static void init_from_arch(const fg_flag *f, fg_gpt_config *mc) {
-    const fg_gpt_config *fc = &fg_train_init_model->model->cfg;
-    if (!fg_gpt_is_gpt2(mc) && !fg_gpt_same_arch(mc, fc))
-        fg_train_die(2, "the architecture flags (%s) contradict the model in '%s' (%s); its architecture comes from the file",
-                     fg_gpt_arch_name(mc->arch), f[F_INIT_FROM].s, fg_gpt_arch_name(fc->arch));
-    mc->arch = fc->arch;
-    mc->n_kv_head = fc->n_kv_head;
-    mc->pos = fc->pos;
-    mc->rope_theta = fc->rope_theta;
-    mc->norm = fc->norm;
-    mc->norm_eps = fc->norm_eps;
-    mc->emb_norm = fc->emb_norm;
-    mc->qk_norm = fc->qk_norm;
-    mc->mlp = fc->mlp;
-    mc->mlp_hidden = fc->mlp_hidden;
-    mc->no_bias = fc->no_bias;
-    mc->untie_head = fc->untie_head;
-    mc->logit_softcap = fc->logit_softcap;
-    memcpy(mc->window, fc->window, sizeof mc->window);
-    if (fg_gpt_config_check(mc) != FG_OK) fg_train_die(2, "--init-from: %s", fg_last_error());
-}
-
 /* A fresh run: the data (a bad file is one line and exit 1), then the configuration from the
  * flags, checked (train_flags.h). */
 void fg_train_configure_fresh(const train_args *a, train_run *r) {
@@ -203,7 +188,6 @@ void fg_train_configure_fresh(const train_args *a, train_run *r) {
     r->cfg.eval_iters = (int)f[F_EVAL_ITERS].i;
     if (f[F_INIT_FROM].given) init_from_check_data(f, r->src);
     if (fg_train_flags_config(f, r->src, &a->run, &r->cfg) != FG_OK) fg_train_die(2, "%s", fg_last_error());
-    if (fg_train_init_model) init_from_arch(f, &r->cfg.model);
     r->cfg.grad_accum *= fg_train_comm->size; /* --grad-accum is per process; the config counts the whole step */
     r->cfg.save_best_only = a->ng.best_only;
 }

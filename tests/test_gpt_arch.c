@@ -548,3 +548,70 @@ Test(gpt_arch, a_resumed_nanochat_run_is_the_uninterrupted_one_bit_for_bit, .tim
     fg_source_free(s);
     fgt_remove_tmpdir(dir);
 }
+
+/* ---- the command line ---- */
+
+/* `flashgrad <args>` run in dir: exit code `code` and `phrase` in its output, one line when an error. */
+static void expect_cli(const char *dir, const char *args, int code, const char *phrase) {
+    char cmd[2048], log[16384];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", dir, fgt_bin(), args);
+    int st = fgt_run_cmd(cmd, log, sizeof log);
+    cr_expect_eq(st, code, "`flashgrad %s` exited %d, expected %d:\n%s", args, st, code, log);
+    cr_expect(strstr(log, phrase) != NULL, "`flashgrad %s`: output does not mention '%s':\n%s", args, phrase, log);
+    if (code != 0) {
+        int lines = 0;
+        for (const char *c = log; *c; c++) lines += *c == '\n';
+        cr_expect_eq(lines, 1, "`flashgrad %s`: an error should be one line, got %d:\n%s", args, lines, log);
+    }
+}
+
+Test(gpt_arch, train_takes_the_architecture_flags_and_keeps_them_across_resume, .timeout = 300) {
+    if (access(fgt_bin(), X_OK) != 0) cr_skip_test("no flashgrad binary at %s (set FG_BIN; make test does)", fgt_bin());
+    char dir[256], p[512];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_gpt_arch_cli_XXXXXX");
+    snprintf(p, sizeof p, "%s/text.txt", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    for (int i = 0; i < 400; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog\n", i % 7);
+    fclose(f);
+    const char *base = "train --data text.txt --n-layer 2 --n-embd 16 --n-head 4 --block-size 16 --batch-size 2 "
+                       "--eval-every 0 --eval-iters 1 --threads 1";
+    char args[1024];
+    /* refusals: one line, exit 2, naming the flag */
+    snprintf(args, sizeof args, "%s --arch llama3 --out o", base);
+    expect_cli(dir, args, 2, "--arch: unknown architecture 'llama3' (gpt2, llama or nanochat)");
+    snprintf(args, sizeof args, "%s --n-kv-head 3 --out o", base);
+    expect_cli(dir, args, 2, "--n-kv-head 3 does not divide --n-head 4");
+    snprintf(args, sizeof args, "%s --norm rms --out o", base);
+    expect_cli(dir, args, 2, "--norm: unknown kind 'rms'");
+    snprintf(args, sizeof args, "%s --mlp geglu --out o", base);
+    expect_cli(dir, args, 2, "--mlp: unknown kind 'geglu'");
+    snprintf(args, sizeof args, "%s --pos alibi --out o", base);
+    expect_cli(dir, args, 2, "--pos: unknown kind 'alibi'");
+    snprintf(args, sizeof args, "%s --window SXL --out o", base);
+    expect_cli(dir, args, 2, "--window 'SXL'");
+    snprintf(args, sizeof args, "%s --qk-norm 2 --out o", base);
+    expect_cli(dir, args, 2, "--qk-norm");
+    snprintf(args, sizeof args, "%s --pos rope --n-embd 12 --out o", base);
+    expect_cli(dir, args, 2, "pos rope needs an even head dim");
+    snprintf(args, sizeof args, "%s --arch nanochat --device cuda --out o", base);
+    expect_cli(dir, args, 2, "cuda");
+    /* a nanochat run with options over the preset, then a resume that must keep them */
+    snprintf(args, sizeof args, "%s --arch nanochat --n-kv-head 2 --window SL --logit-softcap 10 --steps 4 --out run",
+             base);
+    expect_cli(dir, args, 0,
+               "architecture: nanochat: rope (theta 10000), rmsnorm-free (eps 1e-06) after the embedding too, "
+               "qk-norm, relu2 (hidden 64), 2 kv heads, no biases, untied head, logit softcap 10, windows SL");
+    snprintf(args, sizeof args, "%s --resume --steps 6 --mlp gelu --out run", base);
+    expect_cli(dir, args, 2, "--mlp differs from the checkpoint's architecture");
+    snprintf(args, sizeof args, "%s --resume --steps 6 --out run", base);
+    expect_cli(dir, args, 0, "step 6/6");
+    snprintf(args, sizeof args, "%s --init-from run --steps 2 --out run2 --arch llama", base);
+    expect_cli(dir, args, 2, "--arch contradicts the model in 'run'");
+    expect_cli(dir, "sample --ckpt run --tokens 5 --temperature 0", 0, "");
+    expect_cli(dir, "export --ckpt run --to llmc m.bin", 2, "holds GPT-2 models only (this one is arch nanochat)");
+    /* bench train builds the same model from the same flags */
+    expect_cli(dir, "bench train --arch llama --n-kv-head 1 --n-layer 1 --n-embd 16 --n-head 2 --steps 2 --threads 1", 0,
+               "architecture: llama: rope (theta 10000), rmsnorm (eps 1e-06), swiglu (hidden 64), 1 kv heads");
+    fgt_remove_tmpdir(dir);
+}

@@ -86,6 +86,23 @@ void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a) {
     }
 }
 
+void fg_gpt_copy_arch(fg_gpt_config *dst, const fg_gpt_config *src) {
+    dst->arch = src->arch;
+    dst->n_kv_head = src->n_kv_head;
+    dst->pos = src->pos;
+    dst->rope_theta = src->rope_theta;
+    dst->norm = src->norm;
+    dst->norm_eps = src->norm_eps;
+    dst->emb_norm = src->emb_norm;
+    dst->qk_norm = src->qk_norm;
+    dst->mlp = src->mlp;
+    dst->mlp_hidden = src->mlp_hidden;
+    dst->no_bias = src->no_bias;
+    dst->untie_head = src->untie_head;
+    dst->logit_softcap = src->logit_softcap;
+    memcpy(dst->window, src->window, sizeof dst->window);
+}
+
 int fg_gpt_kv_heads(const fg_gpt_config *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }
 int fg_gpt_head_dim(const fg_gpt_config *c) { return c->n_embd / c->n_head; }
 int fg_gpt_hidden(const fg_gpt_config *c) { return c->mlp_hidden > 0 ? c->mlp_hidden : 4 * c->n_embd; }
@@ -104,6 +121,26 @@ int fg_gpt_is_gpt2(const fg_gpt_config *c) {
     return c->arch == FG_ARCH_GPT2 && fg_gpt_kv_heads(c) == c->n_head && c->pos == FG_POS_LEARNED &&
            c->norm == FG_NORM_LAYERNORM && !c->emb_norm && !c->qk_norm && c->mlp == FG_MLP_GELU &&
            fg_gpt_hidden(c) == 4 * c->n_embd && !c->no_bias && !c->untie_head && c->logit_softcap == 0 && full;
+}
+
+void fg_gpt_arch_describe(const fg_gpt_config *c, char *buf, size_t n) {
+    size_t k = 0;
+#define FG_DESCRIBE(...)                                                                                               \
+    do {                                                                                                               \
+        if (k < n) k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__);                                                 \
+    } while (0)
+    FG_DESCRIBE("%s", fg_gpt_arch_name(c->arch));
+    if (fg_gpt_is_gpt2(c)) return;
+    FG_DESCRIBE(": %s", fg_gpt_pos_name(c->pos));
+    if (c->pos == FG_POS_ROPE) FG_DESCRIBE(" (theta %g)", fg_gpt_theta(c));
+    FG_DESCRIBE(", %s (eps %g)%s", fg_gpt_norm_name(c->norm), fg_gpt_eps(c), c->emb_norm ? " after the embedding too" : "");
+    if (c->qk_norm) FG_DESCRIBE(", qk-norm");
+    FG_DESCRIBE(", %s (hidden %d)", fg_gpt_mlp_name(c->mlp), fg_gpt_hidden(c));
+    if (fg_gpt_kv_heads(c) != c->n_head) FG_DESCRIBE(", %d kv heads", fg_gpt_kv_heads(c));
+    FG_DESCRIBE("%s%s", c->no_bias ? ", no biases" : ", biases", c->untie_head ? ", untied head" : ", tied head");
+    if (c->logit_softcap > 0) FG_DESCRIBE(", logit softcap %g", c->logit_softcap);
+    if (c->window[0]) FG_DESCRIBE(", windows %s", c->window);
+#undef FG_DESCRIBE
 }
 
 static fg_status arch_check(const fg_gpt_config *c) {

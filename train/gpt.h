@@ -33,6 +33,7 @@
 #ifndef FG_GPT_H
 #define FG_GPT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ops/attention.h"
@@ -147,6 +148,8 @@ fg_status fg_gpt_config_check(const fg_gpt_config *c);
 
 /* Sets c's architecture fields (arch and every option above) to preset a's; sizes untouched. */
 void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a);
+/* Copies src's architecture fields (arch and every option above) into dst; sizes untouched. */
+void fg_gpt_copy_arch(fg_gpt_config *dst, const fg_gpt_config *src);
 /* "gpt2", "llama", "nanochat"; parse returns -1 on an unknown name. The same for the options:
  * pos "learned" | "rope"; norm "layernorm" | "rmsnorm" | "rmsnorm-free"; mlp "gelu" | "swiglu" | "relu2". */
 const char *fg_gpt_arch_name(fg_gpt_arch a);
@@ -168,6 +171,10 @@ int fg_gpt_layer_window(const fg_gpt_config *c, int l);
 /* 1 when c's architecture is GPT-2's: every option at zero, or at a value that means the same
  * (n_kv_head = n_head, mlp_hidden = 4C, a window pattern of only L). */
 int fg_gpt_is_gpt2(const fg_gpt_config *c);
+/* One line of c's architecture into buf (n bytes, always terminated), e.g. "nanochat: rope (theta
+ * 10000), rmsnorm-free (eps 1e-06) after the embedding too, qk-norm, relu2 (hidden 512), 2 kv heads,
+ * no biases, untied head, logit softcap 15, windows SSSL"; "gpt2" for GPT-2's. */
+void fg_gpt_arch_describe(const fg_gpt_config *c, char *buf, size_t n);
 /* 1 when a and b have the same architecture (options compared after their defaults apply). */
 int fg_gpt_same_arch(const fg_gpt_config *a, const fg_gpt_config *b);
 
