@@ -145,7 +145,7 @@ enum { E_CKPT, E_DATA, E_DATA_BIN, E_ITERS, E_BATCH, E_SEED, E_THREADS, E_COUNT 
 
 int fg_cmd_eval(int argc, char **argv) {
     fg_flag f[E_COUNT] = {
-        [E_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "a flashgrad run folder (or its model.safetensors), a Hugging Face GPT-2 folder or an llm.c model file (required)"},
+        [E_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "a flashgrad run folder (or its model.safetensors), a Hugging Face folder (GPT-2, Llama, NanoChat) or an llm.c model file (required)"},
         [E_DATA] = {"--data", FG_FLAG_STR, "FILE", "a text file instead of the one the run trained on (default: that one)"},
         [E_DATA_BIN] = {"--data-bin", FG_FLAG_STR, "PATH",
                         "token files instead of the ones the run trained on (default: those; required for GPT-2 files)"},
@@ -166,7 +166,7 @@ int fg_cmd_eval(int argc, char **argv) {
     }
     if (rc) return rc;
     if (!f[E_CKPT].given) {
-        fprintf(stderr, "flashgrad eval: --ckpt PATH is required (a flashgrad run folder, a Hugging Face GPT-2 folder or an "
+        fprintf(stderr, "flashgrad eval: --ckpt PATH is required (a flashgrad run folder, a Hugging Face folder or an "
                         "llm.c model file)\n");
         return 2;
     }

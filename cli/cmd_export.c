@@ -21,7 +21,7 @@ enum { E_CKPT, E_TO, E_DTYPE, E_OVERWRITE, E_COUNT };
 int fg_cmd_export(int argc, char **argv) {
     fg_flag f[E_COUNT] = {
         [E_CKPT] = {"--ckpt", FG_FLAG_STR, "SRC",
-                    "the model: a flashgrad run folder, a Hugging Face GPT-2 folder or an llm.c .bin (required)"},
+                    "the model: a flashgrad run folder, a Hugging Face folder (GPT-2, Llama, NanoChat) or an llm.c .bin (required)"},
         [E_TO] = {"--to", FG_FLAG_STR, "FORMAT", "hf (a folder for transformers) or llmc (llm.c's model file)"},
         [E_DTYPE] = {"--llmc-dtype", FG_FLAG_STR, "DT", "llmc: float32 (version 3) or bfloat16 (version 5)",
                      .s = "float32"},

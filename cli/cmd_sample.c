@@ -121,7 +121,7 @@ static void stream_token(void *user, int j, int32_t t) {
 int fg_cmd_sample(int argc, char **argv) {
     fg_flag f[S_COUNT] = {
         [S_CKPT] = {"--ckpt", FG_FLAG_STR, "PATH",
-                    "the model: a flashgrad run folder (or its model.safetensors), a Hugging Face GPT-2 folder, or "
+                    "the model: a flashgrad run folder (or its model.safetensors), a Hugging Face folder (GPT-2, Llama, NanoChat), or "
                     "an llm.c model file (required)"},
         [S_PROMPT] = {"--prompt", FG_FLAG_STR, "TEXT", "text to continue (default: a newline, or the first token)"},
         [S_PROMPT_IDS] = {"--prompt-ids", FG_FLAG_STR, "IDS",
@@ -154,7 +154,7 @@ int fg_cmd_sample(int argc, char **argv) {
     }
     if (rc) return rc;
     if (!f[S_CKPT].given) {
-        fprintf(stderr, "flashgrad sample: --ckpt PATH is required (a flashgrad run folder, a Hugging Face GPT-2 folder "
+        fprintf(stderr, "flashgrad sample: --ckpt PATH is required (a flashgrad run folder, a Hugging Face folder "
                         "or an llm.c model file)\n");
         return 2;
     }
