@@ -8,13 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "autograd/autograd.h"
+#include "datasets/source.h"
 #include "tensor/fileio.h"
 #include "tensor/npy.h"
 #include "tests/common.h"
 #include "train/model_files.h"
+#include "train/trainer.h"
 
 TestSuite(hf_arch, .timeout = 600);
 
@@ -429,4 +432,67 @@ Test(hf_arch, exports_refuse_what_the_class_cannot_express) {
     fg_gpt_free(g);
     snprintf(out, sizeof out, "rm -rf '%s'", dir);
     if (system(out)) {}
+}
+
+/* `flashgrad eval --ckpt FOLDER --data-bin DIR` on a Llama and a NanoChat folder prints the losses
+ * this test computes itself on the trainer's evaluation batches with the model in memory. */
+Test(hf_arch, eval_takes_llama_and_nanochat_folders) {
+    char dir[256], p[700], cmd[4096], log[8192];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_hf_arch_eval_XXXXXX");
+    const int T = 16, B = 3, iters = 2; /* T: arch_model's block size, what eval takes */
+    snprintf(p, sizeof p, "%s/data", dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    uint64_t s = 99;
+    for (int split = 0; split < 2; split++) {
+        uint16_t ids[600];
+        for (int i = 0; i < 600; i++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            ids[i] = (uint16_t)(s % 40);
+        }
+        snprintf(p, sizeof p, "%s/data/%s.bin", dir, split ? "val" : "train");
+        FILE *f = fopen(p, "wb");
+        cr_assert(f && fwrite(ids, sizeof ids, 1, f) == 1);
+        fclose(f);
+    }
+    for (int a = 0; a < 2; a++) {
+        fg_gpt *g = arch_model(a ? FG_ARCH_NANOCHAT : FG_ARCH_LLAMA, 2, 21 + (uint64_t)a);
+        /* weights far from the init's scale, so that the loss depends on every one of them and on
+         * the batches (a fresh model's is about ln V whatever it reads) */
+        float *w = fg_data(g->params_flat);
+        for (int64_t i = 0; i < g->num_elements; i++) w[i] *= 25;
+        snprintf(p, sizeof p, "%s/m%d", dir, a);
+        cr_assert_eq(fg_hf_save(g, p, 0), FG_OK, "%s", fg_last_error());
+        snprintf(p, sizeof p, "%s/data", dir);
+        fg_source *src = fg_source_tokens(p, NULL, 40, T);
+        cr_assert(src, "%s", fg_last_error());
+        double ref[2] = {0, 0};
+        int32_t x[B * T], y[B * T];
+        fg_no_grad_enter();
+        for (int split = 0; split < 2; split++)
+            for (int i = 0; i < iters; i++) {
+                cr_assert_eq(fg_source_batch(src, split ? FG_SPLIT_VAL : FG_SPLIT_TRAIN, B, T, fg_trainer_eval_seed(7),
+                                             (uint64_t)i, x, y),
+                             FG_OK, "%s", fg_last_error());
+                fg_tensor *l = fg_gpt_loss(g, x, y, B, T, NULL);
+                cr_assert(l, "%s", fg_last_error());
+                ref[split] += fg_get(l, 0) / iters;
+                fg_release(l);
+            }
+        fg_no_grad_exit();
+        fg_source_free(src);
+        fg_gpt_free(g);
+        snprintf(cmd, sizeof cmd, "%s eval --ckpt %s/m%d --data-bin %s/data --batch-size %d --eval-iters %d --seed 7 2>&1",
+                 fgt_bin(), dir, a, dir, B, iters);
+        int st = fgt_run_cmd(cmd, log, sizeof log);
+        cr_assert_eq(st, 0, "eval exited %d:\n%s", st, log);
+        const char *at = strstr(log, "step 0: train loss ");
+        double tl = 0, vl = 0;
+        cr_assert(at && sscanf(at, "step 0: train loss %lf, val loss %lf", &tl, &vl) == 2, "%s", log);
+        cr_expect(fabs(tl - ref[0]) < 6e-5 && fabs(vl - ref[1]) < 6e-5, "%s: eval %.5f %.5f, reference %.5f %.5f",
+                  a ? "nanochat" : "llama", tl, vl, ref[0], ref[1]);
+        cr_expect(fabs(ref[0] - 3.6888794541139363) > 0.05, "%s: the loss %.5f is a fresh model's (ln 40)",
+                  a ? "nanochat" : "llama", ref[0]);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
 }
