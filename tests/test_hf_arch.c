@@ -175,10 +175,11 @@ Test(hf_arch, llama_and_nanochat_fine_tune_with_init_from_and_export_back, .time
     cr_assert_eq(fg_npy_save_raw(p, FG_F64, 2, (int64_t[]){1, T}, xd), FG_OK, "%s", fg_last_error());
     const char *kinds[] = {"llama", "nanochat"};
     for (int k = 0; k < 2; k++) {
-        snprintf(cmd, sizeof cmd,
-                 "%s train --init-from %s/%s_start --data %s --byte --block-size 32 --batch-size 8 --steps 50 --lr 1e-3 "
-                 "--warmup 5 --eval-every 50 --eval-iters 4 --samples 0 --out %s/%s_run 2>&1",
-                 fgt_bin(), dir, kinds[k], SHAKESPEARE, dir, kinds[k]);
+        snprintf(
+            cmd, sizeof cmd,
+            "%s train --init-from %s/%s_start --data %s --byte --block-size 32 --batch-size 8 --steps 50 --lr 1e-3 "
+            "--warmup 5 --eval-every 50 --eval-iters 4 --samples 0 --out %s/%s_run 2>&1",
+            fgt_bin(), dir, kinds[k], SHAKESPEARE, dir, kinds[k]);
         st = fgt_run_cmd(cmd, log, sizeof log);
         cr_assert_eq(st, 0, "%s: train exited %d:\n%s", kinds[k], st, log);
         cr_expect(strstr(log, "init from"), "%s", log);
@@ -264,9 +265,10 @@ static void fixture_logits(const char *name, fg_gpt_arch arch) {
         for (int t = 0; t < T; t++)
             for (int v = 0; v < VV; v++) {
                 const double got = fg_get(lg, (int64_t)t * VV + v);
-                cr_assert(fabs(got - want[t][v]) <= tol,
-                          "%s, %s model: logit (position %d, token %d) is %.9g, transformers' %.9g (|diff| %.3g > %.3g)",
-                          name, pass ? "float64" : "float32", t, v, got, want[t][v], fabs(got - want[t][v]), tol);
+                cr_assert(
+                    fabs(got - want[t][v]) <= tol,
+                    "%s, %s model: logit (position %d, token %d) is %.9g, transformers' %.9g (|diff| %.3g > %.3g)",
+                    name, pass ? "float64" : "float32", t, v, got, want[t][v], fabs(got - want[t][v]), tol);
             }
         fg_release(lg);
     }
@@ -275,9 +277,7 @@ static void fixture_logits(const char *name, fg_gpt_arch arch) {
     fg_model_file_free(m);
 }
 
-Test(hf_arch, llama_fixture_logits_match_transformers_without_python) {
-    fixture_logits("tiny_llama", FG_ARCH_LLAMA);
-}
+Test(hf_arch, llama_fixture_logits_match_transformers_without_python) { fixture_logits("tiny_llama", FG_ARCH_LLAMA); }
 
 Test(hf_arch, nanochat_fixture_logits_match_transformers_without_python) {
     fixture_logits("tiny_nanochat", FG_ARCH_NANOCHAT);
@@ -310,8 +310,8 @@ Test(hf_arch, folders_round_trip_without_python) {
             cr_expect_eq(r->logit_softcap, c.logit_softcap);
             cr_expect_eq(fg_gpt_hidden(r), 48);
             cr_assert_eq(m->model->num_elements, g->num_elements);
-            cr_expect_eq(memcmp(fg_data(m->model->params_flat), fg_data(g->params_flat), (size_t)g->num_elements * 4), 0,
-                         "%s: the weights changed on the way through the folder", fg_gpt_arch_name(c.arch));
+            cr_expect_eq(memcmp(fg_data(m->model->params_flat), fg_data(g->params_flat), (size_t)g->num_elements * 4),
+                         0, "%s: the weights changed on the way through the folder", fg_gpt_arch_name(c.arch));
             fg_model_file_free(m);
             fg_gpt_free(g);
         }
@@ -328,16 +328,20 @@ Test(hf_arch, unsupported_config_keys_are_refused_by_name) {
         const char *from, *to, *expect;
     } bad[] = {
         {FG_ARCH_LLAMA, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act"},
-        {FG_ARCH_LLAMA, "\"rope_type\": \"default\"", "\"rope_type\": \"linear\", \"factor\": 2.0", "rope_parameters.rope_type"},
-        {FG_ARCH_LLAMA, "\"rope_type\": \"default\"", "\"rope_type\": \"default\", \"factor\": 2.0", "rope_parameters.factor"},
-        {FG_ARCH_LLAMA, "\"model_type\"", "\"rope_scaling\": {\"rope_type\": \"yarn\"}, \"model_type\"", "rope_scaling"},
+        {FG_ARCH_LLAMA, "\"rope_type\": \"default\"", "\"rope_type\": \"linear\", \"factor\": 2.0",
+         "rope_parameters.rope_type"},
+        {FG_ARCH_LLAMA, "\"rope_type\": \"default\"", "\"rope_type\": \"default\", \"factor\": 2.0",
+         "rope_parameters.factor"},
+        {FG_ARCH_LLAMA, "\"model_type\"", "\"rope_scaling\": {\"rope_type\": \"yarn\"}, \"model_type\"",
+         "rope_scaling"},
         {FG_ARCH_LLAMA, "\"model_type\"", "\"num_local_experts\": 8, \"model_type\"", "num_local_experts"},
         {FG_ARCH_LLAMA, "\"model_type\"", "\"num_experts_per_tok\": 2, \"model_type\"", "num_experts_per_tok"},
         {FG_ARCH_LLAMA, "\"model_type\"", "\"sliding_window\": 4, \"model_type\"", "sliding_window"},
         {FG_ARCH_LLAMA, "\"model_type\"", "\"rope_interleaved\": true, \"model_type\"", "rope_interleaved"},
         {FG_ARCH_LLAMA, "\"model_type\"", "\"pretraining_tp\": 2, \"model_type\"", "pretraining_tp"},
         {FG_ARCH_LLAMA, "\"model_type\"", "\"quantization_config\": {}, \"model_type\"", "quantization_config"},
-        {FG_ARCH_LLAMA, "\"model_type\"", "\"layer_types\": [\"sliding_attention\", \"full_attention\"], \"model_type\"", "layer_types"},
+        {FG_ARCH_LLAMA, "\"model_type\"",
+         "\"layer_types\": [\"sliding_attention\", \"full_attention\"], \"model_type\"", "layer_types"},
         {FG_ARCH_LLAMA, "\"head_dim\": 8", "\"head_dim\": 16", "head_dim"},
         {FG_ARCH_LLAMA, "\"attention_bias\": false", "\"attention_bias\": true", "attention_bias"},
         {FG_ARCH_LLAMA, "\"mlp_bias\": false", "\"mlp_bias\": true", "mlp_bias"},
@@ -345,12 +349,14 @@ Test(hf_arch, unsupported_config_keys_are_refused_by_name) {
         {FG_ARCH_LLAMA, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 2.5", "num_key_value_heads"},
         {FG_ARCH_LLAMA, "\"rms_norm_eps\": ", "\"rms_norm_eps\": -", "rms_norm_eps"},
         {FG_ARCH_LLAMA, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": 0", "tie_word_embeddings"},
-        {FG_ARCH_LLAMA, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true", "lm_head.weight differs from model.embed_tokens.weight"},
+        {FG_ARCH_LLAMA, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
+         "lm_head.weight differs from model.embed_tokens.weight"},
         {FG_ARCH_LLAMA, "\"model_type\": \"llama\"", "\"model_type\": \"mistral\"", "model_type"},
         {FG_ARCH_LLAMA, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3", "missing tensor"},
         {FG_ARCH_NANOCHAT, "\"attention_bias\": false", "\"attention_bias\": true", "attention_bias"},
         {FG_ARCH_NANOCHAT, "\"hidden_act\": \"relu2\"", "\"hidden_act\": \"silu\"", "hidden_act"},
-        {FG_ARCH_NANOCHAT, "\"final_logit_softcapping\": 15.0", "\"final_logit_softcapping\": \"15\"", "final_logit_softcapping"},
+        {FG_ARCH_NANOCHAT, "\"final_logit_softcapping\": 15.0", "\"final_logit_softcapping\": \"15\"",
+         "final_logit_softcapping"},
         {FG_ARCH_NANOCHAT, "\"final_logit_softcapping\": 15.0", "\"final_logit_softcapping\": null", "differs"},
     };
     for (int a = 0; a < 2; a++) {
@@ -394,8 +400,8 @@ Test(hf_arch, exports_refuse_what_the_class_cannot_express) {
         const char *option, *expect;
     } bad[] = {
         {FG_ARCH_LLAMA, "softcap", "logit_softcap"}, {FG_ARCH_LLAMA, "qk_norm", "qk_norm"},
-        {FG_ARCH_LLAMA, "window", "window"},          {FG_ARCH_NANOCHAT, "window", "window"},
-        {FG_ARCH_NANOCHAT, "bias", "biases"},         {FG_ARCH_GPT2, "rope", "pos rope"},
+        {FG_ARCH_LLAMA, "window", "window"},         {FG_ARCH_NANOCHAT, "window", "window"},
+        {FG_ARCH_NANOCHAT, "bias", "biases"},        {FG_ARCH_GPT2, "rope", "pos rope"},
         {FG_ARCH_GPT2, "kv", "n_kv_head"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -481,8 +487,9 @@ Test(hf_arch, eval_takes_llama_and_nanochat_folders) {
         fg_no_grad_exit();
         fg_source_free(src);
         fg_gpt_free(g);
-        snprintf(cmd, sizeof cmd, "%s eval --ckpt %s/m%d --data-bin %s/data --batch-size %d --eval-iters %d --seed 7 2>&1",
-                 fgt_bin(), dir, a, dir, B, iters);
+        snprintf(cmd, sizeof cmd,
+                 "%s eval --ckpt %s/m%d --data-bin %s/data --batch-size %d --eval-iters %d --seed 7 2>&1", fgt_bin(),
+                 dir, a, dir, B, iters);
         int st = fgt_run_cmd(cmd, log, sizeof log);
         cr_assert_eq(st, 0, "eval exited %d:\n%s", st, log);
         const char *at = strstr(log, "step 0: train loss ");

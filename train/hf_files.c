@@ -43,10 +43,10 @@ struct hf_arch {
     char *(*config_json)(const hf_arch *a, const fg_gpt *g);
     /* 1 for the kinds stored (in, out), Conv1D's layout; NULL: none */
     int (*transposed)(fg_gpt_kind k);
-    const char *short_prefix;     /* a prefix of every name that files may leave out, or NULL */
-    const char *const *skipped;   /* name suffixes of stored buffers that carry no parameter */
+    const char *short_prefix;   /* a prefix of every name that files may leave out, or NULL */
+    const char *const *skipped; /* name suffixes of stored buffers that carry no parameter */
     /* the rotary families' settings (rope_read_config, rope_cannot, rope_config_json) */
-    const char *hidden_act;   /* the only activation the class computes as flashgrad does */
+    const char *hidden_act; /* the only activation the class computes as flashgrad does */
     fg_gpt_norm norm;
     int emb_norm, qk_norm;
     fg_gpt_mlp mlp;
@@ -64,21 +64,46 @@ static int gpt2_transposed(fg_gpt_kind k) {
 
 /* The keys that matter, as text ("" = absent). Strings keep a leading '"'. */
 enum {
-    HK_MODEL_TYPE, HK_N_LAYER, HK_N_HEAD, HK_N_EMBD, HK_N_POS, HK_N_CTX, HK_VOCAB, HK_N_INNER, HK_ACT, HK_EPS,
-    HK_TIE, HK_SCALE, HK_SCALE_LAYER, HK_REORDER, HK_ADD_CROSS, HK_COUNT
+    HK_MODEL_TYPE,
+    HK_N_LAYER,
+    HK_N_HEAD,
+    HK_N_EMBD,
+    HK_N_POS,
+    HK_N_CTX,
+    HK_VOCAB,
+    HK_N_INNER,
+    HK_ACT,
+    HK_EPS,
+    HK_TIE,
+    HK_SCALE,
+    HK_SCALE_LAYER,
+    HK_REORDER,
+    HK_ADD_CROSS,
+    HK_COUNT
 };
-static const char *const hf_keys[HK_COUNT] = {
-    "model_type", "n_layer", "n_head", "n_embd", "n_positions", "n_ctx", "vocab_size", "n_inner",
-    "activation_function", "layer_norm_epsilon", "tie_word_embeddings", "scale_attn_weights",
-    "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"};
+static const char *const hf_keys[HK_COUNT] = {"model_type",
+                                              "n_layer",
+                                              "n_head",
+                                              "n_embd",
+                                              "n_positions",
+                                              "n_ctx",
+                                              "vocab_size",
+                                              "n_inner",
+                                              "activation_function",
+                                              "layer_norm_epsilon",
+                                              "tie_word_embeddings",
+                                              "scale_attn_weights",
+                                              "scale_attn_by_inverse_layer_idx",
+                                              "reorder_and_upcast_attn",
+                                              "add_cross_attention"};
 
 static fg_status hf_int(const char *file, const char *v, const char *key, int lo, int hi, int *out) {
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (!*v || *end || errno || x < lo || x > hi)
-        return fg_error(FG_ERR_FORMAT, "%s: \"%s\" is %s, not an integer in %d..%d", file, key, *v ? v : "missing",
-                        lo, hi);
+        return fg_error(FG_ERR_FORMAT, "%s: \"%s\" is %s, not an integer in %d..%d", file, key, *v ? v : "missing", lo,
+                        hi);
     *out = (int)x;
     return FG_OK;
 }
@@ -89,12 +114,19 @@ static void hf_value_text(const fg_json *v, char *out, size_t cap) {
     out[0] = '\0';
     if (!v) return;
     switch (v->kind) {
-    case FG_JSON_STRING: snprintf(out, cap, "\"%s", v->str); break;
-    case FG_JSON_NUMBER: snprintf(out, cap, "%s", v->str); break;
+    case FG_JSON_STRING:
+        snprintf(out, cap, "\"%s", v->str);
+        break;
+    case FG_JSON_NUMBER:
+        snprintf(out, cap, "%s", v->str);
+        break;
     case FG_JSON_TRUE:
     case FG_JSON_FALSE:
-    case FG_JSON_NULL: snprintf(out, cap, "%s", fg_json_kind_name(v->kind)); break;
-    default: break;
+    case FG_JSON_NULL:
+        snprintf(out, cap, "%s", fg_json_kind_name(v->kind));
+        break;
+    default:
+        break;
     }
 }
 
@@ -222,9 +254,12 @@ static char *gpt2_config_json(const hf_arch *a, const fg_gpt *g) {
 /* A key's value for a message: the number or string as written, true/false/null, "an object" ... */
 static const char *hf_shown(const fg_json *v, char *buf, size_t cap) {
     if (!v) return "missing";
-    if (v->kind == FG_JSON_STRING) snprintf(buf, cap, "\"%.200s\"", v->str);
-    else if (v->kind == FG_JSON_NUMBER) snprintf(buf, cap, "%.200s", v->str);
-    else snprintf(buf, cap, "%s", fg_json_kind_name(v->kind));
+    if (v->kind == FG_JSON_STRING)
+        snprintf(buf, cap, "\"%.200s\"", v->str);
+    else if (v->kind == FG_JSON_NUMBER)
+        snprintf(buf, cap, "%.200s", v->str);
+    else
+        snprintf(buf, cap, "%s", fg_json_kind_name(v->kind));
     return buf;
 }
 
@@ -249,9 +284,12 @@ static fg_status rope_int(const char *file, const hf_arch *a, const fg_json *roo
 static fg_status rope_bool(const char *file, const fg_json *root, const char *key, int dflt, int *out) {
     const fg_json *v = fg_json_get(root, key);
     char b[256];
-    if (!v || v->kind == FG_JSON_NULL) *out = dflt;
-    else if (v->kind == FG_JSON_TRUE || v->kind == FG_JSON_FALSE) *out = v->kind == FG_JSON_TRUE;
-    else return fg_error(FG_ERR_FORMAT, "%s: \"%s\" is %s, not true or false", file, key, hf_shown(v, b, sizeof b));
+    if (!v || v->kind == FG_JSON_NULL)
+        *out = dflt;
+    else if (v->kind == FG_JSON_TRUE || v->kind == FG_JSON_FALSE)
+        *out = v->kind == FG_JSON_TRUE;
+    else
+        return fg_error(FG_ERR_FORMAT, "%s: \"%s\" is %s, not true or false", file, key, hf_shown(v, b, sizeof b));
     return FG_OK;
 }
 
@@ -334,8 +372,9 @@ static fg_status rope_read_config(const hf_arch *a, const char *file, const fg_j
     int hd = 0;
     if ((st = rope_int(file, a, root, "head_dim", 1, FG_GPT_MAX_EMBD, mc->n_embd / heads, &hd))) return st;
     if (hd != mc->n_embd / heads)
-        return fg_error(FG_ERR_FORMAT, "%s: head_dim %d: flashgrad's heads are hidden_size / num_attention_heads = %d wide",
-                        file, hd, mc->n_embd / heads);
+        return fg_error(FG_ERR_FORMAT,
+                        "%s: head_dim %d: flashgrad's heads are hidden_size / num_attention_heads = %d wide", file, hd,
+                        mc->n_embd / heads);
     const fg_json *act = fg_json_get(root, "hidden_act");
     if (act && act->kind != FG_JSON_NULL && !fg_json_is(act, a->hidden_act))
         return fg_error(FG_ERR_FORMAT, "%s: hidden_act %s: flashgrad's %s MLP uses \"%s\"", file,
@@ -349,8 +388,10 @@ static fg_status rope_read_config(const hf_arch *a, const char *file, const fg_j
             if (!strcmp(e->key, "rope_theta")) continue;
             if (!strcmp(e->key, "rope_type") && fg_json_is(e, "default")) continue;
             if (!strcmp(e->key, "partial_rotary_factor") && rope_is_plain(e, "1")) continue;
-            return fg_error(FG_ERR_FORMAT, "%s: rope_parameters.%s is %s: flashgrad computes plain RoPE (rope_type "
-                            "\"default\") only", file, e->key, hf_shown(e, b, sizeof b));
+            return fg_error(FG_ERR_FORMAT,
+                            "%s: rope_parameters.%s is %s: flashgrad computes plain RoPE (rope_type "
+                            "\"default\") only",
+                            file, e->key, hf_shown(e, b, sizeof b));
         }
         if ((st = rope_double(file, rp, "rope_theta", 1e300, 10000.0, &mc->rope_theta))) return st;
     } else if (rp && rp->kind != FG_JSON_NULL) {
@@ -369,8 +410,10 @@ static fg_status rope_read_config(const hf_arch *a, const char *file, const fg_j
         int ok = lt->kind == FG_JSON_ARRAY;
         for (uint32_t i = 0; ok && i < lt->len; i++) ok = fg_json_is(&lt->items[i], "full_attention");
         if (!ok)
-            return fg_error(FG_ERR_FORMAT, "%s: layer_types: flashgrad reads models whose layers are all "
-                            "\"full_attention\"", file);
+            return fg_error(FG_ERR_FORMAT,
+                            "%s: layer_types: flashgrad reads models whose layers are all "
+                            "\"full_attention\"",
+                            file);
     }
     int tie = 0, abias = 0, mbias = 0;
     if ((st = rope_bool(file, root, "tie_word_embeddings", 0, &tie)) ||
@@ -382,15 +425,18 @@ static fg_status rope_read_config(const hf_arch *a, const char *file, const fg_j
             return fg_error(FG_ERR_FORMAT, "%s: attention_bias %s with %s %s: flashgrad's biases are all on or all off",
                             file, abias ? "true" : "false", a->mlp_bias_key, mbias ? "true" : "false");
     } else if (abias) {
-        return fg_error(FG_ERR_FORMAT, "%s: attention_bias is true: %s has no biases in its MLP, and flashgrad's "
-                        "biases are all on or all off", file, a->class_name);
+        return fg_error(FG_ERR_FORMAT,
+                        "%s: attention_bias is true: %s has no biases in its MLP, and flashgrad's "
+                        "biases are all on or all off",
+                        file, a->class_name);
     }
     mc->no_bias = !abias;
     mc->untie_head = !tie;
     mc->logit_softcap = 0;
     if (a->softcap_key) {
         const fg_json *v = fg_json_get(root, a->softcap_key);
-        if (!v) mc->logit_softcap = a->softcap_default;
+        if (!v)
+            mc->logit_softcap = a->softcap_default;
         else if (v->kind != FG_JSON_NULL &&
                  (!fg_json_double(v, &mc->logit_softcap) || !(mc->logit_softcap > 0) || !(mc->logit_softcap < 1e30)))
             return fg_error(FG_ERR_FORMAT, "%s: %s is %s, not a positive number or null", file, a->softcap_key,
@@ -415,15 +461,24 @@ static void json_double(char *out, size_t cap, double x) {
 static const char *rope_cannot(const hf_arch *a, const fg_gpt_config *c, char *why, size_t cap) {
     int windows = 0;
     for (int l = 0; l < c->n_layer; l++) windows |= fg_gpt_layer_window(c, l) != 0;
-    if (c->pos != FG_POS_ROPE) snprintf(why, cap, "pos %s", fg_gpt_pos_name(c->pos));
-    else if (c->norm != a->norm) snprintf(why, cap, "norm %s", fg_gpt_norm_name(c->norm));
-    else if (c->emb_norm != a->emb_norm) snprintf(why, cap, "emb_norm %d", c->emb_norm);
-    else if (c->qk_norm != a->qk_norm) snprintf(why, cap, "qk_norm %d", c->qk_norm);
-    else if (c->mlp != a->mlp) snprintf(why, cap, "mlp %s", fg_gpt_mlp_name(c->mlp));
-    else if (!a->mlp_bias_key && !c->no_bias) snprintf(why, cap, "biases (no_bias 0)");
-    else if (!a->softcap_key && c->logit_softcap > 0) snprintf(why, cap, "logit_softcap %g", c->logit_softcap);
-    else if (windows) snprintf(why, cap, "window %s", c->window);
-    else return NULL;
+    if (c->pos != FG_POS_ROPE)
+        snprintf(why, cap, "pos %s", fg_gpt_pos_name(c->pos));
+    else if (c->norm != a->norm)
+        snprintf(why, cap, "norm %s", fg_gpt_norm_name(c->norm));
+    else if (c->emb_norm != a->emb_norm)
+        snprintf(why, cap, "emb_norm %d", c->emb_norm);
+    else if (c->qk_norm != a->qk_norm)
+        snprintf(why, cap, "qk_norm %d", c->qk_norm);
+    else if (c->mlp != a->mlp)
+        snprintf(why, cap, "mlp %s", fg_gpt_mlp_name(c->mlp));
+    else if (!a->mlp_bias_key && !c->no_bias)
+        snprintf(why, cap, "biases (no_bias 0)");
+    else if (!a->softcap_key && c->logit_softcap > 0)
+        snprintf(why, cap, "logit_softcap %g", c->logit_softcap);
+    else if (windows)
+        snprintf(why, cap, "window %s", c->window);
+    else
+        return NULL;
     return why;
 }
 
@@ -481,16 +536,40 @@ static const char *const gpt2_skipped[] = {".attn.bias", ".attn.masked_bias", NU
 static const char *const rope_skipped[] = {".rotary_emb.inv_freq", NULL};            /* older Llama files */
 
 static const hf_arch hf_archs[] = {
-    {.model_type = "gpt2", .class_name = "GPT2LMHeadModel", .arch = FG_ARCH_GPT2, .read_config = gpt2_read_config,
-     .cannot = gpt2_cannot, .config_json = gpt2_config_json, .transposed = gpt2_transposed,
-     .short_prefix = "transformer.", .skipped = gpt2_skipped},
-    {.model_type = "llama", .class_name = "LlamaForCausalLM", .arch = FG_ARCH_LLAMA, .read_config = rope_read_config,
-     .cannot = rope_cannot, .config_json = rope_config_json, .skipped = rope_skipped, .hidden_act = "silu",
-     .norm = FG_NORM_RMSNORM, .mlp = FG_MLP_SWIGLU, .mlp_bias_key = "mlp_bias"},
-    {.model_type = "nanochat", .class_name = "NanoChatForCausalLM", .arch = FG_ARCH_NANOCHAT,
-     .read_config = rope_read_config, .cannot = rope_cannot, .config_json = rope_config_json, .skipped = rope_skipped,
-     .hidden_act = "relu2", .norm = FG_NORM_RMSNORM_FREE, .emb_norm = 1, .qk_norm = 1, .mlp = FG_MLP_RELU2,
-     .softcap_key = "final_logit_softcapping", .softcap_default = 15.0},
+    {.model_type = "gpt2",
+     .class_name = "GPT2LMHeadModel",
+     .arch = FG_ARCH_GPT2,
+     .read_config = gpt2_read_config,
+     .cannot = gpt2_cannot,
+     .config_json = gpt2_config_json,
+     .transposed = gpt2_transposed,
+     .short_prefix = "transformer.",
+     .skipped = gpt2_skipped},
+    {.model_type = "llama",
+     .class_name = "LlamaForCausalLM",
+     .arch = FG_ARCH_LLAMA,
+     .read_config = rope_read_config,
+     .cannot = rope_cannot,
+     .config_json = rope_config_json,
+     .skipped = rope_skipped,
+     .hidden_act = "silu",
+     .norm = FG_NORM_RMSNORM,
+     .mlp = FG_MLP_SWIGLU,
+     .mlp_bias_key = "mlp_bias"},
+    {.model_type = "nanochat",
+     .class_name = "NanoChatForCausalLM",
+     .arch = FG_ARCH_NANOCHAT,
+     .read_config = rope_read_config,
+     .cannot = rope_cannot,
+     .config_json = rope_config_json,
+     .skipped = rope_skipped,
+     .hidden_act = "relu2",
+     .norm = FG_NORM_RMSNORM_FREE,
+     .emb_norm = 1,
+     .qk_norm = 1,
+     .mlp = FG_MLP_RELU2,
+     .softcap_key = "final_logit_softcapping",
+     .softcap_default = 15.0},
 };
 #define HF_N_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
 
@@ -507,7 +586,8 @@ static fg_status hf_read_config(const char *file, const hf_arch **row, fg_gpt_co
         char b[256];
         st = fg_error(FG_ERR_FORMAT,
                       "%s: model_type is %s, and flashgrad loads GPT-2 (\"gpt2\"), Llama (\"llama\") and NanoChat "
-                      "(\"nanochat\") models", file, mt && mt->kind == FG_JSON_STRING ? mt->str : hf_shown(mt, b, sizeof b));
+                      "(\"nanochat\") models",
+                      file, mt && mt->kind == FG_JSON_STRING ? mt->str : hf_shown(mt, b, sizeof b));
     } else {
         st = (*row)->read_config(*row, file, root, mc);
     }
@@ -525,7 +605,8 @@ static const hf_arch *hf_arch_for(fg_gpt_arch arch) {
 /* The shard file names of model.safetensors.index.json (its "weight_map" values, each once), into
  * names[0..*n). */
 static fg_status hf_read_index(const char *file, char (*names)[256], int *n) {
-    static const char what[] = "a safetensors index (a JSON object whose \"weight_map\" names each tensor's file in this folder)";
+    static const char what[] =
+        "a safetensors index (a JSON object whose \"weight_map\" names each tensor's file in this folder)";
     *n = 0;
     fg_json_doc *doc = hf_read_json(file, 64u << 20, what);
     if (!doc) return fg_last_status();
@@ -573,7 +654,9 @@ static float f16_to_f32(uint16_t h) {
 static fg_status array_to_f32(const char *file, const fg_st_array *a, float *dst, int64_t n) {
     const unsigned char *s = a->data;
     switch (a->dtype) {
-    case FG_ST_F32: memcpy(dst, s, (size_t)n * 4); break;
+    case FG_ST_F32:
+        memcpy(dst, s, (size_t)n * 4);
+        break;
     case FG_ST_F16:
     case FG_ST_BF16:
         for (int64_t i = 0; i < n; i++) {
@@ -683,15 +766,14 @@ static fg_gpt *hf_build(hf_files *h, const hf_arch *r, const fg_gpt_config *mc, 
             for (int d = 0; d < a->ndim; d++)
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)a->shape[d]);
             if (p->ndim == 2)
-                fg_error(FG_ERR_FORMAT, "%s: tensor '%s' has shape %s), config.json implies (%lld, %lld)", label,
-                         name, got, (long long)want[0], (long long)want[1]);
+                fg_error(FG_ERR_FORMAT, "%s: tensor '%s' has shape %s), config.json implies (%lld, %lld)", label, name,
+                         got, (long long)want[0], (long long)want[1]);
             else
                 fg_error(FG_ERR_FORMAT, "%s: tensor '%s' has shape %s), config.json implies (%lld)", label, name, got,
                          (long long)want[0]);
             goto fail;
         }
-        if (array_to_f32(h->path[fi], a, tr ? tmp : flat + p->offset, p->numel) != FG_OK)
-            goto fail;
+        if (array_to_f32(h->path[fi], a, tr ? tmp : flat + p->offset, p->numel) != FG_OK) goto fail;
         if (tr) {
             /* HF (in, out) = want (rows r = in, cols c = out) -> ours (out, in) */
             const int64_t R = want[0], Cc = want[1];
@@ -730,8 +812,8 @@ static fg_gpt *hf_build(hf_files *h, const hf_arch *r, const fg_gpt_config *mc, 
         }
     for (int64_t i = 0; i < g->num_elements; i++)
         if (!isfinite(flat[i])) {
-            fg_error(FG_ERR_FORMAT, "%s: a weight is not finite (%g, element %lld of the model)", label, (double)flat[i],
-                     (long long)i);
+            fg_error(FG_ERR_FORMAT, "%s: a weight is not finite (%g, element %lld of the model)", label,
+                     (double)flat[i], (long long)i);
             goto fail;
         }
     memcpy(fg_data(g->params_flat), flat, (size_t)g->num_elements * sizeof *flat);
@@ -828,12 +910,14 @@ fg_model_file *fg__hf_load(const char *dir, const char *file) {
     if (access(a, F_OK) != 0 && access(b, F_OK) != 0) return m;
     fg_tokenizer *t = fg_tokenizer_bpe_load(dir, NULL);
     if (t && fg_tokenizer_vocab_size(t) > m->model->cfg.vocab_size) {
-        fg_error(FG_ERR_FORMAT, "its %d tokens are more than the model's %d ids", fg_tokenizer_vocab_size(t), m->model->cfg.vocab_size);
+        fg_error(FG_ERR_FORMAT, "its %d tokens are more than the model's %d ids", fg_tokenizer_vocab_size(t),
+                 m->model->cfg.vocab_size);
         fg_tokenizer_free(t);
         t = NULL;
     }
     if (!t) {
-        snprintf(m->tokenizer_note, sizeof m->tokenizer_note, "the tokenizer files in '%.400s' are not used: %.500s", dir, fg_last_error());
+        snprintf(m->tokenizer_note, sizeof m->tokenizer_note, "the tokenizer files in '%.400s' are not used: %.500s",
+                 dir, fg_last_error());
         fg_clear_error();
         return m;
     }
@@ -841,16 +925,21 @@ fg_model_file *fg__hf_load(const char *dir, const char *file) {
     return m;
 }
 
-fg_status fg_hf_save(const fg_gpt *g, const char *out_dir, int overwrite) { return fg_hf_save_with(g, NULL, out_dir, overwrite); }
+fg_status fg_hf_save(const fg_gpt *g, const char *out_dir, int overwrite) {
+    return fg_hf_save_with(g, NULL, out_dir, overwrite);
+}
 
 /* A BPE tokenizer's files into the folder dir, under the names Hugging Face (and tiktoken) give them. */
 static fg_status write_tokenizer_files(const fg_tokenizer *tok, const char *dir) {
     const fg_bpe_files *f = fg_tokenizer_bpe_files(tok);
     if (!f) return FG_OK; /* a character or byte tokenizer: Hugging Face has no file for it */
     char name[2][64];
-    if (f->kind == FG_BPE_JSON) snprintf(name[0], sizeof name[0], "tokenizer.json");
-    else if (f->kind == FG_BPE_TIKTOKEN) snprintf(name[0], sizeof name[0], "%s.tiktoken", f->encoding);
-    else snprintf(name[0], sizeof name[0], "vocab.json"), snprintf(name[1], sizeof name[1], "merges.txt");
+    if (f->kind == FG_BPE_JSON)
+        snprintf(name[0], sizeof name[0], "tokenizer.json");
+    else if (f->kind == FG_BPE_TIKTOKEN)
+        snprintf(name[0], sizeof name[0], "%s.tiktoken", f->encoding);
+    else
+        snprintf(name[0], sizeof name[0], "vocab.json"), snprintf(name[1], sizeof name[1], "merges.txt");
     for (int i = 0; i < (f->kind == FG_BPE_VOCAB_MERGES ? 2 : 1); i++) {
         char p[4096 + 128];
         snprintf(p, sizeof p, "%s/%s", dir, name[i]);
@@ -867,7 +956,9 @@ fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *
     for (size_t L = strlen(out); L > 1 && out[L - 1] == '/'; L--) out[L - 1] = '\0';
     const hf_arch *r = hf_arch_for(g->cfg.arch);
     char why[256];
-    if (!r) return fg_error(FG_ERR_ARG, "export --to hf: no Hugging Face class for a %s model", fg_gpt_arch_name(g->cfg.arch));
+    if (!r)
+        return fg_error(FG_ERR_ARG, "export --to hf: no Hugging Face class for a %s model",
+                        fg_gpt_arch_name(g->cfg.arch));
     if (r->cannot(r, &g->cfg, why, sizeof why))
         return fg_error(FG_ERR_ARG, "export --to hf: %s has no %s in transformers' %s; not exported",
                         fg_gpt_arch_name(g->cfg.arch), why, r->class_name);

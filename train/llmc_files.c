@@ -46,8 +46,8 @@ fg_model_file *fg__llmc_load(const char *path) {
         goto fail;
     }
     const int T = hd[2], V = hd[3], L = hd[4], H = hd[5], C = hd[6], Vp = hd[7];
-    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > FG_GPT_MAX_VOCAB ||
-        Vp > FG_GPT_MAX_VOCAB || L > FG_GPT_MAX_LAYER || C > FG_GPT_MAX_EMBD || T > FG_GPT_MAX_BLOCK) {
+    if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || V > FG_GPT_MAX_VOCAB || Vp > FG_GPT_MAX_VOCAB ||
+        L > FG_GPT_MAX_LAYER || C > FG_GPT_MAX_EMBD || T > FG_GPT_MAX_BLOCK) {
         fg_error(FG_ERR_FORMAT,
                  "%s: implausible llm.c header (maxT %d, V %d, L %d, H %d, C %d, Vp %d: each positive, H divides C, "
                  "V <= Vp)",
@@ -69,7 +69,8 @@ fg_model_file *fg__llmc_load(const char *path) {
                  "%s: %zu bytes of parameters, but its header (V %d padded to %d, maxT %d, L %d, C %d, %s) needs "
                  "%llu: %s",
                  path, n - sizeof hd, V, Vp, T, L, C, es == 4 ? "float32" : "bfloat16",
-                 (unsigned long long)(total * es), (uint64_t)(n - sizeof hd) < total * es ? "truncated" : "extra bytes");
+                 (unsigned long long)(total * es),
+                 (uint64_t)(n - sizeof hd) < total * es ? "truncated" : "extra bytes");
         goto fail;
     }
     if (!(g = fg_gpt_create_empty(&mc))) goto fail;
@@ -147,7 +148,8 @@ fg_status fg_llmc_save(const fg_gpt *g, const char *out_file, int version, int o
         return fg_error(FG_ERR_ARG, "export: llm.c version %d (3: float32, 5: bfloat16)", version);
     char why[256];
     if (fg__gpt2_cannot(&g->cfg, why, sizeof why))
-        return fg_error(FG_ERR_ARG, "export --to llmc: an llm.c model file holds GPT-2 models only (this one is arch %s%s%s)",
+        return fg_error(FG_ERR_ARG,
+                        "export --to llmc: an llm.c model file holds GPT-2 models only (this one is arch %s%s%s)",
                         fg_gpt_arch_name(g->cfg.arch), g->cfg.arch == FG_ARCH_GPT2 ? ", with " : "",
                         g->cfg.arch == FG_ARCH_GPT2 ? why : "");
     struct stat sb;

@@ -145,19 +145,32 @@ fg_model_file *fg_model_file_load(const char *path) {
 const char *fg__gpt2_cannot(const fg_gpt_config *c, char *why, size_t cap) {
     int windows = 0;
     for (int l = 0; l < c->n_layer; l++) windows |= fg_gpt_layer_window(c, l) != 0;
-    if (c->pos != FG_POS_LEARNED) snprintf(why, cap, "pos %s", fg_gpt_pos_name(c->pos));
-    else if (c->norm != FG_NORM_LAYERNORM) snprintf(why, cap, "norm %s", fg_gpt_norm_name(c->norm));
-    else if (fg_gpt_eps(c) != 1e-5) snprintf(why, cap, "norm_eps %g", fg_gpt_eps(c));
-    else if (c->emb_norm) snprintf(why, cap, "emb_norm 1");
-    else if (c->qk_norm) snprintf(why, cap, "qk_norm 1");
-    else if (c->mlp != FG_MLP_GELU) snprintf(why, cap, "mlp %s", fg_gpt_mlp_name(c->mlp));
-    else if (fg_gpt_hidden(c) != 4 * c->n_embd) snprintf(why, cap, "mlp_hidden %d", fg_gpt_hidden(c));
-    else if (c->no_bias) snprintf(why, cap, "no_bias 1");
-    else if (c->untie_head) snprintf(why, cap, "an untied head");
-    else if (fg_gpt_kv_heads(c) != c->n_head) snprintf(why, cap, "n_kv_head %d", fg_gpt_kv_heads(c));
-    else if (c->logit_softcap > 0) snprintf(why, cap, "logit_softcap %g", c->logit_softcap);
-    else if (windows) snprintf(why, cap, "window %s", c->window);
-    else return NULL;
+    if (c->pos != FG_POS_LEARNED)
+        snprintf(why, cap, "pos %s", fg_gpt_pos_name(c->pos));
+    else if (c->norm != FG_NORM_LAYERNORM)
+        snprintf(why, cap, "norm %s", fg_gpt_norm_name(c->norm));
+    else if (fg_gpt_eps(c) != 1e-5)
+        snprintf(why, cap, "norm_eps %g", fg_gpt_eps(c));
+    else if (c->emb_norm)
+        snprintf(why, cap, "emb_norm 1");
+    else if (c->qk_norm)
+        snprintf(why, cap, "qk_norm 1");
+    else if (c->mlp != FG_MLP_GELU)
+        snprintf(why, cap, "mlp %s", fg_gpt_mlp_name(c->mlp));
+    else if (fg_gpt_hidden(c) != 4 * c->n_embd)
+        snprintf(why, cap, "mlp_hidden %d", fg_gpt_hidden(c));
+    else if (c->no_bias)
+        snprintf(why, cap, "no_bias 1");
+    else if (c->untie_head)
+        snprintf(why, cap, "an untied head");
+    else if (fg_gpt_kv_heads(c) != c->n_head)
+        snprintf(why, cap, "n_kv_head %d", fg_gpt_kv_heads(c));
+    else if (c->logit_softcap > 0)
+        snprintf(why, cap, "logit_softcap %g", c->logit_softcap);
+    else if (windows)
+        snprintf(why, cap, "window %s", c->window);
+    else
+        return NULL;
     return why;
 }
 
@@ -172,17 +185,17 @@ fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src) {
         return fg_error(FG_ERR_ARG, "copy weights: block size %d is larger than the source's %d", a->block_size,
                         b->block_size);
     /* the same architecture: what the table does not show, then every entry by name and shape */
-    const char *diff = a->pos != b->pos                             ? "pos"
-                       : fg_gpt_theta(a) != fg_gpt_theta(b)         ? "rope_theta"
-                       : a->norm != b->norm                         ? "norm"
-                       : fg_gpt_eps(a) != fg_gpt_eps(b)             ? "norm_eps"
-                       : a->qk_norm != b->qk_norm                   ? "qk_norm"
-                       : a->emb_norm != b->emb_norm                 ? "emb_norm"
-                       : a->mlp != b->mlp                           ? "mlp"
-                       : fg_gpt_kv_heads(a) != fg_gpt_kv_heads(b)   ? "n_kv_head"
-                       : a->logit_softcap != b->logit_softcap       ? "logit_softcap"
-                       : dst->n_params != src->n_params             ? "parameters"
-                                                                    : NULL;
+    const char *diff = a->pos != b->pos                           ? "pos"
+                       : fg_gpt_theta(a) != fg_gpt_theta(b)       ? "rope_theta"
+                       : a->norm != b->norm                       ? "norm"
+                       : fg_gpt_eps(a) != fg_gpt_eps(b)           ? "norm_eps"
+                       : a->qk_norm != b->qk_norm                 ? "qk_norm"
+                       : a->emb_norm != b->emb_norm               ? "emb_norm"
+                       : a->mlp != b->mlp                         ? "mlp"
+                       : fg_gpt_kv_heads(a) != fg_gpt_kv_heads(b) ? "n_kv_head"
+                       : a->logit_softcap != b->logit_softcap     ? "logit_softcap"
+                       : dst->n_params != src->n_params           ? "parameters"
+                                                                  : NULL;
     for (int l = 0; !diff && l < a->n_layer; l++)
         if ((fg_gpt_layer_window(a, l) != 0) != (fg_gpt_layer_window(b, l) != 0)) diff = "window";
     for (int i = 0; !diff && i < dst->n_params; i++) {
@@ -229,8 +242,7 @@ fg_status fg__export_check_out(const char *out, int overwrite) {
         return fg_error(FG_ERR_IO, "%s: %s", out, strerror(errno));
     }
     if (!overwrite) return fg_error(FG_ERR_ARG, "%s already exists; pass --overwrite to replace it", out);
-    if (!S_ISDIR(sb.st_mode))
-        return fg_error(FG_ERR_ARG, "%s exists and is not a folder; not replacing it", out);
+    if (!S_ISDIR(sb.st_mode)) return fg_error(FG_ERR_ARG, "%s exists and is not a folder; not replacing it", out);
     return fg_folder_check_ours(out, FG_FOLDER_HF_EXPORT, "--overwrite");
 }
 

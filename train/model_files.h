@@ -103,7 +103,8 @@ fg_status fg_hf_save(const fg_gpt *g, const char *out_dir, int overwrite);
  * merges.txt, or <encoding>.tiktoken, as it was read); tok NULL or not a BPE: none. */
 fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite);
 /* Writes an llm.c model file: version 3 (float32) or 5 (bfloat16, rounded to nearest even); a
- * model that is not GPT-2 is refused (FG_ERR_ARG). The same rule for an existing file (replaced with overwrite only when it is an llm.c model file). */
+ * model that is not GPT-2 is refused (FG_ERR_ARG). The same rule for an existing file (replaced
+ * with overwrite only when it is an llm.c model file). */
 fg_status fg_llmc_save(const fg_gpt *g, const char *out_file, int version, int overwrite);
 
 #ifdef __cplusplus
