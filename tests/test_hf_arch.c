@@ -503,3 +503,62 @@ Test(hf_arch, eval_takes_llama_and_nanochat_folders) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}
 }
+
+/* A config.json as transformers 4 wrote SmolLM2-135M's (its keys and values; 1 layer and 64 tokens
+ * here): rope_theta beside the keys, rope_scaling null, rope_interleaved false, is_llama_config,
+ * transformers.js_config, torch_dtype bfloat16 over float32 weights. It loads as the Llama it is. */
+Test(hf_arch, a_smollm2_config_loads) {
+    char dir[256], out[512], cfg[600];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_hf_arch_smol_XXXXXX");
+    fg_gpt_config c = fg_gpt_default_config();
+    fg_gpt_arch_preset(&c, FG_ARCH_LLAMA);
+    c.n_layer = 1, c.n_head = 9, c.n_kv_head = 3, c.n_embd = 576, c.mlp_hidden = 1536, c.block_size = 64;
+    c.vocab_size = 64, c.untie_head = 0, c.rope_theta = 100000, c.norm_eps = 1e-5;
+    fg_gpt *g = fg_gpt_create(&c, 17);
+    cr_assert(g, "%s", fg_last_error());
+    snprintf(out, sizeof out, "%s/smol", dir);
+    cr_assert_eq(fg_hf_save(g, out, 0), FG_OK, "%s", fg_last_error());
+    snprintf(cfg, sizeof cfg, "%s/config.json", out);
+    write_text(cfg,
+               "{\n"
+               "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+               "  \"attention_bias\": false,\n"
+               "  \"attention_dropout\": 0.0,\n"
+               "  \"bos_token_id\": 0,\n"
+               "  \"eos_token_id\": 0,\n"
+               "  \"hidden_act\": \"silu\",\n"
+               "  \"hidden_size\": 576,\n"
+               "  \"initializer_range\": 0.041666666666666664,\n"
+               "  \"intermediate_size\": 1536,\n"
+               "  \"is_llama_config\": true,\n"
+               "  \"max_position_embeddings\": 64,\n"
+               "  \"model_type\": \"llama\",\n"
+               "  \"num_attention_heads\": 9,\n"
+               "  \"num_hidden_layers\": 1,\n"
+               "  \"num_key_value_heads\": 3,\n"
+               "  \"pretraining_tp\": 1,\n"
+               "  \"rms_norm_eps\": 1e-05,\n"
+               "  \"rope_interleaved\": false,\n"
+               "  \"rope_scaling\": null,\n"
+               "  \"rope_theta\": 100000,\n"
+               "  \"tie_word_embeddings\": true,\n"
+               "  \"torch_dtype\": \"bfloat16\",\n"
+               "  \"transformers.js_config\": {\"kv_cache_dtype\": {\"q4f16\": \"float16\", \"fp16\": \"float16\"}},\n"
+               "  \"transformers_version\": \"4.42.3\",\n"
+               "  \"use_cache\": true,\n"
+               "  \"vocab_size\": 64\n"
+               "}\n");
+    fg_model_file *m = fg_model_file_load(out);
+    cr_assert(m, "%s", fg_last_error());
+    const fg_gpt_config *r = &m->model->cfg;
+    cr_expect(r->arch == FG_ARCH_LLAMA && fg_gpt_kv_heads(r) == 3 && fg_gpt_hidden(r) == 1536 && !r->untie_head &&
+                  fg_gpt_theta(r) == 100000 && fg_gpt_eps(r) == 1e-5 && r->block_size == 64 && r->no_bias,
+              "arch %s kv %d hidden %d untie %d theta %g eps %g block %d no_bias %d", fg_gpt_arch_name(r->arch),
+              fg_gpt_kv_heads(r), fg_gpt_hidden(r), r->untie_head, fg_gpt_theta(r), fg_gpt_eps(r), r->block_size,
+              r->no_bias);
+    cr_expect_eq(memcmp(fg_data(m->model->params_flat), fg_data(g->params_flat), (size_t)g->num_elements * 4), 0);
+    fg_model_file_free(m);
+    fg_gpt_free(g);
+    snprintf(out, sizeof out, "rm -rf '%s'", dir);
+    if (system(out)) {}
+}
