@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "autograd/gradcheck.h"
+#include "ops/ops.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tests/common.h"
@@ -107,7 +108,7 @@ static void eps_neg(fg_gpt_config *c) { c->norm_eps = -1e-6; }
 static void eps_nan(fg_gpt_config *c) { c->norm_eps = NAN; }
 static void norm_bad(fg_gpt_config *c) { c->norm = (fg_gpt_norm)7; }
 static void mlp_bad(fg_gpt_config *c) { c->mlp = (fg_gpt_mlp)-1; }
-static void pos_bad(fg_gpt_config *c) { c->pos = (fg_gpt_pos)2; }
+static void pos_bad(fg_gpt_config *c) { c->pos = (fg_gpt_pos)3; }
 static void arch_bad(fg_gpt_config *c) { c->arch = (fg_gpt_arch)3; }
 static void hidden_neg(fg_gpt_config *c) { c->mlp_hidden = -4; }
 static void softcap_neg(fg_gpt_config *c) { c->logit_softcap = -15; }
@@ -134,7 +135,7 @@ Test(gpt_arch, bad_options_are_refused_naming_the_field) {
         {"norm_eps nan", eps_nan, "norm_eps nan"},
         {"norm 7", norm_bad, "unknown norm 7"},
         {"mlp -1", mlp_bad, "unknown mlp -1"},
-        {"pos 2", pos_bad, "unknown pos 2"},
+        {"pos 3", pos_bad, "unknown pos 3"},
         {"arch 3", arch_bad, "unknown arch 3"},
         {"mlp_hidden -4", hidden_neg, "mlp_hidden -4"},
         {"logit_softcap -15", softcap_neg, "logit_softcap -15"},
@@ -600,7 +601,7 @@ Test(gpt_arch, train_takes_the_architecture_flags_and_keeps_them_across_resume, 
     snprintf(args, sizeof args, "%s --arch nanochat --n-kv-head 2 --window SL --logit-softcap 10 --steps 4 --out run",
              base);
     expect_cli(dir, args, 0,
-               "architecture: nanochat: rope (theta 10000), rmsnorm-free (eps 1e-06) after the embedding too, "
+               "architecture: nanochat: rope-nanochat (theta 10000), rmsnorm-free (eps 1e-06) after the embedding too, "
                "qk-norm, relu2 (hidden 64), 2 kv heads, no biases, untied head, logit softcap 10, windows SL");
     snprintf(args, sizeof args, "%s --resume --steps 6 --mlp gelu --out run", base);
     expect_cli(dir, args, 2, "--mlp differs from the checkpoint's architecture");
@@ -614,4 +615,97 @@ Test(gpt_arch, train_takes_the_architecture_flags_and_keeps_them_across_resume, 
     expect_cli(dir, "bench train --arch llama --n-kv-head 1 --n-layer 1 --n-embd 16 --n-head 2 --steps 2 --threads 1", 0,
                "architecture: llama: rope (theta 10000), rmsnorm (eps 1e-06), swiglu (hidden 64), 1 kv heads");
     fgt_remove_tmpdir(dir);
+}
+
+/* ---- PyTorch ---- */
+
+static const char *torch_python(void) {
+    const char *p = getenv("FG_TORCH_PYTHON");
+    return p && *p ? p : FGT_PYTHON;
+}
+
+static void save_npy(const char *dir, const char *cname, const char *what, const char *name, const fg_tensor *t) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s__%s__%s.npy", dir, cname, what, name);
+    fg_tensor *c = fgt_ok(fg_make_contiguous((fg_tensor *)t), "contiguous");
+    cr_assert_eq(fg_npy_save(p, c), FG_OK, "%s: %s", p, fg_last_error());
+    fg_release(c);
+}
+
+/* One case of the cross-check: its model (float64, weights uniform in ±0.5, norm gains around 1),
+ * tokens and targets, and flashgrad's logits, loss and gradients, into dir; its line in cases.txt:
+ * name, then the config as key=value, then the loss (%.17g). */
+static void torch_case(FILE *list, const char *dir, const char *cname, const fg_gpt_config *c, uint64_t seed) {
+    fg_gpt *g = make(c, seed);
+    randomize(g, seed + 1);
+    enum { B = 2, T = 7 };
+    int32_t x[B * T], y[B * T];
+    fill_tokens(x, B * T, c->vocab_size, seed + 2);
+    fill_tokens(y, B * T, c->vocab_size, seed + 3);
+    y[4] = -1; /* an ignored target */
+    fg_tensor *logits = fgt_ok(fg_gpt_forward(g, x, B, T, NULL), "forward");
+    fg_gpt_zero_grad(g);
+    fg_tensor *loss = fgt_ok(fg_gpt_loss(g, x, y, B, T, NULL), "loss");
+    cr_assert_eq(fg_backward(loss, NULL), FG_OK, "%s", fg_last_error());
+    save_npy(dir, cname, "out", "logits", logits);
+    for (int j = 0; j < g->n_params; j++) {
+        save_npy(dir, cname, "w", g->params[j].name, g->params[j].w);
+        save_npy(dir, cname, "grad", g->params[j].name, g->params[j].w->grad);
+    }
+    char win[FG_GPT_WINDOW_MAX + 2];
+    snprintf(win, sizeof win, "%s", c->window[0] ? c->window : "L");
+    fprintf(list,
+            "%s arch=%s L=%d H=%d Hkv=%d C=%d V=%d T=%d Tq=%d pos=%s theta=%.17g norm=%s eps=%.17g emb_norm=%d "
+            "qk_norm=%d mlp=%s hidden=%d bias=%d tie=%d softcap=%.17g window=%s loss=%.17g x=",
+            cname, fg_gpt_arch_name(c->arch), c->n_layer, c->n_head, fg_gpt_kv_heads(c), c->n_embd, c->vocab_size,
+            c->block_size, T, fg_gpt_pos_name(c->pos), fg_gpt_theta(c), fg_gpt_norm_name(c->norm), fg_gpt_eps(c),
+            c->emb_norm, c->qk_norm, fg_gpt_mlp_name(c->mlp), fg_gpt_hidden(c), !c->no_bias, !c->untie_head,
+            c->logit_softcap, win, fg_get(loss, 0));
+    for (int i = 0; i < B * T; i++) fprintf(list, "%s%d", i ? "," : "", x[i]);
+    fprintf(list, " y=");
+    for (int i = 0; i < B * T; i++) fprintf(list, "%s%d", i ? "," : "", y[i]);
+    fprintf(list, " B=%d\n", B);
+    fg_release(logits);
+    fg_release(loss);
+    fg_gpt_free(g);
+}
+
+Test(gpt_arch, logits_and_gradients_match_pytorch, .timeout = 300) {
+    const char *what = "PyTorch cross-check of the llama and nanochat architectures";
+    const char *script = "tests/gpt_arch_torch_check.py";
+    if (access(script, R_OK) != 0) fgt_skip(what, "tests/gpt_arch_torch_check.py not found (run from the repo root)");
+    if (access(torch_python(), X_OK) != 0) fgt_skip(what, "no python interpreter (set FG_TORCH_PYTHON)");
+    char dir[256], p[512], cmd[1024], log[65536];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_gpt_arch_torch_XXXXXX");
+    snprintf(p, sizeof p, "%s/cases.txt", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert(f, "%s", p);
+    const int C = 16, H = 4, T = 12, V = 19;
+    fg_gpt_config c = arch_config(A_LLAMA, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    torch_case(f, dir, "llama_gqa_untied", &c, 10);
+    c = arch_config(A_LLAMA_TIED, FG_F64, FG_ATTN_NAIVE, C, H, T, V);
+    torch_case(f, dir, "llama_mqa_tied_bias", &c, 20);
+    c = arch_config(A_NANOCHAT, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    c.window[0] = 0; /* transformers' NanoChat has no windows */
+    c.logit_softcap = 15;
+    c.n_kv_head = 2;
+    torch_case(f, dir, "nanochat_gqa", &c, 30);
+    c = arch_config(A_NANOCHAT, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    torch_case(f, dir, "nanochat_windows_softcap2", &c, 40); /* the reference module only */
+    c = arch_config(A_MIX, FG_F64, FG_ATTN_FLASH, C, H, T, V);
+    c.no_bias = 0;
+    torch_case(f, dir, "gpt2_names_mix", &c, 50);
+    c = arch_config(A_GPT2_GQA, FG_F64, FG_ATTN_NAIVE, C, H, T, V);
+    torch_case(f, dir, "gpt2_gqa_window", &c, 60);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "HF_HUB_OFFLINE=1 %s %s %s 2>&1", torch_python(), script, dir);
+    const int st = fgt_run_cmd(cmd, log, sizeof log);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+    if (st == FGT_PYTHON_CANNOT_RUN) {
+        log[strcspn(log, "\n")] = 0; /* its one line */
+        fgt_skip(what, log);
+    }
+    if (fgt_verbose() || st) fprintf(stderr, "[gpt_arch] %s", log);
+    cr_expect_eq(st, 0, "gpt_arch_torch_check.py exited %d:\n%s", st, log);
 }

@@ -33,7 +33,7 @@ fg_gpt_config fg_gpt_default_config(void) {
 /* ---- architecture options ---- */
 
 static const char *const arch_names[FG_ARCH_COUNT] = {"gpt2", "llama", "nanochat"};
-static const char *const pos_names[FG_POS_COUNT] = {"learned", "rope"};
+static const char *const pos_names[FG_POS_COUNT] = {"learned", "rope", "rope-nanochat"};
 static const char *const norm_names[FG_NORM_COUNT] = {"layernorm", "rmsnorm", "rmsnorm-free"};
 static const char *const mlp_names[FG_MLP_COUNT] = {"gelu", "swiglu", "relu2"};
 
@@ -75,7 +75,7 @@ void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a) {
         c->no_bias = c->untie_head = 1;
     } else if (a == FG_ARCH_NANOCHAT) {
         /* NanoChatForCausalLM with NanoChatConfig's defaults (nanochat's model without windows) */
-        c->pos = FG_POS_ROPE;
+        c->pos = FG_POS_ROPE_NANOCHAT;
         c->rope_theta = 10000;
         c->norm = FG_NORM_RMSNORM_FREE;
         c->norm_eps = 1e-6;
@@ -132,7 +132,7 @@ void fg_gpt_arch_describe(const fg_gpt_config *c, char *buf, size_t n) {
     FG_DESCRIBE("%s", fg_gpt_arch_name(c->arch));
     if (fg_gpt_is_gpt2(c)) return;
     FG_DESCRIBE(": %s", fg_gpt_pos_name(c->pos));
-    if (c->pos == FG_POS_ROPE) FG_DESCRIBE(" (theta %g)", fg_gpt_theta(c));
+    if (c->pos != FG_POS_LEARNED) FG_DESCRIBE(" (theta %g)", fg_gpt_theta(c));
     FG_DESCRIBE(", %s (eps %g)%s", fg_gpt_norm_name(c->norm), fg_gpt_eps(c), c->emb_norm ? " after the embedding too" : "");
     if (c->qk_norm) FG_DESCRIBE(", qk-norm");
     FG_DESCRIBE(", %s (hidden %d)", fg_gpt_mlp_name(c->mlp), fg_gpt_hidden(c));
@@ -150,8 +150,9 @@ static fg_status arch_check(const fg_gpt_config *c) {
     if (c->pos < 0 || c->pos >= FG_POS_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown pos %d", (int)c->pos);
     if (!(c->rope_theta >= 0 && isfinite(c->rope_theta)))
         return fg_error(FG_ERR_ARG, "gpt: rope_theta %g must be finite and > 0 (0 = 10000)", c->rope_theta);
-    if (c->pos == FG_POS_ROPE && fg_gpt_head_dim(c) % 2)
-        return fg_error(FG_ERR_ARG, "gpt: pos rope needs an even head dim (n_embd / n_head = %d)", fg_gpt_head_dim(c));
+    if (c->pos != FG_POS_LEARNED && fg_gpt_head_dim(c) % 2)
+        return fg_error(FG_ERR_ARG, "gpt: pos %s needs an even head dim (n_embd / n_head = %d)", fg_gpt_pos_name(c->pos),
+                        fg_gpt_head_dim(c));
     if (c->norm < 0 || c->norm >= FG_NORM_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown norm %d", (int)c->norm);
     if (!(c->norm_eps >= 0 && c->norm_eps < 1))
         return fg_error(FG_ERR_ARG, "gpt: norm_eps %g must be > 0 and < 1 (0 = 1e-5)", c->norm_eps);
@@ -454,6 +455,17 @@ fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
         fg_gpt_free(g);
         return NULL;
     }
+    if (cfg->pos == FG_POS_ROPE_NANOCHAT) {
+        const int64_t hd = fg_gpt_head_dim(cfg);
+        fg_tensor *s = fg_full(FG_F64, FG_CPU, 1, &hd, 1.0);
+        for (int64_t i = hd / 2; s && i < hd; i++) fg_set(s, i, -1.0);
+        g->rope_sign = s ? fg_to(s, cfg->device, cfg->dtype) : NULL;
+        fg_release(s);
+        if (!g->rope_sign) {
+            fg_gpt_free(g);
+            return NULL;
+        }
+    }
     return g;
 }
 
@@ -512,6 +524,7 @@ void fg_gpt_free(fg_gpt *g) {
         for (int j = 0; j < g->n_params; j++) fg_release(g->params[j].w);
     if (g->fused)
         for (int j = 0; j < FUSED_COUNT * g->cfg.n_layer; j++) fg_release(g->fused[j]);
+    fg_release(g->rope_sign);
     fg_release(g->params_flat);
     fg_release(g->grads_flat);
     free(g->params);
@@ -638,6 +651,13 @@ static fg_tensor *split_heads(const fg_gpt *g, fg_tensor *qkv, int64_t c0, int64
     TAKE(x, fg_reshape(x, 4, (int64_t[]){B, T, n, hd}));
     TAKE(x, fg_permute(x, (int[]){0, 2, 1, 3}));
     if (g->cfg.pos == FG_POS_ROPE) TAKE(x, fg_rope(x, fg_gpt_theta(&g->cfg), pos0));
+    if (g->cfg.pos == FG_POS_ROPE_NANOCHAT) {
+        /* the rotation by minus the angle: s ⊙ rope(s ⊙ x) with s = (+1 first half, −1 second half),
+         * exact (a sign flip rounds nothing) */
+        TAKE(x, fg_mul(x, g->rope_sign));
+        TAKE(x, fg_rope(x, fg_gpt_theta(&g->cfg), pos0));
+        TAKE(x, fg_mul(x, g->rope_sign));
+    }
     if (g->cfg.qk_norm) TAKE(x, fg_rmsnorm(x, NULL, fg_gpt_eps(&g->cfg)));
     return x;
 fail:

@@ -63,8 +63,10 @@ int fg_gpt_recompute_parse(const char *s);
  *   arch        the family the parameter NAMES follow (below); a preset also sets the options.
  *   n_kv_head   heads of K and V (grouped-query attention; 1 = multi-query); 0 = n_head. Divides n_head.
  *   pos         LEARNED: wpe (block_size, C) added to the token embedding; ROPE: rotary embedding of
- *               q and k in every layer (fg_rope: Hugging Face's rotate_half layout, position t of
- *               the sequence), no wpe; rope_theta its base (0 = 10000).
+ *               q and k in every layer (fg_rope: Hugging Face Llama's rotate_half layout, position t
+ *               of the sequence), no wpe; ROPE_NANOCHAT: the same pairs turned the other way, as
+ *               nanochat and transformers' NanoChat do (out_i = x_i cos + x_{i+D/2} sin,
+ *               out_{i+D/2} = x_{i+D/2} cos − x_i sin); rope_theta their base (0 = 10000).
  *   norm        LAYERNORM (weight, and a bias unless no_bias), RMSNORM (weight: Llama), RMSNORM_FREE
  *               (no parameter: nanochat); norm_eps every norm's eps (0 = 1e-5, GPT-2's).
  *   emb_norm    1: a norm of the model's kind right after the embedding (nanochat).
@@ -80,9 +82,10 @@ int fg_gpt_recompute_parse(const char *s);
  *               the block_size / 4 previous tokens and itself; the last layer is always 'L'. ""
  *               (or "L") = every layer full. nanochat trains with "SSSL".
  * Presets (fg_gpt_arch_preset): gpt2 = all zero. llama = rope 10000, rmsnorm 1e-6, swiglu (hidden
- * mlp_hidden, 0 = 4C), no bias, untied head (Hugging Face LlamaConfig's defaults). nanochat = rope
- * 10000, parameter-free rmsnorm 1e-6, emb_norm, qk_norm, relu2 4C, no bias, untied head, softcap 15,
- * window "L" (Hugging Face NanoChatForCausalLM has no windows; "SSSL" is the flag --window).
+ * mlp_hidden, 0 = 4C), no bias, untied head (Hugging Face LlamaConfig's defaults). nanochat =
+ * rope-nanochat 10000, parameter-free rmsnorm 1e-6, emb_norm, qk_norm, relu2 4C, no bias, untied head, softcap 15,
+ * window "L" (Hugging Face NanoChatForCausalLM has no windows; "SSSL" is the flag --window),
+ * rotary turned nanochat's way (ROPE_NANOCHAT).
  *
  * Names. arch GPT2 keeps nanoGPT's names (transformer.wte.weight, transformer.h.%d.attn.c_attn.weight:
  * q, k, v fused in one matrix of (H + 2 H_kv) hd rows ...); LLAMA uses Hugging Face LlamaForCausalLM's
@@ -93,7 +96,7 @@ int fg_gpt_recompute_parse(const char *s);
  * positions under LLAMA or NANOCHAT model.embed_positions.weight. Whatever the names, q, k and v
  * (and gate and up) are adjacent in the flat buffer in that order, so each is one GEMM. */
 typedef enum { FG_ARCH_GPT2 = 0, FG_ARCH_LLAMA, FG_ARCH_NANOCHAT, FG_ARCH_COUNT } fg_gpt_arch;
-typedef enum { FG_POS_LEARNED = 0, FG_POS_ROPE, FG_POS_COUNT } fg_gpt_pos;
+typedef enum { FG_POS_LEARNED = 0, FG_POS_ROPE, FG_POS_ROPE_NANOCHAT, FG_POS_COUNT } fg_gpt_pos;
 typedef enum { FG_NORM_LAYERNORM = 0, FG_NORM_RMSNORM, FG_NORM_RMSNORM_FREE, FG_NORM_COUNT } fg_gpt_norm;
 typedef enum { FG_MLP_GELU = 0, FG_MLP_SWIGLU, FG_MLP_RELU2, FG_MLP_COUNT } fg_gpt_mlp;
 #define FG_GPT_WINDOW_MAX 32 /* bytes of the window pattern, its terminating 0 included */
@@ -151,7 +154,7 @@ void fg_gpt_arch_preset(fg_gpt_config *c, fg_gpt_arch a);
 /* Copies src's architecture fields (arch and every option above) into dst; sizes untouched. */
 void fg_gpt_copy_arch(fg_gpt_config *dst, const fg_gpt_config *src);
 /* "gpt2", "llama", "nanochat"; parse returns -1 on an unknown name. The same for the options:
- * pos "learned" | "rope"; norm "layernorm" | "rmsnorm" | "rmsnorm-free"; mlp "gelu" | "swiglu" | "relu2". */
+ * pos "learned" | "rope" | "rope-nanochat"; norm "layernorm" | "rmsnorm" | "rmsnorm-free"; mlp "gelu" | "swiglu" | "relu2". */
 const char *fg_gpt_arch_name(fg_gpt_arch a);
 int fg_gpt_arch_parse(const char *s);
 const char *fg_gpt_pos_name(fg_gpt_pos p);
@@ -275,6 +278,7 @@ typedef struct fg_gpt {
     fg_tensor *params_flat; /* (num_elements) */
     fg_tensor *grads_flat;  /* (num_elements) */
     fg_tensor **by_kind;    /* [kind * (L + 1) + (layer or 0)]: borrowed from the table; NULL if absent */
+    fg_tensor *rope_sign;   /* (hd): +1 on the first half, −1 on the second (ROPE_NANOCHAT); else NULL */
     fg_tensor **fused;      /* per layer, leaves over adjacent entries (q|k|v, gate|up, their biases)
                              * whose gradients are the same ranges of grads_flat; gpt.c's own */
 } fg_gpt;
