@@ -47,6 +47,7 @@ struct hf_arch {
     const char *const *skipped; /* name suffixes of stored buffers that carry no parameter */
     /* the rotary families' settings (rope_read_config, rope_cannot, rope_config_json) */
     const char *hidden_act; /* the only activation the class computes as flashgrad does */
+    fg_gpt_pos pos;         /* the rotary embedding's direction (nanochat turns the other way) */
     fg_gpt_norm norm;
     int emb_norm, qk_norm;
     fg_gpt_mlp mlp;
@@ -461,7 +462,7 @@ static void json_double(char *out, size_t cap, double x) {
 static const char *rope_cannot(const hf_arch *a, const fg_gpt_config *c, char *why, size_t cap) {
     int windows = 0;
     for (int l = 0; l < c->n_layer; l++) windows |= fg_gpt_layer_window(c, l) != 0;
-    if (c->pos != FG_POS_ROPE)
+    if (c->pos != a->pos)
         snprintf(why, cap, "pos %s", fg_gpt_pos_name(c->pos));
     else if (c->norm != a->norm)
         snprintf(why, cap, "norm %s", fg_gpt_norm_name(c->norm));
@@ -553,6 +554,7 @@ static const hf_arch hf_archs[] = {
      .config_json = rope_config_json,
      .skipped = rope_skipped,
      .hidden_act = "silu",
+     .pos = FG_POS_ROPE,
      .norm = FG_NORM_RMSNORM,
      .mlp = FG_MLP_SWIGLU,
      .mlp_bias_key = "mlp_bias"},
@@ -564,6 +566,7 @@ static const hf_arch hf_archs[] = {
      .config_json = rope_config_json,
      .skipped = rope_skipped,
      .hidden_act = "relu2",
+     .pos = FG_POS_ROPE_NANOCHAT,
      .norm = FG_NORM_RMSNORM_FREE,
      .emb_norm = 1,
      .qk_norm = 1,
