@@ -626,14 +626,7 @@ int fg_nanogpt_resolve(fg_nanogpt *ng, int resuming, int notes) {
         }
         dev->s = "cuda";
     }
-    fg_flag *bias = flag(ng, "--bias");
-    if (bias && bias->given && !bias->i) {
-        fprintf(stderr,
-                "flashgrad %s: --bias False: not available; this GPT has GPT-2's biases in LayerNorm and Linear "
-                "(bias = True)\n",
-                cmd);
-        return 2;
-    }
+    fg_flag *bias = flag(ng, "--bias"); /* the model's own flag (train_flags.h): False drops every bias */
     fg_flag *be = flag(ng, "--backend");
     if (be && be->s && strcmp(be->s, "nccl") && strcmp(be->s, "gloo") && strcmp(be->s, "mpi")) {
         fprintf(stderr, "flashgrad %s: --backend '%s': unknown (nccl, gloo or mpi)\n", cmd, be->s);
@@ -648,8 +641,8 @@ int fg_nanogpt_resolve(fg_nanogpt *ng, int resuming, int notes) {
     ng->best_only = as && !as->i;
     ng->best_only_given = as && as->given;
     if (ng->configs && notes && !(bias && bias->given))
-        printf("note: nanoGPT's train.py default bias = False is not available: this model has GPT-2's biases "
-               "(bias = True)\n");
+        printf("note: nanoGPT's train.py defaults to bias = False; here a GPT-2 has its biases (bias = True) unless "
+               "the config or --bias=False says otherwise\n");
     return 0;
 }
 
@@ -674,7 +667,8 @@ void fg_nanogpt_help(FILE *out) {
         "  eval_only = True: print train and val loss and write nothing (with --resume: of the run in out_dir);\n"
         "  device: cpu or cuda (cuda:0); n_layer, n_head, n_embd, block_size, dropout, weight_decay, beta1, beta2,\n"
         "  grad_clip: the same.\n"
-        "  dtype: our --dtype (float32; bfloat16: mixed precision on cuda; float16 refused); bias: True only;\n"
+        "  dtype: our --dtype (float32; bfloat16: mixed precision on cuda; float16 refused); bias: the same\n"
+        "  (default True, GPT-2's, where train.py's is False);\n"
         "  compile, wandb_log, wandb_project, wandb_run_name, backend: accepted,\n"
         "  do nothing (a note says so); init_from: 'scratch' (a fresh run) or the path of a model to fine-tune (--init-from;\n"
         "  'resume' is refused: pass --resume instead; hub names such as 'gpt2' are refused: nothing is downloaded). The device\n"

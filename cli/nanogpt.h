@@ -31,7 +31,6 @@
       0)                                                                                                               \
     X(NG_COMPILE, "--compile", FG_FLAG_TRUTH, NULL, "nanoGPT: accepted, does nothing (there is no torch.compile)", 0,  \
       0, 0)                                                                                                            \
-    X(NG_BIAS, "--bias", FG_FLAG_TRUTH, NULL, "nanoGPT: True only (this GPT has GPT-2's biases)", 0, 0, 0)             \
     X(NG_BACKEND, "--backend", FG_FLAG_STR, "NAME",                                                                    \
       "nanoGPT: nccl or gloo, accepted and ignored (under mpirun the transport is MPI's, or NCCL on CUDA)", 0, 0, 0)   \
     X(NG_WANDB_LOG, "--wandb_log", FG_FLAG_TRUTH, NULL, "nanoGPT: accepted, does nothing (the curve is in log.csv)",   \

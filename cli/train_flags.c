@@ -59,7 +59,8 @@ static const char *mlp_name(int i) { return fg_gpt_mlp_name((fg_gpt_mlp)i); }
 /* The architecture flags into run (see fg_train_flags_check). */
 static fg_status arch_flags_check(const fg_flag *f, fg_train_choice *run) {
     const int arch = parse_named(f[FG_TF_ARCH].s, FG_ARCH_COUNT, arch_name);
-    if (arch < 0) return fg_error(FG_ERR_ARG, "--arch: unknown architecture '%s' (gpt2, llama or nanochat)", f[FG_TF_ARCH].s);
+    if (arch < 0)
+        return fg_error(FG_ERR_ARG, "--arch: unknown architecture '%s' (gpt2, llama or nanochat)", f[FG_TF_ARCH].s);
     run->arch = (fg_gpt_arch)arch;
     run->arch_from = NULL;
     run->pos = f[FG_TF_POS].given ? parse_named(f[FG_TF_POS].s, FG_POS_COUNT, pos_name) : -1;
@@ -238,9 +239,9 @@ void fg_train_flags_arch(const fg_flag *f, const fg_train_choice *run, fg_gpt_co
 }
 
 const char *fg_train_flags_arch_given(const fg_flag *f) {
-    static const int ids[] = {FG_TF_ARCH,  FG_TF_N_KV_HEAD, FG_TF_POS, FG_TF_ROPE_THETA, FG_TF_NORM,
-                              FG_TF_NORM_EPS, FG_TF_EMB_NORM, FG_TF_QK_NORM, FG_TF_MLP, FG_TF_MLP_HIDDEN,
-                              FG_TF_BIAS, FG_TF_TIE_HEAD, FG_TF_SOFTCAP, FG_TF_WINDOW};
+    static const int ids[] = {FG_TF_ARCH,     FG_TF_N_KV_HEAD, FG_TF_POS,     FG_TF_ROPE_THETA, FG_TF_NORM,
+                              FG_TF_NORM_EPS, FG_TF_EMB_NORM,  FG_TF_QK_NORM, FG_TF_MLP,        FG_TF_MLP_HIDDEN,
+                              FG_TF_BIAS,     FG_TF_TIE_HEAD,  FG_TF_SOFTCAP, FG_TF_WINDOW};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (f[ids[i]].given) return f[ids[i]].name;
     return NULL;

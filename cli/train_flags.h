@@ -46,23 +46,25 @@
       1 << 20, 0)                                                                                                      \
     X(ARCH, "--arch", FG_FLAG_STR, "NAME",                                                                             \
       "architecture preset: gpt2 (learned positions, LayerNorm, GELU, biases, tied head), llama (RoPE, RMSNorm, "      \
-      "SwiGLU, no biases, untied head) or nanochat (RoPE, QK-norm, parameter-free RMSNorm after the embedding too, "    \
+      "SwiGLU, no biases, untied head) or nanochat (RoPE, QK-norm, parameter-free RMSNorm after the embedding too, "   \
       "ReLU², no biases, untied head, logit softcap 15); each flag below changes one option of it",                    \
       0, 0, 0)                                                                                                         \
     X(N_KV_HEAD, "--n-kv-head", FG_FLAG_INT, "N",                                                                      \
       "key/value heads, dividing --n-head: grouped-query attention, 1 = multi-query (default: --n-head)", 1, 65536, 0) \
-    X(POS, "--pos", FG_FLAG_STR, "KIND", "positions: learned (a table) or rope (rotary)", 0, 0, 0)                    \
-    X(ROPE_THETA, "--rope-theta", FG_FLAG_F64, "X", "the rotary embedding's base (default: 10000)", 0, 1e300, 1)      \
-    X(NORM, "--norm", FG_FLAG_STR, "KIND", "layernorm, rmsnorm, or rmsnorm-free (RMSNorm without a weight)", 0, 0, 0) \
-    X(NORM_EPS, "--norm-eps", FG_FLAG_F64, "X", "every norm's eps (default: 1e-5; llama and nanochat 1e-6)", 0, 0.5,  \
+    X(POS, "--pos", FG_FLAG_STR, "KIND", "positions: learned (a table) or rope (rotary)", 0, 0, 0)                     \
+    X(ROPE_THETA, "--rope-theta", FG_FLAG_F64, "X", "the rotary embedding's base (default: 10000)", 0, 1e300, 1)       \
+    X(NORM, "--norm", FG_FLAG_STR, "KIND", "layernorm, rmsnorm, or rmsnorm-free (RMSNorm without a weight)", 0, 0, 0)  \
+    X(NORM_EPS, "--norm-eps", FG_FLAG_F64, "X", "every norm's eps (default: 1e-5; llama and nanochat 1e-6)", 0, 0.5,   \
       1)                                                                                                               \
-    X(EMB_NORM, "--emb-norm", FG_FLAG_INT, "0|1", "1: a norm right after the token embedding (nanochat)", 0, 1, 0)    \
-    X(QK_NORM, "--qk-norm", FG_FLAG_INT, "0|1", "1: q and k RMS-normalized per head, after the rotary embedding", 0,  \
+    X(EMB_NORM, "--emb-norm", FG_FLAG_INT, "0|1", "1: a norm right after the token embedding (nanochat)", 0, 1, 0)     \
+    X(QK_NORM, "--qk-norm", FG_FLAG_INT, "0|1", "1: q and k RMS-normalized per head, after the rotary embedding", 0,   \
       1, 0)                                                                                                            \
-    X(MLP, "--mlp", FG_FLAG_STR, "KIND", "the MLP: gelu (GPT-2), swiglu (Llama) or relu2 (nanochat)", 0, 0, 0)       \
-    X(MLP_HIDDEN, "--mlp-hidden", FG_FLAG_INT, "N", "the MLP's hidden width (default: 4 x --n-embd)", 1, 1 << 20, 0)  \
-    X(BIAS, "--bias", FG_FLAG_INT, "0|1", "biases in the linear layers and LayerNorm (gpt2: 1, llama, nanochat: 0)",  \
-      0, 1, 0)                                                                                                         \
+    X(MLP, "--mlp", FG_FLAG_STR, "KIND", "the MLP: gelu (GPT-2), swiglu (Llama) or relu2 (nanochat)", 0, 0, 0)         \
+    X(MLP_HIDDEN, "--mlp-hidden", FG_FLAG_INT, "N", "the MLP's hidden width (default: 4 x --n-embd)", 1, 1 << 20, 0)   \
+    X(BIAS, "--bias", FG_FLAG_TRUTH, NULL,                                                                             \
+      "biases in the linear layers and LayerNorm: True or False (gpt2: True; llama, nanochat: False; nanoGPT's "       \
+      "bias)",                                                                                                         \
+      0, 0, 0)                                                                                                         \
     X(TIE_HEAD, "--tie-head", FG_FLAG_INT, "0|1", "1: the LM head is the token embedding (gpt2: 1, others: 0)", 0, 1,  \
       0)                                                                                                               \
     X(SOFTCAP, "--logit-softcap", FG_FLAG_F64, "C", "final logits C tanh(logits / C) (0: off; nanochat: 15)", 0, 1e30, \

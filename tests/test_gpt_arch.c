@@ -21,6 +21,7 @@
 
 #include "autograd/gradcheck.h"
 #include "ops/ops.h"
+#include "tensor/alloc.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"
 #include "tests/common.h"
@@ -40,10 +41,9 @@ static void fill_tokens(int32_t *t, int n, int V, uint64_t seed) {
 
 /* The architectures the tests run: a preset plus changes, on a tiny model. */
 typedef enum { A_LLAMA, A_LLAMA_TIED, A_NANOCHAT, A_MIX, A_GPT2_GQA, A_COUNT } arch_case;
-static const char *const arch_case_names[A_COUNT] = {"llama (GQA, untied)", "llama (MQA, tied, bias)",
-                                                     "nanochat (SSSL windows, softcap)",
-                                                     "gpt2 names, rope + rmsnorm + qk-norm + swiglu + emb-norm",
-                                                     "gpt2 with GQA and a window"};
+static const char *const arch_case_names[A_COUNT] = {
+    "llama (GQA, untied)", "llama (MQA, tied, bias)", "nanochat (SSSL windows, softcap)",
+    "gpt2 names, rope + rmsnorm + qk-norm + swiglu + emb-norm", "gpt2 with GQA and a window"};
 
 static fg_gpt_config arch_config(arch_case a, fg_dtype dt, fg_attn_impl impl, int n_embd, int n_head, int block,
                                  int vocab) {
@@ -154,8 +154,8 @@ Test(gpt_arch, bad_options_are_refused_naming_the_field) {
         cr_assert_eq(fg_gpt_config_check(&c), FG_OK, "%s: the base config: %s", rows[i].name, fg_last_error());
         rows[i].edit(&c);
         cr_expect_neq(fg_gpt_config_check(&c), FG_OK, "%s: accepted", rows[i].name);
-        cr_expect(strstr(fg_last_error(), rows[i].phrase) != NULL, "%s: message '%s' does not say '%s'",
-                  rows[i].name, fg_last_error(), rows[i].phrase);
+        cr_expect(strstr(fg_last_error(), rows[i].phrase) != NULL, "%s: message '%s' does not say '%s'", rows[i].name,
+                  fg_last_error(), rows[i].phrase);
         cr_expect(!strchr(fg_last_error(), '\n'), "%s: the message is not one line", rows[i].name);
         cr_expect(fg_gpt_create(&c, 1) == NULL, "%s: a model was made", rows[i].name);
     }
@@ -325,8 +325,8 @@ static void check_gradients(arch_case a, fg_attn_impl impl, int logits) {
                  (long long)r.checked, (long long)g->num_elements);
     cr_expect(r.passed, "%s, %s attention, %s: worst at %s[%lld]: analytic %.10g numeric %.10g (max abs %.3g rel %.3g)",
               arch_case_names[a], fg_attn_impl_name(impl), logits ? "logits" : "loss",
-              r.worst_input >= 0 ? g->params[r.worst_input].name : "?", (long long)r.worst_index, r.analytic,
-              r.numeric, r.max_abs_err, r.max_rel_err);
+              r.worst_input >= 0 ? g->params[r.worst_input].name : "?", (long long)r.worst_index, r.analytic, r.numeric,
+              r.max_abs_err, r.max_rel_err);
     free(in);
     fg_gpt_free(g);
 }
@@ -354,7 +354,8 @@ Test(gpt_arch, fused_and_split_names_are_one_model) {
     memcpy(fg_data(gb->params_flat), fg_data(ga->params_flat), fg_nbytes(ga->params_flat));
     int32_t x[16];
     fill_tokens(x, 16, 13, 3);
-    fg_tensor *la = fgt_ok(fg_gpt_forward(ga, x, 2, 8, NULL), "a"), *lb = fgt_ok(fg_gpt_forward(gb, x, 2, 8, NULL), "b");
+    fg_tensor *la = fgt_ok(fg_gpt_forward(ga, x, 2, 8, NULL), "a"),
+              *lb = fgt_ok(fg_gpt_forward(gb, x, 2, 8, NULL), "b");
     cr_expect(!memcmp(fg_data(la), fg_data(lb), fg_nbytes(la)), "the logits differ");
     fg_release(la);
     fg_release(lb);
@@ -388,7 +389,8 @@ static void kv_matches(arch_case a, fg_dtype dt, fg_attn_impl impl, int block, i
         int len = 0;
         while (len < T) {
             int n = len == 0 ? prompt : 1;
-            cr_assert_eq(fg_gpt_kv_append(g, kv, tok + len, n, x), FG_OK, "%s: %s", arch_case_names[a], fg_last_error());
+            cr_assert_eq(fg_gpt_kv_append(g, kv, tok + len, n, x), FG_OK, "%s: %s", arch_case_names[a],
+                         fg_last_error());
             len += n;
             full_last_logits(g, tok, len, y);
             double worst = 0, scale = 1;
@@ -611,9 +613,13 @@ Test(gpt_arch, train_takes_the_architecture_flags_and_keeps_them_across_resume, 
     expect_cli(dir, args, 2, "--arch contradicts the model in 'run'");
     expect_cli(dir, "sample --ckpt run --tokens 5 --temperature 0", 0, "");
     expect_cli(dir, "export --ckpt run --to llmc m.bin", 2, "holds GPT-2 models only (this one is arch nanochat)");
+    /* nanoGPT's bias = False: GPT-2 without a bias anywhere, nanoGPT's names */
+    snprintf(args, sizeof args, "%s --bias=False --steps 1 --out nobias", base);
+    expect_cli(dir, args, 0,
+               "architecture: gpt2: learned, layernorm (eps 1e-05), gelu (hidden 64), no biases, tied head");
     /* bench train builds the same model from the same flags */
-    expect_cli(dir, "bench train --arch llama --n-kv-head 1 --n-layer 1 --n-embd 16 --n-head 2 --steps 2 --threads 1", 0,
-               "architecture: llama: rope (theta 10000), rmsnorm (eps 1e-06), swiglu (hidden 64), 1 kv heads");
+    expect_cli(dir, "bench train --arch llama --n-kv-head 1 --n-layer 1 --n-embd 16 --n-head 2 --steps 2 --threads 1",
+               0, "architecture: llama: rope (theta 10000), rmsnorm (eps 1e-06), swiglu (hidden 64), 1 kv heads");
     fgt_remove_tmpdir(dir);
 }
 
@@ -708,4 +714,46 @@ Test(gpt_arch, logits_and_gradients_match_pytorch, .timeout = 300) {
     }
     if (fgt_verbose() || st) fprintf(stderr, "[gpt_arch] %s", log);
     cr_expect_eq(st, 0, "gpt_arch_torch_check.py exited %d:\n%s", st, log);
+}
+
+Test(gpt_arch, flops_per_token_leave_out_an_untied_embedding_and_count_windows) {
+    fg_source *src = addition_source();
+    fg_train_config c = arch_train_config(src, A_NANOCHAT, 2);
+    c.model.block_size = 16;
+    fg_trainer *tr = fg_trainer_create(&c, src);
+    cr_assert(tr, "%s", fg_last_error());
+    const fg_gpt_config *m = &tr->model->cfg;
+    const double T = tr->T, w = fg_gpt_layer_window(m, 0);
+    cr_assert(w > 0 && w + 1 < T && fg_gpt_layer_window(m, 2) == 0, "the test needs a short window: w %g T %g", w, T);
+    /* layers 0 and 1 windowed (SSSL over 3 layers, the last full) */
+    const double want = 6.0 * ((double)tr->model->num_elements - (double)m->vocab_size * m->n_embd) +
+                        12.0 * m->n_embd * (2 * (w + 1) + T);
+    cr_expect(fg_trainer_flops_per_token(tr) == want, "flops/token %.17g, expected %.17g",
+              fg_trainer_flops_per_token(tr), want);
+    fg_trainer_free(tr);
+    fg_source_free(src);
+}
+
+Test(gpt_arch, a_step_after_warmup_takes_nothing_from_the_system) {
+    fg_source *src = addition_source();
+    const arch_case cases[] = {A_LLAMA, A_NANOCHAT, A_MIX};
+    for (size_t ci = 0; ci < 3; ci++) {
+        fg_train_config c = arch_train_config(src, cases[ci], 12);
+        fg_trainer *tr = fg_trainer_create(&c, src);
+        cr_assert(tr, "%s", fg_last_error());
+        double l[4], ev;
+        steps(tr, 3, l);
+        cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &ev), FG_OK);
+        const fg_alloc_stats mid = fg_alloc_get_stats(FG_CPU);
+        steps(tr, 3, l);
+        cr_assert_eq(fg_trainer_eval_loss(tr, FG_SPLIT_VAL, &ev), FG_OK);
+        const fg_alloc_stats after = fg_alloc_get_stats(FG_CPU);
+        cr_expect_eq(after.system_allocs, mid.system_allocs, "%s: system allocations grew from %llu to %llu",
+                     arch_case_names[cases[ci]], (unsigned long long)mid.system_allocs,
+                     (unsigned long long)after.system_allocs);
+        cr_expect_eq(after.current, mid.current, "%s: live bytes between steps changed: %zu -> %zu",
+                     arch_case_names[cases[ci]], mid.current, after.current);
+        fg_trainer_free(tr);
+    }
+    fg_source_free(src);
 }

@@ -409,3 +409,17 @@ Test(mpi, shards_cover_the_array_in_order) {
             cr_expect_eq(next, n);
         }
 }
+
+/* Llama- and nanochat-style models (RoPE, RMSNorm, GQA, SwiGLU / ReLU², untied head, softcap,
+ * windows): ranks bit-identical to gradient accumulation too, with and without ZeRO-1. */
+Test(mpi, other_architectures_on_two_ranks_equal_one_process) {
+    need_mpi();
+    train_ok(0, "--arch llama --n-kv-head 1 --steps 3 --grad-accum 2 --out llama1");
+    train_ok(2, "--arch llama --n-kv-head 1 --steps 3 --grad-accum 1 --out llama2");
+    train_ok(2, "--arch llama --n-kv-head 1 --steps 3 --grad-accum 1 --zero 1 --out llamaz");
+    expect_same_run("llama1", "llama2");
+    expect_same_run("llama1", "llamaz");
+    train_ok(0, "--arch nanochat --n-layer 2 --window SL --steps 3 --grad-accum 2 --out nano1");
+    train_ok(2, "--arch nanochat --n-layer 2 --window SL --steps 3 --grad-accum 1 --out nano2");
+    expect_same_run("nano1", "nano2");
+}

@@ -450,7 +450,7 @@ Test(nanogpt, refusals_are_one_line, .init = make_tmpdir, .fini = remove_tmpdir,
     prepare_shakespeare_char();
     expect_error("train --dtype=bfloat16", 2, "--dtype bfloat16: the CPU has no bf16 kernels");
     expect_error("train --dtype float16", 2, "--dtype float16: not available");
-    expect_error("train --bias=False", 2, "--bias False: not available");
+    expect_error("train --bias=maybe", 2, "'maybe' is not True or False");
     expect_error("train --backend=foo", 2, "--backend 'foo'");
     expect_error("train --device=cuda:1", 2, "cuda:1");
     expect_error("train --eval_only=maybe", 2, "'maybe' is not True or False");

@@ -1,8 +1,13 @@
-/* gpt.c — the GPT-2 style model of gpt.h: parameter table, forward graph, generation.
+/* gpt.c — the model of gpt.h: configuration, parameter table, forward graph, generation.
  *
- * Shapes: B batch, T time, C channels (n_embd), H heads, hd = C / H head size, V vocabulary,
- * L layers. The backward is autograd's: every step of the forward below is an op from ops/ that
- * records its own rule, so this file has no backward of its own.
+ * What an architecture may have (gpt.h, fg_gpt_config): learned or rotary positions (Llama's
+ * rotate_half or nanochat's direction), LayerNorm or RMSNorm with or without a weight, a norm
+ * after the embedding, QK-norm, grouped-query attention, GELU / SwiGLU / ReLU² MLPs, biases or
+ * none, a tied or untied head, a logit softcap, per-layer sliding windows.
+ *
+ * Shapes: B batch, T time, C channels (n_embd), H heads, H_kv K/V heads, hd = C / H head size,
+ * I MLP width, V vocabulary, L layers. The backward is autograd's: every step of the forward below
+ * is an op from ops/ that records its own rule, so this file has no backward of its own.
  */
 #include "train/gpt.h"
 
@@ -133,7 +138,8 @@ void fg_gpt_arch_describe(const fg_gpt_config *c, char *buf, size_t n) {
     if (fg_gpt_is_gpt2(c)) return;
     FG_DESCRIBE(": %s", fg_gpt_pos_name(c->pos));
     if (c->pos != FG_POS_LEARNED) FG_DESCRIBE(" (theta %g)", fg_gpt_theta(c));
-    FG_DESCRIBE(", %s (eps %g)%s", fg_gpt_norm_name(c->norm), fg_gpt_eps(c), c->emb_norm ? " after the embedding too" : "");
+    FG_DESCRIBE(", %s (eps %g)%s", fg_gpt_norm_name(c->norm), fg_gpt_eps(c),
+                c->emb_norm ? " after the embedding too" : "");
     if (c->qk_norm) FG_DESCRIBE(", qk-norm");
     FG_DESCRIBE(", %s (hidden %d)", fg_gpt_mlp_name(c->mlp), fg_gpt_hidden(c));
     if (fg_gpt_kv_heads(c) != c->n_head) FG_DESCRIBE(", %d kv heads", fg_gpt_kv_heads(c));
@@ -151,15 +157,17 @@ static fg_status arch_check(const fg_gpt_config *c) {
     if (!(c->rope_theta >= 0 && isfinite(c->rope_theta)))
         return fg_error(FG_ERR_ARG, "gpt: rope_theta %g must be finite and > 0 (0 = 10000)", c->rope_theta);
     if (c->pos != FG_POS_LEARNED && fg_gpt_head_dim(c) % 2)
-        return fg_error(FG_ERR_ARG, "gpt: pos %s needs an even head dim (n_embd / n_head = %d)", fg_gpt_pos_name(c->pos),
-                        fg_gpt_head_dim(c));
+        return fg_error(FG_ERR_ARG, "gpt: pos %s needs an even head dim (n_embd / n_head = %d)",
+                        fg_gpt_pos_name(c->pos), fg_gpt_head_dim(c));
     if (c->norm < 0 || c->norm >= FG_NORM_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown norm %d", (int)c->norm);
     if (!(c->norm_eps >= 0 && c->norm_eps < 1))
         return fg_error(FG_ERR_ARG, "gpt: norm_eps %g must be > 0 and < 1 (0 = 1e-5)", c->norm_eps);
-    if (c->emb_norm != 0 && c->emb_norm != 1) return fg_error(FG_ERR_ARG, "gpt: emb_norm %d is not 0 or 1", c->emb_norm);
+    if (c->emb_norm != 0 && c->emb_norm != 1)
+        return fg_error(FG_ERR_ARG, "gpt: emb_norm %d is not 0 or 1", c->emb_norm);
     if (c->qk_norm != 0 && c->qk_norm != 1) return fg_error(FG_ERR_ARG, "gpt: qk_norm %d is not 0 or 1", c->qk_norm);
     if (c->mlp < 0 || c->mlp >= FG_MLP_COUNT) return fg_error(FG_ERR_ARG, "gpt: unknown mlp %d", (int)c->mlp);
-    if (c->mlp_hidden < 0 || c->mlp_hidden > FG_GPT_MAX_HIDDEN || (c->mlp_hidden == 0 && 4 * c->n_embd > FG_GPT_MAX_HIDDEN))
+    if (c->mlp_hidden < 0 || c->mlp_hidden > FG_GPT_MAX_HIDDEN ||
+        (c->mlp_hidden == 0 && 4 * c->n_embd > FG_GPT_MAX_HIDDEN))
         return fg_error(FG_ERR_ARG, "gpt: mlp_hidden %d is outside 1..%d (0 = 4 n_embd)", c->mlp_hidden,
                         FG_GPT_MAX_HIDDEN);
     if (c->no_bias != 0 && c->no_bias != 1) return fg_error(FG_ERR_ARG, "gpt: no_bias %d is not 0 or 1", c->no_bias);
@@ -242,47 +250,61 @@ int fg_gpt_recompute_parse(const char *s) {
 
 /* When an entry exists (the list's `present` column). */
 typedef enum {
-    P_ALL,      /* always */
-    P_LEARNED,  /* learned positions */
-    P_NORM_W,   /* a norm with a weight (layernorm, rmsnorm) */
-    P_NORM_B,   /* a layernorm with a bias */
-    P_EMBN_W,   /* emb_norm, with a weight */
-    P_EMBN_B,   /* emb_norm, layernorm with a bias */
-    P_FUSED,    /* q, k, v in one named matrix (GPT-2 names) */
-    P_SPLIT,    /* q, k, v as three named matrices (Llama / NanoChat names) */
-    P_FUSED_B,  /* their biases */
+    P_ALL,     /* always */
+    P_LEARNED, /* learned positions */
+    P_NORM_W,  /* a norm with a weight (layernorm, rmsnorm) */
+    P_NORM_B,  /* a layernorm with a bias */
+    P_EMBN_W,  /* emb_norm, with a weight */
+    P_EMBN_B,  /* emb_norm, layernorm with a bias */
+    P_FUSED,   /* q, k, v in one named matrix (GPT-2 names) */
+    P_SPLIT,   /* q, k, v as three named matrices (Llama / NanoChat names) */
+    P_FUSED_B, /* their biases */
     P_SPLIT_B,
-    P_BIAS,     /* a linear layer's bias */
-    P_GATE,     /* swiglu's gate */
-    P_GATE_B,   /* its bias */
-    P_UNTIED    /* an untied LM head */
+    P_BIAS,   /* a linear layer's bias */
+    P_GATE,   /* swiglu's gate */
+    P_GATE_B, /* its bias */
+    P_UNTIED  /* an untied LM head */
 } present_rule;
 
 static int param_present(const fg_gpt_config *c, present_rule r) {
     const int norm_w = c->norm != FG_NORM_RMSNORM_FREE, norm_b = c->norm == FG_NORM_LAYERNORM && !c->no_bias;
     const int fused = c->arch == FG_ARCH_GPT2, bias = !c->no_bias;
     switch (r) {
-    case P_ALL: return 1;
-    case P_LEARNED: return c->pos == FG_POS_LEARNED;
-    case P_NORM_W: return norm_w;
-    case P_NORM_B: return norm_b;
-    case P_EMBN_W: return c->emb_norm && norm_w;
-    case P_EMBN_B: return c->emb_norm && norm_b;
-    case P_FUSED: return fused;
-    case P_SPLIT: return !fused;
-    case P_FUSED_B: return fused && bias;
-    case P_SPLIT_B: return !fused && bias;
-    case P_BIAS: return bias;
-    case P_GATE: return c->mlp == FG_MLP_SWIGLU;
-    case P_GATE_B: return c->mlp == FG_MLP_SWIGLU && bias;
-    case P_UNTIED: return c->untie_head;
+    case P_ALL:
+        return 1;
+    case P_LEARNED:
+        return c->pos == FG_POS_LEARNED;
+    case P_NORM_W:
+        return norm_w;
+    case P_NORM_B:
+        return norm_b;
+    case P_EMBN_W:
+        return c->emb_norm && norm_w;
+    case P_EMBN_B:
+        return c->emb_norm && norm_b;
+    case P_FUSED:
+        return fused;
+    case P_SPLIT:
+        return !fused;
+    case P_FUSED_B:
+        return fused && bias;
+    case P_SPLIT_B:
+        return !fused && bias;
+    case P_BIAS:
+        return bias;
+    case P_GATE:
+        return c->mlp == FG_MLP_SWIGLU;
+    case P_GATE_B:
+        return c->mlp == FG_MLP_SWIGLU && bias;
+    case P_UNTIED:
+        return c->untie_head;
     }
     return 0;
 }
 
 typedef struct {
-    int where;                          /* 0 before the blocks, 1 per block, 2 after */
-    const char *name[FG_ARCH_COUNT];    /* printf formats, %d = block */
+    int where;                       /* 0 before the blocks, 1 per block, 2 after */
+    const char *name[FG_ARCH_COUNT]; /* printf formats, %d = block */
     int ndim;
     int decay;
     fg_gpt_init init;
@@ -290,7 +312,8 @@ typedef struct {
 } kind_info;
 
 static const kind_info kinds[FG_GPT_KIND_COUNT] = {
-#define FG_GPT_KIND_INFO(id, where, n0, n1, n2, nd, r, c, decay, init, present) {where, {n0, n1, n2}, nd, decay, init, present},
+#define FG_GPT_KIND_INFO(id, where, n0, n1, n2, nd, r, c, decay, init, present)                                        \
+    {where, {n0, n1, n2}, nd, decay, init, present},
     FG_GPT_PARAMS(FG_GPT_KIND_INFO)
 #undef FG_GPT_KIND_INFO
 };
@@ -581,16 +604,20 @@ static fg_tensor *maybe_dropout(fg_gpt *g, fg_tensor *x, const fg_gpt_train_ctx 
 static fg_tensor *model_norm(const fg_gpt *g, fg_tensor *x, fg_tensor *w, fg_tensor *b) {
     const double eps = fg_gpt_eps(&g->cfg);
     switch (g->cfg.norm) {
-    case FG_NORM_RMSNORM: return fg_rmsnorm(x, w, eps);
-    case FG_NORM_RMSNORM_FREE: return fg_rmsnorm(x, NULL, eps);
-    default: return fg_layernorm(x, w, b, eps);
+    case FG_NORM_RMSNORM:
+        return fg_rmsnorm(x, w, eps);
+    case FG_NORM_RMSNORM_FREE:
+        return fg_rmsnorm(x, NULL, eps);
+    default:
+        return fg_layernorm(x, w, b, eps);
     }
 }
 
 /* The MLP's activation of fc (..., I) — of (..., 2I) for swiglu, gate then up — -> (..., I). */
 static fg_tensor *mlp_act(const fg_gpt *g, fg_tensor *fc) {
     switch (g->cfg.mlp) {
-    case FG_MLP_RELU2: return fg_relu2(fc);
+    case FG_MLP_RELU2:
+        return fg_relu2(fc);
     case FG_MLP_SWIGLU: {
         const int64_t I = fg_gpt_hidden(&g->cfg);
         const int last = fc->ndim - 1;
@@ -600,7 +627,8 @@ static fg_tensor *mlp_act(const fg_gpt *g, fg_tensor *fc) {
         fg_release(b);
         return y;
     }
-    default: return fg_gelu(fc);
+    default:
+        return fg_gelu(fc);
     }
 }
 
@@ -779,7 +807,8 @@ static fg_tensor *gpt_hidden(fg_gpt *g, const int32_t *idx, int B, int T, const 
         TAKE(x, fg_add(x, pos));                                       /* broadcast over B */
     }
     TAKE(x, maybe_dropout(g, x, train, -1, FG_DROP_EMB));
-    if (g->cfg.emb_norm) TAKE(x, model_norm(g, x, fg_gpt_weight(g, FG_GPT_EMBN_W, 0), fg_gpt_weight(g, FG_GPT_EMBN_B, 0)));
+    if (g->cfg.emb_norm)
+        TAKE(x, model_norm(g, x, fg_gpt_weight(g, FG_GPT_EMBN_W, 0), fg_gpt_weight(g, FG_GPT_EMBN_B, 0)));
     for (int l = 0; l < g->cfg.n_layer; l++) {
         if (g->cfg.recompute == FG_RECOMPUTE_BLOCK) {
             ckpt_args a = {.g = g, .l = l, .has_train = train != NULL};
@@ -877,8 +906,9 @@ fg_gpt_kv *fg_gpt_kv_create(const fg_gpt *g) {
     /* the buffers after k and v serve the GPT-2 path only; other architectures run the ops on
      * tensors and keep only k and v here */
     const size_t s = fg_gpt_is_gpt2(c) ? 1 : 0;
-    const size_t n[14] = {L * T * KV, L * T * KV, s * T * C, s * T * C, s * 3 * T * C, s * T * C, s * T * C,
-                          s * T * C,  s * 4 * T * C, s * 4 * T * C, s * T, s * T, s * H * T, (size_t)c->vocab_size};
+    const size_t n[14] = {
+        L * T * KV, L * T * KV,    s * T * C,     s * T * C, s * 3 * T * C, s * T * C, s * T * C,
+        s * T * C,  s * 4 * T * C, s * 4 * T * C, s * T,     s * T,         s * H * T, (size_t)c->vocab_size};
     for (size_t i = 0; i < kv_count; i++) {
         if (n[i] == 0) continue;
         char *p = fg_alloc(FG_CPU, n[i] * kv->es);
@@ -953,8 +983,8 @@ static fg_status kv_append_ops(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int
     for (int l = 0; l < c->n_layer; l++) {
         TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l)));
         TAKE(qkv, fg_linear(h, qkv_weight(g, l), qkv_bias(g, l))); /* (1,n,QKV) */
-        TAKE(q, split_heads(g, qkv, 0, H, len));                    /* (1,H,n,hd) */
-        TAKE(k, split_heads(g, qkv, H * hd, Hkv, len));             /* (1,H_kv,n,hd) */
+        TAKE(q, split_heads(g, qkv, 0, H, len));                   /* (1,H,n,hd) */
+        TAKE(k, split_heads(g, qkv, H * hd, Hkv, len));            /* (1,H_kv,n,hd) */
         TAKE(v, fg_slice(qkv, 2, (H + Hkv) * hd, (H + 2 * Hkv) * hd));
         TAKE(v, fg_reshape(v, 4, (int64_t[]){1, n, Hkv, hd}));
         TAKE(v, fg_permute(v, (int[]){0, 2, 1, 3}));

@@ -1,34 +1,48 @@
-/* gpt.h — a GPT-2 style decoder whose parameters live in one flat buffer.
+/* gpt.h — one decoder-only transformer with architecture options (GPT-2, Llama, nanochat and free
+ * mixes of their parts), its parameters in one flat buffer.
  *
- * The model, shape letters: B batch, T time (<= block_size), C = n_embd, H = n_head, hd = C / H,
- * V = vocab_size, L = n_layer.
+ * Shape letters: B batch, T time (<= block_size), C = n_embd, H = n_head, H_kv = n_kv_head (K/V
+ * heads), hd = C / H, I = the MLP's hidden width, V = vocab_size, L = n_layer.
  *
- *     x = wte[idx] + wpe[0..T)                                   (B, T, C), then dropout
+ *     x = wte[idx] (+ wpe[0..T) with learned positions)          (B, T, C), then dropout
+ *     x = norm(x)                                                  with emb_norm only (nanochat)
  *     for each of the L blocks:
- *         x = x + dropout(c_proj(attention(split_heads(c_attn(ln_1(x))))))   causal, attn dropout
- *         x = x + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))                 4C hidden
- *     logits = ln_f(x) @ wteᵀ                                     (B, T, V), LM head tied to wte
+ *         h = norm(x); q, k, v = split(h @ [W_q; W_k; W_v]ᵀ (+ b))   H, H_kv, H_kv heads of hd
+ *         q, k = rope(q), rope(k)                                   rotary positions only
+ *         q, k = rmsnorm(q), rmsnorm(k) over hd, no weight          qk_norm only (after rope)
+ *         x = x + dropout(o_proj(attention(q, k, v)))               causal, GQA, the layer's window
+ *         x = x + dropout(down(act(up(norm(x)))))                    gelu_tanh (4C, GPT-2) |
+ *                                                                    silu(gate) * up (SwiGLU) | relu²
+ *     logits = norm(x) @ headᵀ                                      (B, T, V): head = wte (tied) or
+ *     logits = c tanh(logits / c)                                   lm_head; the softcap when c > 0
+ * norm is LayerNorm (weight, bias), RMSNorm with a weight, or RMSNorm without one, per the config.
+ * The options and presets are listed at fg_gpt_config below; the default is exactly GPT-2.
  *
  * Attention goes through fg_attention (ops/attention.h) with the implementation in cfg.attn
- * (naive or flash), causal masking and attention dropout. Dropout sites follow nanoGPT: after the
- * embeddings, on the attention weights, and after each residual branch's output projection.
+ * (naive or flash), causal masking, GQA (its variant.n_kv_heads), sliding windows and attention
+ * dropout. Dropout sites follow nanoGPT: after the embeddings, on the attention weights, and after
+ * each residual branch's output projection. The backward is autograd's: every step above is an op
+ * of ops/ with its own rule (fg_rmsnorm, fg_rope, fg_swiglu, fg_relu2, fg_softcap ...).
  *
  * Parameters. Every parameter is a named view into ONE contiguous buffer (params_flat), and each
  * view's gradient (tensor->grad) is the matching view into one flat gradient buffer (grads_flat),
  * set before the first backward, so zeroing, clipping and AdamW are single loops over an array.
- * The table of views is generated from one X-macro list, FG_GPT_PARAMS below: name, shape, whether
- * AdamW decays it, and how it is initialized. Names and layouts are nanoGPT's (PyTorch
- * nn.Linear: a weight is (out, in)), so `model.load_state_dict(safetensors.torch.load_file(...))`
- * works for nanoGPT's GPT with bias=True; the tied lm_head.weight is not stored (as in HF's GPT-2
- * files). The buffer holds them in table order: wte, wpe, then block 0's twelve tensors, block 1's,
- * ..., then ln_f.
+ * The table of views is generated from one X-macro list, FG_GPT_PARAMS below: names per family,
+ * shape, whether AdamW decays it, how it is initialized, and under which options it exists. For a
+ * GPT-2 the names and layouts are nanoGPT's (PyTorch nn.Linear: a weight is (out, in)), so
+ * `model.load_state_dict(safetensors.torch.load_file(...))` works for nanoGPT's GPT with
+ * bias=True; the tied lm_head.weight is not stored (as in HF's GPT-2 files). The buffer holds them
+ * in table order: wte, wpe, then block 0's twelve tensors, block 1's, ..., then ln_f.
  *
- * Initialization is GPT-2's: weights normal(0, 0.02), the two residual output projections
- * normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gains 1. Parameter i of the table draws from
- * Philox stream (seed, FG_GPT_INIT_STREAM + i), so a model does not depend on thread count, and a
- * float64 model starts from the same values as a float32 one (up to rounding).
+ * Initialization, for every architecture, is GPT-2's (also what transformers' _init_weights does
+ * for Llama and NanoChat with initializer_range 0.02): matrices and embeddings normal(0, 0.02), an
+ * untied lm_head too; the two residual output projections (attention's and the MLP's) normal(0,
+ * 0.02 / sqrt(2 L)); biases 0; norm gains 1. Parameter i of the table draws from Philox stream
+ * (seed, FG_GPT_INIT_STREAM + i), so a model does not depend on thread count, and a float64 model
+ * starts from the same values as a float32 one (up to rounding).
  *
- * Float64 models exist for gradient checks; training uses float32.
+ * Float64 models exist for gradient checks; training uses float32. Architectures other than
+ * GPT-2's run on the CPU (their ops have no device kernels).
  */
 #ifndef FG_GPT_H
 #define FG_GPT_H
@@ -164,7 +178,8 @@ int fg_gpt_norm_parse(const char *s);
 const char *fg_gpt_mlp_name(fg_gpt_mlp m);
 int fg_gpt_mlp_parse(const char *s);
 /* The resolved sizes and settings of c (defaults applied): K/V heads, head dim, MLP hidden width,
- * norm eps, rope theta, and layer l's attention window (0 = full, else window_left = block_size / 4). */
+ * norm eps, rope theta, and layer l's attention window (0 = full, else the keys back it sees:
+ * max(1, block_size / 4)). */
 int fg_gpt_kv_heads(const fg_gpt_config *c);
 int fg_gpt_head_dim(const fg_gpt_config *c);
 int fg_gpt_hidden(const fg_gpt_config *c);
@@ -205,9 +220,9 @@ typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } 
       FG_INIT_ONES, P_EMBN_W)                                                                                          \
     X(EMBN_B, 0, "transformer.ln_e.bias", "model.embed_norm.bias", "model.embed_norm.bias", 1, C, 1, 0, FG_INIT_ZEROS, \
       P_EMBN_B)                                                                                                        \
-    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", "model.layers.%d.input_layernorm.weight",                             \
+    X(LN1_W, 1, "transformer.h.%d.ln_1.weight", "model.layers.%d.input_layernorm.weight",                              \
       "model.layers.%d.input_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                                    \
-    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", "model.layers.%d.input_layernorm.bias",                                 \
+    X(LN1_B, 1, "transformer.h.%d.ln_1.bias", "model.layers.%d.input_layernorm.bias",                                  \
       "model.layers.%d.input_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                                     \
     X(ATTN_W, 1, "transformer.h.%d.attn.c_attn.weight", "", "", 2, QKV, C, 1, FG_INIT_NORMAL, P_FUSED)                 \
     X(Q_W, 1, "", "model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.q_proj.weight", 2, C, C, 1,    \
@@ -223,25 +238,25 @@ typedef enum { FG_INIT_NORMAL = 0, FG_INIT_RESID, FG_INIT_ZEROS, FG_INIT_ONES } 
       FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
     X(V_B, 1, "", "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.v_proj.bias", 1, KV, 1, 0,       \
       FG_INIT_ZEROS, P_SPLIT_B)                                                                                        \
-    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", "model.layers.%d.self_attn.o_proj.weight",                   \
+    X(APROJ_W, 1, "transformer.h.%d.attn.c_proj.weight", "model.layers.%d.self_attn.o_proj.weight",                    \
       "model.layers.%d.self_attn.o_proj.weight", 2, C, C, 1, FG_INIT_RESID, P_ALL)                                     \
-    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", "model.layers.%d.self_attn.o_proj.bias",                       \
+    X(APROJ_B, 1, "transformer.h.%d.attn.c_proj.bias", "model.layers.%d.self_attn.o_proj.bias",                        \
       "model.layers.%d.self_attn.o_proj.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                      \
-    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", "model.layers.%d.post_attention_layernorm.weight",                    \
+    X(LN2_W, 1, "transformer.h.%d.ln_2.weight", "model.layers.%d.post_attention_layernorm.weight",                     \
       "model.layers.%d.post_attention_layernorm.weight", 1, C, 1, 0, FG_INIT_ONES, P_NORM_W)                           \
-    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", "model.layers.%d.post_attention_layernorm.bias",                        \
+    X(LN2_B, 1, "transformer.h.%d.ln_2.bias", "model.layers.%d.post_attention_layernorm.bias",                         \
       "model.layers.%d.post_attention_layernorm.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_NORM_B)                            \
-    X(GATE_W, 1, "transformer.h.%d.mlp.c_gate.weight", "model.layers.%d.mlp.gate_proj.weight",                        \
+    X(GATE_W, 1, "transformer.h.%d.mlp.c_gate.weight", "model.layers.%d.mlp.gate_proj.weight",                         \
       "model.layers.%d.mlp.fc_gate.weight", 2, I, C, 1, FG_INIT_NORMAL, P_GATE)                                        \
-    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", "model.layers.%d.mlp.up_proj.weight",                              \
+    X(FC_W, 1, "transformer.h.%d.mlp.c_fc.weight", "model.layers.%d.mlp.up_proj.weight",                               \
       "model.layers.%d.mlp.fc1.weight", 2, I, C, 1, FG_INIT_NORMAL, P_ALL)                                             \
-    X(GATE_B, 1, "transformer.h.%d.mlp.c_gate.bias", "model.layers.%d.mlp.gate_proj.bias",                            \
+    X(GATE_B, 1, "transformer.h.%d.mlp.c_gate.bias", "model.layers.%d.mlp.gate_proj.bias",                             \
       "model.layers.%d.mlp.fc_gate.bias", 1, I, 1, 0, FG_INIT_ZEROS, P_GATE_B)                                         \
-    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.fc1.bias",  \
+    X(FC_B, 1, "transformer.h.%d.mlp.c_fc.bias", "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.fc1.bias",   \
       1, I, 1, 0, FG_INIT_ZEROS, P_BIAS)                                                                               \
-    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", "model.layers.%d.mlp.down_proj.weight",                       \
+    X(MPROJ_W, 1, "transformer.h.%d.mlp.c_proj.weight", "model.layers.%d.mlp.down_proj.weight",                        \
       "model.layers.%d.mlp.fc2.weight", 2, C, I, 1, FG_INIT_RESID, P_ALL)                                              \
-    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", "model.layers.%d.mlp.down_proj.bias",                           \
+    X(MPROJ_B, 1, "transformer.h.%d.mlp.c_proj.bias", "model.layers.%d.mlp.down_proj.bias",                            \
       "model.layers.%d.mlp.fc2.bias", 1, C, 1, 0, FG_INIT_ZEROS, P_BIAS)                                               \
     X(LNF_W, 2, "transformer.ln_f.weight", "model.norm.weight", "model.norm.weight", 1, C, 1, 0, FG_INIT_ONES,         \
       P_NORM_W)                                                                                                        \
@@ -370,9 +385,10 @@ fg_status fg_gpt_generate(fg_gpt *g, int32_t *tokens, int n_prompt, int n_new, c
  * argmax. x (n logits) is overwritten; order (n ints) is scratch. */
 int fg_gpt_sample_logits(double *x, int n, double temperature, int top_k, double top_p, double u, int *order);
 /* ---- the KV cache: incremental inference without autograd ----
- * Per layer, K and V of every position so far, (H, block_size, hd) each, and scratch for
- * block_size rows of every activation, all allocated once by fg_gpt_kv_create and reused by every
- * call. fg_gpt_kv_append(g, kv, idx, n, logits) runs the model on n new tokens at positions
+ * Per layer, K and V of every position so far, (H_kv, block_size, hd) each, and (GPT-2) scratch
+ * for block_size rows of every activation, all allocated once by fg_gpt_kv_create and reused by
+ * every call. Other architectures run the forward's own ops on the new rows (rotary positions from
+ * len, the layer's window, the softcap) and keep only K and V here. fg_gpt_kv_append(g, kv, idx, n, logits) runs the model on n new tokens at positions
  * len .. len + n − 1 (len = fg_gpt_kv_len): each layer computes its n new rows (ln_1, c_attn),
  * writes their k, v into the cache, and attends with its n queries to all len + n cached keys
  * (fg_attention's kernels, causal with Nq = n < Nk: bottom-right, so query i sees keys 0 .. len + i);

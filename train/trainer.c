@@ -410,7 +410,14 @@ fg_status fg_trainer_accuracy(fg_trainer *tr, fg_split s, int K, double *acc) {
 
 double fg_trainer_flops_per_token(const fg_trainer *tr) {
     const fg_gpt_config *m = &tr->cfg.model;
-    return 6.0 * (double)tr->model->num_elements + 12.0 * m->n_layer * (double)m->n_embd * tr->T;
+    /* an untied token embedding is a lookup, no product: its V C parameters do not count */
+    const double n = (double)tr->model->num_elements - (m->untie_head ? (double)m->vocab_size * m->n_embd : 0.0);
+    double attn = 0;
+    for (int l = 0; l < m->n_layer; l++) {
+        const int w = fg_gpt_layer_window(m, l); /* a windowed layer's keys: at most w + 1 */
+        attn += 12.0 * (double)m->n_embd * (w > 0 && w + 1 < tr->T ? w + 1 : tr->T);
+    }
+    return 6.0 * n + attn;
 }
 
 double fg_trainer_mfu(const fg_trainer *tr, double tokens_per_s) {

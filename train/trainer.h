@@ -139,8 +139,10 @@ uint64_t fg_trainer_eval_seed(uint64_t run_seed);
 
 /* Model FLOPs per trained token, as nanoGPT's estimate_mfu counts them (PaLM, appendix B):
  * 6 N for the parameters' products in forward and backward (N = every parameter, the tied token
- * embedding once) plus 12 L C T for attention's two products QK^T and PV, forward and backward,
- * at the trained sequence length T. Recomputation and masked (causal) work are not counted. */
+ * embedding once; an untied token embedding, a lookup, not at all, as nanochat counts) plus 12 L C T
+ * for attention's two products QK^T and PV, forward and backward, at the trained sequence length
+ * T (a layer with a sliding window of w keys back: 12 C min(T, w + 1)). Recomputation and masked
+ * (causal) work are not counted. */
 double fg_trainer_flops_per_token(const fg_trainer *tr);
 
 /* Model FLOPs utilization at `tokens_per_s`: tokens/s × fg_trainer_flops_per_token / the CPU's
