@@ -336,10 +336,13 @@ int fg_bench_train(int argc, char **argv) {
         printf("throughput: %.0f tokens/s at the median step time\n", tokens / med);
         if (dev == FG_CPU) {
             const double peak = fg_fma_peak_gflops();
+            /* N: the parameters in products (an untied token embedding is a lookup; trainer.h) */
+            const long long n_prod = (long long)tr->model->num_elements -
+                                     (cfg.model.untie_head ? (long long)cfg.model.vocab_size * cfg.model.n_embd : 0);
             printf("mfu: %.1f%% at the median step time (%.6g model flop/token = 6 N + 12 L C T, N = %lld; fma peak "
                    "%.1f GFLOP/s, %s, %d threads)\n",
-                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr),
-                   (long long)tr->model->num_elements, peak, fg_simd_name(fg_simd_active()), fg_pool_threads());
+                   100 * fg_trainer_mfu(tr, tokens / med), fg_trainer_flops_per_token(tr), n_prod, peak,
+                   fg_simd_name(fg_simd_active()), fg_pool_threads());
         }
         printf("memory (%s): live %.2f MiB between steps, peak %.2f MiB during a step, reserved %.2f MiB\n",
                fg_device_name(dev), end.current / 1048576.0, end.peak / 1048576.0, end.reserved / 1048576.0);
