@@ -10,13 +10,13 @@
 #include "cli/flags.h"
 #include "ops/cpu.h"
 #include "train/checkpoint.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "train/trainer.h"
 #include "autograd/autograd.h"
 
 
 /* The model at `path` (anything `sample --ckpt` takes: a flashgrad run folder or its model file, a
- * Hugging Face GPT-2 folder, an llm.c model file; train/gpt2_files.h) on the CPU, and for a flashgrad
+ * Hugging Face folder (GPT-2, Llama, NanoChat), an llm.c model file; train/model_files.h) on the CPU, and for a flashgrad
  * run its checkpoint's record of the data and training (*ck, NULL for the GPT-2 files; its
  * configuration is valid when the optimizer file was there). NULL + fg_last_error(). */
 static fg_model_file *load_model(const char *path, fg_ckpt **ck) {
@@ -56,7 +56,7 @@ int fg_eval_run(const fg_eval_opts *o) {
     const fg_ckpt_info *in = ck ? fg_ckpt_get_info(ck) : NULL;
     if (!in) {
         /* a GPT-2 file records no data: token ids of its vocabulary are the only thing it reads */
-        const char *what = mf->format == FG_MODEL_HF ? "a Hugging Face GPT-2 folder" : "an llm.c model file";
+        const char *what = mf->format == FG_MODEL_HF ? "a Hugging Face folder" : "an llm.c model file";
         if (o->data) {
             fprintf(stderr,
                     "flashgrad %s: --data: %s takes GPT-2 token ids and flashgrad has no BPE encoder; give the "
@@ -136,7 +136,7 @@ enum { E_CKPT, E_DATA, E_DATA_BIN, E_ITERS, E_BATCH, E_SEED, E_THREADS, E_COUNT 
 
 int fg_cmd_eval(int argc, char **argv) {
     fg_flag f[E_COUNT] = {
-        [E_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "a flashgrad run folder (or its model.safetensors), a Hugging Face GPT-2 folder or an llm.c model file (required)"},
+        [E_CKPT] = {"--ckpt", FG_FLAG_STR, "DIR", "a flashgrad run folder (or its model.safetensors), a Hugging Face folder (GPT-2, Llama, NanoChat) or an llm.c model file (required)"},
         [E_DATA] = {"--data", FG_FLAG_STR, "FILE", "a text file instead of the one the run trained on (default: that one)"},
         [E_DATA_BIN] = {"--data-bin", FG_FLAG_STR, "PATH",
                         "token files instead of the ones the run trained on (default: those; required for GPT-2 files)"},
@@ -157,7 +157,7 @@ int fg_cmd_eval(int argc, char **argv) {
     }
     if (rc) return rc;
     if (!f[E_CKPT].given) {
-        fprintf(stderr, "flashgrad eval: --ckpt PATH is required (a flashgrad run folder, a Hugging Face GPT-2 folder or an "
+        fprintf(stderr, "flashgrad eval: --ckpt PATH is required (a flashgrad run folder, a Hugging Face folder or an "
                         "llm.c model file)\n");
         return 2;
     }

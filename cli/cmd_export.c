@@ -1,18 +1,18 @@
 /* cmd_export.c — `flashgrad export`: a model handed to another program.
  *
- *   flashgrad export --ckpt SRC --to hf OUT_DIR        a Hugging Face GPT-2 folder
+ *   flashgrad export --ckpt SRC --to hf OUT_DIR        a Hugging Face folder (the class by the arch)
  *   flashgrad export --ckpt SRC --to llmc OUT.bin      an llm.c model file (--llmc-dtype float32|bfloat16)
  *
- * SRC is anything `sample --ckpt` takes (train/gpt2_files.h): a flashgrad run folder or model file,
+ * SRC is anything `sample --ckpt` takes (train/model_files.h): a flashgrad run folder or model file,
  * a Hugging Face folder, an llm.c model file. OUT is written atomically; an existing OUT is replaced
  * only with --overwrite, and only when it is itself such an export (an HF folder: one flashgrad's
- * export wrote, holding nothing else). What a killed export left beside OUT goes (gpt2_files.h).
+ * export wrote, holding nothing else). What a killed export left beside OUT goes (model_files.h).
  * Exit: 0 written, 1 unreadable source or failed write, 2 usage error (and an OUT that exists).
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
@@ -21,7 +21,7 @@ enum { E_CKPT, E_TO, E_DTYPE, E_OVERWRITE, E_COUNT };
 int fg_cmd_export(int argc, char **argv) {
     fg_flag f[E_COUNT] = {
         [E_CKPT] = {"--ckpt", FG_FLAG_STR, "SRC",
-                    "the model: a flashgrad run folder, a Hugging Face GPT-2 folder or an llm.c .bin (required)"},
+                    "the model: a flashgrad run folder, a Hugging Face folder (GPT-2, Llama, NanoChat) or an llm.c .bin (required)"},
         [E_TO] = {"--to", FG_FLAG_STR, "FORMAT", "hf (a folder for transformers) or llmc (llm.c's model file)"},
         [E_DTYPE] = {"--llmc-dtype", FG_FLAG_STR, "DT", "llmc: float32 (version 3) or bfloat16 (version 5)",
                      .s = "float32"},
@@ -80,17 +80,17 @@ int fg_cmd_export(int argc, char **argv) {
         fprintf(stderr, "flashgrad export: %s\n", fg_last_error());
         return 1;
     }
-    fg_status st = to_hf ? fg_gpt2_save_hf_with(m->model, m->tokenizer, out, (int)f[E_OVERWRITE].i)
-                         : fg_gpt2_save_llmc(m->model, out, version, (int)f[E_OVERWRITE].i);
+    fg_status st = to_hf ? fg_hf_save_with(m->model, m->tokenizer, out, (int)f[E_OVERWRITE].i)
+                         : fg_llmc_save(m->model, out, version, (int)f[E_OVERWRITE].i);
     const fg_gpt_config *c = &m->model->cfg;
     int code = 0;
     if (st != FG_OK) {
         fprintf(stderr, "flashgrad export: %s\n", fg_last_error());
         code = st == FG_ERR_ARG ? 2 : 1;
     } else {
-        fprintf(stderr, "flashgrad export: %s model (L %d, H %d, C %d, block %d, vocabulary %d) written to %s (%s)\n",
-                fg_model_format_name(m->format), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, out,
-                to_hf ? "Hugging Face GPT2LMHeadModel folder" : version == 3 ? "llm.c float32" : "llm.c bfloat16");
+        fprintf(stderr, "flashgrad export: %s %s model (L %d, H %d, C %d, block %d, vocabulary %d) written to %s (%s)\n",
+                fg_model_format_name(m->format), fg_gpt_arch_name(c->arch), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, out,
+                to_hf ? "Hugging Face folder" : version == 3 ? "llm.c float32" : "llm.c bfloat16");
         const int bpe = m->tokenizer && fg_tokenizer_kind(m->tokenizer) == FG_TOK_BPE;
         if (m->tokenizer || m->format != FG_MODEL_FLASHGRAD)
             fprintf(stderr, "flashgrad export: %s\n",

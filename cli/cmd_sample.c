@@ -1,6 +1,6 @@
 /* cmd_sample.c — `flashgrad sample`: generate text from a checkpoint.
  *
- * Loads a model (train/gpt2_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2
+ * Loads a model (train/model_files.h: a flashgrad run folder or model file, a Hugging Face GPT-2, Llama or NanoChat
  * folder, an llm.c model file), encodes the prompt with the checkpoint's own
  * tokenizer, and writes the prompt plus --tokens generated tokens to stdout for each of
  * --num-samples samples (sample s draws with seed + s). Sampling is softmax(logits / temperature)
@@ -30,7 +30,7 @@
 #include "cli/cli_util.h"
 #include "datasets/tokens.h"
 #include "ops/cpu.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
@@ -121,7 +121,7 @@ static void stream_token(void *user, int j, int32_t t) {
 int fg_cmd_sample(int argc, char **argv) {
     fg_flag f[S_COUNT] = {
         [S_CKPT] = {"--ckpt", FG_FLAG_STR, "PATH",
-                    "the model: a flashgrad run folder (or its model.safetensors), a Hugging Face GPT-2 folder, or "
+                    "the model: a flashgrad run folder (or its model.safetensors), a Hugging Face folder (GPT-2, Llama, NanoChat), or "
                     "an llm.c model file (required)"},
         [S_PROMPT] = {"--prompt", FG_FLAG_STR, "TEXT", "text to continue (default: a newline, or the first token)"},
         [S_PROMPT_IDS] = {"--prompt-ids", FG_FLAG_STR, "IDS",
@@ -154,7 +154,7 @@ int fg_cmd_sample(int argc, char **argv) {
     }
     if (rc) return rc;
     if (!f[S_CKPT].given) {
-        fprintf(stderr, "flashgrad sample: --ckpt PATH is required (a flashgrad run folder, a Hugging Face GPT-2 folder "
+        fprintf(stderr, "flashgrad sample: --ckpt PATH is required (a flashgrad run folder, a Hugging Face folder "
                         "or an llm.c model file)\n");
         return 2;
     }
@@ -162,7 +162,7 @@ int fg_cmd_sample(int argc, char **argv) {
         fprintf(stderr, "flashgrad sample: give either --prompt TEXT or --prompt-ids IDS, not both\n");
         return 2;
     }
-    /* a flashgrad checkpoint, a Hugging Face folder or an llm.c file (train/gpt2_files.h) */
+    /* a flashgrad checkpoint, a Hugging Face folder or an llm.c file (train/model_files.h) */
     fg_model_file *mf = fg_model_file_load(f[S_CKPT].s);
     if (!mf) {
         fprintf(stderr, "flashgrad sample: %s\n", fg_last_error());

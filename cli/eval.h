@@ -12,7 +12,7 @@
 
 typedef struct {
     const char *cmd;       /* for messages: "eval", "train" */
-    const char *ckpt;      /* what `sample --ckpt` takes (train/gpt2_files.h) */
+    const char *ckpt;      /* what `sample --ckpt` takes (train/model_files.h) */
     const char *data;      /* a text file to use instead of the recorded one, or NULL */
     const char *data_bin;  /* token files to use instead of the recorded ones, or NULL */
     int batch_size;        /* 0: the run's (12 without its optimizer file) */

@@ -17,7 +17,7 @@ typedef struct {
 static const command commands[] = {
     {"train", fg_cmd_train, "train a small GPT (synthetic task or a text file)"},
     {"sample", fg_cmd_sample, "generate text from a checkpoint"},
-    {"export", fg_cmd_export, "write a model as a Hugging Face GPT-2 folder or an llm.c model file"},
+    {"export", fg_cmd_export, "write a model as a Hugging Face folder (GPT-2, Llama, NanoChat) or an llm.c model file"},
     {"eval", fg_cmd_eval, "train and validation loss of a checkpoint (writes nothing)"},
     {"attention", fg_cmd_attention, "run attention on .npy inputs, write O, lse and gradients"},
     {"gradcheck", fg_cmd_gradcheck, "gradient-check attention (naive vs finite differences, flash vs naive)"},

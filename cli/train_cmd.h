@@ -22,7 +22,7 @@
 #include "cli/train_flags.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "train/run_folder.h"
 #include "train/trainer.h"
 
@@ -49,7 +49,7 @@
       1e12, 0)                                                                                                         \
     X(SAMPLES, "--samples", FG_FLAG_INT, "N", "samples shown at the end", 0, 100, 0)                                   \
     X(INIT_FROM, "--init-from", FG_FLAG_STR, "PATH",                                                                   \
-      "start from a model's weights (fresh optimizer and schedule): a flashgrad run, a Hugging Face GPT-2 folder or "  \
+      "start from a model's weights (fresh optimizer and schedule): a flashgrad run, a Hugging Face folder (GPT-2, Llama, NanoChat) or "  \
       "an llm.c .bin; the architecture is the file's (--init_from too)",                                               \
       0, 0, 0)                                                                                                         \
     X(ZERO, "--zero", FG_FLAG_INT, "0|1",                                                                              \

@@ -253,8 +253,9 @@ void fg_train_configure(const train_args *a, train_run *r) {
         if (fg_gpt_copy_weights(r->tr->model, fg_train_init_model->model) != FG_OK)
             fg_train_die(1, "--init-from: %s", fg_last_error());
         const fg_gpt_config *mc = &fg_train_init_model->model->cfg;
-        fg_train_say("init from %s (%s: L %d, H %d, C %d, vocabulary %d, context %d%s)\n", a->f[F_INIT_FROM].s,
-                     fg_model_format_name(fg_train_init_model->format), mc->n_layer, mc->n_head, mc->n_embd,
+        fg_train_say("init from %s (%s%s%s: L %d, H %d, C %d, vocabulary %d, context %d%s)\n", a->f[F_INIT_FROM].s,
+                     fg_model_format_name(fg_train_init_model->format), fg_gpt_is_gpt2(mc) ? "" : " ",
+                     fg_gpt_is_gpt2(mc) ? "" : fg_gpt_arch_name(mc->arch), mc->n_layer, mc->n_head, mc->n_embd,
                      mc->vocab_size, mc->block_size, r->cfg.model.block_size < mc->block_size ? ", cropped" : "");
         fg_model_file_free(fg_train_init_model);
         fg_train_init_model = NULL;

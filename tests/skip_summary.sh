@@ -22,9 +22,9 @@ function group(kind, name, msg,    m) {
 BEGIN {
     title["torch"] = "PyTorch cross-checks"
     how["torch"] = "set FG_TORCH_PYTHON=/path/to/python with torch >= 2.4 and numpy (or apt-get install python3-torch)"
-    title["hf"] = "transformers (Hugging Face GPT-2) cross-checks"
+    title["hf"] = "transformers (Hugging Face GPT-2, Llama, NanoChat) cross-checks"
     how["hf"] = "set FG_TORCH_PYTHON to a python with torch >= 2.1, numpy and transformers (pip install transformers)"
-    title["ft"] = "GPT-2 fine-tune test (transformers)"
+    title["ft"] = "GPT-2 fine-tune test (transformers; the Llama and NanoChat ones too)"
     how["ft"] = "set FG_TORCH_PYTHON to a python with torch >= 2.1, numpy and transformers (pip install transformers)"
     title["bpe"] = "BPE tokenizer cross-checks (tokenizers, transformers, bpe-openai)"
     how["bpe"] = "set FG_TORCH_PYTHON to a python with tokenizers, transformers and bpe-openai (pip install tokenizers transformers bpe-openai)"

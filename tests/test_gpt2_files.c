@@ -1,4 +1,4 @@
-/* test_gpt2_files.c — GPT-2 model files in and out (train/gpt2_files.h): llm.c's model file
+/* test_gpt2_files.c — GPT-2 model files in and out (train/model_files.h): llm.c's model file
  * against a writer written here from llm.c's write_model, Hugging Face folders against transformers
  * itself (tests/gpt2_files_torch_check.py) and, without Python, a checked-in transformers model with
  * its logits (tests/fixtures/), llm.c's bfloat16 export at rounding ties, refusals, and the export's
@@ -19,7 +19,7 @@
 #include "tensor/npy.h"
 #include "tests/bf16_ref.h"
 #include "tests/common.h"
-#include "train/gpt2_files.h"
+#include "train/model_files.h"
 #include "train/trainer.h"
 
 TestSuite(gpt2_files, .timeout = 300);
@@ -149,7 +149,7 @@ static void llmc_round_trip(int version) {
                   spots[i].layer, (double)w[spots[i].idx], (double)want);
     }
     /* written back: the same bytes */
-    cr_assert_eq(fg_gpt2_save_llmc(g, p2, version, 0), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_llmc_save(g, p2, version, 0), FG_OK, "%s", fg_last_error());
     size_t n2 = 0;
     unsigned char *b2 = read_bytes(p2, &n2);
     cr_assert_eq(n2, n, "written %zu bytes, read %zu", n2, n);
@@ -171,8 +171,8 @@ static void llmc_round_trip(int version) {
     cr_expect_null(fg_model_file_load(p1));
     cr_expect(strstr(fg_last_error(), "version 4"), "%s", fg_last_error());
     /* an existing file is kept without overwrite, replaced with it */
-    cr_expect_eq(fg_gpt2_save_llmc(g, p2, version, 0), FG_ERR_ARG);
-    cr_expect_eq(fg_gpt2_save_llmc(g, p2, version, 1), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(fg_llmc_save(g, p2, version, 0), FG_ERR_ARG);
+    cr_expect_eq(fg_llmc_save(g, p2, version, 1), FG_OK, "%s", fg_last_error());
     free(big);
     free(b);
     free(b2);
@@ -278,7 +278,7 @@ Test(gpt2_files, llmc_bfloat16_export_rounds_ties_to_even_once) {
                 cr_assert_eq(fg_set(wte, i, t * (up ? 1 + 0x1p-40 : 1 - 0x1p-40)), FG_OK);
             }
         }
-        cr_assert_eq(fg_gpt2_save_llmc(g, p, 5, 1), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_llmc_save(g, p, 5, 1), FG_OK, "%s", fg_last_error());
         size_t nb = 0;
         unsigned char *b = read_bytes(p, &nb);
         cr_assert(nb >= 1024 + (size_t)n * 2);
@@ -326,7 +326,7 @@ Test(gpt2_files, hf_folder_round_trips_and_foreign_configurations_are_refused) {
     fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_hf_XXXXXX");
     snprintf(out, sizeof out, "%s/hf", dir);
     fg_gpt *g = small_model(12);
-    cr_assert_eq(fg_gpt2_save_hf(g, out, 0), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_hf_save(g, out, 0), FG_OK, "%s", fg_last_error());
     fg_model_file *m = fg_model_file_load(out);
     cr_assert(m, "%s", fg_last_error());
     cr_expect_eq(m->format, FG_MODEL_HF);
@@ -370,13 +370,13 @@ Test(gpt2_files, hf_folder_round_trips_and_foreign_configurations_are_refused) {
     (void)keep;
     free(orig);
     /* an existing folder: kept without overwrite; replaced with it; never when it holds other files */
-    cr_expect_eq(fg_gpt2_save_hf(g, out, 0), FG_ERR_ARG);
+    cr_expect_eq(fg_hf_save(g, out, 0), FG_ERR_ARG);
     cr_expect(strstr(fg_last_error(), "--overwrite"), "%s", fg_last_error());
-    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(fg_hf_save(g, out, 1), FG_OK, "%s", fg_last_error());
     char other[600];
     snprintf(other, sizeof other, "%s/log.csv", out);
     write_bytes(other, "step\n", 5);
-    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_ERR_ARG);
+    cr_expect_eq(fg_hf_save(g, out, 1), FG_ERR_ARG);
     cr_expect(strstr(fg_last_error(), "log.csv"), "%s", fg_last_error());
     cr_expect_eq(access(other, F_OK), 0, "the user's file went away");
     unlink(other);
@@ -435,13 +435,13 @@ Test(gpt2_files, hf_models_match_transformers_and_exports_load_in_transformers, 
         cr_assert_eq(fg_npy_save(p, lg), FG_OK, "%s", fg_last_error());
         /* flashgrad -> hf, and hf -> llm.c -> hf */
         snprintf(p, sizeof p, "%s/exp%d", dir, i);
-        cr_assert_eq(fg_gpt2_save_hf(m->model, p, 0), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_hf_save(m->model, p, 0), FG_OK, "%s", fg_last_error());
         snprintf(p, sizeof p, "%s/rt%d.bin", dir, i);
-        cr_assert_eq(fg_gpt2_save_llmc(m->model, p, 3, 0), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_llmc_save(m->model, p, 3, 0), FG_OK, "%s", fg_last_error());
         fg_model_file *r = fg_model_file_load(p);
         cr_assert(r, "%s", fg_last_error());
         snprintf(p, sizeof p, "%s/rt%d", dir, i);
-        cr_assert_eq(fg_gpt2_save_hf(r->model, p, 0), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_hf_save(r->model, p, 0), FG_OK, "%s", fg_last_error());
         fg_model_file_free(r);
         fg_release(lg);
         fg_release(x);
@@ -549,9 +549,9 @@ Test(gpt2_files, eval_takes_hf_folders_and_llmc_files_with_data_bin) {
     fg_gpt *g = small_model(T);
     const int V = g->cfg.vocab_size;
     snprintf(p, sizeof p, "%s/hf", dir);
-    cr_assert_eq(fg_gpt2_save_hf(g, p, 0), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_hf_save(g, p, 0), FG_OK, "%s", fg_last_error());
     snprintf(p, sizeof p, "%s/model.bin", dir);
-    cr_assert_eq(fg_gpt2_save_llmc(g, p, 3, 0), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_llmc_save(g, p, 3, 0), FG_OK, "%s", fg_last_error());
     /* a nanoGPT token folder: train.bin and val.bin, uint16 ids below V */
     snprintf(p, sizeof p, "%s/data", dir);
     cr_assert_eq(mkdir(p, 0755), 0);
@@ -663,8 +663,8 @@ Test(gpt2_files, an_export_removes_what_a_killed_export_left_and_nothing_else) {
     int held = open(live, O_RDONLY | O_CLOEXEC); /* an export still writing: it holds its temporary */
     cr_assert(held >= 0 && fg_tmp_hold(held) == 0);
     fg_gpt *g = small_model(12);
-    cr_assert_eq(fg_gpt2_save_hf(g, out, 0), FG_OK, "%s", fg_last_error());
-    cr_assert_eq(fg_gpt2_save_llmc(g, bin, 3, 0), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_hf_save(g, out, 0), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_llmc_save(g, bin, 3, 0), FG_OK, "%s", fg_last_error());
     for (size_t i = 0; i < sizeof dead / sizeof dead[0]; i++)
         cr_expect(!present(dir, dead[i]), "the dead writer's %s was left", dead[i]);
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
@@ -688,7 +688,7 @@ Test(gpt2_files, an_hf_export_folder_honours_the_umask) {
     for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
         umask(masks[i]);
         snprintf(out, sizeof out, "%s/hf%zu", dir, i);
-        cr_assert_eq(fg_gpt2_save_hf(g, out, 0), FG_OK, "%s", fg_last_error());
+        cr_assert_eq(fg_hf_save(g, out, 0), FG_OK, "%s", fg_last_error());
         struct stat sb;
         cr_assert_eq(stat(out, &sb), 0);
         cr_expect_eq(sb.st_mode & 07777, 0777 & ~masks[i], "umask %03o: folder mode %03o", masks[i],
@@ -701,7 +701,7 @@ Test(gpt2_files, an_hf_export_folder_honours_the_umask) {
     snprintf(out, sizeof out, "%s/hf0", dir);
     cr_assert_eq(chmod(out, 0750), 0);
     umask(022);
-    cr_assert_eq(fg_gpt2_save_hf(g, out, 1), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_hf_save(g, out, 1), FG_OK, "%s", fg_last_error());
     struct stat sb;
     cr_assert_eq(stat(out, &sb), 0);
     cr_expect_eq(sb.st_mode & 07777, 0750, "the replaced folder's mode %03o", sb.st_mode & 07777);
@@ -722,23 +722,23 @@ Test(gpt2_files, an_export_overwrites_only_an_export_flashgrad_wrote) {
     plant(dir, "user", NULL);
     plant(dir, "user/config.json", "{\"model_type\": \"gpt2\"}");
     plant(dir, "user/model.safetensors", "the user's weights");
-    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_ERR_ARG, "a user's HF folder was replaced");
+    cr_expect_eq(fg_hf_save(g, out, 1), FG_ERR_ARG, "a user's HF folder was replaced");
     cr_expect(strstr(fg_last_error(), "model.safetensors") && strstr(fg_last_error(), "fg_export"), "%s",
               fg_last_error());
     cr_expect(present(dir, "user/model.safetensors") && present(dir, "user/config.json"), "the user's files went");
     /* flashgrad's own export: replaced; with a user's file added: refused */
     snprintf(out, sizeof out, "%s/ours", dir);
-    cr_assert_eq(fg_gpt2_save_hf(g, out, 0), FG_OK, "%s", fg_last_error());
-    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_OK, "%s", fg_last_error());
+    cr_assert_eq(fg_hf_save(g, out, 0), FG_OK, "%s", fg_last_error());
+    cr_expect_eq(fg_hf_save(g, out, 1), FG_OK, "%s", fg_last_error());
     plant(dir, "ours/notes.txt", "mine");
-    cr_expect_eq(fg_gpt2_save_hf(g, out, 1), FG_ERR_ARG, "a folder with a user's file was replaced");
+    cr_expect_eq(fg_hf_save(g, out, 1), FG_ERR_ARG, "a folder with a user's file was replaced");
     cr_expect(strstr(fg_last_error(), "notes.txt"), "%s", fg_last_error());
     cr_expect(present(dir, "ours/notes.txt"), "the user's file went");
     /* a link in OUT's place */
     char lp[600];
     snprintf(lp, sizeof lp, "%s/link", dir);
     cr_assert_eq(symlink("ours", lp), 0);
-    cr_expect_eq(fg_gpt2_save_hf(g, lp, 1), FG_ERR_ARG, "a link was replaced");
+    cr_expect_eq(fg_hf_save(g, lp, 1), FG_ERR_ARG, "a link was replaced");
     fg_gpt_free(g);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
