@@ -810,11 +810,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     i = torch.arange(Sq).view(1, 1, Sq, 1)
     jj = j - lp
     ii = i + (ln - lp) - Sq
-    ok = (j >= lp) & (j < ln)
+    ok = (j >= lp) & (j < ln) & (ii >= -(1 << 62))
     if wr >= 0:
-        ok &= jj <= ii + wr
+        ok = ok & (jj <= ii + wr)
     if wl >= 0:
-        ok &= jj >= ii - wl
+        ok = ok & (jj >= ii - wl)
     slopes = _slopes(api, alibi_slopes, B, H)
     if slopes is not None:
         sl = slopes.view(-1, H, 1, 1) if slopes.dim() == 2 else slopes.view(1, H, 1, 1)
