@@ -85,26 +85,23 @@ def _call_mod(fn, what, *args):
 
 def _mask_tensor(kinds, qbs, kbs, mask_mod, L, S):
     """The bool mask (Bm, Hm, L, S): full tiles True, empty False, partial ones mask_mod's (called
-    once, on all partial tiles at once)."""
+    once, on all partial tiles at once). Built tile-shaped, (Bm, Hm, nqb, qbs, nkb, kbs), then cut
+    to L x S (a view)."""
     Bm, Hm, nqb, nkb = kinds.shape
-    tile = kinds.repeat_interleave(qbs, 2)[:, :, :L].repeat_interleave(kbs, 3)[:, :, :, :S]
-    m = tile == _FULL
+    m6 = torch.empty((Bm, Hm, nqb, qbs, nkb, kbs), dtype=torch.bool)
+    m6.copy_((kinds == _FULL)[:, :, :, None, :, None].expand_as(m6))
     part = (kinds == _PARTIAL).nonzero()
     if part.shape[0]:
         if mask_mod is None:
             raise ValueError("%s: block_mask has partial blocks but no mask_mod" % _API)
         bi, hi, r, c = part.unbind(1)
-        qi = (r * qbs).view(-1, 1, 1) + torch.arange(qbs).view(1, -1, 1)
-        ki = (c * kbs).view(-1, 1, 1) + torch.arange(kbs).view(1, 1, -1)
-        qc, kc = qi.clamp(max=L - 1), ki.clamp(max=S - 1)
+        # indices past the end (the last tiles' padding) are clamped: their elements are cut below
+        qi = ((r * qbs).view(-1, 1, 1) + torch.arange(qbs).view(1, -1, 1)).clamp(max=max(L - 1, 0))
+        ki = ((c * kbs).view(-1, 1, 1) + torch.arange(kbs).view(1, 1, -1)).clamp(max=max(S - 1, 0))
         got = _call_mod(mask_mod, "mask_mod", bi.view(-1, 1, 1).to(torch.int32), hi.view(-1, 1, 1).to(torch.int32),
-                        qc.to(torch.int32), kc.to(torch.int32))
-        got = torch.as_tensor(got).to(torch.bool).expand(part.shape[0], qbs, kbs)
-        inside = (qi < L) & (ki < S)
-        bb, hh = bi.view(-1, 1, 1).expand_as(got), hi.view(-1, 1, 1).expand_as(got)
-        sel = inside.expand_as(got)
-        m[bb[sel], hh[sel], qc.expand_as(got)[sel], kc.expand_as(got)[sel]] = got[sel]
-    return m
+                        qi.to(torch.int32), ki.to(torch.int32))
+        m6[bi, hi, r, :, c, :] = torch.as_tensor(got).to(torch.bool).expand(part.shape[0], qbs, kbs)
+    return m6.view(Bm, Hm, nqb * qbs, nkb * kbs)[:, :, :L, :S]
 
 
 # ---- tensors a score_mod captures ---------------------------------------------------------------
@@ -243,8 +240,8 @@ class _FlexFunction(torch.autograd.Function):
             if vis is not None:
                 s = s.masked_fill(~vis, _NEG_INF)
             m = s.amax(-1, keepdim=True)
-            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row with no key: p = 0
-            p = torch.exp(s - m)
+            m.nan_to_num_(0.0, 0.0, 0.0)  # a row with no key (m = -inf): p = exp(-inf) = 0
+            p = s.sub(m).exp_()  # s may be a view of what score_mod returned: never written
             l = p.sum(-1, keepdim=True)
             o = _gqa_pv(p, v, cols) / torch.where(l > 0, l, torch.ones_like(l))
             out[:, :, q0:q1] = o
