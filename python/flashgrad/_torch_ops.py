@@ -773,6 +773,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             if t.dim() != 4 or t.shape[0] != B or t.shape[2] != Hk or t.shape[3] != d or t.shape[1] != new:
                 raise ValueError("%s: %s must be (batch_size, seqlen_new, nheads_k, headdim) = (%d, n, %d, %d), got "
                                  "%s" % (api, name, B, Hk, d, _shp(t)))
+    if B and block_table is not None and int((seqlens + new).max()) > S:
+        # flash_attn's own check (a RuntimeError there too): the table's pages cannot hold the row
+        raise RuntimeError("%s: cache_seqlens + seqlen_new = %d exceeds what block_table holds (%d blocks of %d "
+                           "tokens)" % (api, int((seqlens + new).max()), bt.shape[1], pbs))
     if B and (int((seqlens + new).max()) > S or int(seqlens.min()) < 0 or int(left.min()) < 0 or
               bool((left > seqlens + new).any())):
         raise ValueError("%s: cache_seqlens + seqlen_new must be in [cache_leftpad, seqlen_cache = %d]" % (api, S))

@@ -307,6 +307,11 @@ def test_kvcache_errors():
     with pytest.raises(ValueError, match="cache_seqlens"):
         fgt.flash_attn_with_kvcache(q, kc, kc.clone(), rnd(1, 2, 2, 4, grad=False), rnd(1, 2, 2, 4, grad=False),
                                     cache_seqlens=3)
+    pages = torch.zeros(4, 8, 2, 4, dtype=D64)
+    table = torch.zeros(1, 1, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="block_table"):
+        fgt.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=9, block_table=table)
+    assert fgt.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=8, block_table=table).shape == q.shape
     with pytest.raises(ValueError, match="both k and v"):
         fgt.flash_attn_with_kvcache(q, kc, kc.clone(), rnd(1, 1, 2, 4, grad=False))
 
