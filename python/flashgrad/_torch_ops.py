@@ -559,11 +559,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     longest document. The options are flash_attn_func's (causal, window and ALiBi per document);
     return_attn_probs gives (out, softmax_lse (nheads, total_q) float32, S_dmask (batch_size, nheads,
     max_seqlen_q, max_seqlen_k), each document's weights in its top-left corner, as flash_attn_func's).
-    block_table (paged KV) is not supported."""
+    block_table (batch_size, max_num_blocks): k and v are pages (num_blocks, page_block_size,
+    nheads_k, headdim), document b's keys its pages in order (gathered into the packed layout)."""
     api = _FAV
-    cdt, _ = _qkv(api, q, k, v)
     if block_table is not None:
-        raise ValueError("%s: block_table (paged KV cache) is not supported" % api)
+        k, v = _unpage(api, k, v, block_table, cu_seqlens_k)
+    cdt, _ = _qkv(api, q, k, v)
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
         raise ValueError("%s: need q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim), got %s, %s, "
                          "%s" % (api, _shp(q), _shp(k), _shp(v)))
@@ -623,6 +624,31 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                             k[c:e].detach().to(cdt).transpose(0, 1)[None], sc, causal, wl, wr, cap,
                                             sl, p, (_seed(seed) + s * 0x9E3779B97F4A7C15) % (1 << 64))[0]
     return out, lse32, sd.to(q.dtype)
+
+
+def _unpage(api, k, v, block_table, cu_seqlens_k):
+    """Paged k, v (num_blocks, page_block_size, nheads_k, headdim) as the packed (total_k, nheads_k,
+    headdim) of the documents: document b's keys are its pages block_table[b, :] in order, cut to
+    cu_seqlens_k[b + 1] - cu_seqlens_k[b] tokens (a gather: gradients reach the pages)."""
+    for name, t in (("k", k), ("v", v), ("block_table", block_table), ("cu_seqlens_k", cu_seqlens_k)):
+        _tensor(t, api, name)
+    if k.dim() != 4 or k.shape != v.shape or block_table.dim() != 2 or block_table.is_floating_point() or \
+            cu_seqlens_k.dim() != 1 or cu_seqlens_k.shape[0] != block_table.shape[0] + 1:
+        raise ValueError("%s: with block_table, k and v must be (num_blocks, page_block_size, nheads_k, headdim) and "
+                         "block_table (batch_size, max_num_blocks) integer, got k %s, block_table %s, cu_seqlens_k %s"
+                         % (api, _shp(k), _shp(block_table), _shp(cu_seqlens_k)))
+    pbs = k.shape[1]
+    lens = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
+    bt = block_table.to(torch.int64)
+    if any(n > bt.shape[1] * pbs or n < 0 for n in lens):
+        raise RuntimeError("%s: a document is longer than its block_table holds (%d blocks of %d tokens)"
+                           % (api, bt.shape[1], pbs))
+    if bt.numel() and (int(bt.min()) < 0 or int(bt.max()) >= k.shape[0]):
+        raise ValueError("%s: block_table has pages outside [0, %d)" % (api, k.shape[0]))
+    idx = torch.cat([(bt[b, :(n + pbs - 1) // pbs].view(-1, 1) * pbs + torch.arange(pbs).view(1, -1)).flatten()[:n]
+                     for b, n in enumerate(lens)]) if lens else torch.zeros(0, dtype=torch.int64)
+    flat = (k.shape[0] * pbs,) + tuple(k.shape[2:])
+    return k.reshape(flat)[idx], v.reshape(flat)[idx]
 
 
 # ---- packed forms: views of one tensor, gradients back through the unbind ------------------------
