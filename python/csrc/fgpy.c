@@ -21,6 +21,7 @@
 
 #include "ops/cpu.h"
 #include "ops/device.h"
+#include "ops/shared/attn_dropout.h"
 #include "tensor/alloc.h"
 #include "tensor/error.h"
 
@@ -50,6 +51,20 @@ int fgpy_threads(void) { return fg_pool_threads(); }
 void fgpy_set_threads(int n) { fg_pool_set_threads(n); }
 
 const char *fgpy_variant_name(int i, const char **help) { return fg_attn_custom_name(i, help); }
+
+fg_status fgpy_attn_dropout_keep(uint64_t seed, double p, int64_t B, int64_t H, int64_t Nq, int64_t Nk, uint8_t *keep) {
+    if (!(p >= 0 && p < 1)) return fg_error(FG_ERR_ARG, "attention dropout: p must be in [0, 1), got %g", p);
+    if (B < 0 || H < 0 || Nq < 0 || Nk < 0) return fg_error(FG_ERR_SHAPE, "attention dropout: negative size");
+    if (B * H * Nq * Nk == 0) return FG_OK;
+    if (!keep) return fg_error(FG_ERR_ARG, "attention dropout: NULL array");
+    const uint32_t thr = fg_dropout_threshold(p);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Nq; i++, keep += Nk)
+                for (int64_t j = 0; j < Nk; j++)
+                    keep[j] = (uint8_t)fg_attn_keep(seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j);
+    return FG_OK;
+}
 
 /* The OpenMP team of fgpy_use_openmp: GOMP_parallel(fn, data, num_threads, flags) runs fn(data) on
  * a team of up to num_threads threads, the caller as thread 0 (flags 0: no proc_bind). */

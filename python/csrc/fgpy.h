@@ -117,6 +117,12 @@ fg_status fgpy_attn_varlen_backward(const fgpy_attn_args *a, const int64_t *cu_q
  * inputs from seed with Q, K std qk_std (0 = 1). FG_OK when the checks ran (rep->passed says how). */
 fg_status fgpy_attn_gradcheck(const fgpy_attn_args *a, uint64_t seed, double qk_std, fgpy_check_report *rep);
 
+/* The dropout pattern of dense attention (ops/shared/attn_dropout.h): keep (B, H, Nq, Nk), caller's
+ * memory, receives 1 where dropout with probability p and seed keeps weight (b, h, i, j), else 0 —
+ * the elements fgpy_attn_forward with that seed and p drops, exactly. FG_ERR_ARG for p outside
+ * [0, 1), a negative size or a NULL keep with elements. */
+fg_status fgpy_attn_dropout_keep(uint64_t seed, double p, int64_t B, int64_t H, int64_t Nq, int64_t Nk, uint8_t *keep);
+
 /* The i-th registered variant's name and help (NULL past the end). */
 const char *fgpy_variant_name(int i, const char **help);
 

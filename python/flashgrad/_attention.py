@@ -5,8 +5,10 @@ Legend: B batch, H query heads, H_kv K/V heads, Nq queries, Nk keys, d head dim.
 
 C-contiguous, aligned, native-endian float32/float64 arrays go to the C kernels as they are (their
 memory is the kernels' input); other arrays are copied into that layout first. Outputs are numpy
-arrays the kernels write into. The options are checked here for their Python types and ranges, and
-by the library for everything else (its message becomes the exception's).
+arrays the kernels write into. The options are checked here only for what the library cannot see
+(Python types, the sizes of the arrays, values the C interface would read as "default", such as
+scale 0 or block 0); everything else (ranges, combinations) is the library's check, whose message
+becomes the exception's (flashgrad._lib.raise_status).
 """
 import ctypes
 import math
@@ -140,9 +142,7 @@ class _Options:
         self.scale = 0.0 if scale is None else _real("scale", scale)
         if scale is not None and (self.scale == 0 or not math.isfinite(self.scale)):
             raise ValueError("attention: scale must be finite and nonzero (None = 1/sqrt(d)), got %s" % (_short(scale),))
-        self.dropout = _real("dropout", dropout)
-        if not 0 <= self.dropout < 1:
-            raise ValueError("attention: dropout p must be in [0, 1), got %s" % (_short(dropout),))
+        self.dropout = _real("dropout", dropout)  # its range: the library's check (ops/attention.c)
         self.seed = _int("seed", seed, 0, 2 ** 64 - 1)
         self.kv_heads = None if kv_heads is None else _int("kv_heads", kv_heads, 1, _INT32_MAX)
         self.window = None
@@ -164,9 +164,7 @@ class _Options:
                 raise TypeError("attention: alibi must be True/False or a sequence of H slopes, got %s" % (_short(alibi),))
             self.alibi = 1
             self.slopes = np.ascontiguousarray(s, dtype=np.float64)
-        self.softcap = 0.0 if softcap is None else _real("softcap", softcap)
-        if not (math.isfinite(self.softcap) and self.softcap >= 0):
-            raise ValueError("attention: softcap must be finite and > 0 (None or 0 = off), got %s" % (_short(softcap),))
+        self.softcap = 0.0 if softcap is None else _real("softcap", softcap)  # range: the library's check
         self.block_q = 0 if block_q is None else _int("block_q", block_q, 1, 65536)
         self.block_k = 0 if block_k is None else _int("block_k", block_k, 1, 65536)
         for name, f in (("score_mod", score_mod), ("score_mod_grad", score_mod_grad), ("mask", mask)):
@@ -180,9 +178,7 @@ class _Options:
         if variant is not None and not isinstance(variant, str):
             raise TypeError("attention: variant must be the name of a registered variant (flashgrad.variants()), "
                             "got %s" % (_short(variant),))
-        if variant is not None and self.callbacks is not None:
-            raise ValueError("attention: a registered variant ('%s') and score_mod/mask callbacks cannot be "
-                             "combined" % variant)
+        # a variant with callbacks: refused by the library (python/csrc/fgpy.c, opts_of)
         self.variant = variant.encode() if variant is not None else None
         self._args = {}
 

@@ -128,6 +128,8 @@ for _name, _res, _argt in [
     ("fgpy_attn_varlen_backward", ctypes.c_int, [_ARGS_P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                                   _P, ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P]),
     ("fgpy_attn_gradcheck", ctypes.c_int, [_ARGS_P, ctypes.c_uint64, ctypes.c_double, ctypes.POINTER(CheckReport)]),
+    ("fgpy_attn_dropout_keep", ctypes.c_int, [ctypes.c_uint64, ctypes.c_double, ctypes.c_int64, ctypes.c_int64,
+                                               ctypes.c_int64, ctypes.c_int64, _P]),
     ("fgpy_variant_name", ctypes.c_char_p, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
     ("fgpy_last_error", ctypes.c_char_p, []),
     ("fgpy_last_status", ctypes.c_int, []),

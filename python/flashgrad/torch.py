@@ -38,7 +38,11 @@ from . import _torch_device as _D
 from ._lib import lib
 
 if hasattr(torch, "library") and hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd"):
-    from ._torch_ops import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
+    from ._torch_ops import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                             flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                             flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
+                             scaled_dot_product_attention)
+    from ._flex import flex_attention
 else:  # torch < 2.4: attention() works, the drop-ins (torch.library custom ops) say what they need
     def _needs_custom_op(name):
         def f(*args, **kwargs):
@@ -50,8 +54,16 @@ else:  # torch < 2.4: attention() works, the drop-ins (torch.library custom ops)
     scaled_dot_product_attention = _needs_custom_op("scaled_dot_product_attention")
     flash_attn_func = _needs_custom_op("flash_attn_func")
     flash_attn_varlen_func = _needs_custom_op("flash_attn_varlen_func")
+    flash_attn_qkvpacked_func = _needs_custom_op("flash_attn_qkvpacked_func")
+    flash_attn_kvpacked_func = _needs_custom_op("flash_attn_kvpacked_func")
+    flash_attn_varlen_qkvpacked_func = _needs_custom_op("flash_attn_varlen_qkvpacked_func")
+    flash_attn_varlen_kvpacked_func = _needs_custom_op("flash_attn_varlen_kvpacked_func")
+    flash_attn_with_kvcache = _needs_custom_op("flash_attn_with_kvcache")
+    flex_attention = _needs_custom_op("flex_attention")
 
-__all__ = ["attention", "share_threads", "scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["attention", "share_threads", "scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func",
+           "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
+           "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "flex_attention"]
 
 _DT = {torch.float32: _lib.F32, torch.float64: _lib.F64}
 

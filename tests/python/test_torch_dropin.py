@@ -235,10 +235,10 @@ def test_flash_attn_func_matches_its_documented_semantics(case, Nq, Nk, Hk):
             "flash_attn %s" % kw)
 
 
-def test_flash_attn_return_attn_probs_gives_lse_and_no_probs():
+def test_flash_attn_return_attn_probs_gives_lse_and_s_dmask():
     q, k, v = rnd(2, 5, 3, 4, grad=False), rnd(2, 7, 3, 4, grad=False), rnd(2, 7, 3, 4, grad=False)
     out, lse, probs = fgt.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
-    assert probs is None and lse.shape == (2, 3, 5) and lse.dtype == torch.float32
+    assert probs.shape == (2, 3, 5, 7) and lse.shape == (2, 3, 5) and lse.dtype == torch.float32
     s = torch.einsum("bihd,bjhd->bhij", q, k) / 2
     ok = torch.arange(7).view(1, -1) <= torch.arange(5).view(-1, 1) + 2
     close(lse, torch.logsumexp(s.masked_fill(~ok, -math.inf), -1), 1e-5, "lse")
@@ -319,7 +319,7 @@ ERRORS = [
                                               attn_mask=torch.rand(3, 5) > 0), "does not broadcast"),
     (lambda: fgt.scaled_dot_product_attention(rnd(2, 4, 5, 8), rnd(2, 4, 5, 8), rnd(2, 4, 5, 8),
                                               attn_mask=torch.ones(5, 5, dtype=torch.bool), is_causal=True),
-     "cannot both"),
+     "Explicit attn_mask should not be set when is_causal=True"),
     (lambda: fgt.scaled_dot_product_attention(rnd(2, 4, 5, 8), rnd(2, 4, 5, 8), rnd(2, 4, 5, 8), is_causal="no"),
      "True or False"),
     (lambda: fgt.scaled_dot_product_attention(rnd(2, 4, 5, 8), rnd(2, 4, 5, 8), rnd(2, 4, 5, 6)), "value's E"),
