@@ -359,8 +359,9 @@ NCCL_LIB_DIR   := $(if $(NCCL_INC_DIR),$(firstword $(foreach d,$(CUDA_HOME)/lib 
 NCCL_KIND      := $(if $(NCCL_LIB_DIR),$(NCCL_LIB_DIR),not found)
 NCCL_FLAGS     := $(if $(NCCL_LIB_DIR),-L$(NCCL_LIB_DIR) -Xlinker -rpath=$(NCCL_LIB_DIR) $(if $(wildcard $(NCCL_LIB_DIR)/libnccl.so),-lnccl,-l:libnccl.so.2))
 NVCCFLAGS      += $(if $(NCCL_LIB_DIR),$(filter-out -I/usr/include,-I$(NCCL_INC_DIR)))
-# the GPU test runner's C files: plain C over the CPU library's headers
-CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -g $(OPT) -I. -pthread $(CUDA_BLAS_CFLAGS)
+# the GPU test runner's C files: plain C over the CPU library's headers; a missing declaration is an error (a
+# call to an undeclared function would truncate the pointer it returns and crash at run time)
+CUDA_CFLAGS    := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror=implicit-function-declaration -Werror=int-conversion -g $(OPT) -I. -pthread $(CUDA_BLAS_CFLAGS)
 CUDA_LDLIBS    := $(CUDA_LIB_FLAGS) $(NCCL_FLAGS) $(CUDA_BLAS_LIBS) $(PCRE2_LIBS) -lm -lpthread
 CUDA_CPU_LIB   := $(CUDA_CPU_BUILD)/libflashgrad.a
 CUDA_CU_SRC    := $(filter-out $(if $(NCCL_LIB_DIR),,cuda/nccl.cu),$(wildcard cuda/*.cu))

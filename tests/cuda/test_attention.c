@@ -25,6 +25,7 @@
 #include "autograd/autograd.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels_cuda.h"
+#include "ops/attention.h"
 #include "ops/attention_kernels.h"
 #include "tensor/npy.h"
 #include "tensor/philox.h"

@@ -25,6 +25,7 @@
 
 #include "autograd/autograd.h"
 #include "cli/commands.h"
+#include "ops/attention.h"
 #include "ops/attention_kernels.h"
 #include "ops/ops.h"
 #include "tensor/npy.h"
