@@ -53,38 +53,18 @@ static fg_status join(char *dst, size_t n, const char *dir, const char *file) {
 }
 
 /* ---- the parameter table without a model ----
- * The names and shapes a configuration implies, in the flat order gpt.c lays them out (the blocks'
- * entries after the embeddings, ln_f last), generated from the same list (FG_GPT_PARAMS). */
+ * The names and shapes a configuration implies, in the flat order: the model's own table
+ * (fg_gpt_table), without allocating the model. */
 
-typedef struct {
-    char name[FG_GPT_NAME_MAX];
-    int ndim;
-    int layer; /* block index, or -1 */
-    int64_t shape[2];
-    int64_t offset, numel;
-} ck_param;
-
-/* The table of mc (fg_gpt_table): malloc'd, *n entries; NULL + fg_error on out-of-memory. */
-static ck_param *param_table(const fg_gpt_config *mc, int *n) {
+/* The table of mc: malloc'd, *n entries (no tensors); NULL + fg_error on out-of-memory. */
+static fg_gpt_param *param_table(const fg_gpt_config *mc, int *n) {
     const int total = fg_gpt_table(mc, NULL);
-    fg_gpt_param *g = calloc((size_t)total, sizeof *g);
-    ck_param *t = g ? calloc((size_t)total, sizeof *t) : NULL;
+    fg_gpt_param *t = calloc((size_t)total, sizeof *t);
     if (!t) {
-        free(g);
         fg_error(FG_ERR_OOM, "checkpoint: out of memory");
         return NULL;
     }
-    fg_gpt_table(mc, g);
-    for (int i = 0; i < total; i++) {
-        snprintf(t[i].name, sizeof t[i].name, "%s", g[i].name);
-        t[i].ndim = g[i].ndim;
-        t[i].layer = g[i].layer;
-        t[i].shape[0] = g[i].shape[0];
-        t[i].shape[1] = g[i].shape[1];
-        t[i].offset = g[i].offset;
-        t[i].numel = g[i].numel;
-    }
-    free(g);
+    fg_gpt_table(mc, t);
     *n = total;
     return t;
 }
@@ -1096,7 +1076,7 @@ static fg_status check_tensors(fg_ckpt *c) {
     const fg_gpt_config *mc = &c->info.model;
     const char *path = c->model_path;
     int n;
-    ck_param *t = param_table(mc, &n);
+    fg_gpt_param *t = param_table(mc, &n);
     if (!t) return fg_last_status();
     /* the token embedding, the table's first entry (transformer.wte.weight for a GPT-2) */
     const fg_st_array *wte = fg_st_find(c->model, t[0].name);
@@ -1113,7 +1093,7 @@ static fg_status check_tensors(fg_ckpt *c) {
         st = fg_error(FG_ERR_FORMAT, "%s: holds %d tensors; a %d-layer model has %d", path, fg_st_count(c->model),
                       mc->n_layer, n);
     for (int j = 0; j < n && st == FG_OK; j++) {
-        const ck_param *p = &t[j];
+        const fg_gpt_param *p = &t[j];
         const fg_st_array *a = fg_st_find(c->model, p->name);
         if (!a) {
             st = fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", path, p->name);
@@ -1199,13 +1179,11 @@ static fg_status read_optim(fg_ckpt *c) {
     if (muon) {
         /* one buffer element per element of the matrices Muon takes, finite */
         int np = 0;
-        ck_param *tab = param_table(&in->model, &np);
+        fg_gpt_param *tab = param_table(&in->model, &np);
         if (!tab) return fg_last_status();
         int64_t M = 0;
-        for (int j = 0; j < np; j++) {
-            fg_gpt_param q = {.ndim = tab[j].ndim, .layer = tab[j].layer};
-            if (fg_muon_takes(&q)) M += tab[j].numel;
-        }
+        for (int j = 0; j < np; j++)
+            if (fg_muon_takes(&tab[j])) M += tab[j].numel;
         free(tab);
         const fg_st_array *a = fg_st_find(f, "muon_momentum_buffer");
         if (!a) return fg_error(FG_ERR_FORMAT, "%s: no tensor 'muon_momentum_buffer' (the run trained with Muon)", path);
