@@ -18,8 +18,7 @@
 
 static int same_d(double a, double b) { return a == b; }
 
-/* --resume: the flag of a kept checkpoint key ("--" + the key, '_' as '-') must not differ from
- * the checkpoint's value. */
+/* The flag of a checkpoint key a resumed run keeps: "--" + the key, '_' as '-' (ckpt_keys.h). */
 static const fg_flag *kept_flag(const fg_flag *f, const char *key) {
     char name[64] = "--";
     for (size_t i = 0; key[i] && i + 3 < sizeof name; i++) name[i + 2] = key[i] == '_' ? '-' : key[i];
@@ -28,31 +27,28 @@ static const fg_flag *kept_flag(const fg_flag *f, const char *key) {
     FG_ASSERT(0, "a kept checkpoint key has no flag");
     return NULL;
 }
-static void keep_i(const fg_flag *f, const char *key, int64_t val) {
-    const fg_flag *k = kept_flag(f, key);
+/* --resume: flag k, when given, must not differ from the checkpoint's value. */
+static void keep_i(const fg_flag *k, int64_t val) {
     if (k->given && k->i != val)
         fg_train_die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", k->name,
                      (long long)k->i, (long long)val);
 }
-static void keep_d(const fg_flag *f, const char *key, double val) {
-    const fg_flag *k = kept_flag(f, key);
+static void keep_d(const fg_flag *k, double val) {
     if (k->given && !same_d(k->d, val))
         fg_train_die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", k->name, k->d, val);
 }
-static void keep_u(const fg_flag *f, const char *key, uint64_t val) {
-    const fg_flag *k = kept_flag(f, key);
+static void keep_u(const fg_flag *k, uint64_t val) {
     if (k->given && k->u != val) fg_train_die(2, "%s differs from the checkpoint's %" PRIu64, k->name, val);
 }
-static void keep_s(const fg_flag *f, const char *key, const char *val) {
-    const fg_flag *k = kept_flag(f, key);
+static void keep_s(const fg_flag *k, const char *val) {
     if (k->given && strcmp(k->s, val))
         fg_train_die(2, "%s %s differs from the checkpoint's %s; a resumed run keeps its settings", k->name, k->s, val);
 }
-#define KEEP_ROW_I(key, v, a) keep_i(f, key, (int64_t)(v));
-#define KEEP_ROW_F(key, v, a) keep_d(f, key, (double)(v));
-#define KEEP_ROW_FO(key, v, a) keep_d(f, key, (double)(v));
-#define KEEP_ROW_U(key, v, a) keep_u(f, key, (uint64_t)(v));
-#define KEEP_ROW_E(key, v, name) keep_s(f, key, name(v));
+#define KEEP_ROW_I(key, v, a) keep_i(kept_flag(f, key), (int64_t)(v));
+#define KEEP_ROW_F(key, v, a) keep_d(kept_flag(f, key), (double)(v));
+#define KEEP_ROW_FO(key, v, a) keep_d(kept_flag(f, key), (double)(v));
+#define KEEP_ROW_U(key, v, a) keep_u(kept_flag(f, key), (uint64_t)(v));
+#define KEEP_ROW_E(key, v, name) keep_s(kept_flag(f, key), name(v));
 #define KEEP_ROW_KEEP(type, key, v, a) KEEP_ROW_##type(key, v, a)
 #define KEEP_ROW_FREE(type, key, v, a)
 #define KEEP_MODEL_ROW(key, type, field, a, b, keep, when) KEEP_ROW_##keep(type, key, kept.model.field, a)
@@ -128,14 +124,6 @@ static void configure_resumed(const train_args *a, train_run *r) {
     const int accum_per_rank = cfg.grad_accum / fg_train_comm->size;
     /* Settings that shape the run must match the checkpoint's, or the resumed curve would not
      * be the uninterrupted one. */
-#define KEEP_I(k, val)                                                                                                 \
-    if (f[k].given && f[k].i != (int64_t)(val))                                                                        \
-        fg_train_die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", f[k].name,     \
-                     (long long)f[k].i, (long long)(val));
-#define KEEP_D(k, val)                                                                                                 \
-    if (f[k].given && !same_d(f[k].d, (val)))                                                                          \
-        fg_train_die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", f[k].name, f[k].d, \
-                     (double)(val));
     /* the checkpoint's rows (train/ckpt_keys.h) a resumed run keeps; the step's micro-batches
      * are compared as each rank counts them */
     fg_train_config kept = cfg;
@@ -164,15 +152,15 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (in->source == FG_SOURCE_TOKENS) {
         if (a->is_text) fg_train_die(2, "--data: the checkpoint in '%s' was trained on token files (--data-bin)", out);
         if (f[F_TASK].given) fg_train_die(2, "--task: the checkpoint in '%s' was trained on token files", out);
-        KEEP_I(FG_TF_VOCAB, in->model.vocab_size)
+        keep_i(&f[FG_TF_VOCAB], in->model.vocab_size);
         /* --data-bin if given, else the recorded paths, then the recorded absolute ones */
         r->src = fg_ckpt_tokens_source(ck, a->is_bin ? f[FG_TF_DATA_BIN].s : NULL);
         if (!r->src)
             fg_train_die(1, "--resume: %s%s", fg_last_error(), a->is_bin ? "" : "; give the files with --data-bin");
     } else if (in->source == FG_SOURCE_ADDITION) {
         if (a->is_text) fg_train_die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
-        KEEP_I(FG_TF_DIGITS, in->addition.n_digits)
-        KEEP_I(F_ANSWER_ONLY, in->addition.answer_only)
+        keep_i(&f[FG_TF_DIGITS], in->addition.n_digits);
+        keep_i(&f[F_ANSWER_ONLY], in->addition.answer_only);
         r->src = fg_source_addition(&in->addition);
     } else {
         if (f[F_TASK].given) fg_train_die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
@@ -192,8 +180,6 @@ static void configure_resumed(const train_args *a, train_run *r) {
         if (!r->src)
             fg_train_die(1, "--resume: %s%s", fg_last_error(), a->is_text ? "" : "; give the file with --data");
     }
-#undef KEEP_I
-#undef KEEP_D
     if (!r->src) fg_train_die(1, "%s", fg_last_error());
     /* what may change on resume */
     if (f[F_STEPS].given) cfg.steps = f[F_STEPS].i;
