@@ -14,8 +14,45 @@
 #include "cli/eval.h"
 #include "cli/train_cmd.h"
 #include "tensor/fileio.h"
+#include "train/ckpt_keys.h"
 
 static int same_d(double a, double b) { return a == b; }
+
+/* The flag of a checkpoint key a resumed run keeps: "--" + the key, '_' as '-' (ckpt_keys.h). */
+static const fg_flag *kept_flag(const fg_flag *f, const char *key) {
+    char name[64] = "--";
+    for (size_t i = 0; key[i] && i + 3 < sizeof name; i++) name[i + 2] = key[i] == '_' ? '-' : key[i];
+    for (int k = 0; k < FG_TF_COUNT; k++)
+        if (!strcmp(f[k].name, name)) return &f[k];
+    FG_ASSERT(0, "a kept checkpoint key has no flag");
+    return NULL;
+}
+/* --resume: flag k, when given, must not differ from the checkpoint's value. */
+static void keep_i(const fg_flag *k, int64_t val) {
+    if (k->given && k->i != val)
+        fg_train_die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", k->name,
+                     (long long)k->i, (long long)val);
+}
+static void keep_d(const fg_flag *k, double val) {
+    if (k->given && !same_d(k->d, val))
+        fg_train_die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", k->name, k->d, val);
+}
+static void keep_u(const fg_flag *k, uint64_t val) {
+    if (k->given && k->u != val) fg_train_die(2, "%s differs from the checkpoint's %" PRIu64, k->name, val);
+}
+static void keep_s(const fg_flag *k, const char *val) {
+    if (k->given && strcmp(k->s, val))
+        fg_train_die(2, "%s %s differs from the checkpoint's %s; a resumed run keeps its settings", k->name, k->s, val);
+}
+#define KEEP_ROW_I(key, v, a) keep_i(kept_flag(f, key), (int64_t)(v));
+#define KEEP_ROW_F(key, v, a) keep_d(kept_flag(f, key), (double)(v));
+#define KEEP_ROW_FO(key, v, a) keep_d(kept_flag(f, key), (double)(v));
+#define KEEP_ROW_U(key, v, a) keep_u(kept_flag(f, key), (uint64_t)(v));
+#define KEEP_ROW_E(key, v, name) keep_s(kept_flag(f, key), name(v));
+#define KEEP_ROW_KEEP(type, key, v, a) KEEP_ROW_##type(key, v, a)
+#define KEEP_ROW_FREE(type, key, v, a)
+#define KEEP_MODEL_ROW(key, type, field, a, b, keep, when) KEEP_ROW_##keep(type, key, kept.model.field, a)
+#define KEEP_RUN_ROW(key, type, field, a, b, keep, when) KEEP_ROW_##keep(type, key, kept.field, a)
 
 /* A run folder's refusal (FG_ERR_ARG) is a usage error, exit 2; its other failures exit 1. */
 static void folder_or_die(fg_status st) {
@@ -87,34 +124,14 @@ static void configure_resumed(const train_args *a, train_run *r) {
     const int accum_per_rank = cfg.grad_accum / fg_train_comm->size;
     /* Settings that shape the run must match the checkpoint's, or the resumed curve would not
      * be the uninterrupted one. */
-#define KEEP_I(k, val)                                                                                                 \
-    if (f[k].given && f[k].i != (int64_t)(val))                                                                        \
-        fg_train_die(2, "%s %lld differs from the checkpoint's %lld; a resumed run keeps its settings", f[k].name,     \
-                     (long long)f[k].i, (long long)(val));
-#define KEEP_D(k, val)                                                                                                 \
-    if (f[k].given && !same_d(f[k].d, (val)))                                                                          \
-        fg_train_die(2, "%s %g differs from the checkpoint's %g; a resumed run keeps its settings", f[k].name, f[k].d, \
-                     (double)(val));
-    KEEP_I(FG_TF_N_LAYER, cfg.model.n_layer)
-    KEEP_I(FG_TF_N_HEAD, cfg.model.n_head)
-    KEEP_I(FG_TF_N_EMBD, cfg.model.n_embd)
-    KEEP_I(FG_TF_BLOCK, cfg.model.block_size)
-    KEEP_I(FG_TF_BATCH, cfg.batch_size) KEEP_I(FG_TF_ACCUM, accum_per_rank) KEEP_I(FG_TF_WARMUP, cfg.opt.warmup)
-        KEEP_D(FG_TF_LR, cfg.opt.lr) KEEP_D(FG_TF_MIN_LR, cfg.opt.min_lr) KEEP_D(FG_TF_WD, cfg.opt.weight_decay)
-            KEEP_D(FG_TF_BETA1, cfg.opt.beta1) KEEP_D(FG_TF_BETA2, cfg.opt.beta2) KEEP_D(FG_TF_CLIP, cfg.opt.grad_clip)
-                KEEP_D(FG_TF_DROPOUT, cfg.model.dropout) if (f[FG_TF_SEED].given && f[FG_TF_SEED].u != cfg.seed)
-                    fg_train_die(2, "--seed differs from the checkpoint's %" PRIu64, cfg.seed);
-    if (f[FG_TF_OPTIM].given && strcmp(f[FG_TF_OPTIM].s, fg_optim_name(cfg.optimizer)))
-        fg_train_die(2, "--optimizer %s differs from the checkpoint's %s; a resumed run keeps its settings",
-                     f[FG_TF_OPTIM].s, fg_optim_name(cfg.optimizer));
+    /* the checkpoint's rows (train/ckpt_keys.h) a resumed run keeps; the step's micro-batches
+     * are compared as each rank counts them */
+    fg_train_config kept = cfg;
+    kept.grad_accum = accum_per_rank;
+    FG_CKPT_MODEL_KEYS(KEEP_MODEL_ROW)
+    FG_CKPT_RUN_KEYS(KEEP_RUN_ROW)
     if (cfg.optimizer == FG_OPTIM_MUON) {
-        KEEP_D(FG_TF_MUON_LR, cfg.muon.lr)
-        KEEP_D(FG_TF_MUON_MOMENTUM, cfg.muon.momentum)
-        KEEP_D(FG_TF_MUON_WD, cfg.muon.weight_decay)
-        KEEP_I(FG_TF_MUON_NS, cfg.muon.ns_steps)
-        if (f[FG_TF_MUON_ADJUST].given && strcmp(f[FG_TF_MUON_ADJUST].s, fg_muon_adjust_name(cfg.muon.adjust)))
-            fg_train_die(2, "--muon-adjust-lr %s differs from the checkpoint's %s; a resumed run keeps its settings",
-                         f[FG_TF_MUON_ADJUST].s, fg_muon_adjust_name(cfg.muon.adjust));
+        FG_CKPT_MUON_KEYS(KEEP_RUN_ROW)
     }
     if (fg_train_flags_arch_given(f)) {
         fg_gpt_config want = cfg.model;
@@ -135,15 +152,15 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (in->source == FG_SOURCE_TOKENS) {
         if (a->is_text) fg_train_die(2, "--data: the checkpoint in '%s' was trained on token files (--data-bin)", out);
         if (f[F_TASK].given) fg_train_die(2, "--task: the checkpoint in '%s' was trained on token files", out);
-        KEEP_I(FG_TF_VOCAB, in->model.vocab_size)
+        keep_i(&f[FG_TF_VOCAB], in->model.vocab_size);
         /* --data-bin if given, else the recorded paths, then the recorded absolute ones */
         r->src = fg_ckpt_tokens_source(ck, a->is_bin ? f[FG_TF_DATA_BIN].s : NULL);
         if (!r->src)
             fg_train_die(1, "--resume: %s%s", fg_last_error(), a->is_bin ? "" : "; give the files with --data-bin");
     } else if (in->source == FG_SOURCE_ADDITION) {
         if (a->is_text) fg_train_die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
-        KEEP_I(FG_TF_DIGITS, in->addition.n_digits)
-        KEEP_I(F_ANSWER_ONLY, in->addition.answer_only)
+        keep_i(&f[FG_TF_DIGITS], in->addition.n_digits);
+        keep_i(&f[F_ANSWER_ONLY], in->addition.answer_only);
         r->src = fg_source_addition(&in->addition);
     } else {
         if (f[F_TASK].given) fg_train_die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
@@ -163,8 +180,6 @@ static void configure_resumed(const train_args *a, train_run *r) {
         if (!r->src)
             fg_train_die(1, "--resume: %s%s", fg_last_error(), a->is_text ? "" : "; give the file with --data");
     }
-#undef KEEP_I
-#undef KEEP_D
     if (!r->src) fg_train_die(1, "%s", fg_last_error());
     /* what may change on resume */
     if (f[F_STEPS].given) cfg.steps = f[F_STEPS].i;

@@ -16,6 +16,7 @@
 #include "tensor/fileio.h"
 #include "tensor/safetensors.h"
 #include "tensor/utf8.h"
+#include "train/ckpt_keys.h"
 #include "train/run_folder.h"
 
 #define KIND_MODEL "flashgrad.gpt"
@@ -52,38 +53,18 @@ static fg_status join(char *dst, size_t n, const char *dir, const char *file) {
 }
 
 /* ---- the parameter table without a model ----
- * The names and shapes a configuration implies, in the flat order gpt.c lays them out (the blocks'
- * entries after the embeddings, ln_f last), generated from the same list (FG_GPT_PARAMS). */
+ * The names and shapes a configuration implies, in the flat order: the model's own table
+ * (fg_gpt_table), without allocating the model. */
 
-typedef struct {
-    char name[FG_GPT_NAME_MAX];
-    int ndim;
-    int layer; /* block index, or -1 */
-    int64_t shape[2];
-    int64_t offset, numel;
-} ck_param;
-
-/* The table of mc (fg_gpt_table): malloc'd, *n entries; NULL + fg_error on out-of-memory. */
-static ck_param *param_table(const fg_gpt_config *mc, int *n) {
+/* The table of mc: malloc'd, *n entries (no tensors); NULL + fg_error on out-of-memory. */
+static fg_gpt_param *param_table(const fg_gpt_config *mc, int *n) {
     const int total = fg_gpt_table(mc, NULL);
-    fg_gpt_param *g = calloc((size_t)total, sizeof *g);
-    ck_param *t = g ? calloc((size_t)total, sizeof *t) : NULL;
+    fg_gpt_param *t = calloc((size_t)total, sizeof *t);
     if (!t) {
-        free(g);
         fg_error(FG_ERR_OOM, "checkpoint: out of memory");
         return NULL;
     }
-    fg_gpt_table(mc, g);
-    for (int i = 0; i < total; i++) {
-        snprintf(t[i].name, sizeof t[i].name, "%s", g[i].name);
-        t[i].ndim = g[i].ndim;
-        t[i].layer = g[i].layer;
-        t[i].shape[0] = g[i].shape[0];
-        t[i].shape[1] = g[i].shape[1];
-        t[i].offset = g[i].offset;
-        t[i].numel = g[i].numel;
-    }
-    free(g);
+    fg_gpt_table(mc, t);
     *n = total;
     return t;
 }
@@ -514,32 +495,56 @@ static void info_free_shards(fg_ckpt_info *in) {
     }
 }
 
-/* The architecture beyond GPT-2's (fg_gpt_config's options), written only for other models: a
- * file without "arch" is a GPT-2 (every option zero). Each value in the range gpt.h allows. */
-static void parse_arch_meta(meta_rd *r, fg_gpt_config *c) {
-    if (r->st != FG_OK || !m_lookup(r, "arch")) return;
-    const char *arch[FG_ARCH_COUNT], *pos[FG_POS_COUNT], *norm[FG_NORM_COUNT], *mlp[FG_MLP_COUNT];
-    for (int i = 0; i < FG_ARCH_COUNT; i++) arch[i] = fg_gpt_arch_name((fg_gpt_arch)i);
-    for (int i = 0; i < FG_POS_COUNT; i++) pos[i] = fg_gpt_pos_name((fg_gpt_pos)i);
-    for (int i = 0; i < FG_NORM_COUNT; i++) norm[i] = fg_gpt_norm_name((fg_gpt_norm)i);
-    for (int i = 0; i < FG_MLP_COUNT; i++) mlp[i] = fg_gpt_mlp_name((fg_gpt_mlp)i);
-    c->arch = (fg_gpt_arch)m_enum(r, "arch", arch, FG_ARCH_COUNT);
-    c->n_kv_head = (int)m_int(r, "n_kv_head", 0, FG_GPT_MAX_EMBD);
-    c->pos = (fg_gpt_pos)m_enum(r, "pos", pos, FG_POS_COUNT);
-    c->rope_theta = m_f64(r, "rope_theta", 0, 1e300, 0);
-    c->norm = (fg_gpt_norm)m_enum(r, "norm", norm, FG_NORM_COUNT);
-    c->norm_eps = m_f64(r, "norm_eps", 0, 1, 1);
-    c->emb_norm = (int)m_int(r, "emb_norm", 0, 1);
-    c->qk_norm = (int)m_int(r, "qk_norm", 0, 1);
-    c->mlp = (fg_gpt_mlp)m_enum(r, "mlp", mlp, FG_MLP_COUNT);
-    c->mlp_hidden = (int)m_int(r, "mlp_hidden", 0, FG_GPT_MAX_HIDDEN);
-    c->logit_softcap = m_f64(r, "logit_softcap", 0, 1e300, 0);
-    const char *w = m_need(r, "window");
-    if (w && (strlen(w) >= sizeof c->window || strspn(w, "SL") != strlen(w) || !*w))
-        m_fail(r, "metadata 'window' = '%.40s' is not a pattern of 1 to %d letters S and L", w,
-               (int)sizeof c->window - 1);
+/* ---- the configuration's keys (ckpt_keys.h), read ----
+ * One statement per row: the row's reader into `dst`, only when its `when` says the file holds it. */
+static const char *const no_yes[2] = {"false", "true"};
+#define RD_I(key, dst, lo, hi) (dst) = m_int(r, key, lo, hi)
+#define RD_F(key, dst, lo, hi) (dst) = m_f64(r, key, lo, hi, 0)
+#define RD_FO(key, dst, lo, hi) (dst) = m_f64(r, key, lo, hi, 1)
+#define RD_U(key, dst, lo, hi) (dst) = m_u64(r, key)
+#define RD_E(key, dst, name, n)                                                                                        \
+    do {                                                                                                               \
+        const char *names_[n];                                                                                         \
+        for (int i_ = 0; i_ < (n); i_++) names_[i_] = name(i_);                                                        \
+        const int k_ = m_enum(r, key, names_, n);                                                                      \
+        if (k_ >= 0) (dst) = k_;                                                                                       \
+    } while (0)
+#define RD_NB(key, dst, lo, hi) (dst) = m_enum(r, key, no_yes, 2) == 0
+#define RD_WIN(key, dst, lo, hi) m_window(r, key, dst, sizeof(dst))
+#define RD_PLAN(key, dst, lo, hi) plan = m_plan(r, key)
+#define R_WHEN_ALL(key) 1
+#define R_WHEN_SET(key) (m_lookup(r, key) != NULL)
+#define R_WHEN_OPT(key) (m_lookup(r, key) != NULL)
+#define READ_MODEL_ROW(key, type, field, a, b, keep, when)                                                             \
+    if (R_WHEN_##when(key)) RD_##type(key, c->field, a, b);
+#define READ_RUN_ROW(key, type, field, a, b, keep, when)                                                               \
+    if (R_WHEN_##when(key)) RD_##type(key, t->field, a, b);
+
+/* The attention window: a pattern of S and L ("L": every layer full, stored in the config as ""). */
+static void m_window(meta_rd *r, const char *key, char *window, size_t cap) {
+    const char *w = m_need(r, key);
+    if (w && (strlen(w) >= cap || strspn(w, "SL") != strlen(w) || !*w))
+        m_fail(r, "metadata '%s' = '%.40s' is not a pattern of 1 to %d letters S and L", key, w, (int)cap - 1);
     else if (w)
-        snprintf(c->window, sizeof c->window, "%s", strcmp(w, "L") ? w : "");
+        snprintf(window, cap, "%s", strcmp(w, "L") ? w : "");
+}
+
+/* The recompute plan's text (applied once the model's shape is read), or NULL. */
+static const char *m_plan(meta_rd *r, const char *key) {
+    m_known(r, key);
+    return m_lookup(r, key);
+}
+
+/* The model's configuration: GPT-2's defaults, then every row the file holds; *plan gets the
+ * recompute plan's text (or NULL). */
+static void parse_model_config(meta_rd *r, fg_gpt_config *c, const char **plan_out) {
+    const char *plan = NULL;
+    FG_CKPT_MODEL_KEYS(READ_MODEL_ROW)
+    /* the architecture beyond GPT-2's, written only for other models */
+    if (r->st == FG_OK && m_lookup(r, "arch")) {
+        FG_CKPT_ARCH_KEYS(READ_MODEL_ROW)
+    }
+    *plan_out = plan;
 }
 
 /* The model file's metadata into *in; *tok gets the tokenizer (caller frees, also on error). */
@@ -547,39 +552,14 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     *tok = NULL;
     m_kind(r, KIND_MODEL);
     m_lit(r, "format", "pt");
-    static const char *const no_yes[2] = {"false", "true"};
-    const int bias = m_enum(r, "bias", no_yes, 2), tied = m_enum(r, "tied_lm_head", no_yes, 2);
     in->model = fg_gpt_default_config();
-    in->model.no_bias = bias == 0;
-    in->model.untie_head = tied == 0;
-    parse_arch_meta(r, &in->model);
-    /* each key's plausible range (gpt.h): a value outside is refused naming the key */
-    in->model.n_layer = (int)m_int(r, "n_layer", 1, FG_GPT_MAX_LAYER);
-    in->model.n_head = (int)m_int(r, "n_head", 1, FG_GPT_MAX_EMBD);
-    in->model.n_embd = (int)m_int(r, "n_embd", 1, FG_GPT_MAX_EMBD);
-    in->model.block_size = (int)m_int(r, "block_size", 1, FG_GPT_MAX_BLOCK);
-    in->model.vocab_size = (int)m_int(r, "vocab_size", 1, FG_GPT_MAX_VOCAB);
-    in->model.dropout = m_f64(r, "dropout", 0, 1, 1);
-    const char *attn_names[FG_ATTN_IMPL_COUNT];
-    for (int i = 0; i < FG_ATTN_IMPL_COUNT; i++) attn_names[i] = fg_attn_impl_name((fg_attn_impl)i);
-    int attn = m_enum(r, "attn", attn_names, FG_ATTN_IMPL_COUNT);
+    const char *plan = NULL;
+    parse_model_config(r, &in->model, &plan);
     in->step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     in->params_hash = m_hex(r, "params_xxh64");
     const char *tokstr = m_need(r, "tokenizer");
     int data = m_enum(r, "data", data_names, 3);
-    /* written for bfloat16 mixed precision only: a run without it computed in float32 */
-    int compute = FG_COMPUTE_FULL;
-    if (m_lookup(r, "compute_dtype")) {
-        const char *compute_names[FG_COMPUTE_COUNT];
-        for (int i = 0; i < FG_COMPUTE_COUNT; i++) compute_names[i] = fg_compute_name((fg_compute)i);
-        compute = m_enum(r, "compute_dtype", compute_names, FG_COMPUTE_COUNT);
-    }
-    /* written when some block recomputes: the plan (fg_gpt_recompute_format's text) */
-    m_known(r, "recompute");
-    const char *plan = m_lookup(r, "recompute");
     if (r->st != FG_OK) return r->st;
-    in->model.attn = (fg_attn_impl)attn;
-    in->model.compute = (fg_compute)compute;
     if (plan && fg_gpt_recompute_set(&in->model, plan) != FG_OK) m_fail(r, "bad 'recompute': %s", fg_last_error());
     if (fg_gpt_config_check(&in->model) != FG_OK)
         m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
@@ -676,41 +656,12 @@ static fg_status parse_optim_meta(meta_rd *r, const fg_gpt_config *model, fg_tra
     *adamw_t = m_int(r, "adamw_t", 0, FG_TRAIN_STEPS_MAX);
     memset(t, 0, sizeof *t);
     t->model = *model;
-    t->opt.lr = m_f64(r, "lr", 0, FG_TRAIN_LR_MAX, 0);
-    t->opt.min_lr = m_f64(r, "min_lr", 0, FG_TRAIN_LR_MAX, 0);
-    t->opt.warmup = m_int(r, "warmup", 0, FG_TRAIN_STEPS_MAX);
-    t->opt.decay_steps = m_int(r, "decay_steps", 1, FG_TRAIN_STEPS_MAX);
-    t->opt.beta1 = m_f64(r, "beta1", 0, 1, 1);
-    t->opt.beta2 = m_f64(r, "beta2", 0, 1, 1);
-    t->opt.eps = m_f64(r, "eps", FG_TRAIN_EPS_MIN, FG_TRAIN_EPS_MAX, 0);
-    t->opt.weight_decay = m_f64(r, "weight_decay", 0, FG_TRAIN_WD_MAX, 0);
-    t->opt.grad_clip = m_f64(r, "grad_clip", 0, FG_TRAIN_CLIP_MAX, 0);
-    t->batch_size = (int)m_int(r, "batch_size", 1, FG_TRAIN_BATCH_MAX);
-    t->grad_accum = (int)m_int(r, "grad_accum", 1, FG_TRAIN_ACCUM_MAX);
-    t->steps = m_int(r, "steps", 1, FG_TRAIN_STEPS_MAX);
-    t->eval_every = (int)m_int(r, "eval_every", 0, INT_MAX);
-    t->eval_iters = (int)m_int(r, "eval_iters", 1, FG_TRAIN_EVAL_ITERS_MAX);
-    t->seed = m_u64(r, "seed");
-    /* written since the save policy is kept across --resume: a checkpoint without it saved every evaluation */
-    t->save_best_only = m_lookup(r, "save_best_only") ? (int)m_int(r, "save_best_only", 0, 1) : 0;
+    FG_CKPT_RUN_KEYS(READ_RUN_ROW)
     /* a run with Muon says so; a file without "optimizer" trained with AdamW alone */
     *muon_t = 0;
-    if (m_lookup(r, "optimizer")) {
-        const char *on[FG_OPTIM_COUNT], *an[FG_MUON_ADJUST_COUNT];
-        for (int i = 0; i < FG_OPTIM_COUNT; i++) on[i] = fg_optim_name((fg_optim_kind)i);
-        for (int i = 0; i < FG_MUON_ADJUST_COUNT; i++) an[i] = fg_muon_adjust_name((fg_muon_adjust)i);
-        const int k = m_enum(r, "optimizer", on, FG_OPTIM_COUNT);
-        t->optimizer = k == FG_OPTIM_MUON ? FG_OPTIM_MUON : FG_OPTIM_ADAMW;
-        if (k == FG_OPTIM_MUON) {
-            t->muon.lr = m_f64(r, "muon_lr", 0, FG_TRAIN_LR_MAX, 0);
-            t->muon.momentum = m_f64(r, "muon_momentum", 0, 1, 1);
-            t->muon.nesterov = (int)m_int(r, "muon_nesterov", 0, 1);
-            t->muon.ns_steps = (int)m_int(r, "muon_ns_steps", 1, FG_MUON_MAX_NS_STEPS);
-            t->muon.weight_decay = m_f64(r, "muon_weight_decay", 0, FG_TRAIN_WD_MAX, 0);
-            const int a = m_enum(r, "muon_adjust_lr", an, FG_MUON_ADJUST_COUNT);
-            t->muon.adjust = a < 0 ? FG_MUON_ADJUST_ORIGINAL : (fg_muon_adjust)a;
-            *muon_t = m_int(r, "muon_t", 0, FG_TRAIN_STEPS_MAX);
-        }
+    if (t->optimizer == FG_OPTIM_MUON) {
+        FG_CKPT_MUON_KEYS(READ_RUN_ROW)
+        *muon_t = m_int(r, "muon_t", 0, FG_TRAIN_STEPS_MAX);
     }
     m_no_other_keys(r);
     if (r->st != FG_OK) return r->st;
@@ -774,6 +725,34 @@ static fg_status meta_shard(fg_st_writer *w, int split, int i, const fg_source_s
     return st;
 }
 
+/* The recompute plan, when there is one (a run without recomputation keeps its old bytes). */
+static fg_status meta_plan(fg_st_writer *w, const char *key, const fg_gpt_config *mc) {
+    char plan[FG_GPT_MAX_LAYER * 12];
+    fg_gpt_recompute_format(mc, plan, sizeof plan);
+    return strcmp(plan, "none") ? fg_st_writer_set_metadata(w, key, plan) : FG_OK;
+}
+
+/* ---- the configuration's keys (ckpt_keys.h), written ----
+ * One statement per row: the row's writer, when its `when` says the value is recorded. */
+#define WR_I(w, key, v, a) meta_i64(w, key, v)
+#define WR_F(w, key, v, a) meta_f64(w, key, v)
+#define WR_FO(w, key, v, a) meta_f64(w, key, v)
+#define WR_U(w, key, v, a) meta_u64(w, key, v)
+#define WR_E(w, key, v, name) fg_st_writer_set_metadata(w, key, name(v))
+#define WR_NB(w, key, v, a) fg_st_writer_set_metadata(w, key, (v) ? "false" : "true")
+#define WR_WIN(w, key, v, a) fg_st_writer_set_metadata(w, key, (v)[0] ? (v) : "L")
+#define WR_PLAN(w, key, v, a) meta_plan(w, key, mc) /* writes nothing for "none" */
+#define SET_I(v) ((v) != 0)
+#define SET_E(v) ((v) != 0)
+#define SET_PLAN(v) 1
+#define W_WHEN_ALL(type, v) 1
+#define W_WHEN_SET(type, v) SET_##type(v)
+#define W_WHEN_OPT(type, v) 1
+#define WRITE_MODEL_ROW(key, type, field, a, b, keep, when)                                                            \
+    if (W_WHEN_##when(type, mc->field)) CHECK(WR_##type(mw, key, mc->field, a));
+#define WRITE_RUN_ROW(key, type, field, a, b, keep, when)                                                              \
+    if (W_WHEN_##when(type, tc->field)) CHECK(WR_##type(ow, key, tc->field, a));
+
 #define CHECK(expr)                                                                                                    \
     do {                                                                                                               \
         if ((st = (expr)) != FG_OK) goto out;                                                                          \
@@ -835,37 +814,9 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     CHECK(fg_st_writer_set_metadata(mw, "format", "pt")); /* what HF's loaders look for */
     CHECK(fg_st_writer_set_metadata(mw, "fg_kind", KIND_MODEL));
     CHECK(fg_st_writer_set_metadata(mw, "fg_version", CKPT_VERSION));
-    CHECK(meta_i64(mw, "n_layer", mc->n_layer));
-    CHECK(meta_i64(mw, "n_head", mc->n_head));
-    CHECK(meta_i64(mw, "n_embd", mc->n_embd));
-    CHECK(meta_i64(mw, "block_size", mc->block_size));
-    CHECK(meta_i64(mw, "vocab_size", mc->vocab_size));
-    CHECK(meta_f64(mw, "dropout", mc->dropout));
-    CHECK(fg_st_writer_set_metadata(mw, "attn", fg_attn_impl_name(mc->attn)));
-    if (mc->compute != FG_COMPUTE_FULL)
-        CHECK(fg_st_writer_set_metadata(mw, "compute_dtype", fg_compute_name(mc->compute)));
-    {
-        /* the recompute plan, when there is one (a run without recomputation keeps its old bytes) */
-        char plan[FG_GPT_MAX_LAYER * 12];
-        fg_gpt_recompute_format(mc, plan, sizeof plan);
-        if (strcmp(plan, "none")) CHECK(fg_st_writer_set_metadata(mw, "recompute", plan));
-    }
-    CHECK(fg_st_writer_set_metadata(mw, "bias", mc->no_bias ? "false" : "true"));
-    CHECK(fg_st_writer_set_metadata(mw, "tied_lm_head", mc->untie_head ? "false" : "true"));
+    FG_CKPT_MODEL_KEYS(WRITE_MODEL_ROW)
     if (!fg_gpt_is_gpt2(mc)) {
-        /* the architecture's options (parse_arch_meta); a GPT-2 writes none */
-        CHECK(fg_st_writer_set_metadata(mw, "arch", fg_gpt_arch_name(mc->arch)));
-        CHECK(meta_i64(mw, "n_kv_head", mc->n_kv_head));
-        CHECK(fg_st_writer_set_metadata(mw, "pos", fg_gpt_pos_name(mc->pos)));
-        CHECK(meta_f64(mw, "rope_theta", mc->rope_theta));
-        CHECK(fg_st_writer_set_metadata(mw, "norm", fg_gpt_norm_name(mc->norm)));
-        CHECK(meta_f64(mw, "norm_eps", mc->norm_eps));
-        CHECK(meta_i64(mw, "emb_norm", mc->emb_norm));
-        CHECK(meta_i64(mw, "qk_norm", mc->qk_norm));
-        CHECK(fg_st_writer_set_metadata(mw, "mlp", fg_gpt_mlp_name(mc->mlp)));
-        CHECK(meta_i64(mw, "mlp_hidden", mc->mlp_hidden));
-        CHECK(meta_f64(mw, "logit_softcap", mc->logit_softcap));
-        CHECK(fg_st_writer_set_metadata(mw, "window", mc->window[0] ? mc->window : "L"));
+        FG_CKPT_ARCH_KEYS(WRITE_MODEL_ROW) /* a GPT-2 writes none */
     }
     CHECK(fg_st_writer_set_metadata(mw, "tokenizer", tokstr));
     CHECK(fg_st_writer_set_metadata(mw, "data", data_names[src->kind]));
@@ -921,33 +872,12 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     CHECK(meta_i64(ow, "step", tr->step));
     CHECK(meta_hex(ow, "params_xxh64", phash));
     CHECK(meta_i64(ow, "adamw_t", tr->opt.t));
-    CHECK(meta_f64(ow, "lr", tc->opt.lr));
-    CHECK(meta_f64(ow, "min_lr", tc->opt.min_lr));
-    CHECK(meta_i64(ow, "warmup", tc->opt.warmup));
-    CHECK(meta_i64(ow, "decay_steps", tc->opt.decay_steps));
-    CHECK(meta_f64(ow, "beta1", tc->opt.beta1));
-    CHECK(meta_f64(ow, "beta2", tc->opt.beta2));
-    CHECK(meta_f64(ow, "eps", tc->opt.eps));
-    CHECK(meta_f64(ow, "weight_decay", tc->opt.weight_decay));
-    CHECK(meta_f64(ow, "grad_clip", tc->opt.grad_clip));
-    CHECK(meta_i64(ow, "batch_size", tc->batch_size));
-    CHECK(meta_i64(ow, "grad_accum", tc->grad_accum));
-    CHECK(meta_i64(ow, "steps", tc->steps));
-    CHECK(meta_i64(ow, "eval_every", tc->eval_every));
-    CHECK(meta_i64(ow, "eval_iters", tc->eval_iters));
-    CHECK(meta_u64(ow, "seed", tc->seed));
-    CHECK(meta_i64(ow, "save_best_only", tc->save_best_only));
+    FG_CKPT_RUN_KEYS(WRITE_RUN_ROW)
     if (tc->optimizer == FG_OPTIM_MUON) {
         /* Muon's momentum buffers, back to back in table order (train/muon.h) */
         int64_t M = tr->muon.n;
         CHECK(fg_st_writer_add(ow, "muon_momentum_buffer", dt, 1, &M, fg_data(tr->muon.buf)));
-        CHECK(fg_st_writer_set_metadata(ow, "optimizer", fg_optim_name(FG_OPTIM_MUON)));
-        CHECK(meta_f64(ow, "muon_lr", tc->muon.lr));
-        CHECK(meta_f64(ow, "muon_momentum", tc->muon.momentum));
-        CHECK(meta_i64(ow, "muon_nesterov", tc->muon.nesterov));
-        CHECK(meta_i64(ow, "muon_ns_steps", tc->muon.ns_steps));
-        CHECK(meta_f64(ow, "muon_weight_decay", tc->muon.weight_decay));
-        CHECK(fg_st_writer_set_metadata(ow, "muon_adjust_lr", fg_muon_adjust_name(tc->muon.adjust)));
+        FG_CKPT_MUON_KEYS(WRITE_RUN_ROW)
         CHECK(meta_i64(ow, "muon_t", tr->muon.t));
     }
 out:
@@ -1146,7 +1076,7 @@ static fg_status check_tensors(fg_ckpt *c) {
     const fg_gpt_config *mc = &c->info.model;
     const char *path = c->model_path;
     int n;
-    ck_param *t = param_table(mc, &n);
+    fg_gpt_param *t = param_table(mc, &n);
     if (!t) return fg_last_status();
     /* the token embedding, the table's first entry (transformer.wte.weight for a GPT-2) */
     const fg_st_array *wte = fg_st_find(c->model, t[0].name);
@@ -1163,7 +1093,7 @@ static fg_status check_tensors(fg_ckpt *c) {
         st = fg_error(FG_ERR_FORMAT, "%s: holds %d tensors; a %d-layer model has %d", path, fg_st_count(c->model),
                       mc->n_layer, n);
     for (int j = 0; j < n && st == FG_OK; j++) {
-        const ck_param *p = &t[j];
+        const fg_gpt_param *p = &t[j];
         const fg_st_array *a = fg_st_find(c->model, p->name);
         if (!a) {
             st = fg_error(FG_ERR_FORMAT, "%s: no tensor '%s'", path, p->name);
@@ -1249,13 +1179,11 @@ static fg_status read_optim(fg_ckpt *c) {
     if (muon) {
         /* one buffer element per element of the matrices Muon takes, finite */
         int np = 0;
-        ck_param *tab = param_table(&in->model, &np);
+        fg_gpt_param *tab = param_table(&in->model, &np);
         if (!tab) return fg_last_status();
         int64_t M = 0;
-        for (int j = 0; j < np; j++) {
-            fg_gpt_param q = {.ndim = tab[j].ndim, .layer = tab[j].layer};
-            if (fg_muon_takes(&q)) M += tab[j].numel;
-        }
+        for (int j = 0; j < np; j++)
+            if (fg_muon_takes(&tab[j])) M += tab[j].numel;
         free(tab);
         const fg_st_array *a = fg_st_find(f, "muon_momentum_buffer");
         if (!a) return fg_error(FG_ERR_FORMAT, "%s: no tensor 'muon_momentum_buffer' (the run trained with Muon)", path);

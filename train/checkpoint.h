@@ -16,6 +16,8 @@
  *                            "optimizer" = "muon", "muon_lr", "muon_momentum", "muon_nesterov",
  *                            "muon_ns_steps", "muon_weight_decay", "muon_adjust_lr", "muon_t"
  *                            (absent "optimizer": AdamW alone).
+ * The configuration's keys (model, architecture, run, Muon) are the rows of train/ckpt_keys.h: each
+ * is written, read with its range, and held on --resume from its row.
  *
  * Pairing. Both files are written atomically (fileio.h). Both record the step and params_xxh64,
  * the XXH64 of the flat parameter buffer, and a resume checks that they agree. A save first renames
