@@ -196,8 +196,8 @@ typedef enum {
     FN(dropout, backward, all, fg_status,                                                                              \
        (fg_dtype dt, void *dx, const void *dout, int64_t n, uint64_t seed, uint64_t stream, double p))
 
-/* ---- optimizer (ops/cpu/adamw.c; train/adamw.c uses them): not an op, the flat-array loops of
- * train/'s optimizer ----
+/* ---- optimizer (ops/cpu/adamw.c and ops/cpu/muon.c; train/adamw.c and train/muon.c use them): not
+ * an op, the flat-array loops of train/'s optimizers ----
  * Flat arrays of one dtype: p (parameters), g (gradients), m, v (AdamW's moments), each (n).
  * adamw updates, for each span, the elements [offset, offset + count) (spans do not overlap;
  * elements in no span are left alone), with the span's decay factor df and the gradient read as

@@ -2,11 +2,12 @@
  *
  * Each case builds random inputs on the host, runs the op and its backward (with a random output
  * gradient R) on the CPU through the public API, copies the same inputs to the GPU and runs the
- * GPU version, then compares the output and every input gradient. Two variants per case:
- *   <op>_gpu_matches_cpu            calls the cuda/ entry point (fg_cuda_<op>) directly, or the
- *                                   public fg_<op> for ops with one shell for every device
- *   dispatch_<op>_reaches_the_gpu   calls the public fg_<op> on cuda tensors: passes only once the
- *                                   dispatch line in ops/<family>.c is in (FG_WITH_CUDA builds)
+ * GPU version, then compares the output and every input gradient. Every op has one shell for every
+ * device (ops/kernels.h), so both variants call the public fg_<op> on cuda tensors and reach the
+ * CUDA kernels through the device's kernel table; the names say what the case checks:
+ *   <op>_gpu_matches_cpu            the op on the device against the CPU;
+ *   dispatch_<op>_reaches_the_gpu   the op on views and strided layouts of device tensors.
+ * The op functions' last argument, `direct`, takes no other path: both variants run the shell.
  * Both dtypes; after each case the device's live bytes and the autograd nodes must be back where
  * they started (no leak through the caching allocator's counter).
  */
