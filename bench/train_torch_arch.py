@@ -35,7 +35,7 @@ def hf_model(c):
         cfg = transformers.LlamaConfig(mlp_bias=False, **common)
         cls = transformers.LlamaForCausalLM
     elif c["arch"] == "nanochat":
-        cfg = transformers.NanoChatConfig(final_logit_softcapping=c["softcap"] or None, **common)
+        cfg = transformers.NanoChatConfig(final_logit_softcapping=float(c["softcap"]) if c["softcap"] else None, **common)
         cls = transformers.NanoChatForCausalLM
     else:
         raise ValueError("unknown arch %r" % c["arch"])
