@@ -48,6 +48,35 @@ void fg_source_shards_free(fg_source_shard *list, int n);
 
 typedef struct fg_source fg_source;
 
+/* Where a source writes its identity: metadata key/value strings (a checkpoint's). */
+typedef struct {
+    void *ctx;
+    /* stores a copy of value under key; FG_OK or the writer's error */
+    fg_status (*set)(void *ctx, const char *key, const char *value);
+    /* the stored form of a file path (malloc'd), or NULL + fg_error */
+    char *(*escape_path)(const char *path);
+} fg_meta_writer;
+/* Values in their stored form: decimal, 16 lowercase hex digits, %.17g (reads back to the same
+ * bits), a path through escape_path. Each returns what w->set returns. */
+fg_status fg_meta_put_i64(const fg_meta_writer *w, const char *key, int64_t v);
+fg_status fg_meta_put_u64(const fg_meta_writer *w, const char *key, uint64_t v);
+fg_status fg_meta_put_hex(const fg_meta_writer *w, const char *key, uint64_t v);
+fg_status fg_meta_put_f64(const fg_meta_writer *w, const char *key, double v);
+fg_status fg_meta_put_path(const fg_meta_writer *w, const char *key, const char *path);
+
+/* The names a source's identity is recorded under (its describe writes them; a checkpoint reads
+ * them back). */
+extern const char *const fg_source_kind_names[3];   /* "data": by fg_source_kind */
+extern const char *const fg_tokfile_format_names[2]; /* by fg_token_format */
+/* a file or pair's "tokens.val": the validation split is its own file, or the train file's last tenth */
+extern const char *const fg_tokens_val_names[2];
+/* a shard set's "tokens.val": shards of its own, or the train sequence's last tenth */
+extern const char *const fg_shards_val_names[2];
+/* a file's keys by split: path, path_abs, xxh64, format, count */
+extern const char *const fg_tokens_file_keys[FG_SPLIT_COUNT][5];
+/* a shard's key is the prefix and its index; its value "<xxh64> <format> <ids> <path>" */
+extern const char *const fg_shard_key_prefix[FG_SPLIT_COUNT];
+
 /* What a dataset provides. */
 typedef struct {
     const fg_tokenizer *(*tokenizer)(const fg_source *d); /* NULL for token ids without a tokenizer */
@@ -59,6 +88,9 @@ typedef struct {
     /* the best achievable loss; NULL when it is not known */
     double (*optimal_loss)(const fg_source *d);
     void (*free_data)(fg_source *d); /* releases the dataset itself; the source struct is freed after */
+    /* writes the data's identity (every key but "data", which fg_source_describe writes first);
+     * NULL for data no checkpoint records */
+    fg_status (*describe)(const fg_source *d, const fg_meta_writer *w);
 } fg_source_ops;
 
 struct fg_source {
@@ -114,6 +146,8 @@ int fg_source_fixed_block(const fg_source *d);
 fg_status fg_source_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
                           int32_t *y);
 double fg_source_optimal_loss(const fg_source *d);
+/* Writes the source's identity as metadata: "data" (its kind's name), then its own keys. */
+fg_status fg_source_describe(const fg_source *d, const fg_meta_writer *w);
 
 #ifdef __cplusplus
 }

@@ -252,9 +252,20 @@ static fg_status text_batch(const fg_source *d, fg_split s, int B, int T, uint64
     return fg_text_batch(d->text, s, B, T, seed, index, x, y);
 }
 static void text_free_data(fg_source *d) { fg_text_free(d->text); }
+/* The file as given and absolute, its contents' hash and the validation share. */
+static fg_status text_describe(const fg_source *d, const fg_meta_writer *w) {
+    fg_status st = fg_meta_put_path(w, "text.path", d->path);
+    if (st == FG_OK) st = fg_meta_put_path(w, "text.path_abs", d->path_abs);
+    if (st == FG_OK) st = fg_meta_put_hex(w, "text.xxh64", d->file_hash);
+    if (st == FG_OK) st = fg_meta_put_f64(w, "text.val_fraction", d->val_fraction);
+    return st;
+}
 
-static const fg_source_ops text_source_ops = {
-    .tokenizer = text_tokenizer, .vocab_size = text_vocab_size, .batch = text_batch, .free_data = text_free_data};
+static const fg_source_ops text_source_ops = {.tokenizer = text_tokenizer,
+                                              .vocab_size = text_vocab_size,
+                                              .batch = text_batch,
+                                              .free_data = text_free_data,
+                                              .describe = text_describe};
 
 /* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {

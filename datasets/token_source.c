@@ -51,10 +51,63 @@ int fg_source_tokens_meta_path(const char *path, char *out, size_t n) {
     return stat(out, &sb) == 0;
 }
 
+/* Shard i of a split's list: "<xxh64> <format> <ids> <path>". */
+static fg_status put_shard(const fg_meta_writer *w, int split, int i, const fg_source_shard *id) {
+    char key[64];
+    snprintf(key, sizeof key, "%s%d", fg_shard_key_prefix[split], i);
+    char *e = w->escape_path(id->path);
+    if (!e) return fg_last_status();
+    const size_t n = strlen(e) + 64;
+    char *v = malloc(n);
+    if (!v) {
+        free(e);
+        return fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+    }
+    snprintf(v, n, "%016" PRIx64 " %s %" PRIu64 " %s", id->hash, fg_tokfile_format_names[id->format], id->count, e);
+    fg_status st = w->set(w->ctx, key, v);
+    free(v);
+    free(e);
+    return st;
+}
+
+/* A shard set: the folder or pattern (as given and absolute), then each split's shards in order
+ * (a validation split without shards of its own is the train sequence's tail). */
+static fg_status describe_shards(const fg_source *d, const fg_meta_writer *w) {
+    static const char *const count_keys[FG_SPLIT_COUNT] = {"tokens.train.shards", "tokens.val.shards"};
+    fg_status st = fg_meta_put_path(w, "tokens.source", d->path);
+    if (st == FG_OK) st = fg_meta_put_path(w, "tokens.source_abs", d->path_abs);
+    for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK; k++) {
+        if (k == FG_SPLIT_VAL) st = w->set(w->ctx, "tokens.val", fg_shards_val_names[!d->n_shards[k]]);
+        if (st != FG_OK || !d->n_shards[k]) continue;
+        st = fg_meta_put_i64(w, count_keys[k], d->n_shards[k]);
+        for (int i = 0; i < d->n_shards[k] && st == FG_OK; i++) st = put_shard(w, k, i, &d->shards[k][i]);
+    }
+    return st;
+}
+
+/* A file or a pair: each file's paths, hash, format and id count. */
+static fg_status tokens_describe(const fg_source *d, const fg_meta_writer *w) {
+    if (d->sharded) return describe_shards(d, w);
+    fg_status st = FG_OK;
+    for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK; k++) {
+        const fg_source_file *id = &d->files[k];
+        const char *const *keys = fg_tokens_file_keys[k];
+        if (k == FG_SPLIT_VAL) st = w->set(w->ctx, "tokens.val", fg_tokens_val_names[!id->path[0]]);
+        if (st != FG_OK || !id->path[0]) continue;
+        st = fg_meta_put_path(w, keys[0], id->path);
+        if (st == FG_OK) st = fg_meta_put_path(w, keys[1], id->path_abs);
+        if (st == FG_OK) st = fg_meta_put_hex(w, keys[2], id->hash);
+        if (st == FG_OK) st = w->set(w->ctx, keys[3], fg_tokfile_format_names[id->format]);
+        if (st == FG_OK) st = fg_meta_put_i64(w, keys[4], (int64_t)id->count);
+    }
+    return st;
+}
+
 static const fg_source_ops tokens_source_ops = {.tokenizer = tokens_tokenizer,
                                                 .vocab_size = tokens_vocab_size,
                                                 .batch = tokens_batch,
-                                                .free_data = tokens_free_data};
+                                                .free_data = tokens_free_data,
+                                                .describe = tokens_describe};
 
 static void set_identity(fg_source_file *id, const fg_token_file *f) {
     snprintf(id->path, sizeof id->path, "%s", fg_token_file_path(f));
