@@ -120,6 +120,11 @@ struct fg_source {
 fg_source *fg_source_addition(const fg_addition_config *c);
 /* A text file, tokenized with opt's tokenizer kind or given tokenizer (datasets/text.c). */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt);
+/* The text file at path again, when its contents still hash to `hash` (XXH64 of its bytes), read as
+ * fg_source_text reads it; else NULL and why not into why[0 .. n): one line naming path followed by
+ * `what` (how the path was found). A FIFO or device is refused unread. */
+fg_source *fg_source_text_reopen(const char *path, const char *what, uint64_t hash, const fg_text_options *opt,
+                                 char *why, size_t n);
 /* Pre-tokenized files of a vocabulary of vocab_size ids for a model of block size block_size
  * (datasets/token_source.c): `path` as fg_token_data_open takes it (a folder, a file, or a pattern
  * of shards), or, when val_path is not NULL,
@@ -137,6 +142,18 @@ void fg_source_tokens_describe(const fg_source *d, char *out, size_t n);
 /* Gives a token source the tokenizer that made its ids (a copy is kept; it goes into the
  * checkpoints). FG_ERR_ARG when its vocabulary is not the ids' or a meta.pkl gave one already. */
 fg_status fg_source_tokens_set_tokenizer(fg_source *d, const fg_tokenizer *tok);
+/* A token source's identity as a checkpoint recorded it (borrowed arrays of FG_SPLIT_COUNT): a file
+ * or pair in files[] and each split as a list in shards/n_shards, or (sharded 1) a shard set in the
+ * lists alone. */
+typedef struct {
+    int sharded;
+    const fg_source_file *files;
+    fg_source_shard *const *shards;
+    const int *n_shards;
+} fg_source_tokens_record;
+/* Empty when token source d holds the data rec records (the same contents, shard for shard in the
+ * same order; their names may differ), else the first difference, one line, into why[0 .. n). */
+void fg_source_tokens_mismatch(const fg_source *d, const fg_source_tokens_record *rec, char *why, size_t n);
 void fg_source_free(fg_source *d); /* NULL is fine */
 
 const fg_tokenizer *fg_source_tokenizer(const fg_source *d);

@@ -1320,42 +1320,8 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
     }
     char why[2][1400];
     for (int i = 0; i < n; i++) {
-        /* the contents first (a changed file may not even tokenize), then the dataset */
-        uint64_t h = 0;
-        int fd = -1;
-        int64_t size;
-        FILE *fp = NULL;
-        /* a regular file, opened without blocking (a FIFO or device there is refused, unread) */
-        if (fg_open_read(cand[i], 0, &fd, &size) != FG_OK || !(fp = fdopen(fd, "rb"))) {
-            snprintf(why[i], sizeof why[i], "'%s'%s: %.1000s", cand[i], what[i], fd < 0 ? fg_last_error() : strerror(errno));
-            fg_clear_error();
-            if (fd >= 0) close(fd);
-            continue;
-        }
-        fg_xxh64_state hs;
-        fg_xxh64_init(&hs, 0);
-        char chunk[1 << 14];
-        size_t k;
-        while ((k = fread(chunk, 1, sizeof chunk, fp)) > 0) fg_xxh64_update(&hs, chunk, k);
-        int err = ferror(fp);
-        fclose(fp);
-        h = fg_xxh64_digest(&hs);
-        if (err) {
-            snprintf(why[i], sizeof why[i], "'%s'%s: read error", cand[i], what[i]);
-            continue;
-        }
-        if (h != in->data_hash) {
-            snprintf(why[i], sizeof why[i],
-                     "'%s'%s is not the file the checkpoint trained on (its contents changed: "
-                     "xxh64 %016llx, the checkpoint records %016llx)",
-                     cand[i], what[i], (unsigned long long)h, (unsigned long long)in->data_hash);
-            continue;
-        }
-        fg_source *s = fg_source_text(cand[i], &to);
-        if (s && s->file_hash == in->data_hash) return s;
-        snprintf(why[i], sizeof why[i], "'%s'%s: %s", cand[i], what[i],
-                 s ? "its contents changed while it was read" : fg_last_error());
-        fg_source_free(s);
+        fg_source *s = fg_source_text_reopen(cand[i], what[i], in->data_hash, &to, why[i], sizeof why[i]);
+        if (s) return s;
     }
     if (n == 1)
         fg_error(FG_ERR_IO, "%s", why[0]);
@@ -1366,126 +1332,6 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
 }
 
 /* ---- the token files of a run on them ---- */
-
-/* Empty when src holds the files the checkpoint records, else why not (into why[0..n)). */
-static void tokens_mismatch(const fg_ckpt_info *in, const fg_source *src, char *why, size_t n) {
-    why[0] = '\0';
-    for (int k = 0; k < FG_SPLIT_COUNT; k++) {
-        const fg_source_file *want = &in->files[k], *have = &src->files[k];
-        if (!want->path[0] != !have->path[0]) {
-            snprintf(why, n,
-                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
-                     src->path, want->path[0] ? "a file of its own" : "the train file's last tenth",
-                     have->path[0] ? "a file of its own" : "the train file's last tenth");
-            return;
-        }
-        if (!want->path[0]) continue;
-        if (have->hash != want->hash || have->count != want->count || have->format != want->format) {
-            snprintf(why, n,
-                     "'%.600s' is not the %s file the checkpoint trained on (its contents changed: xxh64 %016llx, "
-                     "%llu ids; the checkpoint records %016llx, %llu ids)",
-                     have->path, fg_split_name((fg_split)k), (unsigned long long)have->hash,
-                     (unsigned long long)have->count, (unsigned long long)want->hash, (unsigned long long)want->count);
-            return;
-        }
-    }
-}
-
-/* How many leading bytes the paths of list[0 .. n) share up to a '/': what their names in a message
- * leave out, so that a set listed from another folder (a copy, or the absolute pattern) still
- * matches shard by shard. */
-static size_t shared_folder(const fg_source_shard *list, int n) {
-    if (n < 1) return 0;
-    const char *a = list[0].path, *slash = strrchr(a, '/');
-    size_t k = slash ? (size_t)(slash - a) + 1 : 0;
-    for (int i = 1; i < n && k; i++) {
-        size_t j = 0;
-        while (j < k && a[j] == list[i].path[j]) j++;
-        while (j > 0 && a[j - 1] != '/') j--;
-        k = j;
-    }
-    return k;
-}
-
-static int same_shard(const fg_source_shard *a, const fg_source_shard *b) {
-    return a->hash == b->hash && a->count == b->count && a->format == b->format;
-}
-
-/* In list b[0 .. nb) (names from byte kb on), the shard named `name`, or -1. */
-static int find_shard(const fg_source_shard *b, int nb, size_t kb, const char *name) {
-    for (int j = 0; j < nb; j++)
-        if (!strcmp(b[j].path + kb, name)) return j;
-    return -1;
-}
-
-/* In list b[0 .. nb), the shard with the contents of x, or -1. */
-static int find_contents(const fg_source_shard *b, int nb, const fg_source_shard *x) {
-    for (int j = 0; j < nb; j++)
-        if (same_shard(&b[j], x)) return j;
-    return -1;
-}
-
-/* Empty when src's lists hold the shards the checkpoint records, in its order (their names may
- * differ: the data is the same), else the first difference (into why[0..n)): the same shards in
- * another order; else, by name, a shard missing, one added, or one changed. */
-static void shards_mismatch(const fg_ckpt_info *in, const fg_source *src, char *why, size_t n) {
-    why[0] = '\0';
-    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
-        const fg_source_shard *a = in->shards[s], *b = src->shards[s];
-        const int na = in->n_shards[s], nb = src->n_shards[s];
-        const char *sp = fg_split_name((fg_split)s);
-        if (!na != !nb) {
-            snprintf(why, n,
-                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
-                     src->path, na ? "files of its own" : "the last tenth of the train data",
-                     nb ? "files of its own" : "the last tenth of the train data");
-            return;
-        }
-        int same = na == nb, permuted = na == nb;
-        for (int i = 0; i < na && same; i++) same = same_shard(&a[i], &b[i]);
-        if (same) continue;
-        for (int i = 0; i < na && permuted; i++) permuted = find_contents(b, nb, &a[i]) >= 0;
-        for (int j = 0; j < nb && permuted; j++) permuted = find_contents(a, na, &b[j]) >= 0;
-        for (int j = 0; j < nb && permuted; j++)
-            if (!same_shard(&a[j], &b[j])) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: its %s shards are in another order "
-                         "('%.300s' is shard %d of %d here; the checkpoint trained on its contents as shard %d)",
-                         src->path, sp, b[j].path, j + 1, nb, find_contents(a, na, &b[j]) + 1);
-                return;
-            }
-        const size_t ka = shared_folder(a, na), kb = shared_folder(b, nb);
-        for (int i = 0; i < na; i++)
-            if (find_shard(b, nb, kb, a[i].path + ka) < 0) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: its %s shard '%.300s' is missing (the "
-                         "checkpoint trained on %d %s shards, this has %d)",
-                         src->path, sp, a[i].path + ka, na, sp, nb);
-                return;
-            }
-        for (int j = 0; j < nb; j++)
-            if (find_shard(a, na, ka, b[j].path + kb) < 0) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' was added (the "
-                         "checkpoint trained on %d %s shards, this has %d)",
-                         src->path, sp, b[j].path, na, sp, nb);
-                return;
-            }
-        for (int i = 0; i < na; i++) {
-            const fg_source_shard *x = &b[find_shard(b, nb, kb, a[i].path + ka)];
-            if (!same_shard(&a[i], x)) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' changed (xxh64 "
-                         "%016llx, %llu ids; the checkpoint records %016llx, %llu ids)",
-                         src->path, sp, x->path, (unsigned long long)x->hash, (unsigned long long)x->count,
-                         (unsigned long long)a[i].hash, (unsigned long long)a[i].count);
-                return;
-            }
-        }
-        snprintf(why, n, "'%.600s' is not the data the checkpoint trained on: its %s shards differ", src->path, sp);
-        return;
-    }
-}
 
 fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
     const fg_ckpt_info *in = &c->info;
@@ -1526,10 +1372,8 @@ fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
             continue;
         }
         char m[1400];
-        if (in->sharded || s->sharded)
-            shards_mismatch(in, s, m, sizeof m);
-        else
-            tokens_mismatch(in, s, m, sizeof m);
+        const fg_source_tokens_record rec = {in->sharded, in->files, in->shards, in->n_shards};
+        fg_source_tokens_mismatch(s, &rec, m, sizeof m);
         if (!m[0]) {
             /* the meta.pkl beside them must give the checkpoint's tokenizer (or there is none in both) */
             const fg_tokenizer *a = in->tokenizer, *b = fg_source_tokenizer(s);
