@@ -122,8 +122,11 @@ static fg_status synth_batch(const fg_source *d, fg_split s, int B, int T, uint6
     }
     return FG_OK;
 }
-static const fg_source_ops synth_ops = {synth_tokenizer, synth_vocab, synth_fixed_block, synth_batch, synth_optimal,
-                                        NULL};
+static const fg_source_ops synth_ops = {.tokenizer = synth_tokenizer,
+                                        .vocab_size = synth_vocab,
+                                        .fixed_block = synth_fixed_block,
+                                        .batch = synth_batch,
+                                        .optimal_loss = synth_optimal};
 
 fg_source *fg_bench_synth_source(int V) {
     synth_source *d = calloc(1, sizeof *d);

@@ -295,9 +295,23 @@ static fg_status add_batch(const fg_source *d, fg_split s, int B, int T, uint64_
 }
 static double add_optimal_loss(const fg_source *d) { return fg_addition_optimal_loss(d->add); }
 static void add_free(fg_source *d) { fg_addition_free(d->add); }
+/* The task's configuration: it makes the same problems and split again. */
+static fg_status add_describe(const fg_source *d, const fg_meta_writer *w) {
+    const fg_addition_config *ac = fg_addition_get_config(d->add);
+    fg_status st = fg_meta_put_i64(w, "addition.n_digits", ac->n_digits);
+    if (st == FG_OK) st = fg_meta_put_i64(w, "addition.answer_only", ac->answer_only);
+    if (st == FG_OK) st = fg_meta_put_f64(w, "addition.val_fraction", ac->val_fraction);
+    if (st == FG_OK) st = fg_meta_put_u64(w, "addition.split_seed", ac->split_seed);
+    return st;
+}
 
-static const fg_source_ops addition_source_ops = {add_tokenizer, add_vocab_size,   add_fixed_block,
-                                                  add_batch,     add_optimal_loss, add_free};
+static const fg_source_ops addition_source_ops = {.tokenizer = add_tokenizer,
+                                                  .vocab_size = add_vocab_size,
+                                                  .fixed_block = add_fixed_block,
+                                                  .batch = add_batch,
+                                                  .optimal_loss = add_optimal_loss,
+                                                  .free_data = add_free,
+                                                  .describe = add_describe};
 
 fg_source *fg_source_addition(const fg_addition_config *c) {
     fg_source *d = calloc(1, sizeof *d);

@@ -48,6 +48,35 @@ void fg_source_shards_free(fg_source_shard *list, int n);
 
 typedef struct fg_source fg_source;
 
+/* Where a source writes its identity: metadata key/value strings (a checkpoint's). */
+typedef struct {
+    void *ctx;
+    /* stores a copy of value under key; FG_OK or the writer's error */
+    fg_status (*set)(void *ctx, const char *key, const char *value);
+    /* the stored form of a file path (malloc'd), or NULL + fg_error */
+    char *(*escape_path)(const char *path);
+} fg_meta_writer;
+/* Values in their stored form: decimal, 16 lowercase hex digits, %.17g (reads back to the same
+ * bits), a path through escape_path. Each returns what w->set returns. */
+fg_status fg_meta_put_i64(const fg_meta_writer *w, const char *key, int64_t v);
+fg_status fg_meta_put_u64(const fg_meta_writer *w, const char *key, uint64_t v);
+fg_status fg_meta_put_hex(const fg_meta_writer *w, const char *key, uint64_t v);
+fg_status fg_meta_put_f64(const fg_meta_writer *w, const char *key, double v);
+fg_status fg_meta_put_path(const fg_meta_writer *w, const char *key, const char *path);
+
+/* The names a source's identity is recorded under (its describe writes them; a checkpoint reads
+ * them back). */
+extern const char *const fg_source_kind_names[3];   /* "data": by fg_source_kind */
+extern const char *const fg_tokfile_format_names[2]; /* by fg_token_format */
+/* a file or pair's "tokens.val": the validation split is its own file, or the train file's last tenth */
+extern const char *const fg_tokens_val_names[2];
+/* a shard set's "tokens.val": shards of its own, or the train sequence's last tenth */
+extern const char *const fg_shards_val_names[2];
+/* a file's keys by split: path, path_abs, xxh64, format, count */
+extern const char *const fg_tokens_file_keys[FG_SPLIT_COUNT][5];
+/* a shard's key is the prefix and its index; its value "<xxh64> <format> <ids> <path>" */
+extern const char *const fg_shard_key_prefix[FG_SPLIT_COUNT];
+
 /* What a dataset provides. */
 typedef struct {
     const fg_tokenizer *(*tokenizer)(const fg_source *d); /* NULL for token ids without a tokenizer */
@@ -59,6 +88,9 @@ typedef struct {
     /* the best achievable loss; NULL when it is not known */
     double (*optimal_loss)(const fg_source *d);
     void (*free_data)(fg_source *d); /* releases the dataset itself; the source struct is freed after */
+    /* writes the data's identity (every key but "data", which fg_source_describe writes first);
+     * NULL for data no checkpoint records */
+    fg_status (*describe)(const fg_source *d, const fg_meta_writer *w);
 } fg_source_ops;
 
 struct fg_source {
@@ -88,6 +120,11 @@ struct fg_source {
 fg_source *fg_source_addition(const fg_addition_config *c);
 /* A text file, tokenized with opt's tokenizer kind or given tokenizer (datasets/text.c). */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt);
+/* The text file at path again, when its contents still hash to `hash` (XXH64 of its bytes), read as
+ * fg_source_text reads it; else NULL and why not into why[0 .. n): one line naming path followed by
+ * `what` (how the path was found). A FIFO or device is refused unread. */
+fg_source *fg_source_text_reopen(const char *path, const char *what, uint64_t hash, const fg_text_options *opt,
+                                 char *why, size_t n);
 /* Pre-tokenized files of a vocabulary of vocab_size ids for a model of block size block_size
  * (datasets/token_source.c): `path` as fg_token_data_open takes it (a folder, a file, or a pattern
  * of shards), or, when val_path is not NULL,
@@ -105,6 +142,18 @@ void fg_source_tokens_describe(const fg_source *d, char *out, size_t n);
 /* Gives a token source the tokenizer that made its ids (a copy is kept; it goes into the
  * checkpoints). FG_ERR_ARG when its vocabulary is not the ids' or a meta.pkl gave one already. */
 fg_status fg_source_tokens_set_tokenizer(fg_source *d, const fg_tokenizer *tok);
+/* A token source's identity as a checkpoint recorded it (borrowed arrays of FG_SPLIT_COUNT): a file
+ * or pair in files[] and each split as a list in shards/n_shards, or (sharded 1) a shard set in the
+ * lists alone. */
+typedef struct {
+    int sharded;
+    const fg_source_file *files;
+    fg_source_shard *const *shards;
+    const int *n_shards;
+} fg_source_tokens_record;
+/* Empty when token source d holds the data rec records (the same contents, shard for shard in the
+ * same order; their names may differ), else the first difference, one line, into why[0 .. n). */
+void fg_source_tokens_mismatch(const fg_source *d, const fg_source_tokens_record *rec, char *why, size_t n);
 void fg_source_free(fg_source *d); /* NULL is fine */
 
 const fg_tokenizer *fg_source_tokenizer(const fg_source *d);
@@ -114,6 +163,8 @@ int fg_source_fixed_block(const fg_source *d);
 fg_status fg_source_batch(const fg_source *d, fg_split s, int B, int T, uint64_t seed, uint64_t index, int32_t *x,
                           int32_t *y);
 double fg_source_optimal_loss(const fg_source *d);
+/* Writes the source's identity as metadata: "data" (its kind's name), then its own keys. */
+fg_status fg_source_describe(const fg_source *d, const fg_meta_writer *w);
 
 #ifdef __cplusplus
 }

@@ -4,11 +4,13 @@
  */
 #include "datasets/text.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensor/fileio.h"
 #include "tensor/philox.h"
@@ -252,9 +254,20 @@ static fg_status text_batch(const fg_source *d, fg_split s, int B, int T, uint64
     return fg_text_batch(d->text, s, B, T, seed, index, x, y);
 }
 static void text_free_data(fg_source *d) { fg_text_free(d->text); }
+/* The file as given and absolute, its contents' hash and the validation share. */
+static fg_status text_describe(const fg_source *d, const fg_meta_writer *w) {
+    fg_status st = fg_meta_put_path(w, "text.path", d->path);
+    if (st == FG_OK) st = fg_meta_put_path(w, "text.path_abs", d->path_abs);
+    if (st == FG_OK) st = fg_meta_put_hex(w, "text.xxh64", d->file_hash);
+    if (st == FG_OK) st = fg_meta_put_f64(w, "text.val_fraction", d->val_fraction);
+    return st;
+}
 
-static const fg_source_ops text_source_ops = {
-    .tokenizer = text_tokenizer, .vocab_size = text_vocab_size, .batch = text_batch, .free_data = text_free_data};
+static const fg_source_ops text_source_ops = {.tokenizer = text_tokenizer,
+                                              .vocab_size = text_vocab_size,
+                                              .batch = text_batch,
+                                              .free_data = text_free_data,
+                                              .describe = text_describe};
 
 /* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
@@ -286,4 +299,44 @@ fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
         return NULL;
     }
     return d;
+}
+
+fg_source *fg_source_text_reopen(const char *path, const char *what, uint64_t hash, const fg_text_options *opt,
+                                 char *why, size_t n) {
+    /* the contents first (a changed file may not even tokenize), then the dataset */
+    uint64_t h = 0;
+    int fd = -1;
+    int64_t size;
+    FILE *fp = NULL;
+    /* a regular file, opened without blocking (a FIFO or device there is refused, unread) */
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK || !(fp = fdopen(fd, "rb"))) {
+        snprintf(why, n, "'%s'%s: %.1000s", path, what, fd < 0 ? fg_last_error() : strerror(errno));
+        fg_clear_error();
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    fg_xxh64_state hs;
+    fg_xxh64_init(&hs, 0);
+    char chunk[1 << 14];
+    size_t k;
+    while ((k = fread(chunk, 1, sizeof chunk, fp)) > 0) fg_xxh64_update(&hs, chunk, k);
+    int err = ferror(fp);
+    fclose(fp);
+    h = fg_xxh64_digest(&hs);
+    if (err) {
+        snprintf(why, n, "'%s'%s: read error", path, what);
+        return NULL;
+    }
+    if (h != hash) {
+        snprintf(why, n,
+                 "'%s'%s is not the file the checkpoint trained on (its contents changed: "
+                 "xxh64 %016llx, the checkpoint records %016llx)",
+                 path, what, (unsigned long long)h, (unsigned long long)hash);
+        return NULL;
+    }
+    fg_source *s = fg_source_text(path, opt);
+    if (s && s->file_hash == hash) return s;
+    snprintf(why, n, "'%s'%s: %s", path, what, s ? "its contents changed while it was read" : fg_last_error());
+    fg_source_free(s);
+    return NULL;
 }

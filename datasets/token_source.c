@@ -51,10 +51,63 @@ int fg_source_tokens_meta_path(const char *path, char *out, size_t n) {
     return stat(out, &sb) == 0;
 }
 
+/* Shard i of a split's list: "<xxh64> <format> <ids> <path>". */
+static fg_status put_shard(const fg_meta_writer *w, int split, int i, const fg_source_shard *id) {
+    char key[64];
+    snprintf(key, sizeof key, "%s%d", fg_shard_key_prefix[split], i);
+    char *e = w->escape_path(id->path);
+    if (!e) return fg_last_status();
+    const size_t n = strlen(e) + 64;
+    char *v = malloc(n);
+    if (!v) {
+        free(e);
+        return fg_error(FG_ERR_OOM, "checkpoint: out of memory");
+    }
+    snprintf(v, n, "%016" PRIx64 " %s %" PRIu64 " %s", id->hash, fg_tokfile_format_names[id->format], id->count, e);
+    fg_status st = w->set(w->ctx, key, v);
+    free(v);
+    free(e);
+    return st;
+}
+
+/* A shard set: the folder or pattern (as given and absolute), then each split's shards in order
+ * (a validation split without shards of its own is the train sequence's tail). */
+static fg_status describe_shards(const fg_source *d, const fg_meta_writer *w) {
+    static const char *const count_keys[FG_SPLIT_COUNT] = {"tokens.train.shards", "tokens.val.shards"};
+    fg_status st = fg_meta_put_path(w, "tokens.source", d->path);
+    if (st == FG_OK) st = fg_meta_put_path(w, "tokens.source_abs", d->path_abs);
+    for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK; k++) {
+        if (k == FG_SPLIT_VAL) st = w->set(w->ctx, "tokens.val", fg_shards_val_names[!d->n_shards[k]]);
+        if (st != FG_OK || !d->n_shards[k]) continue;
+        st = fg_meta_put_i64(w, count_keys[k], d->n_shards[k]);
+        for (int i = 0; i < d->n_shards[k] && st == FG_OK; i++) st = put_shard(w, k, i, &d->shards[k][i]);
+    }
+    return st;
+}
+
+/* A file or a pair: each file's paths, hash, format and id count. */
+static fg_status tokens_describe(const fg_source *d, const fg_meta_writer *w) {
+    if (d->sharded) return describe_shards(d, w);
+    fg_status st = FG_OK;
+    for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK; k++) {
+        const fg_source_file *id = &d->files[k];
+        const char *const *keys = fg_tokens_file_keys[k];
+        if (k == FG_SPLIT_VAL) st = w->set(w->ctx, "tokens.val", fg_tokens_val_names[!id->path[0]]);
+        if (st != FG_OK || !id->path[0]) continue;
+        st = fg_meta_put_path(w, keys[0], id->path);
+        if (st == FG_OK) st = fg_meta_put_path(w, keys[1], id->path_abs);
+        if (st == FG_OK) st = fg_meta_put_hex(w, keys[2], id->hash);
+        if (st == FG_OK) st = w->set(w->ctx, keys[3], fg_tokfile_format_names[id->format]);
+        if (st == FG_OK) st = fg_meta_put_i64(w, keys[4], (int64_t)id->count);
+    }
+    return st;
+}
+
 static const fg_source_ops tokens_source_ops = {.tokenizer = tokens_tokenizer,
                                                 .vocab_size = tokens_vocab_size,
                                                 .batch = tokens_batch,
-                                                .free_data = tokens_free_data};
+                                                .free_data = tokens_free_data,
+                                                .describe = tokens_describe};
 
 static void set_identity(fg_source_file *id, const fg_token_file *f) {
     snprintf(id->path, sizeof id->path, "%s", fg_token_file_path(f));
@@ -203,4 +256,133 @@ fg_status fg_source_tokens_set_tokenizer(fg_source *d, const fg_tokenizer *tok) 
         return fg_error(FG_ERR_ARG, "--tokenizer: its vocabulary is %d and the ids' (--vocab-size) %d", fg_tokenizer_vocab_size(tok),
                         fg_token_data_vocab_size(d->tokens));
     return (d->tok = fg_tokenizer_clone(tok)) ? FG_OK : fg_last_status();
+}
+
+/* ---- matching the data a checkpoint recorded ---- */
+
+/* Empty when src holds the files recorded, else why not (into why[0..n)). */
+static void files_mismatch(const fg_source_tokens_record *in, const fg_source *src, char *why, size_t n) {
+    why[0] = '\0';
+    for (int k = 0; k < FG_SPLIT_COUNT; k++) {
+        const fg_source_file *want = &in->files[k], *have = &src->files[k];
+        if (!want->path[0] != !have->path[0]) {
+            snprintf(why, n,
+                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
+                     src->path, want->path[0] ? "a file of its own" : "the train file's last tenth",
+                     have->path[0] ? "a file of its own" : "the train file's last tenth");
+            return;
+        }
+        if (!want->path[0]) continue;
+        if (have->hash != want->hash || have->count != want->count || have->format != want->format) {
+            snprintf(why, n,
+                     "'%.600s' is not the %s file the checkpoint trained on (its contents changed: xxh64 %016llx, "
+                     "%llu ids; the checkpoint records %016llx, %llu ids)",
+                     have->path, fg_split_name((fg_split)k), (unsigned long long)have->hash,
+                     (unsigned long long)have->count, (unsigned long long)want->hash, (unsigned long long)want->count);
+            return;
+        }
+    }
+}
+
+/* How many leading bytes the paths of list[0 .. n) share up to a '/': what their names in a message
+ * leave out, so that a set listed from another folder (a copy, or the absolute pattern) still
+ * matches shard by shard. */
+static size_t shared_folder(const fg_source_shard *list, int n) {
+    if (n < 1) return 0;
+    const char *a = list[0].path, *slash = strrchr(a, '/');
+    size_t k = slash ? (size_t)(slash - a) + 1 : 0;
+    for (int i = 1; i < n && k; i++) {
+        size_t j = 0;
+        while (j < k && a[j] == list[i].path[j]) j++;
+        while (j > 0 && a[j - 1] != '/') j--;
+        k = j;
+    }
+    return k;
+}
+
+static int same_shard(const fg_source_shard *a, const fg_source_shard *b) {
+    return a->hash == b->hash && a->count == b->count && a->format == b->format;
+}
+
+/* In list b[0 .. nb) (names from byte kb on), the shard named `name`, or -1. */
+static int find_shard(const fg_source_shard *b, int nb, size_t kb, const char *name) {
+    for (int j = 0; j < nb; j++)
+        if (!strcmp(b[j].path + kb, name)) return j;
+    return -1;
+}
+
+/* In list b[0 .. nb), the shard with the contents of x, or -1. */
+static int find_contents(const fg_source_shard *b, int nb, const fg_source_shard *x) {
+    for (int j = 0; j < nb; j++)
+        if (same_shard(&b[j], x)) return j;
+    return -1;
+}
+
+/* Empty when src's lists hold the shards recorded, in their order (their names may
+ * differ: the data is the same), else the first difference (into why[0..n)): the same shards in
+ * another order; else, by name, a shard missing, one added, or one changed. */
+static void shards_mismatch(const fg_source_tokens_record *in, const fg_source *src, char *why, size_t n) {
+    why[0] = '\0';
+    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
+        const fg_source_shard *a = in->shards[s], *b = src->shards[s];
+        const int na = in->n_shards[s], nb = src->n_shards[s];
+        const char *sp = fg_split_name((fg_split)s);
+        if (!na != !nb) {
+            snprintf(why, n,
+                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
+                     src->path, na ? "files of its own" : "the last tenth of the train data",
+                     nb ? "files of its own" : "the last tenth of the train data");
+            return;
+        }
+        int same = na == nb, permuted = na == nb;
+        for (int i = 0; i < na && same; i++) same = same_shard(&a[i], &b[i]);
+        if (same) continue;
+        for (int i = 0; i < na && permuted; i++) permuted = find_contents(b, nb, &a[i]) >= 0;
+        for (int j = 0; j < nb && permuted; j++) permuted = find_contents(a, na, &b[j]) >= 0;
+        for (int j = 0; j < nb && permuted; j++)
+            if (!same_shard(&a[j], &b[j])) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: its %s shards are in another order "
+                         "('%.300s' is shard %d of %d here; the checkpoint trained on its contents as shard %d)",
+                         src->path, sp, b[j].path, j + 1, nb, find_contents(a, na, &b[j]) + 1);
+                return;
+            }
+        const size_t ka = shared_folder(a, na), kb = shared_folder(b, nb);
+        for (int i = 0; i < na; i++)
+            if (find_shard(b, nb, kb, a[i].path + ka) < 0) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: its %s shard '%.300s' is missing (the "
+                         "checkpoint trained on %d %s shards, this has %d)",
+                         src->path, sp, a[i].path + ka, na, sp, nb);
+                return;
+            }
+        for (int j = 0; j < nb; j++)
+            if (find_shard(a, na, ka, b[j].path + kb) < 0) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' was added (the "
+                         "checkpoint trained on %d %s shards, this has %d)",
+                         src->path, sp, b[j].path, na, sp, nb);
+                return;
+            }
+        for (int i = 0; i < na; i++) {
+            const fg_source_shard *x = &b[find_shard(b, nb, kb, a[i].path + ka)];
+            if (!same_shard(&a[i], x)) {
+                snprintf(why, n,
+                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' changed (xxh64 "
+                         "%016llx, %llu ids; the checkpoint records %016llx, %llu ids)",
+                         src->path, sp, x->path, (unsigned long long)x->hash, (unsigned long long)x->count,
+                         (unsigned long long)a[i].hash, (unsigned long long)a[i].count);
+                return;
+            }
+        }
+        snprintf(why, n, "'%.600s' is not the data the checkpoint trained on: its %s shards differ", src->path, sp);
+        return;
+    }
+}
+
+void fg_source_tokens_mismatch(const fg_source *d, const fg_source_tokens_record *rec, char *why, size_t n) {
+    if (rec->sharded || d->sharded)
+        shards_mismatch(rec, d, why, n);
+    else
+        files_mismatch(rec, d, why, n);
 }

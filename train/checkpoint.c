@@ -312,12 +312,11 @@ static void m_path(meta_rd *r, const char *key, char *out, size_t cap, int may_b
 
 /* The per-shard keys of a shard set's list: "tokens.<split>.shard.K", K in canonical decimal below the
  * count the reader read for that split (it read each of them). */
-static const char *const shard_key_prefix[2] = {"tokens.train.shard.", "tokens.val.shard."};
 static int shard_key_read(const meta_rd *r, const char *k) {
     for (int s = 0; s < 2; s++) {
-        const size_t n = strlen(shard_key_prefix[s]);
+        const size_t n = strlen(fg_shard_key_prefix[s]);
         int64_t i;
-        if (!strncmp(k, shard_key_prefix[s], n) && parse_i64(k + n, &i) && i >= 0 && i < r->nshard[s]) return 1;
+        if (!strncmp(k, fg_shard_key_prefix[s], n) && parse_i64(k + n, &i) && i >= 0 && i < r->nshard[s]) return 1;
     }
     return 0;
 }
@@ -370,11 +369,6 @@ static void m_kind(meta_rd *r, const char *want) {
     }
 }
 
-static const char *const data_names[] = {
-    [FG_SOURCE_ADDITION] = "addition", [FG_SOURCE_TEXT] = "text", [FG_SOURCE_TOKENS] = "tokens"};
-static const char *const tokfile_formats[] = {[FG_TOKFILE_NANOGPT] = "nanogpt", [FG_TOKFILE_LLMC] = "llmc"};
-/* "tokens.val": the validation split is its own file, or the train file's last tenth */
-static const char *const tokens_val_names[] = {"file", "train_tail"};
 /* The tokenizer of a model trained on token ids: none is known (sample decodes with --tokenizer). */
 #define TOKENIZER_NONE "none"
 
@@ -383,24 +377,16 @@ static void m_token_file(meta_rd *r, const char *const keys[5], fg_source_file *
     m_path(r, keys[0], id->path, sizeof id->path, 0);
     m_path(r, keys[1], id->path_abs, sizeof id->path_abs, 1);
     id->hash = m_hex(r, keys[2]);
-    int fmt = m_enum(r, keys[3], tokfile_formats, 2);
+    int fmt = m_enum(r, keys[3], fg_tokfile_format_names, 2);
     id->format = fmt < 0 ? FG_TOKFILE_NANOGPT : (fg_token_format)fmt;
     id->count = (uint64_t)m_int(r, keys[4], 1, INT64_MAX / 2);
 }
-static const char *const tok_train_keys[5] = {"tokens.train.path", "tokens.train.path_abs", "tokens.train.xxh64",
-                                              "tokens.train.format", "tokens.train.count"};
-static const char *const tok_val_keys[5] = {"tokens.val.path", "tokens.val.path_abs", "tokens.val.xxh64",
-                                            "tokens.val.format", "tokens.val.count"};
-/* a shard set's "tokens.val": shards of its own, or the train sequence's last tenth */
-static const char *const shards_val_names[] = {"shards", "train_tail"};
-static const char *const split_keys[2] = {"train", "val"};
-
 /* Shard i of split `split`'s list: "<xxh64> <format> <ids> <path>" (16 lowercase hex digits, a
  * format name, canonical decimal in 1 .. INT64_MAX/2, a stored path). */
 static void m_shard(meta_rd *r, int split, int i, fg_source_shard *id) {
     if (r->st != FG_OK) return;
     char key[64], num[24], path[4096];
-    snprintf(key, sizeof key, "%s%d", shard_key_prefix[split], i);
+    snprintf(key, sizeof key, "%s%d", fg_shard_key_prefix[split], i);
     const char *v = m_lookup(r, key), *p = v;
     if (!v) {
         m_fail(r, "the metadata has no '%s' (an incomplete or foreign checkpoint)", key);
@@ -419,8 +405,8 @@ static void m_shard(meta_rd *r, int split, int i, fg_source_shard *id) {
     ok = ok && *p++ == ' ';
     int fmt = -1;
     for (int f = 0; ok && f < 2 && fmt < 0; f++) {
-        const size_t n = strlen(tokfile_formats[f]);
-        if (!strncmp(p, tokfile_formats[f], n) && p[n] == ' ') {
+        const size_t n = strlen(fg_tokfile_format_names[f]);
+        if (!strncmp(p, fg_tokfile_format_names[f], n) && p[n] == ' ') {
             fmt = f;
             p += n + 1;
         }
@@ -457,7 +443,7 @@ static void m_shard_set(meta_rd *r, fg_ckpt_info *in) {
     m_path(r, "tokens.source_abs", in->shards_source_abs, sizeof in->shards_source_abs, 1);
     int n[2];
     n[0] = (int)m_int(r, "tokens.train.shards", 1, FG_TOKEN_MAX_SHARDS);
-    const int val = m_enum(r, "tokens.val", shards_val_names, 2);
+    const int val = m_enum(r, "tokens.val", fg_shards_val_names, 2);
     n[1] = val == 0 ? (int)m_int(r, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS) : 0;
     for (int s = 0; s < 2 && r->st == FG_OK; s++) {
         if (!n[s]) continue;
@@ -558,7 +544,7 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     in->step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     in->params_hash = m_hex(r, "params_xxh64");
     const char *tokstr = m_need(r, "tokenizer");
-    int data = m_enum(r, "data", data_names, 3);
+    int data = m_enum(r, "data", fg_source_kind_names, 3);
     if (r->st != FG_OK) return r->st;
     if (plan && fg_gpt_recompute_set(&in->model, plan) != FG_OK) m_fail(r, "bad 'recompute': %s", fg_last_error());
     if (fg_gpt_config_check(&in->model) != FG_OK)
@@ -596,9 +582,9 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
             m_shard_set(r, in);
             val = in->n_shards[FG_SPLIT_VAL] ? 0 : 1;
         } else {
-            m_token_file(r, tok_train_keys, &in->files[FG_SPLIT_TRAIN]);
-            val = m_enum(r, "tokens.val", tokens_val_names, 2);
-            if (val == 0) m_token_file(r, tok_val_keys, &in->files[FG_SPLIT_VAL]);
+            m_token_file(r, fg_tokens_file_keys[FG_SPLIT_TRAIN], &in->files[FG_SPLIT_TRAIN]);
+            val = m_enum(r, "tokens.val", fg_tokens_val_names, 2);
+            if (val == 0) m_token_file(r, fg_tokens_file_keys[FG_SPLIT_VAL], &in->files[FG_SPLIT_VAL]);
             files_as_lists(r, in);
         }
         if (r->st != FG_OK) return r->st;
@@ -699,30 +685,9 @@ static fg_status meta_f64(fg_st_writer *w, const char *key, double v) {
     snprintf(buf, sizeof buf, "%.17g", v);
     return fg_st_writer_set_metadata(w, key, buf);
 }
-static fg_status meta_path(fg_st_writer *w, const char *key, const char *path) {
-    char *e = path_escape(path);
-    if (!e) return fg_last_status();
-    fg_status st = fg_st_writer_set_metadata(w, key, e);
-    free(e);
-    return st;
-}
-/* Shard i of a split's list (m_shard reads it). */
-static fg_status meta_shard(fg_st_writer *w, int split, int i, const fg_source_shard *id) {
-    char key[64];
-    snprintf(key, sizeof key, "%s%d", shard_key_prefix[split], i);
-    char *e = path_escape(id->path);
-    if (!e) return fg_last_status();
-    const size_t n = strlen(e) + 64;
-    char *v = malloc(n);
-    if (!v) {
-        free(e);
-        return fg_error(FG_ERR_OOM, "checkpoint: out of memory");
-    }
-    snprintf(v, n, "%016" PRIx64 " %s %" PRIu64 " %s", id->hash, tokfile_formats[id->format], id->count, e);
-    fg_status st = fg_st_writer_set_metadata(w, key, v);
-    free(v);
-    free(e);
-    return st;
+/* The metadata writer a source describes itself through (source.h). */
+static fg_status writer_set(void *ctx, const char *key, const char *value) {
+    return fg_st_writer_set_metadata(ctx, key, value);
 }
 
 /* The recompute plan, when there is one (a run without recomputation keeps its old bytes). */
@@ -797,8 +762,7 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     const uint64_t phash = hp ? fg_xxh64(fg_data(hp), (size_t)fg_nbytes(hp), 0) : fg_ckpt_params_hash(g);
     const fg_st_dtype dt = fg_st_from_dtype(mc->dtype);
     /* token files have no tokenizer unless a meta.pkl or --tokenizer gave them one */
-    tokstr = src->kind == FG_SOURCE_TOKENS && !fg_source_tokenizer(src) ? strdup(TOKENIZER_NONE)
-                                                                          : fg_tokenizer_serialize(fg_source_tokenizer(src));
+    tokstr = !fg_source_tokenizer(src) ? strdup(TOKENIZER_NONE) : fg_tokenizer_serialize(fg_source_tokenizer(src));
     fg_st_writer *mw = cw->mw = fg_st_writer_new(), *ow = cw->ow = fg_st_writer_new();
     if (!tokstr || !mw || !ow) {
         st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
@@ -819,43 +783,8 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
         FG_CKPT_ARCH_KEYS(WRITE_MODEL_ROW) /* a GPT-2 writes none */
     }
     CHECK(fg_st_writer_set_metadata(mw, "tokenizer", tokstr));
-    CHECK(fg_st_writer_set_metadata(mw, "data", data_names[src->kind]));
-    if (src->kind == FG_SOURCE_ADDITION) {
-        const fg_addition_config *ac = fg_addition_get_config(src->add);
-        CHECK(meta_i64(mw, "addition.n_digits", ac->n_digits));
-        CHECK(meta_i64(mw, "addition.answer_only", ac->answer_only));
-        CHECK(meta_f64(mw, "addition.val_fraction", ac->val_fraction));
-        CHECK(meta_u64(mw, "addition.split_seed", ac->split_seed));
-    } else if (src->kind == FG_SOURCE_TOKENS && src->sharded) {
-        CHECK(meta_path(mw, "tokens.source", src->path));
-        CHECK(meta_path(mw, "tokens.source_abs", src->path_abs));
-        for (int k = 0; k < FG_SPLIT_COUNT; k++) {
-            if (k == FG_SPLIT_VAL)
-                CHECK(fg_st_writer_set_metadata(mw, "tokens.val", shards_val_names[!src->n_shards[k]]));
-            if (!src->n_shards[k]) continue;
-            char key[32];
-            snprintf(key, sizeof key, "tokens.%s.shards", split_keys[k]);
-            CHECK(meta_i64(mw, key, src->n_shards[k]));
-            for (int i = 0; i < src->n_shards[k]; i++) CHECK(meta_shard(mw, k, i, &src->shards[k][i]));
-        }
-    } else if (src->kind == FG_SOURCE_TOKENS) {
-        for (int k = 0; k < FG_SPLIT_COUNT; k++) {
-            const fg_source_file *id = &src->files[k];
-            const char *const *keys = k == FG_SPLIT_TRAIN ? tok_train_keys : tok_val_keys;
-            if (k == FG_SPLIT_VAL) CHECK(fg_st_writer_set_metadata(mw, "tokens.val", tokens_val_names[!id->path[0]]));
-            if (!id->path[0]) continue;
-            CHECK(meta_path(mw, keys[0], id->path));
-            CHECK(meta_path(mw, keys[1], id->path_abs));
-            CHECK(meta_hex(mw, keys[2], id->hash));
-            CHECK(fg_st_writer_set_metadata(mw, keys[3], tokfile_formats[id->format]));
-            CHECK(meta_i64(mw, keys[4], (int64_t)id->count));
-        }
-    } else {
-        CHECK(meta_path(mw, "text.path", src->path));
-        CHECK(meta_path(mw, "text.path_abs", src->path_abs));
-        CHECK(meta_hex(mw, "text.xxh64", src->file_hash));
-        CHECK(meta_f64(mw, "text.val_fraction", src->val_fraction));
-    }
+    const fg_meta_writer dw = {.ctx = mw, .set = writer_set, .escape_path = path_escape};
+    CHECK(fg_source_describe(src, &dw));
     CHECK(meta_i64(mw, "step", tr->step));
     CHECK(meta_hex(mw, "params_xxh64", phash));
 
@@ -1391,42 +1320,8 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
     }
     char why[2][1400];
     for (int i = 0; i < n; i++) {
-        /* the contents first (a changed file may not even tokenize), then the dataset */
-        uint64_t h = 0;
-        int fd = -1;
-        int64_t size;
-        FILE *fp = NULL;
-        /* a regular file, opened without blocking (a FIFO or device there is refused, unread) */
-        if (fg_open_read(cand[i], 0, &fd, &size) != FG_OK || !(fp = fdopen(fd, "rb"))) {
-            snprintf(why[i], sizeof why[i], "'%s'%s: %.1000s", cand[i], what[i], fd < 0 ? fg_last_error() : strerror(errno));
-            fg_clear_error();
-            if (fd >= 0) close(fd);
-            continue;
-        }
-        fg_xxh64_state hs;
-        fg_xxh64_init(&hs, 0);
-        char chunk[1 << 14];
-        size_t k;
-        while ((k = fread(chunk, 1, sizeof chunk, fp)) > 0) fg_xxh64_update(&hs, chunk, k);
-        int err = ferror(fp);
-        fclose(fp);
-        h = fg_xxh64_digest(&hs);
-        if (err) {
-            snprintf(why[i], sizeof why[i], "'%s'%s: read error", cand[i], what[i]);
-            continue;
-        }
-        if (h != in->data_hash) {
-            snprintf(why[i], sizeof why[i],
-                     "'%s'%s is not the file the checkpoint trained on (its contents changed: "
-                     "xxh64 %016llx, the checkpoint records %016llx)",
-                     cand[i], what[i], (unsigned long long)h, (unsigned long long)in->data_hash);
-            continue;
-        }
-        fg_source *s = fg_source_text(cand[i], &to);
-        if (s && s->file_hash == in->data_hash) return s;
-        snprintf(why[i], sizeof why[i], "'%s'%s: %s", cand[i], what[i],
-                 s ? "its contents changed while it was read" : fg_last_error());
-        fg_source_free(s);
+        fg_source *s = fg_source_text_reopen(cand[i], what[i], in->data_hash, &to, why[i], sizeof why[i]);
+        if (s) return s;
     }
     if (n == 1)
         fg_error(FG_ERR_IO, "%s", why[0]);
@@ -1437,126 +1332,6 @@ fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
 }
 
 /* ---- the token files of a run on them ---- */
-
-/* Empty when src holds the files the checkpoint records, else why not (into why[0..n)). */
-static void tokens_mismatch(const fg_ckpt_info *in, const fg_source *src, char *why, size_t n) {
-    why[0] = '\0';
-    for (int k = 0; k < FG_SPLIT_COUNT; k++) {
-        const fg_source_file *want = &in->files[k], *have = &src->files[k];
-        if (!want->path[0] != !have->path[0]) {
-            snprintf(why, n,
-                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
-                     src->path, want->path[0] ? "a file of its own" : "the train file's last tenth",
-                     have->path[0] ? "a file of its own" : "the train file's last tenth");
-            return;
-        }
-        if (!want->path[0]) continue;
-        if (have->hash != want->hash || have->count != want->count || have->format != want->format) {
-            snprintf(why, n,
-                     "'%.600s' is not the %s file the checkpoint trained on (its contents changed: xxh64 %016llx, "
-                     "%llu ids; the checkpoint records %016llx, %llu ids)",
-                     have->path, fg_split_name((fg_split)k), (unsigned long long)have->hash,
-                     (unsigned long long)have->count, (unsigned long long)want->hash, (unsigned long long)want->count);
-            return;
-        }
-    }
-}
-
-/* How many leading bytes the paths of list[0 .. n) share up to a '/': what their names in a message
- * leave out, so that a set listed from another folder (a copy, or the absolute pattern) still
- * matches shard by shard. */
-static size_t shared_folder(const fg_source_shard *list, int n) {
-    if (n < 1) return 0;
-    const char *a = list[0].path, *slash = strrchr(a, '/');
-    size_t k = slash ? (size_t)(slash - a) + 1 : 0;
-    for (int i = 1; i < n && k; i++) {
-        size_t j = 0;
-        while (j < k && a[j] == list[i].path[j]) j++;
-        while (j > 0 && a[j - 1] != '/') j--;
-        k = j;
-    }
-    return k;
-}
-
-static int same_shard(const fg_source_shard *a, const fg_source_shard *b) {
-    return a->hash == b->hash && a->count == b->count && a->format == b->format;
-}
-
-/* In list b[0 .. nb) (names from byte kb on), the shard named `name`, or -1. */
-static int find_shard(const fg_source_shard *b, int nb, size_t kb, const char *name) {
-    for (int j = 0; j < nb; j++)
-        if (!strcmp(b[j].path + kb, name)) return j;
-    return -1;
-}
-
-/* In list b[0 .. nb), the shard with the contents of x, or -1. */
-static int find_contents(const fg_source_shard *b, int nb, const fg_source_shard *x) {
-    for (int j = 0; j < nb; j++)
-        if (same_shard(&b[j], x)) return j;
-    return -1;
-}
-
-/* Empty when src's lists hold the shards the checkpoint records, in its order (their names may
- * differ: the data is the same), else the first difference (into why[0..n)): the same shards in
- * another order; else, by name, a shard missing, one added, or one changed. */
-static void shards_mismatch(const fg_ckpt_info *in, const fg_source *src, char *why, size_t n) {
-    why[0] = '\0';
-    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
-        const fg_source_shard *a = in->shards[s], *b = src->shards[s];
-        const int na = in->n_shards[s], nb = src->n_shards[s];
-        const char *sp = fg_split_name((fg_split)s);
-        if (!na != !nb) {
-            snprintf(why, n,
-                     "'%.600s' splits its data differently: the checkpoint's validation split is %s, this one's is %s",
-                     src->path, na ? "files of its own" : "the last tenth of the train data",
-                     nb ? "files of its own" : "the last tenth of the train data");
-            return;
-        }
-        int same = na == nb, permuted = na == nb;
-        for (int i = 0; i < na && same; i++) same = same_shard(&a[i], &b[i]);
-        if (same) continue;
-        for (int i = 0; i < na && permuted; i++) permuted = find_contents(b, nb, &a[i]) >= 0;
-        for (int j = 0; j < nb && permuted; j++) permuted = find_contents(a, na, &b[j]) >= 0;
-        for (int j = 0; j < nb && permuted; j++)
-            if (!same_shard(&a[j], &b[j])) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: its %s shards are in another order "
-                         "('%.300s' is shard %d of %d here; the checkpoint trained on its contents as shard %d)",
-                         src->path, sp, b[j].path, j + 1, nb, find_contents(a, na, &b[j]) + 1);
-                return;
-            }
-        const size_t ka = shared_folder(a, na), kb = shared_folder(b, nb);
-        for (int i = 0; i < na; i++)
-            if (find_shard(b, nb, kb, a[i].path + ka) < 0) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: its %s shard '%.300s' is missing (the "
-                         "checkpoint trained on %d %s shards, this has %d)",
-                         src->path, sp, a[i].path + ka, na, sp, nb);
-                return;
-            }
-        for (int j = 0; j < nb; j++)
-            if (find_shard(a, na, ka, b[j].path + kb) < 0) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' was added (the "
-                         "checkpoint trained on %d %s shards, this has %d)",
-                         src->path, sp, b[j].path, na, sp, nb);
-                return;
-            }
-        for (int i = 0; i < na; i++) {
-            const fg_source_shard *x = &b[find_shard(b, nb, kb, a[i].path + ka)];
-            if (!same_shard(&a[i], x)) {
-                snprintf(why, n,
-                         "'%.600s' is not the data the checkpoint trained on: %s shard '%.300s' changed (xxh64 "
-                         "%016llx, %llu ids; the checkpoint records %016llx, %llu ids)",
-                         src->path, sp, x->path, (unsigned long long)x->hash, (unsigned long long)x->count,
-                         (unsigned long long)a[i].hash, (unsigned long long)a[i].count);
-                return;
-            }
-        }
-        snprintf(why, n, "'%.600s' is not the data the checkpoint trained on: its %s shards differ", src->path, sp);
-        return;
-    }
-}
 
 fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
     const fg_ckpt_info *in = &c->info;
@@ -1597,10 +1372,8 @@ fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
             continue;
         }
         char m[1400];
-        if (in->sharded || s->sharded)
-            shards_mismatch(in, s, m, sizeof m);
-        else
-            tokens_mismatch(in, s, m, sizeof m);
+        const fg_source_tokens_record rec = {in->sharded, in->files, in->shards, in->n_shards};
+        fg_source_tokens_mismatch(s, &rec, m, sizeof m);
         if (!m[0]) {
             /* the meta.pkl beside them must give the checkpoint's tokenizer (or there is none in both) */
             const fg_tokenizer *a = in->tokenizer, *b = fg_source_tokenizer(s);
