@@ -26,8 +26,8 @@
  * which one a file had, so a caller that trusts its metadata can require the full one.
  *
  * The reader loads the whole file and validates it before anything is returned: header length
- * within the file, strict JSON (a small parser for just what this format uses: objects, arrays,
- * strings with escapes, non-negative integers; bounded nesting, no recursion), known dtypes, shape
+ * within the file, strict JSON (tensor/json.h) in the header's shape (objects, arrays, strings,
+ * non-negative integers; no repeated key, no \u0000), known dtypes, shape
  * products that match the byte ranges, ranges that tile the data buffer, and the checksum. Every
  * error message starts with the file name and says what is wrong. Arrays of any of the format's
  * dtypes can be stored and read as raw bytes (optimizer moments, step counters, RNG state); F32 and
