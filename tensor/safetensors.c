@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensor/fileio.h"
 #include "tensor/json.h"
@@ -1042,6 +1043,32 @@ const char *fg_st_metadata(const fg_st_file *f, const char *key) {
 }
 
 int fg_st_metadata_count(const fg_st_file *f) { return f ? f->mcount : 0; }
+
+int fg_st_peek_metadata(const char *path, const char *key, char *out, size_t cap) {
+    int fd = -1, yes = 0;
+    int64_t size = 0;
+    unsigned char len8[8];
+    char *h = NULL;
+    fg_json_doc *doc = NULL;
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK || size < 8 || pread(fd, len8, 8, 0) != 8) goto done;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
+    if (hl > ST_MAX_HEADER || hl > (uint64_t)size - 8 || !(h = malloc((size_t)hl + 1)) ||
+        pread(fd, h, (size_t)hl, 8) != (ssize_t)hl)
+        goto done;
+    if (fg_json_parse(h, (size_t)hl, path, &doc) != FG_OK) goto done;
+    const fg_json *v = fg_json_get(fg_json_get(fg_json_root(doc), "__metadata__"), key);
+    if (v && v->kind == FG_JSON_STRING && strlen(v->str) == v->len && (!out || v->len < cap)) {
+        if (out) memcpy(out, v->str, (size_t)v->len + 1);
+        yes = 1;
+    }
+done:
+    fg_json_free(doc);
+    free(h);
+    if (fd >= 0) close(fd);
+    fg_clear_error();
+    return yes;
+}
 
 fg_st_sum fg_st_checksum_coverage(const fg_st_file *f) { return f ? f->sum : FG_ST_SUM_NONE; }
 

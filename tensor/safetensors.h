@@ -161,6 +161,13 @@ const char *fg_st_metadata(const fg_st_file *f, const char *key);
 int fg_st_metadata_count(const fg_st_file *f);
 void fg_st_metadata_at(const fg_st_file *f, int i, const char **key, const char **value);
 
+/* A peek at one metadata value of the safetensors file at `path` (a regular file, or a link to
+ * one), from its header alone: the header is read, bounded like fg_st_load's, and parsed with the
+ * same strict JSON reader, but the data and the checksum are not read. 1 when the header's
+ * __metadata__ holds `key` with a string value, which is copied into out[0..cap) when out is not
+ * NULL (0 when it does not fit); else 0. Leaves no error behind (a probe, not a load). */
+int fg_st_peek_metadata(const char *path, const char *key, char *out, size_t cap);
+
 /* What the file's checksum covered (it was verified when the file was read). */
 typedef enum {
     FG_ST_SUM_NONE = 0, /* no checksum (another writer) */
