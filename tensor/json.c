@@ -132,13 +132,15 @@ static fg_status read_string(parser *ps, const char **out, uint32_t *len) {
     const char *start = ++ps->p, *q = start;
     while (q < ps->end && *q != '"') q += *q == '\\' && q + 1 < ps->end ? 2 : 1;
     if (q >= ps->end) return fail(ps, FG_JSON_FAULT_UNTERMINATED, start - 1, "a string that never ends%s", NULL);
-    if ((size_t)(q - start) >= UINT32_MAX) return fail(ps, FG_JSON_FAULT_TOO_BIG, start - 1, "a string longer than 4 GiB%s", NULL);
+    if ((size_t)(q - start) >= UINT32_MAX)
+        return fail(ps, FG_JSON_FAULT_TOO_BIG, start - 1, "a string longer than 4 GiB%s", NULL);
     unsigned char *o = arena_alloc(ps->doc, (size_t)(q - start) + 1), *o0 = o;
     if (!o) return oom(ps);
     const unsigned char *p = (const unsigned char *)start, *e = (const unsigned char *)q;
     while (p < e) {
         unsigned c = *p;
-        if (c < 0x20) return fail(ps, FG_JSON_FAULT_CONTROL, (const char *)p, "a raw control character in a string%s", NULL);
+        if (c < 0x20)
+            return fail(ps, FG_JSON_FAULT_CONTROL, (const char *)p, "a raw control character in a string%s", NULL);
         if (c >= 0x80) {
             size_t k = fg_utf8_seq(p, (size_t)(e - p));
             if (k == 0) return fail(ps, FG_JSON_FAULT_UTF8, (const char *)p, "invalid UTF-8 in a string%s", NULL);
@@ -162,12 +164,17 @@ static fg_status read_string(parser *ps, const char **out, uint32_t *len) {
         case 't': *o++ = '\t'; break;
         case 'u': {
             unsigned cp, lo;
-            if (e - p < 4 || !hex4((const char *)p, &cp)) return fail(ps, FG_JSON_FAULT_BAD_U, (const char *)esc, "a bad \\u escape%s", NULL);
+            if (e - p < 4 || !hex4((const char *)p, &cp))
+                return fail(ps, FG_JSON_FAULT_BAD_U, (const char *)esc, "a bad \\u escape%s", NULL);
             p += 4;
-            if (cp >= 0xdc00 && cp <= 0xdfff) return fail(ps, FG_JSON_FAULT_SURROGATE, (const char *)esc, "an unpaired surrogate \\u%.4s", (const char *)esc + 2);
+            if (cp >= 0xdc00 && cp <= 0xdfff)
+                return fail(ps, FG_JSON_FAULT_SURROGATE, (const char *)esc, "an unpaired surrogate \\u%.4s",
+                            (const char *)esc + 2);
             if (cp >= 0xd800 && cp <= 0xdbff) {
-                if (e - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4((const char *)p + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
-                    return fail(ps, FG_JSON_FAULT_SURROGATE, (const char *)esc, "an unpaired surrogate \\u%.4s", (const char *)esc + 2);
+                if (e - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4((const char *)p + 2, &lo) || lo < 0xdc00 ||
+                    lo > 0xdfff)
+                    return fail(ps, FG_JSON_FAULT_SURROGATE, (const char *)esc, "an unpaired surrogate \\u%.4s",
+                                (const char *)esc + 2);
                 p += 6;
                 cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
             }
@@ -190,18 +197,21 @@ static fg_status read_number(parser *ps, fg_json *v) {
     if (p >= ps->end || *p < '0' || *p > '9') return fail(ps, FG_JSON_FAULT_VALUE, s, "expected a value%s", NULL);
     if (*p == '0') {
         p++;
-        if (p < ps->end && *p >= '0' && *p <= '9') return fail(ps, FG_JSON_FAULT_LEADING_ZERO, s, "a number with a leading zero%s", NULL);
+        if (p < ps->end && *p >= '0' && *p <= '9')
+            return fail(ps, FG_JSON_FAULT_LEADING_ZERO, s, "a number with a leading zero%s", NULL);
     } else {
         while (p < ps->end && *p >= '0' && *p <= '9') p++;
     }
     if (p < ps->end && *p == '.') {
-        if (++p >= ps->end || *p < '0' || *p > '9') return fail(ps, FG_JSON_FAULT_DIGIT, p, "expected a digit after '.'%s", NULL);
+        if (++p >= ps->end || *p < '0' || *p > '9')
+            return fail(ps, FG_JSON_FAULT_DIGIT, p, "expected a digit after '.'%s", NULL);
         while (p < ps->end && *p >= '0' && *p <= '9') p++;
     }
     if (p < ps->end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < ps->end && (*p == '+' || *p == '-')) p++;
-        if (p >= ps->end || *p < '0' || *p > '9') return fail(ps, FG_JSON_FAULT_DIGIT, p, "expected a digit in an exponent%s", NULL);
+        if (p >= ps->end || *p < '0' || *p > '9')
+            return fail(ps, FG_JSON_FAULT_DIGIT, p, "expected a digit in an exponent%s", NULL);
         while (p < ps->end && *p >= '0' && *p <= '9') p++;
     }
     char *t = arena_alloc(ps->doc, (size_t)(p - s) + 1);
@@ -273,10 +283,12 @@ static fg_status read_container(parser *ps, fg_json *v, int depth) {
             fg_json item = {0};
             skip_ws(ps);
             if (is_obj) {
-                if (ps->p >= ps->end || *ps->p != '"') return fail(ps, FG_JSON_FAULT_KEY, ps->p, "expected a key (a string)%s", NULL);
+                if (ps->p >= ps->end || *ps->p != '"')
+                    return fail(ps, FG_JSON_FAULT_KEY, ps->p, "expected a key (a string)%s", NULL);
                 FG_TRY(read_string(ps, &item.key, &item.key_len));
                 skip_ws(ps);
-                if (ps->p >= ps->end || *ps->p != ':') return fail(ps, FG_JSON_FAULT_COLON, ps->p, "expected ':'%s", NULL);
+                if (ps->p >= ps->end || *ps->p != ':')
+                    return fail(ps, FG_JSON_FAULT_COLON, ps->p, "expected ':'%s", NULL);
                 ps->p++;
             }
             const char *key = item.key;
@@ -295,11 +307,13 @@ static fg_status read_container(parser *ps, fg_json *v, int depth) {
                 break;
             }
             if (ps->err) ps->err->close = close;
-            return fail(ps, FG_JSON_FAULT_COMMA, ps->p, is_obj ? "expected ',' or '}'%s" : "expected ',' or ']'%s", NULL);
+            return fail(ps, FG_JSON_FAULT_COMMA, ps->p, is_obj ? "expected ',' or '}'%s" : "expected ',' or ']'%s",
+                        NULL);
         }
     }
     size_t n = ps->sn - base;
-    if (n >= UINT32_MAX) return fail(ps, FG_JSON_FAULT_TOO_BIG, ps->p, "a container of more than 4 billion items%s", NULL);
+    if (n >= UINT32_MAX)
+        return fail(ps, FG_JSON_FAULT_TOO_BIG, ps->p, "a container of more than 4 billion items%s", NULL);
     fg_json *items = NULL;
     if (n) {
         if (!(items = arena_alloc(ps->doc, n * sizeof *items))) return oom(ps);
@@ -315,7 +329,8 @@ static fg_status read_container(parser *ps, fg_json *v, int depth) {
             for (char *c = shown; *c; c++)
                 if ((unsigned char)*c < 0x20) *c = '?';
             if (ps->err) copy_shown(ps->err->key, sizeof ps->err->key, r->key);
-            return fail(ps, FG_JSON_FAULT_REPEATED_KEY, ps->p - 1, "the key \"%s\" twice in one object (ending here)", shown);
+            return fail(ps, FG_JSON_FAULT_REPEATED_KEY, ps->p - 1, "the key \"%s\" twice in one object (ending here)",
+                        shown);
         }
     }
     v->kind = is_obj ? FG_JSON_OBJECT : FG_JSON_ARRAY;
@@ -364,7 +379,8 @@ fg_status fg_json_parse_ex(const char *text, size_t n, const char *what, fg_json
     if (!d) return fg_error(FG_ERR_OOM, "%s: out of memory while reading it", what ? what : "JSON");
     parser ps = {.text = text ? text : "", .p = text ? text : "", .end = (text ? text : "") + n,
                  .what = what ? what : "JSON", .doc = d, .st = FG_OK, .err = err};
-    if (n >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) fail(&ps, FG_JSON_FAULT_BOM, ps.p, "a byte-order mark before the document%s", NULL);
+    if (n >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+        fail(&ps, FG_JSON_FAULT_BOM, ps.p, "a byte-order mark before the document%s", NULL);
     if (ps.st == FG_OK && read_value(&ps, &d->root, 0) == FG_OK) {
         skip_ws(&ps);
         if (ps.p != ps.end) fail(&ps, FG_JSON_FAULT_TRAILING, ps.p, "text after the document's end%s", NULL);
