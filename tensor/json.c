@@ -61,10 +61,23 @@ typedef struct {
     fg_json *stack; /* elements of the open containers */
     size_t sn, scap;
     fg_status st;
+    int depth;                      /* containers open around p */
+    const char *owner, *next_owner; /* the key of the innermost open container; of the next one */
+    fg_json_error *err;             /* NULL when the caller wants the message only */
 } parser;
 
-static fg_status fail(parser *ps, const char *at, const char *fmt, const char *arg) {
+static void copy_shown(char *dst, size_t cap, const char *src) { snprintf(dst, cap, "%s", src); }
+
+static fg_status fail(parser *ps, fg_json_fault fault, const char *at, const char *fmt, const char *arg) {
     if (ps->st != FG_OK) return ps->st;
+    if (ps->err) {
+        fg_json_error *e = ps->err;
+        e->fault = fault;
+        e->at = (size_t)(at - ps->text);
+        e->depth = ps->depth;
+        e->has_owner = ps->owner != NULL;
+        copy_shown(e->owner, sizeof e->owner, ps->owner ? ps->owner : "");
+    }
     size_t line = 1, col = 1;
     for (const char *q = ps->text; q < at; q++) {
         if (*q == '\n') line++, col = 1;
@@ -78,7 +91,10 @@ static fg_status fail(parser *ps, const char *at, const char *fmt, const char *a
 }
 
 static fg_status oom(parser *ps) {
-    if (ps->st == FG_OK) ps->st = fg_error(FG_ERR_OOM, "%s: out of memory while reading it", ps->what);
+    if (ps->st == FG_OK) {
+        ps->st = fg_error(FG_ERR_OOM, "%s: out of memory while reading it", ps->what);
+        if (ps->err) ps->err->fault = FG_JSON_FAULT_OOM;
+    }
     return ps->st;
 }
 
@@ -115,17 +131,19 @@ static size_t put_utf8(unsigned char *o, unsigned cp) {
 static fg_status read_string(parser *ps, const char **out, uint32_t *len) {
     const char *start = ++ps->p, *q = start;
     while (q < ps->end && *q != '"') q += *q == '\\' && q + 1 < ps->end ? 2 : 1;
-    if (q >= ps->end) return fail(ps, start - 1, "a string that never ends%s", NULL);
-    if ((size_t)(q - start) >= UINT32_MAX) return fail(ps, start - 1, "a string longer than 4 GiB%s", NULL);
+    if (q >= ps->end) return fail(ps, FG_JSON_FAULT_UNTERMINATED, start - 1, "a string that never ends%s", NULL);
+    if ((size_t)(q - start) >= UINT32_MAX)
+        return fail(ps, FG_JSON_FAULT_TOO_BIG, start - 1, "a string longer than 4 GiB%s", NULL);
     unsigned char *o = arena_alloc(ps->doc, (size_t)(q - start) + 1), *o0 = o;
     if (!o) return oom(ps);
     const unsigned char *p = (const unsigned char *)start, *e = (const unsigned char *)q;
     while (p < e) {
         unsigned c = *p;
-        if (c < 0x20) return fail(ps, (const char *)p, "a raw control character in a string%s", NULL);
+        if (c < 0x20)
+            return fail(ps, FG_JSON_FAULT_CONTROL, (const char *)p, "a raw control character in a string%s", NULL);
         if (c >= 0x80) {
             size_t k = fg_utf8_seq(p, (size_t)(e - p));
-            if (k == 0) return fail(ps, (const char *)p, "invalid UTF-8 in a string%s", NULL);
+            if (k == 0) return fail(ps, FG_JSON_FAULT_UTF8, (const char *)p, "invalid UTF-8 in a string%s", NULL);
             memcpy(o, p, k);
             o += k, p += k;
             continue;
@@ -146,19 +164,24 @@ static fg_status read_string(parser *ps, const char **out, uint32_t *len) {
         case 't': *o++ = '\t'; break;
         case 'u': {
             unsigned cp, lo;
-            if (e - p < 4 || !hex4((const char *)p, &cp)) return fail(ps, (const char *)esc, "a bad \\u escape%s", NULL);
+            if (e - p < 4 || !hex4((const char *)p, &cp))
+                return fail(ps, FG_JSON_FAULT_BAD_U, (const char *)esc, "a bad \\u escape%s", NULL);
             p += 4;
-            if (cp >= 0xdc00 && cp <= 0xdfff) return fail(ps, (const char *)esc, "an unpaired surrogate \\u%.4s", (const char *)esc + 2);
+            if (cp >= 0xdc00 && cp <= 0xdfff)
+                return fail(ps, FG_JSON_FAULT_SURROGATE, (const char *)esc, "an unpaired surrogate \\u%.4s",
+                            (const char *)esc + 2);
             if (cp >= 0xd800 && cp <= 0xdbff) {
-                if (e - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4((const char *)p + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
-                    return fail(ps, (const char *)esc, "an unpaired surrogate \\u%.4s", (const char *)esc + 2);
+                if (e - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4((const char *)p + 2, &lo) || lo < 0xdc00 ||
+                    lo > 0xdfff)
+                    return fail(ps, FG_JSON_FAULT_SURROGATE, (const char *)esc, "an unpaired surrogate \\u%.4s",
+                                (const char *)esc + 2);
                 p += 6;
                 cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
             }
             o += put_utf8(o, cp);
             break;
         }
-        default: return fail(ps, (const char *)esc, "an unknown escape in a string%s", NULL);
+        default: return fail(ps, FG_JSON_FAULT_ESCAPE, (const char *)esc, "an unknown escape in a string%s", NULL);
         }
     }
     *o = '\0';
@@ -171,21 +194,24 @@ static fg_status read_string(parser *ps, const char **out, uint32_t *len) {
 static fg_status read_number(parser *ps, fg_json *v) {
     const char *s = ps->p, *p = s;
     if (p < ps->end && *p == '-') p++;
-    if (p >= ps->end || *p < '0' || *p > '9') return fail(ps, s, "expected a value%s", NULL);
+    if (p >= ps->end || *p < '0' || *p > '9') return fail(ps, FG_JSON_FAULT_VALUE, s, "expected a value%s", NULL);
     if (*p == '0') {
         p++;
-        if (p < ps->end && *p >= '0' && *p <= '9') return fail(ps, s, "a number with a leading zero%s", NULL);
+        if (p < ps->end && *p >= '0' && *p <= '9')
+            return fail(ps, FG_JSON_FAULT_LEADING_ZERO, s, "a number with a leading zero%s", NULL);
     } else {
         while (p < ps->end && *p >= '0' && *p <= '9') p++;
     }
     if (p < ps->end && *p == '.') {
-        if (++p >= ps->end || *p < '0' || *p > '9') return fail(ps, p, "expected a digit after '.'%s", NULL);
+        if (++p >= ps->end || *p < '0' || *p > '9')
+            return fail(ps, FG_JSON_FAULT_DIGIT, p, "expected a digit after '.'%s", NULL);
         while (p < ps->end && *p >= '0' && *p <= '9') p++;
     }
     if (p < ps->end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < ps->end && (*p == '+' || *p == '-')) p++;
-        if (p >= ps->end || *p < '0' || *p > '9') return fail(ps, p, "expected a digit in an exponent%s", NULL);
+        if (p >= ps->end || *p < '0' || *p > '9')
+            return fail(ps, FG_JSON_FAULT_DIGIT, p, "expected a digit in an exponent%s", NULL);
         while (p < ps->end && *p >= '0' && *p <= '9') p++;
     }
     char *t = arena_alloc(ps->doc, (size_t)(p - s) + 1);
@@ -243,8 +269,11 @@ static fg_status read_value(parser *ps, fg_json *v, int depth);
 static fg_status read_container(parser *ps, fg_json *v, int depth) {
     int is_obj = *ps->p == '{';
     char close = is_obj ? '}' : ']';
-    if (depth >= FG_JSON_MAX_DEPTH) return fail(ps, ps->p, "nesting deeper than %s levels", "128");
+    if (depth >= FG_JSON_MAX_DEPTH) return fail(ps, FG_JSON_FAULT_DEPTH, ps->p, "nesting deeper than %s levels", "128");
     ps->p++;
+    const char *outer_owner = ps->owner;
+    ps->owner = ps->next_owner;
+    ps->depth = depth + 1;
     size_t base = ps->sn;
     skip_ws(ps);
     if (ps->p < ps->end && *ps->p == close) {
@@ -254,14 +283,17 @@ static fg_status read_container(parser *ps, fg_json *v, int depth) {
             fg_json item = {0};
             skip_ws(ps);
             if (is_obj) {
-                if (ps->p >= ps->end || *ps->p != '"') return fail(ps, ps->p, "expected a key (a string)%s", NULL);
+                if (ps->p >= ps->end || *ps->p != '"')
+                    return fail(ps, FG_JSON_FAULT_KEY, ps->p, "expected a key (a string)%s", NULL);
                 FG_TRY(read_string(ps, &item.key, &item.key_len));
                 skip_ws(ps);
-                if (ps->p >= ps->end || *ps->p != ':') return fail(ps, ps->p, "expected ':'%s", NULL);
+                if (ps->p >= ps->end || *ps->p != ':')
+                    return fail(ps, FG_JSON_FAULT_COLON, ps->p, "expected ':'%s", NULL);
                 ps->p++;
             }
             const char *key = item.key;
             uint32_t key_len = item.key_len;
+            ps->next_owner = key;
             FG_TRY(read_value(ps, &item, depth + 1));
             item.key = key, item.key_len = key_len;
             FG_TRY(push(ps, &item));
@@ -274,11 +306,14 @@ static fg_status read_container(parser *ps, fg_json *v, int depth) {
                 ps->p++;
                 break;
             }
-            return fail(ps, ps->p, is_obj ? "expected ',' or '}'%s" : "expected ',' or ']'%s", NULL);
+            if (ps->err) ps->err->close = close;
+            return fail(ps, FG_JSON_FAULT_COMMA, ps->p, is_obj ? "expected ',' or '}'%s" : "expected ',' or ']'%s",
+                        NULL);
         }
     }
     size_t n = ps->sn - base;
-    if (n >= UINT32_MAX) return fail(ps, ps->p, "a container of more than 4 billion items%s", NULL);
+    if (n >= UINT32_MAX)
+        return fail(ps, FG_JSON_FAULT_TOO_BIG, ps->p, "a container of more than 4 billion items%s", NULL);
     fg_json *items = NULL;
     if (n) {
         if (!(items = arena_alloc(ps->doc, n * sizeof *items))) return oom(ps);
@@ -293,12 +328,16 @@ static fg_status read_container(parser *ps, fg_json *v, int depth) {
             snprintf(shown, sizeof shown, "%.40s%s", r->key, r->key_len > 40 ? "..." : "");
             for (char *c = shown; *c; c++)
                 if ((unsigned char)*c < 0x20) *c = '?';
-            return fail(ps, ps->p - 1, "the key \"%s\" twice in one object (ending here)", shown);
+            if (ps->err) copy_shown(ps->err->key, sizeof ps->err->key, r->key);
+            return fail(ps, FG_JSON_FAULT_REPEATED_KEY, ps->p - 1, "the key \"%s\" twice in one object (ending here)",
+                        shown);
         }
     }
     v->kind = is_obj ? FG_JSON_OBJECT : FG_JSON_ARRAY;
     v->items = items;
     v->len = (uint32_t)n;
+    ps->owner = outer_owner;
+    ps->depth = depth;
     return FG_OK;
 }
 
@@ -311,7 +350,8 @@ static int literal(parser *ps, const char *word) {
 
 static fg_status read_value(parser *ps, fg_json *v, int depth) {
     skip_ws(ps);
-    if (ps->p >= ps->end) return fail(ps, ps->p, "expected a value, found the end%s", NULL);
+    v->at = (size_t)(ps->p - ps->text);
+    if (ps->p >= ps->end) return fail(ps, FG_JSON_FAULT_VALUE, ps->p, "expected a value, found the end%s", NULL);
     switch (*ps->p) {
     case '{':
     case '[': return read_container(ps, v, depth);
@@ -322,22 +362,28 @@ static fg_status read_value(parser *ps, fg_json *v, int depth) {
     default: return read_number(ps, v);
     }
     if (!literal(ps, v->kind == FG_JSON_TRUE ? "true" : v->kind == FG_JSON_FALSE ? "false" : "null"))
-        return fail(ps, ps->p, "expected a value%s", NULL);
+        return fail(ps, FG_JSON_FAULT_VALUE, ps->p, "expected a value%s", NULL);
     return FG_OK;
 }
 
 fg_status fg_json_parse(const char *text, size_t n, const char *what, fg_json_doc **doc) {
+    return fg_json_parse_ex(text, n, what, doc, NULL);
+}
+
+fg_status fg_json_parse_ex(const char *text, size_t n, const char *what, fg_json_doc **doc, fg_json_error *err) {
+    if (err) memset(err, 0, sizeof *err);
     if (!doc) return fg_error(FG_ERR_ARG, "fg_json_parse: doc is NULL");
     *doc = NULL;
     if (!text && n) return fg_error(FG_ERR_ARG, "fg_json_parse: text is NULL");
     fg_json_doc *d = calloc(1, sizeof *d);
     if (!d) return fg_error(FG_ERR_OOM, "%s: out of memory while reading it", what ? what : "JSON");
     parser ps = {.text = text ? text : "", .p = text ? text : "", .end = (text ? text : "") + n,
-                 .what = what ? what : "JSON", .doc = d, .st = FG_OK};
-    if (n >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) fail(&ps, ps.p, "a byte-order mark before the document%s", NULL);
+                 .what = what ? what : "JSON", .doc = d, .st = FG_OK, .err = err};
+    if (n >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+        fail(&ps, FG_JSON_FAULT_BOM, ps.p, "a byte-order mark before the document%s", NULL);
     if (ps.st == FG_OK && read_value(&ps, &d->root, 0) == FG_OK) {
         skip_ws(&ps);
-        if (ps.p != ps.end) fail(&ps, ps.p, "text after the document's end%s", NULL);
+        if (ps.p != ps.end) fail(&ps, FG_JSON_FAULT_TRAILING, ps.p, "text after the document's end%s", NULL);
     }
     free(ps.stack);
     if (ps.st != FG_OK) {

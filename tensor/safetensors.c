@@ -1,33 +1,12 @@
 /* safetensors.c — the safetensors writer and its strict, bounded reader (see safetensors.h).
  *
- * The reader's JSON parser knows the shape of a safetensors header, so it needs no general value
- * type and no recursion: top object -> ("__metadata__" -> object of strings) | (tensor -> object of
- * "dtype": string, "shape": [ints], "data_offsets": [int, int]). Nesting is at most 3 by
- * construction; anything else is an error that says what was expected and at which header byte.
- * Every read goes through a cursor checked against the end of the header (the parser is fuzzed).
- *
- * Why a parser of its own rather than a JSON library: none of Debian's keeps every strictness this
- * reader has. Each was run, with the thinnest check layer that gives the header its shape, over
- * the fuzz corpus, the malformed-header table of tests/test_safetensors.c and probes of exactly
- * these points (bench/json_libs/compare.c; results under bench/results/json_libs_*):
- *   - json-c: a repeated key silently replaces the earlier value, leaving nothing a check could
- *     find; integers past INT64_MAX are clamped without an error (99999999999999999999 becomes
- *     18446744073709551615, json_object_get_int64 then gives INT64_MAX with errno 0); and even with
- *     JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8 it passes lone surrogates, overlong UTF-8,
- *     raw control characters in strings, \u0000 in a key and single-quoted keys.
- *   - cJSON: numbers are doubles, so 9007199254740993 reads as 9007199254740992 (a shape would
- *     change without a word, and INT64_MAX cannot be told from 2^63) and 2.0, 1e3 and 08 pass for
- *     integers; it does not validate UTF-8 and passes raw control characters, \u0000 (cutting the
- *     C string short) and a byte-order mark.
- *     (It keeps a repeated key as a second child, so that one a check can catch.)
- *   - jansson keeps the most: JSON_REJECT_DUPLICATES refuses repeated keys, integers are exact to
- *     INT64_MAX ("too big integer" past it), strings and UTF-8 are strict. It still reads "-0" as
- *     0 (a negative number passes); its refusals are its own sentences and positions, not the
- *     messages this reader gives and its tests require ("expected ':' at header byte 4", "unpaired
- *     surrogate \ud800", "number too large for a shape dimension"); and it builds the whole
- *     document before anything can be checked, so a hostile header of the format's 100 MB costs
- *     memory and time in proportion, where this parser stops at the first byte that cannot belong
- *     to a safetensors header. It is slower on ordinary headers too.
+ * The reader parses the header with the project's strict JSON reader (tensor/json.h: RFC 8259,
+ * valid UTF-8, no repeated key, bounded nesting, every value's byte offset kept) and then walks the
+ * tree for the shape of a safetensors header: top object -> ("__metadata__" -> object of strings) |
+ * (tensor -> object of "dtype": string, "shape": [ints], "data_offsets": [int, int]). A refusal of
+ * the JSON reader is reworded for a header (what was expected, at which header byte, in which
+ * object), so every message says what is wrong in the file's terms. The header is bounded (100 MB,
+ * the Python library's limit) before anything is parsed; the parser is fuzzed.
  */
 #include "tensor/safetensors.h"
 
@@ -35,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensor/fileio.h"
+#include "tensor/json.h"
 #include "tensor/utf8.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -564,359 +545,183 @@ static fg_status st_fail(const fg_st_file *f, const char *fmt, ...) {
     return fg_error(FG_ERR_FORMAT, "%s: %s", f->label, msg);
 }
 
-/* A cursor over the JSON header. */
-typedef struct {
-    const unsigned char *p, *start, *end;
-    fg_st_file *f;
-} jcur;
-
-static void j_ws(jcur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
-}
-
-/* "expected X at header byte K (found 'c')" */
-static fg_status j_expected(jcur *c, const char *what) {
-    size_t at = (size_t)(c->p - c->start);
-    if (c->p >= c->end)
-        return st_fail(c->f,
-                       "malformed header JSON: expected %s at header byte %zu (found the end "
-                       "of the header)",
-                       what, at);
-    unsigned ch = *c->p;
+/* "malformed header JSON: expected X at header byte K (found 'c')", for the byte at hdr[at]. */
+static fg_status st_expected(const fg_st_file *f, const unsigned char *hdr, size_t hlen, size_t at, const char *what) {
+    if (at >= hlen)
+        return st_fail(f, "malformed header JSON: expected %s at header byte %zu (found the end of the header)", what,
+                       at);
+    unsigned ch = hdr[at];
     if (ch >= 0x20 && ch < 0x7f)
-        return st_fail(c->f, "malformed header JSON: expected %s at header byte %zu (found '%c')", what, at, (char)ch);
-    return st_fail(c->f,
-                   "malformed header JSON: expected %s at header byte %zu (found byte "
-                   "0x%02x)",
-                   what, at, ch);
+        return st_fail(f, "malformed header JSON: expected %s at header byte %zu (found '%c')", what, at, (char)ch);
+    return st_fail(f, "malformed header JSON: expected %s at header byte %zu (found byte 0x%02x)", what, at, ch);
 }
 
-static int j_char(jcur *c, char ch) {
-    j_ws(c);
-    if (c->p < c->end && *c->p == (unsigned char)ch) {
-        c->p++;
-        return 1;
+/* The header's JSON refused by tensor/json.h, in the words of a safetensors header: the depth and
+ * the key of the open container tell the top object, __metadata__ and a tensor entry apart. */
+static fg_status st_json_fault(const fg_st_file *f, const unsigned char *hdr, size_t hlen, const fg_json_error *e) {
+    const int top = e->depth == 1, meta = e->depth == 2 && e->has_owner && !strcmp(e->owner, "__metadata__");
+    const int entry = e->depth == 2 && e->has_owner && !meta;
+    const size_t at = e->at;
+    switch (e->fault) {
+    case FG_JSON_FAULT_OOM:
+        return fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
+    case FG_JSON_FAULT_UNTERMINATED:
+        return st_fail(f, "malformed header JSON: unterminated string starting at header byte %zu", at);
+    case FG_JSON_FAULT_CONTROL:
+        return st_fail(f, "malformed header JSON: control character 0x%02x in a string at header byte %zu",
+                       at < hlen ? hdr[at] : 0u, at);
+    case FG_JSON_FAULT_UTF8:
+        return st_fail(f, "malformed header JSON: invalid UTF-8 at header byte %zu", at);
+    case FG_JSON_FAULT_BAD_U:
+        return st_fail(f, "malformed header JSON: bad \\u escape at header byte %zu", at);
+    case FG_JSON_FAULT_SURROGATE: {
+        unsigned cp = 0; /* the 4 hex digits after the \u (the JSON reader has checked them) */
+        for (size_t k = at + 2; k < at + 6 && k < hlen; k++)
+            cp = cp << 4 | (unsigned)(hdr[k] <= '9' ? hdr[k] - '0' : (hdr[k] | 0x20) - 'a' + 10);
+        return st_fail(f, "malformed header JSON: unpaired surrogate \\u%04x at header byte %zu", cp, at);
     }
-    return 0;
+    case FG_JSON_FAULT_ESCAPE:
+        return st_fail(f, "malformed header JSON: bad escape at header byte %zu", at);
+    case FG_JSON_FAULT_VALUE:
+    case FG_JSON_FAULT_BOM:
+        return st_expected(f, hdr, hlen, at, e->depth == 0 ? "'{' (the header object)" : "a value");
+    case FG_JSON_FAULT_KEY:
+        return st_expected(f, hdr, hlen, at,
+                           top    ? "a tensor name"
+                           : meta ? "a metadata key"
+                                  : "a key of a tensor entry");
+    case FG_JSON_FAULT_COLON:
+        return st_expected(f, hdr, hlen, at, "':'");
+    case FG_JSON_FAULT_COMMA:
+        return st_expected(f, hdr, hlen, at,
+                           top                                           ? "',' or '}' in the header object"
+                           : meta                                        ? "',' or '}' in __metadata__"
+                           : entry                                       ? "',' or '}' in a tensor entry"
+                           : e->depth == 3 && !strcmp(e->owner, "shape") ? "',' or ']' in a shape"
+                           : e->close == ']'                             ? "',' or ']'"
+                                                                         : "',' or '}'");
+    case FG_JSON_FAULT_LEADING_ZERO:
+        return st_fail(f, "malformed header JSON: number with a leading zero at header byte %zu", at);
+    case FG_JSON_FAULT_DIGIT:
+        return st_expected(f, hdr, hlen, at, "a digit");
+    case FG_JSON_FAULT_TRAILING:
+        return st_fail(f,
+                       "unexpected data after the header object at header byte %zu (the header may only be "
+                       "padded with spaces)",
+                       at);
+    case FG_JSON_FAULT_REPEATED_KEY:
+        if (top && !strcmp(e->key, "__metadata__")) return st_fail(f, "key '__metadata__' appears twice");
+        if (top) return st_fail(f, "tensor name '%s' appears twice", e->key);
+        if (meta) return st_fail(f, "metadata key '%s' appears twice", e->key);
+        if (entry) return st_fail(f, "tensor '%s': key '%s' appears twice", e->owner, e->key);
+        return st_fail(f, "malformed header JSON: key '%s' appears twice in one object (header byte %zu)", e->key, at);
+    default:
+        return st_fail(f, "malformed header JSON: nesting or sizes beyond a header's at header byte %zu", at);
+    }
 }
 
-static int hexval(unsigned ch) {
-    if (ch >= '0' && ch <= '9') return (int)(ch - '0');
-    if (ch >= 'a' && ch <= 'f') return (int)(ch - 'a' + 10);
-    if (ch >= 'A' && ch <= 'F') return (int)(ch - 'A' + 10);
-    return -1;
+/* Names, values and dtypes are C strings: a decoded string must hold no NUL. */
+static fg_status st_no_nul(const fg_st_file *f, const char *s, uint32_t len, size_t at) {
+    if (strlen(s) == len) return FG_OK;
+    return st_fail(f, "\\u0000 in a header string (at or before header byte %zu) is not supported", at);
 }
 
-/* 4 hex digits after "\u" at p (bounded by end); -1 if not. */
-static long hex4(const unsigned char *p, const unsigned char *end) {
-    if (end - p < 4) return -1;
-    long v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hexval(p[i]);
-        if (h < 0) return -1;
-        v = v * 16 + h;
-    }
-    return v;
-}
-
-/* A JSON string; *out is a new NUL-terminated UTF-8 copy (caller frees). Strict: no raw control
- * characters, only JSON's escapes, surrogates only in valid \uD8xx\uDCxx pairs, valid UTF-8, and
- * no NUL (names and values are C strings). */
-static fg_status j_string(jcur *c, const char *what, char **out) {
-    *out = NULL;
-    j_ws(c);
-    if (c->p >= c->end || *c->p != '"') return j_expected(c, what);
-    const unsigned char *s = ++c->p;
-    /* pass 1: find the closing quote (a backslash always escapes the next byte) */
-    const unsigned char *q = s;
-    while (q < c->end && *q != '"') {
-        if (*q == '\\' && c->end - q < 2)
-            q = c->end; /* a backslash as the last header byte */
-        else
-            q += (*q == '\\') ? 2 : 1;
-    }
-    if (q >= c->end) {
-        return st_fail(c->f,
-                       "malformed header JSON: unterminated string starting at header byte "
-                       "%zu",
-                       (size_t)(s - 1 - c->start));
-    }
-    /* pass 2: decode; the result is never longer than the literal */
-    char *o = malloc((size_t)(q - s) + 1);
-    if (!o) return fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", c->f->label);
-    size_t k = 0;
-    const unsigned char *p = s;
-    while (p < q) {
-        size_t at = (size_t)(p - c->start);
-        unsigned ch = *p;
-        if (ch < 0x20) {
-            free(o);
-            return st_fail(c->f,
-                           "malformed header JSON: control character 0x%02x in a string at "
-                           "header byte %zu",
-                           ch, at);
-        }
-        if (ch == '\\') {
-            unsigned e = p[1]; /* p + 1 < q: pass 1 never stops inside an escape */
-            p += 2;
-            unsigned long cp;
-            switch (e) {
-            case '"':
-                cp = '"';
-                break;
-            case '\\':
-                cp = '\\';
-                break;
-            case '/':
-                cp = '/';
-                break;
-            case 'b':
-                cp = '\b';
-                break;
-            case 'f':
-                cp = '\f';
-                break;
-            case 'n':
-                cp = '\n';
-                break;
-            case 'r':
-                cp = '\r';
-                break;
-            case 't':
-                cp = '\t';
-                break;
-            case 'u': {
-                long u = hex4(p, q);
-                if (u < 0) {
-                    free(o);
-                    return st_fail(c->f, "malformed header JSON: bad \\u escape at header byte %zu", at);
-                }
-                p += 4;
-                cp = (unsigned long)u;
-                if (cp >= 0xD800 && cp <= 0xDBFF) { /* high surrogate: a low one must follow */
-                    long lo = (q - p >= 6 && p[0] == '\\' && p[1] == 'u') ? hex4(p + 2, q) : -1;
-                    if (lo < 0xDC00 || lo > 0xDFFF) {
-                        free(o);
-                        return st_fail(c->f,
-                                       "malformed header JSON: unpaired surrogate \\u%04lx "
-                                       "at header byte %zu",
-                                       cp, at);
-                    }
-                    p += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + ((unsigned long)lo - 0xDC00);
-                } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                    free(o);
-                    return st_fail(c->f,
-                                   "malformed header JSON: unpaired surrogate \\u%04lx at "
-                                   "header byte %zu",
-                                   cp, at);
-                } else if (cp == 0) {
-                    free(o);
-                    return st_fail(c->f,
-                                   "\\u0000 in a header string (at byte %zu) is not "
-                                   "supported",
-                                   at);
-                }
-                break;
-            }
-            default:
-                free(o);
-                return st_fail(c->f, "malformed header JSON: bad escape at header byte %zu", at);
-            }
-            /* UTF-8 encode cp */
-            if (cp < 0x80) {
-                o[k++] = (char)cp;
-            } else if (cp < 0x800) {
-                o[k++] = (char)(0xC0 | (cp >> 6));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            } else if (cp < 0x10000) {
-                o[k++] = (char)(0xE0 | (cp >> 12));
-                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            } else {
-                o[k++] = (char)(0xF0 | (cp >> 18));
-                o[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            }
-        } else {
-            size_t len = fg_utf8_seq(p, (size_t)(q - p));
-            if (!len) {
-                free(o);
-                return st_fail(c->f, "malformed header JSON: invalid UTF-8 at header byte %zu", at);
-            }
-            memcpy(o + k, p, len);
-            k += len;
-            p += len;
-        }
-    }
-    o[k] = '\0';
-    c->p = q + 1;
-    *out = o;
+/* A non-negative integer up to INT64_MAX. */
+static fg_status st_uint(const fg_st_file *f, const unsigned char *hdr, size_t hlen, const fg_json *v, const char *what,
+                         int64_t *out) {
+    if (v->kind != FG_JSON_NUMBER) return st_expected(f, hdr, hlen, v->at, what);
+    if (v->str[0] == '-') return st_fail(f, "negative number for %s at header byte %zu", what, v->at);
+    if (strpbrk(v->str, ".eE")) return st_fail(f, "%s must be an integer (header byte %zu)", what, v->at);
+    if (!fg_json_int64(v, out)) return st_fail(f, "number too large for %s at header byte %zu", what, v->at);
     return FG_OK;
 }
 
-/* A non-negative JSON integer up to INT64_MAX (JSON syntax: no leading zeros). */
-static fg_status j_uint(jcur *c, const char *what, int64_t *v) {
-    j_ws(c);
-    if (c->p < c->end && *c->p == '-')
-        return st_fail(c->f, "negative number for %s at header byte %zu", what, (size_t)(c->p - c->start));
-    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return j_expected(c, what);
-    const unsigned char *s = c->p;
-    uint64_t x = 0;
-    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
-        unsigned d = (unsigned)(*c->p - '0');
-        if (x > ((uint64_t)INT64_MAX - d) / 10)
-            return st_fail(c->f, "number too large for %s at header byte %zu", what, (size_t)(s - c->start));
-        x = x * 10 + d;
-        c->p++;
+static fg_status meta_push(fg_st_file *f, const fg_json *k, const fg_json *v) {
+    char *ks = strdup(k->key), *vs = strdup(v->str);
+    if (!ks || !vs) {
+        free(ks);
+        free(vs);
+        return fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
     }
-    if (*s == '0' && c->p - s > 1)
-        return st_fail(c->f, "malformed header JSON: number with a leading zero at header byte %zu",
-                       (size_t)(s - c->start));
-    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
-        return st_fail(c->f, "%s must be an integer (header byte %zu)", what, (size_t)(s - c->start));
-    *v = (int64_t)x;
-    return FG_OK;
-}
-
-static fg_status meta_push(fg_st_file *f, char *k, char *v) {
-    if (f->mcount == f->mcap) {
-        int nc = f->mcap ? 2 * f->mcap : 8;
-        char **nk = realloc(f->mkey, (size_t)nc * sizeof *nk);
-        if (nk) f->mkey = nk;
-        char **nv = nk ? realloc(f->mval, (size_t)nc * sizeof *nv) : NULL;
-        if (nv) f->mval = nv;
-        if (!nk || !nv) {
-            free(k);
-            free(v);
-            return fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
-        }
-        f->mcap = nc;
-    }
-    f->mkey[f->mcount] = k;
-    f->mval[f->mcount] = v;
+    f->mkey[f->mcount] = ks;
+    f->mval[f->mcount] = vs;
     f->mcount++;
     return FG_OK;
 }
 
 /* {"key": "value", ...} */
-static fg_status j_metadata(jcur *c) {
-    if (!j_char(c, '{')) return j_expected(c, "'{' (the __metadata__ object)");
-    if (j_char(c, '}')) return FG_OK;
-    for (;;) {
-        char *k, *v;
-        fg_status st = j_string(c, "a metadata key", &k);
-        if (st) return st;
-        if (!j_char(c, ':')) {
-            free(k);
-            return j_expected(c, "':'");
-        }
-        j_ws(c);
-        if (c->p < c->end && *c->p != '"') {
-            st = st_fail(c->f, "metadata value for '%s' must be a string (header byte %zu)", k,
-                         (size_t)(c->p - c->start));
-            free(k);
-            return st;
-        }
-        st = j_string(c, "a metadata value", &v);
-        if (st) {
-            free(k);
-            return st;
-        }
-        st = meta_push(c->f, k, v);
-        if (st) return st;
-        if (j_char(c, ',')) continue;
-        if (j_char(c, '}')) return FG_OK;
-        return j_expected(c, "',' or '}' in __metadata__");
+static fg_status st_metadata(fg_st_file *f, const unsigned char *hdr, size_t hlen, const fg_json *m) {
+    if (m->kind != FG_JSON_OBJECT) return st_expected(f, hdr, hlen, m->at, "'{' (the __metadata__ object)");
+    if (m->len && !(f->mkey = malloc(m->len * sizeof *f->mkey)))
+        return fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
+    if (m->len && !(f->mval = malloc(m->len * sizeof *f->mval)))
+        return fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
+    f->mcap = (int)m->len;
+    for (uint32_t i = 0; i < m->len; i++) {
+        const fg_json *v = &m->items[i];
+        FG_TRY(st_no_nul(f, v->key, v->key_len, v->at));
+        if (v->kind != FG_JSON_STRING)
+            return st_fail(f, "metadata value for '%s' must be a string (header byte %zu)", v->key, v->at);
+        FG_TRY(st_no_nul(f, v->str, v->len, v->at));
+        FG_TRY(meta_push(f, v, v));
     }
+    return FG_OK;
 }
 
-/* {"dtype": "F32", "shape": [..], "data_offsets": [b, e]} in any key order, each exactly once. */
-static fg_status j_tensor(jcur *c, fg_st_array *a, size_t *begin, size_t *end) {
+/* {"dtype": "F32", "shape": [..], "data_offsets": [b, e]} in any key order, each exactly once (the
+ * JSON reader refuses a repeated key). */
+static fg_status st_tensor(fg_st_file *f, const unsigned char *hdr, size_t hlen, const fg_json *e, fg_st_array *a,
+                           size_t *begin, size_t *end) {
     const char *nm = a->name;
     int have_dt = 0, have_shape = 0, have_off = 0;
-    if (!j_char(c, '{')) {
+    if (e->kind != FG_JSON_OBJECT) {
         char what[96];
         snprintf(what, sizeof what, "'{' (the entry of tensor '%.40s')", nm);
-        return j_expected(c, what);
+        return st_expected(f, hdr, hlen, e->at, what);
     }
-    if (j_char(c, '}'))
-        return st_fail(c->f,
-                       "tensor '%s': empty entry (needs dtype, shape, "
-                       "data_offsets)",
-                       nm);
-    for (;;) {
-        char *key;
-        fg_status st = j_string(c, "a key of a tensor entry", &key);
-        if (st) return st;
-        if (!j_char(c, ':')) {
-            free(key);
-            return j_expected(c, "':'");
-        }
-        if (strcmp(key, "dtype") == 0) {
-            free(key);
-            if (have_dt++) return st_fail(c->f, "tensor '%s': key 'dtype' appears twice", nm);
-            char *d;
-            st = j_string(c, "a dtype string", &d);
-            if (st) return st;
+    if (e->len == 0) return st_fail(f, "tensor '%s': empty entry (needs dtype, shape, data_offsets)", nm);
+    for (uint32_t k = 0; k < e->len; k++) {
+        const fg_json *v = &e->items[k];
+        if (strcmp(v->key, "dtype") == 0 && v->key_len == 5) {
+            have_dt = 1;
+            if (v->kind != FG_JSON_STRING) return st_expected(f, hdr, hlen, v->at, "a dtype string");
+            FG_TRY(st_no_nul(f, v->str, v->len, v->at));
             int found = -1;
             for (int i = 0; i < FG_ST_DTYPE_COUNT; i++)
-                if (strcmp(d, st_dtypes[i].name) == 0) found = i;
-            if (found < 0) {
-                st = st_fail(c->f, "tensor '%s': unknown dtype '%.40s'", nm, d);
-                free(d);
-                return st;
-            }
-            free(d);
+                if (fg_json_is(v, st_dtypes[i].name)) found = i;
+            if (found < 0) return st_fail(f, "tensor '%s': unknown dtype '%.40s'", nm, v->str);
             a->dtype = (fg_st_dtype)found;
-        } else if (strcmp(key, "shape") == 0) {
-            free(key);
-            if (have_shape++) return st_fail(c->f, "tensor '%s': key 'shape' appears twice", nm);
-            if (!j_char(c, '[')) return j_expected(c, "'[' (a shape)");
-            int nd = 0;
-            if (!j_char(c, ']')) {
-                for (;;) {
-                    int64_t d;
-                    st = j_uint(c, "a shape dimension", &d);
-                    if (st) return st;
-                    if (nd >= FG_ST_MAX_DIMS)
-                        return st_fail(c->f,
-                                       "tensor '%s': more than %d dimensions are not "
-                                       "supported",
-                                       nm, FG_ST_MAX_DIMS);
-                    a->shape[nd++] = d;
-                    if (j_char(c, ',')) continue;
-                    if (j_char(c, ']')) break;
-                    return j_expected(c, "',' or ']' in a shape");
-                }
+        } else if (strcmp(v->key, "shape") == 0 && v->key_len == 5) {
+            have_shape = 1;
+            if (v->kind != FG_JSON_ARRAY) return st_expected(f, hdr, hlen, v->at, "'[' (a shape)");
+            for (uint32_t d = 0; d < v->len; d++) {
+                int64_t x;
+                FG_TRY(st_uint(f, hdr, hlen, &v->items[d], "a shape dimension", &x));
+                if (d >= FG_ST_MAX_DIMS)
+                    return st_fail(f, "tensor '%s': more than %d dimensions are not supported", nm, FG_ST_MAX_DIMS);
+                a->shape[d] = x;
             }
-            a->ndim = nd;
-        } else if (strcmp(key, "data_offsets") == 0) {
-            free(key);
-            if (have_off++) return st_fail(c->f, "tensor '%s': key 'data_offsets' appears twice", nm);
-            int64_t b, e;
-            if (!j_char(c, '[')) return j_expected(c, "'[' (data_offsets)");
-            if ((st = j_uint(c, "a data offset", &b))) return st;
-            if (!j_char(c, ',')) return j_expected(c, "',' (data_offsets has two numbers)");
-            if ((st = j_uint(c, "a data offset", &e))) return st;
-            if (!j_char(c, ']')) return j_expected(c, "']' (data_offsets has two numbers)");
+            a->ndim = (int)v->len;
+        } else if (strcmp(v->key, "data_offsets") == 0 && v->key_len == 12) {
+            have_off = 1;
+            int64_t b, en;
+            if (v->kind != FG_JSON_ARRAY) return st_expected(f, hdr, hlen, v->at, "'[' (data_offsets)");
+            if (v->len < 1) return st_expected(f, hdr, hlen, v->at + 1, "a data offset");
+            FG_TRY(st_uint(f, hdr, hlen, &v->items[0], "a data offset", &b));
+            if (v->len < 2) return st_fail(f, "tensor '%s': expected ',' (data_offsets has two numbers)", nm);
+            FG_TRY(st_uint(f, hdr, hlen, &v->items[1], "a data offset", &en));
+            if (v->len > 2)
+                return st_fail(f, "tensor '%s': expected ']' (data_offsets has two numbers) at header byte %zu", nm,
+                               v->items[2].at);
             *begin = (size_t)b;
-            *end = (size_t)e;
+            *end = (size_t)en;
         } else {
-            st = st_fail(c->f,
-                         "tensor '%s': unexpected key '%.40s' (expected dtype, shape, "
-                         "data_offsets)",
-                         nm, key);
-            free(key);
-            return st;
+            FG_TRY(st_no_nul(f, v->key, v->key_len, v->at));
+            return st_fail(f, "tensor '%s': unexpected key '%.40s' (expected dtype, shape, data_offsets)", nm, v->key);
         }
-        if (j_char(c, ',')) continue;
-        if (j_char(c, '}')) break;
-        return j_expected(c, "',' or '}' in a tensor entry");
     }
     if (!have_dt || !have_shape || !have_off)
-        return st_fail(c->f, "tensor '%s': entry lacks '%s'", nm,
+        return st_fail(f, "tensor '%s': entry lacks '%s'", nm,
                        !have_dt      ? "dtype"
                        : !have_shape ? "shape"
                                      : "data_offsets");
@@ -1005,82 +810,47 @@ static fg_status st_validate(fg_st_file *f) {
     size_t dsize = n - dstart;
     f->data_start = dstart;
 
-    /* --- the JSON header --- */
-    jcur c = {b + 8, b + 8, b + dstart, f};
+    /* --- the JSON header (tensor/json.h), then its shape --- */
+    const unsigned char *hdr = b + 8;
     size_t *begins = NULL, *ends = NULL;
-    fg_status st = FG_OK;
-    int seen_meta = 0;
-    if (!j_char(&c, '{')) return j_expected(&c, "'{' (the header object)");
-    if (!j_char(&c, '}')) {
-        for (;;) {
-            char *key;
-            st = j_string(&c, "a tensor name", &key);
-            if (st) goto fail;
-            if (!j_char(&c, ':')) {
-                free(key);
-                st = j_expected(&c, "':'");
-                goto fail;
-            }
-            if (strcmp(key, "__metadata__") == 0) {
-                free(key);
-                if (seen_meta++) {
-                    st = st_fail(f, "key '__metadata__' appears twice");
-                    goto fail;
-                }
-                if ((st = j_metadata(&c))) goto fail;
-            } else {
-                if (f->count == f->cap) {
-                    int nc = f->cap ? 2 * f->cap : 16;
-                    fg_st_array *na = realloc(f->a, (size_t)nc * sizeof *na);
-                    size_t *nb = na ? realloc(begins, (size_t)nc * sizeof *nb) : NULL;
-                    if (na) f->a = na;
-                    if (nb) begins = nb;
-                    size_t *ne = nb ? realloc(ends, (size_t)nc * sizeof *ne) : NULL;
-                    if (ne) ends = ne;
-                    if (!na || !nb || !ne) {
-                        free(key);
-                        st = fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
-                        goto fail;
-                    }
-                    f->cap = nc;
-                }
-                fg_st_array *a = &f->a[f->count];
-                memset(a, 0, sizeof *a);
-                a->name = key;
-                begins[f->count] = ends[f->count] = 0;
-                f->count++; /* owned by f from here on, even if the entry is bad */
-                st = j_tensor(&c, a, &begins[f->count - 1], &ends[f->count - 1]);
-                if (st) goto fail;
-            }
-            if (j_char(&c, ',')) continue;
-            if (j_char(&c, '}')) break;
-            st = j_expected(&c, "',' or '}' in the header object");
-            goto fail;
-        }
-    }
-    j_ws(&c);
-    if (c.p < c.end) {
-        st = st_fail(f,
-                     "unexpected data after the header object at header byte %zu (the header "
-                     "may only be padded with spaces)",
-                     (size_t)(c.p - c.start));
+    fg_json_error jerr;
+    fg_json_doc *doc = NULL;
+    fg_status st = fg_json_parse_ex((const char *)hdr, (size_t)hlen, f->label, &doc, &jerr);
+    if (st != FG_OK) return st_json_fault(f, hdr, (size_t)hlen, &jerr);
+    const fg_json *root = fg_json_root(doc);
+    if (root->kind != FG_JSON_OBJECT) {
+        st = st_expected(f, hdr, (size_t)hlen, root->at, "'{' (the header object)");
         goto fail;
     }
-
-    /* --- names must be unique (checked first: a repeated entry would also overlap itself) --- */
-    if (f->count > 1) {
-        const char **names = malloc((size_t)f->count * sizeof *names);
-        if (!names) {
-            st = fg_error(FG_ERR_OOM, "%s: out of memory", f->label);
+    const fg_json *meta = fg_json_get(root, "__metadata__");
+    const int nt = (int)root->len - (meta != NULL);
+    if (nt > 0) {
+        f->a = calloc((size_t)nt, sizeof *f->a);
+        begins = calloc((size_t)nt, sizeof *begins);
+        ends = calloc((size_t)nt, sizeof *ends);
+        if (!f->a || !begins || !ends) {
+            st = fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
             goto fail;
         }
-        for (int i = 0; i < f->count; i++) names[i] = f->a[i].name;
-        qsort(names, (size_t)f->count, sizeof *names, cmp_str_ptr);
-        for (int i = 1; i < f->count && !st; i++)
-            if (strcmp(names[i - 1], names[i]) == 0) st = st_fail(f, "tensor name '%s' appears twice", names[i]);
-        free(names);
-        if (st) goto fail;
+        f->cap = nt;
     }
+    for (uint32_t i = 0; i < root->len; i++) {
+        const fg_json *v = &root->items[i];
+        if (v == meta) {
+            if ((st = st_metadata(f, hdr, (size_t)hlen, v))) goto fail;
+            continue;
+        }
+        if ((st = st_no_nul(f, v->key, v->key_len, v->at))) goto fail;
+        fg_st_array *a = &f->a[f->count];
+        if (!(a->name = strdup(v->key))) {
+            st = fg_error(FG_ERR_OOM, "%s: out of memory parsing the header", f->label);
+            goto fail;
+        }
+        f->count++; /* owned by f from here on, even if the entry is bad */
+        if ((st = st_tensor(f, hdr, (size_t)hlen, v, a, &begins[f->count - 1], &ends[f->count - 1]))) goto fail;
+    }
+    fg_json_free(doc);
+    doc = NULL;
 
     /* --- every tensor: sizes agree with shapes, ranges tile the data buffer --- */
     size_t max_end = 0;
@@ -1148,7 +918,7 @@ static fg_status st_validate(fg_st_file *f) {
     free(ends);
     begins = ends = NULL;
 
-    /* --- lookup order; metadata keys must be unique --- */
+    /* --- lookup order (the JSON reader has refused repeated names and keys) --- */
     if (f->count > 1) qsort(f->a, (size_t)f->count, sizeof *f->a, cmp_array_name);
     if (f->mcount > 1) {
         kv *m = malloc((size_t)f->mcount * sizeof *m);
@@ -1160,9 +930,6 @@ static fg_status st_validate(fg_st_file *f) {
             f->mval[i] = m[i].v;
         }
         free(m);
-        for (int i = 1; i < f->mcount; i++)
-            if (strcmp(f->mkey[i - 1], f->mkey[i]) == 0)
-                return st_fail(f, "metadata key '%s' appears twice", f->mkey[i]);
     }
 
     /* --- the checksum, when the writer left one --- */
@@ -1199,6 +966,7 @@ static fg_status st_validate(fg_st_file *f) {
     }
     return FG_OK;
 fail:
+    fg_json_free(doc);
     free(begins);
     free(ends);
     return st;
@@ -1275,6 +1043,32 @@ const char *fg_st_metadata(const fg_st_file *f, const char *key) {
 }
 
 int fg_st_metadata_count(const fg_st_file *f) { return f ? f->mcount : 0; }
+
+int fg_st_peek_metadata(const char *path, const char *key, char *out, size_t cap) {
+    int fd = -1, yes = 0;
+    int64_t size = 0;
+    unsigned char len8[8];
+    char *h = NULL;
+    fg_json_doc *doc = NULL;
+    if (fg_open_read(path, 0, &fd, &size) != FG_OK || size < 8 || pread(fd, len8, 8, 0) != 8) goto done;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
+    if (hl > ST_MAX_HEADER || hl > (uint64_t)size - 8 || !(h = malloc((size_t)hl + 1)) ||
+        pread(fd, h, (size_t)hl, 8) != (ssize_t)hl)
+        goto done;
+    if (fg_json_parse(h, (size_t)hl, path, &doc) != FG_OK) goto done;
+    const fg_json *v = fg_json_get(fg_json_get(fg_json_root(doc), "__metadata__"), key);
+    if (v && v->kind == FG_JSON_STRING && strlen(v->str) == v->len && (!out || v->len < cap)) {
+        if (out) memcpy(out, v->str, (size_t)v->len + 1);
+        yes = 1;
+    }
+done:
+    fg_json_free(doc);
+    free(h);
+    if (fd >= 0) close(fd);
+    fg_clear_error();
+    return yes;
+}
 
 fg_st_sum fg_st_checksum_coverage(const fg_st_file *f) { return f ? f->sum : FG_ST_SUM_NONE; }
 

@@ -26,8 +26,8 @@
  * which one a file had, so a caller that trusts its metadata can require the full one.
  *
  * The reader loads the whole file and validates it before anything is returned: header length
- * within the file, strict JSON (a small parser for just what this format uses: objects, arrays,
- * strings with escapes, non-negative integers; bounded nesting, no recursion), known dtypes, shape
+ * within the file, strict JSON (tensor/json.h) in the header's shape (objects, arrays, strings,
+ * non-negative integers; no repeated key, no \u0000), known dtypes, shape
  * products that match the byte ranges, ranges that tile the data buffer, and the checksum. Every
  * error message starts with the file name and says what is wrong. Arrays of any of the format's
  * dtypes can be stored and read as raw bytes (optimizer moments, step counters, RNG state); F32 and
@@ -160,6 +160,13 @@ const char *fg_st_metadata(const fg_st_file *f, const char *key);
 /* All metadata, in key order: i in [0, fg_st_metadata_count). */
 int fg_st_metadata_count(const fg_st_file *f);
 void fg_st_metadata_at(const fg_st_file *f, int i, const char **key, const char **value);
+
+/* A peek at one metadata value of the safetensors file at `path` (a regular file, or a link to
+ * one), from its header alone: the header is read, bounded like fg_st_load's, and parsed with the
+ * same strict JSON reader, but the data and the checksum are not read. 1 when the header's
+ * __metadata__ holds `key` with a string value, which is copied into out[0..cap) when out is not
+ * NULL (0 when it does not fit); else 0. Leaves no error behind (a probe, not a load). */
+int fg_st_peek_metadata(const char *path, const char *key, char *out, size_t cap);
 
 /* What the file's checksum covered (it was verified when the file was read). */
 typedef enum {

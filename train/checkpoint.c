@@ -823,65 +823,7 @@ static fg_status save_paths(const char *dir, char mpath[4096], char opath[4096],
     return st;
 }
 
-int fg_ckpt_header_has(const char *path, const char *key) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    struct stat sb;
-    unsigned char len8[8];
-    int yes = 0;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(fd, len8, 8, 0) == 8) {
-        uint64_t hl = 0;
-        for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
-        char *h = hl > 0 && hl <= (100u << 20) && hl <= (uint64_t)sb.st_size - 8 ? malloc(hl + 1) : NULL;
-        char pat[96];
-        snprintf(pat, sizeof pat, "\"%s\"", key);
-        if (h && pread(fd, h, hl, 8) == (ssize_t)hl) {
-            h[hl] = '\0';
-            yes = strstr(h, pat) != NULL;
-        }
-        free(h);
-    }
-    close(fd);
-    return yes;
-}
-
-/* The string value of metadata `key` in the safetensors file at `path`, read from its header alone
- * (flashgrad writes compact JSON: "key":"value"; a tensor entry is "name":{...}, never a string), into
- * out[0..cap). 0 when the file, its header or the key cannot be read. */
-static int header_value(const char *path, const char *key, char *out, size_t cap) {
-    int ok = 0;
-    char *h = NULL;
-    int fd = -1;
-    int64_t size;
-    FILE *f = NULL;
-    if (fg_open_read(path, 0, &fd, &size) != FG_OK) { /* a regular file, opened without blocking */
-        fg_clear_error();
-        goto done;
-    }
-    if (!(f = fdopen(fd, "rb"))) {
-        close(fd);
-        goto done;
-    }
-    unsigned char len8[8];
-    if (fread(len8, 1, 8, f) != 8) goto done;
-    uint64_t n = 0;
-    for (int i = 0; i < 8; i++) n |= (uint64_t)len8[i] << (8 * i);
-    if (n == 0 || n > (64u << 20) || !(h = malloc((size_t)n + 1)) || fread(h, 1, (size_t)n, f) != (size_t)n) goto done;
-    h[n] = '\0';
-    char pat[96];
-    snprintf(pat, sizeof pat, "\"%s\":\"", key);
-    const char *v = strstr(h, pat), *e = v ? strchr(v + strlen(pat), '"') : NULL;
-    if (e && (size_t)(e - v - strlen(pat)) < cap) {
-        v += strlen(pat);
-        memcpy(out, v, (size_t)(e - v));
-        out[e - v] = '\0';
-        ok = 1;
-    }
-done:
-    free(h);
-    if (f) fclose(f);
-    return ok;
-}
+int fg_ckpt_header_has(const char *path, const char *key) { return fg_st_peek_metadata(path, key, NULL, 0); }
 
 /* 1 when the optimizer file at opath is the model file's own state (the same step and parameter
  * hash), as fg_ckpt_open would pair them. */
@@ -889,7 +831,8 @@ static int pair_on_disk(const char *mpath, const char *opath) {
     static const char *const keys[] = {"step", "params_xxh64"};
     for (int i = 0; i < 2; i++) {
         char a[64], b[64];
-        if (!header_value(mpath, keys[i], a, sizeof a) || !header_value(opath, keys[i], b, sizeof b) || strcmp(a, b))
+        if (!fg_st_peek_metadata(mpath, keys[i], a, sizeof a) || !fg_st_peek_metadata(opath, keys[i], b, sizeof b) ||
+            strcmp(a, b))
             return 0;
     }
     return 1;
