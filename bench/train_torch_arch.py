@@ -78,7 +78,7 @@ def worker(cpath, opath):
             times.append(dt)
     out = {"median_s": statistics.median(times), "tok_s": B * T / statistics.median(times), "n_params": n_params,
            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "torch": torch.__version__,
-           "attention": "scaled_dot_product_attention (transformers %s)" % c["arch"], "loss": float(loss)}
+           "attention": "scaled_dot_product_attention (transformers %s)" % c["arch"], "loss": loss.item()}
     with open(opath, "w") as f:
         json.dump(out, f)
 
