@@ -90,11 +90,12 @@ def arch_of(c):
     return out
 
 
-def flops_per_token(n_params, c):
+def flops_per_token(n_params, c, counted=False):
     """6 per parameter a token's products touch, plus attention's 12 L C T. An untied model's input
-    embedding is a lookup, not a product: it is left out (a tied one is the LM head's matrix)."""
+    embedding is a lookup, not a product: it is left out (a tied one is the LM head's matrix).
+    counted: n_params is already the N of flashgrad's MFU line, which leaves that embedding out."""
     c = arch_of(c)
-    matmul_params = n_params - (c["vocab"] * c["n_embd"] if c.get("untied") else 0)
+    matmul_params = n_params - (c["vocab"] * c["n_embd"] if c.get("untied") and not counted else 0)
     return 6.0 * matmul_params + 12.0 * c["n_layer"] * c["n_embd"] * c["block_size"]
 
 
@@ -264,7 +265,7 @@ def main():
                 print("bench_scale: %s" % e, file=sys.stderr)
                 failed = True
                 continue
-            fpt = flops_per_token(fg["params"], c)
+            fpt = flops_per_token(fg["params"], c, counted=True)
             peak = max(peaks)
             fg["mfu"] = fg["tokens_per_s"] * fpt / (peak * 1e9)
             rows.append(dict(config=name, framework="flashgrad", version="", n_layer=c["n_layer"], n_head=c["n_head"],
