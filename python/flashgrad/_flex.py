@@ -351,6 +351,15 @@ def _check(query, key, value, block_mask, enable_gqa):
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
                    return_lse=False, kernel_options=None, *, return_aux=None):
+    """The entry point (docstring of _flex_attention). Under torch.compile it is not traced: the
+    tile loop depends on the block mask's values, so the compiled graph breaks around the call and
+    runs it as it is (with fullgraph=True torch.compile refuses it)."""
+    return _flex_attention_eager(query, key, value, score_mod, block_mask, scale, enable_gqa, return_lse,
+                                 kernel_options, return_aux=return_aux)
+
+
+def _flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                    return_lse=False, kernel_options=None, *, return_aux=None):
     """torch.nn.attention.flex_attention.flex_attention on CPU tensors, with a backward.
 
     query (B, Hq, L, E), key (B, Hkv, S, E), value (B, Hkv, S, Ev); float32 or float64 (float16 and
@@ -402,3 +411,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if return_lse:
         return out, lse
     return out
+
+
+_flex_attention_eager = torch.compiler.disable(_flex_attention)
+flex_attention.__doc__ = _flex_attention.__doc__

@@ -328,6 +328,56 @@ def _bool(api, name, x):
 _SDPA = "flashgrad.torch.scaled_dot_product_attention"
 
 
+class SDPAInputError(RuntimeError, ValueError):
+    """query, key, value (or their mask) that do not fit together: a RuntimeError, as PyTorch's
+    scaled_dot_product_attention raises it, and a ValueError, as flashgrad's other checks."""
+
+
+class SDPADtypeError(RuntimeError, TypeError):
+    """query, key and value of different or unsupported dtypes: a RuntimeError, as PyTorch raises
+    it, and a TypeError, as flashgrad's other checks."""
+
+
+def _sdpa_inputs(api, query, key, value, is_causal, enable_gqa):
+    """The checks of scaled_dot_product_attention on query, key, value (their dtypes, ranks,
+    shapes, heads): compute dtype and device. Errors are raised as PyTorch's classes (RuntimeError)
+    that are also flashgrad's (TypeError / ValueError)."""
+    for n, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):  # torch's argument parser: a TypeError alone
+            raise TypeError("%s: %s must be a torch.Tensor, got %s" % (api, n, type(t).__name__))
+    _bool(api, "is_causal", is_causal)
+    _bool(api, "enable_gqa", enable_gqa)
+    try:
+        cdt, dev = _qkv(api, query, key, value, cuda_ok=True)
+        _sdpa_shapes(api, query, key, value, enable_gqa)
+    except TypeError as e:
+        raise SDPADtypeError(str(e)) from None
+    except ValueError as e:
+        raise SDPAInputError(str(e)) from None
+    return cdt, dev
+
+
+def _sdpa_shapes(api, q, k, v, enable_gqa):
+    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError("%s: need query (..., L, E), key and value (..., S, E) of one rank, got %s, %s, %s"
+                         % (api, _shp(q), _shp(k), _shp(v)))
+    lead = tuple(q.shape[:-3])
+    Hq = q.shape[-3] if q.dim() >= 3 else 1
+    Hk = k.shape[-3] if k.dim() >= 3 else 1
+    E, S = q.shape[-1], k.shape[-2]
+    if (tuple(k.shape[:-3]) != lead or tuple(v.shape[:-3]) != lead or k.shape[-1] != E or v.shape[-1] != E or
+            v.shape[-2] != S or (v.shape[-3] if v.dim() >= 3 else 1) != Hk):
+        raise ValueError("%s: query %s, key %s, value %s do not fit: need query (..., Hq, L, E), key and value "
+                         "(..., H, S, E) with the same leading dims and E (flashgrad needs value's E = query's)"
+                         % (api, _shp(q), _shp(k), _shp(v)))
+    if Hk != Hq:
+        if not enable_gqa:
+            raise ValueError("%s: query has %d heads but key and value %d: pass enable_gqa=True for grouped-query "
+                             "attention" % (api, Hq, Hk))
+        if Hk == 0 or Hq % Hk:
+            raise ValueError("%s: query's %d heads are not a multiple of key's %d" % (api, Hq, Hk))
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's signature and semantics on CPU tensors:
@@ -340,28 +390,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     requires grad, attn_mask with CUDA tensors. CUDA tensors (float32, float64, bfloat16 on flashgrad's
     bf16 kernels; float16 refused) run in place on their device (python/flashgrad/_torch_device.py)."""
     api = _SDPA
-    cdt, dev = _qkv(api, query, key, value, cuda_ok=True)
-    _bool(api, "is_causal", is_causal)
-    _bool(api, "enable_gqa", enable_gqa)
+    cdt, dev = _sdpa_inputs(api, query, key, value, is_causal, enable_gqa)
     q, k, v = query, key, value
-    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError("%s: need query (..., L, E), key and value (..., S, E) of one rank, got %s, %s, %s"
-                         % (api, _shp(q), _shp(k), _shp(v)))
     lead = tuple(q.shape[:-3])
     Hq = q.shape[-3] if q.dim() >= 3 else 1
     Hk = k.shape[-3] if k.dim() >= 3 else 1
     L, E, S = q.shape[-2], q.shape[-1], k.shape[-2]
-    if (tuple(k.shape[:-3]) != lead or tuple(v.shape[:-3]) != lead or k.shape[-1] != E or v.shape[-1] != E or
-            v.shape[-2] != S or (v.shape[-3] if v.dim() >= 3 else 1) != Hk):
-        raise ValueError("%s: query %s, key %s, value %s do not fit: need query (..., Hq, L, E), key and value "
-                         "(..., H, S, E) with the same leading dims and E (flashgrad needs value's E = query's)"
-                         % (api, _shp(q), _shp(k), _shp(v)))
-    if Hk != Hq:
-        if not enable_gqa:
-            raise ValueError("%s: query has %d heads but key and value %d: pass enable_gqa=True for grouped-query "
-                             "attention" % (api, Hq, Hk))
-        if Hk == 0 or Hq % Hk:
-            raise ValueError("%s: query's %d heads are not a multiple of key's %d" % (api, Hq, Hk))
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     sc = _scale(api, scale, E)

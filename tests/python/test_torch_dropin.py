@@ -160,6 +160,33 @@ def test_half_inputs_computed_in_float32_returned_in_their_dtype(dtype, tol):
         close(a, b, 4 * tol * scale, "%s %s vs torch (torch's error %.3g)" % (dtype, n, theirs))
 
 
+# Inputs that do not fit, as PyTorch's SDPA tests pass them: torch raises RuntimeError; flashgrad
+# raises its own class, which is also a RuntimeError (and the TypeError / ValueError of its checks).
+_BAD_SDPA = [
+    ("1-D query", lambda: (torch.randn(4), torch.randn(1, 4), torch.randn(1, 4)), ValueError),
+    ("dtypes differ", lambda: (torch.randn(1, 4, 8, 16), torch.randn(1, 4, 8, 16).half(),
+                               torch.randn(1, 4, 8, 16).half()), TypeError),
+    ("heads differ without enable_gqa", lambda: (torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8),
+                                                 torch.randn(1, 2, 3, 8)), ValueError),
+    ("leading dims differ", lambda: (torch.randn(2, 2, 3, 8), torch.randn(3, 2, 3, 8),
+                                     torch.randn(3, 2, 3, 8)), ValueError),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_BAD_SDPA)))
+def test_sdpa_input_errors_are_runtime_errors_as_torch(case):
+    what, make, own = _BAD_SDPA[case]
+    args = make()
+    with pytest.raises(RuntimeError):  # the reference: torch's own answer to the same inputs
+        F.scaled_dot_product_attention(*args)
+    with pytest.raises(RuntimeError) as e:
+        fgt.scaled_dot_product_attention(*args)
+    assert isinstance(e.value, own), what
+    assert "flashgrad.torch.scaled_dot_product_attention" in str(e.value) and "\n" not in str(e.value), what
+    with pytest.raises(TypeError):  # not a tensor: torch's argument parser's TypeError, not a RuntimeError
+        fgt.scaled_dot_product_attention([1.0], args[1], args[2])
+
+
 def test_sdpa_gradcheck_float64():
     q, k, v = rnd(1, 2, 4, 3), rnd(1, 1, 6, 3), rnd(1, 1, 6, 3)
     m = torch.randn(4, 6, dtype=D64)

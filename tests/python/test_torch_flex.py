@@ -363,3 +363,28 @@ def test_flex_errors():
     out = fgt.flex_attention(q.requires_grad_(True), k, v, score_mod=lambda s, b, h, i, j: s)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(out.sum(), q, create_graph=True)
+
+
+@pytest.mark.parametrize("name", ["learned_bias", "document", "alibi"])
+def test_flex_inside_torch_compile(name):
+    """Inside a torch.compile'd function (PyTorch's own flex tests compile the call): the graph
+    breaks around flashgrad's flex_attention, which runs as in eager; forward and gradients against
+    plain torch."""
+    torch._dynamo.reset()
+    B, H, L, S, E = 1, 2, 40, 40, 8
+    sm, mm, cap, ref = CASES[name](B, H, L, S)
+    q, k, v = (t.requires_grad_(True) for t in make_inputs(name, B, H, L, S, E, D64))
+    bm = block_mask_of(mm, B, H, L, S, 16)
+    inputs = [q, k, v] + cap
+
+    def f(q, k, v):
+        return fgt.flex_attention(q.sin(), k, v, score_mod=sm, block_mask=bm).cos()
+
+    got = torch.compile(f, backend="aot_eager")(q, k, v)
+    w = torch.randn(got.shape, generator=torch.Generator().manual_seed(5), dtype=D64)
+    dgot = torch.autograd.grad((got * w).sum(), inputs)
+    want = reference(q.sin(), k, v, ref, 1 / math.sqrt(E)).cos()
+    dwant = torch.autograd.grad((want * w).sum(), inputs)
+    assert (got - want).abs().max().item() <= 1e-12
+    for a, b in zip(dgot, dwant):
+        assert (a - b).abs().max().item() <= 1e-11
