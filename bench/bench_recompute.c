@@ -147,16 +147,6 @@ static void plan_text(const fg_train_config *cfg, const unsigned char *plan, cha
     fg_gpt_recompute_format(&m, out, n);
 }
 
-/* gnuplot's single-quoted string: ' doubled; the text made printable first */
-static void gp_quoted(FILE *g, const char *s) {
-    fputc('\'', g);
-    for (const char *p = s; *p; p++) {
-        if (*p == '\'') fputc('\'', g);
-        fputc((unsigned char)*p >= 32 && (unsigned char)*p < 127 ? *p : '?', g);
-    }
-    fputc('\'', g);
-}
-
 static char *pareto_script(const pareto_set *s, const fg_train_config *cfg, size_t *len) {
     char *text = NULL;
     FILE *g = open_memstream(&text, len);
@@ -181,7 +171,9 @@ static char *pareto_script(const pareto_set *s, const fg_train_config *cfg, size
              cfg->grad_accum, fg_attn_impl_name(cfg->model.attn), cpu, fg_pool_threads(), when);
     fputs("set terminal pngcairo size 1200,800 noenhanced font ',10'\nset output\nset grid\nset key top right\n", g);
     fputs("set title ", g);
-    gp_quoted(g, title);
+    fputc('\'', g);
+    fg_plot_quote(g, title);
+    fputc('\'', g);
     fputs("\nset xlabel 'step time (ms)'\nset ylabel 'peak memory during a step (MiB, allocator)'\n", g);
     fputs("plot $measured using 3:4 with points pt 6 ps 1.2 lc rgb '#999999' title 'predicted (measured plans)', \\\n"
           "     $measured using 1:2 with points pt 7 ps 1.0 lc rgb '#1f77b4' title 'measured', \\\n"

@@ -340,7 +340,7 @@ static int run_label(plot_run *r) {
 /* s as the body of a gnuplot single-quoted string: '' for a quote (single quotes take nothing
  * else specially: no backslash escapes, no `command` or @macro substitution), and every byte
  * outside printable ASCII as \xNN text (a newline would end the command). */
-static void gp_string(FILE *g, const char *s) {
+void fg_plot_quote(FILE *g, const char *s) {
     char buf[SHOW_CAP];
     fg_printable(buf, sizeof buf, s, strlen(s));
     for (const char *p = buf; *p; p++) {
@@ -408,7 +408,7 @@ static void write_script(FILE *g, const plot_run *runs, int n_runs) {
     fputs("set terminal pngcairo size 1400,900 noenhanced font ',10'\nset output\n", g);
     fprintf(g, "set grid\nset key top right\nset multiplot layout 2,2 title 'flashgrad training runs (drawn %s on ",
             when);
-    gp_string(g, cpu);
+    fg_plot_quote(g, cpu);
     fputs(")'\n", g);
     /* one panel: title, x label, y label, the columns (1-based) of $run<k> */
     static const char *panels[4][4] = {
@@ -431,12 +431,12 @@ static void write_script(FILE *g, const plot_run *runs, int n_runs) {
         fputs("plot ", g);
         for (int k = 0; k < n_runs; k++) {
             fprintf(g, "%s$run%d using %s with lines lw 1.5 lc %d title '", k ? ", " : "", k, panels[p][3], k + 1);
-            gp_string(g, runs[k].label);
+            fg_plot_quote(g, runs[k].label);
             fputs(p < 2 ? " train'" : "'", g);
             if (p < 2 && runs[k].has_val) {
                 fprintf(g, ", $val%d using %s with linespoints lw 2 pt 7 ps 0.8 lc %d dt 2 title '", k,
                         p == 0 ? "1:3" : "2:3", k + 1);
-                gp_string(g, runs[k].label);
+                fg_plot_quote(g, runs[k].label);
                 fputs(" val'", g);
             }
         }

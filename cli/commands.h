@@ -9,6 +9,7 @@
 #define FG_COMMANDS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 int fg_cmd_train(int argc, char **argv);
 int fg_cmd_sample(int argc, char **argv);
@@ -26,6 +27,9 @@ int fg_cmd_plot(int argc, char **argv);
  * ("--png") for a refused path. */
 int fg_plot_png(const char *script, size_t slen, const char *out, const char *flag, double timeout_s,
                 const char *prefix);
+/* Writes s to g as the body of a gnuplot single-quoted string (the quotes are the caller's): ''
+ * for a quote, every byte outside printable ASCII as \xNN text. */
+void fg_plot_quote(FILE *g, const char *s);
 int fg_cmd_tokenizer(int argc, char **argv);
 int fg_cmd_prepare(int argc, char **argv);
 
