@@ -72,28 +72,23 @@ int fg_eval_run(const fg_eval_opts *o) {
             goto out;
         }
         src = fg_source_tokens(o->data_bin, NULL, g->cfg.vocab_size, g->cfg.block_size);
-    } else if (in->source == FG_SOURCE_TOKENS) {
-        if (o->data) {
-            fprintf(stderr, "flashgrad %s: --data: the checkpoint trained on token files (give --data-bin)\n", o->cmd);
-            code = 2;
-            goto out;
-        }
-        src = fg_ckpt_tokens_source(ck, o->data_bin);
-    } else if (in->source == FG_SOURCE_ADDITION) {
-        if (o->data || o->data_bin) {
-            fprintf(stderr, "flashgrad %s: %s: the checkpoint trained on the addition task\n", o->cmd,
-                    o->data ? "--data" : "--data-bin");
-            code = 2;
-            goto out;
-        }
-        src = fg_source_addition(&in->addition);
     } else {
-        if (o->data_bin) {
-            fprintf(stderr, "flashgrad %s: --data-bin: the checkpoint trained on a text file (give --data)\n", o->cmd);
-            code = 2;
-            goto out;
+        /* the data the checkpoint recorded, opened by its kind: a data flag of another kind is refused */
+        const fg_source_ops *kind = fg_source_kinds[in->data.kind];
+        const char *const flag[2] = {"--data", "--data-bin"}, *value[2] = {o->data, o->data_bin};
+        const char *given = NULL;
+        for (int i = 0; i < 2; i++) {
+            if (kind->data_flag && !strcmp(flag[i], kind->data_flag)) {
+                given = value[i];
+            } else if (value[i]) {
+                fprintf(stderr, "flashgrad %s: %s: the checkpoint trained on %s%s%s%s\n", o->cmd, flag[i], kind->what,
+                        kind->data_flag ? " (give " : "", kind->data_flag ? kind->data_flag : "",
+                        kind->data_flag ? ")" : "");
+                code = 2;
+                goto out;
+            }
         }
-        src = fg_ckpt_text_source(ck, o->data);
+        src = fg_ckpt_source(ck, given);
     }
     if (!src) {
         fprintf(stderr, "flashgrad %s: %s\n", o->cmd, fg_last_error());

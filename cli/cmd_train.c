@@ -106,7 +106,7 @@ static void evaluate(const train_args *a, train_run *r, train_totals *t, int64_t
         snprintf(bpb, bpb_n, "%.6f", vb);
         snprintf(bpb_say, sizeof bpb_say, ", val bpb %.4f", vb);
     }
-    if (r->src->kind == FG_SOURCE_ADDITION) {
+    if (fg_source_exact_match(r->src)) {
         if (fg_trainer_accuracy(tr, FG_SPLIT_VAL, eval_problems, &t->last_acc) != FG_OK) {
             fg_error(fg_last_status(), "accuracy at step %lld: %s", (long long)step, fg_last_error());
             stop_failed(&r->log, a->log_path, a->out, last_ckpt, r->other_pending, r->other_step);

@@ -125,39 +125,7 @@ void fg_train_print_header(const train_args *a, const train_run *r) {
     const fg_train_config *cfg = &r->cfg;
     const fg_gpt_config *mc = &tr->model->cfg;
     char data_desc[8800];
-    if (src->kind == FG_SOURCE_ADDITION) {
-        const fg_addition_config *ac = fg_addition_get_config(src->add);
-        snprintf(data_desc, sizeof data_desc,
-                 "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)", ac->n_digits,
-                 100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
-                 fg_source_optimal_loss(src));
-    } else if (src->kind == FG_SOURCE_TOKENS && src->sharded) {
-        fg_source_tokens_describe(src, data_desc, sizeof data_desc); /* the shard counts and the ids */
-    } else if (src->kind == FG_SOURCE_TOKENS) {
-        const fg_source_file *ft = &src->files[FG_SPLIT_TRAIN], *fv = &src->files[FG_SPLIT_VAL];
-        const char *fmt = ft->format == FG_TOKFILE_LLMC ? "llm.c" : "nanoGPT";
-        const char *tok_desc = !src->tok                                   ? "no tokenizer"
-                               : fg_tokenizer_kind(src->tok) == FG_TOK_BPE ? "the BPE tokenizer of --tokenizer"
-                                                                           : "meta.pkl's character-level tokenizer";
-        if (fv->path[0]) {
-            if (snprintf(data_desc, sizeof data_desc,
-                         "%s token files: %s (%" PRIu64 " ids, train), %s (%" PRIu64 " ids, val), %s", fmt, ft->path,
-                         ft->count, fv->path, fv->count, tok_desc) >= (int)sizeof data_desc)
-                strcpy(data_desc + sizeof data_desc - 4, "..."); /* two very long paths */
-        } else {
-            snprintf(data_desc, sizeof data_desc,
-                     "%s token file: %s (%" PRIu64 " ids: %zu train, the last %zu val), %s", fmt, ft->path, ft->count,
-                     fg_token_data_split_tokens(src->tokens, FG_SPLIT_TRAIN),
-                     fg_token_data_split_tokens(src->tokens, FG_SPLIT_VAL), tok_desc);
-        }
-    } else {
-        snprintf(data_desc, sizeof data_desc, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", src->path,
-                 fg_text_num_tokens(src->text), fg_text_split_tokens(src->text, FG_SPLIT_TRAIN),
-                 fg_text_split_tokens(src->text, FG_SPLIT_VAL),
-                 fg_tokenizer_kind(fg_source_tokenizer(src)) == FG_TOK_BYTE  ? "byte-level"
-                 : fg_tokenizer_kind(fg_source_tokenizer(src)) == FG_TOK_BPE ? "BPE"
-                                                                             : "character-level");
-    }
+    fg_source_print(src, data_desc, sizeof data_desc);
     fg_train_say("data: %s, vocabulary %d\n", data_desc, mc->vocab_size);
     fg_train_say("model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, %s attention, dropout %g\n",
                  mc->n_layer, mc->n_head, mc->n_embd, mc->block_size, tr->model->num_elements / 1e6,
@@ -250,7 +218,7 @@ void fg_train_report(const train_args *a, const train_run *r, const train_totals
                      1e3 * fg_train_comm->seconds / (double)(r->cfg.steps - t->first_step),
                      100 * fg_train_comm->seconds / t->step_time, fg_train_comm->size,
                      (double)t->comm_bytes / (double)(r->cfg.steps - t->first_step));
-    if (r->src->kind == FG_SOURCE_ADDITION) {
+    if (fg_source_exact_match(r->src)) {
         double opt = fg_source_optimal_loss(r->src);
         fg_train_say(
             "final: train loss %s, val loss %s (optimum %.4f, gap %s%s), held-out exact match %.1f%% of %d problems\n",

@@ -85,6 +85,59 @@ static void init_from_check_data(const fg_flag *f, const fg_source *src) {
     }
 }
 
+/* The data flags a checkpoint's data may refuse, in the order they are checked, and how a refusal
+ * reads: naming the data and the flag that gives it, naming the data, or naming the data the flag
+ * belongs to. */
+enum { SAY_DATA_AND_FLAG, SAY_DATA, SAY_OWNER };
+static const struct {
+    int flag, say;
+} data_flags[] = {{FG_TF_DATA_BIN, SAY_DATA_AND_FLAG}, {FG_TF_VOCAB, SAY_DATA_AND_FLAG},
+                  {FG_TF_DATA, SAY_DATA_AND_FLAG},     {F_TASK, SAY_DATA},
+                  {FG_TF_DIGITS, SAY_OWNER},           {F_EVAL_PROBLEMS, SAY_OWNER},
+                  {F_ANSWER_ONLY, SAY_OWNER}};
+
+/* The index of flag `name` in f. */
+static int flag_index(const fg_flag *f, const char *name) {
+    for (int k = 0; k < F_COUNT; k++)
+        if (!strcmp(f[k].name, name)) return k;
+    FG_ASSERT(0, "a data kind names a flag train does not have");
+    return -1;
+}
+
+/* --resume: the data of checkpoint ck (in --out), as its kind records it: the data flags it does
+ * not take are refused, the settings it keeps kept, and the data opened again (from its own flag
+ * when given, else from what the checkpoint recorded) into r->src. */
+static void resume_data(const train_args *a, train_run *r, const fg_ckpt *ck, const char *out) {
+    const fg_flag *f = a->f;
+    const fg_ckpt_info *in = fg_ckpt_get_info(ck);
+    const fg_source_ops *kind = fg_source_kinds[in->data.kind];
+    for (size_t i = 0; i < sizeof data_flags / sizeof data_flags[0]; i++) {
+        const int k = data_flags[i].flag;
+        const int given = k == FG_TF_DATA_BIN ? a->is_bin : k == FG_TF_DATA ? a->is_text : f[k].given;
+        const fg_source_ops *owner = fg_source_kind_taking(f[k].name);
+        if (!given || owner == kind) continue;
+        if (data_flags[i].say == SAY_OWNER)
+            fg_train_die(2, "%s applies to %s only; the checkpoint in '%s' was trained on %s", f[k].name,
+                         owner ? owner->what : "other data", out, kind->what);
+        const int with_flag = data_flags[i].say == SAY_DATA_AND_FLAG && kind->data_flag;
+        fg_train_die(2, "%s: the checkpoint in '%s' was trained on %s%s%s%s", f[k].name, out, kind->what,
+                     with_flag ? " (" : "", with_flag ? kind->data_flag : "", with_flag ? ")" : "");
+    }
+    for (const char *const *fl = kind->flags; *fl; fl++) {
+        int64_t v;
+        if (fg_source_kept(&in->data, *fl, &v)) keep_i(&f[flag_index(f, *fl)], v);
+    }
+    /* the kind's own flag if given, else what the checkpoint recorded (the paths as written, then
+     * the absolute ones) */
+    const int k = kind->data_flag ? flag_index(f, kind->data_flag) : -1;
+    const int given = k == FG_TF_DATA_BIN ? a->is_bin : k == FG_TF_DATA ? a->is_text : k >= 0 && f[k].given;
+    r->src = fg_ckpt_source(ck, given ? f[k].s : NULL);
+    if (!r->src && kind->data_flag)
+        fg_train_die(1, "--resume: %s%s%s%s%s", fg_last_error(), given ? "" : "; give ", given ? "" : kind->data_noun,
+                     given ? "" : " with ", given ? "" : kind->data_flag);
+    if (!r->src) fg_train_die(1, "%s", fg_last_error());
+}
+
 /* --resume: the configuration of the checkpoint in --out, which the flags may only change where
  * that keeps the curve (steps, decay, evaluation, attention, recompute, device; not --dtype). Takes
  * the folder's lock before reading the checkpoint; leaves it open in r->ck. What it opens goes
@@ -146,41 +199,7 @@ static void configure_resumed(const train_args *a, train_run *r) {
     if (f[FG_TF_BYTE].given && (!in->tokenizer || fg_tokenizer_kind(in->tokenizer) != FG_TOK_BYTE))
         fg_train_die(2, "--byte: the checkpoint %s",
                      in->tokenizer ? "uses a character-level tokenizer" : "trained on token files");
-    if (in->source != FG_SOURCE_TOKENS && (a->is_bin || f[FG_TF_VOCAB].given))
-        fg_train_die(2, "%s: the checkpoint in '%s' was trained on %s", a->is_bin ? "--data-bin" : "--vocab-size", out,
-                     in->source == FG_SOURCE_ADDITION ? "the addition task" : "a text file (--data)");
-    if (in->source == FG_SOURCE_TOKENS) {
-        if (a->is_text) fg_train_die(2, "--data: the checkpoint in '%s' was trained on token files (--data-bin)", out);
-        if (f[F_TASK].given) fg_train_die(2, "--task: the checkpoint in '%s' was trained on token files", out);
-        keep_i(&f[FG_TF_VOCAB], in->model.vocab_size);
-        /* --data-bin if given, else the recorded paths, then the recorded absolute ones */
-        r->src = fg_ckpt_tokens_source(ck, a->is_bin ? f[FG_TF_DATA_BIN].s : NULL);
-        if (!r->src)
-            fg_train_die(1, "--resume: %s%s", fg_last_error(), a->is_bin ? "" : "; give the files with --data-bin");
-    } else if (in->source == FG_SOURCE_ADDITION) {
-        if (a->is_text) fg_train_die(2, "--data: the checkpoint in '%s' was trained on the addition task", out);
-        keep_i(&f[FG_TF_DIGITS], in->addition.n_digits);
-        keep_i(&f[F_ANSWER_ONLY], in->addition.answer_only);
-        r->src = fg_source_addition(&in->addition);
-    } else {
-        if (f[F_TASK].given) fg_train_die(2, "--task: the checkpoint in '%s' was trained on a text file", out);
-    }
-    if (in->source != FG_SOURCE_ADDITION) {
-        const int bad = f[FG_TF_DIGITS].given      ? FG_TF_DIGITS
-                        : f[F_EVAL_PROBLEMS].given ? F_EVAL_PROBLEMS
-                        : f[F_ANSWER_ONLY].given   ? F_ANSWER_ONLY
-                                                   : -1;
-        if (bad >= 0)
-            fg_train_die(2, "%s applies to the addition task only; the checkpoint in '%s' was trained on %s",
-                         f[bad].name, out, in->source == FG_SOURCE_TOKENS ? "token files" : "a text file");
-    }
-    if (in->source == FG_SOURCE_TEXT) {
-        /* --data if given, else the recorded path, then the recorded absolute one */
-        r->src = fg_ckpt_text_source(ck, a->is_text ? f[FG_TF_DATA].s : NULL);
-        if (!r->src)
-            fg_train_die(1, "--resume: %s%s", fg_last_error(), a->is_text ? "" : "; give the file with --data");
-    }
-    if (!r->src) fg_train_die(1, "%s", fg_last_error());
+    resume_data(a, r, ck, out);
     /* what may change on resume */
     if (f[F_STEPS].given) cfg.steps = f[F_STEPS].i;
     if (f[FG_TF_DECAY].given) cfg.opt.decay_steps = f[FG_TF_DECAY].i;

@@ -4,6 +4,7 @@
 #include "datasets/addition.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -305,13 +306,68 @@ static fg_status add_describe(const fg_source *d, const fg_meta_writer *w) {
     return st;
 }
 
-static const fg_source_ops addition_source_ops = {.tokenizer = add_tokenizer,
-                                                  .vocab_size = add_vocab_size,
-                                                  .fixed_block = add_fixed_block,
-                                                  .batch = add_batch,
-                                                  .optimal_loss = add_optimal_loss,
-                                                  .free_data = add_free,
-                                                  .describe = add_describe};
+/* The task's configuration back, checked by the task itself, against the tokenizer and the
+ * sequence length recorded with the model. */
+static void add_read(const fg_meta_reader *r, const char *tokstr, fg_source_identity *id, fg_tokenizer **tok) {
+    fg_meta_read_tokenizer(r, tokstr, id->vocab_size, tok);
+    if (r->status(r->ctx) != FG_OK) return;
+    fg_addition_config *ac = &id->addition;
+    *ac = fg_addition_default_config();
+    ac->n_digits = (int)r->i64(r->ctx, "addition.n_digits", 1, FG_ADD_MAX_DIGITS);
+    ac->answer_only = (int)r->i64(r->ctx, "addition.answer_only", 0, 1);
+    ac->val_fraction = r->f64(r->ctx, "addition.val_fraction", 0, 0.5, 0);
+    ac->split_seed = r->u64(r->ctx, "addition.split_seed");
+    if (r->status(r->ctx) != FG_OK) return;
+    fg_addition *task = fg_addition_create(ac);
+    char *want = task ? fg_tokenizer_serialize(fg_addition_tokenizer(task)) : NULL;
+    if (!task)
+        fg_meta_fail(r, "the metadata describes no valid addition task: %s", fg_last_error());
+    else if (!want)
+        r->fail_status(r->ctx, fg_last_status());
+    else if (strcmp(want, tokstr))
+        fg_meta_fail(r, "the tokenizer is not the addition task's");
+    else if (id->block_size < fg_addition_block_size(task))
+        fg_meta_fail(r, "block_size %d is shorter than the addition task's sequences (%d)", id->block_size,
+                     fg_addition_block_size(task));
+    free(want);
+    fg_addition_free(task);
+}
+/* The same problems and split again: nothing to find on disk. */
+static fg_source *add_reopen(const fg_source_identity *id, const fg_tokenizer *tok, const char *given) {
+    (void)tok;
+    (void)given;
+    return fg_source_addition(&id->addition);
+}
+static int add_kept(const fg_source_identity *id, const char *flag, int64_t *v) {
+    if (!strcmp(flag, "--digits")) *v = id->addition.n_digits;
+    else if (!strcmp(flag, "--answer-only")) *v = id->addition.answer_only;
+    else return 0;
+    return 1;
+}
+static void add_print(const fg_source *d, char *out, size_t n) {
+    const fg_addition_config *ac = fg_addition_get_config(d->add);
+    snprintf(out, n, "addition task, %d-digit operands (%.0f%% of pairs held out; loss %s, optimum %.4f)",
+             ac->n_digits, 100 * ac->val_fraction, ac->answer_only ? "on the answers only" : "on every token",
+             fg_addition_optimal_loss(d->add));
+}
+
+static const char *const add_flags[] = {"--task", "--digits", "--eval-problems", "--answer-only", NULL};
+const fg_source_ops fg_addition_source_ops = {.tokenizer = add_tokenizer,
+                                              .vocab_size = add_vocab_size,
+                                              .fixed_block = add_fixed_block,
+                                              .batch = add_batch,
+                                              .optimal_loss = add_optimal_loss,
+                                              .free_data = add_free,
+                                              .describe = add_describe,
+                                              .kind = FG_SOURCE_ADDITION,
+                                              .what = "the addition task",
+                                              .data_flag = NULL,
+                                              .flags = add_flags,
+                                              .exact_match = 1,
+                                              .read = add_read,
+                                              .reopen = add_reopen,
+                                              .kept = add_kept,
+                                              .print = add_print};
 
 fg_source *fg_source_addition(const fg_addition_config *c) {
     fg_source *d = calloc(1, sizeof *d);
@@ -319,7 +375,7 @@ fg_source *fg_source_addition(const fg_addition_config *c) {
         fg_error(FG_ERR_OOM, "data: out of memory");
         return NULL;
     }
-    d->ops = &addition_source_ops;
+    d->ops = &fg_addition_source_ops;
     d->kind = FG_SOURCE_ADDITION;
     d->add = fg_addition_create(c);
     if (!d->add) {

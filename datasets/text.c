@@ -263,12 +263,6 @@ static fg_status text_describe(const fg_source *d, const fg_meta_writer *w) {
     return st;
 }
 
-static const fg_source_ops text_source_ops = {.tokenizer = text_tokenizer,
-                                              .vocab_size = text_vocab_size,
-                                              .batch = text_batch,
-                                              .free_data = text_free_data,
-                                              .describe = text_describe};
-
 /* Text files (or FIFOs/pipes) up to FG_TEXT_MAX_BYTES: the whole file is tokenized in memory. */
 fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
     void *buf = NULL;
@@ -285,7 +279,7 @@ fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
         fg_error(FG_ERR_OOM, "data: out of memory");
         return NULL;
     }
-    d->ops = &text_source_ops;
+    d->ops = &fg_text_source_ops;
     d->kind = FG_SOURCE_TEXT;
     d->file_hash = fg_xxh64(buf, n, 0);
     d->val_fraction = opt->val_fraction;
@@ -301,8 +295,11 @@ fg_source *fg_source_text(const char *path, const fg_text_options *opt) {
     return d;
 }
 
-fg_source *fg_source_text_reopen(const char *path, const char *what, uint64_t hash, const fg_text_options *opt,
-                                 char *why, size_t n) {
+/* The text file at path again, when its contents still hash to `hash` (XXH64 of its bytes), read as
+ * fg_source_text reads it; else NULL and why not into why[0 .. n): one line naming path followed by
+ * `what` (how the path was found). A FIFO or device is refused unread. */
+static fg_source *text_reopen_one(const char *path, const char *what, uint64_t hash, const fg_text_options *opt,
+                                  char *why, size_t n) {
     /* the contents first (a changed file may not even tokenize), then the dataset */
     uint64_t h = 0;
     int fd = -1;
@@ -340,3 +337,77 @@ fg_source *fg_source_text_reopen(const char *path, const char *what, uint64_t ha
     fg_source_free(s);
     return NULL;
 }
+
+/* The file as given, else the path recorded (from the current folder when relative), then the
+ * absolute one recorded beside it; a candidate counts only if its contents hash to the recorded
+ * XXH64. Tokenized with the checkpoint's tokenizer and split as it was. */
+static fg_source *text_reopen(const fg_source_identity *id, const fg_tokenizer *tok, const char *given) {
+    fg_text_options to = fg_text_default_options(id->block_size);
+    to.tokenizer = tok;
+    to.val_fraction = id->val_fraction;
+    const char *cand[2];
+    const char *what[2];
+    int n = 0;
+    if (given) {
+        cand[n] = given;
+        what[n++] = "";
+    } else {
+        cand[n] = id->path;
+        what[n++] = id->path[0] == '/' ? " (the path recorded in the checkpoint)"
+                                       : " (the path recorded in the checkpoint, from the current folder)";
+        if (id->path_abs[0] && strcmp(id->path_abs, id->path)) {
+            cand[n] = id->path_abs;
+            what[n++] = " (the absolute path recorded in the checkpoint)";
+        }
+    }
+    char why[2][1400];
+    for (int i = 0; i < n; i++) {
+        fg_source *s = text_reopen_one(cand[i], what[i], id->file_hash, &to, why[i], sizeof why[i]);
+        if (s) return s;
+    }
+    if (n == 1)
+        fg_error(FG_ERR_IO, "%s", why[0]);
+    else
+        fg_error(FG_ERR_IO, "the text file recorded in the checkpoint cannot be used: tried %s; and %s", why[0],
+                 why[1]);
+    return NULL;
+}
+
+/* What text_describe wrote, back. */
+static void text_read(const fg_meta_reader *r, const char *tokstr, fg_source_identity *id, fg_tokenizer **tok) {
+    fg_meta_read_tokenizer(r, tokstr, id->vocab_size, tok);
+    if (r->status(r->ctx) != FG_OK) return;
+    r->path(r->ctx, "text.path", id->path, sizeof id->path, 0);
+    r->path(r->ctx, "text.path_abs", id->path_abs, sizeof id->path_abs, 1);
+    id->file_hash = r->hex(r->ctx, "text.xxh64");
+    id->val_fraction = r->f64(r->ctx, "text.val_fraction", 0, 0.5, 0);
+}
+
+static fg_status text_check_read_back(const fg_source *d, const fg_source_identity *id) {
+    if (strcmp(id->path, d->path))
+        return fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", d->path, id->path);
+    return FG_OK;
+}
+
+static void text_print(const fg_source *d, char *out, size_t n) {
+    const fg_tok_kind k = fg_tokenizer_kind(fg_text_tokenizer(d->text));
+    snprintf(out, n, "%s: %zu tokens (%zu train, %zu val), %s tokenizer", d->path, fg_text_num_tokens(d->text),
+             fg_text_split_tokens(d->text, FG_SPLIT_TRAIN), fg_text_split_tokens(d->text, FG_SPLIT_VAL),
+             k == FG_TOK_BYTE ? "byte-level" : k == FG_TOK_BPE ? "BPE" : "character-level");
+}
+
+static const char *const text_flags[] = {"--data", NULL};
+const fg_source_ops fg_text_source_ops = {.tokenizer = text_tokenizer,
+                                          .vocab_size = text_vocab_size,
+                                          .batch = text_batch,
+                                          .free_data = text_free_data,
+                                          .describe = text_describe,
+                                          .kind = FG_SOURCE_TEXT,
+                                          .what = "a text file",
+                                          .data_flag = "--data",
+                                          .data_noun = "the file",
+                                          .flags = text_flags,
+                                          .read = text_read,
+                                          .reopen = text_reopen,
+                                          .check_read_back = text_check_read_back,
+                                          .print = text_print};

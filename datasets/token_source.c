@@ -103,11 +103,6 @@ static fg_status tokens_describe(const fg_source *d, const fg_meta_writer *w) {
     return st;
 }
 
-static const fg_source_ops tokens_source_ops = {.tokenizer = tokens_tokenizer,
-                                                .vocab_size = tokens_vocab_size,
-                                                .batch = tokens_batch,
-                                                .free_data = tokens_free_data,
-                                                .describe = tokens_describe};
 
 static void set_identity(fg_source_file *id, const fg_token_file *f) {
     snprintf(id->path, sizeof id->path, "%s", fg_token_file_path(f));
@@ -173,7 +168,8 @@ static void abs_argument(const char *path, char *out, size_t n) {
     memcpy(out + a + 1, rest, r + 1);
 }
 
-void fg_source_tokens_describe(const fg_source *d, char *out, size_t n) {
+/* A shard set: the shard count and ids of each split and the total. */
+static void print_shards(const fg_source *d, char *out, size_t n) {
     const char *tok_desc = d->tok ? "meta.pkl's character-level tokenizer" : "no tokenizer";
     int llmc = 0, nano = 0;
     uint64_t ids[FG_SPLIT_COUNT] = {0, 0};
@@ -210,7 +206,7 @@ fg_source *fg_source_tokens(const char *path, const char *val_path, int vocab_si
         fg_error(FG_ERR_OOM, "--data-bin: out of memory");
         return NULL;
     }
-    d->ops = &tokens_source_ops;
+    d->ops = &fg_tokens_source_ops;
     d->kind = FG_SOURCE_TOKENS;
     d->tokens = val_path ? fg_token_data_open_files(NULL, path, val_path[0] ? val_path : NULL, vocab_size, block_size)
                          : fg_token_data_open(path, vocab_size, block_size);
@@ -261,7 +257,7 @@ fg_status fg_source_tokens_set_tokenizer(fg_source *d, const fg_tokenizer *tok) 
 /* ---- matching the data a checkpoint recorded ---- */
 
 /* Empty when src holds the files recorded, else why not (into why[0..n)). */
-static void files_mismatch(const fg_source_tokens_record *in, const fg_source *src, char *why, size_t n) {
+static void files_mismatch(const fg_source_identity *in, const fg_source *src, char *why, size_t n) {
     why[0] = '\0';
     for (int k = 0; k < FG_SPLIT_COUNT; k++) {
         const fg_source_file *want = &in->files[k], *have = &src->files[k];
@@ -321,7 +317,7 @@ static int find_contents(const fg_source_shard *b, int nb, const fg_source_shard
 /* Empty when src's lists hold the shards recorded, in their order (their names may
  * differ: the data is the same), else the first difference (into why[0..n)): the same shards in
  * another order; else, by name, a shard missing, one added, or one changed. */
-static void shards_mismatch(const fg_source_tokens_record *in, const fg_source *src, char *why, size_t n) {
+static void shards_mismatch(const fg_source_identity *in, const fg_source *src, char *why, size_t n) {
     why[0] = '\0';
     for (int s = 0; s < FG_SPLIT_COUNT; s++) {
         const fg_source_shard *a = in->shards[s], *b = src->shards[s];
@@ -380,9 +376,285 @@ static void shards_mismatch(const fg_source_tokens_record *in, const fg_source *
     }
 }
 
-void fg_source_tokens_mismatch(const fg_source *d, const fg_source_tokens_record *rec, char *why, size_t n) {
+/* Empty when token source d holds the data rec records (the same contents, shard for shard in the
+ * same order; their names may differ), else the first difference, one line, into why[0 .. n). */
+static void tokens_mismatch(const fg_source *d, const fg_source_identity *rec, char *why, size_t n) {
     if (rec->sharded || d->sharded)
         shards_mismatch(rec, d, why, n);
     else
         files_mismatch(rec, d, why, n);
 }
+
+/* ---- reading back what tokens_describe wrote ---- */
+
+/* One token file's identity under keys (fg_tokens_file_keys[split]). */
+static void read_file(const fg_meta_reader *r, const char *const keys[5], fg_source_file *id) {
+    r->path(r->ctx, keys[0], id->path, sizeof id->path, 0);
+    r->path(r->ctx, keys[1], id->path_abs, sizeof id->path_abs, 1);
+    id->hash = r->hex(r->ctx, keys[2]);
+    int fmt = r->name(r->ctx, keys[3], fg_tokfile_format_names, 2);
+    id->format = fmt < 0 ? FG_TOKFILE_NANOGPT : (fg_token_format)fmt;
+    id->count = (uint64_t)r->i64(r->ctx, keys[4], 1, INT64_MAX / 2);
+}
+
+/* Shard i of split `split`'s list: "<xxh64> <format> <ids> <path>" (16 lowercase hex digits, a
+ * format name, canonical decimal in 1 .. INT64_MAX/2, a stored path). */
+static void read_shard(const fg_meta_reader *r, int split, int i, fg_source_shard *id) {
+    if (r->status(r->ctx) != FG_OK) return;
+    char key[64], num[24], path[4096];
+    snprintf(key, sizeof key, "%s%d", fg_shard_key_prefix[split], i);
+    const char *v = r->lookup(r->ctx, key), *p = v;
+    if (!v) {
+        fg_meta_fail(r, "the metadata has no '%s' (an incomplete or foreign checkpoint)", key);
+        return;
+    }
+    int ok = 1;
+    uint64_t h = 0;
+    for (int k = 0; k < 16 && ok; k++, p++) {
+        if (*p >= '0' && *p <= '9')
+            h = h << 4 | (uint64_t)(*p - '0');
+        else if (*p >= 'a' && *p <= 'f')
+            h = h << 4 | (uint64_t)(*p - 'a' + 10);
+        else
+            ok = 0;
+    }
+    ok = ok && *p++ == ' ';
+    int fmt = -1;
+    for (int f = 0; ok && f < 2 && fmt < 0; f++) {
+        const size_t n = strlen(fg_tokfile_format_names[f]);
+        if (!strncmp(p, fg_tokfile_format_names[f], n) && p[n] == ' ') {
+            fmt = f;
+            p += n + 1;
+        }
+    }
+    ok = ok && fmt >= 0;
+    const char *sp = ok ? strchr(p, ' ') : NULL;
+    int64_t count = 0;
+    ok = ok && sp && (size_t)(sp - p) < sizeof num;
+    if (ok) {
+        snprintf(num, sizeof num, "%.*s", (int)(sp - p), p);
+        ok = r->parse_i64(num, &count) && count >= 1 && count <= INT64_MAX / 2;
+    }
+    ok = ok && r->unescape_path(sp + 1, path, sizeof path) && path[0];
+    if (!ok) {
+        fg_meta_fail(r,
+                     "metadata '%s' = '%.80s' is not a shard as flashgrad records it ('<xxh64> <nanogpt|llmc> <ids> "
+                     "<path>')",
+                     key, v);
+        return;
+    }
+    if (!(id->path = strdup(path))) {
+        r->fail_status(r->ctx, fg_error(FG_ERR_OOM, "checkpoint: out of memory"));
+        return;
+    }
+    id->hash = h;
+    id->format = (fg_token_format)fmt;
+    id->count = (uint64_t)count;
+}
+
+/* A shard set's record into id (its lists owned by id, also on error). */
+static void read_shard_set(const fg_meta_reader *r, fg_source_identity *id) {
+    id->sharded = 1;
+    r->path(r->ctx, "tokens.source", id->path, sizeof id->path, 0);
+    r->path(r->ctx, "tokens.source_abs", id->path_abs, sizeof id->path_abs, 1);
+    int n[2];
+    n[0] = (int)r->i64(r->ctx, "tokens.train.shards", 1, FG_TOKEN_MAX_SHARDS);
+    const int val = r->name(r->ctx, "tokens.val", fg_shards_val_names, 2);
+    n[1] = val == 0 ? (int)r->i64(r->ctx, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS) : 0;
+    for (int s = 0; s < 2 && r->status(r->ctx) == FG_OK; s++) {
+        if (!n[s]) continue;
+        if (!(id->shards[s] = calloc((size_t)n[s], sizeof *id->shards[s]))) {
+            r->fail_status(r->ctx, fg_error(FG_ERR_OOM, "checkpoint: out of memory"));
+            return;
+        }
+        id->n_shards[s] = n[s];
+        for (int i = 0; i < n[s]; i++) read_shard(r, s, i, &id->shards[s][i]);
+        r->indexed(r->ctx, fg_shard_key_prefix[s], n[s]);
+    }
+}
+
+/* The lists of a run on a file or a pair of files: its files[]. */
+static void files_as_lists(const fg_meta_reader *r, fg_source_identity *id) {
+    for (int s = 0; s < FG_SPLIT_COUNT && r->status(r->ctx) == FG_OK; s++) {
+        if (!id->files[s].path[0]) continue;
+        fg_source_shard *sh = id->shards[s] = calloc(1, sizeof *sh);
+        if (!sh || !(sh->path = strdup(id->files[s].path))) {
+            r->fail_status(r->ctx, fg_error(FG_ERR_OOM, "checkpoint: out of memory"));
+            return;
+        }
+        id->n_shards[s] = 1;
+        sh->hash = id->files[s].hash;
+        sh->format = id->files[s].format;
+        sh->count = id->files[s].count;
+    }
+}
+
+/* The tokenizer: FG_TOKENIZER_NONE (token ids of a vocabulary of uint16 ids), or the character
+ * tokenizer of a meta.pkl or the BPE tokenizer of the ids; then the files or the shard set, each
+ * split long enough for one window of block_size + 1. */
+static void tokens_read(const fg_meta_reader *r, const char *tokstr, fg_source_identity *id, fg_tokenizer **tok) {
+    if (strcmp(tokstr, FG_TOKENIZER_NONE)) {
+        *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
+        if (!*tok)
+            fg_meta_fail(r, "bad tokenizer: %s", fg_last_error());
+        else if (fg_tokenizer_kind(*tok) == FG_TOK_BYTE || fg_tokenizer_vocab_size(*tok) != id->vocab_size)
+            fg_meta_fail(r,
+                         "metadata 'tokenizer' = '%.40s'; a model trained on token files has '%s' there, the "
+                         "character tokenizer of its meta.pkl or the BPE tokenizer of its ids (vocab_size %d tokens)",
+                         tokstr, FG_TOKENIZER_NONE, id->vocab_size);
+    } else if (id->vocab_size > FG_TOKEN_MAX_VOCAB) {
+        fg_meta_fail(r, "vocab_size %d is larger than token files hold (%d, uint16 ids)", id->vocab_size,
+                     FG_TOKEN_MAX_VOCAB);
+    }
+    if (r->status(r->ctx) != FG_OK) return;
+    int val;
+    if (r->lookup(r->ctx, "tokens.train.shards")) { /* a shard set */
+        read_shard_set(r, id);
+        val = id->n_shards[FG_SPLIT_VAL] ? 0 : 1;
+    } else {
+        read_file(r, fg_tokens_file_keys[FG_SPLIT_TRAIN], &id->files[FG_SPLIT_TRAIN]);
+        val = r->name(r->ctx, "tokens.val", fg_tokens_val_names, 2);
+        if (val == 0) read_file(r, fg_tokens_file_keys[FG_SPLIT_VAL], &id->files[FG_SPLIT_VAL]);
+        files_as_lists(r, id);
+    }
+    if (r->status(r->ctx) != FG_OK) return;
+    /* the splits' sizes (tokens.h): each must hold one window of block_size + 1 */
+    uint64_t n_train = 0, n_val = 0;
+    for (int i = 0; i < id->n_shards[FG_SPLIT_TRAIN]; i++) n_train += id->shards[FG_SPLIT_TRAIN][i].count;
+    for (int i = 0; i < id->n_shards[FG_SPLIT_VAL]; i++) n_val += id->shards[FG_SPLIT_VAL][i].count;
+    if (val == 1) {
+        n_val = n_train / 10;
+        n_train -= n_val;
+    }
+    const uint64_t need = (uint64_t)id->block_size + 1;
+    if (n_train < need || n_val < need)
+        fg_meta_fail(r, "the token splits (train %llu, val %llu ids) are shorter than block_size + 1 = %llu",
+                     (unsigned long long)n_train, (unsigned long long)n_val, (unsigned long long)need);
+}
+
+/* ---- opening again the files a checkpoint recorded ---- */
+
+/* `given` (a --data-bin argument) alone, else the paths recorded (for a shard set: its folder or
+ * pattern, listed again) as written, then the absolute ones recorded beside them. Candidates count
+ * only if every file hashes to its recorded XXH64 (and the validation split is taken the same
+ * way), a shard set is the same shards in the same order, and the meta.pkl beside them gives the
+ * checkpoint's tokenizer (or there is none in both). */
+static fg_source *tokens_reopen(const fg_source_identity *id, const fg_tokenizer *tok, const char *given) {
+    const int V = id->vocab_size, T = id->block_size;
+    const fg_source_file *tr = &id->files[FG_SPLIT_TRAIN], *va = &id->files[FG_SPLIT_VAL];
+    char why[2][1600];
+    const char *what[2] = {"", ""};
+    int n = 0;
+    for (int i = 0; i < 2; i++) {
+        fg_source *s = NULL;
+        if (i == 0 && given) {
+            s = fg_source_tokens(given, NULL, V, T);
+        } else if (!given && id->sharded) { /* the folder or pattern, listed again */
+            const int abs = i == 1;
+            if (abs && (!id->path_abs[0] || !strcmp(id->path_abs, id->path))) break;
+            what[i] = abs ? " (the absolute folder or pattern recorded in the checkpoint)"
+                          : " (the folder or pattern recorded in the checkpoint)";
+            s = fg_source_tokens(abs ? id->path_abs : id->path, NULL, V, T);
+        } else if (!given) {
+            const int abs = i == 1;
+            if (abs && (!tr->path_abs[0] || (va->path[0] && !va->path_abs[0]) ||
+                        (!strcmp(tr->path_abs, tr->path) && !strcmp(va->path_abs, va->path))))
+                break;
+            what[i] =
+                abs ? " (the absolute paths recorded in the checkpoint)" : " (the paths recorded in the checkpoint)";
+            s = fg_source_tokens(abs ? tr->path_abs : tr->path, abs ? va->path_abs : va->path, V, T);
+        } else {
+            break;
+        }
+        n++;
+        if (!s) {
+            snprintf(why[i], sizeof why[i], "%s%s", fg_last_error(), what[i]);
+            continue;
+        }
+        char m[1400];
+        tokens_mismatch(s, id, m, sizeof m);
+        if (!m[0]) {
+            const fg_tokenizer *a = tok, *b = fg_source_tokenizer(s);
+            char *sa = a ? fg_tokenizer_serialize(a) : NULL, *sb = b ? fg_tokenizer_serialize(b) : NULL;
+            int same = (!a && !b) || (sa && sb && !strcmp(sa, sb));
+            free(sa);
+            free(sb);
+            if (same) return s;
+            snprintf(m, sizeof m, "%s", a ? (b ? "their meta.pkl differs from the checkpoint's tokenizer"
+                                               : "the checkpoint has a meta.pkl tokenizer and these files have none")
+                                          : "these files have a meta.pkl, and the checkpoint was trained without one");
+        }
+        snprintf(why[i], sizeof why[i], "%s%s", m, what[i]);
+        fg_source_free(s);
+    }
+    if (n == 1)
+        fg_error(FG_ERR_IO, "%s", why[0]);
+    else
+        fg_error(FG_ERR_IO, "the token files recorded in the checkpoint cannot be used: tried %s; and %s", why[0],
+                 why[1]);
+    return NULL;
+}
+
+static int tokens_kept(const fg_source_identity *id, const char *flag, int64_t *v) {
+    if (strcmp(flag, "--vocab-size")) return 0;
+    *v = id->vocab_size;
+    return 1;
+}
+
+/* Every path of d as the record read back from its description holds it. */
+static fg_status tokens_check_read_back(const fg_source *d, const fg_source_identity *id) {
+    for (int k = 0; k < FG_SPLIT_COUNT; k++)
+        if (strcmp(id->files[k].path, d->files[k].path))
+            return fg_error(FG_ERR_STATE, "checkpoint: the token file path '%s' would read back as '%s'",
+                            d->files[k].path, id->files[k].path);
+    if (!d->sharded) return FG_OK;
+    if (strcmp(id->path, d->path))
+        return fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", d->path, id->path);
+    for (int k = 0; k < FG_SPLIT_COUNT; k++)
+        for (int i = 0; i < d->n_shards[k]; i++)
+            if (i >= id->n_shards[k] || strcmp(id->shards[k][i].path, d->shards[k][i].path))
+                return fg_error(FG_ERR_STATE, "checkpoint: the token shard path '%s' would not read back",
+                                d->shards[k][i].path);
+    return FG_OK;
+}
+
+/* The format, the files or, for a shard set, the shard count and ids of each split and the total,
+ * and the tokenizer. */
+static void tokens_print(const fg_source *d, char *out, size_t n) {
+    if (d->sharded) {
+        print_shards(d, out, n);
+        return;
+    }
+    const fg_source_file *ft = &d->files[FG_SPLIT_TRAIN], *fv = &d->files[FG_SPLIT_VAL];
+    const char *fmt = ft->format == FG_TOKFILE_LLMC ? "llm.c" : "nanoGPT";
+    const char *tok_desc = !d->tok                                   ? "no tokenizer"
+                           : fg_tokenizer_kind(d->tok) == FG_TOK_BPE ? "the BPE tokenizer of --tokenizer"
+                                                                     : "meta.pkl's character-level tokenizer";
+    if (fv->path[0]) {
+        if (snprintf(out, n, "%s token files: %s (%" PRIu64 " ids, train), %s (%" PRIu64 " ids, val), %s", fmt,
+                     ft->path, ft->count, fv->path, fv->count, tok_desc) >= (int)n &&
+            n >= 4)
+            snprintf(out + n - 4, 4, "..."); /* two very long paths */
+    } else {
+        snprintf(out, n, "%s token file: %s (%" PRIu64 " ids: %zu train, the last %zu val), %s", fmt, ft->path,
+                 ft->count, fg_token_data_split_tokens(d->tokens, FG_SPLIT_TRAIN),
+                 fg_token_data_split_tokens(d->tokens, FG_SPLIT_VAL), tok_desc);
+    }
+}
+
+static const char *const tokens_flags[] = {"--data-bin", "--vocab-size", NULL};
+const fg_source_ops fg_tokens_source_ops = {.tokenizer = tokens_tokenizer,
+                                            .vocab_size = tokens_vocab_size,
+                                            .batch = tokens_batch,
+                                            .free_data = tokens_free_data,
+                                            .describe = tokens_describe,
+                                            .kind = FG_SOURCE_TOKENS,
+                                            .what = "token files",
+                                            .data_flag = "--data-bin",
+                                            .data_noun = "the files",
+                                            .flags = tokens_flags,
+                                            .read = tokens_read,
+                                            .reopen = tokens_reopen,
+                                            .kept = tokens_kept,
+                                            .check_read_back = tokens_check_read_back,
+                                            .print = tokens_print};

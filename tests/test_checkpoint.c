@@ -463,28 +463,28 @@ Test(checkpoint, resume_finds_the_data_by_its_absolute_path_from_another_folder)
     fg_ckpt *ck = fg_ckpt_open("../run", 1);
     cr_assert(ck, "%s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
-    cr_expect_str_eq(in->data_path, "sub/data.txt");
-    cr_expect_str_eq(in->data_path_abs, abs);
-    fg_source *back = fg_ckpt_text_source(ck, NULL);
+    cr_expect_str_eq(in->data.path, "sub/data.txt");
+    cr_expect_str_eq(in->data.path_abs, abs);
+    fg_source *back = fg_ckpt_source(ck, NULL);
     cr_expect(back && back->file_hash == s->file_hash, "not found by its absolute path: %s", fg_last_error());
     fg_source_free(back);
 
     /* the file moved: both recorded paths are named, and that they are the checkpoint's */
     cr_assert_eq(rename("../sub/data.txt", "../moved.txt"), 0);
-    back = fg_ckpt_text_source(ck, NULL);
+    back = fg_ckpt_source(ck, NULL);
     cr_expect_null(back);
     const char *msg = fg_last_error();
     cr_expect(strstr(msg, "recorded in the checkpoint") && strstr(msg, "'sub/data.txt'") && strstr(msg, abs),
               "the message does not show both recorded paths: %s", msg);
     fg_source_free(back);
     /* a path the user gives is used instead, if it holds the same bytes */
-    back = fg_ckpt_text_source(ck, "../moved.txt");
+    back = fg_ckpt_source(ck, "../moved.txt");
     cr_expect(back != NULL, "%s", fg_last_error());
     fg_source_free(back);
     const char *other_text = "Something else entirely, long enough for a block of eight in both splits,\n"
                              "something else entirely, long enough for a block of eight in both splits.\n";
     write_file("../changed.txt", other_text, strlen(other_text));
-    back = fg_ckpt_text_source(ck, "../changed.txt");
+    back = fg_ckpt_source(ck, "../changed.txt");
     cr_expect(!back && strstr(fg_last_error(), "is not the file the checkpoint trained on"), "%s", fg_last_error());
     fg_source_free(back);
     fg_ckpt_close(ck);
@@ -509,7 +509,7 @@ Test(checkpoint, check_savable_checks_everything_and_writes_nothing) {
     cr_assert_eq(fg_ckpt_save(run, tr), FG_OK, "%s", fg_last_error());
     fg_ckpt *ck = fg_ckpt_open(run, 1);
     cr_assert(ck, "%s", fg_last_error());
-    cr_expect_str_eq(fg_ckpt_get_info(ck)->data_path, data, "the raw bytes of the name did not survive");
+    cr_expect_str_eq(fg_ckpt_get_info(ck)->data.path, data, "the raw bytes of the name did not survive");
     fg_ckpt_close(ck);
     /* a folder whose file paths the system would refuse is found before any step */
     char deep[4200];

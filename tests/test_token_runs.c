@@ -422,23 +422,23 @@ Test(token_runs, checkpoint_records_the_token_files_and_reads_them_back) {
     fg_ckpt *ck = fg_ckpt_open("run", 1);
     cr_assert(ck, "%s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
-    cr_expect_eq(in->source, FG_SOURCE_TOKENS);
+    cr_expect_eq(in->data.kind, FG_SOURCE_TOKENS);
     cr_expect_null(in->tokenizer);
     cr_expect_eq(in->model.vocab_size, 256);
     for (int k = 0; k < FG_SPLIT_COUNT; k++) {
-        const fg_source_file *a = &s->files[k], *b = &in->files[k];
+        const fg_source_file *a = &s->files[k], *b = &in->data.files[k];
         cr_expect(!strcmp(a->path, b->path) && !strcmp(a->path_abs, b->path_abs) && a->hash == b->hash &&
                       a->count == b->count && a->format == b->format,
                   "split %d: the checkpoint records %s %s %016llx %llu, the source is %s %s %016llx %llu", k, b->path,
                   b->path_abs, (unsigned long long)b->hash, (unsigned long long)b->count, a->path, a->path_abs,
                   (unsigned long long)a->hash, (unsigned long long)a->count);
     }
-    fg_source *back = fg_ckpt_tokens_source(ck, NULL);
+    fg_source *back = fg_ckpt_source(ck, NULL);
     cr_expect(back && back->files[FG_SPLIT_VAL].hash == s->files[FG_SPLIT_VAL].hash, "%s", fg_last_error());
     fg_source_free(back);
     fg_clear_error();
-    cr_expect_null(fg_ckpt_text_source(ck, NULL), "a token checkpoint has no text file");
-    cr_expect_eq(fg_last_status(), FG_ERR_STATE);
+    cr_expect_null(fg_ckpt_source(ck, "no-such-tokens.bin"), "a path given is used alone, not the recorded ones");
+    cr_expect_eq(fg_last_status(), FG_ERR_IO);
     fg_ckpt_close(ck);
     fg_trainer_free(tr);
     fg_source_free(s);
@@ -686,23 +686,23 @@ Test(token_runs, shard_checkpoints_record_every_shard_and_are_read_strictly) {
     fg_ckpt *ck = fg_ckpt_open("good", 1);
     cr_assert(ck, "%s", fg_last_error());
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
-    cr_expect_eq(in->sharded, 1);
-    cr_expect_str_eq(in->shards_source, "fw/tiny_*.bin");
+    cr_expect_eq(in->data.sharded, 1);
+    cr_expect_str_eq(in->data.path, "fw/tiny_*.bin");
     char abs[PATH_MAX];
     cr_assert(realpath("fw", abs));
     strcat(abs, "/tiny_*.bin");
-    cr_expect_str_eq(in->shards_source_abs, abs);
+    cr_expect_str_eq(in->data.path_abs, abs);
     for (int k = 0; k < FG_SPLIT_COUNT; k++) {
-        cr_assert_eq(in->n_shards[k], s->n_shards[k]);
+        cr_assert_eq(in->data.n_shards[k], s->n_shards[k]);
         for (int i = 0; i < s->n_shards[k]; i++) {
-            const fg_source_shard *a = &s->shards[k][i], *b = &in->shards[k][i];
+            const fg_source_shard *a = &s->shards[k][i], *b = &in->data.shards[k][i];
             cr_expect(!strcmp(a->path, b->path) && a->hash == b->hash && a->count == b->count && a->format == b->format,
                       "split %d shard %d: recorded %s %016llx %llu, the source has %s %016llx %llu", k, i, b->path,
                       (unsigned long long)b->hash, (unsigned long long)b->count, a->path, (unsigned long long)a->hash,
                       (unsigned long long)a->count);
         }
     }
-    fg_source *back = fg_ckpt_tokens_source(ck, NULL);
+    fg_source *back = fg_ckpt_source(ck, NULL);
     cr_expect(back && back->sharded && back->n_shards[FG_SPLIT_TRAIN] == 6, "%s", fg_last_error());
     fg_source_free(back);
     fg_ckpt_close(ck);

@@ -405,8 +405,8 @@ Test(checkpoint, save_then_load_gives_identical_logits_and_the_tokenizer, .init 
     const fg_ckpt_info *in = fg_ckpt_get_info(ck);
     fg_gpt *g = fg_ckpt_load_model(ck);
     cr_assert(g, "%s", fg_last_error());
-    cr_expect(in->source == FG_SOURCE_TEXT && !strcmp(in->data_path, p) && in->data_hash == s->file_hash,
-              "the data description did not survive: %s", in->data_path);
+    cr_expect(in->data.kind == FG_SOURCE_TEXT && !strcmp(in->data.path, p) && in->data.file_hash == s->file_hash,
+              "the data description did not survive: %s", in->data.path);
     /* the tokenizer, through the metadata: same vocabulary, same encoding, text round trip */
     const fg_tokenizer *a = fg_source_tokenizer(s), *b = in->tokenizer;
     cr_assert_eq(fg_tokenizer_vocab_size(a), fg_tokenizer_vocab_size(b));

@@ -144,7 +144,10 @@ typedef struct {
     fg_status st;          /* the first error; later lookups do nothing */
     int nread;
     const char *read[96]; /* the keys looked up: the only keys the file may hold */
-    int nshard[2];        /* and "tokens.train.shard.K" / "tokens.val.shard.K" for K below these */
+    /* and the keys ix_prefix[i] + K for K below ix_n[i] (a source's numbered keys) */
+    int nix;
+    const char *ix_prefix[4];
+    int ix_n[4];
 } meta_rd;
 
 static void m_fail(meta_rd *r, const char *fmt, ...)
@@ -310,13 +313,12 @@ static void m_path(meta_rd *r, const char *key, char *out, size_t cap, int may_b
         m_fail(r, "metadata '%s' is empty", key);
 }
 
-/* The per-shard keys of a shard set's list: "tokens.<split>.shard.K", K in canonical decimal below the
- * count the reader read for that split (it read each of them). */
-static int shard_key_read(const meta_rd *r, const char *k) {
-    for (int s = 0; s < 2; s++) {
-        const size_t n = strlen(fg_shard_key_prefix[s]);
+/* A numbered key a source read: a prefix it named and K in canonical decimal below its count. */
+static int indexed_key_read(const meta_rd *r, const char *k) {
+    for (int s = 0; s < r->nix; s++) {
+        const size_t n = strlen(r->ix_prefix[s]);
         int64_t i;
-        if (!strncmp(k, fg_shard_key_prefix[s], n) && parse_i64(k + n, &i) && i >= 0 && i < r->nshard[s]) return 1;
+        if (!strncmp(k, r->ix_prefix[s], n) && parse_i64(k + n, &i) && i >= 0 && i < r->ix_n[s]) return 1;
     }
     return 0;
 }
@@ -331,7 +333,7 @@ static void m_no_other_keys(meta_rd *r) {
             fg_st_metadata_at(r->f, i, &k, NULL);
         else
             fg_st_writer_metadata_at(r->w, i, &k, NULL);
-        int known = (r->f && !strcmp(k, FG_ST_CHECKSUM_KEY)) || shard_key_read(r, k);
+        int known = (r->f && !strcmp(k, FG_ST_CHECKSUM_KEY)) || indexed_key_read(r, k);
         for (int j = 0; j < r->nread && !known; j++) known = !strcmp(k, r->read[j]);
         if (!known) {
             m_fail(r, "metadata key '%.60s' is not one a flashgrad checkpoint (version %s) holds", k, CKPT_VERSION);
@@ -369,116 +371,47 @@ static void m_kind(meta_rd *r, const char *want) {
     }
 }
 
-/* The tokenizer of a model trained on token ids: none is known (sample decodes with --tokenizer). */
-#define TOKENIZER_NONE "none"
-
-/* One token file's identity under prefix ("tokens.train" / "tokens.val"). */
-static void m_token_file(meta_rd *r, const char *const keys[5], fg_source_file *id) {
-    m_path(r, keys[0], id->path, sizeof id->path, 0);
-    m_path(r, keys[1], id->path_abs, sizeof id->path_abs, 1);
-    id->hash = m_hex(r, keys[2]);
-    int fmt = m_enum(r, keys[3], fg_tokfile_format_names, 2);
-    id->format = fmt < 0 ? FG_TOKFILE_NANOGPT : (fg_token_format)fmt;
-    id->count = (uint64_t)m_int(r, keys[4], 1, INT64_MAX / 2);
+/* ---- the reader a source reads its identity through (datasets/source.h) ---- */
+static fg_status rd_status(void *ctx) { return ((meta_rd *)ctx)->st; }
+static void rd_fail(void *ctx, const char *msg) { m_fail(ctx, "%s", msg); }
+static void rd_fail_status(void *ctx, fg_status st) {
+    meta_rd *r = ctx;
+    if (r->st == FG_OK) r->st = st;
 }
-/* Shard i of split `split`'s list: "<xxh64> <format> <ids> <path>" (16 lowercase hex digits, a
- * format name, canonical decimal in 1 .. INT64_MAX/2, a stored path). */
-static void m_shard(meta_rd *r, int split, int i, fg_source_shard *id) {
-    if (r->st != FG_OK) return;
-    char key[64], num[24], path[4096];
-    snprintf(key, sizeof key, "%s%d", fg_shard_key_prefix[split], i);
-    const char *v = m_lookup(r, key), *p = v;
-    if (!v) {
-        m_fail(r, "the metadata has no '%s' (an incomplete or foreign checkpoint)", key);
-        return;
-    }
-    int ok = 1;
-    uint64_t h = 0;
-    for (int k = 0; k < 16 && ok; k++, p++) {
-        if (*p >= '0' && *p <= '9')
-            h = h << 4 | (uint64_t)(*p - '0');
-        else if (*p >= 'a' && *p <= 'f')
-            h = h << 4 | (uint64_t)(*p - 'a' + 10);
-        else
-            ok = 0;
-    }
-    ok = ok && *p++ == ' ';
-    int fmt = -1;
-    for (int f = 0; ok && f < 2 && fmt < 0; f++) {
-        const size_t n = strlen(fg_tokfile_format_names[f]);
-        if (!strncmp(p, fg_tokfile_format_names[f], n) && p[n] == ' ') {
-            fmt = f;
-            p += n + 1;
-        }
-    }
-    ok = ok && fmt >= 0;
-    const char *sp = ok ? strchr(p, ' ') : NULL;
-    int64_t count = 0;
-    ok = ok && sp && (size_t)(sp - p) < sizeof num;
-    if (ok) {
-        snprintf(num, sizeof num, "%.*s", (int)(sp - p), p);
-        ok = parse_i64(num, &count) && count >= 1 && count <= INT64_MAX / 2;
-    }
-    ok = ok && path_unescape(sp + 1, path, sizeof path) && path[0];
-    if (!ok) {
-        m_fail(r,
-               "metadata '%s' = '%.80s' is not a shard as flashgrad records it ('<xxh64> <nanogpt|llmc> <ids> "
-               "<path>')",
-               key, v);
-        return;
-    }
-    if (!(id->path = strdup(path))) {
-        r->st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
-        return;
-    }
-    id->hash = h;
-    id->format = (fg_token_format)fmt;
-    id->count = (uint64_t)count;
+static const char *rd_lookup(void *ctx, const char *key) { return m_lookup(ctx, key); }
+static const char *rd_need(void *ctx, const char *key) { return m_need(ctx, key); }
+static void rd_indexed(void *ctx, const char *prefix, int n) {
+    meta_rd *r = ctx;
+    FG_ASSERT(r->nix < (int)(sizeof r->ix_n / sizeof r->ix_n[0]), "meta_rd.ix_prefix is too small");
+    r->ix_prefix[r->nix] = prefix;
+    r->ix_n[r->nix++] = n;
 }
-
-/* A shard set's record into in (its lists owned by in, also on error). */
-static void m_shard_set(meta_rd *r, fg_ckpt_info *in) {
-    in->sharded = 1;
-    m_path(r, "tokens.source", in->shards_source, sizeof in->shards_source, 0);
-    m_path(r, "tokens.source_abs", in->shards_source_abs, sizeof in->shards_source_abs, 1);
-    int n[2];
-    n[0] = (int)m_int(r, "tokens.train.shards", 1, FG_TOKEN_MAX_SHARDS);
-    const int val = m_enum(r, "tokens.val", fg_shards_val_names, 2);
-    n[1] = val == 0 ? (int)m_int(r, "tokens.val.shards", 1, FG_TOKEN_MAX_SHARDS) : 0;
-    for (int s = 0; s < 2 && r->st == FG_OK; s++) {
-        if (!n[s]) continue;
-        if (!(in->shards[s] = calloc((size_t)n[s], sizeof *in->shards[s]))) {
-            r->st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
-            return;
-        }
-        in->n_shards[s] = n[s];
-        for (int i = 0; i < n[s]; i++) m_shard(r, s, i, &in->shards[s][i]);
-        r->nshard[s] = n[s];
-    }
+static int64_t rd_i64(void *ctx, const char *key, int64_t lo, int64_t hi) { return m_int(ctx, key, lo, hi); }
+static uint64_t rd_u64(void *ctx, const char *key) { return m_u64(ctx, key); }
+static uint64_t rd_hex(void *ctx, const char *key) { return m_hex(ctx, key); }
+static double rd_f64(void *ctx, const char *key, double lo, double hi, int hi_open) {
+    return m_f64(ctx, key, lo, hi, hi_open);
 }
-
-/* The lists of a run on a file or a pair of files: its files[]. */
-static void files_as_lists(meta_rd *r, fg_ckpt_info *in) {
-    for (int s = 0; s < FG_SPLIT_COUNT && r->st == FG_OK; s++) {
-        if (!in->files[s].path[0]) continue;
-        fg_source_shard *id = in->shards[s] = calloc(1, sizeof *id);
-        if (!id || !(id->path = strdup(in->files[s].path))) {
-            r->st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
-            return;
-        }
-        in->n_shards[s] = 1;
-        id->hash = in->files[s].hash;
-        id->format = in->files[s].format;
-        id->count = in->files[s].count;
-    }
+static int rd_name(void *ctx, const char *key, const char *const *names, int n) { return m_enum(ctx, key, names, n); }
+static void rd_path(void *ctx, const char *key, char *out, size_t cap, int may_be_empty) {
+    m_path(ctx, key, out, cap, may_be_empty);
 }
-
-static void info_free_shards(fg_ckpt_info *in) {
-    for (int s = 0; s < FG_SPLIT_COUNT; s++) {
-        fg_source_shards_free(in->shards[s], in->n_shards[s]);
-        in->shards[s] = NULL;
-        in->n_shards[s] = 0;
-    }
+static fg_meta_reader source_reader(meta_rd *r) {
+    return (fg_meta_reader){.ctx = r,
+                            .status = rd_status,
+                            .fail = rd_fail,
+                            .fail_status = rd_fail_status,
+                            .lookup = rd_lookup,
+                            .need = rd_need,
+                            .indexed = rd_indexed,
+                            .i64 = rd_i64,
+                            .u64 = rd_u64,
+                            .hex = rd_hex,
+                            .f64 = rd_f64,
+                            .name = rd_name,
+                            .path = rd_path,
+                            .parse_i64 = parse_i64,
+                            .unescape_path = path_unescape};
 }
 
 /* ---- the configuration's keys (ckpt_keys.h), read ----
@@ -544,89 +477,17 @@ static fg_status parse_model_meta(meta_rd *r, fg_ckpt_info *in, fg_tokenizer **t
     in->step = m_int(r, "step", 0, FG_TRAIN_STEPS_MAX);
     in->params_hash = m_hex(r, "params_xxh64");
     const char *tokstr = m_need(r, "tokenizer");
-    int data = m_enum(r, "data", fg_source_kind_names, 3);
+    const fg_meta_reader sr = source_reader(r);
+    const int data = fg_source_kind_read(&sr);
     if (r->st != FG_OK) return r->st;
     if (plan && fg_gpt_recompute_set(&in->model, plan) != FG_OK) m_fail(r, "bad 'recompute': %s", fg_last_error());
     if (fg_gpt_config_check(&in->model) != FG_OK)
         m_fail(r, "the metadata describes no valid model: %s", fg_last_error());
     if (r->st != FG_OK) return r->st;
-    if (data == FG_SOURCE_TOKENS && strcmp(tokstr, TOKENIZER_NONE)) {
-        /* token ids with nanoGPT's meta.pkl: its character tokenizer */
-        *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
-        if (!*tok)
-            m_fail(r, "bad tokenizer: %s", fg_last_error());
-        else if (fg_tokenizer_kind(*tok) == FG_TOK_BYTE || fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
-            m_fail(r,
-                   "metadata 'tokenizer' = '%.40s'; a model trained on token files has '%s' there, the character "
-                   "tokenizer of its meta.pkl or the BPE tokenizer of its ids (vocab_size %d tokens)",
-                   tokstr, TOKENIZER_NONE, in->model.vocab_size);
-    } else if (data == FG_SOURCE_TOKENS) { /* token ids: no tokenizer, a vocabulary of uint16 ids */
-        if (in->model.vocab_size > FG_TOKEN_MAX_VOCAB)
-            m_fail(r, "vocab_size %d is larger than token files hold (%d, uint16 ids)", in->model.vocab_size,
-                   FG_TOKEN_MAX_VOCAB);
-    } else {
-        *tok = fg_tokenizer_parse(tokstr, strlen(tokstr));
-        if (!*tok)
-            m_fail(r, "bad tokenizer: %s", fg_last_error());
-        else if (fg_tokenizer_vocab_size(*tok) != in->model.vocab_size)
-            m_fail(r, "the tokenizer has %d tokens but vocab_size is %d", fg_tokenizer_vocab_size(*tok),
-                   in->model.vocab_size);
-    }
+    /* the data: its kind reads its own keys, the tokenizer first */
+    fg_source_identity_read(&sr, data, tokstr, in->model.vocab_size, in->model.block_size, &in->data, tok);
     if (r->st != FG_OK) return r->st;
     in->tokenizer = *tok;
-    in->source = (fg_source_kind)data;
-    if (in->source == FG_SOURCE_TOKENS) {
-        memset(in->files, 0, sizeof in->files);
-        int val;
-        if (m_lookup(r, "tokens.train.shards")) { /* a shard set */
-            m_shard_set(r, in);
-            val = in->n_shards[FG_SPLIT_VAL] ? 0 : 1;
-        } else {
-            m_token_file(r, fg_tokens_file_keys[FG_SPLIT_TRAIN], &in->files[FG_SPLIT_TRAIN]);
-            val = m_enum(r, "tokens.val", fg_tokens_val_names, 2);
-            if (val == 0) m_token_file(r, fg_tokens_file_keys[FG_SPLIT_VAL], &in->files[FG_SPLIT_VAL]);
-            files_as_lists(r, in);
-        }
-        if (r->st != FG_OK) return r->st;
-        /* the splits' sizes (tokens.h): each must hold one window of block_size + 1 */
-        uint64_t n_train = 0, n_val = 0;
-        for (int i = 0; i < in->n_shards[FG_SPLIT_TRAIN]; i++) n_train += in->shards[FG_SPLIT_TRAIN][i].count;
-        for (int i = 0; i < in->n_shards[FG_SPLIT_VAL]; i++) n_val += in->shards[FG_SPLIT_VAL][i].count;
-        if (val == 1) {
-            n_val = n_train / 10;
-            n_train -= n_val;
-        }
-        const uint64_t need = (uint64_t)in->model.block_size + 1;
-        if (n_train < need || n_val < need)
-            m_fail(r, "the token splits (train %llu, val %llu ids) are shorter than block_size + 1 = %llu",
-                   (unsigned long long)n_train, (unsigned long long)n_val, (unsigned long long)need);
-    } else if (in->source == FG_SOURCE_ADDITION) {
-        in->addition = fg_addition_default_config();
-        in->addition.n_digits = (int)m_int(r, "addition.n_digits", 1, FG_ADD_MAX_DIGITS);
-        in->addition.answer_only = (int)m_int(r, "addition.answer_only", 0, 1);
-        in->addition.val_fraction = m_f64(r, "addition.val_fraction", 0, 0.5, 0);
-        in->addition.split_seed = m_u64(r, "addition.split_seed");
-        if (r->st != FG_OK) return r->st;
-        /* the task's own checks, and its tokenizer and sequence length against the model's */
-        fg_addition *task = fg_addition_create(&in->addition);
-        char *want = task ? fg_tokenizer_serialize(fg_addition_tokenizer(task)) : NULL;
-        if (!task)
-            m_fail(r, "the metadata describes no valid addition task: %s", fg_last_error());
-        else if (!want)
-            r->st = fg_last_status();
-        else if (strcmp(want, tokstr))
-            m_fail(r, "the tokenizer is not the addition task's");
-        else if (in->model.block_size < fg_addition_block_size(task))
-            m_fail(r, "block_size %d is shorter than the addition task's sequences (%d)", in->model.block_size,
-                   fg_addition_block_size(task));
-        free(want);
-        fg_addition_free(task);
-    } else {
-        m_path(r, "text.path", in->data_path, sizeof in->data_path, 0);
-        m_path(r, "text.path_abs", in->data_path_abs, sizeof in->data_path_abs, 1);
-        in->data_hash = m_hex(r, "text.xxh64");
-        in->val_fraction = m_f64(r, "text.val_fraction", 0, 0.5, 0);
-    }
     m_no_other_keys(r);
     return r->st;
 }
@@ -762,7 +623,7 @@ static fg_status build_writers(const fg_trainer *tr, ckpt_writers *cw) {
     const uint64_t phash = hp ? fg_xxh64(fg_data(hp), (size_t)fg_nbytes(hp), 0) : fg_ckpt_params_hash(g);
     const fg_st_dtype dt = fg_st_from_dtype(mc->dtype);
     /* token files have no tokenizer unless a meta.pkl or --tokenizer gave them one */
-    tokstr = !fg_source_tokenizer(src) ? strdup(TOKENIZER_NONE) : fg_tokenizer_serialize(fg_source_tokenizer(src));
+    tokstr = !fg_source_tokenizer(src) ? strdup(FG_TOKENIZER_NONE) : fg_tokenizer_serialize(fg_source_tokenizer(src));
     fg_st_writer *mw = cw->mw = fg_st_writer_new(), *ow = cw->ow = fg_st_writer_new();
     if (!tokstr || !mw || !ow) {
         st = fg_error(FG_ERR_OOM, "checkpoint: out of memory");
@@ -822,8 +683,6 @@ static fg_status save_paths(const char *dir, char mpath[4096], char opath[4096],
     if (st == FG_OK) st = join(ppath, 4096, dir, FG_CKPT_OPTIM_PREV_FILE);
     return st;
 }
-
-int fg_ckpt_header_has(const char *path, const char *key) { return fg_st_peek_metadata(path, key, NULL, 0); }
 
 /* 1 when the optimizer file at opath is the model file's own state (the same step and parameter
  * hash), as fg_ckpt_open would pair them. */
@@ -895,25 +754,10 @@ fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr) {
     uint64_t ph;
     meta_rd ro = {.w = cw.ow, .path = opath};
     CHECK(parse_optim_meta(&ro, &in.model, &t, &step, &ph, &adamw_t, &muon_t));
-    if (tr->data->kind == FG_SOURCE_TEXT && strcmp(in.data_path, tr->data->path))
-        st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path,
-                      in.data_path);
-    for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK && tr->data->kind == FG_SOURCE_TOKENS; k++)
-        if (strcmp(in.files[k].path, tr->data->files[k].path))
-            st = fg_error(FG_ERR_STATE, "checkpoint: the token file path '%s' would read back as '%s'",
-                          tr->data->files[k].path, in.files[k].path);
-    if (st == FG_OK && tr->data->kind == FG_SOURCE_TOKENS && tr->data->sharded) {
-        if (strcmp(in.shards_source, tr->data->path))
-            st = fg_error(FG_ERR_STATE, "checkpoint: the data path '%s' would read back as '%s'", tr->data->path,
-                          in.shards_source);
-        for (int k = 0; k < FG_SPLIT_COUNT && st == FG_OK; k++)
-            for (int i = 0; i < tr->data->n_shards[k] && st == FG_OK; i++)
-                if (i >= in.n_shards[k] || strcmp(in.shards[k][i].path, tr->data->shards[k][i].path))
-                    st = fg_error(FG_ERR_STATE, "checkpoint: the token shard path '%s' would not read back",
-                                  tr->data->shards[k][i].path);
-    }
+    /* the data's paths as they will read back */
+    st = fg_source_check_read_back(tr->data, &in.data);
 out:
-    info_free_shards(&in);
+    fg_source_identity_free(&in.data);
     writers_free(&cw);
     return st;
 }
@@ -1160,7 +1004,7 @@ void fg_ckpt_close(fg_ckpt *c) {
     fg_st_close(c->model);
     fg_st_close(c->optim);
     fg_tokenizer_free(c->tok);
-    info_free_shards(&c->info);
+    fg_source_identity_free(&c->info.data);
     free(c);
 }
 
@@ -1234,109 +1078,8 @@ fg_status fg_ckpt_restore(const fg_ckpt *c, fg_trainer *tr) {
     return FG_OK;
 }
 
-/* ---- the data of a text run ---- */
+/* ---- the data of the run ---- */
 
-fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given) {
-    const fg_ckpt_info *in = &c->info;
-    if (in->source != FG_SOURCE_TEXT) {
-        fg_error(FG_ERR_STATE, "%s: the checkpoint was not trained on a text file", c->model_path);
-        return NULL;
-    }
-    fg_text_options to = fg_text_default_options(in->model.block_size);
-    to.tokenizer = in->tokenizer;
-    to.val_fraction = in->val_fraction;
-    /* candidates: the given path alone, or the recorded one as written, then the absolute one */
-    const char *cand[2];
-    const char *what[2];
-    int n = 0;
-    if (given) {
-        cand[n] = given;
-        what[n++] = "";
-    } else {
-        cand[n] = in->data_path;
-        what[n++] = in->data_path[0] == '/' ? " (the path recorded in the checkpoint)"
-                                            : " (the path recorded in the checkpoint, from the current folder)";
-        if (in->data_path_abs[0] && strcmp(in->data_path_abs, in->data_path)) {
-            cand[n] = in->data_path_abs;
-            what[n++] = " (the absolute path recorded in the checkpoint)";
-        }
-    }
-    char why[2][1400];
-    for (int i = 0; i < n; i++) {
-        fg_source *s = fg_source_text_reopen(cand[i], what[i], in->data_hash, &to, why[i], sizeof why[i]);
-        if (s) return s;
-    }
-    if (n == 1)
-        fg_error(FG_ERR_IO, "%s", why[0]);
-    else
-        fg_error(FG_ERR_IO, "the text file recorded in the checkpoint cannot be used: tried %s; and %s", why[0],
-                 why[1]);
-    return NULL;
-}
-
-/* ---- the token files of a run on them ---- */
-
-fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given) {
-    const fg_ckpt_info *in = &c->info;
-    if (in->source != FG_SOURCE_TOKENS) {
-        fg_error(FG_ERR_STATE, "%s: the checkpoint was not trained on token files", c->model_path);
-        return NULL;
-    }
-    const int V = in->model.vocab_size, T = in->model.block_size;
-    const fg_source_file *tr = &in->files[FG_SPLIT_TRAIN], *va = &in->files[FG_SPLIT_VAL];
-    char why[2][1600];
-    const char *what[2] = {"", ""};
-    int n = 0;
-    /* candidates: the given path alone, or the recorded paths as written, then the absolute ones */
-    for (int i = 0; i < 2; i++) {
-        fg_source *s = NULL;
-        if (i == 0 && given) {
-            s = fg_source_tokens(given, NULL, V, T);
-        } else if (!given && in->sharded) { /* the folder or pattern, listed again */
-            const int abs = i == 1;
-            if (abs && (!in->shards_source_abs[0] || !strcmp(in->shards_source_abs, in->shards_source))) break;
-            what[i] = abs ? " (the absolute folder or pattern recorded in the checkpoint)"
-                          : " (the folder or pattern recorded in the checkpoint)";
-            s = fg_source_tokens(abs ? in->shards_source_abs : in->shards_source, NULL, V, T);
-        } else if (!given) {
-            const int abs = i == 1;
-            if (abs && (!tr->path_abs[0] || (va->path[0] && !va->path_abs[0]) ||
-                        (!strcmp(tr->path_abs, tr->path) && !strcmp(va->path_abs, va->path))))
-                break;
-            what[i] =
-                abs ? " (the absolute paths recorded in the checkpoint)" : " (the paths recorded in the checkpoint)";
-            s = fg_source_tokens(abs ? tr->path_abs : tr->path, abs ? va->path_abs : va->path, V, T);
-        } else {
-            break;
-        }
-        n++;
-        if (!s) {
-            snprintf(why[i], sizeof why[i], "%s%s", fg_last_error(), what[i]);
-            continue;
-        }
-        char m[1400];
-        const fg_source_tokens_record rec = {in->sharded, in->files, in->shards, in->n_shards};
-        fg_source_tokens_mismatch(s, &rec, m, sizeof m);
-        if (!m[0]) {
-            /* the meta.pkl beside them must give the checkpoint's tokenizer (or there is none in both) */
-            const fg_tokenizer *a = in->tokenizer, *b = fg_source_tokenizer(s);
-            char *sa = a ? fg_tokenizer_serialize(a) : NULL, *sb = b ? fg_tokenizer_serialize(b) : NULL;
-            int same = (!a && !b) || (sa && sb && !strcmp(sa, sb));
-            free(sa);
-            free(sb);
-            if (same) return s;
-            snprintf(m, sizeof m, "%s", a ? (b ? "their meta.pkl differs from the checkpoint's tokenizer"
-                                               : "the checkpoint has a meta.pkl tokenizer and these files have none")
-                                          : "these files have a meta.pkl, and the checkpoint was trained without one");
-        }
-        if (!m[0]) return s;
-        snprintf(why[i], sizeof why[i], "%s%s", m, what[i]);
-        fg_source_free(s);
-    }
-    if (n == 1)
-        fg_error(FG_ERR_IO, "%s", why[0]);
-    else
-        fg_error(FG_ERR_IO, "the token files recorded in the checkpoint cannot be used: tried %s; and %s", why[0],
-                 why[1]);
-    return NULL;
+fg_source *fg_ckpt_source(const fg_ckpt *c, const char *given) {
+    return fg_source_reopen(&c->info.data, c->info.tokenizer, given);
 }

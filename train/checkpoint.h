@@ -72,20 +72,9 @@ extern "C" {
 typedef struct {
     fg_gpt_config model;
     int64_t step;
-    fg_source_kind source;         /* what it trained on */
-    fg_addition_config addition;   /* the task's settings (addition) */
-    char data_path[4096];          /* the text file as given to train (text) */
-    char data_path_abs[4096];      /* its absolute path when train read it, or "" (text) */
-    uint64_t data_hash;            /* its XXH64 (text) */
-    double val_fraction;           /* text split */
-    fg_source_file files[FG_SPLIT_COUNT]; /* token files: train, val (path "": the train file's tail) */
-    /* token files, every split as a list in order (source.h): a file or a pair one each (from
-     * files[]; val none for the train file's tail); a shard set (sharded 1) its shards, and the
-     * folder or pattern it was given as and that pattern's absolute form */
-    int sharded;
-    char shards_source[4096], shards_source_abs[4096];
-    int n_shards[FG_SPLIT_COUNT];
-    fg_source_shard *shards[FG_SPLIT_COUNT]; /* owned by the checkpoint */
+    /* what it trained on, as its data's kind read it back (datasets/source.h); owned by the
+     * checkpoint */
+    fg_source_identity data;
     const fg_tokenizer *tokenizer;        /* owned by the checkpoint; NULL for token files (no tokenizer) */
     uint64_t params_hash;
     int has_train;         /* the optimizer file was read: train and moments are valid */
@@ -118,28 +107,16 @@ fg_status fg_ckpt_save(const char *dir, const fg_trainer *tr);
  * before its first step, so a checkpoint cannot fail for any reason but the disk later. */
 fg_status fg_ckpt_check_savable(const char *dir, const fg_trainer *tr);
 
-/* The text data of a checkpoint that trained on a text file, tokenized with its tokenizer and split
- * as it was. `given` (a path the user passed) is used alone when not NULL; otherwise the path
- * recorded in the checkpoint is tried as written (from the current folder when relative), then the
- * absolute path recorded beside it. A candidate counts only if its contents hash to the recorded
- * XXH64. NULL + an error naming every path tried and what was wrong with it (FG_ERR_IO), or
- * FG_ERR_STATE when the checkpoint did not train on text. Caller frees with fg_source_free. */
-fg_source *fg_ckpt_text_source(const fg_ckpt *c, const char *given);
-
-/* The token files of a checkpoint that trained on them (--data-bin), opened for its vocabulary and
- * block size. `given` (a --data-bin argument: a folder, a train file or a pattern, tokens.h) is used
- * alone when not NULL; otherwise the paths recorded in the checkpoint (for a shard set: its folder or
- * pattern, listed again) are tried as written (from the current folder when relative), then the
- * absolute ones recorded beside them. Candidates count only if every file hashes to its recorded
- * XXH64 (and the validation split is taken the same way); a shard set must be the same shards in the
- * same order, and the error names the first shard added, missing, changed or moved. NULL + an error
- * naming what was tried and what was wrong (FG_ERR_IO), or FG_ERR_STATE when the checkpoint did not
- * train on token files. Caller frees with fg_source_free. */
-fg_source *fg_ckpt_tokens_source(const fg_ckpt *c, const char *given);
-
-/* 1 when the safetensors file at `path` (a regular file, or a link to one) has `key` in its
- * header's metadata, read from the header alone ("fg_kind": a flashgrad checkpoint); else 0. */
-int fg_ckpt_header_has(const char *path, const char *key);
+/* The data the checkpoint trained on, opened again by its kind (fg_source_reopen): the addition
+ * task with its settings; a text file tokenized with the checkpoint's tokenizer and split as it
+ * was; token files (a file, a pair or a shard set) for its vocabulary and block size. `given` (a
+ * path the user passed: --data for text, --data-bin for token files) is used alone when not NULL;
+ * otherwise the paths recorded in the checkpoint are tried as written (from the current folder when
+ * relative), then the absolute ones recorded beside them. A candidate counts only if its contents
+ * hash to the recorded XXH64 (every file of it; a shard set must be the same shards in the same
+ * order, and the error names the first shard added, missing, changed or moved). NULL + an error
+ * naming every path tried and what was wrong with it (FG_ERR_IO). Caller frees with fg_source_free. */
+fg_source *fg_ckpt_source(const fg_ckpt *c, const char *given);
 
 /* XXH64 of a model's flat parameter buffer (the pairing check). */
 uint64_t fg_ckpt_params_hash(const fg_gpt *g);

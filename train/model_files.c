@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tensor/fileio.h"
+#include "tensor/safetensors.h"
 #include "train/model_files_internal.h"
 #include "train/run_folder.h"
 
@@ -56,7 +57,7 @@ float *fg__model_host_f32(const fg_gpt *g) {
 
 /* 1 when the safetensors file's header carries flashgrad's "fg_kind" (a checkpoint); reads only
  * the header. */
-static int st_is_flashgrad(const char *path) { return fg_ckpt_header_has(path, "fg_kind"); }
+static int st_is_flashgrad(const char *path) { return fg_st_peek_metadata(path, "fg_kind", NULL, 0); }
 
 static fg_model_file *flashgrad_load(const char *path) {
     fg_ckpt *c = fg_ckpt_open(path, 0);

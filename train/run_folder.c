@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tensor/fileio.h"
+#include "tensor/safetensors.h"
 #include "train/checkpoint.h"
 
 /* What a run keeps in its folder, the only entries ever moved or removed: its files, then the
@@ -257,13 +258,13 @@ static const char *foreign_why(const char *dir, const char *name, fg_folder_kind
         if (written)
             return S_ISREG(sb.st_mode) ? NULL : (snprintf(why, n, "which is not a regular file"), why);
         if (!strcmp(name, "model.safetensors"))
-            return S_ISREG(sb.st_mode) && fg_ckpt_header_has(p, "fg_export")
+            return S_ISREG(sb.st_mode) && fg_st_peek_metadata(p, "fg_export", NULL, 0)
                        ? NULL
                        : (snprintf(why, n, "which flashgrad's export did not write (no fg_export metadata)"), why);
         return snprintf(why, n, "which a Hugging Face export does not write"), why;
     }
     if (is_ckpt_file(name))
-        return is_file_or_link(&sb) && fg_ckpt_header_has(p, "fg_kind")
+        return is_file_or_link(&sb) && fg_st_peek_metadata(p, "fg_kind", NULL, 0)
                    ? NULL
                    : (snprintf(why, n, "which is not a flashgrad checkpoint file (no flashgrad metadata)"), why);
     if (fg_run_folder_is_temporary(name))
@@ -351,7 +352,7 @@ fg_status fg_run_folder_other_run(const fg_run_folder *rf, int overwrite, int64_
     int64_t step = 0;
     char what[512] = "", mp[4200];
     snprintf(mp, sizeof mp, "%s/%s", out, FG_CKPT_MODEL_FILE);
-    if (!overwrite && path_exists(out, FG_CKPT_MODEL_FILE) && !fg_ckpt_header_has(mp, "fg_kind"))
+    if (!overwrite && path_exists(out, FG_CKPT_MODEL_FILE) && !fg_st_peek_metadata(mp, "fg_kind", NULL, 0))
         return fg_error(FG_ERR_ARG,
                         "--out '%s' holds a model.safetensors that is not a flashgrad checkpoint (no flashgrad "
                         "metadata); choose another --out",
