@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const fg_source_kind_names[3] = {
+const char *const fg_source_kind_names[FG_SOURCE_KIND_COUNT] = {
     [FG_SOURCE_ADDITION] = "addition", [FG_SOURCE_TEXT] = "text", [FG_SOURCE_TOKENS] = "tokens"};
 const char *const fg_tokfile_format_names[2] = {[FG_TOKFILE_NANOGPT] = "nanogpt", [FG_TOKFILE_LLMC] = "llmc"};
 const char *const fg_tokens_val_names[2] = {"file", "train_tail"};

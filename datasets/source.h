@@ -1,10 +1,12 @@
 /* source.h — where training batches come from: one small interface over every dataset.
  *
  * A source is a dataset behind a table of functions (fg_source_ops), as a device is behind its
- * kernel table: the trainer, the checkpoints and the command line only call fg_source_*. Each
- * dataset implements the interface in its own file (the addition task in datasets/addition.c, text
- * files in datasets/text.c, pre-tokenized files in datasets/token_source.c) and fills the identity
- * fields the checkpoints record.
+ * kernel table: the checkpoints and the command line only call fg_source_*. Each dataset implements
+ * the interface in its own file (the addition task in datasets/addition.c, text files in
+ * datasets/text.c, pre-tokenized files in datasets/token_source.c), and its identity is its own
+ * business: it writes it (describe), reads it back from a checkpoint (read, into an
+ * fg_source_identity), opens the data again (reopen) and says how a run names it (print, what,
+ * the command-line flags it takes).
  *
  * Batch `index` of split s is a pure function of (the data, s, B, T, seed, index): it does not depend
  * on threads or on which batches were drawn before, so a resumed run draws what an uninterrupted
@@ -25,6 +27,7 @@ extern "C" {
 #endif
 
 typedef enum { FG_SOURCE_ADDITION = 0, FG_SOURCE_TEXT = 1, FG_SOURCE_TOKENS = 2 } fg_source_kind;
+#define FG_SOURCE_KIND_COUNT 3
 
 /* The identity of one token file, as the checkpoints record it. */
 typedef struct {
@@ -127,7 +130,7 @@ void fg_meta_read_tokenizer(const fg_meta_reader *r, const char *tokstr, int voc
 
 /* The names a source's identity is recorded under (its describe writes them; its read reads them
  * back). */
-extern const char *const fg_source_kind_names[3];   /* "data": by fg_source_kind */
+extern const char *const fg_source_kind_names[FG_SOURCE_KIND_COUNT]; /* "data": by fg_source_kind */
 extern const char *const fg_tokfile_format_names[2]; /* by fg_token_format */
 /* a file or pair's "tokens.val": the validation split is its own file, or the train file's last tenth */
 extern const char *const fg_tokens_val_names[2];
@@ -162,7 +165,7 @@ typedef struct {
     /* the command-line flag that names its data ("--data"), or NULL (it needs none) */
     const char *data_flag;
     const char *data_noun; /* what data_flag gives: "the file", "the files" */
-    /* the command-line flags only this kind takes, NULL-terminated (its data_flag first) */
+    /* the command-line flags only this kind takes, NULL-terminated (its data_flag first, when it has one) */
     const char *const *flags;
     /* 1 when its batches are problems with one right answer: a run reports held-out exact match */
     int exact_match;
@@ -184,7 +187,6 @@ typedef struct {
 } fg_source_ops;
 
 /* Every kind's table, by fg_source_kind (datasets/addition.c, text.c, token_source.c). */
-#define FG_SOURCE_KIND_COUNT 3
 extern const fg_source_ops fg_addition_source_ops, fg_text_source_ops, fg_tokens_source_ops;
 extern const fg_source_ops *const fg_source_kinds[FG_SOURCE_KIND_COUNT];
 /* The kind whose flags include command-line flag `flag`, or NULL. */
