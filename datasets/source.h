@@ -99,8 +99,6 @@ typedef struct {
     void (*fail_status)(void *ctx, fg_status st);
     /* the value under key, or NULL; does not count key as read */
     const char *(*lookup)(void *ctx, const char *key);
-    /* the value under key; NULL + an error naming key when there is none */
-    const char *(*need)(void *ctx, const char *key);
     /* the keys prefix + K, K in canonical decimal, 0 <= K < n, count as read */
     void (*indexed)(void *ctx, const char *prefix, int n);
     /* an integer in canonical decimal within [lo, hi] */

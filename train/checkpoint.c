@@ -379,7 +379,6 @@ static void rd_fail_status(void *ctx, fg_status st) {
     if (r->st == FG_OK) r->st = st;
 }
 static const char *rd_lookup(void *ctx, const char *key) { return m_lookup(ctx, key); }
-static const char *rd_need(void *ctx, const char *key) { return m_need(ctx, key); }
 static void rd_indexed(void *ctx, const char *prefix, int n) {
     meta_rd *r = ctx;
     FG_ASSERT(r->nix < (int)(sizeof r->ix_n / sizeof r->ix_n[0]), "meta_rd.ix_prefix is too small");
@@ -402,7 +401,6 @@ static fg_meta_reader source_reader(meta_rd *r) {
                             .fail = rd_fail,
                             .fail_status = rd_fail_status,
                             .lookup = rd_lookup,
-                            .need = rd_need,
                             .indexed = rd_indexed,
                             .i64 = rd_i64,
                             .u64 = rd_u64,
