@@ -1,6 +1,7 @@
 /* cmd_export.c — `flashgrad export`: a model handed to another program.
  *
- *   flashgrad export --ckpt SRC --to hf OUT_DIR        a Hugging Face folder (the class by the arch)
+ *   flashgrad export --ckpt SRC --to hf OUT_DIR        a Hugging Face folder (the class by the arch;
+ *                                                      --dtype float32|bfloat16|float16, --max-shard-size)
  *   flashgrad export --ckpt SRC --to llmc OUT.bin      an llm.c model file (--llmc-dtype float32|bfloat16)
  *
  * SRC is anything `sample --ckpt` takes (train/model_files.h): a flashgrad run folder or model file,
@@ -13,10 +14,11 @@
 #include <string.h>
 
 #include "train/model_files.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 
-enum { E_CKPT, E_TO, E_DTYPE, E_OVERWRITE, E_COUNT };
+enum { E_CKPT, E_TO, E_DTYPE, E_HF_DTYPE, E_SHARD, E_OVERWRITE, E_COUNT };
 
 int fg_cmd_export(int argc, char **argv) {
     fg_flag f[E_COUNT] = {
@@ -25,6 +27,11 @@ int fg_cmd_export(int argc, char **argv) {
         [E_TO] = {"--to", FG_FLAG_STR, "FORMAT", "hf (a folder for transformers) or llmc (llm.c's model file)"},
         [E_DTYPE] = {"--llmc-dtype", FG_FLAG_STR, "DT", "llmc: float32 (version 3) or bfloat16 (version 5)",
                      .s = "float32"},
+        [E_HF_DTYPE] = {"--dtype", FG_FLAG_STR, "DT", "hf: the weights' dtype, float32, bfloat16 or float16 (rounded to nearest even)",
+                        .s = "float32"},
+        [E_SHARD] = {"--max-shard-size", FG_FLAG_STR, "SIZE",
+                     "hf: split the weights over files of at most SIZE (B, KiB, MiB, GiB) with an index, as "
+                     "transformers' save_pretrained (default: one file)"},
         [E_OVERWRITE] = {"--overwrite", FG_FLAG_BOOL, NULL, "replace an existing export at OUT"},
     };
     /* OUT is the one positional argument: take it out before the flags are parsed */
@@ -52,7 +59,7 @@ int fg_cmd_export(int argc, char **argv) {
     }
     int rc = fg_flags_parse("export", f, E_COUNT, nrest, rest);
     if (rc == -1) {
-        fg_flags_help(stdout, "export", "--ckpt SRC --to hf|llmc OUT [--llmc-dtype float32|bfloat16] [--overwrite]", f,
+        fg_flags_help(stdout, "export", "--ckpt SRC --to hf|llmc OUT [--dtype DT] [--max-shard-size SIZE] [--llmc-dtype DT] [--overwrite]", f,
                       E_COUNT);
         return 0;
     }
@@ -75,12 +82,31 @@ int fg_cmd_export(int argc, char **argv) {
         fprintf(stderr, "flashgrad export: --llmc-dtype applies to --to llmc only\n");
         return 2;
     }
+    fg_hf_save_opts hf = {.dtype = FG_ST_F32};
+    if (!strcmp(f[E_HF_DTYPE].s, "bfloat16"))
+        hf.dtype = FG_ST_BF16;
+    else if (!strcmp(f[E_HF_DTYPE].s, "float16"))
+        hf.dtype = FG_ST_F16;
+    else if (strcmp(f[E_HF_DTYPE].s, "float32")) {
+        fprintf(stderr, "flashgrad export: --dtype: '%s' is not float32, bfloat16 or float16\n", f[E_HF_DTYPE].s);
+        return 2;
+    }
+    if (f[E_SHARD].given && fg_parse_size(f[E_SHARD].s, &hf.max_shard_bytes)) {
+        fprintf(stderr, "flashgrad export: --max-shard-size: '%s' is not a size (a positive number of B, KiB, MiB or GiB)\n",
+                f[E_SHARD].s);
+        return 2;
+    }
+    if ((f[E_HF_DTYPE].given || f[E_SHARD].given) && !to_hf) {
+        fprintf(stderr, "flashgrad export: %s applies to --to hf only (llm.c's file: --llmc-dtype)\n",
+                f[E_HF_DTYPE].given ? "--dtype" : "--max-shard-size");
+        return 2;
+    }
     fg_model_file *m = fg_model_file_load(f[E_CKPT].s);
     if (!m) {
         fprintf(stderr, "flashgrad export: %s\n", fg_last_error());
         return 1;
     }
-    fg_status st = to_hf ? fg_hf_save_with(m->model, m->tokenizer, out, (int)f[E_OVERWRITE].i)
+    fg_status st = to_hf ? fg_hf_save_with(m->model, m->tokenizer, out, (int)f[E_OVERWRITE].i, &hf)
                          : fg_llmc_save(m->model, out, version, (int)f[E_OVERWRITE].i);
     const fg_gpt_config *c = &m->model->cfg;
     int code = 0;
@@ -90,7 +116,8 @@ int fg_cmd_export(int argc, char **argv) {
     } else {
         fprintf(stderr, "flashgrad export: %s %s model (L %d, H %d, C %d, block %d, vocabulary %d) written to %s (%s)\n",
                 fg_model_format_name(m->format), fg_gpt_arch_name(c->arch), c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size, out,
-                to_hf ? "Hugging Face folder" : version == 3 ? "llm.c float32" : "llm.c bfloat16");
+                to_hf ? (hf.dtype == FG_ST_F32 ? "Hugging Face folder, float32" : hf.dtype == FG_ST_BF16 ? "Hugging Face folder, bfloat16" : "Hugging Face folder, float16")
+                : version == 3 ? "llm.c float32" : "llm.c bfloat16");
         const int bpe = m->tokenizer && fg_tokenizer_kind(m->tokenizer) == FG_TOK_BPE;
         if (m->tokenizer || m->format != FG_MODEL_FLASHGRAD)
             fprintf(stderr, "flashgrad export: %s\n",

@@ -4,18 +4,19 @@
 Run by tests/test_hf_arch.c:
   make DIR    writes random-weight LlamaForCausalLM and NanoChatForCausalLM folders DIR/hf<i> with
               save_pretrained (GQA and MQA, tied and untied heads, softcaps, biases, a scaled-down
-              SmolLM2-135M shape, sharded ones with model.safetensors.index.json, a bfloat16 one, one
-              whose config.json has transformers 4's top-level rope_theta), a batch of token ids
+              SmolLM2-135M shape, sharded ones with model.safetensors.index.json, a bfloat16 one, a float16
+              sharded one, one whose config.json has transformers 4's top-level rope_theta), a batch of token ids
               DIR/x<i>.npy and a prompt DIR/prompt<i>.txt ("3,1,4"). Every parameter, norm gains
               included, is drawn at random, so a swapped or misnamed tensor cannot hide.
   check DIR   after the C side loaded each folder, wrote its float32 logits DIR/fg_logits<i>.npy, its
               greedy continuation of the prompt DIR/fg_gen<i>.txt (`flashgrad sample --temperature 0`)
-              and exported it again to DIR/exp<i> (`export --to hf`):
+              and exported it again to DIR/exp<i> (`export --to hf` with DIR/exp_args<i>.txt's flags: the
+              original's dtype, and for a sharded original --max-shard-size):
               - flashgrad's logits equal transformers' (float32, eager attention) within 1e-5;
               - the greedy tokens equal generate(do_sample=False);
               - the export loads with from_pretrained with no missing, unexpected or mismatched keys,
-                has the original's tensor names, and every tensor's bytes equal the original's (the
-                bfloat16 folder: its values, exported as float32), and gives equal logits.
+                has the original's tensor names, and every tensor's bytes equal the original's, and
+                gives equal logits; a sharded export has an index naming each tensor's file.
   make_ft DIR, check_ft DIR   a random Llama and a random NanoChat with a byte vocabulary (256), and
               their exports after 50 steps of `flashgrad train --init-from` (tests/test_hf_arch.c runs
               them): each loads cleanly and its logits on DIR/ft_x.npy equal flashgrad's within 1e-5.
@@ -74,6 +75,11 @@ CONFIGS = [
           vocab_size=77, max_position_embeddings=24, rms_norm_eps=1e-5, tie_word_embeddings=True,
           final_logit_softcapping=30.0, rope_parameters={"rope_type": "default", "rope_theta": 50000.0}),
      2, 20, "40KB", torch.float32, False),
+    ("nanochat float16 weights", "nanochat",
+     dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=128,
+          vocab_size=100, max_position_embeddings=32, rms_norm_eps=1e-6, tie_word_embeddings=False,
+          final_logit_softcapping=15.0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+     2, 14, "20KB", torch.float16, False),
     ("nanochat MQA no softcap", "nanochat",
      dict(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, hidden_size=16, intermediate_size=64,
           vocab_size=40, max_position_embeddings=16, rms_norm_eps=1e-6, tie_word_embeddings=False,
@@ -125,6 +131,10 @@ def make(d):
         if shard and not os.path.exists(os.path.join(p, "model.safetensors.index.json")):
             print(f"save_pretrained did not shard hf{i}")
             return 1
+        args = {torch.float32: "", torch.bfloat16: "--dtype bfloat16", torch.float16: "--dtype float16"}[dtype]
+        if shard:  # transformers' "40KB" is 40000 bytes
+            args += f" --max-shard-size {int(float(shard[:-2]) * {'KB': 1e3, 'MB': 1e6}[shard[-2:]])}"
+        open(os.path.join(d, f"exp_args{i}.txt"), "w").write(args)
         V = kw["vocab_size"]
         x = torch.randint(0, V, (B, t), generator=torch.Generator().manual_seed(7 + i))
         np.save(os.path.join(d, f"x{i}.npy"), x.numpy().astype(np.float64))
@@ -186,9 +196,22 @@ def check(d):
             if f.endswith(".safetensors"):
                 with safe_open(os.path.join(src, f), "pt") as s:
                     names0 |= set(s.keys())
-        with safe_open(os.path.join(p, "model.safetensors"), "pt") as s:
-            names1 = set(s.keys())
-            t1 = {k: s.get_tensor(k) for k in names1}
+        t1, where = {}, {}
+        for f in sorted(os.listdir(p)):
+            if f.endswith(".safetensors"):
+                with safe_open(os.path.join(p, f), "pt") as s:
+                    for k in s.keys():
+                        t1[k], where[k] = s.get_tensor(k), f
+        names1 = set(t1)
+        idx = os.path.join(p, "model.safetensors.index.json")
+        if shard:
+            wm = json.load(open(idx))["weight_map"] if os.path.exists(idx) else None
+            if wm != where or len(set(where.values())) < 2:
+                print(f"  FAIL: exp{i} is not sharded with an index naming each tensor's file")
+                fails += 1
+        elif os.path.exists(idx) or set(where.values()) != {"model.safetensors"}:
+            print(f"  FAIL: exp{i} should be one model.safetensors")
+            fails += 1
         if names0 != names1:
             print(f"  FAIL: exp{i} tensor names differ: {sorted(names0 ^ names1)[:6]}")
             fails += 1
@@ -196,10 +219,8 @@ def check(d):
         for k in names0 & names1:
             a = sd0[k]
             b = t1[k]
-            if dtype == torch.float32:
-                same = a.dtype == b.dtype and a.shape == b.shape and a.numpy().tobytes() == b.numpy().tobytes()
-            else:  # bfloat16 in, float32 out: the same values
-                same = a.shape == b.shape and torch.equal(a.float(), b)
+            same = a.dtype == b.dtype and a.shape == b.shape and a.view(-1).view(torch.uint8).numpy().tobytes() == \
+                b.view(-1).view(torch.uint8).numpy().tobytes()
             if not same:
                 diff.append(k)
         if diff:
@@ -211,7 +232,7 @@ def check(d):
             fails += 1
         if not (bad or diff or e2 or names0 != names1):
             print(f"  exp{i} (hf -> flashgrad -> hf): no missing or unexpected keys, the same {len(names1)} names, "
-                  f"{'bytes' if dtype == torch.float32 else 'values (bfloat16 -> float32)'} bit for bit, equal logits")
+                  f"{str(dtype)[6:]} bytes bit for bit{', sharded' if shard else ''}, equal logits")
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: {len(CONFIGS)} models, worst float32 "
           f"logit error {worst:.3g}, {fails} failures")
     return 1 if fails else 0

@@ -8,7 +8,7 @@ NAME_grad0.npy (NAME_grad1.npy). The references:
              from float32 angles, so the tolerance is float32's), and the same formula in torch
              with float64 angles (flashgrad's)
   relu2:     F.relu(x) ** 2           swiglu: F.silu(a) * b           softcap: c * tanh(x / c)
-Exits 0 when every comparison holds, 1 otherwise, 77 when torch (or numpy) is missing."""
+Exits 0 when every comparison holds, 1 otherwise, 77 when torch (or numpy) is missing or older than 2.4."""
 import os
 import sys
 
@@ -18,6 +18,10 @@ try:
     import torch.nn.functional as F
 except ImportError as e:
     print(f"cannot run: {e} (set FG_TORCH_PYTHON to a python with torch)")
+    sys.exit(77)
+if not hasattr(F, "rms_norm"):  # Debian's python3-torch is 1.13
+    print(f"cannot run: torch {torch.__version__} has no torch.nn.functional.rms_norm (PyTorch >= 2.4; set "
+          "FG_TORCH_PYTHON to a newer one)")
     sys.exit(77)
 
 

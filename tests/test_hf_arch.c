@@ -1,7 +1,7 @@
 /* test_hf_arch.c — Llama and NanoChat Hugging Face folders in and out (train/model_files.h):
  * against transformers itself (tests/hf_arch_torch_check.py: logits, greedy decoding, the export
  * bit for bit, a fine-tune through `train --init-from` exported back) and, without Python, the
- * round trip through a folder and the refusals: a config.json key that asks for what flashgrad does
+ * round trip through a folder (float32, bfloat16 and float16, one file or shards) and the refusals: a config.json key that asks for what flashgrad does
  * not compute, and a model whose options its transformers class cannot express. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -13,6 +13,8 @@
 
 #include "autograd/autograd.h"
 #include "datasets/source.h"
+#include "tensor/bf16.h"
+#include "tensor/f16.h"
 #include "tensor/fileio.h"
 #include "tensor/npy.h"
 #include "tests/common.h"
@@ -136,7 +138,12 @@ Test(hf_arch, llama_and_nanochat_folders_match_transformers, .timeout = 900) {
         char *err = read_text(p);
         cr_assert_eq(st, 0, "hf%d: sample exited %d: %s", i, st, err);
         free(err);
-        snprintf(cmd, sizeof cmd, "%s export --ckpt %s/hf%d --to hf %s/exp%d 2>&1", fgt_bin(), dir, i, dir, i);
+        /* the export in the original's dtype and, for a sharded original, sharded too: the script's
+         * exp_args<i>.txt holds the flags */
+        snprintf(p, sizeof p, "%s/exp_args%d.txt", dir, i);
+        char *args = read_text(p);
+        snprintf(cmd, sizeof cmd, "%s export --ckpt %s/hf%d --to hf %s/exp%d %s 2>&1", fgt_bin(), dir, i, dir, i, args);
+        free(args);
         st = fgt_run_cmd(cmd, log, sizeof log);
         cr_assert_eq(st, 0, "hf%d: export exited %d:\n%s", i, st, log);
     }
@@ -317,6 +324,85 @@ Test(hf_arch, folders_round_trip_without_python) {
         }
     snprintf(out, sizeof out, "rm -rf '%s'", dir);
     if (system(out)) {}
+}
+
+/* The bytes of dir/name (caller frees). */
+static char *file_bytes(const char *dir, const char *name, size_t *n) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    void *b = NULL;
+    cr_assert_eq(fg_read_file(p, 0, &b, n), FG_OK, "%s", fg_last_error());
+    return b;
+}
+
+/* Half-precision and sharded exports: the weights come back rounded once (to nearest even), a
+ * second export of what was read writes the same bytes, every shard is in the index, and
+ * --overwrite replaces a sharded export (no shard left behind) but not a folder with a user's file. */
+Test(hf_arch, half_precision_and_sharded_exports_round_trip) {
+    char dir[256], a[300], b[600], cmd[600];
+    fgt_make_tmpdir(dir, sizeof dir, "/tmp/fg_hf_arch_half_XXXXXX");
+    fg_gpt_config c = fg_gpt_default_config();
+    fg_gpt_arch_preset(&c, FG_ARCH_NANOCHAT);
+    c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.n_embd = 32, c.block_size = 16, c.vocab_size = 40;
+    fg_gpt *g = fg_gpt_create(&c, 9);
+    cr_assert(g, "%s", fg_last_error());
+    const float *w0 = fg_data(g->params_flat);
+    const fg_st_dtype dts[2] = {FG_ST_BF16, FG_ST_F16};
+    for (int k = 0; k < 2; k++) {
+        const fg_hf_save_opts o = {.dtype = dts[k], .max_shard_bytes = 5000};
+        snprintf(a, sizeof a, "%s/a%d", dir, k);
+        snprintf(b, sizeof b, "%s/b%d", dir, k);
+        cr_assert_eq(fg_hf_save_with(g, NULL, a, 0, &o), FG_OK, "%s", fg_last_error());
+        fg_model_file *m = fg_model_file_load(a);
+        cr_assert(m, "%s", fg_last_error());
+        const float *w = fg_data(m->model->params_flat);
+        for (int64_t i = 0; i < g->num_elements; i++) {
+            const float want = dts[k] == FG_ST_BF16 ? fg_bf16_to_f32(fg_bf16_from_f32(w0[i])) : fg_f16_to_f32(fg_f16_from_f32(w0[i]));
+            cr_assert_eq(w[i], want, "element %lld: %a, expected %a", (long long)i, (double)w[i], (double)want);
+        }
+        cr_assert_eq(fg_hf_save_with(m->model, NULL, b, 0, &o), FG_OK, "%s", fg_last_error());
+        fg_model_file_free(m);
+        /* the index names files that exist, and the two exports' files are the same bytes */
+        size_t ni = 0;
+        char *index = file_bytes(a, "model.safetensors.index.json", &ni);
+        int shards = 0;
+        for (int s = 1; s < 100; s++) {
+            char name[64];
+            snprintf(name, sizeof name, "model-%05d-of-", s);
+            if (!strstr(index, name)) break;
+            shards++;
+        }
+        cr_assert_geq(shards, 3, "%d shards for a %lld-element model at 5000 bytes each", shards, (long long)g->num_elements);
+        for (int s = 1; s <= shards; s++) {
+            char name[64];
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s, shards);
+            size_t n1 = 0, n2 = 0;
+            char *x = file_bytes(a, name, &n1), *y = file_bytes(b, name, &n2);
+            cr_expect(n1 == n2 && !memcmp(x, y, n1), "%s differs between the export and its re-export", name);
+            free(x);
+            free(y);
+        }
+        free(index);
+    }
+    /* --overwrite: a sharded export by a single file, then nothing of the shards is left */
+    snprintf(a, sizeof a, "%s/a0", dir);
+    cr_assert_eq(fg_hf_save(g, a, 1), FG_OK, "%s", fg_last_error());
+    snprintf(b, sizeof b, "%s/model.safetensors.index.json", a);
+    cr_expect_neq(access(b, F_OK), 0, "the old index is still there");
+    snprintf(b, sizeof b, "%s/model-00001-of-00003.safetensors", a);
+    struct stat sb;
+    cr_expect_neq(stat(b, &sb), 0, "an old shard is still there");
+    /* a user's own shard-named file or note is not replaced */
+    const fg_hf_save_opts o = {.dtype = FG_ST_F32, .max_shard_bytes = 5000};
+    snprintf(a, sizeof a, "%s/a1", dir);
+    snprintf(b, sizeof b, "%s/notes.txt", a);
+    write_text(b, "mine");
+    cr_expect_eq(fg_hf_save_with(g, NULL, a, 1, &o), FG_ERR_ARG, "a folder with a user's file was replaced");
+    cr_expect_eq(access(b, F_OK), 0, "the user's file is gone");
+    cr_expect(strstr(fg_last_error(), "notes.txt"), "%s", fg_last_error());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+    fg_gpt_free(g);
 }
 
 /* Each key that asks for what flashgrad does not compute: the load fails with one line naming it. */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "tensor/bf16.h"
+#include "tensor/f16.h"
 #include "tensor/fileio.h"
 #include "tensor/json.h"
 #include "tensor/safetensors.h"
@@ -40,7 +41,7 @@ struct hf_arch {
     /* the first option of c the class cannot express, written into why (NULL: it can) */
     const char *(*cannot)(const hf_arch *a, const fg_gpt_config *c, char *why, size_t cap);
     /* config.json for g (caller frees); NULL when out of memory */
-    char *(*config_json)(const hf_arch *a, const fg_gpt *g);
+    char *(*config_json)(const hf_arch *a, const fg_gpt *g, const char *dtype);
     /* 1 for the kinds stored (in, out), Conv1D's layout; NULL: none */
     int (*transposed)(fg_gpt_kind k);
     const char *short_prefix;   /* a prefix of every name that files may leave out, or NULL */
@@ -213,7 +214,7 @@ static const char *gpt2_cannot(const hf_arch *a, const fg_gpt_config *c, char *w
 }
 
 /* config.json for g: the keys GPT2Config reads, with flashgrad's fixed choices spelled out. */
-static char *gpt2_config_json(const hf_arch *a, const fg_gpt *g) {
+static char *gpt2_config_json(const hf_arch *a, const fg_gpt *g, const char *dtype) {
     (void)a;
     const fg_gpt_config *c = &g->cfg;
     char *s = malloc(2048);
@@ -241,12 +242,12 @@ static char *gpt2_config_json(const hf_arch *a, const fg_gpt *g) {
              "  \"scale_attn_by_inverse_layer_idx\": false,\n"
              "  \"scale_attn_weights\": true,\n"
              "  \"tie_word_embeddings\": true,\n"
-             "  \"torch_dtype\": \"float32\",\n"
+             "  \"torch_dtype\": \"%s\",\n"
              "  \"use_cache\": true,\n"
              "  \"vocab_size\": %d\n"
              "}\n",
              c->dropout, bos, c->dropout, bos, c->block_size, c->n_embd, c->n_head, c->n_layer, c->block_size,
-             c->dropout, c->vocab_size);
+             c->dropout, dtype, c->vocab_size);
     return s;
 }
 
@@ -484,7 +485,7 @@ static const char *rope_cannot(const hf_arch *a, const fg_gpt_config *c, char *w
 }
 
 /* config.json for a rotary-family model g: the keys its transformers config reads. */
-static char *rope_config_json(const hf_arch *a, const fg_gpt *g) {
+static char *rope_config_json(const hf_arch *a, const fg_gpt *g, const char *dtype) {
     const fg_gpt_config *c = &g->cfg;
     const size_t cap = 4096;
     char *s = malloc(cap);
@@ -500,9 +501,9 @@ static char *rope_config_json(const hf_arch *a, const fg_gpt *g) {
                      "  \"attention_bias\": %s,\n"
                      "  \"attention_dropout\": 0.0,\n"
                      "  \"bos_token_id\": null,\n"
-                     "  \"dtype\": \"float32\",\n"
+                     "  \"dtype\": \"%s\",\n"
                      "  \"eos_token_id\": null,\n",
-                     a->class_name, bias);
+                     a->class_name, bias, dtype);
     if (a->softcap_key) n += snprintf(s + n, cap - n, "  \"%s\": %s,\n", a->softcap_key, cap_s);
     n += snprintf(s + n, cap - n,
                   "  \"head_dim\": %d,\n"
@@ -637,22 +638,6 @@ static fg_status hf_read_index(const char *file, char (*names)[256], int *n) {
     return FG_OK;
 }
 
-/* float16 / bfloat16 bits to float (exact). */
-static float f16_to_f32(uint16_t h) {
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
-    if (e == 0) {
-        float v = ldexpf((float)m, -24);
-        return s ? -v : v;
-    }
-    if (e == 31)
-        u = s | 0x7f800000u | (m << 13);
-    else
-        u = s | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* An array's n elements as float32 into dst (any alignment in the file). */
 static fg_status array_to_f32(const char *file, const fg_st_array *a, float *dst, int64_t n) {
     const unsigned char *s = a->data;
@@ -665,7 +650,7 @@ static fg_status array_to_f32(const char *file, const fg_st_array *a, float *dst
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, s + 2 * i, 2);
-            dst[i] = a->dtype == FG_ST_F16 ? f16_to_f32(h) : fg_bf16_to_f32(h);
+            dst[i] = a->dtype == FG_ST_F16 ? fg_f16_to_f32(h) : fg_bf16_to_f32(h);
         }
         break;
     default:
@@ -929,7 +914,7 @@ fg_model_file *fg__hf_load(const char *dir, const char *file) {
 }
 
 fg_status fg_hf_save(const fg_gpt *g, const char *out_dir, int overwrite) {
-    return fg_hf_save_with(g, NULL, out_dir, overwrite);
+    return fg_hf_save_with(g, NULL, out_dir, overwrite, NULL);
 }
 
 /* A BPE tokenizer's files into the folder dir, under the names Hugging Face (and tiktoken) give them. */
@@ -952,8 +937,55 @@ static fg_status write_tokenizer_files(const fg_tokenizer *tok, const char *dir)
     return FG_OK;
 }
 
-fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite) {
+/* The name of shard i (0-based) of n: transformers' "model-00001-of-00002.safetensors", or
+ * model.safetensors when there is one. */
+static void shard_name(char *b, size_t cap, int i, int n) {
+    if (n == 1)
+        snprintf(b, cap, "model.safetensors");
+    else
+        snprintf(b, cap, "model-%05d-of-%05d.safetensors", i + 1, n);
+}
+
+static int cmp_names(const void *x, const void *y) {
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* model.safetensors.index.json: the bytes of all tensors and, sorted by name, the file of each. */
+static char *shard_index_json(const fg_gpt *g, const int *shard_of, int n_shards, int64_t total) {
+    const char **names = malloc((size_t)g->n_params * sizeof *names);
+    size_t cap = 256;
+    for (int i = 0; i < g->n_params; i++) cap += strlen(g->params[i].name) + 64;
+    char *s = names ? malloc(cap) : NULL;
+    if (!s) {
+        free(names);
+        return NULL;
+    }
+    size_t n = (size_t)snprintf(s, cap, "{\n  \"metadata\": {\n    \"total_size\": %lld\n  },\n  \"weight_map\": {\n",
+                                (long long)total);
+    for (int i = 0; i < g->n_params; i++) names[i] = g->params[i].name;
+    qsort(names, (size_t)g->n_params, sizeof *names, cmp_names);
+    for (int k = 0; k < g->n_params; k++) {
+        int i = 0;
+        while (strcmp(g->params[i].name, names[k])) i++;
+        char file[64];
+        shard_name(file, sizeof file, shard_of[i], n_shards);
+        n += (size_t)snprintf(s + n, cap - n, "    \"%s\": \"%s\"%s\n", names[k], file, k + 1 < g->n_params ? "," : "");
+    }
+    snprintf(s + n, cap - n, "  }\n}\n");
+    free(names);
+    return s;
+}
+
+fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite,
+                          const fg_hf_save_opts *opts) {
     if (!g || !out_dir || !*out_dir) return fg_error(FG_ERR_ARG, "export: no model or no output folder");
+    const fg_st_dtype dt = opts ? opts->dtype : FG_ST_F32;
+    const int64_t max_shard = opts ? opts->max_shard_bytes : 0;
+    if (dt != FG_ST_F32 && dt != FG_ST_BF16 && dt != FG_ST_F16)
+        return fg_error(FG_ERR_ARG, "export --to hf: weights are written as F32, BF16 or F16, not %s", fg_st_dtype_name(dt));
+    if (max_shard < 0) return fg_error(FG_ERR_ARG, "export --to hf: a shard's size must be positive");
+    const char *dt_name = dt == FG_ST_F32 ? "float32" : dt == FG_ST_BF16 ? "bfloat16" : "float16";
+    const size_t es = dt == FG_ST_F32 ? 4 : 2;
     char out[4096];
     if (snprintf(out, sizeof out, "%s", out_dir) >= (int)sizeof out - 64) return fg_error(FG_ERR_ARG, "path too long");
     for (size_t L = strlen(out); L > 1 && out[L - 1] == '/'; L--) out[L - 1] = '\0';
@@ -965,21 +997,49 @@ fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *
     if (r->cannot(r, &g->cfg, why, sizeof why))
         return fg_error(FG_ERR_ARG, "export --to hf: %s has no %s in transformers' %s; not exported",
                         fg_gpt_arch_name(g->cfg.arch), why, r->class_name);
+    /* the shards: tensors in the table's order, a new file when the next one would pass max_shard
+     * (a tensor larger than max_shard has a file of its own), as transformers' save_pretrained */
+    int *shard_of = malloc((size_t)g->n_params * sizeof *shard_of);
+    if (!shard_of) return fg_error(FG_ERR_OOM, "export: out of memory");
+    int n_shards = 1;
+    int64_t in_shard = 0, total = 0;
+    for (int i = 0; i < g->n_params; i++) {
+        const int64_t nb = g->params[i].numel * (int64_t)es;
+        if (max_shard > 0 && in_shard > 0 && in_shard + nb > max_shard) n_shards++, in_shard = 0;
+        shard_of[i] = n_shards - 1;
+        in_shard += nb;
+        total += nb;
+    }
+    if (n_shards > HF_MAX_SHARDS) {
+        free(shard_of);
+        return fg_error(FG_ERR_ARG, "export --to hf: a shard size of %lld bytes makes %d files, more than the %d a folder may have",
+                        (long long)max_shard, n_shards, HF_MAX_SHARDS);
+    }
     fg_status st = fg__export_check_out(out, overwrite);
-    if (st != FG_OK) return st;
+    if (st != FG_OK) {
+        free(shard_of);
+        return st;
+    }
     fg__export_remove_leftovers(out, 1);
     float *flat = fg__model_host_f32(g);
-    if (!flat) return fg_last_status();
-    /* the Conv1D weights transposed into one buffer, the rest borrowed from flat */
-    int64_t nt = 0;
-    for (int i = 0; i < g->n_params; i++)
-        if (r->transposed && r->transposed(g->params[i].kind)) nt += g->params[i].numel;
-    float *tr = malloc((size_t)(nt ? nt : 1) * sizeof *tr);
-    fg_st_writer *w = tr ? fg_st_writer_new() : NULL;
-    char *cfg = w ? r->config_json(r, g) : NULL;
+    if (!flat) {
+        free(shard_of);
+        return fg_last_status();
+    }
+    /* every tensor as the file has it: Conv1D weights transposed, then converted to dt */
+    int64_t n_all = 0;
+    for (int i = 0; i < g->n_params; i++) n_all += g->params[i].numel;
+    float *tr = malloc((size_t)(n_all ? n_all : 1) * sizeof *tr);
+    uint16_t *half = dt != FG_ST_F32 && tr ? malloc((size_t)(n_all ? n_all : 1) * sizeof *half) : NULL;
+    fg_st_writer *w[HF_MAX_SHARDS] = {NULL};
+    int n_w = 0;
+    for (; tr && (dt == FG_ST_F32 || half) && n_w < n_shards; n_w++)
+        if (!(w[n_w] = fg_st_writer_new())) break;
+    char *cfg = n_w == n_shards ? r->config_json(r, g, dt_name) : NULL;
+    char *index = cfg && n_shards > 1 ? shard_index_json(g, shard_of, n_shards, total) : NULL;
     char tmp[4096 + 64] = "";
     int tmp_fd = -1;
-    if (!cfg) {
+    if (!cfg || (n_shards > 1 && !index)) {
         st = fg_error(FG_ERR_OOM, "export: out of memory");
         goto done;
     }
@@ -987,21 +1047,32 @@ fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *
     for (int i = 0; i < g->n_params && st == FG_OK; i++) {
         const fg_gpt_param *p = &g->params[i];
         const float *src = flat + p->offset;
+        float *d = tr + at;
+        int64_t shape[FG_ST_MAX_DIMS];
+        for (int k = 0; k < p->ndim; k++) shape[k] = p->shape[k];
         if (r->transposed && r->transposed(p->kind)) {
             const int64_t R = p->shape[0], Cc = p->shape[1]; /* ours (out, in) -> (in, out) */
-            float *d = tr + at;
             for (int64_t i0 = 0; i0 < R; i0++)
                 for (int64_t c = 0; c < Cc; c++) d[c * R + i0] = src[i0 * Cc + c];
-            int64_t shape[2] = {Cc, R};
-            st = fg_st_writer_add(w, p->name, FG_ST_F32, 2, shape, d);
-            at += p->numel;
+            shape[0] = Cc, shape[1] = R;
         } else {
-            st = fg_st_writer_add(w, p->name, FG_ST_F32, p->ndim, p->shape, src);
+            memcpy(d, src, (size_t)p->numel * sizeof *d);
         }
+        const void *data = d;
+        if (dt != FG_ST_F32) {
+            uint16_t *h = half + at;
+            for (int64_t e = 0; e < p->numel; e++) h[e] = dt == FG_ST_BF16 ? fg_bf16_from_f32(d[e]) : fg_f16_from_f32(d[e]);
+            data = h;
+        }
+        st = fg_st_writer_add(w[shard_of[i]], p->name, dt, p->ndim, shape, data);
+        at += p->numel;
     }
-    if (st == FG_OK) st = fg_st_writer_set_metadata(w, "format", "pt");
-    /* what tells a later --overwrite that flashgrad wrote this folder (transformers reads "format" only) */
-    if (st == FG_OK) st = fg_st_writer_set_metadata(w, "fg_export", "hf");
+    /* "format" is what transformers reads; "fg_export" tells a later --overwrite that flashgrad
+     * wrote this folder */
+    for (int k = 0; k < n_shards && st == FG_OK; k++) {
+        st = fg_st_writer_set_metadata(w[k], "format", "pt");
+        if (st == FG_OK) st = fg_st_writer_set_metadata(w[k], "fg_export", "hf");
+    }
     if (st != FG_OK) goto done;
     /* build the folder beside OUT, then put it in place in one rename (or one exchange) */
     snprintf(tmp, sizeof tmp, "%s" FG_TMP_MARK "XXXXXX", out);
@@ -1021,8 +1092,18 @@ fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *
         goto done;
     }
     char p1[4096 + 128];
-    snprintf(p1, sizeof p1, "%s/model.safetensors", tmp);
-    st = fg_st_writer_write(w, p1);
+    for (int k = 0; k < n_shards && st == FG_OK; k++) {
+        char file[64];
+        shard_name(file, sizeof file, k, n_shards);
+        snprintf(p1, sizeof p1, "%s/%s", tmp, file);
+        st = fg_st_writer_write(w[k], p1);
+    }
+    if (st == FG_OK && index) {
+        snprintf(p1, sizeof p1, "%s/model.safetensors.index.json", tmp);
+        const void *parts[1] = {index};
+        size_t sizes[1] = {strlen(index)};
+        st = fg_write_file_atomic(p1, parts, sizes, 1);
+    }
     if (st == FG_OK) {
         snprintf(p1, sizeof p1, "%s/config.json", tmp);
         const void *parts[1] = {cfg};
@@ -1048,8 +1129,11 @@ done:
     if (tmp[0]) fg_remove_flat_dir(tmp);
     if (tmp_fd >= 0) close(tmp_fd);
     free(cfg);
-    fg_st_writer_free(w);
+    free(index);
+    for (int k = 0; k < n_w; k++) fg_st_writer_free(w[k]);
+    free(half);
     free(tr);
     free(flat);
+    free(shard_of);
     return st;
 }

@@ -248,7 +248,10 @@ fg_status fg__export_check_out(const char *out, int overwrite) {
 }
 
 /* The names an export folder holds (what a leftover build folder may hold besides temporaries). */
-static int export_file_name(const char *n) { return !strcmp(n, "config.json") || !strcmp(n, "model.safetensors"); }
+static int export_file_name(const char *n) {
+    return !strcmp(n, "config.json") || !strcmp(n, "model.safetensors") || !strcmp(n, "model.safetensors.index.json") ||
+           fg_is_hf_shard_name(n);
+}
 
 /* A temporary of the export to OUT (ctx: OUT's last component): the folder or file a killed export
  * was building beside OUT. */

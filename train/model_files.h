@@ -56,6 +56,7 @@
 #ifndef FG_MODEL_FILES_H
 #define FG_MODEL_FILES_H
 
+#include "tensor/safetensors.h"
 #include "datasets/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/gpt.h"
@@ -99,9 +100,21 @@ fg_status fg_gpt_copy_weights(fg_gpt *dst, const fg_gpt *src);
  * no equivalent in its class, when out_dir exists and overwrite is 0, or it holds anything an
  * export does not write; FG_ERR_IO on a write failure (nothing is left behind then). */
 fg_status fg_hf_save(const fg_gpt *g, const char *out_dir, int overwrite);
-/* The same, with a BPE tokenizer's files beside the model (tokenizer.json, vocab.json and
- * merges.txt, or <encoding>.tiktoken, as it was read); tok NULL or not a BPE: none. */
-fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite);
+/* How fg_hf_save_with writes the weights: dtype FG_ST_F32, FG_ST_BF16 or FG_ST_F16 (rounded to
+ * nearest even, config.json's dtype saying which), and max_shard_bytes > 0 splits them over
+ * model-0000i-of-0000n.safetensors files of at most that many bytes each (a larger tensor alone in
+ * its file) with model.safetensors.index.json naming each tensor's file, as transformers'
+ * save_pretrained does; 0 = one model.safetensors. */
+typedef struct {
+    fg_st_dtype dtype;
+    int64_t max_shard_bytes;
+} fg_hf_save_opts;
+
+/* The same as fg_hf_save with a BPE tokenizer's files beside the model (tokenizer.json,
+ * vocab.json and merges.txt, or <encoding>.tiktoken, as it was read; tok NULL or not a BPE: none)
+ * and opts (NULL: float32, one file). */
+fg_status fg_hf_save_with(const fg_gpt *g, const fg_tokenizer *tok, const char *out_dir, int overwrite,
+                          const fg_hf_save_opts *opts);
 /* Writes an llm.c model file: version 3 (float32) or 5 (bfloat16, rounded to nearest even); a
  * model that is not GPT-2 is refused (FG_ERR_ARG). The same rule for an existing file (replaced
  * with overwrite only when it is an llm.c model file). */

@@ -240,6 +240,13 @@ static int log_is_ours(const char *p) {
 
 static int is_file_or_link(const struct stat *sb) { return S_ISREG(sb->st_mode) || S_ISLNK(sb->st_mode); }
 
+int fg_is_hf_shard_name(const char *n) {
+    unsigned i, k;
+    int end = 0;
+    return sscanf(n, "model-%5u-of-%5u.safetensors%n", &i, &k, &end) == 2 && end == (int)strlen(n) &&
+           strlen(n) == strlen("model-00001-of-00002.safetensors") && i >= 1 && i <= k;
+}
+
 /* Why entry `name` of a folder of `kind` is not flashgrad's (into why[0..n)), or NULL when it is. */
 static const char *foreign_why(const char *dir, const char *name, fg_folder_kind kind, int in_resume, char *why,
                                size_t n) {
@@ -249,7 +256,8 @@ static const char *foreign_why(const char *dir, const char *name, fg_folder_kind
         return snprintf(why, n, "which cannot be looked at: %s", strerror(errno)), why;
     if (kind == FG_FOLDER_HF_EXPORT) {
         /* the model, its config, and the tokenizer files an export writes beside them */
-        static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"};
+        static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json", "vocab.json",
+                                            "merges.txt", "model.safetensors.index.json"};
         int written = 0;
         for (size_t i = 0; i < sizeof files / sizeof *files; i++)
             written |= (i != 1 && !strcmp(name, files[i])) || fg_is_temporary_of(name, files[i]);
@@ -257,7 +265,7 @@ static const char *foreign_why(const char *dir, const char *name, fg_folder_kind
         written |= nl > 9 && !strcmp(name + nl - 9, ".tiktoken");
         if (written)
             return S_ISREG(sb.st_mode) ? NULL : (snprintf(why, n, "which is not a regular file"), why);
-        if (!strcmp(name, "model.safetensors"))
+        if (!strcmp(name, "model.safetensors") || fg_is_hf_shard_name(name))
             return S_ISREG(sb.st_mode) && fg_st_peek_metadata(p, "fg_export", NULL, 0)
                        ? NULL
                        : (snprintf(why, n, "which flashgrad's export did not write (no fg_export metadata)"), why);

@@ -75,9 +75,10 @@ typedef enum {
     FG_FOLDER_RUN,       /* a training run: the run files (model and optimizer files that carry flashgrad's
                           * metadata, log.csv with flashgrad's header), FG_RUN_RESUME_DIR, the lock, the
                           * set-aside folders and the run files' temporaries */
-    FG_FOLDER_HF_EXPORT, /* a Hugging Face export written by flashgrad: config.json, generation_config.json,
-                          * the model's safetensors files (model.safetensors carries the "fg_export"
-                          * metadata key) and their temporaries */
+    FG_FOLDER_HF_EXPORT, /* a Hugging Face export written by flashgrad: config.json, the tokenizer files,
+                          * the model's safetensors files (model.safetensors or its shards, each
+                          * carrying the "fg_export" metadata key), model.safetensors.index.json and
+                          * their temporaries */
 } fg_folder_kind;
 
 /* The one rule for replacing a folder (train --overwrite, export --overwrite): FG_OK when every entry
@@ -85,6 +86,9 @@ typedef enum {
  * entry that is not (what --overwrite would otherwise delete or leave beside the new files), its
  * message starting with `flag`. FG_ERR_IO when dir cannot be read. */
 fg_status fg_folder_check_ours(const char *dir, fg_folder_kind kind, const char *flag);
+/* 1 when n is the name of one of a sharded Hugging Face folder's weight files,
+ * "model-00001-of-00002.safetensors" (five digits each, as transformers writes them). */
+int fg_is_hf_shard_name(const char *n);
 
 /* A handle on dir (not locked yet); nothing is touched. */
 fg_run_folder fg_run_folder_at(const char *dir, void (*note)(const char *line));
