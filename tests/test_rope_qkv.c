@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/cpu.h"
 #include "ops/device.h"
 #include "ops/ops.h"
 #include "tests/common.h"
@@ -201,6 +202,25 @@ Test(rope_qkv, backward_accumulates_into_existing_gradients) {
         FGT_ASSERT_CLOSE(x->grad, twice, 1e-14, 1e-13, c->name);
         fg_release(twice), fg_release(first), fg_release(y), fg_release(y2), fg_release(x), fg_release(d);
     }
+}
+
+/* The rows go over the thread pool: 1, 2 and 3 threads give the same bits, values and gradients. */
+Test(rope_qkv, threads_do_not_change_the_bits) {
+    const qkv_case c = {"nanochat rope + norm GQA 2x70 H4 K2 D16", 2, 70, 4, 2, 16, -1, 1, 10000, 0, 1e-6};
+    fg_tensor *ref[2] = {0};
+    for (int threads = 1; threads <= 3; threads++) {
+        fg_pool_set_threads(threads);
+        both_run r = run_both(&c, FG_F32, 21);
+        if (threads == 1) {
+            ref[0] = fg_retain(r.fo), ref[1] = fg_retain(r.fg);
+        } else {
+            FGT_ASSERT_CLOSE(r.fo, ref[0], 0, 0, "output");
+            FGT_ASSERT_CLOSE(r.fg, ref[1], 0, 0, "gradient");
+        }
+        both_free(&r);
+    }
+    fg_release(ref[0]), fg_release(ref[1]);
+    fg_pool_set_threads(0);
 }
 
 /* A strided qkv (a transposed view) is read as its values. */
