@@ -748,8 +748,10 @@ static fg_attn_opts layer_attn_opts(const fg_gpt *g, int l) {
 
 /* qkv (B, T, QKV) with the rotary embedding (positions pos0 + t) and the QK-norm on its q and k
  * heads where the config has them, v as it is, in one pass; the rows stay packed for
- * fg_attention_qkv. nanochat's rotary turns by minus the angle (rotary -1). New reference. */
+ * fg_attention_qkv. nanochat's rotary turns by minus the angle (rotary -1). New reference (qkv
+ * itself, retained, for a model with neither). */
 static fg_tensor *rotate_qkv(const fg_gpt *g, fg_tensor *qkv, int64_t pos0) {
+    if (g->cfg.pos == FG_POS_LEARNED && !g->cfg.qk_norm) return fg_retain(qkv);
     const fg_rope_qkv_opts o = {
         .n_head = g->cfg.n_head,
         .n_kv_heads = fg_gpt_kv_heads(&g->cfg),
@@ -788,7 +790,7 @@ static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_
         o.seed = fg_gpt_dropout_seed(train, l, FG_DROP_ATTN);
     }
     /* rotary embedding and QK-norm act on q and k between the projection and the attention */
-    if (g->cfg.pos != FG_POS_LEARNED || g->cfg.qk_norm) TAKE(qkv, rotate_qkv(g, qkv, 0));
+    TAKE(qkv, rotate_qkv(g, qkv, 0));
     /* q, k, v are the parts of each row, H, H_kv, H_kv heads of hd each; y (B, T, C) has the
      * heads side by side: fg_attention_qkv moves the heads without autograd views */
     TAKE(y, fg_attention_qkv(qkv, H, &o));
