@@ -60,8 +60,8 @@ static fg_status rope_qkv_check(const char *op, const fg_tensor *qkv, const fg_r
     if (qkv->ndim != 3) return fg_error(FG_ERR_SHAPE, "%s: qkv %s must be (B, T, (H + 2 H_kv) D)", op, FG_SHP(qkv, b));
     const int64_t H = o->n_head, Kv = o->n_kv_heads ? o->n_kv_heads : o->n_head, W = qkv->shape[2];
     if (H < 1 || Kv < 1)
-        return fg_error(FG_ERR_ARG, "%s: n_head %lld and n_kv_heads %lld must be >= 1 (0 = n_head for n_kv_heads)",
-                        op, (long long)H, (long long)o->n_kv_heads);
+        return fg_error(FG_ERR_ARG, "%s: n_head %lld and n_kv_heads %lld must be >= 1 (0 = n_head for n_kv_heads)", op,
+                        (long long)H, (long long)o->n_kv_heads);
     if (W % (H + 2 * Kv) != 0 || W == 0)
         return fg_error(FG_ERR_SHAPE, "%s: qkv %s: the last dim %lld does not split into %lld + 2 x %lld heads", op,
                         FG_SHP(qkv, b), (long long)W, (long long)H, (long long)Kv);
@@ -103,8 +103,8 @@ fg_tensor *fg_rope_qkv(fg_tensor *qkv, const fg_rope_qkv_opts *o) {
     fg_tensor *out = fg_empty(dt, dev, 3, qkv->shape);
     fg_tensor *ret = NULL, *alias = NULL;
     if (X && (cs || !o->rotary) && (rstd || !o->qk_norm) && out &&
-        k->rope_qkv.forward(dt, fg_data(out), rstd ? fg_data(rstd) : NULL, cs ? fg_data(cs) : NULL, fg_data(X), B, T,
-                            H, K, D, o->rotary, o->theta, o->pos0, o->qk_norm, o->eps) == FG_OK) {
+        k->rope_qkv.forward(dt, fg_data(out), rstd ? fg_data(rstd) : NULL, cs ? fg_data(cs) : NULL, fg_data(X), B, T, H,
+                            K, D, o->rotary, o->theta, o->pos0, o->qk_norm, o->eps) == FG_OK) {
         fg_node *node = fg_record(out, op, rope_qkv_backward, 1, (fg_tensor *[]){qkv});
         /* the node saves the output through an alias: the output itself would own its own node */
         alias = node && o->qk_norm ? fg_alias(out) : NULL;

@@ -44,8 +44,13 @@ static const qkv_case cases[] = {
 static int64_t width(const qkv_case *c) { return (c->H + 2 * c->K) * c->D; }
 
 static fg_rope_qkv_opts opts_of(const qkv_case *c) {
-    return (fg_rope_qkv_opts){.n_head = c->H, .n_kv_heads = c->K, .rotary = c->rotary, .theta = c->theta,
-                              .pos0 = c->pos0, .qk_norm = c->qk_norm, .eps = c->eps};
+    return (fg_rope_qkv_opts){.n_head = c->H,
+                              .n_kv_heads = c->K,
+                              .rotary = c->rotary,
+                              .theta = c->theta,
+                              .pos0 = c->pos0,
+                              .qk_norm = c->qk_norm,
+                              .eps = c->eps};
 }
 
 static fg_tensor *fused_fn(fg_tensor *const *in, int n, void *user) {
@@ -245,10 +250,18 @@ typedef struct {
 
 static const error_case error_cases[] = {
     {"2-D qkv", {4, 12}, 2, {.n_head = 2, .rotary = 1, .theta = 1e4}, FG_ERR_SHAPE, "(B, T, (H + 2 H_kv) D)"},
-    {"width not H + 2K heads", {1, 2, 13}, 3, {.n_head = 2, .n_kv_heads = 1, .rotary = 1, .theta = 1e4},
-     FG_ERR_SHAPE, "does not split"},
+    {"width not H + 2K heads",
+     {1, 2, 13},
+     3,
+     {.n_head = 2, .n_kv_heads = 1, .rotary = 1, .theta = 1e4},
+     FG_ERR_SHAPE,
+     "does not split"},
     {"n_head 0", {1, 2, 12}, 3, {.n_head = 0, .rotary = 1, .theta = 1e4}, FG_ERR_ARG, "n_head"},
-    {"n_kv_heads < 0", {1, 2, 12}, 3, {.n_head = 2, .n_kv_heads = -1, .rotary = 1, .theta = 1e4}, FG_ERR_ARG,
+    {"n_kv_heads < 0",
+     {1, 2, 12},
+     3,
+     {.n_head = 2, .n_kv_heads = -1, .rotary = 1, .theta = 1e4},
+     FG_ERR_ARG,
      "n_kv_heads"},
     {"odd D with rotary", {1, 2, 9}, 3, {.n_head = 1, .rotary = 1, .theta = 1e4}, FG_ERR_SHAPE, "odd head dim"},
     {"rotary 2", {1, 2, 12}, 3, {.n_head = 2, .rotary = 2, .theta = 1e4}, FG_ERR_ARG, "rotary"},

@@ -752,10 +752,13 @@ static fg_attn_opts layer_attn_opts(const fg_gpt *g, int l) {
  * itself, retained, for a model with neither). */
 static fg_tensor *rotate_qkv(const fg_gpt *g, fg_tensor *qkv, int64_t pos0) {
     if (g->cfg.pos == FG_POS_LEARNED && !g->cfg.qk_norm) return fg_retain(qkv);
+    int rotary = 0;
+    if (g->cfg.pos == FG_POS_ROPE) rotary = 1;
+    if (g->cfg.pos == FG_POS_ROPE_NANOCHAT) rotary = -1;
     const fg_rope_qkv_opts o = {
         .n_head = g->cfg.n_head,
         .n_kv_heads = fg_gpt_kv_heads(&g->cfg),
-        .rotary = g->cfg.pos == FG_POS_ROPE ? 1 : g->cfg.pos == FG_POS_ROPE_NANOCHAT ? -1 : 0,
+        .rotary = rotary,
         .theta = fg_gpt_theta(&g->cfg),
         .pos0 = pos0,
         .qk_norm = g->cfg.qk_norm,

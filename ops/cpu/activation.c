@@ -79,8 +79,8 @@ static void softcap_bwd_f64(double *dx, const double *dout, const double *x, int
 /* One call's arrays (NULL where the kernel has no such array or it is not wanted). */
 typedef struct {
     fg_dtype dt;
-    void *y0, *y1;              /* out, or dx / da and db */
-    const void *x0, *x1, *x2;   /* inputs: x / dout, x / a, b / dout, a, b */
+    void *y0, *y1;            /* out, or dx / da and db */
+    const void *x0, *x1, *x2; /* inputs: x / dout, x / a, b / dout, a, b */
 } act_job;
 
 /* p + i elements of dt; NULL stays NULL */

@@ -30,11 +30,11 @@
 
 typedef struct {
     fg_dtype dt;
-    void *y;          /* out (forward) or dx (backward) */
-    void *rstd;       /* forward: written; backward: read */
-    const void *v;    /* x (forward) or dout (backward) */
-    const void *o;    /* backward: the forward's out (the normalized heads) */
-    void *cs;         /* (T, D2, 2) */
+    void *y;       /* out (forward) or dx (backward) */
+    void *rstd;    /* forward: written; backward: read */
+    const void *v; /* x (forward) or dout (backward) */
+    const void *o; /* backward: the forward's out (the normalized heads) */
+    void *cs;      /* (T, D2, 2) */
     int64_t R, T, H, K, D, pos0;
     double theta, eps;
     int rot, norm, add;
@@ -46,7 +46,7 @@ typedef struct {
         T_ *cs = j->cs;                                                                                                \
         const int64_t D2 = j->D / 2;                                                                                   \
         for (int64_t i = 0; i < D2; i++) {                                                                             \
-            const double inv_freq = 1.0 / pow(j->theta, (double)(2 * i) / (double)j->D);                              \
+            const double inv_freq = 1.0 / pow(j->theta, (double)(2 * i) / (double)j->D);                               \
             for (int64_t t = t0; t < t1; t++) {                                                                        \
                 const double a = (double)(j->pos0 + t) * inv_freq;                                                     \
                 cs[2 * (t * D2 + i)] = (T_)cos(a);                                                                     \
@@ -121,7 +121,7 @@ static void rope_qkv_table_item(void *ctx, int64_t item, int worker) {
                     for (int64_t i = 0; i < D; i++) s += (double)d[i] * (double)n[i];                                  \
                     mean_dnn = (T_)(s / (double)D);                                                                    \
                 }                                                                                                      \
-                if (!j->rot) /* D may be odd: no pairs */                                                      \
+                if (!j->rot) /* D may be odd: no pairs */                                                              \
                     for (int64_t i = 0; i < D; i++) {                                                                  \
                         const T_ gi = j->norm ? rs * (d[i] - n[i] * mean_dnn) : d[i];                                  \
                         g[i] = j->add ? g[i] + gi : gi;                                                                \
@@ -169,18 +169,43 @@ static void rope_qkv_bwd_item(void *ctx, int64_t item, int worker) {
 fg_status fg_cpu_rope_qkv_forward(fg_dtype dt, void *out, void *rstd, void *cs, const void *x, int64_t B, int64_t T,
                                   int64_t H, int64_t K, int64_t D, int rot, double theta, int64_t pos0, int norm,
                                   double eps) {
-    rope_qkv_job j = {.dt = dt, .y = out, .rstd = rstd, .v = x, .cs = cs, .R = B * T, .T = T, .H = H, .K = K,
-                      .D = D, .pos0 = pos0, .theta = theta, .eps = eps, .rot = rot, .norm = norm};
+    rope_qkv_job j = {.dt = dt,
+                      .y = out,
+                      .rstd = rstd,
+                      .v = x,
+                      .cs = cs,
+                      .R = B * T,
+                      .T = T,
+                      .H = H,
+                      .K = K,
+                      .D = D,
+                      .pos0 = pos0,
+                      .theta = theta,
+                      .eps = eps,
+                      .rot = rot,
+                      .norm = norm};
     if (rot) fg_pool_run((T + ROPE_QKV_TABLE_T - 1) / ROPE_QKV_TABLE_T, rope_qkv_table_item, &j, 0);
     fg_pool_run((j.R + ROPE_QKV_ROWS - 1) / ROPE_QKV_ROWS, rope_qkv_fwd_item, &j, 0);
     return FG_OK;
 }
 
-fg_status fg_cpu_rope_qkv_backward(fg_dtype dt, void *dx, int add, const void *dout, const void *out,
-                                   const void *rstd, const void *cs, int64_t B, int64_t T, int64_t H, int64_t K,
-                                   int64_t D, int rot, int norm) {
-    rope_qkv_job j = {.dt = dt, .y = dx, .rstd = (void *)rstd, .v = dout, .o = out, .cs = (void *)cs, .R = B * T,
-                      .T = T, .H = H, .K = K, .D = D, .rot = rot, .norm = norm, .add = add};
+fg_status fg_cpu_rope_qkv_backward(fg_dtype dt, void *dx, int add, const void *dout, const void *out, const void *rstd,
+                                   const void *cs, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, int rot,
+                                   int norm) {
+    rope_qkv_job j = {.dt = dt,
+                      .y = dx,
+                      .rstd = (void *)rstd,
+                      .v = dout,
+                      .o = out,
+                      .cs = (void *)cs,
+                      .R = B * T,
+                      .T = T,
+                      .H = H,
+                      .K = K,
+                      .D = D,
+                      .rot = rot,
+                      .norm = norm,
+                      .add = add};
     fg_pool_run((j.R + ROPE_QKV_ROWS - 1) / ROPE_QKV_ROWS, rope_qkv_bwd_item, &j, 0);
     return FG_OK;
 }
