@@ -285,6 +285,24 @@ typedef enum {
        (fg_dtype dt, void *dx, const void *dout, int64_t B, int64_t H, int64_t T, int64_t D, int64_t pos0,             \
         double theta))
 
+/* ---- rope_qkv (ops/rope_qkv.c; the CPU's kernels in ops/cpu/rope_qkv.c; CPU only) ----
+ * The rotary embedding and the QK-norm on a packed projection. x, out, dout, dx are (B, T, W),
+ * W = (H + 2K) D, each row [H q heads | K k heads | K v heads] of D (even when rot != 0); token t
+ * is at position pos0 + t. On each q and k head, with s = rot (+1: fg_rope's rotation; -1: the
+ * rotation by minus the angle; 0: none) and the angles of fg_rope's entry above:
+ *   forward   y_i = h_i cos - h_{i+D/2} s sin;  y_{i+D/2} = h_{i+D/2} cos + h_i s sin
+ *             out = y * rstd, rstd = 1/sqrt(mean_i y_i² + eps) when norm (else out = y); v heads copied
+ *             writes cs (T, D/2, 2) (cos, sin; rot != 0) and rstd (B, T, H + K) (norm), saved
+ *   backward  dx = rmsnorm's and the rotation's transposes applied to dout (out: the forward's
+ *             output), added to dx when add, else written; v heads: dout */
+#define FG_KERNELS_ROPE_QKV(FN, VAL)                                                                                   \
+    FN(rope_qkv, forward, cpu, fg_status,                                                                              \
+       (fg_dtype dt, void *out, void *rstd, void *cs, const void *x, int64_t B, int64_t T, int64_t H, int64_t K,       \
+        int64_t D, int rot, double theta, int64_t pos0, int norm, double eps))                                         \
+    FN(rope_qkv, backward, cpu, fg_status,                                                                             \
+       (fg_dtype dt, void *dx, int add, const void *dout, const void *out, const void *rstd, const void *cs,           \
+        int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, int rot, int norm))
+
 /* ---- activation (ops/activation.c; the CPU's kernels in ops/cpu/activation.c; CPU only) ----
  * The pointwise activations of Llama- and nanochat-style models. Every array is (n), contiguous;
  * backward outputs are added to (NULL: not wanted).
@@ -317,6 +335,7 @@ typedef enum {
     FAM(dropout, FG_KERNELS_DROPOUT)                                                                                   \
     FAM(rmsnorm, FG_KERNELS_RMSNORM)                                                                                   \
     FAM(rope, FG_KERNELS_ROPE)                                                                                         \
+    FAM(rope_qkv, FG_KERNELS_ROPE_QKV)                                                                                 \
     FAM(activation, FG_KERNELS_ACTIVATION)                                                                             \
     FAM(optimizer, FG_KERNELS_OPTIMIZER)                                                                               \
     FAM(attention, FG_KERNELS_ATTENTION)

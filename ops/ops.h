@@ -133,6 +133,28 @@ fg_tensor *fg_rmsnorm(fg_tensor *x, fg_tensor *weight, double eps);
  * 10000 or 500000), pos0 >= 0 (0 in training; the cache length when decoding). */
 fg_tensor *fg_rope(fg_tensor *x, double theta, int64_t pos0);
 
+/* ---- rope_qkv.c (CPU only) ----
+ * The rotary embedding and the QK-norm of a packed projection in one pass, for fg_attention_qkv:
+ * qkv (B, T, (H + 2 H_kv) D), each row [q heads | k heads | v heads] -> a new (B, T, same) tensor
+ * whose q and k heads are rotated (rotary != 0) and then RMS-normalized over D (qk_norm), and whose
+ * v heads are copied. It equals, bit for bit, slicing the heads out, permuting them to
+ * (B, heads, T, D), fg_rope (rotary +1; for -1, fg_rope between two flips of the second half's
+ * sign: the rotation by minus the angle, nanochat's convention), fg_rmsnorm(., NULL, eps), and
+ * packing them back. Saves the cos/sin table, and with qk_norm the output and each head's 1/rms. */
+typedef struct {
+    int64_t n_head;     /* H */
+    int64_t n_kv_heads; /* H_kv, 0 = H */
+    int rotary;         /* 0 none, +1 Hugging Face Llama's rotate_half (fg_rope), -1 nanochat's */
+    double theta;       /* rotary: finite, > 0 */
+    int64_t pos0;       /* rotary: the position of t = 0, >= 0 */
+    int qk_norm;        /* 0 or 1: the parameter-free RMSNorm over each q and k head */
+    double eps;         /* qk_norm: finite, > 0 */
+} fg_rope_qkv_opts;
+/* New reference, or NULL on error: qkv not rank 3 or not float32/float64, a last dim that does not
+ * split into H + 2 H_kv heads of one width D, D odd with rotary, options out of range, or a device
+ * without the kernels (every device but the CPU). */
+fg_tensor *fg_rope_qkv(fg_tensor *qkv, const fg_rope_qkv_opts *opts);
+
 /* ---- activation.c (CPU only): the pointwise activations of Llama- and nanochat-style MLPs and
  * heads; each result has its inputs' shape ---- */
 /* relu(x)², nanochat's MLP activation. */

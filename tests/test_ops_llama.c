@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/cpu/vmath.h"
 #include "ops/device.h"
 #include "ops/ops.h"
 #include "tensor/npy.h"
@@ -299,6 +300,45 @@ Test(ops_llama, rope_at_an_offset_equals_the_same_row_of_the_whole_sequence) {
     fg_tensor *x0 = fgt_ok(fg_slice(x, 2, 0, 1), "slice"), *r0 = fgt_ok(fg_rope(x0, 10000, 0), "rope");
     FGT_ASSERT_CLOSE(r0, x0, 0, 0, "rope at position 0");
     fg_release(x0), fg_release(r0), fg_release(all), fg_release(x);
+}
+
+/* relu², SwiGLU and RMSNorm cut their loops into pieces on the thread pool: 1, 2 and 3 threads,
+ * with every loop forced onto the pool, give the bits of the serial loop, outputs and gradients. */
+Test(ops_llama, threads_do_not_change_the_bits) {
+    const llama_case big[] = {
+        {"rmsnorm_w 300x70", OP_RMSNORM_W, 2, {300, 70}, 1e-6, 0, 2, 0},
+        {"rmsnorm 2x400x33", OP_RMSNORM, 3, {2, 400, 33}, 1e-5, 0, 2, 0},
+        {"swiglu 5x9000", OP_SWIGLU, 2, {5, 9000}, 0, 0, 4, 0},
+        {"relu2 3x17000", OP_RELU2, 2, {3, 17000}, 0, 0, 2, 0},
+    };
+    const double old_min = fg_par_set_min_ns(0);
+    for (size_t k = 0; k < sizeof big / sizeof big[0]; k++) {
+        const llama_case *c = &big[k];
+        const int n = n_inputs(c->op);
+        fg_tensor *ref[3] = {0};
+        for (int threads = 1; threads <= 3; threads++) {
+            fg_pool_set_threads(threads);
+            fg_tensor *in[2] = {0}, *res[3] = {0};
+            case_inputs(c, FG_F32, 100 * k + 9, in);
+            fg_tensor *dout = fgt_rand(FG_F32, c->ndim, c->shape, 100 * k + 10);
+            run_with_grads(c, in, dout, res);
+            for (int i = 0; i <= n; i++) {
+                if (threads == 1) {
+                    ref[i] = res[i];
+                    continue;
+                }
+                char what[96];
+                snprintf(what, sizeof what, "%s, %d threads, %s", c->name, threads, i ? "gradient" : "output");
+                FGT_ASSERT_CLOSE(res[i], ref[i], 0, 0, what);
+                fg_release(res[i]);
+            }
+            fg_release(dout);
+            release_inputs(in, n);
+        }
+        for (int i = 0; i <= n; i++) fg_release(ref[i]);
+    }
+    fg_par_set_min_ns(old_min);
+    fg_pool_set_threads(0);
 }
 
 Test(ops_llama, softcap_saturates_at_c_and_relu2_is_zero_below_zero) {

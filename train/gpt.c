@@ -533,17 +533,6 @@ fg_gpt *fg_gpt_create_empty(const fg_gpt_config *cfg) {
         fg_gpt_free(g);
         return NULL;
     }
-    if (cfg->pos == FG_POS_ROPE_NANOCHAT) {
-        const int64_t hd = fg_gpt_head_dim(cfg);
-        fg_tensor *s = fg_full(FG_F64, FG_CPU, 1, &hd, 1.0);
-        for (int64_t i = hd / 2; s && i < hd; i++) fg_set(s, i, -1.0);
-        g->rope_sign = s ? fg_to(s, cfg->device, cfg->dtype) : NULL;
-        fg_release(s);
-        if (!g->rope_sign) {
-            fg_gpt_free(g);
-            return NULL;
-        }
-    }
     return g;
 }
 
@@ -602,7 +591,6 @@ void fg_gpt_free(fg_gpt *g) {
         for (int j = 0; j < g->n_params; j++) fg_release(g->params[j].w);
     if (g->fused)
         for (int j = 0; j < FUSED_COUNT * g->cfg.n_layer; j++) fg_release(g->fused[j]);
-    fg_release(g->rope_sign);
     fg_release(g->params_flat);
     fg_release(g->grads_flat);
     free(g->params);
@@ -758,23 +746,34 @@ static fg_attn_opts layer_attn_opts(const fg_gpt *g, int l) {
     return o;
 }
 
-/* The heads of one part of qkv (B, T, QKV): columns [c0, c0 + n hd) as (B, n, T, hd), then the
- * rotary embedding (positions pos0 + t) and the QK-norm where the config has them. */
-static fg_tensor *split_heads(const fg_gpt *g, fg_tensor *qkv, int64_t c0, int64_t n, int64_t pos0) {
+/* qkv (B, T, QKV) with the rotary embedding (positions pos0 + t) and the QK-norm on its q and k
+ * heads where the config has them, v as it is, in one pass; the rows stay packed for
+ * fg_attention_qkv. nanochat's rotary turns by minus the angle (rotary -1). New reference (qkv
+ * itself, retained, for a model with neither). */
+static fg_tensor *rotate_qkv(const fg_gpt *g, fg_tensor *qkv, int64_t pos0) {
+    if (g->cfg.pos == FG_POS_LEARNED && !g->cfg.qk_norm) return fg_retain(qkv);
+    int rotary = 0;
+    if (g->cfg.pos == FG_POS_ROPE) rotary = 1;
+    if (g->cfg.pos == FG_POS_ROPE_NANOCHAT) rotary = -1;
+    const fg_rope_qkv_opts o = {
+        .n_head = g->cfg.n_head,
+        .n_kv_heads = fg_gpt_kv_heads(&g->cfg),
+        .rotary = rotary,
+        .theta = fg_gpt_theta(&g->cfg),
+        .pos0 = pos0,
+        .qk_norm = g->cfg.qk_norm,
+        .eps = fg_gpt_eps(&g->cfg),
+    };
+    return fg_rope_qkv(qkv, &o);
+}
+
+/* The heads of one part of qkv (B, T, QKV): columns [c0, c0 + n hd) as a (B, n, T, hd) view. */
+static fg_tensor *heads_of(const fg_gpt *g, fg_tensor *qkv, int64_t c0, int64_t n) {
     const int64_t B = qkv->shape[0], T = qkv->shape[1], hd = fg_gpt_head_dim(&g->cfg);
     fg_tensor *x = NULL;
     TAKE(x, fg_slice(qkv, 2, c0, c0 + n * hd));
     TAKE(x, fg_reshape(x, 4, (int64_t[]){B, T, n, hd}));
     TAKE(x, fg_permute(x, (int[]){0, 2, 1, 3}));
-    if (g->cfg.pos == FG_POS_ROPE) TAKE(x, fg_rope(x, fg_gpt_theta(&g->cfg), pos0));
-    if (g->cfg.pos == FG_POS_ROPE_NANOCHAT) {
-        /* the rotation by minus the angle: s ⊙ rope(s ⊙ x) with s = (+1 first half, −1 second half),
-         * exact (a sign flip rounds nothing) */
-        TAKE(x, fg_mul(x, g->rope_sign));
-        TAKE(x, fg_rope(x, fg_gpt_theta(&g->cfg), pos0));
-        TAKE(x, fg_mul(x, g->rope_sign));
-    }
-    if (g->cfg.qk_norm) TAKE(x, fg_rmsnorm(x, NULL, fg_gpt_eps(&g->cfg)));
     return x;
 fail:
     fg_release(x);
@@ -783,8 +782,8 @@ fail:
 
 /* One block's attention branch. x is (B, T, C); returns c_proj(attn(...)) (B, T, C). */
 static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_train_ctx *train) {
-    const int64_t H = g->cfg.n_head, Hkv = fg_gpt_kv_heads(&g->cfg), hd = fg_gpt_head_dim(&g->cfg);
-    fg_tensor *h = NULL, *qkv = NULL, *y = NULL, *q = NULL, *k = NULL, *v = NULL;
+    const int64_t H = g->cfg.n_head;
+    fg_tensor *h = NULL, *qkv = NULL, *y = NULL;
     TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l)));
     TAKE(qkv, fg_linear(h, qkv_weight(g, l), qkv_bias(g, l))); /* (B,T,QKV) */
     TAKE(qkv, pointwise_drop(g, l, PW_LN1, qkv, h, x));
@@ -793,36 +792,19 @@ static fg_tensor *attention_branch(fg_gpt *g, fg_tensor *x, int l, const fg_gpt_
         o.dropout_p = g->cfg.dropout;
         o.seed = fg_gpt_dropout_seed(train, l, FG_DROP_ATTN);
     }
-    if (g->cfg.pos == FG_POS_LEARNED && !g->cfg.qk_norm) {
-        /* q, k, v are the parts of each row, H, H_kv, H_kv heads of hd each; y (B, T, C) has the
-         * heads side by side: fg_attention_qkv moves the heads without autograd views */
-        TAKE(y, fg_attention_qkv(qkv, H, &o));
-    } else {
-        /* rotary embedding and QK-norm act on q and k between the projection and the attention */
-        const int64_t B = qkv->shape[0], T = qkv->shape[1];
-        TAKE(q, split_heads(g, qkv, 0, H, 0));
-        TAKE(k, split_heads(g, qkv, H * hd, Hkv, 0));
-        TAKE(v, fg_slice(qkv, 2, (H + Hkv) * hd, (H + 2 * Hkv) * hd));
-        TAKE(v, fg_reshape(v, 4, (int64_t[]){B, T, Hkv, hd}));
-        TAKE(v, fg_permute(v, (int[]){0, 2, 1, 3}));
-        TAKE(y, fg_attention(q, k, v, &o, NULL)); /* (B,H,T,hd) */
-        TAKE(y, fg_permute(y, (int[]){0, 2, 1, 3}));
-        TAKE(y, fg_reshape(y, 3, (int64_t[]){B, T, H * hd}));
-    }
+    /* rotary embedding and QK-norm act on q and k between the projection and the attention */
+    TAKE(qkv, rotate_qkv(g, qkv, 0));
+    /* q, k, v are the parts of each row, H, H_kv, H_kv heads of hd each; y (B, T, C) has the
+     * heads side by side: fg_attention_qkv moves the heads without autograd views */
+    TAKE(y, fg_attention_qkv(qkv, H, &o));
     TAKE(y, fg_linear(y, fg_gpt_weight(g, FG_GPT_APROJ_W, l), fg_gpt_weight(g, FG_GPT_APROJ_B, l)));
     TAKE(y, maybe_dropout(g, y, train, l, FG_DROP_ATTN_RESID));
     fg_release(h);
     fg_release(qkv);
-    fg_release(q);
-    fg_release(k);
-    fg_release(v);
     return y;
 fail:
     fg_release(h);
     fg_release(qkv);
-    fg_release(q);
-    fg_release(k);
-    fg_release(v);
     fg_release(y);
     return NULL;
 }
@@ -1089,11 +1071,10 @@ static fg_status kv_append_ops(fg_gpt *g, fg_gpt_kv *kv, const int32_t *idx, int
     for (int l = 0; l < c->n_layer; l++) {
         TAKE(h, model_norm(g, x, fg_gpt_weight(g, FG_GPT_LN1_W, l), fg_gpt_weight(g, FG_GPT_LN1_B, l)));
         TAKE(qkv, fg_linear(h, qkv_weight(g, l), qkv_bias(g, l))); /* (1,n,QKV) */
-        TAKE(q, split_heads(g, qkv, 0, H, len));                   /* (1,H,n,hd) */
-        TAKE(k, split_heads(g, qkv, H * hd, Hkv, len));            /* (1,H_kv,n,hd) */
-        TAKE(v, fg_slice(qkv, 2, (H + Hkv) * hd, (H + 2 * Hkv) * hd));
-        TAKE(v, fg_reshape(v, 4, (int64_t[]){1, n, Hkv, hd}));
-        TAKE(v, fg_permute(v, (int[]){0, 2, 1, 3}));
+        TAKE(qkv, rotate_qkv(g, qkv, len));                        /* rotary at positions len .. */
+        TAKE(q, heads_of(g, qkv, 0, H));                           /* (1,H,n,hd) */
+        TAKE(k, heads_of(g, qkv, H * hd, Hkv));                    /* (1,H_kv,n,hd) */
+        TAKE(v, heads_of(g, qkv, (H + Hkv) * hd, Hkv));            /* (1,H_kv,n,hd) */
         TAKE(k, fg_make_contiguous(k));
         TAKE(v, fg_make_contiguous(v));
         char *kl = kv->k + (size_t)l * (size_t)Hkv * head, *vl = kv->v + (size_t)l * (size_t)Hkv * head;

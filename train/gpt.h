@@ -324,7 +324,6 @@ typedef struct fg_gpt {
     fg_tensor *params_flat; /* (num_elements) */
     fg_tensor *grads_flat;  /* (num_elements) */
     fg_tensor **by_kind;    /* [kind * (L + 1) + (layer or 0)]: borrowed from the table; NULL if absent */
-    fg_tensor *rope_sign;   /* (hd): +1 on the first half, −1 on the second (ROPE_NANOCHAT); else NULL */
     fg_tensor **fused;      /* per layer, leaves over adjacent entries (q|k|v, gate|up, their biases)
                              * whose gradients are the same ranges of grads_flat; gpt.c's own */
 } fg_gpt;

@@ -4,8 +4,11 @@
  *
  * Plain loops over (n) contiguous elements, written once for both dtypes (T is float or double);
  * float32 evaluates exp and tanh in float (expf, tanhf). Backward outputs are added to (+=).
+ * relu² and SwiGLU run their loops over pieces of the array on the thread pool (fg_par_range,
+ * ops/cpu/vmath.h): each element is computed alone, so the bits do not depend on the threads.
  */
 #include "ops/cpu/kernel.h"
+#include "ops/cpu/vmath.h"
 #include "ops/kernels_cpu.h"
 
 #define FG_TANH(x) _Generic((x), float : tanhf, default : tanh)(x)
@@ -66,22 +69,63 @@ static void softcap_bwd_f64(double *dx, const double *dout, const double *x, int
     SOFTCAP_BWD_BODY(double);
 }
 
+/* ---- pieces on the thread pool ---- */
+
+/* Serial cost per element (ns, one thread): relu² a compare and a multiply or two, SwiGLU an exp. */
+#define ACT_NS_RELU2 0.5
+#define ACT_NS_SWIGLU_FWD 4.0
+#define ACT_NS_SWIGLU_BWD 6.0
+
+/* One call's arrays (NULL where the kernel has no such array or it is not wanted). */
+typedef struct {
+    fg_dtype dt;
+    void *y0, *y1;            /* out, or dx / da and db */
+    const void *x0, *x1, *x2; /* inputs: x / dout, x / a, b / dout, a, b */
+} act_job;
+
+/* p + i elements of dt; NULL stays NULL */
+static void *act_at(fg_dtype dt, const void *p, int64_t i) {
+    return p ? (char *)p + (size_t)i * (dt == FG_F32 ? sizeof(float) : sizeof(double)) : NULL;
+}
+
+static void relu2_fwd_piece(void *ctx, int64_t b, int64_t e) {
+    const act_job *j = ctx;
+    FG_DISPATCH(j->dt, relu2_fwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->x0, b), e - b);
+}
+static void relu2_bwd_piece(void *ctx, int64_t b, int64_t e) {
+    const act_job *j = ctx;
+    FG_DISPATCH(j->dt, relu2_bwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->x0, b), act_at(j->dt, j->x1, b), e - b);
+}
+static void swiglu_fwd_piece(void *ctx, int64_t b, int64_t e) {
+    const act_job *j = ctx;
+    FG_DISPATCH(j->dt, swiglu_fwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->x0, b), act_at(j->dt, j->x1, b), e - b);
+}
+static void swiglu_bwd_piece(void *ctx, int64_t b, int64_t e) {
+    const act_job *j = ctx;
+    FG_DISPATCH(j->dt, swiglu_bwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->y1, b), act_at(j->dt, j->x0, b),
+                act_at(j->dt, j->x1, b), act_at(j->dt, j->x2, b), e - b);
+}
+
 /* ---- the CPU kernels (ops/kernels.h) ---- */
 fg_status fg_cpu_activation_relu2_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
-    FG_DISPATCH(dt, relu2_fwd, out, x, n);
+    act_job j = {.dt = dt, .y0 = out, .x0 = x};
+    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_RELU2, relu2_fwd_piece, &j);
     return FG_OK;
 }
 fg_status fg_cpu_activation_relu2_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
-    FG_DISPATCH(dt, relu2_bwd, dx, dout, x, n);
+    act_job j = {.dt = dt, .y0 = dx, .x0 = dout, .x1 = x};
+    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_RELU2, relu2_bwd_piece, &j);
     return FG_OK;
 }
 fg_status fg_cpu_activation_swiglu_forward(fg_dtype dt, void *out, const void *a, const void *b, int64_t n) {
-    FG_DISPATCH(dt, swiglu_fwd, out, a, b, n);
+    act_job j = {.dt = dt, .y0 = out, .x0 = a, .x1 = b};
+    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_SWIGLU_FWD, swiglu_fwd_piece, &j);
     return FG_OK;
 }
 fg_status fg_cpu_activation_swiglu_backward(fg_dtype dt, void *da, void *db, const void *dout, const void *a,
                                             const void *b, int64_t n) {
-    FG_DISPATCH(dt, swiglu_bwd, da, db, dout, a, b, n);
+    act_job j = {.dt = dt, .y0 = da, .y1 = db, .x0 = dout, .x1 = a, .x2 = b};
+    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_SWIGLU_BWD, swiglu_bwd_piece, &j);
     return FG_OK;
 }
 fg_status fg_cpu_activation_softcap_forward(fg_dtype dt, void *out, const void *x, int64_t n, double c) {
