@@ -370,8 +370,8 @@ static void lce_cap(fg_dtype dt, void *z, void *t, int64_t n, double c, int bwd)
 /* fg_linear_cross_entropy's forward (ops/cpu/cross_entropy.h; the op and its math: ops/cross_entropy.c).
  * lse and xt (R) scratch; with a softcap the tanh of a chunk (Rc, V) too. */
 fg_status fg__cpu_linear_cross_entropy_forward(fg_dtype dt, void *loss, const void *X, const void *W, const int32_t *t,
-                                               int64_t R, int64_t C, int64_t V, int64_t count, double cap, int64_t chunk,
-                                               void *dx1, void *dw1) {
+                                               int64_t R, int64_t C, int64_t V, int64_t count, double cap,
+                                               int64_t chunk, void *dx1, void *dw1) {
     const size_t esz = fg_dtype_size(dt);
     const int64_t Rc = lce_chunk_rows(R, V, chunk), nchunk = R > 0 ? (R + Rc - 1) / Rc : 0;
     const int want_grad = dx1 || dw1;
