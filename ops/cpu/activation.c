@@ -3,9 +3,12 @@
  * the ops' shell are in ops/activation.c. CPU only: the CUDA table holds NULL.
  *
  * Plain loops over (n) contiguous elements, written once for both dtypes (T is float or double);
- * float32 evaluates exp and tanh in float (expf, tanhf). Backward outputs are added to (+=).
+ * float32 evaluates exp and tanh in float (expf, tanhf). Backward outputs are added to (+=). Each
+ * element is computed alone, so the loops run in pieces on the thread pool (fg_par_range) with the
+ * same bits for any thread count.
  */
 #include "ops/cpu/kernel.h"
+#include "ops/cpu/vmath.h"
 #include "ops/kernels_cpu.h"
 
 #define FG_TANH(x) _Generic((x), float : tanhf, default : tanh)(x)
@@ -66,30 +69,82 @@ static void softcap_bwd_f64(double *dx, const double *dout, const double *x, int
     SOFTCAP_BWD_BODY(double);
 }
 
+/* ---- pieces on the thread pool: each call runs one kernel above over elements [b, e) ---- */
+typedef enum {
+    ACT_RELU2_FWD,
+    ACT_RELU2_BWD,
+    ACT_SWIGLU_FWD,
+    ACT_SWIGLU_BWD,
+    ACT_SOFTCAP_FWD,
+    ACT_SOFTCAP_BWD
+} act_kind;
+typedef struct {
+    act_kind kind;
+    fg_dtype dt;
+    void *o1, *o2;            /* out, or dx / da and db */
+    const void *i1, *i2, *i3; /* the inputs in the kernel's order */
+    double c;
+} act_job;
+
+#define AT(p, T, b) ((p) ? (T *)(p) + (b) : NULL)
+#define ACT_PIECE(T, sfx)                                                                                              \
+    switch (j->kind) {                                                                                                 \
+    case ACT_RELU2_FWD:                                                                                                \
+        relu2_fwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), n);                                                    \
+        break;                                                                                                         \
+    case ACT_RELU2_BWD:                                                                                                \
+        relu2_bwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b), n);                             \
+        break;                                                                                                         \
+    case ACT_SWIGLU_FWD:                                                                                               \
+        swiglu_fwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b), n);                            \
+        break;                                                                                                         \
+    case ACT_SWIGLU_BWD:                                                                                               \
+        swiglu_bwd_##sfx(AT(j->o1, T, b), AT(j->o2, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b),               \
+                         AT(j->i3, const T, b), n);                                                                    \
+        break;                                                                                                         \
+    case ACT_SOFTCAP_FWD:                                                                                              \
+        softcap_fwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), n, j->c);                                            \
+        break;                                                                                                         \
+    case ACT_SOFTCAP_BWD:                                                                                              \
+        softcap_bwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b), n, j->c);                     \
+        break;                                                                                                         \
+    }
+
+static void act_piece(void *ctx, int64_t b, int64_t e) {
+    const act_job *j = ctx;
+    const int64_t n = e - b;
+    if (j->dt == FG_F32) {
+        ACT_PIECE(float, f32);
+    } else {
+        ACT_PIECE(double, f64);
+    }
+}
+
+/* the job over n elements; ns: a rough cost per element (one thread) */
+static fg_status act_run(act_job j, int64_t n, double ns) {
+    fg_par_range(n, FG_PAR_CHUNK, ns, act_piece, &j);
+    return FG_OK;
+}
+
 /* ---- the CPU kernels (ops/kernels.h) ---- */
 fg_status fg_cpu_activation_relu2_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
-    FG_DISPATCH(dt, relu2_fwd, out, x, n);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_RELU2_FWD, .dt = dt, .o1 = out, .i1 = x}, n, 0.5);
 }
 fg_status fg_cpu_activation_relu2_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
-    FG_DISPATCH(dt, relu2_bwd, dx, dout, x, n);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_RELU2_BWD, .dt = dt, .o1 = dx, .i1 = dout, .i2 = x}, n, 1.0);
 }
 fg_status fg_cpu_activation_swiglu_forward(fg_dtype dt, void *out, const void *a, const void *b, int64_t n) {
-    FG_DISPATCH(dt, swiglu_fwd, out, a, b, n);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SWIGLU_FWD, .dt = dt, .o1 = out, .i1 = a, .i2 = b}, n, 5.0);
 }
 fg_status fg_cpu_activation_swiglu_backward(fg_dtype dt, void *da, void *db, const void *dout, const void *a,
                                             const void *b, int64_t n) {
-    FG_DISPATCH(dt, swiglu_bwd, da, db, dout, a, b, n);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SWIGLU_BWD, .dt = dt, .o1 = da, .o2 = db, .i1 = dout, .i2 = a, .i3 = b}, n,
+                   6.0);
 }
 fg_status fg_cpu_activation_softcap_forward(fg_dtype dt, void *out, const void *x, int64_t n, double c) {
-    FG_DISPATCH(dt, softcap_fwd, out, x, n, c);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SOFTCAP_FWD, .dt = dt, .o1 = out, .i1 = x, .c = c}, n, 8.0);
 }
 fg_status fg_cpu_activation_softcap_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n,
                                              double c) {
-    FG_DISPATCH(dt, softcap_bwd, dx, dout, x, n, c);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SOFTCAP_BWD, .dt = dt, .o1 = dx, .i1 = dout, .i2 = x, .c = c}, n, 8.0);
 }

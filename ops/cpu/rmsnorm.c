@@ -2,9 +2,12 @@
  * op's shell are in ops/rmsnorm.c. CPU only: the CUDA table holds NULL.
  *
  * Plain loops, written once for both dtypes (T is float or double); the row sums accumulate in
- * double for both. R is the number of rows, C the row length.
+ * double for both. R is the number of rows, C the row length. Rows are computed alone, so the
+ * forward, and the backward without a weight gradient (whose sum runs over the rows), go in pieces
+ * of rows on the thread pool (fg_par_range), the same bits for any thread count.
  */
 #include "ops/cpu/kernel.h"
+#include "ops/cpu/vmath.h"
 #include "ops/kernels_cpu.h"
 
 /* out (R, C), rstd (R) saved for the backward; x (R, C); w (C) or NULL */
@@ -55,15 +58,48 @@ static void rmsnorm_bwd_f64(double *dx, double *dw, const double *dout, const do
     RMSNORM_BWD_BODY(double);
 }
 
+/* rows [b, e) of a forward (dx NULL) or of a backward without dw */
+typedef struct {
+    fg_dtype dt;
+    void *out, *rstd;
+    const void *x, *w, *dout, *rstd_in;
+    int64_t C;
+    double eps;
+} rmsnorm_job;
+
+#define ROWS(p, T, b, C) ((p) ? (T *)(p) + (b) * (C) : NULL)
+static void rmsnorm_piece(void *ctx, int64_t b, int64_t e) {
+    const rmsnorm_job *j = ctx;
+    const int64_t R = e - b, C = j->C;
+    if (j->dout && j->dt == FG_F32)
+        rmsnorm_bwd_f32(ROWS(j->out, float, b, C), NULL, ROWS(j->dout, const float, b, C),
+                        ROWS(j->x, const float, b, C), (const float *)j->rstd_in + b, j->w, R, C);
+    else if (j->dout)
+        rmsnorm_bwd_f64(ROWS(j->out, double, b, C), NULL, ROWS(j->dout, const double, b, C),
+                        ROWS(j->x, const double, b, C), (const double *)j->rstd_in + b, j->w, R, C);
+    else if (j->dt == FG_F32)
+        rmsnorm_fwd_f32(ROWS(j->out, float, b, C), (float *)j->rstd + b, ROWS(j->x, const float, b, C), j->w, R, C,
+                        j->eps);
+    else
+        rmsnorm_fwd_f64(ROWS(j->out, double, b, C), (double *)j->rstd + b, ROWS(j->x, const double, b, C), j->w, R, C,
+                        j->eps);
+}
+
 /* ---- the CPU kernels (ops/kernels.h) ---- */
 fg_status fg_cpu_rmsnorm_forward(fg_dtype dt, void *out, void *rstd, const void *x, const void *w, int64_t R, int64_t C,
                                  double eps) {
-    FG_DISPATCH(dt, rmsnorm_fwd, out, rstd, x, w, R, C, eps);
+    rmsnorm_job j = {.dt = dt, .out = out, .rstd = rstd, .x = x, .w = w, .C = C, .eps = eps};
+    fg_par_range(R, fg_par_rows(C), 1.0 * (double)C, rmsnorm_piece, &j);
     return FG_OK;
 }
 
 fg_status fg_cpu_rmsnorm_backward(fg_dtype dt, void *dx, void *dw, const void *dout, const void *x, const void *rstd,
                                   const void *w, int64_t R, int64_t C) {
-    FG_DISPATCH(dt, rmsnorm_bwd, dx, dw, dout, x, rstd, w, R, C);
+    if (dw || !dx) { /* dw sums over every row, in row order */
+        FG_DISPATCH(dt, rmsnorm_bwd, dx, dw, dout, x, rstd, w, R, C);
+        return FG_OK;
+    }
+    rmsnorm_job j = {.dt = dt, .out = dx, .x = x, .w = w, .dout = dout, .rstd_in = rstd, .C = C};
+    fg_par_range(R, fg_par_rows(C), 2.0 * (double)C, rmsnorm_piece, &j);
     return FG_OK;
 }
