@@ -14,6 +14,7 @@
 #include "ops/cpu/threadpool.h"
 #include "ops/cpu/vmath.h"
 #include "ops/device.h"
+#include "ops/kernels_cpu.h"
 #include "ops/ops.h"
 #include "tensor/npy.h"
 #include "tests/common.h"
@@ -392,6 +393,28 @@ Test(ops_llama, threads_do_not_change_the_bits) {
     }
     fg_pool_set_threads(0);
     fg_par_set_min_ns(min_ns);
+}
+
+/* relu² in float32 runs branch-free vector code: the bits of the plain loop, NaN, ±0 and a gradient
+ * of -0 (left alone where x <= 0) included. The CPU kernels, called directly. */
+Test(ops_llama, relu2_float32_is_the_plain_loop_bit_for_bit) {
+    enum { N = 1003 };
+    static float x[N], d[N], o[N], g[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)((i * 37) % 101 - 50) / 7.0f;
+        d[i] = (float)((i * 13) % 29 - 14) / 3.0f;
+        g[i] = i % 2 ? -0.0f : 0.25f * (float)i;
+    }
+    x[0] = NAN, x[1] = -0.0f, x[2] = 0.0f, x[3] = INFINITY, x[4] = -INFINITY, x[5] = 1e-30f;
+    cr_assert_eq(fg_cpu_activation_relu2_forward(FG_F32, o, x, N), FG_OK);
+    cr_assert_eq(fg_cpu_activation_relu2_backward(FG_F32, g, d, x, N), FG_OK);
+    for (int i = 0; i < N; i++) {
+        const float r = x[i] > 0 ? x[i] : 0, want_o = r * r;
+        float want_g = i % 2 ? -0.0f : 0.25f * (float)i;
+        if (x[i] > 0) want_g += d[i] * (2 * x[i]);
+        cr_assert(memcmp(&o[i], &want_o, 4) == 0 && memcmp(&g[i], &want_g, 4) == 0,
+                  "x[%d] = %a: out %a (loop %a), dx %a (loop %a)", i, x[i], o[i], want_o, g[i], want_g);
+    }
 }
 
 Test(ops_llama, each_bad_argument_is_refused_with_a_message_naming_the_op) {
