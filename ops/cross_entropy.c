@@ -12,6 +12,7 @@
  *
  * The kernels are in ops/cpu/cross_entropy.c.
  */
+#include <math.h>
 #include <string.h>
 
 #include "ops/cpu/cross_entropy.h"
@@ -123,20 +124,23 @@ fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets) {
  * linear_cross_entropy: the LM head and the loss in one op, the (R, V) logits never all live
  *
  * Legend: x (..., C) seen as R rows, w (V, C) (the head's weight, nn.Linear's layout), targets R
- * ids (-1 = ignore); out (1) = cross_entropy(x @ wᵀ, targets), the mean over the `count` counted
- * rows. Rows go in chunks of Rc (chunk_rows, or by default the fewest chunks of about
+ * ids (-1 = ignore), softcap c (0 = none); out (1) = cross_entropy(z, targets), the mean over the
+ * `count` counted rows, of z = x @ wᵀ or, with a softcap, z = c tanh(x @ wᵀ / c). Rows go in chunks of Rc (chunk_rows, or by default the fewest chunks of about
  * LCE_CHUNK_ELEMS logits, at least LCE_MIN_ROWS rows, made equal):
  *     logits_c (Rc, V) = x_c @ wᵀ                              (one GEMM per chunk)
- *     lse_r = logsumexp(logits_c row r); loss = sum_r (lse_r - logits_r,t_r) / count
+ *     z_c = c tanh(logits_c / c)  (softcap; else z_c = logits_c; t = tanh(logits_c / c) kept)
+ *     lse_r = logsumexp(z_c row r); loss = sum_r (lse_r - z_r,t_r) / count
  * and, when a gradient is wanted, the gradient for dloss = 1 right away, from the chunk still in
  * the cache (as llm.c's fused classifier does), so nothing has to be recomputed later:
- *     dlogits_c = (softmax(logits_c) - onehot) / count          (float32: over logits_c, in place)
+ *     dz_c = (softmax(z_c) - onehot) / count                    (float32: over z_c, in place)
+ *     dlogits_c = dz_c (1 - t²)   (softcap; else dlogits_c = dz_c)
  *     dx1_c (Rc, C) = dlogits_c @ w         dw1 (V, C) += dlogits_cᵀ @ x_c
  * saved for backward: dx1 (R, C) and dw1 (V, C), the gradients for dloss = 1. The backward is
  * linear in dloss:  dx += dloss · dx1,  dw += dloss · dw1  (exact when dloss is 1 or a power of 2).
  *
- * Same numbers as fg_cross_entropy(fg_linear(x, w, NULL), targets): the same GEMM shapes and row
- * kernels per row; the loss summed in row order. With one chunk (R ≤ Rc) the gradients are the
+ * Same numbers as fg_cross_entropy(fg_linear(x, w, NULL), targets), or with a softcap as
+ * fg_cross_entropy(fg_softcap(fg_linear(x, w, NULL), c), targets): the same GEMM shapes, the same
+ * element operations (softcap's too) and row kernels per row; the loss summed in row order. With one chunk (R ≤ Rc) the gradients are the
  * composition's too (the composition's backward adds into zeroed gradients); with more chunks, dw
  * sums the chunks' products in chunk order, a different rounding of the same sum.
  * The CPU only (float32, float64; the kernels, and LCE_CHUNK_ELEMS and LCE_MIN_ROWS, in
@@ -163,7 +167,8 @@ static fg_status linear_cross_entropy_backward(fg_node *n) {
     return FG_OK;
 }
 
-fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *targets, int64_t chunk_rows) {
+fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *targets, double softcap,
+                                   int64_t chunk_rows) {
     static const char op[] = "linear_cross_entropy";
     char b1[FG_SHAPE_BUF], b2[FG_SHAPE_BUF];
     if (fg_op_check(op, "x", x) != FG_OK || fg_op_check_like(op, "w", w, "x", x) != FG_OK) return NULL;
@@ -172,13 +177,19 @@ fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *ta
                  FG_SHP(x, b1), FG_SHP(w, b2));
         return NULL;
     }
+    if (!(softcap >= 0) || isinf(softcap)) {
+        fg_error(FG_ERR_ARG, "%s: softcap %g must be finite and >= 0 (0: none)", op, softcap);
+        return NULL;
+    }
     if (chunk_rows < 0) {
         fg_error(FG_ERR_ARG, "%s: chunk_rows %lld must not be negative (0: the default)", op, (long long)chunk_rows);
         return NULL;
     }
     if (x->device != FG_CPU) { /* the composition, on every other device */
         fg_tensor *logits = fg_linear(x, w, NULL);
-        fg_tensor *loss = logits ? fg_cross_entropy(logits, targets) : NULL;
+        fg_tensor *z = logits && softcap > 0 ? fg_softcap(logits, softcap) : fg_retain(logits);
+        fg_tensor *loss = z ? fg_cross_entropy(z, targets) : NULL;
+        fg_release(z);
         fg_release(logits);
         return loss;
     }
@@ -208,7 +219,7 @@ fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *ta
         out = NULL;
     }
     if (out && fg__cpu_linear_cross_entropy_forward(x->dtype, fg_data(out), fg_data(X), fg_data(W), targets, R, C, V,
-                                                    count, chunk_rows, dx1 ? fg_data(dx1) : NULL,
+                                                    count, softcap, chunk_rows, dx1 ? fg_data(dx1) : NULL,
                                                     dw1 ? fg_data(dw1) : NULL) != FG_OK) {
         fg_release(out);
         out = NULL;

@@ -101,13 +101,15 @@ fg_tensor *fg_softmax(fg_tensor *x);
  * [-1, V) is an FG_ERR_ARG error. */
 fg_tensor *fg_cross_entropy(fg_tensor *logits, const int32_t *targets);
 /* The LM head and the loss fused: cross_entropy(x @ wᵀ, targets) for x (..., C), w (V, C) and one
- * target per row of x, without holding the (rows, V) logits: rows go through in chunks of
+ * target per row of x — with softcap c > 0, cross_entropy(softcap(x @ wᵀ, c), targets); 0: none,
+ * negative or infinite: FG_ERR_ARG — without holding the (rows, V) logits: rows go through in chunks of
  * chunk_rows rows (0, the default to use: about 16M logits and at least 256 rows a chunk), and the
  * gradients for a unit dloss are formed in the forward, chunk by chunk (only when grad mode is on
  * and x or w requires grad; the backward scales them by dloss). Returns the mean loss, shape (1),
  * as the composition does, with the same numbers (ops/cross_entropy.c says how exactly). CPU; on
  * other devices it is the composition fg_cross_entropy(fg_linear(x, w)). */
-fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *targets, int64_t chunk_rows);
+fg_tensor *fg_linear_cross_entropy(fg_tensor *x, fg_tensor *w, const int32_t *targets, double softcap,
+                                   int64_t chunk_rows);
 
 /* ---- dropout.c ---- */
 /* Zeroes each element with probability p and scales the rest by 1/(1-p). Element k (C order) is

@@ -28,26 +28,30 @@ static void make_targets(int32_t *t) {
 
 typedef struct {
     const int32_t *t;
+    double cap;
     int64_t chunk;
 } lce_args;
 
 static fg_tensor *lce_fn(fg_tensor *const *in, int n, void *user) {
     (void)n;
     const lce_args *a = user;
-    return fg_linear_cross_entropy(in[0], in[1], a->t, a->chunk);
+    return fg_linear_cross_entropy(in[0], in[1], a->t, a->cap, a->chunk);
 }
 
-/* loss and the gradients of x and w by the fused op (chunk rows) or, with chunk < 0, the composition */
-static void run(fg_dtype dt, int64_t chunk, double dloss, const int32_t *t, double *loss, fg_tensor **dx,
-                fg_tensor **dw) {
+/* loss and the gradients of x and w by the fused op (chunk rows) or, with chunk < 0, the
+ * composition cross_entropy(linear) or, with a softcap cap > 0, cross_entropy(softcap(linear)) */
+static void run_cap(fg_dtype dt, int64_t chunk, double cap, double dloss, const int32_t *t, double *loss,
+                    fg_tensor **dx, fg_tensor **dw) {
     fg_tensor *x = fgt_leaf(dt, FGT_DIMS(R, C), 11), *w = fgt_leaf(dt, FGT_DIMS(V, C), 12);
     fg_tensor *l;
     if (chunk < 0) {
         fg_tensor *logits = fgt_ok(fg_linear(x, w, NULL), "linear");
-        l = fgt_ok(fg_cross_entropy(logits, t), "cross_entropy");
+        fg_tensor *z = cap > 0 ? fgt_ok(fg_softcap(logits, cap), "softcap") : fg_retain(logits);
+        l = fgt_ok(fg_cross_entropy(z, t), "cross_entropy");
+        fg_release(z);
         fg_release(logits);
     } else {
-        l = fgt_ok(fg_linear_cross_entropy(x, w, t, chunk), "linear_cross_entropy");
+        l = fgt_ok(fg_linear_cross_entropy(x, w, t, cap, chunk), "linear_cross_entropy");
     }
     cr_assert(l->ndim == 1 && l->shape[0] == 1, "loss shape (1)");
     *loss = fg_get(l, 0);
@@ -57,6 +61,11 @@ static void run(fg_dtype dt, int64_t chunk, double dloss, const int32_t *t, doub
     *dx = fg_retain(x->grad);
     *dw = fg_retain(w->grad);
     fg_release(seed), fg_release(l), fg_release(x), fg_release(w);
+}
+
+static void run(fg_dtype dt, int64_t chunk, double dloss, const int32_t *t, double *loss, fg_tensor **dx,
+                fg_tensor **dw) {
+    run_cap(dt, chunk, 0, dloss, t, loss, dx, dw);
 }
 
 static void expect_same_bits(const fg_tensor *a, const fg_tensor *b, const char *what) {
@@ -110,10 +119,89 @@ Test(linear_cross_entropy, gradients_match_finite_differences_in_one_chunk_and_i
     const int64_t chunks[3] = {0, 4, 7};
     for (int k = 0; k < 3; k++) {
         fg_tensor *in[2] = {fgt_leaf(FG_F64, FGT_DIMS(R, C), 21), fgt_leaf(FG_F64, FGT_DIMS(V, C), 22)};
-        lce_args a = {t, chunks[k]};
+        lce_args a = {t, 0, chunks[k]};
         FGT_GRADCHECK("linear_cross_entropy", lce_fn, in, 2, &a);
         fg_release(in[0]), fg_release(in[1]);
     }
+}
+
+/* The logit softcap inside the chunks: the fused op against cross_entropy(softcap(linear)). The
+ * caps 1.5 and 4 bend the test's logits (a few units) hard; 15 is nanochat's. */
+static const double caps[3] = {1.5, 4.0, 15.0};
+
+Test(linear_cross_entropy, softcap_in_one_chunk_is_the_composition_bit_for_bit) {
+    int32_t t[R];
+    make_targets(t);
+    const double dlosses[2] = {1.0, 0.5};
+    const fg_dtype dts[2] = {FG_F32, FG_F64};
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 3; c++)
+            for (int k = 0; k < 2; k++) {
+                double lf, lc;
+                fg_tensor *dxf, *dwf, *dxc, *dwc;
+                run_cap(dts[d], 0, caps[c], dlosses[k], t, &lf, &dxf, &dwf);
+                run_cap(dts[d], -1, caps[c], dlosses[k], t, &lc, &dxc, &dwc);
+                cr_expect_eq(lf, lc, "cap %g: loss %.17g, the composition's %.17g", caps[c], lf, lc);
+                expect_same_bits(dxf, dxc, "dx with a softcap");
+                expect_same_bits(dwf, dwc, "dw with a softcap");
+                fg_release(dxf), fg_release(dwf), fg_release(dxc), fg_release(dwc);
+            }
+}
+
+Test(linear_cross_entropy, softcap_in_chunks_gives_the_composition_to_rounding) {
+    int32_t t[R];
+    make_targets(t);
+    const int64_t chunks[3] = {1, 5, 16};
+    const fg_dtype dts[2] = {FG_F32, FG_F64};
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 3; c++) {
+            double lc;
+            fg_tensor *dxc, *dwc;
+            run_cap(dts[d], -1, caps[c], 1.0, t, &lc, &dxc, &dwc);
+            const double atol = dts[d] == FG_F32 ? 1e-7 : 1e-15, rtol = dts[d] == FG_F32 ? 1e-5 : 1e-12;
+            for (int k = 0; k < 3; k++) {
+                double lf;
+                fg_tensor *dxf, *dwf;
+                run_cap(dts[d], chunks[k], caps[c], 1.0, t, &lf, &dxf, &dwf);
+                /* float32: each row's logits are the composition's GEMM row, so its z, lse and the
+                 * loss are too; float64's GEMM of one row sums in another order */
+                if (dts[d] == FG_F32)
+                    cr_expect_eq(lf, lc, "cap %g chunk %lld: loss %.9g, the composition's %.9g", caps[c],
+                                 (long long)chunks[k], lf, lc);
+                else
+                    cr_expect(fabs(lf - lc) <= 1e-12 * fabs(lc), "cap %g chunk %lld: loss %.17g, the composition's %.17g",
+                              caps[c], (long long)chunks[k], lf, lc);
+                FGT_ASSERT_CLOSE(dxf, dxc, atol, rtol, "dx with a softcap in chunks");
+                FGT_ASSERT_CLOSE(dwf, dwc, atol, rtol, "dw with a softcap in chunks");
+                fg_release(dxf), fg_release(dwf);
+            }
+            fg_release(dxc), fg_release(dwc);
+        }
+}
+
+Test(linear_cross_entropy, softcap_gradients_match_finite_differences) {
+    int32_t t[R];
+    make_targets(t);
+    const int64_t chunks[2] = {0, 7};
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 2; k++) {
+            fg_tensor *in[2] = {fgt_leaf(FG_F64, FGT_DIMS(R, C), 21), fgt_leaf(FG_F64, FGT_DIMS(V, C), 22)};
+            lce_args a = {t, caps[c], chunks[k]};
+            FGT_GRADCHECK("linear_cross_entropy with a softcap", lce_fn, in, 2, &a);
+            fg_release(in[0]), fg_release(in[1]);
+        }
+}
+
+Test(linear_cross_entropy, bad_softcaps_are_errors) {
+    int32_t t[R];
+    make_targets(t);
+    fg_tensor *x = fgt_rand(FG_F32, FGT_DIMS(R, C), 1), *w = fgt_rand(FG_F32, FGT_DIMS(V, C), 2);
+    const double bad[3] = {-1.0, INFINITY, NAN};
+    for (int k = 0; k < 3; k++) {
+        cr_expect_null(fg_linear_cross_entropy(x, w, t, bad[k], 0), "softcap %g", bad[k]);
+        cr_expect(fg_last_status() == FG_ERR_ARG && strstr(fg_last_error(), "softcap"), "%s", fg_last_error());
+    }
+    fg_release(x), fg_release(w);
 }
 
 Test(linear_cross_entropy, all_rows_ignored_gives_zero_loss_and_zero_gradients) {
@@ -134,9 +222,9 @@ Test(linear_cross_entropy, no_grad_mode_records_nothing_and_gives_the_same_loss)
     int32_t t[R];
     make_targets(t);
     fg_tensor *x = fgt_leaf(FG_F32, FGT_DIMS(R, C), 11), *w = fgt_leaf(FG_F32, FGT_DIMS(V, C), 12);
-    fg_tensor *a = fgt_ok(fg_linear_cross_entropy(x, w, t, 5), "with grad");
+    fg_tensor *a = fgt_ok(fg_linear_cross_entropy(x, w, t, 0, 5), "with grad");
     fg_no_grad_enter();
-    fg_tensor *b = fgt_ok(fg_linear_cross_entropy(x, w, t, 5), "no grad");
+    fg_tensor *b = fgt_ok(fg_linear_cross_entropy(x, w, t, 0, 5), "no grad");
     fg_no_grad_exit();
     cr_expect(a->grad_fn != NULL && b->grad_fn == NULL, "grad_fn %p with grad, %p without", (void *)a->grad_fn,
               (void *)b->grad_fn);
@@ -149,15 +237,15 @@ Test(linear_cross_entropy, bad_shapes_targets_and_chunks_are_errors) {
     make_targets(t);
     fg_tensor *x = fgt_rand(FG_F32, FGT_DIMS(R, C), 1), *w = fgt_rand(FG_F32, FGT_DIMS(V, C), 2);
     fg_tensor *w_bad = fgt_rand(FG_F32, FGT_DIMS(V, C + 1), 3), *w64 = fgt_rand(FG_F64, FGT_DIMS(V, C), 4);
-    cr_expect_null(fg_linear_cross_entropy(x, w_bad, t, 0));
+    cr_expect_null(fg_linear_cross_entropy(x, w_bad, t, 0, 0));
     cr_expect_eq(fg_last_status(), FG_ERR_SHAPE, "%s", fg_last_error());
-    cr_expect_null(fg_linear_cross_entropy(x, w64, t, 0), "mixed dtypes");
+    cr_expect_null(fg_linear_cross_entropy(x, w64, t, 0, 0), "mixed dtypes");
     t[3] = V;
-    cr_expect_null(fg_linear_cross_entropy(x, w, t, 0));
+    cr_expect_null(fg_linear_cross_entropy(x, w, t, 0, 0));
     cr_expect(fg_last_status() == FG_ERR_ARG && strstr(fg_last_error(), "row 3"), "%s", fg_last_error());
     t[3] = 0;
-    cr_expect_null(fg_linear_cross_entropy(x, w, NULL, 0));
-    cr_expect_null(fg_linear_cross_entropy(x, w, t, -1));
+    cr_expect_null(fg_linear_cross_entropy(x, w, NULL, 0, 0));
+    cr_expect_null(fg_linear_cross_entropy(x, w, t, 0, -1));
     cr_expect_eq(fg_last_status(), FG_ERR_ARG, "%s", fg_last_error());
     fg_release(x), fg_release(w), fg_release(w_bad), fg_release(w64);
 }
@@ -175,7 +263,7 @@ static double peak_bytes(int fused, int64_t rows, int64_t vocab, int64_t chunk) 
     fg_alloc_reset_peak(FG_CPU);
     fg_tensor *l;
     if (fused) {
-        l = fgt_ok(fg_linear_cross_entropy(x, w, t, chunk), "linear_cross_entropy");
+        l = fgt_ok(fg_linear_cross_entropy(x, w, t, 0, chunk), "linear_cross_entropy");
     } else {
         fg_tensor *logits = fgt_ok(fg_linear(x, w, NULL), "linear");
         l = fgt_ok(fg_cross_entropy(logits, t), "cross_entropy");

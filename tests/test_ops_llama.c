@@ -11,8 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/cpu/threadpool.h"
 #include "ops/cpu/vmath.h"
 #include "ops/device.h"
+#include "ops/kernels_cpu.h"
 #include "ops/ops.h"
 #include "tensor/npy.h"
 #include "tests/common.h"
@@ -391,6 +393,68 @@ static const error_case error_cases[] = {
     {"softcap c < 0", OP_SOFTCAP, 2, {3, 7}, 0, {0}, FG_F64, -15, 0, FG_ERR_ARG, "cap c"},
     {"softcap c inf", OP_SOFTCAP, 2, {3, 7}, 0, {0}, FG_F64, INFINITY, 0, FG_ERR_ARG, "cap c"},
 };
+
+/* relu², SwiGLU, the softcap and RMSNorm (forward, and the backward without a weight) run in pieces
+ * on the thread pool: one thread and three give the same bits, outputs and gradients alike. */
+static void par_run(int op, int threads, fg_tensor **res) {
+    const int64_t R = 70, C = 600; /* 42000 elements: three element pieces, six pieces of rows */
+    fg_pool_set_threads(threads);
+    fg_tensor *x = fgt_leaf(FG_F32, FGT_DIMS(R, C), 31), *b = fgt_leaf(FG_F32, FGT_DIMS(R, C), 32);
+    fg_tensor *w = fgt_leaf(FG_F32, FGT_DIMS(C), 33);
+    fg_tensor *out = op == 0   ? fg_relu2(x)
+                     : op == 1 ? fg_swiglu(x, b)
+                     : op == 2 ? fg_softcap(x, 0.7)
+                     : op == 3 ? fg_rmsnorm(x, NULL, 1e-6)
+                               : fg_rmsnorm(x, w, 1e-6);
+    cr_assert(out, "op %d: %s", op, fg_last_error());
+    fg_tensor *dout = fgt_rand(FG_F32, FGT_DIMS(R, C), 34);
+    cr_assert_eq(fg_backward(out, dout), FG_OK, "%s", fg_last_error());
+    res[0] = out, res[1] = fg_retain(x->grad), res[2] = op == 1 ? fg_retain(b->grad) : NULL;
+    res[3] = op == 4 ? fg_retain(w->grad) : NULL;
+    fg_release(dout), fg_release(x), fg_release(b), fg_release(w);
+}
+
+Test(ops_llama, threads_do_not_change_the_bits) {
+    const double min_ns = fg_par_set_min_ns(0); /* every loop of two or more pieces on the pool */
+    for (int op = 0; op < 5; op++) {
+        fg_tensor *one[4], *three[4];
+        par_run(op, 1, one);
+        par_run(op, 3, three);
+        for (int k = 0; k < 4; k++) {
+            cr_assert((one[k] == NULL) == (three[k] == NULL), "op %d output %d", op, k);
+            if (one[k]) {
+                cr_assert(fg_is_contiguous(one[k]) && fg_is_contiguous(three[k]), "op %d output %d", op, k);
+                cr_assert(memcmp(fg_data(one[k]), fg_data(three[k]), (size_t)fg_nbytes(one[k])) == 0,
+                          "op %d output %d: 3 threads differ from 1", op, k);
+            }
+            fg_release(one[k]), fg_release(three[k]);
+        }
+    }
+    fg_pool_set_threads(0);
+    fg_par_set_min_ns(min_ns);
+}
+
+/* relu² in float32 runs branch-free vector code: the bits of the plain loop, NaN, ±0 and a gradient
+ * of -0 (left alone where x <= 0) included. The CPU kernels, called directly. */
+Test(ops_llama, relu2_float32_is_the_plain_loop_bit_for_bit) {
+    enum { N = 1003 };
+    static float x[N], d[N], o[N], g[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)((i * 37) % 101 - 50) / 7.0f;
+        d[i] = (float)((i * 13) % 29 - 14) / 3.0f;
+        g[i] = i % 2 ? -0.0f : 0.25f * (float)i;
+    }
+    x[0] = NAN, x[1] = -0.0f, x[2] = 0.0f, x[3] = INFINITY, x[4] = -INFINITY, x[5] = 1e-30f;
+    cr_assert_eq(fg_cpu_activation_relu2_forward(FG_F32, o, x, N), FG_OK);
+    cr_assert_eq(fg_cpu_activation_relu2_backward(FG_F32, g, d, x, N), FG_OK);
+    for (int i = 0; i < N; i++) {
+        const float r = x[i] > 0 ? x[i] : 0, want_o = r * r;
+        float want_g = i % 2 ? -0.0f : 0.25f * (float)i;
+        if (x[i] > 0) want_g += d[i] * (2 * x[i]);
+        cr_assert(memcmp(&o[i], &want_o, 4) == 0 && memcmp(&g[i], &want_g, 4) == 0,
+                  "x[%d] = %a: out %a (loop %a), dx %a (loop %a)", i, x[i], o[i], want_o, g[i], want_g);
+    }
+}
 
 Test(ops_llama, each_bad_argument_is_refused_with_a_message_naming_the_op) {
     for (size_t k = 0; k < sizeof error_cases / sizeof error_cases[0]; k++) {

@@ -929,23 +929,13 @@ fg_tensor *fg_gpt_forward(fg_gpt *g, const int32_t *idx, int B, int T, const fg_
     return logits;
 }
 
-/* The LM head and the loss as one op (fg_linear_cross_entropy): the (B, T, V) logits are never
- * all live, the same numbers as cross_entropy(fg_gpt_forward(...)). With a logit softcap the
- * composition itself: cross_entropy(softcap(h @ headᵀ)). */
+/* The LM head, the logit softcap (if any) and the loss as one op (fg_linear_cross_entropy): the
+ * (B, T, V) logits are never all live, the same numbers as cross_entropy(fg_gpt_forward(...)). */
 fg_tensor *fg_gpt_loss(fg_gpt *g, const int32_t *idx, const int32_t *targets, int B, int T,
                        const fg_gpt_train_ctx *train) {
     fg_tensor *h = gpt_hidden(g, idx, B, T, train);
     if (!h) return NULL;
-    fg_tensor *loss = NULL;
-    if (g->cfg.logit_softcap > 0) {
-        fg_tensor *logits = fg_linear(h, head_weight(g), NULL);
-        fg_tensor *capped = logits ? fg_softcap(logits, g->cfg.logit_softcap) : NULL;
-        loss = capped ? fg_cross_entropy(capped, targets) : NULL;
-        fg_release(capped);
-        fg_release(logits);
-    } else {
-        loss = fg_linear_cross_entropy(h, head_weight(g), targets, 0);
-    }
+    fg_tensor *loss = fg_linear_cross_entropy(h, head_weight(g), targets, g->cfg.logit_softcap, 0);
     fg_release(h);
     return loss;
 }

@@ -3,9 +3,9 @@
  * the ops' shell are in ops/activation.c. CPU only: the CUDA table holds NULL.
  *
  * Plain loops over (n) contiguous elements, written once for both dtypes (T is float or double);
- * float32 evaluates exp and tanh in float (expf, tanhf). Backward outputs are added to (+=).
- * relu² and SwiGLU run their loops over pieces of the array on the thread pool (fg_par_range,
- * ops/cpu/vmath.h): each element is computed alone, so the bits do not depend on the threads.
+ * float32 evaluates exp and tanh in float (expf, tanhf). Backward outputs are added to (+=). Each
+ * element is computed alone, so the loops run in pieces on the thread pool (fg_par_range) with the
+ * same bits for any thread count.
  */
 #include "ops/cpu/kernel.h"
 #include "ops/cpu/vmath.h"
@@ -69,71 +69,113 @@ static void softcap_bwd_f64(double *dx, const double *dout, const double *x, int
     SOFTCAP_BWD_BODY(double);
 }
 
-/* ---- pieces on the thread pool ---- */
+#if FG_SIMD_X86
+/* relu² in float32 without branches (the signs of x are a coin toss: a branch per element mispredicts
+ * half the time): the same IEEE operations as the loops above, so the same bits. maxps(x, 0) is
+ * "x > 0 ? x : 0" exactly (0 for NaN and -0 too); the backward computes dx + dout (2 x) in every
+ * lane and keeps it where x > 0. SSE4.2 is the build's baseline (x86-64-v2). */
+static void relu2_fwd_f32_sse(float *out, const float *x, int64_t n) {
+    const __m128 z = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128 r = _mm_max_ps(_mm_loadu_ps(x + i), z);
+        _mm_storeu_ps(out + i, _mm_mul_ps(r, r));
+    }
+    relu2_fwd_f32(out + i, x + i, n - i);
+}
+static void relu2_bwd_f32_sse(float *dx, const float *dout, const float *x, int64_t n) {
+    const __m128 z = _mm_setzero_ps(), two = _mm_set1_ps(2.0f);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128 xv = _mm_loadu_ps(x + i), d = _mm_loadu_ps(dx + i), m = _mm_cmpgt_ps(xv, z);
+        const __m128 v = _mm_add_ps(d, _mm_mul_ps(_mm_loadu_ps(dout + i), _mm_mul_ps(two, xv)));
+        _mm_storeu_ps(dx + i, _mm_or_ps(_mm_and_ps(m, v), _mm_andnot_ps(m, d)));
+    }
+    relu2_bwd_f32(dx + i, dout + i, x + i, n - i);
+}
+#endif
 
-/* Serial cost per element (ns, one thread): relu² a compare and a multiply or two, SwiGLU an exp. */
-#define ACT_NS_RELU2 0.5
-#define ACT_NS_SWIGLU_FWD 4.0
-#define ACT_NS_SWIGLU_BWD 6.0
-
-/* One call's arrays (NULL where the kernel has no such array or it is not wanted). */
+/* ---- pieces on the thread pool: each call runs one kernel above over elements [b, e) ---- */
+typedef enum {
+    ACT_RELU2_FWD,
+    ACT_RELU2_BWD,
+    ACT_SWIGLU_FWD,
+    ACT_SWIGLU_BWD,
+    ACT_SOFTCAP_FWD,
+    ACT_SOFTCAP_BWD
+} act_kind;
 typedef struct {
+    act_kind kind;
     fg_dtype dt;
-    void *y0, *y1;            /* out, or dx / da and db */
-    const void *x0, *x1, *x2; /* inputs: x / dout, x / a, b / dout, a, b */
+    void *o1, *o2;            /* out, or dx / da and db */
+    const void *i1, *i2, *i3; /* the inputs in the kernel's order */
+    double c;
 } act_job;
 
-/* p + i elements of dt; NULL stays NULL */
-static void *act_at(fg_dtype dt, const void *p, int64_t i) {
-    return p ? (char *)p + (size_t)i * (dt == FG_F32 ? sizeof(float) : sizeof(double)) : NULL;
+#define AT(p, T, b) ((p) ? (T *)(p) + (b) : NULL)
+#define ACT_PIECE(T, sfx)                                                                                              \
+    switch (j->kind) {                                                                                                 \
+    case ACT_RELU2_FWD:                                                                                                \
+        relu2_fwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), n);                                                    \
+        break;                                                                                                         \
+    case ACT_RELU2_BWD:                                                                                                \
+        relu2_bwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b), n);                             \
+        break;                                                                                                         \
+    case ACT_SWIGLU_FWD:                                                                                               \
+        swiglu_fwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b), n);                            \
+        break;                                                                                                         \
+    case ACT_SWIGLU_BWD:                                                                                               \
+        swiglu_bwd_##sfx(AT(j->o1, T, b), AT(j->o2, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b),               \
+                         AT(j->i3, const T, b), n);                                                                    \
+        break;                                                                                                         \
+    case ACT_SOFTCAP_FWD:                                                                                              \
+        softcap_fwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), n, j->c);                                            \
+        break;                                                                                                         \
+    case ACT_SOFTCAP_BWD:                                                                                              \
+        softcap_bwd_##sfx(AT(j->o1, T, b), AT(j->i1, const T, b), AT(j->i2, const T, b), n, j->c);                     \
+        break;                                                                                                         \
+    }
+
+static void act_piece(void *ctx, int64_t b, int64_t e) {
+    const act_job *j = ctx;
+    const int64_t n = e - b;
+    if (j->dt == FG_F32) {
+#if FG_SIMD_X86
+        if (j->kind == ACT_RELU2_FWD) return relu2_fwd_f32_sse((float *)j->o1 + b, (const float *)j->i1 + b, n);
+        if (j->kind == ACT_RELU2_BWD)
+            return relu2_bwd_f32_sse((float *)j->o1 + b, (const float *)j->i1 + b, (const float *)j->i2 + b, n);
+#endif
+        ACT_PIECE(float, f32);
+    } else {
+        ACT_PIECE(double, f64);
+    }
 }
 
-static void relu2_fwd_piece(void *ctx, int64_t b, int64_t e) {
-    const act_job *j = ctx;
-    FG_DISPATCH(j->dt, relu2_fwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->x0, b), e - b);
-}
-static void relu2_bwd_piece(void *ctx, int64_t b, int64_t e) {
-    const act_job *j = ctx;
-    FG_DISPATCH(j->dt, relu2_bwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->x0, b), act_at(j->dt, j->x1, b), e - b);
-}
-static void swiglu_fwd_piece(void *ctx, int64_t b, int64_t e) {
-    const act_job *j = ctx;
-    FG_DISPATCH(j->dt, swiglu_fwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->x0, b), act_at(j->dt, j->x1, b), e - b);
-}
-static void swiglu_bwd_piece(void *ctx, int64_t b, int64_t e) {
-    const act_job *j = ctx;
-    FG_DISPATCH(j->dt, swiglu_bwd, act_at(j->dt, j->y0, b), act_at(j->dt, j->y1, b), act_at(j->dt, j->x0, b),
-                act_at(j->dt, j->x1, b), act_at(j->dt, j->x2, b), e - b);
+/* the job over n elements; ns: a rough cost per element (one thread) */
+static fg_status act_run(act_job j, int64_t n, double ns) {
+    fg_par_range(n, FG_PAR_CHUNK, ns, act_piece, &j);
+    return FG_OK;
 }
 
 /* ---- the CPU kernels (ops/kernels.h) ---- */
 fg_status fg_cpu_activation_relu2_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
-    act_job j = {.dt = dt, .y0 = out, .x0 = x};
-    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_RELU2, relu2_fwd_piece, &j);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_RELU2_FWD, .dt = dt, .o1 = out, .i1 = x}, n, 0.5);
 }
 fg_status fg_cpu_activation_relu2_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n) {
-    act_job j = {.dt = dt, .y0 = dx, .x0 = dout, .x1 = x};
-    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_RELU2, relu2_bwd_piece, &j);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_RELU2_BWD, .dt = dt, .o1 = dx, .i1 = dout, .i2 = x}, n, 1.0);
 }
 fg_status fg_cpu_activation_swiglu_forward(fg_dtype dt, void *out, const void *a, const void *b, int64_t n) {
-    act_job j = {.dt = dt, .y0 = out, .x0 = a, .x1 = b};
-    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_SWIGLU_FWD, swiglu_fwd_piece, &j);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SWIGLU_FWD, .dt = dt, .o1 = out, .i1 = a, .i2 = b}, n, 5.0);
 }
 fg_status fg_cpu_activation_swiglu_backward(fg_dtype dt, void *da, void *db, const void *dout, const void *a,
                                             const void *b, int64_t n) {
-    act_job j = {.dt = dt, .y0 = da, .y1 = db, .x0 = dout, .x1 = a, .x2 = b};
-    fg_par_range(n, FG_PAR_CHUNK, ACT_NS_SWIGLU_BWD, swiglu_bwd_piece, &j);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SWIGLU_BWD, .dt = dt, .o1 = da, .o2 = db, .i1 = dout, .i2 = a, .i3 = b}, n,
+                   6.0);
 }
 fg_status fg_cpu_activation_softcap_forward(fg_dtype dt, void *out, const void *x, int64_t n, double c) {
-    FG_DISPATCH(dt, softcap_fwd, out, x, n, c);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SOFTCAP_FWD, .dt = dt, .o1 = out, .i1 = x, .c = c}, n, 8.0);
 }
 fg_status fg_cpu_activation_softcap_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n,
                                              double c) {
-    FG_DISPATCH(dt, softcap_bwd, dx, dout, x, n, c);
-    return FG_OK;
+    return act_run((act_job){.kind = ACT_SOFTCAP_BWD, .dt = dt, .o1 = dx, .i1 = dout, .i2 = x, .c = c}, n, 8.0);
 }
