@@ -414,7 +414,7 @@ static void par_run(int op, int threads, fg_tensor **res) {
     fg_release(dout), fg_release(x), fg_release(b), fg_release(w);
 }
 
-Test(ops_llama, threads_do_not_change_the_bits) {
+Test(ops_llama, softcap_and_the_others_give_the_same_bits_on_1_and_3_threads) {
     const double min_ns = fg_par_set_min_ns(0); /* every loop of two or more pieces on the pool */
     for (int op = 0; op < 5; op++) {
         fg_tensor *one[4], *three[4];
