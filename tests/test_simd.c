@@ -1,4 +1,4 @@
-/* test_simd.c — the CPU speed machinery: the vectorized exp (ops/cpu/vexp.h), the tile products
+/* test_simd.c — the CPU speed machinery: the vectorized exp and tanh (ops/cpu/vexp.h, vtanh.h), the tile products
  * (ops/cpu/smallgemm.h), the thread pool (ops/cpu/threadpool.h), and what flash attention promises on top
  * of them: the same bits for any thread count and any instruction set.
  *
@@ -26,6 +26,7 @@
 #include "ops/cpu/smallgemm.h"
 #include "ops/cpu/threadpool.h"
 #include "ops/cpu/vexp.h"
+#include "ops/cpu/vtanh.h"
 #include "tensor/alloc.h"
 #include "tests/common.h"
 
@@ -94,6 +95,68 @@ Test(simd, vexp_is_within_one_ulp_of_exp_on_every_level) {
         fprintf(stderr, "[simd] vexp %s: %lld inputs >= %g, worst %.3f ulp (at %.7g)\n", fg_simd_name(lv), (long long)n,
                 (double)FG_VEXP_LO, worst, worst_x);
     }
+    free(x);
+    free(y);
+}
+
+/* vtanh (ops/cpu/vtanh.h): every stride-th float32 of [−20, 20] (and the ends, where tanh is ±1),
+ * divided by c = 1 (u itself) and by c = 15 (a softcap's scale): within 2 ulp of tanh in double, and
+ * every level gives the scalar form's bits; NaN, ±inf, ±0 as promised. */
+Test(simd, vtanh_is_within_two_ulp_of_tanh_and_every_level_gives_the_same_bits) {
+    const uint32_t stride = fgt_sanitize() ? 9973 : 101;
+    enum { CH = 4096 };
+    float *x = malloc(CH * sizeof(float)), *y = malloc(CH * sizeof(float));
+    const fg_simd_level best = fg_simd_detect();
+    const float lim = 20.0f;
+    uint32_t top;
+    memcpy(&top, &lim, sizeof top);
+    const float cs[2] = {1.0f, 15.0f};
+    for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+        fg_simd_set((fg_simd_level)lv);
+        for (int k = 0; k < 2; k++) {
+            double worst = 0;
+            float worst_x = 0, first_differ = 0;
+            int64_t n = 0, differ = 0;
+            for (int neg = 0; neg < 2; neg++)
+                for (uint32_t u = 0; u <= top;) {
+                    int c = 0;
+                    for (; c < CH && u <= top; c++, u += stride) {
+                        const uint32_t bits = u | (neg ? 0x80000000u : 0);
+                        memcpy(&x[c], &bits, sizeof bits);
+                    }
+                    fg_vtanh_div_f32(y, x, cs[k], c);
+                    for (int i = 0; i < c; i++) {
+                        const float q = x[i] / cs[k], r = fg_tanhf_ref(q);
+                        if (memcmp(&r, &y[i], sizeof r) != 0 && differ++ == 0) first_differ = x[i];
+                        const double t = tanh((double)q);
+                        const float tf = (float)t;
+                        if (tf == 0) {
+                            cr_expect(y[i] == 0 && signbit(y[i]) == signbit(q), "tanh(%a) = %a", (double)q, (double)y[i]);
+                            continue;
+                        }
+                        const double ulp = fabs((double)nextafterf(tf, 2 * tf) - (double)tf);
+                        const double e = fabs((double)y[i] - t) / ulp;
+                        if (e > worst) worst = e, worst_x = q;
+                        n++;
+                    }
+                }
+            cr_expect(worst <= 2.0, "%s, c %g: tanh error %.3f ulp at u = %.9g (bound 2 ulp)", fg_simd_name(lv),
+                      (double)cs[k], worst, (double)worst_x);
+            cr_expect_eq(differ, 0, "%s, c %g: %lld results differ from fg_tanhf_ref, the first at x = %a",
+                         fg_simd_name(lv), (double)cs[k], (long long)differ, (double)first_differ);
+            fprintf(stderr, "[simd] vtanh %s c %g: %lld inputs, worst %.3f ulp (at %.7g)\n", fg_simd_name(lv),
+                    (double)cs[k], (long long)n, worst, (double)worst_x);
+        }
+        const float sp[6] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f};
+        float out[6];
+        fg_vtanh_div_f32(out, sp, 1.0f, 6);
+        cr_expect(isnan(out[0]), "%s: tanh(NaN) = %a", fg_simd_name(lv), (double)out[0]);
+        cr_expect(out[1] == 1.0f && out[2] == -1.0f, "%s: tanh(±inf) = %a, %a", fg_simd_name(lv), (double)out[1],
+                  (double)out[2]);
+        cr_expect(out[3] == 0 && !signbit(out[3]) && out[4] == 0 && signbit(out[4]), "%s: tanh(±0)", fg_simd_name(lv));
+        cr_expect(out[5] == 1.0f, "%s: tanh(1e30) = %a", fg_simd_name(lv), (double)out[5]);
+    }
+    fg_simd_set(best);
     free(x);
     free(y);
 }

@@ -3,12 +3,13 @@
  * the ops' shell are in ops/activation.c. CPU only: the CUDA table holds NULL.
  *
  * Plain loops over (n) contiguous elements, written once for both dtypes (T is float or double);
- * float32 evaluates exp and tanh in float (expf, tanhf). Backward outputs are added to (+=). Each
+ * float32 evaluates exp in float (expf) and tanh with ops/cpu/vtanh.h. Backward outputs are added to (+=). Each
  * element is computed alone, so the loops run in pieces on the thread pool (fg_par_range) with the
  * same bits for any thread count.
  */
 #include "ops/cpu/kernel.h"
 #include "ops/cpu/vmath.h"
+#include "ops/cpu/vtanh.h"
 #include "ops/kernels_cpu.h"
 
 #define FG_TANH(x) _Generic((x), float : tanhf, default : tanh)(x)
@@ -60,9 +61,25 @@ static void swiglu_bwd_f64(double *da, double *db, const double *dout, const dou
     SWIGLU_BWD_BODY(double);
 }
 
-static void softcap_fwd_f32(float *out, const float *x, int64_t n, double c) { SOFTCAP_FWD_BODY(float); }
+/* float32 takes its tanh from ops/cpu/vtanh.h (vectorized, the same bits on every level), a block
+ * at a time; the arithmetic around it is the loops' above */
+#define SOFTCAP_BLOCK 256
+static void softcap_fwd_f32(float *out, const float *x, int64_t n, double c) {
+    const float cf = (float)c;
+    for (int64_t i = 0; i < n; i += SOFTCAP_BLOCK) {
+        const int64_t m = n - i < SOFTCAP_BLOCK ? n - i : SOFTCAP_BLOCK;
+        fg_vtanh_div_f32(out + i, x + i, cf, m);
+        for (int64_t k = 0; k < m; k++) out[i + k] = cf * out[i + k];
+    }
+}
 static void softcap_bwd_f32(float *dx, const float *dout, const float *x, int64_t n, double c) {
-    SOFTCAP_BWD_BODY(float);
+    const float cf = (float)c;
+    float t[SOFTCAP_BLOCK];
+    for (int64_t i = 0; i < n; i += SOFTCAP_BLOCK) {
+        const int64_t m = n - i < SOFTCAP_BLOCK ? n - i : SOFTCAP_BLOCK;
+        fg_vtanh_div_f32(t, x + i, cf, m);
+        for (int64_t k = 0; k < m; k++) dx[i + k] += dout[i + k] * (1 - t[k] * t[k]);
+    }
 }
 static void softcap_fwd_f64(double *out, const double *x, int64_t n, double c) { SOFTCAP_FWD_BODY(double); }
 static void softcap_bwd_f64(double *dx, const double *dout, const double *x, int64_t n, double c) {
