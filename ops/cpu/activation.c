@@ -3,7 +3,7 @@
  * the ops' shell are in ops/activation.c. CPU only: the CUDA table holds NULL.
  *
  * Plain loops over (n) contiguous elements, written once for both dtypes (T is float or double);
- * float32 evaluates exp in float (expf) and tanh with ops/cpu/vtanh.h. Backward outputs are added to (+=). Each
+ * float32 evaluates exp with ops/cpu/vexp.h and tanh with ops/cpu/vtanh.h. Backward outputs are added to (+=). Each
  * element is computed alone, so the loops run in pieces on the thread pool (fg_par_range) with the
  * same bits for any thread count.
  */
@@ -52,9 +52,31 @@ static void relu2_bwd_f32(float *dx, const float *dout, const float *x, int64_t 
 static void relu2_fwd_f64(double *out, const double *x, int64_t n) { RELU2_FWD_BODY(double); }
 static void relu2_bwd_f64(double *dx, const double *dout, const double *x, int64_t n) { RELU2_BWD_BODY(double); }
 
-static void swiglu_fwd_f32(float *out, const float *a, const float *b, int64_t n) { SWIGLU_FWD_BODY(float); }
+/* float32 takes exp(-a) from ops/cpu/vexp.h (vectorized, the same bits on every level), a block at a
+ * time; the arithmetic around it is the loops' above */
+#define SWIGLU_BLOCK 256
+static void swiglu_fwd_f32(float *out, const float *a, const float *b, int64_t n) {
+    float e[SWIGLU_BLOCK];
+    for (int64_t i = 0; i < n; i += SWIGLU_BLOCK) {
+        const int64_t m = n - i < SWIGLU_BLOCK ? n - i : SWIGLU_BLOCK;
+        for (int64_t k = 0; k < m; k++) e[k] = -a[i + k];
+        fg_vexp_f32(e, e, m);
+        for (int64_t k = 0; k < m; k++) out[i + k] = a[i + k] / (1 + e[k]) * b[i + k];
+    }
+}
 static void swiglu_bwd_f32(float *da, float *db, const float *dout, const float *a, const float *b, int64_t n) {
-    SWIGLU_BWD_BODY(float);
+    float e[SWIGLU_BLOCK];
+    for (int64_t i = 0; i < n; i += SWIGLU_BLOCK) {
+        const int64_t m = n - i < SWIGLU_BLOCK ? n - i : SWIGLU_BLOCK;
+        for (int64_t k = 0; k < m; k++) e[k] = -a[i + k];
+        fg_vexp_f32(e, e, m);
+        for (int64_t k = 0; k < m; k++) {
+            const int64_t j = i + k;
+            const float s = 1 / (1 + e[k]);
+            if (da) da[j] += dout[j] * b[j] * (s * (1 + a[j] * (1 - s)));
+            if (db) db[j] += dout[j] * (a[j] * s);
+        }
+    }
 }
 static void swiglu_fwd_f64(double *out, const double *a, const double *b, int64_t n) { SWIGLU_FWD_BODY(double); }
 static void swiglu_bwd_f64(double *da, double *db, const double *dout, const double *a, const double *b, int64_t n) {
