@@ -69,6 +69,9 @@ CONFIGS = {
                                 arch="nanochat"),
     "llama-smollm2-135m": dict(n_layer=30, n_head=9, n_kv_head=3, n_embd=576, mlp_hidden=1536, block_size=1024,
                                batch_size=1, vocab=49152, arch="llama", rope_theta=100000, untied=0),
+    # the GPT-2 path at the Llama row's size (the same layers, width, heads, context and vocabulary; its
+    # 4C GELU MLP has SwiGLU-1536's FLOPs): the MFU the Llama row is compared with
+    "gpt2-smollm2-shape": dict(n_layer=30, n_head=9, n_embd=576, block_size=1024, batch_size=1, vocab=49152),
 }
 # the presets' settings (train/gpt.h fg_gpt_arch_preset) where a configuration leaves them out
 ARCH_DEFAULTS = {"llama": dict(rope_theta=10000, untied=1, softcap=0),
@@ -169,10 +172,10 @@ def main():
     ap.add_argument("--flashgrad", default=os.path.join(ROOT, "build", "flashgrad"))
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help="comma-separated, of: " + ", ".join(CONFIGS))
-    ap.add_argument("--steps", default="20,5,2,5,2,2",
+    ap.add_argument("--steps", default="20,5,2,5,2,2,2",
                     help="timed steps per configuration (one number for all, or a list; the median counts, so "
                          "more steps ride out a neighbour's burst)")
-    ap.add_argument("--warmup-steps", default="3,2,1,2,1,1",
+    ap.add_argument("--warmup-steps", default="3,2,1,2,1,1,1",
                     help="untimed steps first, per configuration as --steps (both frameworks; PyTorch's first "
                          "steps are slow)")
     ap.add_argument("--threads", type=int, default=2)
