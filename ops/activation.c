@@ -10,7 +10,9 @@
  *   softcap: out = c tanh(x / c)                        d/dx = 1 − tanh²(x / c)
  *
  * SwiGLU takes the gate a = x W_gate and the value b = x W_up as two tensors (two linears, as in
- * Hugging Face's LlamaMLP), not one tensor to split.
+ * Hugging Face's LlamaMLP); swiglu_packed takes them as the two halves of one tensor's rows, x
+ * (..., 2I) = [a, b] (one gate|up linear), and writes its gradient in place, with the same numbers
+ * as swiglu on the two slices and neither made contiguous.
  *
  * The kernels are in ops/cpu/activation.c; CPU only (the CUDA table holds NULL, and the ops refuse).
  */
@@ -63,6 +65,20 @@ static fg_status swiglu_backward(fg_node *n) {
     return st;
 }
 
+/* inputs {x}, x (..., 2I) = gate|up. forward: out = silu(a) b  ->  dx = [dout b silu'(a), dout silu(a)] */
+static fg_status swiglu_packed_backward(fg_node *n) {
+    const activation_state *s = FG_NODE_STATE(n, activation_state);
+    fg_tensor *dx, *dout;
+    const fg_kernels *k;
+    FG_TRY(fg_grad_get(n->inputs[0], &dx));
+    if (!dx) return FG_OK;
+    FG_TRY(activation_backward_begin(n, s, &k, &dout));
+    const int64_t I = s->a->shape[s->a->ndim - 1] / 2, R = I > 0 ? fg_numel(s->a) / (2 * I) : 0;
+    fg_status st = k->activation.swiglu_rows_backward(s->a->dtype, fg_data(dx), fg_data(dout), fg_data(s->a), R, I);
+    fg_release(dout);
+    return st;
+}
+
 /* inputs {x}. forward: out = c tanh(x / c)  ->  dx += dout (1 − tanh²(x / c)) */
 static fg_status softcap_backward(fg_node *n) {
     const activation_state *s = FG_NODE_STATE(n, activation_state);
@@ -82,8 +98,8 @@ static const fg_kernels *activation_kernels(const char *op, const fg_tensor *x) 
     const fg_kernels *k = fg_kernels_for(x->device, op);
     if (!k) return NULL;
     const fg_activation_kernels *a = &k->activation;
-    if (!a->relu2_forward || !a->relu2_backward || !a->swiglu_forward || !a->swiglu_backward || !a->softcap_forward ||
-        !a->softcap_backward) {
+    if (!a->relu2_forward || !a->relu2_backward || !a->swiglu_forward || !a->swiglu_backward ||
+        !a->swiglu_rows_forward || !a->swiglu_rows_backward || !a->softcap_forward || !a->softcap_backward) {
         fg_op_no_kernel(op, k->device);
         return NULL;
     }
@@ -141,6 +157,32 @@ fg_tensor *fg_swiglu(fg_tensor *a, fg_tensor *b) {
     if (out) out = activation_record(out, op, swiglu_backward, 2, (fg_tensor *[]){a, b}, A, B, 0);
     fg_release(A);
     fg_release(B);
+    return out;
+}
+
+fg_tensor *fg_swiglu_packed(fg_tensor *x) {
+    static const char op[] = "swiglu_packed";
+    char b[FG_SHAPE_BUF];
+    if (fg_op_check(op, "x", x) != FG_OK) return NULL;
+    const int64_t I2 = x->ndim > 0 ? x->shape[x->ndim - 1] : 0;
+    if (x->ndim < 1 || I2 < 2 || I2 % 2) {
+        fg_error(FG_ERR_SHAPE, "%s: x %s needs a last dimension of 2I >= 2 (the gate, then the value)", op,
+                 FG_SHP(x, b));
+        return NULL;
+    }
+    const fg_kernels *k = activation_kernels(op, x);
+    if (!k) return NULL;
+    int64_t shape[FG_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
+    shape[x->ndim - 1] = I2 / 2;
+    fg_tensor *X = fg_op_contiguous(x);
+    fg_tensor *out = X ? fg_empty(x->dtype, x->device, x->ndim, shape) : NULL;
+    if (out && k->activation.swiglu_rows_forward(x->dtype, fg_data(out), fg_data(X), fg_numel(X) / I2, I2 / 2) != FG_OK) {
+        fg_release(out);
+        out = NULL;
+    }
+    if (out) out = activation_record(out, op, swiglu_packed_backward, 1, (fg_tensor *[]){x}, X, NULL, 0);
+    fg_release(X);
     return out;
 }
 

@@ -309,6 +309,8 @@ typedef enum {
  *   relu2:   out = relu(x)²                    dx += dout * 2 relu(x)
  *   swiglu:  out = silu(a) * b                 da += dout * b * silu'(a);  db += dout * silu(a)
  *            silu(a) = a σ(a),  silu'(a) = σ(a) (1 + a (1 - σ(a)))
+ *   swiglu_rows: the same on x (R, 2n) whose row r holds a = x[r, :n] then b = x[r, n:] (a gate|up
+ *            projection's output); out (R, n); dx (R, 2n) takes da and db in those places
  *   softcap: out = c tanh(x / c), c > 0        dx += dout * (1 - tanh²(x / c)) */
 #define FG_KERNELS_ACTIVATION(FN, VAL)                                                                                 \
     FN(activation, relu2_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n))                  \
@@ -317,6 +319,9 @@ typedef enum {
     FN(activation, swiglu_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *a, const void *b, int64_t n))  \
     FN(activation, swiglu_backward, cpu, fg_status,                                                                    \
        (fg_dtype dt, void *da, void *db, const void *dout, const void *a, const void *b, int64_t n))                   \
+    FN(activation, swiglu_rows_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *x, int64_t R, int64_t n)) \
+    FN(activation, swiglu_rows_backward, cpu, fg_status,                                                               \
+       (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t R, int64_t n))                                 \
     FN(activation, softcap_forward, cpu, fg_status, (fg_dtype dt, void *out, const void *x, int64_t n, double c))      \
     FN(activation, softcap_backward, cpu, fg_status,                                                                   \
        (fg_dtype dt, void *dx, const void *dout, const void *x, int64_t n, double c))

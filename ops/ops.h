@@ -164,6 +164,9 @@ fg_tensor *fg_relu2(fg_tensor *x);
 /* SwiGLU's gate: silu(a) * b = a σ(a) b, with a = x W_gate, b = x W_up (Llama's MLP); a and b of
  * the same shape (no broadcasting). */
 fg_tensor *fg_swiglu(fg_tensor *a, fg_tensor *b);
+/* swiglu of the two halves of x's last dimension: x (..., 2I) = [gate, value] -> (..., I), the
+ * numbers of fg_swiglu(x[..., :I], x[..., I:]) without copying either half. New reference, or NULL. */
+fg_tensor *fg_swiglu_packed(fg_tensor *x);
 /* The logit softcap: c * tanh(x / c), c finite and > 0 (nanochat: 15 on the final logits). */
 fg_tensor *fg_softcap(fg_tensor *x, double c);
 

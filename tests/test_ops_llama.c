@@ -574,3 +574,53 @@ Test(ops_llama, forward_and_gradients_match_pytorch) {
     if (fgt_verbose() || st) fprintf(stderr, "[ops_llama] %s", log);
     cr_expect_eq(st, 0, "ops_llama_torch_check.py exited %d:\n%s", st, log);
 }
+
+/* ============================================================================================
+ * swiglu_packed: SwiGLU on the two halves of one gate|up tensor
+ * ============================================================================================ */
+
+static fg_tensor *swiglu_packed_fn(fg_tensor *const *in, int n, void *user) {
+    (void)n, (void)user;
+    return fg_swiglu_packed(in[0]);
+}
+
+/* The packed op against fg_swiglu on the two slices (the composition it replaces): the same bits,
+ * output and the gradient of x, in float32 and float64, on 1 and 3 threads; a float64
+ * finite-difference check; and the shapes it refuses. */
+Test(ops_llama, swiglu_packed_is_swiglu_of_the_halves_bit_for_bit) {
+    const fg_dtype dts[2] = {FG_F32, FG_F64};
+    const double min_ns = fg_par_set_min_ns(0);
+    for (int d = 0; d < 2; d++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            fg_pool_set_threads(threads);
+            const int64_t I = 37;
+            fg_tensor *x1 = fgt_leaf(dts[d], FGT_DIMS(3, 300, 2 * I), 41), *x2 = fgt_leaf(dts[d], FGT_DIMS(3, 300, 2 * I), 41);
+            fg_tensor *dout = fgt_rand(dts[d], FGT_DIMS(3, 300, I), 42);
+            fg_tensor *y1 = fgt_ok(fg_swiglu_packed(x1), "swiglu_packed");
+            fg_tensor *a = fgt_ok(fg_slice(x2, 2, 0, I), "slice"), *b = fgt_ok(fg_slice(x2, 2, I, 2 * I), "slice");
+            fg_tensor *y2 = fgt_ok(fg_swiglu(a, b), "swiglu");
+            cr_assert_eq(y1->ndim, 3);
+            cr_assert_eq(y1->shape[2], I);
+            cr_assert(memcmp(fg_data(y1), fg_data(y2), (size_t)fg_nbytes(y1)) == 0, "%s, %d threads: outputs differ",
+                      fg_dtype_name(dts[d]), threads);
+            cr_assert_eq(fg_backward(y1, dout), FG_OK, "%s", fg_last_error());
+            cr_assert_eq(fg_backward(y2, dout), FG_OK, "%s", fg_last_error());
+            cr_assert(memcmp(fg_data(x1->grad), fg_data(x2->grad), (size_t)fg_nbytes(x1->grad)) == 0,
+                      "%s, %d threads: gradients differ", fg_dtype_name(dts[d]), threads);
+            fg_release(y1), fg_release(y2), fg_release(a), fg_release(b), fg_release(dout), fg_release(x1),
+                fg_release(x2);
+        }
+    fg_pool_set_threads(0);
+    fg_par_set_min_ns(min_ns);
+    fg_tensor *x = fgt_leaf(FG_F64, FGT_DIMS(2, 3, 10), 43);
+    FGT_GRADCHECK("swiglu_packed", swiglu_packed_fn, &x, 1, NULL);
+    fg_release(x);
+    const int64_t bad[3][2] = {{4, 7}, {4, 1}, {4, 0}};
+    for (int i = 0; i < 3; i++) {
+        fg_tensor *t = fg_zeros(FG_F32, FG_CPU, 2, bad[i]);
+        cr_assert_null(fg_swiglu_packed(t), "a last dimension of %lld was taken", (long long)bad[i][1]);
+        cr_expect_eq(fg_last_status(), FG_ERR_SHAPE);
+        cr_expect(strstr(fg_last_error(), "swiglu_packed"), "%s", fg_last_error());
+        fg_release(t);
+    }
+}

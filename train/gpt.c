@@ -661,15 +661,8 @@ static fg_tensor *mlp_act(const fg_gpt *g, fg_tensor *fc) {
     switch (g->cfg.mlp) {
     case FG_MLP_RELU2:
         return fg_relu2(fc);
-    case FG_MLP_SWIGLU: {
-        const int64_t I = fg_gpt_hidden(&g->cfg);
-        const int last = fc->ndim - 1;
-        fg_tensor *a = fg_slice(fc, last, 0, I), *b = a ? fg_slice(fc, last, I, 2 * I) : NULL;
-        fg_tensor *y = b ? fg_swiglu(a, b) : NULL;
-        fg_release(a);
-        fg_release(b);
-        return y;
-    }
+    case FG_MLP_SWIGLU:
+        return fg_swiglu_packed(fc);
     default:
         return fg_gelu(fc);
     }

@@ -196,7 +196,47 @@ static fg_status act_run(act_job j, int64_t n, double ns) {
     return FG_OK;
 }
 
+/* ---- SwiGLU on the rows of a gate|up output: pieces of whole rows ---- */
+typedef struct {
+    fg_dtype dt;
+    void *y;              /* out (R, n), or dx (R, 2n) */
+    const void *x, *dout; /* x (R, 2n); dout (R, n) or NULL (forward) */
+    int64_t n; /* the half row */
+} swiglu_rows_job;
+
+#define SWIGLU_ROWS_PIECE(T, sfx)                                                                                      \
+    for (int64_t r = b; r < e; r++) {                                                                                  \
+        const T *xa = (const T *)j->x + r * 2 * n;                                                                     \
+        if (j->dout)                                                                                                   \
+            swiglu_bwd_##sfx((T *)j->y + r * 2 * n, (T *)j->y + r * 2 * n + n, (const T *)j->dout + r * n, xa, xa + n, \
+                             n);                                                                                       \
+        else                                                                                                           \
+            swiglu_fwd_##sfx((T *)j->y + r * n, xa, xa + n, n);                                                        \
+    }
+
+static void swiglu_rows_piece(void *ctx, int64_t b, int64_t e) {
+    const swiglu_rows_job *j = ctx;
+    const int64_t n = j->n;
+    if (j->dt == FG_F32) {
+        SWIGLU_ROWS_PIECE(float, f32);
+    } else {
+        SWIGLU_ROWS_PIECE(double, f64);
+    }
+}
+
+static fg_status swiglu_rows_run(swiglu_rows_job j, int64_t R, double ns) {
+    fg_par_range(R, fg_par_rows(j.n), ns * (double)j.n, swiglu_rows_piece, &j);
+    return FG_OK;
+}
+
 /* ---- the CPU kernels (ops/kernels.h) ---- */
+fg_status fg_cpu_activation_swiglu_rows_forward(fg_dtype dt, void *out, const void *x, int64_t R, int64_t n) {
+    return swiglu_rows_run((swiglu_rows_job){.dt = dt, .y = out, .x = x, .n = n}, R, 5.0);
+}
+fg_status fg_cpu_activation_swiglu_rows_backward(fg_dtype dt, void *dx, const void *dout, const void *x, int64_t R,
+                                                 int64_t n) {
+    return swiglu_rows_run((swiglu_rows_job){.dt = dt, .y = dx, .x = x, .dout = dout, .n = n}, R, 6.0);
+}
 fg_status fg_cpu_activation_relu2_forward(fg_dtype dt, void *out, const void *x, int64_t n) {
     return act_run((act_job){.kind = ACT_RELU2_FWD, .dt = dt, .o1 = out, .i1 = x}, n, 0.5);
 }
