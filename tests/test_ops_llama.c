@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/cpu/simd.h"
 #include "ops/cpu/threadpool.h"
 #include "ops/cpu/vmath.h"
 #include "ops/device.h"
@@ -623,4 +624,34 @@ Test(ops_llama, swiglu_packed_is_swiglu_of_the_halves_bit_for_bit) {
         cr_expect(strstr(fg_last_error(), "swiglu_packed"), "%s", fg_last_error());
         fg_release(t);
     }
+}
+
+/* RMSNorm in float32 sums its rows in 16 lanes: every instruction-set level the CPU has gives the
+ * same bits (output, dx and dw; with and without a weight; a row length that is not a multiple of 16). */
+Test(ops_llama, rmsnorm_float32_gives_the_same_bits_on_every_simd_level) {
+    const fg_simd_level best = fg_simd_detect();
+    for (int with_w = 0; with_w < 2; with_w++) {
+        fg_tensor *ref[3] = {0};
+        for (int lv = FG_SIMD_SCALAR; lv <= (int)best; lv++) {
+            fg_simd_set((fg_simd_level)lv);
+            fg_tensor *x = fgt_leaf(FG_F32, FGT_DIMS(37, 77), 51), *w = fgt_leaf(FG_F32, FGT_DIMS(77), 52);
+            fg_tensor *y = fgt_ok(fg_rmsnorm(x, with_w ? w : NULL, 1e-6), "rmsnorm");
+            fg_tensor *dout = fgt_rand(FG_F32, FGT_DIMS(37, 77), 53);
+            cr_assert_eq(fg_backward(y, dout), FG_OK, "%s", fg_last_error());
+            fg_tensor *got[3] = {y, fg_retain(x->grad), with_w ? fg_retain(w->grad) : NULL};
+            for (int k = 0; k < 3; k++) {
+                if (!got[k]) continue;
+                if (!ref[k])
+                    ref[k] = fg_retain(got[k]);
+                else
+                    cr_expect(memcmp(fg_data(ref[k]), fg_data(got[k]), (size_t)fg_nbytes(got[k])) == 0,
+                              "%s, weight %d: array %d differs from the scalar level's", fg_simd_name((fg_simd_level)lv),
+                              with_w, k);
+                fg_release(got[k]);
+            }
+            fg_release(dout), fg_release(x), fg_release(w);
+        }
+        for (int k = 0; k < 3; k++) fg_release(ref[k]);
+    }
+    fg_simd_set(best);
 }

@@ -2,7 +2,8 @@
  * op's shell are in ops/rmsnorm.c. CPU only: the CUDA table holds NULL.
  *
  * Plain loops, written once for both dtypes (T is float or double); the row sums accumulate in
- * double for both. R is the number of rows, C the row length.
+ * double for both, float32's in 16 lanes (ops/cpu/vmath.h) so that its AVX-512 form gives the plain
+ * form's bits. R is the number of rows, C the row length.
  */
 #include "ops/cpu/kernel.h"
 #include "ops/cpu/vmath.h"
@@ -43,9 +44,88 @@
         for (int64_t i = c0; i < c1; i++) dw[i] += d[i] * (xr[i] * rs);                                                \
     }
 
+/* ---- float32: the row sums as 16-lane sums (ops/cpu/vmath.h), an AVX-512 form and a plain one
+ * of the same bits. Each product of two floats is exact in double, so a lane's fused
+ * multiply-add and its multiply-then-add agree; the rest is the loops' float arithmetic above, in
+ * the same order. ---- */
+
+/* Σ_i a_i b_i over the row in 16 lanes of double, with a_i = x_i p_i (p NULL: x_i) and b_i = y_i q
+ * (each rounded to float first) */
+static double rms_dot16(const float *x, const float *p, const float *y, float q, int64_t C) {
+    double l[16] = {0};
+    for (int64_t i = 0; i < C; i++) {
+        const float a = p ? x[i] * p[i] : x[i], b = y[i] * q;
+        l[i % 16] += (double)a * (double)b;
+    }
+    return fg_lanes16_sum(l);
+}
+
+static void rms_fwd_row_plain(float *o, float *rstd, const float *xr, const float *w, int64_t C, double eps) {
+    const float rs = (float)(1.0 / sqrt(rms_dot16(xr, NULL, xr, 1.0f, C) / (double)C + eps));
+    for (int64_t i = 0; i < C; i++) o[i] = w ? xr[i] * rs * w[i] : xr[i] * rs;
+    *rstd = rs;
+}
+
+static void rms_dx_row_plain(float *g, const float *d, const float *xr, float rs, const float *w, int64_t C) {
+    const float mean_dnn = (float)(rms_dot16(d, w, xr, rs, C) / (double)C);
+    for (int64_t i = 0; i < C; i++) {
+        const float n = xr[i] * rs, dn = w ? d[i] * w[i] : d[i];
+        g[i] += rs * (dn - n * mean_dnn);
+    }
+}
+
+#if FG_SIMD_X86
+FG_TARGET_AVX512 static double rms_dot16_avx512(const float *x, const float *p, const float *y, float q, int64_t C) {
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    const __m512 qv = _mm512_set1_ps(q);
+    for (int64_t i = 0; i < C; i += 16) {
+        const __mmask16 k = C - i >= 16 ? (__mmask16)0xffff : fg_mask16(C - i);
+        __m512 a = fg_loadz16(k, x + i);
+        if (p) a = _mm512_mul_ps(a, fg_loadz16(k, p + i));
+        const __m512 b = _mm512_mul_ps(fg_loadz16(k, y + i), qv);
+        lo = _mm512_fmadd_pd(fg_lo8_pd_avx512(a), fg_lo8_pd_avx512(b), lo);
+        hi = _mm512_fmadd_pd(fg_hi8_pd_avx512(a), fg_hi8_pd_avx512(b), hi);
+    }
+    return fg_lanes16_sum_avx512(lo, hi);
+}
+
+FG_TARGET_AVX512 static void rms_fwd_row_avx512(float *o, float *rstd, const float *xr, const float *w, int64_t C,
+                                                double eps) {
+    const float rs = (float)(1.0 / sqrt(rms_dot16_avx512(xr, NULL, xr, 1.0f, C) / (double)C + eps));
+    const __m512 rv = _mm512_set1_ps(rs);
+    for (int64_t i = 0; i < C; i += 16) {
+        const __mmask16 k = C - i >= 16 ? (__mmask16)0xffff : fg_mask16(C - i);
+        __m512 v = _mm512_mul_ps(fg_loadz16(k, xr + i), rv);
+        if (w) v = _mm512_mul_ps(v, fg_loadz16(k, w + i));
+        _mm512_mask_storeu_ps(o + i, k, v);
+    }
+    *rstd = rs;
+}
+
+FG_TARGET_AVX512 static void rms_dx_row_avx512(float *g, const float *d, const float *xr, float rs, const float *w,
+                                               int64_t C) {
+    const __m512 mv = _mm512_set1_ps((float)(rms_dot16_avx512(d, w, xr, rs, C) / (double)C));
+    const __m512 rv = _mm512_set1_ps(rs);
+    for (int64_t i = 0; i < C; i += 16) {
+        const __mmask16 k = C - i >= 16 ? (__mmask16)0xffff : fg_mask16(C - i);
+        const __m512 n = _mm512_mul_ps(fg_loadz16(k, xr + i), rv);
+        __m512 dn = fg_loadz16(k, d + i);
+        if (w) dn = _mm512_mul_ps(dn, fg_loadz16(k, w + i));
+        const __m512 t = _mm512_mul_ps(rv, _mm512_sub_ps(dn, _mm512_mul_ps(n, mv)));
+        _mm512_mask_storeu_ps(g + i, k, _mm512_add_ps(fg_loadz16(k, g + i), t));
+    }
+}
+#endif
+
 static void rmsnorm_fwd_f32(float *out, float *rstd, const float *x, const float *w, int64_t r0, int64_t r1, int64_t C,
                             double eps) {
-    RMSNORM_FWD_BODY(float);
+#if FG_SIMD_X86
+    if (fg_simd_active() == FG_SIMD_AVX512) {
+        for (int64_t r = r0; r < r1; r++) rms_fwd_row_avx512(out + r * C, rstd + r, x + r * C, w, C, eps);
+        return;
+    }
+#endif
+    for (int64_t r = r0; r < r1; r++) rms_fwd_row_plain(out + r * C, rstd + r, x + r * C, w, C, eps);
 }
 static void rmsnorm_fwd_f64(double *out, double *rstd, const double *x, const double *w, int64_t r0, int64_t r1,
                             int64_t C, double eps) {
@@ -53,7 +133,13 @@ static void rmsnorm_fwd_f64(double *out, double *rstd, const double *x, const do
 }
 static void rmsnorm_bwd_dx_f32(float *dx, const float *dout, const float *x, const float *rstd, const float *w,
                                int64_t r0, int64_t r1, int64_t C) {
-    RMSNORM_BWD_DX_BODY(float);
+#if FG_SIMD_X86
+    if (fg_simd_active() == FG_SIMD_AVX512) {
+        for (int64_t r = r0; r < r1; r++) rms_dx_row_avx512(dx + r * C, dout + r * C, x + r * C, rstd[r], w, C);
+        return;
+    }
+#endif
+    for (int64_t r = r0; r < r1; r++) rms_dx_row_plain(dx + r * C, dout + r * C, x + r * C, rstd[r], w, C);
 }
 static void rmsnorm_bwd_dx_f64(double *dx, const double *dout, const double *x, const double *rstd, const double *w,
                                int64_t r0, int64_t r1, int64_t C) {
